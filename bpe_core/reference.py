@@ -1,0 +1,221 @@
+"""The readable twin of bpe_core: plain-Python BPE training and encoding.
+
+Slow and obviously right. It defines the semantics that every fast path of bpe_core is tested
+against, and it is never imported by the fast path. Read it like minbpe: dicts, lists and a comment
+per step.
+
+Semantics (the whole contract, see ``docs/semantics.md``):
+
+1. Bytes are the truth. The input is read as bytes; it is split on the special tokens (longest
+   first); each text piece is decoded with ``surrogateescape`` (invalid UTF-8 is kept byte for byte),
+   pre-tokenized with the pattern, and each pretoken is encoded back to the exact bytes.
+2. Pretokens are counted. Each pretoken is a sequence of symbols (initially its bytes). Symbols are
+   *bytes values*: two merges that build the same bytes build the same symbol.
+3. Every step counts every adjacent pair in every pretoken, weighted by the pretoken's count (``aaa``
+   holds ``(a, a)`` twice). The winner has the highest count; ties go to the greatest
+   ``(left_bytes, right_bytes)`` tuple.
+4. The winner is rewritten greedily left to right without overlap (``aaa`` -> ``[aa, a]``).
+5. Stop when the vocabulary (256 bytes + special tokens + merges) reaches ``vocab_size`` or no pair
+   is left.
+
+>>> vocab, merges = train_bpe_from_bytes(b"low low low lower", 259, [])
+>>> merges   # (l, o) and (o, w) tie at 4; (o, w) is the greater tuple
+[(b'o', b'w'), (b'l', b'ow'), (b' ', b'low')]
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Iterable, Sequence
+
+import regex
+
+from .patterns import encode_specials, resolve_pattern, split_on_specials
+
+# ==== Pre-tokenization ======================================================================
+
+
+def pretokenize(data: bytes, pattern: str = "gpt2") -> list[bytes]:
+    """Pre-tokenize one text piece (no special tokens in it) into pretoken bytes.
+
+    >>> pretokenize(b"a  b")
+    [b'a', b' ', b' b']
+    >>> pretokenize(b"caf\\xe9!")   # invalid UTF-8 is kept byte for byte
+    [b'caf', b'\\xe9!']
+    """
+    text = data.decode("utf-8", "surrogateescape")
+    rx = regex.compile(resolve_pattern(pattern))
+    return [m.group().encode("utf-8", "surrogateescape") for m in rx.finditer(text)]
+
+
+def count_pretokens(data: bytes, special_tokens: Sequence[str | bytes] = (), pattern: str = "gpt2") -> Counter:
+    """Count the pretokens of a whole text; special tokens are removed first.
+
+    >>> sorted(count_pretokens(b"hi hi<|endoftext|>hi", ["<|endoftext|>"]).items())
+    [(b' hi', 1), (b'hi', 2)]
+    """
+    specials = encode_specials(special_tokens)
+    counts: Counter = Counter()
+    for piece, is_special in split_on_specials(data, specials):
+        if not is_special:
+            counts.update(pretokenize(piece, pattern))
+    return counts
+
+
+# ==== Training ==============================================================================
+
+
+def get_pair_counts(words: dict[tuple[bytes, ...], int]) -> Counter:
+    """Count adjacent pairs, weighted by word count.
+
+    >>> get_pair_counts({(b"a", b"a", b"a"): 2, (b"a", b"b"): 1})
+    Counter({(b'a', b'a'): 4, (b'a', b'b'): 1})
+    """
+    pairs: Counter = Counter()
+    for word, count in words.items():
+        for left, right in zip(word, word[1:]):
+            pairs[(left, right)] += count
+    return pairs
+
+
+def merge_word(word: tuple[bytes, ...], pair: tuple[bytes, bytes]) -> tuple[bytes, ...]:
+    """Rewrite one word: replace ``pair`` greedily left to right, without overlap.
+
+    >>> merge_word((b"a", b"a", b"a"), (b"a", b"a"))
+    (b'aa', b'a')
+    """
+    left, right = pair
+    out: list[bytes] = []
+    i = 0
+    while i < len(word):
+        if i + 1 < len(word) and word[i] == left and word[i + 1] == right:
+            out.append(left + right)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+def best_pair(pairs: Counter) -> tuple[bytes, bytes] | None:
+    """Highest count; ties go to the greatest ``(left_bytes, right_bytes)``.
+
+    >>> best_pair(Counter({(b"a", b"b"): 2, (b"b", b"a"): 2, (b"z", b"z"): 1}))
+    (b'b', b'a')
+    """
+    best = None
+    best_key = None
+    for pair, count in pairs.items():
+        if count <= 0:
+            continue
+        key = (count, pair)
+        if best_key is None or key > best_key:
+            best, best_key = pair, key
+    return best
+
+
+def train_on_counts(pretoken_counts: dict[bytes, int], vocab_size: int,
+                    special_tokens: Sequence[str | bytes] = ()) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """BPE on counted pretokens, recounting every pair after every merge."""
+    specials = encode_specials(special_tokens)
+    vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}
+    for tok in specials:
+        vocab[len(vocab)] = tok
+    words: dict[tuple[bytes, ...], int] = {}
+    for pretoken, count in pretoken_counts.items():
+        key = tuple(bytes([b]) for b in pretoken)
+        words[key] = words.get(key, 0) + count
+    merges: list[tuple[bytes, bytes]] = []
+    while len(vocab) < vocab_size:
+        # 1. Full recount of every pair.
+        pair = best_pair(get_pair_counts(words))
+        if pair is None:
+            break
+        # 2. Record the merge; its id is the next free one.
+        merges.append(pair)
+        vocab[len(vocab)] = pair[0] + pair[1]
+        # 3. Rewrite every word; words that become equal add up.
+        new_words: dict[tuple[bytes, ...], int] = {}
+        for word, count in words.items():
+            merged = merge_word(word, pair)
+            new_words[merged] = new_words.get(merged, 0) + count
+        words = new_words
+    return vocab, merges
+
+
+def train_bpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
+                         pattern: str = "gpt2") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """Train on an in-memory corpus."""
+    return train_on_counts(count_pretokens(data, special_tokens, pattern), vocab_size, special_tokens)
+
+
+def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
+              pattern: str = "gpt2") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """Train on a file (read whole; the reference makes no attempt at scale)."""
+    with open(input_path, "rb") as f:
+        data = f.read()
+    return train_bpe_from_bytes(data, vocab_size, special_tokens, pattern)
+
+
+# ==== Encoding ==============================================================================
+
+
+def encode_pretoken(pretoken: bytes, ranks: dict[tuple[bytes, bytes], int]) -> list[bytes]:
+    """Apply merges to one pretoken: repeatedly merge the lowest-rank pair present, all of its
+    occurrences, left to right (equivalent to replaying the merges in order).
+
+    >>> encode_pretoken(b"aaa", {(b"a", b"a"): 0})
+    [b'aa', b'a']
+    """
+    parts = [bytes([b]) for b in pretoken]
+    while len(parts) > 1:
+        best_rank, best = None, None
+        for pair in zip(parts, parts[1:]):
+            r = ranks.get(pair)
+            if r is not None and (best_rank is None or r < best_rank):
+                best_rank, best = r, pair
+        if best is None:
+            break
+        parts = list(merge_word(tuple(parts), best))
+    return parts
+
+
+def token_ids(vocab: dict[int, bytes]) -> dict[bytes, int]:
+    """bytes -> id; when two ids hold the same bytes, the smaller id is used."""
+    out: dict[bytes, int] = {}
+    for i in sorted(vocab):
+        out.setdefault(vocab[i], i)
+    return out
+
+
+def encode(data: bytes | str, vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]],
+           special_tokens: Sequence[str | bytes] = (), pattern: str = "gpt2") -> list[int]:
+    """Encode text to ids: special tokens (longest match) become their id; the rest is
+    pre-tokenized and each pretoken is merged by rank.
+
+    >>> vocab = {i: bytes([i]) for i in range(256)}; vocab[256] = b"aa"
+    >>> encode(b"aaa", vocab, [(b"a", b"a")])
+    [256, 97]
+    """
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    ranks = {pair: r for r, pair in reversed(list(enumerate(merges)))}
+    ids_of = token_ids(vocab)
+    specials = encode_specials(special_tokens)
+    out: list[int] = []
+    for piece, is_special in split_on_specials(data, specials):
+        if is_special:
+            out.append(ids_of[piece])
+            continue
+        for pretoken in pretokenize(piece, pattern):
+            out.extend(ids_of[p] for p in encode_pretoken(pretoken, ranks))
+    return out
+
+
+def decode_bytes(ids: Iterable[int], vocab: dict[int, bytes]) -> bytes:
+    """Concatenate the bytes of the ids.
+
+    >>> decode_bytes([104, 105], {104: b"h", 105: b"i"})
+    b'hi'
+    """
+    return b"".join(vocab[i] for i in ids)
