@@ -1,0 +1,186 @@
+"""Corpus access: memory-mapped input, input checks, and chunk boundaries.
+
+A *chunk* is a byte range ``[start, end)`` of the corpus. Chunks are cut only where the cut provably
+leaves the result unchanged:
+
+1. at the start of a special-token occurrence that the whole-text, left-to-right, longest-first
+   special-token scan would also find (a document edge), or
+2. inside a document, for the named patterns only, right after a ``\\n`` that sits between two ASCII
+   non-whitespace bytes (and the byte after it is not ``/``). No piece of the GPT-2, cl100k or o200k
+   patterns crosses such a newline, and no match before it looks past it, so the pretokens of the two
+   halves are exactly the pretokens of the whole (``tests/test_corpus.py`` checks it on random text).
+
+A user-supplied regex gets cut at document edges only.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from typing import Sequence
+
+import numpy as np
+
+from .patterns import pattern_name, specials_regex
+
+
+class CorpusError(ValueError):
+    """Bad input: the message names the file and the problem."""
+
+    def __init__(self, path: str | os.PathLike, reason: str):
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+def check_input(path: str | os.PathLike) -> int:
+    """Check that ``path`` is a readable regular file; return its size in bytes."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise CorpusError(path, "no such file")
+    if os.path.isdir(path):
+        raise CorpusError(path, "is a directory, expected a text file")
+    if not os.access(path, os.R_OK):
+        raise CorpusError(path, "permission denied")
+    try:
+        return os.path.getsize(path)
+    except OSError as exc:
+        raise CorpusError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def open_corpus(path: str | os.PathLike) -> np.ndarray:
+    """Memory-map a file read-only as ``uint8`` (an empty file gives an empty array).
+
+    >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(b"hi")
+    >>> open_corpus(p).tobytes()
+    b'hi'
+    """
+    size = check_input(path)
+    if size == 0:
+        return np.zeros(0, dtype=np.uint8)
+    try:
+        return np.memmap(path, dtype=np.uint8, mode="r")
+    except (OSError, ValueError) as exc:
+        raise CorpusError(path, f"cannot memory-map: {exc}") from None
+
+
+# Bytes that are (part of) whitespace for the safe-cut rule: ASCII whitespace as ``regex`` sees it.
+_ASCII_SPACE = frozenset(b" \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
+_SAFE_NEWLINE = re.compile(rb"[!-~]\n(?=[!-.0-~])")  # printable non-space, \n, printable non-space non-'/'
+
+
+def _special_cut(buf, start: int, stop: int, rx: "re.Pattern[bytes]", maxlen: int) -> int | None:
+    """First position ``c`` in ``[start, stop)`` where the global special-token scan starts a match.
+
+    A match found by searching from ``start`` is a global match when no special-token occurrence
+    starting in ``(c - maxlen, c)`` covers ``c``; otherwise we keep looking further right.
+    """
+    pos = start
+    while pos < stop:
+        m = rx.search(buf, pos, min(len(buf), stop + maxlen))
+        if m is None or m.start() >= stop:
+            return None
+        c = m.start()
+        covered = False
+        for s in range(max(0, c - maxlen + 1), c):
+            m2 = rx.match(buf, s, min(len(buf), s + maxlen))
+            # alternatives are ordered longest first, so m2 is the longest special starting at s
+            if m2 is not None and m2.end() > c:
+                covered = True
+                break
+        if not covered:
+            return c
+        pos = c + 1
+    return None
+
+
+def _newline_cut(buf, start: int, stop: int) -> int | None:
+    m = _SAFE_NEWLINE.search(buf, max(0, start - 1), stop)
+    if m is None:
+        return None
+    return m.start() + 2
+
+
+def chunk_boundaries(buf, chunk_bytes: int, special_tokens: Sequence[bytes] = (),
+                     pattern: str = "gpt2") -> list[int]:
+    """Cut ``buf`` into chunks of about ``chunk_bytes``; returns sorted offsets ``[0, ..., len]``.
+
+    Each cut is placed at the first safe point at or after the target offset: a special-token start
+    or, for a named pattern, a safe newline, whichever comes first. A document longer than
+    ``chunk_bytes`` with no safe point stays whole.
+
+    >>> chunk_boundaries(b"aa<|e|>bb<|e|>cc", 3, [b"<|e|>"], pattern="gpt2")
+    [0, 9, 16]
+    """
+    n = len(buf)
+    if chunk_bytes <= 0:
+        raise ValueError("chunk_bytes must be positive")
+    rx = specials_regex(list(special_tokens))
+    maxlen = max((len(s) for s in special_tokens), default=0)
+    newline_ok = pattern_name(pattern) is not None
+    cuts = [0]
+    target = chunk_bytes
+    # Search windows grow so a long document does not cost a rescan per chunk.
+    while target < n:
+        window = max(chunk_bytes, 1 << 16)
+        cut = None
+        lo = target
+        while cut is None and lo < n:
+            hi = min(n, lo + window)
+            cands = []
+            if rx is not None:
+                c = _special_cut(buf, lo, hi, rx, maxlen)
+                if c is not None:
+                    cands.append(c)
+            if newline_ok:
+                c = _newline_cut(buf, lo, hi)
+                if c is not None and c < n:
+                    cands.append(c)
+            if cands:
+                cut = min(cands)
+            lo = hi
+        if cut is None or cut >= n:
+            break
+        if cut > cuts[-1]:
+            cuts.append(cut)
+        target = cut + chunk_bytes
+    cuts.append(n)
+    return cuts
+
+
+def text_spans(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> np.ndarray:
+    """The text ranges of ``buf[start:end]`` between special tokens, as an int64 ``(k, 2)`` array.
+
+    Empty ranges are dropped.
+
+    >>> text_spans(b"ab<|e|>c<|e|>", 0, 13, [b"<|e|>"]).tolist()
+    [[0, 2], [7, 8]]
+    """
+    rx = specials_regex(list(special_tokens))
+    spans = []
+    pos = start
+    if rx is not None:
+        for m in rx.finditer(buf, start, end):
+            if m.start() > pos:
+                spans.append((pos, m.start()))
+            pos = m.end()
+    if end > pos:
+        spans.append((pos, end))
+    return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+
+
+def count_specials(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> int:
+    """Number of special-token occurrences (documents separators) in ``buf[start:end]``."""
+    rx = specials_regex(list(special_tokens))
+    if rx is None:
+        return 0
+    return sum(1 for _ in rx.finditer(buf, start, end))
+
+
+def open_mmap_bytes(path: str | os.PathLike):
+    """A read-only ``mmap.mmap`` of the file (``b""`` for an empty file); ``re`` can scan it."""
+    size = check_input(path)
+    if size == 0:
+        return b""
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
