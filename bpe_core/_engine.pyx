@@ -1,0 +1,543 @@
+# cython: language_level=3
+"""The BPE merge engine: pair counting, a lazy max-heap and greedy merge rewriting.
+
+Words are a CSR table: ``symbols`` (uint32 token ids), ``offsets`` (int64 start of each word) and the
+current ``lengths`` (a merge shortens a word in place), with an int64 ``count`` per word. A pair is
+``(left_id, right_id)``; the engine keeps, per pair, its count (the sum over words of count times
+occurrences, every window counted: ``aaa`` holds ``(a, a)`` twice) and the list of words that may
+contain it.
+
+One merge step (``_apply_merge``) visits only the words listed for the winning pair, rewrites each
+greedily left to right without overlap, and applies exact count deltas: it subtracts the old pairs
+that touch a rewritten position (the merged pair included) and adds the new pairs that touch a merged
+token. Every other pair of the word is unchanged, so the counts stay equal to a full recount
+(``reference.get_pair_counts``) after every step.
+
+The heap is lazy: an entry ``(count, pair)`` is pushed whenever a pair's count rises, and never
+updated in place. Invariant: every live pair has an entry whose count is >= its current count. On pop,
+an entry whose count equals the current count is the true maximum; a stale entry (count went down)
+is pushed back with the current count, so a pair whose count fell can still win later (the stale-heap
+bug of ``shared/papers/superbpe_reimplementation_notes.txt`` cannot happen).
+
+Ties: the highest count wins; among equal counts, the greatest ``(left_bytes, right_bytes)`` tuple,
+left compared first, then right, both as Python compares bytes.
+
+Symbols are canonical by bytes: when a merge builds bytes that an existing token already has (e.g.
+``(a, bc)`` after ``(ab, c)``), the words get the existing id, exactly as a trainer that keys pairs
+by bytes (``reference.py``) would see it. The merge still counts as one vocabulary entry.
+
+Equivalent to ``reference.train_on_counts`` (tested on random and adversarial input).
+"""
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport int8_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp
+from libcpp.vector cimport vector
+
+import numpy as np
+
+from bpe_core._typedefs cimport (count_t, pack_pair, pair_id_t, pair_key_t, pair_left, pair_right,
+                                 token_id_t, word_id_t)
+
+cdef pair_key_t EMPTY_KEY = 0xFFFFFFFFFFFFFFFFu
+cdef uint32_t NO_MARK = 0xFFFFFFFFu
+
+
+cdef struct HeapEntry:
+    count_t count
+    pair_id_t pair
+
+
+# ==== Pair hash map ===========================================================================
+# Open addressing, linear probing, power-of-two capacity, load <= 1/2. Keys are packed pairs;
+# values are pair ids into the engine's per-pair arrays. Pairs are never deleted (a merged pair
+# keeps its id with count 0), so no tombstones are needed.
+
+cdef class _PairMap:
+    cdef vector[pair_key_t] keys
+    cdef vector[pair_id_t] values
+    cdef uint64_t mask
+    cdef uint64_t size
+    cdef int shift
+
+    def __cinit__(self, uint64_t capacity=1024):
+        cdef uint64_t cap = 1024
+        cdef int bits = 10
+        while cap < 2 * capacity:
+            cap <<= 1
+            bits += 1
+        self.keys.assign(cap, EMPTY_KEY)
+        self.values.assign(cap, 0)
+        self.mask = cap - 1
+        self.shift = 64 - bits
+        self.size = 0
+
+    cdef inline uint64_t _slot(self, pair_key_t key) noexcept nogil:
+        return ((key * <uint64_t>0x9E3779B97F4A7C15u) >> self.shift) & self.mask
+
+    cdef inline int64_t get(self, pair_key_t key) noexcept nogil:
+        """The pair id of ``key`` or -1."""
+        cdef uint64_t i = self._slot(key)
+        while True:
+            if self.keys[i] == key:
+                return self.values[i]
+            if self.keys[i] == EMPTY_KEY:
+                return -1
+            i = (i + 1) & self.mask
+
+    cdef inline void put(self, pair_key_t key, pair_id_t value) noexcept nogil:
+        """Insert a key known to be absent."""
+        cdef uint64_t i
+        if 2 * (self.size + 1) > self.mask + 1:
+            self._grow()
+        i = self._slot(key)
+        while self.keys[i] != EMPTY_KEY:
+            i = (i + 1) & self.mask
+        self.keys[i] = key
+        self.values[i] = value
+        self.size += 1
+
+    cdef void _grow(self) noexcept nogil:
+        cdef vector[pair_key_t] old_keys
+        cdef vector[pair_id_t] old_values
+        cdef uint64_t j, i, cap
+        old_keys.swap(self.keys)
+        old_values.swap(self.values)
+        cap = (self.mask + 1) * 2
+        self.keys.assign(cap, EMPTY_KEY)
+        self.values.assign(cap, 0)
+        self.mask = cap - 1
+        self.shift -= 1
+        for j in range(old_keys.size()):
+            if old_keys[j] != EMPTY_KEY:
+                i = self._slot(old_keys[j])
+                while self.keys[i] != EMPTY_KEY:
+                    i = (i + 1) & self.mask
+                self.keys[i] = old_keys[j]
+                self.values[i] = old_values[j]
+
+
+# ==== Engine ==================================================================================
+
+cdef class MergeEngine:
+    """Incremental BPE over a word table.
+
+    Args:
+        symbols: uint32 token ids of all words, concatenated (C-contiguous).
+        offsets: int64, ``n_words + 1`` word starts into ``symbols``.
+        counts: int64 count of each word.
+        tokens: the bytes of every token id that can occur in ``symbols`` (``tokens[i]`` for id
+            ``i``); ids 0-255 are normally the single bytes. New ids are appended.
+
+    >>> import numpy as np
+    >>> words = [b"aaa", b"ab"]
+    >>> syms = np.frombuffer(b"".join(words), dtype=np.uint8).astype(np.uint32)
+    >>> eng = MergeEngine(syms, np.array([0, 3, 5]), np.array([1, 1]), [bytes([i]) for i in range(256)])
+    >>> eng.pair_count(97, 97), eng.pair_count(97, 98)
+    (2, 1)
+    >>> eng.step()            # (a, a) has count 2
+    (97, 97, 256)
+    >>> eng.word(0), eng.pair_count(97, 97), eng.pair_count(256, 97)
+    ([256, 97], 0, 1)
+    """
+
+    cdef vector[token_id_t] symbols
+    cdef vector[int64_t] offsets
+    cdef vector[int64_t] lengths
+    cdef vector[count_t] counts
+    cdef vector[uint32_t] marks          # per word: the last step that visited it
+    # tokens
+    cdef vector[uint8_t] tok_arena
+    cdef vector[int64_t] tok_off
+    cdef vector[int64_t] tok_len
+    cdef dict tok_ids                    # bytes -> canonical token id
+    # pairs
+    cdef _PairMap pair_map
+    cdef vector[pair_key_t] pair_keys
+    cdef vector[count_t] pair_counts
+    cdef vector[vector[word_id_t]] pair_words
+    cdef vector[uint32_t] pair_pushed    # per pair: the last step whose touched list holds it
+    cdef vector[int8_t] pair_allowed     # -1 unknown, 0 never merge, 1 may merge
+    cdef vector[pair_id_t] touched
+    # heap
+    cdef vector[HeapEntry] heap
+    # scratch
+    cdef vector[token_id_t] old_buf
+    cdef vector[int64_t] sites
+    cdef vector[int64_t] new_sites
+    cdef public uint32_t n_steps
+    cdef public int64_t n_pops
+
+    def __init__(self, const token_id_t[::1] symbols, const int64_t[::1] offsets,
+                 const int64_t[::1] counts, tokens):
+        cdef int64_t n_words = counts.shape[0]
+        cdef int64_t i
+        if offsets.shape[0] != n_words + 1:
+            raise ValueError("offsets must have n_words + 1 entries")
+        if n_words >= <int64_t>0xFFFFFFFF:
+            raise ValueError("too many words for uint32 word ids")
+        if offsets[0] != 0 or offsets[n_words] != symbols.shape[0]:
+            raise ValueError("offsets must start at 0 and end at len(symbols)")
+        self.tok_ids = {}
+        for tok in tokens:
+            self._add_token(tok)
+        cdef token_id_t n_tokens = <token_id_t>self.tok_off.size()
+        self.symbols.resize(symbols.shape[0])
+        for i in range(symbols.shape[0]):
+            if symbols[i] >= n_tokens:
+                raise ValueError(f"symbol {symbols[i]} has no token bytes")
+            self.symbols[i] = symbols[i]
+        self.offsets.resize(n_words + 1)
+        self.lengths.resize(n_words)
+        self.counts.resize(n_words)
+        self.marks.assign(n_words, NO_MARK)
+        for i in range(n_words):
+            if offsets[i + 1] < offsets[i]:
+                raise ValueError("offsets must be non-decreasing")
+            if counts[i] < 0:
+                raise ValueError("counts must be >= 0")
+            self.offsets[i] = offsets[i]
+            self.lengths[i] = offsets[i + 1] - offsets[i]
+            self.counts[i] = counts[i]
+        self.offsets[n_words] = offsets[n_words]
+        self.pair_map = _PairMap(1 << 16)
+        self.n_steps = 0
+        self.n_pops = 0
+        with nogil:
+            self._count_all()
+            self._heapify()
+
+    # ---- tokens --------------------------------------------------------------------------------
+
+    cdef token_id_t _add_token(self, bytes tok):
+        cdef token_id_t new_id = <token_id_t>self.tok_off.size()
+        cdef Py_ssize_t k
+        cdef const uint8_t* p = <const uint8_t*><char*>tok
+        self.tok_off.push_back(self.tok_arena.size())
+        self.tok_len.push_back(len(tok))
+        for k in range(len(tok)):
+            self.tok_arena.push_back(p[k])
+        if tok not in self.tok_ids:
+            self.tok_ids[tok] = new_id
+        return new_id
+
+    cpdef bytes token_bytes(self, token_id_t tok):
+        """The bytes of a token id."""
+        if tok >= self.tok_off.size():
+            raise IndexError(tok)
+        return PyBytes_FromStringAndSize(<char*>&self.tok_arena[self.tok_off[tok]], self.tok_len[tok])
+
+    @property
+    def n_tokens(self):
+        return self.tok_off.size()
+
+    # ---- pairs ---------------------------------------------------------------------------------
+
+    cdef inline pair_id_t _pair_id(self, token_id_t left, token_id_t right) noexcept nogil:
+        """The id of a pair, created (count 0, no words) when new."""
+        cdef pair_key_t key = pack_pair(left, right)
+        cdef int64_t found = self.pair_map.get(key)
+        cdef pair_id_t pid
+        if found >= 0:
+            return <pair_id_t>found
+        pid = <pair_id_t>self.pair_keys.size()
+        self.pair_map.put(key, pid)
+        self.pair_keys.push_back(key)
+        self.pair_counts.push_back(0)
+        self.pair_words.push_back(vector[word_id_t]())
+        self.pair_pushed.push_back(NO_MARK)
+        self.pair_allowed.push_back(-1)
+        return pid
+
+    cdef inline void _add_pair(self, token_id_t left, token_id_t right, count_t c, word_id_t w) noexcept nogil:
+        cdef pair_id_t pid = self._pair_id(left, right)
+        cdef vector[word_id_t]* ws = &self.pair_words[pid]
+        self.pair_counts[pid] += c
+        if ws.size() == 0 or ws.back() != w:
+            ws.push_back(w)
+        if self.pair_pushed[pid] != self.n_steps:
+            self.pair_pushed[pid] = self.n_steps
+            self.touched.push_back(pid)
+
+    cdef inline void _sub_pair(self, token_id_t left, token_id_t right, count_t c) noexcept nogil:
+        cdef int64_t pid = self.pair_map.get(pack_pair(left, right))
+        self.pair_counts[pid] -= c
+
+    cdef void _count_all(self) noexcept nogil:
+        cdef int64_t w, k, start, n
+        cdef count_t c
+        for w in range(<int64_t>self.counts.size()):
+            c = self.counts[w]
+            if c == 0:
+                continue
+            start = self.offsets[w]
+            n = self.lengths[w]
+            for k in range(n - 1):
+                self._add_pair(self.symbols[start + k], self.symbols[start + k + 1], c, <word_id_t>w)
+
+    def pair_count(self, token_id_t left, token_id_t right):
+        """The current count of a pair (0 when never seen)."""
+        cdef int64_t pid = self.pair_map.get(pack_pair(left, right))
+        return 0 if pid < 0 else self.pair_counts[pid]
+
+    def pair_counts_dict(self):
+        """All pairs with a positive count, as ``{(left, right): count}`` (for tests)."""
+        cdef size_t i
+        out = {}
+        for i in range(self.pair_keys.size()):
+            if self.pair_counts[i] > 0:
+                out[(pair_left(self.pair_keys[i]), pair_right(self.pair_keys[i]))] = self.pair_counts[i]
+        return out
+
+    # ---- heap ----------------------------------------------------------------------------------
+
+    cdef inline int _cmp_bytes(self, token_id_t a, token_id_t b) noexcept nogil:
+        """memcmp order with the shorter prefix first, as Python compares bytes."""
+        cdef int64_t la = self.tok_len[a], lb = self.tok_len[b]
+        cdef int r = memcmp(&self.tok_arena[self.tok_off[a]], &self.tok_arena[self.tok_off[b]],
+                            la if la < lb else lb)
+        if r != 0:
+            return r
+        return (la > lb) - (la < lb)
+
+    cdef inline bint _above(self, HeapEntry x, HeapEntry y) noexcept nogil:
+        """True when x wins over y: higher count, then greater (left_bytes, right_bytes)."""
+        cdef int r
+        cdef pair_key_t kx, ky
+        if x.count != y.count:
+            return x.count > y.count
+        kx = self.pair_keys[x.pair]
+        ky = self.pair_keys[y.pair]
+        if kx == ky:
+            return False
+        r = self._cmp_bytes(pair_left(kx), pair_left(ky))
+        if r == 0:
+            r = self._cmp_bytes(pair_right(kx), pair_right(ky))
+        return r > 0
+
+    cdef void _push(self, count_t count, pair_id_t pid) noexcept nogil:
+        cdef HeapEntry e
+        cdef size_t i, parent
+        e.count = count
+        e.pair = pid
+        self.heap.push_back(e)
+        i = self.heap.size() - 1
+        while i > 0:
+            parent = (i - 1) >> 1
+            if not self._above(e, self.heap[parent]):
+                break
+            self.heap[i] = self.heap[parent]
+            i = parent
+        self.heap[i] = e
+
+    cdef HeapEntry _pop(self) noexcept nogil:
+        cdef HeapEntry top = self.heap[0]
+        cdef HeapEntry last = self.heap.back()
+        cdef size_t n, i, child
+        self.heap.pop_back()
+        n = self.heap.size()
+        if n > 0:
+            i = 0
+            while True:
+                child = 2 * i + 1
+                if child >= n:
+                    break
+                if child + 1 < n and self._above(self.heap[child + 1], self.heap[child]):
+                    child += 1
+                if not self._above(self.heap[child], last):
+                    break
+                self.heap[i] = self.heap[child]
+                i = child
+            self.heap[i] = last
+        return top
+
+    cdef void _heapify(self) noexcept nogil:
+        cdef size_t k
+        for k in range(self.touched.size()):
+            if self.pair_counts[self.touched[k]] > 0:
+                self._push(self.pair_counts[self.touched[k]], self.touched[k])
+        self.touched.clear()
+
+    cdef int64_t _pop_best(self) noexcept nogil:
+        """Pop until the top entry is current; return its pair id, or -1 when no pair is left.
+
+        Pairs marked not allowed are dropped.
+        """
+        cdef HeapEntry e
+        cdef count_t cur
+        while self.heap.size() > 0:
+            e = self._pop()
+            self.n_pops += 1
+            if self.pair_allowed[e.pair] == 0:
+                continue
+            cur = self.pair_counts[e.pair]
+            if cur == e.count:
+                return e.pair
+            if cur > 0:
+                self._push(cur, e.pair)      # stale: its count went down; it may still win later
+        return -1
+
+    # ---- merging -------------------------------------------------------------------------------
+
+    cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok) noexcept nogil:
+        """Rewrite every word that holds the pair and update counts by exact deltas."""
+        cdef token_id_t a = pair_left(self.pair_keys[pid])
+        cdef token_id_t b = pair_right(self.pair_keys[pid])
+        cdef vector[word_id_t] words
+        cdef size_t wi
+        cdef word_id_t w
+        cdef int64_t start, n, i, j, m, k, last_j, last_k, n_new, s
+        cdef count_t c
+        cdef token_id_t* sym
+        words.swap(self.pair_words[pid])      # this pair's word list is consumed
+        for wi in range(words.size()):
+            w = words[wi]
+            if self.marks[w] == self.n_steps:
+                continue
+            self.marks[w] = self.n_steps
+            c = self.counts[w]
+            start = self.offsets[w]
+            n = self.lengths[w]
+            sym = &self.symbols[start]
+            # 1. Find the merge sites, greedily left to right, without overlap.
+            self.sites.clear()
+            i = 0
+            while i < n - 1:
+                if sym[i] == a and sym[i + 1] == b:
+                    self.sites.push_back(i)
+                    i += 2
+                else:
+                    i += 1
+            if self.sites.size() == 0:
+                continue            # a stale entry of the word list
+            # 2. Subtract the old pairs touching a site: windows i-1, i, i+1 of each site i.
+            last_j = -1
+            for k in range(<int64_t>self.sites.size()):
+                s = self.sites[k]
+                for j in range(s - 1, s + 2):
+                    if j > last_j and j >= 0 and j < n - 1:
+                        self._sub_pair(sym[j], sym[j + 1], c)
+                        last_j = j
+            # 3. Rewrite in place.
+            self.new_sites.clear()
+            i = 0
+            m = 0
+            k = 0
+            while i < n:
+                if k < <int64_t>self.sites.size() and i == self.sites[k]:
+                    sym[m] = new_tok
+                    self.new_sites.push_back(m)
+                    i += 2
+                    k += 1
+                else:
+                    sym[m] = sym[i]
+                    i += 1
+                m += 1
+            n_new = m
+            self.lengths[w] = n_new
+            # 4. Add the new pairs touching a merged token: windows m-1 and m.
+            last_k = -1
+            for k in range(<int64_t>self.new_sites.size()):
+                s = self.new_sites[k]
+                for j in range(s - 1, s + 1):
+                    if j > last_k and j >= 0 and j < n_new - 1:
+                        self._add_pair(sym[j], sym[j + 1], c, w)
+                        last_k = j
+        words.clear()
+        # 5. Every pair whose count rose gets a fresh heap entry.
+        self._heapify()
+
+    cpdef tuple step(self, allowed=None):
+        """Do one merge; return ``(left_id, right_id, new_id)``, or None when no pair is left.
+
+        Args:
+            allowed: optional ``f(left_bytes, right_bytes) -> bool``; a pair it rejects is never
+                merged (asked once per pair, when the pair first reaches the top of the heap).
+        """
+        cdef int64_t best
+        cdef pair_id_t pid
+        cdef token_id_t a, b, new_tok
+        while True:
+            with nogil:
+                best = self._pop_best()
+            if best < 0:
+                return None
+            pid = <pair_id_t>best
+            a = pair_left(self.pair_keys[pid])
+            b = pair_right(self.pair_keys[pid])
+            if allowed is not None and self.pair_allowed[pid] == -1:
+                self.pair_allowed[pid] = 1 if allowed(self.token_bytes(a), self.token_bytes(b)) else 0
+            if self.pair_allowed[pid] == 0:
+                continue
+            break
+        merged = self.token_bytes(a) + self.token_bytes(b)
+        existing = self.tok_ids.get(merged)
+        if existing is None:
+            new_tok = self._add_token(merged)
+        else:
+            new_tok = existing           # canonical: same bytes, same symbol
+        self.n_steps += 1
+        with nogil:
+            self._apply_merge(pid, new_tok)
+        return (a, b, new_tok)
+
+    def run(self, Py_ssize_t n_merges, allowed=None, progress=None, Py_ssize_t every=256):
+        """Do up to ``n_merges`` merges; return the list of ``(left_id, right_id, new_id)``.
+
+        ``progress(n_done)`` is called every ``every`` merges and at the end.
+        """
+        out = []
+        cdef Py_ssize_t done = 0
+        while done < n_merges:
+            r = self.step(allowed)
+            if r is None:
+                break
+            out.append(r)
+            done += 1
+            if progress is not None and done % every == 0:
+                progress(done)
+        if progress is not None:
+            progress(done)
+        return out
+
+    # ---- inspection ----------------------------------------------------------------------------
+
+    def word(self, word_id_t w):
+        """The current symbols of a word."""
+        cdef int64_t k
+        return [self.symbols[self.offsets[w] + k] for k in range(self.lengths[w])]
+
+    def words(self):
+        """The current word table as ``(symbols uint32, offsets int64, counts int64)`` (compacted)."""
+        cdef int64_t n_words = self.counts.size()
+        cdef int64_t total = 0, w, k, pos = 0
+        for w in range(n_words):
+            total += self.lengths[w]
+        symbols = np.empty(total, dtype=np.uint32)
+        offsets = np.empty(n_words + 1, dtype=np.int64)
+        counts = np.empty(n_words, dtype=np.int64)
+        cdef token_id_t[::1] sv = symbols
+        cdef int64_t[::1] ov = offsets
+        cdef int64_t[::1] cv = counts
+        for w in range(n_words):
+            ov[w] = pos
+            cv[w] = self.counts[w]
+            for k in range(self.lengths[w]):
+                sv[pos] = self.symbols[self.offsets[w] + k]
+                pos += 1
+        ov[n_words] = pos
+        return symbols, offsets, counts
+
+    def tokens(self):
+        """The bytes of every token id, in id order."""
+        return [self.token_bytes(<token_id_t>i) for i in range(self.tok_off.size())]
+
+    def stats(self):
+        """Sizes of the internal tables (for reports and memory accounting)."""
+        return {
+            "n_words": self.counts.size(),
+            "n_symbols": self.symbols.size(),
+            "n_pairs": self.pair_keys.size(),
+            "heap_size": self.heap.size(),
+            "n_pops": self.n_pops,
+            "n_steps": self.n_steps,
+        }
