@@ -1,5 +1,11 @@
-"""bpe_core: exact, fast, RAM-budgeted byte-level BPE.
+"""bpe_core: exact, fast, RAM-budgeted byte-level BPE training and corpus encoding.
 
 This is the public API.
 """
+from .config import TrainConfig
+from .model_io import Model, load_model as load
+from .trainer import TrainResult, train, train_bpe
+
 __version__ = "0.1.0"
+
+__all__ = ["TrainConfig", "Model", "TrainResult", "load", "train", "train_bpe", "__version__"]

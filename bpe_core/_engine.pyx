@@ -456,6 +456,7 @@ cdef class MergeEngine:
         cdef int64_t best
         cdef pair_id_t pid
         cdef token_id_t a, b, new_tok
+        cdef int8_t verdict
         while True:
             with nogil:
                 best = self._pop_best()
@@ -465,7 +466,10 @@ cdef class MergeEngine:
             a = pair_left(self.pair_keys[pid])
             b = pair_right(self.pair_keys[pid])
             if allowed is not None and self.pair_allowed[pid] == -1:
-                self.pair_allowed[pid] = 1 if allowed(self.token_bytes(a), self.token_bytes(b)) else 0
+                # (a plain local: Cython 3 miscompiles a conditional expression assigned to a
+                # vector element, it writes through a temporary "FakeReference")
+                verdict = 1 if allowed(self.token_bytes(a), self.token_bytes(b)) else 0
+                self.pair_allowed[pid] = verdict
             if self.pair_allowed[pid] == 0:
                 continue
             break

@@ -1,0 +1,78 @@
+"""``TrainConfig``: the single source of training options and their defaults.
+
+The CLI (``tools/train_bpe.py``) builds its flags from these fields, and ``train_bpe(**options)``
+accepts the same names.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields
+from typing import Optional
+
+from .patterns import DEFAULT_SPECIAL_TOKEN
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """Parse a byte size: ``"8G"``, ``"500M"``, ``"1.5GB"``, ``"2GiB"``, ``"4096"`` (binary units).
+
+    >>> parse_size("8G"), parse_size("500M"), parse_size(1024)
+    (8589934592, 524288000, 1024)
+    """
+    if isinstance(text, int):
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"cannot parse size {text!r} (examples: 8G, 500M, 1.5GB)")
+    num = float(m.group(1))
+    mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
+    return int(num * mult)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Options of a training run.
+
+    Attributes:
+        input_path: the corpus, a text file (any encoding; read as bytes).
+        vocab_size: target vocabulary size: 256 bytes + special tokens + merges.
+        special_tokens: split out before pre-tokenization; never merged. Ids 256, 257, ...
+        pattern: ``gpt2``, ``cl100k``, ``o200k`` or a regex string.
+        num_workers: pre-tokenization processes (None: one per CPU core).
+        chunk_bytes: target chunk size for pre-tokenization (None: chosen from the input size).
+        memory_limit: RAM budget in bytes (None: the default budget).
+        progress: tqdm progress bars on stderr.
+    """
+
+    input_path: str
+    vocab_size: int
+    special_tokens: tuple[str, ...] = (DEFAULT_SPECIAL_TOKEN,)
+    pattern: str = "gpt2"
+    num_workers: Optional[int] = None
+    chunk_bytes: Optional[int] = None
+    memory_limit: Optional[int] = None
+    progress: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "input_path", os.fspath(self.input_path))
+        object.__setattr__(self, "special_tokens", tuple(self.special_tokens))
+        if not isinstance(self.vocab_size, int) or isinstance(self.vocab_size, bool):
+            raise ValueError("vocab_size must be an integer")
+        for tok in self.special_tokens:
+            if not isinstance(tok, (str, bytes)) or len(tok) == 0:
+                raise ValueError("special tokens must be non-empty strings")
+        if self.vocab_size < 256 + len(self.special_tokens):
+            raise ValueError(
+                f"vocab_size {self.vocab_size} is below 256 + {len(self.special_tokens)} special token(s)"
+                f" = {256 + len(self.special_tokens)}")
+        if self.num_workers is not None and self.num_workers < 1:
+            raise ValueError("num_workers must be >= 1")
+        if self.chunk_bytes is not None and self.chunk_bytes < 1:
+            raise ValueError("chunk_bytes must be >= 1")
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]

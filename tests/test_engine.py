@@ -1,0 +1,133 @@
+"""The Cython merge engine against a full recount after every step (``reference.py``)."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bpe_core import reference
+from bpe_core._engine import MergeEngine
+
+BYTES = [bytes([i]) for i in range(256)]
+
+
+def make_engine(words: dict, tokens=BYTES):
+    """words: {tuple of token ids: count}."""
+    items = list(words.items())
+    symbols = np.array([s for w, _ in items for s in w], dtype=np.uint32)
+    offsets = np.zeros(len(items) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(w) for w, _ in items])
+    counts = np.array([c for _, c in items], dtype=np.int64)
+    return MergeEngine(symbols, offsets, counts, list(tokens))
+
+
+def engine_pairs_as_bytes(eng):
+    toks = eng.tokens()
+    out = {}
+    for (a, b), c in eng.pair_counts_dict().items():
+        key = (toks[a], toks[b])
+        out[key] = out.get(key, 0) + c
+    return out
+
+
+def check_against_recount(words_bytes: dict, n_steps: int, tokens=BYTES):
+    """Step the engine and the reference side by side; compare winners, words and all pair counts."""
+    ids = {t: i for i, t in reversed(list(enumerate(tokens)))}
+    eng = make_engine({tuple(ids[s] for s in w): c for w, c in words_bytes.items()}, tokens)
+    ref_words = dict(words_bytes)
+    for _ in range(n_steps):
+        ref_pairs = reference.get_pair_counts(ref_words)
+        assert engine_pairs_as_bytes(eng) == {p: c for p, c in ref_pairs.items() if c > 0}
+        expected = reference.best_pair(ref_pairs)
+        got = eng.step()
+        if expected is None:
+            assert got is None
+            return
+        toks = eng.tokens()
+        assert (toks[got[0]], toks[got[1]]) == expected
+        new = {}
+        for w, c in ref_words.items():
+            m = reference.merge_word(w, expected)
+            new[m] = new.get(m, 0) + c
+        ref_words = new
+
+
+words_strategy = st.dictionaries(
+    st.text(alphabet="abc d", min_size=1, max_size=9).map(lambda s: tuple(bytes([b]) for b in s.encode())),
+    st.integers(1, 6), max_size=12)
+
+
+@given(words_strategy)
+def test_counts_equal_full_recount_after_every_step(words):
+    check_against_recount(words, 25)
+
+
+@given(st.dictionaries(st.binary(min_size=1, max_size=8).map(lambda b: tuple(bytes([x]) for x in b)),
+                       st.integers(1, 1000), max_size=10))
+def test_random_bytes_and_large_counts(words):
+    check_against_recount(words, 15)
+
+
+def test_pair_whose_count_falls_still_wins_later():
+    # (b, c) wins first and takes (c, d) from "bcd"; (c, d) falls from 11 to 5 and must still be
+    # merged third. A heap that drops stale entries never learns it (the stale-heap bug).
+    words = {tuple(bytes([x]) for x in w): c for w, c in [(b"bcd", 6), (b"cd", 5), (b"bc", 6)]}
+    check_against_recount(words, 4)
+    eng = make_engine({(98, 99, 100): 6, (99, 100): 5, (98, 99): 6})
+    merges = [(eng.token_bytes(a), eng.token_bytes(b)) for a, b, _ in eng.run(10)]
+    assert merges[:3] == [(b"b", b"c"), (b"bc", b"d"), (b"c", b"d")]
+
+
+def test_runs_count_every_window_and_merge_without_overlap():
+    eng = make_engine({(97,) * 5: 1})
+    assert eng.pair_count(97, 97) == 4
+    a, b, t = eng.step()
+    assert eng.word(0) == [t, t, 97]
+    assert eng.pair_count(97, 97) == 0 and eng.pair_count(t, t) == 1 and eng.pair_count(t, 97) == 1
+
+
+def test_ties_go_to_greatest_left_then_right_bytes():
+    # all four pairs have count 1; greatest tuple is (b"z", b"a")
+    eng = make_engine({(ord("a"), ord("z")): 1, (ord("z"), ord("a")): 1, (ord("y"), ord("z")): 1})
+    a, b, _ = eng.step()
+    assert (eng.token_bytes(a), eng.token_bytes(b)) == (b"z", b"a")
+
+
+def test_duplicate_bytes_share_one_symbol():
+    # Tokens 256 = b"bc" and 257 = b"ab" exist; merging (a, bc) builds b"abc"; a later (ab, c) builds
+    # the same bytes and must reuse that symbol, so pairs with b"abc" add up as in a bytes-keyed trainer.
+    tokens = BYTES + [b"bc", b"ab"]
+    a, b, c, x = ord("a"), ord("b"), ord("c"), ord("x")
+    words = {(a, 256): 5, (257, c): 4, (a, 256, x): 1, (257, c, x): 1}
+    eng = make_engine(words, tokens)
+    first = eng.step()
+    second = eng.step()
+    assert eng.token_bytes(first[2]) == eng.token_bytes(second[2]) == b"abc"
+    assert first[2] == second[2]
+    assert eng.pair_count(first[2], x) == 2
+    check_against_recount({(b"a", b"bc"): 5, (b"ab", b"c"): 4, (b"a", b"bc", b"x"): 1,
+                           (b"ab", b"c", b"x"): 1}, 4, tokens)
+
+
+def test_allowed_predicate_blocks_pairs_forever():
+    eng = make_engine({(97, 98): 5, (99, 100): 1})
+    got = eng.run(5, allowed=lambda left, right: (left, right) != (b"a", b"b"))
+    assert [(eng.token_bytes(a), eng.token_bytes(b)) for a, b, _ in got] == [(b"c", b"d")]
+
+
+def test_words_export_roundtrip():
+    eng = make_engine({(97, 98, 97, 98): 2, (98,): 1})
+    eng.step()
+    symbols, offsets, counts = eng.words()
+    assert symbols.dtype == np.uint32 and offsets.tolist() == [0, 2, 3] and counts.tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("bad", [
+    dict(symbols=[97], offsets=[0, 2], counts=[1]),
+    dict(symbols=[97, 98], offsets=[0, 2], counts=[1, 1]),
+    dict(symbols=[9999], offsets=[0, 1], counts=[1]),
+    dict(symbols=[97], offsets=[0, 1], counts=[-1]),
+])
+def test_bad_tables_are_rejected(bad):
+    with pytest.raises(ValueError):
+        MergeEngine(np.array(bad["symbols"], np.uint32), np.array(bad["offsets"], np.int64),
+                    np.array(bad["counts"], np.int64), BYTES)

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Train a byte-level BPE tokenizer.
+
+    python tools/train_bpe.py corpus.txt --vocab-size 32000 --out tok/
+
+Writes into the output folder: ``vocab.json`` + ``merges.txt`` (GPT-2 byte-to-unicode convention,
+loadable by HF ``tokenizers``), ``model.json`` (the native model: exact bytes, pattern, special
+tokens), and ``train_report.json`` (sizes, seconds per phase, peak memory). Every file is written to
+a temp file and renamed, so an interrupted run never leaves a half-written file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
+
+from bpe_core._atomic import atomic_write  # noqa: E402
+from bpe_core.cli_util import CliError, check_out_dir, run_main  # noqa: E402
+from bpe_core.config import TrainConfig, parse_size  # noqa: E402
+from bpe_core.corpus import CorpusError  # noqa: E402
+from bpe_core.model_io import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_gpt2, dump_model  # noqa: E402
+from bpe_core.patterns import DEFAULT_SPECIAL_TOKEN, PATTERNS  # noqa: E402
+
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "data", "sample.txt")
+
+
+def _default_input() -> str:
+    try:
+        from importlib.resources import files
+
+        return str(files("bpe_core") / "data" / "sample.txt")
+    except Exception:  # pragma: no cover - running from a checkout without the package installed
+        return SAMPLE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="train_bpe.py",
+        description="Train a byte-level BPE tokenizer (exact, deterministic, any worker count).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Output files: vocab.json, merges.txt (GPT-2 form), model.json (native), train_report.json.\n"
+               "Example: python tools/train_bpe.py corpus.txt --vocab-size 32000 --out tok/",
+    )
+    p.add_argument("input", nargs="?", default=None, metavar="INPUT",
+                   help="training corpus (a text file, read as bytes); default: the small sample "
+                        "corpus shipped in the package")
+    p.add_argument("--vocab-size", type=int, default=32000, metavar="N",
+                   help="vocabulary size: 256 bytes + special tokens + merges (default: 32000)")
+    p.add_argument("--out", default="bpe_tokenizer", metavar="DIR",
+                   help="output folder, created if missing (default: ./bpe_tokenizer)")
+    p.add_argument("--special-token", action="append", dest="special_tokens", metavar="TOK",
+                   help=f"a special token, split out before counting and never merged; repeat for "
+                        f"several (default: {DEFAULT_SPECIAL_TOKEN})")
+    p.add_argument("--no-special-tokens", action="store_true", help="use no special tokens at all")
+    p.add_argument("--pattern", default="gpt2", metavar="PAT",
+                   help=f"pre-tokenization pattern: {', '.join(PATTERNS)}, or a regex (default: gpt2)")
+    p.add_argument("--workers", "--num-workers", type=int, default=None, dest="num_workers", metavar="N",
+                   help="pre-tokenization worker processes (default: one per CPU core)")
+    p.add_argument("--chunk-bytes", type=parse_size, default=None, metavar="SIZE",
+                   help="target chunk size for pre-tokenization, e.g. 64M (default: chosen from the input)")
+    p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
+                   help="RAM budget, e.g. 8G or 500M")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_main(lambda: _train(args))
+
+
+def _train(args) -> int:
+    from bpe_core.trainer import train
+
+    input_path = args.input if args.input is not None else _default_input()
+    if args.no_special_tokens and args.special_tokens:
+        raise CliError("--no-special-tokens and --special-token contradict each other")
+    specials = () if args.no_special_tokens else tuple(args.special_tokens or (DEFAULT_SPECIAL_TOKEN,))
+    try:
+        config = TrainConfig(input_path=input_path, vocab_size=args.vocab_size, special_tokens=specials,
+                             pattern=args.pattern, num_workers=args.num_workers,
+                             chunk_bytes=args.chunk_bytes, memory_limit=args.memory_limit,
+                             progress=not args.no_progress)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    from bpe_core.corpus import check_input
+    check_input(input_path)
+    out = check_out_dir(args.out)
+
+    result = train(config)
+    report = result.report
+    if report["merges"] < report["merges_requested"]:
+        print(f"train_bpe.py: warning: {input_path}: only {report['merges']} merges were possible "
+              f"(asked for {report['merges_requested']}): the corpus has no more pairs; "
+              f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
+    dump_model(result.model, os.path.join(out, MODEL_FILE))
+    dropped = dump_gpt2(result.vocab, result.merges, out)
+    if dropped:
+        print(f"train_bpe.py: note: {len(dropped)} merge(s) rebuilt bytes that an earlier token already "
+              f"has; vocab.json lists each string once (the smaller id)", file=sys.stderr)
+    with atomic_write(os.path.join(out, "train_report.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    secs = report["seconds"]
+    print(f"trained {len(result.merges)} merges, vocab {len(result.vocab)} on {report['input_bytes']:,} bytes "
+          f"({report['unique_pretokens']:,} unique pretokens) in {secs['total']:.2f}s "
+          f"[pre-tokenize {secs.get('pretokenize', 0):.2f}s, merges {secs.get('merge_loop', 0):.2f}s]")
+    for name in (MODEL_FILE, VOCAB_FILE, MERGES_FILE, "train_report.json"):
+        print(os.path.join(out, name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
