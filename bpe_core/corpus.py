@@ -115,6 +115,8 @@ def chunk_boundaries(buf, chunk_bytes: int, special_tokens: Sequence[bytes] = ()
     n = len(buf)
     if chunk_bytes <= 0:
         raise ValueError("chunk_bytes must be positive")
+    if n == 0:
+        return [0]
     rx = specials_regex(list(special_tokens))
     maxlen = max((len(s) for s in special_tokens), default=0)
     newline_ok = pattern_name(pattern) is not None
