@@ -1,0 +1,513 @@
+"""The tokenizer: encode text to token ids and decode them back, exactly as training saw it.
+
+Semantics (the same as ``reference.encode``; see ``docs/encoding.md``):
+
+1. Bytes are the truth. A ``str`` is encoded to UTF-8 with ``surrogateescape``, so a string that
+   came from ``bytes.decode("utf-8", "surrogateescape")`` round-trips byte for byte.
+2. Special tokens are found first, scanning left to right, longest match first; each becomes its
+   single id.
+3. The text between them is pre-tokenized with the pattern (``regex.finditer`` is the truth).
+4. Each pretoken is merged by rank in the Cython core (``_encode.Encoder``); ids are canonical by
+   bytes (when two ids hold the same bytes, the smaller one).
+
+>>> from bpe_core.reference import train_bpe_from_bytes
+>>> vocab, merges = train_bpe_from_bytes(b"low low low lower<|endoftext|>", 262, ["<|endoftext|>"])
+>>> tok = Tokenizer(vocab, merges, ["<|endoftext|>"])
+>>> ids = tok.encode("low lower<|endoftext|>")
+>>> ids
+[259, 260, 101, 114, 256]
+>>> tok.decode(ids)
+'low lower<|endoftext|>'
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import regex
+
+from . import _encode
+from .model_io import MERGES_FILE, MODEL_FILE, VOCAB_FILE, ModelFormatError, load_gpt2, load_model
+from .patterns import encode_specials, pattern_name, resolve_pattern, specials_regex
+
+__all__ = ["Tokenizer"]
+
+_NO_ID = 0xFFFFFFFF
+# Text spans longer than this are pre-tokenized and merged in blocks, so memory stays bounded.
+_BLOCK_BYTES = 1 << 20
+# encode_iterable encodes its buffer once it holds this many bytes.
+_STREAM_FLUSH_BYTES = 1 << 16
+# Pretokens held back at the open end of a text: everything before them is final (docs/encoding.md).
+_HOLD_BACK = 2
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer: vocabulary, ordered merges, special tokens and split pattern.
+
+    Args:
+        vocab: id -> token bytes; must hold the 256 single bytes.
+        merges: ordered ``(left_bytes, right_bytes)``; rank = position in the list.
+        special_tokens: strings that always encode to their single id. A special token that is not
+            in ``vocab`` is appended to it with the next free id.
+        pattern: the pre-tokenization pattern, a name (``gpt2``, ``cl100k``, ``o200k``) or a regex.
+
+    >>> vocab = {i: bytes([i]) for i in range(256)}; vocab[256] = b"ab"
+    >>> tok = Tokenizer(vocab, [(b"a", b"b")], ["<|endoftext|>"])
+    >>> tok.encode("abab<|endoftext|>")
+    [256, 256, 257]
+    >>> tok.decode_bytes([256, 97])
+    b'aba'
+    """
+
+    # ==== Construction ==========================================================================
+
+    def __init__(self, vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]],
+                 special_tokens: Sequence[str] | None = None, pattern: str = "gpt2"):
+        vocab = {int(i): bytes(b) for i, b in vocab.items()}
+        specials = [s if isinstance(s, str) else bytes(s).decode("utf-8") for s in (special_tokens or [])]
+        special_bytes = encode_specials(specials)
+        if vocab and min(vocab) < 0:
+            raise ValueError("token ids must be non-negative")
+        ids_of: dict[bytes, int] = {}
+        for i in sorted(vocab):
+            ids_of.setdefault(vocab[i], i)
+        for b in special_bytes:
+            if b not in ids_of:
+                new_id = max(vocab, default=-1) + 1
+                vocab[new_id] = b
+                ids_of[b] = new_id
+        missing = [x for x in range(256) if bytes([x]) not in ids_of]
+        if missing:
+            raise ValueError(f"vocab lacks the single-byte tokens {missing[:8]}{'...' if len(missing) > 8 else ''}")
+
+        self._vocab = vocab
+        self._merges = [(bytes(a), bytes(b)) for a, b in merges]
+        self._ids_of = ids_of
+        self._special_tokens = {s: ids_of[b] for s, b in zip(specials, special_bytes)}
+        self._special_bytes = special_bytes
+        self._specials_rx = specials_regex(special_bytes)
+        self._max_special_len = max((len(b) for b in special_bytes), default=0)
+        self._pattern = resolve_pattern(pattern)
+        self._pattern_name = pattern_name(self._pattern)
+        self._rx = regex.compile(self._pattern)
+        self._decoder: list[bytes | None] = [None] * (max(vocab) + 1)
+        for i, b in vocab.items():
+            self._decoder[i] = b
+
+        # The rank table: parts and result as canonical ids; a merge whose parts are not in the
+        # vocabulary can never apply and is skipped.
+        n = len(self._merges)
+        lefts = np.full(n, _NO_ID, dtype=np.uint32)
+        rights = np.full(n, _NO_ID, dtype=np.uint32)
+        merged = np.zeros(n, dtype=np.uint32)
+        for r, (a, b) in enumerate(self._merges):
+            la, rb = ids_of.get(a), ids_of.get(b)
+            if la is None or rb is None:
+                continue
+            m = ids_of.get(a + b)
+            if m is None:
+                raise ValueError(f"merge {r} ({a!r}, {b!r}) builds {a + b!r}, which is not in the vocab")
+            lefts[r], rights[r], merged[r] = la, rb, m
+        byte_ids = np.array([ids_of[bytes([x])] for x in range(256)], dtype=np.uint32)
+        self._table = _encode.RankTable(lefts, rights, merged, byte_ids)
+        self._local = threading.local()
+
+    @classmethod
+    def from_files(cls, vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
+                   special_tokens: Sequence[str] | None = None, pattern: str = "gpt2") -> "Tokenizer":
+        """Load GPT-2 style ``vocab.json`` + ``merges.txt`` (byte-to-unicode form).
+
+        >>> import os; fx = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
+        >>> tok = Tokenizer.from_files(f"{fx}/gpt2_vocab.json", f"{fx}/gpt2_merges.txt", ["<|endoftext|>"])
+        >>> tok.encode("Hello, world!<|endoftext|>")
+        [15496, 11, 995, 0, 50256]
+        """
+        vocab, merges = load_gpt2(vocab_path, merges_path)
+        return cls(vocab, merges, special_tokens, pattern)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Tokenizer":
+        """Load what ``tools/train_bpe.py`` wrote: a folder with ``model.json`` or the file itself.
+
+        A folder that holds only ``vocab.json`` + ``merges.txt`` is read as GPT-2 files (GPT-2
+        pattern, no special tokens beyond those in the vocab). Errors name the file.
+        """
+        path = os.fspath(path)
+        if os.path.isdir(path) and not os.path.exists(os.path.join(path, MODEL_FILE)) \
+                and os.path.exists(os.path.join(path, VOCAB_FILE)):
+            return cls.from_files(os.path.join(path, VOCAB_FILE), os.path.join(path, MERGES_FILE))
+        model = load_model(path)
+        if model.method != "bpe":
+            raise ModelFormatError(path, f"method {model.method!r}: stage-aware encoding is not implemented yet")
+        return cls(model.vocab, model.merges, model.special_tokens, model.pattern)
+
+    def __reduce__(self):
+        specials = list(self._special_tokens)
+        return (Tokenizer, (self._vocab, self._merges, specials, self._pattern))
+
+    def __repr__(self) -> str:
+        name = self._pattern_name or "custom"
+        return f"<Tokenizer n_vocab={self.n_vocab} merges={len(self._merges)} pattern={name} specials={len(self._special_tokens)}>"
+
+    # ==== Encoding ==============================================================================
+
+    def encode(self, text: str | bytes) -> list[int]:
+        """Encode text; special tokens become their single id (longest match first).
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, [], ["<s>", "<s><s>"]).encode("<s><s><s>")
+        [257, 256]
+        """
+        return self.encode_to_numpy(text).tolist()
+
+    def encode_ordinary(self, text: str | bytes) -> list[int]:
+        """Encode text, treating special-token strings as ordinary text.
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, [], ["<s>"]).encode_ordinary("<s>")
+        [60, 115, 62]
+        """
+        return self.encode_to_numpy(text, specials=False).tolist()
+
+    def encode_to_numpy(self, text: str | bytes, specials: bool = True) -> np.ndarray:
+        """Encode text into a uint32 array (``specials=False``: as ``encode_ordinary``).
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, []).encode_to_numpy("hi")
+        array([104, 105], dtype=uint32)
+        """
+        data = _as_bytes(text)
+        parts = list(self._iter_encode(data, 0, len(data), specials))
+        if not parts:
+            return np.zeros(0, dtype=np.uint32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def encode_batch(self, texts: Sequence[str | bytes], num_threads: int = 8) -> list[list[int]]:
+        """Encode many texts on a thread pool (the merge core runs without the GIL).
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, []).encode_batch(["a", "bc"])
+        [[97], [98, 99]]
+        """
+        if num_threads <= 1 or len(texts) <= 1:
+            return [self.encode(t) for t in texts]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(num_threads) as pool:
+            return list(pool.map(self.encode, texts))
+
+    def encode_iterable(self, iterable: Iterable[str | bytes]) -> Iterator[int]:
+        """Stream ids for the concatenation of ``iterable``, in constant memory.
+
+        Yields exactly ``encode("".join(iterable))``: pretokens and special tokens may straddle the
+        pieces of the iterable. Only the provably final part of the buffer is encoded; the open end
+        (a possible special-token prefix, an unfinished UTF-8 character and the last two pretokens)
+        waits for more text. With a custom pattern, text is held until the next special token or
+        the end, since no cut inside a document can be proven safe for any regex.
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> tok = Tokenizer(vocab, [], ["<|endoftext|>"])
+        >>> list(tok.encode_iterable(["hi<|endof", "text|>"]))
+        [104, 105, 256]
+        """
+        pending = bytearray()
+        for piece in iterable:
+            pending += _as_bytes(piece)
+            if len(pending) < _STREAM_FLUSH_BYTES:
+                continue
+            data = bytes(pending)
+            end = self._decided_end(data)
+            gen = self._iter_encode(data, 0, end, True, final=False)
+            while True:
+                try:
+                    ids = next(gen)
+                except StopIteration as stop:
+                    consumed = stop.value
+                    break
+                yield from ids.tolist()
+            del pending[:consumed]
+        data = bytes(pending)
+        for ids in self._iter_encode(data, 0, len(data), True):
+            yield from ids.tolist()
+
+    # ==== Decoding ==============================================================================
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The exact bytes of the ids.
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, []).decode_bytes([0xE2, 0x82])
+        b'\\xe2\\x82'
+        """
+        if isinstance(ids, np.ndarray):
+            ids = ids.tolist()
+        table = self._decoder
+        try:
+            parts = [table[i] for i in ids]
+            return b"".join(parts)
+        except (IndexError, TypeError):
+            bad = [i for i in ids if not (0 <= i < len(table)) or table[i] is None]
+            raise ValueError(f"unknown token id(s) {bad[:5]}") from None
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """Decode to text; bytes that are not valid UTF-8 become U+FFFD (``errors="replace"``).
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, []).decode([104, 0xFF])
+        'h\\ufffd'
+        """
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def decode_single_token_bytes(self, token: int) -> bytes:
+        """The bytes of one id."""
+        return self.decode_bytes([token])
+
+    # ==== Miscellaneous =========================================================================
+
+    @property
+    def n_vocab(self) -> int:
+        """One more than the largest id."""
+        return len(self._decoder)
+
+    @property
+    def max_token_value(self) -> int:
+        return len(self._decoder) - 1
+
+    @property
+    def vocab(self) -> dict[int, bytes]:
+        return dict(self._vocab)
+
+    @property
+    def merges(self) -> list[tuple[bytes, bytes]]:
+        return list(self._merges)
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """Special token string -> id."""
+        return dict(self._special_tokens)
+
+    @property
+    def pattern(self) -> str:
+        """The pre-tokenization regex string."""
+        return self._pattern
+
+    def token_id(self, token: bytes) -> int | None:
+        """The (smallest) id holding these bytes, or None."""
+        return self._ids_of.get(bytes(token))
+
+    def cache_info(self) -> dict:
+        """Statistics of this thread's pretoken cache."""
+        return self._encoder().cache_info()
+
+    # ==== Private ===============================================================================
+
+    def _encoder(self) -> "_encode.Encoder":
+        enc = getattr(self._local, "encoder", None)
+        if enc is None:
+            enc = self._local.encoder = _encode.Encoder(self._table)
+        return enc
+
+    def _decided_end(self, data: bytes) -> int:
+        """For a buffer whose continuation is unknown: the end of the part whose special-token
+        matches are final (a match starting at ``s`` is decided when ``s + longest <= len``).
+
+        The returned end never cuts a decided special token.
+        """
+        n = len(data)
+        if self._specials_rx is None:
+            return n
+        decided = n - self._max_special_len + 1
+        end = max(decided, 0)
+        for m in self._specials_rx.finditer(data):
+            if m.start() >= decided:
+                break
+            end = max(end, m.end())
+        return end
+
+    def _iter_encode(self, buf, start: int, end: int, specials: bool = True, final: bool = True):
+        """Encode ``buf[start:end]`` in bounded batches; yields uint32 arrays.
+
+        With ``final=False`` the last text span may continue after ``end``: only its provably
+        final pretokens are encoded. Returns (as ``StopIteration.value``) the offset up to which
+        the input was consumed.
+        """
+        enc = self._encoder()
+        ends_parts: list[np.ndarray] = []
+        gap_parts: list[tuple[int, np.ndarray]] = []   # (index offset, gap mask) for custom patterns
+        special_at: list[int] = []
+        special_ids: list[int] = []
+        n_pieces = 0
+        batch_start = start
+        batch_bytes = 0
+
+        def flush(upto: int):
+            nonlocal ends_parts, gap_parts, special_at, special_ids, n_pieces, batch_start, batch_bytes
+            if n_pieces:
+                ends = ends_parts[0] if len(ends_parts) == 1 else np.concatenate(ends_parts)
+                forced = None
+                if special_at or gap_parts:
+                    forced = np.full(n_pieces, -1, dtype=np.int64)
+                    for off, gaps in gap_parts:
+                        forced[off: off + len(gaps)][gaps] = -2
+                    forced[special_at] = special_ids
+                ids = enc.encode_pieces(buf, ends, batch_start, forced)
+            else:
+                ids = None
+            ends_parts, gap_parts, special_at, special_ids = [], [], [], []
+            n_pieces = 0
+            batch_start = upto
+            batch_bytes = 0
+            return ids
+
+        def add_text(s: int, e: int, open_end: bool) -> int:
+            """Queue the pretokens of text ``[s, e)``; returns where the queued text ends."""
+            nonlocal n_pieces, batch_bytes
+            ends, gaps, resume = self._text_ends(buf, s, e, open_end)
+            if len(ends):
+                if gaps is not None:
+                    gap_parts.append((n_pieces, gaps))
+                ends_parts.append(ends)
+                n_pieces += len(ends)
+                batch_bytes += resume - s
+            return resume
+
+        rx = self._specials_rx if specials else None
+        pos = start
+        matches = rx.finditer(buf, start, end) if rx is not None else ()
+        for m in matches:
+            s, e = m.span()
+            pos = yield from self._queue_span(add_text, flush, pos, s, False)
+            if pos != s:        # cannot happen for a closed span
+                raise AssertionError("closed text span not fully consumed")
+            special_at.append(n_pieces)
+            special_ids.append(self._ids_of[m.group()])
+            ends_parts.append(np.array([e], dtype=np.int64))
+            n_pieces += 1
+            batch_bytes += e - s
+            pos = e
+            if batch_bytes >= _BLOCK_BYTES:
+                ids = flush(pos)
+                if ids is not None:
+                    yield ids
+        pos = yield from self._queue_span(add_text, flush, pos, end, not final)
+        ids = flush(pos)
+        if ids is not None and len(ids):
+            yield ids
+        return pos
+
+    def _queue_span(self, add_text, flush, s: int, e: int, open_end: bool):
+        """Queue text ``[s, e)`` in blocks of about ``_BLOCK_BYTES``; yields full batches."""
+        pos = s
+        named = self._pattern_name is not None
+        block = _BLOCK_BYTES
+        while named and e - pos > block:
+            nxt = add_text(pos, pos + block, True)
+            if nxt == pos:          # one pretoken longer than the block: look further
+                block *= 2
+                continue
+            block = _BLOCK_BYTES
+            pos = nxt
+            ids = flush(pos)
+            if ids is not None:
+                yield ids
+        if e > pos:
+            pos = add_text(pos, e, open_end)
+        return pos
+
+    def _text_ends(self, buf, s: int, e: int, open_end: bool):
+        """Pretoken ends of text ``buf[s:e]`` (no special tokens in it), as absolute offsets.
+
+        Returns ``(ends, gaps, resume)``: ``gaps`` is None, or a bool mask of the pieces that are
+        unmatched text (custom patterns may skip text; it encodes to nothing, as in the reference).
+        With ``open_end`` the text may continue after ``e``: an unfinished UTF-8 character and the
+        last ``_HOLD_BACK`` pretokens are left out, and ``resume`` is where the next call starts.
+        """
+        if open_end:
+            if self._pattern_name is None:
+                return np.zeros(0, dtype=np.int64), None, s
+            e = _utf8_stable_end(buf, s, e)
+        if e <= s:
+            return np.zeros(0, dtype=np.int64), None, s
+        ends, gaps = self._pretoken_ends(buf, s, e)
+        if open_end:
+            keep = len(ends) - _HOLD_BACK
+            if keep <= 0:
+                return np.zeros(0, dtype=np.int64), None, s
+            return ends[:keep], None, int(ends[keep - 1])
+        return ends, gaps, e
+
+    def _pretoken_ends(self, buf, s: int, e: int):
+        """Pre-tokenize ``buf[s:e]``: absolute end offsets and (custom patterns) a gap mask.
+
+        The one place that calls the pre-tokenizer.
+        """
+        text = bytes(buf[s:e]).decode("utf-8", "surrogateescape")
+        if self._pattern_name is not None:
+            pieces = self._rx.findall(text)
+            if len(text) == e - s:          # one char per byte: lengths in chars are lengths in bytes
+                lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+            else:
+                lengths = np.fromiter((len(p.encode("utf-8", "surrogateescape")) for p in pieces),
+                                      dtype=np.int64, count=len(pieces))
+            return s + np.cumsum(lengths), None
+        # Custom pattern: the text between matches becomes a gap piece that encodes to nothing.
+        ends: list[int] = []
+        gaps: list[bool] = []
+        pos_c, pos_b = 0, s
+        for m in self._rx.finditer(text):
+            a, b = m.span()
+            if a == b:
+                continue
+            if a > pos_c:
+                pos_b += len(text[pos_c:a].encode("utf-8", "surrogateescape"))
+                ends.append(pos_b)
+                gaps.append(True)
+            pos_b += len(text[a:b].encode("utf-8", "surrogateescape"))
+            ends.append(pos_b)
+            gaps.append(False)
+            pos_c = b
+        if pos_c < len(text):
+            ends.append(e)
+            gaps.append(True)
+        return np.asarray(ends, dtype=np.int64), np.asarray(gaps, dtype=bool)
+
+
+def _as_bytes(text: str | bytes) -> bytes:
+    if isinstance(text, str):
+        return text.encode("utf-8", "surrogateescape")
+    return bytes(text)
+
+
+def _utf8_stable_end(buf, s: int, e: int) -> int:
+    """The largest ``c <= e`` such that decoding ``buf[s:c]`` cannot change when bytes follow.
+
+    Only an unfinished but so far valid multi-byte sequence at the very end can change (a following
+    continuation byte completes it); it is left out.
+
+    >>> _utf8_stable_end(b"a\\xe2\\x82", 0, 3), _utf8_stable_end(b"a\\xe2\\x82\\xac", 0, 4)
+    (1, 4)
+    """
+    for k in (1, 2, 3):
+        i = e - k
+        if i < s:
+            return e
+        x = buf[i]
+        if x < 0x80:
+            return e
+        if x < 0xC0:
+            continue                    # continuation byte: look further back
+        if x < 0xC2 or x > 0xF4:
+            return e                    # never starts a valid sequence
+        need = 2 if x < 0xE0 else 3 if x < 0xF0 else 4
+        if k >= need:
+            return e                    # complete (or invalid: then final anyway)
+        if k >= 2:
+            second = buf[i + 1]
+            lo, hi = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF),
+                      0xF4: (0x80, 0x8F)}.get(x, (0x80, 0xBF))
+            if not lo <= second <= hi:
+                return e
+        return i
+    return e

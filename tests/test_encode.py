@@ -1,0 +1,299 @@
+"""The encoder: exact ids (tiktoken on GPT-2, the reference on trained vocabs), streaming, decoding."""
+from __future__ import annotations
+
+import contextlib
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bpe_core import _encode, reference, tokenizer as tokenizer_mod
+from bpe_core.model_io import Model, dump_model
+from bpe_core.tokenizer import Tokenizer, _utf8_stable_end
+from encode_helpers import (EOT, FIXTURE_TEXTS, SETTINGS, corpus_names, corpus_sample, fixture_text,
+                            gpt2_tiktoken, gpt2_tokenizer, small_model)
+
+# Text without lone surrogates (tiktoken replaces them; bpe_core keeps them as escaped bytes).
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)
+SPECIAL_HEAVY = st.lists(st.sampled_from(["<|endoftext|>", "<|endoftext|><|endoftext|>", "<|", "|>", "<|end",
+                                          " ", "  ", "\n", "a", "é", "'s", "1", "\udcff", "\udce2\udc82"])
+                         | st.text(st.characters(blacklist_categories=("Cs",)), max_size=40), max_size=30).map("".join)
+
+
+@contextlib.contextmanager
+def small_blocks(block: int = 7, flush: int = 5):
+    """Shrink the block and streaming sizes so every cut path runs on short text."""
+    saved = tokenizer_mod._BLOCK_BYTES, tokenizer_mod._STREAM_FLUSH_BYTES
+    tokenizer_mod._BLOCK_BYTES, tokenizer_mod._STREAM_FLUSH_BYTES = block, flush
+    try:
+        yield
+    finally:
+        tokenizer_mod._BLOCK_BYTES, tokenizer_mod._STREAM_FLUSH_BYTES = saved
+
+
+def reference_tokenizer(specials=(EOT, EOT + EOT), pattern="gpt2"):
+    vocab, merges, _ = small_model()
+    tok = Tokenizer(vocab, merges, list(specials), pattern)
+    return tok, tok.vocab, merges   # the vocab with every special token in it
+
+
+# ==== Exact against tiktoken (GPT-2 fixture vocab) ============================================
+
+
+@pytest.mark.parametrize("name", FIXTURE_TEXTS)
+def test_gpt2_fixture_texts_match_tiktoken(name):
+    text = fixture_text(name)
+    ids = gpt2_tokenizer().encode(text)
+    assert ids == gpt2_tiktoken().encode(text, allowed_special="all")
+    assert gpt2_tokenizer().decode(ids) == text
+
+
+@pytest.mark.parametrize("name", corpus_names())
+def test_gpt2_corpus_samples_match_tiktoken(name):
+    data = corpus_sample(name, 150_000)
+    if data is None:
+        pytest.skip("../shared/corpora is not available")
+    text = data[: data.rfind(b"\n") + 1].decode("utf-8")
+    assert gpt2_tokenizer().encode(text) == gpt2_tiktoken().encode(text, allowed_special="all")
+
+
+@SETTINGS
+@given(TEXT)
+def test_gpt2_hypothesis_matches_tiktoken(text):
+    assert gpt2_tokenizer().encode(text) == gpt2_tiktoken().encode(text, allowed_special="all")
+
+
+def test_long_pieces_match_tiktoken():
+    tok, enc = gpt2_tokenizer(), gpt2_tiktoken()
+    for text in ["a" * 100_000, "ab" * 30_000 + " " + "7" * 5000, "x" * 129, "\n" * 4000,
+                 "".join(chr(97 + (i * 7919) % 26) for i in range(200_000))]:
+        assert tok.encode(text) == enc.encode(text)
+
+
+# ==== Exact against the reference (vocabs we train) ===========================================
+
+
+@SETTINGS
+@given(st.binary(max_size=400))
+def test_trained_vocab_matches_reference_on_bytes(data):
+    tok, vocab, merges = reference_tokenizer()
+    expected = reference.encode(data, vocab, merges, tok.special_tokens)
+    assert tok.encode(data) == expected
+    assert tok.decode_bytes(tok.encode(data)) == data
+
+
+@SETTINGS
+@given(SPECIAL_HEAVY)
+def test_trained_vocab_matches_reference_with_specials(text):
+    tok, vocab, merges = reference_tokenizer()
+    data = text.encode("utf-8", "surrogateescape")
+    assert tok.encode(text) == reference.encode(data, vocab, merges, tok.special_tokens)
+    assert tok.encode_ordinary(text) == reference.encode(data, vocab, merges, [])
+
+
+@pytest.mark.parametrize("name", FIXTURE_TEXTS)
+def test_trained_vocab_matches_reference_on_fixtures(name):
+    tok, vocab, merges = reference_tokenizer()
+    data = fixture_text(name).encode()[:20_000]
+    assert tok.encode(data) == reference.encode(data, vocab, merges, tok.special_tokens)
+
+
+def test_fixture_reference_vocab_matches_reference():
+    """The CS336 reference vocab (vocab 500 on corpus.en) loaded from its GPT-2 style files."""
+    from bpe_core.model_io import load_gpt2
+    from encode_helpers import fixture_path
+
+    vocab, merges = load_gpt2(fixture_path("train-bpe-reference-vocab.json"),
+                              fixture_path("train-bpe-reference-merges.txt"))
+    tok = Tokenizer(vocab, merges, [EOT])
+    data = fixture_text("tinystories_sample.txt").encode()
+    assert tok.encode(data) == reference.encode(data, vocab, merges, [EOT])
+
+
+@st.composite
+def random_merges(draw):
+    """Random merge lists over a 3-letter alphabet; results may repeat bytes (two paths to one token)."""
+    tokens = [b"a", b"b", b"c"]
+    merges = []
+    for _ in range(draw(st.integers(1, 25))):
+        a = draw(st.sampled_from(tokens))
+        b = draw(st.sampled_from(tokens))
+        merges.append((a, b))
+        tokens.append(a + b)
+    vocab = {i: bytes([i]) for i in range(256)}
+    for a, b in merges:
+        vocab[len(vocab)] = a + b
+    return vocab, merges
+
+
+@SETTINGS
+@given(random_merges(), st.text("abc", max_size=400))
+def test_random_merge_lists_match_reference_on_both_paths(model, text):
+    """Duplicate-bytes merges make a merge create lower-rank pairs: both paths batch by rank."""
+    vocab, merges = model
+    tok = Tokenizer(vocab, merges, pattern=r"[abc]+")
+    ranks = {pair: r for r, pair in reversed(list(enumerate(merges)))}
+    ids_of = reference.token_ids(vocab)
+    data = text.encode()
+    expected = [ids_of[p] for p in reference.encode_pretoken(data, ranks)] if data else []
+    enc = tok._encoder()
+    assert enc.encode_piece(data, "heap") == expected
+    if len(data) <= 128:
+        assert enc.encode_piece(data, "scan") == expected
+    assert tok.encode(text) == expected
+
+
+def test_duplicate_bytes_example():
+    # (a, b) -> ab, (b, c) -> bc, (a, bc) -> abc, (ab, c) -> abc again, (abc, a) at a rank between.
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges = [(b"b", b"c"), (b"a", b"b"), (b"a", b"bc"), (b"abc", b"a"), (b"ab", b"c")]
+    for a, b in merges:
+        vocab[len(vocab)] = a + b
+    tok = Tokenizer(vocab, merges, pattern=r"[abc]+")
+    for text in ["abca", "abcabca", "ababcc", "aabcbca"]:
+        assert tok.encode(text) == reference.encode(text, vocab, merges, pattern=r"[abc]+")
+    # The token bytes b"abc" have two ids; the smaller one is used.
+    assert tok.token_id(b"abc") == 258
+
+
+# ==== Special tokens ===========================================================================
+
+
+def test_overlapping_specials_longest_match_wins():
+    tok = gpt2_tokenizer()
+    both = Tokenizer(tok.vocab, tok.merges, [EOT, EOT + EOT])
+    ids = both.encode(EOT + EOT + EOT)
+    assert ids == [both.special_tokens[EOT + EOT], 50256]
+    assert tok.encode("a" + EOT + "b") == [64, 50256, 65]
+    assert tok.encode_ordinary(EOT) == gpt2_tiktoken().encode_ordinary(EOT)
+
+
+def test_special_not_in_vocab_gets_new_id():
+    vocab = {i: bytes([i]) for i in range(256)}
+    tok = Tokenizer(vocab, [], ["<pad>", "<s>"])
+    assert tok.special_tokens == {"<pad>": 256, "<s>": 257}
+    assert tok.encode("<s>x<pad>") == [257, 120, 256]
+
+
+# ==== Streaming ================================================================================
+
+
+@SETTINGS
+@given(SPECIAL_HEAVY, st.lists(st.integers(0, 400), max_size=12))
+def test_encode_iterable_matches_encode(text, cuts):
+    tok, _, _ = reference_tokenizer()
+    cuts = sorted({min(c, len(text)) for c in cuts})
+    pieces = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+    expected = tok.encode(text)
+    with small_blocks():
+        assert list(tok.encode_iterable(pieces)) == expected
+        assert tok.encode(text) == expected            # blocked whole-text encoding too
+    assert list(tok.encode_iterable(iter(pieces))) == expected
+
+
+@SETTINGS
+@given(st.binary(max_size=300), st.lists(st.integers(0, 300), max_size=12))
+def test_encode_iterable_splits_escaped_bytes(data, cuts):
+    """Random bytes as surrogateescape text, split anywhere: unfinished UTF-8 waits for its end."""
+    tok = gpt2_tokenizer()
+    text = data.decode("utf-8", "surrogateescape")
+    cuts = sorted({min(c, len(text)) for c in cuts})
+    pieces = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+    with small_blocks(block=5, flush=1):
+        assert list(tok.encode_iterable(pieces)) == tok.encode(data)
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "cl100k", "o200k"])
+def test_encode_iterable_named_patterns_on_fixture(pattern):
+    vocab, merges, specials = small_model()
+    tok = Tokenizer(vocab, merges, specials, pattern)
+    text = fixture_text("corpus.en")[:30_000] + EOT + fixture_text("german.txt") + "  \n\n x" * 50
+    expected = reference.encode(text, vocab, merges, specials, pattern)
+    with small_blocks(block=64, flush=50):
+        pieces = [text[i: i + 37] for i in range(0, len(text), 37)]
+        assert list(tok.encode_iterable(pieces)) == expected
+        assert tok.encode(text) == expected
+
+
+def test_encode_iterable_custom_pattern_holds_until_special():
+    vocab, merges, _ = small_model()
+    tok = Tokenizer(vocab, merges, [EOT], pattern=r"\w+|\s")
+    text = "hello, world" + EOT + "more text!"
+    with small_blocks(flush=1):
+        assert list(tok.encode_iterable(list(text))) == reference.encode(text, vocab, merges, [EOT], r"\w+|\s")
+
+
+def test_utf8_stable_end():
+    assert _utf8_stable_end(b"ab", 0, 2) == 2
+    assert _utf8_stable_end(b"a\xc3", 0, 2) == 1
+    assert _utf8_stable_end(b"a\xc3\xa9", 0, 3) == 3
+    assert _utf8_stable_end(b"a\xf0\x9f\x98", 0, 4) == 1
+    assert _utf8_stable_end(b"a\xed\xa0", 0, 3) == 3      # surrogate range: never valid
+    assert _utf8_stable_end(b"\xbf\xbf", 0, 2) == 2
+
+
+# ==== Decoding, numpy, round trips =============================================================
+
+
+@SETTINGS
+@given(st.binary(max_size=500))
+def test_decode_bytes_round_trips_any_bytes(data):
+    tok = gpt2_tokenizer()
+    assert tok.decode_bytes(tok.encode(data)) == data
+    assert tok.decode(tok.encode(data)) == data.decode("utf-8", "replace")
+
+
+def test_encode_to_numpy_and_batch():
+    tok = gpt2_tokenizer()
+    texts = [fixture_text(n) for n in FIXTURE_TEXTS]
+    arr = tok.encode_to_numpy(texts[1])
+    assert arr.dtype == np.uint32 and arr.tolist() == tok.encode(texts[1])
+    assert tok.encode_batch(texts, num_threads=4) == [tok.encode(t) for t in texts]
+    assert tok.encode_to_numpy("").shape == (0,)
+
+
+def test_decode_rejects_unknown_ids():
+    with pytest.raises(ValueError):
+        gpt2_tokenizer().decode_bytes([10**6])
+
+
+# ==== Loading, pickling, cache =================================================================
+
+
+def test_load_native_model_and_pickle(tmp_path):
+    vocab, merges, specials = small_model()
+    dump_model(Model(vocab=vocab, merges=merges, special_tokens=specials, pattern=reference.resolve_pattern("gpt2")),
+               tmp_path / "model.json")
+    text = fixture_text("address.txt") + EOT
+    expected = reference.encode(text, vocab, merges, specials)
+    assert Tokenizer.load(tmp_path).encode(text) == expected
+    assert Tokenizer.load(tmp_path / "model.json").encode(text) == expected
+    assert pickle.loads(pickle.dumps(Tokenizer.load(tmp_path))).encode(text) == expected
+
+
+def test_small_cache_is_cleared_and_stays_exact():
+    tok = gpt2_tokenizer()
+    text = fixture_text("corpus.en")[:20_000]
+    data = text.encode()
+    ends = tok._pretoken_ends(data, 0, len(data))[0]
+    enc = _encode.Encoder(tok._table, max_entries=3, max_cached_len=8)
+    assert enc.encode_pieces(data, ends).tolist() == tok.encode(text)
+    assert enc.cache_info()["entries"] <= 3
+
+
+def test_encode_pieces_checks_ends():
+    enc = gpt2_tokenizer()._encoder()
+    with pytest.raises(ValueError):
+        enc.encode_pieces(b"abc", np.array([2, 1], dtype=np.int64))
+    with pytest.raises(ValueError):
+        enc.encode_pieces(b"abc", np.array([4], dtype=np.int64))
+
+
+def test_bad_vocab_and_merges():
+    with pytest.raises(ValueError):
+        Tokenizer({0: b"\x00"}, [])
+    vocab = {i: bytes([i]) for i in range(256)}
+    with pytest.raises(ValueError, match="not in the vocab"):
+        Tokenizer(vocab, [(b"a", b"b")])
