@@ -2,6 +2,7 @@
 input, never a traceback."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -13,6 +14,13 @@ from .model_io import ModelFormatError
 
 class CliError(Exception):
     """A user error the tool reports as one line (exit code 2)."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad flag gives one line on stderr (exit code 2), not usage + error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def check_out_dir(path: str) -> str:

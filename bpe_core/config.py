@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-from .patterns import DEFAULT_SPECIAL_TOKEN
+from .patterns import DEFAULT_SPECIAL_TOKEN, resolve_pattern
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -68,6 +68,7 @@ class TrainConfig:
             raise ValueError(
                 f"vocab_size {self.vocab_size} is below 256 + {len(self.special_tokens)} special token(s)"
                 f" = {256 + len(self.special_tokens)}")
+        resolve_pattern(self.pattern)        # raises ValueError naming a bad regex
         if self.num_workers is not None and self.num_workers < 1:
             raise ValueError("num_workers must be >= 1")
         if self.chunk_bytes is not None and self.chunk_bytes < 1:

@@ -15,10 +15,13 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
+try:
+    import bpe_core  # noqa: F401  (the installed package)
+except ImportError:  # a checkout built in place (python setup.py build_ext --inplace), not installed
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core._atomic import atomic_write  # noqa: E402
-from bpe_core.cli_util import CliError, check_out_dir, run_main  # noqa: E402
+from bpe_core.cli_util import ArgumentParser, CliError, check_out_dir, run_main  # noqa: E402
 from bpe_core.config import TrainConfig, parse_size  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
 from bpe_core.model_io import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_gpt2, dump_model  # noqa: E402
@@ -37,7 +40,7 @@ def _default_input() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="train_bpe.py",
         description="Train a byte-level BPE tokenizer (exact, deterministic, any worker count).",
         formatter_class=argparse.RawDescriptionHelpFormatter,

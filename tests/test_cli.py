@@ -1,0 +1,122 @@
+"""tools/train_bpe.py: help, a real run, the files it writes, and every bad input."""
+import json
+import os
+import subprocess
+import sys
+import pathlib
+
+import pytest
+
+from bpe_core import reference
+from bpe_core.model_io import load_gpt2, load_model
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import train_bpe as cli  # noqa: E402
+
+TEXT = ("the cat sat on the mat. the dog sat on the log.\n" * 20 + "<|endoftext|>"
+        + "naïve café — 東京 and \xff ok. 123 4567 it's I'M\n" * 10)
+
+
+@pytest.fixture
+def corpus_file(tmp_path):
+    p = tmp_path / "corpus.txt"
+    p.write_bytes(TEXT.encode("utf-8", "surrogateescape").replace(b"\xc3\xbf", b"\xff"))
+    return p
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "train_bpe.py"), *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_help_explains_every_option():
+    r = run_cli("--help")
+    assert r.returncode == 0
+    for flag in ["--vocab-size", "--out", "--special-token", "--no-special-tokens", "--pattern", "--workers",
+                 "--memory-limit", "--chunk-bytes", "--no-progress"]:
+        assert flag in r.stdout
+
+
+def test_run_writes_all_files(corpus_file, tmp_path):
+    out = tmp_path / "tok"
+    r = run_cli(corpus_file, "--vocab-size", 300, "--out", out, "--workers", 2)
+    assert r.returncode == 0, r.stderr
+    assert "trained" in r.stdout and "merges" in r.stdout
+    for name in ["model.json", "vocab.json", "merges.txt", "train_report.json"]:
+        assert (out / name).is_file()
+    assert not [p for p in os.listdir(out) if ".tmp-" in p]
+    model = load_model(out)
+    data = corpus_file.read_bytes()
+    ref_vocab, ref_merges = reference.train_bpe_from_bytes(data, 300, ["<|endoftext|>"])
+    assert model.merges == ref_merges and model.vocab == ref_vocab
+    vocab, merges = load_gpt2(out / "vocab.json", out / "merges.txt")
+    assert merges == ref_merges and vocab == ref_vocab
+    report = json.loads((out / "train_report.json").read_text())
+    for key in ["input_bytes", "documents", "unique_pretokens", "merges", "seconds", "peak_rss_bytes"]:
+        assert key in report
+    assert report["input_bytes"] == len(data) and report["documents"] == 2
+    assert set(report["seconds"]) >= {"pretokenize", "merge_loop", "total"}
+
+
+def test_hf_tokenizers_loads_our_files(corpus_file, tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    out = tmp_path / "tok"
+    assert cli.main([str(corpus_file), "--vocab-size", "320", "--out", str(out), "--no-progress"]) == 0
+    model = load_model(out)
+    tok = Tokenizer(models.BPE.from_file(str(out / "vocab.json"), str(out / "merges.txt")))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(model.pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    sample = "the cat sat on the log. naïve 東京 it's 12345 I'M  spaced\n\nout"
+    expected = reference.encode(sample, model.vocab, model.merges, [], model.pattern)
+    assert tok.encode(sample).ids == expected
+
+
+def test_short_corpus_warns(tmp_path):
+    p = tmp_path / "tiny.txt"
+    p.write_bytes(b"abab")
+    r = run_cli(p, "--vocab-size", 1000, "--out", tmp_path / "o", "--no-special-tokens", "--no-progress")
+    assert r.returncode == 0
+    assert "only 2 merges" in r.stderr
+
+
+def test_default_input_runs(tmp_path):
+    r = run_cli("--vocab-size", 300, "--out", tmp_path / "o", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "trained 43 merges" in r.stdout
+
+
+@pytest.mark.parametrize("case", ["missing", "directory", "small_vocab", "empty_special", "out_is_file",
+                                  "out_under_file", "bad_pattern", "bad_size"])
+def test_bad_input_one_line_exit_2(case, corpus_file, tmp_path):
+    out = tmp_path / "out"
+    args = [corpus_file, "--vocab-size", 300, "--out", out]
+    if case == "missing":
+        args[0] = tmp_path / "nope.txt"
+    elif case == "directory":
+        args[0] = tmp_path
+    elif case == "small_vocab":
+        args[2] = 256
+    elif case == "empty_special":
+        args += ["--special-token", ""]
+    elif case == "out_is_file":
+        args[4] = corpus_file
+    elif case == "out_under_file":
+        args[4] = corpus_file / "sub"
+    elif case == "bad_pattern":
+        args += ["--pattern", "("]
+    elif case == "bad_size":
+        args += ["--memory-limit", "lots"]
+    r = run_cli(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    if case in ("missing", "directory"):
+        assert str(args[0]) in lines[0]
+    if out.exists():
+        assert os.listdir(out) == []

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Benchmark BPE training: bpe_core against HF ``tokenizers`` and ``rustbpe`` on the same file.
+
+    python tools/bench_train.py /tmp/en_train.txt --vocab-size 10000 32000 --repeats 3
+
+Each training runs in a fresh subprocess; runs are interleaved (A B C A B C ...) so drift on a
+noisy machine hits every tool alike. For each run the parent samples the RSS of the whole process
+tree (psutil, every 50 ms). Printed per vocab size: median wall seconds, median peak RSS, and the
+ratio of each tool's time to bpe_core's (> 1 means bpe_core is faster).
+
+Tools that are not installed are skipped. HF gets the same split regex (``Split`` + ``ByteLevel``
+with ``use_regex=False``) and ``BpeTrainer``; rustbpe gets the documents (split on the special
+token) through ``train_from_iterator`` with the same pattern. Their tie-breaking differs from ours
+(smallest ids vs greatest bytes), so their merges can differ on ties; only speed and memory are
+compared here (exactness is the test suite's job).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    import bpe_core  # noqa: F401
+except ImportError:  # a checkout built in place, not installed
+    sys.path.insert(0, os.path.join(HERE, ".."))
+
+SPECIAL = "<|endoftext|>"
+
+
+# ==== One run (in a child process) ===========================================================
+
+
+def _iter_docs(path, block=1 << 20):
+    """Stream documents split on the special token, without loading the file."""
+    tail = ""
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        while True:
+            chunk = f.read(block)
+            if not chunk:
+                break
+            parts = (tail + chunk).split(SPECIAL)
+            tail = parts.pop()
+            yield from parts
+    if tail:
+        yield tail
+
+
+def run_one(tool: str, path: str, vocab_size: int, workers: int | None) -> dict:
+    from bpe_core.patterns import GPT2_PATTERN
+
+    t0 = time.perf_counter()
+    if tool == "bpe_core":
+        import bpe_core
+
+        _, merges = bpe_core.train_bpe(path, vocab_size, [SPECIAL], num_workers=workers)
+        n = len(merges)
+    elif tool == "hf":
+        from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(GPT2_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[SPECIAL], show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), min_frequency=0)
+        tok.train([path], trainer)
+        n = tok.get_vocab_size()
+    elif tool == "rustbpe":
+        import rustbpe
+
+        tok = rustbpe.Tokenizer()
+        tok.train_from_iterator(_iter_docs(path), vocab_size, pattern=GPT2_PATTERN)
+        n = tok.vocab_size
+    else:
+        raise ValueError(tool)
+    return {"tool": tool, "seconds": time.perf_counter() - t0, "size": n}
+
+
+# ==== Driver =================================================================================
+
+
+def measure(tool, path, vocab_size, workers, interval=0.05) -> dict:
+    import psutil
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--_run", tool, path, str(vocab_size)]
+    if workers:
+        cmd += ["--workers", str(workers)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ps = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            procs = [ps] + ps.children(recursive=True)
+            rss = 0
+            for p in procs:
+                try:
+                    rss += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            peak = max(peak, rss)
+        except psutil.Error:
+            pass
+        time.sleep(interval)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{tool} failed:\n{err[-2000:]}")
+    result = json.loads(out.strip().splitlines()[-1])
+    result.update(wall=wall, peak_rss=peak)
+    return result
+
+
+def available(tool: str) -> bool:
+    mod = {"bpe_core": "bpe_core", "hf": "tokenizers", "rustbpe": "rustbpe"}[tool]
+    try:
+        __import__(mod)
+        return True
+    except ImportError:
+        return False
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input")
+    p.add_argument("--vocab-size", type=int, nargs="+", default=[10000, 32000])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--tools", default="bpe_core,hf,rustbpe")
+    p.add_argument("--workers", type=int, default=None, help="bpe_core workers (default: all cores)")
+    p.add_argument("--json", default=None, help="also write all runs to this JSON file")
+    p.add_argument("--_run", nargs=3, metavar=("TOOL", "INPUT", "VOCAB"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args._run:
+        tool, path, vocab = args._run
+        print(json.dumps(run_one(tool, path, int(vocab), args.workers)))
+        return 0
+
+    tools = [t for t in args.tools.split(",") if available(t)]
+    size_mb = os.path.getsize(args.input) / 1e6
+    print(f"input {args.input} ({size_mb:.1f} MB), {os.cpu_count()} CPUs, tools: {', '.join(tools)}")
+    runs = []
+    for vocab_size in args.vocab_size:
+        for r in range(args.repeats):
+            for tool in tools:
+                res = measure(tool, args.input, vocab_size, args.workers)
+                res["vocab_size"] = vocab_size
+                runs.append(res)
+                print(f"  vocab {vocab_size} run {r + 1} {tool:9s} {res['wall']:7.2f}s  "
+                      f"peak RSS {res['peak_rss'] / 2**20:7.0f} MiB", file=sys.stderr)
+    print(f"\n| vocab | tool | median wall s | median peak RSS MiB | time / bpe_core |")
+    print("|---|---|---|---|---|")
+    for vocab_size in args.vocab_size:
+        med = {}
+        for tool in tools:
+            rs = [x for x in runs if x["tool"] == tool and x["vocab_size"] == vocab_size]
+            med[tool] = (statistics.median(x["wall"] for x in rs), statistics.median(x["peak_rss"] for x in rs))
+        base = med.get("bpe_core", (None,))[0]
+        for tool in tools:
+            ratio = f"{med[tool][0] / base:.2f}x" if base else "-"
+            print(f"| {vocab_size} | {tool} | {med[tool][0]:.2f} | {med[tool][1] / 2**20:.0f} | {ratio} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(runs, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
