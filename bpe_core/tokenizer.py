@@ -443,14 +443,18 @@ class Tokenizer:
 
         The one place that calls the pre-tokenizer.
         """
-        text = bytes(buf[s:e]).decode("utf-8", "surrogateescape")
+        data = bytes(buf[s:e])
+        text = data.decode("utf-8", "surrogateescape")
         if self._pattern_name is not None:
             pieces = self._rx.findall(text)
-            if len(text) == e - s:          # one char per byte: lengths in chars are lengths in bytes
-                lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-            else:
-                lengths = np.fromiter((len(p.encode("utf-8", "surrogateescape")) for p in pieces),
-                                      dtype=np.int64, count=len(pieces))
+            char_ends = np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)))
+            if len(text) == e - s:          # one char per byte: char offsets are byte offsets
+                return s + char_ends, None
+            starts = np.flatnonzero((np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80)
+            if len(starts) == len(text):    # valid UTF-8: a char starts at each non-continuation byte
+                return s + np.append(starts, e - s)[char_ends], None
+            lengths = np.fromiter((len(p.encode("utf-8", "surrogateescape")) for p in pieces),
+                                  dtype=np.int64, count=len(pieces))
             return s + np.cumsum(lengths), None
         # Custom pattern: the text between matches becomes a gap piece that encodes to nothing.
         ends: list[int] = []
