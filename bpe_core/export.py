@@ -1,0 +1,254 @@
+"""Export a trained model to the formats other tools load.
+
+- **HF** ``tokenizer.json``: a ByteLevel BPE model; the pre-tokenizer is ``Split`` with the model's
+  exact regex (``behavior: isolated``) followed by ``ByteLevel`` with ``use_regex: false`` (bytes to
+  GPT-2 characters only); special tokens are added tokens (``special: true``, not normalized); a
+  ByteLevel decoder. ``tokenizers.Tokenizer.from_file`` loads it.
+- **tiktoken**: a ranks file (``base64(token) rank`` per line, what ``tiktoken.load.load_tiktoken_bpe``
+  reads; rank = our token id) plus a sidecar ``<out>.json`` with the pattern and the special tokens
+  (``load_tiktoken_encoding`` builds the ``tiktoken.Encoding``).
+- **GPT-2** ``vocab.json`` + ``merges.txt`` (``model_io.dump_gpt2``).
+
+Every file is written atomically. Ids are never renumbered. Two caveats, both measured in
+``tests/test_export.py`` and explained in ``docs/formats.md``:
+
+1. Token bytes held by two ids (two merges that build the same bytes) appear once, under the smaller
+   id, in every export: the encoders of bpe_core, HF and tiktoken all emit the smaller id anyway.
+2. tiktoken does not read merges: it merges any adjacent pair whose concatenation is a token, lowest
+   id first. That equals merge-list BPE when every token reachable during encoding is built by its
+   own merge; ``check_tiktoken_compatible`` finds the tokens where it is not (none in GPT-2 or in the
+   vocabularies we trained for the tests, some in hand-made merge lists).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+from ._atomic import atomic_write
+from .model_io import (MERGES_FILE, MODEL_FILE, VOCAB_FILE, Model, dump_gpt2, load_gpt2, load_model,
+                       token_to_gpt2)
+from .patterns import resolve_pattern
+
+FORMATS = ("hf", "tiktoken", "gpt2")
+HF_FILE = "tokenizer.json"
+TIKTOKEN_FILE = "tokenizer.tiktoken"
+
+
+# ==== Loading ================================================================================
+
+
+def load_any(path: str | os.PathLike) -> Model:
+    """A native ``model.json`` (file or folder), or a folder with GPT-2 ``vocab.json`` + ``merges.txt``.
+
+    GPT-2 files carry no pattern or special tokens: the GPT-2 pattern is assumed, and vocab entries
+    that are not in the byte alphabet (e.g. ``<|endoftext|>``) become special tokens.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, MODEL_FILE)) \
+            and os.path.exists(os.path.join(path, VOCAB_FILE)):
+        vocab, merges = load_gpt2(os.path.join(path, VOCAB_FILE), os.path.join(path, MERGES_FILE))
+        built = {a + b for a, b in merges}
+        specials = [vocab[i].decode("utf-8") for i in sorted(vocab)
+                    if i >= 256 and vocab[i] not in built and len(vocab[i]) > 1]
+        return Model(vocab=vocab, merges=merges, special_tokens=specials, pattern=resolve_pattern("gpt2"))
+    return load_model(path)
+
+
+def _unique_ids(model: Model) -> dict[bytes, int]:
+    """bytes -> smallest id (ordinary tokens only; special tokens are handled apart)."""
+    specials = {s.encode("utf-8") for s in model.special_tokens}
+    out: dict[bytes, int] = {}
+    for i in sorted(model.vocab):
+        b = model.vocab[i]
+        if b in specials and i >= 256:
+            continue
+        out.setdefault(b, i)
+    return out
+
+
+def _special_ids(model: Model) -> dict[str, int]:
+    ids: dict[str, int] = {}
+    for s in model.special_tokens:
+        b = s.encode("utf-8")
+        ids[s] = min(i for i, v in model.vocab.items() if v == b)
+    return ids
+
+
+def _usable_merges(model: Model, ids: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """Merges in rank order, without repeats of a pair (the first rank wins, as in the reference)
+    and without merges that can never apply (a part is not a token)."""
+    seen: set[tuple[bytes, bytes]] = set()
+    out = []
+    for a, b in model.merges:
+        if (a, b) in seen or a not in ids or b not in ids:
+            continue
+        seen.add((a, b))
+        out.append((a, b))
+    return out
+
+
+# ==== HF tokenizers ==========================================================================
+
+
+def hf_tokenizer_json(model: Model) -> dict[str, Any]:
+    """The ``tokenizer.json`` document of HF ``tokenizers`` for this model."""
+    ids = _unique_ids(model)
+    vocab = {token_to_gpt2(b): i for b, i in sorted(ids.items(), key=lambda kv: kv[1])}
+    merges = [[token_to_gpt2(a), token_to_gpt2(b)] for a, b in _usable_merges(model, ids)]
+    added = [
+        {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+        for s, i in sorted(_special_ids(model).items(), key=lambda kv: kv[1])
+    ]
+    for tok in added:
+        vocab.setdefault(tok["content"], tok["id"])
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": model.pattern}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+            ],
+        },
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }
+
+
+def dump_hf(model: Model, path: str | os.PathLike) -> None:
+    """Write HF ``tokenizer.json`` atomically."""
+    with atomic_write(path, "w", encoding="utf-8") as f:
+        json.dump(hf_tokenizer_json(model), f, ensure_ascii=False)
+        f.write("\n")
+
+
+# ==== tiktoken ===============================================================================
+
+
+def dump_tiktoken(model: Model, path: str | os.PathLike) -> str:
+    """Write the ranks file (``base64 rank`` lines, rank = id) and its sidecar ``<path>.json``.
+
+    The sidecar holds what ``tiktoken.Encoding`` needs besides the ranks::
+
+        {"format": "bpe_core.tiktoken", "version": 1, "name": ..., "pat_str": ...,
+         "special_tokens": {"<|endoftext|>": 256}, "explicit_n_vocab": ...}
+
+    Returns the sidecar path.
+    """
+    path = os.fspath(path)
+    ids = _unique_ids(model)
+    with atomic_write(path, "w", encoding="ascii") as f:
+        for b, i in sorted(ids.items(), key=lambda kv: kv[1]):
+            f.write(f"{base64.b64encode(b).decode('ascii')} {i}\n")
+    specials = _special_ids(model)
+    meta = {
+        "format": "bpe_core.tiktoken",
+        "version": 1,
+        "name": os.path.splitext(os.path.basename(path))[0],
+        "pat_str": model.pattern,
+        "special_tokens": specials,
+        "explicit_n_vocab": len(ids) + len(specials),
+    }
+    sidecar = path + ".json"
+    with atomic_write(sidecar, "w", encoding="utf-8") as f:
+        json.dump(meta, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    return sidecar
+
+
+def load_tiktoken_encoding(path: str | os.PathLike):
+    """Build a ``tiktoken.Encoding`` from a ranks file written by ``dump_tiktoken`` and its sidecar.
+
+    Needs ``tiktoken`` (an optional dependency).
+    """
+    import tiktoken
+    import tiktoken.load
+
+    path = os.fspath(path)
+    with open(path + ".json", encoding="utf-8") as f:
+        meta = json.load(f)
+    ranks = tiktoken.load.load_tiktoken_bpe(path)
+    return tiktoken.Encoding(meta["name"], pat_str=meta["pat_str"], mergeable_ranks=ranks,
+                             special_tokens=meta["special_tokens"])
+
+
+def check_tiktoken_compatible(model: Model, limit: int = 20) -> list[tuple[bytes, list[bytes]]]:
+    """Witnesses that tiktoken's rank-by-bytes rule differs from the merge list: ``(token, parts)``.
+
+    tiktoken never reads merges: it merges adjacent tokens ``x, y`` whenever ``x + y`` is a token,
+    lowest id first, until no adjacent concatenation is a token. Merge-list BPE stops when no
+    adjacent pair is a *merge*. So whenever merge-list BPE leaves two adjacent tokens whose
+    concatenation is a token, tiktoken gives a different result. We test every token's own bytes as
+    one pretoken: each token whose merge-list encoding keeps such a pair is returned with that
+    encoding. An empty list is strong evidence of agreement, not a proof for every text
+    (``tests/test_export.py`` also compares the encoders on text).
+
+    >>> vocab = {i: bytes([i]) for i in range(256)}
+    >>> merges = [(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")]
+    >>> for a, b in merges: vocab[len(vocab)] = a + b
+    >>> check_tiktoken_compatible(Model(vocab=vocab, merges=merges))
+    [(b'abc', [b'a', b'bc'])]
+    """
+    from .tokenizer import Tokenizer
+
+    ids = _unique_ids(model)
+    tok = Tokenizer({i: b for b, i in ids.items()}, _usable_merges(model, ids), pattern=r"(?s).+")
+    enc = tok._encoder()
+    found = []
+    for t in sorted(ids, key=lambda b: ids[b]):
+        if len(t) < 2:
+            continue
+        parts = [tok.decode_bytes([i]) for i in enc.encode_piece(t)]
+        if any(x + y in ids for x, y in zip(parts, parts[1:])):
+            found.append((t, parts))
+            if len(found) >= limit:
+                break
+    return found
+
+
+# ==== GPT-2 files ============================================================================
+
+
+def dump_gpt2_files(model: Model, folder: str | os.PathLike) -> list[bytes]:
+    """Write ``vocab.json`` + ``merges.txt`` into ``folder`` (see ``model_io.dump_gpt2``)."""
+    os.makedirs(folder, exist_ok=True)
+    return dump_gpt2(model.vocab, model.merges, folder)
+
+
+def export(model: Model, fmt: str, out: str | os.PathLike) -> list[str]:
+    """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``); returns the paths written.
+
+    ``out`` is the file for ``hf`` and ``tiktoken`` (a folder gets the default file name) and the
+    folder for ``gpt2``.
+    """
+    out = os.fspath(out)
+    if fmt == "hf":
+        path = os.path.join(out, HF_FILE) if os.path.isdir(out) else out
+        dump_hf(model, path)
+        return [path]
+    if fmt == "tiktoken":
+        path = os.path.join(out, TIKTOKEN_FILE) if os.path.isdir(out) else out
+        return [path, dump_tiktoken(model, path)]
+    if fmt == "gpt2":
+        dump_gpt2_files(model, out)
+        return [os.path.join(out, VOCAB_FILE), os.path.join(out, MERGES_FILE)]
+    raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
