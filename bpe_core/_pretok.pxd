@@ -1,0 +1,57 @@
+# The C API of the native pre-tokenizer, at a glance (see _pretok.pyx for the contracts).
+#
+# A scanner reads UTF-8 bytes s[i:n] and returns the end of the pretoken that starts at i, exactly
+# where regex.finditer(pattern, s[:n].decode("utf-8", "surrogateescape")) would end it. It never
+# looks before i, so a text can be resumed at any pretoken boundary, and [start, end) spans of one
+# buffer are scanned independently by passing n = end.
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+
+
+cdef enum:
+    PATTERN_GPT2 = 0
+    PATTERN_CL100K = 1
+    PATTERN_O200K = 2
+
+
+# One unique pretoken of a CountTable: its first 16 bytes inline (zero-padded little-endian
+# words), all of its bytes at its first occurrence in the scanned buffer (not copied).
+cdef struct Entry:
+    uint64_t w0
+    uint64_t w1
+    const uint8_t* ptr
+    int64_t length
+    int64_t count
+
+
+# Open addressing, linear probing. slots[i] = (hash >> 32) << 32 | (entry number + 1), 0 = empty;
+# a power-of-two number of slots, at most half full. Entries are dense, in first-seen order.
+cdef struct CountTable:
+    uint64_t* slots
+    Py_ssize_t mask  # number of slots - 1
+    Entry* entries
+    Py_ssize_t n_entries
+    Py_ssize_t cap_entries
+
+
+# One sorted word table (arena, offsets, counts) being read by merge_counts.
+cdef struct WordRun:
+    const uint8_t* arena
+    const int64_t* offsets
+    const int64_t* counts
+    Py_ssize_t n_words
+    Py_ssize_t pos
+
+
+# Scanners: the end of the pretoken that starts at i (i < n).
+cdef Py_ssize_t _next_gpt2(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil
+cdef Py_ssize_t _next_cl100k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil
+cdef Py_ssize_t _next_o200k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil
+
+# Writes up to cap pretoken ends of s[*pos:n] into ends, advances *pos; returns how many.
+cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, Py_ssize_t n,
+                            int64_t* ends, Py_ssize_t cap) noexcept nogil
+
+# Counts the pretokens of s[i:n] into table (limit: the end of the buffer); 0, or -1 when out
+# of memory.
+cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
+                     const uint8_t* limit, CountTable* table) noexcept nogil

@@ -1,0 +1,871 @@
+"""Native pre-tokenizer: the GPT-2, cl100k and o200k split patterns, hand-compiled over UTF-8 bytes.
+
+The truth is ``regex``: for ``text = data.decode("utf-8", "surrogateescape")`` the pretokens are
+``[m.group().encode("utf-8", "surrogateescape") for m in regex.finditer(pattern, text)]``. The
+scanners here give byte-identical pieces without decoding to ``str``:
+
+- A character is one valid UTF-8 sequence (Python's strict rules: no overlongs, no encoded
+  surrogates, nothing above U+10FFFF), or else one byte, which ``surrogateescape`` turns into
+  U+DC80..U+DCFF: a lone surrogate, "other" to every class.
+- Its classes (``\\p{L}``, ``\\p{N}``, ``\\s``, o200k's case classes, and what ``(?i:s)`` etc.
+  match) come from ``_unicode_tables.h``, probed from ``regex`` by ``tools/gen_unicode_tables.py``.
+- Each ``_next_<pattern>`` tries the alternatives of its pattern in order, reproducing the
+  backtracking that matters (a whitespace run gives its last character back to ``(?!\\S)``; o200k's
+  ``[U]*[W]+`` ends at the last W of the U-run), so each character is looked at a bounded number of
+  times: linear time on any input.
+
+Only ``pretokenize.py`` imports this module; the Python functions below check inputs and release
+the GIL around the ``noexcept nogil`` cores declared in ``_pretok.pxd``.
+"""
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcmp, memcpy
+from libcpp.algorithm cimport sort
+
+import numpy as np
+
+cdef extern from "_unicode_tables.h" nogil:
+    const char* BPE_UT_REGEX_VERSION
+    const char* BPE_UT_UNICODE_VERSION
+    const char* BPE_UT_DIGEST
+    const uint16_t bpe_ut_leaves[]
+    uint16_t bpe_ut_flags(uint32_t cp)
+    enum:
+        BPE_UT_L
+        BPE_UT_N
+        BPE_UT_S
+        BPE_UT_U
+        BPE_UT_W
+
+# The table the scanners were built from (see tools/gen_unicode_tables.py).
+TABLES_REGEX_VERSION = BPE_UT_REGEX_VERSION.decode("ascii")
+TABLES_UNICODE_VERSION = BPE_UT_UNICODE_VERSION.decode("ascii")
+TABLES_DIGEST = BPE_UT_DIGEST.decode("ascii")
+PATTERN_IDS = {"gpt2": PATTERN_GPT2, "cl100k": PATTERN_CL100K, "o200k": PATTERN_O200K}
+
+cdef enum:
+    LNS = BPE_UT_L | BPE_UT_N | BPE_UT_S  # none of these: "other", [^\s\p{L}\p{N}]
+    APOS = 0x27  # '
+    SPACE = 0x20
+    LF = 0x0A
+    CR = 0x0D
+    SLASH = 0x2F
+
+
+# ==== Characters ===================================================================================
+
+
+cdef uint16_t _char_mb(const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
+                      Py_ssize_t* end) noexcept nogil:
+    """``_char`` for a lead byte >= 0x80 (kept out of line so the ASCII paths stay small)."""
+    cdef uint32_t b0 = s[i], b1, b2, b3
+    if b0 >= 0xC2 and b0 < 0xE0:
+        if i + 1 < n:
+            b1 = s[i + 1]
+            if (b1 & 0xC0) == 0x80:
+                end[0] = i + 2
+                return bpe_ut_flags(((b0 & 0x1F) << 6) | (b1 & 0x3F))
+    elif b0 >= 0xE0 and b0 < 0xF0:
+        if i + 2 < n:
+            b1 = s[i + 1]
+            b2 = s[i + 2]
+            if ((b2 & 0xC0) == 0x80
+                    and (b1 >= (0xA0 if b0 == 0xE0 else 0x80))
+                    and (b1 <= (0x9F if b0 == 0xED else 0xBF))):
+                end[0] = i + 3
+                return bpe_ut_flags(((b0 & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F))
+    elif b0 >= 0xF0 and b0 < 0xF5:
+        if i + 3 < n:
+            b1 = s[i + 1]
+            b2 = s[i + 2]
+            b3 = s[i + 3]
+            if ((b2 & 0xC0) == 0x80 and (b3 & 0xC0) == 0x80
+                    and (b1 >= (0x90 if b0 == 0xF0 else 0x80))
+                    and (b1 <= (0x8F if b0 == 0xF4 else 0xBF))):
+                end[0] = i + 4
+                return bpe_ut_flags(((b0 & 0x07) << 18) | ((b1 & 0x3F) << 12)
+                                    | ((b2 & 0x3F) << 6) | (b3 & 0x3F))
+    end[0] = i + 1
+    return bpe_ut_flags(0xDC00 | b0)  # an undecodable byte: its surrogateescape code point
+
+
+cdef inline uint16_t _char(const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
+                           Py_ssize_t* end) noexcept nogil:
+    """Flags of the character at s[i] (i < n); sets *end to the byte after it.
+
+    A character is a valid UTF-8 sequence within s[i:n] (Python's strict decoder: no overlongs,
+    no encoded surrogates, nothing above U+10FFFF, not cut by n) or, failing that, the single
+    byte s[i] as the surrogate U+DC00 + s[i], which is what ``surrogateescape`` decodes it to.
+    """
+    if s[i] < 0x80:
+        end[0] = i + 1
+        return bpe_ut_leaves[s[i]]
+    return _char_mb(s, i, n, end)
+
+
+cdef inline Py_ssize_t _run(const uint8_t* s, Py_ssize_t j, Py_ssize_t n,
+                            uint16_t mask, uint16_t want) noexcept nogil:
+    """End of the run of characters from j whose ``flags & mask == want``."""
+    cdef Py_ssize_t e
+    cdef uint8_t c
+    while j < n:
+        c = s[j]
+        if c < 0x80:
+            if (bpe_ut_leaves[c] & mask) != want:
+                break
+            j += 1
+        else:
+            if (_char_mb(s, j, n, &e) & mask) != want:
+                break
+            j = e
+    return j
+
+
+cdef inline Py_ssize_t _run_digits(const uint8_t* s, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
+    """``\\p{N}{1,3}`` after the first digit, which ends at j: up to two more digits."""
+    cdef Py_ssize_t e
+    cdef int k
+    for k in range(2):
+        if j >= n or not (_char(s, j, n, &e) & BPE_UT_N):
+            break
+        j = e
+    return j
+
+
+cdef inline Py_ssize_t _run_bytes(const uint8_t* s, Py_ssize_t j, Py_ssize_t n,
+                                  uint8_t a, uint8_t b, uint8_t c) noexcept nogil:
+    """End of the run of the ASCII bytes a, b, c from j (``[\\r\\n]*``, ``[\\r\\n/]*``)."""
+    while j < n and (s[j] == a or s[j] == b or s[j] == c):
+        j += 1
+    return j
+
+
+cdef inline Py_ssize_t _contraction_ci(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    """``'(?i:[sdmt]|ll|ve|re)`` at i: its end, or -1 (cl100k and o200k: the same seven endings)."""
+    cdef Py_ssize_t j, k
+    cdef uint16_t a, b
+    if i + 1 >= n or s[i] != APOS:
+        return -1
+    a = _char(s, i + 1, n, &j) >> 8
+    if a == c's' or a == c'd' or a == c'm' or a == c't':
+        return j
+    if (a == c'l' or a == c'v' or a == c'r') and j < n:
+        b = _char(s, j, n, &k) >> 8
+        if (a == c'l' and b == c'l') or (a != c'l' and b == c'e'):
+            return k
+    return -1
+
+
+cdef inline Py_ssize_t _ws_run(const uint8_t* s, Py_ssize_t j, Py_ssize_t n,
+                               Py_ssize_t* last, Py_ssize_t* after_crlf) noexcept nogil:
+    """End of the ``\\s`` run that continues at j; updates *last (start of its last character) and
+    *after_crlf (the byte after its last CR or LF, if any)."""
+    cdef Py_ssize_t e
+    cdef uint8_t c
+    while j < n:
+        c = s[j]
+        if c < 0x80:
+            if not (bpe_ut_leaves[c] & BPE_UT_S):
+                break
+            if c == LF or c == CR:
+                after_crlf[0] = j + 1
+            last[0] = j
+            j += 1
+        else:
+            if not (_char_mb(s, j, n, &e) & BPE_UT_S):
+                break
+            last[0] = j
+            j = e
+    return j
+
+
+# ==== Scanners =====================================================================================
+
+
+cdef inline Py_ssize_t _end_gpt2(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    """GPT-2: ``'(?:[sdmt]|ll|ve|re)| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``.
+
+    >>> # b"I'm  a" -> ends 1 ("I"), 3 ("'m"), 4 (" "), 6 (" a")
+    """
+    cdef uint8_t c = s[i], c1
+    cdef Py_ssize_t j, k, last, after_crlf
+    cdef uint16_t f, f1
+    if c == APOS and i + 1 < n:  # case-sensitive contractions
+        c1 = s[i + 1]
+        if c1 == c's' or c1 == c'd' or c1 == c'm' or c1 == c't':
+            return i + 2
+        if i + 2 < n and ((c1 == c'l' and s[i + 2] == c'l') or (c1 == c'v' and s[i + 2] == c'e')
+                          or (c1 == c'r' and s[i + 2] == c'e')):
+            return i + 3
+    f = _char(s, i, n, &j)
+    if c == SPACE and j < n:  # " ?" before a letter, digit or other run
+        f1 = _char(s, j, n, &k)
+        if f1 & BPE_UT_L:
+            return _run(s, k, n, BPE_UT_L, BPE_UT_L)
+        if f1 & BPE_UT_N:
+            return _run(s, k, n, BPE_UT_N, BPE_UT_N)
+        if not (f1 & LNS):
+            return _run(s, k, n, LNS, 0)
+    if f & BPE_UT_L:
+        return _run(s, j, n, BPE_UT_L, BPE_UT_L)
+    if f & BPE_UT_N:
+        return _run(s, j, n, BPE_UT_N, BPE_UT_N)
+    if not (f & BPE_UT_S):
+        return _run(s, j, n, LNS, 0)
+    # \s+(?!\S): the whole run at the end of the text, else all but its last character;
+    # a run of one character before a non-space: \s+.
+    last = i
+    after_crlf = -1
+    k = _ws_run(s, j, n, &last, &after_crlf)
+    if k == n:
+        return n
+    if last > i:
+        return last
+    return k
+
+
+cdef inline Py_ssize_t _end_cl100k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    """cl100k: ``'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}++|\\p{N}{1,3}+|``
+    `` ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*+|\\s++$|\\s*[\\r\\n]|\\s+(?!\\S)|\\s``.
+
+    >>> # b"I'M 123456!\\n\\n" -> "I", "'M", " ", "123", "456", "!\\n\\n"
+    """
+    cdef uint8_t c = s[i]
+    cdef Py_ssize_t j, k, last, after_crlf
+    cdef uint16_t f, f1
+    if c == APOS:
+        k = _contraction_ci(s, i, n)
+        if k >= 0:
+            return k
+    f = _char(s, i, n, &j)
+    if f & BPE_UT_L:
+        return _run(s, j, n, BPE_UT_L, BPE_UT_L)
+    if not (f & BPE_UT_N) and c != CR and c != LF and j < n:  # one [^\r\n\p{L}\p{N}] before letters
+        if _char(s, j, n, &k) & BPE_UT_L:
+            return _run(s, k, n, BPE_UT_L, BPE_UT_L)
+    if f & BPE_UT_N:
+        return _run_digits(s, j, n)
+    if c == SPACE and j < n:
+        if not (_char(s, j, n, &k) & LNS):
+            return _run_bytes(s, _run(s, k, n, LNS, 0), n, CR, LF, LF)
+    if not (f & BPE_UT_S):
+        return _run_bytes(s, _run(s, j, n, LNS, 0), n, CR, LF, LF)
+    last = i
+    after_crlf = j if (c == CR or c == LF) else -1
+    k = _ws_run(s, j, n, &last, &after_crlf)
+    if k == n:  # \s++$
+        return n
+    if after_crlf >= 0:  # \s*[\r\n]
+        return after_crlf
+    if last > i:  # \s+(?!\S)
+        return last
+    return k  # \s
+
+
+cdef inline Py_ssize_t _o200k_lower_first(const uint8_t* s, Py_ssize_t p, Py_ssize_t n) noexcept nogil:
+    """``[U]*[W]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?`` at p: its end, or -1.
+
+    U = ``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]``, W = ``[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]``. ``[U]*`` backs off
+    from the end of the U-run until ``[W]+`` can start: at the last W character of the run, or
+    just after the run when a W (an Ll) follows it.
+    """
+    cdef Py_ssize_t q = p, e, k = -1
+    cdef uint16_t f = 0
+    while q < n:
+        f = _char(s, q, n, &e)
+        if not (f & BPE_UT_U):
+            break
+        if f & BPE_UT_W:
+            k = q
+        q = e
+    if q < n and (f & BPE_UT_W):
+        k = q
+    if k < 0:
+        return -1
+    e = _run(s, k, n, BPE_UT_W, BPE_UT_W)
+    k = _contraction_ci(s, e, n)
+    return k if k >= 0 else e
+
+
+cdef inline Py_ssize_t _o200k_upper_first(const uint8_t* s, Py_ssize_t p, Py_ssize_t n) noexcept nogil:
+    """``[U]+[W]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?`` at p: its end, or -1."""
+    cdef Py_ssize_t e
+    if p >= n or not (_char(s, p, n, &e) & BPE_UT_U):
+        return -1
+    e = _run(s, _run(s, e, n, BPE_UT_U, BPE_UT_U), n, BPE_UT_W, BPE_UT_W)
+    p = _contraction_ci(s, e, n)
+    return p if p >= 0 else e
+
+
+cdef inline Py_ssize_t _end_o200k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    """o200k: ``[^\\r\\n\\p{L}\\p{N}]?[U]*[W]+C?|[^\\r\\n\\p{L}\\p{N}]?[U]+[W]*C?|\\p{N}{1,3}|``
+    `` ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`` (C: the contractions, any case).
+
+    >>> # b"HELLOworld's 1234" -> "HELLOworld's", " ", "123", "4"
+    """
+    cdef uint8_t c = s[i]
+    cdef Py_ssize_t j, k, last, after_crlf
+    cdef uint16_t f = _char(s, i, n, &j)
+    cdef bint prefix = not (f & (BPE_UT_L | BPE_UT_N)) and c != CR and c != LF
+    # Alternative 1 with, then without, the optional prefix; then alternative 2 likewise.
+    if prefix:
+        k = _o200k_lower_first(s, j, n)
+        if k >= 0:
+            return k
+    k = _o200k_lower_first(s, i, n)
+    if k >= 0:
+        return k
+    if prefix:
+        k = _o200k_upper_first(s, j, n)
+        if k >= 0:
+            return k
+    k = _o200k_upper_first(s, i, n)
+    if k >= 0:
+        return k
+    if f & BPE_UT_N:
+        return _run_digits(s, j, n)
+    if c == SPACE and j < n:
+        if not (_char(s, j, n, &k) & LNS):
+            return _run_bytes(s, _run(s, k, n, LNS, 0), n, CR, LF, SLASH)
+    if not (f & BPE_UT_S):
+        return _run_bytes(s, _run(s, j, n, LNS, 0), n, CR, LF, SLASH)
+    last = i
+    after_crlf = j if (c == CR or c == LF) else -1
+    k = _ws_run(s, j, n, &last, &after_crlf)
+    if after_crlf >= 0:  # \s*[\r\n]+
+        return after_crlf
+    if k == n:  # \s+(?!\S) at the end
+        return n
+    if last > i:  # \s+(?!\S)
+        return last
+    return k  # \s+
+
+
+cdef Py_ssize_t _next_gpt2(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    return _end_gpt2(s, i, n)
+
+
+cdef Py_ssize_t _next_cl100k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    return _end_cl100k(s, i, n)
+
+
+cdef Py_ssize_t _next_o200k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    return _end_o200k(s, i, n)
+
+
+# The drivers switch on the pattern once, outside the loop, so each loop inlines its scanner.
+
+cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, Py_ssize_t n,
+                            int64_t* ends, Py_ssize_t cap) noexcept nogil:
+    cdef Py_ssize_t i = pos[0], n_ends = 0
+    if pattern_id == PATTERN_GPT2:
+        while i < n and n_ends < cap:
+            i = _end_gpt2(s, i, n)
+            ends[n_ends] = i
+            n_ends += 1
+    elif pattern_id == PATTERN_CL100K:
+        while i < n and n_ends < cap:
+            i = _end_cl100k(s, i, n)
+            ends[n_ends] = i
+            n_ends += 1
+    else:
+        while i < n and n_ends < cap:
+            i = _end_o200k(s, i, n)
+            ends[n_ends] = i
+            n_ends += 1
+    pos[0] = i
+    return n_ends
+
+
+# ==== Counting =====================================================================================
+
+
+cdef extern from *:
+    """
+    #include <string.h>
+    #if defined(_MSC_VER)
+    #include <stdlib.h>
+    #define BPE_BSWAP64(x) _byteswap_uint64(x)
+    #else
+    #define BPE_BSWAP64(x) __builtin_bswap64(x)
+    #endif
+    /* 8 bytes as a little-endian integer: byte k lands in bits 8k..8k+7 on every platform. */
+    static inline uint64_t bpe_load_le64(const uint8_t* p) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = BPE_BSWAP64(w);
+    #endif
+        return w;
+    }
+    /* A little-endian word turned around: comparing these compares the bytes in order. */
+    static inline uint64_t bpe_order64(uint64_t w) { return BPE_BSWAP64(w); }
+
+    /* Zeroed memory for the hash table. Lookups jump around it, so where the OS allows, large
+     * blocks ask for transparent huge pages: with 4 KiB pages nearly every probe of a table of a
+     * few MiB is a TLB miss (and under virtualisation a costly one). Free with free(). */
+    #if defined(__linux__)
+    #include <stdlib.h>
+    #include <sys/mman.h>
+    #endif
+    static void* bpe_table_alloc(size_t size) {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        const size_t huge = (size_t)2 << 20;
+        if (size >= 2 * huge) {
+            void* p = NULL;
+            size_t rounded = (size + huge - 1) / huge * huge;
+            if (posix_memalign(&p, huge, rounded) != 0) return NULL;
+            madvise(p, rounded, MADV_HUGEPAGE);
+            memset(p, 0, size);
+            return p;
+        }
+    #endif
+        return calloc(size, 1);
+    }
+    """
+    uint64_t bpe_load_le64(const uint8_t* p) noexcept nogil
+    uint64_t bpe_order64(uint64_t w) noexcept nogil
+    void* bpe_table_alloc(size_t size) noexcept nogil
+
+
+cdef inline void _head16(const uint8_t* p, Py_ssize_t length, const uint8_t* limit,
+                         uint64_t* w0, uint64_t* w1) noexcept nogil:
+    """The first 16 bytes of p[0:length], zero-padded, as two little-endian words.
+
+    Reads 16 bytes at once when they lie before ``limit`` (the end of the whole buffer).
+    """
+    cdef uint8_t tmp[16]
+    cdef uint64_t a, b
+    cdef Py_ssize_t k
+    if p + 16 <= limit:
+        a = bpe_load_le64(p)
+        b = bpe_load_le64(p + 8)
+    else:
+        for k in range(16):
+            tmp[k] = p[k] if k < length else 0
+        a = bpe_load_le64(tmp)
+        b = bpe_load_le64(tmp + 8)
+    if length < 16:
+        if length <= 8:
+            b = 0
+            if length < 8:
+                a &= (<uint64_t>1 << (8 * length)) - 1
+        else:
+            b &= (<uint64_t>1 << (8 * (length - 8))) - 1
+    w0[0] = a
+    w1[0] = b
+
+
+cdef inline uint64_t _hash(uint64_t w0, uint64_t w1, const uint8_t* p,
+                           Py_ssize_t length) noexcept nogil:
+    """64-bit hash of a word from its head words (and, past 16 bytes, the rest of p)."""
+    cdef uint64_t h = (w0 * 0x9E3779B97F4A7C15ULL) ^ ((w1 + <uint64_t>length) * 0xC2B2AE3D27D4EB4FULL)
+    cdef Py_ssize_t i = 16
+    cdef uint8_t tmp[8]
+    cdef Py_ssize_t k
+    while i < length:
+        if i + 8 <= length:
+            h = (h ^ bpe_load_le64(p + i)) * 0xBF58476D1CE4E5B9ULL
+        else:
+            for k in range(8):
+                tmp[k] = p[i + k] if i + k < length else 0
+            h = (h ^ bpe_load_le64(tmp)) * 0xBF58476D1CE4E5B9ULL
+        h ^= h >> 31
+        i += 8
+    h ^= h >> 32
+    h *= 0xD6E8FEB86659FD93ULL
+    h ^= h >> 32
+    return h
+
+
+cdef int _table_init(CountTable* t, Py_ssize_t capacity) noexcept nogil:
+    t.slots = <uint64_t*>bpe_table_alloc(capacity * sizeof(uint64_t))
+    t.mask = capacity - 1
+    t.cap_entries = capacity // 2
+    t.entries = <Entry*>bpe_table_alloc(t.cap_entries * sizeof(Entry))
+    t.n_entries = 0
+    return 0 if (t.slots != NULL and t.entries != NULL) else -1
+
+
+cdef void _table_free(CountTable* t) noexcept nogil:
+    free(t.slots)
+    free(t.entries)
+    t.slots = NULL
+    t.entries = NULL
+
+
+cdef int _table_grow(CountTable* t) noexcept nogil:
+    """Double the capacity: a new slot array, the entries array extended in place."""
+    cdef Py_ssize_t cap = (t.mask + 1) * 2, i, idx
+    cdef uint64_t h
+    cdef uint64_t* slots = <uint64_t*>bpe_table_alloc(cap * sizeof(uint64_t))
+    cdef Entry* entries = <Entry*>bpe_table_alloc((cap // 2) * sizeof(Entry))
+    if slots == NULL or entries == NULL:
+        free(slots)
+        free(entries)
+        return -1
+    memcpy(entries, t.entries, t.n_entries * sizeof(Entry))
+    free(t.entries)
+    for i in range(t.n_entries):
+        h = _hash(entries[i].w0, entries[i].w1, entries[i].ptr, entries[i].length)
+        idx = h & (cap - 1)
+        while slots[idx] != 0:
+            idx = (idx + 1) & (cap - 1)
+        slots[idx] = (h & 0xFFFFFFFF00000000ULL) | <uint64_t>(i + 1)
+    free(t.slots)
+    t.slots = slots
+    t.entries = entries
+    t.mask = cap - 1
+    t.cap_entries = cap // 2
+    return 0
+
+
+cdef inline int _table_add(CountTable* t, const uint8_t* p, Py_ssize_t length,
+                           const uint8_t* limit, int64_t count) noexcept nogil:
+    """Add count to the entry of p[0:length], inserting it if new; 0, or -1 when out of memory.
+
+    A slot is 8 bytes (hash tag, entry number), so the probe array stays small; entries are
+    dense in first-seen order, so the frequent words, seen early, share cache lines; each keeps
+    its first 16 bytes inline, and only words longer than that compare the rest in the buffer.
+    """
+    cdef uint64_t w0, w1, h, tag, slot
+    _head16(p, length, limit, &w0, &w1)
+    h = _hash(w0, w1, p, length)
+    tag = h & 0xFFFFFFFF00000000ULL
+    cdef Py_ssize_t idx = h & t.mask
+    cdef Entry* e
+    while True:
+        slot = t.slots[idx]
+        if slot == 0:
+            break
+        if (slot & 0xFFFFFFFF00000000ULL) == tag:
+            e = &t.entries[(slot & 0xFFFFFFFFULL) - 1]
+            if (e.w0 == w0 and e.w1 == w1 and e.length == length
+                    and (length <= 16 or memcmp(e.ptr + 16, p + 16, length - 16) == 0)):
+                e.count += count
+                return 0
+        idx = (idx + 1) & t.mask
+    if t.n_entries >= t.cap_entries:  # keep the slots at most half full
+        if t.n_entries >= <Py_ssize_t>0xFFFFFFFFLL or _table_grow(t) != 0:
+            return -1
+        return _table_add(t, p, length, limit, count)
+    e = &t.entries[t.n_entries]
+    e.w0 = w0
+    e.w1 = w1
+    e.ptr = p
+    e.length = length
+    e.count = count
+    t.n_entries += 1
+    t.slots[idx] = tag | <uint64_t>t.n_entries
+    return 0
+
+
+cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
+                     const uint8_t* limit, CountTable* table) noexcept nogil:
+    cdef Py_ssize_t j
+    if pattern_id == PATTERN_GPT2:
+        while i < n:
+            j = _end_gpt2(s, i, n)
+            if _table_add(table, s + i, j - i, limit, 1) != 0:
+                return -1
+            i = j
+    elif pattern_id == PATTERN_CL100K:
+        while i < n:
+            j = _end_cl100k(s, i, n)
+            if _table_add(table, s + i, j - i, limit, 1) != 0:
+                return -1
+            i = j
+    else:
+        while i < n:
+            j = _end_o200k(s, i, n)
+            if _table_add(table, s + i, j - i, limit, 1) != 0:
+                return -1
+            i = j
+    return 0
+
+
+cdef bint _entry_less(const Entry& a, const Entry& b) noexcept nogil:
+    """Python bytes order: byte by byte, then the shorter first (the inline heads decide most)."""
+    cdef uint64_t x = bpe_order64(a.w0), y = bpe_order64(b.w0)
+    cdef int r
+    if x != y:
+        return x < y
+    x = bpe_order64(a.w1)
+    y = bpe_order64(b.w1)
+    if x != y:
+        return x < y
+    if a.length > 16 and b.length > 16:
+        r = memcmp(a.ptr + 16, b.ptr + 16, (a.length if a.length < b.length else b.length) - 16)
+        if r != 0:
+            return r < 0
+    return a.length < b.length
+
+
+cdef inline int _word_cmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b,
+                          Py_ssize_t nb) noexcept nogil:
+    cdef int r = memcmp(a, b, na if na < nb else nb)
+    if r != 0:
+        return r
+    return (na > nb) - (na < nb)
+
+
+# ==== Python entry points ==========================================================================
+
+
+def _check_pattern_id(int pattern_id):
+    if pattern_id not in (PATTERN_GPT2, PATTERN_CL100K, PATTERN_O200K):
+        raise ValueError(f"unknown pattern id {pattern_id}; expected one of {PATTERN_IDS}")
+
+
+def split_ends(const uint8_t[::1] buf, int pattern_id):
+    """End offsets of the pretokens of ``buf`` under a named pattern, in order.
+
+    Contract: ``buf`` is a C-contiguous uint8 buffer (``bytes``, ``bytearray``, ``np.memmap``);
+    ``pattern_id`` is ``PATTERN_IDS[name]``. Returns an int64 array ``ends`` with
+    ``ends[-1] == len(buf)`` (empty for an empty buffer); pretoken k is ``buf[ends[k-1]:ends[k]]``.
+
+    >>> split_ends(b"Hi  there!", PATTERN_IDS["gpt2"]).tolist()
+    [2, 3, 9, 10]
+
+    Plain equivalent: the cumulative byte lengths of
+    ``regex.findall(pattern, bytes(buf).decode("utf-8", "surrogateescape"))``, each piece encoded
+    back with ``surrogateescape`` (``pretokenize.pretoken_ends`` does exactly that for a user regex).
+    """
+    _check_pattern_id(pattern_id)
+    cdef Py_ssize_t n = buf.shape[0], pos = 0, n_ends = 0, cap = n // 4 + 16, got
+    cdef int64_t[::1] ends_view
+    ends = np.empty(cap, dtype=np.int64)
+    cdef const uint8_t* s = &buf[0] if n > 0 else NULL
+    while pos < n:
+        if n_ends == cap:  # average pretokens are > 4 bytes: rarely taken
+            cap = cap * 2
+            grown = np.empty(cap, dtype=np.int64)
+            grown[:n_ends] = ends[:n_ends]
+            ends = grown
+        ends_view = ends
+        with nogil:
+            got = _split_ends(pattern_id, s, &pos, n, &ends_view[n_ends], cap - n_ends)
+        n_ends += got
+    ends_view = None  # release the buffer so the array can shrink in place
+    ends.resize(n_ends, refcheck=False)
+    return ends
+
+
+cdef object _table_to_arrays(CountTable* t):
+    """Sort the entries by bytes and copy them out as (arena, offsets, counts)."""
+    cdef Py_ssize_t i, n_words = t.n_entries, n_bytes = 0, pos = 0
+    cdef Entry* entries = t.entries
+    with nogil:
+        if n_words > 1:
+            sort(entries, entries + n_words, _entry_less)
+        for i in range(n_words):
+            n_bytes += entries[i].length
+    arena = np.empty(n_bytes, dtype=np.uint8)
+    offsets = np.empty(n_words + 1, dtype=np.int64)
+    counts = np.empty(n_words, dtype=np.int64)
+    cdef uint8_t[::1] arena_view = arena
+    cdef int64_t[::1] offsets_view = offsets
+    cdef int64_t[::1] counts_view = counts
+    cdef uint8_t* out = &arena_view[0] if n_bytes > 0 else NULL
+    with nogil:
+        for i in range(n_words):
+            offsets_view[i] = pos
+            counts_view[i] = entries[i].count
+            memcpy(out + pos, entries[i].ptr, entries[i].length)
+            pos += entries[i].length
+        offsets_view[n_words] = pos
+    return arena, offsets, counts
+
+
+def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id):
+    """Count the pretokens of every ``[start, end)`` span of ``buf``: the sorted word table.
+
+    Contract: each row of ``spans`` (int64, shape ``(k, 2)``, C order) is a text range of ``buf``
+    between special tokens; spans are pre-tokenized independently (each one as a whole text).
+    Every pretoken is hashed straight into a C hash table (no Python object per pretoken). Returns
+    ``(arena, offsets, counts)``: uint8, int64 ``n_words + 1``, int64 ``n_words``; word i is
+    ``arena[offsets[i]:offsets[i+1]]``, seen ``counts[i]`` times; words are unique and sorted in
+    Python ``bytes`` order.
+
+    >>> a, o, c = count_pretokens(b"a a<|>a", np.array([[0, 3], [6, 7]]), PATTERN_IDS["gpt2"])
+    >>> [bytes(a[o[i]:o[i + 1]]) for i in range(len(c))], c.tolist()
+    ([b' a', b'a'], [1, 2])
+
+    Plain equivalent: ``sorted(Counter(p for start, end in spans for p in
+    pretokenize(buf[start:end], pattern)).items())``.
+    """
+    _check_pattern_id(pattern_id)
+    cdef Py_ssize_t n = buf.shape[0], k, start, end, i
+    cdef const uint8_t* s = &buf[0] if n > 0 else NULL
+    for k in range(spans.shape[0]):
+        if not (0 <= spans[k, 0] <= spans[k, 1] <= n):
+            raise ValueError(f"span {k} = [{spans[k, 0]}, {spans[k, 1]}) is not inside the buffer"
+                             f" of {n} bytes")
+    cdef CountTable table
+    cdef int status = _table_init(&table, 1 << 14)
+    try:
+        if status != 0:
+            raise MemoryError("count_pretokens: cannot allocate the hash table")
+        with nogil:
+            for k in range(spans.shape[0]):
+                status = _count_span(pattern_id, s, spans[k, 0], spans[k, 1], s + n, &table)
+                if status != 0:
+                    break
+        if status != 0:
+            raise MemoryError("count_pretokens: out of memory growing the hash table")
+        return _table_to_arrays(&table)
+    finally:
+        _table_free(&table)
+
+
+cdef inline bint _run_less(WordRun* runs, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """Heap order: the run whose current word is smaller (ties: the lower run index)."""
+    cdef WordRun* x = &runs[a]
+    cdef WordRun* y = &runs[b]
+    cdef int r = _word_cmp(x.arena + x.offsets[x.pos], x.offsets[x.pos + 1] - x.offsets[x.pos],
+                           y.arena + y.offsets[y.pos], y.offsets[y.pos + 1] - y.offsets[y.pos])
+    return r < 0 or (r == 0 and a < b)
+
+
+cdef void _sift_down(WordRun* runs, Py_ssize_t* heap, Py_ssize_t size, Py_ssize_t i) noexcept nogil:
+    cdef Py_ssize_t child, top
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            return
+        if child + 1 < size and _run_less(runs, heap[child + 1], heap[child]):
+            child += 1
+        if not _run_less(runs, heap[child], heap[i]):
+            return
+        top = heap[i]
+        heap[i] = heap[child]
+        heap[child] = top
+        i = child
+
+
+cdef void _merge_runs(WordRun* runs, Py_ssize_t n_runs, Py_ssize_t* heap, uint8_t* arena,
+                      int64_t* offsets, int64_t* counts, Py_ssize_t* n_words,
+                      Py_ssize_t* n_bytes) noexcept nogil:
+    """k-way merge of sorted word runs, summing the counts of equal words.
+
+    With ``arena == NULL`` it only measures: *n_words and *n_bytes of the merged table.
+    """
+    cdef Py_ssize_t size = 0, r, w = 0, nb = 0, length
+    cdef const uint8_t* word
+    cdef const uint8_t* prev = NULL
+    cdef Py_ssize_t prev_length = -1
+    cdef WordRun* run
+    for r in range(n_runs):
+        runs[r].pos = 0
+        if runs[r].n_words > 0:
+            heap[size] = r
+            size += 1
+    for r in range(size // 2 - 1, -1, -1):
+        _sift_down(runs, heap, size, r)
+    while size > 0:
+        run = &runs[heap[0]]
+        word = run.arena + run.offsets[run.pos]
+        length = run.offsets[run.pos + 1] - run.offsets[run.pos]
+        if prev_length >= 0 and _word_cmp(word, length, prev, prev_length) == 0:
+            if arena != NULL:
+                counts[w - 1] += run.counts[run.pos]
+        else:
+            if arena != NULL:
+                offsets[w] = nb
+                counts[w] = run.counts[run.pos]
+                memcpy(arena + nb, word, length)
+            w += 1
+            nb += length
+            prev = word
+            prev_length = length
+        run.pos += 1
+        if run.pos == run.n_words:
+            size -= 1
+            heap[0] = heap[size]
+        _sift_down(runs, heap, size, 0)
+    if arena != NULL:
+        offsets[w] = nb
+    n_words[0] = w
+    n_bytes[0] = nb
+
+
+cdef bint _run_is_sorted(WordRun* run) noexcept nogil:
+    """Offsets start at 0, never decrease, and words are strictly increasing (unique, sorted)."""
+    cdef Py_ssize_t i
+    if run.offsets[0] != 0:
+        return False
+    for i in range(run.n_words):
+        if run.offsets[i + 1] < run.offsets[i]:
+            return False
+        if i > 0 and _word_cmp(run.arena + run.offsets[i - 1], run.offsets[i] - run.offsets[i - 1],
+                               run.arena + run.offsets[i], run.offsets[i + 1] - run.offsets[i]) >= 0:
+            return False
+    return True
+
+
+def merge_counts(tables):
+    """Sum sorted word tables into one sorted word table (a k-way merge, no Python object per word).
+
+    Contract: ``tables`` is a sequence of ``(arena, offsets, counts)`` as ``count_pretokens``
+    returns them (uint8, int64, int64; each sorted by bytes, words unique). Returns one such table
+    holding every word of any input with the sum of its counts. Raises ``ValueError`` on a table
+    that is malformed or not sorted.
+
+    >>> t1 = (np.frombuffer(b"ab", np.uint8), np.array([0, 1, 2]), np.array([1, 2]))
+    >>> t2 = (np.frombuffer(b"bc", np.uint8), np.array([0, 1, 2]), np.array([5, 1]))
+    >>> a, o, c = merge_counts([t1, t2])
+    >>> bytes(a), o.tolist(), c.tolist()
+    (b'abc', [0, 1, 2, 3], [1, 7, 1])
+
+    Plain equivalent: ``sorted(sum((Counter(dict(rows(t))) for t in tables), Counter()).items())``.
+    """
+    cdef Py_ssize_t n_runs = len(tables), r, n_words = 0, n_bytes = 0
+    cdef const uint8_t[::1] arena_view
+    cdef const int64_t[::1] offsets_view
+    cdef const int64_t[::1] counts_view
+    keep = []  # the memoryviews stay alive while C pointers into them are used
+    cdef WordRun* runs = <WordRun*>calloc(n_runs + 1, sizeof(WordRun))
+    cdef Py_ssize_t* heap = <Py_ssize_t*>calloc(n_runs + 1, sizeof(Py_ssize_t))
+    cdef bint ok
+    cdef uint8_t[::1] out_arena
+    cdef int64_t[::1] out_offsets
+    cdef int64_t[::1] out_counts
+    cdef uint8_t* arena_ptr
+    try:
+        if runs == NULL or heap == NULL:
+            raise MemoryError("merge_counts: cannot allocate the merge heap")
+        for r, table in enumerate(tables):
+            arena, offsets, counts = table
+            arena_view = np.ascontiguousarray(arena, dtype=np.uint8)
+            offsets_view = np.ascontiguousarray(offsets, dtype=np.int64)
+            counts_view = np.ascontiguousarray(counts, dtype=np.int64)
+            if offsets_view.shape[0] != counts_view.shape[0] + 1:
+                raise ValueError(f"table {r}: offsets must have len(counts) + 1 entries")
+            if offsets_view[offsets_view.shape[0] - 1] != arena_view.shape[0]:
+                raise ValueError(f"table {r}: offsets[-1] must equal len(arena)")
+            keep.append((arena_view, offsets_view, counts_view))
+            runs[r].arena = &arena_view[0] if arena_view.shape[0] > 0 else <const uint8_t*>heap
+            runs[r].offsets = &offsets_view[0]
+            runs[r].counts = &counts_view[0] if counts_view.shape[0] > 0 else NULL
+            runs[r].n_words = counts_view.shape[0]
+            with nogil:
+                ok = _run_is_sorted(&runs[r])
+            if not ok:
+                raise ValueError(f"table {r} is not sorted by bytes with unique words")
+        with nogil:
+            _merge_runs(runs, n_runs, heap, NULL, NULL, NULL, &n_words, &n_bytes)
+        arena_out = np.empty(n_bytes, dtype=np.uint8)
+        offsets_out = np.empty(n_words + 1, dtype=np.int64)
+        counts_out = np.empty(n_words, dtype=np.int64)
+        out_arena = arena_out
+        out_offsets = offsets_out
+        out_counts = counts_out
+        # A non-NULL arena pointer switches the merge to writing, even when there are no bytes.
+        arena_ptr = &out_arena[0] if n_bytes > 0 else <uint8_t*>heap
+        with nogil:
+            _merge_runs(runs, n_runs, heap, arena_ptr, &out_offsets[0],
+                        &out_counts[0] if n_words > 0 else NULL, &n_words, &n_bytes)
+        return arena_out, offsets_out, counts_out
+    finally:
+        free(runs)
+        free(heap)
