@@ -29,7 +29,7 @@ import numpy as np
 import regex
 
 from . import _encode
-from .model_io import MERGES_FILE, MODEL_FILE, VOCAB_FILE, ModelFormatError, load_gpt2, load_model
+from .model_io import ModelFormatError, load_gpt2
 from .patterns import encode_specials, pattern_name, resolve_pattern, specials_regex
 
 __all__ = ["Tokenizer"]
@@ -131,14 +131,13 @@ class Tokenizer:
     def load(cls, path: str | os.PathLike) -> "Tokenizer":
         """Load what ``tools/train_bpe.py`` wrote: a folder with ``model.json`` or the file itself.
 
-        A folder that holds only ``vocab.json`` + ``merges.txt`` is read as GPT-2 files (GPT-2
-        pattern, no special tokens beyond those in the vocab). Errors name the file.
+        A folder that holds only ``vocab.json`` + ``merges.txt`` is read as GPT-2 files: GPT-2
+        pattern, and vocab entries that no merge builds (e.g. ``<|endoftext|>``) are special tokens.
+        Errors name the file.
         """
-        path = os.fspath(path)
-        if os.path.isdir(path) and not os.path.exists(os.path.join(path, MODEL_FILE)) \
-                and os.path.exists(os.path.join(path, VOCAB_FILE)):
-            return cls.from_files(os.path.join(path, VOCAB_FILE), os.path.join(path, MERGES_FILE))
-        model = load_model(path)
+        from .export import load_any
+
+        model = load_any(path)
         if model.method != "bpe":
             raise ModelFormatError(path, f"method {model.method!r}: stage-aware encoding is not implemented yet")
         return cls(model.vocab, model.merges, model.special_tokens, model.pattern)
