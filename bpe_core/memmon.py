@@ -1,0 +1,280 @@
+"""Memory of the process tree while it runs: RSS sampling, a budget guard, and phase labels.
+
+- :func:`tree_rss` sums the resident memory of a process and all its descendants: the quantity a
+  ``--memory-limit`` bounds.
+- :class:`MemoryMonitor` samples it on a thread (peak, samples, per-phase peaks) and lets the
+  trainer hold back new chunks while the tree is close to the budget (:meth:`MemoryMonitor.wait_below`,
+  :meth:`MemoryMonitor.headroom`).
+- :func:`phase` marks the start of a phase (``"pretokenize"``, ``"merge loop"``, ...). It appends
+  ``"<unix time> <name>"`` to the file named by ``BPE_CORE_PHASE_FILE`` when that is set (so
+  ``tools/profile_memory.py`` can shade phases of any process it runs) and tells every running
+  monitor in this process.
+
+>>> with MemoryMonitor(interval=0.01) as mon:
+...     phase("work")
+...     data = bytearray(8 << 20)
+>>> mon.peak >= 8 << 20, mon.phase_name
+(True, 'work')
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Optional
+
+import psutil
+
+#: The environment variable naming the phase file (set by ``tools/profile_memory.py``).
+PHASE_FILE_ENV = "BPE_CORE_PHASE_FILE"
+
+_MONITORS: list["MemoryMonitor"] = []
+_MONITORS_LOCK = threading.Lock()
+
+
+# ==== Sampling ==============================================================================
+
+
+def tree_rss(pid: Optional[int] = None) -> int:
+    """Resident bytes of process ``pid`` (default: this one) plus all its descendants.
+
+    Processes that exit while they are being read are skipped; a ``pid`` that no longer exists gives
+    0. Shared pages (a forked worker's inherited pages, a file mapped by several workers) count in
+    each process, as ``ps`` shows them: the sum is an upper bound on the physical memory used.
+
+    >>> tree_rss() > 0, tree_rss(2**22 + 12345)
+    (True, 0)
+    """
+    try:
+        root = psutil.Process(pid)
+        procs = [root]
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return 0
+    try:
+        procs.extend(root.children(recursive=True))
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):   # exited (ZombieProcess is a NoSuchProcess)
+            pass
+    return total
+
+
+# ==== Phases ================================================================================
+
+
+def phase(name: str) -> None:
+    """Mark the start of phase ``name`` (it lasts until the next phase starts or the run ends).
+
+    Cheap: one ``O_APPEND`` write of one line when ``BPE_CORE_PHASE_FILE`` is set (atomic across
+    processes), and a label on each running :class:`MemoryMonitor`.
+
+    >>> import tempfile, os; p = os.path.join(tempfile.mkdtemp(), "phases")
+    >>> os.environ[PHASE_FILE_ENV] = p
+    >>> phase("merge loop"); del os.environ[PHASE_FILE_ENV]
+    >>> open(p).read().split(" ", 1)[1]
+    'merge loop\\n'
+    """
+    name = " ".join(str(name).split()) or "?"        # one line, no tabs or newlines
+    now = time.time()
+    path = os.environ.get(PHASE_FILE_ENV)
+    if path:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, f"{now:.6f} {name}\n".encode("utf-8", "replace"))
+            finally:
+                os.close(fd)
+        except OSError:
+            pass                   # labels are a diagnostic; never fail a run over them
+    with _MONITORS_LOCK:
+        monitors = list(_MONITORS)
+    for mon in monitors:
+        mon._enter_phase(name, now)
+
+
+def read_phase_file(path: str) -> list[tuple[float, str]]:
+    """The ``(unix time, name)`` lines of a phase file, sorted by time (bad lines are skipped).
+
+    >>> import tempfile, os; p = os.path.join(tempfile.mkdtemp(), "phases")
+    >>> _ = open(p, "w").write("2.0 merge loop\\n1.5 plan\\njunk\\n")
+    >>> read_phase_file(p)
+    [(1.5, 'plan'), (2.0, 'merge loop')]
+    """
+    out = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                t, _, name = line.rstrip("\n").partition(" ")
+                try:
+                    out.append((float(t), name or "?"))
+                except ValueError:
+                    continue
+    except FileNotFoundError:
+        return []
+    out.sort(key=lambda x: x[0])
+    return out
+
+
+# ==== Monitor ===============================================================================
+
+
+class MemoryMonitor:
+    """Samples :func:`tree_rss` of a process tree on a background thread.
+
+    Args:
+        pid: the root process (default: this one).
+        interval: seconds between samples.
+        budget: the memory limit in bytes, for :meth:`headroom` (None: no budget).
+        max_samples: when this many samples are kept, every other one is dropped (the peak is
+            tracked separately, so it is never lost). Keeps a long run's record small.
+
+    Attributes:
+        samples: ``(unix time, rss)`` pairs.
+        peak, peak_time: the largest sample and when it was taken.
+        phase_name: the current phase (``None`` before the first :func:`phase`).
+        phases: ``(unix time, name)`` of every phase started while the monitor ran.
+
+    Use it as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(self, pid: Optional[int] = None, interval: float = 0.1, budget: Optional[int] = None,
+                 max_samples: int = 50_000):
+        if interval <= 0:
+            raise ValueError("interval must be > 0")
+        self.pid = os.getpid() if pid is None else pid
+        self.interval = float(interval)
+        self.budget = budget
+        self.max_samples = max(2, int(max_samples))
+        self.samples: list[tuple[float, int]] = []
+        self.peak = 0
+        self.peak_time = 0.0
+        self.phase_name: Optional[str] = None
+        self.phases: list[tuple[float, str]] = []
+        self.phase_peaks: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> "MemoryMonitor":
+        """Take a first sample and start the sampling thread."""
+        if self._thread is not None:
+            raise RuntimeError("monitor already started")
+        self._stop.clear()
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="bpe_core-memmon", daemon=True)
+        self._thread.start()
+        with _MONITORS_LOCK:
+            _MONITORS.append(self)
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling (takes a last sample while the tree is still there)."""
+        with _MONITORS_LOCK:
+            if self in _MONITORS:
+                _MONITORS.remove(self)
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self.sample()
+
+    def __enter__(self) -> "MemoryMonitor":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    # ---- sampling ---------------------------------------------------------------------------
+
+    def sample(self) -> int:
+        """Take one sample now and record it; returns the RSS (0: the root process is gone)."""
+        rss = tree_rss(self.pid)
+        now = time.time()
+        if rss <= 0:
+            return 0
+        with self._lock:
+            self.samples.append((now, rss))
+            if len(self.samples) > self.max_samples:
+                self.samples = self.samples[::2]
+            if rss > self.peak:
+                self.peak, self.peak_time = rss, now
+            if self.phase_name is not None and rss > self.phase_peaks.get(self.phase_name, 0):
+                self.phase_peaks[self.phase_name] = rss
+        return rss
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self.sample() == 0 and not psutil.pid_exists(self.pid):
+                break
+
+    @property
+    def current(self) -> int:
+        """The latest sample (0 before any)."""
+        with self._lock:
+            return self.samples[-1][1] if self.samples else 0
+
+    def _enter_phase(self, name: str, when: float) -> None:
+        with self._lock:
+            self.phase_name = name
+            self.phases.append((when, name))
+
+    # ---- budget guard -----------------------------------------------------------------------
+
+    def headroom(self) -> int:
+        """Budget minus the tree's RSS right now (a fresh sample); negative when over budget.
+
+        Raises:
+            ValueError: the monitor has no budget.
+        """
+        if self.budget is None:
+            raise ValueError("headroom() needs a monitor with a budget")
+        return int(self.budget) - self.sample()
+
+    def wait_below(self, nbytes: int, timeout: Optional[float] = None) -> bool:
+        """Block until the tree's RSS is below ``nbytes``; False if ``timeout`` seconds pass first.
+
+        The trainer calls this before it hands out a chunk:
+        ``mon.wait_below(plan.memory_limit - plan.per_worker_bytes, timeout=30)``.
+
+        >>> MemoryMonitor().wait_below(1 << 50, timeout=0)
+        True
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.sample() < nbytes:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            wait = self.interval if deadline is None else min(self.interval, max(0.0, deadline - time.monotonic()))
+            time.sleep(wait)
+
+    # ---- results ----------------------------------------------------------------------------
+
+    def summary(self) -> dict:
+        """Peak, sample count and per-phase peaks, JSON-ready (for run reports).
+
+        >>> sorted(MemoryMonitor().summary())
+        ['budget_bytes', 'interval', 'n_samples', 'peak_by_phase', 'peak_rss_bytes']
+        """
+        with self._lock:
+            return {
+                "peak_rss_bytes": self.peak,
+                "budget_bytes": self.budget,
+                "interval": self.interval,
+                "n_samples": len(self.samples),
+                "peak_by_phase": dict(self.phase_peaks),
+            }
+
+
+__all__ = ["MemoryMonitor", "PHASE_FILE_ENV", "phase", "read_phase_file", "tree_rss"]
