@@ -6,17 +6,12 @@
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.vector cimport vector
 
+cimport cython
+
 from bpe_core._typedefs cimport pair_key_t, token_id_t
 
 
-cdef struct CacheEntry:
-    uint64_t hash        # _hash_bytes of the pretoken
-    uint64_t key_offset  # start of the pretoken bytes in Encoder.key_arena
-    uint64_t ids_offset  # start of its ids in Encoder.id_arena
-    uint32_t key_len
-    uint32_t n_ids
-
-
+@cython.final
 cdef class RankTable:
     cdef vector[pair_key_t] slot_keys   # open addressing; EMPTY_KEY marks a free slot
     cdef vector[uint32_t] slot_ranks
@@ -30,17 +25,18 @@ cdef class RankTable:
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil
 
 
+@cython.final
 cdef class Encoder:
     cdef readonly RankTable table
-    # pretoken -> ids cache (cleared whole when full)
-    cdef vector[int64_t] cache_slots   # (hash tag << 40) | entry index, -1 = empty
-    cdef vector[CacheEntry] cache_entries
-    cdef vector[uint8_t] key_arena
-    cdef vector[token_id_t] id_arena
+    # pretoken -> ids cache (cleared whole when full): open addressing, slot_info 0 = empty,
+    # else (arena offset << 24) | (key length << 12) | n_ids; arena = uint32 ids then key bytes
+    cdef vector[uint64_t] slot_hash
+    cdef vector[uint64_t] slot_info
+    cdef vector[uint8_t] arena
     cdef uint64_t cache_mask
+    cdef Py_ssize_t n_entries
     cdef readonly Py_ssize_t max_entries
     cdef readonly Py_ssize_t max_cached_len
-    cdef readonly int64_t hits
     cdef readonly int64_t misses
     # scratch of the heap path and the output buffer
     cdef vector[token_id_t] toks

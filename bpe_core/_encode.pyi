@@ -15,7 +15,6 @@ class Encoder:
     table: RankTable
     max_entries: int
     max_cached_len: int
-    hits: int
     misses: int
     def __init__(self, table: RankTable, max_entries: int = ..., max_cached_len: int = ...) -> None: ...
     def encode_piece(self, piece: bytes, method: str = "auto") -> list[int]: ...

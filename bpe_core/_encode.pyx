@@ -24,8 +24,9 @@ Two paths, the same result (tests run both on the same input):
   order, which is the left-to-right rewrite. O(n log n): ``b"a" * 100_000`` takes milliseconds.
 
 The cache maps pretoken bytes (up to ``max_cached_len``) to their ids: most of a corpus is a few
-hundred thousand distinct pretokens. It lives in three flat arenas and is cleared whole when it
-holds ``max_entries`` pretokens, so memory stays bounded. An ``Encoder`` is not thread-safe (it
+hundred thousand distinct pretokens. Slots hold the full hash and an arena offset; the arena holds
+each pretoken's ids followed by its bytes, so a hit costs two cache lines. It is cleared whole when it holds
+``max_entries`` pretokens, so memory stays bounded. An ``Encoder`` is not thread-safe (it
 owns the cache and scratch buffers); ``Tokenizer`` keeps one per thread. All work runs without the
 GIL.
 """
@@ -46,17 +47,12 @@ cdef extern from *:
     static const uint64_t BPE_MUL1 = 0x9E3779B97F4A7C15ull;
     static const uint64_t BPE_MUL2 = 0xBF58476D1CE4E5B9ull;
     static const uint64_t BPE_MUL3 = 0x94D049BB133111EBull;
-    /* a cache slot holds (23 bits of the hash) << 40 | entry index; -1 = empty */
-    static const int64_t BPE_TAG_MASK = 0x7FFFFF0000000000ll;
-    static const int64_t BPE_INDEX_MASK = 0x000000FFFFFFFFFFll;
     """
     const uint32_t NO_RANK "BPE_NO_RANK"
     const uint64_t EMPTY_KEY "BPE_EMPTY_KEY"
     const uint64_t MUL1 "BPE_MUL1"
     const uint64_t MUL2 "BPE_MUL2"
     const uint64_t MUL3 "BPE_MUL3"
-    const int64_t TAG_MASK "BPE_TAG_MASK"
-    const int64_t INDEX_MASK "BPE_INDEX_MASK"
 
 
 cdef enum:
@@ -83,7 +79,9 @@ cdef inline uint64_t _hash_bytes(const uint8_t* p, Py_ssize_t n) noexcept nogil:
         p += 8
         n -= 8
     w = 0
-    memcpy(&w, p, n)
+    cdef Py_ssize_t i
+    for i in range(n):                      # the tail, without a memcpy call
+        w |= (<uint64_t>p[i]) << (8 * i)
     return _mix((h ^ w) * MUL3)
 
 
@@ -196,10 +194,13 @@ cdef class Encoder:
         self.table = table
         self.max_entries = max_entries
         self.max_cached_len = max_cached_len
+        if max_cached_len > 4095:
+            raise ValueError("max_cached_len is at most 4095")
         # The slot table starts small (a few KB stay in L1/L2) and doubles at half load.
         self.cache_mask = (1 << 12) - 1
-        self.cache_slots.assign(1 << 12, -1)
-        self.hits = 0
+        self.slot_hash.assign(1 << 12, 0)
+        self.slot_info.assign(1 << 12, 0)
+        self.n_entries = 0
         self.misses = 0
 
     # ---- merging one pretoken ----------------------------------------------------------------
@@ -339,12 +340,10 @@ cdef class Encoder:
         self.deferred.clear()
 
     cdef int _encode_piece(self, const uint8_t* piece, Py_ssize_t n, vector[token_id_t]& out) except -1 nogil:
-        cdef uint64_t h, slot
-        cdef int64_t e
-        cdef CacheEntry* entry
-        cdef CacheEntry fresh
-        cdef int64_t tag
+        cdef uint64_t h, slot, info, offset
+        cdef uint32_t key_len, n_ids
         cdef size_t start, k
+        cdef const token_id_t* ids
         if n <= 0:
             return 0
         if n == 1:
@@ -354,24 +353,23 @@ cdef class Encoder:
             if n <= SHORT_PIECE:
                 return self._merge_scan(piece, n, out)
             return self._merge_heap(piece, n, out)
-        # Cached pretoken?
+        # Cached pretoken? A slot is (hash, offset << 24 | key_len << 12 | n_ids); the arena holds
+        # the ids (aligned) followed by the key bytes, so a hit touches one slot and one arena line.
         h = _hash_bytes(piece, n)
         slot = h & self.cache_mask
-        tag = <int64_t>((h >> 41) << 40)
         while True:
-            e = self.cache_slots[slot]
-            if e < 0:
+            info = self.slot_info[slot]
+            if info == 0:
                 break
-            if (e & TAG_MASK) != tag:
-                slot = (slot + 1) & self.cache_mask
-                continue
-            entry = &self.cache_entries[e & INDEX_MASK]
-            if entry.hash == h and entry.key_len == <uint32_t>n and \
-                    memcmp(self.key_arena.data() + entry.key_offset, piece, n) == 0:
-                self.hits += 1
-                out.insert(out.end(), self.id_arena.begin() + entry.ids_offset,
-                           self.id_arena.begin() + entry.ids_offset + entry.n_ids)
-                return 0
+            if self.slot_hash[slot] == h:
+                key_len = <uint32_t>((info >> 12) & 0xFFF)
+                offset = info >> 24
+                n_ids = <uint32_t>(info & 0xFFF)
+                ids = <const token_id_t*>(self.arena.data() + offset)
+                if key_len == <uint32_t>n and memcmp(ids + n_ids, piece, n) == 0:
+                    for k in range(n_ids):
+                        out.push_back(ids[k])
+                    return 0
             slot = (slot + 1) & self.cache_mask
         self.misses += 1
         start = out.size()
@@ -379,47 +377,48 @@ cdef class Encoder:
             self._merge_scan(piece, n, out)
         else:
             self._merge_heap(piece, n, out)
-        if self.cache_entries.size() >= <size_t>self.max_entries:
+        if self.n_entries >= self.max_entries:
             self._cache_clear()
-            slot = h & self.cache_mask
-            while self.cache_slots[slot] >= 0:
-                slot = (slot + 1) & self.cache_mask
-        elif 2 * (self.cache_entries.size() + 1) > self.cache_slots.size():
+        elif 2 * (self.n_entries + 1) > <Py_ssize_t>self.slot_info.size():
             self._cache_grow()
-            slot = h & self.cache_mask
-            while self.cache_slots[slot] >= 0:
-                slot = (slot + 1) & self.cache_mask
-        fresh.hash = h
-        fresh.key_offset = self.key_arena.size()
-        fresh.key_len = <uint32_t>n
-        fresh.ids_offset = self.id_arena.size()
-        fresh.n_ids = <uint32_t>(out.size() - start)
-        self.key_arena.insert(self.key_arena.end(), piece, piece + n)
-        for k in range(start, out.size()):
-            self.id_arena.push_back(out[k])
-        self.cache_slots[slot] = tag | <int64_t>self.cache_entries.size()
-        self.cache_entries.push_back(fresh)
+        slot = h & self.cache_mask
+        while self.slot_info[slot] != 0:
+            slot = (slot + 1) & self.cache_mask
+        n_ids = <uint32_t>(out.size() - start)
+        offset = self.arena.size()             # a multiple of 4: ids first, aligned; then the key
+        self.arena.resize(offset + ((n_ids * sizeof(token_id_t) + n + 3) & ~(<size_t>3)))
+        memcpy(self.arena.data() + offset, out.data() + start, n_ids * sizeof(token_id_t))
+        memcpy(self.arena.data() + offset + n_ids * sizeof(token_id_t), piece, n)
+        self.slot_hash[slot] = h
+        self.slot_info[slot] = (offset << 24) | (<uint64_t>n << 12) | n_ids
+        self.n_entries += 1
         return 0
 
     cdef int _cache_grow(self) except -1 nogil:
-        cdef size_t k, cap = 2 * self.cache_slots.size()
+        cdef vector[uint64_t] old_hash, old_info
+        cdef size_t k, cap = 2 * self.slot_info.size()
         cdef uint64_t slot
-        self.cache_slots.assign(cap, -1)
+        old_hash.swap(self.slot_hash)
+        old_info.swap(self.slot_info)
+        self.slot_hash.assign(cap, 0)
+        self.slot_info.assign(cap, 0)
         self.cache_mask = cap - 1
-        for k in range(self.cache_entries.size()):
-            slot = self.cache_entries[k].hash & self.cache_mask
-            while self.cache_slots[slot] >= 0:
+        for k in range(old_info.size()):
+            if old_info[k] == 0:
+                continue
+            slot = old_hash[k] & self.cache_mask
+            while self.slot_info[slot] != 0:
                 slot = (slot + 1) & self.cache_mask
-            self.cache_slots[slot] = <int64_t>((self.cache_entries[k].hash >> 41) << 40) | <int64_t>k
+            self.slot_hash[slot] = old_hash[k]
+            self.slot_info[slot] = old_info[k]
         return 0
 
     cdef void _cache_clear(self) noexcept nogil:
         cdef size_t k
-        for k in range(self.cache_slots.size()):
-            self.cache_slots[k] = -1
-        self.cache_entries.clear()
-        self.key_arena.clear()
-        self.id_arena.clear()
+        for k in range(self.slot_info.size()):
+            self.slot_info[k] = 0
+        self.arena.clear()
+        self.n_entries = 0
 
     # ---- Python entry points -----------------------------------------------------------------
 
@@ -499,14 +498,11 @@ cdef class Encoder:
         return result
 
     def cache_info(self):
-        """``{"entries", "hits", "misses", "bytes"}`` of the pretoken cache."""
+        """``{"entries", "misses", "bytes"}`` of the pretoken cache (misses = pretokens merged)."""
         return {
-            "entries": int(self.cache_entries.size()),
-            "hits": int(self.hits),
+            "entries": int(self.n_entries),
             "misses": int(self.misses),
-            "bytes": int(self.key_arena.size() + 4 * self.id_arena.size()
-                         + sizeof(CacheEntry) * self.cache_entries.size()
-                         + 8 * self.cache_slots.size()),
+            "bytes": int(self.arena.size() + 16 * self.slot_info.size()),
         }
 
     def clear_cache(self):

@@ -31,6 +31,7 @@ import regex
 from . import _encode
 from .model_io import ModelFormatError, load_gpt2
 from .patterns import encode_specials, pattern_name, resolve_pattern, specials_regex
+from .pretokenize import pretoken_ends
 
 __all__ = ["Tokenizer"]
 
@@ -39,6 +40,8 @@ _NO_ID = 0xFFFFFFFF
 _BLOCK_BYTES = 1 << 20
 # encode_iterable encodes its buffer once it holds this many bytes.
 _STREAM_FLUSH_BYTES = 1 << 16
+# Named patterns use the native scanner; False runs ``regex`` (tools/bench_encode.py compares both).
+_NATIVE_PRETOKENIZER = True
 # Pretokens held back at the open end of a text: everything before them is final (docs/encoding.md).
 _HOLD_BACK = 2
 
@@ -440,11 +443,14 @@ class Tokenizer:
     def _pretoken_ends(self, buf, s: int, e: int):
         """Pre-tokenize ``buf[s:e]``: absolute end offsets and (custom patterns) a gap mask.
 
-        The one place that calls the pre-tokenizer.
+        The one place that calls the pre-tokenizer: the native scanner for the named patterns
+        (byte-identical to ``regex``), else ``regex`` itself.
         """
+        if self._pattern_name is not None and _NATIVE_PRETOKENIZER:
+            return s + pretoken_ends(memoryview(buf)[s:e], self._pattern_name), None
         data = bytes(buf[s:e])
         text = data.decode("utf-8", "surrogateescape")
-        if self._pattern_name is not None:
+        if self._pattern_name is not None:    # the regex path, kept for comparisons (bench_encode)
             pieces = self._rx.findall(text)
             char_ends = np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)))
             if len(text) == e - s:          # one char per byte: char offsets are byte offsets
