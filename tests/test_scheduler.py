@@ -1,0 +1,235 @@
+"""The memory plan as arithmetic: no processes, overheads passed in as numbers.
+
+Budgets 200 MB - 64 GB, 1-64 cores, inputs 1 KB - 15 GB: every plan fits its budget, uses at least
+one and at most one worker per core, sane chunks; spilling only gets rarer as the budget grows; a
+budget that is too small raises ``BudgetError`` naming the smallest one that works, and that one does.
+"""
+import doctest
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from bpe_core import scheduler
+from bpe_core.config import parse_size
+from bpe_core.scheduler import (MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, BudgetError, Plan, default_memory_limit,
+                                plan_encoding, plan_training)
+
+MB, GB = 10**6, 10**9
+MiB, GiB = 1 << 20, 1 << 30
+OVERHEAD = 60 * MiB          # a little above what measure_worker_overhead gives (25-35 MiB)
+AVAILABLE = 32 * GiB
+
+BUDGETS = [200 * MB, 300 * MB, 500 * MB, 1 * GB, 2 * GB, 4 * GB, 8 * GiB, 16 * GB, 64 * GB]
+CORES = [1, 2, 3, 4, 16, 64]
+INPUTS = [1000, 1 * MB, 50 * MB, 230 * MB, 1 * GB, 4 * GB, 15 * GB]
+
+
+def train(input_bytes, budget, cores, **kw):
+    kw.setdefault("per_worker_overhead", OVERHEAD)
+    kw.setdefault("parent_overhead", OVERHEAD)
+    return plan_training(input_bytes, budget, cores, AVAILABLE, **kw)
+
+
+def encode(input_bytes, budget, cores, vocab_size=50257, **kw):
+    kw.setdefault("per_worker_overhead", OVERHEAD)
+    kw.setdefault("parent_overhead", OVERHEAD)
+    return plan_encoding(input_bytes, vocab_size, budget, cores, AVAILABLE, **kw)
+
+
+def check_plan(plan: Plan, input_bytes: int, budget: int, cores: int, user_chunk=None):
+    assert 1 <= plan.num_workers <= cores
+    assert plan.peak_bytes <= budget
+    assert plan.memory_limit == budget
+    if user_chunk is None:
+        assert 1 <= plan.chunk_bytes <= MAX_CHUNK_BYTES
+        assert plan.chunk_bytes >= min(MIN_CHUNK_BYTES, input_bytes)
+        assert plan.chunk_bytes <= max(input_bytes, 1)
+        # no idle worker: at least one chunk each
+        assert -(-input_bytes // plan.chunk_bytes) >= plan.num_workers
+    else:
+        assert plan.chunk_bytes == user_chunk
+    assert plan.per_worker_bytes > 0 and plan.parent_bytes > 0
+    if plan.kind == "train":
+        assert plan.merge_bytes <= plan.peak_bytes
+        table = plan.unique_pretokens * scheduler.TABLE_BYTES_PER_WORD
+        assert plan.spill_threshold_bytes > 0
+        assert plan.spill or plan.spill_threshold_bytes >= table
+    json.dumps(plan.to_dict())
+    text = plan.describe()
+    assert "budget" in text and "peak" in text
+
+
+def plan_or_error(fn, input_bytes, budget, cores, **kw):
+    """The plan, or (after checking the error) the plan at the smallest budget the error names."""
+    try:
+        return fn(input_bytes, budget, cores, **kw), budget
+    except BudgetError as exc:
+        assert exc.min_budget > budget
+        assert "smallest budget" in str(exc)
+        # the budget in the message is one a user can type, and it works
+        typed = parse_size(str(exc).rsplit("--memory-limit ", 1)[1])
+        assert typed >= exc.min_budget - (1 << 20)
+        plan = fn(input_bytes, exc.min_budget, cores, **kw)
+        fn(input_bytes, typed, cores, **kw)
+        return plan, exc.min_budget
+
+
+# ==== Training ==============================================================================
+
+
+@pytest.mark.parametrize("cores", CORES)
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_training_plans_fit(budget, cores):
+    for n in INPUTS:
+        plan, used = plan_or_error(train, n, budget, cores)
+        check_plan(plan, n, used, cores)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 8, 64])
+@pytest.mark.parametrize("input_bytes", INPUTS)
+def test_spill_and_feasibility_are_monotonic_in_budget(input_bytes, cores):
+    budgets = sorted(BUDGETS + [int(b * 1.5) for b in BUDGETS])
+    seen_fit = seen_no_spill = False
+    for budget in budgets:
+        try:
+            plan = train(input_bytes, budget, cores)
+        except BudgetError:
+            assert not seen_fit, "a larger budget failed where a smaller one worked"
+            continue
+        seen_fit = True
+        if seen_no_spill:
+            assert not plan.spill, "a larger budget spills where a smaller one did not"
+        seen_no_spill |= not plan.spill
+
+
+def test_the_users_target_15gb_in_8gb_on_2_cores():
+    plan = train(15 * GB, 8 * GiB, 2, vocab_size=32000)
+    assert plan.num_workers == 2
+    assert plan.peak_bytes < 8 * GiB
+    assert not plan.spill
+
+
+def test_too_small_names_the_smallest_budget_and_that_budget_works():
+    with pytest.raises(BudgetError) as info:
+        train(15 * GB, 1 * GiB, 2, vocab_size=32000)
+    msg = str(info.value)
+    assert "too small" in msg and "merge phase" in msg and "--memory-limit" in msg
+    plan = train(15 * GB, info.value.min_budget, 2, vocab_size=32000)
+    assert plan.peak_bytes <= info.value.min_budget
+    with pytest.raises(BudgetError):
+        train(15 * GB, info.value.min_budget - 2 * MiB, 2, vocab_size=32000)
+
+
+def test_more_budget_never_means_fewer_workers():
+    workers = [train(4 * GB, b, 64).num_workers for b in (6 * GB, 8 * GB, 16 * GB, 64 * GB)]
+    assert workers == sorted(workers)
+    assert workers[-1] == 64
+
+
+def test_small_input_runs_in_one_process():
+    plan = train(1000, 200 * MB, 64)
+    assert plan.num_workers == 1 and plan.chunk_bytes == 1000
+    assert "in the parent process" in plan.describe()
+
+
+def test_user_options_are_respected_and_clamped():
+    plan = train(1 * GB, 8 * GiB, 4, num_workers=2, chunk_bytes=3 * MiB)
+    assert plan.num_workers == 2 and plan.chunk_bytes == 3 * MiB
+    plan = train(1 * GB, 8 * GiB, 4, num_workers=32)
+    assert plan.num_workers == 4
+    assert any("32 workers" in n for n in plan.notes)
+    plan = train(100 * MB, 600 * MB, 16, num_workers=16)
+    assert plan.num_workers < 16 and any("budget allows" in n for n in plan.notes)
+    with pytest.raises(ValueError):
+        train(1 * GB, 8 * GiB, 4, num_workers=0)
+    with pytest.raises(ValueError):
+        train(-1, 8 * GiB, 4)
+
+
+def test_replanning_with_the_real_count_uses_it():
+    est = train(230 * MB, 1 * GB, 2, vocab_size=32000)
+    real = train(230 * MB, 1 * GB, 2, vocab_size=32000, unique_pretokens=513_605)
+    assert real.unique_pretokens == 513_605
+    assert real.merge_bytes < est.merge_bytes
+    assert not any("estimated" in n for n in real.notes)
+
+
+def test_the_model_covers_the_measured_engine():
+    # en_train (230 MB): 513,605 unique pretokens; measured merge-phase growth 113 MiB (8k), 174 MiB (32k).
+    for vocab, measured in ((8000, 113 * MiB), (32000, 174 * MiB)):
+        assert scheduler.engine_bytes(513_605, vocab) >= measured
+    # and Heaps' estimate stays above the measured counts
+    assert scheduler.unique_pretokens_estimate(12_613_005) >= 101_444
+    assert scheduler.unique_pretokens_estimate(229_643_106) >= 513_605
+
+
+def test_budget_above_available_ram_is_noted():
+    plan = plan_training(1 * GB, 16 * GiB, 2, 4 * GiB, per_worker_overhead=OVERHEAD, parent_overhead=OVERHEAD)
+    assert any("above the RAM available" in n for n in plan.notes)
+
+
+def test_default_memory_limit():
+    assert default_memory_limit(available=64 * GiB) == 8 * GiB
+    assert default_memory_limit(available=4 * GiB) == int(0.8 * 4 * GiB)
+    assert 0 < default_memory_limit() <= 8 * GiB
+
+
+@given(input_bytes=st.integers(1000, 15 * GB), budget=st.integers(200 * MB, 64 * GB),
+       cores=st.integers(1, 64), vocab_size=st.integers(256, 200_000),
+       num_workers=st.none() | st.integers(1, 128), overhead=st.integers(10 * MiB, 150 * MiB))
+def test_training_plan_properties(input_bytes, budget, cores, vocab_size, num_workers, overhead):
+    kw = dict(vocab_size=vocab_size, num_workers=num_workers, per_worker_overhead=overhead,
+              parent_overhead=overhead)
+    plan, used = plan_or_error(train, input_bytes, budget, cores, **kw)
+    check_plan(plan, input_bytes, used, cores)
+    if num_workers is not None:
+        assert plan.num_workers <= num_workers
+    # more budget: still a plan, and no spill where this one did not spill
+    bigger = train(input_bytes, used * 2, cores, **kw)
+    assert bigger.spill <= plan.spill
+
+
+@given(input_bytes=st.integers(1, 15 * GB), chunk=st.integers(1, 256 * MiB),
+       budget=st.integers(200 * MB, 64 * GB), cores=st.integers(1, 64))
+def test_training_plan_with_a_user_chunk_size(input_bytes, chunk, budget, cores):
+    plan, used = plan_or_error(train, input_bytes, budget, cores, chunk_bytes=chunk)
+    check_plan(plan, input_bytes, used, cores, user_chunk=chunk)
+
+
+# ==== Encoding ==============================================================================
+
+
+@pytest.mark.parametrize("cores", CORES)
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_encoding_plans_fit(budget, cores):
+    for n in INPUTS:
+        plan, used = plan_or_error(encode, n, budget, cores)
+        check_plan(plan, n, used, cores)
+
+
+def test_encoding_too_small_budget():
+    with pytest.raises(BudgetError) as info:
+        encode(4 * GB, 100 * MB, 2)
+    assert "--memory-limit" in str(info.value)
+    assert encode(4 * GB, info.value.min_budget, 2).num_workers == 1
+
+
+@given(input_bytes=st.integers(1, 15 * GB), budget=st.integers(200 * MB, 64 * GB), cores=st.integers(1, 64),
+       vocab_size=st.integers(256, 300_000), num_workers=st.none() | st.integers(1, 128))
+def test_encoding_plan_properties(input_bytes, budget, cores, vocab_size, num_workers):
+    plan, used = plan_or_error(encode, input_bytes, budget, cores, vocab_size=vocab_size, num_workers=num_workers)
+    check_plan(plan, input_bytes, used, cores)
+
+
+# ==== Docs ==================================================================================
+
+
+def test_docstring_examples():
+    # measure_worker_overhead starts a process; its example runs in test_memmon.py
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in finder.find(scheduler):
+        if not test.name.endswith("measure_worker_overhead"):
+            runner.run(test)
+    assert runner.failures == 0
