@@ -158,25 +158,33 @@ def text_spans(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> np
     >>> text_spans(b"ab<|e|>c<|e|>", 0, 13, [b"<|e|>"]).tolist()
     [[0, 2], [7, 8]]
     """
+    return split_spans(buf, start, end, special_tokens)[0]
+
+
+def split_spans(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> tuple[np.ndarray, int]:
+    """``text_spans`` and the number of special-token occurrences, in one scan.
+
+    >>> spans, n = split_spans(b"<|e|>ab<|e|><|e|>c", 0, 18, [b"<|e|>"]); spans.tolist(), n
+    ([[5, 7], [17, 18]], 3)
+    """
     rx = specials_regex(list(special_tokens))
     spans = []
+    n_specials = 0
     pos = start
     if rx is not None:
         for m in rx.finditer(buf, start, end):
+            n_specials += 1
             if m.start() > pos:
                 spans.append((pos, m.start()))
             pos = m.end()
     if end > pos:
         spans.append((pos, end))
-    return np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    return np.asarray(spans, dtype=np.int64).reshape(-1, 2), n_specials
 
 
 def count_specials(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> int:
-    """Number of special-token occurrences (documents separators) in ``buf[start:end]``."""
-    rx = specials_regex(list(special_tokens))
-    if rx is None:
-        return 0
-    return sum(1 for _ in rx.finditer(buf, start, end))
+    """Number of special-token occurrences (document separators) in ``buf[start:end]``."""
+    return split_spans(buf, start, end, special_tokens)[1]
 
 
 def open_mmap_bytes(path: str | os.PathLike):

@@ -60,9 +60,8 @@ def _count_chunk(task: tuple) -> tuple:
 
     path, start, end, specials, pattern = task
     buf = corpus.open_corpus(path)
-    spans = corpus.text_spans(buf, start, end, specials)
+    spans, n_specials = corpus.split_spans(buf, start, end, specials)
     arena, offsets, counts = count_pretokens(buf, spans, pattern)
-    n_specials = corpus.count_specials(buf, start, end, specials)
     return arena, offsets, counts, n_specials, end - start
 
 
