@@ -207,10 +207,11 @@ def build_report(cmd: Sequence[str], exit_code: int, interval: float, budget: Op
     [('a', 1.0, 2.0, 0), ('b', 2.0, 3.0, 30)]
     """
     rel = [(round(t - t0, 4), int(r)) for t, r in samples]
+    wall = round(t_end - t0, 4)
     out_phases = []
     for i, (t, name) in enumerate(phases):
-        start = max(0.0, t - t0)
-        end = (phases[i + 1][0] if i + 1 < len(phases) else t_end) - t0
+        start = min(max(0.0, t - t0), wall)
+        end = min((phases[i + 1][0] if i + 1 < len(phases) else t_end) - t0, wall)
         inside = [r for s, r in rel if start <= s <= end]
         out_phases.append({"name": name, "start": round(start, 4), "end": round(max(start, end), 4),
                            "peak_rss_bytes": max(inside, default=0)})
@@ -221,7 +222,7 @@ def build_report(cmd: Sequence[str], exit_code: int, interval: float, budget: Op
         "interval": interval,
         "budget_bytes": budget,
         "start_unix": round(t0, 3),
-        "wall_seconds": round(t_end - t0, 3),
+        "wall_seconds": wall,
         "peak_rss_bytes": int(peak),
         "peak_seconds": round(max(0.0, peak_time - t0), 4) if samples else None,
         "peak_phase": peak_phase,

@@ -1,0 +1,237 @@
+"""Memory monitor, phase labels and the profiler, with real (small, short) processes.
+
+No timing asserts: each check waits for a child to say it is ready, or samples explicitly.
+"""
+import doctest
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import bpe_core
+from bpe_core import memmon, profile, scheduler
+from bpe_core.memmon import PHASE_FILE_ENV, MemoryMonitor, phase, read_phase_file, tree_rss
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import profile_memory as cli  # noqa: E402
+
+MiB = 1 << 20
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+# Children import the same bpe_core as the tests (installed, or this checkout).
+PKG_PARENT = str(pathlib.Path(bpe_core.__file__).resolve().parents[1])
+
+HOLD_50MB = ("import sys, time; b = bytearray(50 << 20); b[::4096] = b'x' * len(b[::4096]); "
+             "print('ready', flush=True); sys.stdin.read()")
+
+
+def child_env(**extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PKG_PARENT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def holder():
+    """A child process holding 50 MiB until its stdin closes."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_50MB], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.stdin.close()
+    proc.wait(timeout=30)
+
+
+# ==== tree_rss ==============================================================================
+
+
+def test_tree_rss_counts_a_child(holder):
+    assert tree_rss(holder.pid) >= 50 * MiB
+    alone = psutil_rss(os.getpid())
+    assert tree_rss() - alone >= 50 * MiB      # the child is in this process's tree
+
+
+def psutil_rss(pid):
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss
+
+
+def test_tree_rss_of_a_missing_process_is_zero():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert tree_rss(proc.pid) == 0
+
+
+def test_tree_rss_survives_children_exiting_while_sampled():
+    procs = [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(4)]
+    values = []
+    while any(p.poll() is None for p in procs):
+        values.append(tree_rss())
+    for p in procs:
+        p.wait()
+    values.append(tree_rss())
+    assert all(v > 0 for v in values)
+
+
+# ==== Phases ================================================================================
+
+
+def test_phase_lines_in_order(tmp_path, monkeypatch):
+    path = tmp_path / "phases.txt"
+    monkeypatch.setenv(PHASE_FILE_ENV, str(path))
+    phase("plan")
+    phase("merge\nloop")          # one line per phase, whatever the name holds
+    lines = path.read_text().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == ["plan", "merge loop"]
+    times = [float(line.split(" ", 1)[0]) for line in lines]
+    assert times == sorted(times)
+    assert [name for _, name in read_phase_file(str(path))] == ["plan", "merge loop"]
+
+
+def test_phase_from_another_process_lands_in_the_same_file(tmp_path):
+    path = tmp_path / "phases.txt"
+    code = "from bpe_core.memmon import phase; phase('pretokenize'); phase('write')"
+    subprocess.run([sys.executable, "-c", code], env=child_env(**{PHASE_FILE_ENV: str(path)}), check=True)
+    assert [name for _, name in read_phase_file(str(path))] == ["pretokenize", "write"]
+
+
+def test_phase_without_the_env_var_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv(PHASE_FILE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    phase("plan")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ==== MemoryMonitor =========================================================================
+
+
+def test_monitor_records_peak_phases_and_guards_the_budget(holder, monkeypatch):
+    monkeypatch.delenv(PHASE_FILE_ENV, raising=False)
+    budget = tree_rss() + 200 * MiB
+    with MemoryMonitor(interval=0.01, budget=budget) as mon:
+        phase("hold")
+        rss = mon.sample()
+        assert rss >= 50 * MiB
+        assert mon.headroom() <= budget - 50 * MiB
+        assert mon.wait_below(rss + 100 * MiB, timeout=0)
+        assert not mon.wait_below(1, timeout=0.05)
+    assert not mon.running
+    assert mon.peak >= rss and mon.samples
+    assert mon.phase_name == "hold" and [n for _, n in mon.phases] == ["hold"]
+    summary = mon.summary()
+    assert summary["peak_by_phase"]["hold"] >= 50 * MiB
+    json.dumps(summary)
+    phase("after")                 # a stopped monitor no longer listens
+    assert mon.phase_name == "hold"
+
+
+def test_monitor_without_budget_has_no_headroom():
+    with pytest.raises(ValueError):
+        MemoryMonitor().headroom()
+    with pytest.raises(ValueError):
+        MemoryMonitor(interval=0)
+
+
+def test_monitor_keeps_its_record_bounded():
+    mon = MemoryMonitor(max_samples=10)
+    for _ in range(25):
+        mon.sample()
+    assert len(mon.samples) <= 10 and mon.peak > 0
+
+
+def test_worker_overhead_is_measured_once():
+    first = scheduler.measure_worker_overhead()
+    assert 5 * MiB < first < 1 << 30
+    assert scheduler.measure_worker_overhead() == first
+
+
+# ==== Profiler ==============================================================================
+
+PHASED = ("import sys; from bpe_core.memmon import phase; phase('plan'); "
+          "b = bytearray(20 << 20); phase('merge loop'); sys.exit(3)")
+
+
+def test_profile_memory_cli_writes_json_and_png(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
+    prefix = tmp_path / "run"
+    code = cli.main(["--interval", "0.02", "--budget", "1G", "--out", str(prefix), "--",
+                     sys.executable, "-c", PHASED])
+    assert code == 3                              # the command's exit code
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert data["exit_code"] == 3
+    assert data["command"][-1] == PHASED
+    assert data["budget_bytes"] == 1 << 30 and data["over_budget"] is False
+    assert data["samples"] and data["peak_rss_bytes"] == max(r for _, r in data["samples"])
+    assert [p["name"] for p in data["phases"]] == ["plan", "merge loop"]
+    for p in data["phases"]:
+        assert 0 <= p["start"] <= p["end"] <= data["wall_seconds"]
+    assert data["phases"][0]["end"] == data["phases"][1]["start"]
+    names = sorted(p.name for p in tmp_path.iterdir())     # no temp files left behind
+    if HAS_MATPLOTLIB:
+        assert names == ["run.json", "run.png"]
+        assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert names == ["run.json"]
+        assert 'pip install "bpe_core[plot]"' in capsys.readouterr().err
+
+
+def test_without_matplotlib_the_json_is_written_and_stderr_says_how(tmp_path, monkeypatch, capsys):
+    def no_matplotlib(*args, **kwargs):
+        raise ImportError("No module named 'matplotlib'")
+
+    monkeypatch.setattr(profile, "write_plot", no_matplotlib)
+    r = profile.profile_command([sys.executable, "-c", "pass"], str(tmp_path / "p"), interval=0.05)
+    assert r.exit_code == 0 and r.png_path is None
+    assert (tmp_path / "p.json").exists() and not (tmp_path / "p.png").exists()
+    assert 'pip install "bpe_core[plot]"' in capsys.readouterr().err
+
+
+def test_budget_defaults_to_the_commands_memory_limit(tmp_path):
+    cmd = [sys.executable, "-c", "import sys", "--memory-limit", "300M"]
+    r = profile.profile_command(cmd, str(tmp_path / "p"), plot=False, quiet=True)
+    assert r.data["budget_bytes"] == 300 * MiB
+
+
+@pytest.mark.parametrize("argv", [
+    [],                                            # nothing at all
+    ["--out", "x"],                                # no command
+    ["--", sys.executable, "-c", "pass"],          # no --out
+    ["--interval", "0", "--out", "x", "--", "true"],
+    ["--interval", "fast", "--out", "x", "--", "true"],
+    ["--budget", "lots", "--out", "x", "--", "true"],
+    ["--out", "/no/such/folder/run", "--", "true"],
+])
+def test_bad_usage_is_one_line_and_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "error" in err
+
+
+def test_a_command_that_cannot_start(tmp_path, capsys):
+    code = cli.main(["--no-plot", "--out", str(tmp_path / "p"), "--", str(tmp_path / "no-such-program")])
+    assert code == 127
+    assert "cannot run" in capsys.readouterr().err
+
+
+def test_split_flag_for_the_tools():
+    assert profile.split_flag(["a", "--profile-memory", "out/p", "--x"]) == ("out/p", ["a", "--x"])
+    assert profile.split_flag(["a", "--", "--profile-memory", "p"]) == (None, ["a", "--", "--profile-memory", "p"])
+
+
+def test_docstring_examples(monkeypatch):
+    monkeypatch.delenv(PHASE_FILE_ENV, raising=False)
+    runner = doctest.DocTestRunner()
+    for module in (memmon, profile):
+        for test in doctest.DocTestFinder().find(module):
+            runner.run(test)
+    for test in doctest.DocTestFinder().find(scheduler.measure_worker_overhead):
+        runner.run(test)
+    assert runner.failures == 0
