@@ -8,25 +8,34 @@ Everything here is arithmetic on a memory model (no processes, except the one-of
 Memory model of training (constants below; measured on ``en_heldout`` 12.6 MB and ``en_train``
 230 MB with the GPT-2 pattern, see ``docs/memory.md``)::
 
-    U(n)      unique pretokens in n bytes of text (Heaps' law, fitted, with a 1.5x margin):
-              U(n) = 1.5 * 101,444 * (n / 12.6 MB) ** 0.6
-              -> 12.6 MB: 152 k (measured 101 k); 230 MB: 870 k (513 k); 15 GB: 10.7 M
+    U(n)      unique pretokens in n bytes of text (Heaps' law, fitted, with a 1.25x margin):
+              U(n) = 1.25 * 101,444 * (n / 12.6 MB) ** 0.6
+              -> 12.6 MB: 127 k (measured 101 k); 230 MB: 724 k (513 k); 15 GB: 9.3 M
     T(u)      the sorted word table of u words: u * (10 B of bytes + 8 B offset + 8 B count)
     worker    overhead + 1.25 * chunk (mapped input pages + scan buffers)
                        + U(chunk) * 74 B (the chunk's hash table of pretokens)
     parent    overhead + 2 * (T(U(input)) + 8 * T(U(chunk)))     while counting: the merged table,
               up to 8 partial tables before a fold, and the output of the fold (hence 2x)
-    merge     overhead + 2 * T(U(input)) + U(input) * (256 + vocab_size / 125) B
-              (engine: CSR symbols, pair map, pair -> words lists, heap; measured 226-469 B per
-              word for vocab 8k-32k)
+    merge     overhead + 2 * T(U(input)) + 32 MiB + U(input) * (200 + vocab_size / 200) B
+              (engine: CSR symbols, pair map, pair -> words lists, heap; measured growth on
+              en_heldout 27 / 47 MB, en_train 116 / 182 MB for vocab 8k / 32k; the model gives
+              58 / 70 MB and 157 / 218 MB)
 
     peak = max(parent + workers * worker,  merge)      (workers == 1 counts in the parent)
 
 A run with one worker counts in the parent process (no second interpreter). When the merged pretoken
 table would not fit beside the workers, the plan spills: the parent keeps at most
-``spill_threshold_bytes`` of table in RAM and writes sorted runs to disk beyond that. The merge
-phase must hold its engine in RAM; when it does not fit, :class:`BudgetError` says so before any
-work, with the smallest budget that would work.
+``spill_threshold_bytes`` of table in RAM and writes sorted runs to disk beyond that.
+
+Two checks, because ``U`` is known only after counting (a corpus that repeats itself has far fewer
+unique pretokens than its size suggests, so an estimate must not refuse a run):
+
+1. before any work, from the size: :class:`BudgetError` when counting cannot fit even with one
+   worker, the smallest chunks and a spilled table; a merge phase estimated above the budget is a
+   note (``Plan.merge_fits`` is False), not an error;
+2. after counting, ``plan_training(..., unique_pretokens=n_words)`` with the real count:
+   :class:`BudgetError` when the merge phase does not fit, before the engine is built. Either
+   error names the smallest budget that works.
 
 >>> p = plan_training(15 << 30, memory_limit=8 << 30, cpu_count=2, available=16 << 30,
 ...                   per_worker_overhead=48 << 20, parent_overhead=48 << 20, vocab_size=32000)
@@ -60,7 +69,7 @@ AVAILABLE_SHARE = 0.8
 HEAPS_REF_BYTES = 12_613_005
 HEAPS_REF_UNIQUE = 101_444
 HEAPS_EXPONENT = 0.6
-HEAPS_MARGIN = 1.5
+HEAPS_MARGIN = 1.25
 #: Mean bytes of a unique pretoken (measured 7.8-8.2; rare words are longer).
 WORD_BYTES = 10
 #: Sorted word table: bytes + int64 offset + int64 count.
@@ -71,9 +80,11 @@ CHUNK_TABLE_BYTES_PER_WORD = WORD_BYTES + 64
 CHUNK_RSS_FACTOR = 1.25
 #: The parent folds partial tables every this many results (``trainer.count_corpus``).
 PARTIAL_TABLES = 8
-#: Merge engine per unique pretoken: ENGINE_BYTES_PER_WORD + vocab_size / ENGINE_VOCAB_DIVISOR.
-ENGINE_BYTES_PER_WORD = 256
-ENGINE_VOCAB_DIVISOR = 125
+#: Merge engine: ENGINE_BASE_BYTES + per unique pretoken ENGINE_BYTES_PER_WORD
+#: + vocab_size / ENGINE_VOCAB_DIVISOR (more merges, more pairs and longer word lists).
+ENGINE_BASE_BYTES = 32 * MiB
+ENGINE_BYTES_PER_WORD = 200
+ENGINE_VOCAB_DIVISOR = 200
 DEFAULT_VOCAB_SIZE = 32000
 #: Chunk sizes: at least MIN (or the whole input), at most MAX; about 4 chunks per worker.
 MIN_CHUNK_BYTES = 1 * MiB
@@ -127,8 +138,10 @@ class Plan:
         parent_overhead: RSS of the parent before the work.
         per_worker_bytes: estimated peak RSS of one worker.
         parent_bytes: estimated peak RSS of the parent while the workers run.
+        count_bytes: estimated peak RSS of the tree while the workers run (parent + workers).
         merge_bytes: estimated peak RSS of the merge phase (training; 0 for encoding).
-        peak_bytes: estimated peak RSS of the tree over the whole run.
+        peak_bytes: estimated peak RSS of the tree over the whole run; above ``memory_limit`` only
+            when the merge phase is an estimate that does not fit (see ``merge_fits``).
         unique_pretokens: the estimate (or the given count) of unique pretokens (training).
         spill: the merged pretoken table is expected to outgrow ``spill_threshold_bytes``.
         spill_threshold_bytes: the most pretoken-table bytes the parent may hold in RAM while
@@ -147,12 +160,18 @@ class Plan:
     parent_overhead: int
     per_worker_bytes: int
     parent_bytes: int
+    count_bytes: int
     merge_bytes: int
     peak_bytes: int
     unique_pretokens: int = 0
     spill: bool = False
     spill_threshold_bytes: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def merge_fits(self) -> bool:
+        """The merge phase fits the budget (by the estimate, when ``unique_pretokens`` was not given)."""
+        return self.merge_bytes <= self.memory_limit
 
     @property
     def workers_bytes(self) -> int:
@@ -168,6 +187,7 @@ class Plan:
         """
         d = asdict(self)
         d["notes"] = list(self.notes)
+        d["merge_fits"] = self.merge_fits
         return d
 
     def describe(self) -> str:
@@ -199,7 +219,8 @@ class Plan:
                 lines.append(f"  {'spill':<13} no: pretoken table ~{fmt_bytes(table)}, spills only beyond "
                              f"{fmt_bytes(self.spill_threshold_bytes)}")
         share = self.peak_bytes / self.memory_limit if self.memory_limit else 0.0
-        lines.append(f"  {'peak':<13} {fmt_bytes(self.peak_bytes)} estimated ({share:.0%} of the budget)")
+        over = "" if self.peak_bytes <= self.memory_limit else ": OVER the budget, see the note"
+        lines.append(f"  {'peak':<13} {fmt_bytes(self.peak_bytes)} estimated ({share:.0%} of the budget{over})")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -280,7 +301,7 @@ def unique_pretokens_estimate(n_bytes: int) -> int:
     """Estimated unique pretokens in ``n_bytes`` of text (Heaps' law with a margin).
 
     >>> unique_pretokens_estimate(12_613_005)
-    152166
+    126805
     >>> unique_pretokens_estimate(0), unique_pretokens_estimate(100)
     (0, 100)
     """
@@ -294,9 +315,11 @@ def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE) -> int:
     """Estimated memory of the merge engine for ``n_words`` unique pretokens.
 
     >>> engine_bytes(1_000_000, 32000) >> 20
-    488
+    375
     """
-    return n_words * (ENGINE_BYTES_PER_WORD + vocab_size // ENGINE_VOCAB_DIVISOR)
+    if n_words <= 0:
+        return 0
+    return ENGINE_BASE_BYTES + n_words * (ENGINE_BYTES_PER_WORD + vocab_size // ENGINE_VOCAB_DIVISOR)
 
 
 def _train_worker(overhead: int, chunk: int) -> int:
@@ -374,12 +397,16 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     >>> plan_training(230 << 20, 2 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...               parent_overhead=50 << 20).num_workers
     2
-    >>> try:
+    >>> est = plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
+    ...                     parent_overhead=50 << 20)    # before counting: counting fits
+    >>> est.merge_fits, est.merge_bytes >> 20
+    (False, 3722)
+    >>> try:                                            # after counting, with the real count
     ...     plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
-    ...                   parent_overhead=50 << 20)
+    ...                   parent_overhead=50 << 20, unique_pretokens=5_000_000)
     ... except BudgetError as e:
     ...     print(e.min_budget >> 20)
-    6030
+    2047
     """
     if input_bytes < 0:
         raise ValueError("input_bytes must be >= 0")
@@ -411,14 +438,16 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
             return chunk_bytes, chunk_bytes
         return _chunk_limits(input_bytes, w)
 
-    # 1. Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
+    # 1. Can it fit at all? Counting always; the merge phase when the real count is given.
+    exact = unique_pretokens is not None
     lo1, _ = chunks_for(1)
     spill_table = min(table, MIN_SPILL_BYTES)
     count_floor = _train_count_peak(1, lo1, spill_table, wo, po)
-    need = max(merge, count_floor)
+    need = max(merge, count_floor) if exact else count_floor
     if need > memory_limit:
-        raise BudgetError(_budget_message("training", input_bytes, memory_limit, need, merge, count_floor,
-                                          words, unique_pretokens is None), _round_up_mib(need))
+        raise BudgetError(_budget_message("training", input_bytes, memory_limit, need,
+                                          merge if exact else 0, count_floor, words), _round_up_mib(need))
+    # Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
     spill = _train_count_peak(1, lo1, table, wo, po) > memory_limit
     kept = spill_table if spill else table       # table bytes reserved while choosing workers
 
@@ -436,11 +465,7 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     # 3. The largest chunk up to the preferred size that still fits.
     lo, pref = chunks_for(workers)
     chunk = _largest_fitting(lo, pref, lambda c: _train_count_peak(workers, c, kept, wo, po) <= memory_limit)
-    if chunk is None:               # only a user-given chunk size can get here
-        raise BudgetError(f"memory limit {fmt_bytes(memory_limit)} is too small for chunks of "
-                          f"{fmt_bytes(lo)}; use smaller chunks or a budget of at least "
-                          f"{fmt_size(_train_count_peak(1, lo, kept, wo, po))}",
-                          _round_up_mib(max(merge, _train_count_peak(1, lo, kept, wo, po))))
+    assert chunk is not None        # lo fits for `workers` by the loop above (or workers == 1)
 
     # 4. Whatever the workers leave is the parent's room for the pretoken table.
     rest = memory_limit - _train_count_peak(workers, chunk, 0, wo, po)
@@ -449,21 +474,26 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     per_worker = _train_worker(wo, chunk)
     count_peak = _train_count_peak(workers, chunk, min(table, threshold), wo, po)
     _note_available(notes, memory_limit, available)
-    if unique_pretokens is None:
+    if not exact and merge > memory_limit:
+        notes.append(f"the merge phase is estimated at {fmt_bytes(merge)} (~{fmt_count(words)} unique "
+                     f"pretokens), above the budget: unless the corpus has fewer unique pretokens than "
+                     f"estimated, training stops after counting and names the budget it needs "
+                     f"(--memory-limit {fmt_size(merge)})")
+    elif not exact:
         notes.append("unique pretokens are estimated from the input size; re-plan with the real "
                      "count after counting")
     return Plan(kind="train", input_bytes=input_bytes, num_workers=workers, chunk_bytes=chunk,
                 memory_limit=memory_limit, available=available, cpu_count=cores, worker_overhead=wo,
-                parent_overhead=po, per_worker_bytes=per_worker, parent_bytes=parent, merge_bytes=merge,
+                parent_overhead=po, per_worker_bytes=per_worker, parent_bytes=parent, count_bytes=count_peak,
+                merge_bytes=merge,
                 peak_bytes=max(count_peak, merge), unique_pretokens=words, spill=spill,
                 spill_threshold_bytes=threshold, notes=tuple(notes))
 
 
 def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: int, count: int,
-                    words: int, estimated: bool) -> str:
+                    words: int) -> str:
     if merge >= count:
-        why = (f"the merge phase needs ~{fmt_bytes(merge)} for {'~' if estimated else ''}"
-               f"{fmt_count(words)} unique pretokens")
+        why = f"the merge phase needs ~{fmt_bytes(merge)} for {fmt_count(words)} unique pretokens"
     else:
         why = f"counting needs ~{fmt_bytes(count)} with one worker and the smallest chunks"
     return (f"memory limit {fmt_bytes(limit)} is too small for {what} on {fmt_bytes(input_bytes)}: {why}; "
@@ -555,7 +585,8 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
     return Plan(kind="encode", input_bytes=input_bytes, num_workers=workers, chunk_bytes=chunk,
                 memory_limit=memory_limit, available=available, cpu_count=cores, worker_overhead=wo,
                 parent_overhead=po, per_worker_bytes=_encode_worker(wo, vocab_size, chunk),
-                parent_bytes=_encode_parent(po, vocab_size, chunk), merge_bytes=0, peak_bytes=peak,
+                parent_bytes=_encode_parent(po, vocab_size, chunk), count_bytes=peak, merge_bytes=0,
+                peak_bytes=peak,
                 notes=tuple(notes))
 
 

@@ -1,8 +1,9 @@
 """The memory plan as arithmetic: no processes, overheads passed in as numbers.
 
-Budgets 200 MB - 64 GB, 1-64 cores, inputs 1 KB - 15 GB: every plan fits its budget, uses at least
-one and at most one worker per core, sane chunks; spilling only gets rarer as the budget grows; a
-budget that is too small raises ``BudgetError`` naming the smallest one that works, and that one does.
+Budgets 200 MB - 64 GB, 1-64 cores, inputs 1 KB - 15 GB: every plan fits its budget (a merge phase
+estimated from the input size may not, and says so; with the real count it must), uses at least one
+and at most one worker per core, sane chunks; spilling only gets rarer as the budget grows; a budget
+that is too small raises ``BudgetError`` naming the smallest one that works, and that one does.
 """
 import doctest
 import json
@@ -37,9 +38,15 @@ def encode(input_bytes, budget, cores, vocab_size=50257, **kw):
     return plan_encoding(input_bytes, vocab_size, budget, cores, AVAILABLE, **kw)
 
 
-def check_plan(plan: Plan, input_bytes: int, budget: int, cores: int, user_chunk=None):
+def check_plan(plan: Plan, input_bytes: int, budget: int, cores: int, user_chunk=None, exact=False):
     assert 1 <= plan.num_workers <= cores
-    assert plan.peak_bytes <= budget
+    assert plan.count_bytes <= budget
+    if exact or plan.kind == "encode":
+        assert plan.merge_fits
+    if plan.merge_fits:
+        assert plan.peak_bytes <= budget
+    else:
+        assert any("above the budget" in n for n in plan.notes) and "OVER" in plan.describe()
     assert plan.memory_limit == budget
     if user_chunk is None:
         assert 1 <= plan.chunk_bytes <= MAX_CHUNK_BYTES
@@ -51,7 +58,7 @@ def check_plan(plan: Plan, input_bytes: int, budget: int, cores: int, user_chunk
         assert plan.chunk_bytes == user_chunk
     assert plan.per_worker_bytes > 0 and plan.parent_bytes > 0
     if plan.kind == "train":
-        assert plan.merge_bytes <= plan.peak_bytes
+        assert plan.peak_bytes == max(plan.count_bytes, plan.merge_bytes)
         table = plan.unique_pretokens * scheduler.TABLE_BYTES_PER_WORD
         assert plan.spill_threshold_bytes > 0
         assert plan.spill or plan.spill_threshold_bytes >= table
@@ -84,16 +91,21 @@ def test_training_plans_fit(budget, cores):
     for n in INPUTS:
         plan, used = plan_or_error(train, n, budget, cores)
         check_plan(plan, n, used, cores)
+        # after counting, with the real number of unique pretokens (here: the estimate / 3)
+        plan, used = plan_or_error(train, n, budget, cores, unique_pretokens=plan.unique_pretokens // 3)
+        check_plan(plan, n, used, cores, exact=True)
 
 
 @pytest.mark.parametrize("cores", [1, 2, 8, 64])
 @pytest.mark.parametrize("input_bytes", INPUTS)
-def test_spill_and_feasibility_are_monotonic_in_budget(input_bytes, cores):
-    budgets = sorted(BUDGETS + [int(b * 1.5) for b in BUDGETS])
+@pytest.mark.parametrize("exact", [False, True])
+def test_spill_and_feasibility_are_monotonic_in_budget(input_bytes, cores, exact):
+    budgets = sorted(BUDGETS + [int(b * 1.5) for b in BUDGETS] + [b // 4 for b in BUDGETS])
+    words = scheduler.unique_pretokens_estimate(input_bytes) if exact else None
     seen_fit = seen_no_spill = False
     for budget in budgets:
         try:
-            plan = train(input_bytes, budget, cores)
+            plan = train(input_bytes, budget, cores, unique_pretokens=words)
         except BudgetError:
             assert not seen_fit, "a larger budget failed where a smaller one worked"
             continue
@@ -106,19 +118,35 @@ def test_spill_and_feasibility_are_monotonic_in_budget(input_bytes, cores):
 def test_the_users_target_15gb_in_8gb_on_2_cores():
     plan = train(15 * GB, 8 * GiB, 2, vocab_size=32000)
     assert plan.num_workers == 2
-    assert plan.peak_bytes < 8 * GiB
+    assert plan.merge_fits and plan.peak_bytes < 8 * GiB
     assert not plan.spill
 
 
+def test_spill_when_the_table_does_not_fit_beside_the_workers():
+    plan = train(15 * GB, 300 * MB, 2, vocab_size=32000)     # counting fits only with a spilled table
+    assert plan.spill and plan.num_workers >= 1
+    assert plan.spill_threshold_bytes < plan.unique_pretokens * scheduler.TABLE_BYTES_PER_WORD
+    assert not plan.merge_fits and "--memory-limit" in " ".join(plan.notes)
+    assert "spill         yes" in plan.describe()
+
+
 def test_too_small_names_the_smallest_budget_and_that_budget_works():
+    words = 5_000_000
     with pytest.raises(BudgetError) as info:
-        train(15 * GB, 1 * GiB, 2, vocab_size=32000)
+        train(15 * GB, 1 * GiB, 2, vocab_size=32000, unique_pretokens=words)
     msg = str(info.value)
     assert "too small" in msg and "merge phase" in msg and "--memory-limit" in msg
-    plan = train(15 * GB, info.value.min_budget, 2, vocab_size=32000)
+    plan = train(15 * GB, info.value.min_budget, 2, vocab_size=32000, unique_pretokens=words)
     assert plan.peak_bytes <= info.value.min_budget
     with pytest.raises(BudgetError):
-        train(15 * GB, info.value.min_budget - 2 * MiB, 2, vocab_size=32000)
+        train(15 * GB, info.value.min_budget - 2 * MiB, 2, vocab_size=32000, unique_pretokens=words)
+
+
+def test_counting_that_cannot_fit_is_refused_before_any_work():
+    with pytest.raises(BudgetError) as info:
+        train(15 * GB, 100 * MB, 2, parent_overhead=90 * MiB)
+    assert "counting needs" in str(info.value)
+    train(15 * GB, info.value.min_budget, 2, parent_overhead=90 * MiB)
 
 
 def test_more_budget_never_means_fewer_workers():
@@ -155,6 +183,14 @@ def test_replanning_with_the_real_count_uses_it():
     assert not any("estimated" in n for n in real.notes)
 
 
+def test_a_repetitive_corpus_is_not_refused_on_the_estimate():
+    # 1 GB of en_heldout repeated has its ~101 k unique pretokens, whatever the size suggests
+    est = train(1 * GB, 300 * MB, 2, vocab_size=8000)
+    assert not est.merge_fits                    # the estimate is pessimistic here ...
+    real = train(1 * GB, 300 * MB, 2, vocab_size=8000, unique_pretokens=101_444)
+    assert real.merge_fits                       # ... and the real count decides
+
+
 def test_the_model_covers_the_measured_engine():
     # en_train (230 MB): 513,605 unique pretokens; measured merge-phase growth 113 MiB (8k), 174 MiB (32k).
     for vocab, measured in ((8000, 113 * MiB), (32000, 174 * MiB)):
@@ -183,6 +219,8 @@ def test_training_plan_properties(input_bytes, budget, cores, vocab_size, num_wo
               parent_overhead=overhead)
     plan, used = plan_or_error(train, input_bytes, budget, cores, **kw)
     check_plan(plan, input_bytes, used, cores)
+    exact, used = plan_or_error(train, input_bytes, budget, cores, unique_pretokens=plan.unique_pretokens, **kw)
+    check_plan(exact, input_bytes, used, cores, exact=True)
     if num_workers is not None:
         assert plan.num_workers <= num_workers
     # more budget: still a plan, and no spill where this one did not spill
