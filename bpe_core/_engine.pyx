@@ -1,17 +1,21 @@
 # cython: language_level=3
 """The BPE merge engine: pair counting, a lazy max-heap and greedy merge rewriting.
 
-Words are a CSR table: ``symbols`` (uint32 token ids), ``offsets`` (int64 start of each word) and the
-current ``lengths`` (a merge shortens a word in place), with an int64 ``count`` per word. A pair is
-``(left_id, right_id)``; the engine keeps, per pair, its count (the sum over words of count times
-occurrences, every window counted: ``aaa`` holds ``(a, a)`` twice) and the list of words that may
-contain it.
+Words are a CSR table of uint32 token ids (``offsets`` int64, one int64 ``count`` per word). Each
+position keeps its symbol and links to the previous and next live position of its word, so a merge
+rewrites symbols where they stand (the right half of a merged pair is unlinked, never moved). A pair
+is ``(left_id, right_id)``; the engine keeps, per pair, its count (the sum over words of count times
+occurrences, every window counted: ``aaa`` holds ``(a, a)`` twice) and the list of positions where it
+may occur.
 
-One merge step (``_apply_merge``) visits only the words listed for the winning pair, rewrites each
-greedily left to right without overlap, and applies exact count deltas: it subtracts the old pairs
-that touch a rewritten position (the merged pair included) and adds the new pairs that touch a merged
-token. Every other pair of the word is unchanged, so the counts stay equal to a full recount
-(``reference.get_pair_counts``) after every step.
+One merge step (``_apply_merge``) visits only the positions listed for the winning pair, in order, so
+that within a word it merges greedily left to right without overlap (``aaa`` -> ``[aa, a]``); a listed
+position that no longer holds the pair is skipped. Each merge at position ``i`` (left neighbour ``h``,
+right neighbour ``k`` of the pair) applies exact count deltas: ``-(h, a) -(a, b) -(b, k) +(h, t)
++(t, k)``. Consecutive sites in one word see the previous site's new token as their neighbour, so the
+result equals a full recount (``reference.get_pair_counts``) after every step. The cost of a step is
+proportional to the pair's occurrences, not to the length of the words holding it, so words may be
+long (SuperBPE stage-2 units, training without pre-tokenization).
 
 The heap is lazy: an entry ``(count, pair)`` is pushed whenever a pair's count rises, and never
 updated in place. Invariant: every live pair has an entry whose count is >= its current count. On pop,
@@ -31,6 +35,7 @@ Equivalent to ``reference.train_on_counts`` (tested on random and adversarial in
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp
+from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 
 import numpy as np
@@ -40,6 +45,8 @@ from bpe_core._typedefs cimport (count_t, pack_pair, pair_id_t, pair_key_t, pair
 
 cdef pair_key_t EMPTY_KEY = 0xFFFFFFFFFFFFFFFFu
 cdef uint32_t NO_MARK = 0xFFFFFFFFu
+cdef uint32_t NIL = 0xFFFFFFFFu          # no neighbour (word edge)
+cdef token_id_t DEAD = 0xFFFFFFFFu     # the unlinked right half of a merged pair
 
 
 cdef struct HeapEntry:
@@ -140,11 +147,11 @@ cdef class MergeEngine:
     ([256, 97], 0, 1)
     """
 
-    cdef vector[token_id_t] symbols
+    cdef vector[token_id_t] symbols      # per position; DEAD once unlinked
+    cdef vector[uint32_t] nexts          # per position: next live position of the word, or NIL
+    cdef vector[uint32_t] prevs          # per position: previous live position, or NIL
     cdef vector[int64_t] offsets
-    cdef vector[int64_t] lengths
     cdef vector[count_t] counts
-    cdef vector[uint32_t] marks          # per word: the last step that visited it
     # tokens
     cdef vector[uint8_t] tok_arena
     cdef vector[int64_t] tok_off
@@ -154,16 +161,12 @@ cdef class MergeEngine:
     cdef _PairMap pair_map
     cdef vector[pair_key_t] pair_keys
     cdef vector[count_t] pair_counts
-    cdef vector[vector[word_id_t]] pair_words
+    cdef vector[vector[uint32_t]] pair_positions
     cdef vector[uint32_t] pair_pushed    # per pair: the last step whose touched list holds it
     cdef vector[int8_t] pair_allowed     # -1 unknown, 0 never merge, 1 may merge
     cdef vector[pair_id_t] touched
     # heap
     cdef vector[HeapEntry] heap
-    # scratch
-    cdef vector[token_id_t] old_buf
-    cdef vector[int64_t] sites
-    cdef vector[int64_t] new_sites
     cdef public uint32_t n_steps
     cdef public int64_t n_pops
 
@@ -175,6 +178,8 @@ cdef class MergeEngine:
             raise ValueError("offsets must have n_words + 1 entries")
         if n_words >= <int64_t>0xFFFFFFFF:
             raise ValueError("too many words for uint32 word ids")
+        if symbols.shape[0] >= <int64_t>0xFFFFFFFF:
+            raise ValueError("too many symbols for uint32 positions")
         if offsets[0] != 0 or offsets[n_words] != symbols.shape[0]:
             raise ValueError("offsets must start at 0 and end at len(symbols)")
         self.tok_ids = {}
@@ -187,18 +192,22 @@ cdef class MergeEngine:
                 raise ValueError(f"symbol {symbols[i]} has no token bytes")
             self.symbols[i] = symbols[i]
         self.offsets.resize(n_words + 1)
-        self.lengths.resize(n_words)
         self.counts.resize(n_words)
-        self.marks.assign(n_words, NO_MARK)
+        self.nexts.resize(symbols.shape[0])
+        self.prevs.resize(symbols.shape[0])
         for i in range(n_words):
             if offsets[i + 1] < offsets[i]:
                 raise ValueError("offsets must be non-decreasing")
             if counts[i] < 0:
                 raise ValueError("counts must be >= 0")
             self.offsets[i] = offsets[i]
-            self.lengths[i] = offsets[i + 1] - offsets[i]
             self.counts[i] = counts[i]
         self.offsets[n_words] = offsets[n_words]
+        cdef int64_t k
+        for i in range(n_words):
+            for k in range(offsets[i], offsets[i + 1]):
+                self.nexts[k] = <uint32_t>(k + 1) if k + 1 < offsets[i + 1] else NIL
+                self.prevs[k] = <uint32_t>(k - 1) if k > offsets[i] else NIL
         self.pair_map = _PairMap(1 << 16)
         self.n_steps = 0
         self.n_pops = 0
@@ -243,17 +252,16 @@ cdef class MergeEngine:
         self.pair_map.put(key, pid)
         self.pair_keys.push_back(key)
         self.pair_counts.push_back(0)
-        self.pair_words.push_back(vector[word_id_t]())
+        self.pair_positions.push_back(vector[uint32_t]())
         self.pair_pushed.push_back(NO_MARK)
         self.pair_allowed.push_back(-1)
         return pid
 
-    cdef inline void _add_pair(self, token_id_t left, token_id_t right, count_t c, word_id_t w) noexcept nogil:
+    cdef inline void _add_pair(self, token_id_t left, token_id_t right, count_t c, uint32_t pos) noexcept nogil:
+        """Count one more occurrence (weight ``c``) of a pair whose left symbol sits at ``pos``."""
         cdef pair_id_t pid = self._pair_id(left, right)
-        cdef vector[word_id_t]* ws = &self.pair_words[pid]
         self.pair_counts[pid] += c
-        if ws.size() == 0 or ws.back() != w:
-            ws.push_back(w)
+        self.pair_positions[pid].push_back(pos)
         if self.pair_pushed[pid] != self.n_steps:
             self.pair_pushed[pid] = self.n_steps
             self.touched.push_back(pid)
@@ -267,12 +275,10 @@ cdef class MergeEngine:
         cdef count_t c
         for w in range(<int64_t>self.counts.size()):
             c = self.counts[w]
-            if c == 0:
-                continue
             start = self.offsets[w]
-            n = self.lengths[w]
+            n = self.offsets[w + 1] - start
             for k in range(n - 1):
-                self._add_pair(self.symbols[start + k], self.symbols[start + k + 1], c, <word_id_t>w)
+                self._add_pair(self.symbols[start + k], self.symbols[start + k + 1], c, <uint32_t>(start + k))
 
     def pair_count(self, token_id_t left, token_id_t right):
         """The current count of a pair (0 when never seen)."""
@@ -378,72 +384,59 @@ cdef class MergeEngine:
 
     # ---- merging -------------------------------------------------------------------------------
 
+    cdef inline count_t _count_at(self, uint32_t pos) noexcept nogil:
+        """The count of the word that holds position ``pos`` (binary search in the offsets)."""
+        cdef int64_t lo = 0, hi = <int64_t>self.counts.size() - 1, mid
+        while lo < hi:                       # last word whose offset <= pos
+            mid = (lo + hi + 1) >> 1
+            if self.offsets[mid] <= <int64_t>pos:
+                lo = mid
+            else:
+                hi = mid - 1
+        return self.counts[lo]
+
     cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok) noexcept nogil:
-        """Rewrite every word that holds the pair and update counts by exact deltas."""
+        """Rewrite every occurrence of the pair and update counts by exact deltas."""
         cdef token_id_t a = pair_left(self.pair_keys[pid])
         cdef token_id_t b = pair_right(self.pair_keys[pid])
-        cdef vector[word_id_t] words
-        cdef size_t wi
-        cdef word_id_t w
-        cdef int64_t start, n, i, j, m, k, last_j, last_k, n_new, s
+        cdef vector[uint32_t] positions
+        cdef size_t n, q
+        cdef uint32_t i, j, h, k
         cdef count_t c
-        cdef token_id_t* sym
-        words.swap(self.pair_words[pid])      # this pair's word list is consumed
-        for wi in range(words.size()):
-            w = words[wi]
-            if self.marks[w] == self.n_steps:
+        positions.swap(self.pair_positions[pid])      # this pair's positions are consumed
+        n = positions.size()
+        if a == b:
+            # Overlapping runs (aaa): left to right within each word, as the greedy rewrite.
+            sort(positions.begin(), positions.end())
+        for q in range(n):
+            i = positions[q]
+            if self.symbols[i] != a:
+                continue                     # stale: rewritten since it was listed
+            j = self.nexts[i]
+            if j == NIL or self.symbols[j] != b:
                 continue
-            self.marks[w] = self.n_steps
-            c = self.counts[w]
-            start = self.offsets[w]
-            n = self.lengths[w]
-            sym = &self.symbols[start]
-            # 1. Find the merge sites, greedily left to right, without overlap.
-            self.sites.clear()
-            i = 0
-            while i < n - 1:
-                if sym[i] == a and sym[i + 1] == b:
-                    self.sites.push_back(i)
-                    i += 2
-                else:
-                    i += 1
-            if self.sites.size() == 0:
-                continue            # a stale entry of the word list
-            # 2. Subtract the old pairs touching a site: windows i-1, i, i+1 of each site i.
-            last_j = -1
-            for k in range(<int64_t>self.sites.size()):
-                s = self.sites[k]
-                for j in range(s - 1, s + 2):
-                    if j > last_j and j >= 0 and j < n - 1:
-                        self._sub_pair(sym[j], sym[j + 1], c)
-                        last_j = j
-            # 3. Rewrite in place.
-            self.new_sites.clear()
-            i = 0
-            m = 0
-            k = 0
-            while i < n:
-                if k < <int64_t>self.sites.size() and i == self.sites[k]:
-                    sym[m] = new_tok
-                    self.new_sites.push_back(m)
-                    i += 2
-                    k += 1
-                else:
-                    sym[m] = sym[i]
-                    i += 1
-                m += 1
-            n_new = m
-            self.lengths[w] = n_new
-            # 4. Add the new pairs touching a merged token: windows m-1 and m.
-            last_k = -1
-            for k in range(<int64_t>self.new_sites.size()):
-                s = self.new_sites[k]
-                for j in range(s - 1, s + 1):
-                    if j > last_k and j >= 0 and j < n_new - 1:
-                        self._add_pair(sym[j], sym[j + 1], c, w)
-                        last_k = j
-        words.clear()
-        # 5. Every pair whose count rose gets a fresh heap entry.
+            c = self._count_at(i)
+            h = self.prevs[i]
+            k = self.nexts[j]
+            # 1. The old windows around the site go.
+            if h != NIL:
+                self._sub_pair(self.symbols[h], a, c)
+            self._sub_pair(a, b, c)
+            if k != NIL:
+                self._sub_pair(b, self.symbols[k], c)
+            # 2. Rewrite: the pair becomes one symbol at i; j is unlinked.
+            self.symbols[i] = new_tok
+            self.symbols[j] = DEAD
+            self.nexts[i] = k
+            if k != NIL:
+                self.prevs[k] = i
+            # 3. The new windows come.
+            if h != NIL:
+                self._add_pair(self.symbols[h], new_tok, c, h)
+            if k != NIL:
+                self._add_pair(new_tok, self.symbols[k], c, i)
+        positions.clear()
+        # 4. Every pair whose count rose gets a fresh heap entry.
         self._heapify()
 
     cpdef tuple step(self, allowed=None):
@@ -505,30 +498,54 @@ cdef class MergeEngine:
 
     # ---- inspection ----------------------------------------------------------------------------
 
+    cdef int64_t _word_len(self, int64_t w) noexcept nogil:
+        cdef int64_t n = 0
+        cdef uint32_t pos
+        if self.offsets[w] == self.offsets[w + 1]:
+            return 0
+        pos = <uint32_t>self.offsets[w]
+        while pos != NIL:
+            n += 1
+            pos = self.nexts[pos]
+        return n
+
     def word(self, word_id_t w):
         """The current symbols of a word."""
-        cdef int64_t k
-        return [self.symbols[self.offsets[w] + k] for k in range(self.lengths[w])]
+        out = []
+        cdef uint32_t pos
+        if self.offsets[w] == self.offsets[w + 1]:
+            return out
+        pos = <uint32_t>self.offsets[w]
+        while pos != NIL:
+            out.append(self.symbols[pos])
+            pos = self.nexts[pos]
+        return out
 
     def words(self):
         """The current word table as ``(symbols uint32, offsets int64, counts int64)`` (compacted)."""
         cdef int64_t n_words = self.counts.size()
-        cdef int64_t total = 0, w, k, pos = 0
-        for w in range(n_words):
-            total += self.lengths[w]
-        symbols = np.empty(total, dtype=np.uint32)
+        cdef int64_t w, pos = 0
+        cdef uint32_t p
         offsets = np.empty(n_words + 1, dtype=np.int64)
         counts = np.empty(n_words, dtype=np.int64)
-        cdef token_id_t[::1] sv = symbols
         cdef int64_t[::1] ov = offsets
         cdef int64_t[::1] cv = counts
         for w in range(n_words):
             ov[w] = pos
             cv[w] = self.counts[w]
-            for k in range(self.lengths[w]):
-                sv[pos] = self.symbols[self.offsets[w] + k]
-                pos += 1
+            pos += self._word_len(w)
         ov[n_words] = pos
+        symbols = np.empty(pos, dtype=np.uint32)
+        cdef token_id_t[::1] sv = symbols
+        pos = 0
+        for w in range(n_words):
+            if self.offsets[w] == self.offsets[w + 1]:
+                continue
+            p = <uint32_t>self.offsets[w]
+            while p != NIL:
+                sv[pos] = self.symbols[p]
+                pos += 1
+                p = self.nexts[p]
         return symbols, offsets, counts
 
     def tokens(self):

@@ -43,7 +43,13 @@ class TrainConfig:
         pattern: ``gpt2``, ``cl100k``, ``o200k`` or a regex string.
         num_workers: pre-tokenization processes (None: one per CPU core).
         chunk_bytes: target chunk size for pre-tokenization (None: chosen from the input size).
-        memory_limit: RAM budget in bytes (None: the default budget).
+        memory_limit: RAM budget for the whole process tree, in bytes or as a size string such as
+            ``"8G"`` (None: 8 GiB, or less when less RAM is available).
+        min_pretoken_count: drop pretokens seen fewer times before the merge loop. 1 (default)
+            keeps all; a larger value CHANGES THE RESULT (rare words no longer count) and saves
+            memory in the merge phase.
+        spill_dir: where sorted runs of the pretoken table go when it outgrows the budget
+            (default: the system temp folder).
         progress: tqdm progress bars on stderr.
     """
 
@@ -54,6 +60,8 @@ class TrainConfig:
     num_workers: Optional[int] = None
     chunk_bytes: Optional[int] = None
     memory_limit: Optional[int] = None
+    min_pretoken_count: int = 1
+    spill_dir: Optional[str] = None
     progress: bool = False
 
     def __post_init__(self):
@@ -71,6 +79,12 @@ class TrainConfig:
         resolve_pattern(self.pattern)        # raises ValueError naming a bad regex
         if self.num_workers is not None and self.num_workers < 1:
             raise ValueError("num_workers must be >= 1")
+        if self.memory_limit is not None:
+            object.__setattr__(self, "memory_limit", parse_size(self.memory_limit))
+            if self.memory_limit < 1:
+                raise ValueError("memory_limit must be positive")
+        if self.min_pretoken_count < 1:
+            raise ValueError("min_pretoken_count must be >= 1")
         if self.chunk_bytes is not None and self.chunk_bytes < 1:
             raise ValueError("chunk_bytes must be >= 1")
 

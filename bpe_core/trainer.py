@@ -19,7 +19,9 @@ import multiprocessing as mp
 import os
 import resource
 import sys
+import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -27,13 +29,12 @@ import numpy as np
 
 from . import corpus
 from ._engine import MergeEngine
+from . import scheduler
 from .config import TrainConfig
+from .memmon import MemoryMonitor, phase
 from .model_io import Model
 from .patterns import encode_specials, resolve_pattern
 from .wordtable import WordTable
-
-DEFAULT_CHUNK_BYTES = 32 << 20
-
 
 @dataclass
 class TrainResult:
@@ -71,8 +72,18 @@ def _mp_context():
 
 
 def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers: int,
-                 chunk_bytes: int, progress: bool = False, report: Optional[dict] = None) -> WordTable:
-    """Count the pretokens of a whole file into one sorted word table."""
+                 chunk_bytes: int, progress: bool = False, report: Optional[dict] = None,
+                 monitor: Optional[MemoryMonitor] = None, memory_limit: Optional[int] = None,
+                 per_worker_bytes: int = 0, spill_threshold_bytes: Optional[int] = None,
+                 spill_dir: Optional[str] = None) -> WordTable:
+    """Count the pretokens of a whole file into one sorted word table.
+
+    Chunks go to ``num_workers`` processes (in the parent when 1), at most ``num_workers + 1`` in
+    flight; before each new chunk, when a ``monitor`` and ``memory_limit`` are given, the parent waits
+    until the process tree has room for one more worker. The parent folds partial tables as they
+    arrive; when the folded table grows past ``spill_threshold_bytes`` it is written to disk as a
+    sorted run, and the runs are merged (exactly) at the end.
+    """
     from .pretokenize import merge_counts
 
     buf = corpus.open_corpus(path)
@@ -82,9 +93,11 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
     del buf
     if report is not None:
         report["n_chunks"] = len(tasks)
-        report["seconds"]["plan"] = round(time.perf_counter() - t0, 3)
+        report["seconds"]["plan"] = round(report["seconds"].get("plan", 0) + time.perf_counter() - t0, 3)
+    phase("pretokenize")
     bar = _bar(progress, total=sum(t[2] - t[1] for t in tasks), desc="pre-tokenize", unit="B",
-               unit_scale=True)
+               unit_scale=True, unit_divisor=1024)
+    spill = _Spill(spill_threshold_bytes, spill_dir)
     tables: list[tuple] = []
     n_docs_sep = 0
     t1 = time.perf_counter()
@@ -98,27 +111,83 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
         if len(tables) >= 8:       # keep the parent's memory bounded: fold partial tables as we go
             tm = time.perf_counter()
             tables = [merge_counts(tables)]
+            tables = spill.offer(tables)
             merge_seconds += time.perf_counter() - tm
         if bar is not None:
             bar.update(n_bytes)
 
-    if num_workers <= 1 or len(tasks) <= 1:
-        for task in tasks:
-            absorb(_count_chunk(task))
-    else:
-        with _mp_context().Pool(min(num_workers, len(tasks))) as pool:
-            for result in pool.imap_unordered(_count_chunk, tasks):
-                absorb(result)
-    if bar is not None:
-        bar.close()
-    tm = time.perf_counter()
-    table = WordTable.from_arrays(merge_counts(tables)) if tables else WordTable.empty()
-    merge_seconds += time.perf_counter() - tm
+    def wait_for_room():
+        if monitor is not None and memory_limit:
+            monitor.wait_below(memory_limit - per_worker_bytes, timeout=60)
+
+    try:
+        if num_workers <= 1 or len(tasks) <= 1:
+            for task in tasks:
+                wait_for_room()
+                absorb(_count_chunk(task))
+        else:
+            with _mp_context().Pool(min(num_workers, len(tasks))) as pool:
+                pending: deque = deque()
+                for task in tasks:
+                    while len(pending) > num_workers:
+                        absorb(pending.popleft().get())
+                    wait_for_room()
+                    pending.append(pool.apply_async(_count_chunk, (task,)))
+                while pending:
+                    absorb(pending.popleft().get())
+        if bar is not None:
+            bar.close()
+        phase("merge counts")
+        tm = time.perf_counter()
+        runs = spill.runs() + tables
+        table = WordTable.from_arrays(merge_counts(runs)) if runs else WordTable.empty()
+        merge_seconds += time.perf_counter() - tm
+    finally:
+        spill.cleanup()
     if report is not None:
         report["seconds"]["pretokenize"] = round(time.perf_counter() - t1 - merge_seconds, 3)
         report["seconds"]["merge_counts"] = round(merge_seconds, 3)
         report["special_token_occurrences"] = n_docs_sep
+        report["spilled_runs"] = spill.n_runs
+        report["spilled_bytes"] = spill.n_bytes
     return table
+
+
+class _Spill:
+    """Sorted runs of the pretoken table on disk, once the table outgrows its share of the budget."""
+
+    def __init__(self, threshold: Optional[int], folder: Optional[str]):
+        self.threshold = threshold
+        self.folder = folder
+        self._dir: Optional[tempfile.TemporaryDirectory] = None
+        self.paths: list[str] = []
+        self.n_runs = 0
+        self.n_bytes = 0
+
+    def offer(self, tables: list[tuple]) -> list[tuple]:
+        """Spill the (single, folded) table if it is over the threshold; return what stays in RAM."""
+        if self.threshold is None or sum(int(a.nbytes + o.nbytes + c.nbytes) for a, o, c in tables) <= self.threshold:
+            return tables
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="bpe_core-spill-", dir=self.folder)
+        for arena, offsets, counts in tables:
+            base = os.path.join(self._dir.name, f"run{self.n_runs:05d}")
+            for name, arr in (("arena", arena), ("offsets", offsets), ("counts", counts)):
+                np.save(f"{base}.{name}.npy", arr)
+            self.paths.append(base)
+            self.n_runs += 1
+            self.n_bytes += int(arena.nbytes + offsets.nbytes + counts.nbytes)
+        return []
+
+    def runs(self) -> list[tuple]:
+        """The spilled runs, memory-mapped (pages are read as the merge reaches them)."""
+        return [tuple(np.load(f"{base}.{name}.npy", mmap_mode="r") for name in ("arena", "offsets", "counts"))
+                for base in self.paths]
+
+    def cleanup(self) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
 
 
 # ==== Training =============================================================================
@@ -148,6 +217,7 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
     specials = encode_specials(special_tokens)
     n_merges = vocab_size - 256 - len(specials)
     t0 = time.perf_counter()
+    phase("build words")
     table = table.without_singletons()
     engine = MergeEngine(table.symbols(), table.offsets, table.counts, [bytes([i]) for i in range(256)])
     t1 = time.perf_counter()
@@ -159,6 +229,7 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
             bar.update(done - last[0])
             last[0] = done
 
+    phase("merge loop")
     steps = engine.run(n_merges, allowed=allowed, progress=tick if bar is not None else None)
     if bar is not None:
         bar.close()
@@ -181,35 +252,66 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
     return vocab, merges
 
 
+def plan(config: TrainConfig) -> scheduler.Plan:
+    """The memory plan of a run (workers, chunk size, spilling) before any work.
+
+    Raises:
+        scheduler.BudgetError: the run cannot fit ``config.memory_limit``.
+    """
+    size = corpus.check_input(config.input_path)
+    cores = os.cpu_count() or 1
+    # Workers asked for explicitly are honoured beyond the core count (as the budget allows).
+    return scheduler.plan_training(size, config.memory_limit, max(cores, config.num_workers or 0), None,
+                                   num_workers=config.num_workers, chunk_bytes=config.chunk_bytes,
+                                   vocab_size=config.vocab_size)
+
+
 def train(config: TrainConfig) -> TrainResult:
     """Train from a :class:`TrainConfig`; returns the model and a run report."""
     t_start = time.perf_counter()
+    phase("plan")
     pattern = resolve_pattern(config.pattern)
     specials = encode_specials(config.special_tokens)
     size = corpus.check_input(config.input_path)
-    num_workers = config.num_workers or os.cpu_count() or 1
-    chunk_bytes = config.chunk_bytes or max(1 << 20, min(DEFAULT_CHUNK_BYTES, size // (4 * num_workers) + 1))
+    the_plan = plan(config)
     report: dict[str, Any] = {
         "input_path": os.path.abspath(config.input_path),
         "input_bytes": size,
         "vocab_size": config.vocab_size,
         "special_tokens": list(config.special_tokens),
         "pattern": pattern,
-        "num_workers": num_workers,
-        "chunk_bytes": chunk_bytes,
-        "seconds": {},
+        "num_workers": the_plan.num_workers,
+        "chunk_bytes": the_plan.chunk_bytes,
+        "memory_limit": the_plan.memory_limit,
+        "plan": the_plan.to_dict(),
+        "seconds": {"plan": round(time.perf_counter() - t_start, 3)},
     }
-    table = count_corpus(config.input_path, specials, pattern, num_workers, chunk_bytes,
-                         progress=config.progress, report=report)
-    report["unique_pretokens"] = table.n_words
-    report["pretokens"] = int(table.counts.sum())
-    # Documents: text separated by special tokens (an empty input has none).
-    report["documents"] = report["special_token_occurrences"] + 1 if size else 0
-    vocab, merges = train_words(table, config.vocab_size, config.special_tokens,
-                                progress=config.progress, report=report)
+    with MemoryMonitor(interval=0.05, budget=the_plan.memory_limit) as monitor:
+        table = count_corpus(config.input_path, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
+                             progress=config.progress, report=report, monitor=monitor,
+                             memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
+                             spill_threshold_bytes=the_plan.spill_threshold_bytes if the_plan.spill_threshold_bytes else None,
+                             spill_dir=config.spill_dir)
+        report["unique_pretokens"] = table.n_words
+        report["pretokens"] = int(table.counts.sum())
+        if config.min_pretoken_count > 1:
+            table = table.at_least(config.min_pretoken_count)
+            report["unique_pretokens_kept"] = table.n_words
+        # The merge phase needs the whole table in RAM: check it with the real count now.
+        scheduler.plan_training(size, the_plan.memory_limit, the_plan.cpu_count, the_plan.available,
+                                num_workers=the_plan.num_workers, chunk_bytes=the_plan.chunk_bytes,
+                                per_worker_overhead=the_plan.worker_overhead,
+                                parent_overhead=the_plan.parent_overhead, vocab_size=config.vocab_size,
+                                unique_pretokens=table.n_words)
+        # Documents: text separated by special tokens (an empty input has none).
+        report["documents"] = report["special_token_occurrences"] + 1 if size else 0
+        vocab, merges = train_words(table, config.vocab_size, config.special_tokens,
+                                    progress=config.progress, report=report)
+        del table
     report["vocab_size_reached"] = len(vocab)
     report["seconds"]["total"] = round(time.perf_counter() - t_start, 3)
-    report["peak_rss_bytes"] = peak_rss_bytes()
+    report["memory"] = monitor.summary()
+    report["peak_rss_bytes"] = {"tree_sampled": monitor.peak, **peak_rss_bytes()}
     model = Model(
         vocab=vocab,
         merges=merges,
@@ -217,7 +319,7 @@ def train(config: TrainConfig) -> TrainResult:
         pattern=pattern,
         method="bpe",
         stages=[{"name": "bpe", "merges": len(merges)}],
-        metadata={"input_bytes": size, "unique_pretokens": table.n_words},
+        metadata={"input_bytes": size, "unique_pretokens": report["unique_pretokens"]},
     )
     return TrainResult(model=model, report=report)
 
@@ -231,8 +333,8 @@ def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Se
         vocab_size: 256 bytes + special tokens + merges.
         special_tokens: split out before pre-tokenization, never merged; ids 256, 257, ...
         **options: any other :class:`TrainConfig` field: ``pattern`` (``"gpt2"``, ``"cl100k"``,
-            ``"o200k"`` or a regex), ``num_workers``, ``chunk_bytes``, ``memory_limit``,
-            ``progress``.
+            ``"o200k"`` or a regex), ``num_workers``, ``chunk_bytes``, ``memory_limit`` (bytes, or
+            a size string such as ``"8G"``), ``min_pretoken_count``, ``spill_dir``, ``progress``.
 
     Returns:
         ``(vocab, merges)``: ``vocab`` maps id -> bytes; ``merges`` lists ``(left, right)`` in order.

@@ -60,12 +60,22 @@ class WordTable:
         """The words as uint32 symbols (each byte is its own token id), same offsets."""
         return self.arena.astype(np.uint32)
 
+    def at_least(self, min_count: int) -> "WordTable":
+        """Keep the words seen at least ``min_count`` times (this changes training results).
+
+        >>> WordTable.from_counts({b"a": 1, b"bb": 3}).at_least(2).to_dict()
+        {b'bb': 3}
+        """
+        return self._keep(self.counts >= min_count)
+
     def without_singletons(self) -> "WordTable":
         """Drop words of one byte: they hold no pair, so they never change the merges."""
-        lengths = np.diff(self.offsets)
-        keep = lengths > 1
+        return self._keep(np.diff(self.offsets) > 1)
+
+    def _keep(self, keep: np.ndarray) -> "WordTable":
         if keep.all():
             return self
+        lengths = np.diff(self.offsets)
         byte_keep = np.repeat(keep, lengths)
         arena = self.arena[byte_keep]
         offsets = np.zeros(int(keep.sum()) + 1, np.int64)

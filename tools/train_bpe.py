@@ -65,13 +65,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-bytes", type=parse_size, default=None, metavar="SIZE",
                    help="target chunk size for pre-tokenization, e.g. 64M (default: chosen from the input)")
     p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
-                   help="RAM budget, e.g. 8G or 500M")
+                   help="RAM budget for the whole process tree, e.g. 8G or 500M (default: 8G, or less "
+                        "when less RAM is available); the run plans workers, chunks and spilling to fit")
+    p.add_argument("--plan", action="store_true",
+                   help="print the memory plan (workers, chunk size, spilling, estimated peak) and exit")
+    p.add_argument("--min-pretoken-count", type=int, default=1, metavar="N",
+                   help="drop pretokens seen fewer than N times before merging; saves memory but "
+                        "CHANGES THE RESULT (default: 1, keep all)")
+    p.add_argument("--spill-dir", default=None, metavar="DIR",
+                   help="folder for sorted runs of the pretoken table when it outgrows the budget "
+                        "(default: the system temp folder)")
+    p.add_argument("--profile-memory", default=None, metavar="PREFIX",
+                   help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
+                        "(RSS over time with phases and the budget line)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.profile_memory:
+        from bpe_core.profile import profile_command, split_flag
+
+        prefix, rest = split_flag(argv)
+        r = profile_command([sys.executable, os.path.abspath(__file__), *rest], prefix, budget=args.memory_limit)
+        return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
     return run_main(lambda: _train(args))
 
 
@@ -86,11 +105,19 @@ def _train(args) -> int:
         config = TrainConfig(input_path=input_path, vocab_size=args.vocab_size, special_tokens=specials,
                              pattern=args.pattern, num_workers=args.num_workers,
                              chunk_bytes=args.chunk_bytes, memory_limit=args.memory_limit,
+                             min_pretoken_count=args.min_pretoken_count, spill_dir=args.spill_dir,
                              progress=not args.no_progress)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     from bpe_core.corpus import check_input
+    from bpe_core.memmon import phase
+    from bpe_core.trainer import plan
+
     check_input(input_path)
+    the_plan = plan(config)           # a budget that cannot fit fails here, before any work
+    if args.plan:
+        print(the_plan.describe())
+        return 0
     out = check_out_dir(args.out)
 
     result = train(config)
@@ -99,6 +126,7 @@ def _train(args) -> int:
         print(f"train_bpe.py: warning: {input_path}: only {report['merges']} merges were possible "
               f"(asked for {report['merges_requested']}): the corpus has no more pairs; "
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
+    phase("write")
     dump_model(result.model, os.path.join(out, MODEL_FILE))
     dropped = dump_gpt2(result.vocab, result.merges, out)
     if dropped:
