@@ -215,9 +215,10 @@ class Tokenizer:
         [104, 105, 256]
         """
         pending = bytearray()
+        flush_at = _STREAM_FLUSH_BYTES
         for piece in iterable:
             pending += _as_bytes(piece)
-            if len(pending) < _STREAM_FLUSH_BYTES:
+            if len(pending) < flush_at:
                 continue
             data = bytes(pending)
             end = self._decided_end(data)
@@ -230,6 +231,9 @@ class Tokenizer:
                     break
                 yield from ids.tolist()
             del pending[:consumed]
+            # What is held back (one huge pretoken, a long document under a custom pattern) is
+            # rescanned only after it doubles: linear time overall.
+            flush_at = max(_STREAM_FLUSH_BYTES, 2 * len(pending))
         data = bytes(pending)
         for ids in self._iter_encode(data, 0, len(data), True):
             yield from ids.tolist()

@@ -8,7 +8,8 @@ ByteLevel BPE trainer when no ``--vocab32k`` folder with vocab.json + merges.txt
 converted through the GPT-2 files, so all three libraries get the same ranks). Texts: en_heldout and
 ood_code, decompressed from ``../shared/corpora/*.xz`` into the work folder.
 
-For each (vocab, text): MB/s on one core (one call on the whole text) and with all cores (bpe_core:
+For each (vocab, text): MB/s on one core (one call on the whole text; HF: a loop over documents)
+and with all cores (bpe_core:
 ``encode_corpus`` worker processes; tiktoken: ``encode_batch`` threads; HF: ``encode_batch``
 (rayon)), the ratio to tiktoken, and whether the ids are identical. Then ``tools/encode_corpus.py``
 on the whole en_train with wall time and the peak RSS of the process tree (psutil, sampled every
@@ -69,14 +70,13 @@ def train_32k(en_train: str, work: str) -> str:
     return out
 
 
-def load_three(folder: str, work: str, tag: str):
+def load_three(vocab_path: str, merges_path: str, work: str, tag: str):
     """bpe_core Tokenizer, tiktoken Encoding and HF Tokenizer on the same vocab.json + merges.txt."""
     import tiktoken
     import tiktoken.load
     import tokenizers
     from tokenizers import decoders, pre_tokenizers
 
-    vocab_path, merges_path = os.path.join(folder, "vocab.json"), os.path.join(folder, "merges.txt")
     vocab, merges = load_gpt2(vocab_path, merges_path)
     ours = Tokenizer(vocab, merges, [EOT])
     eot_id = ours.special_tokens[EOT]
@@ -86,7 +86,12 @@ def load_three(folder: str, work: str, tag: str):
         fixed = os.path.join(work, f"{tag}-merges.txt")
         with open(fixed, "w", encoding="utf-8") as f:
             f.write("#version: 0.2\n" + open(merges_path, encoding="utf-8").read())
-    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(fixed, vocab_path)
+    try:
+        ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(fixed, vocab_path)
+    except AssertionError:
+        # Not GPT-2's id layout (HF puts <|endoftext|> at 0 and the bytes in its own order): rank = id,
+        # which is merge order for every merged token, as tiktoken needs.
+        ranks = {b: i for i, b in vocab.items()}
     ranks.pop(EOT.encode(), None)
     tt = tiktoken.Encoding(tag, pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={EOT: eot_id})
     hf = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(vocab_path, fixed))
@@ -116,7 +121,9 @@ def bench_pair(tag, ours, tt, hf, path, work, n_cores):
     row = {"vocab": tag, "text": os.path.basename(path), "MB": len(data) / 1e6}
     ids_ours, row["bpe_core_1"] = timed(lambda: ours.encode_to_numpy(data), len(data))
     ids_tt, row["tiktoken_1"] = timed(lambda: tt.encode(text, allowed_special="all"), len(data))
-    ids_hf, row["hf_1"] = timed(lambda: hf.encode(text, add_special_tokens=False).ids, len(data))
+    # HF on one 12 MB string is pathologically slow (~0.3 MB/s), so one core = a loop over documents.
+    ids_hf, row["hf_1"] = timed(lambda: [i for d in docs for i in hf.encode(d, add_special_tokens=False).ids],
+                                len(data))
     row["identical_tiktoken"] = ids_ours.tolist() == ids_tt
     row["identical_hf"] = ids_ours.tolist() == ids_hf
     out = os.path.join(work, f"{tag}-{os.path.basename(path)}.npy")
@@ -168,14 +175,27 @@ def main(argv=None) -> int:
     os.makedirs(args.work, exist_ok=True)
     n_cores = os.cpu_count() or 1
     texts = [decompress(args.corpora, n, args.work) for n in ("en_heldout.txt", "ood_code.txt")]
-    vocabs = [("gpt2", FIXTURES)]
+    vocabs = [("gpt2", os.path.join(FIXTURES, "gpt2_vocab.json"), os.path.join(FIXTURES, "gpt2_merges.txt"))]
     if not args.skip_32k or not args.skip_corpus:
         en_train = decompress(args.corpora, "en_train.txt", args.work)
     if not args.skip_32k:
-        vocabs.append(("32k", args.vocab32k or train_32k(en_train, args.work)))
+        folder = args.vocab32k or train_32k(en_train, args.work)
+        vocabs.append(("32k", os.path.join(folder, "vocab.json"), os.path.join(folder, "merges.txt")))
     rows = []
-    for tag, folder in vocabs:
-        three = load_three(folder, args.work, tag)
+    # Where the time goes without the native pre-tokenizer (regex), GPT-2 vocab, one core.
+    import bpe_core.tokenizer as tokenizer_mod
+
+    ours = load_three(*vocabs[0][1:], args.work, "gpt2")[0]
+    for path in texts:
+        data = open(path, "rb").read()
+        tokenizer_mod._NATIVE_PRETOKENIZER = False
+        _, regex_mbs = timed(lambda: ours.encode_to_numpy(data), len(data))
+        tokenizer_mod._NATIVE_PRETOKENIZER = True
+        print(f"regex pre-tokenizer, {os.path.basename(path)}: {regex_mbs:.1f} MB/s", file=sys.stderr)
+        rows_regex = {"text": os.path.basename(path), "bpe_core_regex_1": regex_mbs}
+        print(json.dumps(rows_regex), file=sys.stderr)
+    for tag, vocab_path, merges_path in vocabs:
+        three = load_three(vocab_path, merges_path, args.work, tag)
         for path in texts:
             row = bench_pair(tag, *three, path, args.work, n_cores)
             rows.append(row)
