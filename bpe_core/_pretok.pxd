@@ -33,6 +33,19 @@ cdef struct CountTable:
     Py_ssize_t cap_entries
 
 
+# A scanned pretoken waiting in a batch for its table lookup (see _flush).
+cdef struct Pending:
+    const uint8_t* ptr
+    Py_ssize_t length
+    uint64_t w0
+    uint64_t w1
+    uint64_t h
+
+
+cdef enum:
+    BATCH = 32  # pretokens scanned ahead of their lookups
+
+
 # One sorted word table (arena, offsets, counts) being read by merge_counts.
 cdef struct WordRun:
     const uint8_t* arena

@@ -37,6 +37,72 @@ cdef extern from "_unicode_tables.h" nogil:
         BPE_UT_U
         BPE_UT_W
 
+cdef extern from *:
+    """
+    #include <string.h>
+    #if defined(_MSC_VER)
+    #include <stdlib.h>
+    #include <intrin.h>
+    #define BPE_BSWAP64(x) _byteswap_uint64(x)
+    #else
+    #define BPE_BSWAP64(x) __builtin_bswap64(x)
+    #endif
+    /* 8 bytes as a little-endian integer: byte k lands in bits 8k..8k+7 on every platform. */
+    static inline uint64_t bpe_load_le64(const uint8_t* p) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = BPE_BSWAP64(w);
+    #endif
+        return w;
+    }
+    /* A hint to start loading the cache line at p. */
+    #if defined(_MSC_VER)
+    #include <xmmintrin.h>
+    #define bpe_prefetch(p) _mm_prefetch((const char*)(p), _MM_HINT_T0)
+    #else
+    #define bpe_prefetch(p) __builtin_prefetch((const void*)(p))
+    #endif
+    /* Index of the lowest set bit of w != 0. */
+    static inline int bpe_ctz64(uint64_t w) {
+    #if defined(_MSC_VER)
+        unsigned long k; _BitScanForward64(&k, w); return (int)k;
+    #else
+        return __builtin_ctzll(w);
+    #endif
+    }
+    /* A little-endian word turned around: comparing these compares the bytes in order. */
+    static inline uint64_t bpe_order64(uint64_t w) { return BPE_BSWAP64(w); }
+
+    /* Zeroed memory for the hash table. Lookups jump around it, so where the OS allows, large
+     * blocks ask for transparent huge pages: with 4 KiB pages nearly every probe of a table of a
+     * few MiB is a TLB miss (and under virtualisation a costly one). Free with free(). */
+    #if defined(__linux__)
+    #include <stdlib.h>
+    #include <sys/mman.h>
+    #endif
+    static void* bpe_table_alloc(size_t size) {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        const size_t huge = (size_t)2 << 20;
+        if (size >= 2 * huge) {
+            void* p = NULL;
+            size_t rounded = (size + huge - 1) / huge * huge;
+            if (posix_memalign(&p, huge, rounded) != 0) return NULL;
+            madvise(p, rounded, MADV_HUGEPAGE);
+            memset(p, 0, size);
+            return p;
+        }
+    #endif
+        return calloc(size, 1);
+    }
+    """
+    uint64_t bpe_load_le64(const uint8_t* p) noexcept nogil
+    uint64_t bpe_order64(uint64_t w) noexcept nogil
+    int bpe_ctz64(uint64_t w) noexcept nogil
+    void bpe_prefetch(const void* p) noexcept nogil
+    void* bpe_table_alloc(size_t size) noexcept nogil
+
+
 # The table the scanners were built from (see tools/gen_unicode_tables.py).
 TABLES_REGEX_VERSION = BPE_UT_REGEX_VERSION.decode("ascii")
 TABLES_UNICODE_VERSION = BPE_UT_UNICODE_VERSION.decode("ascii")
@@ -121,6 +187,31 @@ cdef inline Py_ssize_t _run(const uint8_t* s, Py_ssize_t j, Py_ssize_t n,
     return j
 
 
+cdef inline Py_ssize_t _run_letters(const uint8_t* s, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
+    """``_run(s, j, n, L, L)``, eight ASCII bytes at a time.
+
+    Most words are short ASCII runs; finding their end with one bit trick per 8 bytes instead of
+    a branch per byte saves the mispredicted loop exit. For byte x < 0x80, ``x | 0x20`` is in
+    ``a..z`` iff ``(x | 0x20) + 0x1F`` reaches 0x80 and ``(x | 0x20) + 0x05`` does not; no byte
+    carries into the next, and bytes >= 0x80 (maybe a non-ASCII letter) stop the fast path.
+    """
+    cdef uint64_t w, x, not_letter
+    cdef Py_ssize_t k
+    while j + 8 <= n:
+        w = bpe_load_le64(s + j)
+        x = (w & 0x7F7F7F7F7F7F7F7FULL) | 0x2020202020202020ULL
+        not_letter = ~(((x + 0x1F1F1F1F1F1F1F1FULL) & ~(x + 0x0505050505050505ULL)) & ~w)
+        not_letter &= 0x8080808080808080ULL
+        if not_letter == 0:
+            j += 8
+            continue
+        k = j + (bpe_ctz64(not_letter) >> 3)
+        if s[k] < 0x80:
+            return k
+        return _run(s, k, n, BPE_UT_L, BPE_UT_L)
+    return _run(s, j, n, BPE_UT_L, BPE_UT_L)
+
+
 cdef inline Py_ssize_t _run_digits(const uint8_t* s, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
     """``\\p{N}{1,3}`` after the first digit, which ends at j: up to two more digits."""
     cdef Py_ssize_t e
@@ -180,15 +271,67 @@ cdef inline Py_ssize_t _ws_run(const uint8_t* s, Py_ssize_t j, Py_ssize_t n,
 
 
 # ==== Scanners =====================================================================================
+#
+# Each _end_<pattern> is small and inlined into the driver loops; it handles the frequent cases
+# (letters, an optional prefix before letters, digits) and leaves punctuation and whitespace to
+# out-of-line helpers.
+
+
+cdef Py_ssize_t _ws_end(const uint8_t* s, Py_ssize_t i, Py_ssize_t j, Py_ssize_t n,
+                        int pattern_id) noexcept nogil:
+    """The whitespace alternatives at i, whose character ends at j (s[i] is ``\s``).
+
+    gpt2: ``\s+(?!\S)|\s+``; cl100k: ``\s++$|\s*[\r\n]|\s+(?!\S)|\s``;
+    o200k: ``\s*[\r\n]+|\s+(?!\S)|\s+``. ``\s+(?!\S)`` takes the whole run at the end of the
+    text, else gives its last character back (unless the run is one character).
+    """
+    cdef Py_ssize_t last = i
+    cdef Py_ssize_t after_crlf = j if (s[i] == CR or s[i] == LF) else -1
+    cdef Py_ssize_t k = _ws_run(s, j, n, &last, &after_crlf)
+    if pattern_id == PATTERN_GPT2:
+        after_crlf = -1
+    if pattern_id == PATTERN_CL100K and k == n:  # \s++$ comes before \s*[\r\n]
+        return n
+    if after_crlf >= 0:  # \s*[\r\n] (cl100k), \s*[\r\n]+ (o200k): to the last CR/LF of the run
+        return after_crlf
+    if k == n:
+        return n
+    if last > i:
+        return last
+    return k
+
+
+cdef Py_ssize_t _other_end(const uint8_t* s, Py_ssize_t i, Py_ssize_t j, uint16_t f, Py_ssize_t n,
+                           int pattern_id) noexcept nogil:
+    """`` ?[^\s\p{L}\p{N}]+`` and what follows it, else the whitespace alternatives.
+
+    Called when s[i] (ending at j, flags f) is not a letter and starts no letter/digit pretoken.
+    cl100k appends ``[\r\n]*``, o200k ``[\r\n/]*``.
+    """
+    cdef Py_ssize_t k
+    cdef uint16_t f1
+    if s[i] == SPACE and j < n:
+        f1 = _char(s, j, n, &k)
+        if not (f1 & LNS):
+            f = f1
+            j = k
+    if f & BPE_UT_S:
+        return _ws_end(s, i, j, n, pattern_id)
+    j = _run(s, j, n, LNS, 0)
+    if pattern_id == PATTERN_CL100K:
+        return _run_bytes(s, j, n, CR, LF, LF)
+    if pattern_id == PATTERN_O200K:
+        return _run_bytes(s, j, n, CR, LF, SLASH)
+    return j
 
 
 cdef inline Py_ssize_t _end_gpt2(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
-    """GPT-2: ``'(?:[sdmt]|ll|ve|re)| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``.
+    """GPT-2: ``'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+``.
 
-    >>> # b"I'm  a" -> ends 1 ("I"), 3 ("'m"), 4 (" "), 6 (" a")
+    Example: ``I'm  a`` -> ``I``, ``'m``, `` ``, `` a``.
     """
     cdef uint8_t c = s[i], c1
-    cdef Py_ssize_t j, k, last, after_crlf
+    cdef Py_ssize_t j, k
     cdef uint16_t f, f1
     if c == APOS and i + 1 < n:  # case-sensitive contractions
         c1 = s[i + 1]
@@ -198,74 +341,47 @@ cdef inline Py_ssize_t _end_gpt2(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) n
                           or (c1 == c'r' and s[i + 2] == c'e')):
             return i + 3
     f = _char(s, i, n, &j)
-    if c == SPACE and j < n:  # " ?" before a letter, digit or other run
+    if c == SPACE and j < n:  # " ?" before a letter or digit run
         f1 = _char(s, j, n, &k)
-        if f1 & BPE_UT_L:
-            return _run(s, k, n, BPE_UT_L, BPE_UT_L)
-        if f1 & BPE_UT_N:
-            return _run(s, k, n, BPE_UT_N, BPE_UT_N)
-        if not (f1 & LNS):
-            return _run(s, k, n, LNS, 0)
+        if f1 & (BPE_UT_L | BPE_UT_N):
+            f = f1
+            j = k
     if f & BPE_UT_L:
-        return _run(s, j, n, BPE_UT_L, BPE_UT_L)
+        return _run_letters(s, j, n)
     if f & BPE_UT_N:
         return _run(s, j, n, BPE_UT_N, BPE_UT_N)
-    if not (f & BPE_UT_S):
-        return _run(s, j, n, LNS, 0)
-    # \s+(?!\S): the whole run at the end of the text, else all but its last character;
-    # a run of one character before a non-space: \s+.
-    last = i
-    after_crlf = -1
-    k = _ws_run(s, j, n, &last, &after_crlf)
-    if k == n:
-        return n
-    if last > i:
-        return last
-    return k
+    return _other_end(s, i, j, f, n, PATTERN_GPT2)
 
 
 cdef inline Py_ssize_t _end_cl100k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
-    """cl100k: ``'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}++|\\p{N}{1,3}+|``
-    `` ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*+|\\s++$|\\s*[\\r\\n]|\\s+(?!\\S)|\\s``.
+    """cl100k: ``'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|``
+    `` ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s``.
 
-    >>> # b"I'M 123456!\\n\\n" -> "I", "'M", " ", "123", "456", "!\\n\\n"
+    Example: ``I'M 123456!\n\n`` -> ``I``, ``'M``, `` ``, ``123``, ``456``, ``!\n\n``.
     """
     cdef uint8_t c = s[i]
-    cdef Py_ssize_t j, k, last, after_crlf
-    cdef uint16_t f, f1
+    cdef Py_ssize_t j, k
+    cdef uint16_t f
     if c == APOS:
         k = _contraction_ci(s, i, n)
         if k >= 0:
             return k
     f = _char(s, i, n, &j)
     if f & BPE_UT_L:
-        return _run(s, j, n, BPE_UT_L, BPE_UT_L)
-    if not (f & BPE_UT_N) and c != CR and c != LF and j < n:  # one [^\r\n\p{L}\p{N}] before letters
-        if _char(s, j, n, &k) & BPE_UT_L:
-            return _run(s, k, n, BPE_UT_L, BPE_UT_L)
+        return _run_letters(s, j, n)
     if f & BPE_UT_N:
         return _run_digits(s, j, n)
-    if c == SPACE and j < n:
-        if not (_char(s, j, n, &k) & LNS):
-            return _run_bytes(s, _run(s, k, n, LNS, 0), n, CR, LF, LF)
-    if not (f & BPE_UT_S):
-        return _run_bytes(s, _run(s, j, n, LNS, 0), n, CR, LF, LF)
-    last = i
-    after_crlf = j if (c == CR or c == LF) else -1
-    k = _ws_run(s, j, n, &last, &after_crlf)
-    if k == n:  # \s++$
-        return n
-    if after_crlf >= 0:  # \s*[\r\n]
-        return after_crlf
-    if last > i:  # \s+(?!\S)
-        return last
-    return k  # \s
+    # [^\r\n\p{L}\p{N}]?+\p{L}++: one prefix character before letters (possessive: if no
+    # letter follows, the alternative fails; without the prefix it could not match either).
+    if c != CR and c != LF and j < n and (_char(s, j, n, &k) & BPE_UT_L):
+        return _run_letters(s, k, n)
+    return _other_end(s, i, j, f, n, PATTERN_CL100K)
 
 
 cdef inline Py_ssize_t _o200k_lower_first(const uint8_t* s, Py_ssize_t p, Py_ssize_t n) noexcept nogil:
     """``[U]*[W]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?`` at p: its end, or -1.
 
-    U = ``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]``, W = ``[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]``. ``[U]*`` backs off
+    U = ``[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]``, W = ``[\p{Ll}\p{Lm}\p{Lo}\p{M}]``. ``[U]*`` backs off
     from the end of the U-run until ``[W]+`` can start: at the last W character of the run, or
     just after the run when a W (an Ll) follows it.
     """
@@ -287,7 +403,7 @@ cdef inline Py_ssize_t _o200k_lower_first(const uint8_t* s, Py_ssize_t p, Py_ssi
     return k if k >= 0 else e
 
 
-cdef inline Py_ssize_t _o200k_upper_first(const uint8_t* s, Py_ssize_t p, Py_ssize_t n) noexcept nogil:
+cdef Py_ssize_t _o200k_upper_first(const uint8_t* s, Py_ssize_t p, Py_ssize_t n) noexcept nogil:
     """``[U]+[W]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?`` at p: its end, or -1."""
     cdef Py_ssize_t e
     if p >= n or not (_char(s, p, n, &e) & BPE_UT_U):
@@ -298,13 +414,13 @@ cdef inline Py_ssize_t _o200k_upper_first(const uint8_t* s, Py_ssize_t p, Py_ssi
 
 
 cdef inline Py_ssize_t _end_o200k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
-    """o200k: ``[^\\r\\n\\p{L}\\p{N}]?[U]*[W]+C?|[^\\r\\n\\p{L}\\p{N}]?[U]+[W]*C?|\\p{N}{1,3}|``
-    `` ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`` (C: the contractions, any case).
+    """o200k: ``P?[U]*[W]+C?|P?[U]+[W]*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|``
+    ``\s+(?!\S)|\s+`` with P = ``[^\r\n\p{L}\p{N}]`` and C the contractions, any case.
 
-    >>> # b"HELLOworld's 1234" -> "HELLOworld's", " ", "123", "4"
+    Example: ``HELLOworld's 1234`` -> ``HELLOworld's``, `` ``, ``123``, ``4``.
     """
     cdef uint8_t c = s[i]
-    cdef Py_ssize_t j, k, last, after_crlf
+    cdef Py_ssize_t j, k
     cdef uint16_t f = _char(s, i, n, &j)
     cdef bint prefix = not (f & (BPE_UT_L | BPE_UT_N)) and c != CR and c != LF
     # Alternative 1 with, then without, the optional prefix; then alternative 2 likewise.
@@ -312,33 +428,21 @@ cdef inline Py_ssize_t _end_o200k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) 
         k = _o200k_lower_first(s, j, n)
         if k >= 0:
             return k
-    k = _o200k_lower_first(s, i, n)
-    if k >= 0:
-        return k
+    if f & (BPE_UT_U | BPE_UT_W):
+        k = _o200k_lower_first(s, i, n)
+        if k >= 0:
+            return k
     if prefix:
         k = _o200k_upper_first(s, j, n)
         if k >= 0:
             return k
-    k = _o200k_upper_first(s, i, n)
-    if k >= 0:
-        return k
+    if f & BPE_UT_U:
+        k = _o200k_upper_first(s, i, n)
+        if k >= 0:
+            return k
     if f & BPE_UT_N:
         return _run_digits(s, j, n)
-    if c == SPACE and j < n:
-        if not (_char(s, j, n, &k) & LNS):
-            return _run_bytes(s, _run(s, k, n, LNS, 0), n, CR, LF, SLASH)
-    if not (f & BPE_UT_S):
-        return _run_bytes(s, _run(s, j, n, LNS, 0), n, CR, LF, SLASH)
-    last = i
-    after_crlf = j if (c == CR or c == LF) else -1
-    k = _ws_run(s, j, n, &last, &after_crlf)
-    if after_crlf >= 0:  # \s*[\r\n]+
-        return after_crlf
-    if k == n:  # \s+(?!\S) at the end
-        return n
-    if last > i:  # \s+(?!\S)
-        return last
-    return k  # \s+
+    return _other_end(s, i, j, f, n, PATTERN_O200K)
 
 
 cdef Py_ssize_t _next_gpt2(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
@@ -378,54 +482,6 @@ cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, P
 
 
 # ==== Counting =====================================================================================
-
-
-cdef extern from *:
-    """
-    #include <string.h>
-    #if defined(_MSC_VER)
-    #include <stdlib.h>
-    #define BPE_BSWAP64(x) _byteswap_uint64(x)
-    #else
-    #define BPE_BSWAP64(x) __builtin_bswap64(x)
-    #endif
-    /* 8 bytes as a little-endian integer: byte k lands in bits 8k..8k+7 on every platform. */
-    static inline uint64_t bpe_load_le64(const uint8_t* p) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        w = BPE_BSWAP64(w);
-    #endif
-        return w;
-    }
-    /* A little-endian word turned around: comparing these compares the bytes in order. */
-    static inline uint64_t bpe_order64(uint64_t w) { return BPE_BSWAP64(w); }
-
-    /* Zeroed memory for the hash table. Lookups jump around it, so where the OS allows, large
-     * blocks ask for transparent huge pages: with 4 KiB pages nearly every probe of a table of a
-     * few MiB is a TLB miss (and under virtualisation a costly one). Free with free(). */
-    #if defined(__linux__)
-    #include <stdlib.h>
-    #include <sys/mman.h>
-    #endif
-    static void* bpe_table_alloc(size_t size) {
-    #if defined(__linux__) && defined(MADV_HUGEPAGE)
-        const size_t huge = (size_t)2 << 20;
-        if (size >= 2 * huge) {
-            void* p = NULL;
-            size_t rounded = (size + huge - 1) / huge * huge;
-            if (posix_memalign(&p, huge, rounded) != 0) return NULL;
-            madvise(p, rounded, MADV_HUGEPAGE);
-            memset(p, 0, size);
-            return p;
-        }
-    #endif
-        return calloc(size, 1);
-    }
-    """
-    uint64_t bpe_load_le64(const uint8_t* p) noexcept nogil
-    uint64_t bpe_order64(uint64_t w) noexcept nogil
-    void* bpe_table_alloc(size_t size) noexcept nogil
 
 
 cdef inline void _head16(const uint8_t* p, Py_ssize_t length, const uint8_t* limit,
@@ -520,19 +576,25 @@ cdef int _table_grow(CountTable* t) noexcept nogil:
     return 0
 
 
-cdef inline int _table_add(CountTable* t, const uint8_t* p, Py_ssize_t length,
-                           const uint8_t* limit, int64_t count) noexcept nogil:
-    """Add count to the entry of p[0:length], inserting it if new; 0, or -1 when out of memory.
+cdef inline void _pend(Pending* q, const uint8_t* p, Py_ssize_t length, const uint8_t* limit,
+                       CountTable* t) noexcept nogil:
+    """Record a scanned pretoken with its hash, and start loading its first probe slot."""
+    q.ptr = p
+    q.length = length
+    _head16(p, length, limit, &q.w0, &q.w1)
+    q.h = _hash(q.w0, q.w1, p, length)
+    bpe_prefetch(&t.slots[q.h & t.mask])
+
+
+cdef inline int _table_add(CountTable* t, const Pending* q, int64_t count) noexcept nogil:
+    """Add count to the entry of the word q, inserting it if new; 0, or -1 when out of memory.
 
     A slot is 8 bytes (hash tag, entry number), so the probe array stays small; entries are
     dense in first-seen order, so the frequent words, seen early, share cache lines; each keeps
     its first 16 bytes inline, and only words longer than that compare the rest in the buffer.
     """
-    cdef uint64_t w0, w1, h, tag, slot
-    _head16(p, length, limit, &w0, &w1)
-    h = _hash(w0, w1, p, length)
-    tag = h & 0xFFFFFFFF00000000ULL
-    cdef Py_ssize_t idx = h & t.mask
+    cdef uint64_t tag = q.h & 0xFFFFFFFF00000000ULL, slot
+    cdef Py_ssize_t idx = q.h & t.mask, length = q.length
     cdef Entry* e
     while True:
         slot = t.slots[idx]
@@ -540,19 +602,19 @@ cdef inline int _table_add(CountTable* t, const uint8_t* p, Py_ssize_t length,
             break
         if (slot & 0xFFFFFFFF00000000ULL) == tag:
             e = &t.entries[(slot & 0xFFFFFFFFULL) - 1]
-            if (e.w0 == w0 and e.w1 == w1 and e.length == length
-                    and (length <= 16 or memcmp(e.ptr + 16, p + 16, length - 16) == 0)):
+            if (e.w0 == q.w0 and e.w1 == q.w1 and e.length == length
+                    and (length <= 16 or memcmp(e.ptr + 16, q.ptr + 16, length - 16) == 0)):
                 e.count += count
                 return 0
         idx = (idx + 1) & t.mask
     if t.n_entries >= t.cap_entries:  # keep the slots at most half full
         if t.n_entries >= <Py_ssize_t>0xFFFFFFFFLL or _table_grow(t) != 0:
             return -1
-        return _table_add(t, p, length, limit, count)
+        return _table_add(t, q, count)
     e = &t.entries[t.n_entries]
-    e.w0 = w0
-    e.w1 = w1
-    e.ptr = p
+    e.w0 = q.w0
+    e.w1 = q.w1
+    e.ptr = q.ptr
     e.length = length
     e.count = count
     t.n_entries += 1
@@ -560,28 +622,44 @@ cdef inline int _table_add(CountTable* t, const uint8_t* p, Py_ssize_t length,
     return 0
 
 
+cdef int _flush(CountTable* t, const Pending* queue, Py_ssize_t n_pending) noexcept nogil:
+    """Count a batch of pending pretokens.
+
+    The slots were requested when the pretokens were scanned; the entries they name are requested
+    now, all at once, and only then are the lookups done: the cache misses of a batch overlap
+    instead of stalling one after another (the table outgrows the caches on real corpora).
+    """
+    cdef Py_ssize_t k
+    cdef uint64_t slot
+    for k in range(n_pending):
+        slot = t.slots[queue[k].h & t.mask]
+        if slot != 0:
+            bpe_prefetch(&t.entries[(slot & 0xFFFFFFFFULL) - 1])
+    for k in range(n_pending):
+        if _table_add(t, &queue[k], 1) != 0:
+            return -1
+    return 0
+
+
 cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
                      const uint8_t* limit, CountTable* table) noexcept nogil:
-    cdef Py_ssize_t j
-    if pattern_id == PATTERN_GPT2:
-        while i < n:
+    cdef Pending queue[BATCH]
+    cdef Py_ssize_t j, n_pending = 0
+    while i < n:
+        if pattern_id == PATTERN_GPT2:
             j = _end_gpt2(s, i, n)
-            if _table_add(table, s + i, j - i, limit, 1) != 0:
-                return -1
-            i = j
-    elif pattern_id == PATTERN_CL100K:
-        while i < n:
+        elif pattern_id == PATTERN_CL100K:
             j = _end_cl100k(s, i, n)
-            if _table_add(table, s + i, j - i, limit, 1) != 0:
-                return -1
-            i = j
-    else:
-        while i < n:
+        else:
             j = _end_o200k(s, i, n)
-            if _table_add(table, s + i, j - i, limit, 1) != 0:
+        _pend(&queue[n_pending], s + i, j - i, limit, table)
+        n_pending += 1
+        if n_pending == BATCH:
+            if _flush(table, queue, n_pending) != 0:
                 return -1
-            i = j
-    return 0
+            n_pending = 0
+        i = j
+    return _flush(table, queue, n_pending)
 
 
 cdef bint _entry_less(const Entry& a, const Entry& b) noexcept nogil:

@@ -1,0 +1,372 @@
+"""The native pre-tokenizer is byte-identical to ``regex`` on everything we can think of.
+
+The truth: ``regex.finditer(pattern, data.decode("utf-8", "surrogateescape"))``, each piece encoded
+back with ``surrogateescape``. Every test compares against that, never against hand-written
+expectations alone (the few literal cases below are the issue's traps, checked both ways).
+"""
+from __future__ import annotations
+
+import importlib.util
+import lzma
+import os
+import pathlib
+from collections import Counter
+
+import numpy as np
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_core import _pretok
+from bpe_core.patterns import PATTERNS
+from bpe_core.pretokenize import (count_pretokens, is_native, merge_counts, pretoken_ends,
+                                  pretokenize)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CORPORA = ROOT.parent / "shared" / "corpora"
+NAMES = list(PATTERNS)  # gpt2, cl100k, o200k
+MAX_EXAMPLES = int(os.environ.get("BPE_CORE_MAX_EXAMPLES", "200"))
+USER_PATTERN = r"""\p{L}+|\p{N}|[^\s\p{L}\p{N}]+|\s+"""
+
+
+# ==== Helpers =====================================================================================
+
+
+def regex_pieces(data: bytes, pattern: str) -> list[bytes]:
+    """The truth, one bytes object per piece."""
+    text = data.decode("utf-8", "surrogateescape")
+    return [m.group().encode("utf-8", "surrogateescape") for m in regex.finditer(pattern, text)]
+
+
+def regex_ends(data: bytes, pattern: str) -> np.ndarray:
+    """The truth as byte end offsets, computed without a bytes object per piece (fast on MBs)."""
+    text = data.decode("utf-8", "surrogateescape")
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    width = np.where(cps < 0x80, 1, np.where(cps < 0x800, 2, np.where(cps < 0x10000, 3, 4)))
+    width[(cps >= 0xDC80) & (cps <= 0xDCFF)] = 1  # surrogateescape: one byte each
+    cum = np.zeros(len(cps) + 1, dtype=np.int64)
+    np.cumsum(width, out=cum[1:])
+    return cum[np.array([m.end() for m in regex.finditer(pattern, text)], dtype=np.int64)]
+
+
+def native_pieces(data: bytes, name: str) -> list[bytes]:
+    ends = _pretok.split_ends(data, _pretok.PATTERN_IDS[name]).tolist()
+    return [data[a:b] for a, b in zip([0] + ends[:-1], ends)]
+
+
+def assert_same_ends(data: bytes, name: str) -> None:
+    """Native ends == regex ends; on failure, show the first differing pieces."""
+    want = regex_ends(data, PATTERNS[name])
+    got = _pretok.split_ends(data, _pretok.PATTERN_IDS[name])
+    if len(want) == len(got) and np.array_equal(want, got):
+        return
+    m = min(len(want), len(got))
+    k = int(np.argmax(want[:m] != got[:m])) if m and (want[:m] != got[:m]).any() else m
+    lo = int(want[k - 2]) if k >= 2 else 0
+    raise AssertionError(
+        f"{name}: first difference at pretoken {k} (byte {lo}): regex "
+        f"{regex_pieces(data[lo:lo + 60], PATTERNS[name])[:4]} vs native "
+        f"{native_pieces(data[lo:lo + 60], name)[:4]}; context {data[lo:lo + 40]!r}")
+
+
+def table_dict(table) -> dict[bytes, int]:
+    arena, offsets, counts = table
+    assert arena.dtype == np.uint8 and offsets.dtype == np.int64 and counts.dtype == np.int64
+    assert len(offsets) == len(counts) + 1 and offsets[0] == 0 and offsets[-1] == len(arena)
+    words = [arena[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(counts))]
+    assert words == sorted(set(words)), "words must be unique and in bytes order"
+    return dict(zip(words, counts.tolist()))
+
+
+def as_table(counter: Counter) -> tuple:
+    words = sorted(counter)
+    offsets = np.zeros(len(words) + 1, dtype=np.int64)
+    np.cumsum([len(w) for w in words], out=offsets[1:])
+    arena = np.frombuffer(b"".join(words), dtype=np.uint8)
+    return arena, offsets, np.array([counter[w] for w in words], dtype=np.int64)
+
+
+# ==== The Unicode tables ==========================================================================
+
+
+def test_unicode_tables_regenerate_identically():
+    """tools/gen_unicode_tables.py, run in memory on the installed regex, gives the committed header."""
+    spec = importlib.util.spec_from_file_location("gen_unicode_tables",
+                                                  ROOT / "tools" / "gen_unicode_tables.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    committed = (ROOT / "bpe_core" / "_unicode_tables.h").read_text(encoding="ascii")
+    fresh = gen.generate()
+    # The regex version named in the header may differ inside the supported range; the data may not.
+    strip = lambda text: regex.sub(r"regex [0-9.]+ |\"[0-9.]+\"\n", "", text)  # noqa: E731
+    assert strip(fresh) == strip(committed), (
+        f"regex {regex.__version__} gives other Unicode tables than the committed ones "
+        f"(from regex {_pretok.TABLES_REGEX_VERSION}); supported: {gen.REGEX_VERSION_RANGE}. "
+        "Regenerate with tools/gen_unicode_tables.py and re-run these tests.")
+    assert _pretok.TABLES_DIGEST in committed
+
+
+# ==== Every code point, every byte =================================================================
+
+
+@pytest.fixture(scope="module")
+def every_code_point() -> bytes:
+    """Every scalar value, alone and between letters, spaces, digits and itself."""
+    parts = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        c = chr(cp)
+        parts.append(f"a{c}{c} {c}1")
+    return "".join(parts).encode("utf-8")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_code_point(every_code_point, name):
+    assert_same_ends(every_code_point, name)
+
+
+def _invalid_utf8_samples() -> bytes:
+    out = bytearray()
+    for lead in range(0x80, 0x100):  # every non-ASCII byte with every second byte
+        for second in range(0x100):
+            out += b"a" + bytes([lead, second]) + b" x\n"
+    for lead in (0xE0, 0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5):
+        for second in range(0x70, 0xD0):
+            for tail in (b"\x41", b"\x80", b"\x9f\xbf", b"\xa0\x80", b"\xbf\xbf", b"\xc0", b"\x80\x80\x80"):
+                out += b" " + bytes([lead, second]) + tail + b"'s"
+    return bytes(out)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_invalid_utf8(name):
+    """Overlongs, encoded surrogates, > U+10FFFF, truncated and lone bytes: one surrogate each."""
+    assert_same_ends(_invalid_utf8_samples(), name)
+    for lead in range(0x80, 0x100):  # a truncated sequence at the very end of the text
+        for data in (bytes([lead]), b"ab" + bytes([lead]), b"a " + bytes([lead, 0x80]),
+                     bytes([lead, 0x80, 0x80]) + b"  "):
+            assert native_pieces(data, name) == regex_pieces(data, PATTERNS[name]), data
+
+
+# ==== The issue's traps ============================================================================
+
+TRAPS = [
+    "a  b", "a\n\nb", "a   b", "a \tb", "a\t b", "a \n b", "a\r\nb", "a\n\r\nb", "  ", " ", "\n",
+    "a  ", "a \n", "a\n ", "a\n  \n", " \n \n ", "x\r\n\r\n", "!\n/\n", " !!\r\n", "x/\n//",
+    "I'M", "I'm", "you'LL", "you'll", "it'S", "we'Ve", "they'RE", "I'D", "'s", "'", "''s", "'ſ",
+    "'Ss", "don't", "'''", "' s", "a's's", "O'Neil's", "x'll've're", "'\u212a", "l'\u017ft",
+    "HELLOworld's", "HELLO'S", "ǅungla", "ǅ'LL", "AあB", "あAAAA", "ABC'S", "aBC", "Ab", "AB'd",
+    "a\u0301b", "\u0301", " \u0301\u0301x", "!\u0301a", "\u0301A", "A\u0301\u0301", "ß'S",
+    "12345", " 123", "1234567 89", "a1b2", "٣٤٥٦", "Ⅻ", "x²³⁴⁵",
+    "\x00\x00a", "\ufeffhello", "\ufeff\ufeff", "a\u00a0b", "a\u00a0\u00a0b", "\u3000\u3000x",
+    "a\u2028b", "\x1c\x1d\x1e\x1f", "a\x0b\x0cb", "\x85x", "\u200b\u200bx", "\U000e0001x",
+    "\U0010ffff\U0010ffffa", "\uffff\ufffe", "\U000f0000", "\u0378\u0379 x",
+    "日本語のテキスト。", "한국어 텍스트", "ภาษาไทย", "हिन्दी", "عربي ١٢٣", "Ελληνικά", "Русский",
+    "😀😀 😀a", "👍🏽x", "a\u200db",
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("text", TRAPS)
+def test_trap(name, text):
+    data = text.encode("utf-8")
+    assert native_pieces(data, name) == regex_pieces(data, PATTERNS[name])
+    assert pretokenize(data, name) == regex_pieces(data, PATTERNS[name])
+
+
+def test_traps_literal():
+    """The issue's examples, spelled out."""
+    assert pretokenize("a  b") == [b"a", b" ", b" b"]
+    assert pretokenize("a\n\nb") == [b"a", b"\n", b"\n", b"b"]
+    assert pretokenize("a  ") == [b"a", b"  "]  # trailing whitespace is taken whole
+    assert pretokenize("I'M") == [b"I", b"'", b"M"]  # GPT-2: contractions are case-sensitive
+    assert pretokenize("I'M", "cl100k") == [b"I", b"'M"]
+    assert pretokenize("I'M", "o200k") == [b"I'M"]
+    assert pretokenize("\u0378\u0379", "gpt2") == ["\u0378\u0379".encode()]  # unassigned: one run
+    assert pretokenize(b"a\xff\xfeb") == [b"a", b"\xff\xfe", b"b"]
+
+
+# ==== Property tests ===============================================================================
+
+_ALPHABET = st.sampled_from(
+    list("aAbBzZsSdDmMtTlLvVrReEkK") + list("0123456789") + list(" \t\n\r\x0b\x0c")
+    + ["\r\n", "\u00a0", "\u3000", "\u2028", "\x85", "\x00", "\ufeff", "\u200b"]
+    + list("'’`\"!?.,;:-_/\\()[]{}<>@#$%^&*+=|~") + ["''", "'s", "'S", "'ll", "'LL", "'Ve", "'rE"]
+    + ["é", "É", "ß", "ſ", "\u212a", "ǅ", "ǆ", "ʰ", "ｱ", "я", "Я", "日", "本", "한", "ก", "ि", "ع"]
+    + ["\u0301", "\u0308", "\u093f", "\u0e31", "\u20dd"]  # marks (Mn, Mc, Me)
+    + ["٣", "²", "Ⅻ", "½", "𝟙"]  # digits and other numbers
+    + ["😀", "\U0001f3fd", "\u200d", "\U000e0001", "\u0378", "\U0010ffff", "\ue000"]
+    + ["\udc80", "\udcff", "\udcc3\udca9", "\udce2\udc82"]  # surrogate-escaped invalid bytes
+)
+mixed_text = st.lists(_ALPHABET, max_size=60).map("".join)
+
+
+def _encode(text: str) -> bytes:
+    """UTF-8; the surrogates U+DC80..U+DCFF become the raw (invalid) bytes they stand for."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+@settings(max_examples=MAX_EXAMPLES)
+@given(st.one_of(mixed_text, st.text(max_size=40)).map(_encode))
+def test_hypothesis_text(data):
+    for name in NAMES:
+        assert native_pieces(data, name) == regex_pieces(data, PATTERNS[name]), name
+
+
+@settings(max_examples=MAX_EXAMPLES)
+@given(st.binary(max_size=80))
+def test_hypothesis_binary(data):
+    for name in NAMES:
+        assert native_pieces(data, name) == regex_pieces(data, PATTERNS[name]), name
+
+
+@settings(max_examples=MAX_EXAMPLES)
+@given(mixed_text.map(_encode), st.lists(st.integers(0, 200), max_size=6))
+def test_count_pretokens_equals_counter(data, cuts):
+    """Spans are scanned independently (cuts may fall inside a UTF-8 sequence)."""
+    bounds = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    spans = np.array(list(zip(bounds[:-1], bounds[1:])), dtype=np.int64).reshape(-1, 2)
+    for pattern in NAMES + [USER_PATTERN]:
+        regex_string = PATTERNS.get(pattern, pattern)
+        want = Counter(p for a, b in spans.tolist() for p in regex_pieces(data[a:b], regex_string))
+        assert table_dict(count_pretokens(data, spans, pattern)) == dict(want)
+        assert table_dict(count_pretokens(np.frombuffer(data, np.uint8), spans, regex_string)) == dict(want)
+
+
+@settings(max_examples=MAX_EXAMPLES)
+@given(st.lists(st.dictionaries(st.binary(max_size=6), st.integers(1, 2**40), max_size=12), max_size=6))
+def test_merge_counts_equals_counter_sum(dicts):
+    want = Counter()
+    for d in dicts:
+        want.update(d)
+    got = merge_counts([as_table(Counter(d)) for d in dicts])
+    assert table_dict(got) == dict(want)
+
+
+@settings(max_examples=MAX_EXAMPLES)
+@given(mixed_text.map(_encode), st.sampled_from(NAMES + [USER_PATTERN]))
+def test_pretokenize_special_tokens(data, pattern):
+    specials = ["<|endoftext|>", "<|end|>", "<|endoftext|>x"]
+    text = data + b"<|endoftext|>" + data + b"<|endoftext|>x<|end|>" + data
+    got = pretokenize(text, pattern, special_tokens=specials)
+    assert b"".join(got) == text
+    want = []
+    for piece, is_special in [(p, s) for p, s in _split(text, specials)]:
+        want += [piece] if is_special else regex_pieces(piece, PATTERNS.get(pattern, pattern))
+    assert got == want
+    assert pretokenize(text.decode("utf-8", "surrogateescape"), pattern, specials) == got
+
+
+def _split(text: bytes, specials: list[str]):
+    from bpe_core.patterns import encode_specials, split_on_specials
+    return split_on_specials(text, encode_specials(specials))
+
+
+# ==== API details ==================================================================================
+
+
+def test_named_patterns_by_name_or_string():
+    data = "Don't stop 123456 ǅungla\r\n\r\n".encode()
+    for name, pat in PATTERNS.items():
+        assert is_native(name) and is_native(pat)
+        assert pretoken_ends(data, name).tolist() == pretoken_ends(data, pat).tolist()
+        assert pretoken_ends(data, pat).tolist() == regex_ends(data, pat).tolist()
+    assert not is_native(USER_PATTERN)
+    assert pretoken_ends(data, USER_PATTERN).tolist() == regex_ends(data, USER_PATTERN).tolist()
+
+
+def test_empty_inputs():
+    for pattern in NAMES + [USER_PATTERN]:
+        assert pretokenize(b"", pattern) == []
+        assert pretoken_ends(b"", pattern).dtype == np.int64
+        assert len(pretoken_ends(b"", pattern)) == 0
+        arena, offsets, counts = count_pretokens(b"", np.zeros((0, 2), np.int64), pattern)
+        assert len(arena) == 0 and offsets.tolist() == [0] and len(counts) == 0
+        assert table_dict(count_pretokens(b"ab", np.array([[1, 1]]), pattern)) == {}
+    assert table_dict(merge_counts([])) == {}
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError):
+        count_pretokens(b"abc", np.array([[0, 4]]), "gpt2")
+    with pytest.raises(ValueError):
+        count_pretokens(b"abc", np.array([[2, 1]]), USER_PATTERN)
+    with pytest.raises(ValueError):
+        pretokenize(b"x", r"(unclosed")
+    with pytest.raises(ValueError):
+        _pretok.split_ends(b"x", 7)
+    unsorted = (np.frombuffer(b"ba", np.uint8), np.array([0, 1, 2]), np.array([1, 1]))
+    with pytest.raises(ValueError):
+        merge_counts([unsorted])
+    with pytest.raises(ValueError):
+        merge_counts([(np.frombuffer(b"ab", np.uint8), np.array([0, 1]), np.array([1, 1]))])
+
+
+def test_memmap_buffer(tmp_path):
+    path = tmp_path / "text.bin"
+    path.write_bytes(b"Hello world\n<|endoftext|>\nagain  ")
+    buf = np.memmap(path, dtype=np.uint8, mode="r")
+    table = count_pretokens(buf, np.array([[0, 12], [25, 33]]), "cl100k")
+    assert table_dict(table) == dict(Counter(regex_pieces(b"Hello world\n", PATTERNS["cl100k"])
+                                             + regex_pieces(b"\nagain  ", PATTERNS["cl100k"])))
+
+
+def test_hash_table_growth_and_long_words():
+    """Many distinct words (the table doubles many times), words over 16 bytes sharing heads."""
+    words = [f"w{i:x}" for i in range(30000)] + ["x" * 16 + f"{i}" for i in range(300)]
+    data = (" ".join(words) + " " + " ".join(words[::7])).encode()
+    spans = np.array([[0, len(data)]])
+    want = Counter(regex_pieces(data, PATTERNS["gpt2"]))
+    assert table_dict(count_pretokens(data, spans, "gpt2")) == dict(want)
+    halves = [count_pretokens(data, np.array([[0, len(data) // 2]]), "gpt2"),
+              count_pretokens(data, np.array([[len(data) // 2, len(data)]]), "gpt2")]
+    want = Counter(regex_pieces(data[:len(data) // 2], PATTERNS["gpt2"]))
+    want.update(regex_pieces(data[len(data) // 2:], PATTERNS["gpt2"]))
+    assert table_dict(merge_counts(halves)) == dict(want)
+
+
+# ==== Pathological input: linear time (no timing asserts; these would hang if quadratic) ===========
+
+PATHOLOGICAL = ["^", " ", "a", "A", "1", "'", "\n", "\r\n", " \n", "\u0301", "あA", "Aあ", "ǅ",
+                "'s", " !", "\t ", "A\u0301", "\xff"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("unit", PATHOLOGICAL)
+def test_pathological(name, unit):
+    n = 200_000 // len(unit)
+    data = unit.encode("utf-8", "surrogateescape") * n
+    for tail in (b"", b"x", b" x"):
+        assert_same_ends(data + tail, name)
+
+
+# ==== Shared corpora (skipped where ../shared is absent) ===========================================
+
+def _corpus_slices(nbytes: int):
+    for path in sorted((CORPORA / "multi").glob("*.txt")):
+        yield path.name, path.read_bytes()
+    for path in sorted(CORPORA.glob("*.txt.xz")):
+        with lzma.open(path) as f:
+            yield path.name, f.read(nbytes)
+
+
+@pytest.mark.skipif(not CORPORA.is_dir(), reason="../shared/corpora is not present")
+@pytest.mark.parametrize("name", NAMES)
+def test_corpora_slices(name):
+    """All of multi/*.txt and the first 2 MB of each .xz corpus."""
+    for _, data in _corpus_slices(2_000_000):
+        assert_same_ends(data, name)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CORPORA.is_dir(), reason="../shared/corpora is not present")
+@pytest.mark.parametrize("name", NAMES)
+def test_corpora_full(name):
+    """Every byte of every shared corpus (minutes: opt in with --slow)."""
+    for _, data in _corpus_slices(-1):
+        start = 0
+        while start < len(data):  # 50 MB pieces cut after a newline, each scanned as one text
+            end = len(data) if start + 50_000_000 >= len(data) else data.rindex(b"\n", start, start + 50_000_000) + 1
+            assert_same_ends(data[start:end], name)
+            start = end
