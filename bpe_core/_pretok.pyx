@@ -9,7 +9,7 @@ scanners here give byte-identical pieces without decoding to ``str``:
   U+DC80..U+DCFF: a lone surrogate, "other" to every class.
 - Its classes (``\\p{L}``, ``\\p{N}``, ``\\s``, o200k's case classes, and what ``(?i:s)`` etc.
   match) come from ``_unicode_tables.h``, probed from ``regex`` by ``tools/gen_unicode_tables.py``.
-- Each ``_next_<pattern>`` tries the alternatives of its pattern in order, reproducing the
+- Each ``_end_<pattern>`` tries the alternatives of its pattern in order, reproducing the
   backtracking that matters (a whitespace run gives its last character back to ``(?!\\S)``; o200k's
   ``[U]*[W]+`` ends at the last W of the U-run), so each character is looked at a bounded number of
   times: linear time on any input.
@@ -18,7 +18,7 @@ Only ``pretokenize.py`` imports this module; the Python functions below check in
 the GIL around the ``noexcept nogil`` cores declared in ``_pretok.pxd``.
 """
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy
 from libcpp.algorithm cimport sort
 
@@ -484,11 +484,20 @@ cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, P
 # ==== Counting =====================================================================================
 
 
+cdef uint64_t _HEAD_MASKS[17][2]  # [min(length, 16)] -> the masks of the two head words
+cdef int _k
+for _k in range(17):
+    _HEAD_MASKS[_k][0] = 0xFFFFFFFFFFFFFFFFULL if _k >= 8 else (<uint64_t>1 << (8 * _k)) - 1
+    _HEAD_MASKS[_k][1] = (0xFFFFFFFFFFFFFFFFULL if _k >= 16
+                          else ((<uint64_t>1 << (8 * (_k - 8))) - 1 if _k > 8 else 0))
+
+
 cdef inline void _head16(const uint8_t* p, Py_ssize_t length, const uint8_t* limit,
                          uint64_t* w0, uint64_t* w1) noexcept nogil:
     """The first 16 bytes of p[0:length], zero-padded, as two little-endian words.
 
-    Reads 16 bytes at once when they lie before ``limit`` (the end of the whole buffer).
+    Reads 16 bytes at once when they lie before ``limit`` (the end of the whole buffer), then
+    masks them with a table lookup rather than branches on the length.
     """
     cdef uint8_t tmp[16]
     cdef uint64_t a, b
@@ -501,13 +510,9 @@ cdef inline void _head16(const uint8_t* p, Py_ssize_t length, const uint8_t* lim
             tmp[k] = p[k] if k < length else 0
         a = bpe_load_le64(tmp)
         b = bpe_load_le64(tmp + 8)
-    if length < 16:
-        if length <= 8:
-            b = 0
-            if length < 8:
-                a &= (<uint64_t>1 << (8 * length)) - 1
-        else:
-            b &= (<uint64_t>1 << (8 * (length - 8))) - 1
+    k = length if length < 16 else 16
+    a &= _HEAD_MASKS[k][0]
+    b &= _HEAD_MASKS[k][1]
     w0[0] = a
     w1[0] = b
 

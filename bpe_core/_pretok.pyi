@@ -1,0 +1,17 @@
+"""Type stubs for the native pre-tokenizer (bpe_core/_pretok.pyx)."""
+from typing import Sequence, Tuple
+
+import numpy as np
+import numpy.typing as npt
+
+Buffer = bytes | bytearray | memoryview | npt.NDArray[np.uint8]
+WordTable = Tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+TABLES_REGEX_VERSION: str
+TABLES_UNICODE_VERSION: str
+TABLES_DIGEST: str
+PATTERN_IDS: dict[str, int]  # {"gpt2": 0, "cl100k": 1, "o200k": 2}
+
+def split_ends(buf: Buffer, pattern_id: int) -> npt.NDArray[np.int64]: ...
+def count_pretokens(buf: Buffer, spans: npt.NDArray[np.int64], pattern_id: int) -> WordTable: ...
+def merge_counts(tables: Sequence[WordTable]) -> WordTable: ...
