@@ -1,0 +1,124 @@
+"""Training under a RAM budget: the sampled peak RSS of the process tree stays under it, the merges
+do not change, and a killed run leaves no half-written output."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import pathlib
+
+import pytest
+
+import bpe_core
+from bpe_core.memmon import PHASE_FILE_ENV, read_phase_file
+from bpe_core.model_io import load_gpt2, load_model
+from bpe_core.scheduler import BudgetError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "tools" / "train_bpe.py"
+
+
+def write_corpus(path, n_bytes, seed=0):
+    """Documents of pseudo-words separated by <|endoftext|>: a 4 MiB block written repeatedly."""
+    rng = random.Random(seed)
+    letters = "etaoinshrdlucmfwypvbgkqjxz"
+    words = ["".join(rng.choice(letters[: rng.randint(6, 26)]) for _ in range(rng.randint(1, 9)))
+             for _ in range(20000)]
+    parts, size = [], 0
+    while size < 4 << 20:
+        doc = " ".join(rng.choice(words) for _ in range(rng.randint(20, 400)))
+        doc += rng.choice([".\n", "!\n\n", " 1234.\n"]) + "<|endoftext|>"
+        parts.append(doc)
+        size += len(doc)
+    block = "".join(parts).encode()
+    with open(path, "wb") as f:
+        written = 0
+        while written < n_bytes:
+            f.write(block)
+            written += len(block)
+    return path
+
+
+@pytest.fixture(scope="module")
+def big_corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("budget") / "big.txt", 600 << 20)
+
+
+def test_small_budget_holds_and_merges_do_not_change(big_corpus, tmp_path):
+    budget = 200 << 20      # the corpus is three times this
+    limited = bpe_core.train(bpe_core.TrainConfig(big_corpus, 1000, memory_limit=budget, num_workers=2))
+    peak = limited.report["memory"]["peak_rss_bytes"]
+    assert 0 < peak < budget, f"peak RSS {peak >> 20} MiB over the {budget >> 20} MiB budget"
+    assert limited.report["plan"]["memory_limit"] == budget
+    unlimited = bpe_core.train(bpe_core.TrainConfig(big_corpus, 1000, num_workers=2, chunk_bytes=64 << 20))
+    assert limited.merges == unlimited.merges and limited.vocab == unlimited.vocab
+
+
+def test_budget_too_small_says_so_up_front(big_corpus):
+    with pytest.raises(BudgetError, match="--memory-limit"):
+        bpe_core.train(bpe_core.TrainConfig(big_corpus, 1000, memory_limit=20 << 20))
+
+
+def test_spilled_runs_give_the_same_table(tmp_path):
+    from bpe_core.trainer import count_corpus
+    path = write_corpus(tmp_path / "c.txt", 2 << 20, seed=3)
+    specials = [b"<|endoftext|>"]
+    whole = count_corpus(str(path), specials, "gpt2", 1, 64 << 10)
+    report = {"seconds": {}}
+    spilled = count_corpus(str(path), specials, "gpt2", 2, 64 << 10, spill_threshold_bytes=1 << 10,
+                           report=report, spill_dir=str(tmp_path))
+    assert report["spilled_runs"] > 1
+    assert spilled.to_dict() == whole.to_dict()
+    assert [p for p in os.listdir(tmp_path) if p.startswith("bpe_core-spill-")] == []
+
+
+def test_min_pretoken_count_prunes_and_says_it_changes_results(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"aa aa aa bb cc dd " * 3 + b"zq")
+    full = bpe_core.train(bpe_core.TrainConfig(path, 300, special_tokens=(), num_workers=1))
+    pruned = bpe_core.train(bpe_core.TrainConfig(path, 300, special_tokens=(), num_workers=1, min_pretoken_count=2))
+    assert pruned.report["unique_pretokens_kept"] < pruned.report["unique_pretokens"]
+    assert (b"z", b"q") in full.merges and (b"z", b"q") not in pruned.merges
+
+
+def _wait_for_phase(phase_file, name, proc, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(phase_file) and any(p == name for _, p in read_phase_file(phase_file)):
+            return True
+        time.sleep(0.005)
+    return False
+
+
+@pytest.mark.parametrize("kill_at", ["pretokenize", "merge loop", "write"])
+def test_kill_9_leaves_no_half_written_file(tmp_path, kill_at):
+    corpus = write_corpus(tmp_path / "c.txt", 24 << 20, seed=1)
+    out = tmp_path / "out"
+    phase_file = str(tmp_path / "phases.txt")
+    env = dict(os.environ, **{PHASE_FILE_ENV: phase_file})
+    proc = subprocess.Popen([sys.executable, str(TRAIN), str(corpus), "--vocab-size", "3000", "--out", str(out),
+                             "--no-progress", "--workers", "2"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    reached = _wait_for_phase(phase_file, kill_at, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert reached or proc.returncode == 0
+    names = ["model.json", "vocab.json", "merges.txt", "train_report.json"]
+    for name in names:
+        path = out / name
+        if not path.exists():
+            continue
+        # whatever is at a target path is complete
+        if name == "model.json":
+            assert len(load_model(path).merges) > 0
+        elif name == "train_report.json":
+            json.loads(path.read_text())
+        elif name == "vocab.json":
+            json.loads(path.read_text())
+        elif name == "merges.txt":
+            assert (out / "vocab.json").exists()
+            assert len(load_gpt2(out / "vocab.json", path)[1]) > 0
+    if kill_at != "write":
+        assert not any((out / n).exists() for n in names)
