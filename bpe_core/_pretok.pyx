@@ -780,6 +780,8 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
     _check_pattern_id(pattern_id)
     cdef Py_ssize_t n = buf.shape[0], k, start, end, i
     cdef const uint8_t* s = &buf[0] if n > 0 else NULL
+    if spans.shape[1] != 2:
+        raise ValueError(f"spans must have shape (k, 2), got ({spans.shape[0]}, {spans.shape[1]})")
     for k in range(spans.shape[0]):
         if not (0 <= spans[k, 0] <= spans[k, 1] <= n):
             raise ValueError(f"span {k} = [{spans[k, 0]}, {spans[k, 1]}) is not inside the buffer"

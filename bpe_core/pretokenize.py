@@ -94,7 +94,11 @@ def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2") -
     [(b' be', 2), (b' not', 1), (b' or', 1), (b' to', 1), (b'to', 1)]
     """
     view = _as_uint8(buf)
-    spans = np.ascontiguousarray(spans, dtype=np.int64).reshape(-1, 2)
+    spans = np.ascontiguousarray(spans, dtype=np.int64)
+    if spans.size == 0:
+        spans = spans.reshape(0, 2)
+    if spans.ndim != 2 or spans.shape[1] != 2:
+        raise ValueError(f"spans must have shape (k, 2), got {spans.shape}")
     name = pattern_name(pattern)
     if name is not None:
         return _pretok.count_pretokens(view, spans, _pretok.PATTERN_IDS[name])

@@ -294,6 +294,11 @@ def test_bad_inputs():
         count_pretokens(b"abc", np.array([[0, 4]]), "gpt2")
     with pytest.raises(ValueError):
         count_pretokens(b"abc", np.array([[2, 1]]), USER_PATTERN)
+    for pattern in ("gpt2", USER_PATTERN):
+        with pytest.raises(ValueError):
+            count_pretokens(b"abc", np.array([[0, 1, 2]]), pattern)
+    with pytest.raises(ValueError):
+        _pretok.count_pretokens(b"abc", np.array([[0, 1, 2]]), 0)
     with pytest.raises(ValueError):
         pretokenize(b"x", r"(unclosed")
     with pytest.raises(ValueError):
