@@ -28,7 +28,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import regex
 
-from . import _encode
+from . import _encode, _pretok
 from .model_io import ModelFormatError, load_gpt2
 from .patterns import encode_specials, pattern_name, resolve_pattern, specials_regex
 from .pretokenize import pretoken_ends
@@ -114,7 +114,10 @@ class Tokenizer:
                 raise ValueError(f"merge {r} ({a!r}, {b!r}) builds {a + b!r}, which is not in the vocab")
             lefts[r], rights[r], merged[r] = la, rb, m
         byte_ids = np.array([ids_of[bytes([x])] for x in range(256)], dtype=np.uint32)
+        self._rank_arrays = (lefts, rights, merged, byte_ids)
         self._table = _encode.RankTable(lefts, rights, merged, byte_ids)
+        self._special_table = _special_table(special_bytes, [ids_of[b] for b in special_bytes])
+        self._pattern_id = _pretok.PATTERN_IDS.get(self._pattern_name) if self._pattern_name else None
         self._local = threading.local()
 
     @classmethod
@@ -315,6 +318,13 @@ class Tokenizer:
             enc = self._local.encoder = _encode.Encoder(self._table)
         return enc
 
+    def _encoder_spec(self) -> "EncoderSpec":
+        """What worker processes need to encode like this tokenizer (see ``EncoderSpec``)."""
+        ids = [self._ids_of[b] for b in self._special_bytes]
+        native = self._pattern_id is not None
+        return EncoderSpec(self._rank_arrays, self._special_bytes, ids, self._pattern_id,
+                           None if native else self)
+
     def _decided_end(self, data: bytes) -> int:
         """For a buffer whose continuation is unknown: the end of the part whose special-token
         matches are final (a match starting at ``s`` is decided when ``s + longest <= len``).
@@ -337,8 +347,18 @@ class Tokenizer:
 
         With ``final=False`` the last text span may continue after ``end``: only its provably
         final pretokens are encoded. Returns (as ``StopIteration.value``) the offset up to which
-        the input was consumed.
+        the input was consumed. Named patterns run in the native core (``_iter_encode_native``),
+        one call per block of about ``_BLOCK_BYTES``; custom patterns (and
+        ``_NATIVE_PRETOKENIZER = False``) pre-tokenize with ``regex`` in Python.
         """
+        if self._pattern_id is not None and _NATIVE_PRETOKENIZER:
+            table = self._special_table if specials else None
+            return (yield from _iter_encode_native(self._encoder(), buf, start, end, self._pattern_id,
+                                                   table, final))
+        return (yield from self._iter_encode_regex(buf, start, end, specials, final))
+
+    def _iter_encode_regex(self, buf, start: int, end: int, specials: bool = True, final: bool = True):
+        """``_iter_encode`` with ``regex`` pre-tokenization and the special tokens found in Python."""
         enc = self._encoder()
         ends_parts: list[np.ndarray] = []
         gap_parts: list[tuple[int, np.ndarray]] = []   # (index offset, gap mask) for custom patterns
@@ -485,6 +505,71 @@ class Tokenizer:
             ends.append(e)
             gaps.append(True)
         return np.asarray(ends, dtype=np.int64), np.asarray(gaps, dtype=bool)
+
+
+def _special_table(special_bytes: Sequence[bytes], ids: Sequence[int]) -> "_encode.SpecialTable | None":
+    """The native special-token matcher (None when there are no special tokens)."""
+    return _encode.SpecialTable(list(special_bytes), list(ids)) if special_bytes else None
+
+
+def _iter_encode_native(enc: "_encode.Encoder", buf, start: int, end: int, pattern_id: int,
+                        special_table, final: bool = True):
+    """Encode ``buf[start:end]`` with ``Encoder.encode_text``, one call per block; yields uint32 arrays.
+
+    Returns (as ``StopIteration.value``) where encoding stopped: ``end`` when ``final``, else the
+    start of the held-back open tail. A block that holds only part of one pretoken (no final
+    pretoken boundary in it) is retried twice as large, so a pretoken of any length is encoded
+    whole, in time linear in its length.
+    """
+    pos, block = start, _BLOCK_BYTES
+    while True:
+        ids, stop, done = enc.encode_text(buf, pos, end, pattern_id, special_table, block, not final)
+        if len(ids):
+            yield ids
+        if done:
+            return stop
+        block = 2 * block if stop == pos else _BLOCK_BYTES
+        pos = stop
+
+
+class EncoderSpec:
+    """What a worker process needs to encode like a ``Tokenizer``: the rank-table arrays, the
+    special tokens and the pattern, a few hundred KB to pickle instead of the whole vocabulary.
+
+    ``Tokenizer._encoder_spec()`` makes one; :meth:`iter_encode` is ``Tokenizer._iter_encode``.
+    A custom pattern needs ``regex`` and the Python path, so that spec carries the tokenizer.
+
+    >>> vocab = {i: bytes([i]) for i in range(256)}; vocab[256] = b"ab"
+    >>> spec = Tokenizer(vocab, [(b"a", b"b")], ["<s>"])._encoder_spec()
+    >>> import pickle; spec = pickle.loads(pickle.dumps(spec))
+    >>> [ids.tolist() for ids in spec.iter_encode(b"abab<s>", 0, 7)]
+    [[256, 256, 257]]
+    """
+
+    def __init__(self, rank_arrays, special_bytes, special_ids, pattern_id, tokenizer=None):
+        self.rank_arrays = rank_arrays
+        self.special_bytes = list(special_bytes)
+        self.special_ids = list(special_ids)
+        self.pattern_id = pattern_id
+        self.tokenizer = tokenizer
+        self._encoder = None
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_encoder"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._encoder = None
+
+    def iter_encode(self, buf, start: int, end: int):
+        """Yield the uint32 ids of ``buf[start:end]`` in blocks (special tokens recognised)."""
+        if self.tokenizer is not None or not _NATIVE_PRETOKENIZER:
+            yield from self.tokenizer._iter_encode(buf, start, end)
+            return
+        if self._encoder is None:
+            self._encoder = _encode.Encoder(_encode.RankTable(*self.rank_arrays))
+            self._table = _special_table(self.special_bytes, self.special_ids)
+        yield from _iter_encode_native(self._encoder, buf, start, end, self.pattern_id, self._table)
 
 
 def _as_bytes(text: str | bytes) -> bytes:

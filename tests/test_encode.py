@@ -137,7 +137,7 @@ def test_random_merge_lists_match_reference_on_both_paths(model, text):
     ranks = {pair: r for r, pair in reversed(list(enumerate(merges)))}
     ids_of = reference.token_ids(vocab)
     data = text.encode()
-    expected = [ids_of[p] for p in reference.encode_pretoken(data, ranks)] if data else []
+    expected = [ids_of[p] for p in reference.encode_pretoken(data, merges)] if data else []
     enc = tok._encoder()
     assert enc.encode_piece(data, "heap") == expected
     if len(data) <= 128:
@@ -305,3 +305,67 @@ def test_encode_iterable_long_pretoken_is_linear():
     text = "x" * 300_000 + " done"
     pieces = [text[i: i + 1000] for i in range(0, len(text), 1000)]
     assert list(tok.encode_iterable(pieces)) == tok.encode(text)
+
+
+# ==== The native core: windows, special-token matcher, cache layout ===========================
+
+
+@SETTINGS
+@given(SPECIAL_HEAVY, st.integers(1, 64), st.booleans())
+def test_encode_text_windows_resume_exactly(text, max_bytes, open_end):
+    """Calling ``encode_text`` window by window (any ``max_bytes``, open or closed end) gives the
+    ids of the whole text: every stop is a final boundary."""
+    tok, _, _ = reference_tokenizer()
+    data = text.encode("utf-8", "surrogateescape")
+    enc = _encode.Encoder(tok._table, max_entries=5, max_cached_len=9)
+    parts, pos, block = [], 0, max_bytes
+    while True:
+        ids, stop, done = enc.encode_text(data, pos, len(data), tok._pattern_id, tok._special_table, block,
+                                          open_end)
+        assert pos <= stop <= len(data)
+        parts.extend(ids.tolist())
+        if done:
+            break
+        block = 2 * block if stop == pos else max_bytes
+        pos = stop
+    if open_end:        # what was held back is a final tail: encode it closed
+        ids, stop, done = enc.encode_text(data, stop, len(data), tok._pattern_id, tok._special_table)
+        parts.extend(ids.tolist())
+    assert stop == len(data) and done
+    assert parts == tok.encode(text)
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(["<s>", "<s><s>", "<t>", "<", "s>", "a", "<<s>"]), max_size=20).map("".join))
+def test_special_table_matches_the_regex(text):
+    from bpe_core.patterns import specials_regex
+
+    specials = [b"<s>", b"<s><s>", b"<t>"]
+    data = text.encode()
+    expected = [(m.start(), m.end(), specials.index(m.group())) for m in specials_regex(specials).finditer(data)]
+    assert _encode.SpecialTable(specials, [0, 1, 2]).find_all(data) == expected
+
+
+def test_cache_slots_long_keys_and_many_ids_stay_exact():
+    """Keys over 8 bytes (tail in the arena), pieces with more than 4 ids (ids in the arena), a cache
+    that grows many times and one that is cleared on every insert: all give the uncached ids."""
+    tok = gpt2_tokenizer()
+    words = [f" w{i}" * (1 + i % 5) + "x" * (i % 13) for i in range(20_000)]
+    text = "".join(words) + "".join(words[::-1])
+    data = text.encode()
+    expected = gpt2_tiktoken().encode(text)
+    for enc in (_encode.Encoder(tok._table), _encode.Encoder(tok._table, max_entries=1),
+                _encode.Encoder(tok._table, max_cached_len=4095)):
+        ids, stop, done = enc.encode_text(data, 0, len(data), tok._pattern_id, None)
+        assert ids.tolist() == expected and stop == len(data) and done
+        assert enc.cache_info()["entries"] <= enc.max_entries
+
+
+def test_encoder_spec_pickles_and_encodes_like_the_tokenizer():
+    tok, _, _ = reference_tokenizer()
+    text = fixture_text("corpus.en")[:5000] + EOT + "tail  \n"
+    data = text.encode()
+    for t in (tok, Tokenizer(tok.vocab, tok.merges, [EOT], pattern=r"\w+|\s")):
+        spec = pickle.loads(pickle.dumps(t._encoder_spec()))
+        got = np.concatenate(list(spec.iter_encode(data, 0, len(data)))).tolist()
+        assert got == t.encode(text)

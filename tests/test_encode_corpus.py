@@ -1,6 +1,7 @@
 """Whole-corpus encoding: identical ids for any worker count and chunk size, the .npy, the CLI."""
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import sys
@@ -10,11 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_core import encode_corpus as ec
 from bpe_core.model_io import Model, dump_model
 from bpe_core.patterns import resolve_pattern
 from bpe_core.tokenizer import Tokenizer
 from encode_helpers import EOT, SETTINGS, fixture_text, small_model
+
+# The module, not the function bpe_core re-exports under the same name.
+ec = importlib.import_module("bpe_core.encode_corpus")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
 import encode_corpus as cli  # noqa: E402
