@@ -1,5 +1,5 @@
 """Type stubs for the compiled encoder core (bpe_core/_encode.pyx)."""
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -11,12 +11,19 @@ class RankTable:
                  merged_ids: npt.NDArray[np.uint32], byte_ids: npt.NDArray[np.uint32]) -> None: ...
     def lookup(self, left: int, right: int) -> tuple[int, int] | None: ...
 
+class SpecialTable:
+    def __init__(self, tokens: Sequence[bytes], ids: Sequence[int]) -> None: ...
+    def find_all(self, buf: Any) -> list[tuple[int, int, int]]: ...
+
 class Encoder:
     table: RankTable
     max_entries: int
     max_cached_len: int
     misses: int
     def __init__(self, table: RankTable, max_entries: int = ..., max_cached_len: int = ...) -> None: ...
+    def encode_text(self, buf: Any, start: int, end: int, pattern_id: int,
+                    specials: SpecialTable | None = None, max_bytes: int = 0,
+                    open_end: bool = False) -> tuple[npt.NDArray[np.uint32], int, bool]: ...
     def encode_piece(self, piece: bytes, method: str = "auto") -> list[int]: ...
     def encode_pieces(self, buf: Any, ends: npt.NDArray[np.int64], start: int = 0,
                       forced_ids: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.uint32]: ...
