@@ -37,6 +37,7 @@ cdef extern from "_unicode_tables.h" nogil:
         BPE_UT_U
         BPE_UT_W
 
+# Small C helpers: little-endian loads, byte order, count-trailing-zeros, prefetch, table memory.
 cdef extern from *:
     """
     #include <string.h>

@@ -361,9 +361,13 @@ def _corpus_slices(nbytes: int):
 @pytest.mark.skipif(not CORPORA.is_dir(), reason="../shared/corpora is not present")
 @pytest.mark.parametrize("name", NAMES)
 def test_corpora_slices(name):
-    """All of multi/*.txt and the first 2 MB of each .xz corpus."""
-    for _, data in _corpus_slices(2_000_000):
+    """All of multi/*.txt and the first 2 MB of each .xz corpus; counts on four scripts with marks."""
+    for key, data in _corpus_slices(2_000_000):
         assert_same_ends(data, name)
+        if key in ("ar.txt", "hi.txt", "th.txt", "ko.txt"):
+            spans = np.array([[0, len(data)]])
+            assert table_dict(count_pretokens(data, spans, name)) == dict(
+                Counter(regex_pieces(data, PATTERNS[name])))
 
 
 @pytest.mark.slow
