@@ -102,12 +102,13 @@ def _newline_cut(buf, start: int, stop: int) -> int | None:
 
 
 def chunk_boundaries(buf, chunk_bytes: int, special_tokens: Sequence[bytes] = (),
-                     pattern: str = "gpt2") -> list[int]:
+                     pattern: str = "gpt2", inside_documents: bool = True) -> list[int]:
     """Cut ``buf`` into chunks of about ``chunk_bytes``; returns sorted offsets ``[0, ..., len]``.
 
     Each cut is placed at the first safe point at or after the target offset: a special-token start
     or, for a named pattern, a safe newline, whichever comes first. A document longer than
-    ``chunk_bytes`` with no safe point stays whole.
+    ``chunk_bytes`` with no safe point stays whole. ``inside_documents=False`` cuts at special
+    tokens only (SuperBPE stage-2 units run across newlines, so they must not be cut there).
 
     >>> chunk_boundaries(b"aa<|e|>bb<|e|>cc", 3, [b"<|e|>"], pattern="gpt2")
     [0, 9, 16]
@@ -119,7 +120,7 @@ def chunk_boundaries(buf, chunk_bytes: int, special_tokens: Sequence[bytes] = ()
         return [0]
     rx = specials_regex(list(special_tokens))
     maxlen = max((len(s) for s in special_tokens), default=0)
-    newline_ok = pattern_name(pattern) is not None
+    newline_ok = inside_documents and pattern_name(pattern) is not None
     cuts = [0]
     target = chunk_bytes
     # Search windows grow so a long document does not cost a rescan per chunk.

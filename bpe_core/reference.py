@@ -160,24 +160,22 @@ def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Se
 # ==== Encoding ==============================================================================
 
 
-def encode_pretoken(pretoken: bytes, ranks: dict[tuple[bytes, bytes], int]) -> list[bytes]:
-    """Apply merges to one pretoken: repeatedly merge the lowest-rank pair present, all of its
-    occurrences, left to right (equivalent to replaying the merges in order).
+def encode_pretoken(pretoken: bytes, merges: Sequence[tuple[bytes, bytes]]) -> list[bytes]:
+    """Apply the merges to one pretoken by replaying them in order, each to all of its occurrences
+    left to right, exactly as training rewrote its words.
 
-    >>> encode_pretoken(b"aaa", {(b"a", b"a"): 0})
+    (A merge can only apply if its bytes occur in the pretoken, so the others are skipped.)
+
+    >>> encode_pretoken(b"aaa", [(b"a", b"a")])
     [b'aa', b'a']
     """
-    parts = [bytes([b]) for b in pretoken]
-    while len(parts) > 1:
-        best_rank, best = None, None
-        for pair in zip(parts, parts[1:]):
-            r = ranks.get(pair)
-            if r is not None and (best_rank is None or r < best_rank):
-                best_rank, best = r, pair
-        if best is None:
+    parts = tuple(bytes([b]) for b in pretoken)
+    for left, right in merges:
+        if len(parts) < 2:
             break
-        parts = list(merge_word(tuple(parts), best))
-    return parts
+        if left + right in pretoken:
+            parts = merge_word(parts, (left, right))
+    return list(parts)
 
 
 def token_ids(vocab: dict[int, bytes]) -> dict[bytes, int]:
@@ -199,7 +197,7 @@ def encode(data: bytes | str, vocab: dict[int, bytes], merges: Sequence[tuple[by
     """
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
-    ranks = {pair: r for r, pair in reversed(list(enumerate(merges)))}
+    merges = list(merges)
     ids_of = token_ids(vocab)
     specials = encode_specials(special_tokens)
     out: list[int] = []
@@ -208,7 +206,7 @@ def encode(data: bytes | str, vocab: dict[int, bytes], merges: Sequence[tuple[by
             out.append(ids_of[piece])
             continue
         for pretoken in pretokenize(piece, pattern):
-            out.extend(ids_of[p] for p in encode_pretoken(pretoken, ranks))
+            out.extend(ids_of[p] for p in encode_pretoken(pretoken, merges))
     return out
 
 
@@ -219,3 +217,170 @@ def decode_bytes(ids: Iterable[int], vocab: dict[int, bytes]) -> bytes:
     b'hi'
     """
     return b"".join(vocab[i] for i in ids)
+
+
+# ==== SuperBPE ==============================================================================
+# Stage 1 is the BPE above. Stage 2 continues from the stage-1 segmentation with whitespace
+# boundaries lifted: its words are *units*, runs of consecutive pretokens of one text piece, cut only
+# at hard boundaries. Hard boundaries are the edges of the text pieces (document edges, special
+# tokens) and digits: a pretoken that holds a digit (\p{N}) is a unit of its own, cut further inside
+# where stage-1 tokens meet at a digit/non-digit change or between groups of three digits counted
+# from the right. A stage-2 merge must pass the rules (``superbpe_allows``).
+
+_DIGIT = regex.compile(r"\p{N}")
+
+
+def numeric_cuts(pretoken: bytes, token_lengths: Sequence[int]) -> list[int]:
+    """Where a numeric pretoken's stage-1 tokens are cut into separate units (token indices).
+
+    A cut goes between tokens ``i-1`` and ``i`` when the byte offset there is a hard boundary:
+    a change between digit and non-digit characters, or a boundary between groups of three digits
+    counted from the right inside a run of digits. A pretoken without digits gets no cut.
+
+    >>> numeric_cuts(b" 1234567", [1, 1, 3, 3])   # ' ', '1', '234', '567'
+    [1, 2, 3]
+    >>> numeric_cuts(b" 1234567", [2, 6])         # ' 1' | '234567': a group boundary
+    [1]
+    >>> numeric_cuts(b" 1234567", [3, 5])         # ' 12' | '34567': inside a group, no cut
+    []
+    >>> numeric_cuts(b"abc", [1, 2])
+    []
+    """
+    text = pretoken.decode("utf-8", "surrogateescape")
+    if not _DIGIT.search(text):
+        return []
+    # byte offset of every character, and whether it is a digit
+    offsets, digit = [], []
+    pos = 0
+    for ch in text:
+        offsets.append(pos)
+        digit.append(bool(_DIGIT.match(ch)))
+        pos += len(ch.encode("utf-8", "surrogateescape"))
+    hard = set()
+    i = 0
+    while i < len(text):
+        if digit[i]:
+            j = i
+            while j < len(text) and digit[j]:
+                j += 1
+            if i > 0:
+                hard.add(offsets[i])
+            if j < len(text):
+                hard.add(offsets[j])
+            first = i + ((j - i) % 3 or 3)        # groups of three, counted from the right
+            for k in range(first, j, 3):
+                hard.add(offsets[k])
+            i = j
+        else:
+            i += 1
+    cuts, pos = [], 0
+    for t, n in enumerate(token_lengths):
+        if t > 0 and pos in hard:
+            cuts.append(t)
+        pos += n
+    return cuts
+
+
+def superbpe_allows(left: bytes, right: bytes, max_words: int = 4, forbidden: Sequence[bytes] = (b": ",),
+                    max_token_bytes: int | None = None, max_nonalnum: int | None = None) -> bool:
+    """The stage-2 rules for a merged token ``left + right``.
+
+    >>> superbpe_allows(b" of", b" the"), superbpe_allows(b"key:", b" value")
+    (True, False)
+    >>> superbpe_allows(b" a b c", b" d e")        # five words
+    False
+    """
+    merged = left + right
+    if len(merged.split()) > max_words:
+        return False
+    if any(f in merged for f in forbidden):
+        return False
+    if max_token_bytes is not None and len(merged) > max_token_bytes:
+        return False
+    if max_nonalnum is not None:
+        text = merged.decode("utf-8", "surrogateescape")
+        if sum(1 for c in text if not (c.isalnum() or c.isspace())) > max_nonalnum:
+            return False
+    return True
+
+
+def superbpe_units(data: bytes, special_tokens: Sequence[str | bytes], pattern: str,
+                   merges: Sequence[tuple[bytes, bytes]]) -> list[list[bytes]]:
+    """The stage-2 units of a text, each as its list of stage-1 tokens, in text order."""
+    specials = encode_specials(special_tokens)
+    units: list[list[bytes]] = []
+    for piece, is_special in split_on_specials(data, specials):
+        if is_special:
+            continue
+        current: list[bytes] = []
+        for pretoken in pretokenize(piece, pattern):
+            tokens = encode_pretoken(pretoken, merges)
+            cuts = numeric_cuts(pretoken, [len(t) for t in tokens])
+            if _DIGIT.search(pretoken.decode("utf-8", "surrogateescape")):
+                if current:
+                    units.append(current)
+                    current = []
+                for a, b in zip([0] + cuts, cuts + [len(tokens)]):
+                    units.append(tokens[a:b])
+            else:
+                current.extend(tokens)
+        if current:
+            units.append(current)
+    return units
+
+
+def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
+                              pattern: str = "gpt2", transition: int | None = None, **rules
+                              ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], int]:
+    """Two-stage SuperBPE; returns ``(vocab, merges, n_stage1_merges)``.
+
+    ``transition`` is the vocabulary size at which stage 2 starts (``vocab_size``: plain BPE;
+    ``256 + len(special_tokens)``: BPE without pre-tokenization boundaries, the digit rule aside).
+    """
+    specials = encode_specials(special_tokens)
+    transition = vocab_size if transition is None else transition
+    vocab, merges = train_bpe_from_bytes(data, min(transition, vocab_size), special_tokens, pattern)
+    n_stage1 = len(merges)
+    # Stage 2 starts where stage 1 stopped (also when stage 1 ran out of pairs early).
+    words: dict[tuple[bytes, ...], int] = {}
+    for unit in superbpe_units(data, special_tokens, pattern, merges):
+        key = tuple(unit)
+        words[key] = words.get(key, 0) + 1
+    while len(vocab) < vocab_size:
+        pairs = get_pair_counts(words)
+        allowed = Counter({p: c for p, c in pairs.items() if superbpe_allows(p[0], p[1], **rules)})
+        pair = best_pair(allowed)
+        if pair is None:
+            break
+        merges.append(pair)
+        vocab[len(vocab)] = pair[0] + pair[1]
+        new_words: dict[tuple[bytes, ...], int] = {}
+        for word, count in words.items():
+            merged = merge_word(word, pair)
+            new_words[merged] = new_words.get(merged, 0) + count
+        words = new_words
+    assert len(vocab) == 256 + len(specials) + len(merges)
+    return vocab, merges, n_stage1
+
+
+def encode_superbpe(data: bytes | str, vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]],
+                    n_stage1: int, special_tokens: Sequence[str | bytes] = (), pattern: str = "gpt2") -> list[int]:
+    """Stage-aware encoding: stage-1 merges inside pretokens, then stage-2 merges inside units."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    ids_of = token_ids(vocab)
+    specials = encode_specials(special_tokens)
+    stage1, stage2 = list(merges[:n_stage1]), list(merges[n_stage1:])
+    out: list[int] = []
+    for piece, is_special in split_on_specials(data, specials):
+        if is_special:
+            out.append(ids_of[piece])
+            continue
+        for unit in superbpe_units(piece, (), pattern, stage1):
+            parts = tuple(unit)
+            for pair in stage2:
+                if len(parts) < 2:
+                    break
+                parts = merge_word(parts, pair)
+            out.extend(ids_of[p] for p in parts)
+    return out

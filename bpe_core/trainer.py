@@ -305,8 +305,13 @@ def train(config: TrainConfig) -> TrainResult:
                                 unique_pretokens=table.n_words)
         # Documents: text separated by special tokens (an empty input has none).
         report["documents"] = report["special_token_occurrences"] + 1 if size else 0
-        vocab, merges = train_words(table, config.vocab_size, config.special_tokens,
-                                    progress=config.progress, report=report)
+        if config.method == "superbpe":
+            from .superbpe import train_superbpe
+            vocab, merges, stages = train_superbpe(config, table, report, the_plan, progress=config.progress)
+        else:
+            vocab, merges = train_words(table, config.vocab_size, config.special_tokens,
+                                        progress=config.progress, report=report)
+            stages = [{"name": "bpe", "merges": len(merges)}]
         del table
     report["vocab_size_reached"] = len(vocab)
     report["seconds"]["total"] = round(time.perf_counter() - t_start, 3)
@@ -317,8 +322,8 @@ def train(config: TrainConfig) -> TrainResult:
         merges=merges,
         special_tokens=[s if isinstance(s, str) else s.decode("utf-8") for s in config.special_tokens],
         pattern=pattern,
-        method="bpe",
-        stages=[{"name": "bpe", "merges": len(merges)}],
+        method=config.method,
+        stages=stages,
         metadata={"input_bytes": size, "unique_pretokens": report["unique_pretokens"]},
     )
     return TrainResult(model=model, report=report)

@@ -78,8 +78,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
+    g = p.add_argument_group("SuperBPE (--method superbpe)")
+    p.add_argument("--method", choices=["bpe", "superbpe"], default="bpe",
+                   help="bpe (default) or superbpe: a second stage that merges across whitespace "
+                        "boundaries from the transition point on (Liu et al., 2025)")
+    g.add_argument("--transition", type=_transition, default=None, metavar="T",
+                   help="where stage 2 starts: a vocabulary size (e.g. 12800) or a fraction of "
+                        "--vocab-size (e.g. 0.4, the default: the paper's most compression-efficient "
+                        "ratio; its downstream-best was 0.9). T = vocab size is plain BPE; "
+                        "T = 256 + specials is BPE without pre-tokenization")
+    g.add_argument("--stage2-split", choices=["default", "official"], default="default",
+                   help="stage-2 units: default (between document edges, special tokens and digit "
+                        "groups) or official (the official implementation's stage-2 pre-tokenizer, "
+                        "for parity)")
+    g.add_argument("--max-words", type=int, default=4, metavar="N",
+                   help="stage-2 tokens span at most N words (default: 4)")
+    g.add_argument("--forbid", action="append", default=None, metavar="TEXT",
+                   help='no stage-2 token contains TEXT (repeatable; default: ": ")')
+    g.add_argument("--max-token-bytes", type=int, default=None, metavar="N",
+                   help="guardrail: no stage-2 token longer than N bytes")
+    g.add_argument("--max-nonalnum", type=int, default=None, metavar="N",
+                   help="guardrail: at most N characters per stage-2 token that are neither "
+                        "alphanumeric nor whitespace (keeps table rules and URL prefixes out)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     return p
+
+
+def _transition(text: str) -> float | int:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"transition must be positive, got {text}")
+    return value if value <= 1 else int(value)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +135,10 @@ def _train(args) -> int:
                              pattern=args.pattern, num_workers=args.num_workers,
                              chunk_bytes=args.chunk_bytes, memory_limit=args.memory_limit,
                              min_pretoken_count=args.min_pretoken_count, spill_dir=args.spill_dir,
+                             method=args.method, transition=args.transition,
+                             stage2_split=args.stage2_split, max_words=args.max_words,
+                             forbidden=tuple(args.forbid) if args.forbid is not None else (": ",),
+                             max_token_bytes=args.max_token_bytes, max_nonalnum=args.max_nonalnum,
                              progress=not args.no_progress)
     except ValueError as exc:
         raise CliError(str(exc)) from None
@@ -129,6 +162,10 @@ def _train(args) -> int:
     phase("write")
     dump_model(result.model, os.path.join(out, MODEL_FILE))
     dropped = dump_gpt2(result.vocab, result.merges, out)
+    if args.method == "superbpe":
+        print("train_bpe.py: note: vocab.json/merges.txt hold one merge list; tools that load them "
+              "(HF tokenizers) apply it without SuperBPE's stages, so their ids can differ from "
+              "bpe_core's stage-aware encoder (model.json); see docs/superbpe.md", file=sys.stderr)
     if dropped:
         print(f"train_bpe.py: note: {len(dropped)} merge(s) rebuilt bytes that an earlier token already "
               f"has; vocab.json lists each string once (the smaller id)", file=sys.stderr)

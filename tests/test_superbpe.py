@@ -1,0 +1,149 @@
+"""SuperBPE: the fast path equals the plain reference; the encoder reproduces training."""
+import os
+import subprocess
+import sys
+import tempfile
+import pathlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bpe_core
+from bpe_core import reference
+from bpe_core.model_io import load_model
+from bpe_core.superbpe import StageAwareEncoder, Stage2Rules, official_unit_texts, resolve_transition
+
+from strategies import SPECIAL, corpus_bytes
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+words = st.sampled_from(["the", " the", " cat", " sat", " on", " mat", ".", ":", " 12345", " 7", "\n", "  ",
+                         " of", " a", ",", " and", "1,000", " x:", " é", "\n\n", SPECIAL])
+phrase_text = st.lists(words, max_size=60).map("".join).map(lambda s: s.encode())
+
+
+def train_fast(data: bytes, vocab_size: int, transition, **options):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "c.txt")
+        with open(path, "wb") as f:
+            f.write(data)
+        return bpe_core.train(bpe_core.TrainConfig(path, vocab_size, method="superbpe", transition=transition,
+                                                   **options))
+
+
+@settings(max_examples=max(10, settings().max_examples // 2))
+@given(st.one_of(phrase_text, corpus_bytes), st.integers(0, 20), st.integers(0, 40))
+def test_fast_equals_reference(data, n1, n2):
+    data = data * 2
+    transition = 257 + n1
+    fast = train_fast(data, transition + n2, transition, num_workers=1)
+    vocab, merges, n_stage1 = reference.train_superbpe_from_bytes(data, transition + n2, [SPECIAL], "gpt2", transition)
+    assert fast.merges == merges and fast.vocab == vocab
+    assert fast.model.stages[0]["merges"] == n_stage1
+
+
+@settings(max_examples=max(10, settings().max_examples // 2))
+@given(st.one_of(phrase_text, corpus_bytes), st.integers(0, 15), st.integers(0, 30), st.sampled_from([1, 2]))
+def test_encoder_reproduces_training(data, n1, n2, workers):
+    data = data * 3
+    transition = 257 + n1
+    result = train_fast(data, transition + n2, transition, num_workers=workers, chunk_bytes=64)
+    enc = StageAwareEncoder(result.model)
+    ids = enc.encode(data)
+    n_special = len([1 for _, s in bpe_core.patterns.split_on_specials(data, [SPECIAL.encode()]) if s])
+    assert len(ids) == result.report["superbpe"]["final_tokens"] + n_special
+    vocab, merges = result.vocab, result.merges
+    assert ids == reference.encode_superbpe(data, vocab, merges, result.model.stages[0]["merges"], [SPECIAL])
+    assert b"".join(vocab[i] for i in ids) == data
+
+
+@settings(max_examples=max(10, settings().max_examples // 3))
+@given(corpus_bytes, corpus_bytes, st.integers(0, 15), st.integers(0, 30))
+def test_encoder_on_unseen_text_matches_reference(train_data, text, n1, n2):
+    transition = 257 + n1
+    result = train_fast(train_data * 2 + b" the cat sat", transition + n2, transition, num_workers=1)
+    enc = StageAwareEncoder(result.model)
+    expected = reference.encode_superbpe(text, result.vocab, result.merges, result.model.stages[0]["merges"], [SPECIAL])
+    assert enc.encode(text) == expected
+
+
+def test_transition_equal_to_vocab_size_is_plain_bpe(fixtures_dir):
+    sb = bpe_core.train(bpe_core.TrainConfig(fixtures_dir / "corpus.en", 500, method="superbpe", transition=500))
+    plain = bpe_core.train(bpe_core.TrainConfig(fixtures_dir / "corpus.en", 500))
+    assert sb.merges == plain.merges
+    assert sb.report["superbpe"]["stage2_merges"] == 0
+
+
+def test_transition_at_the_base_is_bpe_without_pretokenization(fixtures_dir):
+    r = bpe_core.train(bpe_core.TrainConfig(fixtures_dir / "corpus.en", 400, method="superbpe", transition=257))
+    assert r.report["superbpe"]["stage1_merges"] == 0
+    crossing = [a + b for a, b in r.merges if len((a + b).split()) > 1]
+    assert crossing, "stage 2 should learn tokens that cross word boundaries"
+
+
+def test_stage2_rules_hold_and_a_pair_count_can_fall(fixtures_dir):
+    r = bpe_core.train(bpe_core.TrainConfig(fixtures_dir / "corpus.en", 900, method="superbpe", transition=0.4,
+                                            max_words=2, max_token_bytes=12))
+    n1 = r.model.stages[0]["merges"]
+    for a, b in r.merges[n1:]:
+        tok = a + b
+        assert b": " not in tok and len(tok.split()) <= 2 and len(tok) <= 12
+    assert r.model.method == "superbpe"
+    assert r.model.stages[1]["rules"]["max_words"] == 2
+
+
+def test_digits_are_grouped_by_three_from_the_right():
+    data = (b" 1234567 items, 1234567 items; 2024 and 12 and 1234567\n" * 40)
+    r = train_fast(data, 400, 257, num_workers=1)
+    for a, b in r.merges:
+        tok = (a + b).strip()
+        digits = [t for t in tok.replace(b",", b" ").split() if t.isdigit()]
+        assert all(len(t) <= 3 for t in digits), (a, b)
+
+
+def test_model_file_round_trips_stages(tmp_path, fixtures_dir):
+    out = tmp_path / "tok"
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "train_bpe.py"), str(fixtures_dir / "corpus.en"),
+                        "--vocab-size", "600", "--method", "superbpe", "--transition", "0.5", "--out", str(out),
+                        "--no-progress", "--max-nonalnum", "3"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "stage-aware" in r.stderr
+    model = load_model(out)
+    assert model.method == "superbpe" and model.stages[0]["merges"] == 300 - 257
+    assert model.stages[1]["rules"]["max_nonalnum"] == 3
+    data = (fixtures_dir / "corpus.en").read_bytes()
+    ids = StageAwareEncoder(model).encode(data)
+    assert b"".join(model.vocab[i] for i in ids) == data
+
+
+def test_official_split_trains_and_encodes_consistently():
+    data = b"Hello world 12345, and more: text here.\nSecond line --- with ... dots\n" * 30
+    r = train_fast(data, 420, 300, num_workers=1, stage2_split="official")
+    enc = StageAwareEncoder(r.model)
+    ids = enc.encode(data)
+    assert len(ids) == r.report["superbpe"]["final_tokens"]
+    assert b"".join(r.vocab[i] for i in ids) == data
+    assert official_unit_texts(b"a b 12345 c\nd") == [b"a b ", b"123", b"45", b" c\n", b"d"]
+
+
+def test_sampling_is_reported_and_deterministic(fixtures_dir, monkeypatch):
+    from bpe_core import superbpe
+    monkeypatch.setattr(superbpe, "STAGE2_BYTES_PER_SYMBOL", 10 ** 6)     # force a sample
+    runs = [bpe_core.train(bpe_core.TrainConfig(fixtures_dir / "corpus.en", 600, method="superbpe",
+                                                num_workers=w, chunk_bytes=20000)) for w in (1, 2)]
+    info = runs[0].report["superbpe"]
+    assert info["stage2_sample_fraction"] < 1 and 0 < info["stage2_text_share"] < 1
+    assert runs[0].merges == runs[1].merges
+
+
+def test_transition_parsing():
+    assert resolve_transition(0.4, 10000, 1) == 4000
+    assert resolve_transition(1.0, 10000, 1) == 10000
+    assert resolve_transition(5000, 10000, 1) == 5000
+    with pytest.raises(ValueError):
+        resolve_transition(100, 10000, 1)
+    with pytest.raises(ValueError):
+        resolve_transition(20000, 10000, 1)
+    assert not Stage2Rules(max_nonalnum=1).allows(b"](", b"http")
