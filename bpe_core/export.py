@@ -92,8 +92,30 @@ def _usable_merges(model: Model, ids: dict[bytes, int]) -> list[tuple[bytes, byt
 # ==== HF tokenizers ==========================================================================
 
 
+def export_caveats(model: Model, fmt: str) -> list[str]:
+    """What a format cannot express about this model (printed on stderr by the export tool).
+
+    A SuperBPE model encodes in two stages (stage-1 merges inside pretokens, then stage-2 merges
+    inside units); HF, tiktoken and GPT-2 files hold one merge list and one pre-tokenizer, so their
+    ids can differ from bpe_core's stage-aware encoder.
+    """
+    if model.method != "superbpe":
+        return []
+    what = {"hf": "tokenizer.json splits with the official SuperBPE stage-2 pattern and applies all "
+                  "merges by rank inside each piece",
+            "tiktoken": "tiktoken splits with the stage-1 pattern, so no token crosses a pretoken "
+                        "boundary and stage-2 tokens are never produced",
+            "gpt2": "vocab.json/merges.txt carry no pre-tokenizer or stages"}.get(fmt, "")
+    return [f"this is a SuperBPE model: {what}; ids can differ from bpe_core's stage-aware encoder "
+            f"(Tokenizer.load / model.json), which reproduces training exactly (see docs/superbpe.md)"]
+
+
 def hf_tokenizer_json(model: Model) -> dict[str, Any]:
-    """The ``tokenizer.json`` document of HF ``tokenizers`` for this model."""
+    """The ``tokenizer.json`` document of HF ``tokenizers`` for this model.
+
+    For a SuperBPE model the pre-tokenizer is the official SuperBPE stage-2 split (the closest HF
+    can express; see :func:`export_caveats`).
+    """
     ids = _unique_ids(model)
     vocab = {token_to_gpt2(b): i for b, i in sorted(ids.items(), key=lambda kv: kv[1])}
     merges = [[token_to_gpt2(a), token_to_gpt2(b)] for a, b in _usable_merges(model, ids)]
@@ -113,7 +135,8 @@ def hf_tokenizer_json(model: Model) -> dict[str, Any]:
         "pre_tokenizer": {
             "type": "Sequence",
             "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": model.pattern}, "behavior": "Isolated", "invert": False},
+                {"type": "Split", "pattern": {"Regex": _hf_split_pattern(model)}, "behavior": "Isolated",
+                 "invert": False},
                 {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
             ],
         },
@@ -132,6 +155,13 @@ def hf_tokenizer_json(model: Model) -> dict[str, Any]:
             "merges": merges,
         },
     }
+
+
+def _hf_split_pattern(model: Model) -> str:
+    if model.method == "superbpe":
+        from .superbpe import OFFICIAL_STAGE2_PATTERN
+        return OFFICIAL_STAGE2_PATTERN
+    return model.pattern
 
 
 def dump_hf(model: Model, path: str | os.PathLike) -> None:

@@ -19,7 +19,7 @@ except ImportError:  # a checkout built in place, not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core.cli_util import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
-from bpe_core.export import FORMATS, check_tiktoken_compatible, export, load_any  # noqa: E402
+from bpe_core.export import FORMATS, check_tiktoken_compatible, export, export_caveats, load_any  # noqa: E402
 
 
 def build_parser() -> ArgumentParser:
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         elif not os.path.isdir(args.out):
             check_out_file(args.out)
         paths = export(model, args.format, args.out)
+        for caveat in export_caveats(model, args.format):
+            print(f"export_tokenizer.py: note: {caveat}", file=sys.stderr)
         if args.format == "tiktoken":
             witnesses = check_tiktoken_compatible(model, limit=3)
             if witnesses:

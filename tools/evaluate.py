@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Evaluate tokenizers on text files: bytes/token, characters/token, round trip, the share of tokens
+that cross a word boundary, and the longest tokens.
+
+    python tools/evaluate.py --tokenizer tok_bpe/ tok_superbpe/ --text heldout.txt code.txt
+    python tools/evaluate.py --sweep-transition 0.1 0.25 0.4 0.6 0.9 --train train.txt \\
+        --vocab-size 8000 --text heldout.txt
+
+Every model is encoded by the encoder that reproduces its training (stage-aware for SuperBPE).
+``--sweep-transition`` trains one SuperBPE tokenizer per transition point (plus plain BPE) on
+``--train`` and evaluates each.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+try:
+    import bpe_core  # noqa: F401
+except ImportError:  # a checkout built in place, not installed
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bpe_core.cli_util import ArgumentParser, CliError, run_main  # noqa: E402
+from bpe_core.corpus import check_input  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="evaluate.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokenizer", nargs="+", default=[], metavar="DIR", help="trained tokenizer folders (model.json)")
+    p.add_argument("--text", nargs="+", required=True, metavar="FILE", help="text files to encode")
+    p.add_argument("--max-bytes", type=int, default=None, metavar="N", help="use the first N bytes of each file")
+    p.add_argument("--longest", type=int, default=8, metavar="K", help="show the K longest tokens (default 8)")
+    p.add_argument("--sweep-transition", nargs="+", type=float, default=None, metavar="T",
+                   help="train SuperBPE at these transitions (fractions or sizes) and plain BPE on --train")
+    p.add_argument("--train", default=None, metavar="FILE", help="training corpus for --sweep-transition")
+    p.add_argument("--vocab-size", type=int, default=8000, help="vocabulary size for --sweep-transition")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the scores as JSON")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_main(lambda: _run(args), "evaluate.py")
+
+
+def _run(args) -> int:
+    from bpe_core import TrainConfig, train
+    from bpe_core.evaluate import as_dict, load_encoder, longest_tokens, score
+    from bpe_core.model_io import dump_model
+
+    for path in args.text:
+        check_input(path)
+    entries = []            # (name, model, encode)
+    for d in args.tokenizer:
+        if not os.path.exists(d):
+            raise CliError(f"{d}: no such tokenizer folder")
+        model, encode = load_encoder(d)
+        entries.append((os.path.basename(os.path.normpath(d)), model, encode))
+    tmp = None
+    if args.sweep_transition:
+        if not args.train:
+            raise CliError("--sweep-transition needs --train FILE")
+        check_input(args.train)
+        tmp = tempfile.TemporaryDirectory(prefix="bpe_core-sweep-")
+        runs = [("bpe", dict(method="bpe"))] + [
+            (f"superbpe t={t:g}", dict(method="superbpe", transition=(t if t <= 1 else int(t))))
+            for t in args.sweep_transition]
+        for name, opts in runs:
+            result = train(TrainConfig(args.train, args.vocab_size, **opts))
+            folder = os.path.join(tmp.name, name.replace(" ", "_").replace("=", ""))
+            os.makedirs(folder)
+            dump_model(result.model, os.path.join(folder, "model.json"))
+            model, encode = load_encoder(folder)
+            secs = result.report["seconds"]["total"]
+            print(f"trained {name}: {secs:.1f}s, peak RSS {result.report['memory']['peak_rss_bytes'] >> 20} MiB",
+                  file=sys.stderr)
+            entries.append((name, model, encode))
+    if not entries:
+        raise CliError("nothing to evaluate: give --tokenizer DIR or --sweep-transition")
+    scores = []
+    print("| tokenizer | file | bytes/token | chars/token | tokens | cross-word tokens | round trip |")
+    print("|---|---|---|---|---|---|---|")
+    for name, model, encode in entries:
+        for path in args.text:
+            s = score(name, model, encode, path, args.max_bytes)
+            scores.append(s)
+            print(f"| {name} | {s.file} | {s.bytes_per_token:.3f} | {s.chars_per_token:.3f} | {s.n_tokens:,} | "
+                  f"{100 * s.cross_word_share:.1f}% | {'ok' if s.round_trip else 'FAILED'} |")
+    if len(entries) > 1:
+        base = entries[0][0]
+        print(f"\nfewer tokens than {base}:")
+        for path in args.text:
+            ref = next(s for s in scores if s.tokenizer == base and s.file == os.path.basename(path))
+            for s in scores:
+                if s.tokenizer != base and s.file == ref.file:
+                    print(f"  {s.tokenizer} on {s.file}: {100 * (1 - s.n_tokens / ref.n_tokens):+.1f}%")
+    if args.longest:
+        for name, model, _ in entries:
+            toks = ", ".join(repr(t.decode("utf-8", "replace")) for t in longest_tokens(model, args.longest))
+            print(f"\nlongest tokens of {name}: {toks}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([as_dict(s) for s in scores], f, indent=1)
+    if tmp is not None:
+        tmp.cleanup()
+    return 0 if all(s.round_trip for s in scores) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
