@@ -188,29 +188,56 @@ cdef inline Py_ssize_t _run(const uint8_t* s, Py_ssize_t j, Py_ssize_t n,
     return j
 
 
-cdef inline Py_ssize_t _run_letters(const uint8_t* s, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
-    """``_run(s, j, n, L, L)``, eight ASCII bytes at a time.
+cdef inline Py_ssize_t _run_ascii(const uint8_t* s, Py_ssize_t j, Py_ssize_t n, uint64_t fold,
+                                  uint64_t add_lo, uint64_t add_hi, uint16_t mask,
+                                  uint16_t want) noexcept nogil:
+    """``_run(s, j, n, mask, want)``, eight bytes at a time while they are ASCII.
 
-    Most words are short ASCII runs; finding their end with one bit trick per 8 bytes instead of
-    a branch per byte saves the mispredicted loop exit. For byte x < 0x80, ``x | 0x20`` is in
-    ``a..z`` iff ``(x | 0x20) + 0x1F`` reaches 0x80 and ``(x | 0x20) + 0x05`` does not; no byte
-    carries into the next, and bytes >= 0x80 (maybe a non-ASCII letter) stop the fast path.
+    The class must hold exactly the ASCII bytes x with ``lo <= (x | fold) <= hi`` (letters,
+    lowercase, uppercase, digits). Most words are short ASCII runs; finding their end with one bit
+    trick per 8 bytes instead of a branch per byte saves the mispredicted loop exit. For x < 0x80,
+    ``x + (0x80 - lo)`` reaches 0x80 iff ``x >= lo`` and ``x + (0x7F - hi)`` iff ``x > hi``; no byte
+    carries into the next. A byte >= 0x80 (maybe a non-ASCII member) hands over to ``_run``.
+    ``add_lo``/``add_hi``/``fold`` are those constants repeated in all 8 bytes.
     """
-    cdef uint64_t w, x, not_letter
+    cdef uint64_t w, x, miss
     cdef Py_ssize_t k
     while j + 8 <= n:
         w = bpe_load_le64(s + j)
-        x = (w & 0x7F7F7F7F7F7F7F7FULL) | 0x2020202020202020ULL
-        not_letter = ~(((x + 0x1F1F1F1F1F1F1F1FULL) & ~(x + 0x0505050505050505ULL)) & ~w)
-        not_letter &= 0x8080808080808080ULL
-        if not_letter == 0:
+        x = (w & 0x7F7F7F7F7F7F7F7FULL) | fold
+        miss = ~(((x + add_lo) & ~(x + add_hi)) & ~w) & 0x8080808080808080ULL
+        if miss == 0:
             j += 8
             continue
-        k = j + (bpe_ctz64(not_letter) >> 3)
+        k = j + (bpe_ctz64(miss) >> 3)
         if s[k] < 0x80:
             return k
-        return _run(s, k, n, BPE_UT_L, BPE_UT_L)
-    return _run(s, j, n, BPE_UT_L, BPE_UT_L)
+        return _run(s, k, n, mask, want)
+    return _run(s, j, n, mask, want)
+
+
+cdef inline Py_ssize_t _run_letters(const uint8_t* s, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
+    """``\p{L}*`` from j: ASCII ``[A-Za-z]`` (folded to a..z: 0x61..0x7A), then any letter."""
+    return _run_ascii(s, j, n, 0x2020202020202020ULL, 0x1F1F1F1F1F1F1F1FULL,
+                      0x0505050505050505ULL, BPE_UT_L, BPE_UT_L)
+
+
+cdef inline Py_ssize_t _run_lower(const uint8_t* s, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
+    """o200k's ``[W]*`` from j: ASCII ``[a-z]`` (0x61..0x7A), then any W character."""
+    return _run_ascii(s, j, n, 0, 0x1F1F1F1F1F1F1F1FULL, 0x0505050505050505ULL,
+                      BPE_UT_W, BPE_UT_W)
+
+
+cdef inline Py_ssize_t _run_upper(const uint8_t* s, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
+    """o200k's ``[U]*`` from j: ASCII ``[A-Z]`` (0x41..0x5A), then any U character."""
+    return _run_ascii(s, j, n, 0, 0x3F3F3F3F3F3F3F3FULL, 0x2525252525252525ULL,
+                      BPE_UT_U, BPE_UT_U)
+
+
+cdef inline Py_ssize_t _run_numbers(const uint8_t* s, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
+    """``\p{N}*`` from j: ASCII ``[0-9]`` (0x30..0x39), then any number."""
+    return _run_ascii(s, j, n, 0, 0x5050505050505050ULL, 0x4646464646464646ULL,
+                      BPE_UT_N, BPE_UT_N)
 
 
 cdef inline Py_ssize_t _run_digits(const uint8_t* s, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
@@ -350,7 +377,7 @@ cdef inline Py_ssize_t _end_gpt2(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) n
     if f & BPE_UT_L:
         return _run_letters(s, j, n)
     if f & BPE_UT_N:
-        return _run(s, j, n, BPE_UT_N, BPE_UT_N)
+        return _run_numbers(s, j, n)
     return _other_end(s, i, j, f, n, PATTERN_GPT2)
 
 
@@ -399,7 +426,7 @@ cdef inline Py_ssize_t _o200k_lower_first(const uint8_t* s, Py_ssize_t p, Py_ssi
         k = q
     if k < 0:
         return -1
-    e = _run(s, k, n, BPE_UT_W, BPE_UT_W)
+    e = _run_lower(s, k, n)
     k = _contraction_ci(s, e, n)
     return k if k >= 0 else e
 
@@ -409,7 +436,7 @@ cdef Py_ssize_t _o200k_upper_first(const uint8_t* s, Py_ssize_t p, Py_ssize_t n)
     cdef Py_ssize_t e
     if p >= n or not (_char(s, p, n, &e) & BPE_UT_U):
         return -1
-    e = _run(s, _run(s, e, n, BPE_UT_U, BPE_UT_U), n, BPE_UT_W, BPE_UT_W)
+    e = _run_lower(s, _run_upper(s, e, n), n)
     p = _contraction_ci(s, e, n)
     return p if p >= 0 else e
 

@@ -8,6 +8,10 @@ measures, in MB/s of UTF-8 input (median of ``--runs`` runs):
 - ``split``         ``_pretok.split_ends(buf, pattern)`` (all pretoken ends, int64)
 - ``count``         ``_pretok.count_pretokens(buf, [[0, len]], pattern)`` (sorted word table)
 
+Times are the process's CPU time (``time.process_time``), so a shared, busy machine slows the
+figures less than wall time would (caches and memory bandwidth are still shared); everything runs
+on one thread.
+
 and checks on the way that the native pretokens equal the regex ones. Usage::
 
     python tools/bench_pretokenize.py                      # gpt2, 50 MB of en_train
@@ -48,15 +52,15 @@ def _load_xz_slice(path: pathlib.Path, n_bytes: int, tmp_dir: str) -> bytes:
 
 
 def _median_seconds(fn, runs: int, min_seconds: float = 0.3) -> float:
-    """Median over ``runs`` runs; small inputs repeat inside a run for at least min_seconds."""
+    """Median CPU seconds over ``runs`` runs; small inputs repeat inside a run for min_seconds."""
     fn()  # warm up (page in, first allocations)
     times = []
     for _ in range(runs):
-        reps, start = 0, time.perf_counter()
+        reps, start = 0, time.process_time()
         while True:
             fn()
             reps += 1
-            elapsed = time.perf_counter() - start
+            elapsed = time.process_time() - start
             if elapsed >= min_seconds:
                 break
         times.append(elapsed / reps)
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only:
             inputs = [(k, load) for k, load in inputs if k in args.only]
         cols = ["MB", "regex", "regex+Counter", "split", "count"]
-        print(f"# MB/s on one core, median of {args.runs} runs; regex {regex.__version__}, "
+        print(f"# MB/s of CPU time on one core, median of {args.runs} runs; regex {regex.__version__}, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
         header = f"{'pattern':7} {'corpus':9} " + " ".join(f"{c:>13}" for c in cols) + \
             f" {'split/regex':>11} {'count/Counter':>13}"
