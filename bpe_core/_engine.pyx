@@ -55,13 +55,17 @@ cdef struct HeapEntry:
 
 
 # ==== Pair hash map ===========================================================================
-# Open addressing, linear probing, power-of-two capacity, load <= 1/2. Keys are packed pairs;
-# values are pair ids into the engine's per-pair arrays. Pairs are never deleted (a merged pair
-# keeps its id with count 0), so no tombstones are needed.
+# Open addressing, linear probing, power-of-two capacity, load <= 1/2. A slot holds the packed pair
+# and its pair id side by side, so a probe touches one cache line. Pairs are never deleted (a merged
+# pair keeps its id with count 0), so no tombstones are needed.
+
+cdef struct Slot:
+    pair_key_t key
+    pair_id_t value
+
 
 cdef class _PairMap:
-    cdef vector[pair_key_t] keys
-    cdef vector[pair_id_t] values
+    cdef vector[Slot] slots
     cdef uint64_t mask
     cdef uint64_t size
     cdef int shift
@@ -69,11 +73,13 @@ cdef class _PairMap:
     def __cinit__(self, uint64_t capacity=1024):
         cdef uint64_t cap = 1024
         cdef int bits = 10
+        cdef Slot empty
+        empty.key = EMPTY_KEY
+        empty.value = 0
         while cap < 2 * capacity:
             cap <<= 1
             bits += 1
-        self.keys.assign(cap, EMPTY_KEY)
-        self.values.assign(cap, 0)
+        self.slots.assign(cap, empty)
         self.mask = cap - 1
         self.shift = 64 - bits
         self.size = 0
@@ -85,9 +91,9 @@ cdef class _PairMap:
         """The pair id of ``key`` or -1."""
         cdef uint64_t i = self._slot(key)
         while True:
-            if self.keys[i] == key:
-                return self.values[i]
-            if self.keys[i] == EMPTY_KEY:
+            if self.slots[i].key == key:
+                return self.slots[i].value
+            if self.slots[i].key == EMPTY_KEY:
                 return -1
             i = (i + 1) & self.mask
 
@@ -97,30 +103,29 @@ cdef class _PairMap:
         if 2 * (self.size + 1) > self.mask + 1:
             self._grow()
         i = self._slot(key)
-        while self.keys[i] != EMPTY_KEY:
+        while self.slots[i].key != EMPTY_KEY:
             i = (i + 1) & self.mask
-        self.keys[i] = key
-        self.values[i] = value
+        self.slots[i].key = key
+        self.slots[i].value = value
         self.size += 1
 
     cdef void _grow(self) noexcept nogil:
-        cdef vector[pair_key_t] old_keys
-        cdef vector[pair_id_t] old_values
+        cdef vector[Slot] old
         cdef uint64_t j, i, cap
-        old_keys.swap(self.keys)
-        old_values.swap(self.values)
+        cdef Slot empty
+        empty.key = EMPTY_KEY
+        empty.value = 0
+        old.swap(self.slots)
         cap = (self.mask + 1) * 2
-        self.keys.assign(cap, EMPTY_KEY)
-        self.values.assign(cap, 0)
+        self.slots.assign(cap, empty)
         self.mask = cap - 1
         self.shift -= 1
-        for j in range(old_keys.size()):
-            if old_keys[j] != EMPTY_KEY:
-                i = self._slot(old_keys[j])
-                while self.keys[i] != EMPTY_KEY:
+        for j in range(old.size()):
+            if old[j].key != EMPTY_KEY:
+                i = self._slot(old[j].key)
+                while self.slots[i].key != EMPTY_KEY:
                     i = (i + 1) & self.mask
-                self.keys[i] = old_keys[j]
-                self.values[i] = old_values[j]
+                self.slots[i] = old[j]
 
 
 # ==== Engine ==================================================================================
@@ -150,6 +155,7 @@ cdef class MergeEngine:
     cdef vector[token_id_t] symbols      # per position; DEAD once unlinked
     cdef vector[uint32_t] nexts          # per position: next live position of the word, or NIL
     cdef vector[uint32_t] prevs          # per position: previous live position, or NIL
+    cdef vector[uint32_t] pid_at         # per position: pair id of the window starting there, or NO_MARK
     cdef vector[int64_t] offsets
     cdef vector[count_t] counts
     # tokens
@@ -161,6 +167,11 @@ cdef class MergeEngine:
     cdef _PairMap pair_map
     cdef vector[pair_key_t] pair_keys
     cdef vector[count_t] pair_counts
+    # Where each pair may occur (the position of its left symbol): the initial positions as one CSR
+    # (no allocation per pair), later ones in a per-pair vector; both may hold stale entries.
+    cdef vector[uint32_t] base_positions
+    cdef vector[int64_t] base_start      # per pair; base_start[pid] .. + base_len[pid]
+    cdef vector[uint32_t] base_len
     cdef vector[vector[uint32_t]] pair_positions
     cdef vector[uint32_t] pair_pushed    # per pair: the last step whose touched list holds it
     cdef vector[int8_t] pair_allowed     # -1 unknown, 0 never merge, 1 may merge
@@ -213,7 +224,7 @@ cdef class MergeEngine:
         self.n_pops = 0
         with nogil:
             self._count_all()
-            self._heapify()
+            self._build_heap()
 
     # ---- tokens --------------------------------------------------------------------------------
 
@@ -253,11 +264,13 @@ cdef class MergeEngine:
         self.pair_keys.push_back(key)
         self.pair_counts.push_back(0)
         self.pair_positions.push_back(vector[uint32_t]())
+        self.base_start.push_back(0)
+        self.base_len.push_back(0)
         self.pair_pushed.push_back(NO_MARK)
         self.pair_allowed.push_back(-1)
         return pid
 
-    cdef inline void _add_pair(self, token_id_t left, token_id_t right, count_t c, uint32_t pos) noexcept nogil:
+    cdef inline pair_id_t _add_pair(self, token_id_t left, token_id_t right, count_t c, uint32_t pos) noexcept nogil:
         """Count one more occurrence (weight ``c``) of a pair whose left symbol sits at ``pos``."""
         cdef pair_id_t pid = self._pair_id(left, right)
         self.pair_counts[pid] += c
@@ -265,20 +278,37 @@ cdef class MergeEngine:
         if self.pair_pushed[pid] != self.n_steps:
             self.pair_pushed[pid] = self.n_steps
             self.touched.push_back(pid)
-
-    cdef inline void _sub_pair(self, token_id_t left, token_id_t right, count_t c) noexcept nogil:
-        cdef int64_t pid = self.pair_map.get(pack_pair(left, right))
-        self.pair_counts[pid] -= c
+        return pid
 
     cdef void _count_all(self) noexcept nogil:
-        cdef int64_t w, k, start, n
+        """Count every window once: pair ids per position, then a counting sort into the CSR."""
+        cdef int64_t w, k, start, end, n_pos = self.symbols.size(), total = 0
+        cdef size_t p
         cdef count_t c
+        cdef pair_id_t pid
+        cdef vector[int64_t] fill
+        self.pid_at.assign(n_pos, NO_MARK)
         for w in range(<int64_t>self.counts.size()):
             c = self.counts[w]
             start = self.offsets[w]
-            n = self.offsets[w + 1] - start
-            for k in range(n - 1):
-                self._add_pair(self.symbols[start + k], self.symbols[start + k + 1], c, <uint32_t>(start + k))
+            end = self.offsets[w + 1]
+            for k in range(start, end - 1):
+                pid = self._pair_id(self.symbols[k], self.symbols[k + 1])
+                self.pair_counts[pid] += c
+                self.base_len[pid] += 1
+                self.pid_at[k] = pid
+        for p in range(self.base_len.size()):
+            self.base_start[p] = total
+            total += self.base_len[p]
+        self.base_positions.resize(total)
+        fill.assign(self.base_len.size(), 0)
+        for k in range(n_pos):
+            pid = self.pid_at[k]
+            if pid != NO_MARK:
+                self.base_positions[self.base_start[pid] + fill[pid]] = <uint32_t>k
+                fill[pid] += 1
+        for p in range(self.pair_counts.size()):
+            self.touched.push_back(<pair_id_t>p)
 
     def pair_count(self, token_id_t left, token_id_t right):
         """The current count of a pair (0 when never seen)."""
@@ -340,21 +370,41 @@ cdef class MergeEngine:
         cdef HeapEntry last = self.heap.back()
         cdef size_t n, i, child
         self.heap.pop_back()
-        n = self.heap.size()
-        if n > 0:
-            i = 0
-            while True:
-                child = 2 * i + 1
-                if child >= n:
-                    break
-                if child + 1 < n and self._above(self.heap[child + 1], self.heap[child]):
-                    child += 1
-                if not self._above(self.heap[child], last):
-                    break
-                self.heap[i] = self.heap[child]
-                i = child
-            self.heap[i] = last
+        if self.heap.size() > 0:
+            self.heap[0] = last
+            self._sift_down(0)
         return top
+
+    cdef void _build_heap(self) noexcept nogil:
+        """The first heap, bottom-up in O(n) (Floyd) rather than n pushes."""
+        cdef size_t k, n
+        cdef HeapEntry e
+        for k in range(self.touched.size()):
+            if self.pair_counts[self.touched[k]] > 0:
+                e.count = self.pair_counts[self.touched[k]]
+                e.pair = self.touched[k]
+                self.heap.push_back(e)
+        self.touched.clear()
+        n = self.heap.size()
+        k = n // 2
+        while k > 0:
+            k -= 1
+            self._sift_down(k)
+
+    cdef void _sift_down(self, size_t i) noexcept nogil:
+        cdef HeapEntry e = self.heap[i]
+        cdef size_t n = self.heap.size(), child
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                break
+            if child + 1 < n and self._above(self.heap[child + 1], self.heap[child]):
+                child += 1
+            if not self._above(self.heap[child], e):
+                break
+            self.heap[i] = self.heap[child]
+            i = child
+        self.heap[i] = e
 
     cdef void _heapify(self) noexcept nogil:
         cdef size_t k
@@ -404,37 +454,42 @@ cdef class MergeEngine:
         cdef uint32_t i, j, h, k
         cdef count_t c
         positions.swap(self.pair_positions[pid])      # this pair's positions are consumed
+        if self.base_len[pid] > 0:
+            positions.insert(positions.end(), self.base_positions.begin() + self.base_start[pid],
+                             self.base_positions.begin() + self.base_start[pid] + self.base_len[pid])
+            self.base_len[pid] = 0
         n = positions.size()
         if a == b:
             # Overlapping runs (aaa): left to right within each word, as the greedy rewrite.
             sort(positions.begin(), positions.end())
         for q in range(n):
             i = positions[q]
-            if self.symbols[i] != a:
+            if self.pid_at[i] != pid:
                 continue                     # stale: rewritten since it was listed
             j = self.nexts[i]
-            if j == NIL or self.symbols[j] != b:
-                continue
             c = self._count_at(i)
             h = self.prevs[i]
             k = self.nexts[j]
-            # 1. The old windows around the site go.
+            # 1. The old windows around the site go (their pair ids are known per position).
             if h != NIL:
-                self._sub_pair(self.symbols[h], a, c)
-            self._sub_pair(a, b, c)
+                self.pair_counts[self.pid_at[h]] -= c
+            self.pair_counts[pid] -= c
             if k != NIL:
-                self._sub_pair(b, self.symbols[k], c)
+                self.pair_counts[self.pid_at[j]] -= c
             # 2. Rewrite: the pair becomes one symbol at i; j is unlinked.
             self.symbols[i] = new_tok
             self.symbols[j] = DEAD
+            self.pid_at[j] = NO_MARK
             self.nexts[i] = k
             if k != NIL:
                 self.prevs[k] = i
             # 3. The new windows come.
             if h != NIL:
-                self._add_pair(self.symbols[h], new_tok, c, h)
+                self.pid_at[h] = self._add_pair(self.symbols[h], new_tok, c, h)
             if k != NIL:
-                self._add_pair(new_tok, self.symbols[k], c, i)
+                self.pid_at[i] = self._add_pair(new_tok, self.symbols[k], c, i)
+            else:
+                self.pid_at[i] = NO_MARK
         positions.clear()
         # 4. Every pair whose count rose gets a fresh heap entry.
         self._heapify()
