@@ -1,26 +1,34 @@
 """Whole-corpus encoding: one flat ``.npy`` of token ids, in bounded memory, with any worker count.
 
-Pipeline (see ``docs/encoding.md``):
+Pipeline (see ``docs/encoding.md`` and ``docs/memory.md``); each step is a ``memmon.phase``:
 
-1. **Plan.** ``plan_encode`` turns the RAM budget into a worker count and a chunk size. It is the
-   seam where ``bpe_core.scheduler`` (psutil) will plug in; until then it is a small formula.
-2. **Cut.** The parent walks the memory-mapped input in windows and cuts chunks only at points
+1. **plan.** ``scheduler.plan_encoding`` turns the RAM budget (``memory_limit``; None: the default
+   budget, 8 GiB or 80% of the RAM available) into a worker count and a chunk size, or raises
+   ``scheduler.BudgetError`` naming the smallest budget that works. ``plan.to_dict()`` goes into
+   the result.
+2. **cut.** The parent walks the memory-mapped input in windows and cuts chunks only at points
    ``corpus.chunk_boundaries`` proves safe (a special-token start, or a safe newline), so the ids
    of a chunk do not depend on where it was cut. Each window is unmapped after use, so the parent
    never holds the input in memory.
-3. **Encode.** Workers (processes) map their own chunk, encode it in 1 MiB batches and append the
-   ids to a spill file of that chunk. At most ``2 * workers`` chunks are in flight.
-4. **Assemble.** Once the total is known, the ``.npy`` is created with ``np.lib.format.open_memmap``
-   in a temp file beside the output, the spill files are copied into it in chunk order, and the temp
-   file is renamed onto the output. The result is identical for any worker count and chunk size.
-   Peak disk use is about twice the output size (spill files + output).
+3. **encode.** Workers (processes from a ``forkserver`` that has imported bpe_core once) get the
+   rank-table arrays (``tokenizer.EncoderSpec``, not the vocabulary), map their own chunk, encode
+   it in blocks of about 1 MiB and append the ids to a spill file of that chunk. At most
+   ``2 * workers`` chunks are in flight; a ``memmon.MemoryMonitor`` samples the RSS of the
+   process tree and, while it is within one worker's share of the budget, no new chunk is handed
+   out until an earlier one is done.
+4. **assemble.** Once the total is known, the ``.npy`` is created with
+   ``np.lib.format.open_memmap`` in a temp file beside the output and the spill files are copied
+   into it in chunk order. The result is identical for any worker count and chunk size. Peak disk
+   use is about twice the output size (spill files + output).
+5. **verify** (optional): a sample of chunks is decoded back and compared with the input.
+6. **write.** fsync, then the temp file is renamed onto the output: a run that is killed leaves no
+   file at the output path (only a hidden temp file and spill folder beside it).
 
 ``uint16`` is used when every id fits (vocab <= 65,536), else ``uint32``.
 """
 from __future__ import annotations
 
 import contextlib
-import math
 import mmap
 import multiprocessing as mp
 import os
@@ -28,76 +36,18 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
 import numpy as np
 
+from . import scheduler
 from ._atomic import atomic_path
 from .corpus import CorpusError, check_input, chunk_boundaries
-from .tokenizer import Tokenizer
+from .memmon import MemoryMonitor, phase
+from .tokenizer import EncoderSpec, Tokenizer
 
 MiB = 1 << 20
-# Memory model of plan_encode (measured on en_train with the GPT-2 vocab; see docs/encoding.md).
-WORKER_BASE_BYTES = 128 * MiB     # interpreter, numpy, regex, rank table, pretoken cache, 1 MiB batch
-PARENT_BASE_BYTES = 128 * MiB     # interpreter, tokenizer, in-order bookkeeping, copy buffer
-MIN_CHUNK_BYTES = 1 * MiB
-MAX_CHUNK_BYTES = 64 * MiB
-DEFAULT_CHUNK_BYTES = 16 * MiB
-COPY_BYTES = 8 * MiB              # spill -> output copy block
-
-
-# ==== Plan ===================================================================================
-
-
-@dataclass(frozen=True)
-class EncodePlan:
-    """How a corpus is encoded: ``num_workers`` processes, chunks of about ``chunk_bytes``.
-
-    ``estimated_peak_bytes`` is the RSS of the process tree that the memory model predicts.
-    """
-
-    num_workers: int
-    chunk_bytes: int
-    estimated_peak_bytes: int
-
-
-def plan_encode(input_bytes: int, memory_limit: int | None = None,
-                num_workers: int | None = None) -> EncodePlan:
-    """Choose workers and chunk size from the input size and the RAM budget.
-
-    Memory model: each worker holds ``WORKER_BASE_BYTES`` plus its mapped chunk (the input pages it
-    touched); the parent ``PARENT_BASE_BYTES`` plus one cutting window (``2 * chunk_bytes``). So
-    ``peak = PARENT_BASE + 2 * chunk + workers * (WORKER_BASE + chunk)``. Workers default to the
-    CPU count; the budget lowers them first, then the chunk size. Chunks are kept small enough that
-    each worker gets about four (load balance), and within 1-64 MiB.
-
-    Raises:
-        ValueError: when even one worker with 1 MiB chunks does not fit the budget.
-
-    >>> p = plan_encode(10 * 2**30, memory_limit=2 * 2**30, num_workers=8)
-    >>> p.num_workers, p.chunk_bytes // 2**20
-    (8, 64)
-    >>> plan_encode(10 * 2**30, memory_limit=600 * 2**20, num_workers=8).num_workers
-    3
-    """
-    workers = num_workers if num_workers else (os.cpu_count() or 1)
-    if workers < 1:
-        raise ValueError("num_workers must be at least 1")
-    balance = max(MIN_CHUNK_BYTES, math.ceil(max(input_bytes, 1) / (4 * workers)))
-    chunk = min(DEFAULT_CHUNK_BYTES if memory_limit is None else MAX_CHUNK_BYTES, balance)
-    chunk = max(MIN_CHUNK_BYTES, chunk)
-
-    def peak(w: int, c: int) -> int:
-        return PARENT_BASE_BYTES + 2 * c + w * (WORKER_BASE_BYTES + c)
-
-    if memory_limit is not None:
-        if peak(1, MIN_CHUNK_BYTES) > memory_limit:
-            raise ValueError(f"memory limit {memory_limit / MiB:.0f} MiB is too small: encoding needs at "
-                             f"least {peak(1, MIN_CHUNK_BYTES) / MiB:.0f} MiB")
-        while workers > 1 and peak(workers, MIN_CHUNK_BYTES) > memory_limit:
-            workers -= 1
-        fit = (memory_limit - PARENT_BASE_BYTES - workers * WORKER_BASE_BYTES) // (workers + 2)
-        chunk = max(MIN_CHUNK_BYTES, min(chunk, fit))
-    return EncodePlan(workers, int(chunk), peak(workers, chunk))
+COPY_BYTES = scheduler.ENCODE_COPY_BYTES      # spill -> output copy block
 
 
 # ==== Cut ====================================================================================
@@ -149,8 +99,8 @@ def iter_chunks(path: str, chunk_bytes: int, special_tokens, pattern: str):
 _WORKER: dict = {}
 
 
-def _init_worker(tokenizer: Tokenizer, input_path: str, spill_dir: str, dtype: str) -> None:
-    _WORKER.update(tokenizer=tokenizer, input_path=input_path, spill_dir=spill_dir, dtype=np.dtype(dtype))
+def _init_worker(spec: EncoderSpec, input_path: str, spill_dir: str, dtype: str) -> None:
+    _WORKER.update(spec=spec, input_path=input_path, spill_dir=spill_dir, dtype=np.dtype(dtype))
 
 
 def _spill_path(spill_dir: str, index: int) -> str:
@@ -160,7 +110,7 @@ def _spill_path(spill_dir: str, index: int) -> str:
 def _encode_chunk(task: tuple[int, int, int]) -> tuple[int, int]:
     """Encode bytes ``[start, end)`` of the input into the chunk's spill file; returns (index, n_ids)."""
     index, start, end = task
-    tok: Tokenizer = _WORKER["tokenizer"]
+    spec: EncoderSpec = _WORKER["spec"]
     dtype = _WORKER["dtype"]
     n_ids = 0
     gran = mmap.ALLOCATIONGRANULARITY
@@ -168,7 +118,7 @@ def _encode_chunk(task: tuple[int, int, int]) -> tuple[int, int]:
     with open(_WORKER["input_path"], "rb") as f, open(_spill_path(_WORKER["spill_dir"], index), "wb") as out:
         mm = mmap.mmap(f.fileno(), end - base, access=mmap.ACCESS_READ, offset=base)
         try:
-            for ids in tok._iter_encode(mm, start - base, end - base):
+            for ids in spec.iter_encode(mm, start - base, end - base):
                 ids.astype(dtype, copy=False).tofile(out)
                 n_ids += len(ids)
         finally:
@@ -181,7 +131,13 @@ def _encode_chunk(task: tuple[int, int, int]) -> tuple[int, int]:
 
 @dataclass
 class EncodeResult:
-    """What ``encode_corpus`` did."""
+    """What ``encode_corpus`` did: sizes, time, the memory plan and the measured peak.
+
+    ``plan`` is ``scheduler.Plan.to_dict()``; ``memory`` is ``MemoryMonitor.summary()`` (the peak
+    RSS of the process tree, sampled, and the peak of each phase) plus ``held_back_chunks`` (how
+    often a chunk waited because the tree was close to the budget); ``phase_seconds`` the wall
+    time of each phase.
+    """
 
     out_path: str
     n_tokens: int
@@ -191,19 +147,37 @@ class EncodeResult:
     num_workers: int
     n_chunks: int
     verified_bytes: int = 0
+    plan: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    phase_seconds: dict = field(default_factory=dict)
 
     @property
     def mb_per_s(self) -> float:
         return self.n_bytes / 1e6 / max(self.seconds, 1e-9)
+
+    @property
+    def peak_rss_bytes(self) -> int:
+        return int(self.memory.get("peak_rss_bytes", 0))
 
     def summary(self) -> str:
         ratio = self.n_bytes / max(self.n_tokens, 1)
         line = (f"{self.out_path}: {self.n_tokens:,} tokens ({self.dtype}) from {self.n_bytes:,} bytes "
                 f"({ratio:.2f} bytes/token) in {self.seconds:.1f} s, {self.mb_per_s:.1f} MB/s, "
                 f"{self.num_workers} worker(s), {self.n_chunks} chunk(s)")
+        if self.memory:
+            line += (f", peak RSS {scheduler.fmt_bytes(self.peak_rss_bytes)} of "
+                     f"{scheduler.fmt_bytes(int(self.plan.get('memory_limit', 0)))}")
         if self.verified_bytes:
             line += f"; verified {self.verified_bytes:,} bytes"
         return line
+
+    def report(self) -> dict:
+        """A JSON-ready dict of everything above (``tools/encode_corpus.py --report``)."""
+        return {"out_path": self.out_path, "n_tokens": self.n_tokens, "n_bytes": self.n_bytes,
+                "dtype": self.dtype, "seconds": round(self.seconds, 3), "mb_per_s": round(self.mb_per_s, 2),
+                "num_workers": self.num_workers, "n_chunks": self.n_chunks,
+                "verified_bytes": self.verified_bytes, "phase_seconds": self.phase_seconds,
+                "plan": self.plan, "memory": self.memory}
 
 
 class VerifyError(RuntimeError):
@@ -219,43 +193,74 @@ def ids_dtype(n_vocab: int) -> np.dtype:
     return np.dtype(np.uint16) if n_vocab <= 1 << 16 else np.dtype(np.uint32)
 
 
+def plan(input_path: str | os.PathLike, tokenizer: Tokenizer, num_workers: int | None = None,
+         memory_limit: int | None = None, chunk_bytes: int | None = None) -> scheduler.Plan:
+    """The memory plan ``encode_corpus`` would follow (workers, chunk size, estimated peak).
+
+    Raises:
+        CorpusError: bad input. ``scheduler.BudgetError``: the budget is too small (the message
+            names the smallest budget that works).
+    """
+    size = check_input(os.fspath(input_path))
+    overhead = None
+    if (num_workers is None or num_workers > 1) and (os.cpu_count() or 1) > 1:
+        # The RSS of a worker as encode_corpus starts it (from the forkserver, bpe_core imported).
+        overhead = scheduler.measure_worker_overhead(_start_method())
+    return scheduler.plan_encoding(size, tokenizer.n_vocab, memory_limit, num_workers=num_workers,
+                                   per_worker_overhead=overhead, chunk_bytes=chunk_bytes)
+
+
 def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os.PathLike,
                   out_path: str | os.PathLike, num_workers: int | None = None,
                   memory_limit: int | None = None, chunk_bytes: int | None = None,
                   verify: bool = False, progress: bool = True,
-                  mp_context: str | None = None) -> EncodeResult:
+                  mp_context: str | None = None, monitor_interval: float = 0.05) -> EncodeResult:
     """Encode a whole file into one flat ``.npy`` of token ids (see the module docstring).
 
     Args:
         input_path: the corpus (read as bytes; special tokens are document separators).
         tokenizer: a ``Tokenizer`` or a path that ``Tokenizer.load`` reads.
         out_path: the ``.npy`` to write (atomically: temp file + rename).
-        num_workers: encoding processes (None: from the plan; 1 encodes in this process).
-        memory_limit: RAM budget in bytes for the process tree (None: no budget).
+        num_workers: upper bound on encoding processes (None: the CPU count); the plan may use
+            fewer to fit the budget. 1 encodes in this process.
+        memory_limit: RAM budget in bytes for the RSS of the process tree (None: the default
+            budget, ``scheduler.default_memory_limit()``).
         chunk_bytes: override the planned chunk size (tests use tiny chunks).
         verify: decode a sample of chunks back and compare with the input before renaming.
         progress: a tqdm bar (bytes, MB/s) on stderr.
         mp_context: multiprocessing start method (None: ``forkserver`` where available, else
-            ``spawn``; never plain ``fork``, which is unsafe in a process with threads).
+            ``spawn``; never plain ``fork``, which is unsafe in a process with threads, and the
+            memory monitor is one).
+        monitor_interval: seconds between RSS samples of the process tree.
+
+    Returns:
+        An ``EncodeResult`` with the plan (``plan.to_dict()``) and the sampled peak RSS.
 
     Raises:
-        CorpusError: bad input file. ``ModelFormatError``: bad tokenizer. ``VerifyError``.
+        CorpusError: bad input file. ``ModelFormatError``: bad tokenizer. ``scheduler.BudgetError``:
+        the budget cannot fit one worker (before any work). ``VerifyError``.
 
     >>> import tempfile, os; d = tempfile.mkdtemp()
     >>> _ = open(f"{d}/in.txt", "w").write("hi there<|endoftext|>bye")
     >>> vocab = {i: bytes([i]) for i in range(256)}
     >>> r = encode_corpus(f"{d}/in.txt", Tokenizer(vocab, [], ["<|endoftext|>"]), f"{d}/ids.npy",
     ...                   num_workers=1, progress=False)
-    >>> np.load(f"{d}/ids.npy", mmap_mode="r").tolist()[-4:]
-    [256, 98, 121, 101]
+    >>> np.load(f"{d}/ids.npy", mmap_mode="r").tolist()[-4:], r.plan["num_workers"]
+    ([256, 98, 121, 101], 1)
     """
     t0 = time.perf_counter()
+    marks: list[tuple[str, float]] = []
+
+    def enter(name: str) -> None:
+        phase(name)
+        marks.append((name, time.perf_counter()))
+
+    enter("plan")
     input_path, out_path = os.fspath(input_path), os.fspath(out_path)
     size = check_input(input_path)
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
     _check_out(out_path)
-    plan = plan_encode(size, memory_limit, num_workers)
-    chunk = chunk_bytes or plan.chunk_bytes
+    the_plan = plan(input_path, tok, num_workers, memory_limit, chunk_bytes)
     dtype = ids_dtype(tok.n_vocab)
     specials = list(tok._special_bytes)
 
@@ -263,33 +268,34 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
     spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + ".spill-")
     tmp, commit = atomic_path(out_path)
     bar = _progress(size, progress)
+    monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
+    monitor.start()
     try:
-        chunks = list(iter_chunks(input_path, chunk, specials, tok.pattern))
+        enter("cut")
+        chunks = list(iter_chunks(input_path, the_plan.chunk_bytes, specials, tok.pattern))
+        enter("encode")
         counts = [0] * len(chunks)
-        workers = min(plan.num_workers, max(1, len(chunks)))
+        workers = min(the_plan.num_workers, max(1, len(chunks)))
         tasks = [(i, s, e) for i, (s, e) in enumerate(chunks)]
+        spec = tok._encoder_spec()
+        held = 0
         if workers == 1:
-            _init_worker(tok, input_path, spill_dir, dtype.str)
+            _init_worker(spec, input_path, spill_dir, dtype.str)
             for task in tasks:
                 i, n = _encode_chunk(task)
                 counts[i] = n
                 bar.update(task[2] - task[1])
         else:
-            ctx = mp.get_context(mp_context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"))
-            with ctx.Pool(workers, _init_worker, (tok, input_path, spill_dir, dtype.str)) as pool:
-                pending = []
-                for task in tasks:
-                    pending.append((task, pool.apply_async(_encode_chunk, (task,))))
-                    while len(pending) >= 2 * workers:     # bounded in flight, consumed in order
-                        done, res = pending.pop(0)
-                        counts[done[0]] = res.get()[1]
-                        bar.update(done[2] - done[1])
-                for done, res in pending:
-                    counts[done[0]] = res.get()[1]
-                    bar.update(done[2] - done[1])
+            held = _encode_in_workers(tasks, counts, workers, the_plan, monitor, bar,
+                                      (spec, input_path, spill_dir, dtype.str), mp_context)
         total = sum(counts)
+        enter("assemble")
         _assemble(tmp, spill_dir, counts, dtype)
-        verified = _verify(tmp, input_path, tok, chunks, counts) if verify else 0
+        verified = 0
+        if verify:
+            enter("verify")
+            verified = _verify(tmp, input_path, tok, chunks, counts)
+        enter("write")
         commit()
     except BaseException:
         with contextlib.suppress(OSError):
@@ -298,8 +304,56 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
     finally:
         bar.close()
         shutil.rmtree(spill_dir, ignore_errors=True)
-    return EncodeResult(out_path, total, size, dtype.name, time.perf_counter() - t0,
-                        workers, len(chunks), verified)
+        monitor.stop()
+    t_end = time.perf_counter()
+    seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
+               for k, (name, t) in enumerate(marks)}
+    memory = dict(monitor.summary(), held_back_chunks=held)
+    return EncodeResult(out_path, total, size, dtype.name, t_end - t0, workers, len(chunks), verified,
+                        plan=the_plan.to_dict(), memory=memory, phase_seconds=seconds)
+
+
+def _start_method(mp_context: str | None = None) -> str:
+    return mp_context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+
+
+def _encode_in_workers(tasks, counts, workers: int, the_plan: scheduler.Plan, monitor: MemoryMonitor,
+                       bar, init_args, mp_context: str | None) -> int:
+    """Encode ``tasks`` in a pool; results are consumed in order, at most ``2 * workers`` in flight.
+
+    Before a chunk is handed out while others are in flight, the tree's RSS must be below
+    ``memory_limit - per_worker_bytes`` (the room one more chunk needs); if it is not, the oldest
+    chunk is waited for first. Returns how many times a chunk was held back that way.
+    """
+    method = _start_method(mp_context)
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        # Workers fork from a server that imported bpe_core once (not from this process, which
+        # has threads), so a worker starts in milliseconds with numpy and the core loaded.
+        ctx.set_forkserver_preload(["bpe_core.encode_corpus"])
+    room = the_plan.memory_limit - the_plan.per_worker_bytes
+    held = [0]
+    with ctx.Pool(workers, _init_worker, init_args) as pool:
+        pending: list = []
+
+        def consume_oldest() -> None:
+            done, res = pending.pop(0)
+            counts[done[0]] = res.get()[1]
+            bar.update(done[2] - done[1])
+
+        for task in tasks:
+            # Hold the chunk back while the tree is too close to the budget: wait for the oldest
+            # chunk in flight (its worker unmaps it when done). With none in flight the plan's
+            # word stands: one more chunk fits.
+            while pending and len(pending) >= 2 * workers:
+                consume_oldest()
+            while pending and not monitor.wait_below(room, timeout=0):
+                held[0] += 1
+                consume_oldest()
+            pending.append((task, pool.apply_async(_encode_chunk, (task,))))
+        while pending:
+            consume_oldest()
+    return held[0]
 
 
 def _assemble(tmp: str, spill_dir: str, counts: list[int], dtype: np.dtype) -> None:
@@ -374,5 +428,4 @@ def _progress(total: int, enabled: bool):
                 dynamic_ncols=True, smoothing=0.1)
 
 
-__all__ = ["EncodePlan", "EncodeResult", "VerifyError", "encode_corpus", "ids_dtype", "iter_chunks",
-           "plan_encode"]
+__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "ids_dtype", "iter_chunks", "plan"]

@@ -120,15 +120,58 @@ def test_failure_leaves_nothing(tmp_path, tok_dir, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["in.txt"]
 
 
-def test_plan_encode():
-    g = 2**30
-    p = ec.plan_encode(10 * g, memory_limit=8 * g, num_workers=4)
-    assert p.num_workers == 4 and p.estimated_peak_bytes <= 8 * g
-    small = ec.plan_encode(10 * g, memory_limit=600 * 2**20, num_workers=16)
-    assert 1 <= small.num_workers < 16 and small.estimated_peak_bytes <= 600 * 2**20
-    assert ec.plan_encode(1000, num_workers=4).chunk_bytes == ec.MIN_CHUNK_BYTES
-    with pytest.raises(ValueError, match="too small"):
-        ec.plan_encode(g, memory_limit=100 * 2**20)
+@pytest.fixture
+def small_overheads(monkeypatch):
+    """A parent of 50 MiB and workers of 40 MiB as the plan sees them, whatever pytest really uses."""
+    from bpe_core import scheduler
+
+    monkeypatch.setattr(scheduler, "_current_rss", lambda: 50 * MiB)
+    monkeypatch.setattr(scheduler, "measure_worker_overhead", lambda *a, **k: 40 * MiB)
+
+
+MiB = 1 << 20
+
+
+def test_plan_decides_workers_and_is_stored(tmp_path, tok_dir, small_overheads):
+    """The scheduler's plan is what runs: a small budget gives one process, a large one a worker per
+    core; the plan (budget included) is in the result."""
+    make_corpus(tmp_path / "in.txt", seed=5)
+    tok = Tokenizer.load(tok_dir)
+    small = ec.encode_corpus(tmp_path / "in.txt", tok, tmp_path / "a.npy", num_workers=4, memory_limit=150 * MiB,
+                             chunk_bytes=4000, progress=False)
+    assert small.plan["kind"] == "encode" and small.plan["memory_limit"] == 150 * MiB
+    assert small.num_workers == small.plan["num_workers"] == 1
+    assert small.plan["peak_bytes"] <= 150 * MiB and small.plan["chunk_bytes"] == 4000
+    cores = os.cpu_count() or 1
+    big = ec.encode_corpus(tmp_path / "in.txt", tok, tmp_path / "b.npy", num_workers=4, memory_limit=4 << 30,
+                           chunk_bytes=4000, progress=False)
+    assert big.num_workers == big.plan["num_workers"] == min(4, cores)
+    assert big.memory["peak_rss_bytes"] > 0 and set(big.phase_seconds) >= {"plan", "cut", "encode", "assemble",
+                                                                          "write"}
+    default = ec.plan(tmp_path / "in.txt", tok)
+    from bpe_core.scheduler import default_memory_limit
+
+    assert default.memory_limit <= default_memory_limit()
+    with pytest.raises(ValueError, match="too small"):       # scheduler.BudgetError, before any work
+        ec.encode_corpus(tmp_path / "in.txt", tok, tmp_path / "c.npy", memory_limit=60 * MiB, progress=False)
+    assert not (tmp_path / "c.npy").exists()
+
+
+def test_small_budget_gives_the_same_ids_as_no_budget(tmp_path, tok_dir, small_overheads):
+    """Under a budget the plan allows two workers, but the real tree (pytest) is above the room for
+    another chunk: chunks are held back one at a time, and the ids are those of an unlimited run."""
+    make_corpus(tmp_path / "in.txt", seed=6)
+    tok = Tokenizer.load(tok_dir)
+    free = ec.encode_corpus(tmp_path / "in.txt", tok, tmp_path / "free.npy", num_workers=2, chunk_bytes=3000,
+                            progress=False)
+    budget = 260 * MiB             # 2 workers fit on paper (218 MiB + chunks) ...
+    held = ec.encode_corpus(tmp_path / "in.txt", tok, tmp_path / "held.npy", num_workers=2, chunk_bytes=3000,
+                            memory_limit=budget, progress=False)
+    assert held.plan["num_workers"] == min(2, os.cpu_count() or 1)
+    if held.num_workers == 2 and held.memory["peak_rss_bytes"] > budget - held.plan["per_worker_bytes"]:
+        assert held.memory["held_back_chunks"] > 0    # ... but not in this test process
+    assert np.array_equal(np.load(tmp_path / "held.npy"), np.load(tmp_path / "free.npy"))
+    assert free.n_tokens == held.n_tokens == len(tok.encode((tmp_path / "in.txt").read_bytes()))
 
 
 # ==== CLI ======================================================================================
@@ -169,3 +212,65 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, tok_dir, capsys, case):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert sorted(os.listdir(tmp_path)) == ["in.txt", "sub"]
     assert os.listdir(tmp_path / "sub") == []
+
+
+def test_cli_plan_prints_and_writes_nothing(tmp_path, tok_dir, capsys):
+    make_corpus(tmp_path / "in.txt")
+    rc = cli.main([str(tmp_path / "in.txt"), "--tokenizer", str(tok_dir), "--out", str(tmp_path / "ids.npy"),
+                   "--memory-limit", "2G", "--plan"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.startswith("memory plan (encode ") and "budget 2.0 GiB" in out and "peak" in out
+    assert sorted(os.listdir(tmp_path)) == ["in.txt"]
+    rc = cli.main([str(tmp_path / "in.txt"), "--tokenizer", str(tok_dir), "--out", str(tmp_path / "ids.npy"),
+                   "--memory-limit", "1M", "--plan"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "smallest budget that works" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_report_has_plan_and_peak(tmp_path, tok_dir, capsys):
+    import json
+
+    make_corpus(tmp_path / "in.txt", seed=2)
+    rc = cli.main([str(tmp_path / "in.txt"), "--tokenizer", str(tok_dir), "--out", str(tmp_path / "ids.npy"),
+                   "--workers", "1", "--report", str(tmp_path / "run.json"), "--no-progress"])
+    assert rc == 0 and "peak RSS" in capsys.readouterr().out
+    report = json.loads((tmp_path / "run.json").read_text())
+    assert report["plan"]["num_workers"] == 1 and report["memory"]["peak_rss_bytes"] > 0
+    assert report["n_tokens"] == len(np.load(tmp_path / "ids.npy", mmap_mode="r"))
+
+
+def test_kill_9_leaves_no_output_file(tmp_path):
+    """``kill -9`` in the middle of a run: nothing at the ``--out`` path (the temp file and spill
+    folder are hidden names beside it). A custom pattern (the slower ``regex`` path) and 2 KB chunks
+    make a 3 MB run last about a second; the kill comes once the first spill file exists."""
+    import signal
+    import subprocess
+    import time
+
+    vocab, merges, specials = small_model()
+    d = tmp_path / "tok"
+    d.mkdir()
+    dump_model(Model(vocab=vocab, merges=merges, special_tokens=specials, pattern=r"\w+|\s+|[^\w\s]+"),
+               d / "model.json")
+    text = fixture_text("corpus.en").encode()
+    data = (text + EOT.encode()) * max(1, (3 << 20) // (len(text) + len(EOT)))
+    (tmp_path / "in.txt").write_bytes(data)
+    out = tmp_path / "ids.npy"
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "encode_corpus.py")
+    proc = subprocess.Popen([sys.executable, tool, str(tmp_path / "in.txt"), "--tokenizer", str(d), "--out",
+                             str(out), "--workers", "1", "--chunk-size", "2k", "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 8
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            spills = [p for p in tmp_path.iterdir() if p.name.startswith(".ids.npy.spill-")]
+            if spills and any(spills[0].iterdir()):
+                break
+            time.sleep(0.002)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert not out.exists()
+    assert all(p.name.startswith(".ids.npy.") for p in tmp_path.iterdir() if p.name not in ("in.txt", "tok"))

@@ -2,14 +2,17 @@
 """Encode a whole corpus into one flat ``.npy`` of token ids.
 
     python tools/encode_corpus.py corpus.txt --tokenizer tok/ --out ids.npy [--workers N]
-                                  [--memory-limit 8G] [--verify]
+                                  [--memory-limit 8G] [--verify] [--plan] [--report run.json]
+                                  [--profile-memory PREFIX]
 
 ``np.load("ids.npy", mmap_mode="r")`` opens the result (``uint16`` when the vocab fits in 65,536
 ids, else ``uint32``). Document separators (special tokens) encode as their id. Progress (MB/s) goes
-to stderr, a one-line summary to stdout. Bad input: one line on stderr, exit code 2, nothing written.
+to stderr, a one-line summary to stdout. Bad input, or a budget too small to fit one worker: one
+line on stderr, exit code 2, nothing written. ``--plan`` prints the memory plan and exits.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -18,10 +21,10 @@ try:
 except ImportError:  # a checkout built in place (python setup.py build_ext --inplace), not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from bpe_core._atomic import atomic_write  # noqa: E402
 from bpe_core.cli_util import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
 from bpe_core.config import parse_size  # noqa: E402
 from bpe_core.corpus import check_input  # noqa: E402
-from bpe_core.encode_corpus import VerifyError, encode_corpus  # noqa: E402
 from bpe_core.tokenizer import Tokenizer  # noqa: E402
 
 
@@ -34,34 +37,66 @@ def build_parser() -> ArgumentParser:
                    help="what tools/train_bpe.py wrote (a folder with model.json, or the file)")
     p.add_argument("--out", required=True, metavar="IDS.npy", help="the .npy to write (atomically)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="encoding processes (default: from the memory limit and the CPU count)")
+                   help="at most this many encoding processes (default: the CPU count; the memory plan "
+                        "may use fewer)")
     p.add_argument("--memory-limit", default=None, metavar="SIZE",
-                   help="RAM budget of the whole process tree, e.g. 8G, 500M (default: none)")
+                   help="RAM budget of the whole process tree, e.g. 8G, 500M (default: 8G, or 80%% of "
+                        "the RAM available when that is less)")
     p.add_argument("--chunk-size", default=None, metavar="SIZE",
                    help="override the planned chunk size, e.g. 16M")
+    p.add_argument("--plan", action="store_true",
+                   help="print the memory plan (workers, chunk size, estimated peak) and exit")
     p.add_argument("--verify", action="store_true",
                    help="decode a sample of chunks back and compare with the input before renaming")
+    p.add_argument("--report", default=None, metavar="PATH",
+                   help="write a JSON report (plan, peak RSS per phase, seconds per phase) to PATH")
+    p.add_argument("--profile-memory", default=None, metavar="PREFIX",
+                   help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
+                        "(RSS over time with phases and the budget line)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.profile_memory:
+        from bpe_core.profile import profile_command, split_flag
+
+        prefix, rest = split_flag(argv)
+        try:
+            budget = parse_size(args.memory_limit) if args.memory_limit else None
+        except ValueError as exc:
+            print(f"encode_corpus.py: {exc}", file=sys.stderr)
+            return 2
+        r = profile_command([sys.executable, os.path.abspath(__file__), *rest], prefix, budget=budget)
+        return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
 
     def body() -> int:
+        from bpe_core.encode_corpus import VerifyError, encode_corpus, plan
+
         check_input(args.input)
-        check_out_file(args.out)
+        if not args.plan:
+            check_out_file(args.out)
         if args.workers is not None and args.workers < 1:
             raise CliError("--workers must be at least 1")
         limit = parse_size(args.memory_limit) if args.memory_limit else None
         chunk = parse_size(args.chunk_size) if args.chunk_size else None
         tok = Tokenizer.load(args.tokenizer)
+        the_plan = plan(args.input, tok, args.workers, limit, chunk)   # a budget that cannot fit fails here
+        if args.plan:
+            print(the_plan.describe())
+            return 0
         try:
             result = encode_corpus(args.input, tok, args.out, num_workers=args.workers, memory_limit=limit,
                                    chunk_bytes=chunk, verify=args.verify, progress=not args.no_progress)
         except VerifyError as exc:
             print(f"encode_corpus.py: verify failed: {exc}", file=sys.stderr)
             return 1
+        if args.report:
+            with atomic_write(args.report, "w", encoding="utf-8") as f:
+                json.dump(result.report(), f, indent=2)
+                f.write("\n")
         print(result.summary())
         return 0
 
