@@ -20,6 +20,8 @@ from libcpp.vector cimport vector
 
 import numpy as np
 
+from bpe_core._pretok cimport PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K, _next_cl100k, _next_gpt2, _next_o200k
+
 cdef uint64_t FNV_OFFSET = 1469598103934665603u
 cdef uint64_t FNV_PRIME = 1099511628211u
 
@@ -118,6 +120,56 @@ cdef class WordIndex:
         return out
 
 
+cdef inline Py_ssize_t _next_end(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    if pattern_id == PATTERN_GPT2:
+        return _next_gpt2(s, i, n)
+    if pattern_id == PATTERN_CL100K:
+        return _next_cl100k(s, i, n)
+    return _next_o200k(s, i, n)
+
+
+def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
+                      const uint8_t[::1] numeric, UnitCounter counter,
+                      uint64_t keep_below=0xFFFFFFFFFFFFFFFFu):
+    """Scan the text spans of a chunk with a native pattern and count its units into ``counter``.
+
+    A unit is a run of word ids of consecutive pretokens inside one span; a word with
+    ``numeric[w]`` is a unit of its own. Returns the number of pretokens missing from ``index``
+    (0 when the word table was counted from the same text).
+
+    Plain equivalent: ``superbpe._units_chunk`` with the Python scanner (``pretoken_ends``).
+    """
+    cdef Py_ssize_t k, i, e, end, n_missing = 0
+    cdef int64_t w
+    cdef vector[uint32_t] unit
+    cdef uint32_t one
+    cdef uint64_t h
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    with nogil:
+        for k in range(spans.shape[0]):
+            i = spans[k, 0]
+            end = spans[k, 1]
+            unit.clear()
+            while i < end:
+                e = _next_end(pattern_id, base, i, end)
+                w = index._lookup(base + i, e - i)
+                i = e
+                if w < 0:
+                    n_missing += 1
+                    continue
+                if numeric[w]:
+                    if unit.size() > 0:
+                        counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                        unit.clear()
+                    one = <uint32_t>w
+                    counter._add_sampled(&one, 1, 1, keep_below)
+                else:
+                    unit.push_back(<uint32_t>w)
+            if unit.size() > 0:
+                counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+    return n_missing
+
+
 # ==== Unit counter ============================================================================
 
 cdef class UnitCounter:
@@ -188,6 +240,14 @@ cdef class UnitCounter:
         self.starts.push_back(self.data.size())
         if 2 * self.counts.size() > self.mask + 1:
             self._grow()
+
+    cdef inline void _add_sampled(self, const uint32_t* p, int64_t n, int64_t weight, uint64_t keep_below) noexcept nogil:
+        cdef uint64_t h = _hash_ids(p, n)
+        self.n_seen += weight
+        if keep_below != 0xFFFFFFFFFFFFFFFFu and h >= keep_below:
+            return
+        self.n_kept += weight
+        self._add(p, n, weight, h)
 
     def add_units(self, const uint32_t[::1] ids, const int64_t[::1] bounds, int64_t weight=1,
                   uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, int64_t min_len=1):

@@ -39,10 +39,11 @@ import regex
 
 from . import corpus
 from ._engine import MergeEngine
-from ._units import RankMerger, UnitCounter, WordIndex, expand_units
+from ._pretok import PATTERN_IDS
+from ._units import RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units
 from .memmon import phase
 from .model_io import Model
-from .patterns import encode_specials, resolve_pattern
+from .patterns import encode_specials, pattern_name, resolve_pattern
 from .pretokenize import pretoken_ends
 from .reference import numeric_cuts
 from .wordtable import WordTable
@@ -158,6 +159,13 @@ def _units_chunk(task: tuple) -> tuple:
     buf = corpus.open_corpus(path)
     spans, _ = corpus.split_spans(buf, start, end, specials)
     counter = UnitCounter()
+    name = pattern_name(pattern)
+    if name is not None:
+        missing = count_chunk_units(buf, spans, PATTERN_IDS[name], index, numeric.view(np.uint8), counter, keep_below)
+        if missing:
+            raise RuntimeError("a pretoken is missing from the word table (the corpus changed?)")
+        data, starts, counts = counter.to_arrays()
+        return data, starts, counts, counter.n_seen, counter.n_kept
     for s, e in spans:
         ends = pretoken_ends(buf[s:e], pattern) + s
         ids = index.word_ids(buf, ends, s)
