@@ -61,6 +61,19 @@ class TrainConfig:
             and optional guardrails: a byte cap and a cap on characters that are neither
             alphanumeric nor whitespace (keeps table rules and URL prefixes out of the vocabulary).
         progress: tqdm progress bars on stderr.
+        seed_pmi, seed_min_count, seed_max_n: SupraTok pass-2 seed mining: word n-grams of 2 to
+            ``seed_max_n`` words with PMI >= ``seed_pmi`` (bits) and count >= ``seed_min_count``
+            (paper: 2.0, 100, 6). ``transition`` is SupraTok's pass-1 size.
+        span_pmi, span_min_count, span_max_n, span_max_candidates: SupraTok pass-3 screening of
+            candidate spans (paper's production values: PMI 5.0, count 5, 5 words) and a cap on
+            candidates scored per length.
+        heldout_fraction: share of training documents (by hash) held out for pass-3 gains.
+        supratok_rounds: pass-3 rounds of leaf surgery (each from the current vocabulary).
+        script_aware: SupraTok's script-aware processing (bigram gate for Chinese/Japanese/Thai,
+            Turkish/Finnish suffix gate, Arabic hamza normalization of statistics).
+        script_bigram_min: character-bigram evidence needed by the spaceless-script gate.
+        entropy_filter, entropy_seed: curate the input by character-bigram entropy before training
+            (``bpe_core/curate.py``; any method).
     """
 
     input_path: str
@@ -80,6 +93,19 @@ class TrainConfig:
     max_token_bytes: Optional[int] = None
     max_nonalnum: Optional[int] = None
     progress: bool = False
+    seed_pmi: float = 2.0
+    seed_min_count: int = 100
+    seed_max_n: int = 6
+    span_pmi: float = 5.0
+    span_min_count: int = 5
+    span_max_n: int = 5
+    span_max_candidates: int = 4000
+    heldout_fraction: float = 0.05
+    supratok_rounds: int = 2
+    script_aware: bool = True
+    script_bigram_min: int = 50
+    entropy_filter: bool = False
+    entropy_seed: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "input_path", os.fspath(self.input_path))
@@ -102,12 +128,21 @@ class TrainConfig:
                 raise ValueError("memory_limit must be positive")
         if self.min_pretoken_count < 1:
             raise ValueError("min_pretoken_count must be >= 1")
-        if self.method not in ("bpe", "superbpe"):
-            raise ValueError(f"unknown method {self.method!r} (bpe, superbpe)")
+        if self.method not in ("bpe", "superbpe", "supratok"):
+            raise ValueError(f"unknown method {self.method!r} (bpe, superbpe, supratok)")
         if self.stage2_split not in ("default", "official"):
             raise ValueError(f"unknown stage2_split {self.stage2_split!r} (default, official)")
         object.__setattr__(self, "forbidden", tuple(self.forbidden))
-        if self.method == "superbpe":
+        if self.method == "supratok":
+            if not 2 <= self.seed_max_n <= 6 or not 2 <= self.span_max_n <= 5:
+                raise ValueError("seed_max_n must be in 2..6 and span_max_n in 2..5")
+            if self.seed_min_count < 1 or self.span_min_count < 1 or self.span_max_candidates < 0:
+                raise ValueError("seed_min_count, span_min_count must be >= 1, span_max_candidates >= 0")
+            if not 0.0 <= self.heldout_fraction < 1.0:
+                raise ValueError("heldout_fraction must be in [0, 1)")
+            if self.supratok_rounds < 0 or self.script_bigram_min < 0:
+                raise ValueError("supratok_rounds and script_bigram_min must be >= 0")
+        if self.method in ("superbpe", "supratok"):
             from .superbpe import resolve_transition
             resolve_transition(self.transition, self.vocab_size, len(self.special_tokens))
         if self.max_words < 1:
