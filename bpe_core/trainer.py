@@ -268,6 +268,13 @@ def plan(config: TrainConfig) -> scheduler.Plan:
 
 def train(config: TrainConfig) -> TrainResult:
     """Train from a :class:`TrainConfig`; returns the model and a run report."""
+    if config.entropy_filter:            # curate the input first (bpe_core/curate.py), then train on it
+        from .curate import curated_config
+        with curated_config(config) as (curated, curation):
+            result = train(curated)
+        result.report["entropy_filter"] = curation
+        result.model.metadata["entropy_filter"] = curation
+        return result
     t_start = time.perf_counter()
     phase("plan")
     pattern = resolve_pattern(config.pattern)
@@ -308,6 +315,9 @@ def train(config: TrainConfig) -> TrainResult:
         if config.method == "superbpe":
             from .superbpe import train_superbpe
             vocab, merges, stages = train_superbpe(config, table, report, the_plan, progress=config.progress)
+        elif config.method == "supratok":
+            from .supratok import train_supratok
+            vocab, merges, stages = train_supratok(config, table, report, the_plan, progress=config.progress)
         else:
             vocab, merges = train_words(table, config.vocab_size, config.special_tokens,
                                         progress=config.progress, report=report)
