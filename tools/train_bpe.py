@@ -79,9 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
     g = p.add_argument_group("SuperBPE (--method superbpe)")
-    p.add_argument("--method", choices=["bpe", "superbpe"], default="bpe",
+    p.add_argument("--method", choices=["bpe", "superbpe", "supratok"], default="bpe",
                    help="bpe (default) or superbpe: a second stage that merges across whitespace "
-                        "boundaries from the transition point on (Liu et al., 2025)")
+                        "boundaries from the transition point on (Liu et al., 2025); supratok: "
+                        "PMI-seeded and scored multiword passes (Tanase & Pelican, 2025; "
+                        "--transition is its pass-1 size)")
     g.add_argument("--transition", type=_transition, default=None, metavar="T",
                    help="where stage 2 starts: a vocabulary size (e.g. 12800) or a fraction of "
                         "--vocab-size (e.g. 0.4, the default: the paper's most compression-efficient "
@@ -100,6 +102,31 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-nonalnum", type=int, default=None, metavar="N",
                    help="guardrail: at most N characters per stage-2 token that are neither "
                         "alphanumeric nor whitespace (keeps table rules and URL prefixes out)")
+    s = p.add_argument_group("SupraTok (--method supratok; docs/supratok.md)")
+    s.add_argument("--seed-pmi", type=float, default=2.0, metavar="BITS",
+                   help="pass 2: minimum PMI of a seed phrase (default 2.0)")
+    s.add_argument("--seed-min-count", type=int, default=100, metavar="N",
+                   help="pass 2: minimum count of a seed phrase (default 100)")
+    s.add_argument("--seed-max-n", type=int, default=6, metavar="N", help="pass 2: longest seed, in words (default 6)")
+    s.add_argument("--span-pmi", type=float, default=5.0, metavar="BITS",
+                   help="pass 3: candidate screening PMI (default 5.0)")
+    s.add_argument("--span-min-count", type=int, default=5, metavar="N",
+                   help="pass 3: candidate screening count (default 5)")
+    s.add_argument("--span-max-n", type=int, default=5, metavar="N", help="pass 3: longest span, in words (default 5)")
+    s.add_argument("--span-max-candidates", type=int, default=4000, metavar="N",
+                   help="pass 3: candidates scored per span length (default 4000)")
+    s.add_argument("--heldout-fraction", type=float, default=0.05, metavar="F",
+                   help="share of documents held out (by hash) for pass-3 gains (default 0.05)")
+    s.add_argument("--supratok-rounds", type=int, default=2, metavar="N",
+                   help="pass-3 rounds of leaf surgery (default 2)")
+    s.add_argument("--no-script-aware", action="store_true",
+                   help="turn off script-aware processing (bigram gate, suffix gate, hamza normalization)")
+    s.add_argument("--script-bigram-min", type=int, default=50, metavar="N",
+                   help="character-bigram count the Chinese/Japanese/Thai gate needs (default 50)")
+    s.add_argument("--entropy-filter", action="store_true",
+                   help="curate the input by character-bigram entropy before training (any method; "
+                        "see tools/curate.py)")
+    s.add_argument("--entropy-seed", type=int, default=0, metavar="S", help="seed of --entropy-filter (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     return p
 
@@ -139,6 +166,13 @@ def _train(args) -> int:
                              stage2_split=args.stage2_split, max_words=args.max_words,
                              forbidden=tuple(args.forbid) if args.forbid is not None else (": ",),
                              max_token_bytes=args.max_token_bytes, max_nonalnum=args.max_nonalnum,
+                             seed_pmi=args.seed_pmi, seed_min_count=args.seed_min_count,
+                             seed_max_n=args.seed_max_n, span_pmi=args.span_pmi,
+                             span_min_count=args.span_min_count, span_max_n=args.span_max_n,
+                             span_max_candidates=args.span_max_candidates,
+                             heldout_fraction=args.heldout_fraction, supratok_rounds=args.supratok_rounds,
+                             script_aware=not args.no_script_aware, script_bigram_min=args.script_bigram_min,
+                             entropy_filter=args.entropy_filter, entropy_seed=args.entropy_seed,
                              progress=not args.no_progress)
     except ValueError as exc:
         raise CliError(str(exc)) from None
@@ -162,7 +196,7 @@ def _train(args) -> int:
     phase("write")
     dump_model(result.model, os.path.join(out, MODEL_FILE))
     dropped = dump_gpt2(result.vocab, result.merges, out)
-    if args.method == "superbpe":
+    if args.method in ("superbpe", "supratok"):
         print("train_bpe.py: note: vocab.json/merges.txt hold one merge list; tools that load them "
               "(HF tokenizers) apply it without SuperBPE's stages, so their ids can differ from "
               "bpe_core's stage-aware encoder (model.json); see docs/superbpe.md", file=sys.stderr)
