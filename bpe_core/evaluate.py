@@ -25,6 +25,10 @@ def load_encoder(path: str | os.PathLike) -> tuple[Model, Callable[[bytes], list
         from .superbpe import StageAwareEncoder
 
         return model, StageAwareEncoder(model).encode
+    if model.method == "supratok":
+        from .supratok import SupraTokEncoder
+
+        return model, SupraTokEncoder(model).encode
     from .tokenizer import Tokenizer
 
     tok = Tokenizer(model.vocab, model.merges, model.special_tokens, model.pattern)
