@@ -874,7 +874,8 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     n2_final = origin.count(2)
     stages = [
         {"name": "bpe", "merges": n1},
-        {"name": "supratok-seeds", "merges": n2_final, "rules": rules.to_dict(), "seeds": len(seeds)},
+        {"name": "supratok-seeds", "merges": n2_final, "rules": rules.to_dict(),
+         "seeds_hex": [x.hex() for x in seed_surfaces]},
         {"name": "supratok-spans", "merges": n3, "spans": len(spans3)},
     ]
     return vocab, merges, stages
@@ -975,9 +976,12 @@ def leaf_surgery(enc: StageAwareEncoder, merges: list, n1: int, table: WordTable
     li = 0
     free = free_slots
     log = {"scored": len(scored), "accepted": 0, "examples": []}
+    removed_bytes: set[bytes] = set()
     for _, surface, toks, f, sc in scored:
         if any(surface in t or t in surface for t in taken):
             continue                                   # overlap with a span accepted this round
+        if removed_bytes.intersection(toks):
+            continue                                   # its segmentation lost a token this round
         k = len(toks) - 1
         use_free = min(free, k)
         chosen = []
@@ -1002,6 +1006,7 @@ def leaf_surgery(enc: StageAwareEncoder, merges: list, n1: int, table: WordTable
         protected.update(toks)
         for x in chosen:
             removed.append(leaves[x])
+            removed_bytes.add(results[leaves[x]])
         chosen_set = set(chosen)
         leaves = [l for x, l in enumerate(leaves) if x not in chosen_set]
         if len(log["examples"]) < 10:
