@@ -181,31 +181,46 @@ cdef class MergeEngine:
     cdef public uint32_t n_steps
     cdef public int64_t n_pops
 
-    def __init__(self, const token_id_t[::1] symbols, const int64_t[::1] offsets,
-                 const int64_t[::1] counts, tokens):
+    def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens):
+        """``symbols`` may be uint32 ids, or uint8 bytes (a word table's arena: no uint32 copy)."""
         cdef int64_t n_words = counts.shape[0]
         cdef int64_t i
+        cdef const uint8_t[::1] sym8
+        cdef const token_id_t[::1] sym32
+        is_bytes = getattr(symbols, "dtype", None) == np.uint8 or isinstance(symbols, (bytes, bytearray))
+        if is_bytes:
+            sym8 = symbols
+            n_sym = sym8.shape[0]
+        else:
+            sym32 = symbols
+            n_sym = sym32.shape[0]
         if offsets.shape[0] != n_words + 1:
             raise ValueError("offsets must have n_words + 1 entries")
         if n_words >= <int64_t>0xFFFFFFFF:
             raise ValueError("too many words for uint32 word ids")
-        if symbols.shape[0] >= <int64_t>0xFFFFFFFF:
+        if n_sym >= <int64_t>0xFFFFFFFF:
             raise ValueError("too many symbols for uint32 positions")
-        if offsets[0] != 0 or offsets[n_words] != symbols.shape[0]:
+        if offsets[0] != 0 or offsets[n_words] != n_sym:
             raise ValueError("offsets must start at 0 and end at len(symbols)")
         self.tok_ids = {}
         for tok in tokens:
             self._add_token(tok)
         cdef token_id_t n_tokens = <token_id_t>self.tok_off.size()
-        self.symbols.resize(symbols.shape[0])
-        for i in range(symbols.shape[0]):
-            if symbols[i] >= n_tokens:
-                raise ValueError(f"symbol {symbols[i]} has no token bytes")
-            self.symbols[i] = symbols[i]
+        self.symbols.resize(n_sym)
+        if is_bytes:
+            if n_tokens < 256:
+                raise ValueError("byte symbols need the 256 single-byte tokens")
+            for i in range(n_sym):
+                self.symbols[i] = sym8[i]
+        else:
+            for i in range(n_sym):
+                if sym32[i] >= n_tokens:
+                    raise ValueError(f"symbol {sym32[i]} has no token bytes")
+                self.symbols[i] = sym32[i]
         self.offsets.resize(n_words + 1)
         self.counts.resize(n_words)
-        self.nexts.resize(symbols.shape[0])
-        self.prevs.resize(symbols.shape[0])
+        self.nexts.resize(n_sym)
+        self.prevs.resize(n_sym)
         for i in range(n_words):
             if offsets[i + 1] < offsets[i]:
                 raise ValueError("offsets must be non-decreasing")

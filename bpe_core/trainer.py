@@ -75,14 +75,18 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
                  chunk_bytes: int, progress: bool = False, report: Optional[dict] = None,
                  monitor: Optional[MemoryMonitor] = None, memory_limit: Optional[int] = None,
                  per_worker_bytes: int = 0, spill_threshold_bytes: Optional[int] = None,
-                 spill_dir: Optional[str] = None) -> WordTable:
+                 spill_dir: Optional[str] = None,
+                 check_words: Optional[Callable[[int], None]] = None) -> WordTable:
     """Count the pretokens of a whole file into one sorted word table.
 
     Chunks go to ``num_workers`` processes (in the parent when 1), at most ``num_workers + 1`` in
     flight; before each new chunk, when a ``monitor`` and ``memory_limit`` are given, the parent waits
     until the process tree has room for one more worker. The parent folds partial tables as they
-    arrive; when the folded table grows past ``spill_threshold_bytes`` it is written to disk as a
-    sorted run, and the runs are merged (exactly) at the end.
+    arrive, level by level (``FOLD_FANOUT`` tables of one level make one of the next, so each word is
+    copied O(log n) times, not once per chunk); when the tables in RAM outgrow
+    ``spill_threshold_bytes`` they are written to disk as one sorted run, and the runs are merged
+    (exactly) at the end. ``check_words(n)`` is called with a lower bound on the number of unique
+    pretokens as it grows (it raises to stop a run that provably cannot fit).
     """
     from .pretokenize import merge_counts
 
@@ -98,21 +102,33 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
     bar = _bar(progress, total=sum(t[2] - t[1] for t in tasks), desc="pre-tokenize", unit="B",
                unit_scale=True, unit_divisor=1024)
     spill = _Spill(spill_threshold_bytes, spill_dir)
-    tables: list[tuple] = []
+    levels: list[tuple[int, tuple]] = []       # (level, sorted table) held in RAM
     n_docs_sep = 0
     t1 = time.perf_counter()
     merge_seconds = 0.0
 
     def absorb(result):
-        nonlocal n_docs_sep, tables, merge_seconds
+        nonlocal n_docs_sep, levels, merge_seconds
         arena, offsets, counts, n_sp, n_bytes = result
         n_docs_sep += n_sp
-        tables.append((arena, offsets, counts))
-        if len(tables) >= 8:       # keep the parent's memory bounded: fold partial tables as we go
-            tm = time.perf_counter()
-            tables = [merge_counts(tables)]
-            tables = spill.offer(tables)
-            merge_seconds += time.perf_counter() - tm
+        levels.append((0, (arena, offsets, counts)))
+        tm = time.perf_counter()
+        while True:                 # fold FOLD_FANOUT tables of the lowest full level into one
+            sizes: dict[int, int] = {}
+            for lv, _ in levels:
+                sizes[lv] = sizes.get(lv, 0) + 1
+            full = [lv for lv, k in sizes.items() if k >= FOLD_FANOUT]
+            if not full:
+                break
+            lv = min(full)
+            group = [t for l2, t in levels if l2 == lv]
+            levels = [(l2, t) for l2, t in levels if l2 != lv] + [(lv + 1, merge_counts(group))]
+        if spill.threshold is not None and sum(_table_bytes(t) for _, t in levels) > spill.threshold:
+            spill.offer([merge_counts([t for _, t in levels])])
+            levels = []
+        merge_seconds += time.perf_counter() - tm
+        if check_words is not None and levels:
+            check_words(max(len(t[2]) for _, t in levels))
         if bar is not None:
             bar.update(n_bytes)
 
@@ -139,7 +155,7 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
             bar.close()
         phase("merge counts")
         tm = time.perf_counter()
-        runs = spill.runs() + tables
+        runs = spill.runs() + [t for _, t in levels]
         table = WordTable.from_arrays(merge_counts(runs)) if runs else WordTable.empty()
         merge_seconds += time.perf_counter() - tm
     finally:
@@ -151,6 +167,13 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
         report["spilled_runs"] = spill.n_runs
         report["spilled_bytes"] = spill.n_bytes
     return table
+
+
+FOLD_FANOUT = 4
+
+
+def _table_bytes(table: tuple) -> int:
+    return int(sum(a.nbytes for a in table))
 
 
 class _Spill:
@@ -165,8 +188,8 @@ class _Spill:
         self.n_bytes = 0
 
     def offer(self, tables: list[tuple]) -> list[tuple]:
-        """Spill the (single, folded) table if it is over the threshold; return what stays in RAM."""
-        if self.threshold is None or sum(int(a.nbytes + o.nbytes + c.nbytes) for a, o, c in tables) <= self.threshold:
+        """Spill the tables if they are over the threshold; return what stays in RAM."""
+        if self.threshold is None or sum(_table_bytes(t) for t in tables) <= self.threshold:
             return tables
         if self._dir is None:
             self._dir = tempfile.TemporaryDirectory(prefix="bpe_core-spill-", dir=self.folder)
@@ -219,7 +242,7 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
     t0 = time.perf_counter()
     phase("build words")
     table = table.without_singletons()
-    engine = MergeEngine(table.symbols(), table.offsets, table.counts, [bytes([i]) for i in range(256)])
+    engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)])
     t1 = time.perf_counter()
     bar = _bar(progress, total=n_merges, desc="merges", unit="merge")
     last = [0]
@@ -293,12 +316,27 @@ def train(config: TrainConfig) -> TrainResult:
         "plan": the_plan.to_dict(),
         "seconds": {"plan": round(time.perf_counter() - t_start, 3)},
     }
+    def check_words(n_words: int) -> None:
+        """Stop counting as soon as the merge phase provably cannot fit (n_words is a lower bound)."""
+        if n_words * scheduler.TABLE_BYTES_PER_WORD < the_plan.memory_limit // 8 or config.min_pretoken_count > 1:
+            return          # far from the limit (cheap check first); pruning decides after counting
+        try:
+            scheduler.plan_training(size, the_plan.memory_limit, the_plan.cpu_count, the_plan.available,
+                                    num_workers=the_plan.num_workers, chunk_bytes=the_plan.chunk_bytes,
+                                    per_worker_overhead=the_plan.worker_overhead,
+                                    parent_overhead=the_plan.parent_overhead, vocab_size=config.vocab_size,
+                                    unique_pretokens=n_words)
+        except scheduler.BudgetError as exc:
+            raise scheduler.BudgetError(
+                f"stopped while counting: {n_words:,} unique pretokens so far already need more than the "
+                f"budget; {exc}", exc.min_budget) from None
+
     with MemoryMonitor(interval=0.05, budget=the_plan.memory_limit) as monitor:
         table = count_corpus(config.input_path, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
                              progress=config.progress, report=report, monitor=monitor,
                              memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
                              spill_threshold_bytes=the_plan.spill_threshold_bytes if the_plan.spill_threshold_bytes else None,
-                             spill_dir=config.spill_dir)
+                             spill_dir=config.spill_dir, check_words=check_words)
         report["unique_pretokens"] = table.n_words
         report["pretokens"] = int(table.counts.sum())
         if config.min_pretoken_count > 1:
