@@ -133,7 +133,7 @@ def mine_suffixes(word_counts: dict[str, int], top: int = 200, min_stem: int = 3
     or more left), counted over words weighted by their counts.
 
     >>> mine_suffixes({"evlerde": 5, "okullarda": 3, "evde": 2}, top=2)
-    ['de', 'da']
+    ['de', 'erde']
     """
     ends: dict[str, int] = {}
     for w, c in word_counts.items():
@@ -244,6 +244,7 @@ def _docs_chunk(task: tuple) -> tuple:
     df = np.zeros(n_sids, dtype=np.int64)
     held: list[np.ndarray] = []
     lang_ids: dict[str, list[np.ndarray]] = {}
+    lang_docs: dict[str, int] = {}
     n_train = 0
     for s, e in spans:
         doc = buf[s:e].tobytes()
@@ -265,9 +266,10 @@ def _docs_chunk(task: tuple) -> tuple:
             lang = guess_suffix_language(doc.decode("utf-8", "surrogateescape"))
             if lang is not None:
                 lang_ids.setdefault(lang, []).append(ids)
+                lang_docs[lang] = lang_docs.get(lang, 0) + 1
     data, starts, counts = counter.to_arrays()
     lang_counts = {k: np.bincount(np.concatenate(v), minlength=len(numeric)) for k, v in lang_ids.items()}
-    return data, starts, counts, counter.n_seen, counter.n_kept, df, held, n_train, lang_counts
+    return data, starts, counts, counter.n_seen, counter.n_kept, df, held, n_train, (lang_counts, lang_docs)
 
 
 def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequence[bytes], pattern: str,
@@ -287,7 +289,7 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
     _WORKER_STATE.update(arena=table.arena, offsets=table.offsets, numeric=_numeric_mask(table), sid=sid)
     total = UnitCounter()
     out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64),
-           "held": [], "n_train_docs": 0, "lang": {}}
+           "held": [], "n_train_docs": 0, "lang": {}, "lang_docs": {}}
 
     def absorb(r):
         data, starts, counts, n_seen, n_kept, df, held, n_train, lang = r
@@ -297,8 +299,10 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
         out["df"] += df
         out["held"].extend(held)
         out["n_train_docs"] += n_train
-        for k, v in lang.items():
+        for k, v in lang[0].items():
             out["lang"][k] = out["lang"].get(k, 0) + v
+        for k, v in lang[1].items():
+            out["lang_docs"][k] = out["lang_docs"].get(k, 0) + v
 
     try:
         if num_workers <= 1 or len(tasks) <= 1:
@@ -766,8 +770,10 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     held_counts = np.zeros(table.n_words, np.int64)
     if held:
         held_counts = np.bincount(np.concatenate(held), minlength=table.n_words).astype(np.int64)
-    gate = (script_gate_from_table(table, {k: v for k, v in docs["lang"].items()
-                                           if (v > 0).sum() > 0}, config.script_bigram_min)
+    # suffix mining only for a language that holds at least 1% of the training documents
+    min_docs = max(5, 0.01 * docs["n_train_docs"])
+    langs = {k: v for k, v in docs["lang"].items() if docs["lang_docs"].get(k, 0) >= min_docs}
+    gate = (script_gate_from_table(table, langs, config.script_bigram_min)
             if script_aware else ScriptGate())
     info.update(sample_fraction=fraction, units_seen=docs["seen"], units_kept=docs["kept"],
                 train_documents=docs["n_train_docs"], heldout_documents=len(held),
