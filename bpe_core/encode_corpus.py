@@ -205,7 +205,9 @@ def plan(input_path: str | os.PathLike, tokenizer: Tokenizer, num_workers: int |
     overhead = None
     if (num_workers is None or num_workers > 1) and (os.cpu_count() or 1) > 1:
         # The RSS of a worker as encode_corpus starts it (from the forkserver, bpe_core imported).
-        overhead = scheduler.measure_worker_overhead(_start_method())
+        method = _start_method()
+        _mp_context(method)
+        overhead = scheduler.measure_worker_overhead(method)
     return scheduler.plan_encoding(size, tokenizer.n_vocab, memory_limit, num_workers=num_workers,
                                    per_worker_overhead=overhead, chunk_bytes=chunk_bytes)
 
@@ -317,6 +319,19 @@ def _start_method(mp_context: str | None = None) -> str:
     return mp_context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
+def _mp_context(method: str):
+    """The multiprocessing context; a ``forkserver`` imports bpe_core once, before its first fork.
+
+    Workers then fork from a server that has numpy and the encoder loaded (not from this process,
+    which has threads), so a worker starts in milliseconds. The preload list is global to the
+    process's forkserver and takes effect only if set before the server starts.
+    """
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["bpe_core.encode_corpus"])
+    return ctx
+
+
 def _encode_in_workers(tasks, counts, workers: int, the_plan: scheduler.Plan, monitor: MemoryMonitor,
                        bar, init_args, mp_context: str | None) -> int:
     """Encode ``tasks`` in a pool; results are consumed in order, at most ``2 * workers`` in flight.
@@ -325,12 +340,7 @@ def _encode_in_workers(tasks, counts, workers: int, the_plan: scheduler.Plan, mo
     ``memory_limit - per_worker_bytes`` (the room one more chunk needs); if it is not, the oldest
     chunk is waited for first. Returns how many times a chunk was held back that way.
     """
-    method = _start_method(mp_context)
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        # Workers fork from a server that imported bpe_core once (not from this process, which
-        # has threads), so a worker starts in milliseconds with numpy and the core loaded.
-        ctx.set_forkserver_preload(["bpe_core.encode_corpus"])
+    ctx = _mp_context(_start_method(mp_context))
     room = the_plan.memory_limit - the_plan.per_worker_bytes
     held = [0]
     with ctx.Pool(workers, _init_worker, init_args) as pool:

@@ -22,7 +22,6 @@ Semantics (the same as ``reference.encode``; see ``docs/encoding.md``):
 from __future__ import annotations
 
 import os
-import threading
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -118,7 +117,10 @@ class Tokenizer:
         self._table = _encode.RankTable(lefts, rights, merged, byte_ids)
         self._special_table = _special_table(special_bytes, [ids_of[b] for b in special_bytes])
         self._pattern_id = _pretok.PATTERN_IDS.get(self._pattern_name) if self._pattern_name else None
-        self._local = threading.local()
+        # Idle encoders (each owns a pretoken cache and buffers, and is used by one thread at a
+        # time). A call borrows one and gives it back, so caches stay warm across calls and across
+        # the short-lived threads of encode_batch; there are as many as calls ever ran at once.
+        self._idle: list[_encode.Encoder] = []
 
     @classmethod
     def from_files(cls, vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
@@ -184,6 +186,14 @@ class Tokenizer:
         array([104, 105], dtype=uint32)
         """
         data = _as_bytes(text)
+        if len(data) <= _BLOCK_BYTES and self._pattern_id is not None and _NATIVE_PRETOKENIZER:
+            enc = self._borrow()            # one native call, no generator (encode_batch's many docs)
+            try:
+                ids, _, _ = enc.encode_text(data, 0, len(data), self._pattern_id,
+                                            self._special_table if specials else None)
+                return ids
+            finally:
+                self._idle.append(enc)
         parts = list(self._iter_encode(data, 0, len(data), specials))
         if not parts:
             return np.zeros(0, dtype=np.uint32)
@@ -307,16 +317,24 @@ class Tokenizer:
         return self._ids_of.get(bytes(token))
 
     def cache_info(self) -> dict:
-        """Statistics of this thread's pretoken cache."""
+        """Statistics of the pretoken cache of the encoder used last."""
         return self._encoder().cache_info()
 
     # ==== Private ===============================================================================
 
     def _encoder(self) -> "_encode.Encoder":
-        enc = getattr(self._local, "encoder", None)
-        if enc is None:
-            enc = self._local.encoder = _encode.Encoder(self._table)
-        return enc
+        """The idle encoder used last (created if there is none), for inspection and tests; it is
+        not borrowed, so it must not be used while other threads encode."""
+        if not self._idle:
+            self._idle.append(_encode.Encoder(self._table))
+        return self._idle[-1]
+
+    def _borrow(self) -> "_encode.Encoder":
+        """An encoder for this call alone; give it back with ``self._idle.append(enc)``."""
+        try:
+            return self._idle.pop()        # atomic under the GIL
+        except IndexError:
+            return _encode.Encoder(self._table)
 
     def _encoder_spec(self) -> "EncoderSpec":
         """What worker processes need to encode like this tokenizer (see ``EncoderSpec``)."""
@@ -351,15 +369,17 @@ class Tokenizer:
         one call per block of about ``_BLOCK_BYTES``; custom patterns (and
         ``_NATIVE_PRETOKENIZER = False``) pre-tokenize with ``regex`` in Python.
         """
-        if self._pattern_id is not None and _NATIVE_PRETOKENIZER:
-            table = self._special_table if specials else None
-            return (yield from _iter_encode_native(self._encoder(), buf, start, end, self._pattern_id,
-                                                   table, final))
-        return (yield from self._iter_encode_regex(buf, start, end, specials, final))
+        enc = self._borrow()
+        try:
+            if self._pattern_id is not None and _NATIVE_PRETOKENIZER:
+                table = self._special_table if specials else None
+                return (yield from _iter_encode_native(enc, buf, start, end, self._pattern_id, table, final))
+            return (yield from self._iter_encode_regex(enc, buf, start, end, specials, final))
+        finally:
+            self._idle.append(enc)
 
-    def _iter_encode_regex(self, buf, start: int, end: int, specials: bool = True, final: bool = True):
+    def _iter_encode_regex(self, enc, buf, start: int, end: int, specials: bool = True, final: bool = True):
         """``_iter_encode`` with ``regex`` pre-tokenization and the special tokens found in Python."""
-        enc = self._encoder()
         ends_parts: list[np.ndarray] = []
         gap_parts: list[tuple[int, np.ndarray]] = []   # (index offset, gap mask) for custom patterns
         special_at: list[int] = []

@@ -2,16 +2,20 @@
 """Encoding throughput: bpe_core against tiktoken and HF ``tokenizers`` on the same ranks.
 
     python tools/bench_encode.py [--corpora DIR] [--work DIR] [--skip-corpus] [--vocab32k DIR]
+                                 [--runs 3] [--root CHECKOUT]
 
 Tokenizers: the GPT-2 fixture vocab, and a 32k vocab trained on en_train (by HF ``tokenizers``'
 ByteLevel BPE trainer when no ``--vocab32k`` folder with vocab.json + merges.txt is given; it is
 converted through the GPT-2 files, so all three libraries get the same ranks). Texts: en_heldout and
 ood_code, decompressed from ``../shared/corpora/*.xz`` into the work folder.
 
-For each (vocab, text): MB/s on one core (one call on the whole text; HF: a loop over documents)
-and with all cores (bpe_core:
-``encode_corpus`` worker processes; tiktoken: ``encode_batch`` threads; HF: ``encode_batch``
-(rayon)), the ratio to tiktoken, and whether the ids are identical. Then ``tools/encode_corpus.py``
+For each (vocab, text): MB/s on one core (one call on the whole text, bpe_core with a cold pretoken
+cache each run; HF: a loop over documents) and with all cores (bpe_core: ``encode_corpus`` worker
+processes, which includes starting them, and ``encode_batch`` threads; tiktoken: ``encode_batch``
+threads; HF: ``encode_batch`` (rayon)), the ratio to tiktoken, and whether the ids are identical.
+bpe_core and tiktoken are timed ``--runs`` times, interleaved, and the medians reported (HF once:
+it is 20-50x slower). ``--root`` imports bpe_core from another checkout (built in place), so the
+same script measures an older version. Then ``tools/encode_corpus.py``
 on the whole en_train with wall time and the peak RSS of the process tree (psutil, sampled every
 50 ms). Results go to stdout as a table and to ``<work>/bench_encode.json``.
 """
@@ -22,12 +26,15 @@ import json
 import lzma
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
+if "--root" in sys.argv:                 # measure another checkout's bpe_core with this script
+    ROOT = os.path.abspath(sys.argv[sys.argv.index("--root") + 1])
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
@@ -104,35 +111,60 @@ def load_three(vocab_path: str, merges_path: str, work: str, tag: str):
 
 
 def timed(fn, n_bytes: int, repeat: int = 1):
-    best = float("inf")
+    """(result, MB/s of the median run)."""
+    times = []
     result = None
     for _ in range(repeat):
         t0 = time.perf_counter()
         result = fn()
-        best = min(best, time.perf_counter() - t0)
-    return result, n_bytes / 1e6 / best
+        times.append(time.perf_counter() - t0)
+    return result, n_bytes / 1e6 / statistics.median(times)
 
 
-def bench_pair(tag, ours, tt, hf, path, work, n_cores):
+def interleaved(fns: dict, n_bytes: int, runs: int, before=None) -> dict:
+    """Run each of ``fns`` once per round, ``runs`` rounds; MB/s of each one's median round."""
+    times: dict = {k: [] for k in fns}
+    results: dict = {}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            if before is not None:
+                before(name)
+            t0 = time.perf_counter()
+            results[name] = fn()
+            times[name].append(time.perf_counter() - t0)
+    return results, {k: n_bytes / 1e6 / statistics.median(v) for k, v in times.items()}
+
+
+def bench_pair(tag, ours, tt, hf, path, work, n_cores, runs=3):
     data = open(path, "rb").read()
     text = data.decode("utf-8")
     docs = [d + EOT for d in text.split(EOT)]
     docs[-1] = docs[-1][: -len(EOT)]
-    row = {"vocab": tag, "text": os.path.basename(path), "MB": len(data) / 1e6}
-    ids_ours, row["bpe_core_1"] = timed(lambda: ours.encode_to_numpy(data), len(data))
-    ids_tt, row["tiktoken_1"] = timed(lambda: tt.encode(text, allowed_special="all"), len(data))
+    row = {"vocab": tag, "text": os.path.basename(path), "MB": len(data) / 1e6, "runs": runs}
+
+    def cold(name):
+        if name == "bpe_core_1":
+            ours._encoder().clear_cache()         # every run pays for merging the unique pretokens
+
+    res, mbs = interleaved({"bpe_core_1": lambda: ours.encode_to_numpy(data),
+                            "tiktoken_1": lambda: tt.encode(text, allowed_special="all")}, len(data), runs, cold)
+    row.update(mbs)
+    ids_ours, ids_tt = res["bpe_core_1"], res["tiktoken_1"]
     # HF on one 12 MB string is pathologically slow (~0.3 MB/s), so one core = a loop over documents.
     ids_hf, row["hf_1"] = timed(lambda: [i for d in docs for i in hf.encode(d, add_special_tokens=False).ids],
                                 len(data))
     row["identical_tiktoken"] = ids_ours.tolist() == ids_tt
     row["identical_hf"] = ids_ours.tolist() == ids_hf
     out = os.path.join(work, f"{tag}-{os.path.basename(path)}.npy")
-    _, row["bpe_core_all"] = timed(lambda: encode_corpus(path, ours, out, num_workers=n_cores, progress=False),
-                                   len(data))
+    res, mbs = interleaved({
+        "bpe_core_all": lambda: encode_corpus(path, ours, out, num_workers=n_cores, progress=False),
+        "bpe_core_threads": lambda: ours.encode_batch(docs, num_threads=n_cores),
+        "tiktoken_all": lambda: tt.encode_batch(docs, num_threads=n_cores, allowed_special="all"),
+    }, len(data), runs)
+    row.update(mbs)
     row["identical_corpus"] = bool(np.array_equal(np.load(out, mmap_mode="r"), ids_ours))
+    row["identical_threads"] = [i for d in res["bpe_core_threads"] for i in d] == ids_tt
     os.unlink(out)
-    _, row["tiktoken_all"] = timed(lambda: tt.encode_batch(docs, num_threads=n_cores, allowed_special="all"),
-                                   len(data))
     _, row["hf_all"] = timed(lambda: hf.encode_batch(docs, add_special_tokens=False), len(data))
     return row
 
@@ -171,6 +203,10 @@ def main(argv=None) -> int:
     p.add_argument("--skip-corpus", action="store_true", help="skip the whole-file en_train run")
     p.add_argument("--skip-32k", action="store_true")
     p.add_argument("--memory-limit", default="4G")
+    p.add_argument("--runs", type=int, default=3, help="interleaved runs of bpe_core and tiktoken (medians)")
+    p.add_argument("--root", default=None, help="import bpe_core from this checkout (built in place)")
+    p.add_argument("--skip-regex", action="store_true", help="skip the regex pre-tokenizer figures")
+    p.add_argument("--json", default="bench_encode.json", help="results file name in the work folder")
     args = p.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     n_cores = os.cpu_count() or 1
@@ -186,7 +222,7 @@ def main(argv=None) -> int:
     import bpe_core.tokenizer as tokenizer_mod
 
     ours = load_three(*vocabs[0][1:], args.work, "gpt2")[0]
-    for path in texts:
+    for path in texts if not args.skip_regex else ():
         data = open(path, "rb").read()
         tokenizer_mod._NATIVE_PRETOKENIZER = False
         _, regex_mbs = timed(lambda: ours.encode_to_numpy(data), len(data))
@@ -197,19 +233,22 @@ def main(argv=None) -> int:
     for tag, vocab_path, merges_path in vocabs:
         three = load_three(vocab_path, merges_path, args.work, tag)
         for path in texts:
-            row = bench_pair(tag, *three, path, args.work, n_cores)
+            row = bench_pair(tag, *three, path, args.work, n_cores, args.runs)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr)
-    print(f"\n{n_cores} cores; MB/s (ratio to tiktoken); ids identical to tiktoken / HF / encode_corpus\n")
-    print(f"| vocab | text | bpe_core 1 core | tiktoken 1 core | HF 1 core | bpe_core {n_cores} cores | "
-          f"tiktoken {n_cores} | HF {n_cores} | identical |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"\n{n_cores} cores; MB/s, medians of {args.runs} interleaved runs (HF: one run); ratio to tiktoken; "
+          f"ids identical to tiktoken / HF / encode_corpus / encode_batch\n")
+    print(f"| vocab | text | bpe_core 1 core | tiktoken 1 core | HF 1 core | bpe_core {n_cores} workers | "
+          f"bpe_core {n_cores} threads | tiktoken {n_cores} threads | HF {n_cores} | identical |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        ident = "/".join("yes" if r[k] else "NO" for k in ("identical_tiktoken", "identical_hf", "identical_corpus"))
+        ident = "/".join("yes" if r.get(k) else "NO" for k in ("identical_tiktoken", "identical_hf",
+                                                               "identical_corpus", "identical_threads"))
         print(f"| {r['vocab']} | {r['text']} | {r['bpe_core_1']:.1f} ({r['bpe_core_1'] / r['tiktoken_1']:.2f}x) | "
               f"{r['tiktoken_1']:.1f} | {r['hf_1']:.1f} ({r['hf_1'] / r['tiktoken_1']:.2f}x) | "
-              f"{r['bpe_core_all']:.1f} ({r['bpe_core_all'] / r['tiktoken_all']:.2f}x) | {r['tiktoken_all']:.1f} | "
-              f"{r['hf_all']:.1f} | {ident} |")
+              f"{r['bpe_core_all']:.1f} ({r['bpe_core_all'] / r['tiktoken_all']:.2f}x) | "
+              f"{r['bpe_core_threads']:.1f} ({r['bpe_core_threads'] / r['tiktoken_all']:.2f}x) | "
+              f"{r['tiktoken_all']:.1f} | {r['hf_all']:.1f} | {ident} |")
     result = {"cores": n_cores, "rows": rows}
     if not args.skip_corpus:
         model_dir = os.path.join(args.work, "gpt2-native")
@@ -223,7 +262,7 @@ def main(argv=None) -> int:
               f"{n_cores} workers, --memory-limit {args.memory_limit}): {whole['wall_s']:.1f} s wall, "
               f"{whole['MB_per_s']:.1f} MB/s, peak RSS of the process tree {whole['peak_rss_MB']:.0f} MB, "
               f"{whole['tokens']:,} tokens, rc={whole['rc']}")
-    with open(os.path.join(args.work, "bench_encode.json"), "w") as f:
+    with open(os.path.join(args.work, args.json), "w") as f:
         json.dump(result, f, indent=1)
     return 0
 
