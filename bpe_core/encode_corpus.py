@@ -305,6 +305,7 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
         raise
     finally:
         bar.close()
+        _WORKER.clear()             # the in-process encoder (one worker) and its cache go now
         shutil.rmtree(spill_dir, ignore_errors=True)
         monitor.stop()
     t_end = time.perf_counter()
