@@ -53,7 +53,7 @@ COPY_BYTES = scheduler.ENCODE_COPY_BYTES      # spill -> output copy block
 # ==== Cut ====================================================================================
 
 
-def iter_chunks(path: str, chunk_bytes: int, special_tokens, pattern: str):
+def iter_chunks(path: str, chunk_bytes: int, special_tokens, pattern: str, inside_documents: bool = True):
     """Yield ``(start, end)`` chunks of the file, cut only at safe points, reading one window at a time.
 
     Each window starts at a safe point, so ``chunk_boundaries`` on the window finds the same cuts as
@@ -77,7 +77,7 @@ def iter_chunks(path: str, chunk_bytes: int, special_tokens, pattern: str):
             mm = mmap.mmap(f.fileno(), length, access=mmap.ACCESS_READ, offset=base)
             try:
                 view = memoryview(mm)[pos - base:]
-                cuts = chunk_boundaries(view, chunk_bytes, special_tokens, pattern)
+                cuts = chunk_boundaries(view, chunk_bytes, special_tokens, pattern, inside_documents)
                 view.release()
             finally:
                 mm.close()
@@ -274,7 +274,8 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
     monitor.start()
     try:
         enter("cut")
-        chunks = list(iter_chunks(input_path, the_plan.chunk_bytes, specials, tok.pattern))
+        chunks = list(iter_chunks(input_path, the_plan.chunk_bytes, specials, tok.pattern,
+                                  getattr(tok, "chunks_inside_documents", True)))
         enter("encode")
         counts = [0] * len(chunks)
         workers = min(the_plan.num_workers, max(1, len(chunks)))

@@ -19,20 +19,11 @@ _CROSS = re.compile(rb"[^\s][\s]")
 
 
 def load_encoder(path: str | os.PathLike) -> tuple[Model, Callable[[bytes], list[int]]]:
-    """The model in ``path`` and the encode function that reproduces its training."""
-    model = load_model(path)
-    if model.method == "superbpe":
-        from .superbpe import StageAwareEncoder
-
-        return model, StageAwareEncoder(model).encode
-    if model.method == "supratok":
-        from .supratok import SupraTokEncoder
-
-        return model, SupraTokEncoder(model).encode
+    """The model in ``path`` and the encode function that reproduces its training
+    (``Tokenizer.load``: stage-aware for SuperBPE and SupraTok)."""
     from .tokenizer import Tokenizer
 
-    tok = Tokenizer(model.vocab, model.merges, model.special_tokens, model.pattern)
-    return model, tok.encode
+    return load_model(path), Tokenizer.load(path).encode
 
 
 def crosses_word_boundary(token: bytes) -> bool:

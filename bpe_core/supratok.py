@@ -405,7 +405,7 @@ class NgramStats:
         self.n_sids = max(n_sids, 1)
         valid = seq >= 0
         run = _run_lengths(valid)
-        c1 = np.bincount(seq[valid], weights=weights[valid], minlength=n_sids).astype(np.int64)
+        c1 = np.bincount(seq[valid], weights=weights[valid], minlength=self.n_sids).astype(np.int64)
         self.levels: list[Level] = [Level(1, np.arange(n_sids), np.arange(n_sids), c1, int(c1.sum()))]
         self.pos_ids: list[np.ndarray] = []      # per level: id at each position, -1 none
         g1 = np.where(valid, seq, -1)

@@ -28,7 +28,7 @@ import numpy as np
 import regex
 
 from . import _encode, _pretok
-from .model_io import ModelFormatError, load_gpt2
+from .model_io import Model, ModelFormatError, load_gpt2
 from .patterns import encode_specials, pattern_name, resolve_pattern, specials_regex
 from .pretokenize import pretoken_ends
 
@@ -146,8 +146,10 @@ class Tokenizer:
         from .export import load_any
 
         model = load_any(path)
+        if model.method in STAGE_AWARE_METHODS:
+            return StageAwareTokenizer(model)
         if model.method != "bpe":
-            raise ModelFormatError(path, f"method {model.method!r}: stage-aware encoding is not implemented yet")
+            raise ModelFormatError(path, f"unknown method {model.method!r}")
         return cls(model.vocab, model.merges, model.special_tokens, model.pattern)
 
     def __reduce__(self):
@@ -629,3 +631,110 @@ def _utf8_stable_end(buf, s: int, e: int) -> int:
                 return e
         return i
     return e
+
+
+# ==== Stage-aware models (SuperBPE, SupraTok) ===================================================
+
+STAGE_AWARE_METHODS = ("superbpe", "supratok")
+
+
+def _stage_encoder(model):
+    if model.method == "supratok":
+        from .supratok import SupraTokEncoder
+
+        return SupraTokEncoder(model)
+    from .superbpe import StageAwareEncoder
+
+    return StageAwareEncoder(model)
+
+
+class StageAwareTokenizer(Tokenizer):
+    """A :class:`Tokenizer` for multi-stage models (SuperBPE, SupraTok): stage-1 merges inside
+    pretokens, later merges inside units, exactly as training did (``superbpe.StageAwareEncoder``).
+
+    Decoding is the same as for BPE. ``encode_iterable`` streams document by document: units never
+    cross a special token, so text is held back only up to the last special token seen (a document
+    with no special token is held whole).
+    """
+
+    def __init__(self, model: Model):
+        super().__init__(model.vocab, model.merges, model.special_tokens, model.pattern)
+        self._model = model
+        self._stage = _stage_encoder(model)
+        self._specials_rx = specials_regex(self._special_bytes_list())
+        self._max_special = max((len(b) for b in self._special_bytes_list()), default=0)
+
+    def _special_bytes_list(self) -> list[bytes]:
+        return [s.encode("utf-8") for s in self._special_tokens]
+
+    def __reduce__(self):
+        return (StageAwareTokenizer, (self._model,))
+
+    def __repr__(self) -> str:
+        return f"<StageAwareTokenizer method={self._model.method} n_vocab={self.n_vocab} merges={len(self._merges)}>"
+
+    def encode_to_numpy(self, text: str | bytes, specials: bool = True) -> np.ndarray:
+        data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
+        ids = self._stage.encode(data) if specials else self._stage.encode_ordinary(data)
+        return np.asarray(ids, dtype=np.uint32)
+
+    def encode(self, text: str | bytes) -> list[int]:
+        return self.encode_to_numpy(text).tolist()
+
+    def encode_ordinary(self, text: str | bytes) -> list[int]:
+        return self.encode_to_numpy(text, specials=False).tolist()
+
+    def encode_batch(self, texts: Sequence[str | bytes], num_threads: int = 8) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def encode_iterable(self, iterable: Iterable[str | bytes]) -> Iterator[int]:
+        """Yields exactly ``encode("".join(iterable))``, one finished document at a time."""
+        buf = b""
+        for piece in iterable:
+            buf += piece.encode("utf-8", "surrogateescape") if isinstance(piece, str) else bytes(piece)
+            cut = self._last_safe_cut(buf)
+            if cut:
+                yield from self.encode(buf[:cut])
+                buf = buf[cut:]
+        if buf:
+            yield from self.encode(buf)
+
+    #: Units run across newlines: whole-corpus encoding cuts chunks at special tokens only.
+    chunks_inside_documents = False
+
+    def _encoder_spec(self) -> "StageAwareSpec":
+        return StageAwareSpec(self._model)
+
+    def _last_safe_cut(self, buf: bytes) -> int:
+        """The end of the last special token that the whole-text scan surely finds: one whose start
+        is at least the longest special token's length away from the end of what we have."""
+        if self._specials_rx is None:
+            return 0
+        cut = 0
+        limit = len(buf) - self._max_special
+        for m in self._specials_rx.finditer(buf):
+            if m.start() > limit:
+                break
+            cut = m.end()
+        return cut
+
+
+class StageAwareSpec:
+    """What a worker needs to encode with a multi-stage model (the model itself)."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self._tok = None
+
+    def __getstate__(self):
+        return {"model": self.model}
+
+    def __setstate__(self, state):
+        self.model = state["model"]
+        self._tok = None
+
+    def iter_encode(self, buf, start: int, end: int):
+        """Yield the uint32 ids of ``buf[start:end]`` (whole documents) in one block."""
+        if self._tok is None:
+            self._tok = StageAwareTokenizer(self.model)
+        yield self._tok.encode_to_numpy(bytes(buf[start:end]))

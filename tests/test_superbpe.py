@@ -147,3 +147,49 @@ def test_transition_parsing():
     with pytest.raises(ValueError):
         resolve_transition(20000, 10000, 1)
     assert not Stage2Rules(max_nonalnum=1).allows(b"](", b"http")
+
+
+@pytest.fixture(scope="module")
+def sb_dir(tmp_path_factory, fixtures_dir):
+    out = tmp_path_factory.mktemp("sbtok")
+    data = (fixtures_dir / "corpus.en").read_bytes()
+    text = data[:40000] + b"<|endoftext|>" + data[40000:80000] + b"<|endoftext|> 12345 and 678\n"
+    corpus = out / "c.txt"
+    corpus.write_bytes(text)
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "train_bpe.py"), str(corpus), "--vocab-size", "700",
+                        "--method", "superbpe", "--out", str(out / "tok"), "--no-progress"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_tokenizer_load_is_stage_aware(sb_dir):
+    tok = bpe_core.Tokenizer.load(sb_dir / "tok")
+    model = load_model(sb_dir / "tok")
+    data = (sb_dir / "c.txt").read_bytes()
+    ids = tok.encode(data)
+    assert ids == StageAwareEncoder(model).encode(data)
+    assert tok.decode_bytes(ids) == data
+    report = __import__("json").loads((sb_dir / "tok" / "train_report.json").read_text())
+    assert len(ids) == report["superbpe"]["final_tokens"] + data.count(b"<|endoftext|>")
+
+
+@settings(max_examples=max(10, settings().max_examples // 3))
+@given(st.lists(st.integers(1, 400), min_size=1, max_size=30))
+def test_stage_aware_encode_iterable_streams_exactly(sb_dir, cuts):
+    tok = bpe_core.Tokenizer.load(sb_dir / "tok")
+    text = (sb_dir / "c.txt").read_bytes()[:3000].decode("utf-8", "surrogateescape") + "<|endoftext|>tail 42"
+    pieces, pos = [], 0
+    for n in cuts:
+        pieces.append(text[pos:pos + n])
+        pos += n
+    pieces.append(text[pos:])
+    assert list(tok.encode_iterable(pieces)) == tok.encode(text)
+
+
+def test_encode_corpus_with_a_superbpe_model(sb_dir, tmp_path):
+    tok = bpe_core.Tokenizer.load(sb_dir / "tok")
+    out = tmp_path / "ids.npy"
+    res = bpe_core.encode_corpus(sb_dir / "c.txt", sb_dir / "tok", out, num_workers=2, chunk_bytes=4096,
+                                 progress=False, verify=True)
+    assert np.load(out).tolist() == tok.encode((sb_dir / "c.txt").read_bytes())
+    assert res.n_tokens == len(np.load(out))
