@@ -51,3 +51,38 @@ def atomic_path(path: str | os.PathLike) -> tuple[str, callable]:
         os.replace(tmp, path)
 
     return tmp, commit
+
+
+def remove_stale(path: str | os.PathLike, kinds: tuple[str, ...] = ("tmp",), min_age: float = 60.0) -> list[str]:
+    """Remove what a killed writer of ``path`` left beside it: ``.<name>.tmp-*`` files (and, with
+    ``kinds=("tmp", "spill")``, ``.<name>.spill-*`` folders) untouched for ``min_age`` seconds.
+
+    A writer that is still running keeps touching its temp file, so it is left alone.
+    """
+    import shutil
+    import time
+
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    base = "." + os.path.basename(path) + "."
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    now = time.time()
+    for name in names:
+        if not any(name.startswith(base + kind + "-") for kind in kinds):
+            continue
+        full = os.path.join(folder, name)
+        try:
+            if now - os.path.getmtime(full) < min_age:
+                continue
+            if os.path.isdir(full):
+                shutil.rmtree(full, ignore_errors=True)
+            else:
+                os.unlink(full)
+            removed.append(full)
+        except OSError:
+            pass
+    return removed

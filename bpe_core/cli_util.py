@@ -34,6 +34,9 @@ def check_out_dir(path: str) -> str:
         os.unlink(probe)
     except OSError as exc:
         raise CliError(f"{path}: output folder is not writable ({exc.strerror or exc})") from None
+    from ._atomic import remove_stale
+    for name in ("model.json", "vocab.json", "merges.txt", "train_report.json"):
+        remove_stale(os.path.join(path, name))       # what a killed run left beside its outputs
     return path
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import scheduler
-from ._atomic import atomic_path
+from ._atomic import atomic_path, remove_stale
 from .corpus import CorpusError, check_input, chunk_boundaries
 from .memmon import MemoryMonitor, phase
 from .tokenizer import EncoderSpec, Tokenizer
@@ -421,6 +421,7 @@ def _check_out(out_path: str) -> None:
         raise CorpusError(out_path, f"folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
         raise CorpusError(out_path, f"folder {folder} is not writable")
+    remove_stale(out_path, ("tmp", "spill"))      # what a killed run left beside the output
 
 
 class _NoBar:

@@ -122,3 +122,18 @@ def test_kill_9_leaves_no_half_written_file(tmp_path, kill_at):
             assert len(load_gpt2(out / "vocab.json", path)[1]) > 0
     if kill_at != "write":
         assert not any((out / n).exists() for n in names)
+
+
+def test_a_later_run_removes_what_a_killed_writer_left(tmp_path):
+    from bpe_core._atomic import remove_stale
+    target = tmp_path / "model.json"
+    stale = tmp_path / ".model.json.tmp-dead"
+    live = tmp_path / ".model.json.tmp-live"
+    other = tmp_path / ".other.json.tmp-dead"
+    for p in (stale, live, other):
+        p.write_text("partial")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    assert remove_stale(target) == [str(stale)]
+    assert live.exists() and other.exists() and not stale.exists()
