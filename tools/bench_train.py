@@ -129,7 +129,7 @@ def available(tool: str) -> bool:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input")
+    p.add_argument("input", nargs="?")
     p.add_argument("--vocab-size", type=int, nargs="+", default=[10000, 32000])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tools", default="bpe_core,hf,rustbpe")
