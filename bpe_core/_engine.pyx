@@ -49,6 +49,16 @@ cdef uint32_t NIL = 0xFFFFFFFFu          # no neighbour (word edge)
 cdef token_id_t DEAD = 0xFFFFFFFFu     # the unlinked right half of a merged pair
 
 
+cdef struct Pos:
+    # Everything about one position of a word, side by side, so that a merge site costs one
+    # cache line rather than one per array.
+    token_id_t sym      # the symbol, or DEAD once unlinked
+    uint32_t nxt        # next live position of the word, or NIL
+    uint32_t prv        # previous live position, or NIL
+    uint32_t pid        # pair id of the window starting here, or NO_MARK
+    uint32_t word       # the word this position belongs to
+
+
 cdef struct HeapEntry:
     count_t count
     pair_id_t pair
@@ -152,10 +162,7 @@ cdef class MergeEngine:
     ([256, 97], 0, 1)
     """
 
-    cdef vector[token_id_t] symbols      # per position; DEAD once unlinked
-    cdef vector[uint32_t] nexts          # per position: next live position of the word, or NIL
-    cdef vector[uint32_t] prevs          # per position: previous live position, or NIL
-    cdef vector[uint32_t] pid_at         # per position: pair id of the window starting there, or NO_MARK
+    cdef vector[Pos] pos                 # per position (see Pos)
     cdef vector[int64_t] offsets
     cdef vector[count_t] counts
     # tokens
@@ -206,21 +213,19 @@ cdef class MergeEngine:
         for tok in tokens:
             self._add_token(tok)
         cdef token_id_t n_tokens = <token_id_t>self.tok_off.size()
-        self.symbols.resize(n_sym)
+        self.pos.resize(n_sym)
         if is_bytes:
             if n_tokens < 256:
                 raise ValueError("byte symbols need the 256 single-byte tokens")
             for i in range(n_sym):
-                self.symbols[i] = sym8[i]
+                self.pos[i].sym = sym8[i]
         else:
             for i in range(n_sym):
                 if sym32[i] >= n_tokens:
                     raise ValueError(f"symbol {sym32[i]} has no token bytes")
-                self.symbols[i] = sym32[i]
+                self.pos[i].sym = sym32[i]
         self.offsets.resize(n_words + 1)
         self.counts.resize(n_words)
-        self.nexts.resize(n_sym)
-        self.prevs.resize(n_sym)
         for i in range(n_words):
             if offsets[i + 1] < offsets[i]:
                 raise ValueError("offsets must be non-decreasing")
@@ -232,8 +237,10 @@ cdef class MergeEngine:
         cdef int64_t k
         for i in range(n_words):
             for k in range(offsets[i], offsets[i + 1]):
-                self.nexts[k] = <uint32_t>(k + 1) if k + 1 < offsets[i + 1] else NIL
-                self.prevs[k] = <uint32_t>(k - 1) if k > offsets[i] else NIL
+                self.pos[k].nxt = <uint32_t>(k + 1) if k + 1 < offsets[i + 1] else NIL
+                self.pos[k].prv = <uint32_t>(k - 1) if k > offsets[i] else NIL
+                self.pos[k].pid = NO_MARK
+                self.pos[k].word = <uint32_t>i
         self.pair_map = _PairMap(1 << 16)
         self.n_steps = 0
         self.n_pops = 0
@@ -297,28 +304,27 @@ cdef class MergeEngine:
 
     cdef void _count_all(self) noexcept nogil:
         """Count every window once: pair ids per position, then a counting sort into the CSR."""
-        cdef int64_t w, k, start, end, n_pos = self.symbols.size(), total = 0
+        cdef int64_t w, k, start, end, n_pos = self.pos.size(), total = 0
         cdef size_t p
         cdef count_t c
         cdef pair_id_t pid
         cdef vector[int64_t] fill
-        self.pid_at.assign(n_pos, NO_MARK)
         for w in range(<int64_t>self.counts.size()):
             c = self.counts[w]
             start = self.offsets[w]
             end = self.offsets[w + 1]
             for k in range(start, end - 1):
-                pid = self._pair_id(self.symbols[k], self.symbols[k + 1])
+                pid = self._pair_id(self.pos[k].sym, self.pos[k + 1].sym)
                 self.pair_counts[pid] += c
                 self.base_len[pid] += 1
-                self.pid_at[k] = pid
+                self.pos[k].pid = pid
         for p in range(self.base_len.size()):
             self.base_start[p] = total
             total += self.base_len[p]
         self.base_positions.resize(total)
         fill.assign(self.base_len.size(), 0)
         for k in range(n_pos):
-            pid = self.pid_at[k]
+            pid = self.pos[k].pid
             if pid != NO_MARK:
                 self.base_positions[self.base_start[pid] + fill[pid]] = <uint32_t>k
                 fill[pid] += 1
@@ -449,17 +455,6 @@ cdef class MergeEngine:
 
     # ---- merging -------------------------------------------------------------------------------
 
-    cdef inline count_t _count_at(self, uint32_t pos) noexcept nogil:
-        """The count of the word that holds position ``pos`` (binary search in the offsets)."""
-        cdef int64_t lo = 0, hi = <int64_t>self.counts.size() - 1, mid
-        while lo < hi:                       # last word whose offset <= pos
-            mid = (lo + hi + 1) >> 1
-            if self.offsets[mid] <= <int64_t>pos:
-                lo = mid
-            else:
-                hi = mid - 1
-        return self.counts[lo]
-
     cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok) noexcept nogil:
         """Rewrite every occurrence of the pair and update counts by exact deltas."""
         cdef token_id_t a = pair_left(self.pair_keys[pid])
@@ -479,32 +474,32 @@ cdef class MergeEngine:
             sort(positions.begin(), positions.end())
         for q in range(n):
             i = positions[q]
-            if self.pid_at[i] != pid:
+            if self.pos[i].pid != pid:
                 continue                     # stale: rewritten since it was listed
-            j = self.nexts[i]
-            c = self._count_at(i)
-            h = self.prevs[i]
-            k = self.nexts[j]
+            j = self.pos[i].nxt
+            c = self.counts[self.pos[i].word]
+            h = self.pos[i].prv
+            k = self.pos[j].nxt
             # 1. The old windows around the site go (their pair ids are known per position).
             if h != NIL:
-                self.pair_counts[self.pid_at[h]] -= c
+                self.pair_counts[self.pos[h].pid] -= c
             self.pair_counts[pid] -= c
             if k != NIL:
-                self.pair_counts[self.pid_at[j]] -= c
+                self.pair_counts[self.pos[j].pid] -= c
             # 2. Rewrite: the pair becomes one symbol at i; j is unlinked.
-            self.symbols[i] = new_tok
-            self.symbols[j] = DEAD
-            self.pid_at[j] = NO_MARK
-            self.nexts[i] = k
+            self.pos[i].sym = new_tok
+            self.pos[j].sym = DEAD
+            self.pos[j].pid = NO_MARK
+            self.pos[i].nxt = k
             if k != NIL:
-                self.prevs[k] = i
+                self.pos[k].prv = i
             # 3. The new windows come.
             if h != NIL:
-                self.pid_at[h] = self._add_pair(self.symbols[h], new_tok, c, h)
+                self.pos[h].pid = self._add_pair(self.pos[h].sym, new_tok, c, h)
             if k != NIL:
-                self.pid_at[i] = self._add_pair(new_tok, self.symbols[k], c, i)
+                self.pos[i].pid = self._add_pair(new_tok, self.pos[k].sym, c, i)
             else:
-                self.pid_at[i] = NO_MARK
+                self.pos[i].pid = NO_MARK
         positions.clear()
         # 4. Every pair whose count rose gets a fresh heap entry.
         self._heapify()
@@ -576,7 +571,7 @@ cdef class MergeEngine:
         pos = <uint32_t>self.offsets[w]
         while pos != NIL:
             n += 1
-            pos = self.nexts[pos]
+            pos = self.pos[pos].nxt
         return n
 
     def word(self, word_id_t w):
@@ -587,8 +582,8 @@ cdef class MergeEngine:
             return out
         pos = <uint32_t>self.offsets[w]
         while pos != NIL:
-            out.append(self.symbols[pos])
-            pos = self.nexts[pos]
+            out.append(self.pos[pos].sym)
+            pos = self.pos[pos].nxt
         return out
 
     def words(self):
@@ -613,9 +608,9 @@ cdef class MergeEngine:
                 continue
             p = <uint32_t>self.offsets[w]
             while p != NIL:
-                sv[pos] = self.symbols[p]
+                sv[pos] = self.pos[p].sym
                 pos += 1
-                p = self.nexts[p]
+                p = self.pos[p].nxt
         return symbols, offsets, counts
 
     def tokens(self):
@@ -626,7 +621,7 @@ cdef class MergeEngine:
         """Sizes of the internal tables (for reports and memory accounting)."""
         return {
             "n_words": self.counts.size(),
-            "n_symbols": self.symbols.size(),
+            "n_symbols": self.pos.size(),
             "n_pairs": self.pair_keys.size(),
             "heap_size": self.heap.size(),
             "n_pops": self.n_pops,
