@@ -55,7 +55,7 @@ _OFFICIAL = regex.compile(OFFICIAL_STAGE2_PATTERN)
 _NON_ASCII_DIGIT = regex.compile(r"(?![\x00-\x7f])\p{N}")
 #: Bytes of RAM per stage-2 symbol in the engine (symbol, links, pair positions, unit ids): measured
 #: on en_train, rounded up. The scheduler's share for stage 2 divided by this bounds the sample.
-STAGE2_BYTES_PER_SYMBOL = 40
+STAGE2_BYTES_PER_SYMBOL = 80
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,11 @@ def _numeric_mask(table: WordTable) -> np.ndarray:
 _WORKER_STATE: dict = {}
 
 
+def _init_units_worker(arena, offsets, numeric) -> None:
+    _WORKER_STATE.clear()
+    _WORKER_STATE.update(arena=arena, offsets=offsets, numeric=numeric)
+
+
 def _units_chunk(task: tuple) -> tuple:
     """Worker: the unique units (as word-id runs) of ``path[start:end)``."""
     path, start, end, specials, pattern, keep_below = task
@@ -181,8 +186,12 @@ def _units_chunk(task: tuple) -> tuple:
 
 def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern: str, num_workers: int,
                 chunk_bytes: int, sample_fraction: float = 1.0) -> tuple[tuple, dict]:
-    """Count the stage-2 units of a corpus as runs of word ids (rows of ``table``)."""
-    from .trainer import _mp_context
+    """Count the stage-2 units of a corpus as runs of word ids (rows of ``table``).
+
+    Workers come from a forkserver (or spawn) and get the word table as arguments: forked from this
+    process they would carry its stage-1 state in their RSS, which counts against the budget.
+    """
+    from .encode_corpus import _mp_context, _start_method
 
     buf = corpus.open_corpus(path)
     # Units run across newlines: cut chunks at document edges only.
@@ -190,8 +199,8 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     del buf
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
     tasks = [(path, s, e, list(specials), pattern, keep_below) for s, e in zip(bounds[:-1], bounds[1:]) if e > s]
-    _WORKER_STATE.clear()
-    _WORKER_STATE.update(arena=table.arena, offsets=table.offsets, numeric=_numeric_mask(table))
+    numeric = _numeric_mask(table)
+    _init_units_worker(table.arena, table.offsets, numeric)
     total = UnitCounter()
     seen = kept = 0
     try:
@@ -202,7 +211,9 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
                 seen += n_seen
                 kept += n_kept
         else:
-            with _mp_context().Pool(min(num_workers, len(tasks))) as pool:
+            ctx = _mp_context(_start_method())
+            with ctx.Pool(min(num_workers, len(tasks)), _init_units_worker,
+                          (table.arena, table.offsets, numeric)) as pool:
                 for data, starts, counts, n_seen, n_kept in pool.imap(_units_chunk, tasks):
                     total.add_table(data, starts, counts)
                     seen += n_seen
@@ -269,6 +280,7 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         bar.update(len(steps1))
     seg_symbols, seg_offsets, _ = engine.words()
     tokens = engine.tokens()
+    del engine                      # stage 2 starts from the segmentation; free the stage-1 engine
     t1 = time.perf_counter()
     n_stage1_tokens = int((np.diff(seg_offsets) * table.counts).sum())
 
