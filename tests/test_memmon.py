@@ -97,7 +97,9 @@ def test_phase_lines_in_order(tmp_path, monkeypatch):
 def test_phase_from_another_process_lands_in_the_same_file(tmp_path):
     path = tmp_path / "phases.txt"
     code = "from bpe_core.memmon import phase; phase('pretokenize'); phase('write')"
-    subprocess.run([sys.executable, "-c", code], env=child_env(**{PHASE_FILE_ENV: str(path)}), check=True)
+    # cwd: not the checkout, whose unbuilt bpe_core/ would shadow the installed package for "-c"
+    subprocess.run([sys.executable, "-c", code], env=child_env(**{PHASE_FILE_ENV: str(path)}), check=True,
+                   cwd=tmp_path)
     assert [name for _, name in read_phase_file(str(path))] == ["pretokenize", "write"]
 
 
@@ -159,6 +161,7 @@ PHASED = ("import sys; from bpe_core.memmon import phase; phase('plan'); "
 
 def test_profile_memory_cli_writes_json_and_png(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])
+    monkeypatch.chdir(tmp_path)          # the child's "-c" must not see the checkout's bpe_core/
     prefix = tmp_path / "run"
     code = cli.main(["--interval", "0.02", "--budget", "1G", "--out", str(prefix), "--",
                      sys.executable, "-c", PHASED])
