@@ -126,9 +126,20 @@ def train_on_counts(pretoken_counts: dict[bytes, int], vocab_size: int,
         key = tuple(bytes([b]) for b in pretoken)
         words[key] = words.get(key, 0) + count
     merges: list[tuple[bytes, bytes]] = []
+    merge_loop(words, vocab, merges, vocab_size)
+    return vocab, merges
+
+
+def merge_loop(words: dict[tuple[bytes, ...], int], vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]],
+               vocab_size: int, allowed=None) -> dict[tuple[bytes, ...], int]:
+    """Merge until ``vocab`` reaches ``vocab_size`` or no (allowed) pair is left; ``vocab`` and
+    ``merges`` grow in place; returns the final words."""
     while len(vocab) < vocab_size:
-        # 1. Full recount of every pair.
-        pair = best_pair(get_pair_counts(words))
+        # 1. Full recount of every pair (only the allowed ones compete).
+        pairs = get_pair_counts(words)
+        if allowed is not None:
+            pairs = Counter({p: c for p, c in pairs.items() if allowed(p[0], p[1])})
+        pair = best_pair(pairs)
         if pair is None:
             break
         # 2. Record the merge; its id is the next free one.
@@ -140,7 +151,7 @@ def train_on_counts(pretoken_counts: dict[bytes, int], vocab_size: int,
             merged = merge_word(word, pair)
             new_words[merged] = new_words.get(merged, 0) + count
         words = new_words
-    return vocab, merges
+    return words
 
 
 def train_bpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
@@ -346,19 +357,7 @@ def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequ
     for unit in superbpe_units(data, special_tokens, pattern, merges):
         key = tuple(unit)
         words[key] = words.get(key, 0) + 1
-    while len(vocab) < vocab_size:
-        pairs = get_pair_counts(words)
-        allowed = Counter({p: c for p, c in pairs.items() if superbpe_allows(p[0], p[1], **rules)})
-        pair = best_pair(allowed)
-        if pair is None:
-            break
-        merges.append(pair)
-        vocab[len(vocab)] = pair[0] + pair[1]
-        new_words: dict[tuple[bytes, ...], int] = {}
-        for word, count in words.items():
-            merged = merge_word(word, pair)
-            new_words[merged] = new_words.get(merged, 0) + count
-        words = new_words
+    merge_loop(words, vocab, merges, vocab_size, lambda a, b: superbpe_allows(a, b, **rules))
     assert len(vocab) == 256 + len(specials) + len(merges)
     return vocab, merges, n_stage1
 
