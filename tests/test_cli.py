@@ -120,3 +120,17 @@ def test_bad_input_one_line_exit_2(case, corpus_file, tmp_path):
         assert str(args[0]) in lines[0]
     if out.exists():
         assert os.listdir(out) == []
+
+
+def test_plan_prints_the_memory_plan_and_writes_nothing(corpus_file, tmp_path):
+    out = tmp_path / "o"
+    r = run_cli(corpus_file, "--vocab-size", 300, "--out", out, "--plan", "--memory-limit", "2G")
+    assert r.returncode == 0, r.stderr
+    assert "memory plan" in r.stdout and "budget 2.0 GiB" in r.stdout
+    assert not out.exists()
+
+
+def test_a_budget_that_cannot_fit_says_which_one_would(corpus_file, tmp_path):
+    r = run_cli(corpus_file, "--vocab-size", 300, "--out", tmp_path / "o", "--memory-limit", "1M")
+    assert r.returncode == 2
+    assert "--memory-limit" in r.stderr and "Traceback" not in r.stderr
