@@ -6,9 +6,12 @@ leaves the result unchanged:
 1. at the start of a special-token occurrence that the whole-text, left-to-right, longest-first
    special-token scan would also find (a document edge), or
 2. inside a document, for the named patterns only, right after a ``\\n`` that sits between two ASCII
-   non-whitespace bytes (and the byte after it is not ``/``). No piece of the GPT-2, cl100k or o200k
-   patterns crosses such a newline, and no match before it looks past it, so the pretokens of the two
-   halves are exactly the pretokens of the whole (``tests/test_corpus.py`` checks it on random text).
+   non-whitespace bytes (and the byte after it is not ``/``), or, inside a line, right before a
+   single space between two ASCII letters (``a b`` -> ``a | b``). No piece of the GPT-2, cl100k
+   or o200k patterns crosses such a point (the space always starts the next pretoken: `` ?\\p{L}+``
+   or ``[^\\r\\n\\p{L}\\p{N}]?\\p{L}+``), and no match before it looks past it, so the pretokens of
+   the two halves are exactly the pretokens of the whole (``tests/test_corpus.py`` checks it on
+   random text). So even one 2 GB line with no special token and no newline is cut into chunks.
 
 A user-supplied regex gets cut at document edges only.
 """
@@ -67,6 +70,7 @@ def open_corpus(path: str | os.PathLike) -> np.ndarray:
 # Bytes that are (part of) whitespace for the safe-cut rule: ASCII whitespace as ``regex`` sees it.
 _ASCII_SPACE = frozenset(b" \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
 _SAFE_NEWLINE = re.compile(rb"[!-~]\n(?=[!-.0-~])")  # printable non-space, \n, printable non-space non-'/'
+_SAFE_SPACE = re.compile(rb"[A-Za-z](?= [A-Za-z])")   # cut before the space of "a b"
 
 
 def _special_cut(buf, start: int, stop: int, rx: "re.Pattern[bytes]", maxlen: int) -> int | None:
@@ -95,10 +99,17 @@ def _special_cut(buf, start: int, stop: int, rx: "re.Pattern[bytes]", maxlen: in
 
 
 def _newline_cut(buf, start: int, stop: int) -> int | None:
+    """The first safe cut inside a document at or after ``start``: after a safe newline, or before
+    the space between two letters."""
+    cands = []
     m = _SAFE_NEWLINE.search(buf, max(0, start - 1), stop)
-    if m is None:
-        return None
-    return m.start() + 2
+    if m is not None:
+        cands.append(m.start() + 2)
+    m = _SAFE_SPACE.search(buf, max(0, start - 1), stop)
+    if m is not None:
+        cands.append(m.end())
+    cands = [c for c in cands if c >= start]
+    return min(cands) if cands else None
 
 
 def chunk_boundaries(buf, chunk_bytes: int, special_tokens: Sequence[bytes] = (),

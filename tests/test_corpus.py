@@ -79,3 +79,12 @@ def test_bad_inputs_name_the_file(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
     assert corpus.open_corpus(empty).shape == (0,)
+
+
+@pytest.mark.parametrize("pattern", NAMED)
+def test_one_long_line_is_cut_between_words(pattern):
+    words = ["alpha", "Beta", "gamma's", "x", "123", "--", "é", "delta"]
+    data = " ".join(words[i % len(words)] for i in range(3000)).encode()      # no newline, no special
+    got, bounds = chunked_pieces(data, 500, [], pattern)
+    assert len(bounds) > 20
+    assert got == pieces(data, [], pattern)
