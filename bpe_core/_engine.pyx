@@ -185,11 +185,16 @@ cdef class MergeEngine:
     cdef vector[pair_id_t] touched
     # heap
     cdef vector[HeapEntry] heap
+    cdef count_t floor_count           # pairs below it are kept out of the heap (see _pop_best)
+    cdef int64_t heap_batch            # about how many pairs are let in at a time
     cdef public uint32_t n_steps
     cdef public int64_t n_pops
+    cdef public int64_t n_rescans
 
-    def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens):
-        """``symbols`` may be uint32 ids, or uint8 bytes (a word table's arena: no uint32 copy)."""
+    def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
+                 int64_t heap_batch=65536):
+        """``symbols`` may be uint32 ids, or uint8 bytes (a word table's arena: no uint32 copy).
+        ``heap_batch``: rare pairs wait outside the heap, about this many are let in at a time."""
         cdef int64_t n_words = counts.shape[0]
         cdef int64_t i
         cdef const uint8_t[::1] sym8
@@ -244,6 +249,8 @@ cdef class MergeEngine:
         self.pair_map = _PairMap(1 << 16)
         self.n_steps = 0
         self.n_pops = 0
+        self.n_rescans = 0
+        self.heap_batch = max(heap_batch, 1)
         with nogil:
             self._count_all()
             self._build_heap()
@@ -396,12 +403,54 @@ cdef class MergeEngine:
             self._sift_down(0)
         return top
 
+    cdef count_t _choose_floor(self, count_t below) noexcept nogil:
+        """A power of two such that about HEAP_BATCH live pairs have counts in [it, below).
+
+        Most pairs are rare (a stage-2 corpus has millions that occur once or twice) and never win;
+        keeping them out of the heap until the heap runs below them saves most heap work.
+        """
+        cdef int64_t hist[64]
+        cdef size_t p
+        cdef count_t c
+        cdef int b
+        cdef int64_t total = 0
+        for b in range(64):
+            hist[b] = 0
+        for p in range(self.pair_counts.size()):
+            c = self.pair_counts[p]
+            if c > 0 and c < below and self.pair_allowed[p] != 0:
+                b = 0
+                while (c >> (b + 1)) > 0:
+                    b += 1
+                hist[b] += 1
+        b = 63
+        while b > 0:
+            total += hist[b]
+            if total >= self.heap_batch:
+                return (<count_t>1) << b
+            b -= 1
+        return 1
+
+    cdef void _lower_floor(self) noexcept nogil:
+        """Let the pairs in [new floor, old floor) into the heap."""
+        cdef count_t old = self.floor_count, c
+        cdef count_t new = self._choose_floor(old)
+        cdef size_t p
+        for p in range(self.pair_counts.size()):
+            c = self.pair_counts[p]
+            if c >= new and c < old and self.pair_allowed[p] != 0:
+                self._push(c, <pair_id_t>p)
+        self.floor_count = new
+        self.n_rescans += 1
+
     cdef void _build_heap(self) noexcept nogil:
-        """The first heap, bottom-up in O(n) (Floyd) rather than n pushes."""
+        """The first heap, bottom-up in O(n) (Floyd) rather than n pushes; pairs below the floor
+        wait outside (see _pop_best)."""
         cdef size_t k, n
         cdef HeapEntry e
+        self.floor_count = self._choose_floor(0x7FFFFFFFFFFFFFFF)
         for k in range(self.touched.size()):
-            if self.pair_counts[self.touched[k]] > 0:
+            if self.pair_counts[self.touched[k]] >= self.floor_count:
                 e.count = self.pair_counts[self.touched[k]]
                 e.pair = self.touched[k]
                 self.heap.push_back(e)
@@ -429,19 +478,29 @@ cdef class MergeEngine:
 
     cdef void _heapify(self) noexcept nogil:
         cdef size_t k
+        cdef count_t c
         for k in range(self.touched.size()):
-            if self.pair_counts[self.touched[k]] > 0:
-                self._push(self.pair_counts[self.touched[k]], self.touched[k])
+            c = self.pair_counts[self.touched[k]]
+            if c > 0 and c >= self.floor_count:
+                self._push(c, self.touched[k])
         self.touched.clear()
 
     cdef int64_t _pop_best(self) noexcept nogil:
         """Pop until the top entry is current; return its pair id, or -1 when no pair is left.
 
-        Pairs marked not allowed are dropped.
+        Pairs marked not allowed are dropped. Invariant: every live pair whose count is at least
+        ``floor_count`` has an entry >= its count; so an entry that is current and not below the
+        floor is the true maximum. When the heap runs below the floor, the floor comes down and the
+        pairs between are pushed.
         """
         cdef HeapEntry e
         cdef count_t cur
-        while self.heap.size() > 0:
+        while True:
+            if self.floor_count > 1 and (self.heap.size() == 0 or self.heap[0].count < self.floor_count):
+                self._lower_floor()
+                continue
+            if self.heap.size() == 0:
+                break
             e = self._pop()
             self.n_pops += 1
             if self.pair_allowed[e.pair] == 0:
@@ -625,5 +684,6 @@ cdef class MergeEngine:
             "n_pairs": self.pair_keys.size(),
             "heap_size": self.heap.size(),
             "n_pops": self.n_pops,
+            "heap_rescans": self.n_rescans,
             "n_steps": self.n_steps,
         }

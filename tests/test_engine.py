@@ -10,14 +10,14 @@ from bpe_core._engine import MergeEngine
 BYTES = [bytes([i]) for i in range(256)]
 
 
-def make_engine(words: dict, tokens=BYTES):
+def make_engine(words: dict, tokens=BYTES, heap_batch=65536):
     """words: {tuple of token ids: count}."""
     items = list(words.items())
     symbols = np.array([s for w, _ in items for s in w], dtype=np.uint32)
     offsets = np.zeros(len(items) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(w) for w, _ in items])
     counts = np.array([c for _, c in items], dtype=np.int64)
-    return MergeEngine(symbols, offsets, counts, list(tokens))
+    return MergeEngine(symbols, offsets, counts, list(tokens), heap_batch=heap_batch)
 
 
 def engine_pairs_as_bytes(eng):
@@ -29,10 +29,10 @@ def engine_pairs_as_bytes(eng):
     return out
 
 
-def check_against_recount(words_bytes: dict, n_steps: int, tokens=BYTES):
+def check_against_recount(words_bytes: dict, n_steps: int, tokens=BYTES, heap_batch=65536):
     """Step the engine and the reference side by side; compare winners, words and all pair counts."""
     ids = {t: i for i, t in reversed(list(enumerate(tokens)))}
-    eng = make_engine({tuple(ids[s] for s in w): c for w, c in words_bytes.items()}, tokens)
+    eng = make_engine({tuple(ids[s] for s in w): c for w, c in words_bytes.items()}, tokens, heap_batch)
     ref_words = dict(words_bytes)
     for _ in range(n_steps):
         ref_pairs = reference.get_pair_counts(ref_words)
@@ -56,15 +56,16 @@ words_strategy = st.dictionaries(
     st.integers(1, 6), max_size=12)
 
 
-@given(words_strategy)
-def test_counts_equal_full_recount_after_every_step(words):
-    check_against_recount(words, 25)
+@given(words_strategy, st.sampled_from([1, 2, 3, 65536]))
+def test_counts_equal_full_recount_after_every_step(words, heap_batch):
+    # small heap batches keep most pairs outside the heap and exercise the floor being lowered
+    check_against_recount(words, 25, heap_batch=heap_batch)
 
 
 @given(st.dictionaries(st.binary(min_size=1, max_size=8).map(lambda b: tuple(bytes([x]) for x in b)),
-                       st.integers(1, 1000), max_size=10))
-def test_random_bytes_and_large_counts(words):
-    check_against_recount(words, 15)
+                       st.integers(1, 1000), max_size=10), st.sampled_from([1, 4, 65536]))
+def test_random_bytes_and_large_counts(words, heap_batch):
+    check_against_recount(words, 15, heap_batch=heap_batch)
 
 
 def test_pair_whose_count_falls_still_wins_later():
