@@ -14,7 +14,7 @@ expansion to token ids, and merging a token-id sequence by rank.
 Each kernel names its plain equivalent in its docstring.
 """
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 
@@ -59,6 +59,29 @@ def hash_ids(const uint32_t[::1] ids):
 
 # ==== Word index ==============================================================================
 
+cdef struct WordSlot:
+    # The first 16 bytes of the word inline (zero-padded), so a probe rarely touches the arena.
+    uint64_t w0
+    uint64_t w1
+    int64_t tag         # -1: empty; else word id << 8 | min(length, 255)
+
+
+cdef inline void _load16(const uint8_t* p, int64_t n, uint64_t* w0, uint64_t* w1) noexcept nogil:
+    cdef uint64_t a = 0, b = 0
+    cdef int64_t m = n if n < 16 else 16
+    if m >= 8:
+        memcpy(&a, p, 8)
+        memcpy(&b, p + 8, m - 8)
+    else:
+        memcpy(&a, p, m)
+    w0[0] = a
+    w1[0] = b
+
+
+cdef inline uint64_t _hash16(uint64_t w0, uint64_t w1, int64_t n) noexcept nogil:
+    return _mix(w0 * <uint64_t>0x9E3779B97F4A7C15u ^ (w1 + <uint64_t>n) * <uint64_t>0xC2B2AE3D27D4EB4Fu)
+
+
 cdef class WordIndex:
     """Pretoken bytes -> row of a word table (``arena``, ``offsets``), or -1.
 
@@ -72,7 +95,7 @@ cdef class WordIndex:
     cdef object _offsets_obj
     cdef const uint8_t[::1] arena
     cdef const int64_t[::1] offsets
-    cdef vector[int64_t] slots
+    cdef vector[WordSlot] slots
     cdef uint64_t mask
 
     def __init__(self, arena, offsets):
@@ -80,30 +103,45 @@ cdef class WordIndex:
         self._offsets_obj = np.ascontiguousarray(offsets, dtype=np.int64)
         self.arena = self._arena_obj
         self.offsets = self._offsets_obj
-        cdef int64_t n = self.offsets.shape[0] - 1, i
-        cdef uint64_t cap = 16, slot
+        cdef int64_t n = self.offsets.shape[0] - 1, i, length
+        cdef uint64_t cap = 16, slot, w0, w1
+        cdef WordSlot empty
+        empty.w0 = 0
+        empty.w1 = 0
+        empty.tag = -1
         while cap < <uint64_t>(2 * n + 2):
             cap <<= 1
-        self.slots.assign(cap, -1)
+        self.slots.assign(cap, empty)
         self.mask = cap - 1
         cdef const uint8_t* base = &self.arena[0] if self.arena.shape[0] > 0 else NULL
         with nogil:
             for i in range(n):
-                slot = _hash_bytes(base + self.offsets[i], self.offsets[i + 1] - self.offsets[i]) & self.mask
-                while self.slots[slot] != -1:
+                length = self.offsets[i + 1] - self.offsets[i]
+                _load16(base + self.offsets[i], length, &w0, &w1)
+                slot = _hash16(w0, w1, length) & self.mask
+                while self.slots[slot].tag != -1:
                     slot = (slot + 1) & self.mask
-                self.slots[slot] = i
+                self.slots[slot].w0 = w0
+                self.slots[slot].w1 = w1
+                self.slots[slot].tag = (i << 8) | (length if length < 255 else 255)
 
     cdef inline int64_t _lookup(self, const uint8_t* p, int64_t n) noexcept nogil:
-        cdef uint64_t slot = _hash_bytes(p, n) & self.mask
-        cdef int64_t w, start
+        cdef uint64_t w0, w1, slot
+        cdef int64_t tag, w, start
+        cdef int64_t short_len = n if n < 255 else 255
+        _load16(p, n, &w0, &w1)
+        slot = _hash16(w0, w1, n) & self.mask
         while True:
-            w = self.slots[slot]
-            if w == -1:
+            tag = self.slots[slot].tag
+            if tag == -1:
                 return -1
-            start = self.offsets[w]
-            if self.offsets[w + 1] - start == n and memcmp(&self.arena[start], p, n) == 0:
-                return w
+            if (tag & 0xFF) == short_len and self.slots[slot].w0 == w0 and self.slots[slot].w1 == w1:
+                w = tag >> 8
+                if n <= 16:
+                    return w
+                start = self.offsets[w]
+                if self.offsets[w + 1] - start == n and memcmp(&self.arena[start], p, n) == 0:
+                    return w
             slot = (slot + 1) & self.mask
 
     def word_ids(self, const uint8_t[::1] buf, const int64_t[::1] ends, int64_t start):
