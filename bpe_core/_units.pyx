@@ -85,9 +85,11 @@ cdef inline uint64_t _hash16(uint64_t w0, uint64_t w1, int64_t n) noexcept nogil
 cdef class WordIndex:
     """Pretoken bytes -> row of a word table (``arena``, ``offsets``), or -1.
 
-    >>> idx = WordIndex(np.frombuffer(b"ab c", np.uint8), np.array([0, 2, 3, 4]))
-    >>> idx.word_ids(b" cab", np.array([2, 4]), 0).tolist()      # pieces " c", "ab"
-    [1, 0]
+    >>> idx = WordIndex(np.frombuffer(b"ab c", np.uint8), np.array([0, 2, 3, 4]))  # "ab", " ", "c"
+    >>> idx.word_ids(b" cab", np.array([1, 2, 4]), 0).tolist()   # pieces " ", "c", "ab"
+    [1, 2, 0]
+    >>> idx.word_ids(b" cab", np.array([2, 4]), 0).tolist()      # " c" is not a word
+    [-1, 0]
 
     Plain equivalent: ``{arena[o[i]:o[i+1]]: i for i in range(n)}.get(piece, -1)`` per piece.
     """
