@@ -87,6 +87,12 @@ class Stage2Rules:
                 return False
         return True
 
+    @classmethod
+    def from_config(cls, config) -> "Stage2Rules":
+        """The rules a :class:`~bpe_core.config.TrainConfig` asks for."""
+        return cls(max_words=config.max_words, forbidden=tuple(config.forbidden),
+                   max_token_bytes=config.max_token_bytes, max_nonalnum=config.max_nonalnum)
+
     @property
     def _forbidden_bytes(self) -> list[bytes]:
         return [f.encode("utf-8") for f in self.forbidden]
@@ -262,8 +268,7 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     from .trainer import _bar
 
     specials = encode_specials(config.special_tokens)
-    rules = Stage2Rules(max_words=config.max_words, forbidden=tuple(config.forbidden),
-                        max_token_bytes=config.max_token_bytes, max_nonalnum=config.max_nonalnum)
+    rules = Stage2Rules.from_config(config)
     t_size = resolve_transition(config.transition, config.vocab_size, len(specials))
     n1 = t_size - 256 - len(specials)
     n_total = config.vocab_size - 256 - len(specials)

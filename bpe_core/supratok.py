@@ -747,8 +747,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     """All passes on a counted corpus; returns ``(vocab, merges, stages)``."""
     specials = encode_specials(config.special_tokens)
     pattern = resolve_pattern(config.pattern)
-    rules = Stage2Rules(max_words=config.max_words, forbidden=tuple(config.forbidden),
-                        max_token_bytes=config.max_token_bytes, max_nonalnum=config.max_nonalnum)
+    rules = Stage2Rules.from_config(config)
     t_size = resolve_transition(config.transition, config.vocab_size, len(specials))
     n1_target = t_size - 256 - len(specials)
     n_total = config.vocab_size - 256 - len(specials)
