@@ -124,7 +124,33 @@ def chunk_boundaries(buf, chunk_bytes: int, special_tokens: Sequence[bytes] = ()
     >>> chunk_boundaries(b"aa<|e|>bb<|e|>cc", 3, [b"<|e|>"], pattern="gpt2")
     [0, 9, 16]
     """
-    n = len(buf)
+    return _cuts(lambda a, b: buf[a:b], len(buf), chunk_bytes, special_tokens, pattern, inside_documents)
+
+
+def file_chunks(path: str | os.PathLike, chunk_bytes: int, special_tokens: Sequence[bytes] = (),
+                pattern: str = "gpt2", inside_documents: bool = True, stamp=None) -> list[tuple[int, int]]:
+    """``chunk_boundaries`` of a file, as ``(start, end)`` pairs, read near each cut with ``pread``.
+
+    Only a small window around each target offset is read (never the whole file, never a memory
+    map, so a file truncated meanwhile raises ``workers.InputChanged`` instead of ``SIGBUS``). The
+    cuts are the same as ``chunk_boundaries`` on the whole content.
+
+    >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(b"aa<|e|>bb<|e|>cc")
+    >>> file_chunks(p, 3, [b"<|e|>"])
+    [(0, 9), (9, 16)]
+    """
+    from .workers import FileStamp, read_range
+
+    path = os.fspath(path)
+    stamp = stamp or FileStamp.of(path)
+    cuts = _cuts(lambda a, b: read_range(path, a, b, stamp), stamp.size, chunk_bytes, special_tokens,
+                 pattern, inside_documents)
+    return [(s, e) for s, e in zip(cuts[:-1], cuts[1:]) if e > s]
+
+
+def _cuts(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes], pattern: str,
+          inside_documents: bool) -> list[int]:
+    """The cut offsets of ``n`` bytes, where ``read(a, b)`` gives bytes ``[a, b)`` (a buffer)."""
     if chunk_bytes <= 0:
         raise ValueError("chunk_bytes must be positive")
     if n == 0:
@@ -141,18 +167,23 @@ def chunk_boundaries(buf, chunk_bytes: int, special_tokens: Sequence[bytes] = ()
         lo = target
         while cut is None and lo < n:
             hi = min(n, lo + window)
+            # The bytes that decide a cut in [lo, hi): maxlen before (is a special start covered by
+            # an earlier one?) and maxlen + 1 after (the rest of a special token, the lookahead).
+            base = max(0, lo - maxlen - 1)
+            buf = read(base, min(n, hi + maxlen + 2))
             cands = []
             if rx is not None:
-                c = _special_cut(buf, lo, hi, rx, maxlen)
+                c = _special_cut(buf, lo - base, hi - base, rx, maxlen)
                 if c is not None:
-                    cands.append(c)
+                    cands.append(c + base)
             if newline_ok:
-                c = _newline_cut(buf, lo, hi)
-                if c is not None and c < n:
-                    cands.append(c)
+                c = _newline_cut(buf, lo - base, hi - base)
+                if c is not None and c + base < n:
+                    cands.append(c + base)
             if cands:
                 cut = min(cands)
             lo = hi
+            window *= 2
         if cut is None or cut >= n:
             break
         if cut > cuts[-1]:

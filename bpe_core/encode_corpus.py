@@ -10,31 +10,37 @@ Pipeline (see ``docs/encoding.md`` and ``docs/memory.md``); each step is a ``mem
    ``corpus.chunk_boundaries`` proves safe (a special-token start, or a safe newline), so the ids
    of a chunk do not depend on where it was cut. Each window is unmapped after use, so the parent
    never holds the input in memory.
-3. **encode.** Workers (processes from a ``forkserver`` that has imported bpe_core once) get the
-   rank-table arrays (``tokenizer.EncoderSpec``, not the vocabulary), map their own chunk, encode
-   it in blocks of about 1 MiB and append the ids to a spill file of that chunk. At most
-   ``2 * workers`` chunks are in flight; a ``memmon.MemoryMonitor`` samples the RSS of the
-   process tree and, while it is within one worker's share of the budget, no new chunk is handed
-   out until an earlier one is done.
+3. **encode.** Worker threads (``workers.run_ordered``; the encoder's core runs without the GIL)
+   read their chunk with ``pread``, encode it in blocks of about 1 MiB with an encoder of their own
+   (its own pretoken cache, one shared rank table) and append the ids to a spill file of that
+   chunk. At most ``2 * workers`` chunks are in flight; a ``memmon.MemoryMonitor`` samples the RSS
+   and, while it is within one worker's share of the budget, no new chunk is handed out until an
+   earlier one is done. No worker processes: nothing re-imports the caller's script, and a signal
+   or an error stops the run within one chunk's time.
 4. **assemble.** Once the total is known, the ``.npy`` is created with
    ``np.lib.format.open_memmap`` in a temp file beside the output and the spill files are copied
    into it in chunk order. The result is identical for any worker count and chunk size. Peak disk
    use is about twice the output size (spill files + output).
 5. **verify** (optional): a sample of chunks is decoded back and compared with the input.
 6. **write.** fsync, then the temp file is renamed onto the output: a run that is killed leaves no
-   file at the output path (only a hidden temp file and spill folder beside it).
+   file at the output path (only a hidden temp file and spill folder beside it, which the next run
+   removes).
+
+Conservation is checked at run time: the ids of each chunk stand for exactly its bytes (the sum of
+their token lengths), every byte of the input is encoded once, and the tokens written equal the sum
+over chunks; a mismatch raises ``workers.InternalError`` and nothing is written.
 
 ``uint16`` is used when every id fits (vocab <= 65,536), else ``uint32``.
 """
 from __future__ import annotations
 
 import contextlib
-import mmap
-import multiprocessing as mp
+import copy
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -42,9 +48,10 @@ import numpy as np
 
 from . import scheduler
 from ._atomic import atomic_path, remove_stale
-from .corpus import CorpusError, check_input, chunk_boundaries
+from .corpus import CorpusError, check_input, file_chunks
 from .memmon import MemoryMonitor, phase
-from .tokenizer import EncoderSpec, Tokenizer
+from .tokenizer import Tokenizer
+from .workers import FileStamp, check_total, read_range, run_ordered
 
 MiB = 1 << 20
 COPY_BYTES = scheduler.ENCODE_COPY_BYTES      # spill -> output copy block
@@ -53,77 +60,58 @@ COPY_BYTES = scheduler.ENCODE_COPY_BYTES      # spill -> output copy block
 # ==== Cut ====================================================================================
 
 
-def iter_chunks(path: str, chunk_bytes: int, special_tokens, pattern: str, inside_documents: bool = True):
-    """Yield ``(start, end)`` chunks of the file, cut only at safe points, reading one window at a time.
-
-    Each window starts at a safe point, so ``chunk_boundaries`` on the window finds the same cuts as
-    on the whole file; a cut is accepted only when the window also holds the bytes that decide it
-    (the longest special token after it). A document longer than the window doubles the window.
-    """
-    size = check_input(path)
-    if size == 0:
-        return
-    maxlen = max((len(s) for s in special_tokens), default=0)
-    gran = mmap.ALLOCATIONGRANULARITY
-    pos = 0
-    with open(path, "rb") as f:
-        window = 2 * chunk_bytes + maxlen + 1
-        while pos < size:
-            if size - pos <= chunk_bytes:
-                yield pos, size
-                return
-            base = pos - pos % gran
-            length = min(size, pos + window) - base
-            mm = mmap.mmap(f.fileno(), length, access=mmap.ACCESS_READ, offset=base)
-            try:
-                view = memoryview(mm)[pos - base:]
-                cuts = chunk_boundaries(view, chunk_bytes, special_tokens, pattern, inside_documents)
-                view.release()
-            finally:
-                mm.close()
-            limit = length - (pos - base) - maxlen - 1     # a cut must be decided inside the window
-            cut = next((c for c in cuts[1:-1] if c <= limit), None)
-            if cut is None and pos + window >= size:
-                yield pos, size           # the rest is one document without a safe point
-                return
-            if cut is None:
-                window *= 2               # a long document: look further
-                continue
-            yield pos, pos + cut
-            pos += cut
-            window = 2 * chunk_bytes + maxlen + 1
+def iter_chunks(path: str, chunk_bytes: int, special_tokens, pattern: str, inside_documents: bool = True,
+                stamp: FileStamp | None = None):
+    """Yield ``(start, end)`` chunks of the file, cut only at safe points (``corpus.file_chunks``:
+    a small window is read near each cut with ``pread``, never the whole file)."""
+    check_input(path)
+    yield from file_chunks(path, chunk_bytes, special_tokens, pattern, inside_documents, stamp=stamp)
 
 
-# ==== Encode (workers) =======================================================================
-
-_WORKER: dict = {}
-
-
-def _init_worker(spec: EncoderSpec, input_path: str, spill_dir: str, dtype: str) -> None:
-    _WORKER.update(spec=spec, input_path=input_path, spill_dir=spill_dir, dtype=np.dtype(dtype))
+# ==== Encode (worker threads) ================================================================
 
 
 def _spill_path(spill_dir: str, index: int) -> str:
     return os.path.join(spill_dir, f"chunk-{index:08d}.bin")
 
 
-def _encode_chunk(task: tuple[int, int, int]) -> tuple[int, int]:
-    """Encode bytes ``[start, end)`` of the input into the chunk's spill file; returns (index, n_ids)."""
-    index, start, end = task
-    spec: EncoderSpec = _WORKER["spec"]
-    dtype = _WORKER["dtype"]
-    n_ids = 0
-    gran = mmap.ALLOCATIONGRANULARITY
-    base = start - start % gran
-    with open(_WORKER["input_path"], "rb") as f, open(_spill_path(_WORKER["spill_dir"], index), "wb") as out:
-        mm = mmap.mmap(f.fileno(), end - base, access=mmap.ACCESS_READ, offset=base)
-        try:
-            for ids in spec.iter_encode(mm, start - base, end - base):
-                ids.astype(dtype, copy=False).tofile(out)
+class _ChunkEncoder:
+    """Encodes chunks on worker threads: one encoder per thread (each has its own pretoken cache),
+    one shared read-only rank table."""
+
+    def __init__(self, spec, input_path: str, spill_dir: str, dtype: np.dtype, token_lengths: np.ndarray,
+                 stamp: FileStamp):
+        self.spec = spec
+        self.input_path = input_path
+        self.spill_dir = spill_dir
+        self.dtype = dtype
+        self.token_lengths = token_lengths
+        self.stamp = stamp
+        self._local = threading.local()
+
+    def __call__(self, task: tuple[int, int, int]) -> tuple[int, int, int]:
+        """Encode bytes ``[start, end)`` into the chunk's spill file; returns (index, n_ids, n_bytes).
+
+        Conservation: the ids of the chunk must stand for exactly its bytes (the sum of their token
+        lengths), checked block by block as they are written.
+        """
+        index, start, end = task
+        spec = getattr(self._local, "spec", None)
+        if spec is None:
+            spec = self._local.spec = copy.copy(self.spec)     # its own encoder, built on first use
+        buf = read_range(self.input_path, start, end, self.stamp)
+        n_ids = n_bytes = 0
+        with open(_spill_path(self.spill_dir, index), "wb") as out:
+            for ids in spec.iter_encode(buf, 0, len(buf)):
+                n_bytes += int(self.token_lengths[ids].sum())
+                ids.astype(self.dtype, copy=False).tofile(out)
                 n_ids += len(ids)
-        finally:
-            mm.close()          # unmap: the chunk's pages leave this process's RSS
-    return index, n_ids
+        check_total(f"bytes of {self.input_path}[{start}:{end}] (bytes the ids stand for vs bytes read)",
+                    n_bytes, end - start)
+        return index, n_ids, n_bytes
+
+    def close(self) -> None:
+        self._local = threading.local()      # the encoders and their caches go now
 
 
 # ==== Assemble ===============================================================================
@@ -202,14 +190,8 @@ def plan(input_path: str | os.PathLike, tokenizer: Tokenizer, num_workers: int |
             names the smallest budget that works).
     """
     size = check_input(os.fspath(input_path))
-    overhead = None
-    if (num_workers is None or num_workers > 1) and (os.cpu_count() or 1) > 1:
-        # The RSS of a worker as encode_corpus starts it (from the forkserver, bpe_core imported).
-        method = _start_method()
-        _mp_context(method)
-        overhead = scheduler.measure_worker_overhead(method)
     return scheduler.plan_encoding(size, tokenizer.n_vocab, memory_limit, num_workers=num_workers,
-                                   per_worker_overhead=overhead, chunk_bytes=chunk_bytes)
+                                   chunk_bytes=chunk_bytes)
 
 
 def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os.PathLike,
@@ -230,9 +212,7 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
         chunk_bytes: override the planned chunk size (tests use tiny chunks).
         verify: decode a sample of chunks back and compare with the input before renaming.
         progress: a tqdm bar (bytes, MB/s) on stderr.
-        mp_context: multiprocessing start method (None: ``forkserver`` where available, else
-            ``spawn``; never plain ``fork``, which is unsafe in a process with threads, and the
-            memory monitor is one).
+        mp_context: ignored; kept so that older calls still work (workers are threads now).
         monitor_interval: seconds between RSS samples of the process tree.
 
     Returns:
@@ -265,32 +245,39 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
     the_plan = plan(input_path, tok, num_workers, memory_limit, chunk_bytes)
     dtype = ids_dtype(tok.n_vocab)
     specials = list(tok._special_bytes)
+    stamp = FileStamp.of(input_path)
 
     folder = os.path.dirname(os.path.abspath(out_path))
     spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + ".spill-")
-    tmp, commit = atomic_path(out_path)
+    tmp = None
     bar = _progress(size, progress)
     monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
     monitor.start()
+    encoder = None
     try:
+        tmp, commit = atomic_path(out_path)
         enter("cut")
         chunks = list(iter_chunks(input_path, the_plan.chunk_bytes, specials, tok.pattern,
-                                  getattr(tok, "chunks_inside_documents", True)))
+                                  getattr(tok, "chunks_inside_documents", True), stamp=stamp))
         enter("encode")
         counts = [0] * len(chunks)
+        encoded = [0]
         workers = min(the_plan.num_workers, max(1, len(chunks)))
-        tasks = [(i, s, e) for i, (s, e) in enumerate(chunks)]
-        spec = tok._encoder_spec()
-        held = 0
-        if workers == 1:
-            _init_worker(spec, input_path, spill_dir, dtype.str)
-            for task in tasks:
-                i, n = _encode_chunk(task)
-                counts[i] = n
-                bar.update(task[2] - task[1])
-        else:
-            held = _encode_in_workers(tasks, counts, workers, the_plan, monitor, bar,
-                                      (spec, input_path, spill_dir, dtype.str), mp_context)
+        encoder = _ChunkEncoder(tok._encoder_spec(), input_path, spill_dir, dtype, _token_lengths(tok), stamp)
+        room = the_plan.memory_limit - the_plan.per_worker_bytes
+
+        def consume(result: tuple[int, int, int]) -> None:
+            i, n_ids, n_bytes = result
+            counts[i] = n_ids
+            encoded[0] += n_bytes
+            bar.update(n_bytes)
+
+        held = run_ordered(encoder, [(i, s, e) for i, (s, e) in enumerate(chunks)], workers, consume,
+                           max_in_flight=2 * workers, may_submit=lambda n: monitor.sample() < room)
+        encoder.close()
+        stamp.check()
+        # Conservation: every byte of the input was encoded once.
+        check_total(f"bytes of {input_path} (bytes encoded vs file size)", encoded[0], size)
         total = sum(counts)
         enter("assemble")
         _assemble(tmp, spill_dir, counts, dtype)
@@ -301,12 +288,14 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
         enter("write")
         commit()
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise
     finally:
         bar.close()
-        _WORKER.clear()             # the in-process encoder (one worker) and its cache go now
+        if encoder is not None:
+            encoder.close()
         shutil.rmtree(spill_dir, ignore_errors=True)
         monitor.stop()
     t_end = time.perf_counter()
@@ -317,55 +306,13 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
                         plan=the_plan.to_dict(), memory=memory, phase_seconds=seconds)
 
 
-def _start_method(mp_context: str | None = None) -> str:
-    return mp_context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-
-
-def _mp_context(method: str):
-    """The multiprocessing context; a ``forkserver`` imports bpe_core once, before its first fork.
-
-    Workers then fork from a server that has numpy and the encoder loaded (not from this process,
-    which has threads), so a worker starts in milliseconds. The preload list is global to the
-    process's forkserver and takes effect only if set before the server starts.
-    """
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["bpe_core.encode_corpus"])
-    return ctx
-
-
-def _encode_in_workers(tasks, counts, workers: int, the_plan: scheduler.Plan, monitor: MemoryMonitor,
-                       bar, init_args, mp_context: str | None) -> int:
-    """Encode ``tasks`` in a pool; results are consumed in order, at most ``2 * workers`` in flight.
-
-    Before a chunk is handed out while others are in flight, the tree's RSS must be below
-    ``memory_limit - per_worker_bytes`` (the room one more chunk needs); if it is not, the oldest
-    chunk is waited for first. Returns how many times a chunk was held back that way.
-    """
-    ctx = _mp_context(_start_method(mp_context))
-    room = the_plan.memory_limit - the_plan.per_worker_bytes
-    held = [0]
-    with ctx.Pool(workers, _init_worker, init_args) as pool:
-        pending: list = []
-
-        def consume_oldest() -> None:
-            done, res = pending.pop(0)
-            counts[done[0]] = res.get()[1]
-            bar.update(done[2] - done[1])
-
-        for task in tasks:
-            # Hold the chunk back while the tree is too close to the budget: wait for the oldest
-            # chunk in flight (its worker unmaps it when done). With none in flight the plan's
-            # word stands: one more chunk fits.
-            while pending and len(pending) >= 2 * workers:
-                consume_oldest()
-            while pending and not monitor.wait_below(room, timeout=0):
-                held[0] += 1
-                consume_oldest()
-            pending.append((task, pool.apply_async(_encode_chunk, (task,))))
-        while pending:
-            consume_oldest()
-    return held[0]
+def _token_lengths(tok: Tokenizer) -> np.ndarray:
+    """Byte length of every id (0 for ids no token uses): what ``bytes encoded`` is summed from."""
+    lengths = np.zeros(tok.n_vocab, dtype=np.int64)
+    for i, b in tok.vocab.items():
+        if 0 <= i < tok.n_vocab:
+            lengths[i] = len(b)
+    return lengths
 
 
 def _assemble(tmp: str, spill_dir: str, counts: list[int], dtype: np.dtype) -> None:
@@ -385,8 +332,9 @@ def _assemble(tmp: str, spill_dir: str, counts: list[int], dtype: np.dtype) -> N
             with open(path, "rb") as f:
                 shutil.copyfileobj(f, out, COPY_BYTES)
             os.unlink(path)
-        if out.tell() != offset + total * dtype.itemsize:
-            raise RuntimeError("spill files do not add up to the planned size")
+        # Conservation: tokens written = the sum over chunks.
+        check_total("tokens written (output file vs the sum over chunks)",
+                    (out.tell() - offset) // dtype.itemsize, total)
         out.flush()
         os.fsync(out.fileno())
 

@@ -1,9 +1,9 @@
-"""The RAM budget as a plan: how many worker processes, how many bytes per chunk, whether to spill.
+"""The RAM budget as a plan: how many worker threads, how many bytes per chunk, whether to spill.
 
-Everything here is arithmetic on a memory model (no processes, except the one-off
-:func:`measure_worker_overhead`), so tests check plans for any machine. The budget covers the
-**resident memory of the whole process tree** (the parent plus its workers, as
-``memmon.tree_rss`` measures it): that is what a user's ``--memory-limit 8G`` means.
+Everything here is arithmetic on a memory model, so tests check plans for any machine. The budget
+covers the **resident memory of the process** (and of any child, as ``memmon.tree_rss`` measures
+it): that is what a user's ``--memory-limit 8G`` means. Workers are threads of the one process
+(``workers.run_ordered``): a worker's overhead is a thread's, :data:`WORKER_THREAD_OVERHEAD`.
 
 Memory model of training (constants below; measured on ``en_heldout`` 12.6 MB and ``en_train``
 230 MB with the GPT-2 pattern, see ``docs/memory.md``)::
@@ -12,7 +12,7 @@ Memory model of training (constants below; measured on ``en_heldout`` 12.6 MB an
               U(n) = 1.25 * 101,444 * (n / 12.6 MB) ** 0.6
               -> 12.6 MB: 127 k (measured 101 k); 230 MB: 724 k (513 k); 15 GB: 9.3 M
     T(u)      the sorted word table of u words: u * (10 B of bytes + 8 B offset + 8 B count)
-    worker    overhead + 1.25 * chunk (mapped input pages + scan buffers)
+    worker    overhead + 1.25 * chunk (the chunk read into RAM + scan buffers)
                        + U(chunk) * 74 B (the chunk's hash table of pretokens)
     parent    overhead + 2 * (T(U(input)) + 8 * T(U(chunk)))     while counting: the merged table,
               up to 8 partial tables before a fold, and the output of the fold (hence 2x)
@@ -23,7 +23,7 @@ Memory model of training (constants below; measured on ``en_heldout`` 12.6 MB an
 
     peak = max(parent + workers * worker,  merge)      (workers == 1 counts in the parent)
 
-A run with one worker counts in the parent process (no second interpreter). When the merged pretoken
+A run with one worker counts in the calling thread. When the merged pretoken
 table would not fit beside the workers, the plan spills: the parent keeps at most
 ``spill_threshold_bytes`` of table in RAM and writes sorted runs to disk beyond that.
 
@@ -44,9 +44,7 @@ unique pretokens than its size suggests, so an estimate must not refuse a run):
 """
 from __future__ import annotations
 
-import functools
 import math
-import multiprocessing as mp
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
@@ -94,6 +92,8 @@ CHUNKS_PER_WORKER = 4
 MIN_SPILL_BYTES = 16 * MiB
 #: Used only when no measurement is given and none can be made.
 FALLBACK_OVERHEAD = 64 * MiB
+#: What one more worker thread costs before its chunk: stack, scratch and allocator arenas.
+WORKER_THREAD_OVERHEAD = 8 * MiB
 
 # ==== Encoding model =======================================================================
 
@@ -243,49 +243,14 @@ def default_memory_limit(available: Optional[int] = None) -> int:
     return int(min(DEFAULT_MEMORY_LIMIT, AVAILABLE_SHARE * available))
 
 
-def _report_rss(conn) -> None:
-    """Child of :func:`measure_worker_overhead`: import what a worker imports, send back the RSS."""
-    import numpy  # noqa: F401
-    import psutil
-
-    import bpe_core  # noqa: F401
-    from bpe_core import corpus  # noqa: F401
-    try:
-        from bpe_core import pretokenize  # noqa: F401
-    except ImportError:       # not built yet: the overhead is a little smaller
-        pass
-    conn.send(psutil.Process().memory_info().rss)
-    conn.close()
-
-
-@functools.lru_cache(maxsize=None)
 def measure_worker_overhead(start_method: Optional[str] = None) -> int:
-    """RSS of a fresh worker process that imported numpy and bpe_core; measured once, then cached.
+    """The memory one more worker costs before its chunk: workers are threads of this process
+    (``workers.run_ordered``), so this is a thread's stack and scratch buffers, a constant.
 
-    ``start_method`` defaults to what the trainer uses (``fork`` where available). A forked worker
-    starts with the parent's resident pages in its RSS, so the figure grows with the parent.
-
-    >>> 10 << 20 < measure_worker_overhead() < 1 << 30
-    True
+    >>> measure_worker_overhead() >> 20
+    8
     """
-    if start_method is None:
-        start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    ctx = mp.get_context(start_method)
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_report_rss, args=(send,), daemon=True)
-    try:
-        proc.start()
-        send.close()
-        if not recv.poll(60):
-            return FALLBACK_OVERHEAD
-        return int(recv.recv())
-    except (OSError, EOFError):
-        return FALLBACK_OVERHEAD
-    finally:
-        proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+    return WORKER_THREAD_OVERHEAD
 
 
 def _current_rss() -> int:

@@ -47,6 +47,7 @@ from .patterns import encode_specials, pattern_name, resolve_pattern
 from .pretokenize import pretoken_ends
 from .reference import numeric_cuts
 from .wordtable import WordTable
+from .workers import FileStamp, InputChanged, read_range, run_ordered
 
 DEFAULT_TRANSITION = 0.4
 OFFICIAL_STAGE2_PATTERN = r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]{2,}[\r\n/]*| +(?!\S)"
@@ -151,37 +152,26 @@ def _numeric_mask(table: WordTable) -> np.ndarray:
     return mask
 
 
-_WORKER_STATE: dict = {}
-
-
-def _init_units_worker(arena, offsets, numeric) -> None:
-    _WORKER_STATE.clear()
-    _WORKER_STATE.update(arena=arena, offsets=offsets, numeric=numeric)
-
-
 def _units_chunk(task: tuple) -> tuple:
-    """Worker: the unique units (as word-id runs) of ``path[start:end)``."""
-    path, start, end, specials, pattern, keep_below = task
-    state = _WORKER_STATE
-    index = state.get("index")
-    if index is None:
-        index = state["index"] = WordIndex(state["arena"], state["offsets"])
-    numeric = state["numeric"]
-    buf = corpus.open_corpus(path)
-    spans, _ = corpus.split_spans(buf, start, end, specials)
+    """Worker (a thread): the unique units (as word-id runs) of ``path[start:end)``."""
+    path, start, end, specials, pattern, keep_below, index, numeric, stamp = task
+    buf = read_range(path, start, end, stamp)
+    spans, _ = corpus.split_spans(buf, 0, len(buf), specials)
     counter = UnitCounter()
     name = pattern_name(pattern)
     if name is not None:
         missing = count_chunk_units(buf, spans, PATTERN_IDS[name], index, numeric.view(np.uint8), counter, keep_below)
         if missing:
-            raise RuntimeError("a pretoken is missing from the word table (the corpus changed?)")
+            raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
+                                     "counted earlier; nothing was written")
         data, starts, counts = counter.to_arrays()
         return data, starts, counts, counter.n_seen, counter.n_kept
     for s, e in spans:
         ends = pretoken_ends(buf[s:e], pattern) + s
         ids = index.word_ids(buf, ends, s)
         if ids.size and ids.min() < 0:
-            raise RuntimeError("a pretoken is missing from the word table (the corpus changed?)")
+            raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
+                                     "counted earlier; nothing was written")
         num = numeric[ids]
         cut = np.flatnonzero(num[1:] | num[:-1]) + 1
         bounds = np.concatenate(([0], cut, [ids.size])).astype(np.int64)
@@ -194,38 +184,28 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
                 chunk_bytes: int, sample_fraction: float = 1.0) -> tuple[tuple, dict]:
     """Count the stage-2 units of a corpus as runs of word ids (rows of ``table``).
 
-    Workers come from a forkserver (or spawn) and get the word table as arguments: forked from this
-    process they would carry its stage-1 state in their RSS, which counts against the budget.
+    Chunks are counted on worker threads (``workers.run_ordered``) that share one read-only
+    ``WordIndex`` of the table; the per-chunk tables are summed in the calling thread.
     """
-    from .encode_corpus import _mp_context, _start_method
-
-    buf = corpus.open_corpus(path)
+    stamp = FileStamp.of(path)
     # Units run across newlines: cut chunks at document edges only.
-    bounds = corpus.chunk_boundaries(buf, chunk_bytes, specials, pattern, inside_documents=False)
-    del buf
+    chunks = corpus.file_chunks(path, chunk_bytes, specials, pattern, inside_documents=False, stamp=stamp)
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
-    tasks = [(path, s, e, list(specials), pattern, keep_below) for s, e in zip(bounds[:-1], bounds[1:]) if e > s]
     numeric = _numeric_mask(table)
-    _init_units_worker(table.arena, table.offsets, numeric)
+    index = WordIndex(table.arena, table.offsets)
+    tasks = [(path, s, e, list(specials), pattern, keep_below, index, numeric, stamp) for s, e in chunks]
     total = UnitCounter()
     seen = kept = 0
-    try:
-        if num_workers <= 1 or len(tasks) <= 1:
-            results = map(_units_chunk, tasks)
-            for data, starts, counts, n_seen, n_kept in results:
-                total.add_table(data, starts, counts)
-                seen += n_seen
-                kept += n_kept
-        else:
-            ctx = _mp_context(_start_method())
-            with ctx.Pool(min(num_workers, len(tasks)), _init_units_worker,
-                          (table.arena, table.offsets, numeric)) as pool:
-                for data, starts, counts, n_seen, n_kept in pool.imap(_units_chunk, tasks):
-                    total.add_table(data, starts, counts)
-                    seen += n_seen
-                    kept += n_kept
-    finally:
-        _WORKER_STATE.clear()
+
+    def absorb(result) -> None:
+        nonlocal seen, kept
+        data, starts, counts, n_seen, n_kept = result
+        total.add_table(data, starts, counts)
+        seen += n_seen
+        kept += n_kept
+
+    run_ordered(_units_chunk, tasks, min(num_workers, len(tasks)), absorb)
+    stamp.check()
     info = {"units_seen": seen, "units_kept": kept, "unique_units": total.n_units}
     return total.to_arrays(), info
 

@@ -46,6 +46,7 @@ from .pretokenize import pretoken_ends
 from .superbpe import (STAGE2_BYTES_PER_SYMBOL, StageAwareEncoder, Stage2Rules, _numeric_mask,
                        resolve_transition, stage2_table)
 from .wordtable import WordTable
+from .workers import FileStamp, InputChanged, read_range, run_ordered
 
 # ==== Constants of the paper (Appendix A) ======================================================
 
@@ -217,7 +218,6 @@ def script_gate_from_table(table: WordTable, lang_words: dict[str, np.ndarray], 
 
 # ==== Documents: units, held-out split, document frequencies =======================================
 
-_WORKER_STATE: dict = {}
 
 
 def is_heldout(doc: bytes, fraction: float) -> bool:
@@ -231,15 +231,10 @@ def is_heldout(doc: bytes, fraction: float) -> bool:
 
 def _docs_chunk(task: tuple) -> tuple:
     """Worker: training units, held-out documents, document frequencies and language words."""
-    path, start, end, specials, pattern, keep_below, heldout, script_aware = task
-    st = _WORKER_STATE
-    index = st.get("index")
-    if index is None:
-        index = st["index"] = WordIndex(st["arena"], st["offsets"])
-    numeric, sid = st["numeric"], st["sid"]
+    path, start, end, specials, pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp = task
     n_sids = int(sid.max()) + 1 if sid.size else 0
-    buf = corpus.open_corpus(path)
-    spans, _ = corpus.split_spans(buf, start, end, specials)
+    buf = read_range(path, start, end, stamp)
+    spans, _ = corpus.split_spans(buf, 0, len(buf), specials)
     counter = UnitCounter()
     df = np.zeros(n_sids, dtype=np.int64)
     held: list[np.ndarray] = []
@@ -251,7 +246,8 @@ def _docs_chunk(task: tuple) -> tuple:
         ends = pretoken_ends(buf[s:e], pattern) + s
         ids = index.word_ids(buf, ends, s)
         if ids.size and ids.min() < 0:
-            raise RuntimeError("a pretoken is missing from the word table (the corpus changed?)")
+            raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
+                                     "counted earlier; nothing was written")
         if is_heldout(doc, heldout):
             held.append(ids.astype(np.uint32))
             continue
@@ -277,16 +273,13 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
                     script_aware: bool) -> dict:
     """One pass over the corpus: training units (deduplicated, sampled), held-out documents as word-id
     arrays (sorted, so the result does not depend on chunking), word document frequencies."""
-    from .trainer import _mp_context
-
-    buf = corpus.open_corpus(path)
-    bounds = corpus.chunk_boundaries(buf, chunk_bytes, specials, pattern, inside_documents=False)
-    del buf
+    stamp = FileStamp.of(path)
+    chunks = corpus.file_chunks(path, chunk_bytes, specials, pattern, inside_documents=False, stamp=stamp)
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
-    tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware)
-             for s, e in zip(bounds[:-1], bounds[1:]) if e > s]
-    _WORKER_STATE.clear()
-    _WORKER_STATE.update(arena=table.arena, offsets=table.offsets, numeric=_numeric_mask(table), sid=sid)
+    index = WordIndex(table.arena, table.offsets)
+    numeric = _numeric_mask(table)
+    tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp)
+             for s, e in chunks]
     total = UnitCounter()
     out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64),
            "held": [], "n_train_docs": 0, "lang": {}, "lang_docs": {}}
@@ -304,16 +297,8 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
         for k, v in lang[1].items():
             out["lang_docs"][k] = out["lang_docs"].get(k, 0) + v
 
-    try:
-        if num_workers <= 1 or len(tasks) <= 1:
-            for t in tasks:
-                absorb(_docs_chunk(t))
-        else:
-            with _mp_context().Pool(min(num_workers, len(tasks))) as pool:
-                for r in pool.imap(_docs_chunk, tasks):
-                    absorb(r)
-    finally:
-        _WORKER_STATE.clear()
+    run_ordered(_docs_chunk, tasks, min(num_workers, len(tasks)), absorb)
+    stamp.check()
     out["held"].sort(key=lambda a: (a.size, a.tobytes()))
     out["units"] = total.to_arrays()
     return out

@@ -15,13 +15,11 @@ engine breaks ties by bytes, never by order of arrival.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import resource
 import sys
 import tempfile
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -35,6 +33,7 @@ from .memmon import MemoryMonitor, phase
 from .model_io import Model
 from .patterns import encode_specials, resolve_pattern
 from .wordtable import WordTable
+from .workers import FileStamp, check_total, read_range, run_ordered
 
 @dataclass
 class TrainResult:
@@ -55,20 +54,38 @@ class TrainResult:
 # ==== Pre-tokenization workers =============================================================
 
 
-def _count_chunk(task: tuple) -> tuple:
-    """Worker: count the pretokens of ``path[start:end)``; returns (arena, offsets, counts, n_specials)."""
+@dataclass
+class ChunkCount:
+    """What a worker returns for one chunk: its sorted table and the totals that must add up."""
+
+    table: tuple            # (arena, offsets, counts), sorted by bytes
+    n_bytes: int            # bytes of the chunk (read in full)
+    n_specials: int         # special-token occurrences
+    special_bytes: int      # bytes inside those occurrences
+    n_pretokens: int        # pretokens counted (the sum of the counts)
+
+
+def _count_chunk(task: tuple) -> ChunkCount:
+    """Worker: count the pretokens of ``path[start:end)``; checks that they cover the text."""
     from .pretokenize import count_pretokens
 
-    path, start, end, specials, pattern = task
-    buf = corpus.open_corpus(path)
-    spans, n_specials = corpus.split_spans(buf, start, end, specials)
+    path, start, end, specials, pattern, stamp = task
+    buf = read_range(path, start, end, stamp)
+    spans, n_specials = corpus.split_spans(buf, 0, len(buf), specials)
     arena, offsets, counts = count_pretokens(buf, spans, pattern)
-    return arena, offsets, counts, n_specials, end - start
+    text_bytes = int((spans[:, 1] - spans[:, 0]).sum()) if len(spans) else 0
+    # Conservation: the pretokens of the text spans cover every byte of them, exactly once.
+    check_total(f"bytes of {path}[{start}:{end}] (pretoken bytes vs text bytes)",
+                _covered_bytes(offsets, counts), text_bytes)
+    return ChunkCount((arena, offsets, counts), end - start, n_specials, end - start - text_bytes,
+                      int(counts.sum()))
 
 
-def _mp_context():
-    methods = mp.get_all_start_methods()
-    return mp.get_context("fork" if "fork" in methods else "spawn")
+def _covered_bytes(offsets: np.ndarray, counts: np.ndarray) -> int:
+    """Sum over words of ``len(word) * count``: the bytes of text a table stands for."""
+    if len(counts) == 0:
+        return 0
+    return int(np.dot(np.diff(offsets), counts))
 
 
 def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers: int,
@@ -79,39 +96,49 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
                  check_words: Optional[Callable[[int], None]] = None) -> WordTable:
     """Count the pretokens of a whole file into one sorted word table.
 
-    Chunks go to ``num_workers`` processes (in the parent when 1), at most ``num_workers + 1`` in
-    flight; before each new chunk, when a ``monitor`` and ``memory_limit`` are given, the parent waits
-    until the process tree has room for one more worker. The parent folds partial tables as they
-    arrive, level by level (``FOLD_FANOUT`` tables of one level make one of the next, so each word is
-    copied O(log n) times, not once per chunk); when the tables in RAM outgrow
-    ``spill_threshold_bytes`` they are written to disk as one sorted run, and the runs are merged
-    (exactly) at the end. ``check_words(n)`` is called with a lower bound on the number of unique
-    pretokens as it grows (it raises to stop a run that provably cannot fit).
+    Chunks go to ``num_workers`` threads (``workers.run_ordered``; in this thread when 1), at most
+    ``num_workers + 1`` in flight; while others are in flight, a new chunk waits when a ``monitor``
+    shows the process within ``per_worker_bytes`` of ``memory_limit``. Partial tables are folded as
+    they arrive, level by level (``FOLD_FANOUT`` tables of one level make one of the next, so each
+    word is copied O(log n) times); when the tables in RAM outgrow ``spill_threshold_bytes``, they
+    are merged and written to disk as one sorted run, and the runs are merged (exactly) at the end.
+    ``check_words(n)`` is called with a lower bound on the number of unique pretokens as it grows
+    (it raises to stop a run that provably cannot fit).
+
+    Conservation is checked as the run goes: every byte of the input is read once, the pretokens of
+    each chunk cover its text, and every fold and spill keeps the sum of the counts (so the final
+    table holds exactly the pretokens the workers counted). A failure raises
+    ``workers.InternalError``.
     """
     from .pretokenize import merge_counts
 
-    buf = corpus.open_corpus(path)
     t0 = time.perf_counter()
-    bounds = corpus.chunk_boundaries(buf, chunk_bytes, specials, pattern)
-    tasks = [(path, s, e, list(specials), pattern) for s, e in zip(bounds[:-1], bounds[1:]) if e > s]
-    del buf
+    stamp = FileStamp.of(path)
+    chunks = corpus.file_chunks(path, chunk_bytes, specials, pattern, stamp=stamp)
+    tasks = [(path, s, e, list(specials), pattern, stamp) for s, e in chunks]
     if report is not None:
         report["n_chunks"] = len(tasks)
         report["seconds"]["plan"] = round(report["seconds"].get("plan", 0) + time.perf_counter() - t0, 3)
     phase("pretokenize")
-    bar = _bar(progress, total=sum(t[2] - t[1] for t in tasks), desc="pre-tokenize", unit="B",
+    bar = _bar(progress, total=stamp.size, desc="pre-tokenize", unit="B",
                unit_scale=True, unit_divisor=1024)
     spill = _Spill(spill_threshold_bytes, spill_dir)
     levels: list[tuple[int, tuple]] = []       # (level, sorted table) held in RAM
-    n_docs_sep = 0
+    totals = {"bytes": 0, "specials": 0, "special_bytes": 0, "pretokens": 0}
     t1 = time.perf_counter()
     merge_seconds = 0.0
 
-    def absorb(result):
-        nonlocal n_docs_sep, levels, merge_seconds
-        arena, offsets, counts, n_sp, n_bytes = result
-        n_docs_sep += n_sp
-        levels.append((0, (arena, offsets, counts)))
+    def fold(tables: list) -> tuple:
+        merged = merge_counts(tables)
+        check_total("pretoken counts after a fold", int(merged[2].sum()), sum(int(t[2].sum()) for t in tables))
+        return merged
+
+    def absorb(result: ChunkCount):
+        nonlocal levels, merge_seconds
+        for key, value in (("bytes", result.n_bytes), ("specials", result.n_specials),
+                           ("special_bytes", result.special_bytes), ("pretokens", result.n_pretokens)):
+            totals[key] += value
+        levels.append((0, result.table))
         tm = time.perf_counter()
         while True:                 # fold FOLD_FANOUT tables of the lowest full level into one
             sizes: dict[int, int] = {}
@@ -122,37 +149,27 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
                 break
             lv = min(full)
             group = [t for l2, t in levels if l2 == lv]
-            levels = [(l2, t) for l2, t in levels if l2 != lv] + [(lv + 1, merge_counts(group))]
+            levels = [(l2, t) for l2, t in levels if l2 != lv] + [(lv + 1, fold(group))]
         if spill.threshold is not None and sum(_table_bytes(t) for _, t in levels) > spill.threshold:
-            spill.offer([merge_counts([t for _, t in levels])])
-            levels = []
+            # Over the threshold: merge everything in RAM into one table; it goes to disk if it is
+            # still over, else it stays, as one table of the top level. Nothing is dropped.
+            top = max(lv for lv, _ in levels)
+            merged = fold([t for _, t in levels]) if len(levels) > 1 else levels[0][1]
+            levels = [(top + 1, t) for t in spill.offer([merged])]
         merge_seconds += time.perf_counter() - tm
         if check_words is not None and levels:
             check_words(max(len(t[2]) for _, t in levels))
         if bar is not None:
-            bar.update(n_bytes)
+            bar.update(result.n_bytes)
 
-    def wait_for_room():
-        if monitor is not None and memory_limit:
-            monitor.wait_below(memory_limit - per_worker_bytes, timeout=60)
+    def may_submit(n_in_flight: int) -> bool:
+        return monitor is None or not memory_limit or monitor.sample() < memory_limit - per_worker_bytes
 
     try:
-        if num_workers <= 1 or len(tasks) <= 1:
-            for task in tasks:
-                wait_for_room()
-                absorb(_count_chunk(task))
-        else:
-            with _mp_context().Pool(min(num_workers, len(tasks))) as pool:
-                pending: deque = deque()
-                for task in tasks:
-                    while len(pending) > num_workers:
-                        absorb(pending.popleft().get())
-                    wait_for_room()
-                    pending.append(pool.apply_async(_count_chunk, (task,)))
-                while pending:
-                    absorb(pending.popleft().get())
+        run_ordered(_count_chunk, tasks, min(num_workers, len(tasks)), absorb, may_submit=may_submit)
         if bar is not None:
             bar.close()
+        stamp.check()
         phase("merge counts")
         tm = time.perf_counter()
         runs = spill.runs() + [t for _, t in levels]
@@ -160,10 +177,19 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
         merge_seconds += time.perf_counter() - tm
     finally:
         spill.cleanup()
+    # Conservation over the whole run: every byte read once; the table holds every pretoken counted,
+    # and its words cover every byte outside the special tokens.
+    check_total(f"bytes of {path} (bytes read vs file size)", totals["bytes"], stamp.size)
+    check_total("pretokens (sum of the table's counts vs pretokens counted by the workers)",
+                int(table.counts.sum()), totals["pretokens"])
+    check_total(f"bytes of {path} (bytes the table covers vs text bytes)",
+                _covered_bytes(table.offsets, table.counts), stamp.size - totals["special_bytes"])
     if report is not None:
         report["seconds"]["pretokenize"] = round(time.perf_counter() - t1 - merge_seconds, 3)
         report["seconds"]["merge_counts"] = round(merge_seconds, 3)
-        report["special_token_occurrences"] = n_docs_sep
+        report["special_token_occurrences"] = totals["specials"]
+        report["bytes_scanned"] = totals["bytes"]
+        report["pretokens_counted"] = totals["pretokens"]
         report["spilled_runs"] = spill.n_runs
         report["spilled_bytes"] = spill.n_bytes
     return table
@@ -184,11 +210,15 @@ class _Spill:
         self.folder = folder
         self._dir: Optional[tempfile.TemporaryDirectory] = None
         self.paths: list[str] = []
+        self.sums: list[int] = []
         self.n_runs = 0
         self.n_bytes = 0
 
     def offer(self, tables: list[tuple]) -> list[tuple]:
-        """Spill the tables if they are over the threshold; return what stays in RAM."""
+        """Spill the tables if they are over the threshold; return what stays in RAM.
+
+        The caller must keep what is returned: a table is either written here or handed back.
+        """
         if self.threshold is None or sum(_table_bytes(t) for t in tables) <= self.threshold:
             return tables
         if self._dir is None:
@@ -198,14 +228,20 @@ class _Spill:
             for name, arr in (("arena", arena), ("offsets", offsets), ("counts", counts)):
                 np.save(f"{base}.{name}.npy", arr)
             self.paths.append(base)
+            self.sums.append(int(counts.sum()))
             self.n_runs += 1
             self.n_bytes += int(arena.nbytes + offsets.nbytes + counts.nbytes)
         return []
 
     def runs(self) -> list[tuple]:
-        """The spilled runs, memory-mapped (pages are read as the merge reaches them)."""
-        return [tuple(np.load(f"{base}.{name}.npy", mmap_mode="r") for name in ("arena", "offsets", "counts"))
-                for base in self.paths]
+        """The spilled runs, memory-mapped (pages are read as the merge reaches them); each run's
+        sum of counts is checked against what was written."""
+        out = []
+        for base, want in zip(self.paths, self.sums):
+            run = tuple(np.load(f"{base}.{name}.npy", mmap_mode="r") for name in ("arena", "offsets", "counts"))
+            check_total(f"pretoken counts of spilled run {base}", int(run[2].sum()), want)
+            out.append(run)
+        return out
 
     def cleanup(self) -> None:
         if self._dir is not None:
@@ -282,9 +318,9 @@ def plan(config: TrainConfig) -> scheduler.Plan:
         scheduler.BudgetError: the run cannot fit ``config.memory_limit``.
     """
     size = corpus.check_input(config.input_path)
-    cores = os.cpu_count() or 1
-    # Workers asked for explicitly are honoured beyond the core count (as the budget allows).
-    return scheduler.plan_training(size, config.memory_limit, max(cores, config.num_workers or 0), None,
+    # Workers are threads running nogil kernels: more of them than cores only adds memory, so a
+    # larger --workers is capped at the cores (the plan's notes say so).
+    return scheduler.plan_training(size, config.memory_limit, os.cpu_count() or 1, None,
                                    num_workers=config.num_workers, chunk_bytes=config.chunk_bytes,
                                    vocab_size=config.vocab_size)
 

@@ -108,15 +108,22 @@ def test_empty_input(tmp_path, tok_dir):
     assert np.load(tmp_path / "ids.npy").shape == (0,)
 
 
-def test_failure_leaves_nothing(tmp_path, tok_dir, monkeypatch):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_failure_leaves_nothing(tmp_path, tok_dir, monkeypatch, workers):
     make_corpus(tmp_path / "in.txt")
+    calls = []
 
-    def boom(task):
-        raise RuntimeError("worker died")
+    def boom(self, task):
+        calls.append(task)
+        if len(calls) == 3:
+            raise RuntimeError("worker died")
+        return real(self, task)
 
-    monkeypatch.setattr(ec, "_encode_chunk", boom)
-    with pytest.raises(RuntimeError):
-        ec.encode_corpus(tmp_path / "in.txt", tok_dir, tmp_path / "ids.npy", num_workers=1, progress=False)
+    real = ec._ChunkEncoder.__call__
+    monkeypatch.setattr(ec._ChunkEncoder, "__call__", boom)
+    with pytest.raises(RuntimeError, match="worker died"):
+        ec.encode_corpus(tmp_path / "in.txt", tok_dir, tmp_path / "ids.npy", num_workers=workers,
+                         chunk_bytes=1000, progress=False)
     assert sorted(os.listdir(tmp_path)) == ["in.txt"]
 
 

@@ -147,12 +147,6 @@ def test_monitor_keeps_its_record_bounded():
     assert len(mon.samples) <= 10 and mon.peak > 0
 
 
-def test_worker_overhead_is_measured_once():
-    first = scheduler.measure_worker_overhead()
-    assert 5 * MiB < first < 1 << 30
-    assert scheduler.measure_worker_overhead() == first
-
-
 # ==== Profiler ==============================================================================
 
 PHASED = ("import sys; from bpe_core.memmon import phase; phase('plan'); "
@@ -235,6 +229,4 @@ def test_docstring_examples(monkeypatch):
     for module in (memmon, profile):
         for test in doctest.DocTestFinder().find(module):
             runner.run(test)
-    for test in doctest.DocTestFinder().find(scheduler.measure_worker_overhead):
-        runner.run(test)
     assert runner.failures == 0

@@ -264,10 +264,8 @@ def test_encoding_plan_properties(input_bytes, budget, cores, vocab_size, num_wo
 
 
 def test_docstring_examples():
-    # measure_worker_overhead starts a process; its example runs in test_memmon.py
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     for test in finder.find(scheduler):
-        if not test.name.endswith("measure_worker_overhead"):
-            runner.run(test)
+        runner.run(test)
     assert runner.failures == 0
