@@ -33,6 +33,7 @@ by bytes (``reference.py``) would see it. The merge still counts as one vocabula
 Equivalent to ``reference.train_on_counts`` (tested on random and adversarial input).
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 from libcpp.algorithm cimport sort
@@ -604,7 +605,8 @@ cdef class MergeEngine:
     def run(self, Py_ssize_t n_merges, allowed=None, progress=None, Py_ssize_t every=256):
         """Do up to ``n_merges`` merges; return the list of ``(left_id, right_id, new_id)``.
 
-        ``progress(n_done)`` is called every ``every`` merges and at the end.
+        ``progress(n_done)`` is called every ``every`` merges and at the end; pending signals are
+        handled as often (a SIGINT raises ``KeyboardInterrupt`` within ``every`` merges).
         """
         out = []
         cdef Py_ssize_t done = 0
@@ -614,8 +616,10 @@ cdef class MergeEngine:
                 break
             out.append(r)
             done += 1
-            if progress is not None and done % every == 0:
-                progress(done)
+            if done % every == 0:
+                PyErr_CheckSignals()     # Ctrl-C / SIGTERM handlers run here, not after the loop
+                if progress is not None:
+                    progress(done)
         if progress is not None:
             progress(done)
         return out

@@ -53,22 +53,37 @@ def check_out_file(path: str) -> str:
 
 
 def run_main(fn: Callable[[], int], prog: str | None = None) -> int:
-    """Run a tool body; map user errors to one stderr line and exit code 2."""
+    """Run a tool body; map user errors to one stderr line and exit code 2.
+
+    Exit codes: 0 done; 2 bad input, a budget that cannot fit, an input that changed while read;
+    70 an internal error (a conservation check failed: nothing was written); 130 Ctrl-C; 143 SIGTERM.
+    SIGTERM is handled like Ctrl-C (``workers.terminate_on_sigterm``): temp and spill files are
+    removed on the way out.
+    """
+    from .workers import InternalError, Terminated, terminate_on_sigterm
+
     prog = prog or os.path.basename(sys.argv[0] or "bpe_core")
-    if os.environ.get("BPE_CORE_DEBUG"):
-        return fn()          # full tracebacks while debugging
-    try:
-        return fn()
-    except (CliError, CorpusError, ModelFormatError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except OSError as exc:
-        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 2
+    with terminate_on_sigterm():
+        if os.environ.get("BPE_CORE_DEBUG"):
+            return fn()          # full tracebacks while debugging
+        try:
+            return fn()
+        except (CliError, CorpusError, ModelFormatError) as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
+        except InternalError as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return 70
+        except ValueError as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
+        except Terminated:
+            print(f"{prog}: terminated (SIGTERM); temporary files removed", file=sys.stderr)
+            return 143
+        except KeyboardInterrupt:
+            print(f"{prog}: interrupted; temporary files removed", file=sys.stderr)
+            return 130
+        except OSError as exc:
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+            return 2

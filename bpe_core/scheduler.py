@@ -331,6 +331,20 @@ def _round_up_mib(n: int) -> int:
     return -(-n // MiB) * MiB
 
 
+#: Added to the estimate when a refusal names a budget: the interpreter's own size varies a little
+#: from run to run, and the budget we name must then work.
+BUDGET_SLACK = 16 * MiB
+
+
+def suggested_budget(need: int) -> int:
+    """The budget a refusal names for an estimated need: rounded up to MiB, plus the slack.
+
+    >>> suggested_budget(100 << 20) >> 20
+    116
+    """
+    return _round_up_mib(need + BUDGET_SLACK)
+
+
 def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_count: Optional[int] = None,
                   available: Optional[int] = None, num_workers: Optional[int] = None,
                   chunk_bytes: Optional[int] = None, per_worker_overhead: Optional[int] = None, *,
@@ -411,7 +425,7 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     need = max(merge, count_floor) if exact else count_floor
     if need > memory_limit:
         raise BudgetError(_budget_message("training", input_bytes, memory_limit, need,
-                                          merge if exact else 0, count_floor, words), _round_up_mib(need))
+                                          merge if exact else 0, count_floor, words), suggested_budget(need))
     # Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
     spill = _train_count_peak(1, lo1, table, wo, po) > memory_limit
     kept = spill_table if spill else table       # table bytes reserved while choosing workers
@@ -462,7 +476,7 @@ def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: i
     else:
         why = f"counting needs ~{fmt_bytes(count)} with one worker and the smallest chunks"
     return (f"memory limit {fmt_bytes(limit)} is too small for {what} on {fmt_bytes(input_bytes)}: {why}; "
-            f"the smallest budget that works is --memory-limit {fmt_size(need)}")
+            f"the smallest budget that works is --memory-limit {fmt_size(suggested_budget(need))}")
 
 
 # ==== Encoding ==============================================================================
@@ -532,7 +546,8 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
     if need > memory_limit:
         raise BudgetError(f"memory limit {fmt_bytes(memory_limit)} is too small for encoding "
                           f"{fmt_bytes(input_bytes)} with a {vocab_size:,}-token vocabulary; the smallest "
-                          f"budget that works is --memory-limit {fmt_size(need)}", _round_up_mib(need))
+                          f"budget that works is --memory-limit {fmt_size(suggested_budget(need))}",
+                          suggested_budget(need))
     workers = max_workers
     while workers > 1:
         lo, _ = chunks_for(workers)
