@@ -385,7 +385,7 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     ...                   parent_overhead=50 << 20, unique_pretokens=5_000_000)
     ... except BudgetError as e:
     ...     print(e.min_budget >> 20)
-    2047
+    2063
     """
     if input_bytes < 0:
         raise ValueError("input_bytes must be >= 0")
