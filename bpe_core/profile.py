@@ -134,15 +134,19 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
 
 
 def _wait(proc: subprocess.Popen) -> int:
-    """Wait for the child; Ctrl-C reaches it through the terminal, so keep waiting for it to end."""
-    while True:
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
+    """Wait for the child; a Ctrl-C or SIGTERM that reaches this process is passed on to the child
+    (which cleans up and exits), and we keep waiting for it to end: no orphan is left running."""
+    from .workers import Terminated, terminate_on_sigterm
+
+    with terminate_on_sigterm():
+        while True:
             try:
-                proc.send_signal(signal.SIGINT)
-            except OSError:
-                pass
+                return proc.wait()
+            except KeyboardInterrupt as exc:
+                try:
+                    proc.send_signal(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+                except OSError:
+                    pass
 
 
 def budget_from_command(cmd: Sequence[str]) -> Optional[int]:

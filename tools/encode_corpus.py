@@ -37,7 +37,7 @@ def build_parser() -> ArgumentParser:
                    help="what tools/train_bpe.py wrote (a folder with model.json, or the file)")
     p.add_argument("--out", required=True, metavar="IDS.npy", help="the .npy to write (atomically)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="at most this many encoding processes (default: the CPU count; the memory plan "
+                   help="at most this many encoding threads (default: the CPU count; the memory plan "
                         "may use fewer)")
     p.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="RAM budget of the whole process tree, e.g. 8G, 500M (default: 8G, or 80%% of "
@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.plan:
             print(the_plan.describe())
             return 0
+        for note in the_plan.notes:
+            if "workers asked for" in note:   # --workers capped to what the cores and budget can use
+                print(f"encode_corpus.py: note: {note}", file=sys.stderr)
         try:
             result = encode_corpus(args.input, tok, args.out, num_workers=args.workers, memory_limit=limit,
                                    chunk_bytes=chunk, verify=args.verify, progress=not args.no_progress)

@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pattern", default="gpt2", metavar="PAT",
                    help=f"pre-tokenization pattern: {', '.join(PATTERNS)}, or a regex (default: gpt2)")
     p.add_argument("--workers", "--num-workers", type=int, default=None, dest="num_workers", metavar="N",
-                   help="pre-tokenization worker processes (default: one per CPU core)")
+                   help="pre-tokenization worker threads (default: one per CPU core; capped at the cores)")
     p.add_argument("--chunk-bytes", type=parse_size, default=None, metavar="SIZE",
                    help="target chunk size for pre-tokenization, e.g. 64M (default: chosen from the input)")
     p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
@@ -185,6 +185,9 @@ def _train(args) -> int:
     if args.plan:
         print(the_plan.describe())
         return 0
+    for note in the_plan.notes:
+        if "workers asked for" in note:       # --workers capped to what the cores and budget can use
+            print(f"train_bpe.py: note: {note}", file=sys.stderr)
     out = check_out_dir(args.out)
 
     result = train(config)
