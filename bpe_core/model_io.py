@@ -213,7 +213,8 @@ def load_model(path: str | os.PathLike) -> Model:
     doc = _read_json(path, "a bpe_core model file")
 
     def bad(field_name: str, reason: str) -> ModelFormatError:
-        return ModelFormatError(path, f"field {field_name!r} {reason}")
+        sep = ": " if reason.startswith("entry") else " "
+        return ModelFormatError(path, f"field {field_name!r}{sep}{reason}")
 
     if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
         raise ModelFormatError(path, f"not a bpe_core model file (no \"format\": \"{FORMAT_NAME}\")")

@@ -273,7 +273,7 @@ class Tokenizer:
         """
         if isinstance(ids, np.ndarray):
             if ids.size and ids.dtype.kind == "i" and ids.min() < 0:
-                raise ValueError(f"unknown token id(s) {ids[ids < 0][:5].tolist()}")
+                raise ValueError(f"unknown token id(s) {ids[ids < 0][:5].tolist()} (ids are 0..{len(self._decoder) - 1})")
             ids = ids.tolist()
         elif not isinstance(ids, (list, tuple)):
             ids = list(ids)
