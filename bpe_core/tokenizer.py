@@ -35,6 +35,8 @@ from .pretokenize import pretoken_ends
 __all__ = ["Tokenizer"]
 
 _NO_ID = 0xFFFFFFFF
+# Token ids below this are accepted however sparse the vocab (see Tokenizer.__init__).
+_MAX_SPARSE_ID = 1 << 24
 # Text spans longer than this are pre-tokenized and merged in blocks, so memory stays bounded.
 _BLOCK_BYTES = 1 << 20
 # encode_iterable encodes its buffer once it holds this many bytes.
@@ -72,11 +74,12 @@ class Tokenizer:
         special_bytes = encode_specials(specials)
         if vocab and min(vocab) < 0:
             raise ValueError(f"token ids must be non-negative, got {min(vocab)}")
-        limit = len(vocab) + len(merges) + len(specials)
+        # The decoder is a list indexed by id and the rank table holds uint32: sparse ids are fine,
+        # but an id like 10**12 is a mistake, not a reason to allocate terabytes.
+        limit = min(_NO_ID, max(_MAX_SPARSE_ID, 16 * (len(vocab) + len(specials))))
         if vocab and max(vocab) >= limit:
-            # the decoder is a list indexed by id: ids far beyond the vocab size are a mistake
-            raise ValueError(f"token id {max(vocab)} is out of range: ids must be below {limit} "
-                             f"(the number of tokens, merges and special tokens)")
+            raise ValueError(f"token id {max(vocab)} is out of range: ids must be below {limit:,} "
+                             f"(16 x the vocab size, at least {_MAX_SPARSE_ID:,})")
         ids_of: dict[bytes, int] = {}
         for i in sorted(vocab):
             ids_of.setdefault(vocab[i], i)
