@@ -13,17 +13,48 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .model_io import Model, load_model
+from .export import load_any
+from .model_io import Model
 
 _CROSS = re.compile(rb"[^\s][\s]")
 
 
 def load_encoder(path: str | os.PathLike) -> tuple[Model, Callable[[bytes], list[int]]]:
-    """The model in ``path`` and the encode function that reproduces its training
-    (``Tokenizer.load``: stage-aware for SuperBPE and SupraTok)."""
-    from .tokenizer import Tokenizer
+    """The model in ``path`` (``model.json``, or a folder of GPT-2 ``vocab.json`` + ``merges.txt``)
+    and the encode function that reproduces its training (stage-aware for SuperBPE and SupraTok)."""
+    from .tokenizer import STAGE_AWARE_METHODS, StageAwareTokenizer, Tokenizer
 
-    return load_model(path), Tokenizer.load(path).encode
+    model = load_any(path)
+    if model.method in STAGE_AWARE_METHODS:
+        return model, StageAwareTokenizer(model).encode
+    return model, Tokenizer(model.vocab, model.merges, model.special_tokens, model.pattern).encode
+
+
+def show_token(token: bytes, width: int = 40) -> str:
+    """A token for display: its text (U+FFFD for bytes that are not UTF-8), cut to ``width``
+    characters with the full length in bytes after a long one.
+
+    >>> show_token(b" the"), show_token(b"ab" * 500, width=6)
+    ("' the'", "'ababab'... (1000 bytes)")
+    """
+    text = token.decode("utf-8", "replace")
+    if len(text) <= width:
+        return repr(text)
+    return f"{text[:width]!r}... ({len(token)} bytes)"
+
+
+def token_change(n_tokens: int, base_tokens: int) -> str:
+    """How many fewer (or more) tokens than the base, in words.
+
+    >>> token_change(90, 100), token_change(110, 100), token_change(100, 100)
+    ('10.0% fewer tokens', '10.0% more tokens', 'as many tokens')
+    """
+    if n_tokens == base_tokens:
+        return "as many tokens"
+    if base_tokens == 0:
+        return f"{n_tokens:,} tokens (the base has none)"
+    change = 100 * (1 - n_tokens / base_tokens)
+    return f"{abs(change):.1f}% {'fewer' if change > 0 else 'more'} tokens"
 
 
 def crosses_word_boundary(token: bytes) -> bool:
@@ -59,7 +90,8 @@ def score(name: str, model: Model, encode: Callable[[bytes], list[int]], path: s
     seconds = time.perf_counter() - t0
     vocab = model.vocab
     round_trip = b"".join(vocab[i] for i in ids) == data
-    crossing = np.array([crosses_word_boundary(vocab[i]) for i in range(len(vocab))], dtype=bool)
+    # ids need not be dense (a GPT-2 vocab.json lists bytes held by two ids once)
+    crossing = np.array([crosses_word_boundary(vocab.get(i, b"")) for i in range(max(vocab) + 1)], dtype=bool)
     n_cross = int(crossing[np.asarray(ids, dtype=np.int64)].sum()) if ids else 0
     n_chars = len(data.decode("utf-8", "surrogateescape"))
     n = max(len(ids), 1)

@@ -27,8 +27,8 @@ import os
 from typing import Any
 
 from ._atomic import atomic_write
-from .model_io import (MERGES_FILE, MODEL_FILE, VOCAB_FILE, Model, dump_gpt2, load_gpt2, load_model,
-                       token_to_gpt2)
+from .model_io import (MERGES_FILE, MODEL_FILE, VOCAB_FILE, Model, check_model, dump_gpt2, load_gpt2,
+                       load_model, token_to_gpt2)
 from .patterns import resolve_pattern
 
 FORMATS = ("hf", "tiktoken", "gpt2")
@@ -43,7 +43,9 @@ def load_any(path: str | os.PathLike) -> Model:
     """A native ``model.json`` (file or folder), or a folder with GPT-2 ``vocab.json`` + ``merges.txt``.
 
     GPT-2 files carry no pattern or special tokens: the GPT-2 pattern is assumed, and vocab entries
-    that are not in the byte alphabet (e.g. ``<|endoftext|>``) become special tokens.
+    that no merge builds and that are not single bytes (e.g. ``<|endoftext|>``) become special
+    tokens. Both are checked on load (``model_io.load_model``, ``model_io.load_gpt2``); errors are
+    one :class:`~bpe_core.model_io.ModelFormatError` naming the file.
     """
     path = os.fspath(path)
     if os.path.isdir(path) and not os.path.exists(os.path.join(path, MODEL_FILE)) \
@@ -51,8 +53,10 @@ def load_any(path: str | os.PathLike) -> Model:
         vocab, merges = load_gpt2(os.path.join(path, VOCAB_FILE), os.path.join(path, MERGES_FILE))
         built = {a + b for a, b in merges}
         specials = [vocab[i].decode("utf-8") for i in sorted(vocab)
-                    if i >= 256 and vocab[i] not in built and len(vocab[i]) > 1]
-        return Model(vocab=vocab, merges=merges, special_tokens=specials, pattern=resolve_pattern("gpt2"))
+                    if vocab[i] not in built and len(vocab[i]) > 1]
+        model = Model(vocab=vocab, merges=merges, special_tokens=specials, pattern=resolve_pattern("gpt2"))
+        check_model(model, os.path.join(path, VOCAB_FILE))
+        return model
     return load_model(path)
 
 
@@ -165,10 +169,22 @@ def _hf_split_pattern(model: Model) -> str:
 
 
 def dump_hf(model: Model, path: str | os.PathLike) -> None:
-    """Write HF ``tokenizer.json`` atomically."""
+    """Write HF ``tokenizer.json`` atomically, after HF ``tokenizers`` (when installed) has loaded
+    the exact text once: a document it cannot load is never written (ValueError naming ``path``)."""
+    text = json.dumps(hf_tokenizer_json(model), ensure_ascii=False) + "\n"
+    try:
+        import tokenizers
+    except ImportError:
+        tokenizers = None
+    if tokenizers is not None:
+        try:
+            tokenizers.Tokenizer.from_str(text)
+        except Exception as exc:  # noqa: BLE001  (any failure of the library means: not loadable)
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(f"{os.fspath(path)}: HF tokenizers cannot load the exported tokenizer.json "
+                             f"({first}); nothing was written") from None
     with atomic_write(path, "w", encoding="utf-8") as f:
-        json.dump(hf_tokenizer_json(model), f, ensure_ascii=False)
-        f.write("\n")
+        f.write(text)
 
 
 # ==== tiktoken ===============================================================================
@@ -267,10 +283,16 @@ def dump_gpt2_files(model: Model, folder: str | os.PathLike) -> list[bytes]:
 def export(model: Model, fmt: str, out: str | os.PathLike) -> list[str]:
     """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``); returns the paths written.
 
+    The model is checked first (``model_io.check_model``: known method, stages, ids in range, the
+    merge chain); a bad one raises :class:`~bpe_core.model_io.ModelFormatError` and writes nothing.
+
     ``out`` is the file for ``hf`` and ``tiktoken`` (a folder gets the default file name) and the
     folder for ``gpt2``.
     """
     out = os.fspath(out)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    check_model(model)
     if fmt == "hf":
         path = os.path.join(out, HF_FILE) if os.path.isdir(out) else out
         dump_hf(model, path)

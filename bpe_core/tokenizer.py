@@ -35,6 +35,8 @@ from .pretokenize import pretoken_ends
 __all__ = ["Tokenizer"]
 
 _NO_ID = 0xFFFFFFFF
+# Token ids below this are accepted however sparse the vocab (see Tokenizer.__init__).
+_MAX_SPARSE_ID = 1 << 24
 # Text spans longer than this are pre-tokenized and merged in blocks, so memory stays bounded.
 _BLOCK_BYTES = 1 << 20
 # encode_iterable encodes its buffer once it holds this many bytes.
@@ -71,7 +73,13 @@ class Tokenizer:
         specials = [s if isinstance(s, str) else bytes(s).decode("utf-8") for s in (special_tokens or [])]
         special_bytes = encode_specials(specials)
         if vocab and min(vocab) < 0:
-            raise ValueError("token ids must be non-negative")
+            raise ValueError(f"token ids must be non-negative, got {min(vocab)}")
+        # The decoder is a list indexed by id and the rank table holds uint32: sparse ids are fine,
+        # but an id like 10**12 is a mistake, not a reason to allocate terabytes.
+        limit = min(_NO_ID, max(_MAX_SPARSE_ID, 16 * (len(vocab) + len(specials))))
+        if vocab and max(vocab) >= limit:
+            raise ValueError(f"token id {max(vocab)} is out of range: ids must be below {limit:,} "
+                             f"(16 x the vocab size, at least {_MAX_SPARSE_ID:,})")
         ids_of: dict[bytes, int] = {}
         for i in sorted(vocab):
             ids_of.setdefault(vocab[i], i)
@@ -127,12 +135,16 @@ class Tokenizer:
                    special_tokens: Sequence[str] | None = None, pattern: str = "gpt2") -> "Tokenizer":
         """Load GPT-2 style ``vocab.json`` + ``merges.txt`` (byte-to-unicode form).
 
+        The two files must belong together (``model_io.load_gpt2``: each merge builds from earlier
+        tokens a token of ``vocab.json``, and no ordinary token lacks its merge); otherwise
+        :class:`~bpe_core.model_io.ModelFormatError` names the file and line.
+
         >>> import os; fx = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
         >>> tok = Tokenizer.from_files(f"{fx}/gpt2_vocab.json", f"{fx}/gpt2_merges.txt", ["<|endoftext|>"])
         >>> tok.encode("Hello, world!<|endoftext|>")
         [15496, 11, 995, 0, 50256]
         """
-        vocab, merges = load_gpt2(vocab_path, merges_path)
+        vocab, merges = load_gpt2(vocab_path, merges_path, special_tokens)
         return cls(vocab, merges, special_tokens, pattern)
 
     @classmethod
@@ -263,14 +275,20 @@ class Tokenizer:
         b'\\xe2\\x82'
         """
         if isinstance(ids, np.ndarray):
+            if ids.size and ids.dtype.kind == "i" and ids.min() < 0:
+                raise ValueError(f"unknown token id(s) {ids[ids < 0][:5].tolist()} (ids are 0..{len(self._decoder) - 1})")
             ids = ids.tolist()
+        elif not isinstance(ids, (list, tuple)):
+            ids = list(ids)
         table = self._decoder
         try:
-            parts = [table[i] for i in ids]
-            return b"".join(parts)
+            if ids and min(ids) < 0:        # a negative index would silently pick a token from the end
+                raise IndexError
+            return b"".join([table[i] for i in ids])
         except (IndexError, TypeError):
-            bad = [i for i in ids if not (0 <= i < len(table)) or table[i] is None]
-            raise ValueError(f"unknown token id(s) {bad[:5]}") from None
+            bad = [i for i in ids if not (isinstance(i, (int, np.integer)) and 0 <= i < len(table))
+                   or table[i] is None]
+            raise ValueError(f"unknown token id(s) {bad[:5]} (ids are 0..{len(table) - 1})") from None
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
         """Decode to text; bytes that are not valid UTF-8 become U+FFFD (``errors="replace"``).

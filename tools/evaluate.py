@@ -29,7 +29,7 @@ from bpe_core.corpus import check_input  # noqa: E402
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="evaluate.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tokenizer", nargs="+", default=[], metavar="DIR", help="trained tokenizer folders (model.json)")
+    p.add_argument("--tokenizer", nargs="+", default=[], metavar="DIR", help="tokenizer folders: model.json (what train_bpe.py wrote), or GPT-2 vocab.json + merges.txt")
     p.add_argument("--text", nargs="+", required=True, metavar="FILE", help="text files to encode")
     p.add_argument("--max-bytes", type=int, default=None, metavar="N", help="use the first N bytes of each file")
     p.add_argument("--longest", type=int, default=8, metavar="K", help="show the K longest tokens (default 8)")
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     from bpe_core import TrainConfig, train
-    from bpe_core.evaluate import as_dict, load_encoder, longest_tokens, score
+    from bpe_core.evaluate import as_dict, load_encoder, longest_tokens, score, show_token, token_change
     from bpe_core.model_io import dump_model
 
     for path in args.text:
@@ -91,15 +91,15 @@ def _run(args) -> int:
                   f"{100 * s.cross_word_share:.1f}% | {'ok' if s.round_trip else 'FAILED'} |")
     if len(entries) > 1:
         base = entries[0][0]
-        print(f"\nfewer tokens than {base}:")
+        print(f"\ncompared with {base}:")
         for path in args.text:
             ref = next(s for s in scores if s.tokenizer == base and s.file == os.path.basename(path))
             for s in scores:
                 if s.tokenizer != base and s.file == ref.file:
-                    print(f"  {s.tokenizer} on {s.file}: {100 * (1 - s.n_tokens / ref.n_tokens):+.1f}%")
+                    print(f"  {s.tokenizer} on {s.file}: {token_change(s.n_tokens, ref.n_tokens)}")
     if args.longest:
         for name, model, _ in entries:
-            toks = ", ".join(repr(t.decode("utf-8", "replace")) for t in longest_tokens(model, args.longest))
+            toks = ", ".join(show_token(t) for t in longest_tokens(model, args.longest))
             print(f"\nlongest tokens of {name}: {toks}")
     if args.json:
         with open(args.json, "w") as f:

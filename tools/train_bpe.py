@@ -24,7 +24,7 @@ from bpe_core._atomic import atomic_write  # noqa: E402
 from bpe_core.cli_util import ArgumentParser, CliError, check_out_dir, run_main  # noqa: E402
 from bpe_core.config import TrainConfig, parse_size  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
-from bpe_core.model_io import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_gpt2, dump_model  # noqa: E402
+from bpe_core.model_io import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_folder  # noqa: E402
 from bpe_core.patterns import DEFAULT_SPECIAL_TOKEN, PATTERNS  # noqa: E402
 
 SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "data", "sample.txt")
@@ -197,8 +197,9 @@ def _train(args) -> int:
               f"(asked for {report['merges_requested']}): the corpus has no more pairs; "
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
     phase("write")
-    dump_model(result.model, os.path.join(out, MODEL_FILE))
-    dropped = dump_gpt2(result.vocab, result.merges, out)
+    # vocab.json + merges.txt first, model.json last with their checksums: a run killed in between
+    # leaves a folder the loaders refuse (docs/formats.md), never two models in one folder
+    dropped = dump_folder(result.model, out)
     if args.method in ("superbpe", "supratok"):
         print("train_bpe.py: note: vocab.json/merges.txt hold one merge list; tools that load them "
               "(HF tokenizers) apply it without SuperBPE's stages, so their ids can differ from "
