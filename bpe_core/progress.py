@@ -80,7 +80,8 @@ class _Lines:
     def update(self, n: int = 1) -> None:
         self.done += n
         now = self.clock()
-        share_due = bool(self.total) and self.done / self.total >= self.next_share
+        # The line at 100 % is close()'s, so a finished task is reported once.
+        share_due = bool(self.total) and self.next_share <= self.done / self.total < 1.0
         if share_due or now - self.last_t >= PLAIN_SECONDS:
             self._emit(now, final=False)
 

@@ -155,7 +155,20 @@ def main(argv: list[str] | None = None) -> int:
                                 budget=args.memory_limit)
             return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
         return run_main(profiled, "train_bpe.py")
-    return run_main(lambda: _train(args), "train_bpe.py")
+    return run_main(lambda: _train_or_clean(args), "train_bpe.py")
+
+
+def _train_or_clean(args) -> int:
+    """``_train``; a failed run leaves no empty output folder that it created."""
+    try:
+        return _train(args)
+    except BaseException:
+        if getattr(args, "created_out", False):
+            try:
+                os.rmdir(args.out)           # only when still empty
+            except OSError:
+                pass
+        raise
 
 
 def _check_paths(args) -> str:
@@ -167,6 +180,8 @@ def _check_paths(args) -> str:
     if args.spill_dir is not None:
         check_work_dir(args.spill_dir, "--spill-dir folder")
     if not args.plan:
+        if not os.path.isdir(args.out):
+            args.created_out = True          # removed again if the run fails before writing
         check_out_dir(args.out)
     return input_path
 
