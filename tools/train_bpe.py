@@ -153,9 +153,20 @@ def main(argv: list[str] | None = None) -> int:
             prefix, rest = split_flag(argv)
             r = profile_command([sys.executable, os.path.abspath(__file__), *rest], prefix,
                                 budget=args.memory_limit)
+            if r.exit_code != 0:
+                _remove_created_out(args)
             return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
         return run_main(profiled, "train_bpe.py")
     return run_main(lambda: _train_or_clean(args), "train_bpe.py")
+
+
+def _remove_created_out(args) -> None:
+    """Remove the output folder this run created, when it is still empty (a failed run)."""
+    if getattr(args, "created_out", False):
+        try:
+            os.rmdir(args.out)
+        except OSError:
+            pass
 
 
 def _train_or_clean(args) -> int:
@@ -163,11 +174,7 @@ def _train_or_clean(args) -> int:
     try:
         return _train(args)
     except BaseException:
-        if getattr(args, "created_out", False):
-            try:
-                os.rmdir(args.out)           # only when still empty
-            except OSError:
-                pass
+        _remove_created_out(args)
         raise
 
 
