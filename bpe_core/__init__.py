@@ -2,6 +2,32 @@
 
 This is the public API.
 """
+
+
+def _check_extensions() -> None:
+    """Say in one line what to do when the compiled extensions are missing next to this file.
+
+    That happens when Python finds the source checkout before the installed package (the current
+    directory is the repository root), and otherwise ends in a confusing circular-import error.
+    """
+    try:
+        from . import _engine  # noqa: F401
+    except ImportError as exc:
+        import importlib.machinery
+        import os
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        built = any(os.path.exists(os.path.join(here, "_engine" + suffix))
+                    for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+        if built:
+            raise                       # built but broken: the real error says more
+        raise ImportError(
+            f"bpe_core: the compiled extensions are not built in {here} (you are importing the source "
+            f"checkout, probably because the current directory is the repository root); run "
+            f"`python setup.py build_ext --inplace` or run from another folder", name=exc.name) from None
+
+
+_check_extensions()
 from .config import TrainConfig
 from .encode_corpus import encode_corpus
 from .model_io import Model, load_model as load

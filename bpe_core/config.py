@@ -13,6 +13,9 @@ from typing import Optional
 from .patterns import DEFAULT_SPECIAL_TOKEN, resolve_pattern
 
 
+#: The smallest ``--chunk-bytes`` / ``--chunk-size`` the tools take (the API takes any positive size).
+MIN_CLI_CHUNK_BYTES = 4 << 10
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 
 
@@ -60,7 +63,9 @@ class TrainConfig:
             ``max_words`` words per token (default 4), no forbidden substring (default ``": "``),
             and optional guardrails: a byte cap and a cap on characters that are neither
             alphanumeric nor whitespace (keeps table rules and URL prefixes out of the vocabulary).
-        progress: tqdm progress bars on stderr.
+        progress: progress on stderr: ``False``/``"none"`` (default), ``True``/``"auto"`` (a tqdm bar
+            on a terminal, else a plain line every 10 s or 10 %), ``"bar"``, ``"plain"`` or
+            ``"json"`` (JSON lines); see ``bpe_core.progress``.
         seed_pmi, seed_min_count, seed_max_n: SupraTok pass-2 seed mining: word n-grams of 2 to
             ``seed_max_n`` words with PMI >= ``seed_pmi`` (bits) and count >= ``seed_min_count``
             (paper: 2.0, 100, 6). ``transition`` is SupraTok's pass-1 size.
@@ -92,7 +97,7 @@ class TrainConfig:
     forbidden: tuple[str, ...] = (": ",)
     max_token_bytes: Optional[int] = None
     max_nonalnum: Optional[int] = None
-    progress: bool = False
+    progress: bool | str = False
     seed_pmi: float = 2.0
     seed_min_count: int = 100
     seed_max_n: int = 6
@@ -145,6 +150,8 @@ class TrainConfig:
         if self.method in ("superbpe", "supratok"):
             from .superbpe import resolve_transition
             resolve_transition(self.transition, self.vocab_size, len(self.special_tokens))
+        from .progress import check_mode
+        check_mode(self.progress)
         if self.max_words < 1:
             raise ValueError("max_words must be >= 1")
         if self.chunk_bytes is not None and self.chunk_bytes < 1:

@@ -125,7 +125,14 @@ def curate_bytes(data: bytes, seed: int = 0, special: bytes = DEFAULT_SPECIAL_TO
 
 def curate_file(input_path: str, out_path: str, seed: int = 0,
                 special: str = DEFAULT_SPECIAL_TOKEN) -> CurationReport:
-    """Curate a file into ``out_path`` (written to a temp file and renamed)."""
+    """Curate a file into ``out_path`` (written to a temp file and renamed).
+
+    Raises:
+        CorpusError: the input is not a readable regular file, or is compressed.
+    """
+    from .corpus import check_input
+
+    check_input(input_path)
     with open(input_path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""

@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import scheduler
-from ._atomic import atomic_path, remove_stale
-from .corpus import CorpusError, check_input, file_chunks
+from ._atomic import atomic_path, output_problem, remove_stale
+from .corpus import CorpusError, check_input, file_chunks, warn_if_binary
 from .memmon import MemoryMonitor, phase
 from .tokenizer import Tokenizer
 from .workers import FileStamp, check_total, read_range, run_ordered
@@ -197,7 +197,7 @@ def plan(input_path: str | os.PathLike, tokenizer: Tokenizer, num_workers: int |
 def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os.PathLike,
                   out_path: str | os.PathLike, num_workers: int | None = None,
                   memory_limit: int | None = None, chunk_bytes: int | None = None,
-                  verify: bool = False, progress: bool = True,
+                  verify: bool = False, progress: bool | str = True,
                   mp_context: str | None = None, monitor_interval: float = 0.05) -> EncodeResult:
     """Encode a whole file into one flat ``.npy`` of token ids (see the module docstring).
 
@@ -211,7 +211,9 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
             budget, ``scheduler.default_memory_limit()``).
         chunk_bytes: override the planned chunk size (tests use tiny chunks).
         verify: decode a sample of chunks back and compare with the input before renaming.
-        progress: a tqdm bar (bytes, MB/s) on stderr.
+        progress: progress on stderr (bytes, MB/s): ``True``/``"auto"`` (a tqdm bar on a terminal,
+            else a plain line every 10 s or 10 %), ``"bar"``, ``"plain"``, ``"json"`` (JSON lines),
+            ``False``/``"none"`` (``bpe_core.progress``).
         mp_context: ignored; kept so that older calls still work (workers are threads now).
         monitor_interval: seconds between RSS samples of the process tree.
 
@@ -240,6 +242,9 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
     enter("plan")
     input_path, out_path = os.fspath(input_path), os.fspath(out_path)
     size = check_input(input_path)
+    from .progress import check_mode
+    check_mode(progress)
+    warn_if_binary(input_path)
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
     _check_out(out_path)
     the_plan = plan(input_path, tok, num_workers, memory_limit, chunk_bytes)
@@ -362,31 +367,17 @@ def _verify(tmp: str, input_path: str, tok: Tokenizer, chunks, counts, max_chunk
 
 
 def _check_out(out_path: str) -> None:
-    folder = os.path.dirname(os.path.abspath(out_path))
-    if os.path.isdir(out_path):
-        raise CorpusError(out_path, "is a directory, expected a .npy file path")
-    if not os.path.isdir(folder):
-        raise CorpusError(out_path, f"folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise CorpusError(out_path, f"folder {folder} is not writable")
+    problem = output_problem(out_path, "a .npy file path")
+    if problem is not None:
+        raise CorpusError(out_path, problem)
     remove_stale(out_path, ("tmp", "spill"))      # what a killed run left beside the output
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
+def _progress(total: int, mode):
+    """The ``encode`` progress reporter (``bpe_core.progress``; ``mode`` a bool or a mode name)."""
+    from .progress import make_progress
 
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="B", unit_scale=True, desc="encode", file=sys.stderr,
-                dynamic_ncols=True, smoothing=0.1)
+    return make_progress(mode, total=total, desc="encode", unit="B", unit_scale=True, smoothing=0.1)
 
 
 __all__ = ["EncodeResult", "VerifyError", "encode_corpus", "ids_dtype", "iter_chunks", "plan"]

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ._atomic import atomic_path, atomic_write
+from ._atomic import atomic_path, atomic_write, output_problem
 from .memmon import PHASE_FILE_ENV, MemoryMonitor, read_phase_file
 
 MiB = 1 << 20
@@ -54,7 +54,8 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
 
     Args:
         cmd: the command and its arguments (no shell).
-        out_prefix: output path without extension; its folder must exist.
+        out_prefix: output path without extension; its folder must exist and be writable
+            (checked before ``cmd`` starts: ``ValueError`` otherwise).
         interval: seconds between samples.
         budget: the memory limit in bytes, drawn as a line (None: taken from a ``--memory-limit``
             in ``cmd`` if there is one, else no line).
@@ -78,9 +79,10 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
     if interval <= 0:
         raise ValueError("interval must be > 0")
     out_prefix = os.fspath(out_prefix)
-    folder = os.path.dirname(os.path.abspath(out_prefix))
-    if not os.path.isdir(folder):
-        raise ValueError(f"{out_prefix}: folder {folder} does not exist")
+    for suffix in (".json", ".png") if plot else (".json",):      # checked before the command runs
+        problem = output_problem(out_prefix + suffix)
+        if problem is not None:
+            raise ValueError(f"{out_prefix + suffix}: {problem}")
     if budget is None:
         budget = budget_from_command(cmd)
 

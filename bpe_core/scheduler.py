@@ -425,7 +425,8 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     need = max(merge, count_floor) if exact else count_floor
     if need > memory_limit:
         raise BudgetError(_budget_message("training", input_bytes, memory_limit, need,
-                                          merge if exact else 0, count_floor, words), suggested_budget(need))
+                                          merge if exact else 0, count_floor, words, vocab_size),
+                          suggested_budget(need))
     # Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
     spill = _train_count_peak(1, lo1, table, wo, po) > memory_limit
     kept = spill_table if spill else table       # table bytes reserved while choosing workers
@@ -470,9 +471,26 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
 
 
 def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: int, count: int,
-                    words: int) -> str:
+                    words: int, vocab_size: int | None = None) -> str:
+    """The one-line reason of a :class:`BudgetError`.
+
+    The merge engine's tables grow with the unique pretokens and with the requested vocabulary, so a
+    vocabulary the input cannot reach (each merge needs a pair that occurs, so there are at most as
+    many merges as input bytes) is named as such rather than as a budget to buy.
+
+    >>> _budget_message("training", 133_000, 8 << 30, 22 << 30, 22 << 30, 1 << 20, 5000, 10**9)[:96]
+    'a vocabulary of 1,000,000,000 cannot be reached on 129.9 KiB of input (at most 133,000 merges ar'
+    """
+    if merge >= count and vocab_size is not None and vocab_size - 256 > input_bytes:
+        return (f"a vocabulary of {vocab_size:,} cannot be reached on {fmt_bytes(input_bytes)} of input "
+                f"(at most {input_bytes:,} merges are possible, one per input byte), and the merge phase "
+                f"sizes its tables for the vocabulary asked for: ~{fmt_bytes(merge)} for "
+                f"{fmt_count(words)} unique pretokens, above the memory limit of {fmt_bytes(limit)}; "
+                f"ask for a smaller --vocab-size")
     if merge >= count:
-        why = f"the merge phase needs ~{fmt_bytes(merge)} for {fmt_count(words)} unique pretokens"
+        vocab = f"a vocabulary of {vocab_size:,} over " if vocab_size is not None else ""
+        why = (f"the merge phase needs ~{fmt_bytes(merge)} (the merge tables for {vocab}"
+               f"{fmt_count(words)} unique pretokens)")
     else:
         why = f"counting needs ~{fmt_bytes(count)} with one worker and the smallest chunks"
     return (f"memory limit {fmt_bytes(limit)} is too small for {what} on {fmt_bytes(input_bytes)}: {why}; "

@@ -252,21 +252,25 @@ class _Spill:
 # ==== Training =============================================================================
 
 
-def _bar(enabled: bool, **kwargs):
-    if not enabled:
-        return None
-    from tqdm import tqdm
+def _bar(mode, **kwargs):
+    """A progress reporter for ``mode`` (``bpe_core.progress``: a bool or auto/bar/plain/json/none), or
+    None when there is nothing to report."""
+    from .progress import make_progress, resolve_mode
 
-    return tqdm(file=sys.stderr, dynamic_ncols=True, **kwargs)
+    if resolve_mode(mode) == "none":
+        return None
+    return make_progress(mode, **kwargs)
 
 
 def peak_rss_bytes() -> dict[str, int]:
-    """Peak resident memory of this process and of its largest finished child (Linux: KiB units)."""
+    """Peak resident memory of this process (``getrusage``; Linux reports KiB).
+
+    No figure for children: ``RUSAGE_CHILDREN`` is the largest child ever waited for, including
+    processes from before this run (a pip build, an earlier run in the same interpreter). The
+    workers of this run are in the sampled peak of the process tree (``tree_sampled``).
+    """
     scale = 1 if sys.platform == "darwin" else 1024
-    return {
-        "self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
-        "largest_child": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale,
-    }
+    return {"self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale}
 
 
 def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
@@ -328,8 +332,13 @@ def plan(config: TrainConfig) -> scheduler.Plan:
 def train(config: TrainConfig) -> TrainResult:
     """Train from a :class:`TrainConfig`; returns the model and a run report."""
     if config.entropy_filter:            # curate the input first (bpe_core/curate.py), then train on it
+        import warnings
+
         from .curate import curated_config
-        with curated_config(config) as (curated, curation):
+        corpus.check_input(config.input_path)
+        corpus.warn_if_binary(config.input_path)           # about the user's file, not the temp copy
+        with curated_config(config) as (curated, curation), warnings.catch_warnings():
+            warnings.simplefilter("ignore", corpus.BinaryInputWarning)
             result = train(curated)
         result.report["entropy_filter"] = curation
         result.model.metadata["entropy_filter"] = curation
@@ -339,6 +348,7 @@ def train(config: TrainConfig) -> TrainResult:
     pattern = resolve_pattern(config.pattern)
     specials = encode_specials(config.special_tokens)
     size = corpus.check_input(config.input_path)
+    corpus.warn_if_binary(config.input_path)
     the_plan = plan(config)
     report: dict[str, Any] = {
         "input_path": os.path.abspath(config.input_path),

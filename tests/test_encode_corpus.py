@@ -266,7 +266,7 @@ def test_kill_9_leaves_no_output_file(tmp_path):
     out = tmp_path / "ids.npy"
     tool = os.path.join(os.path.dirname(__file__), "..", "tools", "encode_corpus.py")
     proc = subprocess.Popen([sys.executable, tool, str(tmp_path / "in.txt"), "--tokenizer", str(d), "--out",
-                             str(out), "--workers", "1", "--chunk-size", "2k", "--no-progress"],
+                             str(out), "--workers", "1", "--chunk-size", "4k", "--no-progress"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 8
     try:

@@ -142,6 +142,10 @@ def main(argv=None) -> int:
         print(json.dumps(run_one(tool, path, int(vocab), args.workers)))
         return 0
 
+    if args.json:                       # checked before the runs, not after them
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if os.path.isdir(args.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            p.error(f"{args.json}: not a writable file path (folder {folder})")
     tools = [t for t in args.tools.split(",") if available(t)]
     size_mb = os.path.getsize(args.input) / 1e6
     print(f"input {args.input} ({size_mb:.1f} MB), {os.cpu_count()} CPUs, tools: {', '.join(tools)}")

@@ -21,7 +21,7 @@ except ImportError:  # a checkout built in place, not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core.cli_util import ArgumentParser, check_out_file, run_main  # noqa: E402
-from bpe_core.corpus import check_input  # noqa: E402
+from bpe_core.corpus import check_input, warn_if_binary  # noqa: E402
 from bpe_core.patterns import DEFAULT_SPECIAL_TOKEN  # noqa: E402
 
 
@@ -45,6 +45,7 @@ def _run(args) -> int:
 
     check_input(args.input)
     check_out_file(args.out)
+    warn_if_binary(args.input)
     report = curate_file(args.input, args.out, seed=args.seed, special=args.special_token)
     print(json.dumps({"output": os.path.abspath(args.out), **report.to_dict()}, indent=1))
     return 0

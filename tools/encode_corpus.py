@@ -22,9 +22,11 @@ except ImportError:  # a checkout built in place (python setup.py build_ext --in
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core._atomic import atomic_write  # noqa: E402
-from bpe_core.cli_util import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
+from bpe_core.cli_util import (ArgumentParser, CliError, check_out_file, check_out_prefix,  # noqa: E402
+                                chunk_size, run_main)
 from bpe_core.config import parse_size  # noqa: E402
 from bpe_core.corpus import check_input  # noqa: E402
+from bpe_core.progress import add_progress_flag  # noqa: E402
 from bpe_core.tokenizer import Tokenizer  # noqa: E402
 
 
@@ -42,8 +44,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="RAM budget of the whole process tree, e.g. 8G, 500M (default: 8G, or 80%% of "
                         "the RAM available when that is less)")
-    p.add_argument("--chunk-size", default=None, metavar="SIZE",
-                   help="override the planned chunk size, e.g. 16M")
+    p.add_argument("--chunk-size", type=chunk_size, default=None, metavar="SIZE",
+                   help="override the planned chunk size, at least 4K, e.g. 16M")
     p.add_argument("--plan", action="store_true",
                    help="print the memory plan (workers, chunk size, estimated peak) and exit")
     p.add_argument("--verify", action="store_true",
@@ -53,35 +55,41 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_progress_flag(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    if args.profile_memory:
-        from bpe_core.profile import profile_command, split_flag
+    def check_paths() -> None:
+        """The input and every output path, before any work."""
+        check_input(args.input)
+        if not args.plan:
+            check_out_file(args.out)
+            if args.report:
+                check_out_file(args.report)
+        if args.workers is not None and args.workers < 1:
+            raise CliError("--workers must be at least 1")
 
-        prefix, rest = split_flag(argv)
-        try:
+    if args.profile_memory:
+        def profiled() -> int:
+            from bpe_core.profile import profile_command, split_flag
+
             budget = parse_size(args.memory_limit) if args.memory_limit else None
-        except ValueError as exc:
-            print(f"encode_corpus.py: {exc}", file=sys.stderr)
-            return 2
-        r = profile_command([sys.executable, os.path.abspath(__file__), *rest], prefix, budget=budget)
-        return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
+            check_out_prefix(args.profile_memory)
+            check_paths()
+            prefix, rest = split_flag(argv)
+            r = profile_command([sys.executable, os.path.abspath(__file__), *rest], prefix, budget=budget)
+            return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
+        return run_main(profiled, "encode_corpus.py")
 
     def body() -> int:
         from bpe_core.encode_corpus import VerifyError, encode_corpus, plan
 
-        check_input(args.input)
-        if not args.plan:
-            check_out_file(args.out)
-        if args.workers is not None and args.workers < 1:
-            raise CliError("--workers must be at least 1")
+        check_paths()
         limit = parse_size(args.memory_limit) if args.memory_limit else None
-        chunk = parse_size(args.chunk_size) if args.chunk_size else None
+        chunk = args.chunk_size
         tok = Tokenizer.load(args.tokenizer)
         the_plan = plan(args.input, tok, args.workers, limit, chunk)   # a budget that cannot fit fails here
         if args.plan:
@@ -92,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"encode_corpus.py: note: {note}", file=sys.stderr)
         try:
             result = encode_corpus(args.input, tok, args.out, num_workers=args.workers, memory_limit=limit,
-                                   chunk_bytes=chunk, verify=args.verify, progress=not args.no_progress)
+                                   chunk_bytes=chunk, verify=args.verify, progress=args.progress)
         except VerifyError as exc:
             print(f"encode_corpus.py: verify failed: {exc}", file=sys.stderr)
             return 1

@@ -23,7 +23,8 @@ try:
 except ImportError:  # a checkout built in place, not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bpe_core.cli_util import ArgumentParser, CliError, run_main  # noqa: E402
+from bpe_core._atomic import atomic_write  # noqa: E402
+from bpe_core.cli_util import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
 from bpe_core.corpus import check_input  # noqa: E402
 
 
@@ -53,6 +54,8 @@ def _run(args) -> int:
 
     for path in args.text:
         check_input(path)
+    if args.json:
+        check_out_file(args.json)            # before any work, not after it
     entries = []            # (name, model, encode)
     for d in args.tokenizer:
         if not os.path.exists(d):
@@ -102,7 +105,7 @@ def _run(args) -> int:
             toks = ", ".join(show_token(t) for t in longest_tokens(model, args.longest))
             print(f"\nlongest tokens of {name}: {toks}")
     if args.json:
-        with open(args.json, "w") as f:
+        with atomic_write(args.json, "w", encoding="utf-8") as f:
             json.dump([as_dict(s) for s in scores], f, indent=1)
     if tmp is not None:
         tmp.cleanup()

@@ -19,7 +19,9 @@ except ImportError:  # a checkout built in place, not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core.cli_util import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
-from bpe_core.export import FORMATS, check_tiktoken_compatible, export, export_caveats, load_any  # noqa: E402
+from bpe_core.export import (FORMATS, HF_FILE, TIKTOKEN_FILE, check_tiktoken_compatible, export,  # noqa: E402
+                             export_caveats, load_any)
+from bpe_core.model_io import MERGES_FILE, VOCAB_FILE  # noqa: E402
 
 
 def build_parser() -> ArgumentParser:
@@ -31,21 +33,35 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+def _check_out(fmt: str, out: str) -> None:
+    """Every file the export writes can be written (checked before any work)."""
+    if fmt == "gpt2":
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise CliError(f"{out}: exists and is not a directory")
+        if not os.path.isdir(out):
+            check_out_file(out)                      # the folder that will hold it
+            return
+        names = [VOCAB_FILE, MERGES_FILE]
+    else:
+        if not os.path.isdir(out):
+            names = [out] + ([out + ".json"] if fmt == "tiktoken" else [])
+            for path in names:
+                check_out_file(path)
+            return
+        base = HF_FILE if fmt == "hf" else TIKTOKEN_FILE
+        names = [base] + ([base + ".json"] if fmt == "tiktoken" else [])
+    for name in names:
+        check_out_file(os.path.join(out, name))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def body() -> int:
         if not os.path.exists(args.model):
             raise CliError(f"{args.model}: no such file or directory")
+        _check_out(args.format, args.out)
         model = load_any(args.model)
-        if args.format == "gpt2":
-            if os.path.exists(args.out) and not os.path.isdir(args.out):
-                raise CliError(f"{args.out}: exists and is not a directory")
-            parent = os.path.dirname(os.path.abspath(args.out))
-            if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-                raise CliError(f"{args.out}: folder {parent} does not exist or is not writable")
-        elif not os.path.isdir(args.out):
-            check_out_file(args.out)
         paths = export(model, args.format, args.out)
         for caveat in export_caveats(model, args.format):
             print(f"export_tokenizer.py: note: {caveat}", file=sys.stderr)

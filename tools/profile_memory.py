@@ -21,7 +21,7 @@ try:
 except ImportError:  # a checkout built in place, not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bpe_core.cli_util import ArgumentParser  # noqa: E402
+from bpe_core.cli_util import ArgumentParser, CliError, check_out_prefix  # noqa: E402
 from bpe_core.config import parse_size  # noqa: E402
 
 
@@ -73,11 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(opts)           # --help exits 0 here; bad flags exit 2 with one line
     if not cmd:
         parser.error("give the command to profile after --")
-    folder = os.path.dirname(os.path.abspath(args.out))
-    if not os.path.isdir(folder):
-        parser.error(f"{args.out}: folder {folder} does not exist")
-    if os.path.isdir(args.out):
-        parser.error(f"{args.out}: is a directory; give a file prefix such as {os.path.join(args.out, 'run')}")
+    try:                                     # before the command runs, not after
+        check_out_prefix(args.out, (".json",) if args.no_plot else (".json", ".png"))
+    except CliError as exc:
+        parser.error(str(exc))
 
     from bpe_core.profile import profile_command
 

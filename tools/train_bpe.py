@@ -21,11 +21,13 @@ except ImportError:  # a checkout built in place (python setup.py build_ext --in
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core._atomic import atomic_write  # noqa: E402
-from bpe_core.cli_util import ArgumentParser, CliError, check_out_dir, run_main  # noqa: E402
+from bpe_core.cli_util import (ArgumentParser, CliError, check_out_dir, check_out_prefix,  # noqa: E402
+                                check_work_dir, chunk_size, run_main)
 from bpe_core.config import TrainConfig, parse_size  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
 from bpe_core.model_io import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_folder  # noqa: E402
 from bpe_core.patterns import DEFAULT_SPECIAL_TOKEN, PATTERNS  # noqa: E402
+from bpe_core.progress import add_progress_flag  # noqa: E402
 
 SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "data", "sample.txt")
 
@@ -62,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"pre-tokenization pattern: {', '.join(PATTERNS)}, or a regex (default: gpt2)")
     p.add_argument("--workers", "--num-workers", type=int, default=None, dest="num_workers", metavar="N",
                    help="pre-tokenization worker threads (default: one per CPU core; capped at the cores)")
-    p.add_argument("--chunk-bytes", type=parse_size, default=None, metavar="SIZE",
-                   help="target chunk size for pre-tokenization, e.g. 64M (default: chosen from the input)")
+    p.add_argument("--chunk-bytes", type=chunk_size, default=None, metavar="SIZE",
+                   help="target chunk size for pre-tokenization, at least 4K, e.g. 64M (default: chosen "
+                        "from the input)")
     p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
                    help="RAM budget for the whole process tree, e.g. 8G or 500M (default: 8G, or less "
                         "when less RAM is available); the run plans workers, chunks and spilling to fit")
@@ -127,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="curate the input by character-bigram entropy before training (any method; "
                         "see tools/curate.py)")
     s.add_argument("--entropy-seed", type=int, default=0, metavar="S", help="seed of --entropy-filter (default 0)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    add_progress_flag(p)
     return p
 
 
@@ -142,12 +145,52 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.profile_memory:
-        from bpe_core.profile import profile_command, split_flag
+        def profiled() -> int:
+            from bpe_core.profile import profile_command, split_flag
 
-        prefix, rest = split_flag(argv)
-        r = profile_command([sys.executable, os.path.abspath(__file__), *rest], prefix, budget=args.memory_limit)
-        return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
-    return run_main(lambda: _train(args))
+            check_out_prefix(args.profile_memory)
+            _check_paths(args)                  # the run's own paths too, before it starts
+            prefix, rest = split_flag(argv)
+            r = profile_command([sys.executable, os.path.abspath(__file__), *rest], prefix,
+                                budget=args.memory_limit)
+            if r.exit_code != 0:
+                _remove_created_out(args)
+            return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
+        return run_main(profiled, "train_bpe.py")
+    return run_main(lambda: _train_or_clean(args), "train_bpe.py")
+
+
+def _remove_created_out(args) -> None:
+    """Remove the output folder this run created, when it is still empty (a failed run)."""
+    if getattr(args, "created_out", False):
+        try:
+            os.rmdir(args.out)
+        except OSError:
+            pass
+
+
+def _train_or_clean(args) -> int:
+    """``_train``; a failed run leaves no empty output folder that it created."""
+    try:
+        return _train(args)
+    except BaseException:
+        _remove_created_out(args)
+        raise
+
+
+def _check_paths(args) -> str:
+    """Check the input and every output path before any work; returns the input path."""
+    from bpe_core.corpus import check_input
+
+    input_path = args.input if args.input is not None else _default_input()
+    check_input(input_path)
+    if args.spill_dir is not None:
+        check_work_dir(args.spill_dir, "--spill-dir folder")
+    if not args.plan:
+        if not os.path.isdir(args.out):
+            args.created_out = True          # removed again if the run fails before writing
+        check_out_dir(args.out)
+    return input_path
 
 
 def _train(args) -> int:
@@ -173,14 +216,13 @@ def _train(args) -> int:
                              heldout_fraction=args.heldout_fraction, supratok_rounds=args.supratok_rounds,
                              script_aware=not args.no_script_aware, script_bigram_min=args.script_bigram_min,
                              entropy_filter=args.entropy_filter, entropy_seed=args.entropy_seed,
-                             progress=not args.no_progress)
+                             progress=args.progress)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    from bpe_core.corpus import check_input
     from bpe_core.memmon import phase
     from bpe_core.trainer import plan
 
-    check_input(input_path)
+    _check_paths(args)
     the_plan = plan(config)           # a budget that cannot fit fails here, before any work
     if args.plan:
         print(the_plan.describe())
@@ -188,7 +230,7 @@ def _train(args) -> int:
     for note in the_plan.notes:
         if "workers asked for" in note:       # --workers capped to what the cores and budget can use
             print(f"train_bpe.py: note: {note}", file=sys.stderr)
-    out = check_out_dir(args.out)
+    out = args.out
 
     result = train(config)
     report = result.report
