@@ -65,7 +65,7 @@ def output_mode(path: str | os.PathLike) -> int:
 def _mkstemp_beside(path: str) -> tuple[int, str]:
     """A temp file in the folder of ``path``, with the mode the output should end up with."""
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".tmp-")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + f".tmp-{os.getpid()}-")
     try:
         os.fchmod(fd, output_mode(path))
     except BaseException:
@@ -116,23 +116,80 @@ def atomic_path(path: str | os.PathLike) -> tuple[str, callable]:
     return tmp, commit
 
 
-def remove_stale(path: str | os.PathLike, kinds: tuple[str, ...] = ("tmp",), min_age: float = 60.0) -> list[str]:
-    """Remove what a killed writer of ``path`` left beside it: ``.<name>.tmp-*`` files (and, with
-    ``kinds=("tmp", "spill")``, ``.<name>.spill-*`` folders) untouched for ``min_age`` seconds.
+def owner_pid(name: str, prefix: str) -> int | None:
+    """The pid written into a temp name after ``prefix`` (``<prefix><pid>-<random>``), if any.
 
-    A writer that is still running keeps touching its temp file, so it is left alone.
+    >>> owner_pid(".ids.npy.tmp-4242-abc", ".ids.npy.tmp-"), owner_pid(".ids.npy.tmp-abc", ".ids.npy.tmp-")
+    (4242, None)
     """
-    import shutil
+    head = name[len(prefix):].split("-", 1)[0]
+    return int(head) if head.isdigit() and "-" in name[len(prefix):] else None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:          # exists, owned by someone else
+        return True
+    return True
+
+
+def is_stale(full: str, name: str, prefix: str, min_age: float) -> bool:
+    """A temp file or folder left by a writer that is gone: its pid (in the name) no longer runs,
+    or, for a name without a pid, it was untouched for ``min_age`` seconds."""
     import time
 
+    pid = owner_pid(name, prefix)
+    if pid is not None:
+        return pid != os.getpid() and not pid_alive(pid)
+    try:
+        return time.time() - os.path.getmtime(full) >= min_age
+    except OSError:
+        return False
+
+
+def remove_stale(path: str | os.PathLike, kinds: tuple[str, ...] = ("tmp",), min_age: float = 60.0) -> list[str]:
+    """Remove what a killed writer of ``path`` left beside it: ``.<name>.tmp-*`` files (and, with
+    ``kinds=("tmp", "spill")``, ``.<name>.spill-*`` folders) whose writer is gone.
+
+    Temp names carry the writer's pid (``.<name>.tmp-<pid>-*``): a run killed with SIGKILL leaves
+    them, and the next run removes them at once; a writer that still runs is left alone. Names
+    without a pid (older versions) go when untouched for ``min_age`` seconds.
+    """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     base = "." + os.path.basename(path) + "."
+    return remove_stale_in(folder, [base + kind + "-" for kind in kinds], min_age)
+
+
+def remove_stale_in(folder: str, prefixes: list[str], min_age: float = 60.0) -> list[str]:
+    """``remove_stale`` for any name prefixes in ``folder`` (e.g. ``bpe_core-spill-``)."""
+    import shutil
+
     removed = []
     try:
         names = os.listdir(folder)
     except OSError:
         return removed
+    for name in names:
+        prefix = next((p for p in prefixes if name.startswith(p)), None)
+        if prefix is None:
+            continue
+        full = os.path.join(folder, name)
+        try:
+            if not is_stale(full, name, prefix, min_age):
+                continue
+            if os.path.isdir(full):
+                shutil.rmtree(full, ignore_errors=True)
+            else:
+                os.unlink(full)
+            removed.append(full)
+        except OSError:
+            pass
+    return removed
     now = time.time()
     for name in names:
         if not any(name.startswith(base + kind + "-") for kind in kinds):

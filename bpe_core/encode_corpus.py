@@ -253,7 +253,7 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
     stamp = FileStamp.of(input_path)
 
     folder = os.path.dirname(os.path.abspath(out_path))
-    spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + ".spill-")
+    spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
     tmp = None
     bar = _progress(size, progress)
     monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)

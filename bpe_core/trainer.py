@@ -33,6 +33,7 @@ from .memmon import MemoryMonitor, phase
 from .model_io import Model
 from .patterns import encode_specials, resolve_pattern
 from .wordtable import WordTable
+from ._atomic import remove_stale_in
 from .workers import FileStamp, check_total, read_range, run_ordered
 
 @dataclass
@@ -196,6 +197,8 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
 
 
 FOLD_FANOUT = 4
+#: Spill folders are named ``bpe_core-spill-<pid>-*``: a later run removes those of a dead pid.
+SPILL_PREFIX = "bpe_core-spill-"
 
 
 def _table_bytes(table: tuple) -> int:
@@ -222,7 +225,9 @@ class _Spill:
         if self.threshold is None or sum(_table_bytes(t) for t in tables) <= self.threshold:
             return tables
         if self._dir is None:
-            self._dir = tempfile.TemporaryDirectory(prefix="bpe_core-spill-", dir=self.folder)
+            folder = self.folder or tempfile.gettempdir()
+            remove_stale_in(folder, [SPILL_PREFIX])          # what a killed run left
+            self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{os.getpid()}-", dir=folder)
         for arena, offsets, counts in tables:
             base = os.path.join(self._dir.name, f"run{self.n_runs:05d}")
             for name, arr in (("arena", arena), ("offsets", offsets), ("counts", counts)):
