@@ -13,7 +13,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+
+
+def _early_exit(signum, frame):
+    """A signal while the modules below load (about half a second): one line and exit 130 / 143,
+    not a traceback from inside an import (``main`` hands SIGINT back to Python before the work)."""
+    what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+    print(f"train_bpe.py: {what} before it started", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, _early_exit)
+    signal.signal(signal.SIGTERM, _early_exit)
 
 try:
     import bpe_core  # noqa: F401  (the installed package)
@@ -143,6 +157,7 @@ def _transition(text: str) -> float | int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C: KeyboardInterrupt, run_main -> 130
     args = build_parser().parse_args(argv)
     if args.profile_memory:
         def profiled() -> int:
