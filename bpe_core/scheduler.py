@@ -422,11 +422,22 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     lo1, _ = chunks_for(1)
     spill_table = min(table, MIN_SPILL_BYTES)
     count_floor = _train_count_peak(1, lo1, spill_table, wo, po)
-    need = max(merge, count_floor) if exact else count_floor
-    if need > memory_limit:
-        raise BudgetError(_budget_message("training", input_bytes, memory_limit, need,
-                                          merge if exact else 0, count_floor, words, vocab_size),
-                          suggested_budget(need))
+    if count_floor > memory_limit or (exact and merge > memory_limit):
+        # Refused: name a budget for the whole run, so that one refusal is enough. Before counting,
+        # the merge phase is an estimate (Heaps' law with a margin): if the corpus has more unique
+        # pretokens than that, the run at the named budget counts and then refuses once more with
+        # the exact figure (the check after counting).
+        need = max(merge, count_floor)
+        if exact or merge < count_floor:
+            msg = _budget_message("training", input_bytes, memory_limit, need, merge, count_floor, words,
+                                  vocab_size)
+        else:
+            msg = (f"memory limit {fmt_bytes(memory_limit)} is too small for training on "
+                   f"{fmt_bytes(input_bytes)}: counting needs ~{fmt_bytes(count_floor)} with one worker and "
+                   f"the smallest chunks, and the merge phase an estimated ~{fmt_bytes(merge)} for "
+                   f"~{fmt_count(words)} unique pretokens; the smallest budget that works is "
+                   f"--memory-limit {fmt_size(suggested_budget(need))} (estimated from the input size)")
+        raise BudgetError(msg, suggested_budget(need))
     # Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
     spill = _train_count_peak(1, lo1, table, wo, po) > memory_limit
     kept = spill_table if spill else table       # table bytes reserved while choosing workers

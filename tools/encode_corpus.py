@@ -110,9 +110,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.plan:
             print(the_plan.describe())
             return 0
-        for note in the_plan.notes:
-            if "workers asked for" in note:   # --workers capped to what the cores and budget can use
-                print(f"encode_corpus.py: note: {note}", file=sys.stderr)
         try:
             result = encode_corpus(args.input, tok, args.out, num_workers=args.workers, memory_limit=limit,
                                    chunk_bytes=chunk, verify=args.verify, progress=args.progress)
@@ -123,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             with atomic_write(args.report, "w", encoding="utf-8") as f:
                 json.dump(result.report(), f, indent=2)
                 f.write("\n")
+        for note in result.plan["notes"]:
+            if "workers asked for" in note:   # --workers capped to what the cores and budget can use
+                print(f"encode_corpus.py: note: {note}", file=sys.stderr)
         print(result.summary())
         return 0
 

@@ -242,9 +242,6 @@ def _train(args) -> int:
     if args.plan:
         print(the_plan.describe())
         return 0
-    for note in the_plan.notes:
-        if "workers asked for" in note:       # --workers capped to what the cores and budget can use
-            print(f"train_bpe.py: note: {note}", file=sys.stderr)
     out = args.out
 
     result = train(config)
@@ -267,6 +264,9 @@ def _train(args) -> int:
     with atomic_write(os.path.join(out, "train_report.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
         f.write("\n")
+    for note in report["plan"]["notes"]:
+        if "workers asked for" in note:       # --workers capped to what the cores and budget can use
+            print(f"train_bpe.py: note: {note}", file=sys.stderr)
     secs = report["seconds"]
     print(f"trained {len(result.merges)} merges, vocab {len(result.vocab)} on {report['input_bytes']:,} bytes "
           f"({report['unique_pretokens']:,} unique pretokens) in {secs['total']:.2f}s "
