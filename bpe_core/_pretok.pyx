@@ -766,7 +766,7 @@ def split_ends(const uint8_t[::1] buf, int pattern_id):
 
 cdef enum:
     PIECES_CAP = 1024  # pretoken ends scanned per batch by split_pieces
-    PREFETCH = 8  # split_pieces prefetches the cached object this many pretokens ahead
+    PREFETCH = 16  # split_pieces prefetches the cached object this many pretokens ahead
     PIECE_CACHE = 1 << 16  # most slots of split_pieces' cache of short pretokens (2 MiB)
 
 
