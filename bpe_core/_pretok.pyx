@@ -21,6 +21,8 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy
 from libcpp.algorithm cimport sort
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 
 import numpy as np
 
@@ -760,6 +762,129 @@ def split_ends(const uint8_t[::1] buf, int pattern_id):
     ends_view = None  # release the buffer so the array can shrink in place
     ends.resize(n_ends, refcheck=False)
     return ends
+
+
+cdef enum:
+    PIECES_CAP = 1024  # pretoken ends scanned per batch by split_pieces
+    PREFETCH = 16  # split_pieces prefetches the cached object this many pretokens ahead
+    PIECE_CACHE = 1 << 16  # most slots of split_pieces' cache of short pretokens (2 MiB)
+
+
+# A short pretoken already turned into a bytes object (split_pieces): its zero-padded first 16
+# bytes and length identify it.
+cdef struct CachedPiece:
+    PyObject* obj  # a strong reference, or NULL
+    uint64_t w0
+    uint64_t w1
+    Py_ssize_t length
+
+
+cdef inline object _piece(CachedPiece* slot, const uint8_t* p, Py_ssize_t length, uint64_t w0,
+                          uint64_t w1):
+    """``bytes(p[0:length])``; a pretoken of up to 16 bytes (head words w0, w1) through its cache
+    slot.
+
+    Most pretokens are frequent short words, so most calls hand out (a new reference to) a bytes
+    object made before instead of allocating and copying one. Bytes are immutable: sharing is safe.
+    """
+    if length > 16:
+        return PyBytes_FromStringAndSize(<const char*>p, length)
+    if slot.obj != NULL and slot.w0 == w0 and slot.w1 == w1 and slot.length == length:
+        return <object>slot.obj
+    obj = PyBytes_FromStringAndSize(<const char*>p, length)
+    Py_XDECREF(slot.obj)
+    Py_INCREF(obj)
+    slot.obj = <PyObject*>obj
+    slot.w0 = w0
+    slot.w1 = w1
+    slot.length = length
+    return obj
+
+
+cdef void _piece_keys(const uint8_t* s, Py_ssize_t start, const int64_t* ends, Py_ssize_t got,
+                      const uint8_t* limit, uint64_t* keys, CachedPiece* cache,
+                      uint64_t mask) noexcept nogil:
+    """Head words and cache slot of each of a batch of pretokens (keys[3j..3j+2] = w0, w1, slot),
+    prefetching the slots: the lookups that follow then rarely wait for memory."""
+    cdef Py_ssize_t j, length
+    cdef uint64_t w0, w1, h
+    for j in range(got):
+        length = ends[j] - start
+        _head16(s + start, length, limit, &w0, &w1)
+        h = _hash(w0, w1, s + start, length if length <= 16 else 16) & mask
+        keys[3 * j] = w0
+        keys[3 * j + 1] = w1
+        keys[3 * j + 2] = h
+        bpe_prefetch(&cache[h])
+        start = ends[j]
+
+
+def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] specials):
+    """The pretokens of ``buf`` under a named pattern as a ``list[bytes]``, special tokens kept.
+
+    Contract: ``buf`` as in ``split_ends``; ``specials`` is a ``(k, 2)`` int64 array of the
+    ``[start, end)`` spans of the special tokens in ``buf``, sorted and not overlapping (as
+    ``patterns.specials_regex(...).finditer`` finds them). The text before, between and after them
+    is pre-tokenized span by span; each special token is one item. The items concatenate to
+    ``buf``; equal short items may be one shared ``bytes`` object.
+
+    >>> split_pieces(b"Hi  there!<s>ok", PATTERN_IDS["gpt2"], np.array([[10, 13]]))
+    [b'Hi', b' ', b' there', b'!', b'<s>', b'ok']
+
+    Plain equivalent: ``patterns.split_on_specials`` and, for each text part, the pieces
+    ``buf[ends[k-1]:ends[k]]`` of ``split_ends`` (the regex pieces, see there). The list is built
+    here over batches of ends, with no ``tolist()`` or slicing in Python.
+    """
+    _check_pattern_id(pattern_id)
+    cdef Py_ssize_t n = buf.shape[0], n_specials = specials.shape[0], k = 0, pos = 0, seg_end
+    cdef Py_ssize_t start, got, j, a, b, prev_end = 0
+    cdef int64_t ends[PIECES_CAP]
+    cdef uint64_t keys[3 * PIECES_CAP]
+    cdef const uint8_t* s = &buf[0] if n > 0 else NULL
+    cdef list out = []
+    cdef CachedPiece* cache
+    cdef PyObject* obj_ahead
+    cdef Py_ssize_t n_slots = 64
+    if n_specials > 0 and specials.shape[1] != 2:
+        raise ValueError(f"specials must have shape (k, 2), got ({n_specials}, {specials.shape[1]})")
+    for k in range(n_specials):
+        a = specials[k, 0]
+        b = specials[k, 1]
+        if not prev_end <= a < b <= n:
+            raise ValueError(f"special span {k} = [{a}, {b}) is empty, out of order or not inside "
+                             f"the buffer of {n} bytes")
+        prev_end = b
+    while n_slots < PIECE_CACHE and n_slots < n // 16:  # a small input gets a small cache
+        n_slots *= 2
+    cache = <CachedPiece*>calloc(n_slots, sizeof(CachedPiece))
+    if cache == NULL:
+        raise MemoryError()
+    try:
+        k = 0
+        while True:
+            seg_end = specials[k, 0] if k < n_specials else n
+            while pos < seg_end:
+                start = pos
+                got = _split_ends(pattern_id, s, &pos, seg_end, ends, PIECES_CAP)
+                _piece_keys(s, start, ends, got, s + n, keys, cache, n_slots - 1)
+                for j in range(got):
+                    if j + PREFETCH < got:  # the object of a later hit: its refcount is touched
+                        obj_ahead = cache[keys[3 * (j + PREFETCH) + 2]].obj
+                        if obj_ahead != NULL:
+                            bpe_prefetch(obj_ahead)
+                    out.append(_piece(&cache[keys[3 * j + 2]], s + start, ends[j] - start,
+                                      keys[3 * j], keys[3 * j + 1]))
+                    start = ends[j]
+            if k == n_specials:
+                break
+            out.append(PyBytes_FromStringAndSize(<const char*>(s + seg_end), specials[k, 1] - seg_end))
+            pos = specials[k, 1]
+            k += 1
+    finally:
+        for j in range(n_slots):
+            Py_XDECREF(cache[j].obj)
+        free(cache)
+    return out
 
 
 cdef object _table_to_arrays(CountTable* t):

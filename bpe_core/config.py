@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-from .patterns import DEFAULT_SPECIAL_TOKEN, resolve_pattern
+from .patterns import DEFAULT_SPECIAL_TOKEN, pattern_name, resolve_pattern
 
 
 #: The smallest ``--chunk-bytes`` / ``--chunk-size`` the tools take (the API takes any positive size).
@@ -43,7 +43,11 @@ class TrainConfig:
         input_path: the corpus, a text file (any encoding; read as bytes).
         vocab_size: target vocabulary size: 256 bytes + special tokens + merges.
         special_tokens: split out before pre-tokenization; never merged. Ids 256, 257, ...
-        pattern: ``gpt2``, ``cl100k``, ``o200k`` or a regex string.
+        pattern: a name, any case: ``gpt2`` (aliases ``r50k``, ``r50k_base``, ``p50k``,
+            ``p50k_base``), ``cl100k`` (``cl100k_base``), ``o200k`` (``o200k_base``), stored as its
+            canonical name; or a custom regex, which must contain a regex metacharacter (a string
+            without one is read as a name, so a misspelt name is a ValueError listing the names)
+            and compile. Text a custom regex does not match becomes pretokens of its own.
         num_workers: pre-tokenization processes (None: one per CPU core).
         chunk_bytes: target chunk size for pre-tokenization (None: chosen from the input size).
         memory_limit: RAM budget for the whole process tree, in bytes or as a size string such as
@@ -124,7 +128,9 @@ class TrainConfig:
             raise ValueError(
                 f"vocab_size {self.vocab_size} is below 256 + {len(self.special_tokens)} special token(s)"
                 f" = {256 + len(self.special_tokens)}")
-        resolve_pattern(self.pattern)        # raises ValueError naming a bad regex
+        resolve_pattern(self.pattern)        # ValueError: an unknown name (listing them) or a bad regex
+        if pattern_name(self.pattern) is not None and pattern_name(self.pattern) != self.pattern:
+            object.__setattr__(self, "pattern", pattern_name(self.pattern))   # "CL100K_BASE" -> "cl100k"
         if self.num_workers is not None and self.num_workers < 1:
             raise ValueError("num_workers must be >= 1")
         if self.memory_limit is not None:

@@ -1,17 +1,22 @@
 """Pre-tokenization: bytes in, pretokens out, byte-identical to the ``regex`` module.
 
-The truth for every pattern is ``regex``::
+The truth for every pattern is ``regex`` with gap filling (``patterns.regex_pieces``)::
 
     text = data.decode("utf-8", "surrogateescape")
-    pieces = [m.group().encode("utf-8", "surrogateescape") for m in regex.finditer(pattern, text)]
+    pieces = the non-empty matches of regex.finditer(pattern, text) and the texts between them,
+             each encoded back with surrogateescape
 
-For the named patterns (``gpt2``, ``cl100k``, ``o200k``, given by name or by their exact regex
-string) the native scanner in ``_pretok`` gives the same pieces straight from the UTF-8 bytes,
-about ten times faster; any other pattern runs through ``regex`` itself, with identical results and
-output formats. Special tokens are split off first, longest first, in both paths.
+For the named patterns (``gpt2``, ``cl100k``, ``o200k`` and their tiktoken aliases, or their exact
+regex strings; see ``patterns``) every text is covered by matches, and the native scanner in
+``_pretok`` gives the same pieces straight from the UTF-8 bytes, ten to twenty times faster. Any
+other pattern runs through ``regex`` itself, with identical output formats; text it does not match
+becomes pretokens of its own, so nothing is ever dropped. Special tokens are split off first,
+longest first, in both paths.
 
 >>> pretokenize("Hello world<|endoftext|>  it's", special_tokens=["<|endoftext|>"])
 [b'Hello', b' world', b'<|endoftext|>', b' ', b' it', b"'s"]
+>>> pretokenize("Hello, world", pattern="[a-z]+")    # the gaps are pretokens too
+[b'H', b'ello', b', ', b'world']
 """
 from __future__ import annotations
 
@@ -21,7 +26,8 @@ import numpy as np
 import regex
 
 from . import _pretok
-from .patterns import encode_specials, pattern_name, resolve_pattern, split_on_specials
+from .patterns import (encode_specials, pattern_name, regex_pieces, resolve_pattern, specials_regex,
+                       split_on_specials)
 
 __all__ = ["pretokenize", "pretoken_ends", "count_pretokens", "merge_counts", "is_native"]
 
@@ -40,11 +46,18 @@ def pretokenize(data: Union[str, bytes], pattern: str = "gpt2",
     Args:
         data: ``bytes`` (any bytes: invalid UTF-8 is kept, byte for byte) or ``str`` (encoded
             with ``surrogateescape``, so a ``str`` decoded that way round-trips).
-        pattern: ``"gpt2"``, ``"cl100k"``, ``"o200k"``, or any ``regex`` pattern.
+        pattern: a name (``"gpt2"``, ``"cl100k"``, ``"o200k"``, tiktoken's ``"r50k_base"``,
+            ``"p50k_base"``, ``"cl100k_base"``, ``"o200k_base"``; any case) or a custom ``regex``
+            (it must contain a regex metacharacter; see ``patterns``). Text a custom regex does
+            not match becomes pretokens of its own.
         special_tokens: split off first (longest first where they overlap); never pre-tokenized.
 
     Returns:
         ``list[bytes]`` whose concatenation is ``data``.
+
+    Raises:
+        ValueError: an unknown pattern name (the message lists the names), a regex that does not
+            compile, an empty or repeated special token.
 
     >>> pretokenize(b"a  b")
     [b'a', b' ', b' b']
@@ -53,16 +66,19 @@ def pretokenize(data: Union[str, bytes], pattern: str = "gpt2",
     """
     buf = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
     specials = encode_specials(special_tokens)
+    name = pattern_name(pattern)
+    if name is not None:      # natively, list included: one bytes object per pretoken, built in C
+        rx = specials_regex(specials)
+        spans = [m.span() for m in rx.finditer(buf)] if rx is not None else []
+        return _pretok.split_pieces(buf, _pretok.PATTERN_IDS[name],
+                                    np.array(spans, dtype=np.int64).reshape(-1, 2))
+    compiled = regex.compile(resolve_pattern(pattern))
     out: list[bytes] = []
     for piece, is_special in split_on_specials(buf, specials):
         if is_special:
             out.append(piece)
-            continue
-        ends = pretoken_ends(piece, pattern).tolist()
-        start = 0
-        for end in ends:
-            out.append(piece[start:end])
-            start = end
+        else:
+            out.extend(regex_pieces(piece, compiled))
     return out
 
 
@@ -139,9 +155,8 @@ def _as_uint8(buf: BufferLike) -> np.ndarray:
 
 
 def _regex_pieces(data: bytes, pattern: str) -> list[bytes]:
-    """The truth: ``regex.finditer`` over the surrogateescape-decoded text."""
-    text = data.decode("utf-8", "surrogateescape")
-    return [m.group().encode("utf-8", "surrogateescape") for m in regex.finditer(pattern, text)]
+    """The truth: ``regex.finditer`` over the surrogateescape-decoded text, gaps filled."""
+    return regex_pieces(data, regex.compile(pattern))
 
 
 def _regex_ends(view: np.ndarray, pattern: str) -> np.ndarray:

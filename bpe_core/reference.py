@@ -38,14 +38,30 @@ from .patterns import encode_specials, resolve_pattern, split_on_specials
 def pretokenize(data: bytes, pattern: str = "gpt2") -> list[bytes]:
     """Pre-tokenize one text piece (no special tokens in it) into pretoken bytes.
 
+    The pretokens are the non-empty matches of the pattern and, for a custom pattern that does not
+    cover the text, the texts between them: nothing is dropped, empty matches are skipped.
+
     >>> pretokenize(b"a  b")
     [b'a', b' ', b' b']
     >>> pretokenize(b"caf\\xe9!")   # invalid UTF-8 is kept byte for byte
     [b'caf', b'\\xe9!']
+    >>> pretokenize(b"Hi, you", r"[a-z]+")   # the text between matches is kept
+    [b'H', b'i', b', ', b'you']
     """
     text = data.decode("utf-8", "surrogateescape")
     rx = regex.compile(resolve_pattern(pattern))
-    return [m.group().encode("utf-8", "surrogateescape") for m in rx.finditer(text)]
+    pieces: list[str] = []
+    pos = 0                                   # end of the text handed out so far
+    for m in rx.finditer(text):
+        if m.end() == m.start():              # an empty match takes no text
+            continue
+        if m.start() > pos:                   # unmatched text before the match
+            pieces.append(text[pos:m.start()])
+        pieces.append(m.group())
+        pos = m.end()
+    if pos < len(text):                       # unmatched text at the end
+        pieces.append(text[pos:])
+    return [p.encode("utf-8", "surrogateescape") for p in pieces]
 
 
 def count_pretokens(data: bytes, special_tokens: Sequence[str | bytes] = (), pattern: str = "gpt2") -> Counter:

@@ -29,7 +29,7 @@ import regex
 
 from . import _encode, _pretok
 from .model_io import Model, ModelFormatError, load_gpt2
-from .patterns import encode_specials, pattern_name, resolve_pattern, specials_regex
+from .patterns import encode_specials, pattern_name, regex_pieces, resolve_pattern, specials_regex
 from .pretokenize import pretoken_ends
 
 __all__ = ["Tokenizer"]
@@ -401,7 +401,6 @@ class Tokenizer:
     def _iter_encode_regex(self, enc, buf, start: int, end: int, specials: bool = True, final: bool = True):
         """``_iter_encode`` with ``regex`` pre-tokenization and the special tokens found in Python."""
         ends_parts: list[np.ndarray] = []
-        gap_parts: list[tuple[int, np.ndarray]] = []   # (index offset, gap mask) for custom patterns
         special_at: list[int] = []
         special_ids: list[int] = []
         n_pieces = 0
@@ -409,19 +408,17 @@ class Tokenizer:
         batch_bytes = 0
 
         def flush(upto: int):
-            nonlocal ends_parts, gap_parts, special_at, special_ids, n_pieces, batch_start, batch_bytes
+            nonlocal ends_parts, special_at, special_ids, n_pieces, batch_start, batch_bytes
             if n_pieces:
                 ends = ends_parts[0] if len(ends_parts) == 1 else np.concatenate(ends_parts)
                 forced = None
-                if special_at or gap_parts:
+                if special_at:
                     forced = np.full(n_pieces, -1, dtype=np.int64)
-                    for off, gaps in gap_parts:
-                        forced[off: off + len(gaps)][gaps] = -2
                     forced[special_at] = special_ids
                 ids = enc.encode_pieces(buf, ends, batch_start, forced)
             else:
                 ids = None
-            ends_parts, gap_parts, special_at, special_ids = [], [], [], []
+            ends_parts, special_at, special_ids = [], [], []
             n_pieces = 0
             batch_start = upto
             batch_bytes = 0
@@ -430,10 +427,8 @@ class Tokenizer:
         def add_text(s: int, e: int, open_end: bool) -> int:
             """Queue the pretokens of text ``[s, e)``; returns where the queued text ends."""
             nonlocal n_pieces, batch_bytes
-            ends, gaps, resume = self._text_ends(buf, s, e, open_end)
+            ends, resume = self._text_ends(buf, s, e, open_end)
             if len(ends):
-                if gaps is not None:
-                    gap_parts.append((n_pieces, gaps))
                 ends_parts.append(ends)
                 n_pieces += len(ends)
                 batch_bytes += resume - s
@@ -485,66 +480,48 @@ class Tokenizer:
     def _text_ends(self, buf, s: int, e: int, open_end: bool):
         """Pretoken ends of text ``buf[s:e]`` (no special tokens in it), as absolute offsets.
 
-        Returns ``(ends, gaps, resume)``: ``gaps`` is None, or a bool mask of the pieces that are
-        unmatched text (custom patterns may skip text; it encodes to nothing, as in the reference).
-        With ``open_end`` the text may continue after ``e``: an unfinished UTF-8 character and the
+        Returns ``(ends, resume)``. With ``open_end`` the text may continue after ``e``: an unfinished UTF-8 character and the
         last ``_HOLD_BACK`` pretokens are left out, and ``resume`` is where the next call starts.
         """
         if open_end:
             if self._pattern_name is None:
-                return np.zeros(0, dtype=np.int64), None, s
+                return np.zeros(0, dtype=np.int64), s
             e = _utf8_stable_end(buf, s, e)
         if e <= s:
-            return np.zeros(0, dtype=np.int64), None, s
-        ends, gaps = self._pretoken_ends(buf, s, e)
+            return np.zeros(0, dtype=np.int64), s
+        ends = self._pretoken_ends(buf, s, e)
         if open_end:
             keep = len(ends) - _HOLD_BACK
             if keep <= 0:
-                return np.zeros(0, dtype=np.int64), None, s
-            return ends[:keep], None, int(ends[keep - 1])
-        return ends, gaps, e
+                return np.zeros(0, dtype=np.int64), s
+            return ends[:keep], int(ends[keep - 1])
+        return ends, e
 
     def _pretoken_ends(self, buf, s: int, e: int):
-        """Pre-tokenize ``buf[s:e]``: absolute end offsets and (custom patterns) a gap mask.
+        """Pre-tokenize ``buf[s:e]``: absolute end offsets.
 
         The one place that calls the pre-tokenizer: the native scanner for the named patterns
-        (byte-identical to ``regex``), else ``regex`` itself.
+        (byte-identical to ``regex``), else ``regex`` itself, the text between its matches kept as
+        pretokens of their own (``patterns.regex_pieces``), so every byte is encoded.
         """
         if self._pattern_name is not None and _NATIVE_PRETOKENIZER:
-            return s + pretoken_ends(memoryview(buf)[s:e], self._pattern_name), None
+            return s + pretoken_ends(memoryview(buf)[s:e], self._pattern_name)
         data = bytes(buf[s:e])
         text = data.decode("utf-8", "surrogateescape")
         if self._pattern_name is not None:    # the regex path, kept for comparisons (bench_encode)
             pieces = self._rx.findall(text)
             char_ends = np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)))
             if len(text) == e - s:          # one char per byte: char offsets are byte offsets
-                return s + char_ends, None
+                return s + char_ends
             starts = np.flatnonzero((np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80)
             if len(starts) == len(text):    # valid UTF-8: a char starts at each non-continuation byte
-                return s + np.append(starts, e - s)[char_ends], None
+                return s + np.append(starts, e - s)[char_ends]
             lengths = np.fromiter((len(p.encode("utf-8", "surrogateescape")) for p in pieces),
                                   dtype=np.int64, count=len(pieces))
-            return s + np.cumsum(lengths), None
-        # Custom pattern: the text between matches becomes a gap piece that encodes to nothing.
-        ends: list[int] = []
-        gaps: list[bool] = []
-        pos_c, pos_b = 0, s
-        for m in self._rx.finditer(text):
-            a, b = m.span()
-            if a == b:
-                continue
-            if a > pos_c:
-                pos_b += len(text[pos_c:a].encode("utf-8", "surrogateescape"))
-                ends.append(pos_b)
-                gaps.append(True)
-            pos_b += len(text[a:b].encode("utf-8", "surrogateescape"))
-            ends.append(pos_b)
-            gaps.append(False)
-            pos_c = b
-        if pos_c < len(text):
-            ends.append(e)
-            gaps.append(True)
-        return np.asarray(ends, dtype=np.int64), np.asarray(gaps, dtype=bool)
+            return s + np.cumsum(lengths)
+        pieces = regex_pieces(data, self._rx)
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        return s + np.cumsum(lengths)
 
 
 def _special_table(special_bytes: Sequence[bytes], ids: Sequence[int]) -> "_encode.SpecialTable | None":

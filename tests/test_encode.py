@@ -277,7 +277,7 @@ def test_small_cache_is_cleared_and_stays_exact():
     tok = gpt2_tokenizer()
     text = fixture_text("corpus.en")[:20_000]
     data = text.encode()
-    ends = tok._pretoken_ends(data, 0, len(data))[0]
+    ends = tok._pretoken_ends(data, 0, len(data))
     enc = _encode.Encoder(tok._table, max_entries=3, max_cached_len=8)
     assert enc.encode_pieces(data, ends).tolist() == tok.encode(text)
     assert enc.cache_info()["entries"] <= 3

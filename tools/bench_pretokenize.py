@@ -5,8 +5,14 @@ measures, in MB/s of UTF-8 input (median of ``--runs`` runs):
 
 - ``regex``         ``for m in regex.finditer(pattern, text): pass`` (text already decoded)
 - ``regex+Counter`` ``Counter(regex.findall(pattern, text))`` (the fastest plain-Python count)
+- ``findall``       ``regex.findall(pattern, text)`` (the cheapest ``regex`` list: ``list[str]``)
 - ``split``         ``_pretok.split_ends(buf, pattern)`` (all pretoken ends, int64)
 - ``count``         ``_pretok.count_pretokens(buf, [[0, len]], pattern)`` (sorted word table)
+- ``list``          ``pretokenize.pretokenize(buf, pattern, ["<|endoftext|>"])`` (the list API:
+  ``list[bytes]``, special tokens split off, built natively by ``_pretok.split_pieces``)
+
+Ratios: ``split/regex``, ``list/regex`` (the list API against the bare ``finditer`` loop, which
+builds nothing), ``list/findall`` and ``count/Counter``.
 
 Times are the process's CPU time (``time.process_time``), so a shared, busy machine slows the
 figures less than wall time would (caches and memory bandwidth are still shared); everything runs
@@ -16,6 +22,7 @@ and checks on the way that the native pretokens equal the regex ones. Usage::
 
     python tools/bench_pretokenize.py                      # gpt2, 50 MB of en_train
     python tools/bench_pretokenize.py --patterns gpt2 cl100k o200k --en-mb 20 --runs 5
+    python tools/bench_pretokenize.py --input /tmp/en_heldout.txt --patterns gpt2 cl100k o200k
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bpe_core import _pretok  # noqa: E402
 from bpe_core.patterns import PATTERNS  # noqa: E402
+from bpe_core.pretokenize import pretokenize  # noqa: E402
 
 DEFAULT_CORPORA = ROOT.parent / "shared" / "corpora"
 
@@ -90,8 +98,10 @@ def bench_one(data: bytes, name: str, runs: int) -> dict:
         "MB": mb,
         "regex": mb / _median_seconds(run_regex, runs),
         "regex+Counter": mb / _median_seconds(lambda: Counter(pattern.findall(text)), runs),
+        "findall": mb / _median_seconds(lambda: pattern.findall(text), runs),
         "split": mb / _median_seconds(lambda: _pretok.split_ends(buf, pid), runs),
         "count": mb / _median_seconds(lambda: _pretok.count_pretokens(buf, spans, pid), runs),
+        "list": mb / _median_seconds(lambda: pretokenize(data, name, ["<|endoftext|>"]), runs),
     }
 
 
@@ -102,24 +112,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--en-mb", type=float, default=50.0, help="MB of en_train and ood_code")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", nargs="*", default=None, help="corpus names to run (e.g. en_train ja)")
+    parser.add_argument("--input", nargs="*", default=None, metavar="FILE",
+                        help="plain text files to run instead of the corpora (e.g. /tmp/en_heldout.txt)")
     args = parser.parse_args(argv)
 
     corpora = pathlib.Path(args.corpora)
-    if not corpora.is_dir():
+    if not args.input and not corpora.is_dir():
         print(f"{corpora}: corpora folder not found", file=sys.stderr)
         return 2
     n_bytes = int(args.en_mb * 1e6)
     with tempfile.TemporaryDirectory(prefix="bench_pretok_") as tmp:
-        inputs = [(p.name.split(".")[0], lambda p=p: _load_xz_slice(p, n_bytes, tmp))
-                  for p in (corpora / "en_train.txt.xz", corpora / "ood_code.txt.xz")]
-        inputs += [(p.stem, p.read_bytes) for p in sorted((corpora / "multi").glob("*.txt"))]
+        if args.input:
+            inputs = [(pathlib.Path(f).name.split(".")[0][:9], pathlib.Path(f).read_bytes) for f in args.input]
+        else:
+            inputs = [(p.name.split(".")[0], lambda p=p: _load_xz_slice(p, n_bytes, tmp))
+                      for p in (corpora / "en_train.txt.xz", corpora / "ood_code.txt.xz")]
+            inputs += [(p.stem, p.read_bytes) for p in sorted((corpora / "multi").glob("*.txt"))]
         if args.only:
             inputs = [(k, load) for k, load in inputs if k in args.only]
-        cols = ["MB", "regex", "regex+Counter", "split", "count"]
+        cols = ["MB", "regex", "regex+Counter", "findall", "split", "count", "list"]
         print(f"# MB/s of CPU time on one core, median of {args.runs} runs; regex {regex.__version__}, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
         header = f"{'pattern':7} {'corpus':9} " + " ".join(f"{c:>13}" for c in cols) + \
-            f" {'split/regex':>11} {'count/Counter':>13}"
+            f" {'split/regex':>11} {'count/Counter':>13} {'list/regex':>10} {'list/findall':>12}"
         print(header)
         print("-" * len(header))
         for key, load in inputs:
@@ -127,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.patterns:
                 r = bench_one(data, name, args.runs)
                 print(f"{name:7} {key:9} " + " ".join(f"{r[c]:13.1f}" for c in cols)
-                      + f" {r['split'] / r['regex']:10.1f}x {r['count'] / r['regex+Counter']:12.1f}x",
+                      + f" {r['split'] / r['regex']:10.1f}x {r['count'] / r['regex+Counter']:12.1f}x"
+                      + f" {r['list'] / r['regex']:9.1f}x {r['list'] / r['findall']:11.1f}x",
                       flush=True)
     return 0
 

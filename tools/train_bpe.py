@@ -40,7 +40,7 @@ from bpe_core.cli_util import (ArgumentParser, CliError, check_out_dir, check_ou
 from bpe_core.config import TrainConfig, parse_size  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
 from bpe_core.model_io import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_folder  # noqa: E402
-from bpe_core.patterns import DEFAULT_SPECIAL_TOKEN, PATTERNS  # noqa: E402
+from bpe_core.patterns import DEFAULT_SPECIAL_TOKEN, is_pattern_name, pattern_name, pattern_names  # noqa: E402
 from bpe_core.progress import add_progress_flag  # noqa: E402
 
 SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "data", "sample.txt")
@@ -74,8 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"a special token, split out before counting and never merged; repeat for "
                         f"several (default: {DEFAULT_SPECIAL_TOKEN})")
     p.add_argument("--no-special-tokens", action="store_true", help="use no special tokens at all")
-    p.add_argument("--pattern", default="gpt2", metavar="PAT",
-                   help=f"pre-tokenization pattern: {', '.join(PATTERNS)}, or a regex (default: gpt2)")
+    p.add_argument("--pattern", default=None, metavar="NAME",
+                   help=f"pre-tokenization pattern by name, any case: {pattern_names()} (default: gpt2)")
+    p.add_argument("--regex", default=None, metavar="REGEX",
+                   help="a custom pre-tokenization regex (Python 'regex' syntax) instead of --pattern; "
+                        "text it does not match becomes pretokens of its own")
     p.add_argument("--workers", "--num-workers", type=int, default=None, dest="num_workers", metavar="N",
                    help="pre-tokenization worker threads (default: one per CPU core; capped at the cores)")
     p.add_argument("--chunk-bytes", type=chunk_size, default=None, metavar="SIZE",
@@ -148,6 +151,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _pattern(args) -> str:
+    """The pattern from ``--pattern NAME`` (names only) or ``--regex REGEX`` (always a regex)."""
+    if args.pattern is not None and args.regex is not None:
+        raise CliError("--pattern and --regex contradict each other (give one)")
+    if args.regex is not None:
+        if not args.regex:
+            raise CliError("--regex: the regex is empty")
+        # A regex without metacharacters would be read as a name: (?:...) keeps its meaning.
+        return f"(?:{args.regex})" if is_pattern_name(args.regex) else args.regex
+    if args.pattern is None:
+        return "gpt2"
+    name = pattern_name(args.pattern)
+    if name is None or not is_pattern_name(args.pattern):
+        raise CliError(f"--pattern: unknown pattern name {args.pattern!r}; the names are {pattern_names()} "
+                       f"(for a custom regex use --regex)")
+    return name
+
+
 def _transition(text: str) -> float | int:
     value = float(text)
     if value <= 0:
@@ -215,9 +236,10 @@ def _train(args) -> int:
     if args.no_special_tokens and args.special_tokens:
         raise CliError("--no-special-tokens and --special-token contradict each other")
     specials = () if args.no_special_tokens else tuple(args.special_tokens or (DEFAULT_SPECIAL_TOKEN,))
+    pattern = _pattern(args)
     try:
         config = TrainConfig(input_path=input_path, vocab_size=args.vocab_size, special_tokens=specials,
-                             pattern=args.pattern, num_workers=args.num_workers,
+                             pattern=pattern, num_workers=args.num_workers,
                              chunk_bytes=args.chunk_bytes, memory_limit=args.memory_limit,
                              min_pretoken_count=args.min_pretoken_count, spill_dir=args.spill_dir,
                              method=args.method, transition=args.transition,
