@@ -1,6 +1,6 @@
 """Build the Cython kernels of bpe_core.
 
-Every ``bpe_core/_*.pyx`` becomes one extension module (C++, so the kernels can use
+Every ``bpe_core/**/_*.pyx`` (e.g. ``bpe_core/engine/_engine.pyx`` -> ``bpe_core.engine._engine``) becomes one extension module (C++, so the kernels can use
 ``libcpp.vector``). Environment toggles, as in scikit-learn's developer docs:
 
 - ``BPE_CORE_CYTHON_DEBUG=1``  turn boundscheck/wraparound/initializedcheck back on.
@@ -23,12 +23,15 @@ def _flag(name):
     return os.environ.get(name, "0") not in ("", "0", "false", "False")
 
 
+# Dotted module names of the kernels, e.g. "bpe_core.engine._engine".
 MOD_NAMES = sorted(
-    os.path.splitext(os.path.basename(p))[0]
-    for p in glob.glob(os.path.join(HERE, "bpe_core", "_*.pyx"))
+    os.path.relpath(os.path.splitext(p)[0], HERE).replace(os.sep, ".")
+    for p in glob.glob(os.path.join(HERE, "bpe_core", "**", "_*.pyx"), recursive=True)
 )
-if os.environ.get("BPE_CORE_MODULES"):
-    MOD_NAMES = [m for m in MOD_NAMES if m in os.environ["BPE_CORE_MODULES"].split(",")]
+if os.environ.get("BPE_CORE_MODULES"):       # short names: BPE_CORE_MODULES=_engine,_pretok
+    MOD_NAMES = [m for m in MOD_NAMES if m.rsplit(".", 1)[1] in os.environ["BPE_CORE_MODULES"].split(",")]
+#: Folders of the kernels (their headers, e.g. ``pretok/_unicode_tables.h``, are found from any of them).
+KERNEL_DIRS = sorted({os.path.join(HERE, *m.split(".")[:-1]) for m in MOD_NAMES})
 
 DEBUG = _flag("BPE_CORE_CYTHON_DEBUG")
 TRACE = _flag("BPE_CORE_CYTHON_TRACE")
@@ -45,7 +48,7 @@ COMPILER_DIRECTIVES = {
 
 def _clean():
     for pattern in ("_*.cpp", "_*.c", "_*.so", "_*.html", "_*.pyd"):
-        for path in glob.glob(os.path.join(HERE, "bpe_core", pattern)):
+        for path in glob.glob(os.path.join(HERE, "bpe_core", "**", pattern), recursive=True):
             print("removing", os.path.relpath(path, HERE))
             os.remove(path)
 
@@ -62,10 +65,10 @@ def _extensions():
         compile_args = ["-O3", "-std=c++17", "-Wno-unused-function", "-Wno-unreachable-code"]
     exts = [
         Extension(
-            f"bpe_core.{name}",
-            [f"bpe_core/{name}.pyx"],
+            name,
+            [name.replace(".", "/") + ".pyx"],
             language="c++",
-            include_dirs=[os.path.join(HERE, "bpe_core")],
+            include_dirs=KERNEL_DIRS,
             define_macros=macros,
             extra_compile_args=compile_args,
         )

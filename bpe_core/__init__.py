@@ -11,13 +11,13 @@ def _check_extensions() -> None:
     directory is the repository root), and otherwise ends in a confusing circular-import error.
     """
     try:
-        from . import _engine  # noqa: F401
+        from .engine import _engine  # noqa: F401
     except ImportError as exc:
         import importlib.machinery
         import os
 
         here = os.path.dirname(os.path.abspath(__file__))
-        built = any(os.path.exists(os.path.join(here, "_engine" + suffix))
+        built = any(os.path.exists(os.path.join(here, "engine", "_engine" + suffix))
                     for suffix in importlib.machinery.EXTENSION_SUFFIXES)
         if built:
             raise                       # built but broken: the real error says more
@@ -28,12 +28,12 @@ def _check_extensions() -> None:
 
 
 _check_extensions()
-from .config import TrainConfig
-from .encode_corpus import encode_corpus
-from .model_io import Model, load_model as load
-from .pretokenize import pretokenize
-from .tokenizer import Tokenizer
-from .trainer import TrainResult, train, train_bpe
+from .config import TrainConfig  # noqa: E402
+from .encode.encode_corpus import encode_corpus  # noqa: E402
+from .encode.tokenizer import Tokenizer  # noqa: E402
+from .formats.model import Model, load_model as load  # noqa: E402
+from .pretok.pretokenize import pretokenize  # noqa: E402
+from .training import TrainResult, train, train_bpe  # noqa: E402
 
 __version__ = "0.1.0"
 

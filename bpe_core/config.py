@@ -6,33 +6,15 @@ accepts the same names.
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Optional
 
-from .patterns import DEFAULT_SPECIAL_TOKEN, pattern_name, resolve_pattern
+from .corpus.specials import DEFAULT_SPECIAL_TOKEN
+from .formats import registry
+from .pretok.patterns import pattern_name, resolve_pattern
+from .runtime.budget import parse_size
+from .runtime.progress import check_mode
 
-
-#: The smallest ``--chunk-bytes`` / ``--chunk-size`` the tools take (the API takes any positive size).
-MIN_CLI_CHUNK_BYTES = 4 << 10
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str | int) -> int:
-    """Parse a byte size: ``"8G"``, ``"500M"``, ``"1.5GB"``, ``"2GiB"``, ``"4096"`` (binary units).
-
-    >>> parse_size("8G"), parse_size("500M"), parse_size(1024)
-    (8589934592, 524288000, 1024)
-    """
-    if isinstance(text, int):
-        return text
-    m = _SIZE.match(str(text))
-    if not m:
-        raise ValueError(f"cannot parse size {text!r} (examples: 8G, 500M, 1.5GB)")
-    num = float(m.group(1))
-    mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
-    return int(num * mult)
 
 
 @dataclass(frozen=True)
@@ -139,24 +121,10 @@ class TrainConfig:
                 raise ValueError("memory_limit must be positive")
         if self.min_pretoken_count < 1:
             raise ValueError("min_pretoken_count must be >= 1")
-        if self.method not in ("bpe", "superbpe", "supratok"):
-            raise ValueError(f"unknown method {self.method!r} (bpe, superbpe, supratok)")
         if self.stage2_split not in ("default", "official"):
             raise ValueError(f"unknown stage2_split {self.stage2_split!r} (default, official)")
         object.__setattr__(self, "forbidden", tuple(self.forbidden))
-        if self.method == "supratok":
-            if not 2 <= self.seed_max_n <= 6 or not 2 <= self.span_max_n <= 5:
-                raise ValueError("seed_max_n must be in 2..6 and span_max_n in 2..5")
-            if self.seed_min_count < 1 or self.span_min_count < 1 or self.span_max_candidates < 0:
-                raise ValueError("seed_min_count, span_min_count must be >= 1, span_max_candidates >= 0")
-            if not 0.0 <= self.heldout_fraction < 1.0:
-                raise ValueError("heldout_fraction must be in [0, 1)")
-            if self.supratok_rounds < 0 or self.script_bigram_min < 0:
-                raise ValueError("supratok_rounds and script_bigram_min must be >= 0")
-        if self.method in ("superbpe", "supratok"):
-            from .superbpe import resolve_transition
-            resolve_transition(self.transition, self.vocab_size, len(self.special_tokens))
-        from .progress import check_mode
+        registry.get(self.method).check_config(self)    # ValueError: an unknown method, bad options
         check_mode(self.progress)
         if self.max_words < 1:
             raise ValueError("max_words must be >= 1")

@@ -13,8 +13,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .export import load_any
-from .model_io import Model
+from . import methods  # noqa: F401  (registers the methods)
+from .encode.tokenizer import StageAwareTokenizer, Tokenizer
+from .formats import registry
+from .formats.model import Model, load_any
 
 _CROSS = re.compile(rb"[^\s][\s]")
 
@@ -22,10 +24,8 @@ _CROSS = re.compile(rb"[^\s][\s]")
 def load_encoder(path: str | os.PathLike) -> tuple[Model, Callable[[bytes], list[int]]]:
     """The model in ``path`` (``model.json``, or a folder of GPT-2 ``vocab.json`` + ``merges.txt``)
     and the encode function that reproduces its training (stage-aware for SuperBPE and SupraTok)."""
-    from .tokenizer import STAGE_AWARE_METHODS, StageAwareTokenizer, Tokenizer
-
     model = load_any(path)
-    if model.method in STAGE_AWARE_METHODS:
+    if registry.get(model.method).stage_aware:
         return model, StageAwareTokenizer(model).encode
     return model, Tokenizer(model.vocab, model.merges, model.special_tokens, model.pattern).encode
 

@@ -7,7 +7,7 @@
 - **tiktoken**: a ranks file (``base64(token) rank`` per line, what ``tiktoken.load.load_tiktoken_bpe``
   reads; rank = our token id) plus a sidecar ``<out>.json`` with the pattern and the special tokens
   (``load_tiktoken_encoding`` builds the ``tiktoken.Encoding``).
-- **GPT-2** ``vocab.json`` + ``merges.txt`` (``model_io.dump_gpt2``).
+- **GPT-2** ``vocab.json`` + ``merges.txt`` (``formats.model.dump_gpt2``).
 
 Every file is written atomically. Ids are never renumbered. Two caveats, both measured in
 ``tests/test_export.py`` and explained in ``docs/formats.md``:
@@ -26,38 +26,14 @@ import json
 import os
 from typing import Any
 
-from ._atomic import atomic_write
-from .model_io import (MERGES_FILE, MODEL_FILE, VOCAB_FILE, Model, check_model, dump_gpt2, load_gpt2,
-                       load_model, token_to_gpt2)
-from .patterns import resolve_pattern
+from .encode.tokenizer import Tokenizer
+from .formats import registry
+from .formats.model import MERGES_FILE, VOCAB_FILE, Model, check_model, dump_gpt2, token_to_gpt2
+from .runtime.atomic import atomic_write
 
 FORMATS = ("hf", "tiktoken", "gpt2")
 HF_FILE = "tokenizer.json"
 TIKTOKEN_FILE = "tokenizer.tiktoken"
-
-
-# ==== Loading ================================================================================
-
-
-def load_any(path: str | os.PathLike) -> Model:
-    """A native ``model.json`` (file or folder), or a folder with GPT-2 ``vocab.json`` + ``merges.txt``.
-
-    GPT-2 files carry no pattern or special tokens: the GPT-2 pattern is assumed, and vocab entries
-    that no merge builds and that are not single bytes (e.g. ``<|endoftext|>``) become special
-    tokens. Both are checked on load (``model_io.load_model``, ``model_io.load_gpt2``); errors are
-    one :class:`~bpe_core.model_io.ModelFormatError` naming the file.
-    """
-    path = os.fspath(path)
-    if os.path.isdir(path) and not os.path.exists(os.path.join(path, MODEL_FILE)) \
-            and os.path.exists(os.path.join(path, VOCAB_FILE)):
-        vocab, merges = load_gpt2(os.path.join(path, VOCAB_FILE), os.path.join(path, MERGES_FILE))
-        built = {a + b for a, b in merges}
-        specials = [vocab[i].decode("utf-8") for i in sorted(vocab)
-                    if vocab[i] not in built and len(vocab[i]) > 1]
-        model = Model(vocab=vocab, merges=merges, special_tokens=specials, pattern=resolve_pattern("gpt2"))
-        check_model(model, os.path.join(path, VOCAB_FILE))
-        return model
-    return load_model(path)
 
 
 def _unique_ids(model: Model) -> dict[bytes, int]:
@@ -97,21 +73,9 @@ def _usable_merges(model: Model, ids: dict[bytes, int]) -> list[tuple[bytes, byt
 
 
 def export_caveats(model: Model, fmt: str) -> list[str]:
-    """What a format cannot express about this model (printed on stderr by the export tool).
-
-    A SuperBPE model encodes in two stages (stage-1 merges inside pretokens, then stage-2 merges
-    inside units); HF, tiktoken and GPT-2 files hold one merge list and one pre-tokenizer, so their
-    ids can differ from bpe_core's stage-aware encoder.
-    """
-    if model.method != "superbpe":
-        return []
-    what = {"hf": "tokenizer.json splits with the official SuperBPE stage-2 pattern and applies all "
-                  "merges by rank inside each piece",
-            "tiktoken": "tiktoken splits with the stage-1 pattern, so no token crosses a pretoken "
-                        "boundary and stage-2 tokens are never produced",
-            "gpt2": "vocab.json/merges.txt carry no pre-tokenizer or stages"}.get(fmt, "")
-    return [f"this is a SuperBPE model: {what}; ids can differ from bpe_core's stage-aware encoder "
-            f"(Tokenizer.load / model.json), which reproduces training exactly (see docs/superbpe.md)"]
+    """What a format cannot express about this model (printed on stderr by the export tool); the
+    model's method says (``formats.registry``: ``Method.export_caveats``)."""
+    return registry.get(model.method).export_caveats(model, fmt)
 
 
 def hf_tokenizer_json(model: Model) -> dict[str, Any]:
@@ -162,10 +126,8 @@ def hf_tokenizer_json(model: Model) -> dict[str, Any]:
 
 
 def _hf_split_pattern(model: Model) -> str:
-    if model.method == "superbpe":
-        from .superbpe import OFFICIAL_STAGE2_PATTERN
-        return OFFICIAL_STAGE2_PATTERN
-    return model.pattern
+    """The regex of the HF ``Split``: the method's own (``Method.hf_split_pattern``), else the model's."""
+    return registry.get(model.method).hf_split_pattern(model) or model.pattern
 
 
 def dump_hf(model: Model, path: str | os.PathLike) -> None:
@@ -254,8 +216,6 @@ def check_tiktoken_compatible(model: Model, limit: int = 20) -> list[tuple[bytes
     >>> check_tiktoken_compatible(Model(vocab=vocab, merges=merges))
     [(b'abc', [b'a', b'bc'])]
     """
-    from .tokenizer import Tokenizer
-
     ids = _unique_ids(model)
     tok = Tokenizer({i: b for b, i in ids.items()}, _usable_merges(model, ids), pattern=r"(?s).+")
     enc = tok._encoder()
@@ -275,7 +235,7 @@ def check_tiktoken_compatible(model: Model, limit: int = 20) -> list[tuple[bytes
 
 
 def dump_gpt2_files(model: Model, folder: str | os.PathLike) -> list[bytes]:
-    """Write ``vocab.json`` + ``merges.txt`` into ``folder`` (see ``model_io.dump_gpt2``)."""
+    """Write ``vocab.json`` + ``merges.txt`` into ``folder`` (see ``formats.model.dump_gpt2``)."""
     os.makedirs(folder, exist_ok=True)
     return dump_gpt2(model.vocab, model.merges, folder)
 
@@ -283,8 +243,8 @@ def dump_gpt2_files(model: Model, folder: str | os.PathLike) -> list[bytes]:
 def export(model: Model, fmt: str, out: str | os.PathLike) -> list[str]:
     """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``); returns the paths written.
 
-    The model is checked first (``model_io.check_model``: known method, stages, ids in range, the
-    merge chain); a bad one raises :class:`~bpe_core.model_io.ModelFormatError` and writes nothing.
+    The model is checked first (``formats.model.check_model``: known method, stages, ids in range, the
+    merge chain); a bad one raises :class:`~bpe_core.errors.ModelFormatError` and writes nothing.
 
     ``out`` is the file for ``hf`` and ``tiktoken`` (a folder gets the default file name) and the
     folder for ``gpt2``.

@@ -31,7 +31,7 @@ def fixture_text(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def gpt2_tokenizer():
-    from bpe_core.tokenizer import Tokenizer
+    from bpe_core.encode.tokenizer import Tokenizer
 
     return Tokenizer.from_files(fixture_path("gpt2_vocab.json"), fixture_path("gpt2_merges.txt"), [EOT])
 
@@ -42,7 +42,7 @@ def gpt2_tiktoken():
     import tiktoken
     import tiktoken.load
 
-    from bpe_core.patterns import GPT2_PATTERN
+    from bpe_core.pretok.patterns import GPT2_PATTERN
 
     with tempfile.TemporaryDirectory() as d:
         merges = os.path.join(d, "merges.txt")

@@ -12,9 +12,9 @@ import pathlib
 import pytest
 
 import bpe_core
-from bpe_core.memmon import PHASE_FILE_ENV, read_phase_file
-from bpe_core.model_io import load_gpt2, load_model
-from bpe_core.scheduler import BudgetError
+from bpe_core.runtime.memmon import PHASE_FILE_ENV, read_phase_file
+from bpe_core.formats.model import load_gpt2, load_model
+from bpe_core.runtime.budget import BudgetError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "tools" / "train_bpe.py"
@@ -62,7 +62,7 @@ def test_budget_too_small_says_so_up_front(big_corpus):
 
 
 def test_spilled_runs_give_the_same_table(tmp_path):
-    from bpe_core.trainer import count_corpus
+    from bpe_core.training import count_corpus
     path = write_corpus(tmp_path / "c.txt", 2 << 20, seed=3)
     specials = [b"<|endoftext|>"]
     whole = count_corpus(str(path), specials, "gpt2", 1, 64 << 10)
@@ -125,7 +125,7 @@ def test_kill_9_leaves_no_half_written_file(tmp_path, kill_at):
 
 
 def test_a_later_run_removes_what_a_killed_writer_left(tmp_path):
-    from bpe_core._atomic import remove_stale
+    from bpe_core.runtime.atomic import remove_stale
     target = tmp_path / "model.json"
     stale = tmp_path / ".model.json.tmp-dead"
     live = tmp_path / ".model.json.tmp-live"

@@ -17,9 +17,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import bpe_core
-from bpe_core import corpus, trainer
-from bpe_core.scheduler import BudgetError
-from bpe_core.workers import FileStamp
+from bpe_core import corpus
+from bpe_core.runtime.budget import BudgetError
+from bpe_core.runtime.workers import FileStamp
+from bpe_core.pretok import counting
+from bpe_core.engine import merge
 
 from robust_helpers import ENCODE, SPECIAL, TRAIN, read_outputs, stderr_lines, tool, write_diverse
 
@@ -38,7 +40,7 @@ def small_corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def unlimited_table(small_corpus):
     report = {"seconds": {}}
-    table = trainer.count_corpus(small_corpus, [SPECIAL], "gpt2", 1, 1 << 20, report=report)
+    table = counting.count_corpus(small_corpus, [SPECIAL], "gpt2", 1, 1 << 20, report=report)
     assert report["spilled_runs"] == 0
     return table, report
 
@@ -49,10 +51,10 @@ def thresholds(small_corpus, unlimited_table):
     chunk's table size, the running sums of them (the tables in RAM before a fold), the final table."""
     stamp = FileStamp.of(small_corpus)
     out = {}
-    final = trainer._table_bytes((unlimited_table[0].arena, unlimited_table[0].offsets,
+    final = counting._table_bytes((unlimited_table[0].arena, unlimited_table[0].offsets,
                                   unlimited_table[0].counts))
     for cb in CHUNK_SIZES:
-        sizes = [trainer._table_bytes(trainer._count_chunk((small_corpus, s, e, [SPECIAL], "gpt2", stamp)).table)
+        sizes = [counting._table_bytes(counting._count_chunk((small_corpus, s, e, [SPECIAL], "gpt2", stamp)).table)
                  for s, e in corpus.file_chunks(small_corpus, cb, [SPECIAL], "gpt2", stamp=stamp)]
         marks = set(sizes) | set(np.cumsum(sizes).tolist()) | {final}
         out[cb] = sorted({max(0, m + d) for m in marks for d in (-1, 0, 1)} | {0}), sum(sizes), min(sizes)
@@ -67,7 +69,7 @@ def test_every_spill_threshold_gives_the_unlimited_table(small_corpus, unlimited
     threshold = data.draw(st.one_of(st.sampled_from(marks), st.integers(0, total + 1)), label="threshold")
     spill_dir = tmp_path_factory.mktemp("runs")
     report = {"seconds": {}}
-    table = trainer.count_corpus(small_corpus, [SPECIAL], "gpt2", workers, chunk, report=report,
+    table = counting.count_corpus(small_corpus, [SPECIAL], "gpt2", workers, chunk, report=report,
                                  spill_threshold_bytes=threshold, spill_dir=str(spill_dir))
     whole, whole_report = unlimited_table
     assert table.to_dict() == whole.to_dict()
@@ -84,12 +86,12 @@ def test_always_spill_and_never_spill_both_happen(small_corpus, unlimited_table,
     """The two ends of the range really are what the property test assumes."""
     for threshold, spilled in ((0, True), (1 << 40, False)):
         report = {"seconds": {}}
-        table = trainer.count_corpus(small_corpus, [SPECIAL], "gpt2", 2, 4096, report=report,
+        table = counting.count_corpus(small_corpus, [SPECIAL], "gpt2", 2, 4096, report=report,
                                      spill_threshold_bytes=threshold, spill_dir=str(tmp_path))
         assert (report["spilled_runs"] > 0) == spilled
         assert table.to_dict() == unlimited_table[0].to_dict()
-    vocab, merges = trainer.train_words(table, 400, [SPECIAL])
-    vocab0, merges0 = trainer.train_words(unlimited_table[0], 400, [SPECIAL])
+    vocab, merges = merge.train_words(table, 400, [SPECIAL])
+    vocab0, merges0 = merge.train_words(unlimited_table[0], 400, [SPECIAL])
     assert merges == merges0 and vocab == vocab0
 
 

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from bpe_core import reference
-from bpe_core.model_io import load_gpt2, load_model
+from bpe_core.formats.model import load_gpt2, load_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))

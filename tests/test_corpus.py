@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_core import corpus, reference
-from bpe_core.patterns import split_on_specials
+from bpe_core.corpus.specials import split_on_specials
 
 from strategies import corpus_text
 

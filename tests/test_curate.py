@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_core.curate import (bigram_entropy, curate_bytes, curate_file, entropy_bin, keep_document)
+from bpe_core.methods.curate import (bigram_entropy, curate_bytes, curate_file, entropy_bin, keep_document)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SEP = b"<|endoftext|>"

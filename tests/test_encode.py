@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_core import _encode, reference, tokenizer as tokenizer_mod
-from bpe_core.model_io import Model, dump_model
-from bpe_core.tokenizer import Tokenizer, _utf8_stable_end
+from bpe_core import reference
+from bpe_core.encode import _encode
+from bpe_core.encode import tokenizer as tokenizer_mod
+from bpe_core.formats.model import Model, dump_model
+from bpe_core.encode.tokenizer import Tokenizer, _utf8_stable_end
 from encode_helpers import (EOT, FIXTURE_TEXTS, SETTINGS, corpus_names, corpus_sample, fixture_text,
                             gpt2_tiktoken, gpt2_tokenizer, small_model)
 
@@ -102,7 +104,7 @@ def test_trained_vocab_matches_reference_on_fixtures(name):
 
 def test_fixture_reference_vocab_matches_reference():
     """The CS336 reference vocab (vocab 500 on corpus.en) loaded from its GPT-2 style files."""
-    from bpe_core.model_io import load_gpt2
+    from bpe_core.formats.model import load_gpt2
     from encode_helpers import fixture_path
 
     vocab, merges = load_gpt2(fixture_path("train-bpe-reference-vocab.json"),
@@ -338,7 +340,7 @@ def test_encode_text_windows_resume_exactly(text, max_bytes, open_end):
 @SETTINGS
 @given(st.lists(st.sampled_from(["<s>", "<s><s>", "<t>", "<", "s>", "a", "<<s>"]), max_size=20).map("".join))
 def test_special_table_matches_the_regex(text):
-    from bpe_core.patterns import specials_regex
+    from bpe_core.corpus.specials import specials_regex
 
     specials = [b"<s>", b"<s><s>", b"<t>"]
     data = text.encode()

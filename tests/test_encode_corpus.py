@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_core.model_io import Model, dump_model
-from bpe_core.patterns import resolve_pattern
-from bpe_core.tokenizer import Tokenizer
+from bpe_core.formats.model import Model, dump_model
+from bpe_core.pretok.patterns import resolve_pattern
+from bpe_core.encode.tokenizer import Tokenizer
 from encode_helpers import EOT, SETTINGS, fixture_text, small_model
 
 # The module, not the function bpe_core re-exports under the same name.
-ec = importlib.import_module("bpe_core.encode_corpus")
+ec = importlib.import_module("bpe_core.encode.encode_corpus")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
 import encode_corpus as cli  # noqa: E402
@@ -130,7 +130,7 @@ def test_failure_leaves_nothing(tmp_path, tok_dir, monkeypatch, workers):
 @pytest.fixture
 def small_overheads(monkeypatch):
     """A parent of 50 MiB and workers of 40 MiB as the plan sees them, whatever pytest really uses."""
-    from bpe_core import scheduler
+    from bpe_core.runtime import budget as scheduler
 
     monkeypatch.setattr(scheduler, "_current_rss", lambda: 50 * MiB)
     monkeypatch.setattr(scheduler, "measure_worker_overhead", lambda *a, **k: 40 * MiB)
@@ -156,7 +156,7 @@ def test_plan_decides_workers_and_is_stored(tmp_path, tok_dir, small_overheads):
     assert big.memory["peak_rss_bytes"] > 0 and set(big.phase_seconds) >= {"plan", "cut", "encode", "assemble",
                                                                           "write"}
     default = ec.plan(tmp_path / "in.txt", tok)
-    from bpe_core.scheduler import default_memory_limit
+    from bpe_core.runtime.budget import default_memory_limit
 
     assert default.memory_limit <= default_memory_limit()
     with pytest.raises(ValueError, match="too small"):       # scheduler.BudgetError, before any work

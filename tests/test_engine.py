@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_core import reference
-from bpe_core._engine import MergeEngine
+from bpe_core.engine.merge import MergeEngine
 
 BYTES = [bytes([i]) for i in range(256)]
 

@@ -13,10 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_core import reference
-from bpe_core.export import check_tiktoken_compatible, export, load_any, load_tiktoken_encoding
-from bpe_core.model_io import Model, dump_model
-from bpe_core.patterns import resolve_pattern
-from bpe_core.tokenizer import Tokenizer
+from bpe_core.export import check_tiktoken_compatible, export, load_tiktoken_encoding
+from bpe_core.formats.model import load_any
+from bpe_core.formats.model import Model, dump_model
+from bpe_core.pretok.patterns import resolve_pattern
+from bpe_core.encode.tokenizer import Tokenizer
 from encode_helpers import (EOT, FIXTURE_TEXTS, SETTINGS, corpus_names, corpus_sample, fixture_text,
                             gpt2_tokenizer, small_model)
 

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 import bpe_core
 from bpe_core import reference
-from bpe_core._atomic import atomic_path, atomic_write, current_umask, output_problem
+from bpe_core.runtime.atomic import atomic_path, atomic_write, current_umask, output_problem
 from bpe_core.corpus import BinaryInputWarning, CorpusError, binary_reason, check_input, compressed_format
-from bpe_core.model_io import Model, dump_model
-from bpe_core.progress import _Lines, make_progress
+from bpe_core.formats.model import Model, dump_model
+from bpe_core.runtime.progress import _Lines, make_progress
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
@@ -186,7 +186,7 @@ def test_encode_profile_memory_prefix_checked(tmp_path, corpus_file, tok_dir):
 
 
 def test_profile_command_api_checks_before_running(tmp_path):
-    from bpe_core.profile import profile_command
+    from bpe_core.runtime.profile import profile_command
 
     marker = tmp_path / "ran"
     with pytest.raises(ValueError, match="does not exist"):

@@ -13,8 +13,9 @@ import sys
 import pytest
 
 import bpe_core
-from bpe_core import memmon, profile, scheduler
-from bpe_core.memmon import PHASE_FILE_ENV, MemoryMonitor, phase, read_phase_file, tree_rss
+from bpe_core.runtime import memmon, profile
+from bpe_core.runtime import budget as scheduler
+from bpe_core.runtime.memmon import PHASE_FILE_ENV, MemoryMonitor, phase, read_phase_file, tree_rss
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -96,7 +97,7 @@ def test_phase_lines_in_order(tmp_path, monkeypatch):
 
 def test_phase_from_another_process_lands_in_the_same_file(tmp_path):
     path = tmp_path / "phases.txt"
-    code = "from bpe_core.memmon import phase; phase('pretokenize'); phase('write')"
+    code = "from bpe_core.runtime.memmon import phase; phase('pretokenize'); phase('write')"
     # cwd: not the checkout, whose unbuilt bpe_core/ would shadow the installed package for "-c"
     subprocess.run([sys.executable, "-c", code], env=child_env(**{PHASE_FILE_ENV: str(path)}), check=True,
                    cwd=tmp_path)
@@ -149,7 +150,7 @@ def test_monitor_keeps_its_record_bounded():
 
 # ==== Profiler ==============================================================================
 
-PHASED = ("import sys; from bpe_core.memmon import phase; phase('plan'); "
+PHASED = ("import sys; from bpe_core.runtime.memmon import phase; phase('plan'); "
           "b = bytearray(20 << 20); phase('merge loop'); sys.exit(3)")
 
 

@@ -13,11 +13,12 @@ import pytest
 
 from bpe_core import reference
 from bpe_core.evaluate import show_token, token_change
-from bpe_core.export import export, load_any
-from bpe_core.model_io import (Model, ModelFormatError, check_model, dump_folder, dump_gpt2, dump_model, load_gpt2,
+from bpe_core.export import export
+from bpe_core.formats.model import load_any
+from bpe_core.formats.model import (Model, ModelFormatError, check_model, dump_folder, dump_gpt2, dump_model, load_gpt2,
                                load_model, token_to_gpt2)
-from bpe_core.patterns import resolve_pattern
-from bpe_core.tokenizer import Tokenizer
+from bpe_core.pretok.patterns import resolve_pattern
+from bpe_core.encode.tokenizer import Tokenizer
 from encode_helpers import EOT, fixture_path, fixture_text
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))

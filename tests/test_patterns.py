@@ -22,12 +22,13 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_core import _pretok, reference
+from bpe_core import reference
+from bpe_core.pretok import _pretok
 from bpe_core.config import TrainConfig
-from bpe_core.patterns import (PATTERN_ALIASES, PATTERNS, encode_specials, pattern_name, regex_pieces,
-                               resolve_pattern, split_on_specials)
-from bpe_core.pretokenize import count_pretokens, is_native, pretoken_ends, pretokenize
-from bpe_core.tokenizer import Tokenizer
+from bpe_core.corpus.specials import encode_specials, split_on_specials
+from bpe_core.pretok.patterns import PATTERN_ALIASES, PATTERNS, pattern_name, regex_pieces, resolve_pattern
+from bpe_core.pretok.pretokenize import count_pretokens, is_native, pretoken_ends, pretokenize
+from bpe_core.encode.tokenizer import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAMES = list(PATTERNS)
@@ -171,7 +172,7 @@ def test_the_issue_examples():
 
 @pytest.mark.parametrize("pattern", [r"[a-z]+", r"x*"])
 def test_train_encode_decode_round_trip_with_a_non_covering_pattern(tmp_path, pattern):
-    from bpe_core.trainer import train
+    from bpe_core.training import train
 
     data = ("The Quick brown fox, 1234 jumps over the lazy dog!\n" * 40 + EOT
             + "Ünïcödé TEXT and more text 99\n" * 30).encode()

@@ -18,9 +18,9 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_core import _pretok
-from bpe_core.patterns import PATTERNS
-from bpe_core.pretokenize import (count_pretokens, is_native, merge_counts, pretoken_ends,
+from bpe_core.pretok import _pretok
+from bpe_core.pretok.patterns import PATTERNS
+from bpe_core.pretok.pretokenize import (count_pretokens, is_native, merge_counts, pretoken_ends,
                                   pretokenize)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ def test_unicode_tables_regenerate_identically():
                                                   ROOT / "tools" / "gen_unicode_tables.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    committed = (ROOT / "bpe_core" / "_unicode_tables.h").read_text(encoding="ascii")
+    committed = (ROOT / "bpe_core" / "pretok" / "_unicode_tables.h").read_text(encoding="ascii")
     fresh = gen.generate()
     # The regex version named in the header may differ inside the supported range; the data may not.
     strip = lambda text: regex.sub(r"regex [0-9.]+ |\"[0-9.]+\"\n", "", text)  # noqa: E731
@@ -261,7 +261,7 @@ def test_pretokenize_special_tokens(data, pattern):
 
 
 def _split(text: bytes, specials: list[str]):
-    from bpe_core.patterns import encode_specials, split_on_specials
+    from bpe_core.corpus.specials import encode_specials, split_on_specials
     return split_on_specials(text, encode_specials(specials))
 
 

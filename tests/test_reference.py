@@ -4,7 +4,7 @@ import json
 import pytest
 
 from bpe_core import reference
-from bpe_core.model_io import gpt2_to_token
+from bpe_core.formats.model import gpt2_to_token
 
 
 def load_reference_merges(path):

@@ -22,9 +22,8 @@ import psutil
 import pytest
 
 import bpe_core
-import bpe_core.encode_corpus  # noqa: E402  (the module; bpe_core.encode_corpus is the function)
-encode_mod = sys.modules["bpe_core.encode_corpus"]
-from bpe_core import trainer
+from bpe_core.encode import encode_corpus as encode_mod
+from bpe_core.pretok import counting
 
 from robust_helpers import (ENCODE, ROOT, SPECIAL, TRAIN, env_with_tmpdir, leftovers, read_outputs, stderr_lines,
                             tool, write_diverse)
@@ -269,8 +268,8 @@ def _raise_on_third(fn):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_failing_count_worker_stops_training(tmp_path, monkeypatch, workers):
     corpus = write_diverse(tmp_path / "c.txt", 256 << 10, seed=6)
-    count_chunk = trainer._count_chunk
-    monkeypatch.setattr(trainer, "_count_chunk", _raise_on_third(count_chunk))
+    count_chunk = counting._count_chunk
+    monkeypatch.setattr(counting, "_count_chunk", _raise_on_third(count_chunk))
     spill = tmp_path / "spill"
     spill.mkdir()
     threads = threading.active_count()
@@ -278,9 +277,9 @@ def test_a_failing_count_worker_stops_training(tmp_path, monkeypatch, workers):
     with pytest.raises(Boom):
         bpe_core.train(bpe_core.TrainConfig(str(corpus), 400, num_workers=workers, chunk_bytes=16 << 10,
                                             spill_dir=str(spill)))
-    monkeypatch.setattr(trainer, "_count_chunk", _raise_on_third(count_chunk))
+    monkeypatch.setattr(counting, "_count_chunk", _raise_on_third(count_chunk))
     with pytest.raises(Boom):      # and with the table spilling
-        trainer.count_corpus(str(corpus), [SPECIAL], "gpt2", workers, 16 << 10, spill_threshold_bytes=1,
+        counting.count_corpus(str(corpus), [SPECIAL], "gpt2", workers, 16 << 10, spill_threshold_bytes=1,
                              spill_dir=str(spill))
     assert time.monotonic() - t0 < DEADLINE
     assert os.listdir(spill) == []

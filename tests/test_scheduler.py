@@ -11,9 +11,9 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from bpe_core import scheduler
+from bpe_core.runtime import budget as scheduler
 from bpe_core.config import parse_size
-from bpe_core.scheduler import (MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, BudgetError, Plan, default_memory_limit,
+from bpe_core.runtime.budget import (MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, BudgetError, Plan, default_memory_limit,
                                 plan_encoding, plan_training)
 
 MB, GB = 10**6, 10**9

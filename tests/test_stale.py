@@ -10,9 +10,9 @@ import numpy as np
 
 import bpe_core
 import importlib
-from bpe_core import trainer
-from bpe_core._atomic import remove_stale, remove_stale_in
-from bpe_core.tokenizer import Tokenizer
+from bpe_core.runtime.atomic import remove_stale, remove_stale_in
+from bpe_core.encode.tokenizer import Tokenizer
+from bpe_core.pretok import counting
 
 
 def dead_pid() -> int:
@@ -39,7 +39,7 @@ def test_encode_after_sigkill_leaves_nothing_behind(tmp_path):
     corpus = tmp_path / "in.txt"
     corpus.write_bytes(b"hello world, some text to encode.<|endoftext|>" * 400_000)
     tok_dir = tmp_path / "tok"
-    from bpe_core.model_io import dump_folder
+    from bpe_core.formats.model import dump_folder
     result = bpe_core.train(bpe_core.TrainConfig(corpus, 300, special_tokens=("<|endoftext|>",)))
     tok_dir.mkdir()
     dump_folder(result.model, tok_dir)
@@ -51,7 +51,7 @@ def test_encode_after_sigkill_leaves_nothing_behind(tmp_path):
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    ec = importlib.import_module("bpe_core.encode_corpus")
+    ec = importlib.import_module("bpe_core.encode.encode_corpus")
     r = ec.encode_corpus(corpus, tok_dir, tmp_path / "ids.npy", num_workers=1, progress=False)
     assert sorted(os.listdir(tmp_path)) == ["ids.npy", "in.txt", "tok"]
     assert r.n_tokens == len(np.load(tmp_path / "ids.npy"))
@@ -59,16 +59,16 @@ def test_encode_after_sigkill_leaves_nothing_behind(tmp_path):
 
 def test_trainer_spill_folder_of_a_dead_run_is_removed(tmp_path):
     dead = dead_pid()
-    (tmp_path / f"{trainer.SPILL_PREFIX}{dead}-xyz").mkdir()
+    (tmp_path / f"{counting.SPILL_PREFIX}{dead}-xyz").mkdir()
     (tmp_path / "unrelated").mkdir()
     corpus = tmp_path / "c.txt"
     corpus.write_bytes(b"low lower lowest newer wider<|endoftext|>" * 2000)
     result = bpe_core.train(bpe_core.TrainConfig(corpus, 300, special_tokens=("<|endoftext|>",), num_workers=1,
                                                  chunk_bytes=4096, spill_dir=str(tmp_path)))
     # a 1-byte threshold would spill every table; the run's own folder is gone at the end too
-    trainer_spill = trainer._Spill(1, str(tmp_path))
+    trainer_spill = counting.Spill(1, str(tmp_path))
     trainer_spill.offer([(np.zeros(1, np.uint8), np.array([0, 1]), np.array([1]))])
     trainer_spill.cleanup()
     assert sorted(os.listdir(tmp_path)) == ["c.txt", "unrelated"]
     assert result.report["pretokens"] > 0
-    assert remove_stale_in(str(tmp_path), [trainer.SPILL_PREFIX]) == []
+    assert remove_stale_in(str(tmp_path), [counting.SPILL_PREFIX]) == []

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import bpe_core
 from bpe_core import reference
-from bpe_core.model_io import load_model
-from bpe_core.superbpe import StageAwareEncoder, Stage2Rules, official_unit_texts, resolve_transition
+from bpe_core.formats.model import load_model
+from bpe_core.methods.superbpe import StageAwareEncoder, Stage2Rules, official_unit_texts, resolve_transition
 
 from strategies import SPECIAL, corpus_bytes
 
@@ -52,7 +52,7 @@ def test_encoder_reproduces_training(data, n1, n2, workers):
     result = train_fast(data, transition + n2, transition, num_workers=workers, chunk_bytes=64)
     enc = StageAwareEncoder(result.model)
     ids = enc.encode(data)
-    n_special = len([1 for _, s in bpe_core.patterns.split_on_specials(data, [SPECIAL.encode()]) if s])
+    n_special = len([1 for _, s in bpe_core.corpus.split_on_specials(data, [SPECIAL.encode()]) if s])
     assert len(ids) == result.report["superbpe"]["final_tokens"] + n_special
     vocab, merges = result.vocab, result.merges
     assert ids == reference.encode_superbpe(data, vocab, merges, result.model.stages[0]["merges"], [SPECIAL])
@@ -129,7 +129,7 @@ def test_official_split_trains_and_encodes_consistently():
 
 
 def test_sampling_is_reported_and_deterministic(fixtures_dir, monkeypatch):
-    from bpe_core import superbpe
+    from bpe_core.methods import superbpe
     monkeypatch.setattr(superbpe, "STAGE2_BYTES_PER_SYMBOL", 10 ** 6)     # force a sample
     runs = [bpe_core.train(bpe_core.TrainConfig(fixtures_dir / "corpus.en", 600, method="superbpe",
                                                 num_workers=w, chunk_bytes=20000)) for w in (1, 2)]

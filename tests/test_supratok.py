@@ -12,12 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bpe_core
-from bpe_core import reference_supratok
-from bpe_core.patterns import split_on_specials
-from bpe_core.superbpe import Stage2Rules
-from bpe_core.supratok import (NgramStats, ScriptGate, SeedRule, SpanFeatures, SupraTokEncoder, flatten_units,
-                               gain, hard_reject, leaf_utility, normalize_hamza, score_span, select_seeds,
-                               supercategory, valid_surface)
+from bpe_core.reference import supratok as reference_supratok
+from bpe_core.corpus.specials import split_on_specials
+from bpe_core.methods.superbpe import Stage2Rules
+from bpe_core.methods.supratok import SupraTokEncoder
+from bpe_core.methods.supratok.passes import (SeedRule, SpanFeatures, gain, hard_reject, leaf_utility, score_span,
+                                              select_seeds, valid_surface)
+from bpe_core.methods.supratok.script import ScriptGate, normalize_hamza, supercategory
+from bpe_core.methods.supratok.stats import NgramStats, flatten_units
 
 from strategies import SPECIAL
 

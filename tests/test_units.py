@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_core._units import RankMerger, UnitCounter, WordIndex, expand_units
+from bpe_core.engine.units import RankMerger, UnitCounter, WordIndex, expand_units
 from bpe_core import reference
 
 word = st.binary(min_size=1, max_size=40)

@@ -39,10 +39,10 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-from bpe_core.encode_corpus import encode_corpus  # noqa: E402
-from bpe_core.model_io import load_gpt2  # noqa: E402
-from bpe_core.patterns import GPT2_PATTERN  # noqa: E402
-from bpe_core.tokenizer import Tokenizer  # noqa: E402
+from bpe_core.encode.encode_corpus import encode_corpus  # noqa: E402
+from bpe_core.formats.model import load_gpt2  # noqa: E402
+from bpe_core.pretok.patterns import GPT2_PATTERN  # noqa: E402
+from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
 
 EOT = "<|endoftext|>"
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         vocabs.append(("32k", os.path.join(folder, "vocab.json"), os.path.join(folder, "merges.txt")))
     rows = []
     # Where the time goes without the native pre-tokenizer (regex), GPT-2 vocab, one core.
-    import bpe_core.tokenizer as tokenizer_mod
+    import bpe_core.encode.tokenizer as tokenizer_mod
 
     ours = load_three(*vocabs[0][1:], args.work, "gpt2")[0]
     for path in texts if not args.skip_regex else ():

@@ -42,9 +42,9 @@ import regex
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bpe_core import _pretok  # noqa: E402
-from bpe_core.patterns import PATTERNS  # noqa: E402
-from bpe_core.pretokenize import pretokenize  # noqa: E402
+from bpe_core.pretok import _pretok  # noqa: E402
+from bpe_core.pretok.patterns import PATTERNS  # noqa: E402
+from bpe_core.pretok.pretokenize import pretokenize  # noqa: E402
 
 DEFAULT_CORPORA = ROOT.parent / "shared" / "corpora"
 

@@ -52,7 +52,7 @@ def _iter_docs(path, block=1 << 20):
 
 
 def run_one(tool: str, path: str, vocab_size: int, workers: int | None) -> dict:
-    from bpe_core.patterns import GPT2_PATTERN
+    from bpe_core.pretok.patterns import GPT2_PATTERN
 
     t0 = time.perf_counter()
     if tool == "bpe_core":

@@ -20,9 +20,9 @@ try:
 except ImportError:  # a checkout built in place, not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bpe_core.cli_util import ArgumentParser, check_out_file, run_main  # noqa: E402
+from bpe_core.runtime.cli import ArgumentParser, check_out_file, run_main  # noqa: E402
 from bpe_core.corpus import check_input, warn_if_binary  # noqa: E402
-from bpe_core.patterns import DEFAULT_SPECIAL_TOKEN  # noqa: E402
+from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    from bpe_core.curate import curate_file
+    from bpe_core.methods.curate import curate_file
 
     check_input(args.input)
     check_out_file(args.out)

@@ -35,13 +35,13 @@ try:
 except ImportError:  # a checkout built in place (python setup.py build_ext --inplace), not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bpe_core._atomic import atomic_write  # noqa: E402
-from bpe_core.cli_util import (ArgumentParser, CliError, check_out_file, check_out_prefix,  # noqa: E402
+from bpe_core.runtime.atomic import atomic_write  # noqa: E402
+from bpe_core.runtime.cli import (ArgumentParser, CliError, check_out_file, check_out_prefix,  # noqa: E402
                                 chunk_size, run_main)
 from bpe_core.config import parse_size  # noqa: E402
 from bpe_core.corpus import check_input  # noqa: E402
-from bpe_core.progress import add_progress_flag  # noqa: E402
-from bpe_core.tokenizer import Tokenizer  # noqa: E402
+from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
+from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
 
 
 def build_parser() -> ArgumentParser:
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.profile_memory:
         def profiled() -> int:
-            from bpe_core.profile import profile_command, split_flag
+            from bpe_core.runtime.profile import profile_command, split_flag
 
             budget = parse_size(args.memory_limit) if args.memory_limit else None
             check_out_prefix(args.profile_memory)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_main(profiled, "encode_corpus.py")
 
     def body() -> int:
-        from bpe_core.encode_corpus import VerifyError, encode_corpus, plan
+        from bpe_core.encode.encode_corpus import VerifyError, encode_corpus, plan
 
         check_paths()
         limit = parse_size(args.memory_limit) if args.memory_limit else None

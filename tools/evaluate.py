@@ -23,8 +23,8 @@ try:
 except ImportError:  # a checkout built in place, not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bpe_core._atomic import atomic_write  # noqa: E402
-from bpe_core.cli_util import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
+from bpe_core.runtime.atomic import atomic_write  # noqa: E402
+from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
 from bpe_core.corpus import check_input  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     from bpe_core import TrainConfig, train
     from bpe_core.evaluate import as_dict, load_encoder, longest_tokens, score, show_token, token_change
-    from bpe_core.model_io import dump_model
+    from bpe_core.formats.model import dump_model
 
     for path in args.text:
         check_input(path)

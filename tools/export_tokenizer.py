@@ -18,10 +18,10 @@ try:
 except ImportError:  # a checkout built in place, not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bpe_core.cli_util import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
+from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
 from bpe_core.export import (FORMATS, HF_FILE, TIKTOKEN_FILE, check_tiktoken_compatible, export,  # noqa: E402
-                             export_caveats, load_any)
-from bpe_core.model_io import MERGES_FILE, VOCAB_FILE  # noqa: E402
+                             export_caveats)
+from bpe_core.formats.model import MERGES_FILE, VOCAB_FILE, load_any  # noqa: E402
 
 
 def build_parser() -> ArgumentParser:

@@ -21,7 +21,7 @@ try:
 except ImportError:  # a checkout built in place, not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bpe_core.cli_util import ArgumentParser, CliError, check_out_prefix  # noqa: E402
+from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_prefix  # noqa: E402
 from bpe_core.config import parse_size  # noqa: E402
 
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         parser.error(str(exc))
 
-    from bpe_core.profile import profile_command
+    from bpe_core.runtime.profile import profile_command
 
     result = profile_command(cmd, args.out, interval=args.interval, budget=args.budget,
                              plot=not args.no_plot)

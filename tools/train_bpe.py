@@ -34,14 +34,15 @@ try:
 except ImportError:  # a checkout built in place (python setup.py build_ext --inplace), not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bpe_core._atomic import atomic_write  # noqa: E402
-from bpe_core.cli_util import (ArgumentParser, CliError, check_out_dir, check_out_prefix,  # noqa: E402
+from bpe_core.runtime.atomic import atomic_write  # noqa: E402
+from bpe_core.runtime.cli import (ArgumentParser, CliError, check_out_dir, check_out_prefix,  # noqa: E402
                                 check_work_dir, chunk_size, run_main)
 from bpe_core.config import TrainConfig, parse_size  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
-from bpe_core.model_io import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_folder  # noqa: E402
-from bpe_core.patterns import DEFAULT_SPECIAL_TOKEN, is_pattern_name, pattern_name, pattern_names  # noqa: E402
-from bpe_core.progress import add_progress_flag  # noqa: E402
+from bpe_core.formats.model import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_folder  # noqa: E402
+from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN  # noqa: E402
+from bpe_core.pretok.patterns import is_pattern_name, pattern_name, pattern_names  # noqa: E402
+from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
 
 SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "data", "sample.txt")
 
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.profile_memory:
         def profiled() -> int:
-            from bpe_core.profile import profile_command, split_flag
+            from bpe_core.runtime.profile import profile_command, split_flag
 
             check_out_prefix(args.profile_memory)
             _check_paths(args)                  # the run's own paths too, before it starts
@@ -230,7 +231,7 @@ def _check_paths(args) -> str:
 
 
 def _train(args) -> int:
-    from bpe_core.trainer import train
+    from bpe_core.training import train
 
     input_path = args.input if args.input is not None else _default_input()
     if args.no_special_tokens and args.special_tokens:
@@ -256,8 +257,8 @@ def _train(args) -> int:
                              progress=args.progress)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    from bpe_core.memmon import phase
-    from bpe_core.trainer import plan
+    from bpe_core.runtime.memmon import phase
+    from bpe_core.training import plan
 
     _check_paths(args)
     the_plan = plan(config)           # a budget that cannot fit fails here, before any work

@@ -1,0 +1,201 @@
+"""Corpus access: memory-mapped input, input checks, and chunk boundaries.
+
+A *chunk* is a byte range ``[start, end)`` of the corpus. Chunks are cut only where the cut provably
+leaves the result unchanged:
+
+1. at the start of a special-token occurrence that the whole-text, left-to-right, longest-first
+   special-token scan would also find (a document edge), or
+2. inside a document, for the named patterns only, right after a ``\\n`` that sits between two ASCII
+   non-whitespace bytes (and the byte after it is not ``/``), or, inside a line, right before a
+   single space between two ASCII letters (``a b`` -> ``a | b``). No piece of the GPT-2, cl100k
+   or o200k patterns crosses such a point (the space always starts the next pretoken: `` ?\\p{L}+``
+   or ``[^\\r\\n\\p{L}\\p{N}]?\\p{L}+``), and no match before it looks past it, so the pretokens of
+   the two halves are exactly the pretokens of the whole (``tests/test_corpus.py`` checks it on
+   random text). So even one 2 GB line with no special token and no newline is cut into chunks.
+
+A user-supplied regex gets cut at document edges only.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Sequence
+
+import numpy as np
+
+from ..runtime.workers import FileStamp, read_range
+from .specials import specials_regex
+
+__all__ = ["SAFE_CUT_PATTERNS", "chunk_boundaries", "file_chunks", "text_spans", "split_spans",
+           "count_specials"]
+
+#: The patterns (by canonical name, ``pretok.pattern_name``) whose pieces never cross the safe points
+#: inside a document (rule 2 above). Chunking of any other pattern (a custom regex: pass its name as
+#: None) cuts at document edges only.
+SAFE_CUT_PATTERNS = frozenset({"gpt2", "cl100k", "o200k"})
+
+
+# Bytes that are (part of) whitespace for the safe-cut rule: ASCII whitespace as ``regex`` sees it.
+_ASCII_SPACE = frozenset(b" \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
+_SAFE_NEWLINE = re.compile(rb"[!-~]\n(?=[!-.0-~])")  # printable non-space, \n, printable non-space non-'/'
+_SAFE_SPACE = re.compile(rb"[A-Za-z](?= [A-Za-z])")   # cut before the space of "a b"
+
+
+def _special_cut(buf, start: int, stop: int, rx: "re.Pattern[bytes]", maxlen: int) -> int | None:
+    """First position ``c`` in ``[start, stop)`` where the global special-token scan starts a match.
+
+    A match found by searching from ``start`` is a global match when no special-token occurrence
+    starting in ``(c - maxlen, c)`` covers ``c``; otherwise we keep looking further right.
+    """
+    pos = start
+    while pos < stop:
+        m = rx.search(buf, pos, min(len(buf), stop + maxlen))
+        if m is None or m.start() >= stop:
+            return None
+        c = m.start()
+        covered = False
+        for s in range(max(0, c - maxlen + 1), c):
+            m2 = rx.match(buf, s, min(len(buf), s + maxlen))
+            # alternatives are ordered longest first, so m2 is the longest special starting at s
+            if m2 is not None and m2.end() > c:
+                covered = True
+                break
+        if not covered:
+            return c
+        pos = c + 1
+    return None
+
+
+def _newline_cut(buf, start: int, stop: int) -> int | None:
+    """The first safe cut inside a document at or after ``start``: after a safe newline, or before
+    the space between two letters."""
+    cands = []
+    m = _SAFE_NEWLINE.search(buf, max(0, start - 1), stop)
+    if m is not None:
+        cands.append(m.start() + 2)
+    m = _SAFE_SPACE.search(buf, max(0, start - 1), stop)
+    if m is not None:
+        cands.append(m.end())
+    cands = [c for c in cands if c >= start]
+    return min(cands) if cands else None
+
+
+def chunk_boundaries(buf, chunk_bytes: int, special_tokens: Sequence[bytes] = (),
+                     pattern: str | None = "gpt2", inside_documents: bool = True) -> list[int]:
+    """Cut ``buf`` into chunks of about ``chunk_bytes``; returns sorted offsets ``[0, ..., len]``.
+
+    Each cut is placed at the first safe point at or after the target offset: a special-token start
+    or, for a named pattern, a safe newline, whichever comes first. A document longer than
+    ``chunk_bytes`` with no safe point stays whole. ``pattern`` is the canonical name of the
+    pattern (``pretok.pattern_name``; None for a custom regex, which is cut at document edges only).
+    ``inside_documents=False`` cuts at special tokens only (SuperBPE stage-2 units run across newlines, so they must not be cut there).
+
+    >>> chunk_boundaries(b"aa<|e|>bb<|e|>cc", 3, [b"<|e|>"], pattern="gpt2")
+    [0, 9, 16]
+    """
+    return _cuts(lambda a, b: buf[a:b], len(buf), chunk_bytes, special_tokens, pattern, inside_documents)
+
+
+def file_chunks(path: str | os.PathLike, chunk_bytes: int, special_tokens: Sequence[bytes] = (),
+                pattern: str | None = "gpt2", inside_documents: bool = True, stamp=None) -> list[tuple[int, int]]:
+    """``chunk_boundaries`` of a file, as ``(start, end)`` pairs, read near each cut with ``pread``.
+
+    Only a small window around each target offset is read (never the whole file, never a memory
+    map, so a file truncated meanwhile raises ``errors.InputChanged`` instead of ``SIGBUS``). The
+    cuts are the same as ``chunk_boundaries`` on the whole content.
+
+    >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(b"aa<|e|>bb<|e|>cc")
+    >>> file_chunks(p, 3, [b"<|e|>"])
+    [(0, 9), (9, 16)]
+    """
+
+
+    path = os.fspath(path)
+    stamp = stamp or FileStamp.of(path)
+    cuts = _cuts(lambda a, b: read_range(path, a, b, stamp), stamp.size, chunk_bytes, special_tokens,
+                 pattern, inside_documents)
+    return [(s, e) for s, e in zip(cuts[:-1], cuts[1:]) if e > s]
+
+
+def _cuts(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes], pattern: str | None,
+          inside_documents: bool) -> list[int]:
+    """The cut offsets of ``n`` bytes, where ``read(a, b)`` gives bytes ``[a, b)`` (a buffer)."""
+    if chunk_bytes <= 0:
+        raise ValueError("chunk_bytes must be positive")
+    if n == 0:
+        return [0]
+    rx = specials_regex(list(special_tokens))
+    maxlen = max((len(s) for s in special_tokens), default=0)
+    newline_ok = inside_documents and pattern in SAFE_CUT_PATTERNS
+    cuts = [0]
+    target = chunk_bytes
+    # Search windows grow so a long document does not cost a rescan per chunk.
+    while target < n:
+        window = max(chunk_bytes, 1 << 16)
+        cut = None
+        lo = target
+        while cut is None and lo < n:
+            hi = min(n, lo + window)
+            # The bytes that decide a cut in [lo, hi): maxlen before (is a special start covered by
+            # an earlier one?) and maxlen + 1 after (the rest of a special token, the lookahead).
+            base = max(0, lo - maxlen - 1)
+            buf = read(base, min(n, hi + maxlen + 2))
+            cands = []
+            if rx is not None:
+                c = _special_cut(buf, lo - base, hi - base, rx, maxlen)
+                if c is not None:
+                    cands.append(c + base)
+            if newline_ok:
+                c = _newline_cut(buf, lo - base, hi - base)
+                if c is not None and c + base < n:
+                    cands.append(c + base)
+            if cands:
+                cut = min(cands)
+            lo = hi
+            window *= 2
+        if cut is None or cut >= n:
+            break
+        if cut > cuts[-1]:
+            cuts.append(cut)
+        target = cut + chunk_bytes
+    cuts.append(n)
+    return cuts
+
+
+def text_spans(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> np.ndarray:
+    """The text ranges of ``buf[start:end]`` between special tokens, as an int64 ``(k, 2)`` array.
+
+    Empty ranges are dropped.
+
+    >>> text_spans(b"ab<|e|>c<|e|>", 0, 13, [b"<|e|>"]).tolist()
+    [[0, 2], [7, 8]]
+    """
+    return split_spans(buf, start, end, special_tokens)[0]
+
+
+def split_spans(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> tuple[np.ndarray, int]:
+    """``text_spans`` and the number of special-token occurrences, in one scan.
+
+    >>> spans, n = split_spans(b"<|e|>ab<|e|><|e|>c", 0, 18, [b"<|e|>"]); spans.tolist(), n
+    ([[5, 7], [17, 18]], 3)
+    """
+    rx = specials_regex(list(special_tokens))
+    spans = []
+    n_specials = 0
+    pos = start
+    if rx is not None:
+        for m in rx.finditer(buf, start, end):
+            n_specials += 1
+            if m.start() > pos:
+                spans.append((pos, m.start()))
+            pos = m.end()
+    if end > pos:
+        spans.append((pos, end))
+    return np.asarray(spans, dtype=np.int64).reshape(-1, 2), n_specials
+
+
+def count_specials(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> int:
+    """Number of special-token occurrences (document separators) in ``buf[start:end]``."""
+    return split_spans(buf, start, end, special_tokens)[1]
+
+

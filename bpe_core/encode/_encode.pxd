@@ -1,0 +1,109 @@
+# The C API of the encoder core (bpe_core/_encode.pyx) at a glance.
+#
+# A RankTable maps a pair of token ids to its merge rank (open addressing over pack_pair keys) and
+# a rank to the id of the token the merge builds. A SpecialTable finds special tokens (leftmost,
+# longest first). An Encoder owns one pretoken -> ids cache, an output buffer and the scratch of
+# one thread; it encodes whole texts (special tokens, the native pre-tokenizer of _pretok.pxd,
+# merging by rank) without the GIL, exactly as reference.encode.
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libcpp.vector cimport vector
+
+cimport cython
+
+from bpe_core.engine._typedefs cimport pair_key_t, token_id_t
+
+
+@cython.final
+cdef class RankTable:
+    cdef vector[pair_key_t] slot_keys   # open addressing; EMPTY_KEY marks a free slot
+    cdef vector[uint32_t] slot_ranks
+    cdef vector[token_id_t] merged_ids  # rank -> id of the token the merge builds
+    cdef token_id_t byte_ids[256]       # byte value -> id of its single-byte token
+    cdef uint64_t slot_mask
+    cdef int shift
+    cdef readonly Py_ssize_t n_merges   # ranks are 0 .. n_merges - 1 (some may be unreachable)
+    cdef readonly Py_ssize_t n_pairs    # pairs held (reachable merges, first rank of a pair kept)
+
+    cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil
+
+
+# The special tokens as plain C data (pointers into a SpecialTable's vectors), sorted longest first.
+cdef struct Specials:
+    const uint8_t* data          # the tokens' bytes, back to back
+    const Py_ssize_t* offsets    # token k is data[offsets[k]:offsets[k] + lengths[k]]
+    const Py_ssize_t* lengths
+    const token_id_t* ids
+    Py_ssize_t n
+    int only_first               # the one first byte all tokens share (memchr), or -1
+    uint8_t first[256]           # 1 for each byte a token starts with
+
+
+@cython.final
+cdef class SpecialTable:
+    cdef vector[uint8_t] data
+    cdef vector[Py_ssize_t] offsets
+    cdef vector[Py_ssize_t] lengths
+    cdef vector[token_id_t] ids
+    cdef Specials c
+
+
+# One pretoken of the cache, 32 bytes (two per cache line). meta == 0: empty; else
+# (key length << 12) | n_ids. The key's first 8 bytes are w0 (zero-padded little-endian); ids
+# live in `ids` when n_ids <= 4. The arena record at `off` holds the ids when n_ids > 4, then the
+# key bytes after the first 8 when the key is longer than 8.
+cdef struct CacheSlot:
+    uint64_t w0
+    uint32_t meta
+    uint32_t off
+    token_id_t ids[4]
+
+
+@cython.final
+cdef class Encoder:
+    cdef readonly RankTable table
+    # the pretoken -> ids cache (cleared whole when full)
+    cdef void* slots_mem
+    cdef CacheSlot* slots               # slots_mem aligned to 64 bytes
+    cdef Py_ssize_t n_slots             # a power of two
+    cdef uint64_t cache_mask
+    cdef uint8_t* arena
+    cdef Py_ssize_t arena_size
+    cdef Py_ssize_t arena_cap
+    cdef Py_ssize_t n_entries
+    cdef readonly Py_ssize_t max_entries
+    cdef readonly Py_ssize_t max_cached_len
+    cdef readonly int64_t misses
+    # scratch of the heap path
+    cdef vector[token_id_t] toks
+    cdef vector[uint32_t] pair_ranks
+    cdef vector[int64_t] nexts
+    cdef vector[int64_t] prevs
+    cdef vector[uint64_t] heap
+    cdef vector[uint64_t] deferred
+    # output ids of the current call, and the pretoken ends being encoded
+    cdef token_id_t* out_buf
+    cdef Py_ssize_t out_n
+    cdef Py_ssize_t out_cap
+    cdef int64_t* ends_buf
+
+    cdef Py_ssize_t _merge_scan(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) noexcept nogil
+    cdef Py_ssize_t _merge_heap(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
+    cdef Py_ssize_t _merge(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
+    cdef int _push(self, uint32_t rank, Py_ssize_t pos, uint32_t cur) except -1 nogil
+    cdef int _flush_deferred(self) except -1 nogil
+    cdef int _slots_alloc(self, Py_ssize_t n_slots) noexcept nogil
+    cdef const uint8_t* _slot_tail(self, const CacheSlot* sl) noexcept nogil
+    cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h) noexcept nogil
+    cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
+                           const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil
+    cdef int _cache_grow(self) noexcept nogil
+    cdef void _cache_clear(self) noexcept nogil
+    cdef int _reserve_out(self, Py_ssize_t extra) except -1 nogil
+    cdef int _emit_pieces(self, const uint8_t* s, Py_ssize_t a, const int64_t* ends, Py_ssize_t count,
+                          const uint8_t* limit) except -1 nogil
+    cdef Py_ssize_t _encode_span(self, int pattern_id, const uint8_t* s, Py_ssize_t a, Py_ssize_t b,
+                                 bint closed, const uint8_t* limit) except -1 nogil
+    cdef int _encode_text(self, int pattern_id, const Specials* sp, const uint8_t* s, Py_ssize_t n_buf,
+                          Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_bytes, bint open_end,
+                          Py_ssize_t* stop, bint* done) except -1 nogil
+    cdef object _take_out(self)

@@ -1,0 +1,955 @@
+# cython: language_level=3
+"""The encoder core: special tokens, pre-tokenization and merging of a whole text in one native call.
+
+Semantics (equivalent to ``reference.encode``): special tokens are found first, left to right,
+longest match first; the text between them is pre-tokenized (the native scanners of
+``_pretok.pxd``, byte-identical to ``regex``); each pretoken is merged by rank
+(``reference.encode_pretoken``): a pretoken starts as its bytes, one token each; repeatedly, the
+pair with the lowest merge rank present is merged at all of its occurrences, greedily left to right
+without overlap (``aaa`` with ``(a, a)`` gives ``[aa, a]``); stop when no adjacent pair is a merge.
+Token ids are canonical by bytes (``reference.token_ids``: the smallest id holding the bytes), so a
+pair of ids names a pair of byte strings and ``RankTable`` can key on ids.
+
+Why "all occurrences, then the next rank" and not tiktoken's "one occurrence at a time": the two
+differ only when a merge creates a pair whose rank is *lower* than the merge being applied, which
+happens when two merges build the same bytes (``(a, bc)`` and ``(ab, c)``). The reference, our
+trainer and GPT-2's ``encoder.py`` apply a rank to the whole pretoken before looking at lower ranks,
+so both paths here do too: pairs of a lower rank created during a batch wait in ``deferred``.
+
+Two merge paths, the same result (tests run both on the same input):
+
+- ``_merge_scan`` (pieces up to ``SHORT_PIECE`` bytes): find the lowest rank by a linear scan,
+  rewrite the piece in one pass, look up only the pairs that touch a merged token. O(n) a merge.
+- ``_merge_heap`` (longer pieces): tokens in a doubly linked list over byte positions; a min-heap
+  of ``(rank << 32) | position`` entries. An entry is valid while ``pair_ranks[position]`` still
+  equals its rank (a dead position has ``NO_RANK``); stale entries are skipped on pop (invalidate,
+  don't delete, as tiktoken's ``_byte_pair_merge_large``). Within one rank, entries pop in position
+  order, which is the left-to-right rewrite. O(n log n): ``b"a" * 100_000`` takes milliseconds.
+
+Where the time goes, and what the layout does about it (``docs/encoding.md`` has the figures): a
+corpus is mostly a few hundred thousand distinct pretokens, so nearly every pretoken is a cache hit
+and the cost is memory latency, not merging. The cache is open addressing over 32-byte slots (two
+per cache line) that hold the pretoken's first 8 bytes, its length, and up to 4 ids inline; only a
+pretoken longer than 8 bytes or with more than 4 ids has a record in an arena (its ids, then its
+bytes after the first 8). So a hit on a short pretoken reads one slot and nothing else. Pretokens
+are looked up in batches of ``BATCH``: the hashes of a batch are computed and their slots
+prefetched before the first probe, so the cache misses of a batch overlap. Pre-tokenization writes
+the ends of up to ``ENDS_CAP`` pretokens into a scratch buffer that stays in L1, and
+``encode_text`` does a whole text (special tokens, scanning, merging) without the GIL and without
+a Python object per document or per pretoken.
+
+The cache is cleared whole when it holds ``max_entries`` pretokens or its arena outgrows
+``ARENA_MAX``, so memory stays bounded (at most ~16 MiB of slots plus the arena). An ``Encoder`` is
+not thread-safe (it owns the cache and scratch buffers); ``Tokenizer`` keeps one per thread.
+"""
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
+from libc.stdlib cimport calloc, free, realloc
+from libc.string cimport memchr, memcmp, memcpy, memset
+from libcpp.algorithm cimport pop_heap, push_heap
+from libcpp.vector cimport vector
+
+import numpy as np
+
+from bpe_core.pretok._pretok cimport _split_ends
+from bpe_core.engine._typedefs cimport pack_pair, pair_key_t, token_id_t
+
+
+cdef extern from *:
+    """
+    #include <string.h>
+    static const uint32_t BPE_NO_RANK = 0xFFFFFFFFu;
+    static const uint64_t BPE_EMPTY_KEY = 0xFFFFFFFFFFFFFFFFull;
+    static const uint64_t BPE_MUL1 = 0x9E3779B97F4A7C15ull;
+    static const uint64_t BPE_MUL2 = 0xBF58476D1CE4E5B9ull;
+    static const uint64_t BPE_MUL3 = 0x94D049BB133111EBull;
+    /* 8 bytes as a little-endian integer: byte k lands in bits 8k..8k+7 on every platform. */
+    static inline uint64_t bpe_enc_load_le64(const uint8_t* p) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = __builtin_bswap64(w);
+    #endif
+        return w;
+    }
+    #if defined(_MSC_VER)
+    #include <xmmintrin.h>
+    #define bpe_enc_prefetch(p) _mm_prefetch((const char*)(p), _MM_HINT_T0)
+    #else
+    #define bpe_enc_prefetch(p) __builtin_prefetch((const void*)(p))
+    #endif
+    """
+    const uint32_t NO_RANK "BPE_NO_RANK"
+    const uint64_t EMPTY_KEY "BPE_EMPTY_KEY"
+    const uint64_t MUL1 "BPE_MUL1"
+    const uint64_t MUL2 "BPE_MUL2"
+    const uint64_t MUL3 "BPE_MUL3"
+    uint64_t load_le64 "bpe_enc_load_le64"(const uint8_t* p) noexcept nogil
+    void prefetch "bpe_enc_prefetch"(const void* p) noexcept nogil
+
+
+cdef enum:
+    SHORT_PIECE = 128          # longest piece merged by the linear scan; longer ones use the heap
+    INLINE_IDS = 4             # ids held in the cache slot itself
+    BATCH = 16                 # pretokens hashed and prefetched ahead of their probes
+    ENDS_CAP = 4096            # pretoken ends scanned ahead (32 KiB of int64: stays in L1/L2)
+    HOLD_BACK = 2              # pretokens held back at an open end (see _encode_span)
+    MIN_SLOTS = 4096
+    ARENA_MAX = 16 << 20       # the cache is cleared when its arena would outgrow this
+
+
+# ==== Hashing ================================================================================
+
+
+cdef inline uint64_t _mix(uint64_t h) noexcept nogil:
+    h ^= h >> 31
+    h *= MUL2
+    h ^= h >> 29
+    return h
+
+
+cdef inline uint64_t _load_head(const uint8_t* p, Py_ssize_t n, const uint8_t* limit) noexcept nogil:
+    """The first ``min(n, 8)`` bytes at p, zero-padded, little-endian; never reads at or past limit."""
+    cdef uint64_t w = 0
+    cdef Py_ssize_t k, m = n if n < 8 else 8
+    if p + 8 <= limit:
+        w = load_le64(p)
+        if m < 8:
+            w &= ((<uint64_t>1) << (8 * m)) - 1
+        return w
+    for k in range(m):
+        w |= (<uint64_t>p[k]) << (8 * k)
+    return w
+
+
+cdef inline uint64_t _key_hash(const uint8_t* p, Py_ssize_t n, uint64_t w0, const uint8_t* limit) noexcept nogil:
+    """Hash of the pretoken p[0:n] whose head word is w0 (multiply-xorshift, 8 bytes a step)."""
+    cdef uint64_t h = (w0 ^ (<uint64_t>n * MUL3)) * MUL1
+    cdef Py_ssize_t k = 8
+    while k < n:
+        h = _mix(h ^ _load_head(p + k, n - k, limit)) * MUL1
+        k += 8
+    return _mix(h)
+
+
+cdef inline Py_ssize_t _utf8_stable_end(const uint8_t* buf, Py_ssize_t s, Py_ssize_t e) noexcept nogil:
+    """The largest ``c <= e`` such that decoding ``buf[s:c]`` cannot change when bytes follow.
+
+    Equivalent to ``tokenizer._utf8_stable_end``: only an unfinished but so far valid multi-byte
+    sequence at the very end is left out.
+    """
+    cdef Py_ssize_t k, i
+    cdef uint8_t x, second, lo, hi
+    cdef int need
+    for k in range(1, 4):
+        i = e - k
+        if i < s:
+            return e
+        x = buf[i]
+        if x < 0x80:
+            return e
+        if x < 0xC0:
+            continue                    # continuation byte: look further back
+        if x < 0xC2 or x > 0xF4:
+            return e                    # never starts a valid sequence
+        need = 2 if x < 0xE0 else (3 if x < 0xF0 else 4)
+        if k >= need:
+            return e                    # complete (or invalid: then final anyway)
+        if k >= 2:
+            second = buf[i + 1]
+            lo, hi = 0x80, 0xBF
+            if x == 0xE0:
+                lo = 0xA0
+            elif x == 0xED:
+                hi = 0x9F
+            elif x == 0xF0:
+                lo = 0x90
+            elif x == 0xF4:
+                hi = 0x8F
+            if second < lo or second > hi:
+                return e
+        return i
+    return e
+
+
+# ==== Rank table =============================================================================
+
+
+cdef class RankTable:
+    """Pair of token ids -> (merge rank, id of the merged token), in an open-addressing table.
+
+    Args:
+        lefts, rights: uint32, one entry per merge (index = rank): the canonical ids of the merge's
+            two parts; ``0xFFFFFFFF`` in ``lefts`` marks a merge that can never apply (a part is not
+            in the vocabulary) and is skipped.
+        merged_ids: uint32, the canonical id of each merge's result.
+        byte_ids: uint32[256], the id of each single-byte token.
+
+    When a pair occurs twice in the merges, its first (lowest) rank is kept, as
+    ``reference.encode`` does. The four arrays are all a ``RankTable`` needs, so worker processes
+    receive them (``Tokenizer._encoder_spec``) instead of the vocabulary.
+
+    >>> import numpy as np
+    >>> t = RankTable(np.array([97], np.uint32), np.array([97], np.uint32),
+    ...               np.array([256], np.uint32), np.arange(256, dtype=np.uint32))
+    >>> t.lookup(97, 97), t.lookup(97, 98)
+    ((0, 256), None)
+    """
+
+    def __init__(self, const uint32_t[::1] lefts, const uint32_t[::1] rights,
+                 const uint32_t[::1] merged_ids, const uint32_t[::1] byte_ids):
+        cdef Py_ssize_t n = lefts.shape[0], r, i
+        cdef uint64_t cap = 16, slot
+        cdef pair_key_t key
+        if rights.shape[0] != n or merged_ids.shape[0] != n:
+            raise ValueError("lefts, rights and merged_ids must have the same length")
+        if byte_ids.shape[0] != 256:
+            raise ValueError("byte_ids must have 256 entries")
+        if n >= <Py_ssize_t>NO_RANK:
+            raise ValueError("too many merges")
+        self.shift = 60
+        while cap < <uint64_t>(2 * n):
+            cap <<= 1
+            self.shift -= 1
+        self.slot_mask = cap - 1
+        self.slot_keys.assign(cap, EMPTY_KEY)
+        self.slot_ranks.assign(cap, NO_RANK)
+        self.merged_ids.assign(n, 0)
+        for i in range(256):
+            self.byte_ids[i] = byte_ids[i]
+        self.n_merges = n
+        self.n_pairs = 0
+        with nogil:
+            for r in range(n):
+                self.merged_ids[r] = merged_ids[r]
+                if lefts[r] == NO_RANK or rights[r] == NO_RANK:
+                    continue
+                key = pack_pair(lefts[r], rights[r])
+                slot = (key * MUL1) >> self.shift
+                while self.slot_keys[slot] != EMPTY_KEY and self.slot_keys[slot] != key:
+                    slot = (slot + 1) & self.slot_mask
+                if self.slot_keys[slot] == EMPTY_KEY:   # first rank of a pair wins
+                    self.slot_keys[slot] = key
+                    self.slot_ranks[slot] = <uint32_t>r
+                    self.n_pairs += 1
+
+    cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil:
+        cdef pair_key_t key = pack_pair(left, right)
+        cdef uint64_t slot = (key * MUL1) >> self.shift
+        cdef pair_key_t k
+        while True:
+            k = self.slot_keys[slot]
+            if k == key:
+                return self.slot_ranks[slot]
+            if k == EMPTY_KEY:
+                return NO_RANK
+            slot = (slot + 1) & self.slot_mask
+
+    def lookup(self, token_id_t left, token_id_t right):
+        """``(rank, merged_id)`` of the pair, or None when it is not a merge."""
+        cdef uint32_t r = self.rank_of(left, right)
+        if r == NO_RANK:
+            return None
+        return int(r), int(self.merged_ids[r])
+
+
+# ==== Special tokens =========================================================================
+
+
+cdef class SpecialTable:
+    """Special tokens to split out before pre-tokenization: leftmost match, longest first.
+
+    Args:
+        tokens: the special tokens as non-empty, distinct ``bytes``.
+        ids: the id of each.
+
+    Equivalent to ``patterns.specials_regex(tokens).finditer`` (alternatives sorted longest first):
+    scanning left to right, the first position where any token matches wins, and there the
+    longest token that matches.
+
+    >>> t = SpecialTable([b"<s>", b"<s><s>"], [1, 2])
+    >>> t.find_all(b"a<s><s><s>")
+    [(1, 7, 2), (7, 10, 1)]
+    """
+
+    def __init__(self, tokens, ids):
+        tokens = [bytes(t) for t in tokens]
+        ids = [int(i) for i in ids]
+        if len(tokens) != len(ids):
+            raise ValueError("tokens and ids must have the same length")
+        if any(not t for t in tokens) or len(set(tokens)) != len(tokens):
+            raise ValueError("special tokens must be non-empty and distinct")
+        order = sorted(range(len(tokens)), key=lambda k: (-len(tokens[k]), tokens[k]))
+        cdef Py_ssize_t k, off = 0
+        for k in order:
+            self.offsets.push_back(off)
+            self.lengths.push_back(len(tokens[k]))
+            self.ids.push_back(<token_id_t>ids[k])
+            for b in tokens[k]:
+                self.data.push_back(<uint8_t>b)
+            off += len(tokens[k])
+        memset(self.c.first, 0, sizeof(self.c.first))
+        firsts = {t[0] for t in tokens}
+        for b in firsts:
+            self.c.first[b] = 1
+        self.c.only_first = next(iter(firsts)) if len(firsts) == 1 else -1
+        self.c.n = len(tokens)
+        self.c.data = self.data.data()
+        self.c.offsets = self.offsets.data()
+        self.c.lengths = self.lengths.data()
+        self.c.ids = self.ids.data()
+
+    def find_all(self, const uint8_t[::1] buf):
+        """Every match ``(start, end, id)`` in ``buf``, left to right (for tests)."""
+        cdef Py_ssize_t pos = 0, n = buf.shape[0], ms, me
+        cdef token_id_t mid
+        out = []
+        while n and _find_special(&self.c, &buf[0], pos, n, n, &ms, &me, &mid):
+            out.append((ms, me, int(mid)))
+            pos = me
+        return out
+
+
+cdef bint _find_special(const Specials* sp, const uint8_t* s, Py_ssize_t pos, Py_ssize_t window,
+                        Py_ssize_t end, Py_ssize_t* ms, Py_ssize_t* me, token_id_t* mid) noexcept nogil:
+    """The leftmost special token starting in ``[pos, window)`` and ending by ``end``, longest first.
+
+    Sets ``*ms, *me, *mid`` and returns True, or returns False when there is none.
+    """
+    cdef Py_ssize_t i = pos, k, length
+    cdef const uint8_t* hit
+    if sp.n == 0:
+        return False
+    while i < window:
+        if sp.only_first >= 0:
+            hit = <const uint8_t*>memchr(s + i, sp.only_first, window - i)
+            if hit == NULL:
+                return False
+            i = hit - s
+        else:
+            while i < window and not sp.first[s[i]]:
+                i += 1
+            if i >= window:
+                return False
+        for k in range(sp.n):
+            length = sp.lengths[k]
+            if i + length <= end and memcmp(s + i, sp.data + sp.offsets[k], length) == 0:
+                ms[0] = i
+                me[0] = i + length
+                mid[0] = sp.ids[k]
+                return True
+        i += 1
+    return False
+
+
+# ==== Encoder ================================================================================
+
+
+cdef class Encoder:
+    """Encodes text: special tokens, pre-tokenization, merging by rank, with a pretoken -> ids cache.
+
+    One per thread (it owns the cache and scratch buffers).
+
+    Args:
+        table: the ``RankTable``.
+        max_entries: the cache holds at most this many pretokens, then is cleared whole.
+        max_cached_len: pretokens longer than this (bytes, at most 4095) are not cached.
+
+    Equivalent to ``reference.encode_pretoken`` followed by ``reference.token_ids`` per pretoken,
+    and to ``reference.encode`` for ``encode_text``.
+
+    >>> import numpy as np
+    >>> t = RankTable(np.array([97], np.uint32), np.array([97], np.uint32),
+    ...               np.array([256], np.uint32), np.arange(256, dtype=np.uint32))
+    >>> enc = Encoder(t)
+    >>> enc.encode_piece(b"aaa")
+    [256, 97]
+    >>> enc.encode_pieces(b"aaaaa", np.array([3, 5], np.int64)).tolist()   # b"aaa", b"aa"
+    [256, 97, 256]
+    >>> ids, stop, done = enc.encode_text(b"aaa aa<s>", 0, 9, 0, SpecialTable([b"<s>"], [257]))
+    >>> ids.tolist(), stop, done                        # "aaa", " aa" (b" " + aa), "<s>"
+    ([256, 97, 32, 256, 257], 9, True)
+    """
+
+    def __cinit__(self):
+        self.slots_mem = NULL
+        self.slots = NULL
+        self.arena = NULL
+        self.out_buf = NULL
+        self.ends_buf = NULL
+
+    def __init__(self, RankTable table not None, Py_ssize_t max_entries=1 << 18,
+                 Py_ssize_t max_cached_len=256):
+        if max_entries < 1 or max_cached_len < 0:
+            raise ValueError("max_entries must be positive and max_cached_len non-negative")
+        if max_cached_len > 4095:
+            raise ValueError("max_cached_len is at most 4095")
+        self.table = table
+        self.max_entries = max_entries
+        self.max_cached_len = max_cached_len
+        self.n_entries = 0
+        self.misses = 0
+        self.arena_size = 0
+        self.arena_cap = 0
+        self.out_n = 0
+        self.out_cap = 0
+        self.ends_buf = <int64_t*>PyMem_Malloc(ENDS_CAP * sizeof(int64_t))
+        if self.ends_buf == NULL:
+            raise MemoryError()
+        # The slot table starts small (128 KiB stays in L2) and doubles at 2/3 load.
+        if self._slots_alloc(MIN_SLOTS) < 0:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.slots_mem)
+        free(self.arena)
+        free(self.out_buf)
+        PyMem_Free(self.ends_buf)
+
+    # ---- merging one pretoken ----------------------------------------------------------------
+
+    cdef Py_ssize_t _merge_scan(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) noexcept nogil:
+        """Merge ``piece[0:n]`` (n <= SHORT_PIECE) by repeated min-rank scans; ids to ``out``."""
+        cdef token_id_t tok[SHORT_PIECE]
+        cdef uint32_t rk[SHORT_PIECE]
+        cdef token_id_t ntok[SHORT_PIECE]
+        cdef uint32_t nrk[SHORT_PIECE]
+        cdef Py_ssize_t old_at[SHORT_PIECE]
+        cdef bint fresh[SHORT_PIECE]
+        cdef Py_ssize_t m = n, i, w, j
+        cdef uint32_t r
+        cdef token_id_t new_id
+        for i in range(m):
+            tok[i] = self.table.byte_ids[piece[i]]
+        for i in range(m - 1):
+            rk[i] = self.table.rank_of(tok[i], tok[i + 1])
+        while m > 1:
+            # 1. The lowest rank present.
+            r = NO_RANK
+            for i in range(m - 1):
+                if rk[i] < r:
+                    r = rk[i]
+            if r == NO_RANK:
+                break
+            # 2. Merge every occurrence, left to right, without overlap.
+            new_id = self.table.merged_ids[r]
+            w = 0
+            i = 0
+            while i < m:
+                if i + 1 < m and rk[i] == r:
+                    ntok[w] = new_id
+                    fresh[w] = True
+                    i += 2
+                else:
+                    ntok[w] = tok[i]
+                    fresh[w] = False
+                    old_at[w] = i
+                    i += 1
+                w += 1
+            # 3. Only pairs touching a merged token change; the others keep their rank.
+            for j in range(w - 1):
+                if fresh[j] or fresh[j + 1]:
+                    nrk[j] = self.table.rank_of(ntok[j], ntok[j + 1])
+                else:
+                    nrk[j] = rk[old_at[j]]
+            m = w
+            memcpy(tok, ntok, m * sizeof(token_id_t))
+            if m > 1:
+                memcpy(rk, nrk, (m - 1) * sizeof(uint32_t))
+        memcpy(out, tok, m * sizeof(token_id_t))
+        return m
+
+    cdef Py_ssize_t _merge_heap(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil:
+        """Merge ``piece[0:n]`` with a linked list and a lazy min-heap; ids to ``out`` (room for n)."""
+        cdef Py_ssize_t i, p, q, nq, pp, m = 0
+        cdef uint32_t r, cur = 0, nr
+        cdef uint64_t top
+        self.toks.resize(n)
+        self.pair_ranks.resize(n)
+        self.nexts.resize(n)
+        self.prevs.resize(n)
+        self.heap.clear()
+        self.deferred.clear()
+        cdef token_id_t* tok = self.toks.data()
+        cdef uint32_t* prk = self.pair_ranks.data()
+        cdef int64_t* nxt = self.nexts.data()
+        cdef int64_t* prv = self.prevs.data()
+        for i in range(n):
+            tok[i] = self.table.byte_ids[piece[i]]
+            nxt[i] = i + 1
+            prv[i] = i - 1
+        prk[n - 1] = NO_RANK
+        # Heap entries are complemented keys, so std's max-heap pops the lowest (rank, position).
+        for i in range(n - 1):
+            prk[i] = self.table.rank_of(tok[i], tok[i + 1])
+            if prk[i] != NO_RANK:
+                self.heap.push_back(~((<uint64_t>prk[i] << 32) | <uint64_t>i))
+                push_heap(self.heap.begin(), self.heap.end())
+        while True:
+            if self.heap.empty():
+                if self.deferred.empty():
+                    break
+                self._flush_deferred()
+                continue
+            top = ~self.heap.front()
+            r = <uint32_t>(top >> 32)
+            p = <Py_ssize_t>(top & 0xFFFFFFFFu)
+            if r != cur:
+                # A rank is done: pairs of lower rank created meanwhile may now compete.
+                if not self.deferred.empty():
+                    self._flush_deferred()
+                    continue
+                cur = r
+            pop_heap(self.heap.begin(), self.heap.end())
+            self.heap.pop_back()
+            if prk[p] != r:
+                continue    # stale: p is dead or its pair changed
+            q = nxt[p]
+            nq = nxt[q]
+            tok[p] = self.table.merged_ids[r]
+            nxt[p] = nq
+            if nq < n:
+                prv[nq] = p
+            prk[q] = NO_RANK
+            # The pairs (p, nq) and (prv[p], p) are new.
+            nr = self.table.rank_of(tok[p], tok[nq]) if nq < n else NO_RANK
+            prk[p] = nr
+            self._push(nr, p, cur)
+            pp = prv[p]
+            if pp >= 0:
+                nr = self.table.rank_of(tok[pp], tok[p])
+                prk[pp] = nr
+                self._push(nr, pp, cur)
+        p = 0
+        while p < n:
+            out[m] = tok[p]
+            m += 1
+            p = nxt[p]
+        return m
+
+    cdef int _push(self, uint32_t rank, Py_ssize_t pos, uint32_t cur) except -1 nogil:
+        if rank == NO_RANK:
+            return 0
+        cdef uint64_t entry = ~((<uint64_t>rank << 32) | <uint64_t>pos)
+        if rank < cur:
+            self.deferred.push_back(entry)
+        else:
+            self.heap.push_back(entry)
+            push_heap(self.heap.begin(), self.heap.end())
+        return 0
+
+    cdef int _flush_deferred(self) except -1 nogil:
+        cdef size_t k
+        for k in range(self.deferred.size()):
+            self.heap.push_back(self.deferred[k])
+            push_heap(self.heap.begin(), self.heap.end())
+        self.deferred.clear()
+        return 0
+
+    cdef Py_ssize_t _merge(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil:
+        if n <= SHORT_PIECE:
+            return self._merge_scan(piece, n, out)
+        return self._merge_heap(piece, n, out)
+
+    # ---- the pretoken cache ------------------------------------------------------------------
+
+    cdef int _slots_alloc(self, Py_ssize_t n_slots) noexcept nogil:
+        """Fresh zeroed slots, aligned to 64 bytes so a slot never straddles two cache lines."""
+        cdef void* mem = calloc(n_slots * sizeof(CacheSlot) + 64, 1)
+        if mem == NULL:
+            return -1
+        free(self.slots_mem)
+        self.slots_mem = mem
+        self.slots = <CacheSlot*>((<uintptr_t>mem + 63) & ~(<uintptr_t>63))
+        self.n_slots = n_slots
+        self.cache_mask = <uint64_t>(n_slots - 1)
+        return 0
+
+    cdef const uint8_t* _slot_tail(self, const CacheSlot* sl) noexcept nogil:
+        """The key bytes after the first 8 of a slot whose key is longer than 8 bytes."""
+        cdef uint32_t n_ids = sl.meta & 0xFFF
+        return self.arena + sl.off + (n_ids * sizeof(token_id_t) if n_ids > INLINE_IDS else 0)
+
+    cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0,
+                                       uint64_t h) noexcept nogil:
+        """The slot holding pretoken ``p[0:n]`` (head word w0, hash h), or NULL."""
+        cdef uint64_t slot = h & self.cache_mask
+        cdef uint32_t want = <uint32_t>n << 12
+        cdef CacheSlot* sl
+        while True:
+            sl = &self.slots[slot]
+            if sl.meta == 0:
+                return NULL
+            if sl.w0 == w0 and (sl.meta & 0xFFF000u) == want:
+                if n <= 8 or memcmp(self._slot_tail(sl), p + 8, n - 8) == 0:
+                    return sl
+            slot = (slot + 1) & self.cache_mask
+
+    cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
+                           const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil:
+        """Remember ``p[0:n] -> ids``; clears the cache first when it is full. 0, or -1 (no memory:
+        the entry is simply not cached)."""
+        cdef Py_ssize_t record = 0, cap
+        cdef uint64_t slot
+        cdef CacheSlot* sl
+        cdef uint8_t* grown
+        if n_ids > INLINE_IDS:
+            record += n_ids * sizeof(token_id_t)
+        if n > 8:
+            record += n - 8
+        record = (record + 3) & ~(<Py_ssize_t>3)         # records start 4-byte aligned
+        if self.n_entries >= self.max_entries or self.arena_size + record > ARENA_MAX:
+            self._cache_clear()
+        elif 3 * (self.n_entries + 1) > 2 * self.n_slots:
+            if self._cache_grow() < 0:
+                return -1
+        if record and self.arena_size + record > self.arena_cap:
+            cap = max(2 * self.arena_cap, self.arena_size + record, <Py_ssize_t>(64 << 10))
+            grown = <uint8_t*>realloc(self.arena, cap)
+            if grown == NULL:
+                return -1
+            self.arena = grown
+            self.arena_cap = cap
+        slot = h & self.cache_mask
+        while self.slots[slot].meta != 0:
+            slot = (slot + 1) & self.cache_mask
+        sl = &self.slots[slot]
+        sl.w0 = w0
+        sl.meta = (<uint32_t>n << 12) | <uint32_t>n_ids
+        sl.off = <uint32_t>self.arena_size
+        memset(sl.ids, 0, sizeof(sl.ids))
+        if n_ids > INLINE_IDS:
+            memcpy(self.arena + self.arena_size, ids, n_ids * sizeof(token_id_t))
+            if n > 8:
+                memcpy(self.arena + self.arena_size + n_ids * sizeof(token_id_t), p + 8, n - 8)
+        else:
+            memcpy(sl.ids, ids, n_ids * sizeof(token_id_t))
+            if n > 8:
+                memcpy(self.arena + self.arena_size, p + 8, n - 8)
+        self.arena_size += record
+        self.n_entries += 1
+        return 0
+
+    cdef int _cache_grow(self) noexcept nogil:
+        """Double the slots and re-insert every entry (hashes are recomputed from the keys)."""
+        cdef void* old_mem = self.slots_mem
+        cdef CacheSlot* old = self.slots
+        cdef Py_ssize_t old_n = self.n_slots, k, n, j
+        cdef uint8_t key[4096]
+        cdef uint64_t h, slot
+        self.slots_mem = NULL
+        if self._slots_alloc(2 * old_n) < 0:
+            self.slots_mem = old_mem
+            self.slots = <CacheSlot*>((<uintptr_t>old_mem + 63) & ~(<uintptr_t>63))
+            self.n_slots = old_n
+            self.cache_mask = <uint64_t>(old_n - 1)
+            return -1
+        for k in range(old_n):
+            if old[k].meta == 0:
+                continue
+            n = old[k].meta >> 12
+            if n <= 8:
+                h = _key_hash(key, n, old[k].w0, key)   # w0 is the whole key
+            else:
+                for j in range(8):
+                    key[j] = <uint8_t>(old[k].w0 >> (8 * j))
+                memcpy(key + 8, self._slot_tail(&old[k]), n - 8)
+                h = _key_hash(key, n, old[k].w0, key + n)
+            slot = h & self.cache_mask
+            while self.slots[slot].meta != 0:
+                slot = (slot + 1) & self.cache_mask
+            self.slots[slot] = old[k]
+        free(old_mem)
+        return 0
+
+    cdef void _cache_clear(self) noexcept nogil:
+        memset(self.slots, 0, self.n_slots * sizeof(CacheSlot))
+        self.arena_size = 0
+        self.n_entries = 0
+
+    # ---- encoding runs of pretokens ----------------------------------------------------------
+
+    cdef int _reserve_out(self, Py_ssize_t extra) except -1 nogil:
+        """Room for ``extra`` more ids, plus INLINE_IDS of slack (cache hits copy a whole slot)."""
+        cdef Py_ssize_t need = self.out_n + extra + INLINE_IDS, cap
+        cdef token_id_t* grown
+        if need <= self.out_cap:
+            return 0
+        cap = max(2 * self.out_cap, need, <Py_ssize_t>4096)
+        grown = <token_id_t*>realloc(self.out_buf, cap * sizeof(token_id_t))
+        if grown == NULL:
+            with gil:
+                raise MemoryError()
+        self.out_buf = grown
+        self.out_cap = cap
+        return 0
+
+    cdef int _emit_pieces(self, const uint8_t* s, Py_ssize_t a, const int64_t* ends, Py_ssize_t count,
+                          const uint8_t* limit) except -1 nogil:
+        """Append the ids of the pretokens ``s[a:ends[0]]``, ``s[ends[0]:ends[1]]``, ... to ``out``.
+
+        ``limit`` is the end of the readable buffer (8-byte loads never cross it). Each batch of
+        ``BATCH`` pretokens is hashed and its slots prefetched before the first probe.
+        """
+        cdef uint64_t hs[BATCH]
+        cdef uint64_t w0s[BATCH]
+        cdef Py_ssize_t base, m, j, q, e, n, got, p0
+        cdef Py_ssize_t max_len = self.max_cached_len
+        cdef CacheSlot* sl
+        cdef token_id_t* out
+        cdef uint32_t n_ids
+        if count <= 0:
+            return 0
+        self._reserve_out(ends[count - 1] - a)
+        out = self.out_buf
+        p0 = a
+        base = 0
+        while base < count:
+            m = count - base if count - base < BATCH else BATCH
+            q = p0
+            for j in range(m):                      # 1. hash, prefetch
+                e = ends[base + j]
+                n = e - q
+                if n >= 2 and n <= max_len:
+                    w0s[j] = _load_head(s + q, n, limit)
+                    hs[j] = _key_hash(s + q, n, w0s[j], limit)
+                    prefetch(&self.slots[hs[j] & self.cache_mask])
+                q = e
+            q = p0
+            for j in range(m):                      # 2. probe, emit
+                e = ends[base + j]
+                n = e - q
+                if n == 1:
+                    out[self.out_n] = self.table.byte_ids[s[q]]
+                    self.out_n += 1
+                elif n > max_len:
+                    got = self._merge(s + q, n, out + self.out_n)
+                    self.out_n += got
+                elif n >= 2:
+                    sl = self._cache_find(s + q, n, w0s[j], hs[j])
+                    if sl != NULL:
+                        n_ids = sl.meta & 0xFFF
+                        if n_ids <= INLINE_IDS:
+                            memcpy(out + self.out_n, sl.ids, INLINE_IDS * sizeof(token_id_t))
+                        else:
+                            memcpy(out + self.out_n, self.arena + sl.off, n_ids * sizeof(token_id_t))
+                        self.out_n += n_ids
+                    else:
+                        self.misses += 1
+                        got = self._merge(s + q, n, out + self.out_n)
+                        self._cache_insert(s + q, n, w0s[j], hs[j], out + self.out_n, got)
+                        self.out_n += got
+                q = e
+            p0 = q
+            base += m
+        return 0
+
+    cdef Py_ssize_t _encode_span(self, int pattern_id, const uint8_t* s, Py_ssize_t a, Py_ssize_t b,
+                                 bint closed, const uint8_t* limit) except -1 nogil:
+        """Pre-tokenize and encode the text ``s[a:b]`` (no special token in it); returns where it stopped.
+
+        ``closed``: the text ends at ``b`` (a special token or the end of the input follows), so
+        every pretoken is final and the result is ``b``. Otherwise the text may continue after
+        ``b``: an unfinished UTF-8 character at the end and the last ``HOLD_BACK`` pretokens are
+        left out (for the named patterns a pretoken is decided by the text up to one character past
+        its end, so only the last one can change; two is the margin), and the result is where the
+        held-back text starts. Equivalent to ``Tokenizer._text_ends`` + ``encode_pieces``.
+        """
+        cdef int64_t* ends = self.ends_buf
+        cdef Py_ssize_t p, got, total, use, k, carry = 0, piece_start = a
+        if not closed:
+            b = _utf8_stable_end(s, a, b)
+            if b <= a:
+                return a
+        p = a
+        while p < b:
+            got = _split_ends(pattern_id, s, &p, b, ends + carry, ENDS_CAP - carry)
+            total = carry + got
+            use = total
+            if not closed:
+                use = total - HOLD_BACK if total > HOLD_BACK else 0
+            if use > 0:
+                self._emit_pieces(s, piece_start, ends, use, limit)
+                piece_start = ends[use - 1]
+            carry = total - use
+            for k in range(carry):
+                ends[k] = ends[use + k]
+        return b if closed else piece_start
+
+    cdef int _encode_text(self, int pattern_id, const Specials* sp, const uint8_t* s, Py_ssize_t n_buf,
+                          Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_bytes, bint open_end,
+                          Py_ssize_t* stop, bint* done) except -1 nogil:
+        """The loop of ``encode_text``: special tokens, then the text before each, window by window."""
+        cdef const uint8_t* limit = s + n_buf
+        cdef Py_ssize_t start = pos, window, text_end, ms = 0, me = 0, q
+        cdef token_id_t mid = 0
+        cdef bint found, closed
+        while pos < end:
+            window = end if (max_bytes <= 0 or end - pos <= max_bytes) else pos + max_bytes
+            found = sp != NULL and _find_special(sp, s, pos, window, end, &ms, &me, &mid)
+            if found:
+                text_end = ms
+                closed = True
+            else:
+                text_end = window
+                closed = window == end and not open_end
+            if text_end > pos:
+                q = self._encode_span(pattern_id, s, pos, text_end, closed, limit)
+                if not closed:
+                    # The text goes on after the window (or, at an open end, after `end`): what is
+                    # held back waits for the next call, with a wider window or more input.
+                    stop[0] = q
+                    done[0] = window == end
+                    return 0
+                pos = text_end
+            if found:
+                self._reserve_out(1)
+                self.out_buf[self.out_n] = mid
+                self.out_n += 1
+                pos = me
+            if max_bytes > 0 and pos - start >= max_bytes:
+                break
+        stop[0] = pos
+        done[0] = pos >= end
+        return 0
+
+    cdef object _take_out(self):
+        """The ids written so far as a new uint32 ndarray; keeps the buffer unless it is huge."""
+        result = np.empty(self.out_n, dtype=np.uint32)
+        cdef uint32_t[::1] view = result
+        if self.out_n:
+            memcpy(&view[0], self.out_buf, self.out_n * sizeof(token_id_t))
+        self.out_n = 0
+        if self.out_cap > (1 << 24):     # don't keep a huge buffer alive between calls
+            free(self.out_buf)
+            self.out_buf = NULL
+            self.out_cap = 0
+        return result
+
+    # ---- Python entry points -----------------------------------------------------------------
+
+    def encode_text(self, const uint8_t[::1] buf not None, Py_ssize_t start, Py_ssize_t end,
+                    int pattern_id, SpecialTable specials=None, Py_ssize_t max_bytes=0,
+                    bint open_end=False):
+        """Encode ``buf[start:end]``: special tokens, pre-tokenization (a named pattern), merging.
+
+        Args:
+            buf: the bytes (any read-only C-contiguous buffer: ``bytes``, an mmap, a uint8 array).
+            start, end: the range to encode; ``0 <= start <= end <= len(buf)``.
+            pattern_id: ``_pretok.PATTERN_IDS[name]`` of a named pattern.
+            specials: the special tokens to split out (None: none, as ``encode_ordinary``).
+            max_bytes: stop after about this many input bytes (0: no limit), at a special token or
+                at a provably final pretoken boundary, so calls can resume at ``stop``. A window
+                without a special token is scanned at most ``max_bytes`` at a time.
+            open_end: the text may continue after ``end`` (streaming): the last text span keeps
+                back its open tail, as ``Tokenizer.encode_iterable`` needs.
+
+        Returns:
+            ``(ids, stop, done)``: the uint32 ids of ``buf[start:stop]``; ``done`` is True when
+            nothing more can be encoded from this range (``stop == end``, or at an open end only
+            held-back text is left). ``done`` False with ``stop == start`` means one pretoken is
+            longer than the window: call again with a larger ``max_bytes``. The work runs without
+            the GIL. Equivalent to ``reference.encode(buf[start:stop], ...)`` for the pieces it
+            covers.
+        """
+        cdef Py_ssize_t n_buf = buf.shape[0], stop = start
+        cdef bint done = True
+        cdef const Specials* sp = &specials.c if specials is not None else NULL
+        if not (0 <= start <= end <= n_buf):
+            raise ValueError("need 0 <= start <= end <= len(buf)")
+        if pattern_id < 0 or pattern_id > 2:
+            raise ValueError(f"unknown pattern id {pattern_id}")
+        self.out_n = 0
+        if end > start:
+            with nogil:
+                self._encode_text(pattern_id, sp, &buf[0], n_buf, start, end, max_bytes, open_end,
+                                  &stop, &done)
+        return self._take_out(), stop, done
+
+    def encode_piece(self, const uint8_t[::1] piece, str method="auto"):
+        """Token ids of one pretoken (no cache): ``method`` is ``auto``, ``scan`` or ``heap``.
+
+        ``scan`` accepts pieces up to 128 bytes. Equivalent to ``reference.encode_pretoken``.
+        """
+        cdef Py_ssize_t n = piece.shape[0], m = 0
+        cdef vector[token_id_t] out
+        if n == 0:
+            return []
+        out.resize(n)
+        if method == "scan" or (method == "auto" and n <= SHORT_PIECE):
+            if n > SHORT_PIECE:
+                raise ValueError(f"scan handles pieces up to {SHORT_PIECE} bytes")
+            with nogil:
+                m = self._merge_scan(&piece[0], n, out.data())
+        elif method in ("heap", "auto"):
+            with nogil:
+                m = self._merge_heap(&piece[0], n, out.data())
+        else:
+            raise ValueError(f"unknown method {method!r}")
+        return [int(out[i]) for i in range(m)]
+
+    def encode_pieces(self, const uint8_t[::1] buf not None, const int64_t[::1] ends not None,
+                      int64_t start=0, const int64_t[::1] forced_ids=None):
+        """Encode the pretokens ``buf[start:ends[0]]``, ``buf[ends[0]:ends[1]]``, ... in order.
+
+        The path for custom patterns (pre-tokenized by ``regex`` in Python); named patterns go
+        through ``encode_text``.
+
+        Args:
+            buf: the bytes (any read-only buffer: ``bytes``, an mmap, a uint8 array).
+            ends: int64, the end offset of each pretoken, non-decreasing, at most ``len(buf)``.
+            start: where the first pretoken starts.
+            forced_ids: optional int64, one per pretoken: ``-1`` to merge the bytes, an id >= 0 to
+                emit for the whole piece (a special token), ``-2`` to emit nothing (text that a
+                custom pattern does not match, which the reference drops).
+
+        Returns:
+            A uint32 ndarray of token ids. Runs without the GIL.
+        """
+        cdef Py_ssize_t n_pieces = ends.shape[0], k, k0
+        cdef Py_ssize_t n_buf = buf.shape[0]
+        cdef int64_t prev = start
+        cdef bint has_forced = forced_ids is not None
+        cdef const uint8_t* base
+        if has_forced and forced_ids.shape[0] != n_pieces:
+            raise ValueError("forced_ids must have one entry per pretoken")
+        if start < 0 or start > n_buf:
+            raise ValueError("start is outside the buffer")
+        for k in range(n_pieces):
+            if ends[k] < prev or ends[k] > n_buf:
+                raise ValueError("ends must be non-decreasing and within the buffer")
+            prev = ends[k]
+        self.out_n = 0
+        if n_buf == 0 or n_pieces == 0:
+            return self._take_out()
+        base = &buf[0]
+        prev = start
+        with nogil:
+            k = 0
+            while k < n_pieces:
+                if has_forced and forced_ids[k] != -1:
+                    if forced_ids[k] >= 0:
+                        self._reserve_out(1)
+                        self.out_buf[self.out_n] = <token_id_t>forced_ids[k]
+                        self.out_n += 1
+                    prev = ends[k]
+                    k += 1
+                    continue
+                k0 = k                       # a run of pieces to merge
+                while k < n_pieces and not (has_forced and forced_ids[k] != -1):
+                    k += 1
+                self._emit_pieces(base, prev, &ends[k0], k - k0, base + n_buf)
+                prev = ends[k - 1]
+        return self._take_out()
+
+    def cache_info(self):
+        """``{"entries", "misses", "bytes"}`` of the pretoken cache (misses = pretokens merged)."""
+        return {
+            "entries": int(self.n_entries),
+            "misses": int(self.misses),
+            "bytes": int(self.arena_cap + sizeof(CacheSlot) * self.n_slots),
+        }
+
+    def clear_cache(self):
+        """Drop every cached pretoken."""
+        self._cache_clear()

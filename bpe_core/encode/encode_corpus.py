@@ -1,0 +1,378 @@
+"""Whole-corpus encoding: one flat ``.npy`` of token ids, in bounded memory, with any worker count.
+
+Pipeline (see ``docs/encoding.md`` and ``docs/memory.md``); each step is a ``memmon.phase``:
+
+1. **plan.** ``scheduler.plan_encoding`` turns the RAM budget (``memory_limit``; None: the default
+   budget, 8 GiB or 80% of the RAM available) into a worker count and a chunk size, or raises
+   ``scheduler.BudgetError`` naming the smallest budget that works. ``plan.to_dict()`` goes into
+   the result.
+2. **cut.** The parent walks the memory-mapped input in windows and cuts chunks only at points
+   ``corpus.chunk_boundaries`` proves safe (a special-token start, or a safe newline), so the ids
+   of a chunk do not depend on where it was cut. Each window is unmapped after use, so the parent
+   never holds the input in memory.
+3. **encode.** Worker threads (``workers.run_ordered``; the encoder's core runs without the GIL)
+   read their chunk with ``pread``, encode it in blocks of about 1 MiB with an encoder of their own
+   (its own pretoken cache, one shared rank table) and append the ids to a spill file of that
+   chunk. At most ``2 * workers`` chunks are in flight; a ``memmon.MemoryMonitor`` samples the RSS
+   and, while it is within one worker's share of the budget, no new chunk is handed out until an
+   earlier one is done. No worker processes: nothing re-imports the caller's script, and a signal
+   or an error stops the run within one chunk's time.
+4. **assemble.** Once the total is known, the ``.npy`` is created with
+   ``np.lib.format.open_memmap`` in a temp file beside the output and the spill files are copied
+   into it in chunk order. The result is identical for any worker count and chunk size. Peak disk
+   use is about twice the output size (spill files + output).
+5. **verify** (optional): a sample of chunks is decoded back and compared with the input.
+6. **write.** fsync, then the temp file is renamed onto the output: a run that is killed leaves no
+   file at the output path (only a hidden temp file and spill folder beside it, which the next run
+   removes).
+
+Conservation is checked at run time: the ids of each chunk stand for exactly its bytes (the sum of
+their token lengths), every byte of the input is encoded once, and the tokens written equal the sum
+over chunks; a mismatch raises ``workers.InternalError`` and nothing is written.
+
+``uint16`` is used when every id fits (vocab <= 65,536), else ``uint32``.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..corpus import check_input, file_chunks, warn_if_binary
+from ..errors import CorpusError, VerifyError
+from ..pretok.patterns import pattern_name
+from ..runtime import budget as scheduler
+from ..runtime.atomic import atomic_path, output_problem, remove_stale
+from ..runtime.memmon import MemoryMonitor, phase
+from ..runtime.progress import check_mode, make_progress
+from ..runtime.workers import FileStamp, check_total, read_range, run_ordered
+from .tokenizer import Tokenizer
+
+MiB = 1 << 20
+COPY_BYTES = scheduler.ENCODE_COPY_BYTES      # spill -> output copy block
+
+
+# ==== Cut ====================================================================================
+
+
+def iter_chunks(path: str, chunk_bytes: int, special_tokens, pattern: str, inside_documents: bool = True,
+                stamp: FileStamp | None = None):
+    """Yield ``(start, end)`` chunks of the file, cut only at safe points (``corpus.file_chunks``:
+    a small window is read near each cut with ``pread``, never the whole file)."""
+    check_input(path)
+    yield from file_chunks(path, chunk_bytes, special_tokens, pattern_name(pattern), inside_documents, stamp=stamp)
+
+
+# ==== Encode (worker threads) ================================================================
+
+
+def _spill_path(spill_dir: str, index: int) -> str:
+    return os.path.join(spill_dir, f"chunk-{index:08d}.bin")
+
+
+class _ChunkEncoder:
+    """Encodes chunks on worker threads: one encoder per thread (each has its own pretoken cache),
+    one shared read-only rank table."""
+
+    def __init__(self, spec, input_path: str, spill_dir: str, dtype: np.dtype, token_lengths: np.ndarray,
+                 stamp: FileStamp):
+        self.spec = spec
+        self.input_path = input_path
+        self.spill_dir = spill_dir
+        self.dtype = dtype
+        self.token_lengths = token_lengths
+        self.stamp = stamp
+        self._local = threading.local()
+
+    def __call__(self, task: tuple[int, int, int]) -> tuple[int, int, int]:
+        """Encode bytes ``[start, end)`` into the chunk's spill file; returns (index, n_ids, n_bytes).
+
+        Conservation: the ids of the chunk must stand for exactly its bytes (the sum of their token
+        lengths), checked block by block as they are written.
+        """
+        index, start, end = task
+        spec = getattr(self._local, "spec", None)
+        if spec is None:
+            spec = self._local.spec = copy.copy(self.spec)     # its own encoder, built on first use
+        buf = read_range(self.input_path, start, end, self.stamp)
+        n_ids = n_bytes = 0
+        with open(_spill_path(self.spill_dir, index), "wb") as out:
+            for ids in spec.iter_encode(buf, 0, len(buf)):
+                n_bytes += int(self.token_lengths[ids].sum())
+                ids.astype(self.dtype, copy=False).tofile(out)
+                n_ids += len(ids)
+        check_total(f"bytes of {self.input_path}[{start}:{end}] (bytes the ids stand for vs bytes read)",
+                    n_bytes, end - start)
+        return index, n_ids, n_bytes
+
+    def close(self) -> None:
+        self._local = threading.local()      # the encoders and their caches go now
+
+
+# ==== Assemble ===============================================================================
+
+
+@dataclass
+class EncodeResult:
+    """What ``encode_corpus`` did: sizes, time, the memory plan and the measured peak.
+
+    ``plan`` is ``scheduler.Plan.to_dict()``; ``memory`` is ``MemoryMonitor.summary()`` (the peak
+    RSS of the process tree, sampled, and the peak of each phase) plus ``held_back_chunks`` (how
+    often a chunk waited because the tree was close to the budget); ``phase_seconds`` the wall
+    time of each phase.
+    """
+
+    out_path: str
+    n_tokens: int
+    n_bytes: int
+    dtype: str
+    seconds: float
+    num_workers: int
+    n_chunks: int
+    verified_bytes: int = 0
+    plan: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    phase_seconds: dict = field(default_factory=dict)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.n_bytes / 1e6 / max(self.seconds, 1e-9)
+
+    @property
+    def peak_rss_bytes(self) -> int:
+        return int(self.memory.get("peak_rss_bytes", 0))
+
+    def summary(self) -> str:
+        ratio = self.n_bytes / max(self.n_tokens, 1)
+        line = (f"{self.out_path}: {self.n_tokens:,} tokens ({self.dtype}) from {self.n_bytes:,} bytes "
+                f"({ratio:.2f} bytes/token) in {self.seconds:.1f} s, {self.mb_per_s:.1f} MB/s, "
+                f"{self.num_workers} worker(s), {self.n_chunks} chunk(s)")
+        if self.memory:
+            line += (f", peak RSS {scheduler.fmt_bytes(self.peak_rss_bytes)} of "
+                     f"{scheduler.fmt_bytes(int(self.plan.get('memory_limit', 0)))}")
+        if self.verified_bytes:
+            line += f"; verified {self.verified_bytes:,} bytes"
+        return line
+
+    def report(self) -> dict:
+        """A JSON-ready dict of everything above (``tools/encode_corpus.py --report``)."""
+        return {"out_path": self.out_path, "n_tokens": self.n_tokens, "n_bytes": self.n_bytes,
+                "dtype": self.dtype, "seconds": round(self.seconds, 3), "mb_per_s": round(self.mb_per_s, 2),
+                "num_workers": self.num_workers, "n_chunks": self.n_chunks,
+                "verified_bytes": self.verified_bytes, "phase_seconds": self.phase_seconds,
+                "plan": self.plan, "memory": self.memory}
+
+
+def ids_dtype(n_vocab: int) -> np.dtype:
+    """``uint16`` when every id fits, else ``uint32``.
+
+    >>> ids_dtype(50257), ids_dtype(65537)
+    (dtype('uint16'), dtype('uint32'))
+    """
+    return np.dtype(np.uint16) if n_vocab <= 1 << 16 else np.dtype(np.uint32)
+
+
+def plan(input_path: str | os.PathLike, tokenizer: Tokenizer, num_workers: int | None = None,
+         memory_limit: int | None = None, chunk_bytes: int | None = None) -> scheduler.Plan:
+    """The memory plan ``encode_corpus`` would follow (workers, chunk size, estimated peak).
+
+    Raises:
+        CorpusError: bad input. ``scheduler.BudgetError``: the budget is too small (the message
+            names the smallest budget that works).
+    """
+    size = check_input(os.fspath(input_path))
+    return scheduler.plan_encoding(size, tokenizer.n_vocab, memory_limit, num_workers=num_workers,
+                                   chunk_bytes=chunk_bytes)
+
+
+def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os.PathLike,
+                  out_path: str | os.PathLike, num_workers: int | None = None,
+                  memory_limit: int | None = None, chunk_bytes: int | None = None,
+                  verify: bool = False, progress: bool | str = True,
+                  mp_context: str | None = None, monitor_interval: float = 0.05) -> EncodeResult:
+    """Encode a whole file into one flat ``.npy`` of token ids (see the module docstring).
+
+    Args:
+        input_path: the corpus (read as bytes; special tokens are document separators).
+        tokenizer: a ``Tokenizer`` or a path that ``Tokenizer.load`` reads.
+        out_path: the ``.npy`` to write (atomically: temp file + rename).
+        num_workers: upper bound on encoding processes (None: the CPU count); the plan may use
+            fewer to fit the budget. 1 encodes in this process.
+        memory_limit: RAM budget in bytes for the RSS of the process tree (None: the default
+            budget, ``scheduler.default_memory_limit()``).
+        chunk_bytes: override the planned chunk size (tests use tiny chunks).
+        verify: decode a sample of chunks back and compare with the input before renaming.
+        progress: progress on stderr (bytes, MB/s): ``True``/``"auto"`` (a tqdm bar on a terminal,
+            else a plain line every 10 s or 10 %), ``"bar"``, ``"plain"``, ``"json"`` (JSON lines),
+            ``False``/``"none"`` (``bpe_core.progress``).
+        mp_context: ignored; kept so that older calls still work (workers are threads now).
+        monitor_interval: seconds between RSS samples of the process tree.
+
+    Returns:
+        An ``EncodeResult`` with the plan (``plan.to_dict()``) and the sampled peak RSS.
+
+    Raises:
+        CorpusError: bad input file. ``ModelFormatError``: bad tokenizer. ``scheduler.BudgetError``:
+        the budget cannot fit one worker (before any work). ``VerifyError``.
+
+    >>> import tempfile, os; d = tempfile.mkdtemp()
+    >>> _ = open(f"{d}/in.txt", "w").write("hi there<|endoftext|>bye")
+    >>> vocab = {i: bytes([i]) for i in range(256)}
+    >>> r = encode_corpus(f"{d}/in.txt", Tokenizer(vocab, [], ["<|endoftext|>"]), f"{d}/ids.npy",
+    ...                   num_workers=1, progress=False)
+    >>> np.load(f"{d}/ids.npy", mmap_mode="r").tolist()[-4:], r.plan["num_workers"]
+    ([256, 98, 121, 101], 1)
+    """
+    t0 = time.perf_counter()
+    marks: list[tuple[str, float]] = []
+
+    def enter(name: str) -> None:
+        phase(name)
+        marks.append((name, time.perf_counter()))
+
+    enter("plan")
+    input_path, out_path = os.fspath(input_path), os.fspath(out_path)
+    size = check_input(input_path)
+    check_mode(progress)
+    warn_if_binary(input_path)
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    _check_out(out_path)
+    the_plan = plan(input_path, tok, num_workers, memory_limit, chunk_bytes)
+    dtype = ids_dtype(tok.n_vocab)
+    specials = list(tok._special_bytes)
+    stamp = FileStamp.of(input_path)
+
+    folder = os.path.dirname(os.path.abspath(out_path))
+    spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
+    tmp = None
+    bar = _progress(size, progress)
+    monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
+    monitor.start()
+    encoder = None
+    try:
+        tmp, commit = atomic_path(out_path)
+        enter("cut")
+        chunks = list(iter_chunks(input_path, the_plan.chunk_bytes, specials, tok.pattern,
+                                  getattr(tok, "chunks_inside_documents", True), stamp=stamp))
+        enter("encode")
+        counts = [0] * len(chunks)
+        encoded = [0]
+        workers = min(the_plan.num_workers, max(1, len(chunks)))
+        encoder = _ChunkEncoder(tok._encoder_spec(), input_path, spill_dir, dtype, _token_lengths(tok), stamp)
+        room = the_plan.memory_limit - the_plan.per_worker_bytes
+
+        def consume(result: tuple[int, int, int]) -> None:
+            i, n_ids, n_bytes = result
+            counts[i] = n_ids
+            encoded[0] += n_bytes
+            bar.update(n_bytes)
+
+        held = run_ordered(encoder, [(i, s, e) for i, (s, e) in enumerate(chunks)], workers, consume,
+                           max_in_flight=2 * workers, may_submit=lambda n: monitor.sample() < room)
+        encoder.close()
+        stamp.check()
+        # Conservation: every byte of the input was encoded once.
+        check_total(f"bytes of {input_path} (bytes encoded vs file size)", encoded[0], size)
+        total = sum(counts)
+        enter("assemble")
+        _assemble(tmp, spill_dir, counts, dtype)
+        verified = 0
+        if verify:
+            enter("verify")
+            verified = _verify(tmp, input_path, tok, chunks, counts)
+        enter("write")
+        commit()
+    except BaseException:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    finally:
+        bar.close()
+        if encoder is not None:
+            encoder.close()
+        shutil.rmtree(spill_dir, ignore_errors=True)
+        monitor.stop()
+    t_end = time.perf_counter()
+    seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
+               for k, (name, t) in enumerate(marks)}
+    memory = dict(monitor.summary(), held_back_chunks=held)
+    return EncodeResult(out_path, total, size, dtype.name, t_end - t0, workers, len(chunks), verified,
+                        plan=the_plan.to_dict(), memory=memory, phase_seconds=seconds)
+
+
+def _token_lengths(tok: Tokenizer) -> np.ndarray:
+    """Byte length of every id (0 for ids no token uses): what ``bytes encoded`` is summed from."""
+    lengths = np.zeros(tok.n_vocab, dtype=np.int64)
+    for i, b in tok.vocab.items():
+        if 0 <= i < tok.n_vocab:
+            lengths[i] = len(b)
+    return lengths
+
+
+def _assemble(tmp: str, spill_dir: str, counts: list[int], dtype: np.dtype) -> None:
+    """Create the ``.npy`` (header via ``open_memmap``), then copy the spill files in order.
+
+    The data is written through a plain file rather than the memmap so the written pages do not
+    count in this process's RSS.
+    """
+    total = sum(counts)
+    arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(total,))
+    offset = arr.offset
+    del arr
+    with open(tmp, "r+b") as out:
+        out.seek(offset)
+        for i, n in enumerate(counts):
+            path = _spill_path(spill_dir, i)
+            with open(path, "rb") as f:
+                shutil.copyfileobj(f, out, COPY_BYTES)
+            os.unlink(path)
+        # Conservation: tokens written = the sum over chunks.
+        check_total("tokens written (output file vs the sum over chunks)",
+                    (out.tell() - offset) // dtype.itemsize, total)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _verify(tmp: str, input_path: str, tok: Tokenizer, chunks, counts, max_chunks: int = 8,
+            max_ids: int = 1 << 20) -> int:
+    """Decode the start of up to ``max_chunks`` chunks (first, last, evenly between) and compare."""
+    ids = np.load(tmp, mmap_mode="r")
+    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    n = len(chunks)
+    picks = sorted({round(k * (n - 1) / max(1, max_chunks - 1)) for k in range(min(n, max_chunks))})
+    checked = 0
+    with open(input_path, "rb") as f:
+        for i in picks:
+            start, end = chunks[i]
+            k = min(int(counts[i]), max_ids)
+            got = tok.decode_bytes(np.asarray(ids[offsets[i]: offsets[i] + k]))
+            f.seek(start)
+            want = f.read(len(got))
+            if got != want or (k == counts[i] and len(got) != end - start):
+                raise VerifyError(f"{input_path}: ids of bytes {start}-{end} do not decode back to the input")
+            checked += len(got)
+    del ids
+    return checked
+
+
+def _check_out(out_path: str) -> None:
+    problem = output_problem(out_path, "a .npy file path")
+    if problem is not None:
+        raise CorpusError(out_path, problem)
+    remove_stale(out_path, ("tmp", "spill"))      # what a killed run left beside the output
+
+
+def _progress(total: int, mode):
+    """The ``encode`` progress reporter (``bpe_core.progress``; ``mode`` a bool or a mode name)."""
+    return make_progress(mode, total=total, desc="encode", unit="B", unit_scale=True, smoothing=0.1)
+
+
+__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "ids_dtype", "iter_chunks", "plan"]

@@ -1,0 +1,730 @@
+"""The tokenizer: encode text to token ids and decode them back, exactly as training saw it.
+
+Semantics (the same as ``reference.encode``; see ``docs/encoding.md``):
+
+1. Bytes are the truth. A ``str`` is encoded to UTF-8 with ``surrogateescape``, so a string that
+   came from ``bytes.decode("utf-8", "surrogateescape")`` round-trips byte for byte.
+2. Special tokens are found first, scanning left to right, longest match first; each becomes its
+   single id.
+3. The text between them is pre-tokenized with the pattern (``regex.finditer`` is the truth).
+4. Each pretoken is merged by rank in the Cython core (``_encode.Encoder``); ids are canonical by
+   bytes (when two ids hold the same bytes, the smaller one).
+
+>>> from bpe_core.reference import train_bpe_from_bytes
+>>> vocab, merges = train_bpe_from_bytes(b"low low low lower<|endoftext|>", 262, ["<|endoftext|>"])
+>>> tok = Tokenizer(vocab, merges, ["<|endoftext|>"])
+>>> ids = tok.encode("low lower<|endoftext|>")
+>>> ids
+[258, 261, 256]
+>>> tok.decode(ids)
+'low lower<|endoftext|>'
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import regex
+
+from ..corpus.specials import encode_specials, specials_regex
+from ..errors import ModelFormatError
+from ..formats import registry
+from ..formats.model import Model, load_any, load_gpt2
+from ..pretok.patterns import pattern_name, regex_pieces, resolve_pattern
+from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
+from . import _encode
+
+__all__ = ["Tokenizer"]
+
+_NO_ID = 0xFFFFFFFF
+# Token ids below this are accepted however sparse the vocab (see Tokenizer.__init__).
+_MAX_SPARSE_ID = 1 << 24
+# Text spans longer than this are pre-tokenized and merged in blocks, so memory stays bounded.
+_BLOCK_BYTES = 1 << 20
+# encode_iterable encodes its buffer once it holds this many bytes.
+_STREAM_FLUSH_BYTES = 1 << 16
+# Named patterns use the native scanner; False runs ``regex`` (tools/bench_encode.py compares both).
+_NATIVE_PRETOKENIZER = True
+# Pretokens held back at the open end of a text: everything before them is final (docs/encoding.md).
+_HOLD_BACK = 2
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer: vocabulary, ordered merges, special tokens and split pattern.
+
+    Args:
+        vocab: id -> token bytes; must hold the 256 single bytes.
+        merges: ordered ``(left_bytes, right_bytes)``; rank = position in the list.
+        special_tokens: strings that always encode to their single id. A special token that is not
+            in ``vocab`` is appended to it with the next free id.
+        pattern: the pre-tokenization pattern, a name (``gpt2``, ``cl100k``, ``o200k``) or a regex.
+
+    >>> vocab = {i: bytes([i]) for i in range(256)}; vocab[256] = b"ab"
+    >>> tok = Tokenizer(vocab, [(b"a", b"b")], ["<|endoftext|>"])
+    >>> tok.encode("abab<|endoftext|>")
+    [256, 256, 257]
+    >>> tok.decode_bytes([256, 97])
+    b'aba'
+    """
+
+    # ==== Construction ==========================================================================
+
+    def __init__(self, vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]],
+                 special_tokens: Sequence[str] | None = None, pattern: str = "gpt2"):
+        vocab = {int(i): bytes(b) for i, b in vocab.items()}
+        specials = [s if isinstance(s, str) else bytes(s).decode("utf-8") for s in (special_tokens or [])]
+        special_bytes = encode_specials(specials)
+        if vocab and min(vocab) < 0:
+            raise ValueError(f"token ids must be non-negative, got {min(vocab)}")
+        # The decoder is a list indexed by id and the rank table holds uint32: sparse ids are fine,
+        # but an id like 10**12 is a mistake, not a reason to allocate terabytes.
+        limit = min(_NO_ID, max(_MAX_SPARSE_ID, 16 * (len(vocab) + len(specials))))
+        if vocab and max(vocab) >= limit:
+            raise ValueError(f"token id {max(vocab)} is out of range: ids must be below {limit:,} "
+                             f"(16 x the vocab size, at least {_MAX_SPARSE_ID:,})")
+        ids_of: dict[bytes, int] = {}
+        for i in sorted(vocab):
+            ids_of.setdefault(vocab[i], i)
+        for b in special_bytes:
+            if b not in ids_of:
+                new_id = max(vocab, default=-1) + 1
+                vocab[new_id] = b
+                ids_of[b] = new_id
+        missing = [x for x in range(256) if bytes([x]) not in ids_of]
+        if missing:
+            raise ValueError(f"vocab lacks the single-byte tokens {missing[:8]}{'...' if len(missing) > 8 else ''}")
+
+        self._vocab = vocab
+        self._merges = [(bytes(a), bytes(b)) for a, b in merges]
+        self._ids_of = ids_of
+        self._special_tokens = {s: ids_of[b] for s, b in zip(specials, special_bytes)}
+        self._special_bytes = special_bytes
+        self._specials_rx = specials_regex(special_bytes)
+        self._max_special_len = max((len(b) for b in special_bytes), default=0)
+        self._pattern = resolve_pattern(pattern)
+        self._pattern_name = pattern_name(self._pattern)
+        self._rx = regex.compile(self._pattern)
+        self._decoder: list[bytes | None] = [None] * (max(vocab) + 1)
+        for i, b in vocab.items():
+            self._decoder[i] = b
+
+        # The rank table: parts and result as canonical ids; a merge whose parts are not in the
+        # vocabulary can never apply and is skipped.
+        n = len(self._merges)
+        lefts = np.full(n, _NO_ID, dtype=np.uint32)
+        rights = np.full(n, _NO_ID, dtype=np.uint32)
+        merged = np.zeros(n, dtype=np.uint32)
+        for r, (a, b) in enumerate(self._merges):
+            la, rb = ids_of.get(a), ids_of.get(b)
+            if la is None or rb is None:
+                continue
+            m = ids_of.get(a + b)
+            if m is None:
+                raise ValueError(f"merge {r} ({a!r}, {b!r}) builds {a + b!r}, which is not in the vocab")
+            lefts[r], rights[r], merged[r] = la, rb, m
+        byte_ids = np.array([ids_of[bytes([x])] for x in range(256)], dtype=np.uint32)
+        self._rank_arrays = (lefts, rights, merged, byte_ids)
+        self._table = _encode.RankTable(lefts, rights, merged, byte_ids)
+        self._special_table = _special_table(special_bytes, [ids_of[b] for b in special_bytes])
+        self._pattern_id = PATTERN_IDS.get(self._pattern_name) if self._pattern_name else None
+        # Idle encoders (each owns a pretoken cache and buffers, and is used by one thread at a
+        # time). A call borrows one and gives it back, so caches stay warm across calls and across
+        # the short-lived threads of encode_batch; there are as many as calls ever ran at once.
+        self._idle: list[_encode.Encoder] = []
+
+    @classmethod
+    def from_files(cls, vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
+                   special_tokens: Sequence[str] | None = None, pattern: str = "gpt2") -> "Tokenizer":
+        """Load GPT-2 style ``vocab.json`` + ``merges.txt`` (byte-to-unicode form).
+
+        The two files must belong together (``formats.model.load_gpt2``: each merge builds from earlier
+        tokens a token of ``vocab.json``, and no ordinary token lacks its merge); otherwise
+        :class:`~bpe_core.errors.ModelFormatError` names the file and line.
+
+        >>> import os; fx = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
+        >>> tok = Tokenizer.from_files(f"{fx}/gpt2_vocab.json", f"{fx}/gpt2_merges.txt", ["<|endoftext|>"])
+        >>> tok.encode("Hello, world!<|endoftext|>")
+        [15496, 11, 995, 0, 50256]
+        """
+        vocab, merges = load_gpt2(vocab_path, merges_path, special_tokens)
+        return cls(vocab, merges, special_tokens, pattern)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Tokenizer":
+        """Load what ``tools/train_bpe.py`` wrote: a folder with ``model.json`` or the file itself.
+
+        A folder that holds only ``vocab.json`` + ``merges.txt`` is read as GPT-2 files: GPT-2
+        pattern, and vocab entries that no merge builds (e.g. ``<|endoftext|>``) are special tokens.
+        Errors name the file.
+        """
+        model = load_any(path)
+        try:
+            method = registry.get(model.method)
+        except ValueError as exc:
+            raise ModelFormatError(path, str(exc)) from None
+        if method.stage_aware:
+            return StageAwareTokenizer(model)
+        return cls(model.vocab, model.merges, model.special_tokens, model.pattern)
+
+    def __reduce__(self):
+        specials = list(self._special_tokens)
+        return (Tokenizer, (self._vocab, self._merges, specials, self._pattern))
+
+    def __repr__(self) -> str:
+        name = self._pattern_name or "custom"
+        return f"<Tokenizer n_vocab={self.n_vocab} merges={len(self._merges)} pattern={name} specials={len(self._special_tokens)}>"
+
+    # ==== Encoding ==============================================================================
+
+    def encode(self, text: str | bytes) -> list[int]:
+        """Encode text; special tokens become their single id (longest match first).
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, [], ["<s>", "<s><s>"]).encode("<s><s><s>")
+        [257, 256]
+        """
+        return self.encode_to_numpy(text).tolist()
+
+    def encode_ordinary(self, text: str | bytes) -> list[int]:
+        """Encode text, treating special-token strings as ordinary text.
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, [], ["<s>"]).encode_ordinary("<s>")
+        [60, 115, 62]
+        """
+        return self.encode_to_numpy(text, specials=False).tolist()
+
+    def encode_to_numpy(self, text: str | bytes, specials: bool = True) -> np.ndarray:
+        """Encode text into a uint32 array (``specials=False``: as ``encode_ordinary``).
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, []).encode_to_numpy("hi")
+        array([104, 105], dtype=uint32)
+        """
+        data = _as_bytes(text)
+        if len(data) <= _BLOCK_BYTES and self._pattern_id is not None and _NATIVE_PRETOKENIZER:
+            enc = self._borrow()            # one native call, no generator (encode_batch's many docs)
+            try:
+                ids, _, _ = enc.encode_text(data, 0, len(data), self._pattern_id,
+                                            self._special_table if specials else None)
+                return ids
+            finally:
+                self._idle.append(enc)
+        parts = list(self._iter_encode(data, 0, len(data), specials))
+        if not parts:
+            return np.zeros(0, dtype=np.uint32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def encode_batch(self, texts: Sequence[str | bytes], num_threads: int = 8) -> list[list[int]]:
+        """Encode many texts on a thread pool (the merge core runs without the GIL).
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, []).encode_batch(["a", "bc"])
+        [[97], [98, 99]]
+        """
+        if num_threads <= 1 or len(texts) <= 1:
+            return [self.encode(t) for t in texts]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(num_threads) as pool:
+            return list(pool.map(self.encode, texts))
+
+    def encode_iterable(self, iterable: Iterable[str | bytes]) -> Iterator[int]:
+        """Stream ids for the concatenation of ``iterable``, in constant memory.
+
+        Yields exactly ``encode("".join(iterable))``: pretokens and special tokens may straddle the
+        pieces of the iterable. Only the provably final part of the buffer is encoded; the open end
+        (a possible special-token prefix, an unfinished UTF-8 character and the last two pretokens)
+        waits for more text. With a custom pattern, text is held until the next special token or
+        the end, since no cut inside a document can be proven safe for any regex.
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> tok = Tokenizer(vocab, [], ["<|endoftext|>"])
+        >>> list(tok.encode_iterable(["hi<|endof", "text|>"]))
+        [104, 105, 256]
+        """
+        pending = bytearray()
+        flush_at = _STREAM_FLUSH_BYTES
+        for piece in iterable:
+            pending += _as_bytes(piece)
+            if len(pending) < flush_at:
+                continue
+            data = bytes(pending)
+            end = self._decided_end(data)
+            gen = self._iter_encode(data, 0, end, True, final=False)
+            while True:
+                try:
+                    ids = next(gen)
+                except StopIteration as stop:
+                    consumed = stop.value
+                    break
+                yield from ids.tolist()
+            del pending[:consumed]
+            # What is held back (one huge pretoken, a long document under a custom pattern) is
+            # rescanned only after it doubles: linear time overall.
+            flush_at = max(_STREAM_FLUSH_BYTES, 2 * len(pending))
+        data = bytes(pending)
+        for ids in self._iter_encode(data, 0, len(data), True):
+            yield from ids.tolist()
+
+    # ==== Decoding ==============================================================================
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The exact bytes of the ids.
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, []).decode_bytes([0xE2, 0x82])
+        b'\\xe2\\x82'
+        """
+        if isinstance(ids, np.ndarray):
+            if ids.size and ids.dtype.kind == "i" and ids.min() < 0:
+                raise ValueError(f"unknown token id(s) {ids[ids < 0][:5].tolist()} (ids are 0..{len(self._decoder) - 1})")
+            ids = ids.tolist()
+        elif not isinstance(ids, (list, tuple)):
+            ids = list(ids)
+        table = self._decoder
+        try:
+            if ids and min(ids) < 0:        # a negative index would silently pick a token from the end
+                raise IndexError
+            return b"".join([table[i] for i in ids])
+        except (IndexError, TypeError):
+            bad = [i for i in ids if not (isinstance(i, (int, np.integer)) and 0 <= i < len(table))
+                   or table[i] is None]
+            raise ValueError(f"unknown token id(s) {bad[:5]} (ids are 0..{len(table) - 1})") from None
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """Decode to text; bytes that are not valid UTF-8 become U+FFFD (``errors="replace"``).
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, []).decode([104, 0xFF])
+        'h\\ufffd'
+        """
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def decode_single_token_bytes(self, token: int) -> bytes:
+        """The bytes of one id."""
+        return self.decode_bytes([token])
+
+    # ==== Miscellaneous =========================================================================
+
+    @property
+    def n_vocab(self) -> int:
+        """One more than the largest id."""
+        return len(self._decoder)
+
+    @property
+    def max_token_value(self) -> int:
+        return len(self._decoder) - 1
+
+    @property
+    def vocab(self) -> dict[int, bytes]:
+        return dict(self._vocab)
+
+    @property
+    def merges(self) -> list[tuple[bytes, bytes]]:
+        return list(self._merges)
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """Special token string -> id."""
+        return dict(self._special_tokens)
+
+    @property
+    def pattern(self) -> str:
+        """The pre-tokenization regex string."""
+        return self._pattern
+
+    def token_id(self, token: bytes) -> int | None:
+        """The (smallest) id holding these bytes, or None."""
+        return self._ids_of.get(bytes(token))
+
+    def cache_info(self) -> dict:
+        """Statistics of the pretoken cache of the encoder used last."""
+        return self._encoder().cache_info()
+
+    # ==== Private ===============================================================================
+
+    def _encoder(self) -> "_encode.Encoder":
+        """The idle encoder used last (created if there is none), for inspection and tests; it is
+        not borrowed, so it must not be used while other threads encode."""
+        if not self._idle:
+            self._idle.append(_encode.Encoder(self._table))
+        return self._idle[-1]
+
+    def _borrow(self) -> "_encode.Encoder":
+        """An encoder for this call alone; give it back with ``self._idle.append(enc)``."""
+        try:
+            return self._idle.pop()        # atomic under the GIL
+        except IndexError:
+            return _encode.Encoder(self._table)
+
+    def _encoder_spec(self) -> "EncoderSpec":
+        """What worker processes need to encode like this tokenizer (see ``EncoderSpec``)."""
+        ids = [self._ids_of[b] for b in self._special_bytes]
+        native = self._pattern_id is not None
+        return EncoderSpec(self._rank_arrays, self._special_bytes, ids, self._pattern_id,
+                           None if native else self)
+
+    def _decided_end(self, data: bytes) -> int:
+        """For a buffer whose continuation is unknown: the end of the part whose special-token
+        matches are final (a match starting at ``s`` is decided when ``s + longest <= len``).
+
+        The returned end never cuts a decided special token.
+        """
+        n = len(data)
+        if self._specials_rx is None:
+            return n
+        decided = n - self._max_special_len + 1
+        end = max(decided, 0)
+        for m in self._specials_rx.finditer(data):
+            if m.start() >= decided:
+                break
+            end = max(end, m.end())
+        return end
+
+    def _iter_encode(self, buf, start: int, end: int, specials: bool = True, final: bool = True):
+        """Encode ``buf[start:end]`` in bounded batches; yields uint32 arrays.
+
+        With ``final=False`` the last text span may continue after ``end``: only its provably
+        final pretokens are encoded. Returns (as ``StopIteration.value``) the offset up to which
+        the input was consumed. Named patterns run in the native core (``_iter_encode_native``),
+        one call per block of about ``_BLOCK_BYTES``; custom patterns (and
+        ``_NATIVE_PRETOKENIZER = False``) pre-tokenize with ``regex`` in Python.
+        """
+        enc = self._borrow()
+        try:
+            if self._pattern_id is not None and _NATIVE_PRETOKENIZER:
+                table = self._special_table if specials else None
+                return (yield from _iter_encode_native(enc, buf, start, end, self._pattern_id, table, final))
+            return (yield from self._iter_encode_regex(enc, buf, start, end, specials, final))
+        finally:
+            self._idle.append(enc)
+
+    def _iter_encode_regex(self, enc, buf, start: int, end: int, specials: bool = True, final: bool = True):
+        """``_iter_encode`` with ``regex`` pre-tokenization and the special tokens found in Python."""
+        ends_parts: list[np.ndarray] = []
+        special_at: list[int] = []
+        special_ids: list[int] = []
+        n_pieces = 0
+        batch_start = start
+        batch_bytes = 0
+
+        def flush(upto: int):
+            nonlocal ends_parts, special_at, special_ids, n_pieces, batch_start, batch_bytes
+            if n_pieces:
+                ends = ends_parts[0] if len(ends_parts) == 1 else np.concatenate(ends_parts)
+                forced = None
+                if special_at:
+                    forced = np.full(n_pieces, -1, dtype=np.int64)
+                    forced[special_at] = special_ids
+                ids = enc.encode_pieces(buf, ends, batch_start, forced)
+            else:
+                ids = None
+            ends_parts, special_at, special_ids = [], [], []
+            n_pieces = 0
+            batch_start = upto
+            batch_bytes = 0
+            return ids
+
+        def add_text(s: int, e: int, open_end: bool) -> int:
+            """Queue the pretokens of text ``[s, e)``; returns where the queued text ends."""
+            nonlocal n_pieces, batch_bytes
+            ends, resume = self._text_ends(buf, s, e, open_end)
+            if len(ends):
+                ends_parts.append(ends)
+                n_pieces += len(ends)
+                batch_bytes += resume - s
+            return resume
+
+        rx = self._specials_rx if specials else None
+        pos = start
+        matches = rx.finditer(buf, start, end) if rx is not None else ()
+        for m in matches:
+            s, e = m.span()
+            pos = yield from self._queue_span(add_text, flush, pos, s, False)
+            if pos != s:        # cannot happen for a closed span
+                raise AssertionError("closed text span not fully consumed")
+            special_at.append(n_pieces)
+            special_ids.append(self._ids_of[m.group()])
+            ends_parts.append(np.array([e], dtype=np.int64))
+            n_pieces += 1
+            batch_bytes += e - s
+            pos = e
+            if batch_bytes >= _BLOCK_BYTES:
+                ids = flush(pos)
+                if ids is not None:
+                    yield ids
+        pos = yield from self._queue_span(add_text, flush, pos, end, not final)
+        ids = flush(pos)
+        if ids is not None and len(ids):
+            yield ids
+        return pos
+
+    def _queue_span(self, add_text, flush, s: int, e: int, open_end: bool):
+        """Queue text ``[s, e)`` in blocks of about ``_BLOCK_BYTES``; yields full batches."""
+        pos = s
+        named = self._pattern_name is not None
+        block = _BLOCK_BYTES
+        while named and e - pos > block:
+            nxt = add_text(pos, pos + block, True)
+            if nxt == pos:          # one pretoken longer than the block: look further
+                block *= 2
+                continue
+            block = _BLOCK_BYTES
+            pos = nxt
+            ids = flush(pos)
+            if ids is not None:
+                yield ids
+        if e > pos:
+            pos = add_text(pos, e, open_end)
+        return pos
+
+    def _text_ends(self, buf, s: int, e: int, open_end: bool):
+        """Pretoken ends of text ``buf[s:e]`` (no special tokens in it), as absolute offsets.
+
+        Returns ``(ends, resume)``. With ``open_end`` the text may continue after ``e``: an unfinished UTF-8 character and the
+        last ``_HOLD_BACK`` pretokens are left out, and ``resume`` is where the next call starts.
+        """
+        if open_end:
+            if self._pattern_name is None:
+                return np.zeros(0, dtype=np.int64), s
+            e = _utf8_stable_end(buf, s, e)
+        if e <= s:
+            return np.zeros(0, dtype=np.int64), s
+        ends = self._pretoken_ends(buf, s, e)
+        if open_end:
+            keep = len(ends) - _HOLD_BACK
+            if keep <= 0:
+                return np.zeros(0, dtype=np.int64), s
+            return ends[:keep], int(ends[keep - 1])
+        return ends, e
+
+    def _pretoken_ends(self, buf, s: int, e: int):
+        """Pre-tokenize ``buf[s:e]``: absolute end offsets.
+
+        The one place that calls the pre-tokenizer: the native scanner for the named patterns
+        (byte-identical to ``regex``), else ``regex`` itself, the text between its matches kept as
+        pretokens of their own (``patterns.regex_pieces``), so every byte is encoded.
+        """
+        if self._pattern_name is not None and _NATIVE_PRETOKENIZER:
+            return s + pretoken_ends(memoryview(buf)[s:e], self._pattern_name)
+        data = bytes(buf[s:e])
+        text = data.decode("utf-8", "surrogateescape")
+        if self._pattern_name is not None:    # the regex path, kept for comparisons (bench_encode)
+            pieces = self._rx.findall(text)
+            char_ends = np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)))
+            if len(text) == e - s:          # one char per byte: char offsets are byte offsets
+                return s + char_ends
+            starts = np.flatnonzero((np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80)
+            if len(starts) == len(text):    # valid UTF-8: a char starts at each non-continuation byte
+                return s + np.append(starts, e - s)[char_ends]
+            lengths = np.fromiter((len(p.encode("utf-8", "surrogateescape")) for p in pieces),
+                                  dtype=np.int64, count=len(pieces))
+            return s + np.cumsum(lengths)
+        pieces = regex_pieces(data, self._rx)
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        return s + np.cumsum(lengths)
+
+
+def _special_table(special_bytes: Sequence[bytes], ids: Sequence[int]) -> "_encode.SpecialTable | None":
+    """The native special-token matcher (None when there are no special tokens)."""
+    return _encode.SpecialTable(list(special_bytes), list(ids)) if special_bytes else None
+
+
+def _iter_encode_native(enc: "_encode.Encoder", buf, start: int, end: int, pattern_id: int,
+                        special_table, final: bool = True):
+    """Encode ``buf[start:end]`` with ``Encoder.encode_text``, one call per block; yields uint32 arrays.
+
+    Returns (as ``StopIteration.value``) where encoding stopped: ``end`` when ``final``, else the
+    start of the held-back open tail. A block that holds only part of one pretoken (no final
+    pretoken boundary in it) is retried twice as large, so a pretoken of any length is encoded
+    whole, in time linear in its length.
+    """
+    pos, block = start, _BLOCK_BYTES
+    while True:
+        ids, stop, done = enc.encode_text(buf, pos, end, pattern_id, special_table, block, not final)
+        if len(ids):
+            yield ids
+        if done:
+            return stop
+        block = 2 * block if stop == pos else _BLOCK_BYTES
+        pos = stop
+
+
+class EncoderSpec:
+    """What a worker process needs to encode like a ``Tokenizer``: the rank-table arrays, the
+    special tokens and the pattern, a few hundred KB to pickle instead of the whole vocabulary.
+
+    ``Tokenizer._encoder_spec()`` makes one; :meth:`iter_encode` is ``Tokenizer._iter_encode``.
+    A custom pattern needs ``regex`` and the Python path, so that spec carries the tokenizer.
+
+    >>> vocab = {i: bytes([i]) for i in range(256)}; vocab[256] = b"ab"
+    >>> spec = Tokenizer(vocab, [(b"a", b"b")], ["<s>"])._encoder_spec()
+    >>> import pickle; spec = pickle.loads(pickle.dumps(spec))
+    >>> [ids.tolist() for ids in spec.iter_encode(b"abab<s>", 0, 7)]
+    [[256, 256, 257]]
+    """
+
+    def __init__(self, rank_arrays, special_bytes, special_ids, pattern_id, tokenizer=None):
+        self.rank_arrays = rank_arrays
+        self.special_bytes = list(special_bytes)
+        self.special_ids = list(special_ids)
+        self.pattern_id = pattern_id
+        self.tokenizer = tokenizer
+        self._encoder = None
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_encoder"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._encoder = None
+
+    def iter_encode(self, buf, start: int, end: int):
+        """Yield the uint32 ids of ``buf[start:end]`` in blocks (special tokens recognised)."""
+        if self.tokenizer is not None or not _NATIVE_PRETOKENIZER:
+            yield from self.tokenizer._iter_encode(buf, start, end)
+            return
+        if self._encoder is None:
+            self._encoder = _encode.Encoder(_encode.RankTable(*self.rank_arrays))
+            self._table = _special_table(self.special_bytes, self.special_ids)
+        yield from _iter_encode_native(self._encoder, buf, start, end, self.pattern_id, self._table)
+
+
+def _as_bytes(text: str | bytes) -> bytes:
+    if isinstance(text, str):
+        return text.encode("utf-8", "surrogateescape")
+    return bytes(text)
+
+
+def _utf8_stable_end(buf, s: int, e: int) -> int:
+    """The largest ``c <= e`` such that decoding ``buf[s:c]`` cannot change when bytes follow.
+
+    Only an unfinished but so far valid multi-byte sequence at the very end can change (a following
+    continuation byte completes it); it is left out.
+
+    >>> _utf8_stable_end(b"a\\xe2\\x82", 0, 3), _utf8_stable_end(b"a\\xe2\\x82\\xac", 0, 4)
+    (1, 4)
+    """
+    for k in (1, 2, 3):
+        i = e - k
+        if i < s:
+            return e
+        x = buf[i]
+        if x < 0x80:
+            return e
+        if x < 0xC0:
+            continue                    # continuation byte: look further back
+        if x < 0xC2 or x > 0xF4:
+            return e                    # never starts a valid sequence
+        need = 2 if x < 0xE0 else 3 if x < 0xF0 else 4
+        if k >= need:
+            return e                    # complete (or invalid: then final anyway)
+        if k >= 2:
+            second = buf[i + 1]
+            lo, hi = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF),
+                      0xF4: (0x80, 0x8F)}.get(x, (0x80, 0xBF))
+            if not lo <= second <= hi:
+                return e
+        return i
+    return e
+
+
+# ==== Stage-aware models (SuperBPE, SupraTok) ===================================================
+
+def _stage_encoder(model):
+    """The method's own stage-aware encoder (``formats.registry``: ``Method.stage_encoder``)."""
+    return registry.get(model.method).stage_encoder(model)
+
+
+class StageAwareTokenizer(Tokenizer):
+    """A :class:`Tokenizer` for multi-stage models (SuperBPE, SupraTok): stage-1 merges inside
+    pretokens, later merges inside units, exactly as training did (``superbpe.StageAwareEncoder``).
+
+    Decoding is the same as for BPE. ``encode_iterable`` streams document by document: units never
+    cross a special token, so text is held back only up to the last special token seen (a document
+    with no special token is held whole).
+    """
+
+    def __init__(self, model: Model):
+        super().__init__(model.vocab, model.merges, model.special_tokens, model.pattern)
+        self._model = model
+        self._stage = _stage_encoder(model)
+        self._specials_rx = specials_regex(self._special_bytes_list())
+        self._max_special = max((len(b) for b in self._special_bytes_list()), default=0)
+
+    def _special_bytes_list(self) -> list[bytes]:
+        return [s.encode("utf-8") for s in self._special_tokens]
+
+    def __reduce__(self):
+        return (StageAwareTokenizer, (self._model,))
+
+    def __repr__(self) -> str:
+        return f"<StageAwareTokenizer method={self._model.method} n_vocab={self.n_vocab} merges={len(self._merges)}>"
+
+    def encode_to_numpy(self, text: str | bytes, specials: bool = True) -> np.ndarray:
+        data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
+        ids = self._stage.encode(data) if specials else self._stage.encode_ordinary(data)
+        return np.asarray(ids, dtype=np.uint32)
+
+    def encode(self, text: str | bytes) -> list[int]:
+        return self.encode_to_numpy(text).tolist()
+
+    def encode_ordinary(self, text: str | bytes) -> list[int]:
+        return self.encode_to_numpy(text, specials=False).tolist()
+
+    def encode_batch(self, texts: Sequence[str | bytes], num_threads: int = 8) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def encode_iterable(self, iterable: Iterable[str | bytes]) -> Iterator[int]:
+        """Yields exactly ``encode("".join(iterable))``, one finished document at a time."""
+        buf = b""
+        for piece in iterable:
+            buf += piece.encode("utf-8", "surrogateescape") if isinstance(piece, str) else bytes(piece)
+            cut = self._last_safe_cut(buf)
+            if cut:
+                yield from self.encode(buf[:cut])
+                buf = buf[cut:]
+        if buf:
+            yield from self.encode(buf)
+
+    #: Units run across newlines: whole-corpus encoding cuts chunks at special tokens only.
+    chunks_inside_documents = False
+
+    def _encoder_spec(self) -> "StageAwareSpec":
+        return StageAwareSpec(self._model)
+
+    def _last_safe_cut(self, buf: bytes) -> int:
+        """The end of the last special token that the whole-text scan surely finds: one whose start
+        is at least the longest special token's length away from the end of what we have."""
+        if self._specials_rx is None:
+            return 0
+        cut = 0
+        limit = len(buf) - self._max_special
+        for m in self._specials_rx.finditer(buf):
+            if m.start() > limit:
+                break
+            cut = m.end()
+        return cut
+
+
+class StageAwareSpec:
+    """What a worker needs to encode with a multi-stage model (the model itself)."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self._tok = None
+
+    def __getstate__(self):
+        return {"model": self.model}
+
+    def __setstate__(self, state):
+        self.model = state["model"]
+        self._tok = None
+
+    def iter_encode(self, buf, start: int, end: int):
+        """Yield the uint32 ids of ``buf[start:end]`` (whole documents) in one block."""
+        if self._tok is None:
+            self._tok = StageAwareTokenizer(self.model)
+        yield self._tok.encode_to_numpy(bytes(buf[start:end]))

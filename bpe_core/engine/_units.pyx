@@ -1,0 +1,597 @@
+# cython: language_level=3
+"""Kernels for multi-pretoken units (SuperBPE stage 2, SupraTok): word lookup, unit counting,
+expansion to token ids, and merging a token-id sequence by rank.
+
+- ``WordIndex`` maps pretoken bytes to their row in a sorted word table (open addressing over the
+  table's arena; no Python object per pretoken).
+- ``UnitCounter`` counts unique sequences of uint32 ids (units) with int64 counts; a deterministic
+  64-bit content hash decides membership in a sample (``keep_below``), so a sample does not depend on
+  worker count or order.
+- ``expand_units`` replaces every word id of a unit by the word's token ids (a CSR segmentation).
+- ``RankMerger`` applies ranked merges to an id sequence: repeatedly the lowest rank present, all
+  of its occurrences left to right without overlap, exactly as training rewrote its words.
+
+Each kernel names its plain equivalent in its docstring.
+"""
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+from libcpp.algorithm cimport sort
+from libcpp.vector cimport vector
+
+import numpy as np
+
+from bpe_core.pretok._pretok cimport PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K, _next_cl100k, _next_gpt2, _next_o200k
+
+cdef uint64_t FNV_OFFSET = 1469598103934665603u
+cdef uint64_t FNV_PRIME = 1099511628211u
+
+
+cdef inline uint64_t _mix(uint64_t h) noexcept nogil:
+    h ^= h >> 33
+    h *= <uint64_t>0xff51afd7ed558ccdu
+    h ^= h >> 33
+    h *= <uint64_t>0xc4ceb9fe1a85ec53u
+    h ^= h >> 33
+    return h
+
+
+cdef inline uint64_t _hash_bytes(const uint8_t* p, int64_t n) noexcept nogil:
+    cdef uint64_t h = FNV_OFFSET
+    cdef int64_t i
+    for i in range(n):
+        h = (h ^ p[i]) * FNV_PRIME
+    return _mix(h ^ <uint64_t>n)
+
+
+cdef inline uint64_t _hash_ids(const uint32_t* p, int64_t n) noexcept nogil:
+    cdef uint64_t h = FNV_OFFSET
+    cdef int64_t i
+    for i in range(n):
+        h = (h ^ p[i]) * FNV_PRIME
+        h ^= h >> 29
+    return _mix(h ^ <uint64_t>n)
+
+
+def hash_ids(const uint32_t[::1] ids):
+    """The 64-bit content hash ``UnitCounter`` uses for sampling (stable across runs and platforms)."""
+    return _hash_ids(&ids[0] if ids.shape[0] > 0 else NULL, ids.shape[0])
+
+
+# ==== Word index ==============================================================================
+
+cdef struct WordSlot:
+    # The first 16 bytes of the word inline (zero-padded), so a probe rarely touches the arena.
+    uint64_t w0
+    uint64_t w1
+    int64_t tag         # -1: empty; else word id << 8 | min(length, 255)
+
+
+cdef inline void _load16(const uint8_t* p, int64_t n, uint64_t* w0, uint64_t* w1) noexcept nogil:
+    cdef uint64_t a = 0, b = 0
+    cdef int64_t m = n if n < 16 else 16
+    if m >= 8:
+        memcpy(&a, p, 8)
+        memcpy(&b, p + 8, m - 8)
+    else:
+        memcpy(&a, p, m)
+    w0[0] = a
+    w1[0] = b
+
+
+cdef inline uint64_t _hash16(uint64_t w0, uint64_t w1, int64_t n) noexcept nogil:
+    return _mix(w0 * <uint64_t>0x9E3779B97F4A7C15u ^ (w1 + <uint64_t>n) * <uint64_t>0xC2B2AE3D27D4EB4Fu)
+
+
+cdef class WordIndex:
+    """Pretoken bytes -> row of a word table (``arena``, ``offsets``), or -1.
+
+    >>> idx = WordIndex(np.frombuffer(b"ab c", np.uint8), np.array([0, 2, 3, 4]))  # "ab", " ", "c"
+    >>> idx.word_ids(b" cab", np.array([1, 2, 4]), 0).tolist()   # pieces " ", "c", "ab"
+    [1, 2, 0]
+    >>> idx.word_ids(b" cab", np.array([2, 4]), 0).tolist()      # " c" is not a word
+    [-1, 0]
+
+    Plain equivalent: ``{arena[o[i]:o[i+1]]: i for i in range(n)}.get(piece, -1)`` per piece.
+    """
+    cdef object _arena_obj
+    cdef object _offsets_obj
+    cdef const uint8_t[::1] arena
+    cdef const int64_t[::1] offsets
+    cdef vector[WordSlot] slots
+    cdef uint64_t mask
+
+    def __init__(self, arena, offsets):
+        self._arena_obj = np.ascontiguousarray(arena, dtype=np.uint8)
+        self._offsets_obj = np.ascontiguousarray(offsets, dtype=np.int64)
+        self.arena = self._arena_obj
+        self.offsets = self._offsets_obj
+        cdef int64_t n = self.offsets.shape[0] - 1, i, length
+        cdef uint64_t cap = 16, slot, w0, w1
+        cdef WordSlot empty
+        empty.w0 = 0
+        empty.w1 = 0
+        empty.tag = -1
+        while cap < <uint64_t>(2 * n + 2):
+            cap <<= 1
+        self.slots.assign(cap, empty)
+        self.mask = cap - 1
+        cdef const uint8_t* base = &self.arena[0] if self.arena.shape[0] > 0 else NULL
+        with nogil:
+            for i in range(n):
+                length = self.offsets[i + 1] - self.offsets[i]
+                _load16(base + self.offsets[i], length, &w0, &w1)
+                slot = _hash16(w0, w1, length) & self.mask
+                while self.slots[slot].tag != -1:
+                    slot = (slot + 1) & self.mask
+                self.slots[slot].w0 = w0
+                self.slots[slot].w1 = w1
+                self.slots[slot].tag = (i << 8) | (length if length < 255 else 255)
+
+    cdef inline int64_t _lookup(self, const uint8_t* p, int64_t n) noexcept nogil:
+        cdef uint64_t w0, w1, slot
+        cdef int64_t tag, w, start
+        cdef int64_t short_len = n if n < 255 else 255
+        _load16(p, n, &w0, &w1)
+        slot = _hash16(w0, w1, n) & self.mask
+        while True:
+            tag = self.slots[slot].tag
+            if tag == -1:
+                return -1
+            if (tag & 0xFF) == short_len and self.slots[slot].w0 == w0 and self.slots[slot].w1 == w1:
+                w = tag >> 8
+                if n <= 16:
+                    return w
+                start = self.offsets[w]
+                if self.offsets[w + 1] - start == n and memcmp(&self.arena[start], p, n) == 0:
+                    return w
+            slot = (slot + 1) & self.mask
+
+    def word_ids(self, const uint8_t[::1] buf, const int64_t[::1] ends, int64_t start):
+        """Word ids of the pieces ``buf[start:ends[0]], buf[ends[0]:ends[1]], ...`` (int64, -1 if absent)."""
+        cdef Py_ssize_t k, n = ends.shape[0]
+        out = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] ov = out
+        cdef int64_t prev = start
+        cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+        with nogil:
+            for k in range(n):
+                ov[k] = self._lookup(base + prev, ends[k] - prev)
+                prev = ends[k]
+        return out
+
+
+cdef inline Py_ssize_t _next_end(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    if pattern_id == PATTERN_GPT2:
+        return _next_gpt2(s, i, n)
+    if pattern_id == PATTERN_CL100K:
+        return _next_cl100k(s, i, n)
+    return _next_o200k(s, i, n)
+
+
+def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
+                      const uint8_t[::1] numeric, UnitCounter counter,
+                      uint64_t keep_below=0xFFFFFFFFFFFFFFFFu):
+    """Scan the text spans of a chunk with a native pattern and count its units into ``counter``.
+
+    A unit is a run of word ids of consecutive pretokens inside one span; a word with
+    ``numeric[w]`` is a unit of its own. Returns the number of pretokens missing from ``index``
+    (0 when the word table was counted from the same text).
+
+    Plain equivalent: ``superbpe._units_chunk`` with the Python scanner (``pretoken_ends``).
+    """
+    cdef Py_ssize_t k, i, e, end, n_missing = 0
+    cdef int64_t w
+    cdef vector[uint32_t] unit
+    cdef uint32_t one
+    cdef uint64_t h
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    with nogil:
+        for k in range(spans.shape[0]):
+            i = spans[k, 0]
+            end = spans[k, 1]
+            unit.clear()
+            while i < end:
+                e = _next_end(pattern_id, base, i, end)
+                w = index._lookup(base + i, e - i)
+                i = e
+                if w < 0:
+                    n_missing += 1
+                    continue
+                if numeric[w]:
+                    if unit.size() > 0:
+                        counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                        unit.clear()
+                    one = <uint32_t>w
+                    counter._add_sampled(&one, 1, 1, keep_below)
+                else:
+                    unit.push_back(<uint32_t>w)
+            if unit.size() > 0:
+                counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+    return n_missing
+
+
+# ==== Unit counter ============================================================================
+
+cdef class UnitCounter:
+    """Counts unique id sequences.
+
+    >>> c = UnitCounter()
+    >>> c.add_units(np.array([1, 2, 1, 2, 3], np.uint32), np.array([0, 2, 4, 5]))
+    >>> data, starts, counts = c.to_arrays()
+    >>> [data[starts[i]:starts[i + 1]].tolist() for i in range(len(counts))], counts.tolist()
+    ([[1, 2], [3]], [2, 1])
+
+    Plain equivalent: ``Counter(tuple(ids[b[k]:b[k+1]]) for k in range(len(b) - 1))``.
+    """
+    cdef vector[uint32_t] data
+    cdef vector[int64_t] starts
+    cdef vector[int64_t] counts
+    cdef vector[uint64_t] hashes
+    cdef vector[int64_t] slots
+    cdef uint64_t mask
+    cdef public int64_t n_seen
+    cdef public int64_t n_kept
+
+    def __init__(self):
+        self.starts.push_back(0)
+        self.slots.assign(1024, -1)
+        self.mask = 1023
+        self.n_seen = 0
+        self.n_kept = 0
+
+    @property
+    def n_units(self):
+        return self.counts.size()
+
+    @property
+    def n_symbols(self):
+        return self.data.size()
+
+    cdef void _grow(self) noexcept nogil:
+        cdef uint64_t cap = (self.mask + 1) * 2, slot
+        cdef size_t u
+        self.slots.assign(cap, -1)
+        self.mask = cap - 1
+        for u in range(self.counts.size()):
+            slot = self.hashes[u] & self.mask
+            while self.slots[slot] != -1:
+                slot = (slot + 1) & self.mask
+            self.slots[slot] = u
+
+    cdef void _add(self, const uint32_t* p, int64_t n, int64_t weight, uint64_t h) noexcept nogil:
+        cdef uint64_t slot = h & self.mask
+        cdef int64_t u, s
+        while True:
+            u = self.slots[slot]
+            if u == -1:
+                break
+            if self.hashes[u] == h:
+                s = self.starts[u]
+                if self.starts[u + 1] - s == n and (n == 0 or memcmp(&self.data[s], p, n * sizeof(uint32_t)) == 0):
+                    self.counts[u] += weight
+                    return
+            slot = (slot + 1) & self.mask
+        u = self.counts.size()
+        self.slots[slot] = u
+        self.hashes.push_back(h)
+        self.counts.push_back(weight)
+        for s in range(n):
+            self.data.push_back(p[s])
+        self.starts.push_back(self.data.size())
+        if 2 * self.counts.size() > self.mask + 1:
+            self._grow()
+
+    cdef inline void _add_sampled(self, const uint32_t* p, int64_t n, int64_t weight, uint64_t keep_below) noexcept nogil:
+        cdef uint64_t h = _hash_ids(p, n)
+        self.n_seen += weight
+        if keep_below != 0xFFFFFFFFFFFFFFFFu and h >= keep_below:
+            return
+        self.n_kept += weight
+        self._add(p, n, weight, h)
+
+    def add_units(self, const uint32_t[::1] ids, const int64_t[::1] bounds, int64_t weight=1,
+                  uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, int64_t min_len=1):
+        """Add units ``ids[bounds[k]:bounds[k+1]]`` with ``weight`` each.
+
+        Units shorter than ``min_len`` are skipped; a unit whose content hash is >= ``keep_below`` is
+        left out of the sample (the default keeps all).
+        """
+        cdef Py_ssize_t k
+        cdef int64_t a, b
+        cdef uint64_t h
+        cdef const uint32_t* base = &ids[0] if ids.shape[0] > 0 else NULL
+        with nogil:
+            for k in range(bounds.shape[0] - 1):
+                a = bounds[k]
+                b = bounds[k + 1]
+                if b - a < min_len:
+                    continue
+                self.n_seen += weight
+                h = _hash_ids(base + a, b - a)
+                if keep_below != 0xFFFFFFFFFFFFFFFFu and h >= keep_below:
+                    continue
+                self.n_kept += weight
+                self._add(base + a, b - a, weight, h)
+
+    def add_table(self, const uint32_t[::1] data, const int64_t[::1] starts, const int64_t[::1] counts):
+        """Add another counter's ``to_arrays()`` (summing counts of equal units)."""
+        cdef Py_ssize_t k
+        cdef int64_t a, b
+        cdef const uint32_t* base = &data[0] if data.shape[0] > 0 else NULL
+        with nogil:
+            for k in range(counts.shape[0]):
+                a = starts[k]
+                b = starts[k + 1]
+                self._add(base + a, b - a, counts[k], _hash_ids(base + a, b - a))
+
+    def to_arrays(self):
+        """``(data uint32, starts int64, counts int64)``, units in first-seen order."""
+        data = np.empty(self.data.size(), dtype=np.uint32)
+        starts = np.empty(self.starts.size(), dtype=np.int64)
+        counts = np.empty(self.counts.size(), dtype=np.int64)
+        cdef uint32_t[::1] dv = data
+        cdef int64_t[::1] sv = starts
+        cdef int64_t[::1] cv = counts
+        cdef size_t i
+        for i in range(self.data.size()):
+            dv[i] = self.data[i]
+        for i in range(self.starts.size()):
+            sv[i] = self.starts[i]
+        for i in range(self.counts.size()):
+            cv[i] = self.counts[i]
+        return data, starts, counts
+
+
+def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint32_t[::1] seg_symbols,
+                 const int64_t[::1] seg_offsets):
+    """Replace each word id by its segmentation: returns ``(symbols uint32, offsets int64)``.
+
+    >>> s, o = expand_units(np.array([0, 1], np.uint32), np.array([0, 2]),
+    ...                     np.array([7, 8, 9], np.uint32), np.array([0, 2, 3]))
+    >>> s.tolist(), o.tolist()
+    ([7, 8, 9], [0, 3])
+
+    Plain equivalent: ``[sum((seg[w] for w in unit), []) for unit in units]``.
+    """
+    cdef Py_ssize_t n_units = starts.shape[0] - 1, u, k
+    cdef int64_t total = 0, pos = 0, w, j
+    for k in range(data.shape[0]):
+        w = data[k]
+        total += seg_offsets[w + 1] - seg_offsets[w]
+    symbols = np.empty(total, dtype=np.uint32)
+    offsets = np.empty(n_units + 1, dtype=np.int64)
+    cdef uint32_t[::1] sv = symbols
+    cdef int64_t[::1] ov = offsets
+    with nogil:
+        for u in range(n_units):
+            ov[u] = pos
+            for k in range(starts[u], starts[u + 1]):
+                w = data[k]
+                for j in range(seg_offsets[w], seg_offsets[w + 1]):
+                    sv[pos] = seg_symbols[j]
+                    pos += 1
+        ov[n_units] = pos
+    return symbols, offsets
+
+
+# ==== Merging a sequence by rank ==============================================================
+
+cdef struct RankEntry:
+    int64_t rank
+    int64_t pos
+
+
+cdef inline bint _entry_after(RankEntry x, RankEntry y) noexcept nogil:
+    """Min-heap order: lower rank first, then lower position."""
+    if x.rank != y.rank:
+        return x.rank > y.rank
+    return x.pos > y.pos
+
+
+cdef class RankMerger:
+    """Apply ranked merges to sequences of token ids.
+
+    Args:
+        lefts, rights: uint32 ids of each merge's pair, in rank order.
+        results: uint32 id each merge produces (the canonical id of the merged bytes).
+
+    ``merge(ids)`` replays the merges in rank order: it repeatedly takes the lowest rank present that
+    is above the rank just applied, and merges all of its occurrences left to right without overlap.
+    That is how training rewrote its words, so it reproduces training, also in the corner case where
+    a merge builds bytes an earlier token already has and so creates a pair of an earlier rank (which
+    training never revisits), and where the same pair was merged twice.
+
+    >>> m = RankMerger(np.array([1, 5], np.uint32), np.array([1, 1], np.uint32), np.array([5, 6], np.uint32))
+    >>> m.merge(np.array([1, 1, 1, 1, 1], np.uint32)).tolist()     # (1,1)->5 then (5,1)->6
+    [5, 6]
+
+    Plain equivalent: ``reference.encode_pretoken`` on ids instead of bytes.
+    """
+    cdef vector[uint64_t] keys
+    cdef vector[int64_t] ranks          # per slot: the first rank of the pair
+    cdef vector[int64_t] later          # per rank: the next rank of the same pair, or -1
+    cdef vector[uint32_t] res_of_rank   # per rank: the id it produces
+    cdef uint64_t mask
+    cdef public int64_t n_merges
+
+    def __init__(self, const uint32_t[::1] lefts, const uint32_t[::1] rights, const uint32_t[::1] results):
+        cdef int64_t n = lefts.shape[0], r
+        cdef uint64_t cap = 16, key, slot
+        self.n_merges = n
+        while cap < <uint64_t>(2 * n + 2):
+            cap <<= 1
+        self.keys.assign(cap, 0xFFFFFFFFFFFFFFFFu)
+        self.ranks.assign(cap, -1)
+        self.later.assign(n, -1)
+        self.res_of_rank.resize(n)
+        self.mask = cap - 1
+        cdef vector[int64_t] last_of_slot
+        last_of_slot.assign(cap, -1)
+        for r in range(n):
+            self.res_of_rank[r] = results[r]
+            key = (<uint64_t>lefts[r] << 32) | rights[r]
+            slot = _mix(key) & self.mask
+            while self.keys[slot] != 0xFFFFFFFFFFFFFFFFu and self.keys[slot] != key:
+                slot = (slot + 1) & self.mask
+            if self.keys[slot] == key:
+                self.later[last_of_slot[slot]] = r      # the same pair merged again, later
+            else:
+                self.keys[slot] = key
+                self.ranks[slot] = r
+            last_of_slot[slot] = r
+
+    cdef inline int64_t _rank(self, uint32_t a, uint32_t b, int64_t after, uint32_t* out) noexcept nogil:
+        """The first rank > ``after`` that merges ``(a, b)``, or -1; ``out`` gets its result id."""
+        cdef uint64_t key = (<uint64_t>a << 32) | b
+        cdef uint64_t slot = _mix(key) & self.mask
+        cdef int64_t r
+        while True:
+            if self.keys[slot] == key:
+                r = self.ranks[slot]
+                while r >= 0 and r <= after:
+                    r = self.later[r]
+                if r >= 0:
+                    out[0] = self.res_of_rank[r]
+                return r
+            if self.keys[slot] == 0xFFFFFFFFFFFFFFFFu:
+                return -1
+            slot = (slot + 1) & self.mask
+
+    cdef int64_t _merge(self, uint32_t* s, int64_t n, vector[int64_t]& nxt, vector[int64_t]& prv,
+                        vector[RankEntry]& heap) noexcept nogil:
+        """Merge in place; returns the new length (symbols compacted to the front)."""
+        cdef int64_t i, j, k, h, r, cur, m
+        cdef uint32_t out, a, b
+        cdef RankEntry e
+        cdef vector[int64_t] batch
+        if n < 2:
+            return n
+        nxt.resize(n)
+        prv.resize(n)
+        heap.clear()
+        for i in range(n):
+            nxt[i] = i + 1 if i + 1 < n else -1
+            prv[i] = i - 1
+        for i in range(n - 1):
+            r = self._rank(s[i], s[i + 1], -1, &out)
+            if r >= 0:
+                e.rank = r
+                e.pos = i
+                heap.push_back(e)
+                _sift_up(heap, heap.size() - 1)
+        while heap.size() > 0:
+            # 1. All entries of the lowest rank, in position order.
+            cur = heap[0].rank
+            batch.clear()
+            while heap.size() > 0 and heap[0].rank == cur:
+                batch.push_back(heap[0].pos)
+                _pop(heap)
+            # 2. Apply them left to right, skipping stale ones.
+            for m in range(<int64_t>batch.size()):
+                i = batch[m]
+                if s[i] == 0xFFFFFFFFu:
+                    continue
+                j = nxt[i]
+                if j < 0:
+                    continue
+                r = self._rank(s[i], s[j], cur - 1, &out)
+                if r != cur:
+                    continue
+                s[i] = out
+                s[j] = 0xFFFFFFFFu
+                k = nxt[j]
+                nxt[i] = k
+                if k >= 0:
+                    prv[k] = i
+                h = prv[i]
+                # 3. New neighbours: only merges after this rank apply (replay order).
+                if h >= 0:
+                    r = self._rank(s[h], s[i], cur, &out)
+                    if r >= 0:
+                        e.rank = r
+                        e.pos = h
+                        heap.push_back(e)
+                        _sift_up(heap, heap.size() - 1)
+                if k >= 0:
+                    r = self._rank(s[i], s[k], cur, &out)
+                    if r >= 0:
+                        e.rank = r
+                        e.pos = i
+                        heap.push_back(e)
+                        _sift_up(heap, heap.size() - 1)
+        m = 0
+        i = 0
+        while i >= 0:
+            s[m] = s[i]
+            m += 1
+            i = nxt[i]
+        return m
+
+    def merge(self, ids):
+        """Merge one sequence; returns a new uint32 array."""
+        arr = np.array(ids, dtype=np.uint32, copy=True)
+        cdef uint32_t[::1] v = arr
+        cdef vector[int64_t] nxt, prv
+        cdef vector[RankEntry] heap
+        cdef int64_t n
+        if arr.shape[0] < 2:
+            return arr
+        with nogil:
+            n = self._merge(&v[0], v.shape[0], nxt, prv, heap)
+        return arr[:n].copy()
+
+    def merge_many(self, const uint32_t[::1] symbols, const int64_t[::1] offsets):
+        """Merge every sequence of a CSR; returns ``(symbols, offsets)`` of the results."""
+        cdef Py_ssize_t n_seq = offsets.shape[0] - 1, q
+        out = np.array(symbols, dtype=np.uint32, copy=True)
+        out_offsets = np.empty(n_seq + 1, dtype=np.int64)
+        cdef uint32_t[::1] ov = out
+        cdef int64_t[::1] oo = out_offsets
+        cdef vector[int64_t] nxt, prv
+        cdef vector[RankEntry] heap
+        cdef int64_t pos = 0, n, a, k
+        with nogil:
+            for q in range(n_seq):
+                a = offsets[q]
+                n = offsets[q + 1] - a
+                if n >= 2:
+                    n = self._merge(&ov[a], n, nxt, prv, heap)
+                for k in range(n):
+                    ov[pos + k] = ov[a + k]
+                oo[q] = pos
+                pos += n
+            oo[n_seq] = pos
+        return out[:pos].copy(), out_offsets
+
+
+cdef inline void _sift_up(vector[RankEntry]& heap, size_t i) noexcept nogil:
+    cdef RankEntry e = heap[i]
+    cdef size_t parent
+    while i > 0:
+        parent = (i - 1) >> 1
+        if not _entry_after(heap[parent], e):
+            break
+        heap[i] = heap[parent]
+        i = parent
+    heap[i] = e
+
+
+cdef inline void _pop(vector[RankEntry]& heap) noexcept nogil:
+    cdef RankEntry last = heap.back()
+    cdef size_t n, i, child
+    heap.pop_back()
+    n = heap.size()
+    if n == 0:
+        return
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and _entry_after(heap[child], heap[child + 1]):
+            child += 1
+        if not _entry_after(last, heap[child]):
+            break
+        heap[i] = heap[child]
+        i = child
+    heap[i] = last

@@ -1,0 +1,71 @@
+"""Every error and warning a user of bpe_core can see, in one place (the lowest layer).
+
+The command-line tools turn them into one line on stderr (``runtime.cli.run_main``): the user's
+mistakes (:class:`CorpusError`, :class:`ModelFormatError`, :class:`BudgetError`, any ``ValueError``)
+exit 2, :class:`InternalError` exits 70, Ctrl-C 130 and :class:`Terminated` (SIGTERM) 143.
+
+>>> str(CorpusError("corpus.txt", "no such file"))
+'corpus.txt: no such file'
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = ["BinaryInputWarning", "BudgetError", "CorpusError", "InputChanged", "InternalError",
+           "ModelFormatError", "Terminated", "VerifyError"]
+
+
+class CorpusError(ValueError):
+    """Bad input: the message names the file and the problem."""
+
+    def __init__(self, path: str | os.PathLike, reason: str):
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class InputChanged(CorpusError):
+    """The input file changed (shrank, grew or was rewritten) while it was being read."""
+
+
+class ModelFormatError(ValueError):
+    """A model file that cannot be read; the message names the file and the problem."""
+
+    def __init__(self, path: str | os.PathLike, reason: str):
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class BudgetError(ValueError):
+    """The work cannot fit the memory limit. ``min_budget`` is the smallest budget that would work.
+
+    A ``ValueError``, so the command-line tools report it as one line with exit code 2.
+    """
+
+    def __init__(self, message: str, min_budget: int):
+        super().__init__(message)
+        self.min_budget = min_budget
+
+
+class InternalError(RuntimeError):
+    """A run-time conservation check failed (bytes, pretokens or tokens do not add up).
+
+    Nothing is written when this is raised: it means a bug, not bad input, and the message says
+    which totals disagree.
+    """
+
+
+class VerifyError(RuntimeError):
+    """``encode_corpus(..., verify=True)`` found ids that do not decode back to the input."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (``timeout``, Slurm, ``docker stop``); handled like Ctrl-C, exit code 143."""
+
+
+class BinaryInputWarning(UserWarning):
+    """The input does not look like text (NUL bytes, or much of it is neither UTF-8 nor printable).
+
+    Training and encoding go on (a byte-level tokenizer takes any bytes); the warning says so once.
+    """

@@ -1,0 +1,543 @@
+"""Reading and writing tokenizer models.
+
+Two formats are written by ``tools/train_bpe.py``:
+
+- the **native model file** ``model.json``: a versioned JSON document holding the pattern, the special
+  tokens, every vocabulary entry and every merge as exact bytes (hex), so it round-trips any byte
+  sequence, including invalid UTF-8, plus the method and its stage marks;
+- GPT-2 ``vocab.json`` + ``merges.txt`` in the byte-to-unicode convention that HF ``tokenizers``,
+  ``transformers`` and tiktoken's ``data_gym_to_mergeable_bpe_ranks`` load.
+
+See ``docs/formats.md`` for the field-by-field description.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import regex
+
+from ..errors import ModelFormatError
+from ..pretok.patterns import pattern_name, resolve_pattern
+from ..runtime.atomic import atomic_write
+from . import registry
+
+MODEL_FILE = "model.json"
+VOCAB_FILE = "vocab.json"
+MERGES_FILE = "merges.txt"
+FORMAT_NAME = "bpe_core.model"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Model:
+    """A trained tokenizer: everything the encoder needs to reproduce training.
+
+    Attributes:
+        vocab: id -> token bytes. Ids 0-255 are the single bytes, then the special tokens in
+            order, then one id per merge in merge order.
+        merges: ordered ``(left_bytes, right_bytes)`` pairs; rank = position.
+        special_tokens: the special tokens as strings, in id order.
+        pattern: the pre-tokenization regex (the string, never just a name).
+        method: ``"bpe"``, ``"superbpe"`` or ``"supratok"``.
+        stages: curriculum marks, e.g. ``[{"name": "bpe", "merges": 3000}, ...]``; a stage-aware
+            encoder applies each stage's merges with that stage's boundary rules.
+        metadata: free-form facts about the run (input, options), stored but not interpreted.
+    """
+
+    vocab: dict[int, bytes]
+    merges: list[tuple[bytes, bytes]]
+    special_tokens: list[str] = field(default_factory=list)
+    pattern: str = ""
+    method: str = "bpe"
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pattern_name(self) -> str | None:
+        return pattern_name(self.pattern)
+
+
+# ==== GPT-2 byte <-> unicode ===============================================================
+
+
+@lru_cache(maxsize=None)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 byte values to printable characters.
+
+    >>> bytes_to_unicode()[ord(" ")], bytes_to_unicode()[ord("\\n")], bytes_to_unicode()[ord("a")]
+    ('Ġ', 'Ċ', 'a')
+    """
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    bs += list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+@lru_cache(maxsize=None)
+def unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
+def token_to_gpt2(token: bytes) -> str:
+    """``b" the" -> "Ġthe"``."""
+    table = bytes_to_unicode()
+    return "".join(table[b] for b in token)
+
+
+def gpt2_to_token(text: str) -> bytes:
+    """``"Ġthe" -> b" the"``; raises KeyError for a character outside the 256-symbol alphabet."""
+    table = unicode_to_bytes()
+    return bytes(table[c] for c in text)
+
+
+# ==== Native model file ======================================================================
+
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file, hex (what ``model.json`` records for ``vocab.json`` and ``merges.txt``)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | None = None) -> None:
+    """Write the native model file atomically (temp file + rename).
+
+    ``files`` maps the names of sibling files (``vocab.json``, ``merges.txt``) to their sha256; the
+    loaders then refuse a folder whose files do not match (see :func:`dump_folder`).
+    """
+    n = len(model.vocab)
+    if sorted(model.vocab) != list(range(n)):
+        raise ValueError("vocab ids must be 0..n-1")
+    doc = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "method": model.method,
+        "pattern": model.pattern,
+        "pattern_name": model.pattern_name,
+        "special_tokens": list(model.special_tokens),
+        "vocab": [model.vocab[i].hex() for i in range(n)],
+        "merges": [[a.hex(), b.hex()] for a, b in model.merges],
+        "stages": model.stages,
+        "metadata": model.metadata,
+    }
+    if files:
+        doc["files"] = {name: {"sha256": digest} for name, digest in files.items()}
+    with atomic_write(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=None, separators=(",", ":"))
+        f.write("\n")
+
+
+def dump_folder(model: Model, folder: str | os.PathLike) -> list[bytes]:
+    """Write a model folder: ``vocab.json`` and ``merges.txt`` first, then ``model.json`` last,
+    holding their sha256, so that a run killed in between leaves a folder the loaders refuse
+    (the old ``model.json`` does not match the new files) rather than two models in one folder.
+
+    Returns the token bytes ``vocab.json`` left out (see :func:`dump_gpt2`).
+    """
+    folder = os.fspath(folder)
+    dropped = dump_gpt2(model.vocab, model.merges, folder)
+    sums = {name: file_sha256(os.path.join(folder, name)) for name in (VOCAB_FILE, MERGES_FILE)}
+    dump_model(model, os.path.join(folder, MODEL_FILE), files=sums)
+    return dropped
+
+
+def _read_json(path: str, what: str) -> Any:
+    """Read a JSON file; every failure is one ModelFormatError naming the file."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise ModelFormatError(path, f"cannot read: {exc.strerror or exc}") from None
+    except MemoryError:
+        raise ModelFormatError(path, "too large to read") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ModelFormatError(path, f"not {what} (not UTF-8: byte {raw[exc.start]:#04x} at offset {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ModelFormatError(path, f"not {what} (invalid JSON: {exc})") from None
+    except RecursionError:
+        raise ModelFormatError(path, f"not {what} (JSON nesting too deep)") from None
+    except MemoryError:
+        raise ModelFormatError(path, "too large to read") from None
+
+
+def _kind(x: Any) -> str:
+    """The JSON name of a value's type, for messages."""
+    if x is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
+            dict: "object"}.get(type(x), type(x).__name__)
+
+
+def is_count(x: Any) -> bool:
+    """A non-negative integer (not a boolean): a count field of a model file."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def load_model(path: str | os.PathLike) -> Model:
+    """Read a native model file (or a folder holding ``model.json``).
+
+    Every field is checked (type, layout, the merge chain, the stages the method needs) and, when
+    ``model.json`` records the sha256 of ``vocab.json``/``merges.txt``, those files too. Any problem
+    is one :class:`ModelFormatError` naming the file and the field.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, MODEL_FILE)
+    doc = _read_json(path, "a bpe_core model file")
+
+    def bad(field_name: str, reason: str) -> ModelFormatError:
+        sep = ": " if reason.startswith("entry") else " "
+        return ModelFormatError(path, f"field {field_name!r}{sep}{reason}")
+
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
+        raise ModelFormatError(path, f"not a bpe_core model file (no \"format\": \"{FORMAT_NAME}\")")
+    version = doc.get("version")
+    if not (isinstance(version, int) and not isinstance(version, bool)) or version != FORMAT_VERSION:
+        raise ModelFormatError(path, f"unsupported format version {version!r} (this bpe_core reads {FORMAT_VERSION})")
+    for name in ("vocab", "merges", "pattern"):
+        if name not in doc:
+            raise bad(name, "is missing")
+    method = doc.get("method", "bpe")
+    if not isinstance(method, str) or method not in registry.names():
+        raise bad("method", f"must be one of {', '.join(registry.names())}, got {method!r}")
+    pattern = doc["pattern"]
+    if not isinstance(pattern, str) or not pattern:
+        raise bad("pattern", f"must be a non-empty string, got {_kind(pattern)}")
+    try:
+        pattern = resolve_pattern(pattern)
+        regex.compile(pattern)
+    except (regex.error, ValueError) as exc:
+        raise bad("pattern", f"is not a valid regex ({exc})") from None
+    specials = doc.get("special_tokens", [])
+    if not isinstance(specials, list) or not all(isinstance(s, str) and s for s in specials):
+        raise bad("special_tokens", "must be a list of non-empty strings")
+    raw_vocab, raw_merges = doc["vocab"], doc["merges"]
+    if not isinstance(raw_vocab, list):
+        raise bad("vocab", f"must be a list of hex strings, got {_kind(raw_vocab)}")
+    if not isinstance(raw_merges, list):
+        raise bad("merges", f"must be a list of [left_hex, right_hex] pairs, got {_kind(raw_merges)}")
+    vocab: dict[int, bytes] = {}
+    for i, h in enumerate(raw_vocab):
+        try:
+            vocab[i] = bytes.fromhex(h)
+        except (TypeError, ValueError):
+            raise bad("vocab", f"entry {i} must be a hex string, got {h!r:.40}") from None
+        if not vocab[i]:
+            raise bad("vocab", f"entry {i} is empty")
+    merges: list[tuple[bytes, bytes]] = []
+    for r, pair in enumerate(raw_merges):
+        try:
+            a, b = pair
+            a, b = bytes.fromhex(a), bytes.fromhex(b)
+        except (TypeError, ValueError):
+            raise bad("merges", f"entry {r} must be a pair of hex strings, got {pair!r:.60}") from None
+        if not a or not b:
+            raise bad("merges", f"entry {r} has an empty part")
+        merges.append((a, b))
+    stages = doc.get("stages") or []
+    if not isinstance(stages, list) or not all(isinstance(s, dict) for s in stages):
+        raise bad("stages", f"must be a list of objects, got {_kind(stages)}")
+    metadata = doc.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise bad("metadata", f"must be an object, got {_kind(metadata)}")
+    files = doc.get("files") or {}
+    if not isinstance(files, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()):
+        raise bad("files", "must map file names to {\"sha256\": hex}")
+    model = Model(vocab=vocab, merges=merges, special_tokens=list(specials), pattern=pattern,
+                  method=method, stages=list(stages), metadata=dict(metadata))
+    _check_layout(path, vocab, merges, specials)
+    check_model(model, path)
+    _check_files(path, files)
+    return model
+
+
+def _check_files(path: str, files: dict[str, dict]) -> None:
+    """The sibling files ``model.json`` records must match their sha256 (absent files are fine:
+    ``model.json`` alone is a whole model)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    shown = os.path.join(os.path.dirname(path), "") or "./"
+    for name, entry in files.items():
+        if os.path.basename(name) != name:
+            raise ModelFormatError(path, f"field 'files': {name!r} is not a file name")
+        sibling = os.path.join(folder, name)
+        if not os.path.exists(sibling):
+            continue
+        try:
+            digest = file_sha256(sibling)
+        except OSError as exc:
+            raise ModelFormatError(sibling, f"cannot read: {exc.strerror or exc}") from None
+        if digest != entry["sha256"]:
+            raise ModelFormatError(shown, f"{name} does not match {os.path.basename(path)} (written by another "
+                                   f"run; was a run interrupted?): retrain into this folder, or delete "
+                                   f"{name} to use {os.path.basename(path)} alone")
+
+
+def _check_layout(path, vocab, merges, specials) -> None:
+    """The native layout: ids 0-255 the single bytes, then the special tokens, then one id per merge."""
+    for i in range(256):
+        if vocab.get(i) != bytes([i]):
+            raise ModelFormatError(path, f"field 'vocab': id {i} must be the single byte {i}")
+    for k, s in enumerate(specials):
+        if vocab.get(256 + k) != s.encode("utf-8"):
+            raise ModelFormatError(path, f"field 'special_tokens': {s!r} must have id {256 + k}")
+    base = 256 + len(specials)
+    if len(vocab) != base + len(merges):
+        raise ModelFormatError(path, f"field 'vocab' has {len(vocab)} entries, expected {base} + {len(merges)} merges")
+    for r, (a, b) in enumerate(merges):
+        if vocab[base + r] != a + b:
+            raise ModelFormatError(path, f"field 'merges': merge {r} ({a!r}, {b!r}) does not build vocab id {base + r}")
+
+
+def check_model(model: Model, path: str | os.PathLike = "model") -> None:
+    """Check what every consumer of a model relies on; raise :class:`ModelFormatError` naming ``path``.
+
+    - ``method`` is known and ``stages`` has what its encoder needs (each stage's ``merges`` count,
+      adding up to the number of merges);
+    - ids are non-negative and dense enough to index (below ``len(vocab) + len(merges)``), the 256
+      single bytes and the special tokens are in the vocab;
+    - the merge chain: each merge's two parts exist before it (a single byte or built by an earlier
+      merge) and the bytes it builds are in the vocab. Two merges may build the same bytes
+      (docs/semantics.md); that is allowed.
+
+    Linear in the size of the model.
+
+    >>> vocab = {i: bytes([i]) for i in range(256)}; vocab[256] = b" in"
+    >>> check_model(Model(vocab=vocab, merges=[(b" i", b"n")]))
+    Traceback (most recent call last):
+    ...
+    bpe_core.errors.ModelFormatError: model: field 'merges': merge 0 (b' i', b'n'): b' i' is neither a single byte nor built by an earlier merge
+    """
+    path = os.fspath(path)
+    if model.method not in registry.names():
+        raise ModelFormatError(path, f"field 'method' must be one of {', '.join(registry.names())}, "
+                                     f"got {model.method!r}")
+    _check_stages(path, model)
+    limit = len(model.vocab) + len(model.merges)
+    present: set[bytes] = set()
+    for i, b in model.vocab.items():
+        if not (isinstance(i, int) and not isinstance(i, bool)) or not 0 <= i < max(limit, 1):
+            raise ModelFormatError(path, f"field 'vocab': id {i!r} is out of range (ids are 0..{limit - 1} "
+                                   f"for {len(model.vocab)} tokens and {len(model.merges)} merges)")
+        if not isinstance(b, bytes) or not b:
+            raise ModelFormatError(path, f"field 'vocab': id {i} must hold non-empty bytes")
+        present.add(b)
+    singles = [bytes([x]) for x in range(256)]
+    missing = [x for x in range(256) if singles[x] not in present]
+    if missing:
+        raise ModelFormatError(path, f"field 'vocab' lacks the single-byte tokens {missing[:8]}")
+    for s in model.special_tokens:
+        if s.encode("utf-8") not in present:
+            raise ModelFormatError(path, f"field 'special_tokens': {s!r} is not in the vocab")
+    known = set(singles)
+    for r, (a, b) in enumerate(model.merges):
+        for part in (a, b):
+            if part not in known:
+                raise ModelFormatError(path, f"field 'merges': merge {r} ({a!r}, {b!r}): {part!r} is neither a "
+                                       f"single byte nor built by an earlier merge")
+        if a + b not in present:
+            raise ModelFormatError(path, f"field 'merges': merge {r} ({a!r}, {b!r}) builds {a + b!r}, which is "
+                                   f"not in the vocab")
+        known.add(a + b)
+
+
+def _check_stages(path: str, model: Model) -> None:
+    method = registry.get(model.method)
+    stages, n = model.stages, len(model.merges)
+    want = method.n_stages
+    if not stages and want is None:
+        return
+    if want is not None and len(stages) != want:
+        raise ModelFormatError(path, f"field 'stages': a {model.method} model needs {want} stages, got {len(stages)}")
+    total = 0
+    for k, st in enumerate(stages):
+        if not isinstance(st, dict):
+            raise ModelFormatError(path, f"field 'stages': stage {k} must be an object, got {_kind(st)}")
+        if not is_count(st.get("merges")):
+            raise ModelFormatError(path, f"field 'stages': stage {k} needs \"merges\", a count of merges, "
+                                   f"got {st.get('merges')!r:.40}")
+        total += st["merges"]
+    if total != n:
+        raise ModelFormatError(path, f"field 'stages': the stages hold {total} merges, the model has {n}")
+    method.check_stages(path, model)          # what the method itself writes into its stages
+
+
+# ==== GPT-2 vocab.json + merges.txt ==========================================================
+
+
+def dump_gpt2(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], folder: str | os.PathLike,
+              vocab_name: str = VOCAB_FILE, merges_name: str = MERGES_FILE) -> list[bytes]:
+    """Write ``vocab.json`` and ``merges.txt`` (GPT-2 byte-to-unicode form) atomically.
+
+    JSON keys must be unique: when two ids hold the same bytes (two merges can build the same
+    string, e.g. ``(a, bc)`` and ``(ab, c)``), the smaller id keeps the entry. The encoders of
+    bpe_core, HF and tiktoken all emit the smaller id for such bytes, so ids do not change.
+    Returns the token bytes that were left out that way.
+    """
+    folder = os.fspath(folder)
+    entries: dict[str, int] = {}
+    dropped: list[bytes] = []
+    for i in sorted(vocab):
+        key = token_to_gpt2(vocab[i])
+        if key in entries:
+            dropped.append(vocab[i])
+            continue
+        entries[key] = i
+    with atomic_write(os.path.join(folder, vocab_name), "w", encoding="utf-8") as f:
+        json.dump(entries, f, ensure_ascii=False, indent=0)
+        f.write("\n")
+    with atomic_write(os.path.join(folder, merges_name), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for a, b in merges:
+            f.write(f"{token_to_gpt2(a)} {token_to_gpt2(b)}\n")
+    return dropped
+
+
+def load_gpt2(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
+              special_tokens: "list[str] | tuple[str, ...] | None" = None
+              ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """Read GPT-2 ``vocab.json`` + ``merges.txt`` and check that they belong together.
+
+    Errors (:class:`ModelFormatError`) name the file, and the line in ``merges.txt``:
+
+    - ids must be distinct non-negative integers below ``len(vocab) + len(merges)``;
+    - each merge's two parts must be single bytes or built by an earlier merge, and what it builds
+      must be in ``vocab.json``;
+    - every entry of ``vocab.json`` is a single byte, built by a merge, or an added token. An added
+      token is one of ``special_tokens`` or a string that cannot be an encoded ordinary token:
+      printable ASCII only (like ``<|endoftext|>``), or holding a character outside the byte
+      alphabet. A token such as ``Ġthe`` that no merge builds means the files come from different
+      runs (or ``merges.txt`` was cut short).
+
+    >>> import os; fx = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
+    >>> vocab, merges = load_gpt2(f"{fx}/gpt2_vocab.json", f"{fx}/gpt2_merges.txt")
+    >>> len(vocab), len(merges), vocab[50256]
+    (50257, 50000, b'<|endoftext|>')
+    """
+    vocab_path, merges_path = os.fspath(vocab_path), os.fspath(merges_path)
+    raw = _read_json(vocab_path, "a GPT-2 vocab.json")
+    if not isinstance(raw, dict):
+        raise ModelFormatError(vocab_path, f"expected a JSON object of token -> id, got {_kind(raw)}")
+    merges, lines = _read_merges(merges_path)
+    limit = len(raw) + len(merges)
+    vocab: dict[int, bytes] = {}
+    keys: dict[int, str] = {}
+    for tok, i in raw.items():
+        if not (isinstance(i, int) and not isinstance(i, bool)):
+            raise ModelFormatError(vocab_path, f"id of {_show(tok)} must be an integer, got {_kind(i)}")
+        if not 0 <= i < limit:
+            raise ModelFormatError(vocab_path, f"id {i} of {_show(tok)} is out of range (0..{limit - 1} for "
+                                   f"{len(raw)} tokens and {len(merges)} merges in {merges_path})")
+        if i in vocab:
+            raise ModelFormatError(vocab_path, f"id {i} is given to both {_show(keys[i])} and {_show(tok)}")
+        if not tok:
+            raise ModelFormatError(vocab_path, f"id {i} has an empty token")
+        try:
+            vocab[i] = gpt2_to_token(tok)
+        except KeyError:
+            # Not in the byte alphabet: an added/special token stored verbatim (e.g. <|endoftext|>).
+            try:
+                vocab[i] = tok.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ModelFormatError(vocab_path, f"token of id {i} is not valid Unicode (a lone surrogate)") from None
+        keys[i] = tok
+    present = set(vocab.values())
+    known = {bytes([x]) for x in range(256)}
+    missing = [x for x in range(256) if bytes([x]) not in present]
+    if missing:
+        raise ModelFormatError(vocab_path, f"lacks the single-byte tokens {[token_to_gpt2(bytes([x])) for x in missing[:8]]}")
+    for (a, b), lineno in zip(merges, lines):
+        for part in (a, b):
+            if part not in known:
+                raise ModelFormatError(merges_path, f"line {lineno}: {token_to_gpt2(part)!r} is neither a single "
+                                       f"byte nor built by an earlier merge")
+        if a + b not in present:
+            raise ModelFormatError(merges_path, f"line {lineno}: builds {token_to_gpt2(a + b)!r}, which is not in "
+                                   f"{vocab_path} (the two files do not belong together)")
+        known.add(a + b)
+    named = set(special_tokens or ())
+    for i in sorted(vocab):
+        if vocab[i] in known:
+            continue
+        tok = keys[i]
+        alphabet = unicode_to_bytes()
+        if tok in named or all(0x21 <= ord(c) <= 0x7E for c in tok) or any(c not in alphabet for c in tok):
+            continue
+        raise ModelFormatError(vocab_path, f"token {tok!r} (id {i}) is built by no merge in {merges_path}: the two "
+                               f"files do not belong together (or merges.txt was cut short)")
+    return vocab, merges
+
+
+def _show(tok: Any) -> str:
+    return repr(tok) if len(repr(tok)) <= 60 else repr(tok)[:57] + "..."
+
+
+def _read_merges(path: str) -> tuple[list[tuple[bytes, bytes]], list[int]]:
+    """The pairs of ``merges.txt`` and their line numbers; each bad line is one error naming it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ModelFormatError(path, f"cannot read: {exc.strerror or exc}") from None
+    except MemoryError:
+        raise ModelFormatError(path, "too large to read") from None
+    merges: list[tuple[bytes, bytes]] = []
+    lines: list[int] = []
+    table = unicode_to_bytes()
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as exc:
+            raise ModelFormatError(path, f"line {lineno}: not UTF-8 (byte {raw[exc.start]:#04x})") from None
+        if not line or (lineno == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise ModelFormatError(path, f"line {lineno}: expected two tokens separated by one space")
+        try:
+            merges.append((bytes(table[c] for c in parts[0]), bytes(table[c] for c in parts[1])))
+        except KeyError:
+            raise ModelFormatError(path, f"line {lineno}: character outside the GPT-2 byte alphabet") from None
+        lines.append(lineno)
+    return merges, lines
+
+
+# ==== Any model folder =========================================================================
+
+
+def load_any(path: str | os.PathLike) -> Model:
+    """A native ``model.json`` (file or folder), or a folder with GPT-2 ``vocab.json`` + ``merges.txt``.
+
+    GPT-2 files carry no pattern or special tokens: the GPT-2 pattern is assumed, and vocab entries
+    that no merge builds and that are not single bytes (e.g. ``<|endoftext|>``) become special
+    tokens. Both are checked on load (``load_model``, ``load_gpt2``); errors are
+    one :class:`~bpe_core.errors.ModelFormatError` naming the file.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, MODEL_FILE)) \
+            and os.path.exists(os.path.join(path, VOCAB_FILE)):
+        vocab, merges = load_gpt2(os.path.join(path, VOCAB_FILE), os.path.join(path, MERGES_FILE))
+        built = {a + b for a, b in merges}
+        specials = [vocab[i].decode("utf-8") for i in sorted(vocab)
+                    if vocab[i] not in built and len(vocab[i]) > 1]
+        model = Model(vocab=vocab, merges=merges, special_tokens=specials, pattern=resolve_pattern("gpt2"))
+        check_model(model, os.path.join(path, VOCAB_FILE))
+        return model
+    return load_model(path)

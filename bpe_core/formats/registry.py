@@ -1,0 +1,98 @@
+"""The table of training methods: the one place training, loading, encoding and export look up a
+method by the name a ``TrainConfig`` or a ``model.json`` carries.
+
+A method is an object with the small interface of :class:`Method`; each one lives in
+``bpe_core/methods/`` and registers itself when that package is imported (``import bpe_core`` does
+it). Layers below the methods (model files here, the encoder, ``TrainConfig``) only call through
+this table, so they never import a method, and adding a method touches no other module: write
+``methods/new.py`` with a ``Method`` subclass, ``register(NewMethod())``, and import it in
+``methods/__init__.py`` (``docs/architecture.md``, "To add a method").
+
+>>> get("no-such-method")
+Traceback (most recent call last):
+...
+ValueError: unknown method 'no-such-method' (known: ...)
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:          # annotations only: these live in higher layers
+    from ..config import TrainConfig
+    from .model import Model
+
+__all__ = ["Method", "MethodResult", "get", "names", "register"]
+
+
+class MethodResult:
+    """What a method's ``train`` returns: the vocabulary, the ordered merges, the stage marks of the
+    model, and its own section of the run report (merged into the run's report by training)."""
+
+    def __init__(self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], stages: list[dict],
+                 report: Optional[dict] = None):
+        self.vocab = vocab
+        self.merges = merges
+        self.stages = stages
+        self.report = report or {}
+
+
+class Method:
+    """A training method (a curriculum over the merge engine) and what it means for its models.
+
+    Attributes:
+        name: the value of ``TrainConfig.method`` and of ``"method"`` in ``model.json``.
+        n_stages: how many stages a model of this method records (None: any, including none).
+        stage_aware: its models encode in stages (stage-1 merges inside pretokens, later merges
+            across them), so ``Tokenizer.load`` builds :meth:`stage_encoder` for them.
+    """
+
+    name: str = ""
+    n_stages: Optional[int] = None
+    stage_aware: bool = False
+
+    def check_config(self, config: "TrainConfig") -> None:
+        """Raise ``ValueError`` for options this method cannot run with (called by ``TrainConfig``)."""
+
+    def train(self, config: "TrainConfig", table: Any, plan: Any, progress: Any = False) -> MethodResult:
+        """Learn the merges from the counted word table (``pretok.WordTable``) of ``config``'s corpus."""
+        raise NotImplementedError(f"method {self.name!r} cannot train")
+
+    def check_stages(self, path: str, model: "Model") -> None:
+        """Raise ``errors.ModelFormatError`` when ``model.stages`` is not what this method writes
+        (beyond the generic checks of ``formats.model.check_model``)."""
+
+    def stage_encoder(self, model: "Model") -> Any:
+        """For a stage-aware method: an object with ``encode_ordinary(bytes) -> np.ndarray``."""
+        raise NotImplementedError(f"method {self.name!r} has no stage-aware encoder")
+
+    def hf_split_pattern(self, model: "Model") -> Optional[str]:
+        """The regex of the HF ``Split`` pre-tokenizer for an export (None: the model's pattern)."""
+        return None
+
+    def export_caveats(self, model: "Model", fmt: str) -> list[str]:
+        """What an export to ``fmt`` cannot express of this model (said on stderr by the tools)."""
+        return []
+
+
+_METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add ``method`` to the table under ``method.name`` (a second registration replaces the first)."""
+    if not method.name:
+        raise ValueError("a method needs a name")
+    _METHODS[method.name] = method
+    return method
+
+
+def get(name: Any) -> Method:
+    """The method called ``name``; ``ValueError`` listing the known names otherwise."""
+    method = _METHODS.get(name) if isinstance(name, str) else None
+    if method is None:
+        raise ValueError(f"unknown method {name!r} (known: {', '.join(names())})")
+    return method
+
+
+def names() -> list[str]:
+    """The registered method names, in registration order."""
+    return list(_METHODS)

@@ -1,0 +1,67 @@
+"""SupraTok (Tănase & Pelican, arXiv 2508.11857): three passes on the same merge engine.
+
+Pass 1 -- standard BPE inside pretokens until the vocabulary reaches the pass-1 size (``transition``,
+    as in SuperBPE: a size or a fraction of ``vocab_size``; default 0.4).
+Pass 2 -- PMI-seeded multiword merges. Word n-grams (n = 2..6) with PMI >= ``seed_pmi`` and count >=
+    ``seed_min_count`` are mined on the training units; overlap control keeps one phrase out of each
+    family of variants. The engine then continues from the pass-1 state on the *units* (runs of
+    pretokens between hard boundaries, as in SuperBPE). A merge is eligible when it stays inside one
+    pretoken (BPE continues), or when its bytes lie inside a seed phrase and it passes the SuperBPE
+    stage-2 rules. Pass 2 runs until the vocabulary is full or no eligible pair is left.
+Pass 3 -- spans of 2..5 words scored with the paper's Appendix-A composite score on a held-out
+    share of the training documents (split by a hash of each document). A span is added by the chain
+    of merges that joins its current tokens, and only through *leaf surgery*: each new merge takes the
+    slot of a leaf merge (one whose token no later merge uses), and the span is accepted only when
+    ``Net(s) = A(s) - sum U(leaf) > 0``. The vocabulary stays at ``vocab_size``. Pass 3 repeats for
+    ``supratok_rounds`` rounds, each from the current vocabulary, until no candidate is accepted.
+
+Script-aware processing (``script_aware``): character-bigram gates for Chinese/Japanese/Thai,
+a suffix gate for Turkish/Finnish with suffixes mined from the training data, Arabic hamza
+normalization for the word statistics only. See ``docs/supratok.md`` for every choice.
+
+The model stores three stages; the encoder (:class:`SupraTokEncoder`) applies pass-1 merges inside
+pretokens, then the pass-2 and pass-3 merges in rank order inside units (SuperBPE's stage-aware
+encoder), which is exactly the replay the trainer measures its final token count with.
+"""
+from __future__ import annotations
+
+from ...formats import registry
+from ...formats.model import Model
+from ..superbpe import check_stage_marks, resolve_transition
+from .encoder import SupraTokEncoder
+from .passes import train_supratok
+
+__all__ = ["SupraTok", "SupraTokEncoder", "train_supratok"]
+
+
+class SupraTok(registry.Method):
+    """SupraTok (Tanase & Pelican, 2025): BPE, PMI-seeded multiword merges, scored spans with leaf surgery."""
+
+    name = "supratok"
+    n_stages = 3
+    stage_aware = True
+
+    def check_config(self, config) -> None:
+        if not 2 <= config.seed_max_n <= 6 or not 2 <= config.span_max_n <= 5:
+            raise ValueError("seed_max_n must be in 2..6 and span_max_n in 2..5")
+        if config.seed_min_count < 1 or config.span_min_count < 1 or config.span_max_candidates < 0:
+            raise ValueError("seed_min_count, span_min_count must be >= 1, span_max_candidates >= 0")
+        if not 0.0 <= config.heldout_fraction < 1.0:
+            raise ValueError("heldout_fraction must be in [0, 1)")
+        if config.supratok_rounds < 0 or config.script_bigram_min < 0:
+            raise ValueError("supratok_rounds and script_bigram_min must be >= 0")
+        resolve_transition(config.transition, config.vocab_size, len(config.special_tokens))
+
+    def train(self, config, table, plan, progress=False) -> registry.MethodResult:
+        report: dict = {"seconds": {}}
+        vocab, merges, stages = train_supratok(config, table, report, plan, progress=progress)
+        return registry.MethodResult(vocab, merges, stages, report)
+
+    def check_stages(self, path: str, model: Model) -> None:
+        check_stage_marks(path, model)
+
+    def stage_encoder(self, model: Model) -> SupraTokEncoder:
+        return SupraTokEncoder(model)
+
+
+registry.register(SupraTok())

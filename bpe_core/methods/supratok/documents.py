@@ -1,0 +1,105 @@
+"""One pass over the corpus on worker threads: training units, held-out documents, document frequencies."""
+from __future__ import annotations
+
+import zlib
+import numpy as np
+from typing import Sequence
+
+
+from ...corpus.chunks import file_chunks, split_spans
+from ...engine.units import UnitCounter, WordIndex
+from ...errors import InputChanged
+from ...pretok.patterns import pattern_name
+from ...pretok.pretokenize import pretoken_ends
+from ...pretok.wordtable import WordTable
+from ..superbpe import numeric_mask
+from ...runtime.workers import FileStamp, read_range, run_ordered
+from .script import guess_suffix_language
+
+
+# ==== Documents: units, held-out split, document frequencies =======================================
+
+
+
+def is_heldout(doc: bytes, fraction: float) -> bool:
+    """Deterministic held-out split by a hash of the document bytes.
+
+    >>> is_heldout(b"some document", 0.0), is_heldout(b"some document", 1.0)
+    (False, True)
+    """
+    return zlib.crc32(doc) < fraction * 2 ** 32
+
+
+def _docs_chunk(task: tuple) -> tuple:
+    """Worker: training units, held-out documents, document frequencies and language words."""
+    path, start, end, specials, pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp = task
+    n_sids = int(sid.max()) + 1 if sid.size else 0
+    buf = read_range(path, start, end, stamp)
+    spans, _ = split_spans(buf, 0, len(buf), specials)
+    counter = UnitCounter()
+    df = np.zeros(n_sids, dtype=np.int64)
+    held: list[np.ndarray] = []
+    lang_ids: dict[str, list[np.ndarray]] = {}
+    lang_docs: dict[str, int] = {}
+    n_train = 0
+    for s, e in spans:
+        doc = buf[s:e].tobytes()
+        ends = pretoken_ends(buf[s:e], pattern) + s
+        ids = index.word_ids(buf, ends, s)
+        if ids.size and ids.min() < 0:
+            raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
+                                     "counted earlier; nothing was written")
+        if is_heldout(doc, heldout):
+            held.append(ids.astype(np.uint32))
+            continue
+        n_train += 1
+        num = numeric[ids]
+        cut = np.flatnonzero(num[1:] | num[:-1]) + 1
+        bounds = np.concatenate(([0], cut, [ids.size])).astype(np.int64)
+        counter.add_units(ids.astype(np.uint32), bounds, 1, keep_below)
+        u = np.unique(sid[ids])
+        df[u[u >= 0]] += 1
+        if script_aware:
+            lang = guess_suffix_language(doc.decode("utf-8", "surrogateescape"))
+            if lang is not None:
+                lang_ids.setdefault(lang, []).append(ids)
+                lang_docs[lang] = lang_docs.get(lang, 0) + 1
+    data, starts, counts = counter.to_arrays()
+    lang_counts = {k: np.bincount(np.concatenate(v), minlength=len(numeric)) for k, v in lang_ids.items()}
+    return data, starts, counts, counter.n_seen, counter.n_kept, df, held, n_train, (lang_counts, lang_docs)
+
+
+def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequence[bytes], pattern: str,
+                    num_workers: int, chunk_bytes: int, sample_fraction: float, heldout: float,
+                    script_aware: bool) -> dict:
+    """One pass over the corpus: training units (deduplicated, sampled), held-out documents as word-id
+    arrays (sorted, so the result does not depend on chunking), word document frequencies."""
+    stamp = FileStamp.of(path)
+    chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False, stamp=stamp)
+    keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
+    index = WordIndex(table.arena, table.offsets)
+    numeric = numeric_mask(table)
+    tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp)
+             for s, e in chunks]
+    total = UnitCounter()
+    out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64),
+           "held": [], "n_train_docs": 0, "lang": {}, "lang_docs": {}}
+
+    def absorb(r):
+        data, starts, counts, n_seen, n_kept, df, held, n_train, lang = r
+        total.add_table(data, starts, counts)
+        out["seen"] += n_seen
+        out["kept"] += n_kept
+        out["df"] += df
+        out["held"].extend(held)
+        out["n_train_docs"] += n_train
+        for k, v in lang[0].items():
+            out["lang"][k] = out["lang"].get(k, 0) + v
+        for k, v in lang[1].items():
+            out["lang_docs"][k] = out["lang_docs"].get(k, 0) + v
+
+    run_ordered(_docs_chunk, tasks, min(num_workers, len(tasks)), absorb)
+    stamp.check()
+    out["held"].sort(key=lambda a: (a.size, a.tobytes()))
+    out["units"] = total.to_arrays()
+    return out

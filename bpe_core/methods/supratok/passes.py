@@ -1,0 +1,511 @@
+"""Pass 2 (PMI seeds), pass 3 (the Appendix-A span score and leaf surgery) and the training driver."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+import numpy as np
+from typing import Any, Optional, Sequence
+
+
+from ...corpus.specials import encode_specials
+from ...engine.merge import MergeEngine
+from ...formats.model import Model
+from ...pretok.patterns import resolve_pattern
+from ...pretok.pretokenize import pretoken_ends
+from ...pretok.wordtable import WordTable
+from ...runtime.memmon import phase
+from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
+                        resolve_transition, stage2_table)
+from .documents import count_documents
+from .script import (STOPWORDS_EN, ScriptGate, TAU_BE, normalize_hamza, script_gate_from_table, sigmoid, supercategory)
+from .stats import NgramStats, flatten_units, word_classes
+
+
+# ==== Pass 2: seeds ============================================================================
+
+
+def select_seeds(stats: NgramStats, surfaces: list[bytes], min_count: int, min_pmi: float, max_n: int = 6,
+                 max_seeds: Optional[int] = None) -> list[tuple[int, ...]]:
+    """PMI seeds: n-grams (2 <= n <= max_n) with count >= min_count and PMI >= min_pmi, ranked by
+    count x PMI, with overlap control: a candidate sharing a run of max(2, n-1) or more consecutive
+    words with an already chosen seed is a variant of it and is skipped."""
+    cands = []
+    for n in range(2, min(max_n, len(stats.levels)) + 1):
+        lv = stats.levels[n - 1]
+        if lv.counts.size == 0:
+            continue
+        pmi = stats.pmi(n)
+        sel = np.flatnonzero((lv.counts >= min_count) & (pmi >= min_pmi))
+        wm = stats.word_matrix(n)
+        for j in sel:
+            cands.append((-float(lv.counts[j] * pmi[j]), tuple(int(x) for x in wm[j])))
+    cands.sort(key=lambda c: (c[0], [surfaces[w] for w in c[1]]))
+    covered: set[tuple[int, ...]] = set()
+    seeds: list[tuple[int, ...]] = []
+    for _, words in cands:
+        n = len(words)
+        k = max(2, n - 1)
+        if any(words[i:i + m] in covered for m in range(k, n + 1) for i in range(n - m + 1)):
+            continue
+        seeds.append(words)
+        for m in range(2, n + 1):
+            for i in range(n - m + 1):
+                covered.add(words[i:i + m])
+        if max_seeds is not None and len(seeds) >= max_seeds:
+            break
+    return seeds
+
+
+class SeedRule:
+    """Pass-2 eligibility: a merge inside one pretoken, or a merge whose bytes lie inside a seed
+    phrase (after hamza normalization) and that passes the stage-2 rules; never one the script gate
+    forbids."""
+
+    def __init__(self, seed_surfaces: Sequence[bytes], pattern: str, rules: Stage2Rules,
+                 gate: Optional[ScriptGate], normalize: bool):
+        self.text = b"\x00".join(_norm_bytes(s, normalize) for s in seed_surfaces)
+        self.pattern = pattern
+        self.rules = rules
+        self.gate = gate if gate is not None and gate.active else None
+        self.normalize = normalize
+
+    def allows(self, left: bytes, right: bytes) -> bool:
+        if self.gate is not None and not self.gate.allows(left, right):
+            return False
+        merged = left + right
+        if pretoken_ends(merged, self.pattern).size <= 1:
+            return True
+        if not self.rules.allows(left, right):
+            return False
+        return _norm_bytes(merged, self.normalize) in self.text
+
+
+def _norm_bytes(b: bytes, normalize: bool) -> bytes:
+    if not normalize:
+        return b
+    return normalize_hamza(b.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+
+# ==== Pass 3: Appendix-A score ===================================================================
+
+
+@dataclass
+class SpanFeatures:
+    """What Appendix A needs about one candidate span s = (w_1..w_n)."""
+
+    n: int
+    c_train: int
+    pmi: float
+    npmi: float
+    h_left: float
+    h_right: float
+    mean_idf: float
+    adj_npmi: float
+    c_peak: float
+    l_tok: int
+    r_stop: float
+    all_stop: bool
+    awl: float
+    clen: int
+    c_holdout: int
+    df_holdout: int
+    valid_surface: bool = True
+
+
+def score_span(f: SpanFeatures) -> dict[str, float]:
+    """The Appendix-A composite score S(s) and its factors (equations 6-12)."""
+    h_b = min(f.h_left, f.h_right)
+    g_b = sigmoid(1.75, h_b - TAU_BE)
+    g_n = sigmoid(6.0, f.npmi - 0.22)
+    b_spec = 1 + 0.14 * max(0.0, f.mean_idf - 1)
+    b_con = 1 + 0.50 * max(0.0, f.adj_npmi - f.c_peak)
+    p_stop = max(0.30, 1 - 0.78 * f.r_stop ** 1.35)
+    b_len = 1 + 0.08 * max(0, f.n - 2)
+    b_cont = 1 + 0.04 * max(0.0, f.awl - 5)
+    p_surf = 0.88 if f.clen > 42 else 1.0
+    g_tok = f.l_tok - 1
+    g_hold = g_tok * (f.c_holdout + 0.60 * f.df_holdout + 0.18 * math.sqrt(f.c_train))
+    s = g_hold * g_n * g_b * b_spec * b_con * p_stop * b_len * b_cont * p_surf
+    if f.c_holdout == 0:
+        s *= 0.45
+    return {"H_B": h_b, "g_B": g_b, "g_N": g_n, "b_spec": b_spec, "b_con": b_con, "p_stop": p_stop,
+            "b_len": b_len, "b_cont": b_cont, "p_surf": p_surf, "G_hold": g_hold, "S": s}
+
+
+def hard_reject(f: SpanFeatures, sc: dict[str, float]) -> Optional[str]:
+    """The Appendix-A rejection rule that fires first, or None."""
+    if f.c_train < 3:
+        return "c_train<3"
+    if f.pmi < 4.4:
+        return "PMI<4.4"
+    if sc["g_B"] < 0.18:
+        return "g_B<0.18"
+    if f.r_stop >= 0.75:
+        return "r_stop>=0.75"
+    if f.all_stop:
+        return "all stopwords"
+    if not f.valid_surface:
+        return "surface"
+    if f.l_tok <= 1:
+        return "l_tok<=1"
+    if sc["S"] <= 0.40:
+        return "S<=0.40"
+    return None
+
+
+def gain(f: SpanFeatures) -> float:
+    """A(s) = c_holdout * max(1, l_tok - 1) + 0.35 df_holdout (equation 13)."""
+    return f.c_holdout * max(1, f.l_tok - 1) + 0.35 * f.df_holdout
+
+
+def leaf_utility(f_eval: int, df_eval: int) -> float:
+    """U(m) = f_eval(m) + 0.35 df_eval(m) (equation 13)."""
+    return f_eval + 0.35 * df_eval
+
+
+def valid_surface(text: str) -> bool:
+    """No digits, tabs, newlines, double spaces, control characters; only letters, marks, single
+    spaces and apostrophes.
+
+    >>> valid_surface(" of the"), valid_surface(" of  the"), valid_surface(" 3 times"), valid_surface("a\\tb")
+    (True, False, False, False)
+    """
+    if "  " in text or not text.strip():
+        return False
+    for ch in text:
+        sc = supercategory(ch)
+        if sc == "LM" or ch == " " or ch == "'":
+            continue
+        return False
+    return True
+
+
+# ==== Training =================================================================================
+
+
+def _encoder_for(vocab: dict[int, bytes], merges: list, n1: int, specials: Sequence[str], pattern: str
+                 ) -> StageAwareEncoder:
+    """SuperBPE's stage-aware encoder over (stage 1 = pass 1, stage 2 = passes 2 and 3)."""
+    model = Model(vocab=vocab, merges=merges, special_tokens=list(specials), pattern=pattern, method="superbpe",
+                  stages=[{"name": "bpe", "merges": n1}, {"name": "superbpe", "merges": len(merges) - n1}])
+    return StageAwareEncoder(model)
+
+
+def _vocab_of(merges: list, specials: Sequence[bytes]) -> dict[int, bytes]:
+    vocab = {i: bytes([i]) for i in range(256)}
+    for s in specials:
+        vocab[len(vocab)] = s
+    for a, b in merges:
+        vocab[len(vocab)] = a + b
+    return vocab
+
+
+def _replay(enc: StageAwareEncoder, table: WordTable, units: tuple, numeric: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Segment word-id units the way the encoder does: stage 1 per word, stage 2 per unit.
+    Returns (symbols, offsets, counts) of the final segmentation (counts are the units' counts)."""
+    seg, seg_offs = enc.stage1.merge_many(table.arena.astype(np.uint32), table.offsets)
+    syms, offs, cnts = stage2_table(units, table, seg, seg_offs, numeric, enc.lengths)
+    out, out_offs = enc.stage2.merge_many(syms, offs)
+    return out, out_offs, cnts
+
+
+def _heldout_units(held: list[np.ndarray], numeric: np.ndarray) -> tuple:
+    """Held-out documents as units; the 'count' of a unit is its document index (stage2_table keeps
+    counts per unit, so the index follows each unit through the expansion)."""
+    data, bounds, docs = [], [0], []
+    pos = 0
+    for d, ids in enumerate(held):
+        if ids.size == 0:
+            continue
+        num = numeric[ids]
+        cut = np.flatnonzero(num[1:] | num[:-1]) + 1
+        b = np.concatenate((cut, [ids.size])) + pos
+        bounds.extend(b.tolist())
+        docs.extend([d] * b.size)
+        data.append(ids)
+        pos += ids.size
+    if not data:
+        return np.zeros(0, np.uint32), np.zeros(1, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(data).astype(np.uint32), np.array(bounds, np.int64), np.array(docs, np.int64)
+
+
+def train_supratok(config, table: WordTable, report: dict, plan, progress: bool = False):
+    """All passes on a counted corpus; returns ``(vocab, merges, stages)``."""
+    specials = encode_specials(config.special_tokens)
+    pattern = resolve_pattern(config.pattern)
+    rules = Stage2Rules.from_config(config)
+    t_size = resolve_transition(config.transition, config.vocab_size, len(specials))
+    n1_target = t_size - 256 - len(specials)
+    n_total = config.vocab_size - 256 - len(specials)
+    script_aware = config.script_aware
+    seconds = report["seconds"]
+    info: dict[str, Any] = {"transition": t_size}
+    t0 = time.perf_counter()
+
+    # ---- documents: training units, held-out split, document frequencies
+    phase("supratok documents")
+    sid, surfaces = word_classes(table, normalize=script_aware)
+    budget_share = max(plan.memory_limit - plan.parent_overhead - 3 * table.nbytes, 64 << 20)
+    need = int(table.counts.sum() * 2) * STAGE2_BYTES_PER_SYMBOL
+    fraction = 1.0 if need <= budget_share else budget_share / need
+    docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers, plan.chunk_bytes,
+                           fraction, config.heldout_fraction, script_aware)
+    numeric = numeric_mask(table)
+    held = docs["held"]
+    held_counts = np.zeros(table.n_words, np.int64)
+    if held:
+        held_counts = np.bincount(np.concatenate(held), minlength=table.n_words).astype(np.int64)
+    # suffix mining only for a language that holds at least 1% of the training documents
+    min_docs = max(5, 0.01 * docs["n_train_docs"])
+    langs = {k: v for k, v in docs["lang"].items() if docs["lang_docs"].get(k, 0) >= min_docs}
+    gate = (script_gate_from_table(table, langs, config.script_bigram_min)
+            if script_aware else ScriptGate())
+    info.update(sample_fraction=fraction, units_seen=docs["seen"], units_kept=docs["kept"],
+                train_documents=docs["n_train_docs"], heldout_documents=len(held),
+                spaceless_bigrams=len(gate.bigrams), suffixes=len(gate.suffixes))
+    t1 = time.perf_counter()
+    seconds["supratok_documents"] = round(t1 - t0, 3)
+
+    # ---- pass 1: BPE inside pretokens on the training documents
+    phase("merge loop")
+    engine = MergeEngine(table.symbols(), table.offsets, np.maximum(table.counts - held_counts, 0),
+                         [bytes([i]) for i in range(256)])
+    steps1 = engine.run(n1_target, allowed=gate.allows if gate.active else None)
+    seg_symbols, seg_offsets, _ = engine.words()
+    tokens = engine.tokens()
+    t2 = time.perf_counter()
+    seconds["pass1"] = round(t2 - t1, 3)
+
+    # ---- word statistics and seeds
+    phase("supratok statistics")
+    data, starts, ucounts = docs["units"]
+    seq, weights = flatten_units(data, starts, sid, ucounts)
+    raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts)
+    max_n = max(config.seed_max_n, config.span_max_n)
+    stats = NgramStats(seq, raw, weights, len(surfaces), max_n, min(config.seed_min_count, config.span_min_count))
+    seeds = select_seeds(stats, surfaces, config.seed_min_count, config.seed_pmi, config.seed_max_n)
+    seed_surfaces = [b"".join(surfaces[w] for w in s) for s in seeds]
+    info["seeds"] = len(seeds)
+    info["seed_examples"] = [s.decode("utf-8", "replace") for s in seed_surfaces[:20]]
+    t3 = time.perf_counter()
+    seconds["supratok_statistics"] = round(t3 - t2, 3)
+
+    # ---- pass 2: seeded cross-boundary merges on the units
+    phase("merge loop")
+    token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+    usyms, uoffs, ucnts = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
+    engine2 = MergeEngine(usyms, uoffs, ucnts, tokens)
+    del usyms, uoffs
+    rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware)
+    steps2 = engine2.run(n_total - len(steps1), allowed=rule.allows)
+    all_tokens = engine2.tokens()
+    merges = [(all_tokens[a], all_tokens[b]) for a, b, _ in list(steps1) + list(steps2)]
+    n1 = len(steps1)
+    n2 = len(steps2)
+    _, f_offs, f_counts = engine2.words()
+    info["pass2_engine_tokens"] = int((np.diff(f_offs) * f_counts).sum())
+    info["pass1_merges"], info["pass2_merges"] = n1, n2
+    info["pass2_cross_merges"] = sum(1 for a, b in merges[n1:] if pretoken_ends(a + b, pattern).size > 1)
+    t4 = time.perf_counter()
+    seconds["pass2"] = round(t4 - t3, 3)
+
+    # ---- pass 3: scored spans with leaf surgery
+    phase("supratok pass 3")
+    held_data, held_bounds, held_docs = _heldout_units(held, numeric)
+    hseq, _ = flatten_units(held_data, held_bounds, sid, np.ones(max(held_bounds.size - 1, 0), np.int64))
+    hdocs = np.repeat(held_docs, np.diff(held_bounds) + 1) if held_docs.size else np.zeros(0, np.int64)
+    features = span_candidates(stats, surfaces, docs["df"], docs["n_train_docs"], hseq, hdocs, config)
+    info["pass3_candidates"] = len(features)
+    origin = [1] * n1 + [2] * n2          # which pass made each merge (kept in step with ``merges``)
+    spans3: list[tuple[bytes, ...]] = []
+    n_removed = 0
+    rounds = []
+    for r in range(config.supratok_rounds):
+        vocab = _vocab_of(merges, specials)
+        enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
+        accepted, removed, log = leaf_surgery(enc, merges, n1, table, held_data, held_bounds, held_docs, numeric,
+                                              features, free_slots=n_total - len(merges))
+        rounds.append(log)
+        if not accepted:
+            break
+        keep = [i for i in range(len(merges)) if i not in removed]
+        n1 -= sum(1 for i in removed if i < n1)
+        n_removed += len(removed)
+        merges = [merges[i] for i in keep]
+        origin = [origin[i] for i in keep]
+        for chain in accepted:
+            merges.extend(chain)
+            origin.extend([3] * len(chain))
+            spans3.append(tuple(chain))
+    info["pass3_rounds"] = rounds
+    info["pass3_spans"] = len(spans3)
+    info["pass3_removed_leaves"] = n_removed
+    n3 = origin.count(3)
+    t5 = time.perf_counter()
+    seconds["pass3"] = round(t5 - t4, 3)
+
+    # ---- the final token count, by the encoder's own replay
+    vocab = _vocab_of(merges, specials)
+    enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
+    _, o, c = _replay(enc, table, docs["units"], numeric)
+    info["final_tokens"] = int((np.diff(o) * c).sum())
+    hd, hb, _ = _heldout_units(held, numeric)
+    held_tokens = 0
+    if hd.size:
+        _, ho, _ = _replay(enc, table, (hd, hb, np.ones(hb.size - 1, np.int64)), numeric)
+        held_tokens = int(np.diff(ho).sum())
+    info["heldout_tokens"] = held_tokens
+    # tokens of the whole corpus (special tokens excluded) when no sampling happened
+    info["final_tokens_corpus"] = info["final_tokens"] + held_tokens if fraction >= 1 else None
+    seconds["merge_loop"] = round((t2 - t1) + (t4 - t3), 3)
+    report["engine"] = engine2.stats()
+    report["merges"] = len(merges)
+    report["merges_requested"] = max(n_total, 0)
+    report["supratok"] = info
+    n2_final = origin.count(2)
+    stages = [
+        {"name": "bpe", "merges": n1},
+        {"name": "supratok-seeds", "merges": n2_final, "rules": rules.to_dict(),
+         "seeds_hex": [x.hex() for x in seed_surfaces]},
+        {"name": "supratok-spans", "merges": n3, "spans": len(spans3)},
+    ]
+    return vocab, merges, stages
+
+
+def span_candidates(stats: NgramStats, surfaces: list[bytes], df: np.ndarray, n_docs: int, hseq: np.ndarray,
+                    hdocs: np.ndarray, config) -> list[tuple[bytes, list[bytes], SpanFeatures]]:
+    """Pass-3 candidates (2..span_max_n words, count >= span_min_count, PMI >= span_pmi) with every
+    Appendix-A feature except ``l_tok`` (which depends on the current vocabulary)."""
+    l1 = stats.levels[0]
+    texts = [s.decode("utf-8", "surrogateescape") for s in surfaces]
+    is_stop = np.array([t.strip().lower().lstrip("'") in STOPWORDS_EN for t in texts], dtype=bool)
+    idf = np.log((n_docs + 1) / (1 + df.astype(np.float64))) if df.size else np.zeros(0)
+    wlen = np.array([len(t.strip()) for t in texts], dtype=np.int64)
+    out = []
+    bigram_npmi = stats.npmi(2) if len(stats.levels) > 1 else np.zeros(0)
+    for n in range(2, min(config.span_max_n, len(stats.levels)) + 1):
+        lv = stats.levels[n - 1]
+        if lv.counts.size == 0:
+            continue
+        pmi = stats.pmi(n)
+        npmi = stats.npmi(n)
+        cand = np.flatnonzero((lv.counts >= config.span_min_count) & (pmi >= config.span_pmi))
+        if cand.size > config.span_max_candidates:
+            order = np.lexsort((cand, -(lv.counts[cand] * pmi[cand])))
+            cand = np.sort(cand[order[:config.span_max_candidates]])
+        if cand.size == 0:
+            continue
+        wm = stats.word_matrix(n)[cand]
+        h_l, h_r, peak = stats.contexts(n, cand)
+        c_h, d_h = stats.heldout_counts(n, hseq, hdocs, cand)
+        bi = stats.lookup(2, np.stack([wm[:, :-1].ravel(), wm[:, 1:].ravel()], axis=1)).reshape(cand.size, n - 1)
+        adj = np.where(bi >= 0, bigram_npmi[np.maximum(bi, 0)], 0.0).mean(axis=1)
+        for k, j in enumerate(cand):
+            words = [surfaces[w] for w in wm[k]]
+            surface = b"".join(words)
+            text = surface.decode("utf-8", "surrogateescape")
+            stops = is_stop[wm[k]]
+            f = SpanFeatures(
+                n=n, c_train=int(lv.counts[j]), pmi=float(pmi[j]), npmi=float(npmi[j]),
+                h_left=float(h_l[k]), h_right=float(h_r[k]), mean_idf=float(idf[wm[k]].mean()),
+                adj_npmi=float(adj[k]), c_peak=float(peak[k]), l_tok=0, r_stop=float(stops.mean()),
+                all_stop=bool(stops.all()), awl=float(wlen[wm[k]].mean()), clen=len(text.strip()),
+                c_holdout=int(c_h[k]), df_holdout=int(d_h[k]), valid_surface=valid_surface(text))
+            out.append((surface, words, f))
+    out.sort(key=lambda x: x[0])
+    return out
+
+
+def leaf_surgery(enc: StageAwareEncoder, merges: list, n1: int, table: WordTable, held_data, held_bounds,
+                 held_docs, numeric, features, free_slots: int = 0):
+    """One round of pass 3. Returns (accepted chains of merges, indices of removed merges, log).
+
+    U(m) of every leaf merge is measured on the held-out documents encoded with the current
+    vocabulary; candidates are taken in decreasing Priority(s) = Net(s) + 0.03 S(s) and each takes the
+    cheapest leaves still free (free vocabulary slots cost nothing); accepted iff Net(s) > 0.
+    """
+    # held-out token counts and document frequencies per token bytes
+    f_eval: dict[bytes, int] = {}
+    df_eval: dict[bytes, int] = {}
+    if held_data.size:
+        out, offs, docs = _replay(enc, table, (held_data, held_bounds, held_docs), numeric)
+        unit_of = np.repeat(np.arange(offs.size - 1), np.diff(offs))
+        tb = enc.token_bytes
+        c = np.bincount(out, minlength=len(tb))
+        dd = np.unique(docs[unit_of].astype(np.int64) * len(tb) + out)
+        d = np.bincount(dd % len(tb), minlength=len(tb))
+        for i in np.flatnonzero(c):
+            f_eval[tb[i]] = f_eval.get(tb[i], 0) + int(c[i])
+            df_eval[tb[i]] = df_eval.get(tb[i], 0) + int(d[i])
+    results = [a + b for a, b in merges]
+    operands = set()
+    leaves = []
+    for i in range(len(merges) - 1, -1, -1):
+        a, b = merges[i]
+        if results[i] not in operands:
+            leaves.append(i)
+        operands.add(a)
+        operands.add(b)
+    util = {i: leaf_utility(f_eval.get(results[i], 0), df_eval.get(results[i], 0)) for i in leaves}
+    leaves.sort(key=lambda i: (util[i], -i))
+    # score the candidates under the current vocabulary
+    scored = []
+    for surface, words, f0 in features:
+        toks = [enc.token_bytes[i] for i in enc.encode_ordinary(surface).tolist()]
+        f = dataclasses.replace(f0, l_tok=len(toks))
+        sc = score_span(f)
+        if hard_reject(f, sc) is not None:
+            continue
+        k = len(toks) - 1
+        cost = sum(util[i] for i in leaves[:max(0, k - free_slots)])
+        net = gain(f) - cost
+        scored.append((-(net + 0.03 * sc["S"]), surface, toks, f, sc))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    accepted, removed = [], []
+    protected: set[bytes] = set()
+    taken: list[bytes] = []
+    li = 0
+    free = free_slots
+    log = {"scored": len(scored), "accepted": 0, "examples": []}
+    removed_bytes: set[bytes] = set()
+    for _, surface, toks, f, sc in scored:
+        if any(surface in t or t in surface for t in taken):
+            continue                                   # overlap with a span accepted this round
+        if removed_bytes.intersection(toks):
+            continue                                   # its segmentation lost a token this round
+        k = len(toks) - 1
+        use_free = min(free, k)
+        chosen = []
+        j = li
+        while len(chosen) < k - use_free and j < len(leaves):
+            if results[leaves[j]] not in protected and results[leaves[j]] not in toks:
+                chosen.append(j)
+            j += 1
+        if len(chosen) < k - use_free:
+            break
+        net = gain(f) - sum(util[leaves[x]] for x in chosen)
+        if net <= 0:
+            continue
+        free -= use_free
+        chain = []
+        left = toks[0]
+        for t in toks[1:]:
+            chain.append((left, t))
+            left = left + t
+        accepted.append(chain)
+        taken.append(surface)
+        protected.update(toks)
+        for x in chosen:
+            removed.append(leaves[x])
+            removed_bytes.add(results[leaves[x]])
+        chosen_set = set(chosen)
+        leaves = [l for x, l in enumerate(leaves) if x not in chosen_set]
+        if len(log["examples"]) < 10:
+            log["examples"].append({"span": surface.decode("utf-8", "replace"), "net": round(net, 2),
+                                    "S": round(sc["S"], 2), "l_tok": f.l_tok})
+    log["accepted"] = len(accepted)
+    log["removed"] = len(removed)
+    return accepted, set(removed), log

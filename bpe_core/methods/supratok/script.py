@@ -1,0 +1,181 @@
+"""The paper's constants and script-aware processing: supercategories, the CJK/Thai bigram gate,
+Turkish/Finnish suffix gates mined from the data, hamza normalization for the statistics."""
+from __future__ import annotations
+
+import math
+import unicodedata
+from dataclasses import dataclass, field
+import numpy as np
+from typing import Optional
+
+import regex
+
+from ...pretok.wordtable import WordTable
+
+
+# ==== Constants of the paper (Appendix A) ======================================================
+
+TAU_BE = 1.15
+STOPWORDS_EN = frozenset("""
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most
+my myself no nor not now of off on once only or other our ours ourselves out over own same she should
+so some such than that the their theirs them themselves then there these they this those through to
+too under until up very was we were what when where which while who whom why will with would you your
+yours yourself yourselves s t d ll m re ve don
+""".split())
+
+LETTER_WORD = regex.compile(r"^ ?[\p{L}\p{M}]+$|^'[\p{L}]+$")
+
+
+def sigmoid(k: float, x: float) -> float:
+    """``1 / (1 + exp(-k x))``.
+
+    >>> sigmoid(1.0, 0.0)
+    0.5
+    """
+    return 1.0 / (1.0 + math.exp(-k * x))
+
+
+# ==== Script-aware processing ==================================================================
+
+
+def supercategory(ch: str) -> str:
+    """The paper's five Unicode supercategories: ``LM`` letters and marks, ``PS`` punctuation and
+    symbols, ``N`` numbers, ``Z`` separators, ``C`` control and other.
+
+    >>> [supercategory(c) for c in "a\\u0301.5 \\n"]
+    ['LM', 'LM', 'PS', 'N', 'Z', 'C']
+    """
+    c = unicodedata.category(ch)[0]
+    return {"L": "LM", "M": "LM", "P": "PS", "S": "PS", "N": "N", "Z": "Z"}.get(c, "C")
+
+
+def is_spaceless(ch: str) -> bool:
+    """Chinese, Japanese or Thai characters (scripts that do not mark word boundaries).
+
+    >>> is_spaceless("中"), is_spaceless("の"), is_spaceless("ก"), is_spaceless("a"), is_spaceless("한")
+    (True, True, True, False, False)
+    """
+    o = ord(ch)
+    return (0x0E00 <= o <= 0x0E7F or 0x3040 <= o <= 0x30FF or 0x3400 <= o <= 0x4DBF
+            or 0x4E00 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF or 0xFF66 <= o <= 0xFF9F)
+
+
+_HAMZA = str.maketrans({"أ": "ا", "إ": "ا", "آ": "ا", "ٱ": "ا", "ؤ": "و", "ئ": "ي", "ء": ""})
+
+
+def normalize_hamza(text: str) -> str:
+    """Arabic hamza normalization (for counting statistics only; tokens stay exact).
+
+    >>> normalize_hamza("أحمد سئل")
+    'احمد سيل'
+    """
+    return text.translate(_HAMZA)
+
+
+_TR_MARKERS = frozenset("ve bir bu için ile olarak çok daha gibi değil".split())
+_FI_MARKERS = frozenset("ja että oli ovat myös mutta joka jotka ole sekä".split())
+
+
+def guess_suffix_language(text: str) -> Optional[str]:
+    """``"tr"``, ``"fi"`` or None, by function-word hits (a cheap document-level guess).
+
+    >>> guess_suffix_language("Bu ev ve bir kedi için çok güzel"), guess_suffix_language("the cat")
+    ('tr', None)
+    """
+    words = text.lower().split()
+    tr = sum(1 for w in words if w in _TR_MARKERS)
+    fi = sum(1 for w in words if w in _FI_MARKERS)
+    distinct = max(len(_TR_MARKERS.intersection(words)), len(_FI_MARKERS.intersection(words)))
+    if max(tr, fi) < 3 or distinct < 2 or max(tr, fi) < 0.02 * len(words):
+        return None
+    return "tr" if tr > fi else "fi"
+
+
+def mine_suffixes(word_counts: dict[str, int], top: int = 200, min_stem: int = 3) -> list[str]:
+    """The ``top`` most frequent word endings of 2..4 letters (with a stem of ``min_stem`` letters
+    or more left), counted over words weighted by their counts.
+
+    >>> mine_suffixes({"evlerde": 5, "okullarda": 3, "evde": 2}, top=2)
+    ['de', 'erde']
+    """
+    ends: dict[str, int] = {}
+    for w, c in word_counts.items():
+        w = w.strip().lower()
+        if not w.isalpha():
+            continue
+        for k in range(2, 5):
+            if len(w) - k >= min_stem:
+                ends[w[-k:]] = ends.get(w[-k:], 0) + c
+    return [s for s, _ in sorted(ends.items(), key=lambda x: (-x[1], x[0]))[:top]]
+
+
+@dataclass
+class ScriptGate:
+    """Which merges script-aware processing forbids (all passes).
+
+    - spaceless scripts: a merge that joins two Chinese/Japanese/Thai characters at its junction
+      needs that character bigram seen ``bigram_min`` times in the training text;
+    - Turkish/Finnish: a merge whose junction falls strictly inside a mined suffix at the end of the
+      merged token is refused unless its right part is itself a mined suffix, so stems and suffixes
+      stay separable (the paper's "suffix-aware weighting", expressed as a gate: the engine ranks by
+      count only).
+    """
+
+    bigrams: dict[str, int] = field(default_factory=dict)
+    bigram_min: int = 50
+    suffixes: frozenset = frozenset()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.bigrams) or bool(self.suffixes)
+
+    def allows(self, left: bytes, right: bytes) -> bool:
+        """>>> g = ScriptGate({"中国": 60, "国人": 3}, 50, frozenset({"de", "lerde"}))
+        >>> g.allows("中".encode(), "国".encode()), g.allows("国".encode(), "人".encode())
+        (True, False)
+        >>> g.allows(b"evlerd", b"e"), g.allows(b"evler", b"de"), g.allows(b"ev", b"lerde")
+        (False, True, True)
+        """
+        a = left.decode("utf-8", "surrogateescape")
+        b = right.decode("utf-8", "surrogateescape")
+        if not a or not b:
+            return True
+        if self.bigrams and is_spaceless(a[-1]) and is_spaceless(b[0]):
+            if self.bigrams.get(a[-1] + b[0], 0) < self.bigram_min:
+                return False
+        if self.suffixes:
+            m = (a + b).strip().lower()
+            rb = b.strip().lower()
+            if m.isalpha() and rb not in self.suffixes:
+                for k in range(len(rb) + 1, min(len(m), 5)):
+                    if m[-k:] in self.suffixes:
+                        return False
+        return True
+
+
+def script_gate_from_table(table: WordTable, lang_words: dict[str, np.ndarray], bigram_min: int = 50,
+                           suffix_top: int = 200) -> ScriptGate:
+    """Build the gate: character bigrams of spaceless scripts from the word table, suffixes from the
+    words of documents guessed Turkish or Finnish."""
+    arena = table.arena.tobytes()
+    offsets, counts = table.offsets, table.counts
+    bigrams: dict[str, int] = {}
+    high = np.zeros(table.n_words, dtype=bool)
+    if table.n_words:
+        word_of_byte = np.repeat(np.arange(table.n_words), np.diff(offsets))
+        high[word_of_byte[table.arena >= 0xE0]] = True        # 3-byte UTF-8 leads: CJK, kana, Thai
+    for w in np.flatnonzero(high):
+        text = arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape")
+        c = int(counts[w])
+        for x, y in zip(text, text[1:]):
+            if is_spaceless(x) and is_spaceless(y):
+                bigrams[x + y] = bigrams.get(x + y, 0) + c
+    suffixes: set[str] = set()
+    for lang, wc in sorted(lang_words.items()):
+        words = {arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape"): int(wc[w])
+                 for w in np.flatnonzero(wc)}
+        suffixes.update(mine_suffixes(words, suffix_top))
+    return ScriptGate(bigrams, bigram_min, frozenset(suffixes))

@@ -1,0 +1,227 @@
+"""Counting the pretokens of a corpus file: chunks on worker threads, one sorted word table.
+
+This is the map-reduce of training: each chunk becomes a sorted count table
+(``pretokenize.count_pretokens``), the tables are summed by k-way merges (``merge_counts``) as they
+arrive, and a table that outgrows its share of the budget is spilled to disk as a sorted run. The
+result does not depend on the number of workers, the chunk size or the spill threshold (tested
+across all three), and its totals are checked against what the workers counted.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ..corpus.chunks import file_chunks, split_spans
+from ..runtime.atomic import remove_stale_in
+from ..runtime.memmon import MemoryMonitor, phase
+from ..runtime.progress import progress_bar
+from ..runtime.workers import FileStamp, check_total, read_range, run_ordered
+from .patterns import pattern_name
+from .pretokenize import count_pretokens, merge_counts
+from .wordtable import WordTable
+
+__all__ = ["ChunkCount", "Spill", "count_corpus", "covered_bytes", "SPILL_PREFIX"]
+
+
+
+
+@dataclass
+class ChunkCount:
+    """What a worker returns for one chunk: its sorted table and the totals that must add up."""
+
+    table: tuple            # (arena, offsets, counts), sorted by bytes
+    n_bytes: int            # bytes of the chunk (read in full)
+    n_specials: int         # special-token occurrences
+    special_bytes: int      # bytes inside those occurrences
+    n_pretokens: int        # pretokens counted (the sum of the counts)
+
+
+def _count_chunk(task: tuple) -> ChunkCount:
+    """Worker: count the pretokens of ``path[start:end)``; checks that they cover the text."""
+    path, start, end, specials, pattern, stamp = task
+    buf = read_range(path, start, end, stamp)
+    spans, n_specials = split_spans(buf, 0, len(buf), specials)
+    arena, offsets, counts = count_pretokens(buf, spans, pattern)
+    text_bytes = int((spans[:, 1] - spans[:, 0]).sum()) if len(spans) else 0
+    # Conservation: the pretokens of the text spans cover every byte of them, exactly once.
+    check_total(f"bytes of {path}[{start}:{end}] (pretoken bytes vs text bytes)",
+                covered_bytes(offsets, counts), text_bytes)
+    return ChunkCount((arena, offsets, counts), end - start, n_specials, end - start - text_bytes,
+                      int(counts.sum()))
+
+
+def covered_bytes(offsets: np.ndarray, counts: np.ndarray) -> int:
+    """Sum over words of ``len(word) * count``: the bytes of text a table stands for."""
+    if len(counts) == 0:
+        return 0
+    return int(np.dot(np.diff(offsets), counts))
+
+
+def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers: int,
+                 chunk_bytes: int, progress: bool = False, report: Optional[dict] = None,
+                 monitor: Optional[MemoryMonitor] = None, memory_limit: Optional[int] = None,
+                 per_worker_bytes: int = 0, spill_threshold_bytes: Optional[int] = None,
+                 spill_dir: Optional[str] = None,
+                 check_words: Optional[Callable[[int], None]] = None) -> WordTable:
+    """Count the pretokens of a whole file into one sorted word table.
+
+    Chunks go to ``num_workers`` threads (``workers.run_ordered``; in this thread when 1), at most
+    ``num_workers + 1`` in flight; while others are in flight, a new chunk waits when a ``monitor``
+    shows the process within ``per_worker_bytes`` of ``memory_limit``. Partial tables are folded as
+    they arrive, level by level (``FOLD_FANOUT`` tables of one level make one of the next, so each
+    word is copied O(log n) times); when the tables in RAM outgrow ``spill_threshold_bytes``, they
+    are merged and written to disk as one sorted run, and the runs are merged (exactly) at the end.
+    ``check_words(n)`` is called with a lower bound on the number of unique pretokens as it grows
+    (it raises to stop a run that provably cannot fit).
+
+    Conservation is checked as the run goes: every byte of the input is read once, the pretokens of
+    each chunk cover its text, and every fold and spill keeps the sum of the counts (so the final
+    table holds exactly the pretokens the workers counted). A failure raises
+    ``workers.InternalError``.
+    """
+    t0 = time.perf_counter()
+    stamp = FileStamp.of(path)
+    chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), stamp=stamp)
+    tasks = [(path, s, e, list(specials), pattern, stamp) for s, e in chunks]
+    if report is not None:
+        report["n_chunks"] = len(tasks)
+        report["seconds"]["plan"] = round(report["seconds"].get("plan", 0) + time.perf_counter() - t0, 3)
+    phase("pretokenize")
+    bar = progress_bar(progress, total=stamp.size, desc="pre-tokenize", unit="B",
+               unit_scale=True, unit_divisor=1024)
+    spill = Spill(spill_threshold_bytes, spill_dir)
+    levels: list[tuple[int, tuple]] = []       # (level, sorted table) held in RAM
+    totals = {"bytes": 0, "specials": 0, "special_bytes": 0, "pretokens": 0}
+    t1 = time.perf_counter()
+    merge_seconds = 0.0
+
+    def fold(tables: list) -> tuple:
+        merged = merge_counts(tables)
+        check_total("pretoken counts after a fold", int(merged[2].sum()), sum(int(t[2].sum()) for t in tables))
+        return merged
+
+    def absorb(result: ChunkCount):
+        nonlocal levels, merge_seconds
+        for key, value in (("bytes", result.n_bytes), ("specials", result.n_specials),
+                           ("special_bytes", result.special_bytes), ("pretokens", result.n_pretokens)):
+            totals[key] += value
+        levels.append((0, result.table))
+        tm = time.perf_counter()
+        while True:                 # fold FOLD_FANOUT tables of the lowest full level into one
+            sizes: dict[int, int] = {}
+            for lv, _ in levels:
+                sizes[lv] = sizes.get(lv, 0) + 1
+            full = [lv for lv, k in sizes.items() if k >= FOLD_FANOUT]
+            if not full:
+                break
+            lv = min(full)
+            group = [t for l2, t in levels if l2 == lv]
+            levels = [(l2, t) for l2, t in levels if l2 != lv] + [(lv + 1, fold(group))]
+        if spill.threshold is not None and sum(_table_bytes(t) for _, t in levels) > spill.threshold:
+            # Over the threshold: merge everything in RAM into one table; it goes to disk if it is
+            # still over, else it stays, as one table of the top level. Nothing is dropped.
+            top = max(lv for lv, _ in levels)
+            merged = fold([t for _, t in levels]) if len(levels) > 1 else levels[0][1]
+            levels = [(top + 1, t) for t in spill.offer([merged])]
+        merge_seconds += time.perf_counter() - tm
+        if check_words is not None and levels:
+            check_words(max(len(t[2]) for _, t in levels))
+        if bar is not None:
+            bar.update(result.n_bytes)
+
+    def may_submit(n_in_flight: int) -> bool:
+        return monitor is None or not memory_limit or monitor.sample() < memory_limit - per_worker_bytes
+
+    try:
+        run_ordered(_count_chunk, tasks, min(num_workers, len(tasks)), absorb, may_submit=may_submit)
+        if bar is not None:
+            bar.close()
+        stamp.check()
+        phase("merge counts")
+        tm = time.perf_counter()
+        runs = spill.runs() + [t for _, t in levels]
+        table = WordTable.from_arrays(merge_counts(runs)) if runs else WordTable.empty()
+        merge_seconds += time.perf_counter() - tm
+    finally:
+        spill.cleanup()
+    # Conservation over the whole run: every byte read once; the table holds every pretoken counted,
+    # and its words cover every byte outside the special tokens.
+    check_total(f"bytes of {path} (bytes read vs file size)", totals["bytes"], stamp.size)
+    check_total("pretokens (sum of the table's counts vs pretokens counted by the workers)",
+                int(table.counts.sum()), totals["pretokens"])
+    check_total(f"bytes of {path} (bytes the table covers vs text bytes)",
+                covered_bytes(table.offsets, table.counts), stamp.size - totals["special_bytes"])
+    if report is not None:
+        report["seconds"]["pretokenize"] = round(time.perf_counter() - t1 - merge_seconds, 3)
+        report["seconds"]["merge_counts"] = round(merge_seconds, 3)
+        report["special_token_occurrences"] = totals["specials"]
+        report["bytes_scanned"] = totals["bytes"]
+        report["pretokens_counted"] = totals["pretokens"]
+        report["spilled_runs"] = spill.n_runs
+        report["spilled_bytes"] = spill.n_bytes
+    return table
+
+
+FOLD_FANOUT = 4
+#: Spill folders are named ``bpe_core-spill-<pid>-*``: a later run removes those of a dead pid.
+SPILL_PREFIX = "bpe_core-spill-"
+
+
+def _table_bytes(table: tuple) -> int:
+    return int(sum(a.nbytes for a in table))
+
+
+class Spill:
+    """Sorted runs of the pretoken table on disk, once the table outgrows its share of the budget."""
+
+    def __init__(self, threshold: Optional[int], folder: Optional[str]):
+        self.threshold = threshold
+        self.folder = folder
+        self._dir: Optional[tempfile.TemporaryDirectory] = None
+        self.paths: list[str] = []
+        self.sums: list[int] = []
+        self.n_runs = 0
+        self.n_bytes = 0
+
+    def offer(self, tables: list[tuple]) -> list[tuple]:
+        """Spill the tables if they are over the threshold; return what stays in RAM.
+
+        The caller must keep what is returned: a table is either written here or handed back.
+        """
+        if self.threshold is None or sum(_table_bytes(t) for t in tables) <= self.threshold:
+            return tables
+        if self._dir is None:
+            folder = self.folder or tempfile.gettempdir()
+            remove_stale_in(folder, [SPILL_PREFIX])          # what a killed run left
+            self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{os.getpid()}-", dir=folder)
+        for arena, offsets, counts in tables:
+            base = os.path.join(self._dir.name, f"run{self.n_runs:05d}")
+            for name, arr in (("arena", arena), ("offsets", offsets), ("counts", counts)):
+                np.save(f"{base}.{name}.npy", arr)
+            self.paths.append(base)
+            self.sums.append(int(counts.sum()))
+            self.n_runs += 1
+            self.n_bytes += int(arena.nbytes + offsets.nbytes + counts.nbytes)
+        return []
+
+    def runs(self) -> list[tuple]:
+        """The spilled runs, memory-mapped (pages are read as the merge reaches them); each run's
+        sum of counts is checked against what was written."""
+        out = []
+        for base, want in zip(self.paths, self.sums):
+            run = tuple(np.load(f"{base}.{name}.npy", mmap_mode="r") for name in ("arena", "offsets", "counts"))
+            check_total(f"pretoken counts of spilled run {base}", int(run[2].sum()), want)
+            out.append(run)
+        return out
+
+    def cleanup(self) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+

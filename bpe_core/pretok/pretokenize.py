@@ -1,0 +1,183 @@
+"""Pre-tokenization: bytes in, pretokens out, byte-identical to the ``regex`` module.
+
+The truth for every pattern is ``regex`` with gap filling (``patterns.regex_pieces``)::
+
+    text = data.decode("utf-8", "surrogateescape")
+    pieces = the non-empty matches of regex.finditer(pattern, text) and the texts between them,
+             each encoded back with surrogateescape
+
+For the named patterns (``gpt2``, ``cl100k``, ``o200k`` and their tiktoken aliases, or their exact
+regex strings; see ``patterns``) every text is covered by matches, and the native scanner in
+``_pretok`` gives the same pieces straight from the UTF-8 bytes, ten to twenty times faster. Any
+other pattern runs through ``regex`` itself, with identical output formats; text it does not match
+becomes pretokens of its own, so nothing is ever dropped. Special tokens are split off first,
+longest first, in both paths.
+
+>>> pretokenize("Hello world<|endoftext|>  it's", special_tokens=["<|endoftext|>"])
+[b'Hello', b' world', b'<|endoftext|>', b' ', b' it', b"'s"]
+>>> pretokenize("Hello, world", pattern="[a-z]+")    # the gaps are pretokens too
+[b'H', b'ello', b', ', b'world']
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence, Tuple, Union
+
+import numpy as np
+import regex
+
+from . import _pretok
+from ..corpus.specials import encode_specials, specials_regex, split_on_specials
+from .patterns import pattern_name, regex_pieces, resolve_pattern
+
+__all__ = ["PATTERN_IDS", "pretokenize", "pretoken_ends", "count_pretokens", "merge_counts", "is_native"]
+
+#: Pattern name -> the native scanner's id (for kernels that scan themselves, e.g. ``engine.units``).
+PATTERN_IDS = dict(_pretok.PATTERN_IDS)
+
+# (arena uint8, offsets int64 [n_words + 1], counts int64 [n_words]), words sorted by bytes.
+CountArrays = Tuple[np.ndarray, np.ndarray, np.ndarray]
+BufferLike = Union[bytes, bytearray, memoryview, np.ndarray]
+
+
+# ==== Public ======================================================================================
+
+
+def pretokenize(data: Union[str, bytes], pattern: str = "gpt2",
+                special_tokens: Iterable[Union[str, bytes]] = ()) -> list[bytes]:
+    """The pretokens of ``data`` in order, special tokens as their own items.
+
+    Args:
+        data: ``bytes`` (any bytes: invalid UTF-8 is kept, byte for byte) or ``str`` (encoded
+            with ``surrogateescape``, so a ``str`` decoded that way round-trips).
+        pattern: a name (``"gpt2"``, ``"cl100k"``, ``"o200k"``, tiktoken's ``"r50k_base"``,
+            ``"p50k_base"``, ``"cl100k_base"``, ``"o200k_base"``; any case) or a custom ``regex``
+            (it must contain a regex metacharacter; see ``patterns``). Text a custom regex does
+            not match becomes pretokens of its own.
+        special_tokens: split off first (longest first where they overlap); never pre-tokenized.
+
+    Returns:
+        ``list[bytes]`` whose concatenation is ``data``.
+
+    Raises:
+        ValueError: an unknown pattern name (the message lists the names), a regex that does not
+            compile, an empty or repeated special token.
+
+    >>> pretokenize(b"a  b")
+    [b'a', b' ', b' b']
+    >>> pretokenize("I'M fine", "gpt2"), pretokenize("I'M fine", "cl100k")
+    ([b'I', b"'", b'M', b' fine'], [b'I', b"'M", b' fine'])
+    """
+    buf = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
+    specials = encode_specials(special_tokens)
+    name = pattern_name(pattern)
+    if name is not None:      # natively, list included: one bytes object per pretoken, built in C
+        rx = specials_regex(specials)
+        spans = [m.span() for m in rx.finditer(buf)] if rx is not None else []
+        return _pretok.split_pieces(buf, _pretok.PATTERN_IDS[name],
+                                    np.array(spans, dtype=np.int64).reshape(-1, 2))
+    compiled = regex.compile(resolve_pattern(pattern))
+    out: list[bytes] = []
+    for piece, is_special in split_on_specials(buf, specials):
+        if is_special:
+            out.append(piece)
+        else:
+            out.extend(regex_pieces(piece, compiled))
+    return out
+
+
+def pretoken_ends(buf: BufferLike, pattern: str = "gpt2") -> np.ndarray:
+    """End offsets (int64) of the pretokens of one text buffer (no special tokens in it).
+
+    Pretoken k is ``buf[ends[k-1]:ends[k]]`` (``ends[-1] == len(buf)``). This is what the encoder
+    walks: no ``bytes`` object per pretoken.
+
+    >>> pretoken_ends(b"Hi  there!").tolist()
+    [2, 3, 9, 10]
+    """
+    view = _as_uint8(buf)
+    name = pattern_name(pattern)
+    if name is not None:
+        return _pretok.split_ends(view, _pretok.PATTERN_IDS[name])
+    return _regex_ends(view, resolve_pattern(pattern))
+
+
+def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2") -> CountArrays:
+    """Count the pretokens of the ``[start, end)`` rows of ``spans``: a sorted word table.
+
+    Each span (the text between two special tokens, say) is pre-tokenized on its own. Returns
+    ``(arena, offsets, counts)``: word i is ``arena[offsets[i]:offsets[i+1]]``, seen ``counts[i]``
+    times; words are unique and sorted in ``bytes`` order, so tables merge with ``merge_counts``.
+
+    >>> a, o, c = count_pretokens(b"to be or not to be", np.array([[0, 18]]))
+    >>> [(bytes(a[o[i]:o[i + 1]]), int(c[i])) for i in range(len(c))]
+    [(b' be', 2), (b' not', 1), (b' or', 1), (b' to', 1), (b'to', 1)]
+    """
+    view = _as_uint8(buf)
+    spans = np.ascontiguousarray(spans, dtype=np.int64)
+    if spans.size == 0:
+        spans = spans.reshape(0, 2)
+    if spans.ndim != 2 or spans.shape[1] != 2:
+        raise ValueError(f"spans must have shape (k, 2), got {spans.shape}")
+    name = pattern_name(pattern)
+    if name is not None:
+        return _pretok.count_pretokens(view, spans, _pretok.PATTERN_IDS[name])
+    return _regex_count(view, spans, resolve_pattern(pattern))
+
+
+def merge_counts(tables: Sequence[CountArrays]) -> CountArrays:
+    """Sum sorted word tables (``count_pretokens`` results) into one, by a k-way merge.
+
+    >>> t1 = count_pretokens(b"a b", np.array([[0, 3]]))
+    >>> t2 = count_pretokens(b"b a", np.array([[0, 3]]))
+    >>> a, o, c = merge_counts([t1, t2])
+    >>> [(bytes(a[o[i]:o[i + 1]]), int(c[i])) for i in range(len(c))]
+    [(b' a', 1), (b' b', 1), (b'a', 1), (b'b', 1)]
+    """
+    return _pretok.merge_counts(list(tables))
+
+
+def is_native(pattern: str) -> bool:
+    """Whether ``pattern`` runs on the native scanner (else on ``regex``).
+
+    >>> is_native("o200k"), is_native(r"\\w+|\\W")
+    (True, False)
+    """
+    return pattern_name(pattern) is not None
+
+
+# ==== Private: the regex path (any other pattern) =================================================
+
+
+def _as_uint8(buf: BufferLike) -> np.ndarray:
+    """A C-contiguous uint8 view of ``buf`` (no copy for bytes, memoryviews and uint8 arrays)."""
+    if isinstance(buf, np.ndarray):
+        if buf.dtype != np.uint8 or buf.ndim != 1:
+            raise TypeError(f"expected a 1-D uint8 array, got {buf.dtype} with shape {buf.shape}")
+        return np.ascontiguousarray(buf)
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+def _regex_pieces(data: bytes, pattern: str) -> list[bytes]:
+    """The truth: ``regex.finditer`` over the surrogateescape-decoded text, gaps filled."""
+    return regex_pieces(data, regex.compile(pattern))
+
+
+def _regex_ends(view: np.ndarray, pattern: str) -> np.ndarray:
+    lengths = [len(p) for p in _regex_pieces(view.tobytes(), pattern)]
+    return np.cumsum(np.array(lengths, dtype=np.int64), dtype=np.int64)
+
+
+def _regex_count(view: np.ndarray, spans: np.ndarray, pattern: str) -> CountArrays:
+    counts: dict[bytes, int] = {}
+    n = view.shape[0]
+    for k, (start, end) in enumerate(spans.tolist()):
+        if not 0 <= start <= end <= n:
+            raise ValueError(f"span {k} = [{start}, {end}) is not inside the buffer of {n} bytes")
+        for piece in _regex_pieces(view[start:end].tobytes(), pattern):
+            counts[piece] = counts.get(piece, 0) + 1
+    words = sorted(counts)
+    lengths = np.array([len(w) for w in words], dtype=np.int64)
+    offsets = np.zeros(len(words) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    arena = np.frombuffer(b"".join(words), dtype=np.uint8).copy()
+    return arena, offsets, np.array([counts[w] for w in words], dtype=np.int64)

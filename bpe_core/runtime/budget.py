@@ -1,0 +1,678 @@
+"""The RAM budget as a plan: how many worker threads, how many bytes per chunk, whether to spill.
+
+Everything here is arithmetic on a memory model, so tests check plans for any machine. The budget
+covers the **resident memory of the process** (and of any child, as ``memmon.tree_rss`` measures
+it): that is what a user's ``--memory-limit 8G`` means. Workers are threads of the one process
+(``workers.run_ordered``): a worker's overhead is a thread's, :data:`WORKER_THREAD_OVERHEAD`.
+
+Memory model of training (constants below; measured on ``en_heldout`` 12.6 MB and ``en_train``
+230 MB with the GPT-2 pattern, see ``docs/memory.md``)::
+
+    U(n)      unique pretokens in n bytes of text (Heaps' law, fitted, with a 1.25x margin):
+              U(n) = 1.25 * 101,444 * (n / 12.6 MB) ** 0.6
+              -> 12.6 MB: 127 k (measured 101 k); 230 MB: 724 k (513 k); 15 GB: 9.3 M
+    T(u)      the sorted word table of u words: u * (10 B of bytes + 8 B offset + 8 B count)
+    worker    overhead + 1.25 * chunk (the chunk read into RAM + scan buffers)
+                       + U(chunk) * 74 B (the chunk's hash table of pretokens)
+    parent    overhead + 2 * (T(U(input)) + 8 * T(U(chunk)))     while counting: the merged table,
+              up to 8 partial tables before a fold, and the output of the fold (hence 2x)
+    merge     overhead + 2 * T(U(input)) + 32 MiB + U(input) * (200 + vocab_size / 200) B
+              (engine: CSR symbols, pair map, pair -> words lists, heap; measured growth on
+              en_heldout 27 / 47 MB, en_train 116 / 182 MB for vocab 8k / 32k; the model gives
+              58 / 70 MB and 157 / 218 MB)
+
+    peak = max(parent + workers * worker,  merge)      (workers == 1 counts in the parent)
+
+A run with one worker counts in the calling thread. When the merged pretoken
+table would not fit beside the workers, the plan spills: the parent keeps at most
+``spill_threshold_bytes`` of table in RAM and writes sorted runs to disk beyond that.
+
+Two checks, because ``U`` is known only after counting (a corpus that repeats itself has far fewer
+unique pretokens than its size suggests, so an estimate must not refuse a run):
+
+1. before any work, from the size: :class:`BudgetError` when counting cannot fit even with one
+   worker, the smallest chunks and a spilled table; a merge phase estimated above the budget is a
+   note (``Plan.merge_fits`` is False), not an error;
+2. after counting, ``plan_training(..., unique_pretokens=n_words)`` with the real count:
+   :class:`BudgetError` when the merge phase does not fit, before the engine is built. Either
+   error names the smallest budget that works.
+
+>>> p = plan_training(15 << 30, memory_limit=8 << 30, cpu_count=2, available=16 << 30,
+...                   per_worker_overhead=48 << 20, parent_overhead=48 << 20, vocab_size=32000)
+>>> p.num_workers, p.chunk_bytes >> 20, p.spill, p.peak_bytes < 8 << 30
+(2, 64, False, True)
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from ..errors import BudgetError
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+# ==== Budget ================================================================================
+
+DEFAULT_MEMORY_LIMIT = 8 * GiB
+#: Share of the RAM available now that the default budget may use; the rest is left to the OS page
+#: cache and other programs.
+AVAILABLE_SHARE = 0.8
+
+# ==== Training model (see the module docstring) ============================================
+
+#: Heaps' law for unique pretokens, fitted on en_heldout (12.6 MB: 101,444) and en_train
+#: (230 MB: 513,605): exponent 0.56, rounded up; the margin covers corpora richer than English prose.
+HEAPS_REF_BYTES = 12_613_005
+HEAPS_REF_UNIQUE = 101_444
+HEAPS_EXPONENT = 0.6
+HEAPS_MARGIN = 1.25
+#: Mean bytes of a unique pretoken (measured 7.8-8.2; rare words are longer).
+WORD_BYTES = 10
+#: Sorted word table: bytes + int64 offset + int64 count.
+TABLE_BYTES_PER_WORD = WORD_BYTES + 16
+#: A worker's per-chunk hash table of pretokens, per unique pretoken (entry, bytes, count).
+CHUNK_TABLE_BYTES_PER_WORD = WORD_BYTES + 64
+#: A worker holds its chunk's mapped pages plus scan buffers.
+CHUNK_RSS_FACTOR = 1.25
+#: The parent folds partial tables every this many results (``trainer.count_corpus``).
+PARTIAL_TABLES = 8
+#: Merge engine: ENGINE_BASE_BYTES + per unique pretoken ENGINE_BYTES_PER_WORD
+#: + vocab_size / ENGINE_VOCAB_DIVISOR (more merges, more pairs and longer word lists).
+ENGINE_BASE_BYTES = 32 * MiB
+ENGINE_BYTES_PER_WORD = 200
+ENGINE_VOCAB_DIVISOR = 200
+DEFAULT_VOCAB_SIZE = 32000
+#: Chunk sizes: at least MIN (or the whole input), at most MAX; about 4 chunks per worker.
+MIN_CHUNK_BYTES = 1 * MiB
+MAX_CHUNK_BYTES = 64 * MiB
+CHUNKS_PER_WORKER = 4
+#: Spilling keeps at least this much pretoken table in RAM (one sorted run).
+MIN_SPILL_BYTES = 16 * MiB
+#: Used only when no measurement is given and none can be made.
+FALLBACK_OVERHEAD = 64 * MiB
+#: What one more worker thread costs before its chunk: stack, scratch and allocator arenas.
+WORKER_THREAD_OVERHEAD = 8 * MiB
+
+# ==== Encoding model =======================================================================
+
+#: Rank table, vocab and merges of a ``Tokenizer``, per vocabulary entry.
+TOKENIZER_BYTES_PER_TOKEN = 256
+#: The encoder's pretoken -> ids cache (``_encode.Encoder``: 2**18 entries, ~96 B each).
+ENCODE_CACHE_BYTES = 24 * MiB
+#: Per-batch buffers (1 MiB of text -> piece ends int64, ids uint32, dtype copy).
+ENCODE_BATCH_BYTES = 16 * MiB
+#: The parent cuts chunks in a window of 2 chunks and copies spill files in 8 MiB blocks.
+ENCODE_WINDOW_CHUNKS = 2
+ENCODE_COPY_BYTES = 8 * MiB
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """Parse a byte size: ``"8G"``, ``"500M"``, ``"1.5GB"``, ``"2GiB"``, ``"4096"`` (binary units).
+
+    >>> parse_size("8G"), parse_size("500M"), parse_size(1024)
+    (8589934592, 524288000, 1024)
+    """
+    if isinstance(text, int):
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"cannot parse size {text!r} (examples: 8G, 500M, 1.5GB)")
+    num = float(m.group(1))
+    mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
+    return int(num * mult)
+
+
+# ==== Plan ==================================================================================
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A memory plan: what runs at once and what the model expects it to cost.
+
+    Attributes:
+        kind: ``"train"`` or ``"encode"``.
+        input_bytes: size of the input.
+        num_workers: worker processes (1: the work runs in the parent).
+        chunk_bytes: target bytes per chunk.
+        memory_limit: the budget, bytes of RSS of the whole process tree.
+        available: ``psutil.virtual_memory().available`` when the plan was made.
+        cpu_count: CPU cores seen.
+        worker_overhead: RSS of an idle worker (interpreter, numpy, bpe_core).
+        parent_overhead: RSS of the parent before the work.
+        per_worker_bytes: estimated peak RSS of one worker.
+        parent_bytes: estimated peak RSS of the parent while the workers run.
+        count_bytes: estimated peak RSS of the tree while the workers run (parent + workers).
+        merge_bytes: estimated peak RSS of the merge phase (training; 0 for encoding).
+        peak_bytes: estimated peak RSS of the tree over the whole run; above ``memory_limit`` only
+            when the merge phase is an estimate that does not fit (see ``merge_fits``).
+        unique_pretokens: the estimate (or the given count) of unique pretokens (training).
+        spill: the merged pretoken table is expected to outgrow ``spill_threshold_bytes``.
+        spill_threshold_bytes: the most pretoken-table bytes the parent may hold in RAM while
+            counting; beyond it, sorted runs go to disk (also when the estimate was too low).
+        notes: remarks for the user (clamped options, budget above available RAM, ...).
+    """
+
+    kind: str
+    input_bytes: int
+    num_workers: int
+    chunk_bytes: int
+    memory_limit: int
+    available: int
+    cpu_count: int
+    worker_overhead: int
+    parent_overhead: int
+    per_worker_bytes: int
+    parent_bytes: int
+    count_bytes: int
+    merge_bytes: int
+    peak_bytes: int
+    unique_pretokens: int = 0
+    spill: bool = False
+    spill_threshold_bytes: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    vocab_size: int = 0
+
+    def with_count(self, unique_pretokens: int) -> "Plan":
+        """This training plan made again with the real number of unique pretokens (known during and
+        after counting), the workers and chunk size kept: the one budget check of a run.
+
+        Raises:
+            BudgetError: the merge phase does not fit; the message names the budget that does.
+        """
+        return plan_training(self.input_bytes, self.memory_limit, self.cpu_count, self.available,
+                             num_workers=self.num_workers, chunk_bytes=self.chunk_bytes,
+                             per_worker_overhead=self.worker_overhead, parent_overhead=self.parent_overhead,
+                             vocab_size=self.vocab_size, unique_pretokens=unique_pretokens)
+
+    @property
+    def merge_fits(self) -> bool:
+        """The merge phase fits the budget (by the estimate, when ``unique_pretokens`` was not given)."""
+        return self.merge_bytes <= self.memory_limit
+
+    @property
+    def workers_bytes(self) -> int:
+        """Estimated RSS of the workers together (0 when the work runs in the parent)."""
+        return self.per_worker_bytes * self.num_workers if self.num_workers > 1 else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (stored in run reports).
+
+        >>> plan_encoding(1 << 20, 50257, 1 << 30, 2, 4 << 30, per_worker_overhead=1 << 26,
+        ...               parent_overhead=1 << 26).to_dict()["num_workers"]
+        1
+        """
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        d["merge_fits"] = self.merge_fits
+        return d
+
+    def describe(self) -> str:
+        """The plan in a few lines for people (``--plan`` prints it).
+
+        >>> print(plan_encoding(1 << 30, 50257, 1 << 30, 2, 4 << 30, per_worker_overhead=1 << 26,
+        ...                     parent_overhead=1 << 26).describe().splitlines()[0])
+        memory plan (encode 1.0 GiB): budget 1.0 GiB, 4.0 GiB available now, 2 CPU cores
+        """
+        lines = [f"memory plan ({self.kind} {fmt_bytes(self.input_bytes)}): budget "
+                 f"{fmt_bytes(self.memory_limit)}, {fmt_bytes(self.available)} available now, "
+                 f"{self.cpu_count} CPU core{'s' if self.cpu_count != 1 else ''}"]
+        step = "pre-tokenize" if self.kind == "train" else "encode"
+        if self.num_workers > 1:
+            lines.append(f"  {step:<13} {self.num_workers} workers x {fmt_bytes(self.per_worker_bytes)} "
+                         f"(overhead {fmt_bytes(self.worker_overhead)}, chunks of "
+                         f"{fmt_bytes(self.chunk_bytes)}) + parent {fmt_bytes(self.parent_bytes)}")
+        else:
+            lines.append(f"  {step:<13} in the parent process, chunks of {fmt_bytes(self.chunk_bytes)}: "
+                         f"{fmt_bytes(self.parent_bytes + self.per_worker_bytes - self.worker_overhead)}")
+        if self.kind == "train":
+            lines.append(f"  {'merge':<13} {fmt_bytes(self.merge_bytes)} for ~{fmt_count(self.unique_pretokens)} "
+                         f"unique pretokens (word table, engine)")
+            table = self.unique_pretokens * TABLE_BYTES_PER_WORD
+            if self.spill:
+                lines.append(f"  {'spill':<13} yes: the pretoken table (~{fmt_bytes(table)}) goes to disk "
+                             f"in sorted runs beyond {fmt_bytes(self.spill_threshold_bytes)}")
+            else:
+                lines.append(f"  {'spill':<13} no: pretoken table ~{fmt_bytes(table)}, spills only beyond "
+                             f"{fmt_bytes(self.spill_threshold_bytes)}")
+        share = self.peak_bytes / self.memory_limit if self.memory_limit else 0.0
+        over = "" if self.peak_bytes <= self.memory_limit else ": OVER the budget, see the note"
+        lines.append(f"  {'peak':<13} {fmt_bytes(self.peak_bytes)} estimated ({share:.0%} of the budget{over})")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+# ==== Budget and overhead ===================================================================
+
+
+def default_memory_limit(available: Optional[int] = None) -> int:
+    """The default budget: 8 GiB, or 80% of the RAM available now when that is less.
+
+    >>> default_memory_limit(available=64 << 30) == 8 << 30
+    True
+    >>> default_memory_limit(available=4 << 30) >> 20
+    3276
+    """
+    if available is None:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    return int(min(DEFAULT_MEMORY_LIMIT, AVAILABLE_SHARE * available))
+
+
+def measure_worker_overhead(start_method: Optional[str] = None) -> int:
+    """The memory one more worker costs before its chunk: workers are threads of this process
+    (``workers.run_ordered``), so this is a thread's stack and scratch buffers, a constant.
+
+    >>> measure_worker_overhead() >> 20
+    8
+    """
+    return WORKER_THREAD_OVERHEAD
+
+
+def _current_rss() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+# ==== Training ==============================================================================
+
+
+def unique_pretokens_estimate(n_bytes: int) -> int:
+    """Estimated unique pretokens in ``n_bytes`` of text (Heaps' law with a margin).
+
+    >>> unique_pretokens_estimate(12_613_005)
+    126805
+    >>> unique_pretokens_estimate(0), unique_pretokens_estimate(100)
+    (0, 100)
+    """
+    if n_bytes <= 0:
+        return 0
+    est = HEAPS_MARGIN * HEAPS_REF_UNIQUE * (n_bytes / HEAPS_REF_BYTES) ** HEAPS_EXPONENT
+    return int(min(n_bytes, math.ceil(est)))
+
+
+def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE) -> int:
+    """Estimated memory of the merge engine for ``n_words`` unique pretokens.
+
+    >>> engine_bytes(1_000_000, 32000) >> 20
+    375
+    """
+    if n_words <= 0:
+        return 0
+    return ENGINE_BASE_BYTES + n_words * (ENGINE_BYTES_PER_WORD + vocab_size // ENGINE_VOCAB_DIVISOR)
+
+
+def _train_worker(overhead: int, chunk: int) -> int:
+    """Peak RSS of a counting worker: overhead + mapped chunk + the chunk's pretoken hash table."""
+    return overhead + int(CHUNK_RSS_FACTOR * chunk) + unique_pretokens_estimate(chunk) * CHUNK_TABLE_BYTES_PER_WORD
+
+
+def _train_parent(overhead: int, chunk: int, table: int) -> int:
+    """Peak RSS of the parent while counting: ``table`` bytes of merged table + partial tables, 2x."""
+    partials = PARTIAL_TABLES * unique_pretokens_estimate(chunk) * TABLE_BYTES_PER_WORD
+    return overhead + 2 * (table + partials)
+
+
+def _train_count_peak(workers: int, chunk: int, table: int, wo: int, po: int) -> int:
+    parent = _train_parent(po, chunk, table)
+    if workers == 1:       # counted in the parent: its interpreter, not a second one
+        return parent + _train_worker(0, chunk)
+    return parent + workers * _train_worker(wo, chunk)
+
+
+def _chunk_limits(input_bytes: int, workers: int) -> tuple[int, int]:
+    """(smallest, preferred) chunk size for this input and worker count."""
+    lo = max(1, min(MIN_CHUNK_BYTES, input_bytes))
+    pref = min(MAX_CHUNK_BYTES, math.ceil(max(input_bytes, 1) / (CHUNKS_PER_WORKER * workers)))
+    return lo, max(lo, min(pref, max(input_bytes, 1)))
+
+
+def _largest_fitting(lo: int, hi: int, fits) -> Optional[int]:
+    """The largest x in [lo, hi] with fits(x) (fits is monotone: true up to a point), or None."""
+    if not fits(lo):
+        return None
+    if fits(hi):
+        return hi
+    while hi - lo > 1:              # fits(lo) and not fits(hi)
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _round_up_mib(n: int) -> int:
+    return -(-n // MiB) * MiB
+
+
+#: Added to the estimate when a refusal names a budget: the interpreter's own size varies a little
+#: from run to run, and the budget we name must then work.
+BUDGET_SLACK = 16 * MiB
+
+
+def suggested_budget(need: int) -> int:
+    """The budget a refusal names for an estimated need: rounded up to MiB, plus the slack.
+
+    >>> suggested_budget(100 << 20) >> 20
+    116
+    """
+    return _round_up_mib(need + BUDGET_SLACK)
+
+
+def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_count: Optional[int] = None,
+                  available: Optional[int] = None, num_workers: Optional[int] = None,
+                  chunk_bytes: Optional[int] = None, per_worker_overhead: Optional[int] = None, *,
+                  parent_overhead: Optional[int] = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
+                  unique_pretokens: Optional[int] = None) -> Plan:
+    """Plan a training run: workers, chunk size and spilling under ``memory_limit``.
+
+    The merge phase must fit (it needs every unique pretoken in RAM). The counting phase then gets
+    as many workers as fit (up to the cores, or ``num_workers``), each with a chunk as large as
+    fits up to the preferred size (about 4 chunks per worker, at most 64 MiB). If even one worker
+    with the smallest chunk does not fit beside the whole pretoken table, the table spills to disk.
+
+    Args:
+        input_bytes: corpus size.
+        memory_limit: budget for the RSS of the process tree (None: :func:`default_memory_limit`).
+        cpu_count: cores (None: ``os.cpu_count()``).
+        available: ``psutil.virtual_memory().available`` (None: asked now).
+        num_workers: the user's worker count, an upper bound (None: the cores).
+        chunk_bytes: the user's chunk size, kept as given (None: planned).
+        per_worker_overhead: RSS of an idle worker (None: :func:`measure_worker_overhead`).
+        parent_overhead: RSS of the parent before the work (None: this process's RSS now).
+        vocab_size: target vocabulary size (the engine grows with it).
+        unique_pretokens: the real count when known (after counting); None: estimated from size.
+
+    Raises:
+        BudgetError: the work cannot fit; the message and ``min_budget`` give the smallest budget
+            that works.
+
+    >>> plan_training(230 << 20, 2 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
+    ...               parent_overhead=50 << 20).num_workers
+    2
+    >>> est = plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
+    ...                     parent_overhead=50 << 20)    # before counting: counting fits
+    >>> est.merge_fits, est.merge_bytes >> 20
+    (False, 3722)
+    >>> try:                                            # after counting, with the real count
+    ...     plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
+    ...                   parent_overhead=50 << 20, unique_pretokens=5_000_000)
+    ... except BudgetError as e:
+    ...     print(e.min_budget >> 20)
+    2063
+    """
+    if input_bytes < 0:
+        raise ValueError("input_bytes must be >= 0")
+    notes: list[str] = []
+    available = _available(available)
+    memory_limit = default_memory_limit(available) if memory_limit is None else int(memory_limit)
+    cores = max(1, int(cpu_count or os.cpu_count() or 1))
+    wo = int(measure_worker_overhead() if per_worker_overhead is None else per_worker_overhead)
+    po = int(_current_rss() if parent_overhead is None else parent_overhead)
+    if unique_pretokens is None:
+        words = unique_pretokens_estimate(input_bytes)
+    else:
+        words = int(unique_pretokens)
+    table = words * TABLE_BYTES_PER_WORD
+    merge = po + 2 * table + engine_bytes(words, vocab_size)
+
+    max_workers = cores
+    if num_workers is not None:
+        if num_workers < 1:
+            raise ValueError("num_workers must be >= 1")
+        if num_workers > cores:
+            notes.append(f"{num_workers} workers asked for, {cores} cores: using at most {cores}")
+        max_workers = min(num_workers, cores)
+    if chunk_bytes is not None and chunk_bytes < 1:
+        raise ValueError("chunk_bytes must be >= 1")
+
+    def chunks_for(w: int) -> tuple[int, int]:
+        if chunk_bytes is not None:
+            return chunk_bytes, chunk_bytes
+        return _chunk_limits(input_bytes, w)
+
+    # 1. Can it fit at all? Counting always; the merge phase when the real count is given.
+    exact = unique_pretokens is not None
+    lo1, _ = chunks_for(1)
+    spill_table = min(table, MIN_SPILL_BYTES)
+    count_floor = _train_count_peak(1, lo1, spill_table, wo, po)
+    if count_floor > memory_limit or (exact and merge > memory_limit):
+        # Refused: name a budget for the whole run, so that one refusal is enough. Before counting,
+        # the merge phase is an estimate (Heaps' law with a margin): if the corpus has more unique
+        # pretokens than that, the run at the named budget counts and then refuses once more with
+        # the exact figure (the check after counting).
+        need = max(merge, count_floor)
+        if exact or merge < count_floor:
+            msg = _budget_message("training", input_bytes, memory_limit, need, merge, count_floor, words,
+                                  vocab_size)
+        else:
+            msg = (f"memory limit {fmt_bytes(memory_limit)} is too small for training on "
+                   f"{fmt_bytes(input_bytes)}: counting needs ~{fmt_bytes(count_floor)} with one worker and "
+                   f"the smallest chunks, and the merge phase ~{fmt_bytes(merge)} for ~{fmt_count(words)} "
+                   f"unique pretokens (estimated from the input size); the smallest budget that works is "
+                   f"--memory-limit {fmt_size(suggested_budget(need))}")
+        raise BudgetError(msg, suggested_budget(need))
+    # Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
+    spill = _train_count_peak(1, lo1, table, wo, po) > memory_limit
+    kept = spill_table if spill else table       # table bytes reserved while choosing workers
+
+    # 2. As many workers as fit with their smallest chunk, at most one per chunk of the input.
+    workers = max_workers
+    while workers > 1:
+        lo, _ = chunks_for(workers)
+        if math.ceil(max(input_bytes, 1) / lo) >= workers and \
+                _train_count_peak(workers, lo, kept, wo, po) <= memory_limit:
+            break
+        workers -= 1
+    if workers < max_workers and num_workers is not None and num_workers <= cores:
+        notes.append(f"{num_workers} workers asked for; the budget allows {workers}")
+
+    # 3. The largest chunk up to the preferred size that still fits.
+    lo, pref = chunks_for(workers)
+    chunk = _largest_fitting(lo, pref, lambda c: _train_count_peak(workers, c, kept, wo, po) <= memory_limit)
+    assert chunk is not None        # lo fits for `workers` by the loop above (or workers == 1)
+
+    # 4. Whatever the workers leave is the parent's room for the pretoken table.
+    rest = memory_limit - _train_count_peak(workers, chunk, 0, wo, po)
+    threshold = max(spill_table, rest // 2)
+    parent = _train_parent(po, chunk, min(table, threshold))
+    per_worker = _train_worker(wo, chunk)
+    count_peak = _train_count_peak(workers, chunk, min(table, threshold), wo, po)
+    _note_available(notes, memory_limit, available)
+    if not exact and merge > memory_limit:
+        notes.append(f"the merge phase is estimated at {fmt_bytes(merge)} (~{fmt_count(words)} unique "
+                     f"pretokens), above the budget: unless the corpus has fewer unique pretokens than "
+                     f"estimated, training stops after counting and names the budget it needs "
+                     f"(--memory-limit {fmt_size(merge)})")
+    elif not exact:
+        notes.append("unique pretokens are estimated from the input size; re-plan with the real "
+                     "count after counting")
+    return Plan(kind="train", input_bytes=input_bytes, num_workers=workers, chunk_bytes=chunk,
+                memory_limit=memory_limit, available=available, cpu_count=cores, worker_overhead=wo,
+                parent_overhead=po, per_worker_bytes=per_worker, parent_bytes=parent, count_bytes=count_peak,
+                merge_bytes=merge,
+                peak_bytes=max(count_peak, merge), unique_pretokens=words, spill=spill,
+                spill_threshold_bytes=threshold, notes=tuple(notes), vocab_size=vocab_size)
+
+
+def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: int, count: int,
+                    words: int, vocab_size: int | None = None) -> str:
+    """The one-line reason of a :class:`BudgetError`.
+
+    The merge engine's tables grow with the unique pretokens and with the requested vocabulary, so a
+    vocabulary the input cannot reach (each merge needs a pair that occurs, so there are at most as
+    many merges as input bytes) is named as such rather than as a budget to buy.
+
+    >>> _budget_message("training", 133_000, 8 << 30, 22 << 30, 22 << 30, 1 << 20, 5000, 10**9)[:96]
+    'a vocabulary of 1,000,000,000 cannot be reached on 129.9 KiB of input (at most 133,000 merges ar'
+    """
+    if merge >= count and vocab_size is not None and vocab_size - 256 > input_bytes:
+        return (f"a vocabulary of {vocab_size:,} cannot be reached on {fmt_bytes(input_bytes)} of input "
+                f"(at most {input_bytes:,} merges are possible, one per input byte), and the merge phase "
+                f"sizes its tables for the vocabulary asked for: ~{fmt_bytes(merge)} for "
+                f"{fmt_count(words)} unique pretokens, above the memory limit of {fmt_bytes(limit)}; "
+                f"ask for a smaller --vocab-size")
+    if merge >= count:
+        vocab = f"a vocabulary of {vocab_size:,} over " if vocab_size is not None else ""
+        why = (f"the merge phase needs ~{fmt_bytes(merge)} (the merge tables for {vocab}"
+               f"{fmt_count(words)} unique pretokens)")
+    else:
+        why = f"counting needs ~{fmt_bytes(count)} with one worker and the smallest chunks"
+    return (f"memory limit {fmt_bytes(limit)} is too small for {what} on {fmt_bytes(input_bytes)}: {why}; "
+            f"the smallest budget that works is --memory-limit {fmt_size(suggested_budget(need))}")
+
+
+# ==== Encoding ==============================================================================
+
+
+def _encode_worker(overhead: int, vocab_size: int, chunk: int) -> int:
+    """Peak RSS of an encoding worker: tokenizer, pretoken cache, batch buffers, mapped chunk."""
+    return overhead + vocab_size * TOKENIZER_BYTES_PER_TOKEN + ENCODE_CACHE_BYTES + ENCODE_BATCH_BYTES + chunk
+
+
+def _encode_parent(overhead: int, vocab_size: int, chunk: int) -> int:
+    """Peak RSS of the encoding parent: tokenizer, the cutting window, the copy buffer."""
+    return overhead + vocab_size * TOKENIZER_BYTES_PER_TOKEN + ENCODE_WINDOW_CHUNKS * chunk + ENCODE_COPY_BYTES
+
+
+def _encode_peak(workers: int, vocab_size: int, chunk: int, wo: int, po: int) -> int:
+    parent = _encode_parent(po, vocab_size, chunk)
+    if workers == 1:
+        return parent + _encode_worker(0, vocab_size, chunk)
+    return parent + workers * _encode_worker(wo, vocab_size, chunk)
+
+
+def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int] = None,
+                  cpu_count: Optional[int] = None, available: Optional[int] = None,
+                  num_workers: Optional[int] = None, per_worker_overhead: Optional[int] = None, *,
+                  parent_overhead: Optional[int] = None, chunk_bytes: Optional[int] = None) -> Plan:
+    """Plan corpus encoding: workers and chunk size under ``memory_limit``.
+
+    Model (``encode_corpus``: workers map their chunk and encode it in 1 MiB batches to a spill
+    file; the parent cuts chunks in a window and copies the spill files into the ``.npy``)::
+
+        worker = overhead + vocab_size * 256 B + cache 24 MiB + batches 16 MiB + chunk
+        parent = overhead + vocab_size * 256 B + 2 * chunk + 8 MiB
+        peak   = parent + workers * worker            (workers == 1 encodes in the parent)
+
+    Raises:
+        BudgetError: even one worker with the smallest chunk does not fit.
+
+    >>> p = plan_encoding(4 << 30, 32000, 1 << 30, 8, 16 << 30, per_worker_overhead=50 << 20,
+    ...                   parent_overhead=50 << 20)
+    >>> p.num_workers, p.chunk_bytes >> 20, p.peak_bytes <= 1 << 30
+    (8, 17, True)
+    """
+    if input_bytes < 0:
+        raise ValueError("input_bytes must be >= 0")
+    notes: list[str] = []
+    available = _available(available)
+    memory_limit = default_memory_limit(available) if memory_limit is None else int(memory_limit)
+    cores = max(1, int(cpu_count or os.cpu_count() or 1))
+    wo = int(measure_worker_overhead() if per_worker_overhead is None else per_worker_overhead)
+    po = int(_current_rss() if parent_overhead is None else parent_overhead)
+    max_workers = cores
+    if num_workers is not None:
+        if num_workers < 1:
+            raise ValueError("num_workers must be >= 1")
+        if num_workers > cores:
+            notes.append(f"{num_workers} workers asked for, {cores} cores: using at most {cores}")
+        max_workers = min(num_workers, cores)
+
+    def chunks_for(w: int) -> tuple[int, int]:
+        if chunk_bytes is not None:
+            return chunk_bytes, chunk_bytes
+        return _chunk_limits(input_bytes, w)
+
+    lo1, _ = chunks_for(1)
+    need = _encode_peak(1, vocab_size, lo1, wo, po)
+    if need > memory_limit:
+        raise BudgetError(f"memory limit {fmt_bytes(memory_limit)} is too small for encoding "
+                          f"{fmt_bytes(input_bytes)} with a {vocab_size:,}-token vocabulary; the smallest "
+                          f"budget that works is --memory-limit {fmt_size(suggested_budget(need))}",
+                          suggested_budget(need))
+    workers = max_workers
+    while workers > 1:
+        lo, _ = chunks_for(workers)
+        if math.ceil(max(input_bytes, 1) / lo) >= workers and \
+                _encode_peak(workers, vocab_size, lo, wo, po) <= memory_limit:
+            break
+        workers -= 1
+    if workers < max_workers and num_workers is not None and num_workers <= cores:
+        notes.append(f"{num_workers} workers asked for; the budget allows {workers}")
+    lo, pref = chunks_for(workers)
+    chunk = _largest_fitting(lo, pref, lambda c: _encode_peak(workers, vocab_size, c, wo, po) <= memory_limit)
+    assert chunk is not None        # lo fits for `workers` by the loop above (or workers == 1)
+    _note_available(notes, memory_limit, available)
+    peak = _encode_peak(workers, vocab_size, chunk, wo, po)
+    return Plan(kind="encode", input_bytes=input_bytes, num_workers=workers, chunk_bytes=chunk,
+                memory_limit=memory_limit, available=available, cpu_count=cores, worker_overhead=wo,
+                parent_overhead=po, per_worker_bytes=_encode_worker(wo, vocab_size, chunk),
+                parent_bytes=_encode_parent(po, vocab_size, chunk), count_bytes=peak, merge_bytes=0,
+                peak_bytes=peak,
+                notes=tuple(notes))
+
+
+# ==== Miscellaneous =========================================================================
+
+
+def _available(available: Optional[int]) -> int:
+    if available is not None:
+        return int(available)
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _note_available(notes: list[str], limit: int, available: int) -> None:
+    if limit > available:
+        notes.append(f"the budget ({fmt_bytes(limit)}) is above the RAM available now "
+                     f"({fmt_bytes(available)}): the system may swap")
+
+
+def fmt_bytes(n: int) -> str:
+    """Bytes for people, binary units.
+
+    >>> fmt_bytes(512), fmt_bytes(3 << 20), fmt_bytes(int(1.5 * 2**30))
+    ('512 B', '3.0 MiB', '1.5 GiB')
+    """
+    for unit, size in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def fmt_size(n: int) -> str:
+    """A size ``parse_size`` reads back, rounded up to whole MiB: ``6345M``.
+
+    >>> fmt_size(1), fmt_size(3 << 20)
+    ('1M', '3M')
+    """
+    return f"{_round_up_mib(n) // MiB}M"
+
+
+def fmt_count(n: int) -> str:
+    """``1234567 -> '1.2 M'``.
+
+    >>> fmt_count(950), fmt_count(152_166), fmt_count(10_700_000)
+    ('950', '152 k', '10.7 M')
+    """
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f} M"
+    if n >= 1_000:
+        return f"{n / 1e3:.0f} k"
+    return str(n)
+
+
+__all__ = ["BudgetError", "Plan", "default_memory_limit", "engine_bytes", "fmt_bytes", "fmt_size",
+           "measure_worker_overhead", "plan_encoding", "plan_training", "unique_pretokens_estimate"]
