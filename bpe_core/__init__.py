@@ -11,7 +11,7 @@ def _check_extensions() -> None:
     directory is the repository root), and otherwise ends in a confusing circular-import error.
     """
     try:
-        from .engine import _engine  # noqa: F401
+        from .engine import merge  # noqa: F401  (loads the compiled _engine)
     except ImportError as exc:
         import importlib.machinery
         import os
