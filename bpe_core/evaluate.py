@@ -145,16 +145,19 @@ class Agreement:
 
 
 def split_documents(data: bytes, model: Model) -> list[bytes]:
-    """The documents of a text: the pieces between the model's special tokens (empty ones dropped).
+    """The documents of a text: the pieces between the model's special tokens (empty ones dropped);
+    a text without one is cut into paragraphs (at blank lines), or else into lines.
 
     >>> m = Model(vocab={}, merges=[], special_tokens=["<|endoftext|>"])
-    >>> split_documents(b"a b<|endoftext|>c<|endoftext|>", m)
-    [b'a b', b'c']
+    >>> split_documents(b"a b<|endoftext|>c<|endoftext|>", m), split_documents(b"a\\n\\nb", m)
+    ([b'a b', b'c'], [b'a', b'b'])
     """
     specials = encode_specials(model.special_tokens)
-    if not specials:
-        return [data] if data else []
-    return [p for p, is_special in split_on_specials(data, specials) if not is_special and p]
+    docs = [p for p, is_special in split_on_specials(data, specials) if not is_special and p] if specials else [data]
+    for sep in (b"\n\n", b"\n"):
+        if len(docs) == 1:
+            docs = [p for p in docs[0].split(sep) if p.strip()]
+    return docs
 
 
 def hf_agreement(model: Model, docs: list[bytes], max_docs: Optional[int] = None) -> Agreement:

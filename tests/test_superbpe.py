@@ -252,3 +252,12 @@ def test_max_digits_and_distinct_rules(fixtures_dir):
     assert r.model.stages[1]["rules"]["distinct"] is True and r.model.stages[1]["rules"]["max_digits"] == 3
     dup = train_fast(data, 900, 0.4, num_workers=1, stage2_duplicates=True)
     assert dup.model.stages[1]["rules"]["distinct"] is False
+
+
+def test_export_prints_the_agreement_figures(sb_dir, tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "export_tokenizer.py"), str(sb_dir / "tok"),
+                        "--format", "hf", "--out", str(tmp_path / "tokenizer.json"),
+                        "--check-text", str(sb_dir / "c.txt")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stderr.splitlines() if "identical ids on" in l)
+    assert "documents" in line and "tokens" in line and "c.txt" in line

@@ -21,6 +21,7 @@ except ImportError:  # a checkout built in place, not installed
 from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
 from bpe_core.export import (FORMATS, HF_FILE, TIKTOKEN_FILE, check_tiktoken_compatible, export,  # noqa: E402
                              export_caveats)
+from bpe_core.corpus import check_input  # noqa: E402
 from bpe_core.formats.model import MERGES_FILE, VOCAB_FILE, load_any  # noqa: E402
 
 
@@ -30,7 +31,32 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--format", required=True, choices=FORMATS, help="hf: tokenizer.json; tiktoken: ranks + "
                    "sidecar .json; gpt2: vocab.json + merges.txt")
     p.add_argument("--out", required=True, metavar="PATH", help="output file (hf, tiktoken) or folder (gpt2)")
+    p.add_argument("--check-text", default=None, metavar="FILE",
+                   help="hf: encode FILE's documents (split on the special tokens, else at blank lines) "
+                        "with the written tokenizer.json and with bpe_core, and print the share of "
+                        "documents with identical ids and the token-count gap (default: the packaged "
+                        "sample text; needs HF tokenizers)")
+    p.add_argument("--check-docs", type=int, default=2000, metavar="N",
+                   help="check at most the first N documents (default 2000)")
     return p
+
+
+def _check_hf(model, text_path, max_docs) -> None:
+    """Print how the written tokenizer.json agrees with bpe_core's own encoder (stderr)."""
+    try:
+        import tokenizers  # noqa: F401
+    except ImportError:
+        print("export_tokenizer.py: note: HF tokenizers is not installed, so the export was not compared "
+              "with bpe_core's ids", file=sys.stderr)
+        return
+    from bpe_core.evaluate import hf_agreement, split_documents
+    if text_path is None:
+        from importlib.resources import files
+        text_path = str(files("bpe_core") / "data" / "sample.txt")
+    with open(text_path, "rb") as f:
+        data = f.read(64 << 20)
+    agree = hf_agreement(model, split_documents(data, model), max_docs)
+    print(f"export_tokenizer.py: {agree.line()} on {os.path.basename(text_path)}", file=sys.stderr)
 
 
 def _check_out(fmt: str, out: str) -> None:
@@ -61,8 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.exists(args.model):
             raise CliError(f"{args.model}: no such file or directory")
         _check_out(args.format, args.out)
+        if args.check_text is not None:
+            check_input(args.check_text)
         model = load_any(args.model)
         paths = export(model, args.format, args.out)
+        if args.format == "hf":
+            _check_hf(model, args.check_text, args.check_docs)
         for caveat in export_caveats(model, args.format):
             print(f"export_tokenizer.py: note: {caveat}", file=sys.stderr)
         if args.format == "tiktoken":

@@ -765,7 +765,8 @@ class SuperBPE(registry.Method):
         exact = hf_split_regex(model)[1]
         what = {"hf": ("tokenizer.json splits into the model's stage-2 units" if exact else
                        "tokenizer.json splits with the closest regex to the model's stage-2 split "
-                       f"({model_split(model)!r} with pattern {model.pattern!r} is not expressible)")
+                       f"({model_split(model)!r} with pattern {model.pattern_name or 'a custom regex'!r} is not "
+                       "expressible)")
                       + " and applies all merges by rank inside each piece (one stage)",
                 "tiktoken": "tiktoken splits with the stage-1 pattern, so no token crosses a pretoken "
                             "boundary and stage-2 tokens are never produced",
