@@ -271,4 +271,6 @@ def train_from_iterator(iterator: Any, vocab_size: int, special_tokens: Sequence
     """
     if isinstance(iterator, (str, bytes, os.PathLike)):
         raise TypeError("train_from_iterator takes an iterator of documents; for a file use train_bpe(path)")
+    if isinstance(iterator, (list, tuple)):
+        iterator = iter(iterator)           # documents, not a list of paths
     return train_bpe(iterator, vocab_size, special_tokens, **options)
