@@ -158,7 +158,7 @@ class _ZstdReader(io.RawIOBase):
             data = self._raw.read(READ_BYTES)
             if not data:
                 if self._started and not self._obj.eof:
-                    raise EOFError("the zstd stream ends inside a frame (truncated)")
+                    raise EOFError("it ends inside a frame")
                 self._done = True
                 break
             while data:

@@ -69,6 +69,7 @@ _COMPRESSED_EXT = (".gz", ".gzip", ".xz", ".zst", ".zstd", ".bz2", ".bz")
 #: A rough size of decompressed text per compressed byte (only for the memory plan).
 COMPRESSED_RATIO = 4
 _GLOB_CHARS = set("*?[")
+_WARNED: set = set()
 
 
 @dataclass
@@ -261,7 +262,8 @@ def _file_source(path: str, input_format: str, text_column: str) -> Source:
                 base = base[: -len(ext)]
                 break
         kind = "jsonl" if base.endswith(_JSONL_EXT) else "text"
-    if kind == "text" and compression is None and size:
+    if kind == "text" and compression is None and size and (stamp, path) not in _WARNED:
+        _WARNED.add((stamp, path))        # once per file (the tools expand the inputs more than once)
         warn_if_binary(path, stacklevel=4)
     return Source(path, kind, compression, size, stamp=stamp)
 

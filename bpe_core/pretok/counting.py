@@ -17,11 +17,11 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from ..corpus.chunks import split_spans
-from ..corpus.sources import ReadOptions, Source, expand_inputs, iter_tasks, load
+from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load
 from ..runtime.atomic import remove_stale_in
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
-from ..runtime.workers import check_total, run_ordered
+from ..runtime.workers import check_total, read_range, run_ordered
 from .patterns import pattern_name
 from .pretokenize import count_pretokens, merge_counts
 from .wordtable import WordTable
@@ -66,9 +66,18 @@ def block_spans(buf, doc_ends, specials: Sequence[bytes]) -> tuple[np.ndarray, i
 
 
 def _count_chunk(task: tuple) -> ChunkCount:
-    """Worker: count the pretokens of one block of the corpus; checks that they cover its text."""
-    piece, specials, pattern = task
-    block = load(piece)
+    """Worker: count the pretokens of one block of the corpus; checks that they cover its text.
+
+    ``task`` is ``(shard or block, specials, pattern)``, or ``(path, start, end, specials, pattern,
+    stamp)`` for a byte range of a plain file.
+    """
+    if len(task) == 6:
+        path, start, end, specials, pattern, stamp = task
+        block = Block(read_range(path, start, end, stamp), None, start == 0, int(start == 0), 0,
+                      f"{path}[{start}:{end}]")
+    else:
+        piece, specials, pattern = task
+        block = load(piece)
     buf = block.data
     spans, n_specials = block_spans(buf, block.doc_ends, specials)
     arena, offsets, counts = count_pretokens(buf, spans, pattern)
