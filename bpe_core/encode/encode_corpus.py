@@ -443,6 +443,8 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         for tmp in temps:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        if getattr(bar, "closed", None) is False:
+            bar.closed = True            # a failed run ends with its one error line, not "done"
         raise
     finally:
         bar.close()
