@@ -336,7 +336,7 @@ def parquet_row_group_documents(path: str, index: int, text_column: str, first_r
     except Exception as exc:              # pyarrow.ArrowInvalid, OSError: a corrupt file
         raise CorpusError(path, f"not a readable Parquet file ({exc})") from None
     try:
-        table = pf.read_row_group(index, columns=[text_column])
+        table = pf.read_row_group(index, columns=[text_column], use_threads=False)   # workers are the threads
         arr = table.column(0).combine_chunks()
     except Exception as exc:
         bad.add(path, f"rows {first_row + 1}-{first_row + n_rows} (row group {index})",
