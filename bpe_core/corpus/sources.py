@@ -363,7 +363,7 @@ class StreamShard(Shard):
     """A compressed file or standard input: decompressed in bounded pieces, in order."""
 
     def iter_blocks(self) -> Iterator[Block]:
-        src, opts = self.source, self.opts
+        src = self.source
         if src.is_stdin:
             raw = sys.stdin.buffer
             head = raw.peek(16)[:16] if hasattr(raw, "peek") else b""

@@ -56,7 +56,7 @@ from ..runtime import budget as scheduler
 from ..runtime.atomic import atomic_path, output_problem, remove_stale
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import check_mode, make_progress
-from ..runtime.workers import FileStamp, check_total, read_range, run_ordered
+from ..runtime.workers import FileStamp, check_total, run_ordered
 from .tokenizer import Tokenizer
 
 MiB = 1 << 20
