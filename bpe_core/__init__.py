@@ -33,9 +33,9 @@ from .encode.encode_corpus import encode_corpus  # noqa: E402
 from .encode.tokenizer import Tokenizer  # noqa: E402
 from .formats.model import Model, load_model as load  # noqa: E402
 from .pretok.pretokenize import pretokenize  # noqa: E402
-from .training import TrainResult, train, train_bpe  # noqa: E402
+from .training import TrainResult, train, train_bpe, train_from_iterator  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = ["TrainConfig", "Model", "TrainResult", "Tokenizer", "encode_corpus", "load", "pretokenize",
-           "train", "train_bpe", "__version__"]
+           "train", "train_bpe", "train_from_iterator", "__version__"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
-from typing import Optional
+from typing import Any, Optional
 
 from .corpus.specials import DEFAULT_SPECIAL_TOKEN
 from .formats import registry
@@ -22,7 +22,15 @@ class TrainConfig:
     """Options of a training run.
 
     Attributes:
-        input_path: the corpus, a text file (any encoding; read as bytes).
+        input_path: the corpus: a path (a text file, read as bytes; or compressed, JSON Lines,
+            Parquet, a directory, a glob pattern, ``-`` for stdin), a list of them, an iterator of
+            ``str``/``bytes`` or a ``datasets`` object (``corpus.sources.expand_inputs``).
+        input_format: ``auto`` (default: Parquet by magic bytes, JSON Lines by a ``.jsonl``/``.json``
+            name, else text), ``text``, ``jsonl`` or ``parquet``.
+        text_field: the JSON Lines field holding the text (a dotted path reaches nested objects).
+        text_column: the Parquet or ``datasets`` column holding the text.
+        skip_bad_records: count and skip bad records (invalid JSON, a missing field, a truncated
+            stream...) instead of stopping at the first one.
         vocab_size: target vocabulary size: 256 bytes + special tokens + merges.
         special_tokens: split out before pre-tokenization; never merged. Ids 256, 257, ...
         pattern: a name, any case: ``gpt2`` (aliases ``r50k``, ``r50k_base``, ``p50k``,
@@ -73,7 +81,7 @@ class TrainConfig:
             (``bpe_core/curate.py``; any method).
     """
 
-    input_path: str
+    input_path: Any
     vocab_size: int
     special_tokens: tuple[str, ...] = (DEFAULT_SPECIAL_TOKEN,)
     pattern: str = "gpt2"
@@ -105,9 +113,19 @@ class TrainConfig:
     script_bigram_min: int = 50
     entropy_filter: bool = False
     entropy_seed: int = 0
+    input_format: str = "auto"
+    text_field: str = "text"
+    text_column: str = "text"
+    skip_bad_records: bool = False
 
     def __post_init__(self):
-        object.__setattr__(self, "input_path", os.fspath(self.input_path))
+        if isinstance(self.input_path, (str, os.PathLike)):
+            object.__setattr__(self, "input_path", os.fspath(self.input_path))
+        elif isinstance(self.input_path, (list, tuple)):
+            object.__setattr__(self, "input_path", tuple(p if not isinstance(p, os.PathLike) else os.fspath(p)
+                                                         for p in self.input_path))
+        if self.input_format not in ("auto", "text", "jsonl", "parquet"):
+            raise ValueError(f"unknown input_format {self.input_format!r} (auto, text, jsonl, parquet)")
         object.__setattr__(self, "special_tokens", tuple(self.special_tokens))
         if not isinstance(self.vocab_size, int) or isinstance(self.vocab_size, bool):
             raise ValueError("vocab_size must be an integer")

@@ -17,8 +17,12 @@ never by order of arrival.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import resource
+import shutil
+import tempfile
 import sys
 import time
 import warnings
@@ -27,7 +31,9 @@ from typing import Any, Sequence
 
 from . import methods  # noqa: F401  (registers the methods)
 from .config import TrainConfig
-from .corpus import check_input, encode_specials, warn_if_binary
+from .corpus import encode_specials
+from .corpus.readers import BadRecords
+from .corpus.sources import ReadOptions, Source, expand_inputs, spool
 from .errors import BinaryInputWarning, BudgetError
 from .formats import registry
 from .formats.model import Model
@@ -37,7 +43,7 @@ from .pretok.patterns import resolve_pattern
 from .runtime import budget
 from .runtime.memmon import MemoryMonitor, phase
 
-__all__ = ["TrainResult", "plan", "train", "train_bpe"]
+__all__ = ["TrainResult", "plan", "train", "train_bpe", "train_from_iterator"]
 
 
 @dataclass
@@ -67,13 +73,29 @@ def peak_rss_bytes() -> dict[str, int]:
     return {"self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale}
 
 
-def plan(config: TrainConfig) -> budget.Plan:
+#: The input size the plan assumes for a source of unknown size (stdin, an iterator).
+UNKNOWN_INPUT_BYTES = 1 << 30
+
+
+def sources_of(config: TrainConfig) -> list[Source]:
+    """The inputs of a run (``corpus.sources.expand_inputs``; checked, nothing read yet)."""
+    return expand_inputs(config.input_path, config.input_format, config.text_column)
+
+
+def _input_bytes(sources: list[Source]) -> int:
+    size = sum(s.estimated_bytes for s in sources)
+    if any(s.kind == "iterator" or s.is_stdin for s in sources):
+        size += UNKNOWN_INPUT_BYTES
+    return size
+
+
+def plan(config: TrainConfig, sources: list[Source] | None = None) -> budget.Plan:
     """The memory plan of a run (workers, chunk size, spilling) before any work.
 
     Raises:
         errors.BudgetError: the run cannot fit ``config.memory_limit``.
     """
-    size = check_input(config.input_path)
+    size = _input_bytes(sources if sources is not None else sources_of(config))
     # Workers are threads running nogil kernels: more of them than cores only adds memory, so a
     # larger --workers is capped at the cores (the plan's notes say so).
     return budget.plan_training(size, config.memory_limit, os.cpu_count() or 1, None,
@@ -81,11 +103,43 @@ def plan(config: TrainConfig) -> budget.Plan:
                                 vocab_size=config.vocab_size)
 
 
+def _read_options(config: TrainConfig) -> ReadOptions:
+    return ReadOptions(text_field=config.text_field, text_column=config.text_column,
+                       bad=BadRecords(skip=config.skip_bad_records))
+
+
+@contextlib.contextmanager
+def _spooled(config: TrainConfig, sources: list[Source]):
+    """A config whose input is one plain file holding the corpus (a temp file under the spill
+    folder, removed after use), for a method or filter that reads the input again."""
+    specials = encode_specials(config.special_tokens)
+    opts = _read_options(config)
+    opts.special_tokens = specials
+    folder = tempfile.mkdtemp(prefix="bpe_core-spool-", dir=config.spill_dir)
+    try:
+        path = os.path.join(folder, "corpus.txt")
+        with open(path, "wb") as f:
+            n = spool(sources, opts, f)
+        info = {"inputs": [s.describe() for s in sources], "spooled_bytes": n,
+                "bad_records": opts.bad.to_dict()}
+        yield dataclasses.replace(config, input_path=path, input_format="text"), info
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def train(config: TrainConfig) -> TrainResult:
     """Train from a :class:`TrainConfig`; returns the model and a run report."""
+    sources = sources_of(config)
+    single_plain = len(sources) == 1 and sources[0].plain_text
+    if not single_plain and (config.entropy_filter or registry.get(config.method).rereads_input):
+        # The method (or the filter) reads the corpus twice: one plain file makes that possible.
+        with _spooled(config, sources) as (spooled, info), warnings.catch_warnings():
+            warnings.simplefilter("ignore", BinaryInputWarning)
+            result = train(spooled)
+        result.report.update(input_path=_describe_input(config.input_path), spooled=info,
+                             bad_records=info["bad_records"])
+        return result
     if config.entropy_filter:            # curate the input first (methods/curate.py), then train on it
-        check_input(config.input_path)
-        warn_if_binary(config.input_path)           # about the user's file, not the temp copy
         with curated_config(config) as (curated, curation), warnings.catch_warnings():
             warnings.simplefilter("ignore", BinaryInputWarning)
             result = train(curated)
@@ -97,12 +151,10 @@ def train(config: TrainConfig) -> TrainResult:
     method = registry.get(config.method)
     pattern = resolve_pattern(config.pattern)
     specials = encode_specials(config.special_tokens)
-    size = check_input(config.input_path)
-    warn_if_binary(config.input_path)
-    the_plan = plan(config)
+    the_plan = plan(config, sources)
     report: dict[str, Any] = {
-        "input_path": os.path.abspath(config.input_path),
-        "input_bytes": size,
+        "input_path": _describe_input(config.input_path),
+        "inputs": len(sources),
         "vocab_size": config.vocab_size,
         "special_tokens": list(config.special_tokens),
         "pattern": pattern,
@@ -124,19 +176,19 @@ def train(config: TrainConfig) -> TrainResult:
                               f"than the budget; {exc}", exc.min_budget) from None
 
     with MemoryMonitor(interval=0.05, budget=the_plan.memory_limit) as monitor:
-        table = count_corpus(config.input_path, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
+        table = count_corpus(sources, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
                              progress=config.progress, report=report, monitor=monitor,
                              memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
                              spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
-                             spill_dir=config.spill_dir, check_words=check_words)
+                             spill_dir=config.spill_dir, check_words=check_words,
+                             read_options=_read_options(config))
+        size = report["input_bytes"] = report["corpus_bytes"]
         report["unique_pretokens"] = table.n_words
         report["pretokens"] = int(table.counts.sum())
         if config.min_pretoken_count > 1:
             table = table.at_least(config.min_pretoken_count)
             report["unique_pretokens_kept"] = table.n_words
         the_plan.with_count(table.n_words)      # the merge phase needs the whole table: check it now
-        # Documents: text separated by special tokens (an empty input has none).
-        report["documents"] = report["special_token_occurrences"] + 1 if size else 0
         result = method.train(config, table, the_plan, progress=config.progress)
         del table
     section = dict(result.report)
@@ -163,7 +215,9 @@ def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Se
     """Train a byte-level BPE tokenizer on a file (the CS336 assignment-1 interface).
 
     Args:
-        input_path: the corpus; read as bytes, memory-mapped, never loaded whole.
+        input_path: the corpus: a text file (read as bytes, never loaded whole), or anything
+            ``TrainConfig.input_path`` takes: compressed files, JSON Lines, Parquet, directories,
+            glob patterns, a list of these, a ``datasets.Dataset`` (see ``docs/inputs.md``).
         vocab_size: 256 bytes + special tokens + merges.
         special_tokens: split out before pre-tokenization, never merged; ids 256, 257, ...
         **options: any other :class:`TrainConfig` field: ``pattern`` (``"gpt2"``, ``"cl100k"``,
@@ -187,3 +241,36 @@ def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Se
                          special_tokens=tuple(special_tokens), **options)
     result = train(config)
     return result.vocab, result.merges
+
+
+def _describe_input(inputs: Any) -> Any:
+    """The input as the report shows it: absolute path(s), or the type of an iterator."""
+    if isinstance(inputs, str):
+        return inputs if inputs == "-" else os.path.abspath(inputs)
+    if isinstance(inputs, (list, tuple)):
+        return [_describe_input(p) if isinstance(p, str) else f"<{type(p).__name__}>" for p in inputs]
+    return f"<{type(inputs).__name__}>"
+
+
+def train_from_iterator(iterator: Any, vocab_size: int, special_tokens: Sequence[str] = (),
+                        **options) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """Train on an iterator of documents (the shape Hugging Face ``tokenizers`` users know).
+
+    Each item is one document: ``str`` (UTF-8, surrogateescape) or ``bytes``; an item that is a
+    list or tuple is a batch of documents. The documents are joined by the first special token,
+    exactly as the ``.txt`` holding them with separators (without special tokens they are kept
+    apart: no pretoken or merge crosses two documents). The iterator is read once, in bounded
+    memory; a method that reads the corpus twice (``superbpe``, ``supratok``) gets it written to a
+    temp file under ``spill_dir`` first. A ``datasets.Dataset`` / ``IterableDataset`` is read by
+    its ``text_column`` option (default ``"text"``).
+
+    >>> vocab, merges = train_from_iterator(["low low low", "lower", b"lowest"], 260, ["<|endoftext|>"],
+    ...                                     num_workers=1)
+    >>> merges[:2], vocab[256]
+    ([(b'o', b'w'), (b'l', b'ow')], b'<|endoftext|>')
+    """
+    if isinstance(iterator, (str, bytes, os.PathLike)):
+        raise TypeError("train_from_iterator takes an iterator of documents; for a file use train_bpe(path)")
+    if isinstance(iterator, (list, tuple)):
+        iterator = iter(iterator)           # documents, not a list of paths
+    return train_bpe(iterator, vocab_size, special_tokens, **options)

@@ -98,8 +98,9 @@ def test_bad_input_one_line_exit_2(case, corpus_file, tmp_path):
     args = [corpus_file, "--vocab-size", 300, "--out", out]
     if case == "missing":
         args[0] = tmp_path / "nope.txt"
-    elif case == "directory":
-        args[0] = tmp_path
+    elif case == "directory":          # a folder is read as its files: one with none is refused
+        args[0] = tmp_path / "empty"
+        args[0].mkdir()
     elif case == "small_vocab":
         args[2] = 256
     elif case == "empty_special":

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """Encode a whole corpus into one flat ``.npy`` of token ids.
 
-    python tools/encode_corpus.py corpus.txt --tokenizer tok/ --out ids.npy [--workers N]
-                                  [--memory-limit 8G] [--verify] [--plan] [--report run.json]
-                                  [--profile-memory PREFIX]
+    python tools/encode_corpus.py corpus.txt [more inputs...] --tokenizer tok/ --out ids.npy
+                                  [--workers N] [--memory-limit 8G] [--verify] [--plan] [--report run.json]
+                                  [--format auto|text|jsonl|parquet] [--text-field F] [--text-column C]
+                                  [--skip-bad-records] [--no-separator] [--doc-index idx.npy]
+                                  [--shard-tokens N] [--profile-memory PREFIX]
+
+Inputs (docs/inputs.md): files, directories, glob patterns, ``-``; plain or gzip/xz/zstd/bzip2
+text, JSON Lines, Parquet. Two files or records are kept apart by the separator id (the first
+special token), as in the ``.txt`` holding the same documents (``--no-separator``: no id).
 
 ``np.load("ids.npy", mmap_mode="r")`` opens the result (``uint16`` when the vocab fits in 65,536
 ids, else ``uint32``). Document separators (special tokens) encode as their id. Progress (MB/s) goes
@@ -12,6 +18,7 @@ line on stderr, exit code 2, nothing written. ``--plan`` prints the memory plan 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -36,10 +43,10 @@ except ImportError:  # a checkout built in place (python setup.py build_ext --in
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core.runtime.atomic import atomic_write  # noqa: E402
-from bpe_core.runtime.cli import (ArgumentParser, CliError, check_out_file, check_out_prefix,  # noqa: E402
-                                chunk_size, run_main)
+from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_out_file,  # noqa: E402
+                                check_out_prefix, chunk_size, run_main)
 from bpe_core.config import parse_size  # noqa: E402
-from bpe_core.corpus import check_input  # noqa: E402
+from bpe_core.corpus.sources import expand_inputs  # noqa: E402
 from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
 from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
 
@@ -48,7 +55,9 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="encode_corpus.py",
                        description="Encode a whole file into one flat .npy of token ids (bounded memory, "
                                    "identical for any worker count).")
-    p.add_argument("input", metavar="INPUT", help="the corpus (read as bytes)")
+    p.add_argument("input", nargs="+", metavar="INPUT",
+                   help="the corpus: files (plain text, or gzip/xz/zstd/bzip2-compressed; JSON Lines; Parquet), "
+                        "directories (recursive, sorted), glob patterns, or - for stdin")
     p.add_argument("--tokenizer", required=True, metavar="DIR",
                    help="what tools/train_bpe.py wrote (a folder with model.json, or the file)")
     p.add_argument("--out", required=True, metavar="IDS.npy", help="the .npy to write (atomically)")
@@ -64,26 +73,49 @@ def build_parser() -> ArgumentParser:
                    help="print the memory plan (workers, chunk size, estimated peak) and exit")
     p.add_argument("--verify", action="store_true",
                    help="decode a sample of chunks back and compare with the input before renaming")
+    p.add_argument("--no-separator", action="store_true",
+                   help="write no separator id between two files or records (by default the first special "
+                        "token's id goes between them, as in the .txt holding the same documents)")
+    p.add_argument("--doc-index", default=None, metavar="IDX.npy",
+                   help="also write the start offset of every document in the id array (int64 .npy)")
+    p.add_argument("--shard-tokens", type=_positive, default=None, metavar="N",
+                   help="write shards of N tokens (OUT-00000.npy, ...) and OUT.manifest.json instead of "
+                        "one .npy")
     p.add_argument("--report", default=None, metavar="PATH",
                    help="write a JSON report (plan, peak RSS per phase, seconds per phase) to PATH")
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
+    add_input_flags(p)
     add_progress_flag(p)
     return p
+
+
+def _positive(text: str) -> int:
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give a positive number")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C: KeyboardInterrupt, run_main -> 130
     args = build_parser().parse_args(argv)
+    inputs = args.input[0] if len(args.input) == 1 else list(args.input)
+
     def check_paths() -> None:
-        """The input and every output path, before any work."""
-        check_input(args.input)
+        """The inputs and every output path, before any work."""
+        expand_inputs(inputs, args.input_format, args.text_column)
         if not args.plan:
             check_out_file(args.out)
             if args.report:
                 check_out_file(args.report)
+            if args.doc_index:
+                check_out_file(args.doc_index)
         if args.workers is not None and args.workers < 1:
             raise CliError("--workers must be at least 1")
 
@@ -106,13 +138,18 @@ def main(argv: list[str] | None = None) -> int:
         limit = parse_size(args.memory_limit) if args.memory_limit else None
         chunk = args.chunk_size
         tok = Tokenizer.load(args.tokenizer)
-        the_plan = plan(args.input, tok, args.workers, limit, chunk)   # a budget that cannot fit fails here
+        the_plan = plan(inputs, tok, args.workers, limit, chunk, args.input_format,
+                        args.text_column)             # a budget that cannot fit fails here
         if args.plan:
             print(the_plan.describe())
             return 0
         try:
-            result = encode_corpus(args.input, tok, args.out, num_workers=args.workers, memory_limit=limit,
-                                   chunk_bytes=chunk, verify=args.verify, progress=args.progress)
+            result = encode_corpus(inputs, tok, args.out, num_workers=args.workers, memory_limit=limit,
+                                   chunk_bytes=chunk, verify=args.verify, progress=args.progress,
+                                   separator=not args.no_separator, doc_index=args.doc_index,
+                                   shard_tokens=args.shard_tokens, input_format=args.input_format,
+                                   text_field=args.text_field, text_column=args.text_column,
+                                   skip_bad_records=args.skip_bad_records)
         except VerifyError as exc:
             print(f"encode_corpus.py: verify failed: {exc}", file=sys.stderr)
             return 1
@@ -123,7 +160,15 @@ def main(argv: list[str] | None = None) -> int:
         for note in result.plan["notes"]:
             if "workers asked for" in note:   # --workers capped to what the cores and budget can use
                 print(f"encode_corpus.py: note: {note}", file=sys.stderr)
+        if result.bad_records.get("skipped"):
+            print(f"encode_corpus.py: note: skipped {result.bad_records['skipped']:,} bad record(s) "
+                  f"(--skip-bad-records); first: {result.bad_records['examples'][0]}", file=sys.stderr)
         print(result.summary())
+        if result.shards:
+            from bpe_core.encode.encode_corpus import manifest_path
+            print(f"{len(result.shards)} shard(s); manifest {manifest_path(args.out)}")
+        if args.doc_index:
+            print(f"{args.doc_index}: {result.n_documents:,} document start(s)")
         return 0
 
     return run_main(body, "encode_corpus.py")

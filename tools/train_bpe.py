@@ -35,8 +35,8 @@ except ImportError:  # a checkout built in place (python setup.py build_ext --in
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core.runtime.atomic import atomic_write  # noqa: E402
-from bpe_core.runtime.cli import (ArgumentParser, CliError, check_out_dir, check_out_prefix,  # noqa: E402
-                                check_work_dir, chunk_size, run_main)
+from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_out_dir,  # noqa: E402
+                                check_out_prefix, check_work_dir, chunk_size, run_main)
 from bpe_core.config import TrainConfig, parse_size  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
 from bpe_core.formats.model import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_folder  # noqa: E402
@@ -64,9 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Output files: vocab.json, merges.txt (GPT-2 form), model.json (native), train_report.json.\n"
                "Example: python tools/train_bpe.py corpus.txt --vocab-size 32000 --out tok/",
     )
-    p.add_argument("input", nargs="?", default=None, metavar="INPUT",
-                   help="training corpus (a text file, read as bytes); default: the small sample "
-                        "corpus shipped in the package")
+    p.add_argument("input", nargs="*", default=None, metavar="INPUT",
+                   help="training corpus: files (plain text, or gzip/xz/zstd/bzip2-compressed; JSON Lines; "
+                        "Parquet), directories (recursive, sorted), glob patterns, or - for stdin; "
+                        "default: the small sample corpus shipped in the package")
     p.add_argument("--vocab-size", type=int, default=32000, metavar="N",
                    help="vocabulary size: 256 bytes + special tokens + merges (default: 32000)")
     p.add_argument("--out", default="bpe_tokenizer", metavar="DIR",
@@ -155,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="curate the input by character-bigram entropy before training (any method; "
                         "see tools/curate.py)")
     s.add_argument("--entropy-seed", type=int, default=0, metavar="S", help="seed of --entropy-filter (default 0)")
+    add_input_flags(p)
     add_progress_flag(p)
     return p
 
@@ -222,12 +224,19 @@ def _train_or_clean(args) -> int:
         raise
 
 
-def _check_paths(args) -> str:
-    """Check the input and every output path before any work; returns the input path."""
-    from bpe_core.corpus import check_input
+def _inputs(args):
+    """The input specs: one path as a str (as before), several as a list; the sample by default."""
+    if not args.input:
+        return _default_input()
+    return args.input[0] if len(args.input) == 1 else list(args.input)
 
-    input_path = args.input if args.input is not None else _default_input()
-    check_input(input_path)
+
+def _check_paths(args):
+    """Check the inputs and every output path before any work; returns the inputs."""
+    from bpe_core.corpus.sources import expand_inputs
+
+    input_path = _inputs(args)
+    expand_inputs(input_path, args.input_format, args.text_column)
     if args.spill_dir is not None:
         check_work_dir(args.spill_dir, "--spill-dir folder")
     if not args.plan:
@@ -240,7 +249,7 @@ def _check_paths(args) -> str:
 def _train(args) -> int:
     from bpe_core.training import train
 
-    input_path = args.input if args.input is not None else _default_input()
+    input_path = _inputs(args)
     if args.no_special_tokens and args.special_tokens:
         raise CliError("--no-special-tokens and --special-token contradict each other")
     specials = () if args.no_special_tokens else tuple(args.special_tokens or (DEFAULT_SPECIAL_TOKEN,))
@@ -262,7 +271,9 @@ def _train(args) -> int:
                              heldout_fraction=args.heldout_fraction, supratok_rounds=args.supratok_rounds,
                              script_aware=not args.no_script_aware, script_bigram_min=args.script_bigram_min,
                              entropy_filter=args.entropy_filter, entropy_seed=args.entropy_seed,
-                             progress=args.progress)
+                             progress=args.progress, input_format=args.input_format,
+                             text_field=args.text_field, text_column=args.text_column,
+                             skip_bad_records=args.skip_bad_records)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     from bpe_core.runtime.memmon import phase
@@ -277,6 +288,10 @@ def _train(args) -> int:
 
     result = train(config)
     report = result.report
+    bad = report.get("bad_records") or {}
+    if bad.get("skipped"):
+        print(f"train_bpe.py: note: skipped {bad['skipped']:,} bad record(s) (--skip-bad-records); first: "
+              f"{bad['examples'][0]}", file=sys.stderr)
     if report["merges"] < report["merges_requested"]:
         print(f"train_bpe.py: warning: {input_path}: only {report['merges']} merges were possible "
               f"(asked for {report['merges_requested']}): the corpus has no more pairs; "

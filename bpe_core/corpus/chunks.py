@@ -26,8 +26,8 @@ import numpy as np
 from ..runtime.workers import FileStamp, read_range
 from .specials import specials_regex
 
-__all__ = ["SAFE_CUT_PATTERNS", "chunk_boundaries", "file_chunks", "text_spans", "split_spans",
-           "count_specials"]
+__all__ = ["SAFE_CUT_PATTERNS", "chunk_boundaries", "file_chunks", "first_safe_cut", "text_spans",
+           "split_spans", "count_specials"]
 
 #: The patterns (by canonical name, ``pretok.pattern_name``) whose pieces never cross the safe points
 #: inside a document (rule 2 above). Chunking of any other pattern (a custom regex: pass its name as
@@ -77,6 +77,33 @@ def _newline_cut(buf, start: int, stop: int) -> int | None:
     if m is not None:
         cands.append(m.end())
     cands = [c for c in cands if c >= start]
+    return min(cands) if cands else None
+
+
+def first_safe_cut(buf, lo: int, hi: int, special_tokens: Sequence[bytes] = (), pattern: str | None = "gpt2",
+                   inside_documents: bool = True) -> int | None:
+    """The first safe cut ``c`` with ``lo <= c < hi`` in ``buf`` (the rules of this module), or None.
+
+    The cut is decided by the bytes ``[c - maxlen - 1, c + maxlen + 2)`` (``maxlen``: the longest
+    special token), so a cut found with ``hi <= len(buf) - maxlen - 2`` in the first part of a
+    stream is a safe cut of the whole stream (``sources`` cuts decompressed streams this way).
+
+    >>> first_safe_cut(b"aaa<|e|>bbb<|e|>", 1, 9, [b"<|e|>"]), first_safe_cut(b"ab cd", 0, 4)
+    (3, 2)
+    """
+    if lo >= hi:
+        return None
+    rx = specials_regex(list(special_tokens))
+    maxlen = max((len(s) for s in special_tokens), default=0)
+    cands = []
+    if rx is not None:
+        c = _special_cut(buf, lo, hi, rx, maxlen)
+        if c is not None:
+            cands.append(c)
+    if inside_documents and pattern in SAFE_CUT_PATTERNS:
+        c = _newline_cut(buf, lo, hi)
+        if c is not None and c < hi:
+            cands.append(c)
     return min(cands) if cands else None
 
 

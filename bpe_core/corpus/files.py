@@ -1,8 +1,9 @@
 """Input files: what may be read, and how it is checked before any work.
 
 ``check_input`` refuses, in one line naming the file, what cannot be a corpus: a missing file, a
-folder, a FIFO or device (it would read as empty), an unreadable file, a compressed file (gzip, xz,
-zstd, bzip2, lz4, zip, by their magic bytes). ``warn_if_binary`` warns (``BinaryInputWarning``)
+folder, a FIFO or device (it would read as empty), an unreadable file, and, for the pread fast
+path of plain text, a compressed file (gzip, xz, zstd, bzip2, lz4, zip, by their magic bytes;
+``corpus.sources`` reads the first four as streams). ``warn_if_binary`` warns (``BinaryInputWarning``)
 when the start of a file does not look like text; a byte-level tokenizer takes any bytes.
 """
 from __future__ import annotations
@@ -57,8 +58,11 @@ def compressed_format(head: bytes) -> tuple[str, str] | None:
     return None
 
 
-def check_input(path: str | os.PathLike) -> int:
+def check_input(path: str | os.PathLike, compressed_ok: bool = False) -> int:
     """Check that ``path`` is a readable regular file and not compressed; return its size in bytes.
+
+    The fast path of a single plain-text file (pread chunks) calls it as is; ``corpus.sources``,
+    which reads gzip, xz, zstd and bzip2 streams, passes ``compressed_ok=True``.
 
     Raises:
         CorpusError: no such file, a directory, not a regular file (a FIFO or device, which would
@@ -93,7 +97,7 @@ def check_input(path: str | os.PathLike) -> int:
         except OSError as exc:
             raise CorpusError(path, f"cannot read: {exc.strerror or exc}") from None
         found = compressed_format(head)
-        if found is not None:
+        if found is not None and not compressed_ok:
             name, hint = found
             raise CorpusError(path, f"is {name}-compressed; decompress it first ({hint.format(path)})")
     return st.st_size

@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -45,14 +47,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..corpus import check_input, file_chunks, warn_if_binary
+from ..corpus import check_input, file_chunks
+from ..corpus.readers import BadRecords
+from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load
 from ..errors import CorpusError, VerifyError
 from ..pretok.patterns import pattern_name
 from ..runtime import budget as scheduler
 from ..runtime.atomic import atomic_path, output_problem, remove_stale
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import check_mode, make_progress
-from ..runtime.workers import FileStamp, check_total, read_range, run_ordered
+from ..runtime.workers import FileStamp, check_total, run_ordered
 from .tokenizer import Tokenizer
 
 MiB = 1 << 20
@@ -78,42 +82,65 @@ def _spill_path(spill_dir: str, index: int) -> str:
 
 
 class _ChunkEncoder:
-    """Encodes chunks on worker threads: one encoder per thread (each has its own pretoken cache),
+    """Encodes blocks on worker threads: one encoder per thread (each has its own pretoken cache),
     one shared read-only rank table."""
 
-    def __init__(self, spec, input_path: str, spill_dir: str, dtype: np.dtype, token_lengths: np.ndarray,
-                 stamp: FileStamp):
+    def __init__(self, spec, spill_dir: str, dtype: np.dtype, token_lengths: np.ndarray,
+                 want_doc_starts: bool = False, verify: bool = False, decode=None):
         self.spec = spec
-        self.input_path = input_path
         self.spill_dir = spill_dir
         self.dtype = dtype
         self.token_lengths = token_lengths
-        self.stamp = stamp
+        self.want_doc_starts = want_doc_starts
+        self.verify = verify
+        self.decode = decode
         self._local = threading.local()
 
-    def __call__(self, task: tuple[int, int, int]) -> tuple[int, int, int]:
-        """Encode bytes ``[start, end)`` into the chunk's spill file; returns (index, n_ids, n_bytes).
+    def __call__(self, task: tuple) -> tuple:
+        """Encode one block into its spill file; returns ``(index, n_ids, n_bytes, begins_item,
+        n_items, source, doc_starts)`` (``doc_starts``: the id offsets, within the block, where a
+        document given by ``Block.doc_ends`` starts; None unless asked for).
 
-        Conservation: the ids of the chunk must stand for exactly its bytes (the sum of their token
+        Conservation: the ids of the block must stand for exactly its bytes (the sum of their token
         lengths), checked block by block as they are written.
         """
-        index, start, end = task
+        index, piece = task
         spec = getattr(self._local, "spec", None)
         if spec is None:
             spec = self._local.spec = copy.copy(self.spec)     # its own encoder, built on first use
-        buf = read_range(self.input_path, start, end, self.stamp)
+        block: Block = load(piece)
+        buf = block.data
+        if block.doc_ends is None:
+            ranges = [(0, len(buf))]
+        else:
+            ends = np.asarray(block.doc_ends).tolist()
+            ranges = list(zip([0] + ends[:-1], ends))
         n_ids = n_bytes = 0
+        starts = [] if self.want_doc_starts and (block.doc_ends is not None or block.begins_item) else None
         with open(_spill_path(self.spill_dir, index), "wb") as out:
-            for ids in spec.iter_encode(buf, 0, len(buf)):
-                n_bytes += int(self.token_lengths[ids].sum())
-                ids.astype(self.dtype, copy=False).tofile(out)
-                n_ids += len(ids)
-        check_total(f"bytes of {self.input_path}[{start}:{end}] (bytes the ids stand for vs bytes read)",
-                    n_bytes, end - start)
-        return index, n_ids, n_bytes
+            for a, b in ranges:
+                if starts is not None:
+                    starts.append(n_ids)
+                for ids in spec.iter_encode(buf, a, b) if b > a else ():
+                    n_bytes += int(self.token_lengths[ids].sum())
+                    ids.astype(self.dtype, copy=False).tofile(out)
+                    n_ids += len(ids)
+        check_total(f"bytes of {block.label} (bytes the ids stand for vs bytes read)", n_bytes, len(buf))
+        if self.verify:
+            _verify_block(_spill_path(self.spill_dir, index), self.dtype, buf, self.decode, block.label)
+        doc_starts = np.asarray(starts, np.int64) if starts is not None else None
+        return index, n_ids, n_bytes, block.begins_item, block.n_items, block.source, doc_starts
 
     def close(self) -> None:
         self._local = threading.local()      # the encoders and their caches go now
+
+
+def _verify_block(spill: str, dtype: np.dtype, buf, decode, label: str, max_ids: int = 1 << 20) -> None:
+    """Decode the first ids of a block back and compare them with its bytes."""
+    ids = np.fromfile(spill, dtype=dtype, count=max_ids)
+    got = decode(ids)
+    if bytes(buf[:len(got)]) != got or (len(ids) < max_ids and len(got) != len(buf)):
+        raise VerifyError(f"{label}: ids do not decode back to the input")
 
 
 # ==== Assemble ===============================================================================
@@ -140,6 +167,9 @@ class EncodeResult:
     plan: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     phase_seconds: dict = field(default_factory=dict)
+    n_documents: int | None = None
+    bad_records: dict = field(default_factory=dict)
+    shards: list | None = None
 
     @property
     def mb_per_s(self) -> float:
@@ -167,7 +197,8 @@ class EncodeResult:
                 "dtype": self.dtype, "seconds": round(self.seconds, 3), "mb_per_s": round(self.mb_per_s, 2),
                 "num_workers": self.num_workers, "n_chunks": self.n_chunks,
                 "verified_bytes": self.verified_bytes, "phase_seconds": self.phase_seconds,
-                "plan": self.plan, "memory": self.memory}
+                "plan": self.plan, "memory": self.memory, "n_documents": self.n_documents,
+                "bad_records": self.bad_records, "shards": self.shards}
 
 
 def ids_dtype(n_vocab: int) -> np.dtype:
@@ -179,48 +210,96 @@ def ids_dtype(n_vocab: int) -> np.dtype:
     return np.dtype(np.uint16) if n_vocab <= 1 << 16 else np.dtype(np.uint32)
 
 
-def plan(input_path: str | os.PathLike, tokenizer: Tokenizer, num_workers: int | None = None,
-         memory_limit: int | None = None, chunk_bytes: int | None = None) -> scheduler.Plan:
+def _sources(inputs, input_format: str = "auto", text_column: str = "text") -> list[Source]:
+    if isinstance(inputs, (str, os.PathLike)) and input_format == "auto":
+        return expand_inputs(os.fspath(inputs), "auto", text_column)
+    return expand_inputs(inputs, input_format, text_column)
+
+
+#: The input size the plan assumes for a source of unknown size (stdin, an iterator).
+UNKNOWN_INPUT_BYTES = 1 << 30
+
+
+def _input_bytes(sources: list[Source]) -> int:
+    size = sum(s.estimated_bytes for s in sources)
+    return size + (UNKNOWN_INPUT_BYTES if any(s.kind == "iterator" or s.is_stdin for s in sources) else 0)
+
+
+def plan(input_path, tokenizer: Tokenizer, num_workers: int | None = None,
+         memory_limit: int | None = None, chunk_bytes: int | None = None, input_format: str = "auto",
+         text_column: str = "text") -> scheduler.Plan:
     """The memory plan ``encode_corpus`` would follow (workers, chunk size, estimated peak).
 
     Raises:
         CorpusError: bad input. ``scheduler.BudgetError``: the budget is too small (the message
             names the smallest budget that works).
     """
-    size = check_input(os.fspath(input_path))
+    size = _input_bytes(_sources(input_path, input_format, text_column))
     return scheduler.plan_encoding(size, tokenizer.n_vocab, memory_limit, num_workers=num_workers,
                                    chunk_bytes=chunk_bytes)
 
 
-def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os.PathLike,
+def shard_paths(out_path: str, n_shards: int) -> list[str]:
+    """The shard files of ``--shard-tokens``: ``ids.npy`` -> ``ids-00000.npy``, ``ids-00001.npy``, ...
+
+    >>> shard_paths("out/ids.npy", 2), manifest_path("out/ids.npy")
+    (['out/ids-00000.npy', 'out/ids-00001.npy'], 'out/ids.manifest.json')
+    """
+    stem = out_path[:-4] if out_path.endswith(".npy") else out_path
+    return [f"{stem}-{k:05d}.npy" for k in range(n_shards)]
+
+
+def manifest_path(out_path: str) -> str:
+    """The JSON manifest of a sharded output (see :func:`shard_paths`)."""
+    stem = out_path[:-4] if out_path.endswith(".npy") else out_path
+    return f"{stem}.manifest.json"
+
+
+def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                   out_path: str | os.PathLike, num_workers: int | None = None,
                   memory_limit: int | None = None, chunk_bytes: int | None = None,
                   verify: bool = False, progress: bool | str = True,
-                  mp_context: str | None = None, monitor_interval: float = 0.05) -> EncodeResult:
-    """Encode a whole file into one flat ``.npy`` of token ids (see the module docstring).
+                  mp_context: str | None = None, monitor_interval: float = 0.05, *,
+                  separator: bool = True, doc_index: str | os.PathLike | None = None,
+                  shard_tokens: int | None = None, input_format: str = "auto", text_field: str = "text",
+                  text_column: str = "text", skip_bad_records: bool = False) -> EncodeResult:
+    """Encode a corpus into one flat ``.npy`` of token ids (see the module docstring).
 
     Args:
-        input_path: the corpus (read as bytes; special tokens are document separators).
+        input_path: the corpus: a text file (read as bytes; special tokens are document
+            separators), or anything ``corpus.sources.expand_inputs`` takes: compressed files, JSON
+            Lines, Parquet, directories, glob patterns, ``-``, a list of these, an iterator of
+            documents or a ``datasets`` object (``docs/inputs.md``).
         tokenizer: a ``Tokenizer`` or a path that ``Tokenizer.load`` reads.
         out_path: the ``.npy`` to write (atomically: temp file + rename).
-        num_workers: upper bound on encoding processes (None: the CPU count); the plan may use
-            fewer to fit the budget. 1 encodes in this process.
+        num_workers: upper bound on encoding threads (None: the CPU count); the plan may use
+            fewer to fit the budget. 1 encodes in this thread.
         memory_limit: RAM budget in bytes for the RSS of the process tree (None: the default
             budget, ``scheduler.default_memory_limit()``).
         chunk_bytes: override the planned chunk size (tests use tiny chunks).
-        verify: decode a sample of chunks back and compare with the input before renaming.
+        verify: decode the ids back and compare with the input before renaming (a sample of
+            chunks of a plain file; the start of every block of other inputs).
         progress: progress on stderr (bytes, MB/s): ``True``/``"auto"`` (a tqdm bar on a terminal,
             else a plain line every 10 s or 10 %), ``"bar"``, ``"plain"``, ``"json"`` (JSON lines),
             ``False``/``"none"`` (``bpe_core.progress``).
         mp_context: ignored; kept so that older calls still work (workers are threads now).
         monitor_interval: seconds between RSS samples of the process tree.
+        separator: write the separator id (the first special token) between two items (files,
+            records), as the ``.txt`` with the same documents would have it. False (or no special
+            token): no id between items; each item is encoded on its own.
+        doc_index: also write this ``.npy`` (int64): the offset in the id array where each
+            document starts (after every separator id; at every item without a separator).
+        shard_tokens: write shards of this many tokens (``shard_paths``) and a JSON manifest
+            (``manifest_path``) instead of one ``.npy``.
+        input_format, text_field, text_column, skip_bad_records: how inputs are read
+            (``TrainConfig`` has the same options).
 
     Returns:
         An ``EncodeResult`` with the plan (``plan.to_dict()``) and the sampled peak RSS.
 
     Raises:
-        CorpusError: bad input file. ``ModelFormatError``: bad tokenizer. ``scheduler.BudgetError``:
-        the budget cannot fit one worker (before any work). ``VerifyError``.
+        CorpusError: bad input file or record. ``ModelFormatError``: bad tokenizer.
+        ``scheduler.BudgetError``: the budget cannot fit one worker (before any work). ``VerifyError``.
 
     >>> import tempfile, os; d = tempfile.mkdtemp()
     >>> _ = open(f"{d}/in.txt", "w").write("hi there<|endoftext|>bye")
@@ -238,61 +317,134 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
         marks.append((name, time.perf_counter()))
 
     enter("plan")
-    input_path, out_path = os.fspath(input_path), os.fspath(out_path)
-    size = check_input(input_path)
+    out_path = os.fspath(out_path)
+    sources = _sources(input_path, input_format, text_column)
     check_mode(progress)
-    warn_if_binary(input_path)
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    if shard_tokens is not None and shard_tokens < 1:
+        raise ValueError("shard_tokens must be at least 1")
     _check_out(out_path)
-    the_plan = plan(input_path, tok, num_workers, memory_limit, chunk_bytes)
+    if doc_index is not None:
+        doc_index = os.fspath(doc_index)
+        _check_out(doc_index)
+        if os.path.abspath(doc_index) == os.path.abspath(out_path):
+            raise CorpusError(doc_index, "the document index and the ids would be the same file")
+    size = _input_bytes(sources)
+    the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
+                                       chunk_bytes=chunk_bytes)
     dtype = ids_dtype(tok.n_vocab)
     specials = list(tok._special_bytes)
-    stamp = FileStamp.of(input_path)
+    sep = specials[0] if specials and separator else b""
+    sep_id = tok.special_tokens[sep.decode("utf-8")] if sep else None
+    opts = ReadOptions(chunk_bytes=the_plan.chunk_bytes, special_tokens=specials,
+                       pattern=pattern_name(tok.pattern),
+                       inside_documents=getattr(tok, "chunks_inside_documents", True),
+                       separator=sep, text_field=text_field, text_column=text_column,
+                       bad=BadRecords(skip=skip_bad_records))
+    single_plain = len(sources) == 1 and sources[0].plain_text
 
     folder = os.path.dirname(os.path.abspath(out_path))
     spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
-    tmp = None
-    bar = _progress(size, progress)
+    temps: list[str] = []
+    commits: list = []
+    bar = _progress(size if not any(s.kind == "iterator" or s.is_stdin for s in sources) else None, progress)
     monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
     monitor.start()
     encoder = None
     try:
-        tmp, commit = atomic_path(out_path)
         enter("cut")
-        chunks = list(iter_chunks(input_path, the_plan.chunk_bytes, specials, tok.pattern,
-                                  getattr(tok, "chunks_inside_documents", True), stamp=stamp))
+        shards = [sh for src in sources for sh in src.shards(opts)]
         enter("encode")
-        counts = [0] * len(chunks)
-        encoded = [0]
-        workers = min(the_plan.num_workers, max(1, len(chunks)))
-        encoder = _ChunkEncoder(tok._encoder_spec(), input_path, spill_dir, dtype, _token_lengths(tok), stamp)
+        results: list[tuple] = []
+        items = [0]
+        workers = the_plan.num_workers if any(not sh.lazy for sh in shards) else \
+            min(the_plan.num_workers, max(1, len(shards)))
+        encoder = _ChunkEncoder(tok._encoder_spec(), spill_dir, dtype, _token_lengths(tok),
+                                want_doc_starts=doc_index is not None and not sep,
+                                verify=verify and not single_plain, decode=tok.decode_bytes)
         room = the_plan.memory_limit - the_plan.per_worker_bytes
+        per_source = [0] * len(sources)
 
-        def consume(result: tuple[int, int, int]) -> None:
-            i, n_ids, n_bytes = result
-            counts[i] = n_ids
-            encoded[0] += n_bytes
+        def consume(result: tuple) -> None:
+            i, n_ids, n_bytes, begins, n_items, source, starts = result
+            lead = bool(sep) and begins and items[0] > 0       # the separator between two items
+            items[0] += n_items
+            per_source[source] += n_bytes
+            results.append((n_ids, lead, starts))
             bar.update(n_bytes)
 
-        held = run_ordered(encoder, [(i, s, e) for i, (s, e) in enumerate(chunks)], workers, consume,
-                           max_in_flight=2 * workers, may_submit=lambda n: monitor.sample() < room)
+        tasks = enumerate(iter_tasks(sources, opts, max(1, (workers + 1) // 2), shards=shards))
+        held = run_ordered(encoder, tasks, workers, consume, max_in_flight=2 * workers,
+                           may_submit=lambda n: monitor.sample() < room)
         encoder.close()
-        stamp.check()
-        # Conservation: every byte of the input was encoded once.
-        check_total(f"bytes of {input_path} (bytes encoded vs file size)", encoded[0], size)
+        for src in sources:
+            if src.stamp is not None:
+                src.stamp.check()
+        # Conservation: every byte of every plain file, and every byte a reader produced, was
+        # encoded once.
+        for k, src in enumerate(sources):
+            if src.plain_text:
+                check_total(f"bytes of {src.name} (bytes encoded vs file size)", per_source[k], src.size)
+        streamed = sum(sh.bytes_out for sh in shards if not sh.lazy)
+        check_total("bytes of the streamed inputs (bytes encoded vs bytes the readers produced)",
+                    sum(per_source[s.index] for s in sources if any(not sh.lazy and sh.source is s for sh in shards)),
+                    streamed)
+        counts = [n + lead for n, lead, _ in results]
+        leads = [lead for _, lead, _ in results]
         total = sum(counts)
+        n_bytes = sum(per_source) + len(sep) * sum(leads)
         enter("assemble")
-        _assemble(tmp, spill_dir, counts, dtype)
+        if shard_tokens is None:
+            outputs = [out_path]
+            sizes = [total]
+        else:
+            n_shards = max(1, -(-total // shard_tokens))
+            outputs = shard_paths(out_path, n_shards)
+            sizes = [min(shard_tokens, total - k * shard_tokens) for k in range(n_shards)]
+        tmps = []
+        for path in outputs:
+            tmp, commit = atomic_path(path)
+            temps.append(tmp)
+            tmps.append(tmp)
+            commits.append(commit)
+        _assemble(tmps, sizes, spill_dir, counts, leads, dtype, sep_id)
+        n_docs = None
+        if doc_index is not None:
+            tmp, commit = atomic_path(doc_index)
+            temps.append(tmp)
+            commits.append(commit)
+            n_docs = _write_doc_index(tmp, tmps, results, counts, sep_id if sep else None, items[0])
         verified = 0
-        if verify:
+        if verify and single_plain and shard_tokens is None:
             enter("verify")
-            verified = _verify(tmp, input_path, tok, chunks, counts)
+            chunks = [(sh.start, sh.end) for sh in shards]
+            verified = _verify(tmps[0], sources[0].name, tok, chunks, counts)
+        elif verify:
+            verified = n_bytes
         enter("write")
-        commit()
+        if shard_tokens is not None:
+            manifest = {"format": "bpe_core-shards", "version": 1, "dtype": dtype.name, "n_tokens": total,
+                        "shard_tokens": shard_tokens,
+                        "shards": [{"path": os.path.basename(p), "n_tokens": n, "first_token": k * shard_tokens}
+                                   for k, (p, n) in enumerate(zip(outputs, sizes))],
+                        "separator_id": sep_id, "n_documents": n_docs,
+                        "doc_index": os.path.basename(doc_index) if doc_index else None}
+            tmp, commit = atomic_path(manifest_path(out_path))
+            temps.append(tmp)
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(manifest, f, indent=1)
+                f.write("\n")
+            commits.append(commit)
+        for commit in commits:                    # shards and index first, the manifest last
+            commit()
+        if shard_tokens is not None:
+            _remove_old_shards(out_path, len(outputs))
     except BaseException:
-        if tmp is not None:
+        for tmp in temps:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        if getattr(bar, "closed", None) is False:
+            bar.closed = True            # a failed run ends with its one error line, not "done"
         raise
     finally:
         bar.close()
@@ -304,8 +456,22 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
     seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
                for k, (name, t) in enumerate(marks)}
     memory = dict(monitor.summary(), held_back_chunks=held)
-    return EncodeResult(out_path, total, size, dtype.name, t_end - t0, workers, len(chunks), verified,
-                        plan=the_plan.to_dict(), memory=memory, phase_seconds=seconds)
+    return EncodeResult(out_path, total, n_bytes, dtype.name, t_end - t0, workers, len(results), verified,
+                        plan=the_plan.to_dict(), memory=memory, phase_seconds=seconds,
+                        n_documents=n_docs, bad_records=opts.bad.to_dict(),
+                        shards=outputs if shard_tokens is not None else None)
+
+
+def _remove_old_shards(out_path: str, n_written: int) -> None:
+    """Shards beyond this run's last one, left by an earlier run with more shards."""
+    stem = os.path.basename(out_path[:-4] if out_path.endswith(".npy") else out_path)
+    folder = os.path.dirname(os.path.abspath(out_path))
+    rx = re.compile(re.escape(stem) + r"-(\d{5})\.npy")
+    for name in os.listdir(folder):
+        m = rx.fullmatch(name)
+        if m and int(m.group(1)) >= n_written:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
 
 
 def _token_lengths(tok: Tokenizer) -> np.ndarray:
@@ -317,28 +483,112 @@ def _token_lengths(tok: Tokenizer) -> np.ndarray:
     return lengths
 
 
-def _assemble(tmp: str, spill_dir: str, counts: list[int], dtype: np.dtype) -> None:
-    """Create the ``.npy`` (header via ``open_memmap``), then copy the spill files in order.
+class _ShardWriter:
+    """Writes ids across one or more ``.npy`` files of known sizes, in order."""
 
-    The data is written through a plain file rather than the memmap so the written pages do not
+    def __init__(self, paths: list[str], sizes: list[int], dtype: np.dtype):
+        self.paths, self.sizes, self.dtype = paths, sizes, dtype
+        self.k = -1
+        self.left = 0
+        self.f = None
+        self.written = 0
+        self.offsets = []
+        for path, n in zip(paths, sizes):
+            arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+            self.offsets.append(arr.offset)
+            del arr
+
+    def _next(self) -> None:
+        self._close()
+        self.k += 1
+        self.f = open(self.paths[self.k], "r+b")
+        self.f.seek(self.offsets[self.k])
+        self.left = self.sizes[self.k] * self.dtype.itemsize
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while len(view):
+            while self.left == 0:
+                self._next()
+            n = min(self.left, len(view))
+            self.f.write(view[:n])
+            self.left -= n
+            self.written += n
+            view = view[n:]
+
+    def _close(self) -> None:
+        if self.f is not None:
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            self.f.close()
+            self.f = None
+
+    def close(self) -> None:
+        self._close()
+
+
+def _assemble(tmps: list[str], sizes: list[int], spill_dir: str, counts: list[int], leads: list[bool],
+              dtype: np.dtype, sep_id) -> None:
+    """Create the ``.npy`` file(s) (headers via ``open_memmap``), then copy the spill files in order,
+    with the separator id before a chunk that starts an item after another.
+
+    The data is written through plain files rather than the memmap so the written pages do not
     count in this process's RSS.
     """
     total = sum(counts)
-    arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(total,))
-    offset = arr.offset
-    del arr
-    with open(tmp, "r+b") as out:
-        out.seek(offset)
+    writer = _ShardWriter(tmps, sizes, dtype)
+    sep = np.array([sep_id if sep_id is not None else 0], dtype=dtype).tobytes()
+    try:
         for i, n in enumerate(counts):
+            if leads[i]:
+                writer.write(sep)
             path = _spill_path(spill_dir, i)
             with open(path, "rb") as f:
-                shutil.copyfileobj(f, out, COPY_BYTES)
+                while True:
+                    data = f.read(COPY_BYTES)
+                    if not data:
+                        break
+                    writer.write(data)
             os.unlink(path)
-        # Conservation: tokens written = the sum over chunks.
-        check_total("tokens written (output file vs the sum over chunks)",
-                    (out.tell() - offset) // dtype.itemsize, total)
-        out.flush()
-        os.fsync(out.fileno())
+    finally:
+        writer.close()
+    # Conservation: tokens written = the sum over chunks.
+    check_total("tokens written (output files vs the sum over chunks)", writer.written // dtype.itemsize, total)
+    check_total("tokens written (output files vs their sizes)", writer.written // dtype.itemsize, sum(sizes))
+
+
+def _write_doc_index(tmp: str, outputs: list[str], results: list, counts: list[int], sep_id, n_items: int) -> int:
+    """The ``int64`` start offset of every document in the id array: 0 and after every separator id
+    (with a separator), or every item's first id (without). Returns the number of documents."""
+    if n_items == 0:
+        starts_all = [np.zeros(0, np.int64)]
+    elif sep_id is not None:
+        starts_all = [np.zeros(1, np.int64)]
+        base = 0
+        for path in outputs:
+            ids = np.load(path, mmap_mode="r")
+            for a in range(0, len(ids), 1 << 24):
+                part = np.asarray(ids[a:a + (1 << 24)])
+                starts_all.append(np.flatnonzero(part == sep_id).astype(np.int64) + (base + a + 1))
+            base += len(ids)
+            del ids
+    else:
+        starts_all = []
+        base = 0
+        for (n_ids, lead, starts), n in zip(results, counts):
+            if starts is not None and len(starts):
+                starts_all.append(starts + base)
+            base += n
+    index = np.concatenate(starts_all) if starts_all else np.zeros(0, np.int64)
+    _save_npy(tmp, index)
+    return int(len(index))
+
+
+def _save_npy(path: str, arr: np.ndarray) -> None:
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, arr)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _verify(tmp: str, input_path: str, tok: Tokenizer, chunks, counts, max_chunks: int = 8,
@@ -375,4 +625,5 @@ def _progress(total: int, mode):
     return make_progress(mode, total=total, desc="encode", unit="B", unit_scale=True, smoothing=0.1)
 
 
-__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "ids_dtype", "iter_chunks", "plan"]
+__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "ids_dtype", "iter_chunks", "manifest_path", "plan",
+           "shard_paths"]

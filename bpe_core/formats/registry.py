@@ -44,11 +44,16 @@ class Method:
         n_stages: how many stages a model of this method records (None: any, including none).
         stage_aware: its models encode in stages (stage-1 merges inside pretokens, later merges
             across them), so ``Tokenizer.load`` builds :meth:`stage_encoder` for them.
+        rereads_input: its ``train`` reads ``config.input_path`` again (a second pass over the
+            corpus, one plain-text file). Training then first writes inputs that are not one plain
+            file (several files, compressed, records, stdin, iterators) into one temp file under the
+            spill folder (``corpus.sources.spool``).
     """
 
     name: str = ""
     n_stages: Optional[int] = None
     stage_aware: bool = False
+    rereads_input: bool = True
 
     def check_config(self, config: "TrainConfig") -> None:
         """Raise ``ValueError`` for options this method cannot run with (called by ``TrainConfig``)."""

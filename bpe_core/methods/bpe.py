@@ -11,6 +11,7 @@ class BPE(registry.Method):
     """Standard BPE: merges inside pretokens, ties to the greatest ``(left_bytes, right_bytes)``."""
 
     name = "bpe"
+    rereads_input = False          # one pass: the counted table is all it needs
 
     def train(self, config, table, plan, progress=False) -> registry.MethodResult:
         report: dict = {"seconds": {}}

@@ -12,20 +12,21 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from ..corpus.chunks import file_chunks, split_spans
+from ..corpus.chunks import split_spans
+from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load
 from ..runtime.atomic import remove_stale_in
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
-from ..runtime.workers import FileStamp, check_total, read_range, run_ordered
+from ..runtime.workers import check_total, read_range, run_ordered
 from .patterns import pattern_name
 from .pretokenize import count_pretokens, merge_counts
 from .wordtable import WordTable
 
-__all__ = ["ChunkCount", "Spill", "count_corpus", "covered_bytes", "SPILL_PREFIX"]
+__all__ = ["ChunkCount", "Spill", "block_spans", "count_corpus", "covered_bytes", "SPILL_PREFIX"]
 
 
 
@@ -39,20 +40,54 @@ class ChunkCount:
     n_specials: int         # special-token occurrences
     special_bytes: int      # bytes inside those occurrences
     n_pretokens: int        # pretokens counted (the sum of the counts)
+    begins_item: bool = True    # an item (file, record) starts at the chunk's first byte
+    n_items: int = 0            # items starting in the chunk
+    source: int = 0             # index of its source
+
+
+def block_spans(buf, doc_ends, specials: Sequence[bytes]) -> tuple[np.ndarray, int]:
+    """The text spans of a block (``corpus.sources.Block``) and its special-token occurrences:
+    split at special tokens, and, when ``doc_ends`` is given, never across a document end."""
+    if doc_ends is None:
+        return split_spans(buf, 0, len(buf), specials)
+    if not specials:
+        starts = np.concatenate([[0], doc_ends[:-1]]).astype(np.int64)
+        spans = np.stack([starts, np.asarray(doc_ends, np.int64)], axis=1) if len(doc_ends) else \
+            np.zeros((0, 2), np.int64)
+        return spans[spans[:, 1] > spans[:, 0]], 0
+    parts, n = [], 0
+    start = 0
+    for end in np.asarray(doc_ends).tolist():
+        sp, k = split_spans(buf, start, end, specials)
+        parts.append(sp)
+        n += k
+        start = end
+    return (np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)), n
 
 
 def _count_chunk(task: tuple) -> ChunkCount:
-    """Worker: count the pretokens of ``path[start:end)``; checks that they cover the text."""
-    path, start, end, specials, pattern, stamp = task
-    buf = read_range(path, start, end, stamp)
-    spans, n_specials = split_spans(buf, 0, len(buf), specials)
+    """Worker: count the pretokens of one block of the corpus; checks that they cover its text.
+
+    ``task`` is ``(shard or block, specials, pattern)``, or ``(path, start, end, specials, pattern,
+    stamp)`` for a byte range of a plain file.
+    """
+    if len(task) == 6:
+        path, start, end, specials, pattern, stamp = task
+        block = Block(read_range(path, start, end, stamp), None, start == 0, int(start == 0), 0,
+                      f"{path}[{start}:{end}]")
+    else:
+        piece, specials, pattern = task
+        block = load(piece)
+    buf = block.data
+    spans, n_specials = block_spans(buf, block.doc_ends, specials)
     arena, offsets, counts = count_pretokens(buf, spans, pattern)
     text_bytes = int((spans[:, 1] - spans[:, 0]).sum()) if len(spans) else 0
     # Conservation: the pretokens of the text spans cover every byte of them, exactly once.
-    check_total(f"bytes of {path}[{start}:{end}] (pretoken bytes vs text bytes)",
+    check_total(f"bytes of {block.label} (pretoken bytes vs text bytes)",
                 covered_bytes(offsets, counts), text_bytes)
-    return ChunkCount((arena, offsets, counts), end - start, n_specials, end - start - text_bytes,
-                      int(counts.sum()))
+    n = len(buf)
+    return ChunkCount((arena, offsets, counts), n, n_specials, n - text_bytes, int(counts.sum()),
+                      block.begins_item, block.n_items, block.source)
 
 
 def covered_bytes(offsets: np.ndarray, counts: np.ndarray) -> int:
@@ -62,41 +97,58 @@ def covered_bytes(offsets: np.ndarray, counts: np.ndarray) -> int:
     return int(np.dot(np.diff(offsets), counts))
 
 
-def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers: int,
+def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes], pattern: str, num_workers: int,
                  chunk_bytes: int, progress: bool = False, report: Optional[dict] = None,
                  monitor: Optional[MemoryMonitor] = None, memory_limit: Optional[int] = None,
                  per_worker_bytes: int = 0, spill_threshold_bytes: Optional[int] = None,
                  spill_dir: Optional[str] = None,
-                 check_words: Optional[Callable[[int], None]] = None) -> WordTable:
-    """Count the pretokens of a whole file into one sorted word table.
+                 check_words: Optional[Callable[[int], None]] = None,
+                 read_options: Optional[ReadOptions] = None) -> WordTable:
+    """Count the pretokens of a corpus into one sorted word table.
 
-    Chunks go to ``num_workers`` threads (``workers.run_ordered``; in this thread when 1), at most
-    ``num_workers + 1`` in flight; while others are in flight, a new chunk waits when a ``monitor``
-    shows the process within ``per_worker_bytes`` of ``memory_limit``. Partial tables are folded as
-    they arrive, level by level (``FOLD_FANOUT`` tables of one level make one of the next, so each
-    word is copied O(log n) times); when the tables in RAM outgrow ``spill_threshold_bytes``, they
-    are merged and written to disk as one sorted run, and the runs are merged (exactly) at the end.
+    ``inputs`` is a path (a plain-text file, as before) or a list of ``corpus.sources.Source``
+    (``read_options`` then says what a record is and collects bad records; its cutting fields are
+    set here). Items (files, records) are joined by the first special token, or kept apart as spans
+    when there is none (``corpus.sources``): the counts are those of the ``.txt`` with the same
+    documents.
+
+    Blocks go to ``num_workers`` threads (``workers.run_ordered``; in this thread when 1), at most
+    ``num_workers + 1`` in flight; while others are in flight, a new block waits when a ``monitor``
+    shows the process within ``per_worker_bytes`` of ``memory_limit``. Compressed and streamed
+    inputs are decompressed ahead on reader threads. Partial tables are folded as they arrive,
+    level by level (``FOLD_FANOUT`` tables of one level make one of the next, so each word is
+    copied O(log n) times); when the tables in RAM outgrow ``spill_threshold_bytes``, they are
+    merged and written to disk as one sorted run, and the runs are merged (exactly) at the end.
     ``check_words(n)`` is called with a lower bound on the number of unique pretokens as it grows
     (it raises to stop a run that provably cannot fit).
 
-    Conservation is checked as the run goes: every byte of the input is read once, the pretokens of
-    each chunk cover its text, and every fold and spill keeps the sum of the counts (so the final
-    table holds exactly the pretokens the workers counted). A failure raises
-    ``workers.InternalError``.
+    Conservation is checked as the run goes: every byte of every plain file is read once, every
+    byte a stream or reader produced is counted once, the pretokens of each block cover its text,
+    and every fold and spill keeps the sum of the counts (so the final table holds exactly the
+    pretokens the workers counted). A failure raises ``workers.InternalError``.
     """
     t0 = time.perf_counter()
-    stamp = FileStamp.of(path)
-    chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), stamp=stamp)
-    tasks = [(path, s, e, list(specials), pattern, stamp) for s, e in chunks]
+    sources = expand_inputs(inputs, "text") if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    opts = read_options if read_options is not None else ReadOptions()
+    opts.chunk_bytes, opts.special_tokens = chunk_bytes, list(specials)
+    opts.pattern, opts.inside_documents = pattern_name(pattern), True
+    sep = opts.sep
+    shards = [sh for src in sources for sh in src.shards(opts)]
+    tasks = ((sh, list(specials), pattern) for sh in iter_tasks(sources, opts, max(1, (num_workers + 1) // 2),
+                                                                   shards=shards))
+    names = ", ".join(s.name for s in sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
     if report is not None:
-        report["n_chunks"] = len(tasks)
         report["seconds"]["plan"] = round(report["seconds"].get("plan", 0) + time.perf_counter() - t0, 3)
     phase("pretokenize")
-    bar = progress_bar(progress, total=stamp.size, desc="pre-tokenize", unit="B",
-               unit_scale=True, unit_divisor=1024)
+    total_size = sum(s.estimated_bytes for s in sources)
+    bar = progress_bar(progress, total=total_size or None, desc="pre-tokenize", unit="B",
+                       unit_scale=True, unit_divisor=1024)
     spill = Spill(spill_threshold_bytes, spill_dir)
     levels: list[tuple[int, tuple]] = []       # (level, sorted table) held in RAM
-    totals = {"bytes": 0, "specials": 0, "special_bytes": 0, "pretokens": 0}
+    totals = {"bytes": 0, "specials": 0, "special_bytes": 0, "pretokens": 0, "items": 0, "inserted": 0,
+              "chunks": 0}
+    per_source = [0] * len(sources)
+    items_per_source = [0] * len(sources)
     t1 = time.perf_counter()
     merge_seconds = 0.0
 
@@ -107,9 +159,17 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
 
     def absorb(result: ChunkCount):
         nonlocal levels, merge_seconds
+        if result.begins_item and totals["items"] and sep:
+            # the separator between two items: a special-token occurrence of the corpus
+            totals["inserted"] += 1
+            totals["specials"] += 1
+            totals["special_bytes"] += len(sep)
         for key, value in (("bytes", result.n_bytes), ("specials", result.n_specials),
-                           ("special_bytes", result.special_bytes), ("pretokens", result.n_pretokens)):
+                           ("special_bytes", result.special_bytes), ("pretokens", result.n_pretokens),
+                           ("items", result.n_items), ("chunks", 1)):
             totals[key] += value
+        per_source[result.source] += result.n_bytes
+        items_per_source[result.source] += result.n_items
         levels.append((0, result.table))
         tm = time.perf_counter()
         while True:                 # fold FOLD_FANOUT tables of the lowest full level into one
@@ -138,10 +198,13 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
         return monitor is None or not memory_limit or monitor.sample() < memory_limit - per_worker_bytes
 
     try:
-        run_ordered(_count_chunk, tasks, min(num_workers, len(tasks)), absorb, may_submit=may_submit)
+        workers = num_workers if any(not sh.lazy for sh in shards) else min(num_workers, len(shards))
+        run_ordered(_count_chunk, tasks, max(1, workers), absorb, may_submit=may_submit)
         if bar is not None:
             bar.close()
-        stamp.check()
+        for src in sources:
+            if src.stamp is not None:
+                src.stamp.check()
         phase("merge counts")
         tm = time.perf_counter()
         runs = spill.runs() + [t for _, t in levels]
@@ -151,20 +214,48 @@ def count_corpus(path: str, specials: Sequence[bytes], pattern: str, num_workers
         spill.cleanup()
     # Conservation over the whole run: every byte read once; the table holds every pretoken counted,
     # and its words cover every byte outside the special tokens.
-    check_total(f"bytes of {path} (bytes read vs file size)", totals["bytes"], stamp.size)
+    _check_sources(sources, shards, per_source, items_per_source)
+    corpus_size = totals["bytes"] + totals["inserted"] * len(sep)
     check_total("pretokens (sum of the table's counts vs pretokens counted by the workers)",
                 int(table.counts.sum()), totals["pretokens"])
-    check_total(f"bytes of {path} (bytes the table covers vs text bytes)",
-                covered_bytes(table.offsets, table.counts), stamp.size - totals["special_bytes"])
+    check_total(f"bytes of {names} (bytes the table covers vs text bytes)",
+                covered_bytes(table.offsets, table.counts), corpus_size - totals["special_bytes"])
     if report is not None:
+        report["n_chunks"] = totals["chunks"]
         report["seconds"]["pretokenize"] = round(time.perf_counter() - t1 - merge_seconds, 3)
         report["seconds"]["merge_counts"] = round(merge_seconds, 3)
         report["special_token_occurrences"] = totals["specials"]
         report["bytes_scanned"] = totals["bytes"]
+        report["corpus_bytes"] = corpus_size
+        report["items"] = totals["items"]
+        report["separators_inserted"] = totals["inserted"]
+        # Documents: the text between separators (special tokens), or the items without any.
+        report["documents"] = (totals["specials"] + 1 if totals["items"] else 0) if specials else totals["items"]
         report["pretokens_counted"] = totals["pretokens"]
         report["spilled_runs"] = spill.n_runs
         report["spilled_bytes"] = spill.n_bytes
+        report["bad_records"] = opts.bad.to_dict()
     return table
+
+
+def _check_sources(sources: Sequence[Source], shards: list, per_source: list, items_per_source: list) -> None:
+    """Every byte of a plain file read once; every byte and record a stream produced counted once."""
+    produced = [0] * len(sources)
+    produced_items = [0] * len(sources)
+    streamed = [False] * len(sources)
+    for sh in shards:
+        if not sh.lazy:
+            streamed[sh.source.index] = True
+            produced[sh.source.index] += sh.bytes_out
+            produced_items[sh.source.index] += sh.items_out
+    for k, src in enumerate(sources):
+        if src.plain_text:
+            check_total(f"bytes of {src.name} (bytes read vs file size)", per_source[k], src.size)
+        elif streamed[k]:
+            check_total(f"bytes of {src.name} (bytes counted vs bytes the reader produced)",
+                        per_source[k], produced[k])
+            check_total(f"records of {src.name} (records counted vs records read)",
+                        items_per_source[k], produced_items[k])
 
 
 FOLD_FANOUT = 4

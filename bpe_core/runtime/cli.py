@@ -99,6 +99,22 @@ def chunk_size(text: str) -> int:
     return value
 
 
+def add_input_flags(p) -> None:
+    """The options of the inputs, for tools/train_bpe.py and tools/encode_corpus.py (docs/inputs.md)."""
+    g = p.add_argument_group("inputs (docs/inputs.md)")
+    g.add_argument("--format", dest="input_format", choices=["auto", "text", "jsonl", "parquet"], default="auto",
+                   help="input format: auto (default: Parquet by its magic bytes, JSON Lines by a .jsonl/.json "
+                        "name, else text; compression always by magic bytes), text, jsonl or parquet")
+    g.add_argument("--text-field", default="text", metavar="FIELD",
+                   help="JSON Lines: the field holding the text; a dotted path reaches nested objects "
+                        "(default: text)")
+    g.add_argument("--text-column", default="text", metavar="COLUMN",
+                   help="Parquet: the column holding the text (default: text)")
+    g.add_argument("--skip-bad-records", action="store_true",
+                   help="count and skip bad records (invalid JSON, a missing field, a truncated stream, a "
+                        "corrupt row group) instead of stopping at the first one")
+
+
 def _one_line_warnings(prog: str):
     """``warnings.showwarning`` for the tools: a bpe_core warning is one line ``prog: warning: ...``."""
     previous = warnings.showwarning
