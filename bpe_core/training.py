@@ -22,19 +22,21 @@ import resource
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from . import methods  # noqa: F401  (registers the methods)
 from .config import TrainConfig
 from .corpus import check_input, encode_specials, warn_if_binary
+from .corpus.shards import check_source, is_url, source_shards, warn_if_binary_source
 from .errors import BinaryInputWarning, BudgetError
 from .formats import registry
 from .formats.model import Model
 from .methods.curate import curated_config
-from .pretok.counting import count_corpus
-from .pretok.patterns import resolve_pattern
+from .pretok.counting import count_corpus, count_shards
+from .pretok.patterns import pattern_name, resolve_pattern
 from .runtime import budget
+from .runtime.executors import open_executor
 from .runtime.memmon import MemoryMonitor, phase
 
 __all__ = ["TrainResult", "plan", "train", "train_bpe"]
@@ -73,7 +75,7 @@ def plan(config: TrainConfig) -> budget.Plan:
     Raises:
         errors.BudgetError: the run cannot fit ``config.memory_limit``.
     """
-    size = check_input(config.input_path)
+    size = check_source(config.input_path)
     # Workers are threads running nogil kernels: more of them than cores only adds memory, so a
     # larger --workers is capped at the cores (the plan's notes say so).
     return budget.plan_training(size, config.memory_limit, os.cpu_count() or 1, None,
@@ -83,6 +85,8 @@ def plan(config: TrainConfig) -> budget.Plan:
 
 def train(config: TrainConfig) -> TrainResult:
     """Train from a :class:`TrainConfig`; returns the model and a run report."""
+    if is_url(config.input_path):
+        _check_url_input(config)
     if config.entropy_filter:            # curate the input first (methods/curate.py), then train on it
         check_input(config.input_path)
         warn_if_binary(config.input_path)           # about the user's file, not the temp copy
@@ -97,11 +101,14 @@ def train(config: TrainConfig) -> TrainResult:
     method = registry.get(config.method)
     pattern = resolve_pattern(config.pattern)
     specials = encode_specials(config.special_tokens)
-    size = check_input(config.input_path)
-    warn_if_binary(config.input_path)
+    size = check_source(config.input_path)
+    warn_if_binary_source(config.input_path)
     the_plan = plan(config)
+    # On a cluster, or for a URL, tasks read their own shards (runtime.executors); else the threads
+    # of count_corpus (budget guard, spilling) count the local file.
+    sharded = config.cluster is not None or is_url(config.input_path)
     report: dict[str, Any] = {
-        "input_path": os.path.abspath(config.input_path),
+        "input_path": config.input_path if is_url(config.input_path) else os.path.abspath(config.input_path),
         "input_bytes": size,
         "vocab_size": config.vocab_size,
         "special_tokens": list(config.special_tokens),
@@ -123,12 +130,21 @@ def train(config: TrainConfig) -> TrainResult:
             raise BudgetError(f"stopped while counting: {n_words:,} unique pretokens so far already need more "
                               f"than the budget; {exc}", exc.min_budget) from None
 
-    with MemoryMonitor(interval=0.05, budget=the_plan.memory_limit) as monitor:
-        table = count_corpus(config.input_path, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
-                             progress=config.progress, report=report, monitor=monitor,
-                             memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
-                             spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
-                             spill_dir=config.spill_dir, check_words=check_words)
+    with MemoryMonitor(interval=0.05, budget=the_plan.memory_limit) as monitor, \
+            open_executor(config.cluster, the_plan.num_workers, announce=_announcer(config.progress)) as executor:
+        if sharded:
+            t_cut = time.perf_counter()
+            shards = source_shards(config.input_path, the_plan.chunk_bytes, specials, pattern_name(pattern))
+            report["seconds"]["plan"] = round(report["seconds"]["plan"] + time.perf_counter() - t_cut, 3)
+            table = count_shards(shards, specials, pattern, executor, size, config.input_path,
+                                 progress=config.progress, report=report)
+            config = replace(config, cluster=executor)     # the method's own data-parallel phases too
+        else:
+            table = count_corpus(config.input_path, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
+                                 progress=config.progress, report=report, monitor=monitor,
+                                 memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
+                                 spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
+                                 spill_dir=config.spill_dir, check_words=check_words)
         report["unique_pretokens"] = table.n_words
         report["pretokens"] = int(table.counts.sum())
         if config.min_pretoken_count > 1:
@@ -139,6 +155,8 @@ def train(config: TrainConfig) -> TrainResult:
         report["documents"] = report["special_token_occurrences"] + 1 if size else 0
         result = method.train(config, table, the_plan, progress=config.progress)
         del table
+        if executor.remote:
+            report["cluster"] = executor.describe()
     section = dict(result.report)
     report["seconds"].update(section.pop("seconds", {}))
     report.update(section)
@@ -156,6 +174,27 @@ def train(config: TrainConfig) -> TrainResult:
         metadata={"input_bytes": size, "unique_pretokens": report["unique_pretokens"]},
     )
     return TrainResult(model=model, report=report)
+
+
+def _check_url_input(config: TrainConfig) -> None:
+    """What reads the input as a whole local file cannot take a URL: one clear line."""
+    what = None
+    if config.entropy_filter:
+        what = "entropy_filter (curation)"
+    elif config.method == "supratok":
+        what = "method supratok"
+    elif config.method == "superbpe" and config.stage2_split == "official":
+        what = "stage2_split official"
+    if what is not None:
+        raise ValueError(f"{config.input_path}: {what} reads the input as a local file; copy it to a local "
+                         f"file first (URLs work for bpe and superbpe)")
+
+
+def _announcer(progress):
+    """Where the dashboard link goes: stderr, once, when progress is shown."""
+    if progress in (False, None, "none"):
+        return None
+    return lambda line: print(line, file=sys.stderr, flush=True)
 
 
 def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Sequence[str] = (),

@@ -39,7 +39,7 @@ from bpe_core.runtime.atomic import atomic_write  # noqa: E402
 from bpe_core.runtime.cli import (ArgumentParser, CliError, check_out_file, check_out_prefix,  # noqa: E402
                                 chunk_size, run_main)
 from bpe_core.config import parse_size  # noqa: E402
-from bpe_core.corpus import check_input  # noqa: E402
+from bpe_core.corpus.shards import check_source  # noqa: E402
 from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
 from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
 
@@ -66,6 +66,11 @@ def build_parser() -> ArgumentParser:
                    help="decode a sample of chunks back and compare with the input before renaming")
     p.add_argument("--report", default=None, metavar="PATH",
                    help="write a JSON report (plan, peak RSS per phase, seconds per phase) to PATH")
+    p.add_argument("--cluster", nargs="?", const="env", default=None, metavar="SPEC",
+                   help="encode on a Dask cluster (pip install 'bpe_core[cluster]'): local:N starts N "
+                        "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
+                        "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL; --out must be on "
+                        "a filesystem the workers share. Same ids as on one machine (docs/cluster.md)")
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
@@ -79,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     def check_paths() -> None:
         """The input and every output path, before any work."""
-        check_input(args.input)
+        check_source(args.input)
         if not args.plan:
             check_out_file(args.out)
             if args.report:
@@ -112,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         try:
             result = encode_corpus(args.input, tok, args.out, num_workers=args.workers, memory_limit=limit,
-                                   chunk_bytes=chunk, verify=args.verify, progress=args.progress)
+                                   chunk_bytes=chunk, verify=args.verify, progress=args.progress,
+                                   cluster=args.cluster)
         except VerifyError as exc:
             print(f"encode_corpus.py: verify failed: {exc}", file=sys.stderr)
             return 1

@@ -96,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spill-dir", default=None, metavar="DIR",
                    help="folder for sorted runs of the pretoken table when it outgrows the budget "
                         "(default: the system temp folder)")
+    p.add_argument("--cluster", nargs="?", const="env", default=None, metavar="SPEC",
+                   help="count on a Dask cluster (pip install 'bpe_core[cluster]'): local:N starts N "
+                        "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
+                        "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL (s3://, gs://, "
+                        "hf://, ...). Same merges as on one machine (docs/cluster.md)")
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
@@ -217,10 +222,10 @@ def _train_or_clean(args) -> int:
 
 def _check_paths(args) -> str:
     """Check the input and every output path before any work; returns the input path."""
-    from bpe_core.corpus import check_input
+    from bpe_core.corpus.shards import check_source
 
     input_path = args.input if args.input is not None else _default_input()
-    check_input(input_path)
+    check_source(input_path)
     if args.spill_dir is not None:
         check_work_dir(args.spill_dir, "--spill-dir folder")
     if not args.plan:
@@ -254,7 +259,7 @@ def _train(args) -> int:
                              heldout_fraction=args.heldout_fraction, supratok_rounds=args.supratok_rounds,
                              script_aware=not args.no_script_aware, script_bigram_min=args.script_bigram_min,
                              entropy_filter=args.entropy_filter, entropy_seed=args.entropy_seed,
-                             progress=args.progress)
+                             progress=args.progress, cluster=args.cluster)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     from bpe_core.runtime.memmon import phase

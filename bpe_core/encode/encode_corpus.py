@@ -38,6 +38,7 @@ import contextlib
 import copy
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -46,10 +47,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..corpus import check_input, file_chunks, warn_if_binary
+from ..corpus.shards import check_source, is_url, read_source, source_shards, warn_if_binary_source
 from ..errors import CorpusError, VerifyError
 from ..pretok.patterns import pattern_name
 from ..runtime import budget as scheduler
 from ..runtime.atomic import atomic_path, output_problem, remove_stale
+from ..runtime.executors import open_executor
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import check_mode, make_progress
 from ..runtime.workers import FileStamp, check_total, read_range, run_ordered
@@ -140,6 +143,7 @@ class EncodeResult:
     plan: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     phase_seconds: dict = field(default_factory=dict)
+    cluster: dict = field(default_factory=dict)
 
     @property
     def mb_per_s(self) -> float:
@@ -167,7 +171,7 @@ class EncodeResult:
                 "dtype": self.dtype, "seconds": round(self.seconds, 3), "mb_per_s": round(self.mb_per_s, 2),
                 "num_workers": self.num_workers, "n_chunks": self.n_chunks,
                 "verified_bytes": self.verified_bytes, "phase_seconds": self.phase_seconds,
-                "plan": self.plan, "memory": self.memory}
+                "plan": self.plan, "memory": self.memory, **({"cluster": self.cluster} if self.cluster else {})}
 
 
 def ids_dtype(n_vocab: int) -> np.dtype:
@@ -187,7 +191,7 @@ def plan(input_path: str | os.PathLike, tokenizer: Tokenizer, num_workers: int |
         CorpusError: bad input. ``scheduler.BudgetError``: the budget is too small (the message
             names the smallest budget that works).
     """
-    size = check_input(os.fspath(input_path))
+    size = check_source(os.fspath(input_path))
     return scheduler.plan_encoding(size, tokenizer.n_vocab, memory_limit, num_workers=num_workers,
                                    chunk_bytes=chunk_bytes)
 
@@ -196,7 +200,7 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
                   out_path: str | os.PathLike, num_workers: int | None = None,
                   memory_limit: int | None = None, chunk_bytes: int | None = None,
                   verify: bool = False, progress: bool | str = True,
-                  mp_context: str | None = None, monitor_interval: float = 0.05) -> EncodeResult:
+                  mp_context: str | None = None, monitor_interval: float = 0.05, cluster=None) -> EncodeResult:
     """Encode a whole file into one flat ``.npy`` of token ids (see the module docstring).
 
     Args:
@@ -214,6 +218,10 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
             ``False``/``"none"`` (``bpe_core.progress``).
         mp_context: ignored; kept so that older calls still work (workers are threads now).
         monitor_interval: seconds between RSS samples of the process tree.
+        cluster: encode the shards on a cluster (``runtime.executors.open_executor``: ``"local:N"``,
+            a scheduler address, a ``distributed.Client``); ``input_path`` may then be an fsspec
+            URL, and ``out_path`` must be on a filesystem the workers share (each writes its slice
+            of the ``.npy``). The ids are the same as on one machine (:func:`encode_sharded`).
 
     Returns:
         An ``EncodeResult`` with the plan (``plan.to_dict()``) and the sampled peak RSS.
@@ -237,6 +245,9 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
         phase(name)
         marks.append((name, time.perf_counter()))
 
+    if cluster is not None or is_url(os.fspath(input_path)):
+        return encode_sharded(input_path, tokenizer, out_path, cluster, num_workers, memory_limit, chunk_bytes,
+                              verify, progress, monitor_interval)
     enter("plan")
     input_path, out_path = os.fspath(input_path), os.fspath(out_path)
     size = check_input(input_path)
@@ -343,24 +354,194 @@ def _assemble(tmp: str, spill_dir: str, counts: list[int], dtype: np.dtype) -> N
 
 def _verify(tmp: str, input_path: str, tok: Tokenizer, chunks, counts, max_chunks: int = 8,
             max_ids: int = 1 << 20) -> int:
+    with open(input_path, "rb") as f:
+        def read(start: int, n: int) -> bytes:
+            f.seek(start)
+            return f.read(n)
+        return _verify_with(read, tmp, input_path, tok, chunks, counts, max_chunks, max_ids)
+
+
+def _verify_with(read, tmp: str, input_path: str, tok: Tokenizer, chunks, counts, max_chunks: int = 8,
+                 max_ids: int = 1 << 20) -> int:
     """Decode the start of up to ``max_chunks`` chunks (first, last, evenly between) and compare."""
     ids = np.load(tmp, mmap_mode="r")
     offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
     n = len(chunks)
     picks = sorted({round(k * (n - 1) / max(1, max_chunks - 1)) for k in range(min(n, max_chunks))})
     checked = 0
-    with open(input_path, "rb") as f:
-        for i in picks:
-            start, end = chunks[i]
-            k = min(int(counts[i]), max_ids)
-            got = tok.decode_bytes(np.asarray(ids[offsets[i]: offsets[i] + k]))
-            f.seek(start)
-            want = f.read(len(got))
-            if got != want or (k == counts[i] and len(got) != end - start):
-                raise VerifyError(f"{input_path}: ids of bytes {start}-{end} do not decode back to the input")
-            checked += len(got)
+    for i in picks:
+        start, end = chunks[i]
+        k = min(int(counts[i]), max_ids)
+        got = tok.decode_bytes(np.asarray(ids[offsets[i]: offsets[i] + k]))
+        want = read(start, min(len(got), end - start))
+        if got != want or (k == counts[i] and len(got) != end - start):
+            raise VerifyError(f"{input_path}: ids of bytes {start}-{end} do not decode back to the input")
+        checked += len(got)
     del ids
     return checked
+
+
+# ==== On an executor (a cluster): shards -> spill files -> slices of one .npy =====================
+
+
+def encode_sharded(input_path, tokenizer, out_path, cluster=None, num_workers: int | None = None,
+                   memory_limit: int | None = None, chunk_bytes: int | None = None, verify: bool = False,
+                   progress: bool | str = True, monitor_interval: float = 0.05) -> EncodeResult:
+    """``encode_corpus`` with the shards encoded where an executor runs (a Dask cluster, or threads).
+
+    1. **encode**: each task reads its shard (a local path on a shared filesystem, or an fsspec
+       URL), encodes it and writes its ids to a spill file in a folder beside the output (written
+       to a temp name and renamed, so a task that runs again after a lost worker replaces it whole);
+       it returns its token count. The tokenizer's rank table goes to each worker once.
+    2. **place**: the client creates the ``.npy`` (header by ``open_memmap``, the full size) in a temp
+       file beside the output; from the token counts each shard's offset follows, and each task
+       copies its spill file into its slice (``pwrite``) and fsyncs it. Placing again writes the
+       same bytes, so a retried task is harmless.
+    3. the conservation checks of ``encode_corpus`` (bytes encoded == input size; tokens written ==
+       the sum over shards), optional verify, rename onto the output. On any failure the temp file
+       and the spill folder are removed and nothing is written.
+
+    Only token counts and small task descriptions cross the network to the client; the ids go from
+    each worker to the shared filesystem.
+    """
+    t0 = time.perf_counter()
+    marks: list[tuple[str, float]] = []
+
+    def enter(name: str) -> None:
+        phase(name)
+        marks.append((name, time.perf_counter()))
+
+    enter("plan")
+    input_path, out_path = os.fspath(input_path), os.fspath(out_path)
+    if is_url(out_path):
+        raise CorpusError(out_path, "the output must be a path on a filesystem the workers share, not a URL")
+    size = check_source(input_path)
+    check_mode(progress)
+    warn_if_binary_source(input_path)
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    _check_out(out_path)
+    the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
+                                       chunk_bytes=chunk_bytes)
+    dtype = ids_dtype(tok.n_vocab)
+    specials = list(tok._special_bytes)
+    folder = os.path.dirname(os.path.abspath(out_path))
+    spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
+    tmp = None
+    bar = _progress(size, progress)
+    monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
+    monitor.start()
+    announce = None if progress in (False, None, "none") else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        with open_executor(cluster, the_plan.num_workers, announce=announce) as ex:
+            tmp, commit = atomic_path(out_path)
+            enter("cut")
+            shards = source_shards(input_path, the_plan.chunk_bytes, specials, pattern_name(tok.pattern),
+                                   getattr(tok, "chunks_inside_documents", True))
+            enter("encode")
+            spec = ex.share(tok._encoder_spec())
+            lengths = ex.share(_token_lengths(tok))
+            results = ex.map(encode_shard, shards, shared=(spec, lengths, spill_dir, dtype.str),
+                             on_done=lambda shard: bar.update(shard.n_bytes))
+            counts = [n_ids for _, n_ids, _ in results]
+            # Conservation: every byte of the input was encoded once.
+            check_total(f"bytes of {input_path} (bytes encoded vs input size)", sum(b for _, _, b in results), size)
+            total = sum(counts)
+            enter("assemble")
+            arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(total,))
+            header = arr.offset
+            del arr
+            starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])[:-1]
+            places = [(_spill_path(spill_dir, i), header + int(starts[i]) * dtype.itemsize, n * dtype.itemsize)
+                      for i, n in enumerate(counts)]
+            written = ex.map(place_spill, places, shared=(tmp,))
+            # Conservation: tokens written = the sum over shards.
+            check_total("tokens written (output file vs the sum over shards)", sum(written) // dtype.itemsize, total)
+            check_total("tokens in the output file (its size vs the sum over shards)",
+                        (os.path.getsize(tmp) - header) // dtype.itemsize, total)
+            verified = 0
+            if verify:
+                enter("verify")
+                verified = _verify_with(lambda a, n: read_source(input_path, a, a + n).tobytes(), tmp, input_path,
+                                        tok, [(sh.start, sh.end) for sh in shards], counts)
+            enter("write")
+            commit()
+            cluster_info = ex.describe() if ex.remote else {}
+            n_workers = ex.n_workers
+    except BaseException:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    finally:
+        bar.close()
+        shutil.rmtree(spill_dir, ignore_errors=True)
+        monitor.stop()
+    t_end = time.perf_counter()
+    seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
+               for k, (name, t) in enumerate(marks)}
+    return EncodeResult(out_path, total, size, dtype.name, t_end - t0, n_workers, len(shards), verified,
+                        plan=the_plan.to_dict(), memory=dict(monitor.summary(), held_back_chunks=0),
+                        phase_seconds=seconds, cluster=cluster_info)
+
+
+#: Per thread: (the shared spec it was made from, this thread's own copy with its encoder and cache).
+_THREAD_SPEC = threading.local()
+
+
+def _thread_spec(spec):
+    held = getattr(_THREAD_SPEC, "held", None)
+    if held is None or held[0] is not spec:
+        held = _THREAD_SPEC.held = (spec, copy.copy(spec))
+    return held[1]
+
+
+def encode_shard(shard, spec, token_lengths: np.ndarray, spill_dir: str, dtype: str) -> tuple[int, int, int]:
+    """Task: encode one shard into its spill file; returns ``(index, n_ids, n_bytes)``.
+
+    Conservation: the ids stand for exactly the shard's bytes (the sum of their token lengths).
+    """
+    enc = _thread_spec(spec)
+    buf = shard.read()
+    path = _spill_path(spill_dir, shard.index)
+    part = f"{path}.{os.getpid()}-{threading.get_ident()}.part"
+    n_ids = n_bytes = 0
+    try:
+        with open(part, "wb") as out:
+            for ids in enc.iter_encode(buf, 0, len(buf)):
+                n_bytes += int(token_lengths[ids].sum())
+                ids.astype(dtype, copy=False).tofile(out)
+                n_ids += len(ids)
+        check_total(f"bytes of {shard.label()} (bytes the ids stand for vs bytes read)", n_bytes, shard.n_bytes)
+        os.replace(part, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
+    return shard.index, n_ids, n_bytes
+
+
+def place_spill(place: tuple[str, int, int], out_path: str) -> int:
+    """Task: copy a spill file into its slice of the output (``pwrite`` at its byte offset) and fsync;
+    returns the bytes written, checked against the slice's size."""
+    spill, offset, n_bytes = place
+    written = 0
+    fd = os.open(out_path, os.O_WRONLY)
+    try:
+        with open(spill, "rb") as f:
+            while True:
+                block = f.read(COPY_BYTES)
+                if not block:
+                    break
+                view = memoryview(block)
+                while view:
+                    k = os.pwrite(fd, view, offset + written)
+                    written += k
+                    view = view[k:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    check_total(f"bytes of {spill} (bytes placed vs the shard's ids)", written, n_bytes)
+    return written
 
 
 def _check_out(out_path: str) -> None:
@@ -375,4 +556,5 @@ def _progress(total: int, mode):
     return make_progress(mode, total=total, desc="encode", unit="B", unit_scale=True, smoothing=0.1)
 
 
-__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "ids_dtype", "iter_chunks", "plan"]
+__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "encode_shard", "encode_sharded", "ids_dtype",
+           "iter_chunks", "place_spill", "plan"]
