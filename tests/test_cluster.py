@@ -22,7 +22,7 @@ import cloudpickle  # noqa: E402  (comes with distributed)
 
 from bpe_core.config import TrainConfig  # noqa: E402
 from bpe_core.corpus.shards import Shard, check_source, source_shards  # noqa: E402
-from bpe_core.encode.encode_corpus import encode_corpus  # noqa: E402
+from bpe_core.encode.encode_corpus import encode_corpus, load_sharded_ids  # noqa: E402
 from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
 from bpe_core.errors import BudgetError, CorpusError, InputChanged, MissingDependency  # noqa: E402
 from bpe_core.formats.model import MODEL_FILE, dump_folder  # noqa: E402
@@ -249,9 +249,24 @@ def test_encode_failure_leaves_nothing(client, tmp_path, tokenizer):
     bad = tmp_path / "gone.txt"
     with pytest.raises(CorpusError, match="no such file"):
         encode_corpus("file://" + str(bad), tokenizer, tmp_path / "ids.npy", progress=False, cluster=client)
-    with pytest.raises(CorpusError, match="workers share"):
-        encode_corpus(str(bad), tokenizer, "memory://x/ids.npy", progress=False, cluster=client)
     assert os.listdir(tmp_path) == []
+
+
+def test_encode_to_url_parts_with_a_manifest(client, corpus, tokenizer, tmp_path):
+    single = encode_corpus(corpus, tokenizer, tmp_path / "single.npy", num_workers=1, progress=False)
+    want = np.load(tmp_path / "single.npy")
+    url = "file://" + str(tmp_path / "parts")
+    got = encode_corpus(corpus, tokenizer, url, chunk_bytes=20000, progress=False, cluster=client)
+    assert got.n_tokens == single.n_tokens and got.n_chunks > 3
+    ids = load_sharded_ids(url)
+    assert ids.dtype == want.dtype and np.array_equal(ids, want)
+    with pytest.raises(CorpusError, match="already holds"):
+        encode_corpus(corpus, tokenizer, url, progress=False, cluster=client)
+    # on this machine's threads, into memory://
+    encode_corpus(corpus, tokenizer, "memory://bpe_core_test/ids", chunk_bytes=30000, progress=False, num_workers=2)
+    assert np.array_equal(load_sharded_ids("memory://bpe_core_test/ids"), want)
+    with pytest.raises(CorpusError, match="no manifest"):
+        load_sharded_ids("memory://bpe_core_test/none")
 
 
 # ==== Worker loss ================================================================================

@@ -39,7 +39,7 @@ from bpe_core.runtime.atomic import atomic_write  # noqa: E402
 from bpe_core.runtime.cli import (ArgumentParser, CliError, check_out_file, check_out_prefix,  # noqa: E402
                                 chunk_size, run_main)
 from bpe_core.config import parse_size  # noqa: E402
-from bpe_core.corpus.shards import check_source  # noqa: E402
+from bpe_core.corpus.shards import check_source, is_url  # noqa: E402
 from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
 from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
 
@@ -51,7 +51,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("input", metavar="INPUT", help="the corpus (read as bytes)")
     p.add_argument("--tokenizer", required=True, metavar="DIR",
                    help="what tools/train_bpe.py wrote (a folder with model.json, or the file)")
-    p.add_argument("--out", required=True, metavar="IDS.npy", help="the .npy to write (atomically)")
+    p.add_argument("--out", required=True, metavar="IDS.npy", help="the .npy to write (atomically); or an fsspec URL (s3://bucket/ids/): one "
+                        "part-NNNNNN.npy per shard and a manifest.json written last")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="at most this many encoding threads (default: the CPU count; the memory plan "
                         "may use fewer)")
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     def check_paths() -> None:
         """The input and every output path, before any work."""
         check_source(args.input)
-        if not args.plan:
+        if not args.plan and not is_url(args.out):
             check_out_file(args.out)
             if args.report:
                 check_out_file(args.report)

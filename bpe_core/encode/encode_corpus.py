@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
+import json
 import os
 import shutil
 import sys
@@ -48,7 +50,7 @@ import numpy as np
 
 from ..corpus import check_input, file_chunks, warn_if_binary
 from ..corpus.shards import check_source, is_url, read_source, source_shards, warn_if_binary_source
-from ..errors import CorpusError, VerifyError
+from ..errors import CorpusError, MissingDependency, VerifyError
 from ..pretok.patterns import pattern_name
 from ..runtime import budget as scheduler
 from ..runtime.atomic import atomic_path, output_problem, remove_stale
@@ -221,7 +223,9 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
         cluster: encode the shards on a cluster (``runtime.executors.open_executor``: ``"local:N"``,
             a scheduler address, a ``distributed.Client``); ``input_path`` may then be an fsspec
             URL, and ``out_path`` must be on a filesystem the workers share (each writes its slice
-            of the ``.npy``). The ids are the same as on one machine (:func:`encode_sharded`).
+            of the ``.npy``). The ids are the same as on one machine (:func:`encode_sharded`). An
+            fsspec URL as ``out_path`` (``s3://bucket/ids/``) gets sharded outputs and a manifest
+            instead (:func:`encode_to_parts`, read back by :func:`load_sharded_ids`).
 
     Returns:
         An ``EncodeResult`` with the plan (``plan.to_dict()``) and the sampled peak RSS.
@@ -245,7 +249,7 @@ def encode_corpus(input_path: str | os.PathLike, tokenizer: Tokenizer | str | os
         phase(name)
         marks.append((name, time.perf_counter()))
 
-    if cluster is not None or is_url(os.fspath(input_path)):
+    if cluster is not None or is_url(os.fspath(input_path)) or is_url(os.fspath(out_path)):
         return encode_sharded(input_path, tokenizer, out_path, cluster, num_workers, memory_limit, chunk_bytes,
                               verify, progress, monitor_interval)
     enter("plan")
@@ -414,7 +418,8 @@ def encode_sharded(input_path, tokenizer, out_path, cluster=None, num_workers: i
     enter("plan")
     input_path, out_path = os.fspath(input_path), os.fspath(out_path)
     if is_url(out_path):
-        raise CorpusError(out_path, "the output must be a path on a filesystem the workers share, not a URL")
+        return encode_to_parts(input_path, tokenizer, out_path, cluster, num_workers, memory_limit, chunk_bytes,
+                               progress)
     size = check_source(input_path)
     check_mode(progress)
     warn_if_binary_source(input_path)
@@ -482,6 +487,128 @@ def encode_sharded(input_path, tokenizer, out_path, cluster=None, num_workers: i
     return EncodeResult(out_path, total, size, dtype.name, t_end - t0, n_workers, len(shards), verified,
                         plan=the_plan.to_dict(), memory=dict(monitor.summary(), held_back_chunks=0),
                         phase_seconds=seconds, cluster=cluster_info)
+
+
+#: The manifest of sharded ids (``encode_to_parts``): written last, so its presence means complete.
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "bpe_core.sharded_ids/1"
+
+
+def _part_name(index: int) -> str:
+    return f"part-{index:06d}.npy"
+
+
+def encode_to_parts(input_path: str, tokenizer, out_url: str, cluster=None, num_workers: int | None = None,
+                    memory_limit: int | None = None, chunk_bytes: int | None = None,
+                    progress: bool | str = True) -> EncodeResult:
+    """Encode into sharded outputs at an fsspec URL (``s3://bucket/ids/``): one ``part-NNNNNN.npy``
+    per shard, written by the task that encoded it, then ``manifest.json`` (written last by the
+    client: the parts in order, their token counts and input byte ranges, the dtype). A reader
+    trusts the parts only through the manifest (:func:`load_sharded_ids`); a run that fails
+    removes the parts it wrote. Concatenated in manifest order the parts are the single-node ids.
+    """
+    t0 = time.perf_counter()
+    fs, root = _fs_of(out_url)
+    if fs.exists(f"{root}/{MANIFEST}"):
+        raise CorpusError(out_url, f"already holds a {MANIFEST}; remove it (and its parts) or choose another URL")
+    fs.makedirs(root, exist_ok=True)            # a folder where there are folders; nothing on object stores
+    size = check_source(input_path)
+    check_mode(progress)
+    warn_if_binary_source(input_path)
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
+                                       chunk_bytes=chunk_bytes)
+    dtype = ids_dtype(tok.n_vocab)
+    bar = _progress(size, progress)
+    announce = None if progress in (False, None, "none") else (lambda line: print(line, file=sys.stderr, flush=True))
+    shards: list = []
+    try:
+        with open_executor(cluster, the_plan.num_workers, announce=announce) as ex:
+            shards = source_shards(input_path, the_plan.chunk_bytes, list(tok._special_bytes),
+                                   pattern_name(tok.pattern), getattr(tok, "chunks_inside_documents", True))
+            spec = ex.share(tok._encoder_spec())
+            lengths = ex.share(_token_lengths(tok))
+            results = ex.map(encode_shard_to_url, shards, shared=(spec, lengths, out_url, dtype.str),
+                             on_done=lambda shard: bar.update(shard.n_bytes))
+            check_total(f"bytes of {input_path} (bytes encoded vs input size)", sum(r[2] for r in results), size)
+            parts = [{"path": _part_name(sh.index), "n_tokens": n_ids, "start": sh.start, "end": sh.end}
+                     for sh, (_, n_ids, _) in zip(shards, results)]
+            for part in parts:          # Conservation: each part holds what its task counted.
+                check_total(f"tokens in {part['path']}", _npy_length(fs, f"{root}/{part['path']}"), part["n_tokens"])
+            total = sum(p["n_tokens"] for p in parts)
+            manifest = {"format": MANIFEST_FORMAT, "input": input_path, "input_bytes": size, "dtype": dtype.name,
+                        "n_tokens": total, "parts": parts}
+            fs.pipe_file(f"{root}/{MANIFEST}", (json.dumps(manifest, indent=1) + "\n").encode())
+            cluster_info = ex.describe() if ex.remote else {}
+            n_workers = ex.n_workers
+    except BaseException:
+        for sh in shards:
+            with contextlib.suppress(Exception):
+                fs.rm_file(f"{root}/{_part_name(sh.index)}")
+        raise
+    finally:
+        bar.close()
+    return EncodeResult(out_url, total, size, dtype.name, time.perf_counter() - t0, n_workers, len(shards),
+                        plan=the_plan.to_dict(), cluster=cluster_info)
+
+
+def _fs_of(url: str):
+    try:
+        import fsspec
+    except ImportError:
+        raise MissingDependency(f"{url}: writing to a URL needs fsspec: pip install 'bpe_core[cluster]'") from None
+    fs, root = fsspec.core.url_to_fs(url)
+    return fs, root.rstrip("/")
+
+
+def _npy_length(fs, path: str) -> int:
+    with fs.open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        shape, _, _ = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0(f))
+    return int(shape[0])
+
+
+def encode_shard_to_url(shard, spec, token_lengths: np.ndarray, out_url: str, dtype: str) -> tuple[int, int, int]:
+    """Task: encode one shard into its own ``part-NNNNNN.npy`` under ``out_url``; returns
+    ``(index, n_ids, n_bytes)`` (the ids stand for exactly the shard's bytes, checked)."""
+    enc = _thread_spec(spec)
+    buf = shard.read()
+    blocks, n_bytes = [], 0
+    for ids in enc.iter_encode(buf, 0, len(buf)):
+        n_bytes += int(token_lengths[ids].sum())
+        blocks.append(ids.astype(dtype, copy=False))
+    check_total(f"bytes of {shard.label()} (bytes the ids stand for vs bytes read)", n_bytes, shard.n_bytes)
+    ids = np.concatenate(blocks) if blocks else np.zeros(0, dtype)
+    out = io.BytesIO()
+    np.save(out, ids)
+    fs, root = _fs_of(out_url)
+    fs.pipe_file(f"{root}/{_part_name(shard.index)}", out.getvalue())
+    return shard.index, int(ids.shape[0]), n_bytes
+
+
+def load_sharded_ids(url: str) -> np.ndarray:
+    """The ids that ``encode_to_parts`` wrote at ``url``, concatenated in manifest order.
+
+    Raises:
+        CorpusError: no manifest (the run did not finish), or a part that is not what it lists.
+    """
+    fs, root = _fs_of(url)
+    try:
+        manifest = json.loads(fs.cat_file(f"{root}/{MANIFEST}"))
+    except FileNotFoundError:
+        raise CorpusError(url, f"no {MANIFEST}: not a finished sharded output") from None
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise CorpusError(url, f"{MANIFEST}: not a {MANIFEST_FORMAT} manifest")
+    arrays = []
+    for part in manifest["parts"]:
+        with fs.open(f"{root}/{part['path']}", "rb") as f:
+            arr = np.load(f, allow_pickle=False)
+        if arr.shape != (part["n_tokens"],) or arr.dtype != np.dtype(manifest["dtype"]):
+            raise CorpusError(url, f"{part['path']}: {arr.shape[0]:,} {arr.dtype} ids, the manifest says "
+                                   f"{part['n_tokens']:,} {manifest['dtype']}")
+        arrays.append(arr)
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.dtype(manifest["dtype"]))
 
 
 #: Per thread: (the shared spec it was made from, this thread's own copy with its encoder and cache).
@@ -556,5 +683,5 @@ def _progress(total: int, mode):
     return make_progress(mode, total=total, desc="encode", unit="B", unit_scale=True, smoothing=0.1)
 
 
-__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "encode_shard", "encode_sharded", "ids_dtype",
-           "iter_chunks", "place_spill", "plan"]
+__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "encode_shard", "encode_shard_to_url", "encode_sharded",
+           "encode_to_parts", "ids_dtype", "iter_chunks", "load_sharded_ids", "place_spill", "plan"]
