@@ -382,3 +382,12 @@ def test_tools_take_a_scheduler_address(client, corpus, tmp_path):
                                            str(tmp_path / "s.npy"), "--workers", "1", "--progress", "none"])
     assert code == 0, err
     assert open(tmp_path / "c.npy", "rb").read() == open(tmp_path / "s.npy", "rb").read()
+
+
+def test_empty_input_on_cluster(client, tmp_path, tokenizer):
+    path = tmp_path / "empty.txt"
+    path.write_bytes(b"")
+    r = train(TrainConfig(input_path=str(path), vocab_size=300, cluster=client))
+    assert r.merges == [] and r.report["unique_pretokens"] == 0
+    encode_corpus(str(path), tokenizer, tmp_path / "ids.npy", progress=False, cluster=client)
+    assert np.load(tmp_path / "ids.npy").shape == (0,)
