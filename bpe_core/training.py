@@ -207,7 +207,9 @@ def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Se
         special_tokens: split out before pre-tokenization, never merged; ids 256, 257, ...
         **options: any other :class:`TrainConfig` field: ``pattern`` (``"gpt2"``, ``"cl100k"``,
             ``"o200k"`` or a regex), ``num_workers``, ``chunk_bytes``, ``memory_limit`` (bytes, or
-            a size string such as ``"8G"``), ``min_pretoken_count``, ``spill_dir``, ``progress``.
+            a size string such as ``"8G"``), ``min_pretoken_count``, ``spill_dir``, ``progress``,
+            ``cluster`` (``"local:4"``, ``"tcp://host:8786"`` or a ``distributed.Client``: count on
+            a Dask cluster, ``docs/cluster.md``; ``input_path`` may then be an fsspec URL).
 
     Returns:
         ``(vocab, merges)``: ``vocab`` maps id -> bytes; ``merges`` lists ``(left, right)`` in order.

@@ -49,6 +49,21 @@ def client():
     yield c
     c.close()
     cluster.close()
+    _stop_resource_tracker()
+
+
+def _stop_resource_tracker():
+    """The worker processes are gone; so goes the ``multiprocessing`` resource tracker their start
+    left behind (it would live until pytest exits, and later tests check that no child is left)."""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if hasattr(tracker, "_stop"):
+        tracker._stop()
+    elif getattr(tracker, "_pid", None):                 # Python < 3.11: what _stop does
+        os.close(tracker._fd)
+        os.waitpid(tracker._pid, 0)
+        tracker._fd = tracker._pid = None
 
 
 @pytest.fixture(scope="module")
