@@ -130,8 +130,11 @@ def train(config: TrainConfig) -> TrainResult:
             raise BudgetError(f"stopped while counting: {n_words:,} unique pretokens so far already need more "
                               f"than the budget; {exc}", exc.min_budget) from None
 
+    t_open = time.perf_counter()
     with MemoryMonitor(interval=0.05, budget=the_plan.memory_limit) as monitor, \
             open_executor(config.cluster, the_plan.num_workers, announce=_announcer(config.progress)) as executor:
+        if executor.remote:
+            report["seconds"]["cluster_start"] = round(time.perf_counter() - t_open, 3)
         if sharded:
             t_cut = time.perf_counter()
             shards = source_shards(config.input_path, the_plan.chunk_bytes, specials, pattern_name(pattern))

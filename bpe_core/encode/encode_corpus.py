@@ -437,6 +437,7 @@ def encode_sharded(input_path, tokenizer, out_path, cluster=None, num_workers: i
     monitor.start()
     announce = None if progress in (False, None, "none") else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
+        enter("cluster start")
         with open_executor(cluster, the_plan.num_workers, announce=announce) as ex:
             tmp, commit = atomic_path(out_path)
             enter("cut")
@@ -468,10 +469,11 @@ def encode_sharded(input_path, tokenizer, out_path, cluster=None, num_workers: i
                 enter("verify")
                 verified = _verify_with(lambda a, n: read_source(input_path, a, a + n).tobytes(), tmp, input_path,
                                         tok, [(sh.start, sh.end) for sh in shards], counts)
-            enter("write")
-            commit()
             cluster_info = ex.describe() if ex.remote else {}
             n_workers = ex.n_workers
+            enter("write")
+            commit()
+            t_end = time.perf_counter()          # closing a cluster we started is not the run's time
     except BaseException:
         if tmp is not None:
             with contextlib.suppress(OSError):
@@ -481,7 +483,6 @@ def encode_sharded(input_path, tokenizer, out_path, cluster=None, num_workers: i
         bar.close()
         shutil.rmtree(spill_dir, ignore_errors=True)
         monitor.stop()
-    t_end = time.perf_counter()
     seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
                for k, (name, t) in enumerate(marks)}
     return EncodeResult(out_path, total, size, dtype.name, t_end - t0, n_workers, len(shards), verified,
