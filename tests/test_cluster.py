@@ -374,6 +374,8 @@ def test_url_inputs_are_checked(tmp_path):
         train(TrainConfig(input_path="memory://bpe_core_test/t.txt", vocab_size=300, method="supratok"))
     with pytest.raises(InputChanged):
         Shard("memory://bpe_core_test/t.txt", 0, 9).read()
+    with pytest.raises(CorpusError, match="every worker sees"):
+        Shard(str(tmp_path / "not-here.txt"), 0, 9).read()
 
 
 # ==== The tools ================================================================================

@@ -126,7 +126,11 @@ def read_source(source: str, start: int, end: int, stamp: Optional[Stamp] = None
     b'ell'
     """
     if not is_url(source):
-        return read_range(source, start, end, stamp)
+        try:
+            return read_range(source, start, end, stamp)
+        except FileNotFoundError:
+            raise CorpusError(source, f"no such file on this machine ({_host()}): on a cluster, the input must "
+                                      f"be on a filesystem every worker sees at the same path, or a URL") from None
     if end <= start:
         return np.zeros(0, np.uint8)
     fs, path = _fsspec(source)
@@ -140,6 +144,12 @@ def read_source(source: str, start: int, end: int, stamp: Optional[Stamp] = None
     if stamp is not None:
         stamp.check()
     return np.frombuffer(data, dtype=np.uint8).copy()
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
 
 
 def check_source(source: Union[str, os.PathLike]) -> int:
