@@ -21,6 +21,7 @@ fsspec = pytest.importorskip("fsspec")
 import cloudpickle  # noqa: E402  (comes with distributed)
 
 from bpe_core.config import TrainConfig  # noqa: E402
+from strategies import SPECIAL, corpus_bytes  # noqa: E402
 from bpe_core.corpus.shards import Shard, check_source, source_shards  # noqa: E402
 from bpe_core.encode.encode_corpus import encode_corpus, load_sharded_ids  # noqa: E402
 from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
@@ -141,6 +142,24 @@ def test_shards_cover_the_input_at_the_single_node_cuts(corpus):
     url = source_shards("file://" + corpus, 3000, specials, "gpt2")
     assert [(s.start, s.end) for s in url] == [(s.start, s.end) for s in shards]
     assert url[3].read().tobytes() == shards[3].read().tobytes()
+
+
+@settings(deadline=None)
+@given(data=st.lists(corpus_bytes, min_size=1, max_size=6).map(b"".join), chunk=st.integers(1, 64),
+       pattern=st.sampled_from(["gpt2", "o200k", r"\w+|\s+|[^\w\s]+"]), url=st.booleans())
+def test_sharded_count_equals_count_corpus_on_random_input(tmp_path_factory, data, chunk, pattern, url):
+    """Shards of a file or a ``file://`` URL, counted by tasks and combined in a tree, give the
+    single-node table on random and adversarial bytes, for any shard size."""
+    from bpe_core.pretok.patterns import pattern_name
+
+    path = tmp_path_factory.mktemp("prop") / "c.txt"
+    path.write_bytes(data)
+    specials = [SPECIAL.encode()]
+    want = count_corpus(str(path), specials, pattern, 1, 1 << 20)
+    source = ("file://" if url else "") + str(path)
+    shards = source_shards(source, chunk, specials, pattern_name(pattern))
+    got = count_shards(shards, specials, pattern, LocalExecutor(2), len(data), source)
+    assert _tables_equal(got, want)
 
 
 def _concat(task, sep):
