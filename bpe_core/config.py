@@ -44,12 +44,18 @@ class TrainConfig:
         transition: SuperBPE's transition point: a vocabulary size (int) or a fraction of
             ``vocab_size`` (float in (0, 1]); default 0.4, the paper's most compression-efficient
             ratio (its downstream-best was 0.9).
-        stage2_split: ``"default"`` (units between hard boundaries) or ``"official"`` (the official
-            implementation's stage-2 pre-tokenizer, for parity).
-        max_words, forbidden, max_token_bytes, max_nonalnum: SuperBPE stage-2 rules: at most
-            ``max_words`` words per token (default 4), no forbidden substring (default ``": "``),
-            and optional guardrails: a byte cap and a cap on characters that are neither
-            alphanumeric nor whitespace (keeps table rules and URL prefixes out of the vocabulary).
+        stage2_split: ``"hf"`` (default: units between document edges, numbers and the inside of
+            whitespace runs, a split HF's ``tokenizer.json`` expresses), ``"units"`` (the previous
+            default, ``"default"`` in older files: numbers cut into digit groups between stage-1
+            tokens) or ``"official"`` (the official implementation's stage-2 pre-tokenizer).
+        max_words, forbidden, max_token_bytes, max_nonalnum, max_digits: SuperBPE stage-2 rules: at
+            most ``max_words`` words per token (default 4), no forbidden substring (default
+            ``": "``), no run of more than ``max_digits`` digits (default 3; None: no cap), and
+            optional guardrails: a byte cap and a cap on characters that are neither alphanumeric
+            nor whitespace (keeps table rules and URL prefixes out of the vocabulary).
+        stage2_duplicates: let stage 2 merge a pair whose bytes are already a token (it then
+            spends an id on bytes another id has). Default False: such pairs are never merged, so
+            the V ids of a SuperBPE model are V different strings.
         progress: progress on stderr: ``False``/``"none"`` (default), ``True``/``"auto"`` (a tqdm bar
             on a terminal, else a plain line every 10 s or 10 %), ``"bar"``, ``"plain"`` or
             ``"json"`` (JSON lines); see ``bpe_core.progress``.
@@ -86,11 +92,13 @@ class TrainConfig:
     spill_dir: Optional[str] = None
     method: str = "bpe"
     transition: Optional[float] = None
-    stage2_split: str = "default"
+    stage2_split: str = "hf"
     max_words: int = 4
     forbidden: tuple[str, ...] = (": ",)
     max_token_bytes: Optional[int] = None
     max_nonalnum: Optional[int] = None
+    max_digits: Optional[int] = 3
+    stage2_duplicates: bool = False
     progress: bool | str = False
     seed_pmi: float = 2.0
     seed_min_count: int = 100
@@ -130,8 +138,12 @@ class TrainConfig:
                 raise ValueError("memory_limit must be positive")
         if self.min_pretoken_count < 1:
             raise ValueError("min_pretoken_count must be >= 1")
-        if self.stage2_split not in ("default", "official"):
-            raise ValueError(f"unknown stage2_split {self.stage2_split!r} (default, official)")
+        if self.stage2_split not in ("hf", "units", "default", "official"):
+            raise ValueError(f"unknown stage2_split {self.stage2_split!r} (hf, units, official)")
+        if self.stage2_split == "default":          # its name before "hf" became the default
+            object.__setattr__(self, "stage2_split", "units")
+        if self.max_digits is not None and self.max_digits < 1:
+            raise ValueError("max_digits must be >= 1")
         object.__setattr__(self, "forbidden", tuple(self.forbidden))
         registry.get(self.method).check_config(self)    # ValueError: an unknown method, bad options
         check_mode(self.progress)

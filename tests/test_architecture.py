@@ -23,7 +23,7 @@ LAYERS = [
     ("encode",),
     ("config",),
     ("methods",),
-    ("training", "export"),
+    ("training", "export", "transformers_tokenizer"),
     ("evaluate",),
     ("__init__",),
 ]

@@ -219,9 +219,11 @@ def test_combine_counts_sums_totals(corpus):
 # ==== Training: the same merges and model.json ===================================================
 
 
-@pytest.mark.parametrize("method,chunk", [("bpe", 1500), ("bpe", 50000), ("superbpe", 4000)])
-def test_train_on_cluster_is_byte_identical(client, corpus, tmp_path, method, chunk):
-    options = dict(vocab_size=600, special_tokens=tuple(SPECIALS), method=method)
+@pytest.mark.parametrize("method,chunk,split", [("bpe", 1500, None), ("bpe", 50000, None),
+                                                ("superbpe", 4000, "hf"), ("superbpe", 9000, "units")])
+def test_train_on_cluster_is_byte_identical(client, corpus, tmp_path, method, chunk, split):
+    options = dict(vocab_size=600, special_tokens=tuple(SPECIALS), method=method,
+                   **({"stage2_split": split} if split else {}))
     single = train(TrainConfig(input_path=corpus, num_workers=1, **options))
     on_cluster = train(TrainConfig(input_path=corpus, chunk_bytes=chunk, cluster=client, **options))
     assert on_cluster.merges == single.merges and on_cluster.vocab == single.vocab

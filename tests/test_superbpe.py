@@ -34,28 +34,39 @@ def train_fast(data: bytes, vocab_size: int, transition, **options):
 
 
 @settings(max_examples=max(10, settings().max_examples // 2))
-@given(st.one_of(phrase_text, corpus_bytes), st.integers(0, 20), st.integers(0, 40))
-def test_fast_equals_reference(data, n1, n2):
+@given(st.one_of(phrase_text, corpus_bytes), st.integers(0, 20), st.integers(0, 40),
+       st.sampled_from([("hf", False), ("units", False), ("hf", True)]))
+def test_fast_equals_reference(data, n1, n2, mode):
+    split, duplicates = mode
     data = data * 2
     transition = 257 + n1
-    fast = train_fast(data, transition + n2, transition, num_workers=1)
-    vocab, merges, n_stage1 = reference.train_superbpe_from_bytes(data, transition + n2, [SPECIAL], "gpt2", transition)
+    fast = train_fast(data, transition + n2, transition, num_workers=1, stage2_split=split,
+                      stage2_duplicates=duplicates)
+    vocab, merges, n_stage1 = reference.train_superbpe_from_bytes(data, transition + n2, [SPECIAL], "gpt2",
+                                                                  transition, split=split,
+                                                                  distinct=not duplicates)
     assert fast.merges == merges and fast.vocab == vocab
     assert fast.model.stages[0]["merges"] == n_stage1
+    if not duplicates:      # stage 2 never rebuilds the bytes of an earlier token
+        stage2 = [a + b for a, b in merges[n_stage1:]]
+        assert not set(stage2) & set(vocab[i] for i in range(256 + 1 + n_stage1))
+        assert len(set(stage2)) == len(stage2)
 
 
 @settings(max_examples=max(10, settings().max_examples // 2))
-@given(st.one_of(phrase_text, corpus_bytes), st.integers(0, 15), st.integers(0, 30), st.sampled_from([1, 2]))
-def test_encoder_reproduces_training(data, n1, n2, workers):
+@given(st.one_of(phrase_text, corpus_bytes), st.integers(0, 15), st.integers(0, 30), st.sampled_from([1, 2]),
+       st.sampled_from(["hf", "units"]))
+def test_encoder_reproduces_training(data, n1, n2, workers, split):
     data = data * 3
     transition = 257 + n1
-    result = train_fast(data, transition + n2, transition, num_workers=workers, chunk_bytes=64)
+    result = train_fast(data, transition + n2, transition, num_workers=workers, chunk_bytes=64, stage2_split=split)
     enc = StageAwareEncoder(result.model)
     ids = enc.encode(data)
     n_special = len([1 for _, s in bpe_core.corpus.split_on_specials(data, [SPECIAL.encode()]) if s])
     assert len(ids) == result.report["superbpe"]["final_tokens"] + n_special
     vocab, merges = result.vocab, result.merges
-    assert ids == reference.encode_superbpe(data, vocab, merges, result.model.stages[0]["merges"], [SPECIAL])
+    assert ids == reference.encode_superbpe(data, vocab, merges, result.model.stages[0]["merges"], [SPECIAL],
+                                            split=split)
     assert b"".join(vocab[i] for i in ids) == data
 
 
@@ -193,3 +204,60 @@ def test_encode_corpus_with_a_superbpe_model(sb_dir, tmp_path):
                                  progress=False, verify=True)
     assert np.load(out).tolist() == tok.encode((sb_dir / "c.txt").read_bytes())
     assert res.n_tokens == len(np.load(out))
+
+
+# ==== The "hf" split as one regex (the HF export) ==============================================
+
+split_text = st.lists(st.sampled_from(list("ab é,.'-") + ["  ", "\n", "\n\n", " \n", "\t", "\u00a0", "\r\n",
+                                                          "1", "12", "1234", " 7", "\u0663", "'s", "x:"]),
+                      max_size=40).map("".join)
+
+
+@settings(max_examples=max(20, settings().max_examples))
+@given(split_text)
+def test_hf_split_regex_finds_the_training_units(text):
+    """HF's Split with the exported regex cuts a text exactly where training cuts its units (GPT-2
+    pattern, the default; for cl100k / o200k the export says its regex is the closest, not exact)."""
+    from tokenizers import Regex, pre_tokenizers
+    from bpe_core.methods.superbpe import HF_SPLIT_GPT2
+    pieces = [p for p, _ in pre_tokenizers.Split(Regex(HF_SPLIT_GPT2), "isolated").pre_tokenize_str(text)]
+    units = [b"".join(u).decode() for u in reference.superbpe_units(text.encode(), [], "gpt2", [])]
+    assert pieces == units
+
+
+def test_hf_export_gives_the_stage_aware_ids(tmp_path, fixtures_dir):
+    """On held-out text, tokenizer.json (HF tokenizers) and the stage-aware encoder agree."""
+    import tokenizers
+    from bpe_core.evaluate import hf_agreement
+    text = (fixtures_dir / "corpus.en").read_bytes()
+    train, heldout = text[:len(text) // 2], text[len(text) // 2:]
+    r = train_fast(train, 1200, 0.4, num_workers=1)
+    docs = [d for d in heldout.split(b"\n\n") if d.strip()]
+    agree = hf_agreement(r.model, docs)
+    assert agree.n_docs == len(docs) and agree.identical / agree.n_docs >= 0.95, agree
+    assert abs(agree.token_gap) <= 0.002, agree
+    # the figure is the library's own: one document checked by hand
+    hf = tokenizers.Tokenizer.from_str(__import__("json").dumps(bpe_core.export.hf_tokenizer_json(r.model)))
+    assert hf.encode(docs[0].decode()).ids == StageAwareEncoder(r.model).encode(docs[0])
+
+
+def test_max_digits_and_distinct_rules(fixtures_dir):
+    data = (fixtures_dir / "corpus.en").read_bytes()[:30000] + b" 123456 7890 123456 7890" * 50
+    r = train_fast(data, 900, 0.4, num_workers=1)
+    n1 = r.model.stages[0]["merges"]
+    stage2 = [a + b for a, b in r.merges[n1:]]
+    assert all(len(run) <= 3 for t in stage2 for run in __import__("re").findall(rb"[0-9]+", t))
+    assert len(set(r.vocab.values())) == len(r.vocab) or len(set(stage2)) == len(stage2)
+    assert not set(stage2) & {r.vocab[i] for i in range(257 + n1)}
+    assert r.model.stages[1]["rules"]["distinct"] is True and r.model.stages[1]["rules"]["max_digits"] == 3
+    dup = train_fast(data, 900, 0.4, num_workers=1, stage2_duplicates=True)
+    assert dup.model.stages[1]["rules"]["distinct"] is False
+
+
+def test_export_prints_the_agreement_figures(sb_dir, tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "export_tokenizer.py"), str(sb_dir / "tok"),
+                        "--format", "hf", "--out", str(tmp_path / "tokenizer.json"),
+                        "--check-text", str(sb_dir / "c.txt")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stderr.splitlines() if "identical ids on" in l)
+    assert "documents" in line and "tokens" in line and "c.txt" in line

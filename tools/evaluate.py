@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", default=None, metavar="FILE", help="training corpus for --sweep-transition")
     p.add_argument("--vocab-size", type=int, default=8000, help="vocabulary size for --sweep-transition")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the scores as JSON")
+    p.add_argument("--hf", action="store_true",
+                   help="also encode each file's documents with the model's HF tokenizer.json export (HF "
+                        "tokenizers) and print the share of documents with identical ids and the token gap")
+    p.add_argument("--hf-docs", type=int, default=None, metavar="N", help="--hf: the first N documents only")
     return p
 
 
@@ -100,6 +104,15 @@ def _run(args) -> int:
             for s in scores:
                 if s.tokenizer != base and s.file == ref.file:
                     print(f"  {s.tokenizer} on {s.file}: {token_change(s.n_tokens, ref.n_tokens)}")
+    if args.hf:
+        from bpe_core.evaluate import hf_agreement, split_documents
+        print()
+        for name, model, _ in entries:
+            for path in args.text:
+                with open(path, "rb") as f:
+                    data = f.read(args.max_bytes) if args.max_bytes else f.read()
+                agree = hf_agreement(model, split_documents(data, model), args.hf_docs)
+                print(f"{name} on {os.path.basename(path)}: {agree.line()}")
     if args.longest:
         for name, model, _ in entries:
             toks = ", ".join(show_token(t) for t in longest_tokens(model, args.longest))

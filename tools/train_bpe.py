@@ -115,10 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "--vocab-size (e.g. 0.4, the default: the paper's most compression-efficient "
                         "ratio; its downstream-best was 0.9). T = vocab size is plain BPE; "
                         "T = 256 + specials is BPE without pre-tokenization")
-    g.add_argument("--stage2-split", choices=["default", "official"], default="default",
-                   help="stage-2 units: default (between document edges, special tokens and digit "
-                        "groups) or official (the official implementation's stage-2 pre-tokenizer, "
-                        "for parity)")
+    g.add_argument("--stage2-split", choices=["hf", "units", "official"], default="hf",
+                   help="stage-2 units: hf (default: between document edges, special tokens, numbers "
+                        "and inside whitespace runs; the exported tokenizer.json splits the same way), "
+                        "units (the previous default: numbers cut into digit groups between stage-1 "
+                        "tokens) or official (the official implementation's stage-2 pre-tokenizer)")
+    g.add_argument("--max-digits", type=int, default=3, metavar="N",
+                   help="no stage-2 token holds a run of more than N digits (default: 3)")
+    g.add_argument("--stage2-duplicates", action="store_true",
+                   help="let stage 2 merge pairs whose bytes are already a token (each such merge "
+                        "spends an id on bytes another id holds); default: never, so V ids are V "
+                        "different strings")
     g.add_argument("--max-words", type=int, default=4, metavar="N",
                    help="stage-2 tokens span at most N words (default: 4)")
     g.add_argument("--forbid", action="append", default=None, metavar="TEXT",
@@ -252,6 +259,7 @@ def _train(args) -> int:
                              stage2_split=args.stage2_split, max_words=args.max_words,
                              forbidden=tuple(args.forbid) if args.forbid is not None else (": ",),
                              max_token_bytes=args.max_token_bytes, max_nonalnum=args.max_nonalnum,
+                             max_digits=args.max_digits, stage2_duplicates=args.stage2_duplicates,
                              seed_pmi=args.seed_pmi, seed_min_count=args.seed_min_count,
                              seed_max_n=args.seed_max_n, span_pmi=args.span_pmi,
                              span_min_count=args.span_min_count, span_max_n=args.span_max_n,

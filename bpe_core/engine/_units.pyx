@@ -169,27 +169,31 @@ cdef inline Py_ssize_t _next_end(int pattern_id, const uint8_t* s, Py_ssize_t i,
 
 
 def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
-                      const uint8_t[::1] numeric, UnitCounter counter,
-                      uint64_t keep_below=0xFFFFFFFFFFFFFFFFu):
+                      const uint8_t[::1] flags, UnitCounter counter,
+                      uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False):
     """Scan the text spans of a chunk with a native pattern and count its units into ``counter``.
 
-    A unit is a run of word ids of consecutive pretokens inside one span; a word with
-    ``numeric[w]`` is a unit of its own. Returns the number of pretokens missing from ``index``
-    (0 when the word table was counted from the same text).
+    A unit is a run of word ids of consecutive pretokens inside one span. ``flags[w]`` per word:
+    bit 1 numeric (the word is a unit of its own), bit 2 starts with whitespace, bit 4 ends with
+    whitespace; with ``cut_spaces`` a unit is also cut between a word ending with whitespace and one
+    starting with it. Returns the number of pretokens missing from ``index`` (0 when the word table
+    was counted from the same text).
 
-    Plain equivalent: ``superbpe._units_chunk`` with the Python scanner (``pretoken_ends``).
+    Plain equivalent: ``superbpe._units_chunk`` with the Python scanner (``pretoken_ends``), and
+    ``reference.superbpe_units`` on word ids.
     """
     cdef Py_ssize_t k, i, e, end, n_missing = 0
     cdef int64_t w
     cdef vector[uint32_t] unit
     cdef uint32_t one
-    cdef uint64_t h
+    cdef uint8_t f, prev
     cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
     with nogil:
         for k in range(spans.shape[0]):
             i = spans[k, 0]
             end = spans[k, 1]
             unit.clear()
+            prev = 0
             while i < end:
                 e = _next_end(pattern_id, base, i, end)
                 w = index._lookup(base + i, e - i)
@@ -197,14 +201,19 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                 if w < 0:
                     n_missing += 1
                     continue
-                if numeric[w]:
+                f = flags[w]
+                if f & 1:
                     if unit.size() > 0:
                         counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
                         unit.clear()
                     one = <uint32_t>w
                     counter._add_sampled(&one, 1, 1, keep_below)
                 else:
+                    if cut_spaces and (prev & 4) and (f & 2) and unit.size() > 0:
+                        counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                        unit.clear()
                     unit.push_back(<uint32_t>w)
+                prev = f
             if unit.size() > 0:
                 counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
     return n_missing

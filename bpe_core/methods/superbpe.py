@@ -3,16 +3,22 @@
 Stage 1 is standard BPE until the vocabulary reaches the *transition* size ``t``. Stage 2 continues
 from the stage-1 segmentation with whitespace boundaries lifted: its words are **units**, runs of
 consecutive pretokens of one text piece, each already split into its stage-1 tokens. Units are cut
-only at hard boundaries:
+only at hard boundaries, by ``stage2_split``:
 
-- the edges of text pieces (document edges, special tokens);
-- digits: a pretoken holding a digit (``\\p{N}``) is a unit of its own, and it is cut further where
-  its stage-1 tokens meet at a digit/non-digit change or between groups of three digits counted from
-  the right (``numeric_cuts``).
+- ``"hf"`` (the default): the edges of text pieces (document edges, special tokens); a pretoken
+  holding a digit (``\\p{N}``) is a unit of its own; two pretokens that meet inside a run of
+  whitespace are cut apart. Every cut is a place in the text that one regex finds
+  (:func:`hf_split_regex`, the HF export's ``Split``), and inside a unit no stage-1 merge can cross a
+  pretoken boundary, so HF's one-list BPE gives the stage-aware ids on almost every document.
+- ``"units"`` (the previous default; ``"default"`` in older model files): document edges; a numeric
+  pretoken is a unit of its own, cut further where its stage-1 tokens meet at a digit/non-digit
+  change or between groups of three digits counted from the right (``numeric_cuts``).
 
 A stage-2 merge must pass the rules (:class:`Stage2Rules`): at most ``max_words`` words
-(``len(token.split())``), no forbidden substring (``": "``), and the optional guardrails
-``max_token_bytes`` and ``max_nonalnum`` (characters that are neither alphanumeric nor whitespace).
+(``len(token.split())``), no forbidden substring (``": "``), no run of more than ``max_digits``
+digits (3: the paper's groups of three), not the bytes of an existing token (``distinct``: so V ids
+are V different strings), and the optional guardrails ``max_token_bytes`` and ``max_nonalnum``
+(characters that are neither alphanumeric nor whitespace).
 
 ``stage2_split="official"`` reproduces the stage-2 pre-tokenizer of the official implementation for
 parity: inside each line, the pieces ``\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]{2,}[\\r\\n/]*| +(?!\\S)`` are
@@ -57,8 +63,13 @@ from ..runtime.workers import FileStamp, read_range, run_ordered
 DEFAULT_TRANSITION = 0.4
 OFFICIAL_STAGE2_PATTERN = r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]{2,}[\r\n/]*| +(?!\S)"
 _DIGIT = regex.compile(r"\p{N}")
+_DIGIT_RUN = regex.compile(r"\p{N}+")
+_SPACE = regex.compile(r"\s")
+#: ASCII bytes that are ``\s`` (the same set as ``regex``'s, which the patterns use).
+_ASCII_SPACE = np.array([bool(_SPACE.match(chr(i))) for i in range(128)] + [False] * 128, dtype=bool)
 _OFFICIAL = regex.compile(OFFICIAL_STAGE2_PATTERN)
 _NON_ASCII_DIGIT = regex.compile(r"(?![\x00-\x7f])\p{N}")
+_NON_ASCII_SPACE = regex.compile(r"(?![\x00-\x7f])\s")
 #: Bytes of RAM per stage-2 symbol in the engine (symbol, links, pair positions, unit ids): measured
 #: on en_train, rounded up. The scheduler's share for stage 2 divided by this bounds the sample.
 STAGE2_BYTES_PER_SYMBOL = 80
@@ -72,12 +83,17 @@ class Stage2Rules:
     forbidden: tuple[str, ...] = (": ",)
     max_token_bytes: Optional[int] = None
     max_nonalnum: Optional[int] = None
+    max_digits: Optional[int] = None
+    distinct: bool = False
 
     def allows(self, left: bytes, right: bytes) -> bool:
-        """Equivalent to ``reference.superbpe_allows``.
+        """Equivalent to ``reference.superbpe_allows`` (``distinct`` is checked by the caller, which
+        knows the tokens so far).
 
         >>> Stage2Rules().allows(b" of", b" the"), Stage2Rules().allows(b"a:", b" b")
         (True, False)
+        >>> Stage2Rules(max_digits=3).allows(b" 12", b"34")
+        False
         """
         merged = left + right
         if len(merged.split()) > self.max_words:
@@ -87,17 +103,22 @@ class Stage2Rules:
                 return False
         if self.max_token_bytes is not None and len(merged) > self.max_token_bytes:
             return False
-        if self.max_nonalnum is not None:
+        if self.max_nonalnum is not None or self.max_digits is not None:
             text = merged.decode("utf-8", "surrogateescape")
-            if sum(1 for c in text if not (c.isalnum() or c.isspace())) > self.max_nonalnum:
-                return False
+            if self.max_nonalnum is not None:
+                if sum(1 for c in text if not (c.isalnum() or c.isspace())) > self.max_nonalnum:
+                    return False
+            if self.max_digits is not None:
+                if any(len(r) > self.max_digits for r in _DIGIT_RUN.findall(text)):
+                    return False
         return True
 
     @classmethod
     def from_config(cls, config) -> "Stage2Rules":
         """The rules a :class:`~bpe_core.config.TrainConfig` asks for."""
         return cls(max_words=config.max_words, forbidden=tuple(config.forbidden),
-                   max_token_bytes=config.max_token_bytes, max_nonalnum=config.max_nonalnum)
+                   max_token_bytes=config.max_token_bytes, max_nonalnum=config.max_nonalnum,
+                   max_digits=config.max_digits, distinct=not config.stage2_duplicates)
 
     @property
     def _forbidden_bytes(self) -> list[bytes]:
@@ -111,7 +132,8 @@ class Stage2Rules:
     @classmethod
     def from_dict(cls, d: dict) -> "Stage2Rules":
         return cls(max_words=int(d.get("max_words", 4)), forbidden=tuple(d.get("forbidden", (": ",))),
-                   max_token_bytes=d.get("max_token_bytes"), max_nonalnum=d.get("max_nonalnum"))
+                   max_token_bytes=d.get("max_token_bytes"), max_nonalnum=d.get("max_nonalnum"),
+                   max_digits=d.get("max_digits"), distinct=bool(d.get("distinct", False)))
 
 
 def resolve_transition(transition: float | int | None, vocab_size: int, n_specials: int) -> int:
@@ -208,18 +230,51 @@ def numeric_mask(table: WordTable) -> np.ndarray:
     return mask
 
 
+NUMERIC, STARTS_SPACE, ENDS_SPACE = 1, 2, 4
+
+
+def word_flags(table: WordTable) -> np.ndarray:
+    """Per word of ``table`` (uint8): ``NUMERIC`` (holds a digit), ``STARTS_SPACE`` and
+    ``ENDS_SPACE`` (its first / last character is ``\\s``). ASCII edges are read by numpy; a word
+    whose first or last byte is not ASCII is decoded and checked with ``regex``.
+
+    >>> t = WordTable.from_counts({b" a": 1, b"x\\n": 1, b" 12": 1, b"\\xc2\\xa0": 1})
+    >>> words = [t.arena[t.offsets[i]:t.offsets[i + 1]].tobytes() for i in range(t.n_words)]
+    >>> dict(zip(words, word_flags(t).tolist())) == {b" a": 2, b"x\\n": 4, b" 12": 3, b"\\xc2\\xa0": 6}
+    True
+    """
+    flags = numeric_mask(table).astype(np.uint8) * NUMERIC
+    offsets = table.offsets
+    nonempty = np.flatnonzero(np.diff(offsets) > 0)
+    first = table.arena[offsets[nonempty]]
+    last = table.arena[offsets[nonempty + 1] - 1]
+    flags[nonempty[_ASCII_SPACE[first]]] |= STARTS_SPACE
+    flags[nonempty[_ASCII_SPACE[last]]] |= ENDS_SPACE
+    raw = None
+    for w in nonempty[(first >= 0x80) | (last >= 0x80)]:
+        if raw is None:
+            raw = table.arena.tobytes()
+        text = raw[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape")
+        if _SPACE.match(text[0]):
+            flags[w] |= STARTS_SPACE
+        if _SPACE.match(text[-1]):
+            flags[w] |= ENDS_SPACE
+    return flags
+
+
 def _units_chunk(task: tuple) -> tuple:
     """Worker (a thread): the unique units (as word-id runs) of ``path[start:end)``."""
-    path, start, end, specials, pattern, keep_below, index, numeric, stamp = task
-    return _units_of(read_range(path, start, end, stamp), path, specials, pattern, keep_below, index, numeric)
+    path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp = task
+    return _units_of(read_range(path, start, end, stamp), path, specials, pattern, keep_below, index, flags,
+                     cut_spaces)
 
 
-def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, numeric) -> tuple:
+def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, flags, cut_spaces: bool) -> tuple:
     spans, _ = split_spans(buf, 0, len(buf), specials)
     counter = UnitCounter()
     name = pattern_name(pattern)
     if name is not None:
-        missing = count_chunk_units(buf, spans, PATTERN_IDS[name], index, numeric.view(np.uint8), counter, keep_below)
+        missing = count_chunk_units(buf, spans, PATTERN_IDS[name], index, flags, counter, keep_below, cut_spaces)
         if missing:
             raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
                                      "counted earlier; nothing was written")
@@ -231,8 +286,12 @@ def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, nu
         if ids.size and ids.min() < 0:
             raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
                                      "counted earlier; nothing was written")
-        num = numeric[ids]
-        cut = np.flatnonzero(num[1:] | num[:-1]) + 1
+        f = flags[ids]
+        num = (f & NUMERIC) > 0
+        hard = num[1:] | num[:-1]
+        if cut_spaces:
+            hard |= ((f[:-1] & ENDS_SPACE) > 0) & ((f[1:] & STARTS_SPACE) > 0)
+        cut = np.flatnonzero(hard) + 1
         bounds = np.concatenate(([0], cut, [ids.size])).astype(np.int64)
         counter.add_units(ids.astype(np.uint32), bounds, 1, keep_below)
     data, starts, counts = counter.to_arrays()
@@ -240,7 +299,8 @@ def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, nu
 
 
 def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern: str, num_workers: int,
-                chunk_bytes: int, sample_fraction: float = 1.0, executor=None) -> tuple[tuple, dict]:
+                chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
+                flags: Optional[np.ndarray] = None, executor=None) -> tuple[tuple, dict]:
     """Count the stage-2 units of a corpus as runs of word ids (rows of ``table``).
 
     Chunks are counted on worker threads (``workers.run_ordered``) that share one read-only
@@ -250,14 +310,15 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     """
     if executor is not None or is_url(path):
         return count_units_sharded(path, table, specials, pattern, num_workers, chunk_bytes, sample_fraction,
-                                   executor)
+                                   cut_spaces, flags, executor)
     stamp = FileStamp.of(path)
     # Units run across newlines: cut chunks at document edges only.
     chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False, stamp=stamp)
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
-    numeric = numeric_mask(table)
+    if flags is None:
+        flags = word_flags(table)
     index = WordIndex(table.arena, table.offsets)
-    tasks = [(path, s, e, list(specials), pattern, keep_below, index, numeric, stamp) for s, e in chunks]
+    tasks = [(path, s, e, list(specials), pattern, keep_below, index, flags, cut_spaces, stamp) for s, e in chunks]
     total = UnitCounter()
     seen = kept = 0
 
@@ -276,18 +337,18 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
 
 class UnitsContext:
     """What every stage-2 units task needs: the word table (as a ``WordIndex``, built once per
-    process on first use) and the numeric mask. Shipped once per worker (``Executor.share``)."""
+    process on first use) and the word flags. Shipped once per worker (``Executor.share``)."""
 
-    def __init__(self, arena: np.ndarray, offsets: np.ndarray, numeric: np.ndarray):
-        self.arena, self.offsets, self.numeric = arena, offsets, numeric
+    def __init__(self, arena: np.ndarray, offsets: np.ndarray, flags: np.ndarray):
+        self.arena, self.offsets, self.flags = arena, offsets, flags
         self._index = None
         self._lock = threading.Lock()
 
     def __getstate__(self):
-        return {"arena": self.arena, "offsets": self.offsets, "numeric": self.numeric}
+        return {"arena": self.arena, "offsets": self.offsets, "flags": self.flags}
 
     def __setstate__(self, state):
-        self.__init__(state["arena"], state["offsets"], state["numeric"])
+        self.__init__(state["arena"], state["offsets"], state["flags"])
 
     @property
     def index(self) -> WordIndex:
@@ -297,9 +358,11 @@ class UnitsContext:
             return self._index
 
 
-def units_shard(shard, context: UnitsContext, specials: Sequence[bytes], pattern: str, keep_below: int) -> tuple:
+def units_shard(shard, context: UnitsContext, specials: Sequence[bytes], pattern: str, keep_below: int,
+                cut_spaces: bool) -> tuple:
     """Task: the unique units of one shard (``corpus.shards.Shard``), as ``_units_chunk`` gives them."""
-    return _units_of(shard.read(), shard.source, specials, pattern, keep_below, context.index, context.numeric)
+    return _units_of(shard.read(), shard.source, specials, pattern, keep_below, context.index, context.flags,
+                     cut_spaces)
 
 
 def combine_units(parts: list) -> tuple:
@@ -315,24 +378,32 @@ def combine_units(parts: list) -> tuple:
 
 
 def count_units_sharded(path: str, table: WordTable, specials: Sequence[bytes], pattern: str, num_workers: int,
-                        chunk_bytes: int, sample_fraction: float = 1.0, executor=None) -> tuple[tuple, dict]:
+                        chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
+                        flags: Optional[np.ndarray] = None, executor=None) -> tuple[tuple, dict]:
     """``count_units`` on an executor: shards of a local path or URL, the word table shipped once
     per worker, the unit tables combined in a tree (on the workers) and one table returned."""
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
+    if flags is None:
+        flags = word_flags(table)
     with open_executor(executor, num_workers) as ex:
         shards = source_shards(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False)
-        context = ex.share(UnitsContext(table.arena, table.offsets, numeric_mask(table)))
+        context = ex.share(UnitsContext(table.arena, table.offsets, flags))
         data, starts, counts, seen, kept = ex.map_reduce(
-            units_shard, shards, combine_units, shared=(context, list(specials), pattern, keep_below))
+            units_shard, shards, combine_units, shared=(context, list(specials), pattern, keep_below, cut_spaces))
     info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.shape[0])}
     return (data, starts, counts), info
 
 
 def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_offsets: np.ndarray,
-                 numeric: np.ndarray, token_lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Expand word-id units into stage-1 token units; numeric words are split at their hard cuts."""
+                 numeric: np.ndarray, token_lengths: np.ndarray,
+                 cut_numbers: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Expand word-id units into stage-1 token units; with ``cut_numbers`` (the ``"units"`` split)
+    numeric words are split at their hard cuts."""
     data, starts, counts = units
     lengths = np.diff(starts)
+    if not cut_numbers:
+        symbols, offsets = expand_units(data, starts, seg_symbols, seg_offsets)
+        return symbols, offsets, np.asarray(counts, dtype=np.int64)
     single_numeric = (lengths == 1) & numeric[data[starts[:-1]]] if lengths.size else np.zeros(0, bool)
     plain = np.flatnonzero(~single_numeric)
     # plain units: expand all of them in one native pass
@@ -391,16 +462,19 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table.nbytes, 64 << 20)
     need = n_stage1_tokens * STAGE2_BYTES_PER_SYMBOL
     fraction = 1.0 if need <= budget_share else budget_share / need
-    numeric = numeric_mask(table)
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
-    if config.stage2_split == "official":
+    split = normal_split(config.stage2_split)
+    if split == "official":
         units_syms, units_offs, units_counts, info = _official_units(
             config.input_path, specials, pattern, tokens, steps1, fraction)
     else:
+        flags = word_flags(table)
         units, info = count_units(config.input_path, table, specials, pattern, plan.num_workers,
-                                  plan.chunk_bytes, fraction, executor=config.cluster)
-        units_syms, units_offs, units_counts = stage2_table(units, table, seg_symbols, seg_offsets, numeric,
-                                                            token_lengths)
+                                  plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
+                                  executor=config.cluster)
+        units_syms, units_offs, units_counts = stage2_table(units, table, seg_symbols, seg_offsets,
+                                                            (flags & NUMERIC) > 0, token_lengths,
+                                                            cut_numbers=(split == "units"))
         del units
     t2 = time.perf_counter()
 
@@ -408,7 +482,7 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     phase("merge loop")
     engine2 = MergeEngine(units_syms, units_offs, units_counts, tokens)
     del units_syms, units_offs
-    steps2 = engine2.run(n_total - len(steps1), allowed=rules.allows)
+    steps2 = engine2.run(n_total - len(steps1), allowed=_allowed(rules, list(tokens) + list(specials)))
     if bar is not None:
         bar.update(len(steps2))
         bar.close()
@@ -433,7 +507,7 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         "transition": t_size,
         "stage1_merges": len(steps1),
         "stage2_merges": len(steps2),
-        "stage2_split": config.stage2_split,
+        "stage2_split": split,
         "rules": rules.to_dict(),
         "stage2_sample_fraction": fraction,
         "stage2_units_seen": info["units_seen"],
@@ -447,9 +521,27 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     }
     stages = [
         {"name": "bpe", "merges": len(steps1)},
-        {"name": "superbpe", "merges": len(steps2), "split": config.stage2_split, "rules": rules.to_dict()},
+        {"name": "superbpe", "merges": len(steps2), "split": split, "rules": rules.to_dict()},
     ]
     return vocab, merges, stages
+
+
+def _allowed(rules: Stage2Rules, tokens: Sequence[bytes]):
+    """The engine's stage-2 predicate: ``rules.allows`` and, with ``rules.distinct``, not the bytes of
+    a token so far. The engine asks once per pair, just before it merges an allowed pair, so the
+    set of known bytes grows here (equivalent to ``reference.superbpe_allows(known=vocab)``)."""
+    if not rules.distinct:
+        return rules.allows
+    known = set(tokens)
+
+    def allowed(left: bytes, right: bytes) -> bool:
+        merged = left + right
+        if merged in known or not rules.allows(left, right):
+            return False
+        known.add(merged)
+        return True
+
+    return allowed
 
 
 def _official_units(path, specials, pattern, tokens, steps1, fraction):
@@ -505,6 +597,48 @@ def _stage1_ids(text: bytes, pattern: str, merger: RankMerger) -> np.ndarray:
     return merged
 
 
+# ==== The split as one regex (HF export) =====================================================
+
+#: The ``"hf"`` split of a model pre-tokenized with the GPT-2 pattern: numeric pretokens
+#: (`` ?\\p{N}+``) alone, and everything else up to the last character of a whitespace run of two or
+#: more that a non-space follows (where GPT-2's ``\\s+(?!\\S)`` ends a pretoken). Uses only what
+#: HF's ``Split`` (Oniguruma) supports: classes, lookahead and fixed-width lookbehind.
+HF_SPLIT_GPT2 = (r"[ ]?\p{N}+"
+                 r"|(?:(?![ ]?\p{N})[\s\S])(?:(?![ ]?\p{N})(?!(?<=\s)\s\S)[\s\S])*")
+#: The closest for cl100k / o200k (not exact: their punctuation pretokens take trailing line breaks
+#: and their whitespace rules differ): numbers in groups of 1-3 from the left (their pretokens), a cut
+#: after the last line break of a whitespace run and before the last of the spaces after it.
+HF_SPLIT_CL100K = (r"\p{N}{1,3}"
+                   r"|(?:(?!\p{N})[\s\S])(?:(?!\p{N})(?!(?<=[\r\n])[^\S\r\n]+(?:\S|\z))"
+                   r"(?!(?<=[^\S\r\n])[^\S\r\n]\S)[\s\S])*")
+#: The ``"units"`` split cannot be expressed (its digit cuts depend on stage-1 tokens); this isolates
+#: whole numeric pretokens, the closest a regex gets.
+HF_SPLIT_UNITS_GPT2 = r"[ ]?\p{N}+|(?:(?![ ]?\p{N})[\s\S])+"
+
+
+def hf_split_regex(model: Model) -> tuple[str, bool]:
+    """The HF ``Split`` regex that expresses this SuperBPE model's stage-2 units, and whether it is
+    exact (the same units as training on every text; else the closest one).
+
+    >>> m = Model(vocab={i: bytes([i]) for i in range(256)}, merges=[], method="superbpe",
+    ...           pattern=resolve_pattern("gpt2"),
+    ...           stages=[{"name": "bpe", "merges": 0}, {"name": "superbpe", "merges": 0, "split": "hf"}])
+    >>> hf_split_regex(m) == (HF_SPLIT_GPT2, True)
+    True
+    """
+    split = model_split(model)
+    name = pattern_name(model.pattern)
+    if split == "official":
+        return OFFICIAL_STAGE2_PATTERN, False
+    if split == "units":
+        return (HF_SPLIT_UNITS_GPT2 if name == "gpt2" else HF_SPLIT_CL100K), False
+    if name == "gpt2":
+        return HF_SPLIT_GPT2, True
+    if name in ("cl100k", "o200k"):
+        return HF_SPLIT_CL100K, False
+    return HF_SPLIT_GPT2, False
+
+
 # ==== Stage-aware encoding =====================================================================
 
 
@@ -521,7 +655,7 @@ class StageAwareEncoder:
         self.pattern = resolve_pattern(model.pattern)
         self.specials = encode_specials(model.special_tokens)
         n1 = int(model.stages[0]["merges"])
-        self.split = model.stages[1].get("split", "default") if len(model.stages) > 1 else "default"
+        self.split = model_split(model)
         ids_of: dict[bytes, int] = {}
         for i in sorted(model.vocab):
             ids_of.setdefault(model.vocab[i], i)
@@ -553,8 +687,17 @@ class StageAwareEncoder:
         starts = np.concatenate(([0], ends[:-1]))
         symbols = np.frombuffer(data, dtype=np.uint8).astype(np.uint32)
         seg, seg_offs = self.stage1.merge_many(symbols, np.concatenate(([0], ends)).astype(np.int64))
-        # numeric pretokens: a unit of their own, cut at digit boundaries between stage-1 tokens
         numeric = self._numeric_pretokens(data, starts, ends)
+        if self.split == "hf":
+            # a unit ends at a numeric pretoken (a unit of its own) and inside a run of whitespace
+            hard = numeric[1:] | numeric[:-1]
+            hard |= self._space_meets(data, starts, ends)
+            cut = np.zeros(seg.size + 1, dtype=bool)
+            cut[0] = cut[-1] = True
+            cut[seg_offs[1:-1][hard]] = True
+            out, _ = self.stage2.merge_many(seg, np.flatnonzero(cut).astype(np.int64))
+            return out
+        # numeric pretokens: a unit of their own, cut at digit boundaries between stage-1 tokens
         cut_before = np.zeros(seg.size + 1, dtype=bool)
         cut_before[0] = cut_before[-1] = True
         for p in np.flatnonzero(numeric):
@@ -566,6 +709,23 @@ class StageAwareEncoder:
         bounds = np.flatnonzero(cut_before).astype(np.int64)
         out, _ = self.stage2.merge_many(seg, bounds)
         return out
+
+    def _space_meets(self, data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Per boundary between pretokens ``p`` and ``p+1``: the left one ends with whitespace and
+        the right one starts with it."""
+        arr = np.frombuffer(data, dtype=np.uint8)
+        is_space = _ASCII_SPACE[arr]
+        if (arr >= 0x80).any():                 # whitespace beyond ASCII (NBSP, U+2000..): mark its bytes
+            text = data.decode("utf-8", "surrogateescape")
+            if _NON_ASCII_SPACE.search(text):
+                is_space = is_space.copy()
+                byte_pos = char_pos = 0
+                for m in _NON_ASCII_SPACE.finditer(text):
+                    byte_pos += len(text[char_pos:m.start()].encode("utf-8", "surrogateescape"))
+                    char_pos = m.start()
+                    n = len(m.group().encode("utf-8", "surrogateescape"))
+                    is_space[byte_pos:byte_pos + n] = True
+        return is_space[ends[:-1] - 1] & is_space[starts[1:]]
 
     def _numeric_pretokens(self, data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Which pretokens hold a digit (``\\p{N}``)."""
@@ -601,7 +761,23 @@ class StageAwareEncoder:
 # ==== The method ===============================================================================
 
 
-_SPLITS = ("default", "official")
+_SPLITS = ("hf", "units", "default", "official")
+
+
+def normal_split(split: str) -> str:
+    """The canonical name of a stage-2 split (``"default"``, its name in older files, is ``"units"``).
+
+    >>> normal_split("default"), normal_split("hf")
+    ('units', 'hf')
+    """
+    if split not in _SPLITS:
+        raise ValueError(f"unknown stage2_split {split!r} (hf, units, official)")
+    return "units" if split == "default" else split
+
+
+def model_split(model: Model) -> str:
+    """The stage-2 split a SuperBPE model was trained with (a file without the mark: ``"units"``)."""
+    return normal_split(model.stages[1].get("split", "units")) if len(model.stages) > 1 else "units"
 
 
 def valid_rules(rules: Any) -> bool:
@@ -655,11 +831,15 @@ class SuperBPE(registry.Method):
         return StageAwareEncoder(model)
 
     def hf_split_pattern(self, model: Model) -> str:
-        return OFFICIAL_STAGE2_PATTERN
+        return hf_split_regex(model)[0]
 
     def export_caveats(self, model: Model, fmt: str) -> list[str]:
-        what = {"hf": "tokenizer.json splits with the official SuperBPE stage-2 pattern and applies all "
-                      "merges by rank inside each piece",
+        exact = hf_split_regex(model)[1]
+        what = {"hf": ("tokenizer.json splits into the model's stage-2 units" if exact else
+                       "tokenizer.json splits with the closest regex to the model's stage-2 split "
+                       f"({model_split(model)!r} with pattern {model.pattern_name or 'a custom regex'!r} is not "
+                       "expressible)")
+                      + " and applies all merges by rank inside each piece (one stage)",
                 "tiktoken": "tiktoken splits with the stage-1 pattern, so no token crosses a pretoken "
                             "boundary and stage-2 tokens are never produced",
                 "gpt2": "vocab.json/merges.txt carry no pre-tokenizer or stages"}.get(fmt, "")

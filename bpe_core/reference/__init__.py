@@ -251,9 +251,18 @@ def decode_bytes(ids: Iterable[int], vocab: dict[int, bytes]) -> bytes:
 # Stage 1 is the BPE above. Stage 2 continues from the stage-1 segmentation with whitespace
 # boundaries lifted: its words are *units*, runs of consecutive pretokens of one text piece, cut only
 # at hard boundaries. Hard boundaries are the edges of the text pieces (document edges, special
-# tokens) and digits: a pretoken that holds a digit (\p{N}) is a unit of its own, cut further inside
-# where stage-1 tokens meet at a digit/non-digit change or between groups of three digits counted
-# from the right. A stage-2 merge must pass the rules (``superbpe_allows``).
+# tokens) and, by split:
+#
+# - ``"hf"`` (the default): a pretoken that holds a digit (\p{N}) is a unit of its own, and two
+#   pretokens that meet inside a run of whitespace (the left one ends with whitespace, the right one
+#   starts with it) are cut apart. Every cut is a place in the text, so one regex (the HF ``Split``
+#   of the export) finds the same units; inside a unit no stage-1 merge can cross a pretoken
+#   boundary, so one merge list applied by rank (HF's BPE) gives the stage-aware result.
+# - ``"units"`` (the split before, ``"default"`` in older model files): a numeric pretoken is a unit
+#   of its own, cut further where stage-1 tokens meet at a digit/non-digit change or between groups
+#   of three digits counted from the right; whitespace runs are not cut.
+#
+# A stage-2 merge must pass the rules (``superbpe_allows``).
 
 _DIGIT = regex.compile(r"\p{N}")
 
@@ -310,13 +319,19 @@ def numeric_cuts(pretoken: bytes, token_lengths: Sequence[int]) -> list[int]:
 
 
 def superbpe_allows(left: bytes, right: bytes, max_words: int = 4, forbidden: Sequence[bytes] = (b": ",),
-                    max_token_bytes: int | None = None, max_nonalnum: int | None = None) -> bool:
-    """The stage-2 rules for a merged token ``left + right``.
+                    max_token_bytes: int | None = None, max_nonalnum: int | None = None,
+                    max_digits: int | None = None, known: Iterable[bytes] | None = None) -> bool:
+    r"""The stage-2 rules for a merged token ``left + right``.
+
+    ``max_digits``: no run of more than that many digits (``\p{N}``) in the token. ``known``: the
+    bytes of the tokens so far; a merge that rebuilds one of them is refused (``distinct``).
 
     >>> superbpe_allows(b" of", b" the"), superbpe_allows(b"key:", b" value")
     (True, False)
     >>> superbpe_allows(b" a b c", b" d e")        # five words
     False
+    >>> superbpe_allows(b"12", b"34", max_digits=3), superbpe_allows(b" the", b"n", known=[b" then"])
+    (False, False)
     """
     merged = left + right
     if len(merged.split()) > max_words:
@@ -325,62 +340,99 @@ def superbpe_allows(left: bytes, right: bytes, max_words: int = 4, forbidden: Se
         return False
     if max_token_bytes is not None and len(merged) > max_token_bytes:
         return False
+    text = merged.decode("utf-8", "surrogateescape")
     if max_nonalnum is not None:
-        text = merged.decode("utf-8", "surrogateescape")
         if sum(1 for c in text if not (c.isalnum() or c.isspace())) > max_nonalnum:
             return False
+    if max_digits is not None:
+        if any(len(run) > max_digits for run in regex.findall(r"\p{N}+", text)):
+            return False
+    if known is not None and merged in known:
+        return False
     return True
 
 
+_SPACE = regex.compile(r"\s")
+
+
+def _space_edges(pretoken: bytes) -> tuple[bool, bool]:
+    r"""Whether a pretoken starts and ends with a whitespace character (``\s``)."""
+    text = pretoken.decode("utf-8", "surrogateescape")
+    return bool(text) and bool(_SPACE.match(text[0])), bool(text) and bool(_SPACE.match(text[-1]))
+
+
 def superbpe_units(data: bytes, special_tokens: Sequence[str | bytes], pattern: str,
-                   merges: Sequence[tuple[bytes, bytes]]) -> list[list[bytes]]:
-    """The stage-2 units of a text, each as its list of stage-1 tokens, in text order."""
+                   merges: Sequence[tuple[bytes, bytes]], split: str = "hf") -> list[list[bytes]]:
+    """The stage-2 units of a text, each as its list of stage-1 tokens, in text order.
+
+    >>> [b"".join(u) for u in superbpe_units(b"a b  c 123\\n\\nd", [], "gpt2", [])]
+    [b'a b ', b' c', b' 123', b'\\n', b'\\nd']
+    >>> [b"".join(u) for u in superbpe_units(b"a b  c 123\\n\\nd", [], "gpt2", [], split="units")]
+    [b'a b  c', b' ', b'123', b'\\n\\nd']
+    """
     specials = encode_specials(special_tokens)
     units: list[list[bytes]] = []
     for piece, is_special in split_on_specials(data, specials):
         if is_special:
             continue
         current: list[bytes] = []
+        prev_ends_space = False
         for pretoken in pretokenize(piece, pattern):
             tokens = encode_pretoken(pretoken, merges)
-            cuts = numeric_cuts(pretoken, [len(t) for t in tokens])
+            starts_space, ends_space = _space_edges(pretoken)
             if _DIGIT.search(pretoken.decode("utf-8", "surrogateescape")):
                 if current:
                     units.append(current)
                     current = []
+                cuts = numeric_cuts(pretoken, [len(t) for t in tokens]) if split != "hf" else []
                 for a, b in zip([0] + cuts, cuts + [len(tokens)]):
                     units.append(tokens[a:b])
             else:
+                if split == "hf" and prev_ends_space and starts_space and current:
+                    units.append(current)
+                    current = []
                 current.extend(tokens)
+            prev_ends_space = ends_space
         if current:
             units.append(current)
     return units
 
 
 def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
-                              pattern: str = "gpt2", transition: int | None = None, **rules
+                              pattern: str = "gpt2", transition: int | None = None, split: str = "hf",
+                              distinct: bool = True, **rules
                               ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], int]:
     """Two-stage SuperBPE; returns ``(vocab, merges, n_stage1_merges)``.
 
     ``transition`` is the vocabulary size at which stage 2 starts (``vocab_size``: plain BPE;
     ``256 + len(special_tokens)``: BPE without pre-tokenization boundaries, the digit rule aside).
+    ``distinct``: stage 2 never merges a pair whose bytes are already a token (so every id holds
+    bytes of its own); ``rules`` go to ``superbpe_allows`` (``max_digits`` defaults to 3, as in
+    ``TrainConfig``).
     """
+    rules.setdefault("max_digits", 3)
     specials = encode_specials(special_tokens)
     transition = vocab_size if transition is None else transition
     vocab, merges = train_bpe_from_bytes(data, min(transition, vocab_size), special_tokens, pattern)
     n_stage1 = len(merges)
     # Stage 2 starts where stage 1 stopped (also when stage 1 ran out of pairs early).
     words: dict[tuple[bytes, ...], int] = {}
-    for unit in superbpe_units(data, special_tokens, pattern, merges):
+    for unit in superbpe_units(data, special_tokens, pattern, merges, split):
         key = tuple(unit)
         words[key] = words.get(key, 0) + 1
-    merge_loop(words, vocab, merges, vocab_size, lambda a, b: superbpe_allows(a, b, **rules))
+
+    def allowed(a: bytes, b: bytes) -> bool:
+        known = set(vocab.values()) if distinct else None     # vocab grows in place
+        return superbpe_allows(a, b, known=known, **rules)
+
+    merge_loop(words, vocab, merges, vocab_size, allowed)
     assert len(vocab) == 256 + len(specials) + len(merges)
     return vocab, merges, n_stage1
 
 
 def encode_superbpe(data: bytes | str, vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]],
-                    n_stage1: int, special_tokens: Sequence[str | bytes] = (), pattern: str = "gpt2") -> list[int]:
+                    n_stage1: int, special_tokens: Sequence[str | bytes] = (), pattern: str = "gpt2",
+                    split: str = "hf") -> list[int]:
     """Stage-aware encoding: stage-1 merges inside pretokens, then stage-2 merges inside units."""
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
@@ -392,7 +444,7 @@ def encode_superbpe(data: bytes | str, vocab: dict[int, bytes], merges: Sequence
         if is_special:
             out.append(ids_of[piece])
             continue
-        for unit in superbpe_units(piece, (), pattern, stage1):
+        for unit in superbpe_units(piece, (), pattern, stage1, split):
             parts = tuple(unit)
             for pair in stage2:
                 if len(parts) < 2:

@@ -40,7 +40,7 @@ def train_passes_1_2(data: bytes, vocab_size: int, n1: int, special_tokens: Sequ
     words = {tuple(bytes([b]) for b in p): c for p, c in count_pretokens(data, special_tokens, pattern).items()}
     merges = _merge_loop(words, n1, allowed1)
     units: dict[tuple[bytes, ...], int] = {}
-    for u in superbpe_units(data, special_tokens, pattern, merges):
+    for u in superbpe_units(data, special_tokens, pattern, merges, split="units"):
         units[tuple(u)] = units.get(tuple(u), 0) + 1
     n_total = vocab_size - 256 - len(specials)
     # pass 2 continues from the pass-1 segmentation of every unit

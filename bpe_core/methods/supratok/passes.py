@@ -236,7 +236,9 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     """All passes on a counted corpus; returns ``(vocab, merges, stages)``."""
     specials = encode_specials(config.special_tokens)
     pattern = resolve_pattern(config.pattern)
-    rules = Stage2Rules.from_config(config)
+    # SupraTok keeps SuperBPE's rules as they were before issue 15 (no digit cap, duplicates allowed)
+    # and its "units" split: its documents, seeds and encoder are built on them.
+    rules = dataclasses.replace(Stage2Rules.from_config(config), max_digits=None, distinct=False)
     t_size = resolve_transition(config.transition, config.vocab_size, len(specials))
     n1_target = t_size - 256 - len(specials)
     n_total = config.vocab_size - 256 - len(specials)
