@@ -13,6 +13,7 @@ from .corpus.specials import DEFAULT_SPECIAL_TOKEN
 from .formats import registry
 from .pretok.patterns import pattern_name, resolve_pattern
 from .runtime.budget import parse_size
+from .runtime.executors import check_cluster_spec
 from .runtime.progress import check_mode
 
 
@@ -79,6 +80,13 @@ class TrainConfig:
         script_bigram_min: character-bigram evidence needed by the spaceless-script gate.
         entropy_filter, entropy_seed: curate the input by character-bigram entropy before training
             (``bpe_core/curate.py``; any method).
+        cluster: where the data-parallel phases (counting pretokens, SuperBPE's stage-2 units) run:
+            None (default: this machine's threads), ``"local:N"`` (a Dask ``LocalCluster`` of N
+            worker processes), a Dask scheduler address (``"tcp://host:8786"``), ``"env"``
+            (``DASK_SCHEDULER_ADDRESS``), a ``distributed.Client`` or a ``runtime.executors``
+            executor. The merges are the same wherever it runs (``docs/cluster.md``). With a
+            cluster (or an fsspec URL as ``input_path``: ``s3://``, ``gs://``, ``hf://``, ...) the
+            workers read their own shards of the input.
     """
 
     input_path: Any
@@ -117,6 +125,7 @@ class TrainConfig:
     text_field: str = "text"
     text_column: str = "text"
     skip_bad_records: bool = False
+    cluster: Any = None
 
     def __post_init__(self):
         if isinstance(self.input_path, (str, os.PathLike)):
@@ -160,6 +169,7 @@ class TrainConfig:
             raise ValueError("max_words must be >= 1")
         if self.chunk_bytes is not None and self.chunk_bytes < 1:
             raise ValueError("chunk_bytes must be >= 1")
+        check_cluster_spec(self.cluster)
 
     @classmethod
     def field_names(cls) -> list[str]:

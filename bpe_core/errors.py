@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["BinaryInputWarning", "BudgetError", "CorpusError", "InputChanged", "InternalError",
-           "ModelFormatError", "Terminated", "VerifyError"]
+           "ClusterError", "MissingDependency", "ModelFormatError", "Terminated", "VerifyError"]
 
 
 class CorpusError(ValueError):
@@ -22,6 +22,9 @@ class CorpusError(ValueError):
         self.path = os.fspath(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+    def __reduce__(self):           # so it crosses a process boundary (a cluster worker) intact
+        return (type(self), (self.path, self.reason))
 
 
 class InputChanged(CorpusError):
@@ -36,6 +39,9 @@ class ModelFormatError(ValueError):
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 
+    def __reduce__(self):
+        return (type(self), (self.path, self.reason))
+
 
 class BudgetError(ValueError):
     """The work cannot fit the memory limit. ``min_budget`` is the smallest budget that would work.
@@ -46,6 +52,20 @@ class BudgetError(ValueError):
     def __init__(self, message: str, min_budget: int):
         super().__init__(message)
         self.min_budget = min_budget
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.min_budget))
+
+
+class ClusterError(OSError):
+    """The cluster could not run the work: the scheduler cannot be reached, or a task kept losing
+    its worker (Dask gives up after ``distributed.scheduler.allowed-failures`` losses). An
+    ``OSError``: the environment failed, not the input; the tools report it as one line."""
+
+
+class MissingDependency(ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it
+    (``pip install 'bpe_core[cluster]'``). The tools report it as one line, exit code 2."""
 
 
 class InternalError(RuntimeError):

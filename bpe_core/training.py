@@ -26,21 +26,23 @@ import tempfile
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from . import methods  # noqa: F401  (registers the methods)
 from .config import TrainConfig
 from .corpus import encode_specials
 from .corpus.readers import BadRecords
+from .corpus.shards import check_source, is_url, source_shards, warn_if_binary_source
 from .corpus.sources import ReadOptions, Source, expand_inputs, spool
 from .errors import BinaryInputWarning, BudgetError
 from .formats import registry
 from .formats.model import Model
 from .methods.curate import curated_config
-from .pretok.counting import count_corpus
-from .pretok.patterns import resolve_pattern
+from .pretok.counting import count_corpus, count_shards
+from .pretok.patterns import pattern_name, resolve_pattern
 from .runtime import budget
+from .runtime.executors import open_executor
 from .runtime.memmon import MemoryMonitor, phase
 
 __all__ = ["TrainResult", "plan", "train", "train_bpe", "train_from_iterator"]
@@ -95,7 +97,10 @@ def plan(config: TrainConfig, sources: list[Source] | None = None) -> budget.Pla
     Raises:
         errors.BudgetError: the run cannot fit ``config.memory_limit``.
     """
-    size = _input_bytes(sources if sources is not None else sources_of(config))
+    if _sharded(config):
+        size = check_source(config.input_path)
+    else:
+        size = _input_bytes(sources if sources is not None else sources_of(config))
     # Workers are threads running nogil kernels: more of them than cores only adds memory, so a
     # larger --workers is capped at the cores (the plan's notes say so).
     return budget.plan_training(size, config.memory_limit, os.cpu_count() or 1, None,
@@ -129,8 +134,14 @@ def _spooled(config: TrainConfig, sources: list[Source]):
 
 def train(config: TrainConfig) -> TrainResult:
     """Train from a :class:`TrainConfig`; returns the model and a run report."""
-    sources = sources_of(config)
-    single_plain = len(sources) == 1 and sources[0].plain_text
+    sharded = _sharded(config)
+    if sharded:
+        # On a cluster, or for a URL, tasks read their own shards of one plain-text input.
+        _check_sharded_input(config)
+        sources = None
+    else:
+        sources = sources_of(config)
+    single_plain = sharded or (len(sources) == 1 and sources[0].plain_text)
     if not single_plain and (config.entropy_filter or registry.get(config.method).rereads_input):
         # The method (or the filter) reads the corpus twice: one plain file makes that possible.
         with _spooled(config, sources) as (spooled, info), warnings.catch_warnings():
@@ -151,10 +162,13 @@ def train(config: TrainConfig) -> TrainResult:
     method = registry.get(config.method)
     pattern = resolve_pattern(config.pattern)
     specials = encode_specials(config.special_tokens)
+    if sharded:
+        size = check_source(config.input_path)
+        warn_if_binary_source(config.input_path)
     the_plan = plan(config, sources)
     report: dict[str, Any] = {
         "input_path": _describe_input(config.input_path),
-        "inputs": len(sources),
+        "inputs": 1 if sharded else len(sources),
         "vocab_size": config.vocab_size,
         "special_tokens": list(config.special_tokens),
         "pattern": pattern,
@@ -175,14 +189,28 @@ def train(config: TrainConfig) -> TrainResult:
             raise BudgetError(f"stopped while counting: {n_words:,} unique pretokens so far already need more "
                               f"than the budget; {exc}", exc.min_budget) from None
 
-    with MemoryMonitor(interval=0.05, budget=the_plan.memory_limit) as monitor:
-        table = count_corpus(sources, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
-                             progress=config.progress, report=report, monitor=monitor,
-                             memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
-                             spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
-                             spill_dir=config.spill_dir, check_words=check_words,
-                             read_options=_read_options(config))
-        size = report["input_bytes"] = report["corpus_bytes"]
+    t_open = time.perf_counter()
+    with MemoryMonitor(interval=0.05, budget=the_plan.memory_limit) as monitor, \
+            open_executor(config.cluster, the_plan.num_workers, announce=_announcer(config.progress)) as executor:
+        if executor.remote:
+            report["seconds"]["cluster_start"] = round(time.perf_counter() - t_open, 3)
+        if sharded:
+            t_cut = time.perf_counter()
+            shards = source_shards(config.input_path, the_plan.chunk_bytes, specials, pattern_name(pattern))
+            report["seconds"]["plan"] = round(report["seconds"]["plan"] + time.perf_counter() - t_cut, 3)
+            table = count_shards(shards, specials, pattern, executor, size, config.input_path,
+                                 progress=config.progress, report=report)
+            report["input_bytes"] = report["corpus_bytes"] = size
+            report["documents"] = report["special_token_occurrences"] + 1 if size else 0
+            config = replace(config, cluster=executor)     # the method's own data-parallel phases too
+        else:
+            table = count_corpus(sources, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
+                                 progress=config.progress, report=report, monitor=monitor,
+                                 memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
+                                 spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
+                                 spill_dir=config.spill_dir, check_words=check_words,
+                                 read_options=_read_options(config))
+            size = report["input_bytes"] = report["corpus_bytes"]
         report["unique_pretokens"] = table.n_words
         report["pretokens"] = int(table.counts.sum())
         if config.min_pretoken_count > 1:
@@ -191,6 +219,8 @@ def train(config: TrainConfig) -> TrainResult:
         the_plan.with_count(table.n_words)      # the merge phase needs the whole table: check it now
         result = method.train(config, table, the_plan, progress=config.progress)
         del table
+        if executor.remote:
+            report["cluster"] = executor.describe()
     section = dict(result.report)
     report["seconds"].update(section.pop("seconds", {}))
     report.update(section)
@@ -210,6 +240,42 @@ def train(config: TrainConfig) -> TrainResult:
     return TrainResult(model=model, report=report)
 
 
+def _sharded(config: TrainConfig) -> bool:
+    """Counting runs as tasks that read their own shards: on a cluster, or for an fsspec URL."""
+    return config.cluster is not None or is_url(config.input_path)
+
+
+def _check_sharded_input(config: TrainConfig) -> None:
+    """What the sharded path takes: one plain-text file or URL; and what cannot take a URL."""
+    if not isinstance(config.input_path, str) or config.input_path == "-" or \
+            (not is_url(config.input_path) and os.path.isdir(config.input_path)):
+        raise ValueError(f"{_describe_input(config.input_path)}: with cluster=/--cluster the input is one "
+                         f"plain-text file or URL (many files, directories, streams and iterators are read "
+                         f"on this machine: drop --cluster, or join them into one file)")
+    if config.input_format not in ("auto", "text"):
+        raise ValueError(f"{config.input_path}: with cluster=/--cluster the input is plain text, not "
+                         f"{config.input_format}")
+    if not is_url(config.input_path):
+        return
+    what = None
+    if config.entropy_filter:
+        what = "entropy_filter (curation)"
+    elif config.method == "supratok":
+        what = "method supratok"
+    elif config.method == "superbpe" and config.stage2_split == "official":
+        what = "stage2_split official"
+    if what is not None:
+        raise ValueError(f"{config.input_path}: {what} reads the input as a local file; copy it to a local "
+                         f"file first (URLs work for bpe and superbpe)")
+
+
+def _announcer(progress):
+    """Where the dashboard link goes: stderr, once, when progress is shown."""
+    if progress in (False, None, "none"):
+        return None
+    return lambda line: print(line, file=sys.stderr, flush=True)
+
+
 def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Sequence[str] = (),
               **options) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Train a byte-level BPE tokenizer on a file (the CS336 assignment-1 interface).
@@ -222,7 +288,9 @@ def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Se
         special_tokens: split out before pre-tokenization, never merged; ids 256, 257, ...
         **options: any other :class:`TrainConfig` field: ``pattern`` (``"gpt2"``, ``"cl100k"``,
             ``"o200k"`` or a regex), ``num_workers``, ``chunk_bytes``, ``memory_limit`` (bytes, or
-            a size string such as ``"8G"``), ``min_pretoken_count``, ``spill_dir``, ``progress``.
+            a size string such as ``"8G"``), ``min_pretoken_count``, ``spill_dir``, ``progress``,
+            ``cluster`` (``"local:4"``, ``"tcp://host:8786"`` or a ``distributed.Client``: count on
+            a Dask cluster, ``docs/cluster.md``; ``input_path`` may then be an fsspec URL).
 
     Returns:
         ``(vocab, merges)``: ``vocab`` maps id -> bytes; ``merges`` lists ``(left, right)`` in order.
@@ -246,7 +314,7 @@ def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Se
 def _describe_input(inputs: Any) -> Any:
     """The input as the report shows it: absolute path(s), or the type of an iterator."""
     if isinstance(inputs, str):
-        return inputs if inputs == "-" else os.path.abspath(inputs)
+        return inputs if inputs == "-" or is_url(inputs) else os.path.abspath(inputs)
     if isinstance(inputs, (list, tuple)):
         return [_describe_input(p) if isinstance(p, str) else f"<{type(p).__name__}>" for p in inputs]
     return f"<{type(inputs).__name__}>"

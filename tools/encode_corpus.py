@@ -47,6 +47,7 @@ from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, che
                                 check_out_prefix, chunk_size, run_main)
 from bpe_core.config import parse_size  # noqa: E402
 from bpe_core.corpus.sources import expand_inputs  # noqa: E402
+from bpe_core.corpus.shards import check_source, is_url  # noqa: E402
 from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
 from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
 
@@ -60,7 +61,8 @@ def build_parser() -> ArgumentParser:
                         "directories (recursive, sorted), glob patterns, or - for stdin")
     p.add_argument("--tokenizer", required=True, metavar="DIR",
                    help="what tools/train_bpe.py wrote (a folder with model.json, or the file)")
-    p.add_argument("--out", required=True, metavar="IDS.npy", help="the .npy to write (atomically)")
+    p.add_argument("--out", required=True, metavar="IDS.npy", help="the .npy to write (atomically); or an fsspec URL (s3://bucket/ids/): one "
+                        "part-NNNNNN.npy per shard and a manifest.json written last")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="at most this many encoding threads (default: the CPU count; the memory plan "
                         "may use fewer)")
@@ -83,6 +85,11 @@ def build_parser() -> ArgumentParser:
                         "one .npy")
     p.add_argument("--report", default=None, metavar="PATH",
                    help="write a JSON report (plan, peak RSS per phase, seconds per phase) to PATH")
+    p.add_argument("--cluster", nargs="?", const="env", default=None, metavar="SPEC",
+                   help="encode on a Dask cluster (pip install 'bpe_core[cluster]'): local:N starts N "
+                        "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
+                        "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL; --out must be on "
+                        "a filesystem the workers share. Same ids as on one machine (docs/cluster.md)")
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
@@ -109,8 +116,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def check_paths() -> None:
         """The inputs and every output path, before any work."""
-        expand_inputs(inputs, args.input_format, args.text_column)
-        if not args.plan:
+        if isinstance(inputs, str) and is_url(inputs):
+            check_source(inputs)
+        else:
+            expand_inputs(inputs, args.input_format, args.text_column)
+        if not args.plan and not is_url(args.out):
             check_out_file(args.out)
             if args.report:
                 check_out_file(args.report)
@@ -149,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                                    separator=not args.no_separator, doc_index=args.doc_index,
                                    shard_tokens=args.shard_tokens, input_format=args.input_format,
                                    text_field=args.text_field, text_column=args.text_column,
-                                   skip_bad_records=args.skip_bad_records)
+                                   skip_bad_records=args.skip_bad_records, cluster=args.cluster)
         except VerifyError as exc:
             print(f"encode_corpus.py: verify failed: {exc}", file=sys.stderr)
             return 1

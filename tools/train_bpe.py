@@ -97,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spill-dir", default=None, metavar="DIR",
                    help="folder for sorted runs of the pretoken table when it outgrows the budget "
                         "(default: the system temp folder)")
+    p.add_argument("--cluster", nargs="?", const="env", default=None, metavar="SPEC",
+                   help="count on a Dask cluster (pip install 'bpe_core[cluster]'): local:N starts N "
+                        "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
+                        "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL (s3://, gs://, "
+                        "hf://, ...). Same merges as on one machine (docs/cluster.md)")
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
@@ -233,10 +238,14 @@ def _inputs(args):
 
 def _check_paths(args):
     """Check the inputs and every output path before any work; returns the inputs."""
+    from bpe_core.corpus.shards import check_source, is_url
     from bpe_core.corpus.sources import expand_inputs
 
     input_path = _inputs(args)
-    expand_inputs(input_path, args.input_format, args.text_column)
+    if isinstance(input_path, str) and is_url(input_path):
+        check_source(input_path)
+    else:
+        expand_inputs(input_path, args.input_format, args.text_column)
     if args.spill_dir is not None:
         check_work_dir(args.spill_dir, "--spill-dir folder")
     if not args.plan:
@@ -273,7 +282,7 @@ def _train(args) -> int:
                              entropy_filter=args.entropy_filter, entropy_seed=args.entropy_seed,
                              progress=args.progress, input_format=args.input_format,
                              text_field=args.text_field, text_column=args.text_column,
-                             skip_bad_records=args.skip_bad_records)
+                             skip_bad_records=args.skip_bad_records, cluster=args.cluster)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     from bpe_core.runtime.memmon import phase

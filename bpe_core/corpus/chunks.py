@@ -26,7 +26,7 @@ import numpy as np
 from ..runtime.workers import FileStamp, read_range
 from .specials import specials_regex
 
-__all__ = ["SAFE_CUT_PATTERNS", "chunk_boundaries", "file_chunks", "first_safe_cut", "text_spans",
+__all__ = ["SAFE_CUT_PATTERNS", "chunk_boundaries", "cut_points", "file_chunks", "first_safe_cut", "text_spans",
            "split_spans", "count_specials"]
 
 #: The patterns (by canonical name, ``pretok.pattern_name``) whose pieces never cross the safe points
@@ -142,6 +142,20 @@ def file_chunks(path: str | os.PathLike, chunk_bytes: int, special_tokens: Seque
     cuts = _cuts(lambda a, b: read_range(path, a, b, stamp), stamp.size, chunk_bytes, special_tokens,
                  pattern, inside_documents)
     return [(s, e) for s, e in zip(cuts[:-1], cuts[1:]) if e > s]
+
+
+def cut_points(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes] = (),
+               pattern: str | None = "gpt2", inside_documents: bool = True) -> list[int]:
+    """``chunk_boundaries`` of ``n`` bytes that are read through ``read(a, b)`` (bytes ``[a, b)``).
+
+    Only small windows near each target offset are read, so this cuts a remote file (an fsspec URL,
+    ``corpus.shards``) or any other random-access source without reading it whole.
+
+    >>> data = b"aa<|e|>bb<|e|>cc"
+    >>> cut_points(lambda a, b: data[a:b], len(data), 3, [b"<|e|>"])
+    [0, 9, 16]
+    """
+    return _cuts(read, n, chunk_bytes, special_tokens, pattern, inside_documents)
 
 
 def _cuts(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes], pattern: str | None,

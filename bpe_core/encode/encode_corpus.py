@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -49,11 +51,13 @@ import numpy as np
 
 from ..corpus import check_input, file_chunks
 from ..corpus.readers import BadRecords
+from ..corpus.shards import check_source, is_url, read_source, source_shards, warn_if_binary_source
 from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load
-from ..errors import CorpusError, VerifyError
+from ..errors import CorpusError, MissingDependency, VerifyError
 from ..pretok.patterns import pattern_name
 from ..runtime import budget as scheduler
 from ..runtime.atomic import atomic_path, output_problem, remove_stale
+from ..runtime.executors import open_executor
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import check_mode, make_progress
 from ..runtime.workers import FileStamp, check_total, run_ordered
@@ -170,6 +174,7 @@ class EncodeResult:
     n_documents: int | None = None
     bad_records: dict = field(default_factory=dict)
     shards: list | None = None
+    cluster: dict = field(default_factory=dict)
 
     @property
     def mb_per_s(self) -> float:
@@ -198,7 +203,12 @@ class EncodeResult:
                 "num_workers": self.num_workers, "n_chunks": self.n_chunks,
                 "verified_bytes": self.verified_bytes, "phase_seconds": self.phase_seconds,
                 "plan": self.plan, "memory": self.memory, "n_documents": self.n_documents,
-                "bad_records": self.bad_records, "shards": self.shards}
+                "bad_records": self.bad_records, "shards": self.shards,
+                **({"cluster": self.cluster} if self.cluster else {})}
+
+
+def _is_url_input(input_path) -> bool:
+    return isinstance(input_path, (str, os.PathLike)) and is_url(os.fspath(input_path))
 
 
 def ids_dtype(n_vocab: int) -> np.dtype:
@@ -234,7 +244,10 @@ def plan(input_path, tokenizer: Tokenizer, num_workers: int | None = None,
         CorpusError: bad input. ``scheduler.BudgetError``: the budget is too small (the message
             names the smallest budget that works).
     """
-    size = _input_bytes(_sources(input_path, input_format, text_column))
+    if _is_url_input(input_path):
+        size = check_source(os.fspath(input_path))
+    else:
+        size = _input_bytes(_sources(input_path, input_format, text_column))
     return scheduler.plan_encoding(size, tokenizer.n_vocab, memory_limit, num_workers=num_workers,
                                    chunk_bytes=chunk_bytes)
 
@@ -262,7 +275,8 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                   mp_context: str | None = None, monitor_interval: float = 0.05, *,
                   separator: bool = True, doc_index: str | os.PathLike | None = None,
                   shard_tokens: int | None = None, input_format: str = "auto", text_field: str = "text",
-                  text_column: str = "text", skip_bad_records: bool = False) -> EncodeResult:
+                  text_column: str = "text", skip_bad_records: bool = False,
+                  cluster=None) -> EncodeResult:
     """Encode a corpus into one flat ``.npy`` of token ids (see the module docstring).
 
     Args:
@@ -293,6 +307,12 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
             (``manifest_path``) instead of one ``.npy``.
         input_format, text_field, text_column, skip_bad_records: how inputs are read
             (``TrainConfig`` has the same options).
+        cluster: encode the shards on a cluster (``runtime.executors.open_executor``: ``"local:N"``,
+            a scheduler address, a ``distributed.Client``); ``input_path`` may then be an fsspec
+            URL, and ``out_path`` must be on a filesystem the workers share (each writes its slice
+            of the ``.npy``). The ids are the same as on one machine (:func:`encode_sharded`). An
+            fsspec URL as ``out_path`` (``s3://bucket/ids/``) gets sharded outputs and a manifest
+            instead (:func:`encode_to_parts`, read back by :func:`load_sharded_ids`).
 
     Returns:
         An ``EncodeResult`` with the plan (``plan.to_dict()``) and the sampled peak RSS.
@@ -316,6 +336,15 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         phase(name)
         marks.append((name, time.perf_counter()))
 
+    if cluster is not None or _is_url_input(input_path) or is_url(os.fspath(out_path)):
+        if not isinstance(input_path, (str, os.PathLike)) or os.path.isdir(os.fspath(input_path)):
+            raise ValueError("with cluster= (or a URL) the input is one plain-text file or URL; many files, "
+                             "directories, streams and iterators are encoded on this machine")
+        if not separator or doc_index is not None or shard_tokens is not None or input_format not in ("auto", "text"):
+            raise ValueError("with cluster= (or a URL) separator=False, doc_index, shard_tokens and input_format "
+                             "are not available (encode on this machine for them)")
+        return encode_sharded(input_path, tokenizer, out_path, cluster, num_workers, memory_limit, chunk_bytes,
+                              verify, progress, monitor_interval)
     enter("plan")
     out_path = os.fspath(out_path)
     sources = _sources(input_path, input_format, text_column)
@@ -593,24 +622,318 @@ def _save_npy(path: str, arr: np.ndarray) -> None:
 
 def _verify(tmp: str, input_path: str, tok: Tokenizer, chunks, counts, max_chunks: int = 8,
             max_ids: int = 1 << 20) -> int:
+    with open(input_path, "rb") as f:
+        def read(start: int, n: int) -> bytes:
+            f.seek(start)
+            return f.read(n)
+        return _verify_with(read, tmp, input_path, tok, chunks, counts, max_chunks, max_ids)
+
+
+def _verify_with(read, tmp: str, input_path: str, tok: Tokenizer, chunks, counts, max_chunks: int = 8,
+                 max_ids: int = 1 << 20) -> int:
     """Decode the start of up to ``max_chunks`` chunks (first, last, evenly between) and compare."""
     ids = np.load(tmp, mmap_mode="r")
     offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
     n = len(chunks)
     picks = sorted({round(k * (n - 1) / max(1, max_chunks - 1)) for k in range(min(n, max_chunks))})
     checked = 0
-    with open(input_path, "rb") as f:
-        for i in picks:
-            start, end = chunks[i]
-            k = min(int(counts[i]), max_ids)
-            got = tok.decode_bytes(np.asarray(ids[offsets[i]: offsets[i] + k]))
-            f.seek(start)
-            want = f.read(len(got))
-            if got != want or (k == counts[i] and len(got) != end - start):
-                raise VerifyError(f"{input_path}: ids of bytes {start}-{end} do not decode back to the input")
-            checked += len(got)
+    for i in picks:
+        start, end = chunks[i]
+        k = min(int(counts[i]), max_ids)
+        got = tok.decode_bytes(np.asarray(ids[offsets[i]: offsets[i] + k]))
+        want = read(start, min(len(got), end - start))
+        if got != want or (k == counts[i] and len(got) != end - start):
+            raise VerifyError(f"{input_path}: ids of bytes {start}-{end} do not decode back to the input")
+        checked += len(got)
     del ids
     return checked
+
+
+# ==== On an executor (a cluster): shards -> spill files -> slices of one .npy =====================
+
+
+def encode_sharded(input_path, tokenizer, out_path, cluster=None, num_workers: int | None = None,
+                   memory_limit: int | None = None, chunk_bytes: int | None = None, verify: bool = False,
+                   progress: bool | str = True, monitor_interval: float = 0.05) -> EncodeResult:
+    """``encode_corpus`` with the shards encoded where an executor runs (a Dask cluster, or threads).
+
+    1. **encode**: each task reads its shard (a local path on a shared filesystem, or an fsspec
+       URL), encodes it and writes its ids to a spill file in a folder beside the output (written
+       to a temp name and renamed, so a task that runs again after a lost worker replaces it whole);
+       it returns its token count. The tokenizer's rank table goes to each worker once.
+    2. **place**: the client creates the ``.npy`` (header by ``open_memmap``, the full size) in a temp
+       file beside the output; from the token counts each shard's offset follows, and each task
+       copies its spill file into its slice (``pwrite``) and fsyncs it. Placing again writes the
+       same bytes, so a retried task is harmless.
+    3. the conservation checks of ``encode_corpus`` (bytes encoded == input size; tokens written ==
+       the sum over shards), optional verify, rename onto the output. On any failure the temp file
+       and the spill folder are removed and nothing is written.
+
+    Only token counts and small task descriptions cross the network to the client; the ids go from
+    each worker to the shared filesystem.
+    """
+    t0 = time.perf_counter()
+    marks: list[tuple[str, float]] = []
+
+    def enter(name: str) -> None:
+        phase(name)
+        marks.append((name, time.perf_counter()))
+
+    enter("plan")
+    input_path, out_path = os.fspath(input_path), os.fspath(out_path)
+    if is_url(out_path):
+        return encode_to_parts(input_path, tokenizer, out_path, cluster, num_workers, memory_limit, chunk_bytes,
+                               progress)
+    size = check_source(input_path)
+    check_mode(progress)
+    warn_if_binary_source(input_path)
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    _check_out(out_path)
+    the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
+                                       chunk_bytes=chunk_bytes)
+    dtype = ids_dtype(tok.n_vocab)
+    specials = list(tok._special_bytes)
+    folder = os.path.dirname(os.path.abspath(out_path))
+    spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
+    tmp = None
+    bar = _progress(size, progress)
+    monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
+    monitor.start()
+    announce = None if progress in (False, None, "none") else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        enter("cluster start")
+        with open_executor(cluster, the_plan.num_workers, announce=announce) as ex:
+            tmp, commit = atomic_path(out_path)
+            enter("cut")
+            shards = source_shards(input_path, the_plan.chunk_bytes, specials, pattern_name(tok.pattern),
+                                   getattr(tok, "chunks_inside_documents", True))
+            enter("encode")
+            spec = ex.share(tok._encoder_spec())
+            lengths = ex.share(_token_lengths(tok))
+            results = ex.map(encode_shard, shards, shared=(spec, lengths, spill_dir, dtype.str),
+                             on_done=lambda shard: bar.update(shard.n_bytes))
+            counts = [n_ids for _, n_ids, _ in results]
+            # Conservation: every byte of the input was encoded once.
+            check_total(f"bytes of {input_path} (bytes encoded vs input size)", sum(b for _, _, b in results), size)
+            total = sum(counts)
+            enter("assemble")
+            arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(total,))
+            header = arr.offset
+            del arr
+            starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])[:-1]
+            places = [(_spill_path(spill_dir, i), header + int(starts[i]) * dtype.itemsize, n * dtype.itemsize)
+                      for i, n in enumerate(counts)]
+            written = ex.map(place_spill, places, shared=(tmp,))
+            # Conservation: tokens written = the sum over shards.
+            check_total("tokens written (output file vs the sum over shards)", sum(written) // dtype.itemsize, total)
+            check_total("tokens in the output file (its size vs the sum over shards)",
+                        (os.path.getsize(tmp) - header) // dtype.itemsize, total)
+            verified = 0
+            if verify:
+                enter("verify")
+                verified = _verify_with(lambda a, n: read_source(input_path, a, a + n).tobytes(), tmp, input_path,
+                                        tok, [(sh.start, sh.end) for sh in shards], counts)
+            cluster_info = ex.describe() if ex.remote else {}
+            n_workers = ex.n_workers
+            enter("write")
+            commit()
+            t_end = time.perf_counter()          # closing a cluster we started is not the run's time
+    except BaseException:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    finally:
+        bar.close()
+        shutil.rmtree(spill_dir, ignore_errors=True)
+        monitor.stop()
+    seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
+               for k, (name, t) in enumerate(marks)}
+    return EncodeResult(out_path, total, size, dtype.name, t_end - t0, n_workers, len(shards), verified,
+                        plan=the_plan.to_dict(), memory=dict(monitor.summary(), held_back_chunks=0),
+                        phase_seconds=seconds, cluster=cluster_info)
+
+
+#: The manifest of sharded ids (``encode_to_parts``): written last, so its presence means complete.
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "bpe_core.sharded_ids/1"
+
+
+def _part_name(index: int) -> str:
+    return f"part-{index:06d}.npy"
+
+
+def encode_to_parts(input_path: str, tokenizer, out_url: str, cluster=None, num_workers: int | None = None,
+                    memory_limit: int | None = None, chunk_bytes: int | None = None,
+                    progress: bool | str = True) -> EncodeResult:
+    """Encode into sharded outputs at an fsspec URL (``s3://bucket/ids/``): one ``part-NNNNNN.npy``
+    per shard, written by the task that encoded it, then ``manifest.json`` (written last by the
+    client: the parts in order, their token counts and input byte ranges, the dtype). A reader
+    trusts the parts only through the manifest (:func:`load_sharded_ids`); a run that fails
+    removes the parts it wrote. Concatenated in manifest order the parts are the single-node ids.
+    """
+    t0 = time.perf_counter()
+    fs, root = _fs_of(out_url)
+    if fs.exists(f"{root}/{MANIFEST}"):
+        raise CorpusError(out_url, f"already holds a {MANIFEST}; remove it (and its parts) or choose another URL")
+    fs.makedirs(root, exist_ok=True)            # a folder where there are folders; nothing on object stores
+    size = check_source(input_path)
+    check_mode(progress)
+    warn_if_binary_source(input_path)
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
+                                       chunk_bytes=chunk_bytes)
+    dtype = ids_dtype(tok.n_vocab)
+    bar = _progress(size, progress)
+    announce = None if progress in (False, None, "none") else (lambda line: print(line, file=sys.stderr, flush=True))
+    shards: list = []
+    try:
+        with open_executor(cluster, the_plan.num_workers, announce=announce) as ex:
+            shards = source_shards(input_path, the_plan.chunk_bytes, list(tok._special_bytes),
+                                   pattern_name(tok.pattern), getattr(tok, "chunks_inside_documents", True))
+            spec = ex.share(tok._encoder_spec())
+            lengths = ex.share(_token_lengths(tok))
+            results = ex.map(encode_shard_to_url, shards, shared=(spec, lengths, out_url, dtype.str),
+                             on_done=lambda shard: bar.update(shard.n_bytes))
+            check_total(f"bytes of {input_path} (bytes encoded vs input size)", sum(r[2] for r in results), size)
+            parts = [{"path": _part_name(sh.index), "n_tokens": n_ids, "start": sh.start, "end": sh.end}
+                     for sh, (_, n_ids, _) in zip(shards, results)]
+            for part in parts:          # Conservation: each part holds what its task counted.
+                check_total(f"tokens in {part['path']}", _npy_length(fs, f"{root}/{part['path']}"), part["n_tokens"])
+            total = sum(p["n_tokens"] for p in parts)
+            manifest = {"format": MANIFEST_FORMAT, "input": input_path, "input_bytes": size, "dtype": dtype.name,
+                        "n_tokens": total, "parts": parts}
+            fs.pipe_file(f"{root}/{MANIFEST}", (json.dumps(manifest, indent=1) + "\n").encode())
+            cluster_info = ex.describe() if ex.remote else {}
+            n_workers = ex.n_workers
+    except BaseException:
+        for sh in shards:
+            with contextlib.suppress(Exception):
+                fs.rm_file(f"{root}/{_part_name(sh.index)}")
+        raise
+    finally:
+        bar.close()
+    return EncodeResult(out_url, total, size, dtype.name, time.perf_counter() - t0, n_workers, len(shards),
+                        plan=the_plan.to_dict(), cluster=cluster_info)
+
+
+def _fs_of(url: str):
+    try:
+        import fsspec
+    except ImportError:
+        raise MissingDependency(f"{url}: writing to a URL needs fsspec: pip install 'bpe_core[cluster]'") from None
+    fs, root = fsspec.core.url_to_fs(url)
+    return fs, root.rstrip("/")
+
+
+def _npy_length(fs, path: str) -> int:
+    with fs.open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        shape, _, _ = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0(f))
+    return int(shape[0])
+
+
+def encode_shard_to_url(shard, spec, token_lengths: np.ndarray, out_url: str, dtype: str) -> tuple[int, int, int]:
+    """Task: encode one shard into its own ``part-NNNNNN.npy`` under ``out_url``; returns
+    ``(index, n_ids, n_bytes)`` (the ids stand for exactly the shard's bytes, checked)."""
+    enc = _thread_spec(spec)
+    buf = shard.read()
+    blocks, n_bytes = [], 0
+    for ids in enc.iter_encode(buf, 0, len(buf)):
+        n_bytes += int(token_lengths[ids].sum())
+        blocks.append(ids.astype(dtype, copy=False))
+    check_total(f"bytes of {shard.label()} (bytes the ids stand for vs bytes read)", n_bytes, shard.n_bytes)
+    ids = np.concatenate(blocks) if blocks else np.zeros(0, dtype)
+    out = io.BytesIO()
+    np.save(out, ids)
+    fs, root = _fs_of(out_url)
+    fs.pipe_file(f"{root}/{_part_name(shard.index)}", out.getvalue())
+    return shard.index, int(ids.shape[0]), n_bytes
+
+
+def load_sharded_ids(url: str) -> np.ndarray:
+    """The ids that ``encode_to_parts`` wrote at ``url``, concatenated in manifest order.
+
+    Raises:
+        CorpusError: no manifest (the run did not finish), or a part that is not what it lists.
+    """
+    fs, root = _fs_of(url)
+    try:
+        manifest = json.loads(fs.cat_file(f"{root}/{MANIFEST}"))
+    except FileNotFoundError:
+        raise CorpusError(url, f"no {MANIFEST}: not a finished sharded output") from None
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise CorpusError(url, f"{MANIFEST}: not a {MANIFEST_FORMAT} manifest")
+    arrays = []
+    for part in manifest["parts"]:
+        with fs.open(f"{root}/{part['path']}", "rb") as f:
+            arr = np.load(f, allow_pickle=False)
+        if arr.shape != (part["n_tokens"],) or arr.dtype != np.dtype(manifest["dtype"]):
+            raise CorpusError(url, f"{part['path']}: {arr.shape[0]:,} {arr.dtype} ids, the manifest says "
+                                   f"{part['n_tokens']:,} {manifest['dtype']}")
+        arrays.append(arr)
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.dtype(manifest["dtype"]))
+
+
+#: Per thread: (the shared spec it was made from, this thread's own copy with its encoder and cache).
+_THREAD_SPEC = threading.local()
+
+
+def _thread_spec(spec):
+    held = getattr(_THREAD_SPEC, "held", None)
+    if held is None or held[0] is not spec:
+        held = _THREAD_SPEC.held = (spec, copy.copy(spec))
+    return held[1]
+
+
+def encode_shard(shard, spec, token_lengths: np.ndarray, spill_dir: str, dtype: str) -> tuple[int, int, int]:
+    """Task: encode one shard into its spill file; returns ``(index, n_ids, n_bytes)``.
+
+    Conservation: the ids stand for exactly the shard's bytes (the sum of their token lengths).
+    """
+    enc = _thread_spec(spec)
+    buf = shard.read()
+    path = _spill_path(spill_dir, shard.index)
+    part = f"{path}.{os.getpid()}-{threading.get_ident()}.part"
+    n_ids = n_bytes = 0
+    try:
+        with open(part, "wb") as out:
+            for ids in enc.iter_encode(buf, 0, len(buf)):
+                n_bytes += int(token_lengths[ids].sum())
+                ids.astype(dtype, copy=False).tofile(out)
+                n_ids += len(ids)
+        check_total(f"bytes of {shard.label()} (bytes the ids stand for vs bytes read)", n_bytes, shard.n_bytes)
+        os.replace(part, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
+    return shard.index, n_ids, n_bytes
+
+
+def place_spill(place: tuple[str, int, int], out_path: str) -> int:
+    """Task: copy a spill file into its slice of the output (``pwrite`` at its byte offset) and fsync;
+    returns the bytes written, checked against the slice's size."""
+    spill, offset, n_bytes = place
+    written = 0
+    fd = os.open(out_path, os.O_WRONLY)
+    try:
+        with open(spill, "rb") as f:
+            while True:
+                block = f.read(COPY_BYTES)
+                if not block:
+                    break
+                view = memoryview(block)
+                while view:
+                    k = os.pwrite(fd, view, offset + written)
+                    written += k
+                    view = view[k:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    check_total(f"bytes of {spill} (bytes placed vs the shard's ids)", written, n_bytes)
+    return written
 
 
 def _check_out(out_path: str) -> None:
@@ -625,5 +948,6 @@ def _progress(total: int, mode):
     return make_progress(mode, total=total, desc="encode", unit="B", unit_scale=True, smoothing=0.1)
 
 
-__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "ids_dtype", "iter_chunks", "manifest_path", "plan",
+__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "encode_shard", "encode_shard_to_url", "encode_sharded",
+           "encode_to_parts", "ids_dtype", "iter_chunks", "load_sharded_ids", "manifest_path", "place_spill", "plan",
            "shard_paths"]

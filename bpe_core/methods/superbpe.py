@@ -35,6 +35,7 @@ content, so the sample does not depend on worker count); the run report says how
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence
@@ -44,6 +45,7 @@ import regex
 
 from ..corpus.chunks import file_chunks, split_spans
 from ..corpus.files import open_corpus
+from ..corpus.shards import is_url, source_shards
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine
 from ..engine.units import RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units
@@ -55,6 +57,7 @@ from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from ..pretok.wordtable import WordTable
 from ..runtime.memmon import phase
 from ..runtime.progress import progress_bar
+from ..runtime.executors import open_executor
 from ..runtime.workers import FileStamp, read_range, run_ordered
 
 DEFAULT_TRANSITION = 0.4
@@ -262,7 +265,11 @@ def word_flags(table: WordTable) -> np.ndarray:
 def _units_chunk(task: tuple) -> tuple:
     """Worker (a thread): the unique units (as word-id runs) of ``path[start:end)``."""
     path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp = task
-    buf = read_range(path, start, end, stamp)
+    return _units_of(read_range(path, start, end, stamp), path, specials, pattern, keep_below, index, flags,
+                     cut_spaces)
+
+
+def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, flags, cut_spaces: bool) -> tuple:
     spans, _ = split_spans(buf, 0, len(buf), specials)
     counter = UnitCounter()
     name = pattern_name(pattern)
@@ -293,12 +300,17 @@ def _units_chunk(task: tuple) -> tuple:
 
 def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern: str, num_workers: int,
                 chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
-                flags: Optional[np.ndarray] = None) -> tuple[tuple, dict]:
+                flags: Optional[np.ndarray] = None, executor=None) -> tuple[tuple, dict]:
     """Count the stage-2 units of a corpus as runs of word ids (rows of ``table``).
 
     Chunks are counted on worker threads (``workers.run_ordered``) that share one read-only
-    ``WordIndex`` of the table; the per-chunk tables are summed in the calling thread.
+    ``WordIndex`` of the table; the per-chunk tables are summed in the calling thread. With an
+    ``executor`` (``runtime.executors``: a cluster, or anything ``open_executor`` takes) the shards
+    are counted where it runs instead (:func:`count_units_sharded`); the result is the same.
     """
+    if executor is not None or is_url(path):
+        return count_units_sharded(path, table, specials, pattern, num_workers, chunk_bytes, sample_fraction,
+                                   cut_spaces, flags, executor)
     stamp = FileStamp.of(path)
     # Units run across newlines: cut chunks at document edges only.
     chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False, stamp=stamp)
@@ -321,6 +333,65 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     stamp.check()
     info = {"units_seen": seen, "units_kept": kept, "unique_units": total.n_units}
     return total.to_arrays(), info
+
+
+class UnitsContext:
+    """What every stage-2 units task needs: the word table (as a ``WordIndex``, built once per
+    process on first use) and the word flags. Shipped once per worker (``Executor.share``)."""
+
+    def __init__(self, arena: np.ndarray, offsets: np.ndarray, flags: np.ndarray):
+        self.arena, self.offsets, self.flags = arena, offsets, flags
+        self._index = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self):
+        return {"arena": self.arena, "offsets": self.offsets, "flags": self.flags}
+
+    def __setstate__(self, state):
+        self.__init__(state["arena"], state["offsets"], state["flags"])
+
+    @property
+    def index(self) -> WordIndex:
+        with self._lock:
+            if self._index is None:
+                self._index = WordIndex(self.arena, self.offsets)
+            return self._index
+
+
+def units_shard(shard, context: UnitsContext, specials: Sequence[bytes], pattern: str, keep_below: int,
+                cut_spaces: bool) -> tuple:
+    """Task: the unique units of one shard (``corpus.shards.Shard``), as ``_units_chunk`` gives them."""
+    return _units_of(shard.read(), shard.source, specials, pattern, keep_below, context.index, context.flags,
+                     cut_spaces)
+
+
+def combine_units(parts: list) -> tuple:
+    """Combine: unit tables summed in order (units stay in first-seen order, so any tree of combines
+    gives the table that summing them one by one gives)."""
+    if len(parts) == 1:
+        return parts[0]
+    counter = UnitCounter()
+    for data, starts, counts, _, _ in parts:
+        counter.add_table(data, starts, counts)
+    data, starts, counts = counter.to_arrays()
+    return data, starts, counts, sum(p[3] for p in parts), sum(p[4] for p in parts)
+
+
+def count_units_sharded(path: str, table: WordTable, specials: Sequence[bytes], pattern: str, num_workers: int,
+                        chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
+                        flags: Optional[np.ndarray] = None, executor=None) -> tuple[tuple, dict]:
+    """``count_units`` on an executor: shards of a local path or URL, the word table shipped once
+    per worker, the unit tables combined in a tree (on the workers) and one table returned."""
+    keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
+    if flags is None:
+        flags = word_flags(table)
+    with open_executor(executor, num_workers) as ex:
+        shards = source_shards(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False)
+        context = ex.share(UnitsContext(table.arena, table.offsets, flags))
+        data, starts, counts, seen, kept = ex.map_reduce(
+            units_shard, shards, combine_units, shared=(context, list(specials), pattern, keep_below, cut_spaces))
+    info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.shape[0])}
+    return (data, starts, counts), info
 
 
 def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_offsets: np.ndarray,
@@ -399,7 +470,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     else:
         flags = word_flags(table)
         units, info = count_units(config.input_path, table, specials, pattern, plan.num_workers,
-                                  plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags)
+                                  plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
+                                  executor=config.cluster)
         units_syms, units_offs, units_counts = stage2_table(units, table, seg_symbols, seg_offsets,
                                                             (flags & NUMERIC) > 0, token_lengths,
                                                             cut_numbers=(split == "units"))

@@ -26,7 +26,8 @@ from .patterns import pattern_name
 from .pretokenize import count_pretokens, merge_counts
 from .wordtable import WordTable
 
-__all__ = ["ChunkCount", "Spill", "block_spans", "count_corpus", "covered_bytes", "SPILL_PREFIX"]
+__all__ = ["ChunkCount", "Spill", "block_spans", "combine_counts", "count_corpus", "count_shard", "count_shards",
+           "covered_bytes", "SPILL_PREFIX"]
 
 
 
@@ -88,6 +89,95 @@ def _count_chunk(task: tuple) -> ChunkCount:
     n = len(buf)
     return ChunkCount((arena, offsets, counts), n, n_specials, n - text_bytes, int(counts.sum()),
                       block.begins_item, block.n_items, block.source)
+
+
+def _count_buffer(buf, label: str, specials, pattern: str) -> ChunkCount:
+    spans, n_specials = split_spans(buf, 0, len(buf), specials)
+    arena, offsets, counts = count_pretokens(buf, spans, pattern)
+    text_bytes = int((spans[:, 1] - spans[:, 0]).sum()) if len(spans) else 0
+    # Conservation: the pretokens of the text spans cover every byte of them, exactly once.
+    check_total(f"bytes of {label} (pretoken bytes vs text bytes)", covered_bytes(offsets, counts), text_bytes)
+    return ChunkCount((arena, offsets, counts), len(buf), n_specials, len(buf) - text_bytes, int(counts.sum()))
+
+
+# ==== On an executor (a cluster): shards -> tables -> one table ================================
+
+
+def count_shard(shard, specials: Sequence[bytes], pattern: str) -> ChunkCount:
+    """Task: count the pretokens of one shard (``corpus.shards.Shard``: the worker reads it).
+
+    >>> from bpe_core.corpus.shards import Shard
+    >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(b"a b<|e|>a")
+    >>> c = count_shard(Shard(p, 0, 9), [b"<|e|>"], "gpt2")
+    >>> c.n_bytes, c.n_specials, c.n_pretokens
+    (9, 1, 3)
+    """
+    buf = shard.read()
+    check_total(f"bytes of {shard.label()} (bytes read vs shard size)", len(buf), shard.n_bytes)
+    return _count_buffer(buf, shard.label(), specials, pattern)
+
+
+def combine_counts(parts: list) -> ChunkCount:
+    """Combine: the sum of sorted count tables (``merge_counts``) and of their totals.
+
+    The sum of the counts is checked (a fold keeps every pretoken). Associative, so the tables may
+    be combined in any tree (on cluster workers) with the same result.
+
+    >>> from bpe_core.pretok.wordtable import WordTable
+    >>> def t(d): w = WordTable.from_counts(d); return w.arena, w.offsets, w.counts
+    >>> a = ChunkCount(t({b"x": 1, b"y": 2}), 3, 0, 0, 3)
+    >>> b = ChunkCount(t({b"y": 1}), 1, 0, 0, 1)
+    >>> WordTable.from_arrays(combine_counts([a, b]).table).to_dict()
+    {b'x': 1, b'y': 3}
+    """
+    if not parts:
+        empty = WordTable.empty()
+        return ChunkCount((empty.arena, empty.offsets, empty.counts), 0, 0, 0, 0)
+    if len(parts) == 1:
+        return parts[0]
+    merged = merge_counts([p.table for p in parts])
+    check_total("pretoken counts after a combine", int(merged[2].sum()), sum(int(p.table[2].sum()) for p in parts))
+    return ChunkCount(merged, sum(p.n_bytes for p in parts), sum(p.n_specials for p in parts),
+                      sum(p.special_bytes for p in parts), sum(p.n_pretokens for p in parts))
+
+
+def count_shards(shards: Sequence, specials: Sequence[bytes], pattern: str, executor, size: int, label: str,
+                 progress: bool = False, report: Optional[dict] = None) -> WordTable:
+    """Count the pretokens of ``shards`` on an executor (``runtime.executors``) into one table.
+
+    Each task counts one shard where it runs (a cluster worker reads its own bytes); the tables are
+    combined in a tree by :func:`combine_counts` (on the workers, for a cluster) and one table comes
+    back. The totals are checked as in :func:`count_corpus`: every byte of the input (``size``)
+    read once, the table holds every pretoken the tasks counted, and its words cover every byte
+    outside the special tokens. The result equals ``count_corpus`` on the same bytes.
+    """
+    t1 = time.perf_counter()
+    phase("pretokenize")
+    check_total(f"bytes of {label} (bytes in the shards vs input size)", sum(s.n_bytes for s in shards), size)
+    bar = progress_bar(progress, total=size, desc="pre-tokenize", unit="B", unit_scale=True, unit_divisor=1024)
+    try:
+        total = executor.map_reduce(count_shard, shards, combine_counts, shared=(list(specials), pattern),
+                                    on_done=(lambda shard: bar.update(shard.n_bytes)) if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    phase("merge counts")
+    table = WordTable.from_arrays(total.table)
+    check_total(f"bytes of {label} (bytes read vs input size)", total.n_bytes, size)
+    check_total("pretokens (sum of the table's counts vs pretokens counted by the tasks)",
+                int(table.counts.sum()), total.n_pretokens)
+    check_total(f"bytes of {label} (bytes the table covers vs text bytes)",
+                covered_bytes(table.offsets, table.counts), size - total.special_bytes)
+    if report is not None:
+        report["n_chunks"] = len(shards)
+        report["seconds"]["pretokenize"] = round(time.perf_counter() - t1, 3)   # counting and combining
+        report["seconds"]["merge_counts"] = 0.0                                 # (on the workers)
+        report["special_token_occurrences"] = total.n_specials
+        report["bytes_scanned"] = total.n_bytes
+        report["pretokens_counted"] = total.n_pretokens
+        report["spilled_runs"] = 0
+        report["spilled_bytes"] = 0
+    return table
 
 
 def covered_bytes(offsets: np.ndarray, counts: np.ndarray) -> int:

@@ -9,7 +9,8 @@ import tempfile
 import warnings
 from typing import Callable
 
-from ..errors import (BinaryInputWarning, CorpusError, InternalError, ModelFormatError, Terminated)
+from ..errors import (BinaryInputWarning, CorpusError, InternalError, MissingDependency, ModelFormatError,
+                      Terminated)
 from .atomic import output_problem, remove_stale
 from .budget import parse_size
 from .workers import terminate_on_sigterm
@@ -146,7 +147,7 @@ def run_main(fn: Callable[[], int], prog: str | None = None) -> int:
 def _run(fn: Callable[[], int], prog: str) -> int:
     try:
         return fn()
-    except (CliError, CorpusError, ModelFormatError) as exc:
+    except (CliError, CorpusError, ModelFormatError, MissingDependency) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except InternalError as exc:

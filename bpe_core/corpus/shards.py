@@ -1,0 +1,233 @@
+"""Shards: byte ranges of an input that a worker reads by itself (a local path or an fsspec URL).
+
+A :class:`Shard` is the unit of work of the data-parallel phases (counting pretokens, counting
+SuperBPE units, encoding) when they run on a cluster (``runtime.executors``): a small picklable
+description -- which input, which bytes, and a stamp of the input's identity -- rather than the
+bytes themselves. The worker that runs a task reads its own shard (``Shard.read``): with ``pread``
+for a local path (a shared filesystem on a cluster), with ``fsspec`` for a URL (``s3://``,
+``gs://``, ``hf://``, ``memory://``, ``file://``, ...). Nothing but the description crosses the
+network to the worker.
+
+Shards are cut where ``corpus.chunks`` proves a cut safe (a special-token start, or a safe point
+inside a document for the named patterns), exactly as the single-node chunks are, by reading small
+windows near each target offset (``chunks.cut_points``). So the pretokens (or units, or ids) of the
+shards are exactly those of the whole input, for any shard size.
+
+**For other readers** (many files, compressed input, JSONL or Parquet row groups): a reader provides
+objects with the same three members -- ``read()`` (the bytes the shard stands for, as a ``uint8``
+array; special tokens inside them are document separators), ``n_bytes`` (the length of what
+``read()`` returns, for the conservation checks) and ``index`` (its position in the input order) --
+and the task functions take them unchanged.
+
+>>> import tempfile, os; p = os.path.join(tempfile.mkdtemp(), "c.txt")
+>>> _ = open(p, "wb").write(b"aa<|e|>bb<|e|>cc")
+>>> shards = source_shards(p, 3, [b"<|e|>"], "gpt2")
+>>> [(s.start, s.end) for s in shards], shards[1].read().tobytes()
+([(0, 9), (9, 16)], b'<|e|>cc')
+"""
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from ..errors import BinaryInputWarning, CorpusError, InputChanged, MissingDependency
+from ..runtime.workers import FileStamp, read_range
+from .chunks import cut_points
+from .files import SNIFF_BYTES, binary_reason, check_input, compressed_format
+
+__all__ = ["Shard", "UrlStamp", "check_source", "is_url", "read_source", "source_shards", "source_stamp",
+           "warn_if_binary_source"]
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+#: The keys of ``fsspec``'s ``info()`` that identify a version of a remote file (first one present).
+_VERSION_KEYS = ("ETag", "etag", "generation", "md5Hash", "mtime", "LastModified", "last_modified",
+                 "updated", "created")
+
+
+def is_url(source: Union[str, os.PathLike]) -> bool:
+    """True for an fsspec URL (``protocol://...``), False for a local path.
+
+    >>> is_url("s3://bucket/corpus.txt"), is_url("memory://c.txt"), is_url("/data/corpus.txt")
+    (True, True, False)
+    """
+    return isinstance(source, str) and _URL.match(source) is not None
+
+
+def _fsspec(url: str):
+    """``(filesystem, path)`` of a URL; a missing ``fsspec`` is one clear line."""
+    try:
+        import fsspec
+    except ImportError:
+        raise MissingDependency(f"{url}: reading a URL needs fsspec: pip install 'bpe_core[cluster]'") from None
+    try:
+        return fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:       # an unknown protocol, or its package missing
+        raise CorpusError(url, f"cannot open this URL: {exc}") from None
+
+
+@dataclass(frozen=True)
+class UrlStamp:
+    """What identifies the content of a remote file: its size and a version (ETag, generation,
+    modification time, as the filesystem reports it; empty when it reports none)."""
+
+    url: str
+    size: int
+    version: str
+
+    @classmethod
+    def of(cls, url: str) -> "UrlStamp":
+        fs, path = _fsspec(url)
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            raise CorpusError(url, "no such file") from None
+        except Exception as exc:        # noqa: BLE001 -- any backend's error becomes one line
+            raise CorpusError(url, f"cannot read: {exc}") from None
+        if info.get("type") == "directory":
+            raise CorpusError(url, "is a directory, expected a text file")
+        version = next((str(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), "")
+        return cls(url, int(info["size"]), version)
+
+    def check(self) -> None:
+        """Raise :class:`InputChanged` if the file is no longer what it was when stamped."""
+        try:
+            now = UrlStamp.of(self.url)
+        except CorpusError as exc:
+            raise InputChanged(self.url, f"changed while it was read ({exc.reason})") from None
+        if now.size != self.size:
+            raise InputChanged(self.url, f"changed while it was read: {self.size:,} bytes at the start, "
+                                         f"{now.size:,} now; nothing was written")
+        if now != self:
+            raise InputChanged(self.url, "changed while it was read (a new version); nothing was written")
+
+
+Stamp = Union[FileStamp, UrlStamp]
+
+
+def source_stamp(source: Union[str, os.PathLike]) -> Stamp:
+    """The stamp of a local file (:class:`runtime.workers.FileStamp`) or of a URL (:class:`UrlStamp`)."""
+    source = os.fspath(source)
+    return UrlStamp.of(source) if is_url(source) else FileStamp.of(source)
+
+
+def read_source(source: str, start: int, end: int, stamp: Optional[Stamp] = None) -> np.ndarray:
+    """Bytes ``[start, end)`` of a local file or a URL as a fresh ``uint8`` array.
+
+    Raises:
+        InputChanged: fewer bytes than asked for, or the stamp no longer matches.
+
+    >>> import fsspec; fsspec.filesystem("memory").pipe("/doc/a.txt", b"hello")
+    >>> read_source("memory://doc/a.txt", 1, 4).tobytes()
+    b'ell'
+    """
+    if not is_url(source):
+        try:
+            return read_range(source, start, end, stamp)
+        except FileNotFoundError:
+            raise CorpusError(source, f"no such file on this machine ({_host()}): on a cluster, the input must "
+                                      f"be on a filesystem every worker sees at the same path, or a URL") from None
+    if end <= start:
+        return np.zeros(0, np.uint8)
+    fs, path = _fsspec(source)
+    try:
+        data = fs.cat_file(path, start=start, end=end)
+    except FileNotFoundError:
+        raise InputChanged(source, "changed while it was read (it is gone); nothing was written") from None
+    if len(data) != end - start:
+        raise InputChanged(source, f"changed while it was read: {len(data):,} bytes at {start:,}, expected "
+                                   f"{end - start:,}; nothing was written")
+    if stamp is not None:
+        stamp.check()
+    return np.frombuffer(data, dtype=np.uint8).copy()
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def check_source(source: Union[str, os.PathLike]) -> int:
+    """``files.check_input`` for a local path or a URL: readable, a file, not compressed; its size.
+
+    >>> import fsspec; fsspec.filesystem("memory").pipe("/doc/b.txt", b"hi")
+    >>> check_source("memory://doc/b.txt")
+    2
+    >>> check_source("memory://doc/none.txt")
+    Traceback (most recent call last):
+    ...
+    bpe_core.errors.CorpusError: memory://doc/none.txt: no such file
+    """
+    source = os.fspath(source)
+    if not is_url(source):
+        return check_input(source)
+    stamp = UrlStamp.of(source)
+    if stamp.size:
+        found = compressed_format(read_source(source, 0, min(16, stamp.size)).tobytes())
+        if found is not None:
+            raise CorpusError(source, f"is {found[0]}-compressed; decompress it first")
+    return stamp.size
+
+
+def warn_if_binary_source(source: Union[str, os.PathLike], stacklevel: int = 2) -> Optional[str]:
+    """``files.warn_if_binary`` for a local path or a URL (the first 64 KiB are sniffed)."""
+    source = os.fspath(source)
+    try:
+        size = source_stamp(source).size
+        head = read_source(source, 0, min(SNIFF_BYTES, size)).tobytes()
+    except (OSError, CorpusError):
+        return None             # check_source reports what cannot be read
+    reason = binary_reason(head)
+    if reason is not None:
+        warnings.warn(f"{source}: looks binary, not text ({reason}); using its bytes anyway",
+                      BinaryInputWarning, stacklevel=stacklevel + 1)
+    return reason
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Bytes ``[start, end)`` of one input (a local path or an fsspec URL), read by the worker.
+
+    ``stamp`` identifies the input's content; reading checks it, so an input rewritten during a
+    run raises :class:`errors.InputChanged` on whichever worker sees it. ``index`` is the shard's
+    position in the input order (results are combined in that order).
+    """
+
+    source: str
+    start: int
+    end: int
+    index: int = 0
+    stamp: Optional[Stamp] = None
+
+    @property
+    def n_bytes(self) -> int:
+        return self.end - self.start
+
+    def read(self) -> np.ndarray:
+        """The shard's bytes as a fresh ``uint8`` array (``read_source``)."""
+        return read_source(self.source, self.start, self.end, self.stamp)
+
+    def label(self) -> str:
+        return f"{self.source}[{self.start}:{self.end}]"
+
+
+def source_shards(source: Union[str, os.PathLike], chunk_bytes: int, special_tokens: Sequence[bytes] = (),
+                  pattern: Optional[str] = "gpt2", inside_documents: bool = True,
+                  stamp: Optional[Stamp] = None) -> list[Shard]:
+    """Cut a local file or a URL into shards of about ``chunk_bytes`` at proven-safe points.
+
+    ``pattern`` is the canonical name of the pattern (``pretok.pattern_name``; None for a custom
+    regex: cuts at special tokens only). Only small windows near each cut are read. The cuts are
+    those of ``chunks.file_chunks`` on the same bytes.
+    """
+    source = os.fspath(source)
+    stamp = stamp or source_stamp(source)
+    cuts = cut_points(lambda a, b: read_source(source, a, b, stamp), stamp.size, chunk_bytes, special_tokens,
+                      pattern, inside_documents)
+    pairs = [(s, e) for s, e in zip(cuts[:-1], cuts[1:]) if e > s]
+    return [Shard(source, s, e, i, stamp) for i, (s, e) in enumerate(pairs)]

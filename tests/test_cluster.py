@@ -1,0 +1,431 @@
+"""The data-parallel phases on a Dask cluster (``runtime.executors``) give the single-node results.
+
+One ``LocalCluster`` for the module (2 worker processes, one thread each, 127.0.0.1, no dashboard).
+Everything that a cluster run produces -- the word table, the merges, ``model.json``, the id array
+-- is compared byte for byte with the single-node run on the same input, for several shard sizes;
+and once more after a worker process is killed in the middle of a run.
+"""
+import os
+import pickle
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+distributed = pytest.importorskip("distributed")
+fsspec = pytest.importorskip("fsspec")
+import cloudpickle  # noqa: E402  (comes with distributed)
+
+from bpe_core.config import TrainConfig  # noqa: E402
+from strategies import SPECIAL, corpus_bytes  # noqa: E402
+from bpe_core.corpus.shards import Shard, check_source, source_shards  # noqa: E402
+from bpe_core.encode.encode_corpus import encode_corpus, load_sharded_ids  # noqa: E402
+from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
+from bpe_core.errors import BudgetError, CorpusError, InputChanged, MissingDependency  # noqa: E402
+from bpe_core.formats.model import MODEL_FILE, dump_folder  # noqa: E402
+from bpe_core.methods.superbpe import combine_units  # noqa: E402
+from bpe_core.engine.units import UnitCounter  # noqa: E402
+from bpe_core.pretok.counting import combine_counts, count_corpus, count_shard, count_shards  # noqa: E402
+from bpe_core.runtime.executors import DaskExecutor, LocalExecutor, open_executor  # noqa: E402
+from bpe_core.training import train  # noqa: E402
+
+# The tasks defined here travel to the workers by value (this file is not importable there).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+SPECIALS = ["<|endoftext|>"]
+
+
+@pytest.fixture(scope="module")
+def client():
+    import logging
+
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None, silence_logs=logging.ERROR)
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+    _stop_resource_tracker()
+
+
+def _stop_resource_tracker():
+    """The worker processes are gone; so goes the ``multiprocessing`` resource tracker their start
+    left behind (it would live until pytest exits, and later tests check that no child is left)."""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if hasattr(tracker, "_stop"):
+        tracker._stop()
+    elif getattr(tracker, "_pid", None):                 # Python < 3.11: what _stop does
+        os.close(tracker._fd)
+        os.waitpid(tracker._pid, 0)
+        tracker._fd = tracker._pid = None
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """About 140 KB of English with document separators (tinystories + corpus.en, interleaved)."""
+    text = open(os.path.join(FIXTURES, "corpus.en"), "rb").read()
+    stories = open(os.path.join(FIXTURES, "tinystories_sample.txt"), "rb").read()
+    parts = text.split(b"\n\n")
+    body = b"<|endoftext|>".join(parts[i] + (stories if i % 50 == 0 else b"") for i in range(len(parts)))
+    path = tmp_path_factory.mktemp("cluster") / "corpus.txt"
+    path.write_bytes(body)
+    return str(path)
+
+
+def run_tool(name: str, args: list, env: dict = None, extra: list = ()) -> tuple:
+    """Run ``tools/<name>.py``'s ``main`` in this process; returns (exit code, stderr)."""
+    import contextlib
+    import importlib
+    import io
+
+    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    module = importlib.import_module(name)
+    err = io.StringIO()
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = module.main([*args, *extra])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return code, err.getvalue()
+
+
+def _tables_equal(a, b) -> bool:
+    return (np.array_equal(a.arena, b.arena) and np.array_equal(a.offsets, b.offsets)
+            and np.array_equal(a.counts, b.counts))
+
+
+def _model_bytes(result, folder) -> bytes:
+    os.makedirs(folder)
+    dump_folder(result.model, str(folder))
+    return open(os.path.join(folder, MODEL_FILE), "rb").read()
+
+
+# ==== Counting ================================================================================
+
+
+@pytest.mark.parametrize("chunk", [1500, 20000, 1 << 20])
+def test_count_on_cluster_equals_single_node(client, corpus, chunk):
+    specials = [s.encode() for s in SPECIALS]
+    want = count_corpus(corpus, specials, "gpt2", 1, 1 << 20)
+    shards = source_shards(corpus, chunk, specials, "gpt2")
+    report = {"seconds": {}}
+    got = count_shards(shards, specials, "gpt2", DaskExecutor(client), os.path.getsize(corpus), corpus,
+                       report=report)
+    assert _tables_equal(got, want)
+    assert report["n_chunks"] == len(shards) and report["bytes_scanned"] == os.path.getsize(corpus)
+    local = count_shards(shards, specials, "gpt2", LocalExecutor(2), os.path.getsize(corpus), corpus)
+    assert _tables_equal(local, want)
+
+
+def test_shards_cover_the_input_at_the_single_node_cuts(corpus):
+    from bpe_core.corpus.chunks import file_chunks
+
+    specials = [s.encode() for s in SPECIALS]
+    shards = source_shards(corpus, 3000, specials, "gpt2")
+    assert [(s.start, s.end) for s in shards] == file_chunks(corpus, 3000, specials, "gpt2")
+    assert [s.index for s in shards] == list(range(len(shards)))
+    url = source_shards("file://" + corpus, 3000, specials, "gpt2")
+    assert [(s.start, s.end) for s in url] == [(s.start, s.end) for s in shards]
+    assert url[3].read().tobytes() == shards[3].read().tobytes()
+
+
+@settings(deadline=None)
+@given(data=st.lists(corpus_bytes, min_size=1, max_size=6).map(b"".join), chunk=st.integers(1, 64),
+       pattern=st.sampled_from(["gpt2", "o200k", r"\w+|\s+|[^\w\s]+"]), url=st.booleans())
+def test_sharded_count_equals_count_corpus_on_random_input(tmp_path_factory, data, chunk, pattern, url):
+    """Shards of a file or a ``file://`` URL, counted by tasks and combined in a tree, give the
+    single-node table on random and adversarial bytes, for any shard size."""
+    from bpe_core.pretok.patterns import pattern_name
+
+    path = tmp_path_factory.mktemp("prop") / "c.txt"
+    path.write_bytes(data)
+    specials = [SPECIAL.encode()]
+    want = count_corpus(str(path), specials, pattern, 1, 1 << 20)
+    source = ("file://" if url else "") + str(path)
+    shards = source_shards(source, chunk, specials, pattern_name(pattern))
+    got = count_shards(shards, specials, pattern, LocalExecutor(2), len(data), source)
+    assert _tables_equal(got, want)
+
+
+def _concat(task, sep):
+    return f"{task}{sep}"
+
+
+def _join(parts):
+    return "".join(parts)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(0, 40), workers=st.integers(1, 3))
+def test_local_map_reduce_keeps_task_order(n, workers):
+    got = LocalExecutor(workers).map_reduce(_concat, list(range(n)), _join, shared=(",",))
+    assert got == "".join(f"{i}," for i in range(n))
+
+
+def test_dask_map_reduce_keeps_task_order(client):
+    ex = DaskExecutor(client)
+    for n in (1, 5, 17):
+        assert ex.map_reduce(_concat, list(range(n)), _join, shared=(",",)) == "".join(f"{i}," for i in range(n))
+    assert ex.map(_concat, list(range(7)), shared=(";",)) == [f"{i};" for i in range(7)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(units=st.lists(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=3), max_size=6), max_size=9),
+       cut=st.integers(0, 9))
+def test_combine_units_is_associative_and_keeps_first_seen_order(units, cut):
+    def table(chunk):
+        c = UnitCounter()
+        for u in chunk:
+            c.add_units(np.array(u, np.uint32), np.array([0, len(u)], np.int64))
+        return (*c.to_arrays(), len(chunk), len(chunk))
+
+    parts = [table(chunk) for chunk in units]
+    if not parts:
+        return
+    flat = combine_units(parts) if len(parts) > 1 else parts[0]
+    cut = min(cut, len(parts))
+    left, right = parts[:cut], parts[cut:]
+    grouped = [combine_units(g) for g in (left, right) if g]
+    tree = combine_units(grouped) if len(grouped) > 1 else grouped[0]
+    for a, b in zip(flat[:3], tree[:3]):
+        assert np.array_equal(a, b)
+    assert flat[3:] == tree[3:] == (sum(len(c) for c in units),) * 2
+
+
+def test_combine_counts_sums_totals(corpus):
+    specials = [s.encode() for s in SPECIALS]
+    shards = source_shards(corpus, 10000, specials, "gpt2")
+    parts = [count_shard(s, specials, "gpt2") for s in shards]
+    total = combine_counts([combine_counts(parts[:3]), combine_counts(parts[3:])])
+    assert total.n_bytes == os.path.getsize(corpus)
+    assert total.n_pretokens == sum(p.n_pretokens for p in parts) == int(total.table[2].sum())
+
+
+# ==== Training: the same merges and model.json ===================================================
+
+
+@pytest.mark.parametrize("method,chunk,split", [("bpe", 1500, None), ("bpe", 50000, None),
+                                                ("superbpe", 4000, "hf"), ("superbpe", 9000, "units")])
+def test_train_on_cluster_is_byte_identical(client, corpus, tmp_path, method, chunk, split):
+    options = dict(vocab_size=600, special_tokens=tuple(SPECIALS), method=method,
+                   **({"stage2_split": split} if split else {}))
+    single = train(TrainConfig(input_path=corpus, num_workers=1, **options))
+    on_cluster = train(TrainConfig(input_path=corpus, chunk_bytes=chunk, cluster=client, **options))
+    assert on_cluster.merges == single.merges and on_cluster.vocab == single.vocab
+    assert _model_bytes(on_cluster, tmp_path / "c") == _model_bytes(single, tmp_path / "s")
+    report = on_cluster.report
+    assert report["cluster"]["engine"] == "dask" and report["cluster"]["workers"] == 2
+    assert report["cluster"]["tasks"] >= report["n_chunks"]
+    assert set(report["cluster"]["worker_peak_rss_bytes"]) == set(client.scheduler_info()["workers"])
+    if method == "superbpe":
+        assert report["superbpe"] == single.report["superbpe"]
+
+
+def test_train_from_url_input(client, corpus, tmp_path):
+    """A ``file://`` URL on the cluster, and a ``memory://`` URL on this machine's threads."""
+    options = dict(vocab_size=500, special_tokens=tuple(SPECIALS))
+    single = train(TrainConfig(input_path=corpus, num_workers=1, **options))
+    url = train(TrainConfig(input_path="file://" + corpus, chunk_bytes=8000, cluster=client, **options))
+    assert url.merges == single.merges
+    fsspec.filesystem("memory").pipe("/bpe_core_test/corpus.txt", open(corpus, "rb").read())
+    mem = train(TrainConfig(input_path="memory://bpe_core_test/corpus.txt", chunk_bytes=8000, num_workers=2,
+                            method="superbpe", **options))
+    assert mem.merges == train(TrainConfig(input_path=corpus, num_workers=1, method="superbpe", **options)).merges
+    assert _model_bytes(url, tmp_path / "u") == _model_bytes(single, tmp_path / "s")
+
+
+# ==== Encoding: the same id array ===============================================================
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus):
+    r = train(TrainConfig(input_path=corpus, vocab_size=700, special_tokens=tuple(SPECIALS), num_workers=1))
+    return Tokenizer(r.vocab, r.merges, SPECIALS)
+
+
+@pytest.mark.parametrize("chunk", [2000, 1 << 20])
+def test_encode_on_cluster_is_byte_identical(client, corpus, tokenizer, tmp_path, chunk):
+    single = encode_corpus(corpus, tokenizer, tmp_path / "single.npy", num_workers=1, progress=False)
+    got = encode_corpus(corpus, tokenizer, tmp_path / "cluster.npy", chunk_bytes=chunk, progress=False,
+                        cluster=client, verify=True)
+    assert open(tmp_path / "cluster.npy", "rb").read() == open(tmp_path / "single.npy", "rb").read()
+    assert got.n_tokens == single.n_tokens and got.verified_bytes > 0 and got.cluster["engine"] == "dask"
+    assert sorted(os.listdir(tmp_path)) == ["cluster.npy", "single.npy"]      # no temp or spill left
+
+
+def test_encode_superbpe_model_and_url_input(client, corpus, tmp_path):
+    r = train(TrainConfig(input_path=corpus, vocab_size=650, special_tokens=tuple(SPECIALS), method="superbpe",
+                          num_workers=1))
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    dump_folder(r.model, str(folder))
+    tok = Tokenizer.load(str(folder))
+    encode_corpus(corpus, tok, tmp_path / "single.npy", num_workers=1, progress=False)
+    encode_corpus("file://" + corpus, tok, tmp_path / "cluster.npy", chunk_bytes=5000, progress=False,
+                  cluster=client)
+    assert open(tmp_path / "cluster.npy", "rb").read() == open(tmp_path / "single.npy", "rb").read()
+
+
+def test_encode_failure_leaves_nothing(client, tmp_path, tokenizer):
+    bad = tmp_path / "gone.txt"
+    with pytest.raises(CorpusError, match="no such file"):
+        encode_corpus("file://" + str(bad), tokenizer, tmp_path / "ids.npy", progress=False, cluster=client)
+    assert os.listdir(tmp_path) == []
+
+
+def test_encode_to_url_parts_with_a_manifest(client, corpus, tokenizer, tmp_path):
+    single = encode_corpus(corpus, tokenizer, tmp_path / "single.npy", num_workers=1, progress=False)
+    want = np.load(tmp_path / "single.npy")
+    url = "file://" + str(tmp_path / "parts")
+    got = encode_corpus(corpus, tokenizer, url, chunk_bytes=20000, progress=False, cluster=client)
+    assert got.n_tokens == single.n_tokens and got.n_chunks > 3
+    ids = load_sharded_ids(url)
+    assert ids.dtype == want.dtype and np.array_equal(ids, want)
+    with pytest.raises(CorpusError, match="already holds"):
+        encode_corpus(corpus, tokenizer, url, progress=False, cluster=client)
+    # on this machine's threads, into memory://
+    encode_corpus(corpus, tokenizer, "memory://bpe_core_test/ids", chunk_bytes=30000, progress=False, num_workers=2)
+    assert np.array_equal(load_sharded_ids("memory://bpe_core_test/ids"), want)
+    with pytest.raises(CorpusError, match="no manifest"):
+        load_sharded_ids("memory://bpe_core_test/none")
+
+
+# ==== Worker loss ================================================================================
+
+
+def _slow_count(shard, specials, pattern):
+    time.sleep(0.15)
+    return count_shard(shard, specials, pattern)
+
+
+def test_a_killed_worker_changes_nothing(client, corpus):
+    """Kill one worker process while tasks run: Dask recomputes what it held; same table."""
+    import psutil
+
+    specials = [s.encode() for s in SPECIALS]
+    want = count_corpus(corpus, specials, "gpt2", 1, 1 << 20)
+    shards = source_shards(corpus, 4000, specials, "gpt2")
+    assert len(shards) >= 24
+    pids = client.run(os.getpid)
+    victim = sorted(pids.values())[0]
+    killed = {}
+
+    def kill():
+        time.sleep(1.0)                 # a few tasks (and combines) done, most still to run
+        psutil.Process(victim).kill()
+        killed["at"] = time.monotonic()
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    try:
+        total = DaskExecutor(client).map_reduce(_slow_count, shards, combine_counts,
+                                                shared=(specials, "gpt2"))
+        finished = time.monotonic()
+    finally:
+        killer.join()
+    assert killed["at"] < finished, "the kill must land during the run"
+    table = total.table
+    assert np.array_equal(table[0], want.arena) and np.array_equal(table[2], want.counts)
+    assert total.n_bytes == os.path.getsize(corpus)
+    client.wait_for_workers(2, timeout=30)          # the nanny restarts it for the next tests
+    assert victim not in client.run(os.getpid).values()
+
+
+# ==== Errors: one clear line ======================================================================
+
+
+def test_errors_cross_process_boundaries_intact():
+    for exc in (CorpusError("a.txt", "no such file"), InputChanged("a.txt", "changed"),
+                BudgetError("needs 2 GiB", 2 << 30)):
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc) and str(back) == str(exc)
+    assert pickle.loads(pickle.dumps(BudgetError("x", 5))).min_budget == 5
+
+
+def test_input_changed_on_a_worker_reaches_the_client(client, tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"hello world " * 1000)
+    shards = source_shards(str(path), 3000, [], "gpt2")
+    path.write_bytes(b"hello world " * 10)
+    with pytest.raises(InputChanged, match="changed while it was read"):
+        count_shards(shards, [], "gpt2", DaskExecutor(client), 12000, str(path))
+
+
+def test_missing_dask_is_one_clear_line(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(MissingDependency, match=r"bpe_core\[cluster\]"):
+        with open_executor("local:2"):
+            pass
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"hello world")
+    code, err = run_tool("train_bpe", [str(path), "--vocab-size", "260", "--out", str(tmp_path / "o"),
+                                       "--cluster", "local:2"])
+    assert code == 2 and err.count("\n") == 1 and "bpe_core[cluster]" in err
+
+
+def test_bad_cluster_specs():
+    for spec, msg in (("local:0", "N >= 1"), ("loca", "expected local:N"), (3, "expected local:N")):
+        with pytest.raises(ValueError, match=msg):
+            TrainConfig(input_path="x", vocab_size=300, cluster=spec)
+
+
+def test_url_inputs_are_checked(tmp_path):
+    fsspec.filesystem("memory").pipe("/bpe_core_test/gz.txt", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03rest")
+    with pytest.raises(CorpusError, match="gzip-compressed"):
+        check_source("memory://bpe_core_test/gz.txt")
+    with pytest.raises(CorpusError, match="no such file"):
+        train(TrainConfig(input_path="memory://bpe_core_test/none.txt", vocab_size=300))
+    fsspec.filesystem("memory").pipe("/bpe_core_test/t.txt", b"hello")
+    with pytest.raises(ValueError, match="local file"):
+        train(TrainConfig(input_path="memory://bpe_core_test/t.txt", vocab_size=300, method="supratok"))
+    with pytest.raises(InputChanged):
+        Shard("memory://bpe_core_test/t.txt", 0, 9).read()
+    with pytest.raises(CorpusError, match="every worker sees"):
+        Shard(str(tmp_path / "not-here.txt"), 0, 9).read()
+
+
+# ==== The tools ================================================================================
+
+
+def test_tools_take_a_scheduler_address(client, corpus, tmp_path):
+    address = client.scheduler.address
+    code, err = run_tool("train_bpe", [corpus, "--vocab-size", "520", "--out", str(tmp_path / "c"),
+                                       "--cluster", address, "--chunk-bytes", "8K", "--progress", "none"])
+    assert code == 0, err
+    code, err = run_tool("train_bpe", [corpus, "--vocab-size", "520", "--out", str(tmp_path / "s"),
+                                       "--workers", "1", "--progress", "none"])
+    assert code == 0, err
+    model = lambda d: open(tmp_path / d / MODEL_FILE, "rb").read()  # noqa: E731
+    assert model("c") == model("s")
+    code, err = run_tool("encode_corpus", [corpus, "--tokenizer", str(tmp_path / "s"), "--out",
+                                           str(tmp_path / "c.npy"), "--progress", "none", "--chunk-size", "8K"],
+                         env={"DASK_SCHEDULER_ADDRESS": address}, extra=["--cluster"])
+    assert code == 0, err
+    code, err = run_tool("encode_corpus", [corpus, "--tokenizer", str(tmp_path / "s"), "--out",
+                                           str(tmp_path / "s.npy"), "--workers", "1", "--progress", "none"])
+    assert code == 0, err
+    assert open(tmp_path / "c.npy", "rb").read() == open(tmp_path / "s.npy", "rb").read()
+
+
+def test_empty_input_on_cluster(client, tmp_path, tokenizer):
+    path = tmp_path / "empty.txt"
+    path.write_bytes(b"")
+    r = train(TrainConfig(input_path=str(path), vocab_size=300, cluster=client))
+    assert r.merges == [] and r.report["unique_pretokens"] == 0
+    encode_corpus(str(path), tokenizer, tmp_path / "ids.npy", progress=False, cluster=client)
+    assert np.load(tmp_path / "ids.npy").shape == (0,)
