@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BinaryInputWarning", "BudgetError", "CorpusError", "InputChanged", "InternalError",
-           "ModelFormatError", "Terminated", "VerifyError"]
+__all__ = ["BinaryInputWarning", "BudgetError", "CorpusError", "IncompatibleInit", "InputChanged",
+           "InternalError", "ModelFormatError", "Terminated", "VerifyError"]
 
 
 class CorpusError(ValueError):
@@ -35,6 +35,11 @@ class ModelFormatError(ValueError):
         self.path = os.fspath(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+
+class IncompatibleInit(ModelFormatError):
+    """An ``--init-from`` model this run cannot continue (its method, special tokens, pattern or size
+    do not fit the options); the message names the model and the mismatch."""
 
 
 class BudgetError(ValueError):

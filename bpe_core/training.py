@@ -32,6 +32,7 @@ from .errors import BinaryInputWarning, BudgetError
 from .formats import registry
 from .formats.model import Model
 from .methods.curate import curated_config
+from .methods.init_from import load_init
 from .pretok.counting import count_corpus
 from .pretok.patterns import resolve_pattern
 from .runtime import budget
@@ -99,6 +100,7 @@ def train(config: TrainConfig) -> TrainResult:
     specials = encode_specials(config.special_tokens)
     size = check_input(config.input_path)
     warn_if_binary(config.input_path)
+    init = load_init(config)        # --init-from: checked before any work (None without it)
     the_plan = plan(config)
     report: dict[str, Any] = {
         "input_path": os.path.abspath(config.input_path),
@@ -137,7 +139,8 @@ def train(config: TrainConfig) -> TrainResult:
         the_plan.with_count(table.n_words)      # the merge phase needs the whole table: check it now
         # Documents: text separated by special tokens (an empty input has none).
         report["documents"] = report["special_token_occurrences"] + 1 if size else 0
-        result = method.train(config, table, the_plan, progress=config.progress)
+        result = method.train(config, table, the_plan, progress=config.progress,
+                              **({"init": init} if init is not None else {}))
         del table
     section = dict(result.report)
     report["seconds"].update(section.pop("seconds", {}))
@@ -155,6 +158,8 @@ def train(config: TrainConfig) -> TrainResult:
         stages=result.stages,
         metadata={"input_bytes": size, "unique_pretokens": report["unique_pretokens"]},
     )
+    if init is not None:
+        report["init_from"] = model.metadata["init_from"] = init.info
     return TrainResult(model=model, report=report)
 
 

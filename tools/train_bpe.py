@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
+    p.add_argument("--init-from", default=None, metavar="DIR",
+                   help="start from an existing BPE tokenizer: a bpe_core folder (model.json) or GPT-2 "
+                        "vocab.json + merges.txt; bpe continues its merges up to --vocab-size, superbpe "
+                        "runs stage 2 on top of it (its size is the transition). Its special tokens and "
+                        "pattern must be this run's (docs/superbpe.md)")
     g = p.add_argument_group("SuperBPE (--method superbpe)")
     p.add_argument("--method", choices=["bpe", "superbpe", "supratok"], default="bpe",
                    help="bpe (default) or superbpe: a second stage that merges across whitespace "
@@ -262,7 +267,7 @@ def _train(args) -> int:
                              heldout_fraction=args.heldout_fraction, supratok_rounds=args.supratok_rounds,
                              script_aware=not args.no_script_aware, script_bigram_min=args.script_bigram_min,
                              entropy_filter=args.entropy_filter, entropy_seed=args.entropy_seed,
-                             progress=args.progress)
+                             init_from=args.init_from, progress=args.progress)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     from bpe_core.runtime.memmon import phase
@@ -277,6 +282,10 @@ def _train(args) -> int:
 
     result = train(config)
     report = result.report
+    init = report.get("init_from")
+    if init is not None and init["ids"] != "kept":
+        print(f"train_bpe.py: note: {args.init_from}: ids follow bpe_core's layout (bytes 0-255, special "
+              f"tokens, then the merges in order), not the init files' ids", file=sys.stderr)
     if report["merges"] < report["merges_requested"]:
         print(f"train_bpe.py: warning: {input_path}: only {report['merges']} merges were possible "
               f"(asked for {report['merges_requested']}): the corpus has no more pairs; "

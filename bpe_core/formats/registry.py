@@ -44,17 +44,22 @@ class Method:
         n_stages: how many stages a model of this method records (None: any, including none).
         stage_aware: its models encode in stages (stage-1 merges inside pretokens, later merges
             across them), so ``Tokenizer.load`` builds :meth:`stage_encoder` for them.
+        supports_init: it can start from an existing BPE model (``TrainConfig.init_from``); its
+            ``train`` then gets that model as ``init`` (``methods.init_from.InitModel``).
     """
 
     name: str = ""
     n_stages: Optional[int] = None
     stage_aware: bool = False
+    supports_init: bool = False
 
     def check_config(self, config: "TrainConfig") -> None:
         """Raise ``ValueError`` for options this method cannot run with (called by ``TrainConfig``)."""
 
-    def train(self, config: "TrainConfig", table: Any, plan: Any, progress: Any = False) -> MethodResult:
-        """Learn the merges from the counted word table (``pretok.WordTable``) of ``config``'s corpus."""
+    def train(self, config: "TrainConfig", table: Any, plan: Any, progress: Any = False,
+              init: Any = None) -> MethodResult:
+        """Learn the merges from the counted word table (``pretok.WordTable``) of ``config``'s corpus
+        (starting from ``init``'s merges when given: only for a method that ``supports_init``)."""
         raise NotImplementedError(f"method {self.name!r} cannot train")
 
     def check_stages(self, path: str, model: "Model") -> None:
