@@ -49,6 +49,7 @@ from ..engine.merge import MergeEngine, replay_merges
 from ..engine.units import RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units
 from ..errors import InputChanged, ModelFormatError
 from ..formats import registry
+from ..encode.tokenizer import TwoStageEncoder
 from ..formats.model import Model
 from ..pretok.patterns import pattern_name, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
@@ -611,6 +612,20 @@ class StageAwareEncoder:
 
         self.stage1 = merger(model.merges[:n1])
         self.stage2 = merger(model.merges[n1:])
+        # the whole-text native path: the "hf" split with a named pattern (the others: Python below)
+        self.native = None
+        if self.split == "hf" and pattern_name(self.pattern) is not None:
+            self.native = TwoStageEncoder(model.vocab, model.merges[:n1], model.special_tokens, self.pattern,
+                                          self.stage2)
+
+    def encode_array(self, data: bytes, specials: bool = True) -> np.ndarray:
+        """uint32 ids of ``data`` (``specials=False``: as :meth:`encode_ordinary`); one native call
+        for the ``"hf"`` split (``encode.TwoStageEncoder``), else :meth:`encode_python`."""
+        if self.native is not None:
+            return self.native.encode(data, specials)
+        if specials:
+            return np.asarray(self.encode_python(data), dtype=np.uint32)
+        return np.asarray(self.encode_ordinary(data), dtype=np.uint32)
 
     def encode_ordinary(self, data: bytes) -> np.ndarray:
         """Encode text with no special tokens in it."""
@@ -688,7 +703,15 @@ class StageAwareEncoder:
     def encode(self, data: bytes | str) -> list[int]:
         if isinstance(data, str):
             data = data.encode("utf-8", "surrogateescape")
+        if self.native is not None:
+            return self.native.encode(data).tolist()
+        return self.encode_python(data)
 
+    def encode_python(self, data: bytes | str) -> list[int]:
+        """The plain path, document by document (numpy and ``RankMerger`` per text piece): the
+        twin of the native whole-text path, and the path of the other splits and custom patterns."""
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogateescape")
         out: list[int] = []
         for piece, is_special in split_on_specials(data, self.specials):
             if is_special:
