@@ -87,6 +87,11 @@ class TrainConfig:
             executor. The merges are the same wherever it runs (``docs/cluster.md``). With a
             cluster (or an fsspec URL as ``input_path``: ``s3://``, ``gs://``, ``hf://``, ...) the
             workers read their own shards of the input.
+        init_from: start from an existing BPE model (a folder with ``model.json``, a ``model.json``,
+            or a folder with GPT-2 ``vocab.json`` + ``merges.txt``): ``bpe`` continues its merges up
+            to ``vocab_size``, ``superbpe`` runs stage 2 on top of it (the transition is its size).
+            Its special tokens and pattern must be this run's and its vocabulary smaller than
+            ``vocab_size`` (``methods/init_from.py``; ``docs/superbpe.md``, "Extending a tokenizer").
     """
 
     input_path: Any
@@ -126,6 +131,7 @@ class TrainConfig:
     text_column: str = "text"
     skip_bad_records: bool = False
     cluster: Any = None
+    init_from: Optional[str] = None
 
     def __post_init__(self):
         if isinstance(self.input_path, (str, os.PathLike)):
@@ -163,6 +169,11 @@ class TrainConfig:
         if self.max_digits is not None and self.max_digits < 1:
             raise ValueError("max_digits must be >= 1")
         object.__setattr__(self, "forbidden", tuple(self.forbidden))
+        if self.init_from is not None:
+            object.__setattr__(self, "init_from", os.fspath(self.init_from))
+            if not registry.get(self.method).supports_init:
+                raise ValueError(f"init_from: method {self.method!r} cannot start from an existing model "
+                                 f"(bpe and superbpe can)")
         registry.get(self.method).check_config(self)    # ValueError: an unknown method, bad options
         check_mode(self.progress)
         if self.max_words < 1:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BinaryInputWarning", "BudgetError", "CorpusError", "InputChanged", "InternalError",
-           "ClusterError", "MissingDependency", "ModelFormatError", "Terminated", "VerifyError"]
+__all__ = ["BinaryInputWarning", "BudgetError", "ClusterError", "CorpusError", "IncompatibleInit", "InputChanged",
+           "InternalError", "MissingDependency", "ModelFormatError", "Terminated", "VerifyError"]
 
 
 class CorpusError(ValueError):
@@ -41,6 +41,11 @@ class ModelFormatError(ValueError):
 
     def __reduce__(self):
         return (type(self), (self.path, self.reason))
+
+
+class IncompatibleInit(ModelFormatError):
+    """An ``--init-from`` model this run cannot continue (its method, special tokens, pattern or size
+    do not fit the options); the message names the model and the mismatch."""
 
 
 class BudgetError(ValueError):

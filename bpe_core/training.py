@@ -39,6 +39,7 @@ from .errors import BinaryInputWarning, BudgetError
 from .formats import registry
 from .formats.model import Model
 from .methods.curate import curated_config
+from .methods.init_from import load_init
 from .pretok.counting import count_corpus, count_shards
 from .pretok.patterns import pattern_name, resolve_pattern
 from .runtime import budget
@@ -165,6 +166,7 @@ def train(config: TrainConfig) -> TrainResult:
     if sharded:
         size = check_source(config.input_path)
         warn_if_binary_source(config.input_path)
+    init = load_init(config)        # --init-from: checked before any work (None without it)
     the_plan = plan(config, sources)
     report: dict[str, Any] = {
         "input_path": _describe_input(config.input_path),
@@ -217,7 +219,8 @@ def train(config: TrainConfig) -> TrainResult:
             table = table.at_least(config.min_pretoken_count)
             report["unique_pretokens_kept"] = table.n_words
         the_plan.with_count(table.n_words)      # the merge phase needs the whole table: check it now
-        result = method.train(config, table, the_plan, progress=config.progress)
+        result = method.train(config, table, the_plan, progress=config.progress,
+                              **({"init": init} if init is not None else {}))
         del table
         if executor.remote:
             report["cluster"] = executor.describe()
@@ -237,6 +240,8 @@ def train(config: TrainConfig) -> TrainResult:
         stages=result.stages,
         metadata={"input_bytes": size, "unique_pretokens": report["unique_pretokens"]},
     )
+    if init is not None:
+        report["init_from"] = model.metadata["init_from"] = init.info
     return TrainResult(model=model, report=report)
 
 

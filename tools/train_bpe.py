@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
+    p.add_argument("--init-from", default=None, metavar="DIR",
+                   help="start from an existing BPE tokenizer: a bpe_core folder (model.json) or GPT-2 "
+                        "vocab.json + merges.txt; bpe continues its merges up to --vocab-size, superbpe "
+                        "runs stage 2 on top of it (its size is the transition). Its special tokens and "
+                        "pattern must be this run's (docs/superbpe.md)")
     g = p.add_argument_group("SuperBPE (--method superbpe)")
     p.add_argument("--method", choices=["bpe", "superbpe", "supratok"], default="bpe",
                    help="bpe (default) or superbpe: a second stage that merges across whitespace "
@@ -282,7 +287,8 @@ def _train(args) -> int:
                              entropy_filter=args.entropy_filter, entropy_seed=args.entropy_seed,
                              progress=args.progress, input_format=args.input_format,
                              text_field=args.text_field, text_column=args.text_column,
-                             skip_bad_records=args.skip_bad_records, cluster=args.cluster)
+                             skip_bad_records=args.skip_bad_records, cluster=args.cluster,
+                             init_from=args.init_from)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     from bpe_core.runtime.memmon import phase
@@ -301,6 +307,10 @@ def _train(args) -> int:
     if bad.get("skipped"):
         print(f"train_bpe.py: note: skipped {bad['skipped']:,} bad record(s) (--skip-bad-records); first: "
               f"{bad['examples'][0]}", file=sys.stderr)
+    init = report.get("init_from")
+    if init is not None and init["ids"] != "kept":
+        print(f"train_bpe.py: note: {args.init_from}: ids follow bpe_core's layout (bytes 0-255, special "
+              f"tokens, then the merges in order), not the init files' ids", file=sys.stderr)
     if report["merges"] < report["merges_requested"]:
         print(f"train_bpe.py: warning: {input_path}: only {report['merges']} merges were possible "
               f"(asked for {report['merges_requested']}): the corpus has no more pairs; "

@@ -43,9 +43,9 @@ The cache is cleared whole when it holds ``max_entries`` pretokens or its arena 
 not thread-safe (it owns the cache and scratch buffers); ``Tokenizer`` keeps one per thread.
 """
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, realloc
-from libc.string cimport memchr, memcmp, memcpy, memset
+from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from libcpp.algorithm cimport pop_heap, push_heap
 from libcpp.vector cimport vector
 
@@ -53,6 +53,13 @@ import numpy as np
 
 from bpe_core.pretok._pretok cimport _split_ends
 from bpe_core.engine._typedefs cimport pack_pair, pair_key_t, token_id_t
+from bpe_core.engine._units cimport RankEntry, RankMerger
+
+cdef extern from "_unicode_tables.h" nogil:
+    uint16_t bpe_ut_flags(uint32_t cp)
+    enum:
+        BPE_UT_N
+        BPE_UT_S
 
 
 cdef extern from *:
@@ -953,3 +960,200 @@ cdef class Encoder:
     def clear_cache(self):
         """Drop every cached pretoken."""
         self._cache_clear()
+
+
+# ==== Stage-aware encoding (SuperBPE) ===========================================================
+# A SuperBPE model encodes in two stages: stage-1 merges inside pretokens (the Encoder above, with
+# its cache), then stage-2 merges inside units, runs of pretokens cut at hard boundaries. This is
+# the "hf" split of ``methods/superbpe.py`` for a whole text in one call: its plain twins are
+# ``StageAwareEncoder.encode`` (numpy + RankMerger per document) and ``reference.encode_superbpe``.
+
+cdef enum:
+    PT_NUMERIC = 1          # the pretoken holds a \p{N}
+    PT_STARTS_SPACE = 2     # its first character is \s
+    PT_ENDS_SPACE = 4       # its last character is \s
+
+
+cdef inline Py_ssize_t _utf8_char(const uint8_t* s, Py_ssize_t i, Py_ssize_t n, uint32_t* cp) noexcept nogil:
+    """Decode the character at ``s[i]`` (``i < n``) as Python's strict UTF-8 decoder would; returns
+    its length. An invalid byte is one character of its own, a surrogate (``surrogateescape``)."""
+    cdef uint8_t b0 = s[i], b1, b2, b3
+    cdef uint8_t lo = 0x80, hi = 0xBF
+    if b0 < 0x80:
+        cp[0] = b0
+        return 1
+    cp[0] = 0xDC00 | b0
+    if b0 >= 0xC2 and b0 <= 0xDF:
+        if i + 1 < n and (s[i + 1] & 0xC0) == 0x80:
+            cp[0] = ((b0 & 0x1F) << 6) | (s[i + 1] & 0x3F)
+            return 2
+        return 1
+    if b0 >= 0xE0 and b0 <= 0xEF:
+        if b0 == 0xE0:
+            lo = 0xA0
+        elif b0 == 0xED:
+            hi = 0x9F
+        if i + 2 < n:
+            b1 = s[i + 1]
+            b2 = s[i + 2]
+            if b1 >= lo and b1 <= hi and (b2 & 0xC0) == 0x80:
+                cp[0] = ((b0 & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F)
+                return 3
+        return 1
+    if b0 >= 0xF0 and b0 <= 0xF4:
+        if b0 == 0xF0:
+            lo = 0x90
+        elif b0 == 0xF4:
+            hi = 0x8F
+        if i + 3 < n:
+            b1 = s[i + 1]
+            b2 = s[i + 2]
+            b3 = s[i + 3]
+            if b1 >= lo and b1 <= hi and (b2 & 0xC0) == 0x80 and (b3 & 0xC0) == 0x80:
+                cp[0] = ((b0 & 0x07) << 18) | ((b1 & 0x3F) << 12) | ((b2 & 0x3F) << 6) | (b3 & 0x3F)
+                return 4
+    return 1
+
+
+cdef uint8_t _ASCII_FLAGS[128]
+for _c in range(128):
+    _ASCII_FLAGS[_c] = bpe_ut_flags(_c) & (BPE_UT_N | BPE_UT_S)
+
+
+cdef inline uint16_t _char_flags(const uint8_t* s, Py_ssize_t i, Py_ssize_t e, Py_ssize_t* k) noexcept nogil:
+    """``bpe_ut_flags`` of the character at ``s[i]`` (``i < e``); ``k`` gets its length."""
+    cdef uint32_t cp
+    if s[i] < 0x80:
+        k[0] = 1
+        return _ASCII_FLAGS[s[i]]
+    k[0] = _utf8_char(s, i, e, &cp)
+    return bpe_ut_flags(cp)
+
+
+cdef inline uint8_t _pretoken_flags(const uint8_t* s, Py_ssize_t a, Py_ssize_t e) noexcept nogil:
+    """PT_* flags of the pretoken ``s[a:e]`` (``a < e``) of a named pattern, as ``superbpe.word_flags``.
+
+    In the named patterns (gpt2, cl100k, o200k) a pretoken that holds a digit is `` ?\p{N}+`` or
+    ``\p{N}{1,3}``: a digit is its first character or follows a leading space, so two characters
+    are read (tested against the whole-pretoken check of the plain path).
+    """
+    cdef uint8_t f = 0
+    cdef Py_ssize_t k, j
+    cdef uint16_t u = _char_flags(s, a, e, &k)
+    if u & BPE_UT_N:
+        f |= PT_NUMERIC
+    if u & BPE_UT_S:
+        f |= PT_STARTS_SPACE
+        if a + k < e and (_char_flags(s, a + k, e, &j) & BPE_UT_N):
+            f |= PT_NUMERIC
+    if a + k >= e:                           # one character
+        if u & BPE_UT_S:
+            f |= PT_ENDS_SPACE
+        return f
+    # the last character: back over continuation bytes (at most 3) to a start that decodes to the end
+    j = e - 1
+    if s[j] < 0x80:
+        if _ASCII_FLAGS[s[j]] & BPE_UT_S:
+            f |= PT_ENDS_SPACE
+        return f
+    while j > a and j > e - 4 and (s[j] & 0xC0) == 0x80:
+        j -= 1
+    if _char_flags(s, j, e, &k) & BPE_UT_S and j + k == e:
+        f |= PT_ENDS_SPACE
+    return f
+
+
+cdef Py_ssize_t _stage_unit(RankMerger m2, token_id_t* out, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t w,
+                            vector[int64_t]& nxt, vector[int64_t]& prv, vector[RankEntry]& heap) noexcept nogil:
+    """Stage-2 merge the unit ``out[u0:u1]`` and move it to ``out[w:]``; returns the new ``w``."""
+    cdef int64_t m = u1 - u0
+    if m >= 2:
+        m = m2._merge(out + u0, m, nxt, prv, heap)
+    if w != u0 and m > 0:
+        memmove(out + w, out + u0, m * sizeof(token_id_t))
+    return w + m
+
+
+cdef int _stage_span(Encoder enc, RankMerger m2, int pattern_id, const uint8_t* s, Py_ssize_t a,
+                     Py_ssize_t b, const uint8_t* limit, const uint32_t* tok_len, Py_ssize_t n_tok,
+                     vector[int64_t]& ends, vector[int64_t]& nxt, vector[int64_t]& prv,
+                     vector[RankEntry]& heap) except -1 nogil:
+    """Encode the text ``s[a:b]`` (no special token in it): stage 1 per pretoken, then stage 2 per
+    unit, cut where a pretoken holds a digit (it is a unit of its own) and between two pretokens
+    that meet inside a run of whitespace."""
+    cdef Py_ssize_t p = a, n, j, q, e, start, k, u0, w, nbytes
+    cdef uint8_t f, prev = 0
+    cdef token_id_t* out
+    n = 0                                   # ends[0:n] in use; the vector only grows (no refill)
+    while p < b:
+        if <Py_ssize_t>ends.size() < n + ENDS_CAP:
+            ends.resize(2 * (n + ENDS_CAP))
+        n += _split_ends(pattern_id, s, &p, b, ends.data() + n, ENDS_CAP)
+    if n == 0:
+        return 0
+    start = enc.out_n
+    enc._emit_pieces(s, a, ends.data(), n, limit)
+    out = enc.out_buf
+    w = k = u0 = start
+    q = a
+    for j in range(n):
+        e = ends[j]
+        f = _pretoken_flags(s, q, e)
+        if j > 0 and ((f & PT_NUMERIC) or (prev & PT_NUMERIC)
+                      or ((prev & PT_ENDS_SPACE) and (f & PT_STARTS_SPACE))):
+            w = _stage_unit(m2, out, u0, k, w, nxt, prv, heap)
+            u0 = k
+        nbytes = tok_len[out[k]]            # this pretoken's stage-1 ids (ids < n_tok: checked
+        k += 1                              # by TwoStageEncoder, which sizes tok_len to the vocab)
+        while nbytes < e - q:
+            nbytes += tok_len[out[k]]
+            k += 1
+        prev = f
+        q = e
+    w = _stage_unit(m2, out, u0, k, w, nxt, prv, heap)
+    enc.out_n = w
+    return 0
+
+
+def encode_stage_aware(Encoder enc not None, RankMerger stage2 not None, const uint8_t[::1] buf not None,
+                       int pattern_id, SpecialTable specials, const uint32_t[::1] token_lengths not None):
+    """Encode a whole text with a SuperBPE model (the ``"hf"`` stage-2 split), without the GIL.
+
+    Args:
+        enc: an ``Encoder`` over the model's stage-1 merges (its ``RankTable``).
+        stage2: a ``RankMerger`` over the stage-2 merges (canonical ids).
+        buf: the text; special tokens (``specials``, may be None) become their id and end units.
+        pattern_id: the named pattern (``PATTERN_IDS``).
+        token_lengths: uint32, the byte length of every id.
+
+    Returns:
+        uint32 ids. Equivalent to ``superbpe.StageAwareEncoder.encode_python`` and
+        ``reference.encode_superbpe(..., split="hf")``.
+    """
+    cdef Py_ssize_t n_buf = buf.shape[0], pos = 0, ms = 0, me = 0
+    cdef token_id_t mid = 0
+    cdef const Specials* sp = &specials.c if specials is not None else NULL
+    cdef vector[int64_t] ends, nxt, prv
+    cdef vector[RankEntry] heap
+    cdef const uint8_t* s
+    cdef bint found
+    if pattern_id < 0 or pattern_id > 2:
+        raise ValueError(f"unknown pattern id {pattern_id}")
+    enc.out_n = 0
+    if n_buf == 0:
+        return enc._take_out()
+    s = &buf[0]
+    with nogil:
+        while pos < n_buf:
+            found = sp != NULL and _find_special(sp, s, pos, n_buf, n_buf, &ms, &me, &mid)
+            if not found:
+                ms = me = n_buf
+            if ms > pos:
+                _stage_span(enc, stage2, pattern_id, s, pos, ms, s + n_buf, &token_lengths[0],
+                            token_lengths.shape[0], ends, nxt, prv, heap)
+            if found:
+                enc._reserve_out(1)
+                enc.out_buf[enc.out_n] = mid
+                enc.out_n += 1
+            pos = me
+    return enc._take_out()

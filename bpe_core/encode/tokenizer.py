@@ -35,7 +35,7 @@ from ..pretok.patterns import pattern_name, regex_pieces, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from . import _encode
 
-__all__ = ["Tokenizer"]
+__all__ = ["Tokenizer", "TwoStageEncoder"]
 
 _NO_ID = 0xFFFFFFFF
 # Token ids below this are accepted however sparse the vocab (see Tokenizer.__init__).
@@ -633,6 +633,46 @@ def _utf8_stable_end(buf, s: int, e: int) -> int:
 
 # ==== Stage-aware models (SuperBPE, SupraTok) ===================================================
 
+
+class TwoStageEncoder:
+    """SuperBPE's stage-aware encoding of a whole text in one native call (the ``"hf"`` split):
+    stage-1 merges inside pretokens (a :class:`Tokenizer` over them, with its pretoken cache), then
+    ``stage2`` (an ``engine.units.RankMerger``) inside units, cut at special tokens, at pretokens that
+    hold a digit and inside runs of whitespace (``_encode.encode_stage_aware``).
+
+    Args:
+        vocab, stage1_merges, special_tokens, pattern: as :class:`Tokenizer` (a named pattern).
+        stage2: the stage-2 merges as a ``RankMerger`` over canonical ids (the smallest id of the bytes).
+
+    Thread-safe: each call borrows an encoder (a cache) of its own.
+
+    >>> from bpe_core.engine.units import RankMerger
+    >>> vocab = {i: bytes([i]) for i in range(256)} | {256: b" a", 257: b" a a"}
+    >>> m2 = RankMerger(np.array([256], np.uint32), np.array([256], np.uint32), np.array([257], np.uint32))
+    >>> TwoStageEncoder(vocab, [(b" ", b"a")], [], "gpt2", m2).encode(b" a a a 1").tolist()
+    [257, 256, 32, 49]
+    """
+
+    def __init__(self, vocab: dict[int, bytes], stage1_merges, special_tokens, pattern: str, stage2):
+        self._tok = Tokenizer(vocab, stage1_merges, special_tokens, pattern)
+        if self._tok._pattern_id is None:
+            raise ValueError("the native stage-aware encoder needs a named pattern (gpt2, cl100k, o200k)")
+        self._stage2 = stage2
+        lengths = np.zeros(len(self._tok._decoder), dtype=np.uint32)
+        for i, b in self._tok._vocab.items():
+            lengths[i] = len(b)
+        self._lengths = lengths
+
+    def encode(self, data: bytes, specials: bool = True) -> np.ndarray:
+        """uint32 ids of ``data`` (``specials=False``: special tokens are plain text)."""
+        enc = self._tok._borrow()
+        try:
+            return _encode.encode_stage_aware(enc, self._stage2, data, self._tok._pattern_id,
+                                              self._tok._special_table if specials else None, self._lengths)
+        finally:
+            self._tok._idle.append(enc)
+
+
 def _stage_encoder(model):
     """The method's own stage-aware encoder (``formats.registry``: ``Method.stage_encoder``)."""
     return registry.get(model.method).stage_encoder(model)
@@ -665,6 +705,9 @@ class StageAwareTokenizer(Tokenizer):
 
     def encode_to_numpy(self, text: str | bytes, specials: bool = True) -> np.ndarray:
         data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
+        whole = getattr(self._stage, "encode_array", None)      # a whole text in one native call
+        if whole is not None:
+            return whole(data, specials)
         ids = self._stage.encode(data) if specials else self._stage.encode_ordinary(data)
         return np.asarray(ids, dtype=np.uint32)
 

@@ -18,6 +18,8 @@ from libc.string cimport memcmp, memcpy
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 
+cimport cython
+
 import numpy as np
 
 from bpe_core.pretok._pretok cimport PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K, _next_cl100k, _next_gpt2, _next_o200k
@@ -385,11 +387,6 @@ def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint
 
 # ==== Merging a sequence by rank ==============================================================
 
-cdef struct RankEntry:
-    int64_t rank
-    int64_t pos
-
-
 cdef inline bint _entry_after(RankEntry x, RankEntry y) noexcept nogil:
     """Min-heap order: lower rank first, then lower position."""
     if x.rank != y.rank:
@@ -397,6 +394,7 @@ cdef inline bint _entry_after(RankEntry x, RankEntry y) noexcept nogil:
     return x.pos > y.pos
 
 
+@cython.final
 cdef class RankMerger:
     """Apply ranked merges to sequences of token ids.
 
@@ -416,12 +414,7 @@ cdef class RankMerger:
 
     Plain equivalent: ``reference.encode_pretoken`` on ids instead of bytes.
     """
-    cdef vector[uint64_t] keys
-    cdef vector[int64_t] ranks          # per slot: the first rank of the pair
-    cdef vector[int64_t] later          # per rank: the next rank of the same pair, or -1
-    cdef vector[uint32_t] res_of_rank   # per rank: the id it produces
-    cdef uint64_t mask
-    cdef public int64_t n_merges
+    # (attributes and the C methods other kernels call: _units.pxd)
 
     def __init__(self, const uint32_t[::1] lefts, const uint32_t[::1] rights, const uint32_t[::1] results):
         cdef int64_t n = lefts.shape[0], r
@@ -437,6 +430,9 @@ cdef class RankMerger:
         cdef vector[int64_t] last_of_slot
         last_of_slot.assign(cap, -1)
         for r in range(n):
+            self._mark(lefts[r], 1)
+            self._mark(rights[r], 2)
+        for r in range(n):
             self.res_of_rank[r] = results[r]
             key = (<uint64_t>lefts[r] << 32) | rights[r]
             slot = _mix(key) & self.mask
@@ -449,11 +445,20 @@ cdef class RankMerger:
                 self.ranks[slot] = r
             last_of_slot[slot] = r
 
+    cdef void _mark(self, uint32_t tok, uint8_t bit):
+        if tok >= self.side.size():
+            self.side.resize(<size_t>tok + 1, 0)
+        self.side[tok] |= bit
+
     cdef inline int64_t _rank(self, uint32_t a, uint32_t b, int64_t after, uint32_t* out) noexcept nogil:
         """The first rank > ``after`` that merges ``(a, b)``, or -1; ``out`` gets its result id."""
-        cdef uint64_t key = (<uint64_t>a << 32) | b
-        cdef uint64_t slot = _mix(key) & self.mask
+        cdef uint64_t key, slot
         cdef int64_t r
+        # most pairs are no merge: a byte per id (is it a left part? a right part?) says so first
+        if a >= self.side.size() or b >= self.side.size() or not (self.side[a] & 1) or not (self.side[b] & 2):
+            return -1
+        key = (<uint64_t>a << 32) | b
+        slot = _mix(key) & self.mask
         while True:
             if self.keys[slot] == key:
                 r = self.ranks[slot]
@@ -472,62 +477,63 @@ cdef class RankMerger:
         cdef int64_t i, j, k, h, r, cur, m
         cdef uint32_t out, a, b
         cdef RankEntry e
-        cdef vector[int64_t] batch
         if n < 2:
             return n
-        nxt.resize(n)
-        prv.resize(n)
         heap.clear()
-        for i in range(n):
-            nxt[i] = i + 1 if i + 1 < n else -1
-            prv[i] = i - 1
         for i in range(n - 1):
             r = self._rank(s[i], s[i + 1], -1, &out)
             if r >= 0:
                 e.rank = r
                 e.pos = i
                 heap.push_back(e)
-                _sift_up(heap, heap.size() - 1)
+        if heap.size() == 0:
+            return n                             # no merge applies (most units of a text)
+        nxt.resize(n)
+        prv.resize(n)
+        for i in range(n):
+            nxt[i] = i + 1 if i + 1 < n else -1
+            prv[i] = i - 1
+        m = <int64_t>heap.size() // 2            # heapify bottom-up (Floyd)
+        while m > 0:
+            m -= 1
+            _sift_down(heap, m)
         while heap.size() > 0:
-            # 1. All entries of the lowest rank, in position order.
+            # The lowest rank, its entries in position order: they are applied left to right,
+            # skipping stale ones. Entries pushed meanwhile have a later rank (step 3), so popping
+            # one at a time is the same as taking the rank's whole batch first.
             cur = heap[0].rank
-            batch.clear()
-            while heap.size() > 0 and heap[0].rank == cur:
-                batch.push_back(heap[0].pos)
-                _pop(heap)
-            # 2. Apply them left to right, skipping stale ones.
-            for m in range(<int64_t>batch.size()):
-                i = batch[m]
-                if s[i] == 0xFFFFFFFFu:
-                    continue
-                j = nxt[i]
-                if j < 0:
-                    continue
-                r = self._rank(s[i], s[j], cur - 1, &out)
-                if r != cur:
-                    continue
-                s[i] = out
-                s[j] = 0xFFFFFFFFu
-                k = nxt[j]
-                nxt[i] = k
-                if k >= 0:
-                    prv[k] = i
-                h = prv[i]
-                # 3. New neighbours: only merges after this rank apply (replay order).
-                if h >= 0:
-                    r = self._rank(s[h], s[i], cur, &out)
-                    if r >= 0:
-                        e.rank = r
-                        e.pos = h
-                        heap.push_back(e)
-                        _sift_up(heap, heap.size() - 1)
-                if k >= 0:
-                    r = self._rank(s[i], s[k], cur, &out)
-                    if r >= 0:
-                        e.rank = r
-                        e.pos = i
-                        heap.push_back(e)
-                        _sift_up(heap, heap.size() - 1)
+            i = heap[0].pos
+            _pop(heap)
+            if s[i] == 0xFFFFFFFFu:
+                continue
+            j = nxt[i]
+            if j < 0:
+                continue
+            r = self._rank(s[i], s[j], cur - 1, &out)
+            if r != cur:
+                continue
+            s[i] = out
+            s[j] = 0xFFFFFFFFu
+            k = nxt[j]
+            nxt[i] = k
+            if k >= 0:
+                prv[k] = i
+            h = prv[i]
+            # 3. New neighbours: only merges after this rank apply (replay order).
+            if h >= 0:
+                r = self._rank(s[h], s[i], cur, &out)
+                if r >= 0:
+                    e.rank = r
+                    e.pos = h
+                    heap.push_back(e)
+                    _sift_up(heap, heap.size() - 1)
+            if k >= 0:
+                r = self._rank(s[i], s[k], cur, &out)
+                if r >= 0:
+                    e.rank = r
+                    e.pos = i
+                    heap.push_back(e)
+                    _sift_up(heap, heap.size() - 1)
         m = 0
         i = 0
         while i >= 0:
@@ -582,6 +588,22 @@ cdef inline void _sift_up(vector[RankEntry]& heap, size_t i) noexcept nogil:
             break
         heap[i] = heap[parent]
         i = parent
+    heap[i] = e
+
+
+cdef inline void _sift_down(vector[RankEntry]& heap, size_t i) noexcept nogil:
+    cdef RankEntry e = heap[i]
+    cdef size_t n = heap.size(), child
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and _entry_after(heap[child], heap[child + 1]):
+            child += 1
+        if not _entry_after(e, heap[child]):
+            break
+        heap[i] = heap[child]
+        i = child
     heap[i] = e
 
 

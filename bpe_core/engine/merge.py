@@ -2,33 +2,95 @@
 
 >>> from bpe_core.pretok.wordtable import WordTable
 >>> vocab, merges = train_words(WordTable.from_counts({b"low": 5, b"lower": 2}), 258)
->>> merges
-[(b'l', b'o'), (b'lo', b'w')]
+>>> merges          # (l, o) and (o, w) both count 7: the greater pair wins
+[(b'o', b'w'), (b'l', b'ow')]
 """
 from __future__ import annotations
 
 import time
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 from ..corpus.specials import encode_specials
 from ..pretok.wordtable import WordTable
 from ..runtime.memmon import phase
 from ..runtime.progress import progress_bar
 from ._engine import MergeEngine
+from .units import RankMerger
 
-__all__ = ["MergeEngine", "train_words"]
+__all__ = ["MergeEngine", "Replay", "replay_merges", "train_words"]
+
+
+class Replay:
+    """Given merges applied to a word table: the words' segmentation and the engine's view.
+
+    Attributes:
+        symbols, offsets: the words after the merges (uint32 token ids, a CSR aligned with the table).
+        tokens: the bytes of every token id (the 256 bytes, then each distinct merged string in merge
+            order: a merge that rebuilds existing bytes gets the existing id, as in the engine).
+        steps: ``(left_id, right_id, new_id)`` per merge, what ``MergeEngine.run`` returns.
+    """
+
+    def __init__(self, symbols, offsets, tokens, steps):
+        self.symbols, self.offsets, self.tokens, self.steps = symbols, offsets, tokens, steps
+
+
+def replay_merges(symbols: np.ndarray, offsets: np.ndarray, merges: Sequence[tuple[bytes, bytes]]) -> Replay:
+    """Apply ``merges`` (in rank order) to every word, as the engine's loop would have rewritten them.
+
+    ``RankMerger`` merges each word by rank (all occurrences of the lowest rank present, left to right,
+    then only later ranks), which is how the merge loop rewrites its words; so an engine built from
+    the result and run further makes the merges a run from scratch would make after these, when
+    these are the merges that run made first (``train_words(..., init_merges=...)``).
+
+    >>> r = replay_merges(np.frombuffer(b"aaab", np.uint8), np.array([0, 4]), [(b"a", b"a"), (b"aa", b"a")])
+    >>> r.symbols.tolist(), r.steps, r.tokens[256:]
+    ([257, 98], [(97, 97, 256), (256, 97, 257)], [b'aa', b'aaa'])
+
+    Plain equivalent: ``reference.encode_pretoken(word, merges)`` per word.
+    """
+    tokens = [bytes([i]) for i in range(256)]
+    ids = {t: i for i, t in enumerate(tokens)}
+    steps = []
+    for a, b in merges:
+        left, right = ids[a], ids[b]          # a checked model: parts are bytes or built earlier
+        new = ids.get(a + b)
+        if new is None:
+            new = ids[a + b] = len(tokens)
+            tokens.append(a + b)
+        steps.append((left, right, new))
+    merger = RankMerger(np.array([s[0] for s in steps], dtype=np.uint32),
+                        np.array([s[1] for s in steps], dtype=np.uint32),
+                        np.array([s[2] for s in steps], dtype=np.uint32))
+    seg, seg_offsets = merger.merge_many(np.ascontiguousarray(symbols, dtype=np.uint32),
+                                         np.ascontiguousarray(offsets, dtype=np.int64))
+    return Replay(seg, seg_offsets, tokens, steps)
 
 
 def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
                 progress: bool = False, allowed: Optional[Callable[[bytes, bytes], bool]] = None,
-                report: Optional[dict] = None) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
-    """Run the merge loop on a word table; return ``(vocab, merges)``."""
+                report: Optional[dict] = None, init_merges: Optional[Sequence[tuple[bytes, bytes]]] = None
+                ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """Run the merge loop on a word table; return ``(vocab, merges)``.
+
+    ``init_merges``: start from these merges (an existing model's, ``--init-from``): they are applied
+    to the words (:func:`replay_merges`), kept as the first merges, and the loop continues from there.
+    When they are the first merges of a run on the same table, the result equals that run.
+    """
     specials = encode_specials(special_tokens)
     n_merges = vocab_size - 256 - len(specials)
     t0 = time.perf_counter()
     phase("build words")
     table = table.without_singletons()
-    engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)])
+    init_steps: list = []
+    if init_merges:
+        replay = replay_merges(table.arena, table.offsets, init_merges)
+        engine = MergeEngine(replay.symbols, replay.offsets, table.counts, replay.tokens)
+        init_steps = replay.steps
+        n_merges -= len(init_steps)
+    else:
+        engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)])
     t1 = time.perf_counter()
     bar = progress_bar(progress, total=n_merges, desc="merges", unit="merge")
     last = [0]
@@ -39,7 +101,7 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
             last[0] = done
 
     phase("merge loop")
-    steps = engine.run(n_merges, allowed=allowed, progress=tick if bar is not None else None)
+    steps = init_steps + engine.run(n_merges, allowed=allowed, progress=tick if bar is not None else None)
     if bar is not None:
         bar.close()
     t2 = time.perf_counter()
@@ -57,7 +119,7 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
         report["seconds"]["merge_loop"] = round(t2 - t1, 3)
         report["engine"] = engine.stats()
         report["merges"] = len(merges)
-        report["merges_requested"] = max(n_merges, 0)
+        report["merges_requested"] = max(n_merges + len(init_steps), 0)
     return vocab, merges
 
 

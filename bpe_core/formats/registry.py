@@ -48,18 +48,23 @@ class Method:
             corpus, one plain-text file). Training then first writes inputs that are not one plain
             file (several files, compressed, records, stdin, iterators) into one temp file under the
             spill folder (``corpus.sources.spool``).
+        supports_init: it can start from an existing BPE model (``TrainConfig.init_from``); its
+            ``train`` then gets that model as ``init`` (``methods.init_from.InitModel``).
     """
 
     name: str = ""
     n_stages: Optional[int] = None
     stage_aware: bool = False
     rereads_input: bool = True
+    supports_init: bool = False
 
     def check_config(self, config: "TrainConfig") -> None:
         """Raise ``ValueError`` for options this method cannot run with (called by ``TrainConfig``)."""
 
-    def train(self, config: "TrainConfig", table: Any, plan: Any, progress: Any = False) -> MethodResult:
-        """Learn the merges from the counted word table (``pretok.WordTable``) of ``config``'s corpus."""
+    def train(self, config: "TrainConfig", table: Any, plan: Any, progress: Any = False,
+              init: Any = None) -> MethodResult:
+        """Learn the merges from the counted word table (``pretok.WordTable``) of ``config``'s corpus
+        (starting from ``init``'s merges when given: only for a method that ``supports_init``)."""
         raise NotImplementedError(f"method {self.name!r} cannot train")
 
     def check_stages(self, path: str, model: "Model") -> None:

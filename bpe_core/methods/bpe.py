@@ -12,11 +12,12 @@ class BPE(registry.Method):
 
     name = "bpe"
     rereads_input = False          # one pass: the counted table is all it needs
+    supports_init = True
 
-    def train(self, config, table, plan, progress=False) -> registry.MethodResult:
+    def train(self, config, table, plan, progress=False, init=None) -> registry.MethodResult:
         report: dict = {"seconds": {}}
         vocab, merges = train_words(table, config.vocab_size, config.special_tokens, progress=progress,
-                                    report=report)
+                                    report=report, init_merges=init.merges if init is not None else None)
         return registry.MethodResult(vocab, merges, [{"name": "bpe", "merges": len(merges)}], report)
 
 

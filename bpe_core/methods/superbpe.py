@@ -47,10 +47,11 @@ from ..corpus.chunks import file_chunks, split_spans
 from ..corpus.files import open_corpus
 from ..corpus.shards import is_url, source_shards
 from ..corpus.specials import encode_specials, split_on_specials
-from ..engine.merge import MergeEngine
+from ..engine.merge import MergeEngine, replay_merges
 from ..engine.units import RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units
 from ..errors import InputChanged, ModelFormatError
 from ..formats import registry
+from ..encode.tokenizer import TwoStageEncoder
 from ..formats.model import Model
 from ..pretok.patterns import pattern_name, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
@@ -432,12 +433,19 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
 # ==== Training =================================================================================
 
 
-def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool = False):
+def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool = False,
+                   init_merges: Optional[Sequence[tuple[bytes, bytes]]] = None):
     """Stage 1 and stage 2 on a counted corpus; returns ``(vocab, merges, stages)`` and fills
-    ``report`` (this run's section of the report: seconds per step, engine, the ``superbpe`` figures)."""
+    ``report`` (this run's section of the report: seconds per step, engine, the ``superbpe`` figures).
+
+    ``init_merges``: stage 1 is these merges (an existing BPE model's, ``--init-from``), applied to
+    the words instead of trained; the transition is their end."""
     specials = encode_specials(config.special_tokens)
     rules = Stage2Rules.from_config(config)
-    t_size = resolve_transition(config.transition, config.vocab_size, len(specials))
+    if init_merges is not None:
+        t_size = 256 + len(specials) + len(init_merges)
+    else:
+        t_size = resolve_transition(config.transition, config.vocab_size, len(specials))
     n1 = t_size - 256 - len(specials)
     n_total = config.vocab_size - 256 - len(specials)
     pattern = resolve_pattern(config.pattern)
@@ -445,15 +453,20 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     # ---- stage 1: plain BPE on the word table (all words, so rows stay aligned with the table)
     t0 = time.perf_counter()
     phase("build words")
-    engine = MergeEngine(table.symbols(), table.offsets, table.counts, [bytes([i]) for i in range(256)])
-    phase("merge loop")
     bar = progress_bar(progress, total=n_total, desc="merges", unit="merge")
-    steps1 = engine.run(n1)
+    if init_merges is not None:         # stage 1 given: apply its merges to the words
+        replay = replay_merges(table.arena, table.offsets, init_merges)
+        seg_symbols, seg_offsets, tokens, steps1 = replay.symbols, replay.offsets, replay.tokens, replay.steps
+        del replay
+    else:
+        engine = MergeEngine(table.symbols(), table.offsets, table.counts, [bytes([i]) for i in range(256)])
+        phase("merge loop")
+        steps1 = engine.run(n1)
+        seg_symbols, seg_offsets, _ = engine.words()
+        tokens = engine.tokens()
+        del engine                      # stage 2 starts from the segmentation; free the stage-1 engine
     if bar is not None:
         bar.update(len(steps1))
-    seg_symbols, seg_offsets, _ = engine.words()
-    tokens = engine.tokens()
-    del engine                      # stage 2 starts from the segmentation; free the stage-1 engine
     t1 = time.perf_counter()
     n_stage1_tokens = int((np.diff(seg_offsets) * table.counts).sum())
 
@@ -671,6 +684,20 @@ class StageAwareEncoder:
 
         self.stage1 = merger(model.merges[:n1])
         self.stage2 = merger(model.merges[n1:])
+        # the whole-text native path: the "hf" split with a named pattern (the others: Python below)
+        self.native = None
+        if self.split == "hf" and pattern_name(self.pattern) is not None:
+            self.native = TwoStageEncoder(model.vocab, model.merges[:n1], model.special_tokens, self.pattern,
+                                          self.stage2)
+
+    def encode_array(self, data: bytes, specials: bool = True) -> np.ndarray:
+        """uint32 ids of ``data`` (``specials=False``: as :meth:`encode_ordinary`); one native call
+        for the ``"hf"`` split (``encode.TwoStageEncoder``), else :meth:`encode_python`."""
+        if self.native is not None:
+            return self.native.encode(data, specials)
+        if specials:
+            return np.asarray(self.encode_python(data), dtype=np.uint32)
+        return np.asarray(self.encode_ordinary(data), dtype=np.uint32)
 
     def encode_ordinary(self, data: bytes) -> np.ndarray:
         """Encode text with no special tokens in it."""
@@ -748,7 +775,15 @@ class StageAwareEncoder:
     def encode(self, data: bytes | str) -> list[int]:
         if isinstance(data, str):
             data = data.encode("utf-8", "surrogateescape")
+        if self.native is not None:
+            return self.native.encode(data).tolist()
+        return self.encode_python(data)
 
+    def encode_python(self, data: bytes | str) -> list[int]:
+        """The plain path, document by document (numpy and ``RankMerger`` per text piece): the
+        twin of the native whole-text path, and the path of the other splits and custom patterns."""
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogateescape")
         out: list[int] = []
         for piece, is_special in split_on_specials(data, self.specials):
             if is_special:
@@ -815,13 +850,15 @@ class SuperBPE(registry.Method):
     name = "superbpe"
     n_stages = 2
     stage_aware = True
+    supports_init = True
 
     def check_config(self, config) -> None:
         resolve_transition(config.transition, config.vocab_size, len(config.special_tokens))
 
-    def train(self, config, table, plan, progress=False) -> registry.MethodResult:
+    def train(self, config, table, plan, progress=False, init=None) -> registry.MethodResult:
         report: dict = {"seconds": {}}
-        vocab, merges, stages = train_superbpe(config, table, report, plan, progress=progress)
+        vocab, merges, stages = train_superbpe(config, table, report, plan, progress=progress,
+                                               init_merges=init.merges if init is not None else None)
         return registry.MethodResult(vocab, merges, stages, report)
 
     def check_stages(self, path: str, model: Model) -> None:

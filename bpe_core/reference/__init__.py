@@ -132,17 +132,24 @@ def best_pair(pairs: Counter) -> tuple[bytes, bytes] | None:
 
 
 def train_on_counts(pretoken_counts: dict[bytes, int], vocab_size: int,
-                    special_tokens: Sequence[str | bytes] = ()) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
-    """BPE on counted pretokens, recounting every pair after every merge."""
+                    special_tokens: Sequence[str | bytes] = (),
+                    init_merges: Sequence[tuple[bytes, bytes]] = ()) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """BPE on counted pretokens, recounting every pair after every merge.
+
+    ``init_merges``: start from an existing model's merges (``--init-from``): they are the first
+    merges, each pretoken starts as their encoding (``encode_pretoken``), and the loop goes on.
+    """
     specials = encode_specials(special_tokens)
     vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}
     for tok in specials:
         vocab[len(vocab)] = tok
+    merges: list[tuple[bytes, bytes]] = list(init_merges)
+    for a, b in merges:
+        vocab[len(vocab)] = a + b
     words: dict[tuple[bytes, ...], int] = {}
     for pretoken, count in pretoken_counts.items():
-        key = tuple(bytes([b]) for b in pretoken)
+        key = tuple(encode_pretoken(pretoken, merges))
         words[key] = words.get(key, 0) + count
-    merges: list[tuple[bytes, bytes]] = []
     merge_loop(words, vocab, merges, vocab_size)
     return vocab, merges
 
@@ -172,9 +179,11 @@ def merge_loop(words: dict[tuple[bytes, ...], int], vocab: dict[int, bytes], mer
 
 
 def train_bpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
-                         pattern: str = "gpt2") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
-    """Train on an in-memory corpus."""
-    return train_on_counts(count_pretokens(data, special_tokens, pattern), vocab_size, special_tokens)
+                         pattern: str = "gpt2", init_merges: Sequence[tuple[bytes, bytes]] = ()
+                         ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """Train on an in-memory corpus (from ``init_merges`` on, when given)."""
+    return train_on_counts(count_pretokens(data, special_tokens, pattern), vocab_size, special_tokens,
+                           init_merges)
 
 
 def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
@@ -400,20 +409,28 @@ def superbpe_units(data: bytes, special_tokens: Sequence[str | bytes], pattern: 
 
 def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
                               pattern: str = "gpt2", transition: int | None = None, split: str = "hf",
-                              distinct: bool = True, **rules
-                              ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], int]:
+                              distinct: bool = True, init_merges: Sequence[tuple[bytes, bytes]] | None = None,
+                              **rules) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], int]:
     """Two-stage SuperBPE; returns ``(vocab, merges, n_stage1_merges)``.
 
     ``transition`` is the vocabulary size at which stage 2 starts (``vocab_size``: plain BPE;
     ``256 + len(special_tokens)``: BPE without pre-tokenization boundaries, the digit rule aside).
     ``distinct``: stage 2 never merges a pair whose bytes are already a token (so every id holds
     bytes of its own); ``rules`` go to ``superbpe_allows`` (``max_digits`` defaults to 3, as in
-    ``TrainConfig``).
+    ``TrainConfig``). ``init_merges``: stage 1 is these merges (an existing BPE model's), not trained.
     """
     rules.setdefault("max_digits", 3)
     specials = encode_specials(special_tokens)
     transition = vocab_size if transition is None else transition
-    vocab, merges = train_bpe_from_bytes(data, min(transition, vocab_size), special_tokens, pattern)
+    if init_merges is not None:
+        vocab = {i: bytes([i]) for i in range(256)}
+        for tok in specials:
+            vocab[len(vocab)] = tok
+        merges = list(init_merges)
+        for a, b in merges:
+            vocab[len(vocab)] = a + b
+    else:
+        vocab, merges = train_bpe_from_bytes(data, min(transition, vocab_size), special_tokens, pattern)
     n_stage1 = len(merges)
     # Stage 2 starts where stage 1 stopped (also when stage 1 ran out of pairs early).
     words: dict[tuple[bytes, ...], int] = {}

@@ -52,7 +52,7 @@ class SupraTok(registry.Method):
             raise ValueError("supratok_rounds and script_bigram_min must be >= 0")
         resolve_transition(config.transition, config.vocab_size, len(config.special_tokens))
 
-    def train(self, config, table, plan, progress=False) -> registry.MethodResult:
+    def train(self, config, table, plan, progress=False, init=None) -> registry.MethodResult:
         report: dict = {"seconds": {}}
         vocab, merges, stages = train_supratok(config, table, report, plan, progress=progress)
         return registry.MethodResult(vocab, merges, stages, report)
