@@ -523,6 +523,16 @@ cdef class MergeEngine:
             off = self.free_blocks[cls].back()
             self.free_blocks[cls].pop_back()
             return off
+        c = cls + 1                  # split a larger free block: the halves not used are freed
+        while c <= PAGE_BITS and self.free_blocks[c].size() == 0:
+            c += 1
+        if c <= PAGE_BITS:
+            off = self.free_blocks[c].back()
+            self.free_blocks[c].pop_back()
+            while c > cls:
+                c -= 1
+                self.free_blocks[c].push_back(off + ((<uint64_t>1) << c))
+            return off
         if self.pages.size() == 0 or (self.pool_top & (PAGE_SIZE - 1)) + size > PAGE_SIZE or \
                 (self.pool_top >> PAGE_BITS) >= self.pages.size():
             # the rest of the current page goes to the free lists, in power-of-two pieces
@@ -1120,7 +1130,15 @@ cdef class MergeEngine:
                                + self.lst_cls.capacity() + self.pair_pushed.capacity() * 4
                                + self.pair_allowed.capacity() + self.base_start.capacity() * 8
                                + self.base_done.capacity())
+        cdef uint64_t used = 0, entries = 0
+        cdef size_t q
+        for q in range(self.lst_cls.size()):
+            if self.lst_cls[q] != NO_LIST:
+                used += ((<uint64_t>1) << self.lst_cls[q]) * 4
+                entries += self.lst_len[q]
         out = {
+            "list_blocks": used,
+            "list_entries": entries,
             "cells": self.cells.capacity() * 4,
             "block_index": self.blk.capacity() * 4,
             "pairs": pairs,
@@ -1128,7 +1146,7 @@ cdef class MergeEngine:
             "lists": self._pool_bytes(),
             "lists_peak": self.peak_pool_bytes,
             "heap": self.heap.capacity() * sizeof(HeapEntry),
-            "heap_peak_entries": self.peak_heap,
+            "heap_peak": self.peak_heap * sizeof(HeapEntry),
             "words_in_ram": 0 if self.mapped_bytes and isinstance(self._wrec_arr, np.memmap) else
                             self.n_words * WORD_RECORD_BYTES,
             "positions_in_ram": 0 if isinstance(self._base_arr, np.memmap) else int(self.base_start[self.n_base]) * 4,
