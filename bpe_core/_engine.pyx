@@ -36,7 +36,7 @@ units, training without pre-tokenization).
 
 A position enters a pair's list only when its window becomes that pair, and a window never returns
 to a pair it left (each change makes the window's bytes longer), so no position is listed twice for
-one pair. A list that is full drops its stale entries before it grows.
+one pair. A list that is full drops its stale entries, and grows only when it is still more than half full.
 
 The heap is lazy: an entry ``(count, pair)`` is pushed whenever a pair's count rises, and never
 updated in place. Invariant: every live pair has an entry whose count is >= its current count. On pop,
@@ -624,6 +624,8 @@ cdef class MergeEngine:
         if found >= 0:
             return <pair_id_t>found
         pid = <pair_id_t>self.pair_keys.size()
+        if self.pair_keys.size() == self.pair_keys.capacity():
+            self._reserve_pairs(self.pair_keys.size() + self.pair_keys.size() // 4 + 1024)
         self.pair_map.put(key, pid)
         self.pair_keys.push_back(key)
         self.pair_counts.push_back(0)
@@ -633,6 +635,17 @@ cdef class MergeEngine:
         self.pair_pushed.push_back(NO_MARK)
         self.pair_allowed.push_back(-1)
         return pid
+
+    cdef void _reserve_pairs(self, size_t n) noexcept nogil:
+        """Grow the per-pair arrays by a quarter at a time (not doubled: they are the largest after
+        the cells, and a doubling would leave up to half of them unused)."""
+        self.pair_keys.reserve(n)
+        self.pair_counts.reserve(n)
+        self.lst_off.reserve(n)
+        self.lst_len.reserve(n)
+        self.lst_cls.reserve(n)
+        self.pair_pushed.reserve(n)
+        self.pair_allowed.reserve(n)
 
     cdef inline void _add_pair(self, token_id_t left, token_id_t right, count_t c, uint32_t pos) noexcept nogil:
         """Count one more occurrence (weight ``c``) of a pair whose left symbol sits at ``pos``."""
@@ -783,6 +796,8 @@ cdef class MergeEngine:
         cdef size_t i, parent
         e.count = count
         e.pair = pid
+        if self.heap.size() == self.heap.capacity():
+            self.heap.reserve(self.heap.size() + self.heap.size() // 4 + 1024)
         self.heap.push_back(e)
         if self.heap.size() > self.peak_heap:
             self.peak_heap = self.heap.size()
