@@ -280,14 +280,24 @@ def peak_rss_bytes() -> dict[str, int]:
 
 def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
                 progress: bool = False, allowed: Optional[Callable[[bytes, bytes], bool]] = None,
-                report: Optional[dict] = None) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
-    """Run the merge loop on a word table; return ``(vocab, merges)``."""
+                report: Optional[dict] = None, spill_dir: Optional[str] = None,
+                fill_buffer_bytes: int = scheduler.FILL_BUFFER_BYTES) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """Run the merge loop on a word table; return ``(vocab, merges)``.
+
+    With ``spill_dir``, the engine keeps its read-only arrays (word records, initial position lists)
+    in mapped files there (``docs/memory.md``); the result is the same. A mapped table
+    (:meth:`WordTable.to_files`) is taken as it is: its one-byte words were dropped when it was written.
+    """
     specials = encode_specials(special_tokens)
     n_merges = vocab_size - 256 - len(specials)
     t0 = time.perf_counter()
     phase("build words")
-    table = table.without_singletons()
-    engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)])
+    if not table.mapped:
+        table = table.without_singletons()
+    engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)],
+                         spill_dir=spill_dir, map_threshold=0 if spill_dir is not None else 1 << 62,
+                         fill_buffer_bytes=fill_buffer_bytes)
+    del table
     t1 = time.perf_counter()
     bar = _bar(progress, total=n_merges, desc="merges", unit="merge")
     last = [0]
@@ -315,6 +325,7 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
         report["seconds"]["build_words"] = round(t1 - t0, 3)
         report["seconds"]["merge_loop"] = round(t2 - t1, 3)
         report["engine"] = engine.stats()
+        report["engine"]["mapped"] = spill_dir is not None
         report["merges"] = len(merges)
         report["merges_requested"] = max(n_merges, 0)
     return vocab, merges
@@ -393,12 +404,27 @@ def train(config: TrainConfig) -> TrainResult:
         if config.min_pretoken_count > 1:
             table = table.at_least(config.min_pretoken_count)
             report["unique_pretokens_kept"] = table.n_words
-        # The merge phase needs the whole table in RAM: check it with the real count now.
-        scheduler.plan_training(size, the_plan.memory_limit, the_plan.cpu_count, the_plan.available,
-                                num_workers=the_plan.num_workers, chunk_bytes=the_plan.chunk_bytes,
-                                per_worker_overhead=the_plan.worker_overhead,
-                                parent_overhead=the_plan.parent_overhead, vocab_size=config.vocab_size,
-                                unique_pretokens=table.n_words)
+        # The merge phase: check it with the real count now (and the symbols the engine will hold).
+        n_symbols = int(table.arena.size)
+        if config.method == "bpe":         # words of one byte hold no pair: the engine drops them
+            n_symbols -= int(np.count_nonzero(np.diff(table.offsets) == 1))
+        merge_plan = scheduler.plan_training(
+            size, the_plan.memory_limit, the_plan.cpu_count, the_plan.available,
+            num_workers=the_plan.num_workers, chunk_bytes=the_plan.chunk_bytes,
+            per_worker_overhead=the_plan.worker_overhead, parent_overhead=the_plan.parent_overhead,
+            vocab_size=config.vocab_size, unique_pretokens=table.n_words, symbols=n_symbols)
+        report["merge_plan"] = {k: merge_plan.to_dict()[k] for k in
+                                ("merge_bytes", "merge_file_bytes", "merge_mapped", "unique_pretokens",
+                                 "symbols", "phase_seconds")}
+        spill_folder = None
+        if merge_plan.merge_mapped:
+            # The table and the engine's read-only arrays go to mapped files (page cache); only what
+            # the merge loop changes stays in RAM. The table in RAM is dropped here.
+            spill_folder = config.spill_dir or tempfile.gettempdir()
+            phase("map words")
+            tm = time.perf_counter()
+            table = table.to_files(spill_folder, drop_singletons=config.method == "bpe")
+            report["seconds"]["map_words"] = round(time.perf_counter() - tm, 3)
         # Documents: text separated by special tokens (an empty input has none).
         report["documents"] = report["special_token_occurrences"] + 1 if size else 0
         if config.method == "superbpe":
@@ -409,7 +435,8 @@ def train(config: TrainConfig) -> TrainResult:
             vocab, merges, stages = train_supratok(config, table, report, the_plan, progress=config.progress)
         else:
             vocab, merges = train_words(table, config.vocab_size, config.special_tokens,
-                                        progress=config.progress, report=report)
+                                        progress=config.progress, report=report, spill_dir=spill_folder,
+                                        fill_buffer_bytes=merge_plan.fill_buffer_bytes)
             stages = [{"name": "bpe", "merges": len(merges)}]
         del table
     report["vocab_size_reached"] = len(vocab)
