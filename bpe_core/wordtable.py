@@ -77,7 +77,7 @@ class WordTable:
     @property
     def mapped(self) -> bool:
         """The arrays are memory-mapped files (see :meth:`to_files`)."""
-        return isinstance(self.arena, np.memmap)
+        return isinstance(self.offsets, np.memmap)
 
     def to_files(self, folder: str, drop_singletons: bool = False,
                  step: int = 1 << 20) -> "WordTable":
