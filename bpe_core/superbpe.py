@@ -30,6 +30,7 @@ content, so the sample does not depend on worker count); the run report says how
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
@@ -57,6 +58,8 @@ _NON_ASCII_DIGIT = regex.compile(r"(?![\x00-\x7f])\p{N}")
 #: Bytes of RAM per stage-2 symbol in the engine (symbol, links, pair positions, unit ids): measured
 #: on en_train, rounded up. The scheduler's share for stage 2 divided by this bounds the sample.
 STAGE2_BYTES_PER_SYMBOL = 80
+#: Read-only engine arrays larger than this live in mapped files under the spill folder.
+MAP_THRESHOLD = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,10 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     # ---- stage 1: plain BPE on the word table (all words, so rows stay aligned with the table)
     t0 = time.perf_counter()
     phase("build words")
-    engine = MergeEngine(table.symbols(), table.offsets, table.counts, [bytes([i]) for i in range(256)])
+    # Read-only arrays above MAP_THRESHOLD go to mapped files in the spill folder (docs/memory.md).
+    folder = config.spill_dir or tempfile.gettempdir()
+    engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)],
+                         spill_dir=folder, map_threshold=MAP_THRESHOLD)
     phase("merge loop")
     bar = _bar(progress, total=n_total, desc="merges", unit="merge")
     steps1 = engine.run(n1)
@@ -271,7 +277,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
 
     # ---- stage 2 units
     phase("stage-2 units")
-    budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table.nbytes, 64 << 20)
+    table_ram = 0 if table.mapped else table.nbytes
+    budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table_ram, 64 << 20)
     need = n_stage1_tokens * STAGE2_BYTES_PER_SYMBOL
     fraction = 1.0 if need <= budget_share else budget_share / need
     numeric = _numeric_mask(table)
@@ -289,7 +296,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
 
     # ---- stage 2: continue from the stage-1 state
     phase("merge loop")
-    engine2 = MergeEngine(units_syms, units_offs, units_counts, tokens)
+    engine2 = MergeEngine(units_syms, units_offs, units_counts, tokens, spill_dir=folder,
+                          map_threshold=MAP_THRESHOLD)
     del units_syms, units_offs
     steps2 = engine2.run(n_total - len(steps1), allowed=rules.allows)
     if bar is not None:
