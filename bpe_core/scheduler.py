@@ -558,8 +558,8 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
             msg = (f"memory limit {fmt_bytes(memory_limit)} is too small for training on "
                    f"{fmt_bytes(input_bytes)}: counting needs ~{fmt_bytes(count_floor)} with one worker and "
                    f"the smallest chunks, and the merge phase an estimated ~{fmt_bytes(merge)} for "
-                   f"~{fmt_count(words)} unique pretokens; the smallest budget that works is "
-                   f"--memory-limit {fmt_size(suggested_budget(need))} (estimated from the input size)")
+                   f"~{fmt_count(words)} unique pretokens; estimated from the input size, the smallest "
+                   f"budget that works is --memory-limit {fmt_size(suggested_budget(need))}")
         raise BudgetError(msg, suggested_budget(need))
     # Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
     spill = _train_count_peak(1, lo1, table, wo, po) > memory_limit
