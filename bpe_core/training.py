@@ -22,12 +22,14 @@ import dataclasses
 import os
 import resource
 import shutil
-import tempfile
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
+
+import numpy as np
 
 from . import methods  # noqa: F401  (registers the methods)
 from .config import TrainConfig
@@ -218,8 +220,23 @@ def train(config: TrainConfig) -> TrainResult:
         if config.min_pretoken_count > 1:
             table = table.at_least(config.min_pretoken_count)
             report["unique_pretokens_kept"] = table.n_words
-        the_plan.with_count(table.n_words)      # the merge phase needs the whole table: check it now
-        result = method.train(config, table, the_plan, progress=config.progress,
+        # The merge phase: check it with the real count now (and the symbols the engine will hold); the
+        # plan also says whether the engine's read-only arrays go to mapped files (merge_mapped).
+        n_symbols = int(table.arena.size)
+        if config.method == "bpe":         # words of one byte hold no pair: the engine drops them
+            n_symbols -= int(np.count_nonzero(np.diff(table.offsets) == 1))
+        merge_plan = the_plan.with_count(table.n_words, symbols=n_symbols)
+        report["merge_plan"] = {k: merge_plan.to_dict()[k] for k in
+                                ("merge_bytes", "merge_file_bytes", "merge_mapped", "unique_pretokens",
+                                 "symbols", "phase_seconds")}
+        if merge_plan.merge_mapped:
+            # The table and the engine's read-only arrays go to mapped files (page cache); only what
+            # the merge loop changes stays in RAM. The table in RAM is dropped here.
+            phase("map words")
+            tm = time.perf_counter()
+            table = table.to_files(config.spill_dir or tempfile.gettempdir(), drop_singletons=config.method == "bpe")
+            report["seconds"]["map_words"] = round(time.perf_counter() - tm, 3)
+        result = method.train(config, table, merge_plan, progress=config.progress,
                               **({"init": init} if init is not None else {}))
         del table
         if executor.remote:

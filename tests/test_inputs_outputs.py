@@ -377,10 +377,13 @@ def test_vocab_size_beyond_the_input_is_explained(tmp_path):
     out = tmp_path / "tok"
     sample = ROOT / "bpe_core" / "data" / "sample.txt"            # the default input, ~5 k pretokens
     r = tool("train_bpe.py", "--vocab-size", 10**9, "--out", out, "--memory-limit", "1G", "--progress", "none")
-    line = one_error_line(r)
-    assert "a vocabulary of 1,000,000,000 cannot be reached on" in line
-    assert f"at most {sample.stat().st_size:,} merges are possible" in line and "smaller --vocab-size" in line
-    assert not out.exists()
+    # The merge engine no longer sizes anything by the vocabulary asked for (its pairs are bounded by
+    # the input's symbols), so the run fits and says how far it got, in one warning line.
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "warning" in lines[0] and str(sample) in lines[0]
+    assert "merges were possible (asked for 999,999,743)" in lines[0].replace("999999743", "999,999,743")
+    assert (out / "merges.txt").exists()
 
 
 @pytest.mark.parametrize("flag", ["--chunk-bytes", "--chunk-size"])

@@ -1,21 +1,42 @@
 # cython: language_level=3
 """The BPE merge engine: pair counting, a lazy max-heap and greedy merge rewriting.
 
-Words are a CSR table of uint32 token ids (``offsets`` int64, one int64 ``count`` per word). Each
-position keeps its symbol and links to the previous and next live position of its word, so a merge
-rewrites symbols where they stand (the right half of a merged pair is unlinked, never moved). A pair
-is ``(left_id, right_id)``; the engine keeps, per pair, its count (the sum over words of count times
-occurrences, every window counted: ``aaa`` holds ``(a, a)`` twice) and the list of positions where it
-may occur.
+Words are a CSR table of token ids (``offsets`` int64, one int64 ``count`` per word). A merge
+rewrites symbols where they stand: the right half of a merged pair is marked dead, never moved. A
+pair is ``(left_id, right_id)``; the engine keeps, per pair, its count (the sum over words of count
+times occurrences, every window counted: ``aaa`` holds ``(a, a)`` twice) and the list of positions
+where it may occur.
 
-One merge step (``_apply_merge``) visits only the positions listed for the winning pair, in order, so
-that within a word it merges greedily left to right without overlap (``aaa`` -> ``[aa, a]``); a listed
-position that no longer holds the pair is skipped. Each merge at position ``i`` (left neighbour ``h``,
-right neighbour ``k`` of the pair) applies exact count deltas: ``-(h, a) -(a, b) -(b, k) +(h, t)
-+(t, k)``. Consecutive sites in one word see the previous site's new token as their neighbour, so the
-result equals a full recount (``reference.get_pair_counts``) after every step. The cost of a step is
-proportional to the pair's occurrences, not to the length of the words holding it, so words may be
-long (SuperBPE stage-2 units, training without pre-tokenization).
+**Memory layout** (``docs/memory.md``; 4 bytes of anonymous memory per position):
+
+- one uint32 *cell* per position. Bit 31: dead (inside a merged token, not its first position);
+  bit 30: the last position of its word (fixed); bits 0-29: the token id of a live position, or, in
+  the first and the last cell of a token longer than one position, the token's length in positions.
+  So the next live position of ``i`` is ``i + length`` and the previous one is found from the cell
+  just before ``i``, both in O(1), with no link fields and no word id per position.
+- the word of a position comes from a block index (the word holding every 64th position) and the
+  word records (end, count), a scan of a few records.
+- the pair of a window is looked up in the pair map from its two symbols (no pair id per position);
+  a listed position is stale when its window no longer holds the pair's symbols.
+- read-only arrays (word records, the initial per-pair position lists) live in anonymous memory, or,
+  beyond ``map_threshold`` bytes, in files under ``spill_dir`` that are written sequentially and
+  memory-mapped read-only (page cache, reclaimable; the files are unlinked once mapped). Everything
+  that changes during the merge loop (cells, pair counts, the pair map, positions added by merges,
+  the heap) is anonymous memory.
+
+One merge step (``_apply_merge``) visits only the positions listed for the winning pair (in position
+order when both halves are the same token, so that within a word it merges greedily left to right
+without overlap: ``aaa`` -> ``[aa, a]``); a listed position that no longer holds the pair is skipped.
+Each merge at position ``i`` (left neighbour ``h``, right neighbour ``k`` of the pair) applies exact
+count deltas: ``-(h, a) -(a, b) -(b, k) +(h, t) +(t, k)``. Consecutive sites in one word see the
+previous site's new token as their neighbour, so the result equals a full recount
+(``reference.get_pair_counts``) after every step. The cost of a step is proportional to the pair's
+occurrences, not to the length of the words holding it, so words may be long (SuperBPE stage-2
+units, training without pre-tokenization).
+
+A position enters a pair's list only when its window becomes that pair, and a window never returns
+to a pair it left (each change makes the window's bytes longer), so no position is listed twice for
+one pair. A list that is full drops its stale entries, and grows only when it is still more than half full.
 
 The heap is lazy: an entry ``(count, pair)`` is pushed whenever a pair's count rises, and never
 updated in place. Invariant: every live pair has an entry whose count is >= its current count. On pop,
@@ -30,14 +51,19 @@ Symbols are canonical by bytes: when a merge builds bytes that an existing token
 ``(a, bc)`` after ``(ab, c)``), the words get the existing id, exactly as a trainer that keys pairs
 by bytes (``reference.py``) would see it. The merge still counts as one vocabulary entry.
 
-Equivalent to ``reference.train_on_counts`` (tested on random and adversarial input).
+Equivalent to ``reference.train_on_counts`` (tested on random and adversarial input, with the
+read-only arrays in RAM and in mapped files).
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
+
+import os
+import tempfile
 
 import numpy as np
 
@@ -47,17 +73,24 @@ from bpe_core.engine._typedefs cimport (count_t, pack_pair, pair_id_t, pair_key_
 cdef pair_key_t EMPTY_KEY = 0xFFFFFFFFFFFFFFFFu
 cdef uint32_t NO_MARK = 0xFFFFFFFFu
 cdef uint32_t NIL = 0xFFFFFFFFu          # no neighbour (word edge)
-cdef token_id_t DEAD = 0xFFFFFFFFu     # the unlinked right half of a merged pair
+cdef uint32_t DEAD_BIT = 0x80000000u     # the cell is inside a merged token, not its first position
+cdef uint32_t END_BIT = 0x40000000u      # the last position of its word (fixed)
+cdef uint32_t PAYLOAD = 0x3FFFFFFFu      # token id (live cell) or token length (dead edge cell)
+cdef int BLK_SHIFT = 6                   # the block index holds the word of every 64th position
+cdef uint8_t NO_LIST = 0xFF
+# Positions added by merges live in a pool of pages; a list is a block of 2**cls entries.
+cdef int PAGE_BITS = 18
+cdef uint64_t PAGE_SIZE = 1 << 18
+cdef uint64_t BIG_FLAG = 0x8000000000000000u    # a block above a page: its own malloc, pointer here
+cdef int MIN_COMPACT_CLS = 3             # lists of 8 entries and more drop stale entries before growing
+
+#: Bytes of one word record (count int64 + end uint32).
+WORD_RECORD_BYTES = 12
 
 
-cdef struct Pos:
-    # Everything about one position of a word, side by side, so that a merge site costs one
-    # cache line rather than one per array.
-    token_id_t sym      # the symbol, or DEAD once unlinked
-    uint32_t nxt        # next live position of the word, or NIL
-    uint32_t prv        # previous live position, or NIL
-    uint32_t pid        # pair id of the window starting here, or NO_MARK
-    uint32_t word       # the word this position belongs to
+cdef packed struct WordRec:
+    count_t count       # the word's count
+    uint32_t end        # one past its last position (its start is the previous word's end)
 
 
 cdef struct HeapEntry:
@@ -66,11 +99,11 @@ cdef struct HeapEntry:
 
 
 # ==== Pair hash map ===========================================================================
-# Open addressing, linear probing, power-of-two capacity, load <= 1/2. A slot holds the packed pair
-# and its pair id side by side, so a probe touches one cache line. Pairs are never deleted (a merged
-# pair keeps its id with count 0), so no tombstones are needed.
+# Open addressing, linear probing, power-of-two capacity, load <= 0.7. A slot holds the packed pair
+# and its pair id side by side (12 bytes, packed), so a probe touches one cache line. Pairs are never
+# deleted (a merged pair keeps its id with count 0), so no tombstones are needed.
 
-cdef struct Slot:
+cdef packed struct Slot:
     pair_key_t key
     pair_id_t value
 
@@ -79,6 +112,7 @@ cdef class _PairMap:
     cdef vector[Slot] slots
     cdef uint64_t mask
     cdef uint64_t size
+    cdef uint64_t limit
     cdef int shift
 
     def __cinit__(self, uint64_t capacity=1024):
@@ -87,13 +121,14 @@ cdef class _PairMap:
         cdef Slot empty
         empty.key = EMPTY_KEY
         empty.value = 0
-        while cap < 2 * capacity:
+        while cap * 7 < 10 * capacity:
             cap <<= 1
             bits += 1
         self.slots.assign(cap, empty)
         self.mask = cap - 1
         self.shift = 64 - bits
         self.size = 0
+        self.limit = cap * 7 // 10
 
     cdef inline uint64_t _slot(self, pair_key_t key) noexcept nogil:
         return ((key * <uint64_t>0x9E3779B97F4A7C15u) >> self.shift) & self.mask
@@ -111,7 +146,7 @@ cdef class _PairMap:
     cdef inline void put(self, pair_key_t key, pair_id_t value) noexcept nogil:
         """Insert a key known to be absent."""
         cdef uint64_t i
-        if 2 * (self.size + 1) > self.mask + 1:
+        if self.size + 1 > self.limit:
             self._grow()
         i = self._slot(key)
         while self.slots[i].key != EMPTY_KEY:
@@ -131,12 +166,58 @@ cdef class _PairMap:
         self.slots.assign(cap, empty)
         self.mask = cap - 1
         self.shift -= 1
+        self.limit = cap * 7 // 10
         for j in range(old.size()):
             if old[j].key != EMPTY_KEY:
                 i = self._slot(old[j].key)
                 while self.slots[i].key != EMPTY_KEY:
                     i = (i + 1) & self.mask
                 self.slots[i] = old[j]
+
+    cdef uint64_t nbytes(self) noexcept nogil:
+        return self.slots.capacity() * sizeof(Slot)
+
+
+# ==== Read-only arrays: in RAM or in a mapped file ============================================
+
+
+class _SpillFile:
+    """A read-only array written sequentially to a file under ``folder``, then memory-mapped
+    (page cache: the kernel may drop its pages under memory pressure and read them again).
+
+    The file is unlinked once mapped: the mapping keeps it until the array is dropped, and a killed
+    process leaves nothing behind.
+    """
+
+    def __init__(self, folder, name):
+        self.fd, self.path = tempfile.mkstemp(prefix=f"bpe_core-spill-{os.getpid()}-engine-{name}-",
+                                              dir=folder)
+
+    def write(self, arr):
+        """Append a contiguous array (in pieces of 64 MiB: no copy of the whole)."""
+        view = memoryview(np.ascontiguousarray(arr)).cast("B")
+        n, done, step = len(view), 0, 64 << 20
+        while done < n:
+            done += os.write(self.fd, view[done:min(n, done + step)])
+
+    def mapped(self, dtype, nbytes):
+        """Map what was written (``nbytes``, checked) read-only; the file is gone from the folder."""
+        try:
+            size = os.fstat(self.fd).st_size
+            if size != nbytes:
+                raise OSError(f"{self.path}: wrote {size} bytes, expected {nbytes}")
+            os.fdatasync(self.fd)        # clean pages: reclaimable at once
+            if nbytes == 0:
+                return np.zeros(0, dtype=dtype)
+            return np.memmap(self.path, dtype=dtype, mode="r")
+        finally:
+            self.discard()
+
+    def discard(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+            os.unlink(self.path)
 
 
 # ==== Engine ==================================================================================
@@ -145,11 +226,18 @@ cdef class MergeEngine:
     """Incremental BPE over a word table.
 
     Args:
-        symbols: uint32 token ids of all words, concatenated (C-contiguous).
+        symbols: uint32 token ids of all words, concatenated (C-contiguous), or uint8 bytes (a word
+            table's arena, may be memory-mapped: it is read once).
         offsets: int64, ``n_words + 1`` word starts into ``symbols``.
         counts: int64 count of each word.
         tokens: the bytes of every token id that can occur in ``symbols`` (``tokens[i]`` for id
             ``i``); ids 0-255 are normally the single bytes. New ids are appended.
+        heap_batch: rare pairs wait outside the heap, about this many are let in at a time.
+        spill_dir: a folder for the read-only arrays larger than ``map_threshold`` bytes (None:
+            everything stays in RAM).
+        map_threshold: see ``spill_dir``.
+        fill_buffer_bytes: the RAM used to build a mapped position list (it is built in passes of
+            this many bytes, each written sequentially).
 
     >>> import numpy as np
     >>> words = [b"aaa", b"ab"]
@@ -163,9 +251,12 @@ cdef class MergeEngine:
     ([256, 97], 0, 1)
     """
 
-    cdef vector[Pos] pos                 # per position (see Pos)
-    cdef vector[int64_t] offsets
-    cdef vector[count_t] counts
+    # positions
+    cdef vector[uint32_t] cells          # per position (see the module docstring)
+    cdef vector[uint32_t] blk            # word of position (b << BLK_SHIFT)
+    cdef const WordRec* wrec             # per word (in RAM or mapped)
+    cdef int64_t n_words
+    cdef object _wrec_arr
     # tokens
     cdef vector[uint8_t] tok_arena
     cdef vector[int64_t] tok_off
@@ -176,14 +267,25 @@ cdef class MergeEngine:
     cdef vector[pair_key_t] pair_keys
     cdef vector[count_t] pair_counts
     # Where each pair may occur (the position of its left symbol): the initial positions as one CSR
-    # (no allocation per pair), later ones in a per-pair vector; both may hold stale entries.
-    cdef vector[uint32_t] base_positions
-    cdef vector[int64_t] base_start      # per pair; base_start[pid] .. + base_len[pid]
-    cdef vector[uint32_t] base_len
-    cdef vector[vector[uint32_t]] pair_positions
+    # over the first n_base pairs (in RAM or mapped), later ones in a block of the pool per pair;
+    # both may hold stale entries.
+    cdef const uint32_t* base
+    cdef object _base_arr
+    cdef vector[uint64_t] base_start     # n_base + 1 entries
+    cdef vector[uint8_t] base_done       # the pair's initial list was consumed (merged)
+    cdef uint32_t n_base
+    cdef vector[uint64_t] lst_off
+    cdef vector[uint32_t] lst_len
+    cdef vector[uint8_t] lst_cls
     cdef vector[uint32_t] pair_pushed    # per pair: the last step whose touched list holds it
     cdef vector[int8_t] pair_allowed     # -1 unknown, 0 never merge, 1 may merge
     cdef vector[pair_id_t] touched
+    # pool of list blocks
+    cdef vector[uint32_t*] pages
+    cdef uint64_t pool_top
+    cdef vector[vector[uint64_t]] free_blocks   # per class
+    cdef uint64_t big_bytes
+    cdef bint oom
     # heap
     cdef vector[HeapEntry] heap
     cdef count_t floor_count           # pairs below it are kept out of the heap (see _pop_best)
@@ -191,13 +293,17 @@ cdef class MergeEngine:
     cdef public uint32_t n_steps
     cdef public int64_t n_pops
     cdef public int64_t n_rescans
+    cdef public int64_t n_compactions
+    cdef uint64_t peak_pool_bytes
+    cdef uint64_t peak_heap
+    cdef public object mapped_bytes
+    cdef public object fill_passes
 
     def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
-                 int64_t heap_batch=65536):
-        """``symbols`` may be uint32 ids, or uint8 bytes (a word table's arena: no uint32 copy).
-        ``heap_batch``: rare pairs wait outside the heap, about this many are let in at a time."""
+                 int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
+                 int64_t fill_buffer_bytes=256 << 20):
         cdef int64_t n_words = counts.shape[0]
-        cdef int64_t i
+        cdef int64_t i, w, n_sym
         cdef const uint8_t[::1] sym8
         cdef const token_id_t[::1] sym32
         is_bytes = getattr(symbols, "dtype", None) == np.uint8 or isinstance(symbols, (bytes, bytearray))
@@ -215,53 +321,114 @@ cdef class MergeEngine:
             raise ValueError("too many symbols for uint32 positions")
         if offsets[0] != 0 or offsets[n_words] != n_sym:
             raise ValueError("offsets must start at 0 and end at len(symbols)")
+        for w in range(n_words):
+            if offsets[w + 1] < offsets[w]:
+                raise ValueError("offsets must be non-decreasing")
+            if offsets[w + 1] - offsets[w] > <int64_t>PAYLOAD:
+                raise ValueError(f"word {w} is longer than {PAYLOAD} symbols")
+            if counts[w] < 0:
+                raise ValueError("counts must be >= 0")
         self.tok_ids = {}
         for tok in tokens:
             self._add_token(tok)
         cdef token_id_t n_tokens = <token_id_t>self.tok_off.size()
-        self.pos.resize(n_sym)
+        self.n_words = n_words
+        self.mapped_bytes = 0
+        self.fill_passes = 0
+        self.oom = False
+        folder = None if spill_dir is None else os.fspath(spill_dir)
+        # 1. cells: the symbols, with the word-end bit on the last position of each word
+        self.cells.resize(n_sym)
         if is_bytes:
             if n_tokens < 256:
                 raise ValueError("byte symbols need the 256 single-byte tokens")
-            for i in range(n_sym):
-                self.pos[i].sym = sym8[i]
+            with nogil:
+                for i in range(n_sym):
+                    self.cells[i] = sym8[i]
         else:
             for i in range(n_sym):
                 if sym32[i] >= n_tokens:
                     raise ValueError(f"symbol {sym32[i]} has no token bytes")
-                self.pos[i].sym = sym32[i]
-        self.offsets.resize(n_words + 1)
-        self.counts.resize(n_words)
-        for i in range(n_words):
-            if offsets[i + 1] < offsets[i]:
-                raise ValueError("offsets must be non-decreasing")
-            if counts[i] < 0:
-                raise ValueError("counts must be >= 0")
-            self.offsets[i] = offsets[i]
-            self.counts[i] = counts[i]
-        self.offsets[n_words] = offsets[n_words]
-        cdef int64_t k
-        for i in range(n_words):
-            for k in range(offsets[i], offsets[i + 1]):
-                self.pos[k].nxt = <uint32_t>(k + 1) if k + 1 < offsets[i + 1] else NIL
-                self.pos[k].prv = <uint32_t>(k - 1) if k > offsets[i] else NIL
-                self.pos[k].pid = NO_MARK
-                self.pos[k].word = <uint32_t>i
+                self.cells[i] = sym32[i]
+        for w in range(n_words):
+            if offsets[w + 1] > offsets[w]:
+                self.cells[offsets[w + 1] - 1] |= END_BIT
+        # 2. word records (end, count) and the block index
+        rec_dtype = np.dtype([("count", "<i8"), ("end", "<u4")])
+        assert rec_dtype.itemsize == WORD_RECORD_BYTES
+
+        nbytes = n_words * WORD_RECORD_BYTES
+        if folder is not None and nbytes >= map_threshold:
+            out = _SpillFile(folder, "words")
+            try:
+                for lo in range(0, n_words, 1 << 22):
+                    hi = min(n_words, lo + (1 << 22))
+                    part = np.empty(hi - lo, dtype=rec_dtype)
+                    part["count"] = np.asarray(counts[lo:hi])
+                    part["end"] = np.asarray(offsets[lo + 1:hi + 1])
+                    out.write(part)
+                self._wrec_arr = out.mapped(rec_dtype, nbytes)
+            except BaseException:
+                out.discard()
+                raise
+            self.mapped_bytes += nbytes
+        else:
+            arr = np.empty(n_words, dtype=rec_dtype)
+            arr["count"] = np.asarray(counts)
+            arr["end"] = np.asarray(offsets[1:])
+            self._wrec_arr = arr
+        cdef const uint8_t[::1] wview
+        if n_words > 0:
+            wview = self._wrec_arr.view(np.uint8)
+            self.wrec = <const WordRec*>&wview[0]
+        else:
+            self.wrec = NULL
+        self.blk.resize((n_sym >> BLK_SHIFT) + 1)
+        w = 0
+        for i in range(<int64_t>self.blk.size()):
+            if (i << BLK_SHIFT) >= n_sym:
+                self.blk[i] = <uint32_t>w
+                continue
+            while offsets[w + 1] <= (i << BLK_SHIFT):
+                w += 1
+            self.blk[i] = <uint32_t>w
+        # 3. pairs: count every window, then the initial position lists (a counting sort)
         self.pair_map = _PairMap(1 << 16)
         self.n_steps = 0
         self.n_pops = 0
         self.n_rescans = 0
+        self.n_compactions = 0
+        self.pool_top = 0
+        self.big_bytes = 0
+        self.peak_pool_bytes = 0
+        self.peak_heap = 0
+        self.free_blocks.resize(PAGE_BITS + 1)
         self.heap_batch = max(heap_batch, 1)
+        cdef vector[uint64_t] base_len
         with nogil:
-            self._count_all()
+            self._count_all(base_len)
+        self._build_base(base_len, folder, map_threshold, fill_buffer_bytes)
+        with nogil:
             self._build_heap()
+
+    def __dealloc__(self):
+        cdef size_t p, k
+        cdef uint64_t off
+        for p in range(self.pages.size()):
+            free(self.pages[p])
+        for p in range(self.lst_off.size()):
+            if self.lst_cls[p] != NO_LIST and self.lst_cls[p] > PAGE_BITS:
+                off = self.lst_off[p]
+                free(<void*>(off & ~BIG_FLAG))
 
     # ---- tokens --------------------------------------------------------------------------------
 
-    cdef token_id_t _add_token(self, bytes tok):
+    cdef token_id_t _add_token(self, bytes tok) except? 0xFFFFFFFF:
         cdef token_id_t new_id = <token_id_t>self.tok_off.size()
         cdef Py_ssize_t k
         cdef const uint8_t* p = <const uint8_t*><char*>tok
+        if new_id >= PAYLOAD:
+            raise ValueError(f"too many tokens (at most {PAYLOAD})")
         self.tok_off.push_back(self.tok_arena.size())
         self.tok_len.push_back(len(tok))
         for k in range(len(tok)):
@@ -280,64 +447,309 @@ cdef class MergeEngine:
     def n_tokens(self):
         return self.tok_off.size()
 
+    # ---- positions -----------------------------------------------------------------------------
+
+    cdef inline uint32_t _span(self, uint32_t i) noexcept nogil:
+        """Length in positions of the live token at ``i``."""
+        cdef uint32_t c
+        if self.cells[i] & END_BIT:
+            return 1
+        c = self.cells[i + 1]
+        if c & DEAD_BIT:
+            return c & PAYLOAD
+        return 1
+
+    cdef inline uint32_t _nxt(self, uint32_t i) noexcept nogil:
+        """The next live position of ``i``'s word, or NIL."""
+        cdef uint32_t e = i + self._span(i) - 1
+        if self.cells[e] & END_BIT:
+            return NIL
+        return e + 1
+
+    cdef inline uint32_t _prv(self, uint32_t i) noexcept nogil:
+        """The previous live position of ``i``'s word, or NIL."""
+        cdef uint32_t c
+        if i == 0:
+            return NIL
+        c = self.cells[i - 1]
+        if c & END_BIT:
+            return NIL
+        if c & DEAD_BIT:
+            return i - (c & PAYLOAD)
+        return i - 1
+
+    cdef inline count_t _word_count(self, uint32_t i) noexcept nogil:
+        """The count of the word holding position ``i``."""
+        cdef uint32_t w = self.blk[i >> BLK_SHIFT]
+        while self.wrec[w].end <= i:
+            w += 1
+        return self.wrec[w].count
+
+    cdef inline int64_t _word_start(self, int64_t w) noexcept nogil:
+        return 0 if w == 0 else self.wrec[w - 1].end
+
+    cdef inline bint _holds(self, uint32_t i, token_id_t a, token_id_t b) noexcept nogil:
+        """The window at ``i`` is the pair ``(a, b)`` now."""
+        cdef uint32_t c = self.cells[i], j
+        if (c & DEAD_BIT) or (c & PAYLOAD) != a:
+            return False
+        j = self._nxt(i)
+        return j != NIL and (self.cells[j] & PAYLOAD) == b
+
+    # ---- position lists ------------------------------------------------------------------------
+
+    cdef inline uint32_t* _block(self, uint64_t off) noexcept nogil:
+        if off & BIG_FLAG:
+            return <uint32_t*>(off & ~BIG_FLAG)
+        return self.pages[off >> PAGE_BITS] + (off & (PAGE_SIZE - 1))
+
+    cdef uint64_t _pool_bytes(self) noexcept nogil:
+        return self.pages.size() * PAGE_SIZE * 4 + self.big_bytes
+
+    cdef uint64_t _alloc(self, uint8_t cls) noexcept nogil:
+        """A block of 2**cls entries (0 when out of memory)."""
+        cdef uint64_t size = (<uint64_t>1) << cls, off, rest, piece
+        cdef uint32_t* page
+        cdef uint8_t c
+        cdef void* big
+        if cls > PAGE_BITS:
+            big = malloc(size * 4)
+            if big == NULL:
+                self.oom = True
+                return 0
+            self.big_bytes += size * 4
+            return (<uint64_t>big) | BIG_FLAG
+        if self.free_blocks[cls].size() > 0:
+            off = self.free_blocks[cls].back()
+            self.free_blocks[cls].pop_back()
+            return off
+        c = cls + 1                  # split a larger free block: the halves not used are freed
+        while c <= PAGE_BITS and self.free_blocks[c].size() == 0:
+            c += 1
+        if c <= PAGE_BITS:
+            off = self.free_blocks[c].back()
+            self.free_blocks[c].pop_back()
+            while c > cls:
+                c -= 1
+                self.free_blocks[c].push_back(off + ((<uint64_t>1) << c))
+            return off
+        if self.pages.size() == 0 or (self.pool_top & (PAGE_SIZE - 1)) + size > PAGE_SIZE or \
+                (self.pool_top >> PAGE_BITS) >= self.pages.size():
+            # the rest of the current page goes to the free lists, in power-of-two pieces
+            if self.pages.size() > 0 and (self.pool_top >> PAGE_BITS) < self.pages.size():
+                rest = PAGE_SIZE - (self.pool_top & (PAGE_SIZE - 1))
+                c = PAGE_BITS
+                while rest > 0:
+                    piece = (<uint64_t>1) << c
+                    if piece <= rest:
+                        self.free_blocks[c].push_back(self.pool_top)
+                        self.pool_top += piece
+                        rest -= piece
+                    else:
+                        c -= 1
+            page = <uint32_t*>malloc(PAGE_SIZE * 4)
+            if page == NULL:
+                self.oom = True
+                return 0
+            self.pages.push_back(page)
+            self.pool_top = (<uint64_t>(self.pages.size() - 1)) << PAGE_BITS
+            if self._pool_bytes() > self.peak_pool_bytes:
+                self.peak_pool_bytes = self._pool_bytes()
+        off = self.pool_top
+        self.pool_top += size
+        return off
+
+    cdef void _release(self, uint64_t off, uint8_t cls) noexcept nogil:
+        if cls > PAGE_BITS:
+            free(<void*>(off & ~BIG_FLAG))
+            self.big_bytes -= ((<uint64_t>1) << cls) * 4
+        else:
+            self.free_blocks[cls].push_back(off)
+
+    cdef uint32_t _compact(self, pair_id_t pid) noexcept nogil:
+        """Drop the stale entries of a pair's added list; return its new length."""
+        cdef token_id_t a = pair_left(self.pair_keys[pid]), b = pair_right(self.pair_keys[pid])
+        cdef uint32_t* p = self._block(self.lst_off[pid])
+        cdef uint32_t n = self.lst_len[pid], q, kept = 0
+        for q in range(n):
+            if self._holds(p[q], a, b):
+                p[kept] = p[q]
+                kept += 1
+        self.lst_len[pid] = kept
+        self.n_compactions += 1
+        return kept
+
+    cdef void _list_push(self, pair_id_t pid, uint32_t pos) noexcept nogil:
+        cdef uint8_t cls = self.lst_cls[pid]
+        cdef uint32_t n
+        cdef uint64_t off
+        if cls == NO_LIST:
+            off = self._alloc(0)
+            if self.oom:
+                return
+            self.lst_off[pid] = off
+            self.lst_cls[pid] = 0
+            self.lst_len[pid] = 0
+            cls = 0
+        n = self.lst_len[pid]
+        if n == ((<uint32_t>1) << cls):
+            if cls >= MIN_COMPACT_CLS:
+                n = self._compact(pid)
+            if 2 * <uint64_t>n > ((<uint64_t>1) << cls):      # still more than half full: grow
+                off = self._alloc(cls + 1)
+                if self.oom:
+                    return
+                memcpy(self._block(off), self._block(self.lst_off[pid]), n * 4)
+                self._release(self.lst_off[pid], cls)
+                self.lst_off[pid] = off
+                self.lst_cls[pid] = cls + 1
+                if self._pool_bytes() > self.peak_pool_bytes:
+                    self.peak_pool_bytes = self._pool_bytes()
+        self._block(self.lst_off[pid])[n] = pos
+        self.lst_len[pid] = n + 1
+
+    cdef void _list_free(self, pair_id_t pid) noexcept nogil:
+        if self.lst_cls[pid] != NO_LIST:
+            self._release(self.lst_off[pid], self.lst_cls[pid])
+            self.lst_cls[pid] = NO_LIST
+            self.lst_len[pid] = 0
+
     # ---- pairs ---------------------------------------------------------------------------------
 
     cdef inline pair_id_t _pair_id(self, token_id_t left, token_id_t right) noexcept nogil:
-        """The id of a pair, created (count 0, no words) when new."""
+        """The id of a pair, created (count 0, no positions) when new."""
         cdef pair_key_t key = pack_pair(left, right)
         cdef int64_t found = self.pair_map.get(key)
         cdef pair_id_t pid
         if found >= 0:
             return <pair_id_t>found
         pid = <pair_id_t>self.pair_keys.size()
+        if self.pair_keys.size() == self.pair_keys.capacity():
+            self._reserve_pairs(self.pair_keys.size() + self.pair_keys.size() // 4 + 1024)
         self.pair_map.put(key, pid)
         self.pair_keys.push_back(key)
         self.pair_counts.push_back(0)
-        self.pair_positions.push_back(vector[uint32_t]())
-        self.base_start.push_back(0)
-        self.base_len.push_back(0)
+        self.lst_off.push_back(0)
+        self.lst_len.push_back(0)
+        self.lst_cls.push_back(NO_LIST)
         self.pair_pushed.push_back(NO_MARK)
         self.pair_allowed.push_back(-1)
         return pid
 
-    cdef inline pair_id_t _add_pair(self, token_id_t left, token_id_t right, count_t c, uint32_t pos) noexcept nogil:
+    cdef void _reserve_pairs(self, size_t n) noexcept nogil:
+        """Grow the per-pair arrays by a quarter at a time (not doubled: they are the largest after
+        the cells, and a doubling would leave up to half of them unused)."""
+        self.pair_keys.reserve(n)
+        self.pair_counts.reserve(n)
+        self.lst_off.reserve(n)
+        self.lst_len.reserve(n)
+        self.lst_cls.reserve(n)
+        self.pair_pushed.reserve(n)
+        self.pair_allowed.reserve(n)
+
+    cdef inline void _add_pair(self, token_id_t left, token_id_t right, count_t c, uint32_t pos) noexcept nogil:
         """Count one more occurrence (weight ``c``) of a pair whose left symbol sits at ``pos``."""
         cdef pair_id_t pid = self._pair_id(left, right)
         self.pair_counts[pid] += c
-        self.pair_positions[pid].push_back(pos)
+        self._list_push(pid, pos)
         if self.pair_pushed[pid] != self.n_steps:
             self.pair_pushed[pid] = self.n_steps
             self.touched.push_back(pid)
-        return pid
 
-    cdef void _count_all(self) noexcept nogil:
-        """Count every window once: pair ids per position, then a counting sort into the CSR."""
-        cdef int64_t w, k, start, end, n_pos = self.pos.size(), total = 0
+    cdef inline void _sub_pair(self, token_id_t left, token_id_t right, count_t c) noexcept nogil:
+        cdef int64_t pid = self.pair_map.get(pack_pair(left, right))
+        if pid >= 0:            # always: every window was counted when it came
+            self.pair_counts[pid] -= c
+
+    cdef void _count_all(self, vector[uint64_t]& base_len) noexcept nogil:
+        """Count every window once (its pair and how many windows each pair has)."""
+        cdef int64_t w, k, start, end
         cdef size_t p
         cdef count_t c
         cdef pair_id_t pid
-        cdef vector[int64_t] fill
-        for w in range(<int64_t>self.counts.size()):
-            c = self.counts[w]
-            start = self.offsets[w]
-            end = self.offsets[w + 1]
+        for w in range(self.n_words):
+            c = self.wrec[w].count
+            start = self._word_start(w)
+            end = self.wrec[w].end
             for k in range(start, end - 1):
-                pid = self._pair_id(self.pos[k].sym, self.pos[k + 1].sym)
+                pid = self._pair_id(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD)
                 self.pair_counts[pid] += c
-                self.base_len[pid] += 1
-                self.pos[k].pid = pid
-        for p in range(self.base_len.size()):
-            self.base_start[p] = total
-            total += self.base_len[p]
-        self.base_positions.resize(total)
-        fill.assign(self.base_len.size(), 0)
-        for k in range(n_pos):
-            pid = self.pos[k].pid
-            if pid != NO_MARK:
-                self.base_positions[self.base_start[pid] + fill[pid]] = <uint32_t>k
-                fill[pid] += 1
+                if pid >= base_len.size():
+                    base_len.resize(pid + 1, 0)
+                base_len[pid] += 1
         for p in range(self.pair_counts.size()):
             self.touched.push_back(<pair_id_t>p)
+
+    cdef void _fill_pass(self, uint32_t lo, uint32_t hi, uint32_t* buf, uint64_t* fill) noexcept nogil:
+        """Write the positions of the windows of pairs ``lo <= pid < hi`` into ``buf`` (the CSR slice
+        from ``base_start[lo]``), in position order."""
+        cdef int64_t w, k, start, end
+        cdef int64_t pid
+        cdef uint64_t b0 = self.base_start[lo]
+        for w in range(self.n_words):
+            start = self._word_start(w)
+            end = self.wrec[w].end
+            for k in range(start, end - 1):
+                pid = self.pair_map.get(pack_pair(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD))
+                if pid >= lo and pid < hi:
+                    buf[self.base_start[pid] - b0 + fill[pid - lo]] = <uint32_t>k
+                    fill[pid - lo] += 1
+
+    cdef _build_base(self, vector[uint64_t]& base_len, folder, int64_t map_threshold,
+                     int64_t fill_buffer_bytes):
+        """The initial position lists: one CSR, in RAM, or in a mapped file written in passes."""
+        cdef uint64_t total = 0, p, n_base = base_len.size()
+        cdef uint32_t lo, hi
+        cdef uint32_t[::1] bview
+        cdef vector[uint64_t] fill
+        self.n_base = <uint32_t>n_base
+        self.base_start.resize(n_base + 1)
+        self.base_done.assign(n_base, 0)
+        for p in range(n_base):
+            self.base_start[p] = total
+            total += base_len[p]
+        self.base_start[n_base] = total
+        cdef uint64_t largest = 0
+        for p in range(n_base):
+            if base_len[p] > largest:
+                largest = base_len[p]
+        if folder is not None and total * 4 >= <uint64_t>map_threshold:
+            cap = max(<uint64_t>fill_buffer_bytes // 4, largest, 1)
+            buf = np.empty(cap, dtype=np.uint32)
+            bview = buf
+            out = _SpillFile(folder, "positions")
+            try:
+                lo = 0
+                while lo < n_base:
+                    hi = lo
+                    while hi < n_base and self.base_start[hi + 1] - self.base_start[lo] <= cap:
+                        hi += 1
+                    fill.assign(hi - lo, 0)
+                    with nogil:
+                        self._fill_pass(lo, hi, &bview[0], fill.data())
+                    out.write(buf[:self.base_start[hi] - self.base_start[lo]])
+                    self.fill_passes += 1
+                    lo = hi
+                self._base_arr = out.mapped(np.uint32, total * 4)
+            except BaseException:
+                out.discard()
+                raise
+            del buf
+            self.mapped_bytes += total * 4
+        else:
+            self._base_arr = np.empty(total, dtype=np.uint32)
+            if total > 0:
+                bview = self._base_arr
+                fill.assign(n_base, 0)
+                with nogil:
+                    self._fill_pass(0, <uint32_t>n_base, &bview[0], fill.data())
+            self.fill_passes = 1
+        cdef const uint32_t[::1] rview
+        if total > 0:
+            rview = self._base_arr
+            self.base = &rview[0]
+        else:
+            self.base = NULL
 
     def pair_count(self, token_id_t left, token_id_t right):
         """The current count of a pair (0 when never seen)."""
@@ -384,7 +796,11 @@ cdef class MergeEngine:
         cdef size_t i, parent
         e.count = count
         e.pair = pid
+        if self.heap.size() == self.heap.capacity():
+            self.heap.reserve(self.heap.size() + self.heap.size() // 4 + 1024)
         self.heap.push_back(e)
+        if self.heap.size() > self.peak_heap:
+            self.peak_heap = self.heap.size()
         i = self.heap.size() - 1
         while i > 0:
             parent = (i - 1) >> 1
@@ -397,7 +813,6 @@ cdef class MergeEngine:
     cdef HeapEntry _pop(self) noexcept nogil:
         cdef HeapEntry top = self.heap[0]
         cdef HeapEntry last = self.heap.back()
-        cdef size_t n, i, child
         self.heap.pop_back()
         if self.heap.size() > 0:
             self.heap[0] = last
@@ -456,7 +871,10 @@ cdef class MergeEngine:
                 e.pair = self.touched[k]
                 self.heap.push_back(e)
         self.touched.clear()
+        self.touched.shrink_to_fit()
         n = self.heap.size()
+        if n > self.peak_heap:
+            self.peak_heap = n
         k = n // 2
         while k > 0:
             k -= 1
@@ -515,52 +933,76 @@ cdef class MergeEngine:
 
     # ---- merging -------------------------------------------------------------------------------
 
+    cdef inline void _merge_at(self, uint32_t i, pair_id_t pid, token_id_t a, token_id_t b,
+                               token_id_t t) noexcept nogil:
+        """Merge the pair at ``i`` if the window there still holds it."""
+        cdef uint32_t c = self.cells[i], j, h, k, e, lb, n
+        cdef token_id_t hs = 0, ks = 0
+        cdef count_t cw
+        if (c & DEAD_BIT) or (c & PAYLOAD) != a:
+            return                           # stale: rewritten since it was listed
+        j = self._nxt(i)
+        if j == NIL or (self.cells[j] & PAYLOAD) != b:
+            return
+        cw = self._word_count(i)
+        h = self._prv(i)
+        lb = self._span(j)
+        e = j + lb - 1
+        k = NIL if (self.cells[e] & END_BIT) else e + 1
+        # 1. The old windows around the site go.
+        if h != NIL:
+            hs = self.cells[h] & PAYLOAD
+            self._sub_pair(hs, a, cw)
+        self.pair_counts[pid] -= cw
+        if k != NIL:
+            ks = self.cells[k] & PAYLOAD
+            self._sub_pair(b, ks, cw)
+        # 2. Rewrite: the pair becomes one token at i, of n positions; its other cells are dead and
+        #    its first and last dead cells hold n.
+        n = (j - i) + lb
+        self.cells[i] = (self.cells[i] & END_BIT) | t
+        self.cells[j] = DEAD_BIT | (self.cells[j] & END_BIT)
+        self.cells[i + 1] = DEAD_BIT | (self.cells[i + 1] & END_BIT) | n
+        self.cells[e] = DEAD_BIT | (self.cells[e] & END_BIT) | n
+        # 3. The new windows come.
+        if h != NIL:
+            self._add_pair(hs, t, cw, h)
+        if k != NIL:
+            self._add_pair(t, ks, cw, i)
+
     cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok) noexcept nogil:
         """Rewrite every occurrence of the pair and update counts by exact deltas."""
         cdef token_id_t a = pair_left(self.pair_keys[pid])
         cdef token_id_t b = pair_right(self.pair_keys[pid])
         cdef vector[uint32_t] positions
-        cdef size_t n, q
-        cdef uint32_t i, j, h, k
-        cdef count_t c
-        positions.swap(self.pair_positions[pid])      # this pair's positions are consumed
-        if self.base_len[pid] > 0:
-            positions.insert(positions.end(), self.base_positions.begin() + self.base_start[pid],
-                             self.base_positions.begin() + self.base_start[pid] + self.base_len[pid])
-            self.base_len[pid] = 0
-        n = positions.size()
+        cdef uint64_t q, s0 = 0, s1 = 0
+        cdef uint32_t n_added = 0
+        cdef uint32_t* added = NULL
+        if pid < self.n_base and not self.base_done[pid]:
+            s0 = self.base_start[pid]
+            s1 = self.base_start[pid + 1]
+            self.base_done[pid] = 1
+        if self.lst_cls[pid] != NO_LIST:
+            added = self._block(self.lst_off[pid])
+            n_added = self.lst_len[pid]
         if a == b:
             # Overlapping runs (aaa): left to right within each word, as the greedy rewrite.
+            positions.reserve((s1 - s0) + n_added)
+            for q in range(s0, s1):
+                positions.push_back(self.base[q])
+            for q in range(n_added):
+                positions.push_back(added[q])
             sort(positions.begin(), positions.end())
-        for q in range(n):
-            i = positions[q]
-            if self.pos[i].pid != pid:
-                continue                     # stale: rewritten since it was listed
-            j = self.pos[i].nxt
-            c = self.counts[self.pos[i].word]
-            h = self.pos[i].prv
-            k = self.pos[j].nxt
-            # 1. The old windows around the site go (their pair ids are known per position).
-            if h != NIL:
-                self.pair_counts[self.pos[h].pid] -= c
-            self.pair_counts[pid] -= c
-            if k != NIL:
-                self.pair_counts[self.pos[j].pid] -= c
-            # 2. Rewrite: the pair becomes one symbol at i; j is unlinked.
-            self.pos[i].sym = new_tok
-            self.pos[j].sym = DEAD
-            self.pos[j].pid = NO_MARK
-            self.pos[i].nxt = k
-            if k != NIL:
-                self.pos[k].prv = i
-            # 3. The new windows come.
-            if h != NIL:
-                self.pos[h].pid = self._add_pair(self.pos[h].sym, new_tok, c, h)
-            if k != NIL:
-                self.pos[i].pid = self._add_pair(new_tok, self.pos[k].sym, c, i)
-            else:
-                self.pos[i].pid = NO_MARK
-        positions.clear()
+            for q in range(positions.size()):
+                self._merge_at(positions[q], pid, a, b, new_tok)
+        else:
+            # No two sites of (a, b) with a != b overlap, so any order gives the same result; new
+            # windows never hold (a, b) (they hold the new token), so this list does not grow.
+            for q in range(s0, s1):
+                self._merge_at(self.base[q], pid, a, b, new_tok)
+            for q in range(n_added):
+                self._merge_at(added[q], pid, a, b, new_tok)
+        self._list_free(pid)
         # 4. Every pair whose count rose gets a fresh heap entry.
         self._heapify()
 
@@ -570,11 +1012,16 @@ cdef class MergeEngine:
         Args:
             allowed: optional ``f(left_bytes, right_bytes) -> bool``; a pair it rejects is never
                 merged (asked once per pair, when the pair first reaches the top of the heap).
+
+        Raises:
+            MemoryError: the position lists could not grow (the engine cannot go on).
         """
         cdef int64_t best
         cdef pair_id_t pid
         cdef token_id_t a, b, new_tok
         cdef int8_t verdict
+        if self.oom:
+            raise MemoryError("the merge engine ran out of memory earlier")
         while True:
             with nogil:
                 best = self._pop_best()
@@ -600,6 +1047,8 @@ cdef class MergeEngine:
         self.n_steps += 1
         with nogil:
             self._apply_merge(pid, new_tok)
+        if self.oom:
+            raise MemoryError("the merge engine could not grow a position list")
         return (a, b, new_tok)
 
     def run(self, Py_ssize_t n_merges, allowed=None, progress=None, Py_ssize_t every=256):
@@ -629,29 +1078,31 @@ cdef class MergeEngine:
     cdef int64_t _word_len(self, int64_t w) noexcept nogil:
         cdef int64_t n = 0
         cdef uint32_t pos
-        if self.offsets[w] == self.offsets[w + 1]:
+        if self._word_start(w) == self.wrec[w].end:
             return 0
-        pos = <uint32_t>self.offsets[w]
+        pos = <uint32_t>self._word_start(w)
         while pos != NIL:
             n += 1
-            pos = self.pos[pos].nxt
+            pos = self._nxt(pos)
         return n
 
     def word(self, word_id_t w):
         """The current symbols of a word."""
         out = []
         cdef uint32_t pos
-        if self.offsets[w] == self.offsets[w + 1]:
+        if w >= self.n_words:
+            raise IndexError(w)
+        if self._word_start(w) == self.wrec[w].end:
             return out
-        pos = <uint32_t>self.offsets[w]
+        pos = <uint32_t>self._word_start(w)
         while pos != NIL:
-            out.append(self.pos[pos].sym)
-            pos = self.pos[pos].nxt
+            out.append(self.cells[pos] & PAYLOAD)
+            pos = self._nxt(pos)
         return out
 
     def words(self):
         """The current word table as ``(symbols uint32, offsets int64, counts int64)`` (compacted)."""
-        cdef int64_t n_words = self.counts.size()
+        cdef int64_t n_words = self.n_words
         cdef int64_t w, pos = 0
         cdef uint32_t p
         offsets = np.empty(n_words + 1, dtype=np.int64)
@@ -660,34 +1111,77 @@ cdef class MergeEngine:
         cdef int64_t[::1] cv = counts
         for w in range(n_words):
             ov[w] = pos
-            cv[w] = self.counts[w]
+            cv[w] = self.wrec[w].count
             pos += self._word_len(w)
         ov[n_words] = pos
         symbols = np.empty(pos, dtype=np.uint32)
         cdef token_id_t[::1] sv = symbols
         pos = 0
         for w in range(n_words):
-            if self.offsets[w] == self.offsets[w + 1]:
+            if self._word_start(w) == self.wrec[w].end:
                 continue
-            p = <uint32_t>self.offsets[w]
+            p = <uint32_t>self._word_start(w)
             while p != NIL:
-                sv[pos] = self.pos[p].sym
+                sv[pos] = self.cells[p] & PAYLOAD
                 pos += 1
-                p = self.pos[p].nxt
+                p = self._nxt(p)
         return symbols, offsets, counts
 
     def tokens(self):
         """The bytes of every token id, in id order."""
         return [self.token_bytes(<token_id_t>i) for i in range(self.tok_off.size())]
 
+    def memory(self):
+        """Bytes held now, by structure: ``anon`` (RAM the engine allocated) and ``mapped`` (read-only
+        arrays in mapped files: page cache the kernel may drop and read again).
+
+        >>> e = MergeEngine(np.frombuffer(b"abab", np.uint8), np.array([0, 4]), np.array([3]),
+        ...                 [bytes([i]) for i in range(256)])
+        >>> m = e.memory(); m["cells"], m["mapped"]
+        (16, 0)
+        """
+        cdef uint64_t pairs = (self.pair_keys.capacity() * 8 + self.pair_counts.capacity() * 8
+                               + self.lst_off.capacity() * 8 + self.lst_len.capacity() * 4
+                               + self.lst_cls.capacity() + self.pair_pushed.capacity() * 4
+                               + self.pair_allowed.capacity() + self.base_start.capacity() * 8
+                               + self.base_done.capacity())
+        cdef uint64_t used = 0, entries = 0
+        cdef size_t q
+        for q in range(self.lst_cls.size()):
+            if self.lst_cls[q] != NO_LIST:
+                used += ((<uint64_t>1) << self.lst_cls[q]) * 4
+                entries += self.lst_len[q]
+        out = {
+            "list_blocks": used,
+            "list_entries": entries,
+            "cells": self.cells.capacity() * 4,
+            "block_index": self.blk.capacity() * 4,
+            "pairs": pairs,
+            "pair_map": self.pair_map.nbytes(),
+            "lists": self._pool_bytes(),
+            "lists_peak": self.peak_pool_bytes,
+            "heap": self.heap.capacity() * sizeof(HeapEntry),
+            "heap_peak": self.peak_heap * sizeof(HeapEntry),
+            "words_in_ram": 0 if self.mapped_bytes and isinstance(self._wrec_arr, np.memmap) else
+                            self.n_words * WORD_RECORD_BYTES,
+            "positions_in_ram": 0 if isinstance(self._base_arr, np.memmap) else int(self.base_start[self.n_base]) * 4,
+            "mapped": int(self.mapped_bytes),
+        }
+        out["anon"] = (out["cells"] + out["block_index"] + out["pairs"] + out["pair_map"] + out["lists"]
+                       + out["heap"] + out["words_in_ram"] + out["positions_in_ram"])
+        return out
+
     def stats(self):
         """Sizes of the internal tables (for reports and memory accounting)."""
         return {
-            "n_words": self.counts.size(),
-            "n_symbols": self.pos.size(),
+            "n_words": self.n_words,
+            "n_symbols": self.cells.size(),
             "n_pairs": self.pair_keys.size(),
             "heap_size": self.heap.size(),
             "n_pops": self.n_pops,
             "heap_rescans": self.n_rescans,
             "n_steps": self.n_steps,
+            "list_compactions": self.n_compactions,
+            "fill_passes": self.fill_passes,
+            "memory": self.memory(),
         }

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..corpus.specials import encode_specials
 from ..pretok.wordtable import WordTable
+from ..runtime.budget import FILL_BUFFER_BYTES
 from ..runtime.memmon import phase
 from ..runtime.progress import progress_bar
 from ._engine import MergeEngine
@@ -70,27 +71,37 @@ def replay_merges(symbols: np.ndarray, offsets: np.ndarray, merges: Sequence[tup
 
 def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
                 progress: bool = False, allowed: Optional[Callable[[bytes, bytes], bool]] = None,
-                report: Optional[dict] = None, init_merges: Optional[Sequence[tuple[bytes, bytes]]] = None
+                report: Optional[dict] = None, init_merges: Optional[Sequence[tuple[bytes, bytes]]] = None,
+                spill_dir: Optional[str] = None, fill_buffer_bytes: int = FILL_BUFFER_BYTES
                 ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Run the merge loop on a word table; return ``(vocab, merges)``.
 
     ``init_merges``: start from these merges (an existing model's, ``--init-from``): they are applied
     to the words (:func:`replay_merges`), kept as the first merges, and the loop continues from there.
     When they are the first merges of a run on the same table, the result equals that run.
+
+    With ``spill_dir``, the engine keeps its read-only arrays (word records, initial position lists)
+    in mapped files there (``docs/memory.md``); the result is the same. A mapped table
+    (:meth:`WordTable.to_files`) is taken as it is: its one-byte words were dropped when it was written.
     """
     specials = encode_specials(special_tokens)
     n_merges = vocab_size - 256 - len(specials)
     t0 = time.perf_counter()
     phase("build words")
-    table = table.without_singletons()
+    if not table.mapped:
+        table = table.without_singletons()
+    mapping = dict(spill_dir=spill_dir, map_threshold=0 if spill_dir is not None else 1 << 62,
+                   fill_buffer_bytes=fill_buffer_bytes)
     init_steps: list = []
     if init_merges:
         replay = replay_merges(table.arena, table.offsets, init_merges)
-        engine = MergeEngine(replay.symbols, replay.offsets, table.counts, replay.tokens)
+        engine = MergeEngine(replay.symbols, replay.offsets, table.counts, replay.tokens, **mapping)
         init_steps = replay.steps
         n_merges -= len(init_steps)
     else:
-        engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)])
+        engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)],
+                             **mapping)
+    del table
     t1 = time.perf_counter()
     bar = progress_bar(progress, total=n_merges, desc="merges", unit="merge")
     last = [0]
@@ -118,6 +129,7 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
         report["seconds"]["build_words"] = round(t1 - t0, 3)
         report["seconds"]["merge_loop"] = round(t2 - t1, 3)
         report["engine"] = engine.stats()
+        report["engine"]["mapped"] = spill_dir is not None
         report["merges"] = len(merges)
         report["merges_requested"] = max(n_merges + len(init_steps), 0)
     return vocab, merges

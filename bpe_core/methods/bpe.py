@@ -1,8 +1,11 @@
 """Plain byte-level BPE (CS336 semantics): the merge loop over the counted word table."""
 from __future__ import annotations
 
+import tempfile
+
 from ..engine.merge import train_words
 from ..formats import registry
+from ..runtime.budget import FILL_BUFFER_BYTES
 
 __all__ = ["BPE"]
 
@@ -16,8 +19,12 @@ class BPE(registry.Method):
 
     def train(self, config, table, plan, progress=False, init=None) -> registry.MethodResult:
         report: dict = {"seconds": {}}
+        # The plan (made with the real counts) says whether the engine's read-only arrays are mapped.
+        mapped = getattr(plan, "merge_mapped", False)
         vocab, merges = train_words(table, config.vocab_size, config.special_tokens, progress=progress,
-                                    report=report, init_merges=init.merges if init is not None else None)
+                                    report=report, init_merges=init.merges if init is not None else None,
+                                    spill_dir=(config.spill_dir or tempfile.gettempdir()) if mapped else None,
+                                    fill_buffer_bytes=getattr(plan, "fill_buffer_bytes", FILL_BUFFER_BYTES))
         return registry.MethodResult(vocab, merges, [{"name": "bpe", "merges": len(merges)}], report)
 
 

@@ -36,6 +36,7 @@ content, so the sample does not depend on worker count); the run report says how
 from __future__ import annotations
 
 import threading
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence
@@ -71,9 +72,13 @@ _ASCII_SPACE = np.array([bool(_SPACE.match(chr(i))) for i in range(128)] + [Fals
 _OFFICIAL = regex.compile(OFFICIAL_STAGE2_PATTERN)
 _NON_ASCII_DIGIT = regex.compile(r"(?![\x00-\x7f])\p{N}")
 _NON_ASCII_SPACE = regex.compile(r"(?![\x00-\x7f])\s")
-#: Bytes of RAM per stage-2 symbol in the engine (symbol, links, pair positions, unit ids): measured
-#: on en_train, rounded up. The scheduler's share for stage 2 divided by this bounds the sample.
-STAGE2_BYTES_PER_SYMBOL = 80
+#: Bytes of RAM per stage-1 token of the corpus in stage 2 (the compact engine: 4 B cells, pairs of
+#: stage-1 tokens, the pair map; read-only arrays mapped): measured 26.5 B on en_train at 32k (peak
+#: 1,520 MiB anonymous for 60.2 M stage-1 tokens; the engine before: 66 B), rounded up. The
+#: scheduler's share for stage 2 divided by this bounds the sample.
+STAGE2_BYTES_PER_SYMBOL = 32
+#: Read-only engine arrays larger than this live in mapped files under the spill folder.
+MAP_THRESHOLD = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -451,6 +456,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     pattern = resolve_pattern(config.pattern)
 
     # ---- stage 1: plain BPE on the word table (all words, so rows stay aligned with the table)
+    # Read-only engine arrays above MAP_THRESHOLD go to mapped files in the spill folder (docs/memory.md).
+    folder = config.spill_dir or tempfile.gettempdir()
     t0 = time.perf_counter()
     phase("build words")
     bar = progress_bar(progress, total=n_total, desc="merges", unit="merge")
@@ -459,7 +466,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         seg_symbols, seg_offsets, tokens, steps1 = replay.symbols, replay.offsets, replay.tokens, replay.steps
         del replay
     else:
-        engine = MergeEngine(table.symbols(), table.offsets, table.counts, [bytes([i]) for i in range(256)])
+        engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)],
+                             spill_dir=folder, map_threshold=MAP_THRESHOLD)
         phase("merge loop")
         steps1 = engine.run(n1)
         seg_symbols, seg_offsets, _ = engine.words()
@@ -472,7 +480,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
 
     # ---- stage 2 units
     phase("stage-2 units")
-    budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table.nbytes, 64 << 20)
+    table_ram = 0 if table.mapped else table.nbytes
+    budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table_ram, 64 << 20)
     need = n_stage1_tokens * STAGE2_BYTES_PER_SYMBOL
     fraction = 1.0 if need <= budget_share else budget_share / need
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
@@ -493,7 +502,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
 
     # ---- stage 2: continue from the stage-1 state
     phase("merge loop")
-    engine2 = MergeEngine(units_syms, units_offs, units_counts, tokens)
+    engine2 = MergeEngine(units_syms, units_offs, units_counts, tokens, spill_dir=folder,
+                          map_threshold=MAP_THRESHOLD)
     del units_syms, units_offs
     steps2 = engine2.run(n_total - len(steps1), allowed=_allowed(rules, list(tokens) + list(specials)))
     if bar is not None:

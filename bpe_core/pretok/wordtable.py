@@ -7,6 +7,8 @@ count format for a cluster engine (see ``docs/formats.md``).
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -72,6 +74,59 @@ class WordTable:
         """Drop words of one byte: they hold no pair, so they never change the merges."""
         return self._keep(np.diff(self.offsets) > 1)
 
+    @property
+    def mapped(self) -> bool:
+        """The arrays are memory-mapped files (see :meth:`to_files`)."""
+        return isinstance(self.offsets, np.memmap)
+
+    def to_files(self, folder: str, drop_singletons: bool = False,
+                 step: int = 1 << 20) -> "WordTable":
+        """The same table in files under ``folder``, memory-mapped read-only (page cache, not RSS).
+
+        The files are written sequentially, ``step`` words at a time (no copy of the whole table in
+        RAM), and unlinked once mapped: the mapping keeps them until the table is dropped, and a
+        killed process leaves nothing behind. ``drop_singletons`` leaves out the words of one byte on
+        the way (as :meth:`without_singletons`).
+
+        >>> t = WordTable.from_counts({b"a": 4, b"bc": 2, b"def": 1})
+        >>> m = t.to_files(tempfile.gettempdir(), drop_singletons=True)
+        >>> m.mapped, m.to_dict()
+        (True, {b'bc': 2, b'def': 1})
+        """
+        names = ("arena", "offsets", "counts")
+        files = [tempfile.mkstemp(prefix=f"bpe_core-spill-{os.getpid()}-table-{n}-", dir=folder)
+                 for n in names]
+        try:
+            n_out, n_bytes = 0, 0
+            os.write(files[1][0], np.zeros(1, np.int64).tobytes())
+            for lo in range(0, self.n_words, step):
+                hi = min(self.n_words, lo + step)
+                offs = np.asarray(self.offsets[lo:hi + 1])
+                lengths = np.diff(offs)
+                counts = np.asarray(self.counts[lo:hi])
+                arena = np.asarray(self.arena[offs[0]:offs[-1]])
+                if drop_singletons:
+                    keep = lengths > 1
+                    arena = arena[np.repeat(keep, lengths)]
+                    lengths, counts = lengths[keep], counts[keep]
+                ends = n_bytes + np.cumsum(lengths, dtype=np.int64)
+                for (fd, _), arr in zip(files, (arena, ends, counts)):
+                    _write_all(fd, arr)
+                n_out += len(counts)
+                n_bytes += int(arena.size)
+            out = []
+            for (fd, path), dtype, n in zip(files, (np.uint8, np.int64, np.int64),
+                                            (n_bytes, n_out + 1, n_out)):
+                if os.fstat(fd).st_size != n * np.dtype(dtype).itemsize:
+                    raise OSError(f"{path}: short write")
+                os.fdatasync(fd)          # clean pages: the kernel may drop them at once
+                out.append(np.memmap(path, dtype=dtype, mode="r") if n else np.zeros(n, dtype))
+            return WordTable(*out)
+        finally:
+            for fd, path in files:
+                os.close(fd)
+                os.unlink(path)
+
     def _keep(self, keep: np.ndarray) -> "WordTable":
         if keep.all():
             return self
@@ -81,3 +136,11 @@ class WordTable:
         offsets = np.zeros(int(keep.sum()) + 1, np.int64)
         np.cumsum(lengths[keep], out=offsets[1:])
         return WordTable(arena, offsets, self.counts[keep])
+
+
+def _write_all(fd: int, arr: np.ndarray) -> None:
+    """Append a contiguous array to ``fd`` (in pieces: no second copy of a large array)."""
+    view = memoryview(np.ascontiguousarray(arr)).cast("B")
+    done = 0
+    while done < len(view):
+        done += os.write(fd, view[done:done + (64 << 20)])

@@ -81,12 +81,39 @@ CHUNK_TABLE_BYTES_PER_WORD = WORD_BYTES + 64
 CHUNK_RSS_FACTOR = 1.25
 #: The parent folds partial tables every this many results (``trainer.count_corpus``).
 PARTIAL_TABLES = 8
-#: Merge engine: ENGINE_BASE_BYTES + per unique pretoken ENGINE_BYTES_PER_WORD
-#: + vocab_size / ENGINE_VOCAB_DIVISOR (more merges, more pairs and longer word lists).
+#: Merge engine (``_engine.pyx``, see ``docs/memory.md``), measured on en_train (230 MB) and the
+#: synthetic 1 GB and 15 GB corpora at 32k:
+#: symbols (positions) per unique pretoken: 8.2, 9.2, 10.4 (used only before the real count is known).
+SYMBOLS_PER_WORD = 11
 ENGINE_BASE_BYTES = 32 * MiB
+#: anonymous, per symbol: the cell (4 B), the positions added by merges (pool of blocks: 3.1 B at
+#: 1 GB, 3.5-3.6 B at 15 GB; 3.7 with a margin) and the block index (4 B per 64 positions).
+ENGINE_CELL_BYTES = 4.0
+ENGINE_LIST_BYTES = 3.7
+ENGINE_BLOCK_BYTES = 1 / 16
+#: read-only, per symbol: the initial position lists; per word: the word record (count, end).
+ENGINE_BASE_LIST_BYTES = 4
+ENGINE_WORD_BYTES = 12
+#: pairs at the end of the merge loop: PAIRS_PER_SQRT_SYMBOL * sqrt(symbols) * (vocab / 32k) ** 0.5
+#: (570 k at 4.2 M symbols, 1.51 M at 15.9 M, 5.72 M at 195 M), each with ENGINE_PAIR_BYTES of pair
+#: arrays, hash slot and heap entries (93 B at 1 GB, ~70 B at 15 GB; 80 B fits the merge-phase peaks
+#: measured at 1, 4 and 15 GB within 1%).
+PAIRS_PER_SQRT_SYMBOL = 450
+ENGINE_PAIR_BYTES = 80
+DEFAULT_VOCAB_SIZE = 32000
+#: Old per-word figure, kept for reference: the engine before the compact layout (20 B per position).
 ENGINE_BYTES_PER_WORD = 200
 ENGINE_VOCAB_DIVISOR = 200
-DEFAULT_VOCAB_SIZE = 32000
+#: RAM for building the mapped initial position lists of the engine (in passes of this size).
+FILL_BUFFER_BYTES = 256 * MiB
+#: Seconds per unit of work (2 cores shared with other jobs; for the plan's time column, not a
+#: promise): pre-tokenizing and counting per input byte and worker, folding per unique pretoken,
+#: building the engine per symbol, merging per symbol and merge.
+SECONDS_PER_BYTE_COUNTED = 10.0e-9
+SECONDS_PER_WORD_FOLDED = 1.8e-6
+SECONDS_PER_SYMBOL_BUILT = 60e-9
+SECONDS_PER_SYMBOL_MAPPED = 20e-9
+SECONDS_PER_SYMBOL_MERGE = 0.45e-6      # at 32k merges; grows with the square root of the merges
 #: Chunk sizes: at least MIN (or the whole input), at most MAX; about 4 chunks per worker.
 MIN_CHUNK_BYTES = 1 * MiB
 MAX_CHUNK_BYTES = 64 * MiB
@@ -158,6 +185,13 @@ class Plan:
         spill_threshold_bytes: the most pretoken-table bytes the parent may hold in RAM while
             counting; beyond it, sorted runs go to disk (also when the estimate was too low).
         notes: remarks for the user (clamped options, budget above available RAM, ...).
+        symbols: the (estimated or given) symbols the merge engine holds.
+        merge_mapped: the merge phase keeps its read-only arrays (word table, word records,
+            initial position lists) in mapped files, because in RAM it would not fit the budget;
+            ``merge_bytes`` is then its anonymous memory and ``merge_file_bytes`` the mapped files
+            (page cache: the kernel may drop those pages and read them again).
+        fill_buffer_bytes: RAM for writing the mapped initial position lists.
+        phase_seconds: predicted seconds of each phase (``phase_seconds()``).
     """
 
     kind: str
@@ -178,11 +212,18 @@ class Plan:
     spill: bool = False
     spill_threshold_bytes: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    symbols: int = 0
+    merge_mapped: bool = False
+    merge_file_bytes: int = 0
+    fill_buffer_bytes: int = FILL_BUFFER_BYTES
+    phase_seconds: dict = field(default_factory=dict)
     vocab_size: int = 0
 
-    def with_count(self, unique_pretokens: int) -> "Plan":
+    def with_count(self, unique_pretokens: int, symbols: Optional[int] = None) -> "Plan":
         """This training plan made again with the real number of unique pretokens (known during and
-        after counting), the workers and chunk size kept: the one budget check of a run.
+        after counting) and, after counting, of the symbols the engine will hold; the workers and
+        chunk size kept: the one budget check of a run (it also decides whether the merge phase
+        maps its read-only arrays, ``merge_mapped``).
 
         Raises:
             BudgetError: the merge phase does not fit; the message names the budget that does.
@@ -190,7 +231,7 @@ class Plan:
         return plan_training(self.input_bytes, self.memory_limit, self.cpu_count, self.available,
                              num_workers=self.num_workers, chunk_bytes=self.chunk_bytes,
                              per_worker_overhead=self.worker_overhead, parent_overhead=self.parent_overhead,
-                             vocab_size=self.vocab_size, unique_pretokens=unique_pretokens)
+                             vocab_size=self.vocab_size, unique_pretokens=unique_pretokens, symbols=symbols)
 
     @property
     def merge_fits(self) -> bool:
@@ -233,8 +274,9 @@ class Plan:
             lines.append(f"  {step:<13} in the parent process, chunks of {fmt_bytes(self.chunk_bytes)}: "
                          f"{fmt_bytes(self.parent_bytes + self.per_worker_bytes - self.worker_overhead)}")
         if self.kind == "train":
+            mapped = (f"; {fmt_bytes(self.merge_file_bytes)} more in mapped files" if self.merge_mapped else "")
             lines.append(f"  {'merge':<13} {fmt_bytes(self.merge_bytes)} for ~{fmt_count(self.unique_pretokens)} "
-                         f"unique pretokens (word table, engine)")
+                         f"unique pretokens (word table, engine{mapped})")
             table = self.unique_pretokens * TABLE_BYTES_PER_WORD
             if self.spill:
                 lines.append(f"  {'spill':<13} yes: the pretoken table (~{fmt_bytes(table)}) goes to disk "
@@ -300,15 +342,90 @@ def unique_pretokens_estimate(n_bytes: int) -> int:
     return int(min(n_bytes, math.ceil(est)))
 
 
-def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE) -> int:
-    """Estimated memory of the merge engine for ``n_words`` unique pretokens.
+def symbols_estimate(n_words: int) -> int:
+    """Symbols (positions) of ``n_words`` unique pretokens, before they are counted.
 
-    >>> engine_bytes(1_000_000, 32000) >> 20
-    375
+    >>> symbols_estimate(1_000_000)
+    11000000
+    """
+    return max(0, n_words) * SYMBOLS_PER_WORD
+
+
+def pairs_estimate(n_symbols: int, vocab_size: int = DEFAULT_VOCAB_SIZE) -> int:
+    """Pairs the engine holds at the end of the merge loop (those that merges create included).
+
+    >>> pairs_estimate(195_319_199) // 1000      # measured 5,718 k at 15 GB, 32k
+    6289
+    """
+    if n_symbols <= 0:
+        return 0
+    scale = max(0.25, vocab_size / DEFAULT_VOCAB_SIZE) ** 0.5
+    return int(min(n_symbols, PAIRS_PER_SQRT_SYMBOL * math.sqrt(n_symbols) * scale))
+
+
+def engine_memory(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols: Optional[int] = None,
+                  mapped: bool = False) -> dict[str, int]:
+    """The merge engine's memory: ``{"anon": ..., "file": ...}`` bytes.
+
+    ``mapped``: the read-only arrays (word records, initial position lists) live in mapped files
+    (``file``, page cache) instead of RAM.
+
+    >>> m = engine_memory(18_807_369, 32000, 195_319_199, mapped=True)
+    >>> m["anon"] >> 20, m["file"] >> 20
+    (1957, 960)
     """
     if n_words <= 0:
-        return 0
-    return ENGINE_BASE_BYTES + n_words * (ENGINE_BYTES_PER_WORD + vocab_size // ENGINE_VOCAB_DIVISOR)
+        return {"anon": 0, "file": 0}
+    s = symbols_estimate(n_words) if n_symbols is None else int(n_symbols)
+    anon = ENGINE_BASE_BYTES + int(s * (ENGINE_CELL_BYTES + ENGINE_LIST_BYTES + ENGINE_BLOCK_BYTES)) \
+        + pairs_estimate(s, vocab_size) * ENGINE_PAIR_BYTES
+    readonly = s * ENGINE_BASE_LIST_BYTES + n_words * ENGINE_WORD_BYTES
+    return {"anon": anon, "file": readonly} if mapped else {"anon": anon + readonly, "file": 0}
+
+
+def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols: Optional[int] = None) -> int:
+    """Estimated RAM of the merge engine for ``n_words`` unique pretokens (all arrays in RAM).
+
+    >>> engine_bytes(1_000_000, 32000) >> 20
+    280
+    """
+    return engine_memory(n_words, vocab_size, n_symbols)["anon"]
+
+
+def merge_phase(n_words: int, vocab_size: int, n_symbols: Optional[int], parent_overhead: int,
+                mapped: bool) -> dict[str, int]:
+    """Peak memory of the merge phase: ``{"anon", "file", "fill"}`` bytes.
+
+    In RAM: the word table twice (the counted table and its copy without one-byte words) beside the
+    engine. Mapped: the table goes to files first (peak: the table in RAM while it is written), then
+    the engine holds only what changes in RAM; ``fill`` is the buffer for writing the initial
+    position lists, beside the cells.
+    """
+    s = symbols_estimate(n_words) if n_symbols is None else int(n_symbols)
+    table = n_words * TABLE_BYTES_PER_WORD
+    eng = engine_memory(n_words, vocab_size, s, mapped)
+    if not mapped:
+        return {"anon": parent_overhead + 2 * table + eng["anon"], "file": 0, "fill": 0}
+    fill = int(min(FILL_BUFFER_BYTES, max(16 * MiB, s * ENGINE_BASE_LIST_BYTES // 4)))
+    building = int(s * (ENGINE_CELL_BYTES + ENGINE_BLOCK_BYTES)) + fill
+    anon = parent_overhead + max(table, building, eng["anon"])
+    return {"anon": anon, "file": eng["file"] + s + 16 * n_words, "fill": fill}
+
+
+def phase_seconds(input_bytes: int, workers: int, n_words: int, n_symbols: Optional[int], vocab_size: int,
+                  mapped: bool) -> dict[str, float]:
+    """Predicted seconds of each training phase (a rough model, see the constants).
+
+    >>> sorted(phase_seconds(10**9, 2, 1_700_000, None, 32000, False))
+    ['build_words', 'merge_counts', 'merge_loop', 'pretokenize']
+    """
+    s = symbols_estimate(n_words) if n_symbols is None else int(n_symbols)
+    merges = max(0, vocab_size - 257)
+    build = s * (SECONDS_PER_SYMBOL_BUILT + (SECONDS_PER_SYMBOL_MAPPED if mapped else 0))
+    return {"pretokenize": round(input_bytes * SECONDS_PER_BYTE_COUNTED / max(1, workers), 1),
+            "merge_counts": round(n_words * SECONDS_PER_WORD_FOLDED, 1),
+            "build_words": round(build, 1),
+            "merge_loop": round(s * SECONDS_PER_SYMBOL_MERGE * (merges / 31743) ** 0.5, 1)}
 
 
 def _train_worker(overhead: int, chunk: int) -> int:
@@ -373,7 +490,7 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                   available: Optional[int] = None, num_workers: Optional[int] = None,
                   chunk_bytes: Optional[int] = None, per_worker_overhead: Optional[int] = None, *,
                   parent_overhead: Optional[int] = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
-                  unique_pretokens: Optional[int] = None) -> Plan:
+                  unique_pretokens: Optional[int] = None, symbols: Optional[int] = None) -> Plan:
     """Plan a training run: workers, chunk size and spilling under ``memory_limit``.
 
     The merge phase must fit (it needs every unique pretoken in RAM). The counting phase then gets
@@ -392,6 +509,10 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
         parent_overhead: RSS of the parent before the work (None: this process's RSS now).
         vocab_size: target vocabulary size (the engine grows with it).
         unique_pretokens: the real count when known (after counting); None: estimated from size.
+        symbols: the symbols of those pretokens the engine holds, when known.
+
+    The merge phase runs in RAM when that fits the budget; otherwise its read-only arrays go to
+    mapped files (``merge_mapped``) and the budget covers its anonymous memory (``docs/memory.md``).
 
     Raises:
         BudgetError: the work cannot fit; the message and ``min_budget`` give the smallest budget
@@ -403,13 +524,13 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     >>> est = plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                     parent_overhead=50 << 20)    # before counting: counting fits
     >>> est.merge_fits, est.merge_bytes >> 20
-    (False, 3722)
+    (False, 1183)
     >>> try:                                            # after counting, with the real count
     ...     plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
-    ...                   parent_overhead=50 << 20, unique_pretokens=5_000_000)
+    ...                   parent_overhead=50 << 20, unique_pretokens=25_000_000)
     ... except BudgetError as e:
     ...     print(e.min_budget >> 20)
-    2063
+    2704
     """
     if input_bytes < 0:
         raise ValueError("input_bytes must be >= 0")
@@ -424,7 +545,12 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     else:
         words = int(unique_pretokens)
     table = words * TABLE_BYTES_PER_WORD
-    merge = po + 2 * table + engine_bytes(words, vocab_size)
+    n_symbols = symbols_estimate(words) if symbols is None else int(symbols)
+    merge_phase_mem = merge_phase(words, vocab_size, n_symbols, po, mapped=False)
+    mapped = merge_phase_mem["anon"] > memory_limit
+    if mapped:
+        merge_phase_mem = merge_phase(words, vocab_size, n_symbols, po, mapped=True)
+    merge = merge_phase_mem["anon"]
 
     max_workers = cores
     if num_workers is not None:
@@ -502,7 +628,11 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                 parent_overhead=po, per_worker_bytes=per_worker, parent_bytes=parent, count_bytes=count_peak,
                 merge_bytes=merge,
                 peak_bytes=max(count_peak, merge), unique_pretokens=words, spill=spill,
-                spill_threshold_bytes=threshold, notes=tuple(notes), vocab_size=vocab_size)
+                spill_threshold_bytes=threshold, notes=tuple(notes), symbols=n_symbols,
+                merge_mapped=mapped, merge_file_bytes=merge_phase_mem["file"],
+                fill_buffer_bytes=merge_phase_mem["fill"] or FILL_BUFFER_BYTES,
+                phase_seconds=phase_seconds(input_bytes, workers, words, n_symbols, vocab_size, mapped),
+                vocab_size=vocab_size)
 
 
 def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: int, count: int,

@@ -1,7 +1,9 @@
 """Memory of the process tree while it runs: RSS sampling, a budget guard, and phase labels.
 
-- :func:`tree_rss` sums the resident memory of a process and all its descendants: the quantity a
-  ``--memory-limit`` bounds.
+- :func:`tree_rss` sums the resident memory of a process and all its descendants;
+  :func:`tree_memory` splits it into anonymous memory (``RssAnon`` + ``RssShmem`` of
+  ``/proc/<pid>/status``: what a ``--memory-limit`` bounds, and what a memory cgroup cannot take back)
+  and file-backed pages (``RssFile``: mapped files, page cache the kernel may drop and read again).
 - :class:`MemoryMonitor` samples it on a thread (peak, samples, per-phase peaks) and lets the
   trainer hold back new chunks while the tree is close to the budget (:meth:`MemoryMonitor.wait_below`,
   :meth:`MemoryMonitor.headroom`).
@@ -60,6 +62,57 @@ def tree_rss(pid: Optional[int] = None) -> int:
             total += proc.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):   # exited (ZombieProcess is a NoSuchProcess)
             pass
+    return total
+
+
+def _status_kib(pid: int) -> Optional[dict]:
+    """``RssAnon``, ``RssFile`` and ``RssShmem`` of ``/proc/<pid>/status`` in bytes (None off Linux or
+    when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    out = {}
+    for line in text.split(b"\n"):
+        if line.startswith((b"RssAnon:", b"RssFile:", b"RssShmem:")):
+            key, _, rest = line.partition(b":")
+            out[key.decode()] = int(rest.split()[0]) * 1024
+    return out if len(out) == 3 else None
+
+
+def tree_memory(pid: Optional[int] = None) -> dict:
+    """Resident bytes of a process tree, split: ``{"rss", "anon", "file"}``.
+
+    ``anon`` is anonymous memory (heap, numpy arrays, shared anonymous mappings), ``file`` the
+    resident pages of mapped files. Off Linux, ``anon`` is the RSS and ``file`` 0.
+
+    >>> m = tree_memory(); m["anon"] > 0 and m["rss"] >= m["anon"]
+    True
+    """
+    try:
+        root = psutil.Process(pid)
+        procs = [root]
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return {"rss": 0, "anon": 0, "file": 0}
+    try:
+        procs.extend(root.children(recursive=True))
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    total = {"rss": 0, "anon": 0, "file": 0}
+    for proc in procs:
+        st = _status_kib(proc.pid)
+        if st is not None:
+            total["anon"] += st["RssAnon"] + st["RssShmem"]
+            total["file"] += st["RssFile"]
+            total["rss"] += st["RssAnon"] + st["RssShmem"] + st["RssFile"]
+            continue
+        try:
+            rss = proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        total["rss"] += rss
+        total["anon"] += rss
     return total
 
 
@@ -155,6 +208,11 @@ class MemoryMonitor:
         self.phase_name: Optional[str] = None
         self.phases: list[tuple[float, str]] = []
         self.phase_peaks: dict[str, int] = {}
+        self.peak_anon = 0
+        self.peak_file = 0
+        self.phase_peaks_anon: dict[str, int] = {}
+        self.phase_peaks_file: dict[str, int] = {}
+        self.current_anon = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -198,12 +256,23 @@ class MemoryMonitor:
     # ---- sampling ---------------------------------------------------------------------------
 
     def sample(self) -> int:
-        """Take one sample now and record it; returns the RSS (0: the root process is gone)."""
-        rss = tree_rss(self.pid)
+        """Take one sample now and record it; returns the RSS (0: the root process is gone).
+
+        The anonymous and file-backed parts are tracked too (``peak_anon``, ``peak_file``,
+        ``current_anon``)."""
+        mem = tree_memory(self.pid)
+        rss = mem["rss"]
         now = time.time()
         if rss <= 0:
             return 0
         with self._lock:
+            self.current_anon = mem["anon"]
+            self.peak_anon = max(self.peak_anon, mem["anon"])
+            self.peak_file = max(self.peak_file, mem["file"])
+            if self.phase_name is not None:
+                for peaks, v in ((self.phase_peaks_anon, mem["anon"]), (self.phase_peaks_file, mem["file"])):
+                    if v > peaks.get(self.phase_name, 0):
+                        peaks[self.phase_name] = v
             self.samples.append((now, rss))
             if len(self.samples) > self.max_samples:
                 self.samples = self.samples[::2]
@@ -265,10 +334,16 @@ class MemoryMonitor:
         """Peak, sample count and per-phase peaks, JSON-ready (for run reports).
 
         >>> sorted(MemoryMonitor().summary())
-        ['budget_bytes', 'interval', 'n_samples', 'peak_by_phase', 'peak_rss_bytes']
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ['budget_bytes', 'interval', 'n_samples', 'peak_anon_by_phase', 'peak_anon_bytes',
+         'peak_by_phase', 'peak_file_by_phase', 'peak_file_bytes', 'peak_rss_bytes']
         """
         with self._lock:
             return {
+                "peak_anon_bytes": self.peak_anon,
+                "peak_file_bytes": self.peak_file,
+                "peak_anon_by_phase": dict(self.phase_peaks_anon),
+                "peak_file_by_phase": dict(self.phase_peaks_file),
                 "peak_rss_bytes": self.peak,
                 "budget_bytes": self.budget,
                 "interval": self.interval,
@@ -277,4 +352,4 @@ class MemoryMonitor:
             }
 
 
-__all__ = ["MemoryMonitor", "PHASE_FILE_ENV", "phase", "read_phase_file", "tree_rss"]
+__all__ = ["MemoryMonitor", "PHASE_FILE_ENV", "phase", "read_phase_file", "tree_memory", "tree_rss"]

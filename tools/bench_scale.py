@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Scale benchmark: synthesize N GB, train and encode it inside a memory cgroup, print the table.
+
+    python tools/bench_scale.py --gb 1 4 15 --work /work/big --memory-limit 2G --cap 2684354560
+    python tools/bench_scale.py --gb 1 --work /work/big --memory-limit 2G --unlimited --encode
+
+For each size: ``/work/shared/bench/synth_corpus.py`` writes ``WORK/cN.txt`` (kept if present), then
+``tools/train_bpe.py cN.txt --vocab-size V --memory-limit LIMIT`` runs inside a fresh memory cgroup
+capped at ``--cap`` bytes (``/work/shared/bench/in_cgroup.sh``: cgroup v1, as root). The cap is the
+honest test of "a machine with that much RAM": anonymous memory beyond it is killed (exit 137);
+pages of mapped files are reclaimable and survive it. With ``--unlimited`` the same corpus is also
+trained without a limit and outside the cgroup, and the merges must be identical; with ``--encode``
+the corpus is encoded (``--verify``) under the same cap.
+
+Printed per size: one row per phase with measured seconds, the peak anonymous and file-backed
+memory of the process tree (sampled every 50 ms, from ``/proc/<pid>/status``) and the scheduler's
+prediction (seconds, anonymous and mapped bytes of the merge phase), then the cgroup's own peak and
+fail count (page cache included: a high fail count is reclaim, not a kill). Not a test: it takes
+minutes to hours, so it never runs in CI.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BENCH = "/work/shared/bench"
+MiB = 1 << 20
+PHASES = [("pretokenize", "pretokenize", "pretokenize"), ("merge counts", "merge_counts", "merge_counts"),
+          ("map words", "map_words", None), ("build words", "build_words", "build_words"),
+          ("merge loop", "merge_loop", "merge_loop")]
+
+
+def synth(gb: float, work: str, source: str) -> str:
+    out = os.path.join(work, f"c{gb:g}.txt")
+    if not os.path.exists(out):
+        subprocess.run([sys.executable, os.path.join(BENCH, "synth_corpus.py"), source, out, "--gb", str(gb)],
+                       check=True)
+    return out
+
+
+def timed(cmd: list[str]) -> tuple[int, float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    return proc.returncode, time.perf_counter() - t0, proc.stderr
+
+
+def cgroup(cap: int | None, cmd: list[str]) -> list[str]:
+    return cmd if cap is None else [os.path.join(BENCH, "in_cgroup.sh"), str(cap)] + cmd
+
+
+def train(corpus: str, out: str, vocab: int, limit: str | None, cap: int | None, spill: str) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, os.path.join(HERE, "train_bpe.py"), corpus, "--vocab-size", str(vocab), "--out", out,
+           "--spill-dir", spill, "--no-progress"]
+    if limit:
+        cmd += ["--memory-limit", limit]
+    rc, wall, err = timed(cgroup(cap, cmd))
+    res = {"rc": rc, "wall": wall, "stderr": err.strip().splitlines()[-3:]}
+    if rc == 0:
+        res["report"] = json.load(open(os.path.join(out, "train_report.json")))
+    return res
+
+
+def fmt_mib(n) -> str:
+    return "" if n is None else f"{n / MiB:,.0f}"
+
+
+def table(gb: float, res: dict, cap: int | None) -> str:
+    r = res["report"]
+    mem = r["memory"]
+    plan, mplan = r["plan"], r.get("merge_plan", {})
+    pred_s = mplan.get("phase_seconds") or plan.get("phase_seconds", {})
+    lines = [f"### {gb:g} GB: {r['unique_pretokens']:,} unique pretokens, {mplan.get('symbols', 0):,} symbols, "
+             f"{r['engine']['n_pairs']:,} pairs, {r['merges']:,} merges, engine mapped: {r['engine'].get('mapped')}",
+             "", "| phase | seconds | predicted s | anon peak MiB | file peak MiB | predicted anon MiB | "
+                 "predicted mapped MiB |", "|---|---|---|---|---|---|---|"]
+    for name, key, pkey in PHASES:
+        if name not in mem["peak_anon_by_phase"] and key not in r["seconds"]:
+            continue
+        pa = pm = None
+        if name == "pretokenize":
+            pa = plan["count_bytes"]
+        elif name in ("build words", "merge loop"):
+            pa, pm = mplan.get("merge_bytes"), mplan.get("merge_file_bytes")
+        lines.append(f"| {name} | {r['seconds'].get(key, 0):.1f} | {pred_s.get(pkey, '') if pkey else ''} | "
+                     f"{fmt_mib(mem['peak_anon_by_phase'].get(name))} | {fmt_mib(mem['peak_file_by_phase'].get(name))} | "
+                     f"{fmt_mib(pa)} | {fmt_mib(pm)} |")
+    lines.append(f"| total | {r['seconds']['total']:.1f} (wall {res['wall']:.1f}) | {sum(pred_s.values()):.1f} | "
+                 f"{fmt_mib(mem['peak_anon_bytes'])} | {fmt_mib(mem['peak_file_bytes'])} | | |")
+    cg = [ln for ln in res["stderr"] if ln.startswith("cgroup peak")]
+    if cap is not None:
+        lines.append(f"\ncgroup cap {cap / MiB:,.0f} MiB: {cg[0] if cg else 'no cgroup line'}")
+    eng = r["engine"]["memory"]
+    n_sym = max(1, mplan.get("symbols", 1))
+    lines.append(f"engine: {eng['anon'] / n_sym:.2f} B anon per symbol ({eng['anon'] / max(1, r['unique_pretokens']):.0f} "
+                 f"per unique pretoken), mapped {eng['mapped'] / MiB:,.0f} MiB; parts (MiB): "
+                 + ", ".join(f"{k} {v / MiB:,.0f}" for k, v in eng.items() if isinstance(v, int) and v > MiB))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gb", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--work", default="/work/big", help="folder for corpora, outputs and spill files")
+    ap.add_argument("--source", default="/work/shared/corpora/en_train.txt.xz")
+    ap.add_argument("--vocab-size", type=int, default=32000)
+    ap.add_argument("--memory-limit", default="2G")
+    ap.add_argument("--cap", type=int, default=2684354560, help="cgroup cap in bytes (0: no cgroup)")
+    ap.add_argument("--unlimited", action="store_true", help="also train without a limit; merges must match")
+    ap.add_argument("--encode", action="store_true", help="also encode the corpus under the cap (--verify)")
+    ap.add_argument("--delete", action="store_true", help="delete each corpus and its outputs when done")
+    a = ap.parse_args(argv)
+    cap = a.cap or None
+    spill = os.path.join(a.work, "spill")
+    os.makedirs(spill, exist_ok=True)
+    bad = 0
+    for gb in a.gb:
+        corpus = synth(gb, a.work, a.source)
+        out = os.path.join(a.work, f"out{gb:g}")
+        res = train(corpus, out, a.vocab_size, a.memory_limit, cap, spill)
+        if res["rc"] != 0:
+            print(f"### {gb:g} GB: train exit {res['rc']} ({'killed by the cgroup' if res['rc'] == 137 else 'failed'}): "
+                  + " / ".join(res["stderr"]))
+            bad += 1
+            continue
+        print(table(gb, res, cap))
+        if a.unlimited:
+            ref = train(corpus, out + "-unlimited", a.vocab_size, None, None, spill)
+            same = ref["rc"] == 0 and open(os.path.join(out, "merges.txt"), "rb").read() == \
+                open(os.path.join(out + "-unlimited", "merges.txt"), "rb").read()
+            bad += not same
+            print(f"unlimited run: exit {ref['rc']}, {ref['wall']:.1f} s wall, anon peak "
+                  f"{fmt_mib(ref.get('report', {}).get('memory', {}).get('peak_anon_bytes'))} MiB; "
+                  f"merges identical: {'yes' if same else 'NO'}")
+        if a.encode:
+            ids = os.path.join(a.work, f"ids{gb:g}.npy")
+            rc, wall, err = timed(cgroup(cap, [sys.executable, os.path.join(HERE, "encode_corpus.py"), corpus,
+                                               "--tokenizer", out, "--out", ids, "--memory-limit", a.memory_limit,
+                                               "--verify", "--no-progress"]))
+            cg = [ln for ln in err.splitlines() if ln.startswith("cgroup peak")]
+            print(f"encode: exit {rc}, {wall:.1f} s wall, {cg[0] if cg else ''}")
+            bad += rc != 0
+            if os.path.exists(ids):
+                os.unlink(ids)
+        if a.delete:
+            os.unlink(corpus)
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(out + "-unlimited", ignore_errors=True)
+        print()
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
