@@ -56,8 +56,11 @@ def test_autotokenizer_gives_the_exact_ids(tmp_path, fixtures_dir, method):
                         "--format", "transformers", "--out", str(tmp_path / "hf")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    # (run outside the checkout: from the repository root, its unbuilt bpe_core/ would shadow the
+    # installed package, as for any script a user runs there)
     r = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "hf"), str(tmp_path / "tok"),
-                        str(tmp_path / "saved"), str(heldout)], capture_output=True, text=True, env=env)
+                        str(tmp_path / "saved"), str(heldout)], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     res = __import__("json").loads(r.stdout.strip().splitlines()[-1])
     assert res == {"encode": True, "encode_method": True, "decode": True, "batch": True, "special": True,
