@@ -289,7 +289,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
 
     try:
         workers = num_workers if any(not sh.lazy for sh in shards) else min(num_workers, len(shards))
-        run_ordered(_count_chunk, tasks, max(1, workers), absorb, may_submit=may_submit)
+        run_ordered(_count_chunk, tasks, max(1, workers), absorb, max_in_flight=max(1, workers), may_submit=may_submit)
         if bar is not None:
             bar.close()
         for src in sources:
