@@ -405,9 +405,22 @@ cdef class MergeEngine:
         self.free_blocks.resize(PAGE_BITS + 1)
         self.heap_batch = max(heap_batch, 1)
         cdef vector[uint64_t] base_len
+        # The pair id of every window, kept from the count pass for the fill pass (which then does
+        # not hash each window again) while the position lists are small enough to stay in RAM:
+        # at most map_threshold bytes more while the engine is built, freed before it returns.
+        cdef vector[pair_id_t] win_pid
+        cdef int64_t n_windows = 0
+        for w in range(n_words):
+            if offsets[w + 1] > offsets[w]:
+                n_windows += offsets[w + 1] - offsets[w] - 1
+        if n_windows * <int64_t>sizeof(pair_id_t) <= map_threshold:
+            win_pid.resize(n_windows)
         with nogil:
-            self._count_all(base_len)
-        self._build_base(base_len, folder, map_threshold, fill_buffer_bytes)
+            self._count_all(base_len, win_pid.data() if win_pid.size() > 0 else NULL)
+        self._build_base(base_len, folder, map_threshold, fill_buffer_bytes,
+                         win_pid.data() if win_pid.size() > 0 else NULL)
+        win_pid.clear()
+        win_pid.shrink_to_fit()
         with nogil:
             self._build_heap()
 
@@ -661,18 +674,23 @@ cdef class MergeEngine:
         if pid >= 0:            # always: every window was counted when it came
             self.pair_counts[pid] -= c
 
-    cdef void _count_all(self, vector[uint64_t]& base_len) noexcept nogil:
-        """Count every window once (its pair and how many windows each pair has)."""
+    cdef void _count_all(self, vector[uint64_t]& base_len, pair_id_t* win_pid) noexcept nogil:
+        """Count every window once (its pair and how many windows each pair has); with ``win_pid``,
+        write each window's pair id there, in position order."""
         cdef int64_t w, k, start, end
         cdef size_t p
         cdef count_t c
         cdef pair_id_t pid
+        cdef int64_t n = 0
         for w in range(self.n_words):
             c = self.wrec[w].count
             start = self._word_start(w)
             end = self.wrec[w].end
             for k in range(start, end - 1):
                 pid = self._pair_id(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD)
+                if win_pid != NULL:
+                    win_pid[n] = pid
+                    n += 1
                 self.pair_counts[pid] += c
                 if pid >= base_len.size():
                     base_len.resize(pid + 1, 0)
@@ -695,8 +713,22 @@ cdef class MergeEngine:
                     buf[self.base_start[pid] - b0 + fill[pid - lo]] = <uint32_t>k
                     fill[pid - lo] += 1
 
+    cdef void _fill_cached(self, const pair_id_t* win_pid, uint32_t* buf, uint64_t* fill) noexcept nogil:
+        """``_fill_pass`` over all pairs with the pair ids the count pass kept (no hashing)."""
+        cdef int64_t w, k, start, end
+        cdef int64_t n = 0
+        cdef pair_id_t pid
+        for w in range(self.n_words):
+            start = self._word_start(w)
+            end = self.wrec[w].end
+            for k in range(start, end - 1):
+                pid = win_pid[n]
+                n += 1
+                buf[self.base_start[pid] + fill[pid]] = <uint32_t>k
+                fill[pid] += 1
+
     cdef _build_base(self, vector[uint64_t]& base_len, folder, int64_t map_threshold,
-                     int64_t fill_buffer_bytes):
+                     int64_t fill_buffer_bytes, const pair_id_t* win_pid):
         """The initial position lists: one CSR, in RAM, or in a mapped file written in passes."""
         cdef uint64_t total = 0, p, n_base = base_len.size()
         cdef uint32_t lo, hi
@@ -742,7 +774,10 @@ cdef class MergeEngine:
                 bview = self._base_arr
                 fill.assign(n_base, 0)
                 with nogil:
-                    self._fill_pass(0, <uint32_t>n_base, &bview[0], fill.data())
+                    if win_pid != NULL:
+                        self._fill_cached(win_pid, &bview[0], fill.data())
+                    else:
+                        self._fill_pass(0, <uint32_t>n_base, &bview[0], fill.data())
             self.fill_passes = 1
         cdef const uint32_t[::1] rview
         if total > 0:
