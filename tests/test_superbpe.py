@@ -261,3 +261,60 @@ def test_export_prints_the_agreement_figures(sb_dir, tmp_path):
     assert r.returncode == 0, r.stderr
     line = next(l for l in r.stderr.splitlines() if "identical ids on" in l)
     assert "documents" in line and "tokens" in line and "c.txt" in line
+
+
+# ---- encoded binary (uuencode) gets no weight in stage 2 -------------------------------------------
+
+uu_line = st.text(alphabet=[chr(c) for c in range(0x21, 0x61)], min_size=30, max_size=61).map(lambda s: "M" + s + "\n")
+spaced_uu = st.tuples(uu_line, uu_line).map(lambda p: p[0][:-1] + " " + p[1][1:])     # a space inside
+rule_line = st.text(alphabet="-=*|AB ", min_size=30, max_size=61).map(lambda s: s + "\n")   # rules, near the cut-offs
+encoded_text = st.lists(st.one_of(uu_line, spaced_uu, rule_line, st.just("MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\n"), words),
+                        max_size=30).map("".join).map(lambda s: s.encode())
+
+
+@settings(max_examples=max(10, settings().max_examples // 3))
+@given(encoded_text, st.integers(0, 10), st.integers(0, 30), st.booleans())
+def test_skip_encoded_fast_equals_reference(data, n1, n2, skip):
+    data = data * 2
+    transition = 257 + n1
+    fast = train_fast(data, transition + n2, transition, num_workers=1, stage2_skip_encoded=skip)
+    vocab, merges, _ = reference.train_superbpe_from_bytes(data, transition + n2, [SPECIAL], "gpt2", transition,
+                                                           skip_encoded=skip)
+    assert fast.merges == merges and fast.vocab == vocab
+    # the skipped units are still encoded (stage-2 merges apply inside them): the count holds
+    ids = StageAwareEncoder(fast.model).encode(data)
+    n_special = len([1 for _, s in bpe_core.corpus.split_on_specials(data, [SPECIAL.encode()]) if s])
+    assert len(ids) == fast.report["superbpe"]["final_tokens"] + n_special
+
+
+@settings(max_examples=max(10, settings().max_examples // 3))
+@given(st.lists(st.one_of(encoded_text, phrase_text, st.binary(max_size=80)), min_size=1, max_size=8))
+def test_encoded_units_equals_looks_encoded(units):
+    from bpe_core.methods.superbpe import encoded_units
+    tokens = [bytes([i]) for i in range(256)] + [b"AX>'", b" the", b"\nM"]
+    syms, offs = [], [0]
+    for u in units:                       # each unit as bytes, with a few multi-byte tokens
+        i = 0
+        while i < len(u):
+            for t in (256, 257, 258):
+                if u.startswith(tokens[t], i):
+                    syms.append(t)
+                    i += len(tokens[t])
+                    break
+            else:
+                syms.append(u[i])
+                i += 1
+        offs.append(len(syms))
+    got = encoded_units(np.array(syms, dtype=np.uint32), np.array(offs, dtype=np.int64), tokens)
+    assert got.tolist() == [reference.looks_encoded(u) for u in units]
+
+
+def test_skip_encoded_keeps_uuencode_out_of_the_vocabulary():
+    uu = b"begin 644 x.gif\n" + b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\n" * 40 + b"end\n"
+    prose = b"The cat sat on the mat, and the dog sat on the log.\n\n" * 40
+    data = (prose + uu) * 3
+    kept = train_fast(data, 420, 300, num_workers=1, stage2_skip_encoded=False)
+    skipped = train_fast(data, 420, 300, num_workers=1)         # the default
+    assert any(b"AX>'AX>'" in a + b for a, b in kept.merges)
+    assert not any(b"AX>'AX>'" in a + b or b"\nMAX" in a + b for a, b in skipped.merges)
+    assert skipped.report["superbpe"]["stage2_encoded_units"] > 0

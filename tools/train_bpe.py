@@ -132,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let stage 2 merge pairs whose bytes are already a token (each such merge "
                         "spends an id on bytes another id holds); default: never, so V ids are V "
                         "different strings")
+    g.add_argument("--keep-encoded", action="store_true",
+                   help="let stage-2 units that look like encoded binary (uuencode, base64) count; "
+                        "default: they count for nothing in stage 2, so no such junk tokens are "
+                        "learned (stage 1 is unaffected)")
     g.add_argument("--max-words", type=int, default=4, metavar="N",
                    help="stage-2 tokens span at most N words (default: 4)")
     g.add_argument("--forbid", action="append", default=None, metavar="TEXT",
@@ -278,6 +282,7 @@ def _train(args) -> int:
                              forbidden=tuple(args.forbid) if args.forbid is not None else (": ",),
                              max_token_bytes=args.max_token_bytes, max_nonalnum=args.max_nonalnum,
                              max_digits=args.max_digits, stage2_duplicates=args.stage2_duplicates,
+                             stage2_skip_encoded=not args.keep_encoded,
                              seed_pmi=args.seed_pmi, seed_min_count=args.seed_min_count,
                              seed_max_n=args.seed_max_n, span_pmi=args.span_pmi,
                              span_min_count=args.span_min_count, span_max_n=args.span_max_n,

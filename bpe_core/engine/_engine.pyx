@@ -98,6 +98,13 @@ cdef struct HeapEntry:
     pair_id_t pair
 
 
+cdef extern from *:
+    void __builtin_prefetch(const void* addr) noexcept nogil
+
+cdef enum:
+    PREFETCH = 16       # how many merge sites ahead ``_apply_merge`` prefetches the cells of
+
+
 # ==== Pair hash map ===========================================================================
 # Open addressing, linear probing, power-of-two capacity, load <= 0.7. A slot holds the packed pair
 # and its pair id side by side (12 bytes, packed), so a probe touches one cache line. Pairs are never
@@ -132,6 +139,9 @@ cdef class _PairMap:
 
     cdef inline uint64_t _slot(self, pair_key_t key) noexcept nogil:
         return ((key * <uint64_t>0x9E3779B97F4A7C15u) >> self.shift) & self.mask
+
+    cdef inline void prefetch(self, pair_key_t key) noexcept nogil:
+        __builtin_prefetch(&self.slots[self._slot(key)])
 
     cdef inline int64_t get(self, pair_key_t key) noexcept nogil:
         """The pair id of ``key`` or -1."""
@@ -405,9 +415,22 @@ cdef class MergeEngine:
         self.free_blocks.resize(PAGE_BITS + 1)
         self.heap_batch = max(heap_batch, 1)
         cdef vector[uint64_t] base_len
+        # The pair id of every window, kept from the count pass for the fill pass (which then does
+        # not hash each window again) while the position lists are small enough to stay in RAM:
+        # at most map_threshold bytes more while the engine is built, freed before it returns.
+        cdef vector[pair_id_t] win_pid
+        cdef int64_t n_windows = 0
+        for w in range(n_words):
+            if offsets[w + 1] > offsets[w]:
+                n_windows += offsets[w + 1] - offsets[w] - 1
+        if n_windows * <int64_t>sizeof(pair_id_t) <= map_threshold:
+            win_pid.resize(n_windows)
         with nogil:
-            self._count_all(base_len)
-        self._build_base(base_len, folder, map_threshold, fill_buffer_bytes)
+            self._count_all(base_len, win_pid.data() if win_pid.size() > 0 else NULL)
+        self._build_base(base_len, folder, map_threshold, fill_buffer_bytes,
+                         win_pid.data() if win_pid.size() > 0 else NULL)
+        win_pid.clear()
+        win_pid.shrink_to_fit()
         with nogil:
             self._build_heap()
 
@@ -661,18 +684,26 @@ cdef class MergeEngine:
         if pid >= 0:            # always: every window was counted when it came
             self.pair_counts[pid] -= c
 
-    cdef void _count_all(self, vector[uint64_t]& base_len) noexcept nogil:
-        """Count every window once (its pair and how many windows each pair has)."""
+    cdef void _count_all(self, vector[uint64_t]& base_len, pair_id_t* win_pid) noexcept nogil:
+        """Count every window once (its pair and how many windows each pair has); with ``win_pid``,
+        write each window's pair id there, in position order."""
         cdef int64_t w, k, start, end
         cdef size_t p
         cdef count_t c
         cdef pair_id_t pid
+        cdef int64_t n = 0
         for w in range(self.n_words):
             c = self.wrec[w].count
             start = self._word_start(w)
             end = self.wrec[w].end
             for k in range(start, end - 1):
+                if k + PREFETCH + 1 < end:        # the map slot of a window ahead (a hint only)
+                    self.pair_map.prefetch(pack_pair(self.cells[k + PREFETCH] & PAYLOAD,
+                                                     self.cells[k + PREFETCH + 1] & PAYLOAD))
                 pid = self._pair_id(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD)
+                if win_pid != NULL:
+                    win_pid[n] = pid
+                    n += 1
                 self.pair_counts[pid] += c
                 if pid >= base_len.size():
                     base_len.resize(pid + 1, 0)
@@ -695,8 +726,22 @@ cdef class MergeEngine:
                     buf[self.base_start[pid] - b0 + fill[pid - lo]] = <uint32_t>k
                     fill[pid - lo] += 1
 
+    cdef void _fill_cached(self, const pair_id_t* win_pid, uint32_t* buf, uint64_t* fill) noexcept nogil:
+        """``_fill_pass`` over all pairs with the pair ids the count pass kept (no hashing)."""
+        cdef int64_t w, k, start, end
+        cdef int64_t n = 0
+        cdef pair_id_t pid
+        for w in range(self.n_words):
+            start = self._word_start(w)
+            end = self.wrec[w].end
+            for k in range(start, end - 1):
+                pid = win_pid[n]
+                n += 1
+                buf[self.base_start[pid] + fill[pid]] = <uint32_t>k
+                fill[pid] += 1
+
     cdef _build_base(self, vector[uint64_t]& base_len, folder, int64_t map_threshold,
-                     int64_t fill_buffer_bytes):
+                     int64_t fill_buffer_bytes, const pair_id_t* win_pid):
         """The initial position lists: one CSR, in RAM, or in a mapped file written in passes."""
         cdef uint64_t total = 0, p, n_base = base_len.size()
         cdef uint32_t lo, hi
@@ -742,7 +787,10 @@ cdef class MergeEngine:
                 bview = self._base_arr
                 fill.assign(n_base, 0)
                 with nogil:
-                    self._fill_pass(0, <uint32_t>n_base, &bview[0], fill.data())
+                    if win_pid != NULL:
+                        self._fill_cached(win_pid, &bview[0], fill.data())
+                    else:
+                        self._fill_pass(0, <uint32_t>n_base, &bview[0], fill.data())
             self.fill_passes = 1
         cdef const uint32_t[::1] rview
         if total > 0:
@@ -994,13 +1042,21 @@ cdef class MergeEngine:
                 positions.push_back(added[q])
             sort(positions.begin(), positions.end())
             for q in range(positions.size()):
+                if q + PREFETCH < positions.size():
+                    __builtin_prefetch(&self.cells[positions[q + PREFETCH]])
                 self._merge_at(positions[q], pid, a, b, new_tok)
         else:
             # No two sites of (a, b) with a != b overlap, so any order gives the same result; new
             # windows never hold (a, b) (they hold the new token), so this list does not grow.
+            # The sites are spread over the whole table, so each one is a cache miss: ask for the
+            # cells PREFETCH sites ahead (a hint only; the order and the result do not change).
             for q in range(s0, s1):
+                if q + PREFETCH < s1:
+                    __builtin_prefetch(&self.cells[self.base[q + PREFETCH]])
                 self._merge_at(self.base[q], pid, a, b, new_tok)
             for q in range(n_added):
+                if q + PREFETCH < n_added:
+                    __builtin_prefetch(&self.cells[added[q + PREFETCH]])
                 self._merge_at(added[q], pid, a, b, new_tok)
         self._list_free(pid)
         # 4. Every pair whose count rose gets a fresh heap entry.

@@ -435,6 +435,73 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
     return symbols, offsets, np.concatenate(out_counts).astype(np.int64)
 
 
+#: ``encoded_units``: a unit looks like encoded binary (uuencode, base64, hex dumps) when it has at
+#: least ``ENCODED_MIN_CHARS`` non-whitespace bytes, whitespace is at most 1/``ENCODED_MAX_SPACE_RATIO``
+#: of its bytes (prose: ~1/6; uuencoded lines: one newline per 61 bytes) and ASCII punctuation is at
+#: least 1/``ENCODED_MIN_PUNCT_RATIO`` of its non-whitespace bytes (uuencode: ~45%; prose: ~3%) ...
+ENCODED_MIN_CHARS = 40
+ENCODED_MAX_SPACE_RATIO = 16
+ENCODED_MIN_PUNCT_RATIO = 4
+#: ... and ASCII letters and digits at least 1/``ENCODED_MIN_ALNUM_RATIO`` of them (so rules of
+#: ``-----`` or ``*****`` are not taken for encoded data).
+ENCODED_MIN_ALNUM_RATIO = 4
+#: Per byte: 1 ASCII whitespace (`` \t\n\r\v\f``), 2 ASCII punctuation (``!`` to ``~`` less letters
+#: and digits), 3 ASCII letter or digit, 0 anything else (the classes ``encoded_units`` counts).
+_BYTE_CLASS = np.array([1 if chr(b) in " \t\n\r\x0b\x0c" else 3 if chr(b).isalnum() else 2 if 0x21 <= b < 0x7F
+                        else 0 for b in range(128)] + [0] * 128, dtype=np.int64)
+
+
+def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[bytes]) -> np.ndarray:
+    """Which stage-2 units look like encoded binary, by the bytes of their tokens (bool per unit;
+    ``reference.looks_encoded`` is the plain twin). Stage 2 gives such units no weight
+    (``TrainConfig.stage2_skip_encoded``), so uuencoded Usenet lines teach it no tokens.
+
+    >>> toks = [bytes([i]) for i in range(256)]
+    >>> text = b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\\n" + b"a plain sentence of prose, " * 3
+    >>> syms = np.frombuffer(text, dtype=np.uint8).astype(np.uint32)
+    >>> encoded_units(syms, np.array([0, 46, len(text)]), toks).tolist()
+    [True, False]
+    """
+    n_units = offsets.shape[0] - 1
+    if n_units <= 0:
+        return np.zeros(0, dtype=bool)
+    t_len = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+    t_start = np.concatenate(([0], np.cumsum(t_len)))
+    arena = np.frombuffer(b"".join(tokens), dtype=np.uint8)
+
+    def per_token(byte_class: np.ndarray) -> np.ndarray:
+        c = np.concatenate(([0], np.cumsum(byte_class[arena])))
+        return c[t_start[1:]] - c[t_start[:-1]]
+
+    def per_unit(packed: np.ndarray, syms: np.ndarray, offs: np.ndarray) -> np.ndarray:
+        """Sums of ``packed[token]`` over each unit (two counts < 2**32 packed in one int64)."""
+        out = np.zeros(offs.shape[0] - 1, dtype=np.int64)
+        nonempty = np.flatnonzero(offs[1:] > offs[:-1])
+        if nonempty.size:       # empty units are left out, so each segment ends where the next begins
+            out[nonempty] = np.add.reduceat(packed[syms], offs[nonempty])
+        return out
+
+    syms = np.asarray(symbols)
+    offs = np.asarray(offsets, dtype=np.int64)
+    # 1. bytes and whitespace of every unit: one pass over the table
+    nw = per_unit(t_len | (per_token(_BYTE_CLASS == 1) << 32), syms, offs)
+    n, ws = nw & 0xFFFFFFFF, nw >> 32
+    nonspace = n - ws
+    out = (nonspace >= ENCODED_MIN_CHARS) & (ws * ENCODED_MAX_SPACE_RATIO <= n)
+    cand = np.flatnonzero(out)
+    if cand.size == 0:
+        return out
+    # 2. punctuation and letters/digits of the few long units with little whitespace
+    lens = offs[cand + 1] - offs[cand]
+    starts = np.concatenate(([0], np.cumsum(lens)))
+    take = np.repeat(offs[cand] - starts[:-1], lens) + np.arange(starts[-1])
+    pa = per_unit(per_token(_BYTE_CLASS == 2) | (per_token(_BYTE_CLASS == 3) << 32), syms[take], starts)
+    punct, alnum = pa & 0xFFFFFFFF, pa >> 32
+    out[cand] = ((punct * ENCODED_MIN_PUNCT_RATIO >= nonspace[cand])
+                 & (alnum * ENCODED_MIN_ALNUM_RATIO >= nonspace[cand]))
+    return out
+
+
 # ==== Training =================================================================================
 
 
@@ -498,11 +565,20 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
                                                             (flags & NUMERIC) > 0, token_lengths,
                                                             cut_numbers=(split == "units"))
         del units
+    # units that look like encoded binary (uuencode, base64) stay in the table with no weight: they
+    # teach stage 2 nothing, and the final token count still covers them (as the encoder sees them)
+    weights = units_counts
+    encoded = np.zeros(0, dtype=bool)
+    if config.stage2_skip_encoded:
+        encoded = encoded_units(units_syms, units_offs, tokens)
+        if encoded.any():
+            weights = np.where(encoded, 0, units_counts)
+    encoded_tokens = int((np.diff(units_offs)[encoded] * units_counts[encoded]).sum()) if encoded.size else 0
     t2 = time.perf_counter()
 
     # ---- stage 2: continue from the stage-1 state
     phase("merge loop")
-    engine2 = MergeEngine(units_syms, units_offs, units_counts, tokens, spill_dir=folder,
+    engine2 = MergeEngine(units_syms, units_offs, weights, tokens, spill_dir=folder,
                           map_threshold=MAP_THRESHOLD)
     del units_syms, units_offs
     steps2 = engine2.run(n_total - len(steps1), allowed=_allowed(rules, list(tokens) + list(specials)))
@@ -511,7 +587,7 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         bar.close()
     t3 = time.perf_counter()
     all_tokens = engine2.tokens()
-    final_syms, final_offs, final_counts = engine2.words()
+    final_syms, final_offs, _ = engine2.words()
     vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}
     for s in specials:
         vocab[len(vocab)] = s
@@ -540,7 +616,10 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         "stage1_tokens": n_stage1_tokens,
         # tokens of the text stage 2 trained on, when it ended (equals the encoder's count on the
         # training corpus, special tokens excluded, when stage 2 saw all of it)
-        "final_tokens": int((np.diff(final_offs) * final_counts).sum()),
+        "final_tokens": int((np.diff(final_offs) * units_counts).sum()),
+        "stage2_skip_encoded": bool(config.stage2_skip_encoded),
+        "stage2_encoded_units": int(units_counts[encoded].sum()) if encoded.size else 0,
+        "stage2_encoded_tokens": encoded_tokens,      # stage-1 tokens in them
     }
     stages = [
         {"name": "bpe", "merges": len(steps1)},

@@ -407,10 +407,27 @@ def superbpe_units(data: bytes, special_tokens: Sequence[str | bytes], pattern: 
     return units
 
 
+def looks_encoded(unit: bytes) -> bool:
+    """Whether a stage-2 unit looks like encoded binary (uuencode, base64): at least 40 bytes that
+    are not ASCII whitespace, whitespace at most 1/16 of its bytes, and of the other bytes at least a
+    quarter ASCII punctuation and at least a quarter ASCII letters or digits.
+
+    >>> looks_encoded(b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\\n"), looks_encoded(b"plain prose " * 9)
+    (True, False)
+    >>> looks_encoded(b"-" * 60)        # a rule is not encoded data
+    False
+    """
+    ws = sum(1 for b in unit if b in b" \t\n\r\x0b\x0c")
+    punct = sum(1 for b in unit if 0x21 <= b < 0x7F and not chr(b).isalnum())
+    alnum = sum(1 for b in unit if b < 0x80 and chr(b).isalnum())
+    nonspace = len(unit) - ws
+    return nonspace >= 40 and ws * 16 <= len(unit) and punct * 4 >= nonspace and alnum * 4 >= nonspace
+
+
 def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
                               pattern: str = "gpt2", transition: int | None = None, split: str = "hf",
                               distinct: bool = True, init_merges: Sequence[tuple[bytes, bytes]] | None = None,
-                              **rules) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], int]:
+                              skip_encoded: bool = True, **rules) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], int]:
     """Two-stage SuperBPE; returns ``(vocab, merges, n_stage1_merges)``.
 
     ``transition`` is the vocabulary size at which stage 2 starts (``vocab_size``: plain BPE;
@@ -418,6 +435,7 @@ def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequ
     ``distinct``: stage 2 never merges a pair whose bytes are already a token (so every id holds
     bytes of its own); ``rules`` go to ``superbpe_allows`` (``max_digits`` defaults to 3, as in
     ``TrainConfig``). ``init_merges``: stage 1 is these merges (an existing BPE model's), not trained.
+    ``skip_encoded``: units that ``looks_encoded`` are not counted in stage 2.
     """
     rules.setdefault("max_digits", 3)
     specials = encode_specials(special_tokens)
@@ -435,6 +453,8 @@ def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequ
     # Stage 2 starts where stage 1 stopped (also when stage 1 ran out of pairs early).
     words: dict[tuple[bytes, ...], int] = {}
     for unit in superbpe_units(data, special_tokens, pattern, merges, split):
+        if skip_encoded and looks_encoded(b"".join(unit)):
+            continue
         key = tuple(unit)
         words[key] = words.get(key, 0) + 1
 
