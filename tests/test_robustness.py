@@ -105,6 +105,11 @@ def test_a_signal_at_any_moment_ends_the_run_cleanly(big_corpus, tokenizer_dir, 
     proc.send_signal(getattr(signal, sig))
     rc, stdout, stderr = _finish(proc)
     expected = {"SIGINT": 130, "SIGTERM": 143}[sig]
+    if rc == -getattr(signal, sig) and not stderr.strip():
+        # Killed by the default action before the interpreter reached the tool's first line (its
+        # start-up can take longer than ``delay`` on a loaded machine): nothing ran, nothing is left.
+        _assert_clean(out, tmpdir, finished=False)
+        return
     assert rc in (expected, 0), f"exit {rc} after {sig} at {delay} s; stderr: {stderr[-3000:]}"
     assert "Traceback" not in stderr and len(stderr_lines(stderr)) <= 1, stderr
     if rc != 0:
