@@ -19,9 +19,10 @@ the GIL around the ``noexcept nogil`` cores declared in ``_pretok.pxd``.
 """
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 from libcpp.algorithm cimport sort
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 
 import numpy as np
@@ -779,26 +780,59 @@ cdef struct CachedPiece:
     Py_ssize_t length
 
 
-cdef inline object _piece(CachedPiece* slot, const uint8_t* p, Py_ssize_t length, uint64_t w0,
-                          uint64_t w1):
-    """``bytes(p[0:length])``; a pretoken of up to 16 bytes (head words w0, w1) through its cache
-    slot.
-
-    Most pretokens are frequent short words, so most calls hand out (a new reference to) a bytes
-    object made before instead of allocating and copying one. Bytes are immutable: sharing is safe.
+# Reference-counting helpers on raw pointers: split_pieces fills a C array of new references that
+# then becomes the list, so no Python object passes through Cython's own reference counting.
+cdef extern from *:
     """
-    if length > 16:
-        return PyBytes_FromStringAndSize(<const char*>p, length)
-    if slot.obj != NULL and slot.w0 == w0 and slot.w1 == w1 and slot.length == length:
-        return <object>slot.obj
-    obj = PyBytes_FromStringAndSize(<const char*>p, length)
-    Py_XDECREF(slot.obj)
-    Py_INCREF(obj)
-    slot.obj = <PyObject*>obj
-    slot.w0 = w0
-    slot.w1 = w1
-    slot.length = length
-    return obj
+    static inline PyObject* bpe_bytes_new(const uint8_t* p, Py_ssize_t n) {
+        return PyBytes_FromStringAndSize((const char*)p, n);
+    }
+    static inline void bpe_incref(PyObject* o) { Py_INCREF(o); }
+    static inline void bpe_xdecref(PyObject* o) { Py_XDECREF(o); }
+
+    /* The list of items[0:n] (new references; items allocated with PyMem_Malloc/PyMem_Realloc,
+     * cap entries). On CPython's default build the array becomes the list's own item array, as
+     * list.append would have grown it (no copy); elsewhere the references move into PyList_New(n).
+     * items is consumed either way; on failure (NULL, MemoryError set) the references are
+     * released. */
+    static PyObject* bpe_list_adopt(PyObject** items, Py_ssize_t n, Py_ssize_t cap) {
+        Py_ssize_t i;
+    #if !defined(PYPY_VERSION) && !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+        PyListObject* list = (PyListObject*)PyList_New(0);
+        if (list != NULL) {
+            if (n == 0) {
+                PyMem_Free(items);
+                return (PyObject*)list;
+            }
+            if (cap / 2 > n) {  /* give back the room of an estimate far off */
+                PyObject** fitted = (PyObject**)PyMem_Realloc(items, (size_t)n * sizeof(PyObject*));
+                if (fitted != NULL) {
+                    items = fitted;
+                    cap = n;
+                }
+            }
+            list->ob_item = items;
+            list->allocated = cap;
+            Py_SET_SIZE(list, n);
+            return (PyObject*)list;
+        }
+    #else
+        PyObject* list = PyList_New(n);
+        if (list != NULL) {
+            for (i = 0; i < n; i++) PyList_SET_ITEM(list, i, items[i]);
+            PyMem_Free(items);
+            return list;
+        }
+    #endif
+        for (i = 0; i < n; i++) Py_DECREF(items[i]);
+        PyMem_Free(items);
+        return NULL;
+    }
+    """
+    PyObject* bpe_bytes_new(const uint8_t* p, Py_ssize_t n)
+    void bpe_incref(PyObject* o)
+    void bpe_xdecref(PyObject* o)
+    object bpe_list_adopt(PyObject** items, Py_ssize_t n, Py_ssize_t cap)
 
 
 cdef void _piece_keys(const uint8_t* s, Py_ssize_t start, const int64_t* ends, Py_ssize_t got,
@@ -819,6 +853,104 @@ cdef void _piece_keys(const uint8_t* s, Py_ssize_t start, const int64_t* ends, P
         start = ends[j]
 
 
+cdef Py_ssize_t _pieces(const uint8_t* s, Py_ssize_t start, const int64_t* ends, Py_ssize_t got,
+                        const uint64_t* keys, CachedPiece* cache, PyObject** items) noexcept:
+    """A new reference to ``bytes(s[a:b])`` for each pretoken of a batch, into items[0:got].
+
+    A pretoken of up to 16 bytes goes through its cache slot (keys from ``_piece_keys``): most are
+    frequent short words, so most get (a new reference to) a bytes object made before instead of
+    allocating and copying one. Bytes are immutable: sharing is safe. Returns how many items were
+    written: ``got``, or fewer when out of memory (MemoryError set).
+    """
+    cdef Py_ssize_t j, length
+    cdef CachedPiece* slot
+    cdef PyObject* obj
+    for j in range(got):
+        if j + PREFETCH < got:  # the object of a later hit: its refcount is touched
+            obj = cache[keys[3 * (j + PREFETCH) + 2]].obj
+            if obj != NULL:
+                bpe_prefetch(obj)
+        length = ends[j] - start
+        slot = &cache[keys[3 * j + 2]]
+        if (length <= 16 and slot.obj != NULL and slot.w0 == keys[3 * j]
+                and slot.w1 == keys[3 * j + 1] and slot.length == length):
+            obj = slot.obj
+            bpe_incref(obj)
+        else:
+            obj = bpe_bytes_new(s + start, length)
+            if obj == NULL:
+                return j
+            if length <= 16:
+                bpe_xdecref(slot.obj)
+                bpe_incref(obj)
+                slot.obj = obj
+                slot.w0 = keys[3 * j]
+                slot.w1 = keys[3 * j + 1]
+                slot.length = length
+        items[j] = obj
+        start = ends[j]
+    return got
+
+
+cdef Py_ssize_t _find_all(const uint8_t* s, Py_ssize_t n, const uint8_t* tok, Py_ssize_t m,
+                          int64_t* starts, Py_ssize_t cap, Py_ssize_t* pos) noexcept nogil:
+    """Up to cap starts of the non-overlapping occurrences of tok (m >= 1 bytes) in s[*pos:n], left
+    to right; advances *pos past the last one written (or to n). Returns how many.
+
+    ``memchr`` finds each candidate first byte (vectorized: special tokens start with a rare byte
+    such as ``<``), ``memcmp`` checks the rest.
+    """
+    cdef Py_ssize_t i = pos[0], k = 0
+    cdef const uint8_t* hit
+    cdef uint8_t first = tok[0]
+    while k < cap and n - i >= m:
+        hit = <const uint8_t*>memchr(s + i, first, n - i - m + 1)
+        if hit == NULL:
+            i = n
+            break
+        i = hit - s
+        if memcmp(hit + 1, tok + 1, m - 1) == 0:
+            starts[k] = i
+            k += 1
+            i += m
+        else:
+            i += 1
+    pos[0] = i if n - i >= m else n
+    return k
+
+
+def find_special(const uint8_t[::1] buf, const uint8_t[::1] token):
+    """The ``[start, end)`` spans of the non-overlapping occurrences of ``token`` in ``buf``, left
+    to right, as an int64 ``(k, 2)`` array.
+
+    >>> find_special(b"a<s>b<s><s", b"<s>").tolist()
+    [[1, 4], [5, 8]]
+
+    Plain equivalent: the loop ``pos = buf.find(token, pos)`` / ``pos += len(token)`` (what
+    ``corpus.specials.split_on_specials`` finds for a single special token).
+    """
+    cdef Py_ssize_t n = buf.shape[0], m = token.shape[0], pos = 0, total = 0, got, cap = 256, k
+    if m == 0:
+        raise ValueError("find_special: the token is empty")
+    cdef int64_t[::1] view
+    starts = np.empty(cap, dtype=np.int64)
+    while pos < n:
+        if total == cap:
+            cap *= 2
+            grown = np.empty(cap, dtype=np.int64)
+            grown[:total] = starts[:total]
+            starts = grown
+        view = starts
+        with nogil:
+            got = _find_all(&buf[0], n, &token[0], m, &view[total], cap - total, &pos)
+        total += got
+    spans = np.empty((total, 2), dtype=np.int64)
+    if total:
+        spans[:, 0] = starts[:total]
+        spans[:, 1] = spans[:, 0] + m
+    return spans
+
+
 def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] specials):
     """The pretokens of ``buf`` under a named pattern as a ``list[bytes]``, special tokens kept.
 
@@ -832,18 +964,20 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
     [b'Hi', b' ', b' there', b'!', b'<s>', b'ok']
 
     Plain equivalent: ``patterns.split_on_specials`` and, for each text part, the pieces
-    ``buf[ends[k-1]:ends[k]]`` of ``split_ends`` (the regex pieces, see there). The list is built
-    here over batches of ends, with no ``tolist()`` or slicing in Python.
+    ``buf[ends[k-1]:ends[k]]`` of ``split_ends`` (the regex pieces, see there). The items are
+    written straight into the list's item array, batch by batch of ends: no ``tolist()``, no
+    slicing and no ``append`` in Python.
     """
     _check_pattern_id(pattern_id)
     cdef Py_ssize_t n = buf.shape[0], n_specials = specials.shape[0], k = 0, pos = 0, seg_end
-    cdef Py_ssize_t start, got, j, a, b, prev_end = 0
+    cdef Py_ssize_t start, got, j, a, b, prev_end = 0, n_items = 0, cap, done
     cdef int64_t ends[PIECES_CAP]
     cdef uint64_t keys[3 * PIECES_CAP]
     cdef const uint8_t* s = &buf[0] if n > 0 else NULL
-    cdef list out = []
     cdef CachedPiece* cache
-    cdef PyObject* obj_ahead
+    cdef PyObject** items
+    cdef PyObject** grown
+    cdef PyObject* obj
     cdef Py_ssize_t n_slots = 64
     if n_specials > 0 and specials.shape[1] != 2:
         raise ValueError(f"specials must have shape (k, 2), got ({n_specials}, {specials.shape[1]})")
@@ -856,35 +990,50 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
         prev_end = b
     while n_slots < PIECE_CACHE and n_slots < n // 16:  # a small input gets a small cache
         n_slots *= 2
+    cap = n // 4 + n_specials + PIECES_CAP  # most text averages over 4 bytes a pretoken
     cache = <CachedPiece*>calloc(n_slots, sizeof(CachedPiece))
-    if cache == NULL:
-        raise MemoryError()
+    items = <PyObject**>PyMem_Malloc(cap * sizeof(PyObject*))
     try:
+        if cache == NULL or items == NULL:
+            raise MemoryError()
         k = 0
         while True:
             seg_end = specials[k, 0] if k < n_specials else n
             while pos < seg_end:
                 start = pos
                 got = _split_ends(pattern_id, s, &pos, seg_end, ends, PIECES_CAP)
+                if cap - n_items < got + 1:  # room for the batch and a special token
+                    grown = <PyObject**>PyMem_Realloc(items, 2 * cap * sizeof(PyObject*))
+                    if grown == NULL:
+                        raise MemoryError()
+                    items = grown
+                    cap *= 2
                 _piece_keys(s, start, ends, got, s + n, keys, cache, n_slots - 1)
-                for j in range(got):
-                    if j + PREFETCH < got:  # the object of a later hit: its refcount is touched
-                        obj_ahead = cache[keys[3 * (j + PREFETCH) + 2]].obj
-                        if obj_ahead != NULL:
-                            bpe_prefetch(obj_ahead)
-                    out.append(_piece(&cache[keys[3 * j + 2]], s + start, ends[j] - start,
-                                      keys[3 * j], keys[3 * j + 1]))
-                    start = ends[j]
+                done = _pieces(s, start, ends, got, keys, cache, items + n_items)
+                n_items += done
+                if done < got:
+                    raise MemoryError()
             if k == n_specials:
                 break
-            out.append(PyBytes_FromStringAndSize(<const char*>(s + seg_end), specials[k, 1] - seg_end))
+            obj = bpe_bytes_new(s + seg_end, specials[k, 1] - seg_end)
+            if obj == NULL:
+                raise MemoryError()
+            items[n_items] = obj
+            n_items += 1
             pos = specials[k, 1]
             k += 1
+        out = bpe_list_adopt(items, n_items, cap)  # consumes items, also on failure
+        items = NULL
+        return out
     finally:
-        for j in range(n_slots):
-            Py_XDECREF(cache[j].obj)
-        free(cache)
-    return out
+        if items != NULL:
+            for j in range(n_items):
+                bpe_xdecref(items[j])
+            PyMem_Free(items)
+        if cache != NULL:
+            for j in range(n_slots):
+                bpe_xdecref(cache[j].obj)
+            free(cache)
 
 
 cdef object _table_to_arrays(CountTable* t):
