@@ -768,13 +768,13 @@ def split_ends(const uint8_t[::1] buf, int pattern_id):
 cdef enum:
     PIECES_CAP = 1024  # pretoken ends scanned per batch by split_pieces
     PREFETCH = 16  # split_pieces prefetches the cached object this many pretokens ahead
-    PIECE_CACHE = 1 << 16  # most slots of split_pieces' cache of short pretokens (2 MiB)
+    PIECE_CACHE = 1 << 17  # most slots of split_pieces' cache of short pretokens (2 MiB)
 
 
 # A short pretoken already turned into a bytes object (split_pieces): its zero-padded first 16
 # bytes and length identify it.
 cdef struct CachedPiece:
-    PyObject* obj  # a strong reference, or NULL
+    PyObject* obj  # borrowed (the items array holds every object made in the call), or NULL
     uint64_t w0
     uint64_t w1
     Py_ssize_t length
@@ -845,7 +845,7 @@ cdef void _piece_keys(const uint8_t* s, Py_ssize_t start, const int64_t* ends, P
     for j in range(got):
         length = ends[j] - start
         _head16(s + start, length, limit, &w0, &w1)
-        h = _hash(w0, w1, s + start, length if length <= 16 else 16) & mask
+        h = (_hash(w0, w1, s + start, length if length <= 16 else 16) & mask) * 2
         keys[3 * j] = w0
         keys[3 * j + 1] = w1
         keys[3 * j + 2] = h
@@ -864,29 +864,37 @@ cdef Py_ssize_t _pieces(const uint8_t* s, Py_ssize_t start, const int64_t* ends,
     """
     cdef Py_ssize_t j, length
     cdef CachedPiece* slot
+    cdef CachedPiece spare
     cdef PyObject* obj
+    cdef uint64_t w0, w1
     for j in range(got):
         if j + PREFETCH < got:  # the object of a later hit: its refcount is touched
             obj = cache[keys[3 * (j + PREFETCH) + 2]].obj
             if obj != NULL:
                 bpe_prefetch(obj)
         length = ends[j] - start
-        slot = &cache[keys[3 * j + 2]]
-        if (length <= 16 and slot.obj != NULL and slot.w0 == keys[3 * j]
-                and slot.w1 == keys[3 * j + 1] and slot.length == length):
-            obj = slot.obj
+        slot = &cache[keys[3 * j + 2]]  # a bucket of two ways, one cache line
+        w0 = keys[3 * j]
+        w1 = keys[3 * j + 1]
+        if length <= 16 and slot[0].w0 == w0 and slot[0].w1 == w1 and slot[0].length == length:
+            obj = slot[0].obj
             bpe_incref(obj)
+        elif length <= 16 and slot[1].w0 == w0 and slot[1].w1 == w1 and slot[1].length == length:
+            obj = slot[1].obj  # the recent way first
+            bpe_incref(obj)
+            spare = slot[0]
+            slot[0] = slot[1]
+            slot[1] = spare
         else:
             obj = bpe_bytes_new(s + start, length)
             if obj == NULL:
                 return j
-            if length <= 16:
-                bpe_xdecref(slot.obj)
-                bpe_incref(obj)
-                slot.obj = obj
-                slot.w0 = keys[3 * j]
-                slot.w1 = keys[3 * j + 1]
-                slot.length = length
+            if length <= 16:  # the older way goes
+                slot[1] = slot[0]
+                slot[0].obj = obj
+                slot[0].w0 = w0
+                slot[0].w1 = w1
+                slot[0].length = length
         items[j] = obj
         start = ends[j]
     return got
@@ -975,6 +983,7 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
     cdef uint64_t keys[3 * PIECES_CAP]
     cdef const uint8_t* s = &buf[0] if n > 0 else NULL
     cdef CachedPiece* cache
+    cdef void* cache_mem
     cdef PyObject** items
     cdef PyObject** grown
     cdef PyObject* obj
@@ -991,10 +1000,11 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
     while n_slots < PIECE_CACHE and n_slots < n // 16:  # a small input gets a small cache
         n_slots *= 2
     cap = n // 4 + n_specials + PIECES_CAP  # most text averages over 4 bytes a pretoken
-    cache = <CachedPiece*>calloc(n_slots, sizeof(CachedPiece))
+    cache_mem = calloc(n_slots * sizeof(CachedPiece) + 64, 1)  # buckets aligned to cache lines
+    cache = <CachedPiece*>((<size_t>cache_mem + 63) & ~(<size_t>63))
     items = <PyObject**>PyMem_Malloc(cap * sizeof(PyObject*))
     try:
-        if cache == NULL or items == NULL:
+        if cache_mem == NULL or items == NULL:
             raise MemoryError()
         k = 0
         while True:
@@ -1008,7 +1018,7 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
                         raise MemoryError()
                     items = grown
                     cap *= 2
-                _piece_keys(s, start, ends, got, s + n, keys, cache, n_slots - 1)
+                _piece_keys(s, start, ends, got, s + n, keys, cache, n_slots // 2 - 1)
                 done = _pieces(s, start, ends, got, keys, cache, items + n_items)
                 n_items += done
                 if done < got:
@@ -1030,10 +1040,7 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
             for j in range(n_items):
                 bpe_xdecref(items[j])
             PyMem_Free(items)
-        if cache != NULL:
-            for j in range(n_slots):
-                bpe_xdecref(cache[j].obj)
-            free(cache)
+        free(cache_mem)
 
 
 cdef object _table_to_arrays(CountTable* t):
