@@ -490,17 +490,34 @@ cdef Py_ssize_t _next_o200k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexce
 
 # The drivers switch on the pattern once, outside the loop, so each loop inlines its scanner.
 
+
+cdef inline bint _ascii_letter(uint8_t c) noexcept nogil:
+    """``[A-Za-z]``: ``c | 0x20`` in ``a..z`` (the ASCII letters, all ``\p{L}``)."""
+    return <uint8_t>((c | 0x20) - 0x61) < 26
+
 cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, Py_ssize_t n,
                             int64_t* ends, Py_ssize_t cap) noexcept nogil:
     cdef Py_ssize_t i = pos[0], n_ends = 0
     if pattern_id == PATTERN_GPT2:
         while i < n and n_ends < cap:
-            i = _end_gpt2(s, i, n)
+            # The most frequent pretokens, an ASCII letter or a space and an ASCII letter, then
+            # letters, take the same path as in _end_gpt2 without a call.
+            if _ascii_letter(s[i]):
+                i = _run_letters(s, i + 1, n)
+            elif s[i] == SPACE and i + 1 < n and _ascii_letter(s[i + 1]):
+                i = _run_letters(s, i + 2, n)
+            else:
+                i = _end_gpt2(s, i, n)
             ends[n_ends] = i
             n_ends += 1
     elif pattern_id == PATTERN_CL100K:
         while i < n and n_ends < cap:
-            i = _end_cl100k(s, i, n)
+            if _ascii_letter(s[i]):  # likewise for _end_cl100k
+                i = _run_letters(s, i + 1, n)
+            elif s[i] == SPACE and i + 1 < n and _ascii_letter(s[i + 1]):
+                i = _run_letters(s, i + 2, n)
+            else:
+                i = _end_cl100k(s, i, n)
             ends[n_ends] = i
             n_ends += 1
     else:
@@ -849,7 +866,6 @@ cdef void _piece_keys(const uint8_t* s, Py_ssize_t start, const int64_t* ends, P
         keys[3 * j] = w0
         keys[3 * j + 1] = w1
         keys[3 * j + 2] = h
-        bpe_prefetch(&cache[h])
         start = ends[j]
 
 
@@ -867,8 +883,14 @@ cdef Py_ssize_t _pieces(const uint8_t* s, Py_ssize_t start, const int64_t* ends,
     cdef CachedPiece spare
     cdef PyObject* obj
     cdef uint64_t w0, w1
+    for j in range(min(2 * PREFETCH, got)):
+        bpe_prefetch(&cache[keys[3 * j + 2]])
     for j in range(got):
-        if j + PREFETCH < got:  # the object of a later hit: its refcount is touched
+        # Two stages ahead, spread evenly over the loop: the bucket of a later pretoken, and the
+        # object of a nearer one (a hit touches its refcount).
+        if j + 2 * PREFETCH < got:
+            bpe_prefetch(&cache[keys[3 * (j + 2 * PREFETCH) + 2]])
+        if j + PREFETCH < got:
             obj = cache[keys[3 * (j + PREFETCH) + 2]].obj
             if obj != NULL:
                 bpe_prefetch(obj)
