@@ -784,8 +784,8 @@ def split_ends(const uint8_t[::1] buf, int pattern_id):
 
 cdef enum:
     PIECES_CAP = 1024  # pretoken ends scanned per batch by split_pieces
-    PREFETCH = 16  # split_pieces prefetches the cached object this many pretokens ahead
-    PIECE_CACHE = 1 << 17  # most slots of split_pieces' cache of short pretokens (2 MiB)
+    PREFETCH = 16  # split_pieces prefetches objects this many pretokens ahead, buckets twice as far
+    PIECE_CACHE = 1 << 17  # most slots of split_pieces' cache of short pretokens (4 MiB)
 
 
 # A short pretoken already turned into a bytes object (split_pieces): its zero-padded first 16
