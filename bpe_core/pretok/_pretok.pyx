@@ -19,9 +19,10 @@ the GIL around the ``noexcept nogil`` cores declared in ``_pretok.pxd``.
 """
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 from libcpp.algorithm cimport sort
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 
 import numpy as np
@@ -489,17 +490,34 @@ cdef Py_ssize_t _next_o200k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexce
 
 # The drivers switch on the pattern once, outside the loop, so each loop inlines its scanner.
 
+
+cdef inline bint _ascii_letter(uint8_t c) noexcept nogil:
+    """``[A-Za-z]``: ``c | 0x20`` in ``a..z`` (the ASCII letters, all ``\p{L}``)."""
+    return <uint8_t>((c | 0x20) - 0x61) < 26
+
 cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, Py_ssize_t n,
                             int64_t* ends, Py_ssize_t cap) noexcept nogil:
     cdef Py_ssize_t i = pos[0], n_ends = 0
     if pattern_id == PATTERN_GPT2:
         while i < n and n_ends < cap:
-            i = _end_gpt2(s, i, n)
+            # The most frequent pretokens, an ASCII letter or a space and an ASCII letter, then
+            # letters, take the same path as in _end_gpt2 without a call.
+            if _ascii_letter(s[i]):
+                i = _run_letters(s, i + 1, n)
+            elif s[i] == SPACE and i + 1 < n and _ascii_letter(s[i + 1]):
+                i = _run_letters(s, i + 2, n)
+            else:
+                i = _end_gpt2(s, i, n)
             ends[n_ends] = i
             n_ends += 1
     elif pattern_id == PATTERN_CL100K:
         while i < n and n_ends < cap:
-            i = _end_cl100k(s, i, n)
+            if _ascii_letter(s[i]):  # likewise for _end_cl100k
+                i = _run_letters(s, i + 1, n)
+            elif s[i] == SPACE and i + 1 < n and _ascii_letter(s[i + 1]):
+                i = _run_letters(s, i + 2, n)
+            else:
+                i = _end_cl100k(s, i, n)
             ends[n_ends] = i
             n_ends += 1
     else:
@@ -766,39 +784,72 @@ def split_ends(const uint8_t[::1] buf, int pattern_id):
 
 cdef enum:
     PIECES_CAP = 1024  # pretoken ends scanned per batch by split_pieces
-    PREFETCH = 16  # split_pieces prefetches the cached object this many pretokens ahead
-    PIECE_CACHE = 1 << 16  # most slots of split_pieces' cache of short pretokens (2 MiB)
+    PREFETCH = 16  # split_pieces prefetches objects this many pretokens ahead, buckets twice as far
+    PIECE_CACHE = 1 << 17  # most slots of split_pieces' cache of short pretokens (4 MiB)
 
 
 # A short pretoken already turned into a bytes object (split_pieces): its zero-padded first 16
 # bytes and length identify it.
 cdef struct CachedPiece:
-    PyObject* obj  # a strong reference, or NULL
+    PyObject* obj  # borrowed (the items array holds every object made in the call), or NULL
     uint64_t w0
     uint64_t w1
     Py_ssize_t length
 
 
-cdef inline object _piece(CachedPiece* slot, const uint8_t* p, Py_ssize_t length, uint64_t w0,
-                          uint64_t w1):
-    """``bytes(p[0:length])``; a pretoken of up to 16 bytes (head words w0, w1) through its cache
-    slot.
-
-    Most pretokens are frequent short words, so most calls hand out (a new reference to) a bytes
-    object made before instead of allocating and copying one. Bytes are immutable: sharing is safe.
+# Reference-counting helpers on raw pointers: split_pieces fills a C array of new references that
+# then becomes the list, so no Python object passes through Cython's own reference counting.
+cdef extern from *:
     """
-    if length > 16:
-        return PyBytes_FromStringAndSize(<const char*>p, length)
-    if slot.obj != NULL and slot.w0 == w0 and slot.w1 == w1 and slot.length == length:
-        return <object>slot.obj
-    obj = PyBytes_FromStringAndSize(<const char*>p, length)
-    Py_XDECREF(slot.obj)
-    Py_INCREF(obj)
-    slot.obj = <PyObject*>obj
-    slot.w0 = w0
-    slot.w1 = w1
-    slot.length = length
-    return obj
+    static inline PyObject* bpe_bytes_new(const uint8_t* p, Py_ssize_t n) {
+        return PyBytes_FromStringAndSize((const char*)p, n);
+    }
+    static inline void bpe_incref(PyObject* o) { Py_INCREF(o); }
+    static inline void bpe_xdecref(PyObject* o) { Py_XDECREF(o); }
+
+    /* The list of items[0:n] (new references; items allocated with PyMem_Malloc/PyMem_Realloc,
+     * cap entries). On CPython's default build the array becomes the list's own item array, as
+     * list.append would have grown it (no copy); elsewhere the references move into PyList_New(n).
+     * items is consumed either way; on failure (NULL, MemoryError set) the references are
+     * released. */
+    static PyObject* bpe_list_adopt(PyObject** items, Py_ssize_t n, Py_ssize_t cap) {
+        Py_ssize_t i;
+    #if !defined(PYPY_VERSION) && !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+        PyListObject* list = (PyListObject*)PyList_New(0);
+        if (list != NULL) {
+            if (n == 0) {
+                PyMem_Free(items);
+                return (PyObject*)list;
+            }
+            if (cap / 2 > n) {  /* give back the room of an estimate far off */
+                PyObject** fitted = (PyObject**)PyMem_Realloc(items, (size_t)n * sizeof(PyObject*));
+                if (fitted != NULL) {
+                    items = fitted;
+                    cap = n;
+                }
+            }
+            list->ob_item = items;
+            list->allocated = cap;
+            Py_SET_SIZE(list, n);
+            return (PyObject*)list;
+        }
+    #else
+        PyObject* list = PyList_New(n);
+        if (list != NULL) {
+            for (i = 0; i < n; i++) PyList_SET_ITEM(list, i, items[i]);
+            PyMem_Free(items);
+            return list;
+        }
+    #endif
+        for (i = 0; i < n; i++) Py_DECREF(items[i]);
+        PyMem_Free(items);
+        return NULL;
+    }
+    """
+    PyObject* bpe_bytes_new(const uint8_t* p, Py_ssize_t n)
+    void bpe_incref(PyObject* o)
+    void bpe_xdecref(PyObject* o)
+    object bpe_list_adopt(PyObject** items, Py_ssize_t n, Py_ssize_t cap)
 
 
 cdef void _piece_keys(const uint8_t* s, Py_ssize_t start, const int64_t* ends, Py_ssize_t got,
@@ -811,12 +862,123 @@ cdef void _piece_keys(const uint8_t* s, Py_ssize_t start, const int64_t* ends, P
     for j in range(got):
         length = ends[j] - start
         _head16(s + start, length, limit, &w0, &w1)
-        h = _hash(w0, w1, s + start, length if length <= 16 else 16) & mask
+        h = (_hash(w0, w1, s + start, length if length <= 16 else 16) & mask) * 2
         keys[3 * j] = w0
         keys[3 * j + 1] = w1
         keys[3 * j + 2] = h
-        bpe_prefetch(&cache[h])
         start = ends[j]
+
+
+cdef Py_ssize_t _pieces(const uint8_t* s, Py_ssize_t start, const int64_t* ends, Py_ssize_t got,
+                        const uint64_t* keys, CachedPiece* cache, PyObject** items) noexcept:
+    """A new reference to ``bytes(s[a:b])`` for each pretoken of a batch, into items[0:got].
+
+    A pretoken of up to 16 bytes goes through its cache slot (keys from ``_piece_keys``): most are
+    frequent short words, so most get (a new reference to) a bytes object made before instead of
+    allocating and copying one. Bytes are immutable: sharing is safe. Returns how many items were
+    written: ``got``, or fewer when out of memory (MemoryError set).
+    """
+    cdef Py_ssize_t j, length
+    cdef CachedPiece* slot
+    cdef CachedPiece spare
+    cdef PyObject* obj
+    cdef uint64_t w0, w1
+    for j in range(min(2 * PREFETCH, got)):
+        bpe_prefetch(&cache[keys[3 * j + 2]])
+    for j in range(got):
+        # Two stages ahead, spread evenly over the loop: the bucket of a later pretoken, and the
+        # object of a nearer one (a hit touches its refcount).
+        if j + 2 * PREFETCH < got:
+            bpe_prefetch(&cache[keys[3 * (j + 2 * PREFETCH) + 2]])
+        if j + PREFETCH < got:
+            obj = cache[keys[3 * (j + PREFETCH) + 2]].obj
+            if obj != NULL:
+                bpe_prefetch(obj)
+        length = ends[j] - start
+        slot = &cache[keys[3 * j + 2]]  # a bucket of two ways, one cache line
+        w0 = keys[3 * j]
+        w1 = keys[3 * j + 1]
+        if length <= 16 and slot[0].w0 == w0 and slot[0].w1 == w1 and slot[0].length == length:
+            obj = slot[0].obj
+            bpe_incref(obj)
+        elif length <= 16 and slot[1].w0 == w0 and slot[1].w1 == w1 and slot[1].length == length:
+            obj = slot[1].obj  # the recent way first
+            bpe_incref(obj)
+            spare = slot[0]
+            slot[0] = slot[1]
+            slot[1] = spare
+        else:
+            obj = bpe_bytes_new(s + start, length)
+            if obj == NULL:
+                return j
+            if length <= 16:  # the older way goes
+                slot[1] = slot[0]
+                slot[0].obj = obj
+                slot[0].w0 = w0
+                slot[0].w1 = w1
+                slot[0].length = length
+        items[j] = obj
+        start = ends[j]
+    return got
+
+
+cdef Py_ssize_t _find_all(const uint8_t* s, Py_ssize_t n, const uint8_t* tok, Py_ssize_t m,
+                          int64_t* starts, Py_ssize_t cap, Py_ssize_t* pos) noexcept nogil:
+    """Up to cap starts of the non-overlapping occurrences of tok (m >= 1 bytes) in s[*pos:n], left
+    to right; advances *pos past the last one written (or to n). Returns how many.
+
+    ``memchr`` finds each candidate first byte (vectorized: special tokens start with a rare byte
+    such as ``<``), ``memcmp`` checks the rest.
+    """
+    cdef Py_ssize_t i = pos[0], k = 0
+    cdef const uint8_t* hit
+    cdef uint8_t first = tok[0]
+    while k < cap and n - i >= m:
+        hit = <const uint8_t*>memchr(s + i, first, n - i - m + 1)
+        if hit == NULL:
+            i = n
+            break
+        i = hit - s
+        if memcmp(hit + 1, tok + 1, m - 1) == 0:
+            starts[k] = i
+            k += 1
+            i += m
+        else:
+            i += 1
+    pos[0] = i if n - i >= m else n
+    return k
+
+
+def find_special(const uint8_t[::1] buf, const uint8_t[::1] token):
+    """The ``[start, end)`` spans of the non-overlapping occurrences of ``token`` in ``buf``, left
+    to right, as an int64 ``(k, 2)`` array.
+
+    >>> find_special(b"a<s>b<s><s", b"<s>").tolist()
+    [[1, 4], [5, 8]]
+
+    Plain equivalent: the loop ``pos = buf.find(token, pos)`` / ``pos += len(token)`` (what
+    ``corpus.specials.split_on_specials`` finds for a single special token).
+    """
+    cdef Py_ssize_t n = buf.shape[0], m = token.shape[0], pos = 0, total = 0, got, cap = 256, k
+    if m == 0:
+        raise ValueError("find_special: the token is empty")
+    cdef int64_t[::1] view
+    starts = np.empty(cap, dtype=np.int64)
+    while pos < n:
+        if total == cap:
+            cap *= 2
+            grown = np.empty(cap, dtype=np.int64)
+            grown[:total] = starts[:total]
+            starts = grown
+        view = starts
+        with nogil:
+            got = _find_all(&buf[0], n, &token[0], m, &view[total], cap - total, &pos)
+        total += got
+    spans = np.empty((total, 2), dtype=np.int64)
+    if total:
+        spans[:, 0] = starts[:total]
+        spans[:, 1] = spans[:, 0] + m
+    return spans
 
 
 def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] specials):
@@ -832,18 +994,21 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
     [b'Hi', b' ', b' there', b'!', b'<s>', b'ok']
 
     Plain equivalent: ``patterns.split_on_specials`` and, for each text part, the pieces
-    ``buf[ends[k-1]:ends[k]]`` of ``split_ends`` (the regex pieces, see there). The list is built
-    here over batches of ends, with no ``tolist()`` or slicing in Python.
+    ``buf[ends[k-1]:ends[k]]`` of ``split_ends`` (the regex pieces, see there). The items are
+    written straight into the list's item array, batch by batch of ends: no ``tolist()``, no
+    slicing and no ``append`` in Python.
     """
     _check_pattern_id(pattern_id)
     cdef Py_ssize_t n = buf.shape[0], n_specials = specials.shape[0], k = 0, pos = 0, seg_end
-    cdef Py_ssize_t start, got, j, a, b, prev_end = 0
+    cdef Py_ssize_t start, got, j, a, b, prev_end = 0, n_items = 0, cap, done
     cdef int64_t ends[PIECES_CAP]
     cdef uint64_t keys[3 * PIECES_CAP]
     cdef const uint8_t* s = &buf[0] if n > 0 else NULL
-    cdef list out = []
     cdef CachedPiece* cache
-    cdef PyObject* obj_ahead
+    cdef void* cache_mem
+    cdef PyObject** items
+    cdef PyObject** grown
+    cdef PyObject* obj
     cdef Py_ssize_t n_slots = 64
     if n_specials > 0 and specials.shape[1] != 2:
         raise ValueError(f"specials must have shape (k, 2), got ({n_specials}, {specials.shape[1]})")
@@ -856,35 +1021,48 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
         prev_end = b
     while n_slots < PIECE_CACHE and n_slots < n // 16:  # a small input gets a small cache
         n_slots *= 2
-    cache = <CachedPiece*>calloc(n_slots, sizeof(CachedPiece))
-    if cache == NULL:
-        raise MemoryError()
+    cap = n // 4 + n_specials + PIECES_CAP  # most text averages over 4 bytes a pretoken
+    cache_mem = calloc(n_slots * sizeof(CachedPiece) + 64, 1)  # buckets aligned to cache lines
+    cache = <CachedPiece*>((<size_t>cache_mem + 63) & ~(<size_t>63))
+    items = <PyObject**>PyMem_Malloc(cap * sizeof(PyObject*))
     try:
+        if cache_mem == NULL or items == NULL:
+            raise MemoryError()
         k = 0
         while True:
             seg_end = specials[k, 0] if k < n_specials else n
             while pos < seg_end:
                 start = pos
                 got = _split_ends(pattern_id, s, &pos, seg_end, ends, PIECES_CAP)
-                _piece_keys(s, start, ends, got, s + n, keys, cache, n_slots - 1)
-                for j in range(got):
-                    if j + PREFETCH < got:  # the object of a later hit: its refcount is touched
-                        obj_ahead = cache[keys[3 * (j + PREFETCH) + 2]].obj
-                        if obj_ahead != NULL:
-                            bpe_prefetch(obj_ahead)
-                    out.append(_piece(&cache[keys[3 * j + 2]], s + start, ends[j] - start,
-                                      keys[3 * j], keys[3 * j + 1]))
-                    start = ends[j]
+                if cap - n_items < got + 1:  # room for the batch and a special token
+                    grown = <PyObject**>PyMem_Realloc(items, 2 * cap * sizeof(PyObject*))
+                    if grown == NULL:
+                        raise MemoryError()
+                    items = grown
+                    cap *= 2
+                _piece_keys(s, start, ends, got, s + n, keys, cache, n_slots // 2 - 1)
+                done = _pieces(s, start, ends, got, keys, cache, items + n_items)
+                n_items += done
+                if done < got:
+                    raise MemoryError()
             if k == n_specials:
                 break
-            out.append(PyBytes_FromStringAndSize(<const char*>(s + seg_end), specials[k, 1] - seg_end))
+            obj = bpe_bytes_new(s + seg_end, specials[k, 1] - seg_end)
+            if obj == NULL:
+                raise MemoryError()
+            items[n_items] = obj
+            n_items += 1
             pos = specials[k, 1]
             k += 1
+        out = bpe_list_adopt(items, n_items, cap)  # consumes items, also on failure
+        items = NULL
+        return out
     finally:
-        for j in range(n_slots):
-            Py_XDECREF(cache[j].obj)
-        free(cache)
-    return out
+        if items != NULL:
+            for j in range(n_items):
+                bpe_xdecref(items[j])
+            PyMem_Free(items)
+        free(cache_mem)
 
 
 cdef object _table_to_arrays(CountTable* t):

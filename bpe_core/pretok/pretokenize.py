@@ -86,8 +86,8 @@ def _special_spans(buf: bytes, specials: list[bytes]) -> np.ndarray:
     """The ``[start, end)`` spans of the special tokens in ``buf`` (the left-to-right, longest-first
     scan of ``corpus.specials.split_on_specials``), as an int64 ``(k, 2)`` array.
 
-    One special token (the usual case) is found with ``bytes.find`` (memchr speed); several with the
-    specials regex.
+    One special token (the usual case) is found natively (``_pretok.find_special``: ``memchr`` for
+    its first byte, then ``memcmp``); several with the specials regex.
 
     >>> _special_spans(b"a<s>b<s>", [b"<s>"]).tolist()
     [[1, 4], [5, 8]]
@@ -95,15 +95,7 @@ def _special_spans(buf: bytes, specials: list[bytes]) -> np.ndarray:
     if not specials:
         return np.zeros((0, 2), dtype=np.int64)
     if len(specials) == 1:
-        tok = specials[0]
-        n = len(tok)
-        starts = []
-        pos = buf.find(tok)
-        while pos >= 0:
-            starts.append(pos)
-            pos = buf.find(tok, pos + n)
-        arr = np.array(starts, dtype=np.int64)
-        return np.stack([arr, arr + n], axis=1) if len(arr) else np.zeros((0, 2), dtype=np.int64)
+        return _pretok.find_special(buf, specials[0])
     rx = specials_regex(specials)
     return np.array([m.span() for m in rx.finditer(buf)], dtype=np.int64).reshape(-1, 2)
 
