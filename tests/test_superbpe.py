@@ -356,7 +356,8 @@ def test_encoded_units_equals_looks_encoded(units):
 
 
 def test_skip_encoded_keeps_uuencode_out_of_the_vocabulary():
-    uu = b"begin 644 x.gif\n" + b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\n" * 40 + b"end\n"
+    noise = b"M#H]3IS5LB)$_(/;W+;`BTDT*EMK4/!87P:F.>!*>`R<W$&70E89/%:V@N$;!\n"     # a line of random bytes
+    uu = b"begin 644 x.gif\n" + noise * 20 + b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\n" * 20 + b"end\n"
     prose = b"The cat sat on the mat, and the dog sat on the log.\n\n" * 40
     data = (prose + uu) * 3
     kept = train_fast(data, 420, 300, num_workers=1, stage2_skip_encoded=False)

@@ -178,10 +178,11 @@ cdef uint32_t _ENCODED_MARK = 0xFFFFFFFFu
 
 #: The rule of ``reference.looks_encoded`` (and ``superbpe.ENCODED_*``): at least 40 bytes that are not
 #: ASCII whitespace, whitespace at most 1/16 of the bytes, of the other bytes at least a quarter ASCII
-#: punctuation and at least a quarter ASCII letters or digits.
-cdef inline bint _looks_encoded(int64_t n, int64_t ws, int64_t punct, int64_t alnum) noexcept nogil:
+#: punctuation, at least a quarter ASCII letters or digits, and at least 1/20 digits.
+cdef inline bint _looks_encoded(int64_t n, int64_t ws, int64_t punct, int64_t alnum, int64_t digits) noexcept nogil:
     cdef int64_t nonspace = n - ws
-    return nonspace >= 40 and ws * 16 <= n and punct * 4 >= nonspace and alnum * 4 >= nonspace
+    return (nonspace >= 40 and ws * 16 <= n and punct * 4 >= nonspace and alnum * 4 >= nonspace
+            and digits * 20 >= nonspace)
 
 
 cdef inline void _flush_region(UnitCounter counter, vector[uint32_t]& rdata, vector[int64_t]& rbounds,
@@ -216,8 +217,8 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     starting with it. Returns the number of pretokens missing from ``index`` (0 when the word table
     was counted from the same text).
 
-    ``word_classes`` (rows: bytes, ASCII whitespace, ASCII punctuation, ASCII letters and digits of
-    each word; ``superbpe.word_classes``) turns on the encoded-region mark: a *region* is a span, cut
+    ``word_classes`` (rows: bytes, ASCII whitespace, ASCII punctuation, ASCII letters and digits,
+    ASCII digits of each word; ``superbpe.word_classes``) turns on the encoded-region mark: a *region* is a span, cut
     only where ``cut_spaces`` cuts (numeric words do not end it), and when the bytes of a region look
     encoded (``reference.looks_encoded``) each of its units is counted with ``ENCODED_MARK`` appended.
 
@@ -233,9 +234,9 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     cdef bint regions = word_classes is not None
     cdef vector[uint32_t] rdata, tmp
     cdef vector[int64_t] rbounds
-    cdef int64_t r_n = 0, r_ws = 0, r_punct = 0, r_alnum = 0
-    if regions and word_classes.shape[1] != 4:
-        raise ValueError("word_classes must have 4 columns (bytes, whitespace, punctuation, alnum)")
+    cdef int64_t r_n = 0, r_ws = 0, r_punct = 0, r_alnum = 0, r_digit = 0
+    if regions and word_classes.shape[1] != 5:
+        raise ValueError("word_classes must have 5 columns (bytes, whitespace, punctuation, alnum, digits)")
     rbounds.push_back(0)
     with nogil:
         for k in range(spans.shape[0]):
@@ -271,12 +272,13 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                         rdata.insert(rdata.end(), unit.begin(), unit.end())
                         rbounds.push_back(rdata.size())
                         unit.clear()
-                    _flush_region(counter, rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum), keep_below, tmp)
-                    r_n = r_ws = r_punct = r_alnum = 0
+                    _flush_region(counter, rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit), keep_below, tmp)
+                    r_n = r_ws = r_punct = r_alnum = r_digit = 0
                 r_n += word_classes[w, 0]
                 r_ws += word_classes[w, 1]
                 r_punct += word_classes[w, 2]
                 r_alnum += word_classes[w, 3]
+                r_digit += word_classes[w, 4]
                 if f & 1:
                     if unit.size() > 0:
                         rdata.insert(rdata.end(), unit.begin(), unit.end())
@@ -296,8 +298,8 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                 rbounds.push_back(rdata.size())
                 unit.clear()
             if rbounds.size() > 1:
-                _flush_region(counter, rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum), keep_below, tmp)
-            r_n = r_ws = r_punct = r_alnum = 0
+                _flush_region(counter, rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit), keep_below, tmp)
+            r_n = r_ws = r_punct = r_alnum = r_digit = 0
     return n_missing
 
 

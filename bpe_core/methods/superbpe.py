@@ -269,16 +269,16 @@ def word_flags(table: WordTable) -> np.ndarray:
 
 
 def word_classes(table: WordTable) -> np.ndarray:
-    """Per word of ``table`` (int32 rows): its bytes, ASCII whitespace, ASCII punctuation and ASCII
-    letters or digits (the byte classes of ``reference.looks_encoded``); what the units pass sums over
-    a region to tell encoded data (``count_chunk_units(word_classes=)``).
+    """Per word of ``table`` (int32 rows): its bytes, ASCII whitespace, ASCII punctuation, ASCII
+    letters or digits, and ASCII digits (the byte classes of ``reference.looks_encoded``); what the
+    units pass sums over a region to tell encoded data (``count_chunk_units(word_classes=)``).
 
-    >>> t = WordTable.from_counts({b"ab,": 1, b" \\xc3\\xa9": 1})
+    >>> t = WordTable.from_counts({b"ab,": 1, b" 7\\xc3\\xa9": 1})
     >>> word_classes(t).tolist()
-    [[3, 1, 0, 0], [3, 0, 1, 2]]
+    [[4, 1, 0, 1, 1], [3, 0, 1, 2, 0]]
     """
     n = table.n_words
-    out = np.zeros((n, 4), dtype=np.int64)
+    out = np.zeros((n, 5), dtype=np.int64)
     offsets = np.asarray(table.offsets, dtype=np.int64)
     lengths = np.diff(offsets)
     out[:, 0] = lengths
@@ -287,16 +287,19 @@ def word_classes(table: WordTable) -> np.ndarray:
         cls = _BYTE_CLASS[np.asarray(table.arena)]
         for col, c in ((1, 1), (2, 2), (3, 3)):
             out[nonempty, col] = np.add.reduceat((cls == c).astype(np.int64), offsets[nonempty])
+        digit = ((np.asarray(table.arena) >= 0x30) & (np.asarray(table.arena) <= 0x39)).astype(np.int64)
+        out[nonempty, 4] = np.add.reduceat(digit, offsets[nonempty])
     if out.size and out[:, 0].max() >= 2 ** 31:
         raise ValueError("a pretoken of 2 GiB or more cannot be a stage-2 unit word")
     return np.ascontiguousarray(out.astype(np.int32))
 
 
-def looks_encoded_counts(n, ws, punct, alnum):
+def looks_encoded_counts(n, ws, punct, alnum, digits):
     """``reference.looks_encoded`` on class counts (numpy arrays or ints)."""
     nonspace = n - ws
     return ((nonspace >= ENCODED_MIN_CHARS) & (ws * ENCODED_MAX_SPACE_RATIO <= n)
-            & (punct * ENCODED_MIN_PUNCT_RATIO >= nonspace) & (alnum * ENCODED_MIN_ALNUM_RATIO >= nonspace))
+            & (punct * ENCODED_MIN_PUNCT_RATIO >= nonspace) & (alnum * ENCODED_MIN_ALNUM_RATIO >= nonspace)
+            & (digits * ENCODED_MIN_DIGIT_RATIO >= nonspace))
 
 
 def _units_chunk(task: tuple) -> tuple:
@@ -352,7 +355,7 @@ def _mark_encoded(ids, ids32, bounds, f, classes, cut_spaces):
     rfirst = np.flatnonzero(rstart)
     c = classes[ids].astype(np.int64)
     sums = np.add.reduceat(c, rfirst, axis=0)
-    enc_region = looks_encoded_counts(sums[:, 0], sums[:, 1], sums[:, 2], sums[:, 3])
+    enc_region = looks_encoded_counts(sums[:, 0], sums[:, 1], sums[:, 2], sums[:, 3], sums[:, 4])
     region_of = np.cumsum(rstart) - 1
     enc_unit = enc_region[region_of[bounds[:-1]]]
     if not enc_unit.any():
@@ -522,12 +525,16 @@ ENCODED_MIN_CHARS = 40
 ENCODED_MAX_SPACE_RATIO = 16
 ENCODED_MIN_PUNCT_RATIO = 4
 #: ... and ASCII letters and digits at least 1/``ENCODED_MIN_ALNUM_RATIO`` of them (so rules of
-#: ``-----`` or ``*****`` are not taken for encoded data).
+#: ``-----`` or ``*****`` are not taken for encoded data), and ASCII digits at least
+#: 1/``ENCODED_MIN_DIGIT_RATIO`` of them (uuencode: ~16%; a heading over its ``=====`` rule, a banner or
+#: a signature block: none or few).
 ENCODED_MIN_ALNUM_RATIO = 4
+ENCODED_MIN_DIGIT_RATIO = 20
 #: Per byte: 1 ASCII whitespace (`` \t\n\r\v\f``), 2 ASCII punctuation (``!`` to ``~`` less letters
 #: and digits), 3 ASCII letter or digit, 0 anything else (the classes ``encoded_units`` counts).
 _BYTE_CLASS = np.array([1 if chr(b) in " \t\n\r\x0b\x0c" else 3 if chr(b).isalnum() else 2 if 0x21 <= b < 0x7F
                         else 0 for b in range(128)] + [0] * 128, dtype=np.int64)
+_DIGIT_BYTE = np.array([0x30 <= b <= 0x39 for b in range(256)], dtype=np.int64)
 
 
 def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[bytes]) -> np.ndarray:
@@ -536,9 +543,9 @@ def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[byt
     (``TrainConfig.stage2_skip_encoded``), so uuencoded Usenet lines teach it no tokens.
 
     >>> toks = [bytes([i]) for i in range(256)]
-    >>> text = b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\\n" + b"a plain sentence of prose, " * 3
+    >>> text = b"M#H]3IS5LB)$_(/;W+;`BTDT*EMK4/!87P:F.>!*>`R<W$&70E89/%:V@N$;!\\n" + b"a plain sentence of prose, " * 3
     >>> syms = np.frombuffer(text, dtype=np.uint8).astype(np.uint32)
-    >>> encoded_units(syms, np.array([0, 46, len(text)]), toks).tolist()
+    >>> encoded_units(syms, np.array([0, 62, len(text)]), toks).tolist()
     [True, False]
     """
     n_units = offsets.shape[0] - 1
@@ -576,8 +583,10 @@ def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[byt
     take = np.repeat(offs[cand] - starts[:-1], lens) + np.arange(starts[-1])
     pa = per_unit(per_token(_BYTE_CLASS == 2) | (per_token(_BYTE_CLASS == 3) << 32), syms[take], starts)
     punct, alnum = pa & 0xFFFFFFFF, pa >> 32
+    digits = per_unit(per_token(_DIGIT_BYTE), syms[take], starts)
     out[cand] = ((punct * ENCODED_MIN_PUNCT_RATIO >= nonspace[cand])
-                 & (alnum * ENCODED_MIN_ALNUM_RATIO >= nonspace[cand]))
+                 & (alnum * ENCODED_MIN_ALNUM_RATIO >= nonspace[cand])
+                 & (digits * ENCODED_MIN_DIGIT_RATIO >= nonspace[cand]))
     return out
 
 

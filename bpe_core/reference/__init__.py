@@ -424,20 +424,24 @@ def superbpe_units(data: bytes, special_tokens: Sequence[str | bytes], pattern: 
 
 
 def looks_encoded(unit: bytes) -> bool:
-    """Whether a stage-2 unit looks like encoded binary (uuencode, base64): at least 40 bytes that
+    """Whether a stage-2 region (or unit) looks like encoded binary (uuencode): at least 40 bytes that
     are not ASCII whitespace, whitespace at most 1/16 of its bytes, and of the other bytes at least a
-    quarter ASCII punctuation and at least a quarter ASCII letters or digits.
+    quarter ASCII punctuation, at least a quarter ASCII letters or digits, and at least 1/20 digits.
 
-    >>> looks_encoded(b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\\n"), looks_encoded(b"plain prose " * 9)
-    (True, False)
-    >>> looks_encoded(b"-" * 60)        # a rule is not encoded data
+    >>> looks_encoded(b"M#H]3IS5LB)$_(/;W+;`BTDT*EMK4/!87P:F.>!*>`R<W$&70E89/%:V@N$;!\\n")
+    True
+    >>> looks_encoded(b"plain prose " * 9), looks_encoded(b"-" * 60)    # prose; a rule
+    (False, False)
+    >>> looks_encoded(b"Windows/DOS PC-based tools\\n==========================")   # a heading
     False
     """
     ws = sum(1 for b in unit if b in b" \t\n\r\x0b\x0c")
     punct = sum(1 for b in unit if 0x21 <= b < 0x7F and not chr(b).isalnum())
     alnum = sum(1 for b in unit if b < 0x80 and chr(b).isalnum())
+    digits = sum(1 for b in unit if 0x30 <= b <= 0x39)
     nonspace = len(unit) - ws
-    return nonspace >= 40 and ws * 16 <= len(unit) and punct * 4 >= nonspace and alnum * 4 >= nonspace
+    return (nonspace >= 40 and ws * 16 <= len(unit) and punct * 4 >= nonspace and alnum * 4 >= nonspace
+            and digits * 20 >= nonspace)
 
 
 def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
