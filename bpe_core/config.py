@@ -64,10 +64,10 @@ class TrainConfig:
         stage2_duplicates: let stage 2 merge a pair whose bytes are already a token (it then
             spends an id on bytes another id has). Default False: such pairs are never merged, so
             the V ids of a SuperBPE model are V different strings.
-        stage2_skip_encoded: stage-2 units that look like encoded binary (uuencode, base64: long
-            runs with little whitespace and much ASCII punctuation, ``superbpe.encoded_units``) count
-            for nothing in stage 2 (default True), so the vocabulary holds no such junk. Stage 1
-            and plain BPE are unaffected.
+        stage2_skip_encoded: the units of stage-2 regions that look like encoded binary
+            (uuencode: little whitespace, much ASCII punctuation, digits; ``reference.looks_encoded``
+            on the region, docs/superbpe.md) count for nothing in stage 2 (default True), so the
+            vocabulary holds no such junk. Stage 1 and plain BPE are unaffected.
         progress: progress on stderr: ``False``/``"none"`` (default), ``True``/``"auto"`` (a tqdm bar
             on a terminal, else a plain line every 10 s or 10 %), ``"bar"``, ``"plain"`` or
             ``"json"`` (JSON lines); see ``bpe_core.progress``.

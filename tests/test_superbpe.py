@@ -287,6 +287,52 @@ def test_skip_encoded_fast_equals_reference(data, n1, n2, skip):
     assert len(ids) == fast.report["superbpe"]["final_tokens"] + n_special
 
 
+#: GPT-2's pattern written out, so it runs as a custom regex (the Python units path, not the native one)
+GPT2_AS_CUSTOM = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+@settings(max_examples=max(10, settings().max_examples // 3))
+@given(encoded_text, st.integers(0, 10), st.integers(0, 30), st.sampled_from(["hf", "units"]),
+       st.sampled_from(["gpt2", GPT2_AS_CUSTOM]), st.sampled_from([1, 2]))
+def test_encoded_regions_fast_equals_reference(data, n1, n2, split, pattern, workers):
+    """The encoded rule looks at regions (digits do not end them) on every units path: native and
+    Python scanner, both splits, 1 and 2 workers with small chunks."""
+    data = (data + b"\n<|endoftext|>\n") * 2
+    transition = 257 + n1
+    fast = train_fast(data, transition + n2, transition, num_workers=workers, stage2_split=split,
+                      pattern=pattern, chunk_bytes=4096)
+    vocab, merges, _ = reference.train_superbpe_from_bytes(data, transition + n2, [SPECIAL], pattern, transition,
+                                                           split=split)
+    assert fast.merges == merges and fast.vocab == vocab
+    ids = StageAwareEncoder(fast.model).encode(data)
+    n_special = len([1 for _, s in bpe_core.corpus.split_on_specials(data, [SPECIAL.encode()]) if s])
+    assert len(ids) == fast.report["superbpe"]["final_tokens"] + n_special
+
+
+def test_uuencoded_lines_with_digits_teach_stage2_nothing():
+    """Real uuencode holds digits, which cut a line into many short units; the rule looks at the
+    whole region, so none of them counts: no stage-2 token is a piece of the encoded lines (unless
+    prose has it too)."""
+    import binascii
+    import random
+    rng = random.Random(7)
+    blob = bytes(rng.randrange(256) for _ in range(45 * 60)) + bytes(45 * 20)   # noise and a run of zeros
+    body = b"".join(binascii.b2a_uu(blob[i:i + 45], backtick=True) for i in range(0, len(blob), 45))
+    assert sum(c in b"0123456789" for c in body) > 200
+    prose = b"The cat sat on the mat, and the dog sat on the log by the door.\n\n" * 40
+    data = (prose + b"begin 644 x.gif\n" + body + b"end\n\n") * 3
+
+    def encoded_pieces(r):
+        n1 = r.model.stages[0]["merges"]
+        return [a + b for a, b in r.merges[n1:] if a + b in body and a + b not in prose]
+
+    kept = train_fast(data, 560, 300, num_workers=1, stage2_skip_encoded=False)
+    skipped = train_fast(data, 560, 300, num_workers=1)        # the default
+    assert len(encoded_pieces(kept)) > 5
+    assert encoded_pieces(skipped) == []
+    assert skipped.report["superbpe"]["stage2_encoded_units"] > 100
+
+
 @settings(max_examples=max(10, settings().max_examples // 3))
 @given(st.lists(st.one_of(encoded_text, phrase_text, st.binary(max_size=80)), min_size=1, max_size=8))
 def test_encoded_units_equals_looks_encoded(units):
@@ -310,7 +356,8 @@ def test_encoded_units_equals_looks_encoded(units):
 
 
 def test_skip_encoded_keeps_uuencode_out_of_the_vocabulary():
-    uu = b"begin 644 x.gif\n" + b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\n" * 40 + b"end\n"
+    noise = b"M#H]3IS5LB)$_(/;W+;`BTDT*EMK4/!87P:F.>!*>`R<W$&70E89/%:V@N$;!\n"     # a line of random bytes
+    uu = b"begin 644 x.gif\n" + noise * 20 + b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\n" * 20 + b"end\n"
     prose = b"The cat sat on the mat, and the dog sat on the log.\n\n" * 40
     data = (prose + uu) * 3
     kept = train_fast(data, 420, 300, num_workers=1, stage2_skip_encoded=False)

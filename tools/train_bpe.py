@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "spends an id on bytes another id holds); default: never, so V ids are V "
                         "different strings")
     g.add_argument("--keep-encoded", action="store_true",
-                   help="let stage-2 units that look like encoded binary (uuencode, base64) count; "
+                   help="let stage-2 text that looks like encoded binary (uuencode) count; "
                         "default: they count for nothing in stage 2, so no such junk tokens are "
                         "learned (stage 1 is unaffected)")
     g.add_argument("--max-words", type=int, default=4, metavar="N",

@@ -13,7 +13,7 @@ expansion to token ids, and merging a token-id sequence by rank.
 
 Each kernel names its plain equivalent in its docstring.
 """
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
@@ -170,9 +170,45 @@ cdef inline Py_ssize_t _next_end(int pattern_id, const uint8_t* s, Py_ssize_t i,
     return _next_o200k(s, i, n)
 
 
+#: Appended to the word ids of a unit whose region looks encoded (``count_chunk_units`` with
+#: ``skip_encoded``): such occurrences stay apart from the same unit's other occurrences when counted,
+#: and ``superbpe.stage2_table`` strips the mark and gives them no weight. No word id reaches it.
+ENCODED_MARK = 0xFFFFFFFF
+cdef uint32_t _ENCODED_MARK = 0xFFFFFFFFu
+
+#: The rule of ``reference.looks_encoded`` (and ``superbpe.ENCODED_*``): at least 40 bytes that are not
+#: ASCII whitespace, whitespace at most 1/16 of the bytes, of the other bytes at least a quarter ASCII
+#: punctuation, at least a quarter ASCII letters or digits, and at least 1/20 digits.
+cdef inline bint _looks_encoded(int64_t n, int64_t ws, int64_t punct, int64_t alnum, int64_t digits) noexcept nogil:
+    cdef int64_t nonspace = n - ws
+    return (nonspace >= 40 and ws * 16 <= n and punct * 4 >= nonspace and alnum * 4 >= nonspace
+            and digits * 20 >= nonspace)
+
+
+cdef inline void _flush_region(UnitCounter counter, vector[uint32_t]& rdata, vector[int64_t]& rbounds,
+                               bint encoded, uint64_t keep_below, vector[uint32_t]& tmp) noexcept nogil:
+    """Count the buffered units of one region (``rdata[rbounds[k]:rbounds[k+1]]``), each with the
+    encoded mark appended when the region looks encoded; empties the buffer."""
+    cdef size_t k
+    cdef int64_t a, b
+    for k in range(rbounds.size() - 1):
+        a = rbounds[k]
+        b = rbounds[k + 1]
+        if encoded:
+            tmp.assign(rdata.begin() + a, rdata.begin() + b)
+            tmp.push_back(_ENCODED_MARK)
+            counter._add_sampled(&tmp[0], tmp.size(), 1, keep_below)
+        else:
+            counter._add_sampled(&rdata[a], b - a, 1, keep_below)
+    rdata.clear()
+    rbounds.clear()
+    rbounds.push_back(0)
+
+
 def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
                       const uint8_t[::1] flags, UnitCounter counter,
-                      uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False):
+                      uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False,
+                      const int32_t[:, ::1] word_classes=None):
     """Scan the text spans of a chunk with a native pattern and count its units into ``counter``.
 
     A unit is a run of word ids of consecutive pretokens inside one span. ``flags[w]`` per word:
@@ -181,8 +217,13 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     starting with it. Returns the number of pretokens missing from ``index`` (0 when the word table
     was counted from the same text).
 
+    ``word_classes`` (rows: bytes, ASCII whitespace, ASCII punctuation, ASCII letters and digits,
+    ASCII digits of each word; ``superbpe.word_classes``) turns on the encoded-region mark: a *region* is a span, cut
+    only where ``cut_spaces`` cuts (numeric words do not end it), and when the bytes of a region look
+    encoded (``reference.looks_encoded``) each of its units is counted with ``ENCODED_MARK`` appended.
+
     Plain equivalent: ``superbpe._units_chunk`` with the Python scanner (``pretoken_ends``), and
-    ``reference.superbpe_units`` on word ids.
+    ``reference.superbpe_units`` (``regions=True``) on word ids.
     """
     cdef Py_ssize_t k, i, e, end, n_missing = 0
     cdef int64_t w
@@ -190,6 +231,13 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     cdef uint32_t one
     cdef uint8_t f, prev
     cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    cdef bint regions = word_classes is not None
+    cdef vector[uint32_t] rdata, tmp
+    cdef vector[int64_t] rbounds
+    cdef int64_t r_n = 0, r_ws = 0, r_punct = 0, r_alnum = 0, r_digit = 0
+    if regions and word_classes.shape[1] != 5:
+        raise ValueError("word_classes must have 5 columns (bytes, whitespace, punctuation, alnum, digits)")
+    rbounds.push_back(0)
     with nogil:
         for k in range(spans.shape[0]):
             i = spans[k, 0]
@@ -204,20 +252,54 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                     n_missing += 1
                     continue
                 f = flags[w]
+                if not regions:
+                    if f & 1:
+                        if unit.size() > 0:
+                            counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                            unit.clear()
+                        one = <uint32_t>w
+                        counter._add_sampled(&one, 1, 1, keep_below)
+                    else:
+                        if cut_spaces and (prev & 4) and (f & 2) and unit.size() > 0:
+                            counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                            unit.clear()
+                        unit.push_back(<uint32_t>w)
+                    prev = f
+                    continue
+                # with regions: units go to the region buffer, counted when the region ends
+                if cut_spaces and (prev & 4) and (f & 2) and rdata.size() + unit.size() > 0:
+                    if unit.size() > 0:
+                        rdata.insert(rdata.end(), unit.begin(), unit.end())
+                        rbounds.push_back(rdata.size())
+                        unit.clear()
+                    _flush_region(counter, rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit), keep_below, tmp)
+                    r_n = r_ws = r_punct = r_alnum = r_digit = 0
+                r_n += word_classes[w, 0]
+                r_ws += word_classes[w, 1]
+                r_punct += word_classes[w, 2]
+                r_alnum += word_classes[w, 3]
+                r_digit += word_classes[w, 4]
                 if f & 1:
                     if unit.size() > 0:
-                        counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                        rdata.insert(rdata.end(), unit.begin(), unit.end())
+                        rbounds.push_back(rdata.size())
                         unit.clear()
-                    one = <uint32_t>w
-                    counter._add_sampled(&one, 1, 1, keep_below)
+                    rdata.push_back(<uint32_t>w)
+                    rbounds.push_back(rdata.size())
                 else:
-                    if cut_spaces and (prev & 4) and (f & 2) and unit.size() > 0:
-                        counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
-                        unit.clear()
                     unit.push_back(<uint32_t>w)
                 prev = f
+            if not regions:
+                if unit.size() > 0:
+                    counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                continue
             if unit.size() > 0:
-                counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                rdata.insert(rdata.end(), unit.begin(), unit.end())
+                rbounds.push_back(rdata.size())
+                unit.clear()
+            if rbounds.size() > 1:
+                _flush_region(counter, rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit), keep_below, tmp)
+            r_n = r_ws = r_punct = r_alnum = r_digit = 0
     return n_missing
 
 

@@ -6,6 +6,6 @@
 - ``RankMerger``: merges id sequences in rank order (the stage-1 encoder of units);
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
-from ._units import RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units, hash_ids
+from ._units import ENCODED_MARK, RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units, hash_ids
 
-__all__ = ["RankMerger", "UnitCounter", "WordIndex", "count_chunk_units", "expand_units", "hash_ids"]
+__all__ = ["ENCODED_MARK", "RankMerger", "UnitCounter", "WordIndex", "count_chunk_units", "expand_units", "hash_ids"]

@@ -49,7 +49,7 @@ from ..corpus.files import open_corpus
 from ..corpus.shards import is_url, source_shards
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, replay_merges
-from ..engine.units import RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units
+from ..engine.units import ENCODED_MARK, RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units
 from ..errors import InputChanged, ModelFormatError
 from ..formats import registry
 from ..encode.tokenizer import TwoStageEncoder
@@ -268,19 +268,57 @@ def word_flags(table: WordTable) -> np.ndarray:
     return flags
 
 
+def word_classes(table: WordTable) -> np.ndarray:
+    """Per word of ``table`` (int32 rows): its bytes, ASCII whitespace, ASCII punctuation, ASCII
+    letters or digits, and ASCII digits (the byte classes of ``reference.looks_encoded``); what the
+    units pass sums over a region to tell encoded data (``count_chunk_units(word_classes=)``).
+
+    >>> t = WordTable.from_counts({b"ab,": 1, b" 7\\xc3\\xa9": 1})
+    >>> word_classes(t).tolist()
+    [[4, 1, 0, 1, 1], [3, 0, 1, 2, 0]]
+    """
+    n = table.n_words
+    out = np.zeros((n, 5), dtype=np.int64)
+    offsets = np.asarray(table.offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    out[:, 0] = lengths
+    nonempty = np.flatnonzero(lengths > 0)
+    if nonempty.size:
+        cls = _BYTE_CLASS[np.asarray(table.arena)]
+        for col, c in ((1, 1), (2, 2), (3, 3)):
+            out[nonempty, col] = np.add.reduceat((cls == c).astype(np.int64), offsets[nonempty])
+        digit = ((np.asarray(table.arena) >= 0x30) & (np.asarray(table.arena) <= 0x39)).astype(np.int64)
+        out[nonempty, 4] = np.add.reduceat(digit, offsets[nonempty])
+    if out.size and out[:, 0].max() >= 2 ** 31:
+        raise ValueError("a pretoken of 2 GiB or more cannot be a stage-2 unit word")
+    return np.ascontiguousarray(out.astype(np.int32))
+
+
+def looks_encoded_counts(n, ws, punct, alnum, digits):
+    """``reference.looks_encoded`` on class counts (numpy arrays or ints)."""
+    nonspace = n - ws
+    return ((nonspace >= ENCODED_MIN_CHARS) & (ws * ENCODED_MAX_SPACE_RATIO <= n)
+            & (punct * ENCODED_MIN_PUNCT_RATIO >= nonspace) & (alnum * ENCODED_MIN_ALNUM_RATIO >= nonspace)
+            & (digits * ENCODED_MIN_DIGIT_RATIO >= nonspace))
+
+
 def _units_chunk(task: tuple) -> tuple:
     """Worker (a thread): the unique units (as word-id runs) of ``path[start:end)``."""
-    path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp = task
+    path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp, classes = task
     return _units_of(read_range(path, start, end, stamp), path, specials, pattern, keep_below, index, flags,
-                     cut_spaces)
+                     cut_spaces, classes)
 
 
-def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, flags, cut_spaces: bool) -> tuple:
+def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, flags, cut_spaces: bool,
+              classes: Optional[np.ndarray] = None) -> tuple:
+    """The unique units of ``buf`` (word-id runs; with ``classes``, the units of an encoded-looking
+    region carry ``ENCODED_MARK`` at their end)."""
     spans, _ = split_spans(buf, 0, len(buf), specials)
     counter = UnitCounter()
     name = pattern_name(pattern)
     if name is not None:
-        missing = count_chunk_units(buf, spans, PATTERN_IDS[name], index, flags, counter, keep_below, cut_spaces)
+        missing = count_chunk_units(buf, spans, PATTERN_IDS[name], index, flags, counter, keep_below, cut_spaces,
+                                    classes)
         if missing:
             raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
                                      "counted earlier; nothing was written")
@@ -299,15 +337,42 @@ def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, fl
             hard |= ((f[:-1] & ENDS_SPACE) > 0) & ((f[1:] & STARTS_SPACE) > 0)
         cut = np.flatnonzero(hard) + 1
         bounds = np.concatenate(([0], cut, [ids.size])).astype(np.int64)
-        counter.add_units(ids.astype(np.uint32), bounds, 1, keep_below)
+        ids32 = ids.astype(np.uint32)
+        if classes is not None and ids.size:
+            ids32, bounds = _mark_encoded(ids, ids32, bounds, f, classes, cut_spaces)
+        counter.add_units(ids32, bounds, 1, keep_below)
     data, starts, counts = counter.to_arrays()
     return data, starts, counts, counter.n_seen, counter.n_kept
 
 
+def _mark_encoded(ids, ids32, bounds, f, classes, cut_spaces):
+    """The units ``ids32[bounds[k]:bounds[k+1]]`` of one span, with ``ENCODED_MARK`` appended to
+    those of the regions that look encoded (the Python twin of ``count_chunk_units``' regions)."""
+    rstart = np.zeros(ids.size, dtype=bool)
+    rstart[0] = True
+    if cut_spaces:
+        rstart[1:] = ((f[:-1] & ENDS_SPACE) > 0) & ((f[1:] & STARTS_SPACE) > 0)
+    rfirst = np.flatnonzero(rstart)
+    c = classes[ids].astype(np.int64)
+    sums = np.add.reduceat(c, rfirst, axis=0)
+    enc_region = looks_encoded_counts(sums[:, 0], sums[:, 1], sums[:, 2], sums[:, 3], sums[:, 4])
+    region_of = np.cumsum(rstart) - 1
+    enc_unit = enc_region[region_of[bounds[:-1]]]
+    if not enc_unit.any():
+        return ids32, bounds
+    ids32 = np.insert(ids32, bounds[1:][enc_unit], np.uint32(ENCODED_MARK))
+    bounds = bounds + np.concatenate(([0], np.cumsum(enc_unit)))
+    return ids32, bounds
+
+
 def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern: str, num_workers: int,
                 chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
-                flags: Optional[np.ndarray] = None, executor=None) -> tuple[tuple, dict]:
+                flags: Optional[np.ndarray] = None, executor=None,
+                classes: Optional[np.ndarray] = None) -> tuple[tuple, dict]:
     """Count the stage-2 units of a corpus as runs of word ids (rows of ``table``).
+
+    ``classes`` (``word_classes(table)``): mark the units of regions that look encoded
+    (``count_chunk_units``); ``stage2_table`` strips the marks and gives them no weight.
 
     Chunks are counted on worker threads (``workers.run_ordered``) that share one read-only
     ``WordIndex`` of the table; the per-chunk tables are summed in the calling thread. With an
@@ -316,7 +381,7 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     """
     if executor is not None or is_url(path):
         return count_units_sharded(path, table, specials, pattern, num_workers, chunk_bytes, sample_fraction,
-                                   cut_spaces, flags, executor)
+                                   cut_spaces, flags, executor, classes)
     stamp = FileStamp.of(path)
     # Units run across newlines: cut chunks at document edges only.
     chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False, stamp=stamp)
@@ -324,7 +389,8 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     if flags is None:
         flags = word_flags(table)
     index = WordIndex(table.arena, table.offsets)
-    tasks = [(path, s, e, list(specials), pattern, keep_below, index, flags, cut_spaces, stamp) for s, e in chunks]
+    tasks = [(path, s, e, list(specials), pattern, keep_below, index, flags, cut_spaces, stamp, classes)
+             for s, e in chunks]
     total = UnitCounter()
     seen = kept = 0
 
@@ -345,16 +411,17 @@ class UnitsContext:
     """What every stage-2 units task needs: the word table (as a ``WordIndex``, built once per
     process on first use) and the word flags. Shipped once per worker (``Executor.share``)."""
 
-    def __init__(self, arena: np.ndarray, offsets: np.ndarray, flags: np.ndarray):
-        self.arena, self.offsets, self.flags = arena, offsets, flags
+    def __init__(self, arena: np.ndarray, offsets: np.ndarray, flags: np.ndarray,
+                 classes: Optional[np.ndarray] = None):
+        self.arena, self.offsets, self.flags, self.classes = arena, offsets, flags, classes
         self._index = None
         self._lock = threading.Lock()
 
     def __getstate__(self):
-        return {"arena": self.arena, "offsets": self.offsets, "flags": self.flags}
+        return {"arena": self.arena, "offsets": self.offsets, "flags": self.flags, "classes": self.classes}
 
     def __setstate__(self, state):
-        self.__init__(state["arena"], state["offsets"], state["flags"])
+        self.__init__(state["arena"], state["offsets"], state["flags"], state.get("classes"))
 
     @property
     def index(self) -> WordIndex:
@@ -368,7 +435,7 @@ def units_shard(shard, context: UnitsContext, specials: Sequence[bytes], pattern
                 cut_spaces: bool) -> tuple:
     """Task: the unique units of one shard (``corpus.shards.Shard``), as ``_units_chunk`` gives them."""
     return _units_of(shard.read(), shard.source, specials, pattern, keep_below, context.index, context.flags,
-                     cut_spaces)
+                     cut_spaces, context.classes)
 
 
 def combine_units(parts: list) -> tuple:
@@ -385,7 +452,8 @@ def combine_units(parts: list) -> tuple:
 
 def count_units_sharded(path: str, table: WordTable, specials: Sequence[bytes], pattern: str, num_workers: int,
                         chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
-                        flags: Optional[np.ndarray] = None, executor=None) -> tuple[tuple, dict]:
+                        flags: Optional[np.ndarray] = None, executor=None,
+                        classes: Optional[np.ndarray] = None) -> tuple[tuple, dict]:
     """``count_units`` on an executor: shards of a local path or URL, the word table shipped once
     per worker, the unit tables combined in a tree (on the workers) and one table returned."""
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
@@ -393,7 +461,7 @@ def count_units_sharded(path: str, table: WordTable, specials: Sequence[bytes], 
         flags = word_flags(table)
     with open_executor(executor, num_workers) as ex:
         shards = source_shards(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False)
-        context = ex.share(UnitsContext(table.arena, table.offsets, flags))
+        context = ex.share(UnitsContext(table.arena, table.offsets, flags, classes))
         data, starts, counts, seen, kept = ex.map_reduce(
             units_shard, shards, combine_units, shared=(context, list(specials), pattern, keep_below, cut_spaces))
     info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.shape[0])}
@@ -402,14 +470,26 @@ def count_units_sharded(path: str, table: WordTable, specials: Sequence[bytes], 
 
 def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_offsets: np.ndarray,
                  numeric: np.ndarray, token_lengths: np.ndarray,
-                 cut_numbers: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 cut_numbers: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Expand word-id units into stage-1 token units; with ``cut_numbers`` (the ``"units"`` split)
-    numeric words are split at their hard cuts."""
+    numeric words are split at their hard cuts. Returns ``(symbols, offsets, counts, encoded)``:
+    ``encoded`` per unit, whether it came from a region that looks encoded (its word ids ended with
+    ``ENCODED_MARK``, stripped here)."""
     data, starts, counts = units
+    data = np.asarray(data)
+    starts = np.asarray(starts, dtype=np.int64)
+    n_units = starts.shape[0] - 1
+    encoded = np.zeros(n_units, dtype=bool)
+    if n_units > 0 and data.size:
+        nonempty = starts[1:] > starts[:-1]
+        encoded[nonempty] = data[starts[1:][nonempty] - 1] == ENCODED_MARK
+        if encoded.any():
+            data = data[data != ENCODED_MARK]
+            starts = starts - np.concatenate(([0], np.cumsum(encoded)))
     lengths = np.diff(starts)
     if not cut_numbers:
-        symbols, offsets = expand_units(data, starts, seg_symbols, seg_offsets)
-        return symbols, offsets, np.asarray(counts, dtype=np.int64)
+        symbols, offsets = expand_units(np.ascontiguousarray(data), starts, seg_symbols, seg_offsets)
+        return symbols, offsets, np.asarray(counts, dtype=np.int64), encoded
     single_numeric = (lengths == 1) & numeric[data[starts[:-1]]] if lengths.size else np.zeros(0, bool)
     plain = np.flatnonzero(~single_numeric)
     # plain units: expand all of them in one native pass
@@ -418,6 +498,7 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
     np.cumsum(lengths[plain], out=plain_starts[1:])
     symbols, offsets = expand_units(np.ascontiguousarray(data[keep_bytes]), plain_starts, seg_symbols, seg_offsets)
     out_counts = [counts[plain]]
+    out_encoded = [encoded[plain]]
     extra_syms, extra_lens = [], []
     arena = table.arena.tobytes()
     for u in np.flatnonzero(single_numeric):
@@ -429,10 +510,11 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
             extra_syms.append(seg[a:b])
             extra_lens.append(b - a)
             out_counts.append(np.array([counts[u]], dtype=np.int64))
+            out_encoded.append(np.array([encoded[u]], dtype=bool))
     if extra_syms:
         symbols = np.concatenate([symbols] + extra_syms).astype(np.uint32)
         offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(extra_lens)]).astype(np.int64)
-    return symbols, offsets, np.concatenate(out_counts).astype(np.int64)
+    return symbols, offsets, np.concatenate(out_counts).astype(np.int64), np.concatenate(out_encoded)
 
 
 #: ``encoded_units``: a unit looks like encoded binary (uuencode, base64, hex dumps) when it has at
@@ -443,12 +525,16 @@ ENCODED_MIN_CHARS = 40
 ENCODED_MAX_SPACE_RATIO = 16
 ENCODED_MIN_PUNCT_RATIO = 4
 #: ... and ASCII letters and digits at least 1/``ENCODED_MIN_ALNUM_RATIO`` of them (so rules of
-#: ``-----`` or ``*****`` are not taken for encoded data).
+#: ``-----`` or ``*****`` are not taken for encoded data), and ASCII digits at least
+#: 1/``ENCODED_MIN_DIGIT_RATIO`` of them (uuencode: ~16%; a heading over its ``=====`` rule, a banner or
+#: a signature block: none or few).
 ENCODED_MIN_ALNUM_RATIO = 4
+ENCODED_MIN_DIGIT_RATIO = 20
 #: Per byte: 1 ASCII whitespace (`` \t\n\r\v\f``), 2 ASCII punctuation (``!`` to ``~`` less letters
 #: and digits), 3 ASCII letter or digit, 0 anything else (the classes ``encoded_units`` counts).
 _BYTE_CLASS = np.array([1 if chr(b) in " \t\n\r\x0b\x0c" else 3 if chr(b).isalnum() else 2 if 0x21 <= b < 0x7F
                         else 0 for b in range(128)] + [0] * 128, dtype=np.int64)
+_DIGIT_BYTE = np.array([0x30 <= b <= 0x39 for b in range(256)], dtype=np.int64)
 
 
 def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[bytes]) -> np.ndarray:
@@ -457,9 +543,9 @@ def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[byt
     (``TrainConfig.stage2_skip_encoded``), so uuencoded Usenet lines teach it no tokens.
 
     >>> toks = [bytes([i]) for i in range(256)]
-    >>> text = b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\\n" + b"a plain sentence of prose, " * 3
+    >>> text = b"M#H]3IS5LB)$_(/;W+;`BTDT*EMK4/!87P:F.>!*>`R<W$&70E89/%:V@N$;!\\n" + b"a plain sentence of prose, " * 3
     >>> syms = np.frombuffer(text, dtype=np.uint8).astype(np.uint32)
-    >>> encoded_units(syms, np.array([0, 46, len(text)]), toks).tolist()
+    >>> encoded_units(syms, np.array([0, 62, len(text)]), toks).tolist()
     [True, False]
     """
     n_units = offsets.shape[0] - 1
@@ -497,8 +583,10 @@ def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[byt
     take = np.repeat(offs[cand] - starts[:-1], lens) + np.arange(starts[-1])
     pa = per_unit(per_token(_BYTE_CLASS == 2) | (per_token(_BYTE_CLASS == 3) << 32), syms[take], starts)
     punct, alnum = pa & 0xFFFFFFFF, pa >> 32
+    digits = per_unit(per_token(_DIGIT_BYTE), syms[take], starts)
     out[cand] = ((punct * ENCODED_MIN_PUNCT_RATIO >= nonspace[cand])
-                 & (alnum * ENCODED_MIN_ALNUM_RATIO >= nonspace[cand]))
+                 & (alnum * ENCODED_MIN_ALNUM_RATIO >= nonspace[cand])
+                 & (digits * ENCODED_MIN_DIGIT_RATIO >= nonspace[cand]))
     return out
 
 
@@ -553,26 +641,25 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     fraction = 1.0 if need <= budget_share else budget_share / need
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
     split = normal_split(config.stage2_split)
+    # units of regions that look like encoded binary (uuencode, base64) stay in the table with no
+    # weight: they teach stage 2 nothing, and the final token count still covers them (as the encoder
+    # sees them)
     if split == "official":
         units_syms, units_offs, units_counts, info = _official_units(
             config.input_path, specials, pattern, tokens, steps1, fraction)
+        encoded = (encoded_units(units_syms, units_offs, tokens) if config.stage2_skip_encoded
+                   else np.zeros(units_counts.shape[0], dtype=bool))
     else:
         flags = word_flags(table)
+        classes = word_classes(table) if config.stage2_skip_encoded else None
         units, info = count_units(config.input_path, table, specials, pattern, plan.num_workers,
                                   plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
-                                  executor=config.cluster)
-        units_syms, units_offs, units_counts = stage2_table(units, table, seg_symbols, seg_offsets,
-                                                            (flags & NUMERIC) > 0, token_lengths,
-                                                            cut_numbers=(split == "units"))
-        del units
-    # units that look like encoded binary (uuencode, base64) stay in the table with no weight: they
-    # teach stage 2 nothing, and the final token count still covers them (as the encoder sees them)
-    weights = units_counts
-    encoded = np.zeros(0, dtype=bool)
-    if config.stage2_skip_encoded:
-        encoded = encoded_units(units_syms, units_offs, tokens)
-        if encoded.any():
-            weights = np.where(encoded, 0, units_counts)
+                                  executor=config.cluster, classes=classes)
+        units_syms, units_offs, units_counts, encoded = stage2_table(units, table, seg_symbols, seg_offsets,
+                                                                     (flags & NUMERIC) > 0, token_lengths,
+                                                                     cut_numbers=(split == "units"))
+        del units, classes
+    weights = np.where(encoded, 0, units_counts) if encoded.any() else units_counts
     encoded_tokens = int((np.diff(units_offs)[encoded] * units_counts[encoded]).sum()) if encoded.size else 0
     t2 = time.perf_counter()
 

@@ -371,57 +371,77 @@ def _space_edges(pretoken: bytes) -> tuple[bool, bool]:
 
 
 def superbpe_units(data: bytes, special_tokens: Sequence[str | bytes], pattern: str,
-                   merges: Sequence[tuple[bytes, bytes]], split: str = "hf") -> list[list[bytes]]:
+                   merges: Sequence[tuple[bytes, bytes]], split: str = "hf", with_regions: bool = False):
     """The stage-2 units of a text, each as its list of stage-1 tokens, in text order.
+
+    With ``with_regions``, returns ``(units, regions)``: ``regions[k]`` numbers the region of unit
+    ``k``. A region is the text between document edges and special tokens and, with the ``hf`` split,
+    the whitespace-run cuts; numbers do not end it (the encoded-data rule looks at regions, so the
+    digits of a uuencoded line do not hide it).
 
     >>> [b"".join(u) for u in superbpe_units(b"a b  c 123\\n\\nd", [], "gpt2", [])]
     [b'a b ', b' c', b' 123', b'\\n', b'\\nd']
+    >>> superbpe_units(b"a b  c 123\\n\\nd", [], "gpt2", [], with_regions=True)[1]
+    [0, 1, 1, 1, 2]
     >>> [b"".join(u) for u in superbpe_units(b"a b  c 123\\n\\nd", [], "gpt2", [], split="units")]
     [b'a b  c', b' ', b'123', b'\\n\\nd']
     """
     specials = encode_specials(special_tokens)
     units: list[list[bytes]] = []
+    regions: list[int] = []
+    region = -1
     for piece, is_special in split_on_specials(data, specials):
         if is_special:
             continue
+        region += 1
         current: list[bytes] = []
         prev_ends_space = False
         for pretoken in pretokenize(piece, pattern):
             tokens = encode_pretoken(pretoken, merges)
             starts_space, ends_space = _space_edges(pretoken)
+            if split == "hf" and prev_ends_space and starts_space:
+                if current:
+                    units.append(current)
+                    regions.append(region)
+                    current = []
+                region += 1
             if _DIGIT.search(pretoken.decode("utf-8", "surrogateescape")):
                 if current:
                     units.append(current)
+                    regions.append(region)
                     current = []
                 cuts = numeric_cuts(pretoken, [len(t) for t in tokens]) if split != "hf" else []
                 for a, b in zip([0] + cuts, cuts + [len(tokens)]):
                     units.append(tokens[a:b])
+                    regions.append(region)
             else:
-                if split == "hf" and prev_ends_space and starts_space and current:
-                    units.append(current)
-                    current = []
                 current.extend(tokens)
             prev_ends_space = ends_space
         if current:
             units.append(current)
-    return units
+            regions.append(region)
+    return (units, regions) if with_regions else units
 
 
 def looks_encoded(unit: bytes) -> bool:
-    """Whether a stage-2 unit looks like encoded binary (uuencode, base64): at least 40 bytes that
+    """Whether a stage-2 region (or unit) looks like encoded binary (uuencode): at least 40 bytes that
     are not ASCII whitespace, whitespace at most 1/16 of its bytes, and of the other bytes at least a
-    quarter ASCII punctuation and at least a quarter ASCII letters or digits.
+    quarter ASCII punctuation, at least a quarter ASCII letters or digits, and at least 1/20 digits.
 
-    >>> looks_encoded(b"MAX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'AX>'\\n"), looks_encoded(b"plain prose " * 9)
-    (True, False)
-    >>> looks_encoded(b"-" * 60)        # a rule is not encoded data
+    >>> looks_encoded(b"M#H]3IS5LB)$_(/;W+;`BTDT*EMK4/!87P:F.>!*>`R<W$&70E89/%:V@N$;!\\n")
+    True
+    >>> looks_encoded(b"plain prose " * 9), looks_encoded(b"-" * 60)    # prose; a rule
+    (False, False)
+    >>> looks_encoded(b"Windows/DOS PC-based tools\\n==========================")   # a heading
     False
     """
     ws = sum(1 for b in unit if b in b" \t\n\r\x0b\x0c")
     punct = sum(1 for b in unit if 0x21 <= b < 0x7F and not chr(b).isalnum())
     alnum = sum(1 for b in unit if b < 0x80 and chr(b).isalnum())
+    digits = sum(1 for b in unit if 0x30 <= b <= 0x39)
     nonspace = len(unit) - ws
-    return nonspace >= 40 and ws * 16 <= len(unit) and punct * 4 >= nonspace and alnum * 4 >= nonspace
+    return (nonspace >= 40 and ws * 16 <= len(unit) and punct * 4 >= nonspace and alnum * 4 >= nonspace
+            and digits * 20 >= nonspace)
 
 
 def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
@@ -435,7 +455,8 @@ def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequ
     ``distinct``: stage 2 never merges a pair whose bytes are already a token (so every id holds
     bytes of its own); ``rules`` go to ``superbpe_allows`` (``max_digits`` defaults to 3, as in
     ``TrainConfig``). ``init_merges``: stage 1 is these merges (an existing BPE model's), not trained.
-    ``skip_encoded``: units that ``looks_encoded`` are not counted in stage 2.
+    ``skip_encoded``: the units of a region (``superbpe_units(with_regions=True)``) that
+    ``looks_encoded`` are not counted in stage 2.
     """
     rules.setdefault("max_digits", 3)
     specials = encode_specials(special_tokens)
@@ -452,8 +473,13 @@ def train_superbpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequ
     n_stage1 = len(merges)
     # Stage 2 starts where stage 1 stopped (also when stage 1 ran out of pairs early).
     words: dict[tuple[bytes, ...], int] = {}
-    for unit in superbpe_units(data, special_tokens, pattern, merges, split):
-        if skip_encoded and looks_encoded(b"".join(unit)):
+    units, regions = superbpe_units(data, special_tokens, pattern, merges, split, with_regions=True)
+    region_bytes: dict[int, bytes] = {}
+    for unit, r in zip(units, regions):
+        region_bytes[r] = region_bytes.get(r, b"") + b"".join(unit)
+    encoded = {r for r, text in region_bytes.items() if skip_encoded and looks_encoded(text)}
+    for unit, r in zip(units, regions):
+        if r in encoded:
             continue
         key = tuple(unit)
         words[key] = words.get(key, 0) + 1

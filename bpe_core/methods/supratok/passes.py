@@ -207,7 +207,7 @@ def _replay(enc: StageAwareEncoder, table: WordTable, units: tuple, numeric: np.
     """Segment word-id units the way the encoder does: stage 1 per word, stage 2 per unit.
     Returns (symbols, offsets, counts) of the final segmentation (counts are the units' counts)."""
     seg, seg_offs = enc.stage1.merge_many(table.arena.astype(np.uint32), table.offsets)
-    syms, offs, cnts = stage2_table(units, table, seg, seg_offs, numeric, enc.lengths)
+    syms, offs, cnts, _ = stage2_table(units, table, seg, seg_offs, numeric, enc.lengths)
     out, out_offs = enc.stage2.merge_many(syms, offs)
     return out, out_offs, cnts
 
@@ -298,7 +298,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     # ---- pass 2: seeded cross-boundary merges on the units
     phase("merge loop")
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
-    usyms, uoffs, ucnts = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
+    usyms, uoffs, ucnts, _ = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
     engine2 = MergeEngine(usyms, uoffs, ucnts, tokens)
     del usyms, uoffs
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware)
