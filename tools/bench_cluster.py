@@ -94,6 +94,7 @@ def run_one(config: str, inputs: list, chunk_bytes: int) -> dict:
         leaf = [sum(a.nbytes for a in c.table) for c in counted]
         out["leaf_table_bytes_per_input_byte"] = sum(leaf) / max(1, sum(c.n_bytes for c in counted))
     out["items"] = report.get("items")
+    out["bytes"] = report.get("corpus_bytes", size)        # text bytes (compressed inputs: decompressed)
     out["unique_pretokens"] = table.n_words
     out["root_table_bytes"] = table.nbytes
     out["digest"] = _digest(table.arena, table.offsets, table.counts)

@@ -52,7 +52,7 @@ import numpy as np
 from ..corpus import check_input, file_chunks
 from ..corpus.readers import BadRecords
 from ..corpus.shards import check_source, is_url, read_source, source_shards, warn_if_binary_source
-from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load
+from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load, shard_blocks
 from ..errors import CorpusError, MissingDependency, VerifyError
 from ..pretok.counting import check_distributable, private_shard, shard_weights
 from ..pretok.patterns import pattern_name
@@ -996,7 +996,7 @@ def encode_source_shard(task: tuple, spec, token_lengths: np.ndarray, spill_dir:
     starts: list = []
     try:
         with open(part, "wb") as out:
-            for block in sh.iter_blocks():
+            for block in shard_blocks(sh):
                 n_blocks += 1
                 if block.begins_item:
                     if seen:

@@ -48,7 +48,7 @@ from ..corpus.chunks import file_chunks, split_spans
 from ..corpus.files import open_corpus
 from ..corpus.readers import BadRecords
 from ..corpus.shards import is_url, source_shards
-from ..corpus.sources import ReadOptions, expand_inputs
+from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, replay_merges
 from ..engine.units import RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units
@@ -511,7 +511,7 @@ def units_source_shard(shard, context: UnitsContext, specials: Sequence[bytes], 
     the task runs), as :func:`units_shard` gives them for a byte range."""
     sh = private_shard(shard)
     parts = []
-    for block in sh.iter_blocks():
+    for block in shard_blocks(sh):
         buf = block.data if isinstance(block.data, np.ndarray) else np.frombuffer(block.data, np.uint8)
         parts.append(_units_of(buf, block.label, specials, pattern, keep_below, context.index, context.flags,
                                cut_spaces))

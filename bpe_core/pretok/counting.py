@@ -20,7 +20,7 @@ import numpy as np
 
 from ..corpus.chunks import split_spans
 from ..corpus.readers import BadRecords
-from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load
+from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load, shard_blocks
 from ..runtime.atomic import remove_stale_in
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
@@ -196,7 +196,7 @@ def count_source_shard(shard, specials: Sequence[bytes], pattern: str) -> ChunkC
             del levels[-FOLD_FANOUT:]
             levels.append((lv + 1, combine_counts(group)))
 
-    for block in sh.iter_blocks():
+    for block in shard_blocks(sh):
         result = _count_chunk((block, specials, pattern))
         result.per_source = {block.source: result.n_bytes}
         absorb(result)
