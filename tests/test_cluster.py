@@ -646,3 +646,47 @@ def test_combine_counts_items_and_joins_in_any_tree(parts, data):
         level = out
     root = combine_counts(level)
     assert root.n_items == seen and root.joins == want_joins
+
+
+def test_tools_take_every_input_on_a_cluster(client, inputs, tmp_path):
+    address = client.scheduler.address
+    files = inputs["mixed"][:4]
+    common = ["--vocab-size", "360", "--progress", "none", "--chunk-bytes", "4K", "--skip-bad-records"]
+    assert run_tool("train_bpe", [*files, "--out", str(tmp_path / "c"), "--cluster", address, *common])[0] == 0
+    assert run_tool("train_bpe", [*files, "--out", str(tmp_path / "s"), "--workers", "1", *common])[0] == 0
+    assert open(tmp_path / "c" / MODEL_FILE, "rb").read() == open(tmp_path / "s" / MODEL_FILE, "rb").read()
+    enc = ["--tokenizer", str(tmp_path / "s"), "--progress", "none", "--chunk-size", "4K", "--skip-bad-records",
+           "--shard-tokens", "4000"]
+    code, err = run_tool("encode_corpus", [*files, "--out", str(tmp_path / "c.npy"), "--cluster", address, *enc])
+    assert code == 0, err
+    code, err = run_tool("encode_corpus", [*files, "--out", str(tmp_path / "s.npy"), "--workers", "1", *enc])
+    assert code == 0, err
+    names = sorted(n for n in os.listdir(tmp_path) if n.startswith("c-") or n.startswith("c."))
+    assert len(names) > 2
+    assert "c.manifest.json" in names
+    for name in names:               # the manifest names its shards: c-00000.npy where the other has s-...
+        got = open(tmp_path / name, "rb").read().replace(b'"c-0', b'"s-0')
+        assert got == open(tmp_path / ("s" + name[1:]), "rb").read(), name
+    code, err = run_tool("train_bpe", ["-", "--vocab-size", "300", "--out", str(tmp_path / "x"), "--cluster", address,
+                                       "--progress", "none"])
+    assert code == 2 and err.count("\n") == 1 and "standard input" in err
+
+
+def test_local_clusters_start_without_malloc_trimming_or_profiler(monkeypatch):
+    """What ``open_executor("local:N")`` changes in the config its nannies copy (docs/cluster.md)."""
+    import dask
+
+    from bpe_core.runtime.executors import PROFILE_ENV, TRIM_ENV, _quiet_workers
+
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    monkeypatch.delenv(TRIM_ENV, raising=False)
+    with _quiet_workers():
+        assert dask.config.get("distributed.worker.profile.enabled") is False
+        environ = dask.config.get("distributed.nanny.pre-spawn-environ")
+        assert TRIM_ENV not in environ and environ.get("OMP_NUM_THREADS") == 1
+    assert TRIM_ENV in dask.config.get("distributed.nanny.pre-spawn-environ")
+    monkeypatch.setenv(TRIM_ENV, "65536")
+    monkeypatch.setenv(PROFILE_ENV, "True")
+    with _quiet_workers():
+        assert TRIM_ENV in dask.config.get("distributed.nanny.pre-spawn-environ")
+        assert dask.config.get("distributed.worker.profile.enabled") is not False
