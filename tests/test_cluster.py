@@ -492,15 +492,17 @@ def test_train_every_input_on_cluster(client, inputs, tmp_path, kind, chunk):
 
 
 @pytest.mark.parametrize("kind,chunk,split", [("mixed", 3000, "hf"), ("jsonl.zst", 1 << 20, "units"),
-                                              ("many", 5000, "hf"), ("parquet", 2000, "units")])
+                                              ("many", 5000, "hf"), ("parquet", 2000, "units"),
+                                              ("mixed", 3000, "official")])
 def test_superbpe_every_input_on_cluster(client, inputs, tmp_path, kind, chunk, split):
     """SuperBPE's stage-2 units are counted over the same shards on the workers (no spooled copy on
-    the client); the model equals the single-node one, which reads a spooled copy."""
+    the client); the model equals the single-node one, which reads a spooled copy. The official
+    split reads one local file: the client spools the inputs first, then counts that on the cluster."""
     options = dict(vocab_size=450, special_tokens=tuple(SPECIALS), skip_bad_records=True, chunk_bytes=chunk,
                    method="superbpe", stage2_split=split)
     single = train(TrainConfig(input_path=inputs[kind], num_workers=1, **options))
     on_cluster = train(TrainConfig(input_path=inputs[kind], cluster=client, **options))
-    assert "spooled" in single.report and "spooled" not in on_cluster.report
+    assert "spooled" in single.report and ("spooled" in on_cluster.report) == (split == "official")
     assert on_cluster.merges == single.merges
     assert _model_bytes(on_cluster, tmp_path / "c") == _model_bytes(single, tmp_path / "s")
     assert on_cluster.report["superbpe"] == single.report["superbpe"]
