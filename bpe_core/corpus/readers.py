@@ -99,7 +99,12 @@ class BadRecords:
         return {"skipped": self.count, "examples": list(self.examples)}
 
     def absorb(self, found: dict) -> None:
-        """Add what another collector found (``to_dict()`` of a cluster task's, in corpus order)."""
+        """Add what another collector found (``to_dict()`` of a cluster task's, in corpus order).
+
+        >>> mine = BadRecords(skip=True); theirs = mine.fresh(); theirs.add("r.jsonl", "line 3", "no text")
+        >>> mine.absorb(theirs.to_dict()); mine.to_dict()
+        {'skipped': 1, 'examples': ['r.jsonl: line 3: no text']}
+        """
         with self._lock:
             self.count += int(found["skipped"])
             self.examples.extend(found["examples"][:max(0, MAX_EXAMPLES - len(self.examples))])

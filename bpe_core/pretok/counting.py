@@ -184,6 +184,14 @@ def count_source_shard(shard, specials: Sequence[bytes], pattern: str) -> ChunkC
     block; a compressed file is one shard whose blocks are decompressed and counted in order here
     and folded as they come. The result carries what the client's totals need: items and joins
     (separators), bytes per source, the bad records this shard held (collected fresh here).
+
+    >>> import tempfile, os; d = tempfile.mkdtemp(); p = os.path.join(d, "r.jsonl")
+    >>> _ = open(p, "w").write('{"text": "a b"}\\n{"text": "a"}\\n{"x": 1}\\n')
+    >>> from bpe_core.corpus.readers import BadRecords
+    >>> opts = ReadOptions(special_tokens=[b"<|e|>"], bad=BadRecords(skip=True))
+    >>> c = count_source_shard(expand_inputs(p)[0].shards(opts)[0], [b"<|e|>"], "gpt2")
+    >>> c.n_items, c.n_specials, c.n_pretokens, c.bad["skipped"], opts.bad.count
+    (2, 1, 3, 1, 0)
     """
     sh = private_shard(shard)
     levels: list = []
@@ -240,6 +248,12 @@ def check_distributable(sources: Sequence[Source]) -> None:
 
     Raises:
         ValueError: one line naming the input.
+
+    >>> try:
+    ...     check_distributable(expand_inputs([iter(["a"])]))
+    ... except ValueError as exc:
+    ...     print(exc)
+    <list_iterator>: an iterator (<list_iterator>) cannot be read by cluster workers; write it to a file (or drop --cluster / cluster=)
     """
     for src in sources:
         if not src.rereadable:
@@ -261,6 +275,15 @@ def count_sources_on(executor, sources: Sequence[Source], specials: Sequence[byt
 
     Raises:
         ValueError: an input a worker cannot read (standard input, an iterator).
+
+    >>> import tempfile, os; d = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(d, "a.txt"), "w").write("low low")
+    >>> _ = open(os.path.join(d, "b.txt"), "w").write("lower")
+    >>> from bpe_core.runtime.executors import LocalExecutor
+    >>> report = {"seconds": {}}
+    >>> t = count_sources_on(LocalExecutor(2), expand_inputs(d), [b"<|e|>"], "gpt2", 1 << 20, report=report)
+    >>> t.to_dict(), report["items"], report["separators_inserted"], report["documents"]
+    ({b' low': 1, b'low': 1, b'lower': 1}, 2, 1, 2)
     """
     t0 = time.perf_counter()
     sources = list(sources)
