@@ -42,7 +42,7 @@ from .formats import registry
 from .formats.model import Model
 from .methods.curate import curated_config
 from .methods.init_from import load_init
-from .pretok.counting import count_corpus, count_shards
+from .pretok.counting import check_distributable, count_corpus, count_shards, count_sources_on
 from .pretok.patterns import pattern_name, resolve_pattern
 from .runtime import budget
 from .runtime.executors import open_executor
@@ -139,13 +139,16 @@ def train(config: TrainConfig) -> TrainResult:
     """Train from a :class:`TrainConfig`; returns the model and a run report."""
     sharded = _sharded(config)
     if sharded:
-        # On a cluster, or for a URL, tasks read their own shards of one plain-text input.
+        # For a URL, tasks read their own shards of one plain-text input (here or on a cluster).
         _check_sharded_input(config)
         sources = None
     else:
         sources = sources_of(config)
+        if config.cluster is not None:
+            check_distributable(sources)     # stdin and iterators cannot go to cluster workers
     single_plain = sharded or (len(sources) == 1 and sources[0].plain_text)
-    if not single_plain and (config.entropy_filter or registry.get(config.method).rereads_input):
+    if not single_plain and (config.entropy_filter or registry.get(config.method).rereads_input) \
+            and not _stage2_on_cluster(config):
         # The method (or the filter) reads the corpus twice: one plain file makes that possible.
         with _spooled(config, sources) as (spooled, info), warnings.catch_warnings():
             warnings.simplefilter("ignore", BinaryInputWarning)
@@ -207,6 +210,13 @@ def train(config: TrainConfig) -> TrainResult:
             report["input_bytes"] = report["corpus_bytes"] = size
             report["documents"] = report["special_token_occurrences"] + 1 if size else 0
             config = replace(config, cluster=executor)     # the method's own data-parallel phases too
+        elif config.cluster is not None:
+            # Each task reads its own shard of the inputs (byte ranges, row groups, whole
+            # compressed files); the tables are combined on the workers.
+            table = count_sources_on(executor, sources, specials, pattern, the_plan.chunk_bytes,
+                                     progress=config.progress, report=report, read_options=_read_options(config))
+            size = report["input_bytes"] = report["corpus_bytes"]
+            config = replace(config, cluster=executor)     # the method's own data-parallel phases too
         else:
             table = count_corpus(sources, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
                                  progress=config.progress, report=report, monitor=monitor,
@@ -263,22 +273,25 @@ def train(config: TrainConfig) -> TrainResult:
 
 
 def _sharded(config: TrainConfig) -> bool:
-    """Counting runs as tasks that read their own shards: on a cluster, or for an fsspec URL."""
-    return config.cluster is not None or is_url(config.input_path)
+    """Counting runs as tasks that read their own shards of one URL (here, or on a cluster)."""
+    return isinstance(config.input_path, str) and is_url(config.input_path)
+
+
+def _stage2_on_cluster(config: TrainConfig) -> bool:
+    """SuperBPE on a cluster reads many inputs twice without spooling them on this machine: its
+    stage-2 units are counted over the same shards (``methods.superbpe.count_units``). That needs a
+    separator between items (else the spooled corpus decides: it refuses several items)."""
+    if config.cluster is None or config.method != "superbpe" or config.entropy_filter:
+        return False
+    from .methods.superbpe import normal_split
+
+    return normal_split(config.stage2_split) != "official" and bool(config.special_tokens)
 
 
 def _check_sharded_input(config: TrainConfig) -> None:
-    """What the sharded path takes: one plain-text file or URL; and what cannot take a URL."""
-    if not isinstance(config.input_path, str) or config.input_path == "-" or \
-            (not is_url(config.input_path) and os.path.isdir(config.input_path)):
-        raise ValueError(f"{_describe_input(config.input_path)}: with cluster=/--cluster the input is one "
-                         f"plain-text file or URL (many files, directories, streams and iterators are read "
-                         f"on this machine: drop --cluster, or join them into one file)")
+    """What the URL path takes: one plain-text URL; and what cannot take a URL."""
     if config.input_format not in ("auto", "text"):
-        raise ValueError(f"{config.input_path}: with cluster=/--cluster the input is plain text, not "
-                         f"{config.input_format}")
-    if not is_url(config.input_path):
-        return
+        raise ValueError(f"{config.input_path}: a URL input is plain text, not {config.input_format}")
     what = None
     if config.entropy_filter:
         what = "entropy_filter (curation)"

@@ -429,3 +429,276 @@ def test_empty_input_on_cluster(client, tmp_path, tokenizer):
     assert r.merges == [] and r.report["unique_pretokens"] == 0
     encode_corpus(str(path), tokenizer, tmp_path / "ids.npy", progress=False, cluster=client)
     assert np.load(tmp_path / "ids.npy").shape == (0,)
+
+
+# ==== Every input of docs/inputs.md on the cluster (corpus.sources shards as tasks) ==============
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """The same documents in every container: plain files (one empty), .gz, .zst, JSON Lines (with a
+    bad record), .jsonl.zst, Parquet with row groups of 20 rows; about 40 KB each."""
+    import gzip
+    import json
+
+    zstandard = pytest.importorskip("zstandard")
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    d = tmp_path_factory.mktemp("inputs")
+    lines = open(os.path.join(FIXTURES, "corpus.en"), "rb").read().split(b"\n")
+    docs = [b"\n".join(lines[i:i + 4]) for i in range(0, 1000, 4)]
+    a, b, c = docs[:83], docs[83:166], docs[166:]
+    # a uuencoded attachment in b and c, so SuperBPE's encoded regions are marked on the workers too
+    import binascii
+    import random
+    rng = random.Random(5)
+    blob = bytes(rng.randrange(256) for _ in range(45 * 30))
+    uu = b"begin 644 a.gif\n" + b"".join(binascii.b2a_uu(blob[i:i + 45], backtick=True)
+                                          for i in range(0, len(blob), 45)) + b"end\n"
+    b, c = b[:40] + [uu] + b[40:], c[:30] + [uu] + c[30:]
+    sep = SPECIALS[0].encode()
+    (d / "many").mkdir()
+    (d / "many" / "a.txt").write_bytes(sep.join(a))
+    (d / "many" / "b.txt").write_bytes(b"")
+    (d / "many" / "c.txt").write_bytes(sep.join(b))
+    (d / "c.txt.gz").write_bytes(gzip.compress(sep.join(c)))
+    (d / "b.txt.zst").write_bytes(zstandard.ZstdCompressor().compress(sep.join(b)))
+    records = b"".join(json.dumps({"text": x.decode("utf-8", "replace")}).encode() + b"\n" for x in a)
+    records = records + b'{"no_text": 1}\n' + records[:2000].rsplit(b"\n", 1)[0] + b"\n"
+    (d / "r.jsonl").write_bytes(records)
+    (d / "r.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(records))
+    pq.write_table(pa.table({"text": [x.decode("utf-8", "replace") for x in c]}), str(d / "p.parquet"),
+                   row_group_size=20)
+    return {"many": str(d / "many"), "gz": str(d / "c.txt.gz"), "zst": str(d / "b.txt.zst"),
+            "jsonl": str(d / "r.jsonl"), "jsonl.zst": str(d / "r.jsonl.zst"), "parquet": str(d / "p.parquet"),
+            "mixed": [str(d / "many" / "a.txt"), str(d / "r.jsonl.zst"), str(d / "p.parquet"), str(d / "c.txt.gz"),
+                      str(d / "r.jsonl")]}
+
+
+#: What the single-node run reports about its input, which the cluster run must report the same.
+REPORT_KEYS = ("items", "documents", "separators_inserted", "bad_records", "corpus_bytes", "bytes_scanned",
+               "input_bytes", "special_token_occurrences", "pretokens_counted", "unique_pretokens", "pretokens",
+               "n_chunks")
+KINDS = ("many", "gz", "zst", "jsonl", "jsonl.zst", "parquet", "mixed")
+
+
+# chunk sizes: many shards; about one row group / one JSONL range per 2-3 KB; around a.txt's size
+# (41,382 bytes: one shard, or two); larger than every input (one shard per file).
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("chunk", [1500, 8000, 41381, 41383, 1 << 20])
+def test_train_every_input_on_cluster(client, inputs, tmp_path, kind, chunk):
+    options = dict(vocab_size=380, special_tokens=tuple(SPECIALS), skip_bad_records=True, chunk_bytes=chunk)
+    single = train(TrainConfig(input_path=inputs[kind], num_workers=1, **options))
+    on_cluster = train(TrainConfig(input_path=inputs[kind], cluster=client, **options))
+    assert on_cluster.merges == single.merges and on_cluster.vocab == single.vocab
+    assert _model_bytes(on_cluster, tmp_path / "c") == _model_bytes(single, tmp_path / "s")
+    for key in REPORT_KEYS:
+        assert on_cluster.report[key] == single.report[key], key
+    assert on_cluster.report["cluster"]["engine"] == "dask"
+    if kind in ("jsonl", "jsonl.zst", "mixed"):
+        assert on_cluster.report["bad_records"]["skipped"] >= 1
+
+
+@pytest.mark.parametrize("kind,chunk,split", [("mixed", 3000, "hf"), ("jsonl.zst", 1 << 20, "units"),
+                                              ("many", 5000, "hf"), ("parquet", 2000, "units"),
+                                              ("mixed", 3000, "official")])
+def test_superbpe_every_input_on_cluster(client, inputs, tmp_path, kind, chunk, split):
+    """SuperBPE's stage-2 units are counted over the same shards on the workers (no spooled copy on
+    the client); the model equals the single-node one, which reads a spooled copy. The official
+    split reads one local file: the client spools the inputs first, then counts that on the cluster."""
+    options = dict(vocab_size=450, special_tokens=tuple(SPECIALS), skip_bad_records=True, chunk_bytes=chunk,
+                   method="superbpe", stage2_split=split)
+    single = train(TrainConfig(input_path=inputs[kind], num_workers=1, **options))
+    on_cluster = train(TrainConfig(input_path=inputs[kind], cluster=client, **options))
+    assert "spooled" in single.report and ("spooled" in on_cluster.report) == (split == "official")
+    assert on_cluster.merges == single.merges
+    assert _model_bytes(on_cluster, tmp_path / "c") == _model_bytes(single, tmp_path / "s")
+    assert on_cluster.report["superbpe"] == single.report["superbpe"]
+    if split != "official" and kind != "jsonl.zst":      # the inputs with the uuencoded document
+        assert on_cluster.report["superbpe"]["stage2_encoded_units"] > 0
+    for key in ("documents", "corpus_bytes", "special_token_occurrences", "bad_records"):
+        assert on_cluster.report[key] == single.report[key], key
+
+
+@pytest.fixture(scope="module")
+def inputs_tokenizer(inputs):
+    r = train(TrainConfig(input_path=inputs["many"], vocab_size=420, special_tokens=tuple(SPECIALS), num_workers=1))
+    return Tokenizer(r.vocab, r.merges, SPECIALS)
+
+
+def _files(folder) -> dict:
+    return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("chunk,options", [
+    (1500, {}),
+    (8000, {"doc_index": True, "shard_tokens": 3000}),        # slices spanning two shard files
+    (41383, {"separator": False, "doc_index": True}),         # items kept apart, documents from the tasks
+    (1 << 20, {"verify": True}),
+])
+def test_encode_every_input_on_cluster(client, inputs, inputs_tokenizer, tmp_path, kind, chunk, options):
+    runs = {}
+    for mode in ("single", "cluster"):
+        folder = tmp_path / mode
+        folder.mkdir()
+        kw = dict(options)
+        if kw.get("doc_index"):
+            kw["doc_index"] = folder / "docs.npy"
+        where = {"num_workers": 1} if mode == "single" else {"cluster": client}
+        runs[mode] = encode_corpus(inputs[kind], inputs_tokenizer, folder / "ids.npy", chunk_bytes=chunk,
+                                   progress=False, skip_bad_records=True, **where, **kw)
+    single, got = runs["single"], runs["cluster"]
+    assert _files(tmp_path / "cluster") == _files(tmp_path / "single")      # ids, shards, manifest, index
+    assert (got.n_tokens, got.n_bytes, got.n_documents, got.bad_records, got.n_chunks, got.verified_bytes) == \
+        (single.n_tokens, single.n_bytes, single.n_documents, single.bad_records, single.n_chunks,
+         single.verified_bytes)
+    assert got.cluster["engine"] == "dask"
+    if options.get("shard_tokens"):
+        assert len(got.shards) > 1
+
+
+def test_bad_record_on_cluster_is_the_single_node_line(client, inputs, inputs_tokenizer, tmp_path):
+    for kind in ("jsonl", "jsonl.zst"):
+        with pytest.raises(CorpusError) as want:
+            train(TrainConfig(input_path=inputs[kind], vocab_size=300, special_tokens=tuple(SPECIALS), num_workers=1,
+                              chunk_bytes=3000))
+        with pytest.raises(CorpusError) as got:
+            train(TrainConfig(input_path=inputs[kind], vocab_size=300, special_tokens=tuple(SPECIALS), cluster=client,
+                              chunk_bytes=3000))
+        assert str(got.value) == str(want.value) and "line 84" in str(got.value)
+        with pytest.raises(CorpusError, match="line 84"):
+            encode_corpus(inputs[kind], inputs_tokenizer, tmp_path / "ids.npy", progress=False, cluster=client,
+                          chunk_bytes=3000)
+        assert os.listdir(tmp_path) == []
+
+
+def test_streams_are_refused_on_cluster_in_one_line(client, inputs_tokenizer, tmp_path):
+    for spec, what in (("-", "standard input"), (iter(["a b", "c"]), "iterator")):
+        with pytest.raises(ValueError, match=what) as info:
+            train(TrainConfig(input_path=spec, vocab_size=300, cluster=client))
+        assert "\n" not in str(info.value) and "cluster" in str(info.value)
+    with pytest.raises(ValueError, match="standard input"):
+        encode_corpus("-", inputs_tokenizer, tmp_path / "ids.npy", progress=False, cluster=client)
+    assert os.listdir(tmp_path) == []
+
+
+def _slow_source_count(shard, specials, pattern):
+    time.sleep(0.15)
+    from bpe_core.pretok.counting import count_source_shard
+
+    return count_source_shard(shard, specials, pattern)
+
+
+def test_a_killed_worker_changes_nothing_for_many_inputs(client, inputs):
+    """As above, over the shards of many containers (byte ranges, row groups, compressed files)."""
+    import psutil
+    from bpe_core.corpus.sources import ReadOptions, expand_inputs
+
+    specials = [s.encode() for s in SPECIALS]
+
+    def opts():
+        from bpe_core.corpus.readers import BadRecords
+
+        return ReadOptions(chunk_bytes=3000, special_tokens=specials, pattern="gpt2", bad=BadRecords(skip=True))
+
+    sources = expand_inputs(inputs["mixed"])
+    want = count_corpus(sources, specials, "gpt2", 1, 3000, read_options=opts())
+    o = opts()
+    shards = [sh for src in sources for sh in src.shards(o)]
+    assert len(shards) >= 24
+    victim = sorted(client.run(os.getpid).values())[0]
+    killed = {}
+
+    def kill():
+        time.sleep(1.0)
+        psutil.Process(victim).kill()
+        killed["at"] = time.monotonic()
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    try:
+        total = DaskExecutor(client).map_reduce(_slow_source_count, shards, combine_counts,
+                                                shared=(specials, "gpt2"))
+        finished = time.monotonic()
+    finally:
+        killer.join()
+    assert killed["at"] < finished, "the kill must land during the run"
+    assert np.array_equal(total.table[0], want.arena) and np.array_equal(total.table[2], want.counts)
+    single = {"seconds": {}}
+    count_corpus(sources, specials, "gpt2", 1, 3000, read_options=opts(), report=single)
+    assert total.n_items == single["items"] and total.joins == single["separators_inserted"]
+    assert total.bad["skipped"] == single["bad_records"]["skipped"]
+    client.wait_for_workers(2, timeout=30)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=12),
+       st.data())
+@settings(max_examples=60, deadline=None)
+def test_combine_counts_items_and_joins_in_any_tree(parts, data):
+    """Items and joins (separators between items) folded in any tree of consecutive groups equal
+    the sequential count of ``count_corpus`` (a join: a part that begins an item after an item)."""
+    from bpe_core.pretok.counting import ChunkCount
+    from bpe_core.pretok.wordtable import WordTable
+
+    empty = WordTable.empty()
+    leaves = [ChunkCount((empty.arena, empty.offsets, empty.counts), 0, 0, 0, 0, begins, n + int(begins), 0, joins)
+              for begins, n, joins in parts]
+    seen = want_joins = 0
+    for leaf in leaves:
+        want_joins += leaf.joins + int(leaf.begins_item and seen > 0)
+        seen += leaf.n_items
+    level = list(leaves)
+    while len(level) > 1:                    # random consecutive groups, level by level
+        out, i = [], 0
+        while i < len(level):
+            k = data.draw(st.integers(1, 4))
+            out.append(combine_counts(level[i:i + k]))
+            i += k
+        level = out
+    root = combine_counts(level)
+    assert root.n_items == seen and root.joins == want_joins
+
+
+def test_tools_take_every_input_on_a_cluster(client, inputs, tmp_path):
+    address = client.scheduler.address
+    files = inputs["mixed"][:4]
+    common = ["--vocab-size", "360", "--progress", "none", "--chunk-bytes", "4K", "--skip-bad-records"]
+    assert run_tool("train_bpe", [*files, "--out", str(tmp_path / "c"), "--cluster", address, *common])[0] == 0
+    assert run_tool("train_bpe", [*files, "--out", str(tmp_path / "s"), "--workers", "1", *common])[0] == 0
+    assert open(tmp_path / "c" / MODEL_FILE, "rb").read() == open(tmp_path / "s" / MODEL_FILE, "rb").read()
+    enc = ["--tokenizer", str(tmp_path / "s"), "--progress", "none", "--chunk-size", "4K", "--skip-bad-records",
+           "--shard-tokens", "4000"]
+    code, err = run_tool("encode_corpus", [*files, "--out", str(tmp_path / "c.npy"), "--cluster", address, *enc])
+    assert code == 0, err
+    code, err = run_tool("encode_corpus", [*files, "--out", str(tmp_path / "s.npy"), "--workers", "1", *enc])
+    assert code == 0, err
+    names = sorted(n for n in os.listdir(tmp_path) if n.startswith("c-") or n.startswith("c."))
+    assert len(names) > 2
+    assert "c.manifest.json" in names
+    for name in names:               # the manifest names its shards: c-00000.npy where the other has s-...
+        got = open(tmp_path / name, "rb").read().replace(b'"c-0', b'"s-0')
+        assert got == open(tmp_path / ("s" + name[1:]), "rb").read(), name
+    code, err = run_tool("train_bpe", ["-", "--vocab-size", "300", "--out", str(tmp_path / "x"), "--cluster", address,
+                                       "--progress", "none"])
+    assert code == 2 and err.count("\n") == 1 and "standard input" in err
+
+
+def test_local_clusters_start_without_malloc_trimming_or_profiler(monkeypatch):
+    """What ``open_executor("local:N")`` changes in the config its nannies copy (docs/cluster.md)."""
+    import dask
+
+    from bpe_core.runtime.executors import PROFILE_ENV, TRIM_ENV, _quiet_workers
+
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    monkeypatch.delenv(TRIM_ENV, raising=False)
+    with _quiet_workers():
+        assert dask.config.get("distributed.worker.profile.enabled") is False
+        environ = dask.config.get("distributed.nanny.pre-spawn-environ")
+        assert TRIM_ENV not in environ and environ.get("OMP_NUM_THREADS") == 1
+    assert TRIM_ENV in dask.config.get("distributed.nanny.pre-spawn-environ")
+    monkeypatch.setenv(TRIM_ENV, "65536")
+    monkeypatch.setenv(PROFILE_ENV, "True")
+    with _quiet_workers():
+        assert TRIM_ENV in dask.config.get("distributed.nanny.pre-spawn-environ")
+        assert dask.config.get("distributed.worker.profile.enabled") is not False

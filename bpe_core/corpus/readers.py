@@ -98,6 +98,27 @@ class BadRecords:
     def to_dict(self) -> dict:
         return {"skipped": self.count, "examples": list(self.examples)}
 
+    def absorb(self, found: dict) -> None:
+        """Add what another collector found (``to_dict()`` of a cluster task's, in corpus order).
+
+        >>> mine = BadRecords(skip=True); theirs = mine.fresh(); theirs.add("r.jsonl", "line 3", "no text")
+        >>> mine.absorb(theirs.to_dict()); mine.to_dict()
+        {'skipped': 1, 'examples': ['r.jsonl: line 3: no text']}
+        """
+        with self._lock:
+            self.count += int(found["skipped"])
+            self.examples.extend(found["examples"][:max(0, MAX_EXAMPLES - len(self.examples))])
+
+    def fresh(self) -> "BadRecords":
+        """An empty collector with the same policy (one per cluster task)."""
+        return BadRecords(skip=self.skip)
+
+    def __getstate__(self) -> dict:          # the lock does not travel (shards go to cluster workers)
+        return {"skip": self.skip, "count": self.count, "examples": list(self.examples)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["skip"], state["count"], state["examples"])
+
 
 def to_document(value: Any) -> bytes:
     """A document's bytes: ``str`` as UTF-8 with surrogateescape, ``bytes``-like as is.

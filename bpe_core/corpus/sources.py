@@ -567,6 +567,27 @@ def iter_tasks(sources: Sequence[Source], opts: ReadOptions, ahead: int = 1,
             p.stop.set()
 
 
+def shard_blocks(shard: Shard) -> Iterator[Block]:
+    """The blocks of one shard, in order, for a task that reads it by itself (a cluster worker): a
+    lazy shard's one block; a stream's blocks decompressed ahead on a reader thread (one block
+    ahead, as ``iter_tasks`` does), so decompressing overlaps with the work on the last block.
+
+    >>> import tempfile, os, gzip; p = os.path.join(tempfile.mkdtemp(), "a.txt.gz")
+    >>> _ = open(p, "wb").write(gzip.compress(b"hello"))
+    >>> [bytes(b.data) for sh in expand_inputs(p)[0].shards(ReadOptions()) for b in shard_blocks(sh)]
+    [b'hello']
+    """
+    if shard.lazy:
+        yield shard.read()
+        return
+    producer = _Producer(shard, 1)
+    producer.start()
+    try:
+        yield from producer.blocks()
+    finally:
+        producer.stop.set()
+
+
 def load(task: Union[Shard, Block]) -> Block:
     """The block of a task from ``iter_tasks`` (reads a lazy shard; run it on a worker)."""
     return task.read() if isinstance(task, Shard) else task
@@ -614,4 +635,4 @@ def spool(sources: Sequence[Source], opts: ReadOptions, out) -> int:
     return n
 
 
-__all__ += ["Shard", "load", "spool"]
+__all__ += ["Shard", "load", "shard_blocks", "spool"]

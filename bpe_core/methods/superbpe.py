@@ -46,7 +46,9 @@ import regex
 
 from ..corpus.chunks import file_chunks, split_spans
 from ..corpus.files import open_corpus
+from ..corpus.readers import BadRecords
 from ..corpus.shards import is_url, source_shards
+from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, replay_merges
 from ..engine.units import ENCODED_MARK, RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units
@@ -54,6 +56,7 @@ from ..errors import InputChanged, ModelFormatError
 from ..formats import registry
 from ..encode.tokenizer import TwoStageEncoder
 from ..formats.model import Model
+from ..pretok.counting import check_distributable, private_shard
 from ..pretok.patterns import pattern_name, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from ..pretok.wordtable import WordTable
@@ -590,6 +593,52 @@ def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[byt
     return out
 
 
+def units_source_shard(shard, context: UnitsContext, specials: Sequence[bytes], pattern: str, keep_below: int,
+                       cut_spaces: bool) -> tuple:
+    """Task: the unique units of one shard of ``corpus.sources`` (its blocks in order, read where
+    the task runs), as :func:`units_shard` gives them for a byte range."""
+    sh = private_shard(shard)
+    parts = []
+    for block in shard_blocks(sh):
+        buf = block.data if isinstance(block.data, np.ndarray) else np.frombuffer(block.data, np.uint8)
+        parts.append(_units_of(buf, block.label, specials, pattern, keep_below, context.index, context.flags,
+                               cut_spaces, context.classes))
+    if not parts:
+        data, starts, counts = UnitCounter().to_arrays()
+        return data, starts, counts, 0, 0
+    return combine_units(parts)
+
+
+def count_units_on(executor, sources, opts: ReadOptions, table: WordTable, specials: Sequence[bytes], pattern: str,
+                   chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
+                   flags: Optional[np.ndarray] = None, classes: Optional[np.ndarray] = None) -> tuple[tuple, dict]:
+    """``count_units`` over the shards of ``sources`` (``corpus.sources``) on an executor: the
+    units of the corpus those sources make (items joined by the first special token), as
+    ``count_units`` counts them on that corpus spooled to one file. Shards are cut at document
+    edges only (units run across newlines); the separator between items is a document edge.
+
+    Raises:
+        ValueError: an input a worker cannot read (standard input, an iterator).
+    """
+    check_distributable(sources)
+    keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
+    if flags is None:
+        flags = word_flags(table)
+    opts.chunk_bytes, opts.special_tokens = chunk_bytes, list(specials)
+    opts.pattern, opts.inside_documents = pattern_name(pattern), False
+    shards = [sh for src in sources for sh in src.shards(opts)]
+    with open_executor(executor) as ex:
+        context = ex.share(UnitsContext(table.arena, table.offsets, flags, classes))
+        data, starts, counts, seen, kept = ex.map_reduce(
+            units_source_shard, shards, combine_units,
+            shared=(context, list(specials), pattern, keep_below, cut_spaces))
+    for src in sources:
+        if src.stamp is not None:
+            src.stamp.check()
+    info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.shape[0])}
+    return (data, starts, counts), info
+
+
 # ==== Training =================================================================================
 
 
@@ -652,9 +701,20 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     else:
         flags = word_flags(table)
         classes = word_classes(table) if config.stage2_skip_encoded else None
-        units, info = count_units(config.input_path, table, specials, pattern, plan.num_workers,
-                                  plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
-                                  executor=config.cluster, classes=classes)
+        path, sources = config.input_path, None
+        if config.cluster is not None and not (isinstance(path, str) and is_url(path)):
+            sources = expand_inputs(path, config.input_format, config.text_column)
+            if len(sources) == 1 and sources[0].plain_text:
+                path, sources = sources[0].name, None
+        if sources is not None:      # many inputs, compressed, records: units over the same shards
+            opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
+                               bad=BadRecords(skip=True))          # bad records: reported by the counting
+            units, info = count_units_on(config.cluster, sources, opts, table, specials, pattern, plan.chunk_bytes,
+                                         fraction, cut_spaces=(split == "hf"), flags=flags, classes=classes)
+        else:
+            units, info = count_units(path, table, specials, pattern, plan.num_workers,
+                                      plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
+                                      executor=config.cluster, classes=classes)
         units_syms, units_offs, units_counts, encoded = stage2_table(units, table, seg_symbols, seg_offsets,
                                                                      (flags & NUMERIC) > 0, token_lengths,
                                                                      cut_numbers=(split == "units"))

@@ -8,6 +8,8 @@ across all three), and its totals are checked against what the workers counted.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import tempfile
 import time
@@ -17,7 +19,8 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from ..corpus.chunks import split_spans
-from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load
+from ..corpus.readers import BadRecords
+from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load, shard_blocks
 from ..runtime.atomic import remove_stale_in
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
@@ -26,8 +29,9 @@ from .patterns import pattern_name
 from .pretokenize import count_pretokens, merge_counts
 from .wordtable import WordTable
 
-__all__ = ["ChunkCount", "Spill", "block_spans", "combine_counts", "count_corpus", "count_shard", "count_shards",
-           "covered_bytes", "SPILL_PREFIX"]
+__all__ = ["ChunkCount", "Spill", "block_spans", "check_distributable", "combine_counts", "count_corpus",
+           "count_shard", "count_shards", "count_source_shard", "count_sources_on", "covered_bytes", "private_shard",
+           "shard_weights", "SPILL_PREFIX"]
 
 
 
@@ -44,6 +48,12 @@ class ChunkCount:
     begins_item: bool = True    # an item (file, record) starts at the chunk's first byte
     n_items: int = 0            # items starting in the chunk
     source: int = 0             # index of its source
+    # For results folded on a cluster (``combine_counts``): item starts inside the result that follow
+    # an item inside it (a separator goes before each), bytes per source, bad records found, blocks.
+    joins: int = 0
+    per_source: Optional[dict] = None
+    bad: Optional[dict] = None
+    n_blocks: int = 1
 
 
 def block_spans(buf, doc_ends, specials: Sequence[bytes]) -> tuple[np.ndarray, int]:
@@ -132,13 +142,207 @@ def combine_counts(parts: list) -> ChunkCount:
     """
     if not parts:
         empty = WordTable.empty()
-        return ChunkCount((empty.arena, empty.offsets, empty.counts), 0, 0, 0, 0)
+        return ChunkCount((empty.arena, empty.offsets, empty.counts), 0, 0, 0, 0, False, n_blocks=0)
     if len(parts) == 1:
         return parts[0]
     merged = merge_counts([p.table for p in parts])
     check_total("pretoken counts after a combine", int(merged[2].sum()), sum(int(p.table[2].sum()) for p in parts))
+    # Items in order: an item start after an item (in this group) is a join; the group begins an
+    # item when its first item starts before any other item of the group. Parts come in task order.
+    seen = joins = 0
+    begins = False
+    for p in parts:
+        joins += p.joins
+        if p.begins_item:
+            if seen:
+                joins += 1
+            else:
+                begins = True
+        seen += p.n_items
+    per_source = None
+    if any(p.per_source is not None for p in parts):
+        per_source = {}
+        for p in parts:
+            for k, v in (p.per_source or {}).items():
+                per_source[k] = per_source.get(k, 0) + v
+    bad = None
+    if any(p.bad is not None for p in parts):
+        collect = BadRecords(skip=True)
+        for p in parts:
+            if p.bad is not None:
+                collect.absorb(p.bad)
+        bad = collect.to_dict()
     return ChunkCount(merged, sum(p.n_bytes for p in parts), sum(p.n_specials for p in parts),
-                      sum(p.special_bytes for p in parts), sum(p.n_pretokens for p in parts))
+                      sum(p.special_bytes for p in parts), sum(p.n_pretokens for p in parts), begins, seen,
+                      parts[0].source, joins, per_source, bad, sum(p.n_blocks for p in parts))
+
+
+def count_source_shard(shard, specials: Sequence[bytes], pattern: str) -> ChunkCount:
+    """Task: count one shard of ``corpus.sources`` where it runs (a cluster worker reads it itself).
+
+    A lazy shard (a byte range of a plain file or of a JSON Lines file, Parquet row groups) is one
+    block; a compressed file is one shard whose blocks are decompressed and counted in order here
+    and folded as they come. The result carries what the client's totals need: items and joins
+    (separators), bytes per source, the bad records this shard held (collected fresh here).
+
+    >>> import tempfile, os; d = tempfile.mkdtemp(); p = os.path.join(d, "r.jsonl")
+    >>> _ = open(p, "w").write('{"text": "a b"}\\n{"text": "a"}\\n{"x": 1}\\n')
+    >>> from bpe_core.corpus.readers import BadRecords
+    >>> opts = ReadOptions(special_tokens=[b"<|e|>"], bad=BadRecords(skip=True))
+    >>> c = count_source_shard(expand_inputs(p)[0].shards(opts)[0], [b"<|e|>"], "gpt2")
+    >>> c.n_items, c.n_specials, c.n_pretokens, c.bad["skipped"], opts.bad.count
+    (2, 1, 3, 1, 0)
+    """
+    sh = private_shard(shard)
+    levels: list = []
+
+    def absorb(result: ChunkCount) -> None:
+        levels.append((0, result))
+        while len(levels) >= FOLD_FANOUT and all(lv == levels[-1][0] for lv, _ in levels[-FOLD_FANOUT:]):
+            lv = levels[-1][0]
+            group = [r for _, r in levels[-FOLD_FANOUT:]]
+            del levels[-FOLD_FANOUT:]
+            levels.append((lv + 1, combine_counts(group)))
+
+    for block in shard_blocks(sh):
+        result = _count_chunk((block, specials, pattern))
+        result.per_source = {block.source: result.n_bytes}
+        absorb(result)
+    if not sh.lazy:
+        # Conservation: every byte and record the reader produced was counted once.
+        check_total(f"bytes of {sh.source.name} (bytes counted vs bytes the reader produced)",
+                    sum(r.n_bytes for _, r in levels), sh.bytes_out)
+        check_total(f"records of {sh.source.name} (records counted vs records read)",
+                    sum(r.n_items for _, r in levels), sh.items_out)
+    total = combine_counts([r for _, r in levels])
+    total.per_source = total.per_source or {}
+    total.bad = sh.opts.bad.to_dict()
+    return total
+
+
+def private_shard(shard):
+    """A copy of a ``corpus.sources`` shard with its own bad-record collector (a task reports what
+    its shard held; on this machine's threads the shared collector stays untouched)."""
+    sh = copy.copy(shard)
+    sh.opts = dataclasses.replace(shard.opts, bad=shard.opts.bad.fresh())
+    sh.bytes_out = sh.items_out = 0
+    return sh
+
+
+def shard_weights(shards: Sequence) -> dict:
+    """Bytes of progress per shard (by ``id``): a byte range's length, else an even share of its
+    source's estimated size."""
+    per_source: dict = {}
+    for sh in shards:
+        per_source.setdefault(sh.source.index, []).append(sh)
+    out = {}
+    for group in per_source.values():
+        share = group[0].source.estimated_bytes // max(1, len(group))
+        for sh in group:
+            out[id(sh)] = (sh.end - sh.start) if hasattr(sh, "end") else share
+    return out
+
+
+def check_distributable(sources: Sequence[Source]) -> None:
+    """A cluster task reads its own shard: standard input and iterators cannot be shipped.
+
+    Raises:
+        ValueError: one line naming the input.
+
+    >>> try:
+    ...     check_distributable(expand_inputs([iter(["a"])]))
+    ... except ValueError as exc:
+    ...     print(exc)
+    <list_iterator>: an iterator (<list_iterator>) cannot be read by cluster workers; write it to a file (or drop --cluster / cluster=)
+    """
+    for src in sources:
+        if not src.rereadable:
+            what = "standard input" if src.is_stdin else f"an iterator ({src.name})"
+            raise ValueError(f"{src.name}: {what} cannot be read by cluster workers; write it to a file "
+                             f"(or drop --cluster / cluster=)")
+
+
+def count_sources_on(executor, sources: Sequence[Source], specials: Sequence[bytes], pattern: str,
+                     chunk_bytes: int, progress: bool = False, report: Optional[dict] = None,
+                     read_options: Optional[ReadOptions] = None) -> WordTable:
+    """``count_corpus`` with the shards of ``sources`` counted where ``executor`` runs (a cluster).
+
+    One task per shard (``Source.shards``: a byte range of a plain or JSON Lines file, Parquet row
+    groups, a whole compressed file), each reading its own bytes; the tables are combined in a
+    tree by :func:`combine_counts` (on the workers) and one comes back. The table, the totals
+    (items, documents, separators, bad records) and the conservation checks are those of
+    ``count_corpus`` on the same inputs.
+
+    Raises:
+        ValueError: an input a worker cannot read (standard input, an iterator).
+
+    >>> import tempfile, os; d = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(d, "a.txt"), "w").write("low low")
+    >>> _ = open(os.path.join(d, "b.txt"), "w").write("lower")
+    >>> from bpe_core.runtime.executors import LocalExecutor
+    >>> report = {"seconds": {}}
+    >>> t = count_sources_on(LocalExecutor(2), expand_inputs(d), [b"<|e|>"], "gpt2", 1 << 20, report=report)
+    >>> t.to_dict(), report["items"], report["separators_inserted"], report["documents"]
+    ({b' low': 1, b'low': 1, b'lower': 1}, 2, 1, 2)
+    """
+    t0 = time.perf_counter()
+    sources = list(sources)
+    check_distributable(sources)
+    opts = read_options if read_options is not None else ReadOptions()
+    opts.chunk_bytes, opts.special_tokens = chunk_bytes, list(specials)
+    opts.pattern, opts.inside_documents = pattern_name(pattern), True
+    sep = opts.sep
+    shards = [sh for src in sources for sh in src.shards(opts)]
+    names = ", ".join(s.name for s in sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
+    if report is not None:
+        report["seconds"]["plan"] = round(report["seconds"].get("plan", 0) + time.perf_counter() - t0, 3)
+    phase("pretokenize")
+    t1 = time.perf_counter()
+    weights = shard_weights(shards)
+    bar = progress_bar(progress, total=sum(weights.values()) or None, desc="pre-tokenize", unit="B",
+                       unit_scale=True, unit_divisor=1024)
+    try:
+        total = executor.map_reduce(count_source_shard, shards, combine_counts, shared=(list(specials), pattern),
+                                    on_done=(lambda sh: bar.update(weights[id(sh)])) if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    for src in sources:
+        if src.stamp is not None:
+            src.stamp.check()
+    phase("merge counts")
+    table = WordTable.from_arrays(total.table)
+    if total.bad is not None:
+        opts.bad.absorb(total.bad)
+    # Conservation: every byte of every plain file read once (streams were checked by their task);
+    # the table holds every pretoken counted, and covers every byte outside the special tokens.
+    per_source = total.per_source or {}
+    for src in sources:
+        if src.plain_text:
+            check_total(f"bytes of {src.name} (bytes read vs file size)", per_source.get(src.index, 0), src.size)
+    check_total(f"bytes of {names} (bytes read vs bytes per source)", sum(per_source.values()), total.n_bytes)
+    inserted = total.joins if sep else 0
+    specials_seen = total.n_specials + inserted
+    corpus_size = total.n_bytes + inserted * len(sep)
+    check_total("pretokens (sum of the table's counts vs pretokens counted by the tasks)",
+                int(table.counts.sum()), total.n_pretokens)
+    check_total(f"bytes of {names} (bytes the table covers vs text bytes)",
+                covered_bytes(table.offsets, table.counts), corpus_size - total.special_bytes - inserted * len(sep))
+    if report is not None:
+        report["n_chunks"] = total.n_blocks
+        report["seconds"]["pretokenize"] = round(time.perf_counter() - t1, 3)   # counting and combining
+        report["seconds"]["merge_counts"] = 0.0                                 # (on the workers)
+        report["special_token_occurrences"] = specials_seen
+        report["bytes_scanned"] = total.n_bytes
+        report["corpus_bytes"] = corpus_size
+        report["items"] = total.n_items
+        report["separators_inserted"] = inserted
+        report["documents"] = (specials_seen + 1 if total.n_items else 0) if specials else total.n_items
+        report["pretokens_counted"] = total.n_pretokens
+        report["spilled_runs"] = 0
+        report["spilled_bytes"] = 0
+        report["bad_records"] = opts.bad.to_dict()
+    return table
 
 
 def count_shards(shards: Sequence, specials: Sequence[bytes], pattern: str, executor, size: int, label: str,

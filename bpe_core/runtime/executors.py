@@ -146,6 +146,13 @@ class DaskExecutor(Executor):
         self._cluster = cluster          # a LocalCluster we started (closed with us), else None
         self._own_client = own_client or cluster is not None
         self.n_tasks = 0
+        self.warm()
+
+    def warm(self) -> None:
+        """Import the package on every worker now, in the background (a fixed cost of ~0.3-0.7 s per
+        worker process that the first task would otherwise pay while the client cuts shards)."""
+        with contextlib.suppress(Exception):       # an optimisation only: the first task imports anyway
+            self.client.run(_warm_worker, wait=False)
 
     @property
     def n_workers(self) -> int:
@@ -255,6 +262,22 @@ def _dashboard_link(client) -> Optional[str]:
         return None
 
 
+async def _warm_worker() -> None:
+    """Run on each worker by ``DaskExecutor.warm``: import the package (its kernels, numpy). A
+    coroutine, as ``Client.run(wait=False)`` requires; the import holds the worker's event loop
+    for its fraction of a second, as the first task's unpickling would."""
+    import importlib
+
+    importlib.import_module(__name__.split(".")[0])
+
+
+def worker_cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far (``tools/bench_cluster.py`` runs it on
+    each worker before and after a phase)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def worker_peak_rss() -> int:
     """Peak resident bytes of this process (run on each worker by ``DaskExecutor.worker_peaks``)."""
     scale = 1 if sys.platform == "darwin" else 1024
@@ -284,6 +307,30 @@ def check_cluster_spec(spec: Any) -> Any:
         raise ValueError(f"cluster: {spec!r}: expected local:N, a scheduler address such as "
                          f"tcp://host:8786, or env ({SCHEDULER_ENV})")
     return spec
+
+
+#: Dask's statistical profiler samples each worker's stack every 10 ms: CPU the workers spend
+#: besides the tasks. Off on the LocalClusters started here unless this variable sets it.
+PROFILE_ENV = "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"
+#: Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``: freed table memory goes back to
+#: the OS at once and the next table faults it in again (3x the page faults of the single-node
+#: process, ~12% of a worker's CPU while counting; docs/cluster.md). The LocalClusters started here
+#: keep glibc's default, as this process has, unless the variable is set in the environment.
+TRIM_ENV = "MALLOC_TRIM_THRESHOLD_"
+
+
+def _quiet_workers():
+    """A config context for starting a ``LocalCluster`` (its nannies copy the config they see)."""
+    import dask
+
+    settings: dict = {}
+    if os.environ.get(PROFILE_ENV) is None:
+        settings["distributed.worker.profile.enabled"] = False
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+    if TRIM_ENV in environ and os.environ.get(TRIM_ENV) is None:
+        del environ[TRIM_ENV]
+        settings["distributed.nanny.pre-spawn-environ"] = environ
+    return dask.config.set(settings)
 
 
 def _distributed():
@@ -335,7 +382,8 @@ def open_executor(spec: Any = None, num_workers: int = 1, announce: Optional[Cal
         options = dict(n_workers=int(n) if n else (os.cpu_count() or 1), threads_per_worker=1, processes=True,
                        host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
         options.update(cluster_options)
-        cluster = distributed.LocalCluster(**options)
+        with _quiet_workers():
+            cluster = distributed.LocalCluster(**options)
         client = distributed.Client(cluster)
         ex = DaskExecutor(client, cluster)
     elif "://" in text:
