@@ -820,6 +820,10 @@ def test_encode_urls_to_url_parts(client, inputs, inputs_tokenizer, tmp_path):
 def test_bad_url_inputs_are_one_line(client, inputs, inputs_tokenizer, tmp_path):
     """A missing URL, a pattern that matches nothing, a format not read here, a Parquet file that is
     not one, and a bad record: one line naming the URL, from the API and from the tools (exit 2)."""
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    dump_folder(train(TrainConfig(input_path=inputs["gz"], vocab_size=300, special_tokens=tuple(SPECIALS))).model,
+                str(tok))
     (tmp_path / "x.lz4").write_bytes(b"\x04\x22\x4d\x18" + b"\0" * 20)
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really parquet")
     cases = [("file://" + str(tmp_path / "gone.txt"), "no such file"),
@@ -833,14 +837,14 @@ def test_bad_url_inputs_are_one_line(client, inputs, inputs_tokenizer, tmp_path)
         code, err = run_tool("train_bpe", [url, "--vocab-size", "300", "--out", str(tmp_path / "o"),
                                            "--cluster", client.scheduler.address, "--progress", "none"])
         assert code == 2 and err.count("\n") == 1 and message in err, err
-        code, err = run_tool("encode_corpus", [url, "--tokenizer", str(tmp_path), "--out",
+        code, err = run_tool("encode_corpus", [url, "--tokenizer", str(tok), "--out",
                                                str(tmp_path / "ids.npy"), "--progress", "none"])
         assert code == 2 and err.count("\n") == 1 and message in err, err
     with pytest.raises(CorpusError, match="line 84") as info:       # the local run's line, with the URL
         encode_corpus(_url(inputs["jsonl"]), inputs_tokenizer, tmp_path / "ids.npy", progress=False,
                       cluster=client, chunk_bytes=3000)
     assert str(info.value).startswith("file://")
-    assert sorted(os.listdir(tmp_path)) == ["bad.parquet", "x.lz4"]
+    assert sorted(os.listdir(tmp_path)) == ["bad.parquet", "tok", "x.lz4"]
 
 
 def test_url_changed_mid_run_is_refused(client, tmp_path):
