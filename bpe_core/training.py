@@ -35,15 +35,15 @@ from . import methods  # noqa: F401  (registers the methods)
 from .config import TrainConfig
 from .corpus import encode_specials
 from .corpus.readers import BadRecords
-from .corpus.shards import check_source, is_url, source_shards, warn_if_binary_source
+from .corpus.shards import is_url
 from .corpus.sources import ReadOptions, Source, expand_inputs, spool
 from .errors import BinaryInputWarning, BudgetError
 from .formats import registry
 from .formats.model import Model
 from .methods.curate import curated_config
 from .methods.init_from import load_init
-from .pretok.counting import check_distributable, count_corpus, count_shards, count_sources_on
-from .pretok.patterns import pattern_name, resolve_pattern
+from .pretok.counting import check_distributable, count_corpus, count_sources_on
+from .pretok.patterns import resolve_pattern
 from .runtime import budget
 from .runtime.executors import open_executor
 from .runtime.memmon import MemoryMonitor, phase
@@ -100,10 +100,7 @@ def plan(config: TrainConfig, sources: list[Source] | None = None) -> budget.Pla
     Raises:
         errors.BudgetError: the run cannot fit ``config.memory_limit``.
     """
-    if _sharded(config):
-        size = check_source(config.input_path)
-    else:
-        size = _input_bytes(sources if sources is not None else sources_of(config))
+    size = _input_bytes(sources if sources is not None else sources_of(config))
     # Workers are threads running nogil kernels: more of them than cores only adds memory, so a
     # larger --workers is capped at the cores (the plan's notes say so).
     return budget.plan_training(size, config.memory_limit, os.cpu_count() or 1, None,
@@ -137,18 +134,13 @@ def _spooled(config: TrainConfig, sources: list[Source]):
 
 def train(config: TrainConfig) -> TrainResult:
     """Train from a :class:`TrainConfig`; returns the model and a run report."""
-    sharded = _sharded(config)
-    if sharded:
-        # For a URL, tasks read their own shards of one plain-text input (here or on a cluster).
-        _check_sharded_input(config)
-        sources = None
-    else:
-        sources = sources_of(config)
-        if config.cluster is not None:
-            check_distributable(sources)     # stdin and iterators cannot go to cluster workers
-    single_plain = sharded or (len(sources) == 1 and sources[0].plain_text)
+    sources = sources_of(config)             # local paths and fsspec URLs alike (corpus.sources)
+    if config.cluster is not None:
+        check_distributable(sources)         # stdin and iterators cannot go to cluster workers
+    # one local plain file: what SupraTok, the official stage-2 split and curation read again
+    single_plain = len(sources) == 1 and sources[0].plain_text and not sources[0].is_url
     if not single_plain and (config.entropy_filter or registry.get(config.method).rereads_input) \
-            and not _stage2_on_cluster(config):
+            and not _stage2_on_shards(config, sources):
         # The method (or the filter) reads the corpus twice: one plain file makes that possible.
         with _spooled(config, sources) as (spooled, info), warnings.catch_warnings():
             warnings.simplefilter("ignore", BinaryInputWarning)
@@ -168,14 +160,11 @@ def train(config: TrainConfig) -> TrainResult:
     method = registry.get(config.method)
     pattern = resolve_pattern(config.pattern)
     specials = encode_specials(config.special_tokens)
-    if sharded:
-        size = check_source(config.input_path)
-        warn_if_binary_source(config.input_path)
     init = load_init(config)        # --init-from: checked before any work (None without it)
     the_plan = plan(config, sources)
     report: dict[str, Any] = {
         "input_path": _describe_input(config.input_path),
-        "inputs": 1 if sharded else len(sources),
+        "inputs": len(sources),
         "vocab_size": config.vocab_size,
         "special_tokens": list(config.special_tokens),
         "pattern": pattern,
@@ -201,16 +190,7 @@ def train(config: TrainConfig) -> TrainResult:
             open_executor(config.cluster, the_plan.num_workers, announce=_announcer(config.progress)) as executor:
         if executor.remote:
             report["seconds"]["cluster_start"] = round(time.perf_counter() - t_open, 3)
-        if sharded:
-            t_cut = time.perf_counter()
-            shards = source_shards(config.input_path, the_plan.chunk_bytes, specials, pattern_name(pattern))
-            report["seconds"]["plan"] = round(report["seconds"]["plan"] + time.perf_counter() - t_cut, 3)
-            table = count_shards(shards, specials, pattern, executor, size, config.input_path,
-                                 progress=config.progress, report=report)
-            report["input_bytes"] = report["corpus_bytes"] = size
-            report["documents"] = report["special_token_occurrences"] + 1 if size else 0
-            config = replace(config, cluster=executor)     # the method's own data-parallel phases too
-        elif config.cluster is not None:
+        if config.cluster is not None:
             # Each task reads its own shard of the inputs (byte ranges, row groups, whole
             # compressed files); the tables are combined on the workers.
             table = count_sources_on(executor, sources, specials, pattern, the_plan.chunk_bytes,
@@ -272,36 +252,17 @@ def train(config: TrainConfig) -> TrainResult:
     return TrainResult(model=model, report=report)
 
 
-def _sharded(config: TrainConfig) -> bool:
-    """Counting runs as tasks that read their own shards of one URL (here, or on a cluster)."""
-    return isinstance(config.input_path, str) and is_url(config.input_path)
-
-
-def _stage2_on_cluster(config: TrainConfig) -> bool:
-    """SuperBPE on a cluster reads many inputs twice without spooling them on this machine: its
-    stage-2 units are counted over the same shards (``methods.superbpe.count_units``). That needs a
-    separator between items (else the spooled corpus decides: it refuses several items)."""
-    if config.cluster is None or config.method != "superbpe" or config.entropy_filter:
+def _stage2_on_shards(config: TrainConfig, sources: list[Source]) -> bool:
+    """SuperBPE on a cluster, or on URL inputs, reads many inputs twice without spooling them on this
+    machine: its stage-2 units are counted over the same shards (``methods.superbpe.count_units_on``).
+    That needs a separator between items (else the spooled corpus decides: it refuses several items)."""
+    if config.method != "superbpe" or config.entropy_filter:
+        return False
+    if config.cluster is None and not any(s.is_url for s in sources):
         return False
     from .methods.superbpe import normal_split
 
     return normal_split(config.stage2_split) != "official" and bool(config.special_tokens)
-
-
-def _check_sharded_input(config: TrainConfig) -> None:
-    """What the URL path takes: one plain-text URL; and what cannot take a URL."""
-    if config.input_format not in ("auto", "text"):
-        raise ValueError(f"{config.input_path}: a URL input is plain text, not {config.input_format}")
-    what = None
-    if config.entropy_filter:
-        what = "entropy_filter (curation)"
-    elif config.method == "supratok":
-        what = "method supratok"
-    elif config.method == "superbpe" and config.stage2_split == "official":
-        what = "stage2_split official"
-    if what is not None:
-        raise ValueError(f"{config.input_path}: {what} reads the input as a local file; copy it to a local "
-                         f"file first (URLs work for bpe and superbpe)")
 
 
 def _announcer(progress):

@@ -391,8 +391,9 @@ def test_url_inputs_are_checked(tmp_path):
     with pytest.raises(CorpusError, match="no such file"):
         train(TrainConfig(input_path="memory://bpe_core_test/none.txt", vocab_size=300))
     fsspec.filesystem("memory").pipe("/bpe_core_test/t.txt", b"hello")
-    with pytest.raises(ValueError, match="local file"):
-        train(TrainConfig(input_path="memory://bpe_core_test/t.txt", vocab_size=300, method="supratok"))
+    # a method that reads its input twice as one local file gets the URL spooled, as a .gz would be
+    r = train(TrainConfig(input_path="memory://bpe_core_test/t.txt", vocab_size=300, method="supratok"))
+    assert r.report["spooled"]["spooled_bytes"] == 5
     with pytest.raises(InputChanged):
         Shard("memory://bpe_core_test/t.txt", 0, 9).read()
     with pytest.raises(CorpusError, match="every worker sees"):
@@ -702,3 +703,209 @@ def test_local_clusters_start_without_malloc_trimming_or_profiler(monkeypatch):
     with _quiet_workers():
         assert TRIM_ENV in dask.config.get("distributed.nanny.pre-spawn-environ")
         assert dask.config.get("distributed.worker.profile.enabled") is not False
+
+
+# ==== fsspec URL inputs: every container, many files, globs (corpus.sources through fsspec) ========
+
+
+def _unurl(value):
+    """A report value with ``file://`` taken out of the messages (bad records name the URL)."""
+    if isinstance(value, dict) and "examples" in value:
+        return dict(value, examples=[e.replace("file://", "", 1) for e in value["examples"]])
+    return value
+
+
+def _url(spec):
+    """``file://`` URLs of the local inputs (workers are processes: ``memory://`` would not reach them)."""
+    return [_url(s) for s in spec] if isinstance(spec, list) else "file://" + spec
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_train_every_input_from_urls_on_cluster(client, inputs, tmp_path, kind):
+    """The same inputs as ``file://`` URLs (a folder URL for ``many``, a list for ``mixed``) on the
+    cluster: the model and the report's totals are those of the local paths on one machine."""
+    options = dict(vocab_size=380, special_tokens=tuple(SPECIALS), skip_bad_records=True, chunk_bytes=3000)
+    single = train(TrainConfig(input_path=inputs[kind], num_workers=1, **options))
+    on_cluster = train(TrainConfig(input_path=_url(inputs[kind]), cluster=client, **options))
+    assert _model_bytes(on_cluster, tmp_path / "c") == _model_bytes(single, tmp_path / "s")
+    for key in REPORT_KEYS:
+        assert _unurl(on_cluster.report[key]) == single.report[key], key
+    assert on_cluster.report["inputs"] == single.report["inputs"]
+
+
+def test_train_urls_on_this_machine(inputs, tmp_path):
+    """Without a cluster this machine's threads read the URLs: ``memory://`` copies of the mixed
+    inputs (and a ``file://`` glob) give the local model."""
+    options = dict(vocab_size=380, special_tokens=tuple(SPECIALS), skip_bad_records=True, chunk_bytes=3000,
+                   num_workers=2)
+    mem = fsspec.filesystem("memory")
+    urls = []
+    for k, path in enumerate(inputs["mixed"]):
+        name = f"/bpe_core_urls/{k}-{os.path.basename(path)}"
+        mem.pipe(name, open(path, "rb").read())
+        urls.append("memory://" + name.lstrip("/"))
+    single = train(TrainConfig(input_path=inputs["mixed"], **options))
+    got = train(TrainConfig(input_path=urls, **options))
+    assert _model_bytes(got, tmp_path / "m") == _model_bytes(single, tmp_path / "s")
+    for key in REPORT_KEYS:
+        if key != "bad_records":
+            assert got.report[key] == single.report[key], key
+    assert got.report["bad_records"]["skipped"] == single.report["bad_records"]["skipped"]
+    folder = os.path.dirname(inputs["jsonl"])
+    want = train(TrainConfig(input_path=os.path.join(folder, "r.jsonl*"), **options))
+    glob = train(TrainConfig(input_path="file://" + os.path.join(folder, "r.jsonl*"), **options))
+    assert glob.report["inputs"] == 2 and glob.merges == want.merges
+
+
+@pytest.mark.parametrize("split,where", [("hf", "cluster"), ("units", "cluster"), ("hf", "here")])
+def test_superbpe_from_urls(client, inputs, tmp_path, split, where):
+    """SuperBPE's stage-2 units over the shards of URL inputs (on the cluster, or on this machine's
+    threads), with no spooled copy: the model of the local paths."""
+    options = dict(vocab_size=450, special_tokens=tuple(SPECIALS), skip_bad_records=True, chunk_bytes=3000,
+                   method="superbpe", stage2_split=split)
+    single = train(TrainConfig(input_path=inputs["mixed"], num_workers=1, **options))
+    run = {"cluster": client} if where == "cluster" else {"num_workers": 2}
+    got = train(TrainConfig(input_path=_url(inputs["mixed"]), **run, **options))
+    assert "spooled" not in got.report
+    assert _model_bytes(got, tmp_path / "u") == _model_bytes(single, tmp_path / "s")
+    assert got.report["superbpe"] == single.report["superbpe"]
+
+
+@pytest.mark.parametrize("kind,options", [
+    ("mixed", {"doc_index": True, "shard_tokens": 3000}),
+    ("many", {"verify": True}),
+    ("parquet", {"separator": False, "doc_index": True}),
+    ("jsonl.zst", {}), ("gz", {}), ("zst", {}), ("jsonl", {}),
+])
+def test_encode_every_input_from_urls_on_cluster(client, inputs, inputs_tokenizer, tmp_path, kind, options):
+    runs = {}
+    for mode in ("single", "cluster"):
+        folder = tmp_path / mode
+        folder.mkdir()
+        kw = dict(options)
+        if kw.get("doc_index"):
+            kw["doc_index"] = folder / "docs.npy"
+        if mode == "single":
+            where, spec = {"num_workers": 1}, inputs[kind]
+        else:
+            where, spec = {"cluster": client}, _url(inputs[kind])
+        runs[mode] = encode_corpus(spec, inputs_tokenizer, folder / "ids.npy", chunk_bytes=3000,
+                                   progress=False, skip_bad_records=True, **where, **kw)
+    single, got = runs["single"], runs["cluster"]
+    assert _files(tmp_path / "cluster") == _files(tmp_path / "single")      # ids, shards, manifest, index
+    assert (got.n_tokens, got.n_bytes, got.n_documents, _unurl(got.bad_records), got.n_chunks) == \
+        (single.n_tokens, single.n_bytes, single.n_documents, single.bad_records, single.n_chunks)
+
+
+def test_encode_urls_to_url_parts(client, inputs, inputs_tokenizer, tmp_path):
+    """URL inputs of every container into URL parts with a manifest (on the cluster, and into
+    ``memory://`` on this machine): concatenated they are the local single-node ids. A first shard
+    with no item (a JSON Lines file of blank lines) puts no separator before the next one."""
+    blank = tmp_path / "blank.jsonl"
+    blank.write_bytes(b"\n\n\n")
+    specs = [str(blank)] + inputs["mixed"]
+    encode_corpus(specs, inputs_tokenizer, tmp_path / "single.npy", num_workers=1, progress=False,
+                  skip_bad_records=True, chunk_bytes=3000)
+    want = np.load(tmp_path / "single.npy")
+    out = "file://" + str(tmp_path / "parts")
+    got = encode_corpus(_url(specs), inputs_tokenizer, out, chunk_bytes=3000, progress=False, cluster=client,
+                        skip_bad_records=True, verify=True)
+    assert got.n_tokens == len(want) and got.bad_records["skipped"] >= 1 and got.verified_bytes > 0
+    assert np.array_equal(load_sharded_ids(out), want)
+    encode_corpus(_url(specs), inputs_tokenizer, "memory://bpe_core_urls/parts", chunk_bytes=5000, progress=False,
+                  num_workers=2, skip_bad_records=True)
+    assert np.array_equal(load_sharded_ids("memory://bpe_core_urls/parts"), want)
+
+
+def test_bad_url_inputs_are_one_line(client, inputs, inputs_tokenizer, tmp_path):
+    """A missing URL, a pattern that matches nothing, a format not read here, a Parquet file that is
+    not one, and a bad record: one line naming the URL, from the API and from the tools (exit 2)."""
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    dump_folder(train(TrainConfig(input_path=inputs["gz"], vocab_size=300, special_tokens=tuple(SPECIALS))).model,
+                str(tok))
+    (tmp_path / "x.lz4").write_bytes(b"\x04\x22\x4d\x18" + b"\0" * 20)
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really parquet")
+    cases = [("file://" + str(tmp_path / "gone.txt"), "no such file"),
+             ("file://" + str(tmp_path / "*.none"), "no file matches"),
+             ("file://" + str(tmp_path / "x.lz4"), "lz4-compressed"),
+             ("file://" + str(tmp_path / "bad.parquet"), "not a readable Parquet file")]
+    for url, message in cases:
+        with pytest.raises(CorpusError, match=message) as info:
+            train(TrainConfig(input_path=url, vocab_size=300, cluster=client))
+        assert str(info.value).startswith(url) and "\n" not in str(info.value)
+        code, err = run_tool("train_bpe", [url, "--vocab-size", "300", "--out", str(tmp_path / "o"),
+                                           "--cluster", client.scheduler.address, "--progress", "none"])
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+        code, err = run_tool("encode_corpus", [url, "--tokenizer", str(tok), "--out",
+                                               str(tmp_path / "ids.npy"), "--progress", "none"])
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    with pytest.raises(CorpusError, match="line 84") as info:       # the local run's line, with the URL
+        encode_corpus(_url(inputs["jsonl"]), inputs_tokenizer, tmp_path / "ids.npy", progress=False,
+                      cluster=client, chunk_bytes=3000)
+    assert str(info.value).startswith("file://")
+    assert sorted(os.listdir(tmp_path)) == ["bad.parquet", "tok", "x.lz4"]
+
+
+def test_url_changed_mid_run_is_refused(client, tmp_path):
+    """A URL rewritten after its shards were cut: the worker that reads it (or the final check)
+    raises ``InputChanged`` naming it; nothing is written."""
+    from bpe_core.corpus.sources import ReadOptions, expand_inputs
+    from bpe_core.pretok.counting import count_sources_on
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"hello world<|endoftext|>" * 500)
+    sources = expand_inputs("file://" + str(path))
+    time.sleep(0.01)
+    path.write_bytes(b"hello there<|endoftext|>" * 500)           # same size, new content
+    with pytest.raises(InputChanged, match="changed while it was read") as info:
+        count_sources_on(DaskExecutor(client), sources, [b"<|endoftext|>"], "gpt2", 3000, read_options=ReadOptions())
+    assert str(info.value).startswith("file://")
+
+
+# ==== Worker loss while encoding ===================================================================
+
+
+def _slowly(fn, *args):
+    time.sleep(0.15)
+    return fn(*args)
+
+
+class _SlowExecutor(DaskExecutor):
+    """Every task sleeps a little first, so a kill lands while tasks are in flight."""
+
+    def map(self, fn, tasks, shared=(), on_done=None):
+        import functools
+
+        return super().map(functools.partial(_slowly, fn), tasks, shared, on_done)
+
+
+def test_a_killed_worker_changes_nothing_while_encoding(client, inputs, inputs_tokenizer, tmp_path):
+    """Kill one worker process during cluster encoding (shards of many containers, read through
+    ``file://`` URLs): the lost tasks run again and the .npy equals the single-node one."""
+    import psutil
+
+    specs = inputs["mixed"]
+    encode_corpus(specs, inputs_tokenizer, tmp_path / "single.npy", num_workers=1, progress=False,
+                  skip_bad_records=True, chunk_bytes=3000)
+    victim = sorted(client.run(os.getpid).values())[0]
+    killed = {}
+
+    def kill():
+        time.sleep(1.0)
+        psutil.Process(victim).kill()
+        killed["at"] = time.monotonic()
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    try:
+        got = encode_corpus(_url(specs), inputs_tokenizer, tmp_path / "cluster.npy", progress=False,
+                            skip_bad_records=True, chunk_bytes=3000, cluster=_SlowExecutor(client))
+        finished = time.monotonic()
+    finally:
+        killer.join()
+    assert killed["at"] < finished, "the kill must land during the run"
+    assert got.n_chunks >= 24
+    assert open(tmp_path / "cluster.npy", "rb").read() == open(tmp_path / "single.npy", "rb").read()
+    assert sorted(os.listdir(tmp_path)) == ["cluster.npy", "single.npy"]
+    client.wait_for_workers(2, timeout=30)

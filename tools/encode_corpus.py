@@ -47,7 +47,7 @@ from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, che
                                 check_out_prefix, chunk_size, run_main)
 from bpe_core.config import parse_size  # noqa: E402
 from bpe_core.corpus.sources import expand_inputs  # noqa: E402
-from bpe_core.corpus.shards import check_source, is_url  # noqa: E402
+from bpe_core.corpus.shards import is_url  # noqa: E402
 from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
 from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
 
@@ -116,10 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def check_paths() -> None:
         """The inputs and every output path, before any work."""
-        if isinstance(inputs, str) and is_url(inputs):
-            check_source(inputs)
-        else:
-            expand_inputs(inputs, args.input_format, args.text_column)
+        expand_inputs(inputs, args.input_format, args.text_column)      # local paths and URLs
         if not args.plan and not is_url(args.out):
             check_out_file(args.out)
             if args.report:

@@ -247,14 +247,10 @@ def _inputs(args):
 
 def _check_paths(args):
     """Check the inputs and every output path before any work; returns the inputs."""
-    from bpe_core.corpus.shards import check_source, is_url
     from bpe_core.corpus.sources import expand_inputs
 
     input_path = _inputs(args)
-    if isinstance(input_path, str) and is_url(input_path):
-        check_source(input_path)
-    else:
-        expand_inputs(input_path, args.input_format, args.text_column)
+    expand_inputs(input_path, args.input_format, args.text_column)      # local paths and URLs
     if args.spill_dir is not None:
         check_work_dir(args.spill_dir, "--spill-dir folder")
     if not args.plan:

@@ -347,12 +347,13 @@ def parquet_column(pf, path: str, text_column: str) -> int:
 
 
 def parquet_row_group_documents(path: str, index: int, text_column: str, first_row: int,
-                                bad: BadRecords) -> list:
+                                bad: BadRecords, file: Any = None) -> list:
     """The documents of row group ``index`` as buffers (memoryviews into Arrow memory), nulls
-    skipped as bad records; a row group that cannot be read is bad as a whole."""
+    skipped as bad records; a row group that cannot be read is bad as a whole. ``file``: an open
+    binary file object to read instead of ``path`` (an fsspec URL's file; ``path`` names it)."""
     pq = need_module("pyarrow.parquet", path)
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path if file is None else file)
         n_rows = pf.metadata.row_group(index).num_rows
     except Exception as exc:              # pyarrow.ArrowInvalid, OSError: a corrupt file
         raise CorpusError(path, f"not a readable Parquet file ({exc})") from None

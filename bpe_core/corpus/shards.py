@@ -40,8 +40,8 @@ from ..runtime.workers import FileStamp, read_range
 from .chunks import cut_points
 from .files import SNIFF_BYTES, binary_reason, check_input, compressed_format
 
-__all__ = ["Shard", "UrlStamp", "check_source", "is_url", "read_source", "source_shards", "source_stamp",
-           "warn_if_binary_source"]
+__all__ = ["Shard", "UrlStamp", "check_source", "expand_url", "is_url", "open_source", "read_source",
+           "source_shards", "source_stamp", "url_fs", "warn_if_binary_source"]
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 #: The keys of ``fsspec``'s ``info()`` that identify a version of a remote file (first one present).
@@ -58,8 +58,12 @@ def is_url(source: Union[str, os.PathLike]) -> bool:
     return isinstance(source, str) and _URL.match(source) is not None
 
 
-def _fsspec(url: str):
-    """``(filesystem, path)`` of a URL; a missing ``fsspec`` is one clear line."""
+def url_fs(url: str):
+    """``(filesystem, path)`` of an fsspec URL; a missing ``fsspec`` or protocol package is one clear line.
+
+    >>> fs, path = url_fs("memory://doc/a.txt"); type(fs).__name__, path
+    ('MemoryFileSystem', '/doc/a.txt')
+    """
     try:
         import fsspec
     except ImportError:
@@ -81,7 +85,7 @@ class UrlStamp:
 
     @classmethod
     def of(cls, url: str) -> "UrlStamp":
-        fs, path = _fsspec(url)
+        fs, path = url_fs(url)
         try:
             info = fs.info(path)
         except FileNotFoundError:
@@ -133,7 +137,7 @@ def read_source(source: str, start: int, end: int, stamp: Optional[Stamp] = None
                                       f"be on a filesystem every worker sees at the same path, or a URL") from None
     if end <= start:
         return np.zeros(0, np.uint8)
-    fs, path = _fsspec(source)
+    fs, path = url_fs(source)
     try:
         data = fs.cat_file(path, start=start, end=end)
     except FileNotFoundError:
@@ -150,6 +154,64 @@ def _host() -> str:
     import socket
 
     return socket.gethostname()
+
+
+def open_source(source: str):
+    """A binary file object of a local path (``open``) or an fsspec URL (``fs.open``), to be closed
+    by the caller (a ``with`` block); readers that stream (decompressors) or seek (Parquet) take it.
+
+    >>> import fsspec; fsspec.filesystem("memory").pipe("/doc/o.txt", b"hey")
+    >>> with open_source("memory://doc/o.txt") as f:
+    ...     f.read()
+    b'hey'
+    """
+    if not is_url(source):
+        return open(source, "rb")
+    fs, path = url_fs(source)
+    try:
+        return fs.open(path, "rb")
+    except FileNotFoundError:
+        raise InputChanged(source, "changed while it was read (it is gone); nothing was written") from None
+
+
+def expand_url(spec: str) -> list[str]:
+    """The files an input URL stands for, as ``expand_inputs`` reads a local path: a file (itself,
+    as given); a folder (its non-hidden files, recursively, sorted); a glob pattern (its matches,
+    sorted; ``**`` recurses). The URLs returned carry the protocol (``fs.unstrip_protocol``).
+
+    Raises:
+        CorpusError: no such file, an empty folder, a pattern that matches nothing.
+
+    >>> import fsspec; m = fsspec.filesystem("memory")
+    >>> for name in ("b.txt", "a.txt", ".hidden", "sub/c.txt"): m.pipe(f"/exp/{name}", b"x")
+    >>> expand_url("memory://exp/")
+    ['memory:///exp/a.txt', 'memory:///exp/b.txt', 'memory:///exp/sub/c.txt']
+    >>> expand_url("memory://exp/*.txt")
+    ['memory:///exp/a.txt', 'memory:///exp/b.txt']
+    """
+    fs, path = url_fs(spec)
+    try:
+        if fs.isfile(path):
+            return [spec]
+        if fs.isdir(path):
+            root = path.rstrip("/")
+            found = [p for p in fs.find(root) if not any(part.startswith(".")
+                                                          for part in p[len(root):].split("/"))]
+            if not found:
+                raise CorpusError(spec, "is a directory with no files")
+            return [fs.unstrip_protocol(p) for p in sorted(found)]
+        if any(c in path for c in "*?["):
+            found = sorted(p for p in fs.glob(path) if not fs.isdir(p))
+            if not found:
+                raise CorpusError(spec, "no file matches this pattern")
+            return [fs.unstrip_protocol(p) for p in found]
+    except CorpusError:
+        raise
+    except FileNotFoundError:
+        pass
+    except Exception as exc:        # noqa: BLE001 -- any backend's error becomes one line
+        raise CorpusError(spec, f"cannot read: {exc}") from None
+    raise CorpusError(spec, "no such file")
 
 
 def check_source(source: Union[str, os.PathLike]) -> int:

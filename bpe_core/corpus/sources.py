@@ -39,6 +39,7 @@ b'one<|e|>two'
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import queue
@@ -50,9 +51,10 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import CorpusError
-from ..runtime.workers import FileStamp, read_range
-from .chunks import file_chunks, first_safe_cut
+from ..runtime.workers import FileStamp
+from .chunks import cut_points, first_safe_cut
 from .files import check_input, warn_if_binary
+from .shards import UrlStamp, expand_url, is_url, open_source, read_source, warn_if_binary_source
 from .readers import (BadRecords, compression_of, dataset_documents, decompressed_pieces, file_head,
                       is_dataset, iterator_documents, jsonl_documents, line_of, need_module, parquet_column,
                       parquet_row_group_documents)
@@ -119,7 +121,14 @@ class Block:
 @dataclass
 class Source:
     """One input: a file (``kind`` text, jsonl or parquet; ``compression`` None or the stream's
-    format), standard input, or an in-memory iterator / ``datasets`` object (``kind`` iterator)."""
+    format), standard input, or an in-memory iterator / ``datasets`` object (``kind`` iterator).
+
+    A file is a local path or an fsspec URL (``s3://``, ``gs://``, ``hf://``, ``file://``, ...):
+    the same class reads both, through the filesystem the name says (``corpus.shards``:
+    ``read_source`` for byte ranges -- ``pread`` or a ranged read --, ``open_source`` for streams
+    and Parquet). ``stamp`` identifies the content (``FileStamp``: size, mtime, inode; ``UrlStamp``:
+    size and ETag / generation / mtime), checked as it is read and at the end of a run.
+    """
 
     name: str
     kind: str
@@ -127,7 +136,12 @@ class Source:
     size: int = 0                              # bytes on disk (0 for streams without a file)
     obj: Any = None                            # the iterator or dataset
     index: int = 0
-    stamp: Optional[FileStamp] = None
+    stamp: Optional[Union[FileStamp, UrlStamp]] = None
+
+    @property
+    def is_url(self) -> bool:
+        """A file read through fsspec (its name is a URL)."""
+        return self.obj is None and is_url(self.name)
 
     @property
     def is_stdin(self) -> bool:
@@ -171,9 +185,10 @@ class Source:
             return [StreamShard(self, opts)]
         if self.kind == "jsonl":
             return [JsonlRangeShard(self, opts, s, e) for s, e in _line_ranges(self.name, opts.chunk_bytes, self.stamp)]
-        chunks = file_chunks(self.name, opts.chunk_bytes, opts.special_tokens, opts.pattern,
-                             opts.inside_documents, stamp=self.stamp)
-        return [TextRangeShard(self, opts, s, e) for s, e in chunks]
+        # the cuts of chunks.file_chunks, through whichever filesystem holds the file
+        cuts = cut_points(lambda a, b: read_source(self.name, a, b, self.stamp), self.size, opts.chunk_bytes,
+                          opts.special_tokens, opts.pattern, opts.inside_documents)
+        return [TextRangeShard(self, opts, s, e) for s, e in zip(cuts[:-1], cuts[1:]) if e > s]
 
 
 def _is_glob(spec: str) -> bool:
@@ -195,7 +210,10 @@ def expand_inputs(specs: Union[str, os.PathLike, Any, Sequence[Any]], input_form
 
     Each spec is a file, a directory (its non-hidden files, recursively, sorted by path), a glob
     pattern (sorted matches; ``**`` recurses), ``-`` (standard input), an iterator of ``str`` /
-    ``bytes``, or a ``datasets.Dataset`` / ``IterableDataset``. The order is deterministic.
+    ``bytes``, or a ``datasets.Dataset`` / ``IterableDataset``. A file, directory or pattern may be
+    an fsspec URL (``s3://bucket/shards/*.jsonl.zst``, ``hf://datasets/org/name/data/``): it is
+    expanded by its filesystem (``shards.expand_url``) and read as a local file is. The order is
+    deterministic.
 
     Raises:
         CorpusError: a file that is missing, unreadable, not a regular file or compressed in a
@@ -223,7 +241,9 @@ def expand_inputs(specs: Union[str, os.PathLike, Any, Sequence[Any]], input_form
                 raise CorpusError(STDIN, "standard input is given twice")
             out.append(Source(STDIN, "jsonl" if input_format == "jsonl" else "text"))
             continue
-        if os.path.isdir(spec):
+        if is_url(spec):
+            paths = expand_url(spec)
+        elif os.path.isdir(spec):
             paths = _walk(spec)
             if not paths:
                 raise CorpusError(spec, "is a directory with no files")
@@ -242,10 +262,16 @@ def expand_inputs(specs: Union[str, os.PathLike, Any, Sequence[Any]], input_form
 
 
 def _file_source(path: str, input_format: str, text_column: str) -> Source:
-    size = check_input(path, compressed_ok=True)
-    head = file_head(path, 16) if size else b""
+    url = is_url(path)
+    if url:
+        stamp = UrlStamp.of(path)          # no such file, a directory: one line
+        size = stamp.size
+        head = read_source(path, 0, min(16, size)).tobytes() if size else b""
+    else:
+        size = check_input(path, compressed_ok=True)
+        head = file_head(path, 16) if size else b""
+        stamp = FileStamp.of(path)
     compression = compression_of(head, path)
-    stamp = FileStamp.of(path)
     if input_format == "parquet" or (input_format == "auto" and head.startswith(b"PAR1")):
         if compression is not None:
             raise CorpusError(path, f"is {compression}-compressed; a Parquet file compresses its own pages, "
@@ -264,7 +290,10 @@ def _file_source(path: str, input_format: str, text_column: str) -> Source:
         kind = "jsonl" if base.endswith(_JSONL_EXT) else "text"
     if kind == "text" and compression is None and size and (stamp, path) not in _WARNED:
         _WARNED.add((stamp, path))        # once per file (the tools expand the inputs more than once)
-        warn_if_binary(path, stacklevel=4)
+        if url:
+            warn_if_binary_source(path, stacklevel=4)
+        else:
+            warn_if_binary(path, stacklevel=4)
     return Source(path, kind, compression, size, stamp=stamp)
 
 
@@ -303,7 +332,7 @@ class TextRangeShard(Shard):
         self.start, self.end = start, end
 
     def read(self) -> Block:
-        data = read_range(self.source.name, self.start, self.end, self.source.stamp)
+        data = read_source(self.source.name, self.start, self.end, self.source.stamp)
         first = self.start == 0
         return Block(data, None, first, int(first), self.source.index,
                      f"{self.source.name}[{self.start}:{self.end}]")
@@ -320,11 +349,11 @@ class JsonlRangeShard(Shard):
 
     def read(self) -> Block:
         path = self.source.name
-        data = read_range(path, self.start, self.end, self.source.stamp).tobytes()
+        data = read_source(path, self.start, self.end, self.source.stamp).tobytes()
         local = _Deferred()
         docs = [d for d, _ in jsonl_documents([data], path, self.opts.text_field, local)]
         if local.found:                   # line numbers from the start of the file, only when needed
-            base = line_of(path, self.start) - 1
+            base = _line_of(path, self.start) - 1
             for where, reason, n in local.found:
                 self.opts.bad.add(path, f"line {int(where.split()[1]) + base}", reason, n)
         return _record_block(docs, self.opts, self.source.index, f"{path}[{self.start}:{self.end}]")
@@ -352,9 +381,10 @@ class ParquetShard(Shard):
 
     def read(self) -> Block:
         docs: list = []
-        for g, first in zip(self.groups, self.first_rows):
-            docs.extend(parquet_row_group_documents(self.source.name, g, self.opts.text_column, first,
-                                                    self.opts.bad))
+        with _parquet_input(self.source) as f:
+            for g, first in zip(self.groups, self.first_rows):
+                docs.extend(parquet_row_group_documents(self.source.name, g, self.opts.text_column, first,
+                                                        self.opts.bad, file=f))
         return _record_block(docs, self.opts, self.source.index,
                              f"{self.source.name} row groups {self.groups[0]}-{self.groups[-1]}")
 
@@ -370,7 +400,7 @@ class StreamShard(Shard):
             compression = compression_of(head, "<stdin>")
             yield from self._blocks(raw, compression, "<stdin>")
             return
-        with open(src.name, "rb") as raw:
+        with open_source(src.name) as raw:
             yield from self._blocks(raw, src.compression, src.name)
         if src.stamp is not None:
             src.stamp.check()
@@ -408,14 +438,20 @@ class IteratorShard(StreamShard):
         yield from self._count(_record_blocks(docs, opts, src.index, src.name))
 
 
+def _parquet_input(src: Source):
+    """What ``pq.ParquetFile`` reads: the local path, or the URL's file object (to be closed)."""
+    return open_source(src.name) if src.is_url else contextlib.nullcontext(src.name)
+
+
 def _parquet_shards(src: Source, opts: ReadOptions) -> list[Shard]:
     pq = need_module("pyarrow.parquet", src.name)
-    try:
-        pf = pq.ParquetFile(src.name)
-        meta = pf.metadata
-    except Exception as exc:
-        raise CorpusError(src.name, f"not a readable Parquet file ({exc})") from None
-    parquet_column(pf, src.name, opts.text_column)
+    with _parquet_input(src) as f:
+        try:
+            pf = pq.ParquetFile(f)
+            meta = pf.metadata
+        except Exception as exc:
+            raise CorpusError(src.name, f"not a readable Parquet file ({exc})") from None
+        parquet_column(pf, src.name, opts.text_column)
     shards: list[Shard] = []
     groups: list[int] = []
     firsts: list[int] = []
@@ -434,7 +470,7 @@ def _parquet_shards(src: Source, opts: ReadOptions) -> list[Shard]:
     return shards
 
 
-def _line_ranges(path: str, chunk_bytes: int, stamp: FileStamp) -> list[tuple[int, int]]:
+def _line_ranges(path: str, chunk_bytes: int, stamp: Union[FileStamp, UrlStamp]) -> list[tuple[int, int]]:
     """Byte ranges of about ``chunk_bytes`` that end right after a newline (or at the end)."""
     n = stamp.size
     cuts = [0]
@@ -442,7 +478,7 @@ def _line_ranges(path: str, chunk_bytes: int, stamp: FileStamp) -> list[tuple[in
     while target < n:
         pos, window, cut = target, 1 << 16, None
         while pos < n and cut is None:
-            buf = read_range(path, pos, min(n, pos + window), stamp).tobytes()
+            buf = read_source(path, pos, min(n, pos + window), stamp).tobytes()
             k = buf.find(b"\n")
             if k >= 0:
                 cut = pos + k + 1
@@ -454,6 +490,22 @@ def _line_ranges(path: str, chunk_bytes: int, stamp: FileStamp) -> list[tuple[in
         target = cut + chunk_bytes
     cuts.append(n)
     return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+
+def _line_of(name: str, offset: int) -> int:
+    """``readers.line_of`` for a local path or a URL (for messages only)."""
+    if not is_url(name):
+        return line_of(name, offset)
+    n = 1
+    with open_source(name) as f:
+        left = offset
+        while left > 0:
+            data = f.read(min(left, 1 << 20))
+            if not data:
+                break
+            n += data.count(b"\n")
+            left -= len(data)
+    return n
 
 
 def _record_block(docs: list, opts: ReadOptions, source: int, label: str) -> Block:

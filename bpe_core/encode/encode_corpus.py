@@ -51,7 +51,7 @@ import numpy as np
 
 from ..corpus import check_input, file_chunks
 from ..corpus.readers import BadRecords
-from ..corpus.shards import check_source, is_url, read_source, source_shards, warn_if_binary_source
+from ..corpus.shards import is_url, read_source
 from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load, shard_blocks
 from ..errors import CorpusError, MissingDependency, VerifyError
 from ..pretok.counting import check_distributable, private_shard, shard_weights
@@ -208,10 +208,6 @@ class EncodeResult:
                 **({"cluster": self.cluster} if self.cluster else {})}
 
 
-def _is_url_input(input_path) -> bool:
-    return isinstance(input_path, (str, os.PathLike)) and is_url(os.fspath(input_path))
-
-
 def ids_dtype(n_vocab: int) -> np.dtype:
     """``uint16`` when every id fits, else ``uint32``.
 
@@ -245,10 +241,7 @@ def plan(input_path, tokenizer: Tokenizer, num_workers: int | None = None,
         CorpusError: bad input. ``scheduler.BudgetError``: the budget is too small (the message
             names the smallest budget that works).
     """
-    if _is_url_input(input_path):
-        size = check_source(os.fspath(input_path))
-    else:
-        size = _input_bytes(_sources(input_path, input_format, text_column))
+    size = _input_bytes(_sources(input_path, input_format, text_column))
     return scheduler.plan_encoding(size, tokenizer.n_vocab, memory_limit, num_workers=num_workers,
                                    chunk_bytes=chunk_bytes)
 
@@ -309,11 +302,12 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         input_format, text_field, text_column, skip_bad_records: how inputs are read
             (``TrainConfig`` has the same options).
         cluster: encode the shards on a cluster (``runtime.executors.open_executor``: ``"local:N"``,
-            a scheduler address, a ``distributed.Client``); ``input_path`` may then be an fsspec
-            URL, and ``out_path`` must be on a filesystem the workers share (each writes its slice
-            of the ``.npy``). The ids are the same as on one machine (:func:`encode_sharded`). An
-            fsspec URL as ``out_path`` (``s3://bucket/ids/``) gets sharded outputs and a manifest
-            instead (:func:`encode_to_parts`, read back by :func:`load_sharded_ids`).
+            a scheduler address, a ``distributed.Client``); ``out_path`` must then be on a
+            filesystem the workers share (each writes its slice of the ``.npy``). The ids are the
+            same as on one machine (:func:`encode_sources_on`). Inputs may be fsspec URLs with or
+            without a cluster (``docs/inputs.md``). An fsspec URL as ``out_path``
+            (``s3://bucket/ids/``) gets sharded outputs and a manifest instead
+            (:func:`encode_to_parts`, read back by :func:`load_sharded_ids`).
 
     Returns:
         An ``EncodeResult`` with the plan (``plan.to_dict()``) and the sampled peak RSS.
@@ -337,16 +331,13 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         phase(name)
         marks.append((name, time.perf_counter()))
 
-    url_out = isinstance(out_path, (str, os.PathLike)) and is_url(os.fspath(out_path))
-    if _is_url_input(input_path) or url_out:
-        if not isinstance(input_path, (str, os.PathLike)) or os.path.isdir(os.fspath(input_path)):
-            raise ValueError("with a URL the input is one plain-text file or URL; many files, directories, "
-                             "streams and iterators are encoded to a local (or shared) path")
-        if not separator or doc_index is not None or shard_tokens is not None or input_format not in ("auto", "text"):
-            raise ValueError("with a URL separator=False, doc_index, shard_tokens and input_format are not "
+    if isinstance(out_path, (str, os.PathLike)) and is_url(os.fspath(out_path)):
+        if not separator or doc_index is not None or shard_tokens is not None:
+            raise ValueError("with a URL as the output, separator=False, doc_index and shard_tokens are not "
                              "available (write to a local or shared path for them)")
-        return encode_sharded(input_path, tokenizer, out_path, cluster, num_workers, memory_limit, chunk_bytes,
-                              verify, progress, monitor_interval)
+        return encode_to_parts(input_path, tokenizer, os.fspath(out_path), cluster, num_workers, memory_limit,
+                               chunk_bytes, progress, verify=verify, input_format=input_format,
+                               text_field=text_field, text_column=text_column, skip_bad_records=skip_bad_records)
     if cluster is not None:
         return encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers, memory_limit, chunk_bytes,
                                  verify, progress, monitor_interval, separator=separator, doc_index=doc_index,
@@ -638,11 +629,9 @@ def _save_npy(path: str, arr: np.ndarray) -> None:
 
 def _verify(tmp: str, input_path: str, tok: Tokenizer, chunks, counts, max_chunks: int = 8,
             max_ids: int = 1 << 20) -> int:
-    with open(input_path, "rb") as f:
-        def read(start: int, n: int) -> bytes:
-            f.seek(start)
-            return f.read(n)
-        return _verify_with(read, tmp, input_path, tok, chunks, counts, max_chunks, max_ids)
+    def read(start: int, n: int) -> bytes:          # a local path or a URL
+        return read_source(input_path, start, start + n).tobytes()
+    return _verify_with(read, tmp, input_path, tok, chunks, counts, max_chunks, max_ids)
 
 
 def _verify_with(read, tmp: str, input_path: str, tok: Tokenizer, chunks, counts, max_chunks: int = 8,
@@ -663,111 +652,6 @@ def _verify_with(read, tmp: str, input_path: str, tok: Tokenizer, chunks, counts
         checked += len(got)
     del ids
     return checked
-
-
-# ==== On an executor (a cluster): shards -> spill files -> slices of one .npy =====================
-
-
-def encode_sharded(input_path, tokenizer, out_path, cluster=None, num_workers: int | None = None,
-                   memory_limit: int | None = None, chunk_bytes: int | None = None, verify: bool = False,
-                   progress: bool | str = True, monitor_interval: float = 0.05) -> EncodeResult:
-    """``encode_corpus`` with the shards encoded where an executor runs (a Dask cluster, or threads).
-
-    1. **encode**: each task reads its shard (a local path on a shared filesystem, or an fsspec
-       URL), encodes it and writes its ids to a spill file in a folder beside the output (written
-       to a temp name and renamed, so a task that runs again after a lost worker replaces it whole);
-       it returns its token count. The tokenizer's rank table goes to each worker once.
-    2. **place**: the client creates the ``.npy`` (header by ``open_memmap``, the full size) in a temp
-       file beside the output; from the token counts each shard's offset follows, and each task
-       copies its spill file into its slice (``pwrite``) and fsyncs it. Placing again writes the
-       same bytes, so a retried task is harmless.
-    3. the conservation checks of ``encode_corpus`` (bytes encoded == input size; tokens written ==
-       the sum over shards), optional verify, rename onto the output. On any failure the temp file
-       and the spill folder are removed and nothing is written.
-
-    Only token counts and small task descriptions cross the network to the client; the ids go from
-    each worker to the shared filesystem.
-    """
-    t0 = time.perf_counter()
-    marks: list[tuple[str, float]] = []
-
-    def enter(name: str) -> None:
-        phase(name)
-        marks.append((name, time.perf_counter()))
-
-    enter("plan")
-    input_path, out_path = os.fspath(input_path), os.fspath(out_path)
-    if is_url(out_path):
-        return encode_to_parts(input_path, tokenizer, out_path, cluster, num_workers, memory_limit, chunk_bytes,
-                               progress)
-    size = check_source(input_path)
-    check_mode(progress)
-    warn_if_binary_source(input_path)
-    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
-    _check_out(out_path)
-    the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
-                                       chunk_bytes=chunk_bytes)
-    dtype = ids_dtype(tok.n_vocab)
-    specials = list(tok._special_bytes)
-    folder = os.path.dirname(os.path.abspath(out_path))
-    spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
-    tmp = None
-    bar = _progress(size, progress)
-    monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
-    monitor.start()
-    announce = None if progress in (False, None, "none") else (lambda line: print(line, file=sys.stderr, flush=True))
-    try:
-        enter("cluster start")
-        with open_executor(cluster, the_plan.num_workers, announce=announce) as ex:
-            tmp, commit = atomic_path(out_path)
-            enter("cut")
-            shards = source_shards(input_path, the_plan.chunk_bytes, specials, pattern_name(tok.pattern),
-                                   getattr(tok, "chunks_inside_documents", True))
-            enter("encode")
-            spec = ex.share(tok._encoder_spec())
-            lengths = ex.share(_token_lengths(tok))
-            results = ex.map(encode_shard, shards, shared=(spec, lengths, spill_dir, dtype.str),
-                             on_done=lambda shard: bar.update(shard.n_bytes))
-            counts = [n_ids for _, n_ids, _ in results]
-            # Conservation: every byte of the input was encoded once.
-            check_total(f"bytes of {input_path} (bytes encoded vs input size)", sum(b for _, _, b in results), size)
-            total = sum(counts)
-            enter("assemble")
-            arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(total,))
-            header = arr.offset
-            del arr
-            starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])[:-1]
-            places = [(_spill_path(spill_dir, i), header + int(starts[i]) * dtype.itemsize, n * dtype.itemsize)
-                      for i, n in enumerate(counts)]
-            written = ex.map(place_spill, places, shared=(tmp,))
-            # Conservation: tokens written = the sum over shards.
-            check_total("tokens written (output file vs the sum over shards)", sum(written) // dtype.itemsize, total)
-            check_total("tokens in the output file (its size vs the sum over shards)",
-                        (os.path.getsize(tmp) - header) // dtype.itemsize, total)
-            verified = 0
-            if verify:
-                enter("verify")
-                verified = _verify_with(lambda a, n: read_source(input_path, a, a + n).tobytes(), tmp, input_path,
-                                        tok, [(sh.start, sh.end) for sh in shards], counts)
-            cluster_info = ex.describe() if ex.remote else {}
-            n_workers = ex.n_workers
-            enter("write")
-            commit()
-            t_end = time.perf_counter()          # closing a cluster we started is not the run's time
-    except BaseException:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise
-    finally:
-        bar.close()
-        shutil.rmtree(spill_dir, ignore_errors=True)
-        monitor.stop()
-    seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
-               for k, (name, t) in enumerate(marks)}
-    return EncodeResult(out_path, total, size, dtype.name, t_end - t0, n_workers, len(shards), verified,
-                        plan=the_plan.to_dict(), memory=dict(monitor.summary(), held_back_chunks=0),
-                        phase_seconds=seconds, cluster=cluster_info)
 
 
 # ==== On an executor: the shards of many inputs (corpus.sources) -> slices of the outputs ==========
@@ -1091,58 +975,125 @@ def _part_name(index: int) -> str:
     return f"part-{index:06d}.npy"
 
 
-def encode_to_parts(input_path: str, tokenizer, out_url: str, cluster=None, num_workers: int | None = None,
+def encode_to_parts(input_path, tokenizer, out_url: str, cluster=None, num_workers: int | None = None,
                     memory_limit: int | None = None, chunk_bytes: int | None = None,
-                    progress: bool | str = True) -> EncodeResult:
+                    progress: bool | str = True, *, verify: bool = False, input_format: str = "auto",
+                    text_field: str = "text", text_column: str = "text",
+                    skip_bad_records: bool = False) -> EncodeResult:
     """Encode into sharded outputs at an fsspec URL (``s3://bucket/ids/``): one ``part-NNNNNN.npy``
-    per shard, written by the task that encoded it, then ``manifest.json`` (written last by the
-    client: the parts in order, their token counts and input byte ranges, the dtype). A reader
-    trusts the parts only through the manifest (:func:`load_sharded_ids`); a run that fails
-    removes the parts it wrote. Concatenated in manifest order the parts are the single-node ids.
+    per input shard (``Source.shards``: any input ``encode_corpus`` takes but standard input and
+    iterators), written by the task that encoded it, then ``manifest.json`` (written last by the
+    client: the parts in order with their token counts and what input each stands for, the dtype).
+    A reader trusts the parts only through the manifest (:func:`load_sharded_ids`); a run that
+    fails removes the parts it wrote. Concatenated in manifest order the parts are the single-node
+    ids, separators between items included: a task puts the separator id before its shard when the
+    shard begins an item and is not the first shard; the client corrects the rare part where that
+    guess was wrong (the shards before held no item: empty records only), rewriting that part.
     """
     t0 = time.perf_counter()
     fs, root = _fs_of(out_url)
     if fs.exists(f"{root}/{MANIFEST}"):
         raise CorpusError(out_url, f"already holds a {MANIFEST}; remove it (and its parts) or choose another URL")
-    fs.makedirs(root, exist_ok=True)            # a folder where there are folders; nothing on object stores
-    size = check_source(input_path)
+    sources = _sources(input_path, input_format, text_column)
+    for src in sources:
+        if not src.rereadable:
+            what = "standard input" if src.is_stdin else f"an iterator ({src.name})"
+            raise ValueError(f"{src.name}: {what} cannot be encoded to a URL output (tasks read their own "
+                             f"shards); write it to a file, or the ids to a local path")
     check_mode(progress)
-    warn_if_binary_source(input_path)
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    size = _input_bytes(sources)
     the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
                                        chunk_bytes=chunk_bytes)
     dtype = ids_dtype(tok.n_vocab)
+    specials = list(tok._special_bytes)
+    sep = specials[0] if specials else b""
+    sep_id = tok.special_tokens[sep.decode("utf-8")] if sep else None
+    opts = ReadOptions(chunk_bytes=the_plan.chunk_bytes, special_tokens=specials,
+                       pattern=pattern_name(tok.pattern),
+                       inside_documents=getattr(tok, "chunks_inside_documents", True),
+                       separator=sep, text_field=text_field, text_column=text_column,
+                       bad=BadRecords(skip=skip_bad_records))
+    fs.makedirs(root, exist_ok=True)            # a folder where there are folders; nothing on object stores
     bar = _progress(size, progress)
     announce = None if progress in (False, None, "none") else (lambda line: print(line, file=sys.stderr, flush=True))
     shards: list = []
     try:
         with open_executor(cluster, the_plan.num_workers, announce=announce) as ex:
-            shards = source_shards(input_path, the_plan.chunk_bytes, list(tok._special_bytes),
-                                   pattern_name(tok.pattern), getattr(tok, "chunks_inside_documents", True))
+            shards = [sh for src in sources for sh in src.shards(opts)]
+            weights = shard_weights(shards)
             spec = ex.share(tok._encoder_spec())
             lengths = ex.share(_token_lengths(tok))
-            results = ex.map(encode_shard_to_url, shards, shared=(spec, lengths, out_url, dtype.str),
-                             on_done=lambda shard: bar.update(shard.n_bytes))
-            check_total(f"bytes of {input_path} (bytes encoded vs input size)", sum(r[2] for r in results), size)
-            parts = [{"path": _part_name(sh.index), "n_tokens": n_ids, "start": sh.start, "end": sh.end}
-                     for sh, (_, n_ids, _) in zip(shards, results)]
+            vocab = ex.share([tok.vocab.get(i, b"") for i in range(tok.n_vocab)]) if verify else None
+            results = ex.map(encode_shard_to_url, list(enumerate(shards)),
+                             shared=(spec, lengths, out_url, dtype.str, sep_id, vocab),
+                             on_done=lambda task: bar.update(weights[id(task[1])]))
+            for src in sources:
+                if src.stamp is not None:
+                    src.stamp.check()
+            items, leads, per_source = 0, [], {}
+            for r in results:
+                lead = bool(sep) and r["begins_item"] and items > 0       # the separator between two shards
+                items += r["n_items"]
+                leads.append(lead)
+                if lead != r["lead"]:                # the task's guess was wrong: this part is rewritten
+                    _fix_lead(fs, f"{root}/{_part_name(r['index'])}", lead, sep_id, dtype)
+                    r["n_ids"] += 1 if lead else -1
+                for k, v in r["per_source"].items():
+                    per_source[k] = per_source.get(k, 0) + v
+                opts.bad.absorb(r["bad"])
+            # Conservation: every byte of every plain file encoded once (streams: checked by their task).
+            for src in sources:
+                if src.plain_text:
+                    check_total(f"bytes of {src.name} (bytes encoded vs file size)", per_source.get(src.index, 0),
+                                src.size)
+            n_bytes = sum(per_source.values()) + len(sep) * (sum(leads) + sum(r["separators"] for r in results))
+            parts = [dict({"path": _part_name(r["index"]), "n_tokens": r["n_ids"]}, **_shard_where(sh))
+                     for sh, r in zip(shards, results)]
             for part in parts:          # Conservation: each part holds what its task counted.
                 check_total(f"tokens in {part['path']}", _npy_length(fs, f"{root}/{part['path']}"), part["n_tokens"])
             total = sum(p["n_tokens"] for p in parts)
-            manifest = {"format": MANIFEST_FORMAT, "input": input_path, "input_bytes": size, "dtype": dtype.name,
-                        "n_tokens": total, "parts": parts}
+            manifest = {"format": MANIFEST_FORMAT, "input": _describe_inputs(input_path), "input_bytes": n_bytes,
+                        "dtype": dtype.name, "n_tokens": total, "parts": parts}
             fs.pipe_file(f"{root}/{MANIFEST}", (json.dumps(manifest, indent=1) + "\n").encode())
             cluster_info = ex.describe() if ex.remote else {}
             n_workers = ex.n_workers
     except BaseException:
-        for sh in shards:
+        for i in range(len(shards)):
             with contextlib.suppress(Exception):
-                fs.rm_file(f"{root}/{_part_name(sh.index)}")
+                fs.rm_file(f"{root}/{_part_name(i)}")
         raise
     finally:
         bar.close()
-    return EncodeResult(out_url, total, size, dtype.name, time.perf_counter() - t0, n_workers, len(shards),
-                        plan=the_plan.to_dict(), cluster=cluster_info)
+    return EncodeResult(out_url, total, n_bytes, dtype.name, time.perf_counter() - t0, n_workers,
+                        sum(r["n_blocks"] for r in results), n_bytes if verify else 0, plan=the_plan.to_dict(),
+                        bad_records=opts.bad.to_dict(), cluster=cluster_info)
+
+
+def _shard_where(shard) -> dict:
+    """What input a part stands for (the manifest): the source, and its byte range or row groups."""
+    out = {"source": shard.source.name}
+    if hasattr(shard, "start"):
+        out.update(start=shard.start, end=shard.end)
+    elif hasattr(shard, "groups"):
+        out["row_groups"] = [shard.groups[0], shard.groups[-1]]
+    return out
+
+
+def _describe_inputs(inputs):
+    if isinstance(inputs, (list, tuple)):
+        return [os.fspath(p) for p in inputs]
+    return os.fspath(inputs)
+
+
+def _fix_lead(fs, path: str, lead: bool, sep_id, dtype: np.dtype) -> None:
+    """Add or drop the separator id at the start of a part (``encode_to_parts``, rare)."""
+    with fs.open(path, "rb") as f:
+        ids = np.load(f, allow_pickle=False)
+    ids = np.concatenate([np.array([sep_id], dtype), ids]) if lead else ids[1:]
+    out = io.BytesIO()
+    np.save(out, ids)
+    fs.pipe_file(path, out.getvalue())
 
 
 def _fs_of(url: str):
@@ -1162,22 +1113,30 @@ def _npy_length(fs, path: str) -> int:
     return int(shape[0])
 
 
-def encode_shard_to_url(shard, spec, token_lengths: np.ndarray, out_url: str, dtype: str) -> tuple[int, int, int]:
-    """Task: encode one shard into its own ``part-NNNNNN.npy`` under ``out_url``; returns
-    ``(index, n_ids, n_bytes)`` (the ids stand for exactly the shard's bytes, checked)."""
-    enc = _thread_spec(spec)
-    buf = shard.read()
-    blocks, n_bytes = [], 0
-    for ids in enc.iter_encode(buf, 0, len(buf)):
-        n_bytes += int(token_lengths[ids].sum())
-        blocks.append(ids.astype(dtype, copy=False))
-    check_total(f"bytes of {shard.label()} (bytes the ids stand for vs bytes read)", n_bytes, shard.n_bytes)
-    ids = np.concatenate(blocks) if blocks else np.zeros(0, dtype)
+def encode_shard_to_url(task: tuple, spec, token_lengths: np.ndarray, out_url: str, dtype: str, sep_id,
+                        vocab=None) -> dict:
+    """Task: encode one shard of ``corpus.sources`` (``(index, shard)``) into its own
+    ``part-NNNNNN.npy`` under ``out_url`` (:func:`encode_source_shard` into a spill file in this
+    worker's temp folder, then uploaded whole). The separator id goes first when the shard begins an
+    item and is not the first shard (``lead`` in the result; ``encode_to_parts`` corrects a wrong
+    guess). Returns :func:`encode_source_shard`'s dict, with ``n_ids`` counting that separator."""
+    index, shard = task
+    folder = tempfile.mkdtemp(prefix="bpe_core-part-")
+    try:
+        r = encode_source_shard(task, spec, token_lengths, folder, dtype, sep_id, False, vocab)
+        ids = np.fromfile(_spill_path(folder, index), dtype=np.dtype(dtype))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    check_total(f"tokens of {_part_name(index)} (spill vs ids encoded)", int(ids.shape[0]), r["n_ids"])
+    r["lead"] = sep_id is not None and r["begins_item"] and index > 0
+    if r["lead"]:
+        ids = np.concatenate([np.array([sep_id], ids.dtype), ids])
+        r["n_ids"] += 1
     out = io.BytesIO()
     np.save(out, ids)
     fs, root = _fs_of(out_url)
-    fs.pipe_file(f"{root}/{_part_name(shard.index)}", out.getvalue())
-    return shard.index, int(ids.shape[0]), n_bytes
+    fs.pipe_file(f"{root}/{_part_name(index)}", out.getvalue())
+    return r
 
 
 def load_sharded_ids(url: str) -> np.ndarray:
@@ -1215,55 +1174,6 @@ def _thread_spec(spec):
     return held[1]
 
 
-def encode_shard(shard, spec, token_lengths: np.ndarray, spill_dir: str, dtype: str) -> tuple[int, int, int]:
-    """Task: encode one shard into its spill file; returns ``(index, n_ids, n_bytes)``.
-
-    Conservation: the ids stand for exactly the shard's bytes (the sum of their token lengths).
-    """
-    enc = _thread_spec(spec)
-    buf = shard.read()
-    path = _spill_path(spill_dir, shard.index)
-    part = f"{path}.{os.getpid()}-{threading.get_ident()}.part"
-    n_ids = n_bytes = 0
-    try:
-        with open(part, "wb") as out:
-            for ids in enc.iter_encode(buf, 0, len(buf)):
-                n_bytes += int(token_lengths[ids].sum())
-                ids.astype(dtype, copy=False).tofile(out)
-                n_ids += len(ids)
-        check_total(f"bytes of {shard.label()} (bytes the ids stand for vs bytes read)", n_bytes, shard.n_bytes)
-        os.replace(part, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(part)
-        raise
-    return shard.index, n_ids, n_bytes
-
-
-def place_spill(place: tuple[str, int, int], out_path: str) -> int:
-    """Task: copy a spill file into its slice of the output (``pwrite`` at its byte offset) and fsync;
-    returns the bytes written, checked against the slice's size."""
-    spill, offset, n_bytes = place
-    written = 0
-    fd = os.open(out_path, os.O_WRONLY)
-    try:
-        with open(spill, "rb") as f:
-            while True:
-                block = f.read(COPY_BYTES)
-                if not block:
-                    break
-                view = memoryview(block)
-                while view:
-                    k = os.pwrite(fd, view, offset + written)
-                    written += k
-                    view = view[k:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    check_total(f"bytes of {spill} (bytes placed vs the shard's ids)", written, n_bytes)
-    return written
-
-
 def _check_out(out_path: str) -> None:
     problem = output_problem(out_path, "a .npy file path")
     if problem is not None:
@@ -1276,6 +1186,6 @@ def _progress(total: int, mode):
     return make_progress(mode, total=total, desc="encode", unit="B", unit_scale=True, smoothing=0.1)
 
 
-__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "encode_shard", "encode_shard_to_url", "encode_sharded",
-           "encode_source_shard", "encode_sources_on", "encode_to_parts", "place_segments", "ids_dtype", "iter_chunks", "load_sharded_ids", "manifest_path", "place_spill", "plan",
+__all__ = ["EncodeResult", "VerifyError", "encode_corpus", "encode_shard_to_url",
+           "encode_source_shard", "encode_sources_on", "encode_to_parts", "place_segments", "ids_dtype", "iter_chunks", "load_sharded_ids", "manifest_path", "plan",
            "shard_paths"]

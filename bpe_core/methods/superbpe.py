@@ -609,13 +609,21 @@ def units_source_shard(shard, context: UnitsContext, specials: Sequence[bytes], 
     return combine_units(parts)
 
 
+def _has_url(inputs) -> bool:
+    """Whether the inputs (a spec or a list of specs) name an fsspec URL."""
+    specs = inputs if isinstance(inputs, (list, tuple)) else [inputs]
+    return any(isinstance(s, str) and is_url(s) for s in specs)
+
+
 def count_units_on(executor, sources, opts: ReadOptions, table: WordTable, specials: Sequence[bytes], pattern: str,
                    chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
-                   flags: Optional[np.ndarray] = None, classes: Optional[np.ndarray] = None) -> tuple[tuple, dict]:
+                   flags: Optional[np.ndarray] = None, classes: Optional[np.ndarray] = None,
+                   num_workers: int = 1) -> tuple[tuple, dict]:
     """``count_units`` over the shards of ``sources`` (``corpus.sources``) on an executor: the
     units of the corpus those sources make (items joined by the first special token), as
     ``count_units`` counts them on that corpus spooled to one file. Shards are cut at document
     edges only (units run across newlines); the separator between items is a document edge.
+    ``executor`` None: this machine's threads (``num_workers``), as for URL inputs without a cluster.
 
     Raises:
         ValueError: an input a worker cannot read (standard input, an iterator).
@@ -627,7 +635,7 @@ def count_units_on(executor, sources, opts: ReadOptions, table: WordTable, speci
     opts.chunk_bytes, opts.special_tokens = chunk_bytes, list(specials)
     opts.pattern, opts.inside_documents = pattern_name(pattern), False
     shards = [sh for src in sources for sh in src.shards(opts)]
-    with open_executor(executor) as ex:
+    with open_executor(executor, num_workers) as ex:
         context = ex.share(UnitsContext(table.arena, table.offsets, flags, classes))
         data, starts, counts, seen, kept = ex.map_reduce(
             units_source_shard, shards, combine_units,
@@ -702,15 +710,16 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         flags = word_flags(table)
         classes = word_classes(table) if config.stage2_skip_encoded else None
         path, sources = config.input_path, None
-        if config.cluster is not None and not (isinstance(path, str) and is_url(path)):
+        if config.cluster is not None or _has_url(path):
             sources = expand_inputs(path, config.input_format, config.text_column)
-            if len(sources) == 1 and sources[0].plain_text:
+            if len(sources) == 1 and sources[0].plain_text and not sources[0].is_url:
                 path, sources = sources[0].name, None
-        if sources is not None:      # many inputs, compressed, records: units over the same shards
+        if sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
             opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
                                bad=BadRecords(skip=True))          # bad records: reported by the counting
             units, info = count_units_on(config.cluster, sources, opts, table, specials, pattern, plan.chunk_bytes,
-                                         fraction, cut_spaces=(split == "hf"), flags=flags, classes=classes)
+                                         fraction, cut_spaces=(split == "hf"), flags=flags, classes=classes,
+                                         num_workers=plan.num_workers)
         else:
             units, info = count_units(path, table, specials, pattern, plan.num_workers,
                                       plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
