@@ -1071,13 +1071,6 @@ cdef inline uint8_t _pretoken_flags(const uint8_t* s, Py_ssize_t a, Py_ssize_t e
     return f
 
 
-cdef inline bint _hard_cut(const uint8_t* s, Py_ssize_t pa, Py_ssize_t pe, Py_ssize_t q, Py_ssize_t e) noexcept nogil:
-    """Whether a unit ends between the pretokens ``s[pa:pe]`` and ``s[q:e]`` (``pe == q``): one of
-    them holds a digit, or both meet inside a run of whitespace."""
-    cdef uint8_t fp = _pretoken_flags(s, pa, pe), fc = _pretoken_flags(s, q, e)
-    return ((fp | fc) & PT_NUMERIC) != 0 or ((fp & PT_ENDS_SPACE) != 0 and (fc & PT_STARTS_SPACE) != 0)
-
-
 def _first_last_sets(lefts, rights, results):
     """Per id made by a merge: the ids a sequence that merges into it can start with (``first``) and
     end with (``last``), itself included (an id not in the dicts: only itself).
@@ -1192,9 +1185,9 @@ cdef class Stage2Table:
         self.fshift = 64 - fbits
         self.filter.assign((1 << fbits) // 64, 0)
         for key in pairs:
-            h = _mix(key)
-            self.filter[(h >> self.fshift) >> 6] |= (<uint64_t>1) << ((h >> self.fshift) & 63)
-            slot = (key * MUL1) >> self.shift
+            h = (key * MUL1) >> self.fshift
+            self.filter[h >> 6] |= (<uint64_t>1) << (h & 63)
+            slot = (key * MUL2) >> self.shift
             while self.keys[slot] != EMPTY_KEY:
                 slot = (slot + 1) & self.mask
             self.keys[slot] = key
@@ -1214,21 +1207,27 @@ cdef class Stage2Table:
         return bool(c), (None if r == NO_RANK else int(r)), (None if r == NO_RANK else int(res))
 
     def merge(self, ids):
-        """Merge one sequence segment by segment (``_merge_segment``); a new uint32 array. Equals
-        ``RankMerger.merge`` (for tests)."""
+        """Merge one sequence segment by segment, as the encoder does (``_merge_segment``); a new
+        uint32 array. Equals ``RankMerger.merge`` (for tests)."""
         arr = np.array(ids, dtype=np.uint32, copy=True)
         cdef uint32_t[::1] v = arr
         cdef Stage2Scratch sc = Stage2Scratch()
         cdef XView x = _xview(self)
         cdef Py_ssize_t n = v.shape[0], k, seg = 0, w = 0
+        cdef uint32_t seg_rk[SHORT_SEG]
+        cdef token_id_t seg_rs[SHORT_SEG]
         cdef uint32_t r = NO_RANK
         cdef token_id_t res = 0
         if n == 0:
             return arr
         with nogil:
             for k in range(1, n + 1):
-                if k == n or not _cross(&x, v[k - 1], v[k], &r, &res):
-                    w = _merge_segment(&x, sc, &v[0], seg, k, w)
+                if k < n and _cross(&x, v[k - 1], v[k], &r, &res):
+                    if k - seg - 1 < SHORT_SEG:
+                        seg_rk[k - seg - 1] = r
+                        seg_rs[k - seg - 1] = res
+                else:
+                    w = _merge_segment(&x, sc, &v[0], seg, k, w, seg_rk, seg_rs)
                     seg = k
         return arr[:w].copy()
 
@@ -1268,10 +1267,10 @@ cdef inline bint _cross(const XView* v, token_id_t a, token_id_t b, uint32_t* ra
         r = (<RankMerger>v.merger)._rank(a, b, -1, res)
         rank[0] = <uint32_t>r if r >= 0 else NO_RANK
         return True
-    f = _mix(key) >> v.fshift
+    f = (key * MUL1) >> v.fshift
     if not (v.filter[f >> 6] >> (f & 63)) & 1:
         return False
-    slot = (key * MUL1) >> v.shift
+    slot = (key * MUL2) >> v.shift
     while True:
         if v.keys[slot] == key:
             rank[0] = v.vals[slot].rank
@@ -1301,7 +1300,8 @@ cdef inline uint32_t _rank_after(const XView* v, token_id_t a, token_id_t b, int
     return NO_RANK
 
 
-cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m) noexcept nogil:
+cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m, const uint32_t* rk0,
+                             const token_id_t* rs0) noexcept nogil:
     """Merge ``tok[0:m]`` (``m <= SHORT_SEG``) in place by repeated min-rank scans; the new length.
 
     ``RankMerger._merge`` without a heap: take the lowest rank scheduled, merge its pairs left to
@@ -1309,6 +1309,9 @@ cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m) noex
     applied (the others keep theirs), repeat. The heap version pops the same ranks in the same
     position order, and its stale entries never apply (a rank names one pair, and a merged token
     is never its own left part), so both give the same result (tested against it).
+
+    ``rk0, rs0``: what ``_cross`` gave for each pair ``tok[i], tok[i + 1]`` (its first rank, with
+    the LATER_RANKS flag, and result).
     """
     cdef uint32_t rk[SHORT_SEG]
     cdef token_id_t rs[SHORT_SEG]
@@ -1320,7 +1323,8 @@ cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m) noex
     cdef Py_ssize_t i, w, j
     cdef uint32_t r
     for i in range(m - 1):
-        rk[i] = _rank_after(v, tok[i], tok[i + 1], -1, &rs[i])
+        rk[i] = rk0[i] if rk0[i] == NO_RANK else rk0[i] & ~LATER_RANKS
+        rs[i] = rs0[i]
     while m > 1:
         r = NO_RANK
         for i in range(m - 1):
@@ -1360,9 +1364,11 @@ cdef class Stage2Scratch:
 
 
 cdef Py_ssize_t _merge_segment(const XView* v, Stage2Scratch sc, token_id_t* out, Py_ssize_t a,
-                               Py_ssize_t b, Py_ssize_t w) noexcept nogil:
+                               Py_ssize_t b, Py_ssize_t w, const uint32_t* rk0,
+                               const token_id_t* rs0) noexcept nogil:
     """Stage-2 merge the segment ``out[a:b]`` and write it at ``out[w:]`` (``w <= a``); returns the
-    new ``w``. Up to ``SHORT_SEG`` ids: ``_merge_short``; longer: ``RankMerger._merge`` (a heap)."""
+    new ``w``. Up to ``SHORT_SEG`` ids: ``_merge_short`` (``rk0, rs0``: its pairs' lookups);
+    longer: ``RankMerger._merge`` (a heap)."""
     cdef Py_ssize_t n = b - a, m
     if n <= 0:
         return w
@@ -1370,7 +1376,7 @@ cdef Py_ssize_t _merge_segment(const XView* v, Stage2Scratch sc, token_id_t* out
         out[w] = out[a]
         return w + 1
     if n <= SHORT_SEG:
-        m = _merge_short(v, out + a, n)
+        m = _merge_short(v, out + a, n, rk0, rs0)
     else:
         m = (<RankMerger>v.merger)._merge(out + a, n, sc.nxt, sc.prv, sc.heap)
     if w != a:
@@ -1384,17 +1390,20 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
 
     Pretokens are scanned ``ENDS_CAP`` at a time and their stage-1 ids emitted (the ``Encoder`` and
     its cache). Each pair of neighbouring ids is then a cut when it is not crossable
-    (``Stage2Table``) or, between two pretokens, when a unit ends there (``_hard_cut``); each
+    (``Stage2Table``) or, between two pretokens, when a unit ends there (flags of both); each
     segment between two cuts is merged and written back, compacted, in place (a segment of two ids
     with the rank and result its pair's lookup gave). The unfinished segment at the end of a window
     moves down to the written ids before the next window's ids are emitted after it.
     """
     cdef int64_t* ends = enc.ends_buf
     cdef int64_t* starts
-    cdef Py_ssize_t p = a, q = a, pa = a, n, j, k, k1, e, w, seg
+    cdef Py_ssize_t p = a, q = a, pa = a, fl_at = -1, n, j, k, k1, e, w, seg, i
     cdef token_id_t* out
-    cdef token_id_t res = 0, seg_res = 0
-    cdef uint32_t rank = NO_RANK, seg_rank = NO_RANK
+    cdef token_id_t res = 0
+    cdef uint32_t rank = NO_RANK
+    cdef uint32_t seg_rk[SHORT_SEG]         # the current segment's pairs, as _cross gave them
+    cdef token_id_t seg_rs[SHORT_SEG]
+    cdef uint8_t fp, fc, fl = 0
     cdef bint have_prev = False, joined
     if <Py_ssize_t>sc.starts.size() < ENDS_CAP + 1:
         sc.starts.resize(ENDS_CAP + 1)
@@ -1416,20 +1425,29 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
                 k += 1
             while k < k1:
                 joined = _cross(v, out[k - 1], out[k], &rank, &res)
-                if joined and k == starts[j]:       # between two pretokens: a unit may end here
-                    joined = not _hard_cut(s, pa, q, q, e)
+                if joined and k == starts[j]:
+                    # between two pretokens: a unit ends where one holds a digit or both meet
+                    # inside a run of whitespace (the flags of s[pa:q] may be known from before)
+                    fp = fl if fl_at == pa else _pretoken_flags(s, pa, q)
+                    fc = _pretoken_flags(s, q, e)
+                    fl = fc
+                    fl_at = q
+                    joined = ((fp | fc) & PT_NUMERIC) == 0 and \
+                        ((fp & PT_ENDS_SPACE) == 0 or (fc & PT_STARTS_SPACE) == 0)
                 if joined:
-                    seg_rank = rank
-                    seg_res = res
+                    i = k - seg - 1
+                    if i < SHORT_SEG:
+                        seg_rk[i] = rank
+                        seg_rs[i] = res
                 else:
                     if k - seg == 1:
                         out[w] = out[seg]
                         w += 1
-                    elif k - seg == 2 and seg_rank != NO_RANK:
-                        out[w] = seg_res         # the pair's first rank applies (nothing else can)
+                    elif k - seg == 2 and seg_rk[0] != NO_RANK:
+                        out[w] = seg_rs[0]       # the pair's first rank applies (nothing else can)
                         w += 1
                     else:
-                        w = _merge_segment(v, sc, out, seg, k, w)
+                        w = _merge_segment(v, sc, out, seg, k, w, seg_rk, seg_rs)
                     seg = k
                 k += 1
             pa = q
@@ -1438,7 +1456,7 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
             memmove(out + w, out + seg, (enc.out_n - seg) * sizeof(token_id_t))
             enc.out_n = w + (enc.out_n - seg)
             seg = w
-    enc.out_n = _merge_segment(v, sc, enc.out_buf, seg, enc.out_n, w)
+    enc.out_n = _merge_segment(v, sc, enc.out_buf, seg, enc.out_n, w, seg_rk, seg_rs)
     return 0
 
 
