@@ -150,6 +150,21 @@ def test_a_pair_merged_again_later():
     assert _encode.Stage2Table(m, all_cross=True).merge(seq).tolist() == want
 
 
+def test_bytes_built_again_by_a_later_merge():
+    """abc is built at rank 2 and again at rank 4; a pair (abc, d) of rank 3 does not apply after
+    rank 4 (merges are replayed in rank order), on either side of a three-id segment."""
+    a, b, c, d, ab, bc, abc, abcd, cd, bcd, e, ea = range(12)
+    m = _merger([(a, b, ab), (b, c, bc), (ab, c, abc), (abc, d, abcd), (a, bc, abc), (e, a, ea)])
+    m2 = _merger([(c, d, cd), (b, cd, bcd), (a, bcd, abcd), (b, c, bc), (bc, d, bcd)])
+    for merger, seq, want in ((m, [a, bc, d], [abc, d]), (m, [a, b, c, d], [abcd]),
+                              (m, [e, a, bc, d], [e, abc, d]),          # four ids: the general scan
+                              (m2, [a, bc, d], [a, bcd]), (m2, [a, b, c, d], [abcd])):
+        assert merger.merge(np.array(seq, dtype=np.uint32)).tolist() == want
+        assert _encode.Stage2Table(merger).merge(seq).tolist() == want
+        assert _encode.Stage2Table(merger).merge(seq * 3).tolist() == want * 3
+        assert _encode.Stage2Table(merger, all_cross=True).merge(seq).tolist() == want
+
+
 def test_crossable_pairs():
     """A pair is crossable when some merge's left can end with its left id and the merge's right can
     start with its right id; others cut (and the table really cuts: not every pair is crossable)."""

@@ -1321,7 +1321,29 @@ cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m, cons
     cdef Py_ssize_t old_at[SHORT_SEG]
     cdef bint fresh[SHORT_SEG]
     cdef Py_ssize_t i, w, j
-    cdef uint32_t r
+    cdef uint32_t r, r1, r2
+    cdef token_id_t t, res = 0
+    if m == 3:                              # the common case, unrolled: the lower rank first
+        r1 = rk0[0] if rk0[0] == NO_RANK else rk0[0] & ~LATER_RANKS
+        r2 = rk0[1] if rk0[1] == NO_RANK else rk0[1] & ~LATER_RANKS
+        if r1 == NO_RANK and r2 == NO_RANK:
+            return 3
+        if r1 <= r2:                        # (a tie: the same pair twice, the left one wins)
+            t = rs0[0]
+            r = _rank_after(v, t, tok[2], r1, &res)
+            if r != NO_RANK:
+                tok[0] = res
+                return 1
+            tok[0] = t
+            tok[1] = tok[2]
+            return 2
+        t = rs0[1]
+        r = _rank_after(v, tok[0], t, r2, &res)
+        if r != NO_RANK:
+            tok[0] = res
+            return 1
+        tok[1] = t
+        return 2
     for i in range(m - 1):
         rk[i] = rk0[i] if rk0[i] == NO_RANK else rk0[i] & ~LATER_RANKS
         rs[i] = rs0[i]
@@ -1443,9 +1465,14 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
                     if k - seg == 1:
                         out[w] = out[seg]
                         w += 1
-                    elif k - seg == 2 and seg_rk[0] != NO_RANK:
-                        out[w] = seg_rs[0]       # the pair's first rank applies (nothing else can)
-                        w += 1
+                    elif k - seg == 2:
+                        if seg_rk[0] != NO_RANK:
+                            out[w] = seg_rs[0]   # the pair's first rank applies (nothing else can)
+                            w += 1
+                        else:                    # crossable, but no merge of its own
+                            out[w] = out[seg]
+                            out[w + 1] = out[seg + 1]
+                            w += 2
                     else:
                         w = _merge_segment(v, sc, out, seg, k, w, seg_rk, seg_rs)
                     seg = k
