@@ -114,7 +114,8 @@ cdef class Encoder:
 # ever join is a cut: what lies between two cuts (a segment) merges on its own. Stage2Table holds the
 # pairs that are not cuts ("crossable"; every merge's own pair is one), each with its first rank and
 # the id it merges into, so segments are merged from this one small table.
-cdef struct CrossVal:
+cdef struct CrossSlot:
+    pair_key_t key              # EMPTY_KEY marks a free slot
     token_id_t res              # the id the pair merges into at its first rank
     uint32_t rank               # its first rank (| LATER_RANKS: merged again later), or NO_RANK
 
@@ -124,8 +125,7 @@ cdef class Stage2Table:
     cdef readonly RankMerger merger
     cdef vector[uint64_t] filter        # a bit per hash of a crossable pair (a Bloom filter, one hash)
     cdef int fshift                     # filter bit = pair hash >> fshift
-    cdef vector[pair_key_t] keys        # open addressing over the crossable pairs; EMPTY_KEY: free
-    cdef vector[CrossVal] vals
+    cdef vector[CrossSlot] slots        # open addressing over the crossable pairs (16 bytes a slot)
     cdef uint64_t mask
     cdef int shift
     cdef readonly bint all_cross        # too many crossable pairs to list: every pair is one

@@ -1133,7 +1133,7 @@ cdef class Stage2Table:
         cdef Py_ssize_t slot_i
         cdef int64_t r
         cdef uint32_t out = 0
-        cdef CrossVal empty
+        cdef CrossSlot empty
         cdef uint64_t h
         if merger.n_merges >= LATER_RANKS:
             raise ValueError("too many stage-2 merges")
@@ -1174,13 +1174,13 @@ cdef class Stage2Table:
             cap <<= 1
             self.shift -= 1
         self.mask = cap - 1
-        self.keys.assign(cap, EMPTY_KEY)
+        empty.key = EMPTY_KEY
         empty.res = 0
         empty.rank = NO_RANK
-        self.vals.assign(cap, empty)
-        # the filter: about 32 bits per pair (few false hits), 2**15 .. 2**20 bits (4 .. 128 KiB)
+        self.slots.assign(cap, empty)
+        # the filter: about 16 bits per pair (~5% false hits), 2**15 .. 2**19 bits (4 .. 64 KiB)
         fbits = 15
-        while fbits < 20 and (1 << fbits) < 32 * len(pairs):
+        while fbits < 19 and (1 << fbits) < 16 * len(pairs):
             fbits += 1
         self.fshift = 64 - fbits
         self.filter.assign((1 << fbits) // 64, 0)
@@ -1188,15 +1188,15 @@ cdef class Stage2Table:
             h = (key * MUL1) >> self.fshift
             self.filter[h >> 6] |= (<uint64_t>1) << (h & 63)
             slot = (key * MUL2) >> self.shift
-            while self.keys[slot] != EMPTY_KEY:
+            while self.slots[slot].key != EMPTY_KEY:
                 slot = (slot + 1) & self.mask
-            self.keys[slot] = key
+            self.slots[slot].key = key
             r = merger._rank(<uint32_t>(key >> 32), <uint32_t>(key & 0xFFFFFFFFu), -1, &out)
             if r >= 0:
-                self.vals[slot].res = out
-                self.vals[slot].rank = <uint32_t>r
+                self.slots[slot].res = out
+                self.slots[slot].rank = <uint32_t>r
                 if merger.later[r] >= 0:
-                    self.vals[slot].rank |= LATER_RANKS
+                    self.slots[slot].rank |= LATER_RANKS
 
     def lookup(self, token_id_t a, token_id_t b):
         """``(crossable, first rank, result)`` of the pair (rank and result None: no merge)."""
@@ -1236,8 +1236,7 @@ cdef struct XView:
     # Stage2Table as plain C data (the hot loop reads it without touching the object)
     const uint64_t* filter
     int fshift
-    const pair_key_t* keys
-    const CrossVal* vals
+    const CrossSlot* slots
     uint64_t mask
     int shift
     bint all_cross
@@ -1248,8 +1247,7 @@ cdef inline XView _xview(Stage2Table t) noexcept:
     cdef XView v
     v.filter = t.filter.data()
     v.fshift = t.fshift
-    v.keys = t.keys.data()
-    v.vals = t.vals.data()
+    v.slots = t.slots.data()
     v.mask = t.mask
     v.shift = t.shift
     v.all_cross = t.all_cross
@@ -1272,11 +1270,11 @@ cdef inline bint _cross(const XView* v, token_id_t a, token_id_t b, uint32_t* ra
         return False
     slot = (key * MUL2) >> v.shift
     while True:
-        if v.keys[slot] == key:
-            rank[0] = v.vals[slot].rank
-            res[0] = v.vals[slot].res
+        if v.slots[slot].key == key:
+            rank[0] = v.slots[slot].rank
+            res[0] = v.slots[slot].res
             return True
-        if v.keys[slot] == EMPTY_KEY:
+        if v.slots[slot].key == EMPTY_KEY:
             return False
         slot = (slot + 1) & v.mask
 
@@ -1315,9 +1313,6 @@ cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m, cons
     """
     cdef uint32_t rk[SHORT_SEG]
     cdef token_id_t rs[SHORT_SEG]
-    cdef token_id_t ntok[SHORT_SEG]
-    cdef uint32_t nrk[SHORT_SEG]
-    cdef token_id_t nrs[SHORT_SEG]
     cdef Py_ssize_t old_at[SHORT_SEG]
     cdef bint fresh[SHORT_SEG]
     cdef Py_ssize_t i, w, j
@@ -1354,30 +1349,27 @@ cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m, cons
                 r = rk[i]
         if r == NO_RANK:
             break
+        # in place: position w <= i is written after i is read; a pair kept moves down (old_at >= j)
         w = 0
         i = 0
         while i < m:
             if i + 1 < m and rk[i] == r:
-                ntok[w] = rs[i]
+                tok[w] = rs[i]
                 fresh[w] = True
                 i += 2
             else:
-                ntok[w] = tok[i]
+                tok[w] = tok[i]
                 fresh[w] = False
                 old_at[w] = i
                 i += 1
             w += 1
         for j in range(w - 1):
             if fresh[j] or fresh[j + 1]:
-                nrk[j] = _rank_after(v, ntok[j], ntok[j + 1], r, &nrs[j])
+                rk[j] = _rank_after(v, tok[j], tok[j + 1], r, &rs[j])
             else:
-                nrk[j] = rk[old_at[j]]
-                nrs[j] = rs[old_at[j]]
+                rk[j] = rk[old_at[j]]
+                rs[j] = rs[old_at[j]]
         m = w
-        memcpy(tok, ntok, m * sizeof(token_id_t))
-        if m > 1:
-            memcpy(rk, nrk, (m - 1) * sizeof(uint32_t))
-            memcpy(rs, nrs, (m - 1) * sizeof(token_id_t))
     return m
 
 
