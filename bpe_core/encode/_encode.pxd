@@ -11,6 +11,7 @@ from libcpp.vector cimport vector
 cimport cython
 
 from bpe_core.engine._typedefs cimport pair_key_t, token_id_t
+from bpe_core.engine._units cimport RankEntry, RankMerger
 
 
 @cython.final
@@ -100,10 +101,41 @@ cdef class Encoder:
     cdef void _cache_clear(self) noexcept nogil
     cdef int _reserve_out(self, Py_ssize_t extra) except -1 nogil
     cdef int _emit_pieces(self, const uint8_t* s, Py_ssize_t a, const int64_t* ends, Py_ssize_t count,
-                          const uint8_t* limit) except -1 nogil
+                          const uint8_t* limit, int64_t* starts) except -1 nogil
     cdef Py_ssize_t _encode_span(self, int pattern_id, const uint8_t* s, Py_ssize_t a, Py_ssize_t b,
                                  bint closed, const uint8_t* limit) except -1 nogil
     cdef int _encode_text(self, int pattern_id, const Specials* sp, const uint8_t* s, Py_ssize_t n_buf,
                           Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_bytes, bint open_end,
                           Py_ssize_t* stop, bint* done) except -1 nogil
     cdef object _take_out(self)
+
+
+# SuperBPE's stage 2 (the "hf" split). A pair of neighbouring stage-1 ids that no stage-2 merge can
+# ever join is a cut: what lies between two cuts (a segment) merges on its own. Stage2Table holds the
+# pairs that are not cuts ("crossable"; every merge's own pair is one), each with its first rank and
+# the id it merges into, so segments are merged from this one small table.
+cdef struct CrossSlot:
+    pair_key_t key              # EMPTY_KEY marks a free slot
+    token_id_t res              # the id the pair merges into at its first rank
+    uint32_t rank               # its first rank (| LATER_RANKS: merged again later), or NO_RANK
+
+
+@cython.final
+cdef class Stage2Table:
+    cdef readonly RankMerger merger
+    cdef vector[uint64_t] filter        # a bit per hash of a crossable pair (a Bloom filter, one hash)
+    cdef int fshift                     # filter bit = pair hash >> fshift
+    cdef vector[CrossSlot] slots        # open addressing over the crossable pairs (16 bytes a slot)
+    cdef uint64_t mask
+    cdef int shift
+    cdef readonly bint all_cross        # too many crossable pairs to list: every pair is one
+    cdef readonly Py_ssize_t n_cross
+
+
+# The scratch of one thread's stage-2 merging.
+@cython.final
+cdef class Stage2Scratch:
+    cdef vector[int64_t] nxt            # RankMerger._merge (segments longer than SHORT_SEG)
+    cdef vector[int64_t] prv
+    cdef vector[RankEntry] heap
+    cdef vector[int64_t] starts         # where each pretoken's stage-1 ids start

@@ -66,6 +66,7 @@ cdef extern from *:
     """
     #include <string.h>
     static const uint32_t BPE_NO_RANK = 0xFFFFFFFFu;
+    static const uint32_t BPE_LATER_RANKS = 0x80000000u;  /* CrossSlot.rank: merged again later */
     static const uint64_t BPE_EMPTY_KEY = 0xFFFFFFFFFFFFFFFFull;
     static const uint64_t BPE_MUL1 = 0x9E3779B97F4A7C15ull;
     static const uint64_t BPE_MUL2 = 0xBF58476D1CE4E5B9ull;
@@ -87,6 +88,7 @@ cdef extern from *:
     #endif
     """
     const uint32_t NO_RANK "BPE_NO_RANK"
+    const uint32_t LATER_RANKS "BPE_LATER_RANKS"
     const uint64_t EMPTY_KEY "BPE_EMPTY_KEY"
     const uint64_t MUL1 "BPE_MUL1"
     const uint64_t MUL2 "BPE_MUL2"
@@ -692,11 +694,12 @@ cdef class Encoder:
         return 0
 
     cdef int _emit_pieces(self, const uint8_t* s, Py_ssize_t a, const int64_t* ends, Py_ssize_t count,
-                          const uint8_t* limit) except -1 nogil:
+                          const uint8_t* limit, int64_t* starts) except -1 nogil:
         """Append the ids of the pretokens ``s[a:ends[0]]``, ``s[ends[0]:ends[1]]``, ... to ``out``.
 
         ``limit`` is the end of the readable buffer (8-byte loads never cross it). Each batch of
-        ``BATCH`` pretokens is hashed and its slots prefetched before the first probe.
+        ``BATCH`` pretokens is hashed and its slots prefetched before the first probe. ``starts``
+        (NULL, or room for ``count``): where each pretoken's ids start in ``out``.
         """
         cdef uint64_t hs[BATCH]
         cdef uint64_t w0s[BATCH]
@@ -726,6 +729,8 @@ cdef class Encoder:
             for j in range(m):                      # 2. probe, emit
                 e = ends[base + j]
                 n = e - q
+                if starts != NULL:
+                    starts[base + j] = self.out_n
                 if n == 1:
                     out[self.out_n] = self.table.byte_ids[s[q]]
                     self.out_n += 1
@@ -776,7 +781,7 @@ cdef class Encoder:
             if not closed:
                 use = total - HOLD_BACK if total > HOLD_BACK else 0
             if use > 0:
-                self._emit_pieces(s, piece_start, ends, use, limit)
+                self._emit_pieces(s, piece_start, ends, use, limit, NULL)
                 piece_start = ends[use - 1]
             carry = total - use
             for k in range(carry):
@@ -945,7 +950,7 @@ cdef class Encoder:
                 k0 = k                       # a run of pieces to merge
                 while k < n_pieces and not (has_forced and forced_ids[k] != -1):
                     k += 1
-                self._emit_pieces(base, prev, &ends[k0], k - k0, base + n_buf)
+                self._emit_pieces(base, prev, &ends[k0], k - k0, base + n_buf, NULL)
                 prev = ends[k - 1]
         return self._take_out()
 
@@ -967,6 +972,9 @@ cdef class Encoder:
 # its cache), then stage-2 merges inside units, runs of pretokens cut at hard boundaries. This is
 # the "hf" split of ``methods/superbpe.py`` for a whole text in one call: its plain twins are
 # ``StageAwareEncoder.encode`` (numpy + RankMerger per document) and ``reference.encode_superbpe``.
+
+cdef enum:
+    SHORT_SEG = 32          # longest segment merged by _merge_short; longer ones: RankMerger._merge
 
 cdef enum:
     PT_NUMERIC = 1          # the pretoken holds a \p{N}
@@ -1063,68 +1071,424 @@ cdef inline uint8_t _pretoken_flags(const uint8_t* s, Py_ssize_t a, Py_ssize_t e
     return f
 
 
-cdef Py_ssize_t _stage_unit(RankMerger m2, token_id_t* out, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t w,
-                            vector[int64_t]& nxt, vector[int64_t]& prv, vector[RankEntry]& heap) noexcept nogil:
-    """Stage-2 merge the unit ``out[u0:u1]`` and move it to ``out[w:]``; returns the new ``w``."""
-    cdef int64_t m = u1 - u0
-    if m >= 2:
-        m = m2._merge(out + u0, m, nxt, prv, heap)
-    if w != u0 and m > 0:
-        memmove(out + w, out + u0, m * sizeof(token_id_t))
+def _first_last_sets(lefts, rights, results):
+    """Per id made by a merge: the ids a sequence that merges into it can start with (``first``) and
+    end with (``last``), itself included (an id not in the dicts: only itself).
+
+    A fixed point over the merges (the same id can be made by several merges, also after it is used).
+
+    >>> f, l = _first_last_sets([1, 5], [2, 3], [5, 6])       # (1,2)->5, (5,3)->6
+    >>> sorted(f[6]), sorted(l[6])
+    ([1, 5, 6], [3, 6])
+    """
+    first: dict = {}
+    last: dict = {}
+    changed = True
+    while changed:
+        changed = False
+        for a, b, c in zip(lefts, rights, results):
+            fc = first.setdefault(c, {c})
+            fa = first.get(a, (a,))
+            if not fc.issuperset(fa):
+                fc.update(fa)
+                changed = True
+            lc = last.setdefault(c, {c})
+            lb = last.get(b, (b,))
+            if not lc.issuperset(lb):
+                lc.update(lb)
+                changed = True
+    return first, last
+
+
+cdef class Stage2Table:
+    """The stage-2 merges of a SuperBPE model, with the pairs of ids that a stage-2 merge can join.
+
+    Merging a sequence by rank (``RankMerger.merge``) only ever joins two neighbours ``x, y`` when
+    ``(x, y)`` is *crossable*: some merge ``(l, r)`` has ``x`` among the ids a sequence merging into
+    ``l`` can end with and ``y`` among those a sequence merging into ``r`` can start with
+    (``_first_last_sets``). A token covering the ids ``t_i .. t_j`` has ``t_i`` and ``t_j`` in those
+    sets (by induction over the merges), so no merge happens across a pair that is not crossable,
+    and the merges on either side never see each other (a merge is decided by its own neighbours and
+    its rank). A sequence therefore merges as its segments, cut at every pair that is not crossable,
+    merge one by one: ``merge(seq) == concat(merge(seg) for seg in segments)`` (tested).
+
+    Every merge's own pair is crossable (``l`` ends ``l``), so the table also gives each merge's
+    first rank and result: ``_merge_short`` merges a short segment from it alone.
+
+    Args:
+        merger: the stage-2 ``RankMerger``.
+        all_cross: treat every pair as crossable (no cuts: a unit is one segment, merged through
+            ``merger``); also used when the crossable pairs would be more than ``max_pairs``
+            (default ``max(2**20, 16 * merges)``).
+
+    >>> from bpe_core.engine.units import RankMerger
+    >>> m = RankMerger(np.array([1, 5], np.uint32), np.array([2, 3], np.uint32), np.array([5, 6], np.uint32))
+    >>> t = Stage2Table(m)                                   # (1, 2) -> 5, (5, 3) -> 6
+    >>> t.lookup(1, 2), t.lookup(5, 3), t.lookup(2, 3), t.lookup(3, 1)   # 2-3: inside 1 2 3 -> 6
+    ((True, 0, 5), (True, 1, 6), (True, None, None), (False, None, None))
+    """
+
+    def __init__(self, RankMerger merger not None, bint all_cross=False, Py_ssize_t max_pairs=-1):
+        cdef uint64_t cap = 16, slot, key
+        cdef Py_ssize_t slot_i
+        cdef int64_t r
+        cdef uint32_t out = 0
+        cdef CrossSlot empty
+        cdef uint64_t h
+        if merger.n_merges >= LATER_RANKS:
+            raise ValueError("too many stage-2 merges")
+        self.merger = merger
+        rank_pairs = []
+        for slot_i in range(<Py_ssize_t>merger.keys.size()):
+            key = merger.keys[slot_i]
+            if key == EMPTY_KEY:
+                continue
+            r = merger.ranks[slot_i]
+            while r >= 0:
+                rank_pairs.append((r, int(key >> 32), int(key & 0xFFFFFFFFu), int(merger.res_of_rank[r])))
+                r = merger.later[r]
+        rank_pairs.sort()
+        lefts = [a for _, a, _, _ in rank_pairs]
+        rights = [b for _, _, b, _ in rank_pairs]
+        results = [c for _, _, _, c in rank_pairs]
+        if max_pairs < 0:
+            max_pairs = max(1 << 20, 16 * len(lefts))
+        pairs = set()
+        if not all_cross:
+            first, last = _first_last_sets(lefts, rights, results)
+            total = 0
+            for a, b in zip(lefts, rights):
+                total += len(last.get(a, (a,))) * len(first.get(b, (b,)))
+                if total > max_pairs:
+                    all_cross = True
+                    break
+            if not all_cross:
+                for a, b in zip(lefts, rights):
+                    for x in last.get(a, (a,)):
+                        for y in first.get(b, (b,)):
+                            pairs.add((x << 32) | y)
+        self.all_cross = all_cross
+        self.n_cross = len(pairs)
+        self.shift = 60
+        while cap < <uint64_t>(2 * len(pairs) + 2):
+            cap <<= 1
+            self.shift -= 1
+        self.mask = cap - 1
+        empty.key = EMPTY_KEY
+        empty.res = 0
+        empty.rank = NO_RANK
+        self.slots.assign(cap, empty)
+        # the filter: about 16 bits per pair (~5% false hits), 2**15 .. 2**19 bits (4 .. 64 KiB)
+        fbits = 15
+        while fbits < 19 and (1 << fbits) < 16 * len(pairs):
+            fbits += 1
+        self.fshift = 64 - fbits
+        self.filter.assign((1 << fbits) // 64, 0)
+        for key in pairs:
+            h = (key * MUL1) >> self.fshift
+            self.filter[h >> 6] |= (<uint64_t>1) << (h & 63)
+            slot = (key * MUL2) >> self.shift
+            while self.slots[slot].key != EMPTY_KEY:
+                slot = (slot + 1) & self.mask
+            self.slots[slot].key = key
+            r = merger._rank(<uint32_t>(key >> 32), <uint32_t>(key & 0xFFFFFFFFu), -1, &out)
+            if r >= 0:
+                self.slots[slot].res = out
+                self.slots[slot].rank = <uint32_t>r
+                if merger.later[r] >= 0:
+                    self.slots[slot].rank |= LATER_RANKS
+
+    def lookup(self, token_id_t a, token_id_t b):
+        """``(crossable, first rank, result)`` of the pair (rank and result None: no merge)."""
+        cdef XView v = _xview(self)
+        cdef token_id_t res = 0
+        cdef uint32_t r = NO_RANK
+        cdef bint c = _cross(&v, a, b, &r, &res)
+        return bool(c), (None if r == NO_RANK else int(r)), (None if r == NO_RANK else int(res))
+
+    def merge(self, ids):
+        """Merge one sequence segment by segment, as the encoder does (``_merge_segment``); a new
+        uint32 array. Equals ``RankMerger.merge`` (for tests)."""
+        arr = np.array(ids, dtype=np.uint32, copy=True)
+        cdef uint32_t[::1] v = arr
+        cdef Stage2Scratch sc = Stage2Scratch()
+        cdef XView x = _xview(self)
+        cdef Py_ssize_t n = v.shape[0], k, seg = 0, w = 0
+        cdef uint32_t seg_rk[SHORT_SEG]
+        cdef token_id_t seg_rs[SHORT_SEG]
+        cdef uint32_t r = NO_RANK
+        cdef token_id_t res = 0
+        if n == 0:
+            return arr
+        with nogil:
+            for k in range(1, n + 1):
+                if k < n and _cross(&x, v[k - 1], v[k], &r, &res):
+                    if k - seg - 1 < SHORT_SEG:
+                        seg_rk[k - seg - 1] = r
+                        seg_rs[k - seg - 1] = res
+                else:
+                    w = _merge_segment(&x, sc, &v[0], seg, k, w, seg_rk, seg_rs)
+                    seg = k
+        return arr[:w].copy()
+
+
+cdef struct XView:
+    # Stage2Table as plain C data (the hot loop reads it without touching the object)
+    const uint64_t* filter
+    int fshift
+    const CrossSlot* slots
+    uint64_t mask
+    int shift
+    bint all_cross
+    void* merger                        # the RankMerger (borrowed)
+
+
+cdef inline XView _xview(Stage2Table t) noexcept:
+    cdef XView v
+    v.filter = t.filter.data()
+    v.fshift = t.fshift
+    v.slots = t.slots.data()
+    v.mask = t.mask
+    v.shift = t.shift
+    v.all_cross = t.all_cross
+    v.merger = <void*>t.merger
+    return v
+
+
+cdef inline bint _cross(const XView* v, token_id_t a, token_id_t b, uint32_t* rank, token_id_t* res) noexcept nogil:
+    """Whether ``(a, b)`` is crossable; ``rank`` gets its first rank (or NO_RANK; the LATER_RANKS
+    flag stays set) and ``res`` the id it merges into."""
+    cdef pair_key_t key = pack_pair(a, b)
+    cdef uint64_t slot, f
+    cdef int64_t r
+    if v.all_cross:
+        r = (<RankMerger>v.merger)._rank(a, b, -1, res)
+        rank[0] = <uint32_t>r if r >= 0 else NO_RANK
+        return True
+    f = (key * MUL1) >> v.fshift
+    if not (v.filter[f >> 6] >> (f & 63)) & 1:
+        return False
+    slot = (key * MUL2) >> v.shift
+    while True:
+        if v.slots[slot].key == key:
+            rank[0] = v.slots[slot].rank
+            res[0] = v.slots[slot].res
+            return True
+        if v.slots[slot].key == EMPTY_KEY:
+            return False
+        slot = (slot + 1) & v.mask
+
+
+cdef inline uint32_t _rank_after(const XView* v, token_id_t a, token_id_t b, int64_t after,
+                                 token_id_t* res) noexcept nogil:
+    """The first rank > ``after`` that merges ``(a, b)`` (``res``: its result), or NO_RANK
+    (``RankMerger._rank``, from the table)."""
+    cdef uint32_t r = NO_RANK
+    cdef int64_t r2
+    if v.all_cross:
+        r2 = (<RankMerger>v.merger)._rank(a, b, after, res)
+        return <uint32_t>r2 if r2 >= 0 else NO_RANK
+    if not _cross(v, a, b, &r, res) or r == NO_RANK:
+        return NO_RANK
+    if <int64_t>(r & ~LATER_RANKS) > after:
+        return r & ~LATER_RANKS
+    if r & LATER_RANKS:                     # the same pair merged again (rare): the chain
+        r2 = (<RankMerger>v.merger)._rank(a, b, after, res)
+        return <uint32_t>r2 if r2 >= 0 else NO_RANK
+    return NO_RANK
+
+
+cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m, const uint32_t* rk0,
+                             const token_id_t* rs0) noexcept nogil:
+    """Merge ``tok[0:m]`` (``m <= SHORT_SEG``) in place by repeated min-rank scans; the new length.
+
+    ``RankMerger._merge`` without a heap: take the lowest rank scheduled, merge its pairs left to
+    right without overlap, give each pair that touches a merged token its first rank after the one
+    applied (the others keep theirs), repeat. The heap version pops the same ranks in the same
+    position order, and its stale entries never apply (a rank names one pair, and a merged token
+    is never its own left part), so both give the same result (tested against it).
+
+    ``rk0, rs0``: what ``_cross`` gave for each pair ``tok[i], tok[i + 1]`` (its first rank, with
+    the LATER_RANKS flag, and result).
+    """
+    cdef uint32_t rk[SHORT_SEG]
+    cdef token_id_t rs[SHORT_SEG]
+    cdef Py_ssize_t old_at[SHORT_SEG]
+    cdef bint fresh[SHORT_SEG]
+    cdef Py_ssize_t i, w, j
+    cdef uint32_t r, r1, r2
+    cdef token_id_t t, res = 0
+    if m == 3:                              # the common case, unrolled: the lower rank first
+        r1 = rk0[0] if rk0[0] == NO_RANK else rk0[0] & ~LATER_RANKS
+        r2 = rk0[1] if rk0[1] == NO_RANK else rk0[1] & ~LATER_RANKS
+        if r1 == NO_RANK and r2 == NO_RANK:
+            return 3
+        if r1 <= r2:                        # (a tie: the same pair twice, the left one wins)
+            t = rs0[0]
+            r = _rank_after(v, t, tok[2], r1, &res)
+            if r != NO_RANK:
+                tok[0] = res
+                return 1
+            tok[0] = t
+            tok[1] = tok[2]
+            return 2
+        t = rs0[1]
+        r = _rank_after(v, tok[0], t, r2, &res)
+        if r != NO_RANK:
+            tok[0] = res
+            return 1
+        tok[1] = t
+        return 2
+    for i in range(m - 1):
+        rk[i] = rk0[i] if rk0[i] == NO_RANK else rk0[i] & ~LATER_RANKS
+        rs[i] = rs0[i]
+    while m > 1:
+        r = NO_RANK
+        for i in range(m - 1):
+            if rk[i] < r:
+                r = rk[i]
+        if r == NO_RANK:
+            break
+        # in place: position w <= i is written after i is read; a pair kept moves down (old_at >= j)
+        w = 0
+        i = 0
+        while i < m:
+            if i + 1 < m and rk[i] == r:
+                tok[w] = rs[i]
+                fresh[w] = True
+                i += 2
+            else:
+                tok[w] = tok[i]
+                fresh[w] = False
+                old_at[w] = i
+                i += 1
+            w += 1
+        for j in range(w - 1):
+            if fresh[j] or fresh[j + 1]:
+                rk[j] = _rank_after(v, tok[j], tok[j + 1], r, &rs[j])
+            else:
+                rk[j] = rk[old_at[j]]
+                rs[j] = rs[old_at[j]]
+        m = w
+    return m
+
+
+cdef class Stage2Scratch:
+    """The scratch of one thread's stage-2 merging (``encode_stage_aware``)."""
+
+
+cdef Py_ssize_t _merge_segment(const XView* v, Stage2Scratch sc, token_id_t* out, Py_ssize_t a,
+                               Py_ssize_t b, Py_ssize_t w, const uint32_t* rk0,
+                               const token_id_t* rs0) noexcept nogil:
+    """Stage-2 merge the segment ``out[a:b]`` and write it at ``out[w:]`` (``w <= a``); returns the
+    new ``w``. Up to ``SHORT_SEG`` ids: ``_merge_short`` (``rk0, rs0``: its pairs' lookups);
+    longer: ``RankMerger._merge`` (a heap)."""
+    cdef Py_ssize_t n = b - a, m
+    if n <= 0:
+        return w
+    if n == 1:
+        out[w] = out[a]
+        return w + 1
+    if n <= SHORT_SEG:
+        m = _merge_short(v, out + a, n, rk0, rs0)
+    else:
+        m = (<RankMerger>v.merger)._merge(out + a, n, sc.nxt, sc.prv, sc.heap)
+    if w != a:
+        memmove(out + w, out + a, m * sizeof(token_id_t))
     return w + m
 
 
-cdef int _stage_span(Encoder enc, RankMerger m2, int pattern_id, const uint8_t* s, Py_ssize_t a,
-                     Py_ssize_t b, const uint8_t* limit, const uint32_t* tok_len, Py_ssize_t n_tok,
-                     vector[int64_t]& ends, vector[int64_t]& nxt, vector[int64_t]& prv,
-                     vector[RankEntry]& heap) except -1 nogil:
-    """Encode the text ``s[a:b]`` (no special token in it): stage 1 per pretoken, then stage 2 per
-    unit, cut where a pretoken holds a digit (it is a unit of its own) and between two pretokens
-    that meet inside a run of whitespace."""
-    cdef Py_ssize_t p = a, n, j, q, e, start, k, u0, w, nbytes
-    cdef uint8_t f, prev = 0
+cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_id, const uint8_t* s,
+                     Py_ssize_t a, Py_ssize_t b, const uint8_t* limit) except -1 nogil:
+    """Encode the text ``s[a:b]`` (no special token in it): stage 1 per pretoken, then stage 2.
+
+    Pretokens are scanned ``ENDS_CAP`` at a time and their stage-1 ids emitted (the ``Encoder`` and
+    its cache). Each pair of neighbouring ids is then a cut when it is not crossable
+    (``Stage2Table``) or, between two pretokens, when a unit ends there (flags of both); each
+    segment between two cuts is merged and written back, compacted, in place (a segment of two ids
+    with the rank and result its pair's lookup gave). The unfinished segment at the end of a window
+    moves down to the written ids before the next window's ids are emitted after it.
+    """
+    cdef int64_t* ends = enc.ends_buf
+    cdef int64_t* starts
+    cdef Py_ssize_t p = a, q = a, pa = a, fl_at = -1, n, j, k, k1, e, w, seg, i
     cdef token_id_t* out
-    n = 0                                   # ends[0:n] in use; the vector only grows (no refill)
+    cdef token_id_t res = 0
+    cdef uint32_t rank = NO_RANK
+    cdef uint32_t seg_rk[SHORT_SEG]         # the current segment's pairs, as _cross gave them
+    cdef token_id_t seg_rs[SHORT_SEG]
+    cdef uint8_t fp, fc, fl = 0
+    cdef bint have_prev = False, joined
+    if <Py_ssize_t>sc.starts.size() < ENDS_CAP + 1:
+        sc.starts.resize(ENDS_CAP + 1)
+    starts = sc.starts.data()
+    w = seg = enc.out_n
     while p < b:
-        if <Py_ssize_t>ends.size() < n + ENDS_CAP:
-            ends.resize(2 * (n + ENDS_CAP))
-        n += _split_ends(pattern_id, s, &p, b, ends.data() + n, ENDS_CAP)
-    if n == 0:
-        return 0
-    start = enc.out_n
-    enc._emit_pieces(s, a, ends.data(), n, limit)
-    out = enc.out_buf
-    w = k = u0 = start
-    q = a
-    for j in range(n):
-        e = ends[j]
-        f = _pretoken_flags(s, q, e)
-        if j > 0 and ((f & PT_NUMERIC) or (prev & PT_NUMERIC)
-                      or ((prev & PT_ENDS_SPACE) and (f & PT_STARTS_SPACE))):
-            w = _stage_unit(m2, out, u0, k, w, nxt, prv, heap)
-            u0 = k
-        nbytes = tok_len[out[k]]            # this pretoken's stage-1 ids (ids < n_tok: checked
-        k += 1                              # by TwoStageEncoder, which sizes tok_len to the vocab)
-        while nbytes < e - q:
-            nbytes += tok_len[out[k]]
-            k += 1
-        prev = f
-        q = e
-    w = _stage_unit(m2, out, u0, k, w, nxt, prv, heap)
-    enc.out_n = w
+        n = _split_ends(pattern_id, s, &p, b, ends, ENDS_CAP)
+        if n == 0:
+            continue
+        enc._emit_pieces(s, q, ends, n, limit, starts)
+        starts[n] = enc.out_n
+        out = enc.out_buf
+        for j in range(n):
+            e = ends[j]
+            k = starts[j]
+            k1 = starts[j + 1]
+            if not have_prev:
+                have_prev = True
+                k += 1
+            while k < k1:
+                joined = _cross(v, out[k - 1], out[k], &rank, &res)
+                if joined and k == starts[j]:
+                    # between two pretokens: a unit ends where one holds a digit or both meet
+                    # inside a run of whitespace (the flags of s[pa:q] may be known from before)
+                    fp = fl if fl_at == pa else _pretoken_flags(s, pa, q)
+                    fc = _pretoken_flags(s, q, e)
+                    fl = fc
+                    fl_at = q
+                    joined = ((fp | fc) & PT_NUMERIC) == 0 and \
+                        ((fp & PT_ENDS_SPACE) == 0 or (fc & PT_STARTS_SPACE) == 0)
+                if joined:
+                    i = k - seg - 1
+                    if i < SHORT_SEG:
+                        seg_rk[i] = rank
+                        seg_rs[i] = res
+                else:
+                    if k - seg == 1:
+                        out[w] = out[seg]
+                        w += 1
+                    elif k - seg == 2:
+                        if seg_rk[0] != NO_RANK:
+                            out[w] = seg_rs[0]   # the pair's first rank applies (nothing else can)
+                            w += 1
+                        else:                    # crossable, but no merge of its own
+                            out[w] = out[seg]
+                            out[w + 1] = out[seg + 1]
+                            w += 2
+                    else:
+                        w = _merge_segment(v, sc, out, seg, k, w, seg_rk, seg_rs)
+                    seg = k
+                k += 1
+            pa = q
+            q = e
+        if seg > w:                         # the unfinished segment moves down
+            memmove(out + w, out + seg, (enc.out_n - seg) * sizeof(token_id_t))
+            enc.out_n = w + (enc.out_n - seg)
+            seg = w
+    enc.out_n = _merge_segment(v, sc, enc.out_buf, seg, enc.out_n, w, seg_rk, seg_rs)
     return 0
 
 
-def encode_stage_aware(Encoder enc not None, RankMerger stage2 not None, const uint8_t[::1] buf not None,
-                       int pattern_id, SpecialTable specials, const uint32_t[::1] token_lengths not None):
+def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2Scratch scratch not None,
+                       const uint8_t[::1] buf not None, int pattern_id, SpecialTable specials):
     """Encode a whole text with a SuperBPE model (the ``"hf"`` stage-2 split), without the GIL.
 
     Args:
         enc: an ``Encoder`` over the model's stage-1 merges (its ``RankTable``).
-        stage2: a ``RankMerger`` over the stage-2 merges (canonical ids).
+        stage2: a ``Stage2Table`` over the stage-2 ``RankMerger`` (canonical ids).
+        scratch: this thread's ``Stage2Scratch``.
         buf: the text; special tokens (``specials``, may be None) become their id and end units.
         pattern_id: the named pattern (``PATTERN_IDS``).
-        token_lengths: uint32, the byte length of every id.
 
     Returns:
         uint32 ids. Equivalent to ``superbpe.StageAwareEncoder.encode_python`` and
@@ -1133,10 +1497,9 @@ def encode_stage_aware(Encoder enc not None, RankMerger stage2 not None, const u
     cdef Py_ssize_t n_buf = buf.shape[0], pos = 0, ms = 0, me = 0
     cdef token_id_t mid = 0
     cdef const Specials* sp = &specials.c if specials is not None else NULL
-    cdef vector[int64_t] ends, nxt, prv
-    cdef vector[RankEntry] heap
     cdef const uint8_t* s
     cdef bint found
+    cdef XView v = _xview(stage2)
     if pattern_id < 0 or pattern_id > 2:
         raise ValueError(f"unknown pattern id {pattern_id}")
     enc.out_n = 0
@@ -1149,8 +1512,7 @@ def encode_stage_aware(Encoder enc not None, RankMerger stage2 not None, const u
             if not found:
                 ms = me = n_buf
             if ms > pos:
-                _stage_span(enc, stage2, pattern_id, s, pos, ms, s + n_buf, &token_lengths[0],
-                            token_lengths.shape[0], ends, nxt, prv, heap)
+                _stage_span(enc, &v, scratch, pattern_id, s, pos, ms, s + n_buf)
             if found:
                 enc._reserve_out(1)
                 enc.out_buf[enc.out_n] = mid

@@ -640,11 +640,16 @@ class TwoStageEncoder:
     ``stage2`` (an ``engine.units.RankMerger``) inside units, cut at special tokens, at pretokens that
     hold a digit and inside runs of whitespace (``_encode.encode_stage_aware``).
 
+    Stage 2 works segment by segment: a pair of neighbouring stage-1 ids that no stage-2 merge can
+    join cuts the unit (``_encode.Stage2Table``), so most segments are one or two ids, merged from
+    that table by a linear scan.
+
     Args:
         vocab, stage1_merges, special_tokens, pattern: as :class:`Tokenizer` (a named pattern).
         stage2: the stage-2 merges as a ``RankMerger`` over canonical ids (the smallest id of the bytes).
+        all_cross: no cuts inside units (each unit is one segment; for tests).
 
-    Thread-safe: each call borrows an encoder (a cache) of its own.
+    Thread-safe: each call borrows an encoder and a stage-2 scratch of its own.
 
     >>> from bpe_core.engine.units import RankMerger
     >>> vocab = {i: bytes([i]) for i in range(256)} | {256: b" a", 257: b" a a"}
@@ -653,23 +658,26 @@ class TwoStageEncoder:
     [257, 256, 32, 49]
     """
 
-    def __init__(self, vocab: dict[int, bytes], stage1_merges, special_tokens, pattern: str, stage2):
+    def __init__(self, vocab: dict[int, bytes], stage1_merges, special_tokens, pattern: str, stage2,
+                 all_cross: bool = False):
         self._tok = Tokenizer(vocab, stage1_merges, special_tokens, pattern)
         if self._tok._pattern_id is None:
             raise ValueError("the native stage-aware encoder needs a named pattern (gpt2, cl100k, o200k)")
-        self._stage2 = stage2
-        lengths = np.zeros(len(self._tok._decoder), dtype=np.uint32)
-        for i, b in self._tok._vocab.items():
-            lengths[i] = len(b)
-        self._lengths = lengths
+        self._stage2 = _encode.Stage2Table(stage2, all_cross=all_cross)
+        self._idle_scratch: list = []
 
     def encode(self, data: bytes, specials: bool = True) -> np.ndarray:
         """uint32 ids of ``data`` (``specials=False``: special tokens are plain text)."""
         enc = self._tok._borrow()
         try:
-            return _encode.encode_stage_aware(enc, self._stage2, data, self._tok._pattern_id,
-                                              self._tok._special_table if specials else None, self._lengths)
+            scratch = self._idle_scratch.pop()
+        except IndexError:
+            scratch = _encode.Stage2Scratch()
+        try:
+            return _encode.encode_stage_aware(enc, self._stage2, scratch, data, self._tok._pattern_id,
+                                              self._tok._special_table if specials else None)
         finally:
+            self._idle_scratch.append(scratch)
             self._tok._idle.append(enc)
 
 
