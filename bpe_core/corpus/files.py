@@ -71,10 +71,10 @@ def check_input(path: str | os.PathLike, compressed_ok: bool = False) -> int:
 
     >>> import tempfile, os, gzip; p = os.path.join(tempfile.mkdtemp(), "c.txt.gz")
     >>> _ = open(p, "wb").write(gzip.compress(b"hi"))
-    >>> check_input(p)
+    >>> check_input(p)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    bpe_core.corpus.CorpusError: ...c.txt.gz: is gzip-compressed; decompress it first (gzip -dk ...c.txt.gz)
+    bpe_core.errors.CorpusError: ...c.txt.gz: is gzip-compressed; decompress it first (gzip -dk ...c.txt.gz)
     """
     path = os.fspath(path)
     try:

@@ -142,7 +142,7 @@ class Tokenizer:
         tokens a token of ``vocab.json``, and no ordinary token lacks its merge); otherwise
         :class:`~bpe_core.errors.ModelFormatError` names the file and line.
 
-        >>> import os; fx = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
+        >>> import os; fx = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures")
         >>> tok = Tokenizer.from_files(f"{fx}/gpt2_vocab.json", f"{fx}/gpt2_merges.txt", ["<|endoftext|>"])
         >>> tok.encode("Hello, world!<|endoftext|>")
         [15496, 11, 995, 0, 50256]

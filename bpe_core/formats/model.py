@@ -426,7 +426,7 @@ def load_gpt2(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
       alphabet. A token such as ``Ġthe`` that no merge builds means the files come from different
       runs (or ``merges.txt`` was cut short).
 
-    >>> import os; fx = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
+    >>> import os; fx = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures")
     >>> vocab, merges = load_gpt2(f"{fx}/gpt2_vocab.json", f"{fx}/gpt2_merges.txt")
     >>> len(vocab), len(merges), vocab[50256]
     (50257, 50000, b'<|endoftext|>')

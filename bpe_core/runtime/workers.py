@@ -15,11 +15,11 @@ Input is read with ``os.pread`` (:func:`read_range`), not through a memory map: 
 while it is mapped kills the process with ``SIGBUS`` and no message, while a short read is an error
 we can name (:class:`InputChanged`). :class:`FileStamp` also catches a file rewritten in place.
 
->>> run_ordered(lambda x: x * x, [1, 2, 3], num_workers=2, on_result=print)
+>>> run_ordered(lambda x: x * x, [1, 2, 3], num_workers=2, on_result=print)   # returns the hold-backs
 1
 4
 9
-3
+0
 """
 from __future__ import annotations
 

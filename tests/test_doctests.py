@@ -1,0 +1,27 @@
+"""Every docstring example in the package runs and prints what it says (``doctest`` over each module).
+
+Examples that read the repository's own fixtures find them beside the package (``tests/fixtures``),
+so this runs from a checkout, as the rest of the suite does.
+"""
+import doctest
+import importlib
+import pathlib
+import pkgutil
+
+import pytest
+
+import bpe_core
+
+MODULES = sorted(m.name for m in pkgutil.walk_packages(bpe_core.__path__, "bpe_core.")
+                 if not m.name.rsplit(".", 1)[-1].startswith("__"))
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    try:
+        module = importlib.import_module(name)
+    except ImportError as exc:          # an optional extra (transformers, dask) not installed
+        pytest.skip(f"{name}: {exc}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
+    assert result.failed == 0, f"{name}: {result.failed} of {result.attempted} examples failed (run: " \
+                               f"python -m pytest --doctest-modules {pathlib.Path(module.__file__).name})"
