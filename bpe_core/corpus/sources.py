@@ -261,6 +261,20 @@ def expand_inputs(specs: Union[str, os.PathLike, Any, Sequence[Any]], input_form
     return out
 
 
+def _looks_parquet(path: str, head: bytes, size: int, url: bool) -> bool:
+    """A Parquet file starts and ends with ``PAR1`` and holds a footer between (12 bytes at least);
+    a text file that only starts with ``PAR1`` is text."""
+    if size < 12 or not head.startswith(b"PAR1"):
+        return False
+    if url:
+        tail = read_source(path, size - 4, size).tobytes()
+    else:
+        with open(path, "rb") as f:
+            f.seek(size - 4)
+            tail = f.read(4)
+    return tail == b"PAR1"
+
+
 def _file_source(path: str, input_format: str, text_column: str) -> Source:
     url = is_url(path)
     if url:
@@ -272,7 +286,7 @@ def _file_source(path: str, input_format: str, text_column: str) -> Source:
         head = file_head(path, 16) if size else b""
         stamp = FileStamp.of(path)
     compression = compression_of(head, path)
-    if input_format == "parquet" or (input_format == "auto" and head.startswith(b"PAR1")):
+    if input_format == "parquet" or (input_format == "auto" and _looks_parquet(path, head, size, url)):
         if compression is not None:
             raise CorpusError(path, f"is {compression}-compressed; a Parquet file compresses its own pages, "
                                     f"decompress it first")
