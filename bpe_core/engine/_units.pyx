@@ -385,6 +385,168 @@ def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint
     return symbols, offsets
 
 
+# ==== Stage-2 pieces ==========================================================================
+
+def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights):
+    """The weighted count of every window's pair, over all sequences: returns ``(levels, pair_counts)``.
+
+    ``levels[k]`` (uint32, saturating at 2**32 - 1) is the count of the pair ``(symbols[k],
+    symbols[k + 1])`` summed over every window of every sequence, each window weighted by its
+    sequence's weight; the last position of a sequence (no window) gets 0. ``pair_counts`` (int64)
+    holds each distinct pair's count once (in first-seen order).
+
+    >>> lv, pc = pair_levels(np.array([1, 2, 1, 2, 3], np.uint32), np.array([0, 2, 5]), np.array([3, 1]))
+    >>> lv.tolist(), pc.tolist()        # (1, 2): 3 + 1; (2, 3): 1; the ends of sequences: 0
+    ([4, 0, 4, 1, 0], [4, 1])
+
+    Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, read back
+    per window.
+    """
+    cdef int64_t n_seq = offsets.shape[0] - 1, u, k, a, b, n_sym = symbols.shape[0]
+    cdef vector[uint64_t] keys
+    cdef vector[int64_t] sums
+    cdef vector[uint32_t] slots
+    cdef uint64_t cap = 1 << 16, mask, key, slot, h, j
+    cdef uint32_t pid
+    cdef int64_t c
+    levels = np.zeros(n_sym, dtype=np.uint32)
+    cdef uint32_t[::1] lv = levels
+    with nogil:
+        slots.assign(cap, 0xFFFFFFFFu)
+        mask = cap - 1
+        for u in range(n_seq):
+            a = offsets[u]
+            b = offsets[u + 1]
+            for k in range(a, b - 1):
+                key = (<uint64_t>symbols[k] << 32) | symbols[k + 1]
+                slot = (key * <uint64_t>0x9E3779B97F4A7C15u) >> 32 & mask
+                while True:
+                    pid = slots[slot]
+                    if pid == 0xFFFFFFFFu:
+                        pid = <uint32_t>keys.size()
+                        slots[slot] = pid
+                        keys.push_back(key)
+                        sums.push_back(0)
+                        break
+                    if keys[pid] == key:
+                        break
+                    slot = (slot + 1) & mask
+                sums[pid] += weights[u]
+                lv[k] = pid                          # the pair id for now; its count below
+                if 2 * keys.size() > cap:            # grow: rehash the keys
+                    cap <<= 1
+                    mask = cap - 1
+                    slots.assign(cap, 0xFFFFFFFFu)
+                    for j in range(keys.size()):
+                        h = (keys[j] * <uint64_t>0x9E3779B97F4A7C15u) >> 32 & mask
+                        while slots[h] != 0xFFFFFFFFu:
+                            h = (h + 1) & mask
+                        slots[h] = <uint32_t>j
+        for u in range(n_seq):
+            a = offsets[u]
+            b = offsets[u + 1]
+            for k in range(a, b - 1):
+                c = sums[lv[k]]
+                if c > <int64_t>0xFFFFFFFF:
+                    c = <int64_t>0xFFFFFFFF
+                lv[k] = <uint32_t>c
+            if b > a:
+                lv[b - 1] = 0
+    counts = np.empty(sums.size(), dtype=np.int64)
+    cdef int64_t[::1] cv = counts
+    for k in range(<int64_t>sums.size()):
+        cv[k] = sums[k]
+    return levels, counts
+
+
+def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
+               const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level):
+    """Cut every sequence after each position whose level is below ``min_level`` and count the
+    distinct pieces of two or more symbols: returns ``(data, starts, piece_weights, piece_counts,
+    single_count)`` (pieces in first-seen order; a piece's weight and count are the sums of its
+    sequences' ``weights`` and ``counts``; ``single_count``: the summed ``counts`` of the one-symbol
+    pieces, which are not listed).
+
+    >>> syms = np.array([5, 6, 7, 5, 6, 8], np.uint32)
+    >>> d, s, w, c, one = cut_pieces(syms, np.array([0, 3, 6]), np.array([9, 1, 0, 9, 1, 0], np.uint32),
+    ...                              np.array([2, 1]), np.array([2, 1]), 2)
+    >>> d.tolist(), s.tolist(), w.tolist(), c.tolist(), one      # [5 6 | 7], [5 6 | 8]
+    ([5, 6], [0, 2], [3], [3], 3)
+
+    Plain equivalent: ``Counter`` of the runs ``tuple(s[i:j])`` between the cuts, weighted.
+    """
+    cdef int64_t n_seq = offsets.shape[0] - 1, u, k, a, b, start, n, single = 0, p, q
+    cdef vector[uint32_t] data
+    cdef vector[int64_t] starts
+    cdef vector[int64_t] wsum
+    cdef vector[int64_t] csum
+    cdef vector[uint64_t] hashes
+    cdef vector[int64_t] slots
+    cdef uint64_t cap = 1 << 16, mask, h, slot, j
+    cdef int64_t pid
+    cdef const uint32_t* base = &symbols[0] if symbols.shape[0] > 0 else NULL
+    with nogil:
+        starts.push_back(0)
+        slots.assign(cap, -1)
+        mask = cap - 1
+        for u in range(n_seq):
+            a = offsets[u]
+            b = offsets[u + 1]
+            start = a
+            for k in range(a, b):
+                if k + 1 < b and levels[k] >= min_level:
+                    continue
+                n = k + 1 - start
+                if n == 1:
+                    single += counts[u]
+                elif n > 1:
+                    h = _hash_ids(base + start, n)
+                    slot = h & mask
+                    while True:
+                        pid = slots[slot]
+                        if pid == -1:
+                            pid = <int64_t>wsum.size()
+                            slots[slot] = pid
+                            hashes.push_back(h)
+                            wsum.push_back(0)
+                            csum.push_back(0)
+                            for q in range(start, k + 1):
+                                data.push_back(base[q])
+                            starts.push_back(data.size())
+                            break
+                        if hashes[pid] == h and starts[pid + 1] - starts[pid] == n and \
+                                memcmp(&data[starts[pid]], base + start, n * sizeof(uint32_t)) == 0:
+                            break
+                        slot = (slot + 1) & mask
+                    wsum[pid] += weights[u]
+                    csum[pid] += counts[u]
+                    if 2 * wsum.size() > cap:
+                        cap <<= 1
+                        mask = cap - 1
+                        slots.assign(cap, -1)
+                        for j in range(wsum.size()):
+                            slot = hashes[j] & mask
+                            while slots[slot] != -1:
+                                slot = (slot + 1) & mask
+                            slots[slot] = <int64_t>j
+                start = k + 1
+    out_data = np.empty(data.size(), dtype=np.uint32)
+    out_starts = np.empty(starts.size(), dtype=np.int64)
+    out_w = np.empty(wsum.size(), dtype=np.int64)
+    out_c = np.empty(csum.size(), dtype=np.int64)
+    cdef uint32_t[::1] dv = out_data
+    cdef int64_t[::1] sv = out_starts
+    cdef int64_t[::1] wv = out_w
+    cdef int64_t[::1] cv = out_c
+    if data.size() > 0:
+        memcpy(&dv[0], data.data(), data.size() * sizeof(uint32_t))
+    memcpy(&sv[0], starts.data(), starts.size() * sizeof(int64_t))
+    if wsum.size() > 0:
+        memcpy(&wv[0], wsum.data(), wsum.size() * sizeof(int64_t))
+        memcpy(&cv[0], csum.data(), csum.size() * sizeof(int64_t))
+    return out_data, out_starts, out_w, out_c, single
+
+
 # ==== Merging a sequence by rank ==============================================================
 
 cdef inline bint _entry_after(RankEntry x, RankEntry y) noexcept nogil:

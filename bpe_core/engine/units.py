@@ -4,8 +4,11 @@
 - ``count_chunk_units``: the units of a chunk as runs of word ids, counted into a ``UnitCounter``;
 - ``expand_units``: word-id units -> stage-1 token units;
 - ``RankMerger``: merges id sequences in rank order (the stage-1 encoder of units);
+- ``pair_levels``, ``cut_pieces``: SuperBPE stage 2's pieces (units cut where no merge can cross);
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
-from ._units import RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units, hash_ids
+from ._units import (RankMerger, UnitCounter, WordIndex, count_chunk_units, cut_pieces, expand_units, hash_ids,
+                     pair_levels)
 
-__all__ = ["RankMerger", "UnitCounter", "WordIndex", "count_chunk_units", "expand_units", "hash_ids"]
+__all__ = ["RankMerger", "UnitCounter", "WordIndex", "count_chunk_units", "cut_pieces", "expand_units",
+           "hash_ids", "pair_levels"]

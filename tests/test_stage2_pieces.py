@@ -1,0 +1,90 @@
+"""SuperBPE stage 2 on pieces (``superbpe.stage2_merges``): the same merges, tokens and final token
+count as one engine run on the whole units, for any first cut (restarts included)."""
+from collections import Counter
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_core.engine.merge import MergeEngine
+from bpe_core.engine.units import cut_pieces, pair_levels
+from bpe_core.methods.superbpe import Stage2Rules, _allowed, first_cut, stage2_merges
+
+TOKENS = [bytes([i]) for i in range(256)]
+
+# units over a small alphabet (many repeats, runs like "aaaa", spaces and ': ' for the rules)
+unit = st.lists(st.sampled_from(list(b"ab :c1")), max_size=14)
+units_st = st.lists(st.tuples(unit, st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=25)
+
+
+def as_arrays(units):
+    symbols = np.array([s for u, _, _ in units for s in u], dtype=np.uint32)
+    offsets = np.concatenate(([0], np.cumsum([len(u) for u, _, _ in units]))).astype(np.int64)
+    weights = np.array([w for _, w, _ in units], dtype=np.int64)
+    counts = weights + np.array([extra for _, _, extra in units], dtype=np.int64)   # counts >= weights
+    return symbols, offsets, weights, counts
+
+
+def whole_units(symbols, offsets, weights, counts, n, rules):
+    engine = MergeEngine(symbols, offsets, weights, TOKENS)
+    steps = engine.run(n, allowed=_allowed(rules, TOKENS))
+    _, final_offsets, _ = engine.words()
+    return steps, engine.tokens(), int((np.diff(final_offsets) * counts).sum())
+
+
+@settings(max_examples=150)
+@given(units_st, st.integers(0, 40), st.integers(1, 40),
+       st.sampled_from([Stage2Rules(distinct=True), Stage2Rules(max_words=1, distinct=True),
+                        Stage2Rules(distinct=False)]))
+def test_pieces_equal_whole_units(units, n, cut, rules):
+    symbols, offsets, weights, counts = as_arrays(units)
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
+    got = stage2_merges(symbols, offsets, weights, counts, TOKENS, n, _allowed(rules, TOKENS),
+                        bounded=rules.distinct, cut=cut)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens
+    assert got.final_tokens == final
+    if rules.distinct and cut > 1 and len(steps) == n and n > 0:
+        assert got.info["cuts"][0]["cut"] == cut          # the forced first cut was used
+
+
+@given(units_st)
+def test_levels_and_pieces_equal_plain_counts(units):
+    symbols, offsets, weights, counts = as_arrays(units)
+    levels, pair_counts = pair_levels(symbols, offsets, weights)
+    seqs = [list(symbols[offsets[i]:offsets[i + 1]]) for i in range(len(units))]
+    plain = Counter()
+    for s, w in zip(seqs, weights):
+        for a, b in zip(s, s[1:]):
+            plain[(a, b)] += int(w)
+    expect = [plain[(s[k], s[k + 1])] if k + 1 < len(s) else 0 for s in seqs for k in range(len(s))]
+    assert levels.tolist() == expect
+    assert sorted(pair_counts.tolist()) == sorted(plain.values())
+    for cut in (1, 2, 3, 5):
+        data, starts, pw, pc, single = cut_pieces(symbols, offsets, levels, weights, counts, cut)
+        want_w, want_c, want_single = Counter(), Counter(), 0
+        for s, lv, w, c in zip(seqs, np.split(levels, offsets[1:-1]), weights, counts):
+            start = 0
+            for k in range(len(s)):
+                if k + 1 == len(s) or lv[k] < cut:
+                    piece = tuple(s[start:k + 1])
+                    if len(piece) == 1:
+                        want_single += int(c)
+                    else:
+                        want_w[piece] += int(w)
+                        want_c[piece] += int(c)
+                    start = k + 1
+        got = {tuple(data[starts[i]:starts[i + 1]]): (pw[i], pc[i]) for i in range(pw.size)}
+        assert got == {p: (want_w[p], want_c[p]) for p in want_w}
+        assert single == want_single
+
+
+def test_first_cut_and_a_restart_are_reported():
+    # "ab" everywhere (count 12): a first cut of 1000 sees no pair that counts as much, so it restarts
+    units = [(list(b"ab ab"), 3, 0), (list(b"abab"), 3, 1)]
+    symbols, offsets, weights, counts = as_arrays(units)
+    rules = Stage2Rules(distinct=True)
+    got = stage2_merges(symbols, offsets, weights, counts, TOKENS, 3, _allowed(rules, TOKENS), cut=1000)
+    assert got.steps == whole_units(symbols, offsets, weights, counts, 3, rules)[0]
+    assert [c["cut"] for c in got.info["cuts"]][:2] == [1000, 250] and got.info["restarts"] >= 1
+    assert first_cut(np.array([5, 9, 1, 7]), 1) == 5        # rank int(2.5 x 1) = 2 from the top: the 3rd
