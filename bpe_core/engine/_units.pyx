@@ -24,6 +24,9 @@ import numpy as np
 
 from bpe_core.pretok._pretok cimport PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K, _next_cl100k, _next_gpt2, _next_o200k
 
+cdef extern from *:
+    void __builtin_prefetch(const void* addr) noexcept nogil
+
 cdef uint64_t FNV_OFFSET = 1469598103934665603u
 cdef uint64_t FNV_PRIME = 1099511628211u
 
@@ -387,76 +390,111 @@ def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint
 
 # ==== Stage-2 pieces ==========================================================================
 
+cdef struct PairSlot:
+    uint64_t key        # (left << 32 | right) + 1; 0: empty
+    int64_t count
+
+
+cdef inline uint64_t _pair_slot(uint64_t key, uint64_t mask) noexcept nogil:
+    return ((key * <uint64_t>0x9E3779B97F4A7C15u) >> 32) & mask
+
+
+cdef void _grow_pairs(vector[PairSlot]& slots, uint64_t* mask) noexcept nogil:
+    cdef vector[PairSlot] old
+    cdef PairSlot empty
+    cdef uint64_t j, h, m
+    empty.key = 0
+    empty.count = 0
+    old.swap(slots)
+    slots.assign(old.size() * 2, empty)
+    m = old.size() * 2 - 1
+    for j in range(old.size()):
+        if old[j].key != 0:
+            h = _pair_slot(old[j].key, m)
+            while slots[h].key != 0:
+                h = (h + 1) & m
+            slots[h] = old[j]
+    mask[0] = m
+
+
 def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights):
     """The weighted count of every window's pair, over all sequences: returns ``(levels, pair_counts)``.
 
     ``levels[k]`` (uint32, saturating at 2**32 - 1) is the count of the pair ``(symbols[k],
     symbols[k + 1])`` summed over every window of every sequence, each window weighted by its
     sequence's weight; the last position of a sequence (no window) gets 0. ``pair_counts`` (int64)
-    holds each distinct pair's count once (in first-seen order).
+    holds each distinct pair's count once (in no particular order).
 
     >>> lv, pc = pair_levels(np.array([1, 2, 1, 2, 3], np.uint32), np.array([0, 2, 5]), np.array([3, 1]))
-    >>> lv.tolist(), pc.tolist()        # (1, 2): 3 + 1; (2, 3): 1; the ends of sequences: 0
-    ([4, 0, 4, 1, 0], [4, 1])
+    >>> lv.tolist(), sorted(pc.tolist())        # (1, 2): 3 + 1; (2, 3): 1; the ends of sequences: 0
+    ([4, 0, 4, 1, 0], [1, 4])
+
+    Two passes over the windows, one hash-table cell each (asked for 16 windows ahead): the count
+    lives in the cell beside its pair.
 
     Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, read back
     per window.
     """
-    cdef int64_t n_seq = offsets.shape[0] - 1, u, k, a, b, n_sym = symbols.shape[0]
-    cdef vector[uint64_t] keys
-    cdef vector[int64_t] sums
-    cdef vector[uint32_t] slots
-    cdef uint64_t cap = 1 << 16, mask, key, slot, h, j
-    cdef uint32_t pid
-    cdef int64_t c
-    levels = np.zeros(n_sym, dtype=np.uint32)
+    cdef int64_t n_seq = offsets.shape[0] - 1, u, k, a, b, n_sym = symbols.shape[0], c
+    cdef vector[PairSlot] slots
+    cdef PairSlot empty
+    cdef uint64_t mask, key, slot, j, n_pairs = 0
+    levels = np.empty(n_sym, dtype=np.uint32)
     cdef uint32_t[::1] lv = levels
+    empty.key = 0
+    empty.count = 0
     with nogil:
-        slots.assign(cap, 0xFFFFFFFFu)
-        mask = cap - 1
+        slots.assign(1 << 16, empty)
+        mask = (1 << 16) - 1
         for u in range(n_seq):
             a = offsets[u]
             b = offsets[u + 1]
             for k in range(a, b - 1):
-                key = (<uint64_t>symbols[k] << 32) | symbols[k + 1]
-                slot = (key * <uint64_t>0x9E3779B97F4A7C15u) >> 32 & mask
-                while True:
-                    pid = slots[slot]
-                    if pid == 0xFFFFFFFFu:
-                        pid = <uint32_t>keys.size()
-                        slots[slot] = pid
-                        keys.push_back(key)
-                        sums.push_back(0)
-                        break
-                    if keys[pid] == key:
-                        break
+                if k + 17 < b:              # the cell of a window ahead (a hint only)
+                    __builtin_prefetch(&slots[_pair_slot(((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1,
+                                                         mask)])
+                key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
+                slot = _pair_slot(key, mask)
+                while slots[slot].key != key and slots[slot].key != 0:
                     slot = (slot + 1) & mask
-                sums[pid] += weights[u]
-                lv[k] = pid                          # the pair id for now; its count below
-                if 2 * keys.size() > cap:            # grow: rehash the keys
-                    cap <<= 1
-                    mask = cap - 1
-                    slots.assign(cap, 0xFFFFFFFFu)
-                    for j in range(keys.size()):
-                        h = (keys[j] * <uint64_t>0x9E3779B97F4A7C15u) >> 32 & mask
-                        while slots[h] != 0xFFFFFFFFu:
-                            h = (h + 1) & mask
-                        slots[h] = <uint32_t>j
+                if slots[slot].key == 0:
+                    slots[slot].key = key
+                    n_pairs += 1
+                slots[slot].count += weights[u]
+                if 2 * n_pairs > mask + 1:
+                    _grow_pairs(slots, &mask)
         for u in range(n_seq):
             a = offsets[u]
             b = offsets[u + 1]
             for k in range(a, b - 1):
-                c = sums[lv[k]]
+                if k + 17 < b:
+                    __builtin_prefetch(&slots[_pair_slot(((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1,
+                                                         mask)])
+                key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
+                slot = _pair_slot(key, mask)
+                while slots[slot].key != key:
+                    slot = (slot + 1) & mask
+                c = slots[slot].count
                 if c > <int64_t>0xFFFFFFFF:
                     c = <int64_t>0xFFFFFFFF
                 lv[k] = <uint32_t>c
             if b > a:
                 lv[b - 1] = 0
-    counts = np.empty(sums.size(), dtype=np.int64)
+    counts = np.empty(n_pairs, dtype=np.int64)
     cdef int64_t[::1] cv = counts
-    for k in range(<int64_t>sums.size()):
-        cv[k] = sums[k]
+    k = 0
+    for j in range(slots.size()):
+        if slots[j].key != 0:
+            cv[k] = slots[j].count
+            k += 1
     return levels, counts
+
+
+cdef struct PieceSlot:
+    uint64_t hash
+    int64_t pid         # -1: empty
+    int64_t start       # where the piece's symbols are in ``data`` (a match is one memcmp away)
+    int64_t n           # its length
 
 
 def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
@@ -480,14 +518,18 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
     cdef vector[int64_t] starts
     cdef vector[int64_t] wsum
     cdef vector[int64_t] csum
-    cdef vector[uint64_t] hashes
-    cdef vector[int64_t] slots
+    cdef vector[PieceSlot] slots, old    # the hash beside the piece id: a probe reads one cell
+    cdef PieceSlot empty
     cdef uint64_t cap = 1 << 16, mask, h, slot, j
     cdef int64_t pid
     cdef const uint32_t* base = &symbols[0] if symbols.shape[0] > 0 else NULL
+    empty.hash = 0
+    empty.pid = -1
+    empty.start = 0
+    empty.n = 0
     with nogil:
         starts.push_back(0)
-        slots.assign(cap, -1)
+        slots.assign(cap, empty)
         mask = cap - 1
         for u in range(n_seq):
             a = offsets[u]
@@ -503,32 +545,38 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
                     h = _hash_ids(base + start, n)
                     slot = h & mask
                     while True:
-                        pid = slots[slot]
+                        pid = slots[slot].pid
                         if pid == -1:
                             pid = <int64_t>wsum.size()
-                            slots[slot] = pid
-                            hashes.push_back(h)
+                            slots[slot].pid = pid
+                            slots[slot].hash = h
+                            slots[slot].start = <int64_t>data.size()
+                            slots[slot].n = n
                             wsum.push_back(0)
                             csum.push_back(0)
-                            for q in range(start, k + 1):
-                                data.push_back(base[q])
+                            data.insert(data.end(), base + start, base + k + 1)
                             starts.push_back(data.size())
                             break
-                        if hashes[pid] == h and starts[pid + 1] - starts[pid] == n and \
-                                memcmp(&data[starts[pid]], base + start, n * sizeof(uint32_t)) == 0:
+                        if slots[slot].hash == h and slots[slot].n == n and \
+                                memcmp(&data[slots[slot].start], base + start, n * sizeof(uint32_t)) == 0:
                             break
                         slot = (slot + 1) & mask
                     wsum[pid] += weights[u]
                     csum[pid] += counts[u]
                     if 2 * wsum.size() > cap:
+                        old.swap(slots)
                         cap <<= 1
                         mask = cap - 1
-                        slots.assign(cap, -1)
-                        for j in range(wsum.size()):
-                            slot = hashes[j] & mask
-                            while slots[slot] != -1:
+                        slots.assign(cap, empty)
+                        for j in range(old.size()):
+                            if old[j].pid == -1:
+                                continue
+                            slot = old[j].hash & mask
+                            while slots[slot].pid != -1:
                                 slot = (slot + 1) & mask
-                            slots[slot] = <int64_t>j
+                            slots[slot] = old[j]
+                        old.clear()
+                        old.shrink_to_fit()
                 start = k + 1
     out_data = np.empty(data.size(), dtype=np.uint32)
     out_starts = np.empty(starts.size(), dtype=np.int64)
