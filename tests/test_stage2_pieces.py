@@ -88,3 +88,34 @@ def test_first_cut_and_a_restart_are_reported():
     assert got.steps == whole_units(symbols, offsets, weights, counts, 3, rules)[0]
     assert [c["cut"] for c in got.info["cuts"]][:2] == [1000, 250] and got.info["restarts"] >= 1
     assert first_cut(np.array([5, 9, 1, 7]), 1) == 5        # rank int(2.5 x 1) = 2 from the top: the 3rd
+
+
+@settings(max_examples=60)
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>"]),
+                max_size=40).map(b"".join), st.booleans(), st.sampled_from([1.0, 0.5]))
+def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction):
+    from bpe_core.corpus.chunks import split_spans
+    from bpe_core.engine.units import UnitCounter, WordIndex, chunk_unit_stream, count_chunk_units
+    from bpe_core.methods.superbpe import word_flags
+    from bpe_core.pretok.pretokenize import PATTERN_IDS, pretoken_ends
+    from bpe_core.pretok.wordtable import WordTable
+
+    specials = [b"<|endoftext|>"]
+    spans, _ = split_spans(text, 0, len(text), specials)
+    words = Counter()
+    for s, e in spans:
+        prev = s
+        for end in pretoken_ends(text[s:e], "gpt2") + s:
+            words[text[prev:end]] += 1
+            prev = end
+    table = WordTable.from_counts(dict(words) or {b"x": 1})
+    index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
+    keep = 0xFFFFFFFFFFFFFFFF if fraction >= 1 else int(fraction * 2 ** 64)
+    counter = UnitCounter()
+    assert count_chunk_units(text, spans, PATTERN_IDS["gpt2"], index, flags, counter, keep, cut_spaces) == 0
+    data, starts, counts = counter.to_arrays()
+    counted = Counter({tuple(data[starts[i]:starts[i + 1]]): int(counts[i]) for i in range(counts.size)})
+    ids, bounds, seen, kept, missing = chunk_unit_stream(text, spans, PATTERN_IDS["gpt2"], index, flags, keep,
+                                                         cut_spaces)
+    listed = Counter(tuple(ids[bounds[i]:bounds[i + 1]]) for i in range(bounds.size - 1))
+    assert listed == counted and (seen, kept, missing) == (counter.n_seen, counter.n_kept, 0)

@@ -27,6 +27,9 @@ from bpe_core.pretok._pretok cimport PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K
 cdef extern from *:
     void __builtin_prefetch(const void* addr) noexcept nogil
 
+cdef enum:
+    BATCH = 32          # pretokens found ahead of their lookups (count_chunk_units)
+
 cdef uint64_t FNV_OFFSET = 1469598103934665603u
 cdef uint64_t FNV_PRIME = 1099511628211u
 
@@ -132,6 +135,12 @@ cdef class WordIndex:
                 self.slots[slot].w1 = w1
                 self.slots[slot].tag = (i << 8) | (length if length < 255 else 255)
 
+    cdef inline void _prefetch(self, const uint8_t* p, int64_t n) noexcept nogil:
+        """Ask for the slot where ``_lookup(p, n)`` starts (a hint only)."""
+        cdef uint64_t w0, w1
+        _load16(p, n, &w0, &w1)
+        __builtin_prefetch(&self.slots[_hash16(w0, w1, n) & self.mask])
+
     cdef inline int64_t _lookup(self, const uint8_t* p, int64_t n) noexcept nogil:
         cdef uint64_t w0, w1, slot
         cdef int64_t tag, w, start
@@ -187,22 +196,39 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     Plain equivalent: ``superbpe._units_chunk`` with the Python scanner (``pretoken_ends``), and
     ``reference.superbpe_units`` on word ids.
     """
-    cdef Py_ssize_t k, i, e, end, n_missing = 0
+    cdef Py_ssize_t k, i, e, end, n_missing = 0, q, nb
     cdef int64_t w
     cdef vector[uint32_t] unit
     cdef uint32_t one
     cdef uint8_t f, prev
     cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    # Pretokens are found a batch ahead and their index slots asked for (a hint only), so the lookups'
+    # cache misses overlap instead of coming one after another; the order and the result are the same.
+    cdef Py_ssize_t bstart[BATCH]
+    cdef Py_ssize_t bend[BATCH]
     with nogil:
         for k in range(spans.shape[0]):
             i = spans[k, 0]
             end = spans[k, 1]
             unit.clear()
             prev = 0
-            while i < end:
-                e = _next_end(pattern_id, base, i, end)
-                w = index._lookup(base + i, e - i)
-                i = e
+            nb = 0
+            q = 0
+            while True:
+                if q == nb:                 # the next batch
+                    nb = 0
+                    q = 0
+                    while nb < BATCH and i < end:
+                        e = _next_end(pattern_id, base, i, end)
+                        bstart[nb] = i
+                        bend[nb] = e
+                        index._prefetch(base + i, e - i)
+                        nb += 1
+                        i = e
+                    if nb == 0:
+                        break
+                w = index._lookup(base + bstart[q], bend[q] - bstart[q])
+                q += 1
                 if w < 0:
                     n_missing += 1
                     continue
@@ -222,6 +248,99 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
             if unit.size() > 0:
                 counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
     return n_missing
+
+
+def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
+                      const uint8_t[::1] flags, uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False):
+    """``count_chunk_units`` without the counting: every unit in text order (not deduplicated), as
+    ``(ids uint32, bounds int64, n_seen, n_kept, n_missing)`` (unit ``k`` is ``ids[bounds[k]:bounds[k+1]]``;
+    a unit whose content hash is >= ``keep_below`` is left out, as ``UnitCounter`` samples).
+
+    SuperBPE's stage 2 deduplicates its pieces (``cut_pieces``) and units are nearly all distinct, so
+    counting them first would only cost a hash table.
+
+    >>> idx = WordIndex(np.frombuffer(b" a b", np.uint8), np.array([0, 2, 4]))    # " a", " b"
+    >>> ids, bounds, seen, kept, missing = chunk_unit_stream(np.frombuffer(b" a b a", np.uint8),
+    ...     np.array([[0, 6]]), 0, idx, np.zeros(2, np.uint8))
+    >>> ids.tolist(), bounds.tolist(), seen, kept, missing
+    ([0, 1, 0], [0, 3], 1, 1, 0)
+
+    Plain equivalent: the units ``count_chunk_units`` counts, listed in order.
+    """
+    cdef Py_ssize_t k, i, e, end, n_missing = 0, q, nb
+    cdef int64_t w
+    cdef vector[uint32_t] unit
+    cdef vector[uint32_t] out_ids
+    cdef vector[int64_t] out_bounds
+    cdef int64_t n_seen = 0, n_kept = 0
+    cdef uint32_t one
+    cdef uint8_t f, prev
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    # Pretokens are found a batch ahead and their index slots asked for (a hint only), so the lookups'
+    # cache misses overlap instead of coming one after another; the order and the result are the same.
+    cdef Py_ssize_t bstart[BATCH]
+    cdef Py_ssize_t bend[BATCH]
+    out_bounds.push_back(0)
+    with nogil:
+        for k in range(spans.shape[0]):
+            i = spans[k, 0]
+            end = spans[k, 1]
+            unit.clear()
+            prev = 0
+            nb = 0
+            q = 0
+            while True:
+                if q == nb:                 # the next batch
+                    nb = 0
+                    q = 0
+                    while nb < BATCH and i < end:
+                        e = _next_end(pattern_id, base, i, end)
+                        bstart[nb] = i
+                        bend[nb] = e
+                        index._prefetch(base + i, e - i)
+                        nb += 1
+                        i = e
+                    if nb == 0:
+                        break
+                w = index._lookup(base + bstart[q], bend[q] - bstart[q])
+                q += 1
+                if w < 0:
+                    n_missing += 1
+                    continue
+                f = flags[w]
+                if f & 1:
+                    if unit.size() > 0:
+                        _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                        unit.clear()
+                    one = <uint32_t>w
+                    _emit(&one, 1, keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                else:
+                    if cut_spaces and (prev & 4) and (f & 2) and unit.size() > 0:
+                        _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                        unit.clear()
+                    unit.push_back(<uint32_t>w)
+                prev = f
+            if unit.size() > 0:
+                _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+    ids = np.empty(out_ids.size(), dtype=np.uint32)
+    bounds = np.empty(out_bounds.size(), dtype=np.int64)
+    cdef uint32_t[::1] iv = ids
+    cdef int64_t[::1] bv = bounds
+    if out_ids.size() > 0:
+        memcpy(&iv[0], out_ids.data(), out_ids.size() * sizeof(uint32_t))
+    memcpy(&bv[0], out_bounds.data(), out_bounds.size() * sizeof(int64_t))
+    return ids, bounds, n_seen, n_kept, n_missing
+
+
+cdef inline void _emit(const uint32_t* p, size_t n, uint64_t keep_below, vector[uint32_t]& ids,
+                       vector[int64_t]& bounds, int64_t* n_seen, int64_t* n_kept) noexcept nogil:
+    n_seen[0] += 1
+    if keep_below != 0xFFFFFFFFFFFFFFFFu and _hash_ids(p, n) >= keep_below:
+        return
+    n_kept[0] += 1
+    ids.insert(ids.end(), p, p + n)
+    bounds.push_back(ids.size())
+
 
 
 # ==== Unit counter ============================================================================

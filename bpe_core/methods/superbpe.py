@@ -49,7 +49,7 @@ from ..corpus.files import open_corpus
 from ..corpus.shards import is_url, source_shards
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, replay_merges
-from ..engine.units import (RankMerger, UnitCounter, WordIndex, count_chunk_units, cut_pieces, expand_units,
+from ..engine.units import (RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces, expand_units,
                             pair_levels)
 from ..errors import InputChanged, ModelFormatError
 from ..formats import registry
@@ -281,12 +281,14 @@ def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, fl
     counter = UnitCounter()
     name = pattern_name(pattern)
     if name is not None:
-        missing = count_chunk_units(buf, spans, PATTERN_IDS[name], index, flags, counter, keep_below, cut_spaces)
+        # units in text order, not counted: nearly all are distinct, and stage 2 deduplicates its
+        # pieces (stage2_merges); a table of them would only cost a hash table
+        data, starts, seen, kept, missing = chunk_unit_stream(buf, spans, PATTERN_IDS[name], index, flags,
+                                                              keep_below, cut_spaces)
         if missing:
             raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
                                      "counted earlier; nothing was written")
-        data, starts, counts = counter.to_arrays()
-        return data, starts, counts, counter.n_seen, counter.n_kept
+        return data, starts, np.ones(starts.size - 1, dtype=np.int64), seen, kept
     for s, e in spans:
         ends = pretoken_ends(buf[s:e], pattern) + s
         ids = index.word_ids(buf, ends, s)
@@ -326,20 +328,23 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
         flags = word_flags(table)
     index = WordIndex(table.arena, table.offsets)
     tasks = [(path, s, e, list(specials), pattern, keep_below, index, flags, cut_spaces, stamp) for s, e in chunks]
-    total = UnitCounter()
+    parts = []
     seen = kept = 0
 
     def absorb(result) -> None:
         nonlocal seen, kept
-        data, starts, counts, n_seen, n_kept = result
-        total.add_table(data, starts, counts)
-        seen += n_seen
-        kept += n_kept
+        parts.append(result[:3])
+        seen += result[3]
+        kept += result[4]
 
     run_ordered(_units_chunk, tasks, min(num_workers, len(tasks)), absorb)
     stamp.check()
-    info = {"units_seen": seen, "units_kept": kept, "unique_units": total.n_units}
-    return total.to_arrays(), info
+    data = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.uint32)
+    counts = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    starts = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(np.concatenate([np.diff(p[1]) for p in parts]) if parts else [], out=starts[1:])
+    info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.size)}
+    return (data, starts, counts), info
 
 
 class UnitsContext:
