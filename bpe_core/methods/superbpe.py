@@ -29,8 +29,9 @@ The encoder is stage-aware (:class:`StageAwareEncoder`): stage-1 merges inside p
 merges inside units, which reproduces training exactly (the token count of the training corpus equals
 the count training ended with). ``reference.train_superbpe_from_bytes`` is the plain twin.
 
-Scale: units are deduplicated with counts (``_units.UnitCounter``). When the stage-2 table still would
-not fit the budget, stage 2 trains on a deterministic sample of units (kept by a hash of their
+Scale: units are listed in text order (``_units.chunk_unit_stream``); stage 2 cuts them where no merge
+it makes can cross and deduplicates the pieces (:func:`stage2_merges`). When the stage-2 table still
+would not fit the budget, stage 2 trains on a deterministic sample of units (kept by a hash of their
 content, so the sample does not depend on worker count); the run report says how much text it saw.
 """
 from __future__ import annotations
@@ -270,7 +271,7 @@ def word_flags(table: WordTable) -> np.ndarray:
 
 
 def _units_chunk(task: tuple) -> tuple:
-    """Worker (a thread): the unique units (as word-id runs) of ``path[start:end)``."""
+    """Worker (a thread): the units (as word-id runs, in text order) of ``path[start:end)``."""
     path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp = task
     return _units_of(read_range(path, start, end, stamp), path, specials, pattern, keep_below, index, flags,
                      cut_spaces)
@@ -310,10 +311,11 @@ def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, fl
 def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern: str, num_workers: int,
                 chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
                 flags: Optional[np.ndarray] = None, executor=None) -> tuple[tuple, dict]:
-    """Count the stage-2 units of a corpus as runs of word ids (rows of ``table``).
+    """The stage-2 units of a corpus as runs of word ids (rows of ``table``), in text order, each with
+    count 1 (the custom-pattern path counts them; stage 2 deduplicates pieces either way).
 
-    Chunks are counted on worker threads (``workers.run_ordered``) that share one read-only
-    ``WordIndex`` of the table; the per-chunk tables are summed in the calling thread. With an
+    Chunks are scanned on worker threads (``workers.run_ordered``) that share one read-only
+    ``WordIndex`` of the table; the per-chunk lists are joined in order in the calling thread. With an
     ``executor`` (``runtime.executors``: a cluster, or anything ``open_executor`` takes) the shards
     are counted where it runs instead (:func:`count_units_sharded`); the result is the same.
     """
@@ -339,10 +341,7 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
 
     run_ordered(_units_chunk, tasks, min(num_workers, len(tasks)), absorb)
     stamp.check()
-    data = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.uint32)
-    counts = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
-    starts = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(np.concatenate([np.diff(p[1]) for p in parts]) if parts else [], out=starts[1:])
+    data, starts, counts = _concat_units(parts)
     info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.size)}
     return (data, starts, counts), info
 
@@ -372,20 +371,28 @@ class UnitsContext:
 
 def units_shard(shard, context: UnitsContext, specials: Sequence[bytes], pattern: str, keep_below: int,
                 cut_spaces: bool) -> tuple:
-    """Task: the unique units of one shard (``corpus.shards.Shard``), as ``_units_chunk`` gives them."""
+    """Task: the units of one shard (``corpus.shards.Shard``), as ``_units_chunk`` gives them."""
     return _units_of(shard.read(), shard.source, specials, pattern, keep_below, context.index, context.flags,
                      cut_spaces)
 
 
+def _concat_units(parts: list) -> tuple:
+    """Unit lists ``(data, starts, counts, ...)`` one after another, as one ``(data, starts, counts)``."""
+    if not parts:
+        return np.zeros(0, dtype=np.uint32), np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    data = np.concatenate([p[0] for p in parts]).astype(np.uint32, copy=False)
+    counts = np.concatenate([p[2] for p in parts]).astype(np.int64, copy=False)
+    starts = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(np.concatenate([np.diff(p[1]) for p in parts]), out=starts[1:])
+    return data, starts, counts
+
+
 def combine_units(parts: list) -> tuple:
-    """Combine: unit tables summed in order (units stay in first-seen order, so any tree of combines
-    gives the table that summing them one by one gives)."""
+    """Combine: unit lists one after another, in order (so any tree of combines gives the list that
+    joining them one by one gives, the list ``count_units`` makes on threads)."""
     if len(parts) == 1:
         return parts[0]
-    counter = UnitCounter()
-    for data, starts, counts, _, _ in parts:
-        counter.add_table(data, starts, counts)
-    data, starts, counts = counter.to_arrays()
+    data, starts, counts = _concat_units(parts)
     return data, starts, counts, sum(p[3] for p in parts), sum(p[4] for p in parts)
 
 
@@ -521,13 +528,15 @@ STAGE2_CUT_RANK = 2.5
 class Stage2Result:
     """What :func:`stage2_merges` returns: the merges ``(left_id, right_id, new_id)``, the bytes of
     every token id, the token count of the units at the end (with their ``counts``), the last
-    engine's stats and ``info`` (the cuts tried, pieces, symbols)."""
+    engine's stats, ``info`` (the cuts tried: pieces and symbols of each) and ``seconds`` (pair
+    levels, cuts and replays, engine builds, merge loops)."""
 
     steps: list
     tokens: list
     final_tokens: int
     engine_stats: dict
     info: dict
+    seconds: dict
 
 
 def first_cut(pair_counts: np.ndarray, n_merges: int) -> int:
@@ -614,8 +623,9 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         cut = max(1, cut // 4)
     _, final_offsets, _ = engine.words()
     final_tokens = int((np.diff(final_offsets) * piece_counts).sum()) + int(singles)
-    info = {"cuts": tried, "restarts": len(tried) - 1, "seconds": {k: round(v, 3) for k, v in seconds.items()}}
-    return Stage2Result(steps, tokens, final_tokens, engine.stats(), info)
+    info = {"cuts": tried, "restarts": len(tried) - 1}
+    return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
+                        {k: round(v, 3) for k, v in seconds.items()})
 
 
 # ==== Training =================================================================================
@@ -714,6 +724,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     report["seconds"]["stage1"] = round(t1 - t0, 3)
     report["seconds"]["stage2_units"] = round(t2 - t1, 3)
     report["seconds"]["stage2"] = round(t3 - t2, 3)
+    for k, v in result.seconds.items():
+        report["seconds"][f"stage2_{k}"] = v
     report["seconds"]["merge_loop"] = round((t1 - t0) + (t3 - t2), 3)
     report["engine"] = result.engine_stats
     report["merges"] = len(merges)
