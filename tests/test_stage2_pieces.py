@@ -119,3 +119,22 @@ def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction):
                                                          cut_spaces)
     listed = Counter(tuple(ids[bounds[i]:bounds[i + 1]]) for i in range(bounds.size - 1))
     assert listed == counted and (seen, kept, missing) == (counter.n_seen, counter.n_kept, 0)
+
+
+def test_levels_when_the_pair_table_grows():
+    # ~100k distinct pairs in 120k symbols: more than the first table holds, so it grows mid-pass
+    rng = np.random.default_rng(5)
+    symbols = rng.integers(0, 2000, 120_000).astype(np.uint32)
+    offsets = np.array([0, 50_000, 50_001, 120_000], dtype=np.int64)
+    weights = np.array([2, 7, 1], dtype=np.int64)
+    levels, pair_counts = pair_levels(symbols, offsets, weights)
+    keys = (symbols[:-1].astype(np.int64) << 32) | symbols[1:]
+    w = np.repeat(weights, np.diff(offsets))[:-1]
+    inside = np.ones(keys.size, bool)
+    inside[offsets[1:-1] - 1] = False                  # windows across sequence ends do not count
+    uniq, inv = np.unique(keys[inside], return_inverse=True)
+    sums = np.bincount(inv, weights=w[inside]).astype(np.int64)
+    expect = np.zeros(symbols.size, dtype=np.int64)
+    expect[np.flatnonzero(inside)] = sums[inv]
+    assert pair_counts.size == uniq.size > 70_000
+    assert levels.tolist() == expect.tolist() and sorted(pair_counts.tolist()) == sorted(sums.tolist())

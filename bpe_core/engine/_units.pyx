@@ -14,7 +14,8 @@ expansion to token ids, and merging a token-id sequence by rank.
 Each kernel names its plain equivalent in its docstring.
 """
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy, memset
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 
@@ -26,6 +27,29 @@ from bpe_core.pretok._pretok cimport PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K
 
 cdef extern from *:
     void __builtin_prefetch(const void* addr) noexcept nogil
+
+cdef extern from "<sys/mman.h>" nogil:
+    int madvise(void* addr, size_t length, int advice)
+    int MADV_HUGEPAGE
+
+cdef extern from "<stdlib.h>" nogil:
+    int posix_memalign(void** memptr, size_t alignment, size_t size)
+
+
+cdef void* _table_alloc(size_t nbytes, int fill) noexcept nogil:
+    """A hash table's memory, every byte ``fill``; 2 MiB aligned and asked for as huge pages when
+    large (random probes then miss the TLB far less; a hint only), NULL when out of memory."""
+    cdef void* p = NULL
+    if nbytes >= (<size_t>1 << 21):
+        if posix_memalign(&p, <size_t>1 << 21, nbytes) != 0:
+            return NULL
+        madvise(p, nbytes, MADV_HUGEPAGE)
+    else:
+        p = malloc(nbytes if nbytes > 0 else 1)
+        if p == NULL:
+            return NULL
+    memset(p, fill, nbytes)
+    return p
 
 cdef enum:
     BATCH = 32          # pretokens found ahead of their lookups (count_chunk_units)
@@ -518,22 +542,22 @@ cdef inline uint64_t _pair_slot(uint64_t key, uint64_t mask) noexcept nogil:
     return ((key * <uint64_t>0x9E3779B97F4A7C15u) >> 32) & mask
 
 
-cdef void _grow_pairs(vector[PairSlot]& slots, uint64_t* mask) noexcept nogil:
-    cdef vector[PairSlot] old
-    cdef PairSlot empty
-    cdef uint64_t j, h, m
-    empty.key = 0
-    empty.count = 0
-    old.swap(slots)
-    slots.assign(old.size() * 2, empty)
-    m = old.size() * 2 - 1
-    for j in range(old.size()):
-        if old[j].key != 0:
-            h = _pair_slot(old[j].key, m)
-            while slots[h].key != 0:
+cdef PairSlot* _grow_pairs(PairSlot* slots, uint64_t* mask) noexcept nogil:
+    """The pairs moved to a table twice as large (the old one freed), or NULL when out of memory."""
+    cdef uint64_t j, h, old_cap = mask[0] + 1, m = 2 * old_cap - 1
+    cdef PairSlot* new = <PairSlot*>_table_alloc(2 * old_cap * sizeof(PairSlot), 0)
+    if new == NULL:
+        free(slots)
+        return NULL
+    for j in range(old_cap):
+        if slots[j].key != 0:
+            h = _pair_slot(slots[j].key, m)
+            while new[h].key != 0:
                 h = (h + 1) & m
-            slots[h] = old[j]
+            new[h] = slots[j]
+    free(slots)
     mask[0] = m
+    return new
 
 
 def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights):
@@ -549,23 +573,24 @@ def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
     ([4, 0, 4, 1, 0], [1, 4])
 
     Two passes over the windows, one hash-table cell each (asked for 16 windows ahead): the count
-    lives in the cell beside its pair.
+    lives in the cell beside its pair; the first pass notes each window's cell, so the second reads it
+    without hashing (unless the table had to grow).
 
     Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, read back
     per window.
     """
     cdef int64_t n_seq = offsets.shape[0] - 1, u, k, a, b, n_sym = symbols.shape[0], c
-    cdef vector[PairSlot] slots
-    cdef PairSlot empty
-    cdef uint64_t mask, key, slot, j, n_pairs = 0
+    cdef PairSlot* slots
+    cdef uint64_t mask, key, slot, j, n_pairs = 0, cap = 1 << 16
+    cdef bint grown = False
     levels = np.empty(n_sym, dtype=np.uint32)
     cdef uint32_t[::1] lv = levels
-    empty.key = 0
-    empty.count = 0
+    while cap < <uint64_t>(n_sym // 8) and cap < (<uint64_t>1 << 31):
+        cap <<= 1       # room for a pair per 16 windows: on text the table rarely grows
     with nogil:
-        slots.assign(1 << 16, empty)
-        mask = (1 << 16) - 1
-        for u in range(n_seq):
+        slots = <PairSlot*>_table_alloc(cap * sizeof(PairSlot), 0)     # all zero: empty
+        mask = cap - 1
+        for u in range(n_seq if slots != NULL else 0):
             a = offsets[u]
             b = offsets[u + 1]
             for k in range(a, b - 1):
@@ -580,40 +605,60 @@ def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
                     slots[slot].key = key
                     n_pairs += 1
                 slots[slot].count += weights[u]
+                lv[k] = <uint32_t>slot          # the slot for now (while the table does not grow)
                 if 2 * n_pairs > mask + 1:
-                    _grow_pairs(slots, &mask)
-        for u in range(n_seq):
+                    slots = _grow_pairs(slots, &mask)
+                    grown = True
+                    if slots == NULL:
+                        break
+            if slots == NULL:
+                break
+        for u in range(n_seq if slots != NULL else 0):
             a = offsets[u]
             b = offsets[u + 1]
             for k in range(a, b - 1):
-                if k + 17 < b:
-                    __builtin_prefetch(&slots[_pair_slot(((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1,
-                                                         mask)])
-                key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
-                slot = _pair_slot(key, mask)
-                while slots[slot].key != key:
-                    slot = (slot + 1) & mask
+                if grown:                       # the slots moved: find the pair again
+                    if k + 17 < b:
+                        __builtin_prefetch(&slots[_pair_slot(
+                            ((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1, mask)])
+                    key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
+                    slot = _pair_slot(key, mask)
+                    while slots[slot].key != key:
+                        slot = (slot + 1) & mask
+                else:
+                    if k + 16 < b - 1:
+                        __builtin_prefetch(&slots[lv[k + 16]])
+                    slot = lv[k]
                 c = slots[slot].count
                 if c > <int64_t>0xFFFFFFFF:
                     c = <int64_t>0xFFFFFFFF
                 lv[k] = <uint32_t>c
             if b > a:
                 lv[b - 1] = 0
+    if slots == NULL:
+        raise MemoryError("pair_levels: no memory for the pair table")
     counts = np.empty(n_pairs, dtype=np.int64)
     cdef int64_t[::1] cv = counts
     k = 0
-    for j in range(slots.size()):
+    for j in range(mask + 1):
         if slots[j].key != 0:
             cv[k] = slots[j].count
             k += 1
+    free(slots)
     return levels, counts
 
 
+cdef inline bint _same_ids(const uint32_t* p, const uint32_t* q, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        if p[i] != q[i]:
+            return False
+    return True
+
+
 cdef struct PieceSlot:
-    uint64_t hash
-    int64_t pid         # -1: empty
-    int64_t start       # where the piece's symbols are in ``data`` (a match is one memcmp away)
-    int64_t n           # its length
+    uint32_t tag        # the high half of the piece's hash (most probes that miss end here)
+    uint32_t pid        # 0xFFFFFFFF: empty
 
 
 def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
@@ -637,20 +682,22 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
     cdef vector[int64_t] starts
     cdef vector[int64_t] wsum
     cdef vector[int64_t] csum
-    cdef vector[PieceSlot] slots, old    # the hash beside the piece id: a probe reads one cell
-    cdef PieceSlot empty
+    cdef vector[uint64_t] hashes         # per piece (to grow the table)
+    cdef PieceSlot* slots                # 8 bytes a slot: a table that stays small in cache
+    cdef bint oom = False
     cdef uint64_t cap = 1 << 16, mask, h, slot, j
     cdef int64_t pid
+    cdef uint32_t tag
     cdef const uint32_t* base = &symbols[0] if symbols.shape[0] > 0 else NULL
-    empty.hash = 0
-    empty.pid = -1
-    empty.start = 0
-    empty.n = 0
+    if symbols.shape[0] >= <int64_t>0xFFFFFFFF:
+        raise ValueError("too many symbols for uint32 piece ids")
     with nogil:
+        data.reserve(symbols.shape[0])      # address space only: pages are touched as written
         starts.push_back(0)
-        slots.assign(cap, empty)
+        slots = <PieceSlot*>_table_alloc(cap * sizeof(PieceSlot), 0xFF)    # pid 0xFFFFFFFF: empty
+        oom = slots == NULL
         mask = cap - 1
-        for u in range(n_seq):
+        for u in range(n_seq if not oom else 0):
             a = offsets[u]
             b = offsets[u + 1]
             start = a
@@ -662,41 +709,46 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
                     single += counts[u]
                 elif n > 1:
                     h = _hash_ids(base + start, n)
+                    tag = <uint32_t>(h >> 32)
                     slot = h & mask
                     while True:
-                        pid = slots[slot].pid
-                        if pid == -1:
+                        if slots[slot].pid == 0xFFFFFFFFu:
                             pid = <int64_t>wsum.size()
-                            slots[slot].pid = pid
-                            slots[slot].hash = h
-                            slots[slot].start = <int64_t>data.size()
-                            slots[slot].n = n
+                            slots[slot].pid = <uint32_t>pid
+                            slots[slot].tag = tag
+                            hashes.push_back(h)
                             wsum.push_back(0)
                             csum.push_back(0)
                             data.insert(data.end(), base + start, base + k + 1)
                             starts.push_back(data.size())
                             break
-                        if slots[slot].hash == h and slots[slot].n == n and \
-                                memcmp(&data[slots[slot].start], base + start, n * sizeof(uint32_t)) == 0:
+                        pid = slots[slot].pid
+                        if slots[slot].tag == tag and starts[pid + 1] - starts[pid] == n and \
+                                _same_ids(&data[starts[pid]], base + start, n):
                             break
                         slot = (slot + 1) & mask
                     wsum[pid] += weights[u]
                     csum[pid] += counts[u]
-                    if 2 * wsum.size() > cap:
-                        old.swap(slots)
+                    if 10 * wsum.size() > 7 * cap:
                         cap <<= 1
                         mask = cap - 1
-                        slots.assign(cap, empty)
-                        for j in range(old.size()):
-                            if old[j].pid == -1:
-                                continue
-                            slot = old[j].hash & mask
-                            while slots[slot].pid != -1:
+                        free(slots)
+                        slots = <PieceSlot*>_table_alloc(cap * sizeof(PieceSlot), 0xFF)
+                        if slots == NULL:
+                            oom = True
+                            break
+                        for j in range(hashes.size()):
+                            slot = hashes[j] & mask
+                            while slots[slot].pid != 0xFFFFFFFFu:
                                 slot = (slot + 1) & mask
-                            slots[slot] = old[j]
-                        old.clear()
-                        old.shrink_to_fit()
+                            slots[slot].pid = <uint32_t>j
+                            slots[slot].tag = <uint32_t>(hashes[j] >> 32)
                 start = k + 1
+            if oom:
+                break
+        free(slots)
+    if oom:
+        raise MemoryError("cut_pieces: no memory for the piece table")
     out_data = np.empty(data.size(), dtype=np.uint32)
     out_starts = np.empty(starts.size(), dtype=np.int64)
     out_w = np.empty(wsum.size(), dtype=np.int64)
