@@ -531,6 +531,26 @@ def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint
     return symbols, offsets
 
 
+def unit_sums(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] values):
+    """Per sequence ``u``: the sum of ``values[s]`` over its symbols ``s`` (int64).
+
+    >>> unit_sums(np.array([0, 1, 1, 2], np.uint32), np.array([0, 3, 3, 4]), np.array([1, 10, 100])).tolist()
+    [21, 0, 100]
+
+    Plain equivalent: ``[values[symbols[offsets[u]:offsets[u + 1]]].sum() for u in ...]``.
+    """
+    cdef int64_t n_seq = offsets.shape[0] - 1, u, k, total
+    out = np.empty(n_seq, dtype=np.int64)
+    cdef int64_t[::1] ov = out
+    with nogil:
+        for u in range(n_seq):
+            total = 0
+            for k in range(offsets[u], offsets[u + 1]):
+                total += values[symbols[k]]
+            ov[u] = total
+    return out
+
+
 # ==== Stage-2 pieces ==========================================================================
 
 cdef struct PairSlot:

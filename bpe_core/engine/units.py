@@ -5,11 +5,12 @@
   ``chunk_unit_stream``: the same units listed in text order (what SuperBPE's stage 2 uses);
 - ``expand_units``: word-id units -> stage-1 token units;
 - ``RankMerger``: merges id sequences in rank order (the stage-1 encoder of units);
+- ``unit_sums``: per-unit sums of a per-token value (the encoded-data test);
 - ``pair_levels``, ``cut_pieces``: SuperBPE stage 2's pieces (units cut where no merge can cross);
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
-from ._units import (RankMerger, UnitCounter, WordIndex, chunk_unit_stream, count_chunk_units, cut_pieces, expand_units, hash_ids,
-                     pair_levels)
+from ._units import (RankMerger, UnitCounter, WordIndex, chunk_unit_stream, count_chunk_units, cut_pieces,
+                     expand_units, hash_ids, pair_levels, unit_sums)
 
-__all__ = ["RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "count_chunk_units", "cut_pieces", "expand_units",
-           "hash_ids", "pair_levels"]
+__all__ = ["RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "count_chunk_units", "cut_pieces",
+           "expand_units", "hash_ids", "pair_levels", "unit_sums"]

@@ -51,7 +51,7 @@ from ..corpus.shards import is_url, source_shards
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, replay_merges
 from ..engine.units import (RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces, expand_units,
-                            pair_levels)
+                            pair_levels, unit_sums)
 from ..errors import InputChanged, ModelFormatError
 from ..formats import registry
 from ..encode.tokenizer import TwoStageEncoder
@@ -492,14 +492,10 @@ def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[byt
 
     def per_unit(packed: np.ndarray, syms: np.ndarray, offs: np.ndarray) -> np.ndarray:
         """Sums of ``packed[token]`` over each unit (two counts < 2**32 packed in one int64)."""
-        out = np.zeros(offs.shape[0] - 1, dtype=np.int64)
-        nonempty = np.flatnonzero(offs[1:] > offs[:-1])
-        if nonempty.size:       # empty units are left out, so each segment ends where the next begins
-            out[nonempty] = np.add.reduceat(packed[syms], offs[nonempty])
-        return out
+        return unit_sums(syms, offs, np.ascontiguousarray(packed, dtype=np.int64))
 
-    syms = np.asarray(symbols)
-    offs = np.asarray(offsets, dtype=np.int64)
+    syms = np.ascontiguousarray(symbols, dtype=np.uint32)
+    offs = np.ascontiguousarray(offsets, dtype=np.int64)
     # 1. bytes and whitespace of every unit: one pass over the table
     nw = per_unit(t_len | (per_token(_BYTE_CLASS == 1) << 32), syms, offs)
     n, ws = nw & 0xFFFFFFFF, nw >> 32
@@ -512,7 +508,8 @@ def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[byt
     lens = offs[cand + 1] - offs[cand]
     starts = np.concatenate(([0], np.cumsum(lens)))
     take = np.repeat(offs[cand] - starts[:-1], lens) + np.arange(starts[-1])
-    pa = per_unit(per_token(_BYTE_CLASS == 2) | (per_token(_BYTE_CLASS == 3) << 32), syms[take], starts)
+    pa = per_unit(per_token(_BYTE_CLASS == 2) | (per_token(_BYTE_CLASS == 3) << 32),
+                  np.ascontiguousarray(syms[take]), starts)
     punct, alnum = pa & 0xFFFFFFFF, pa >> 32
     out[cand] = ((punct * ENCODED_MIN_PUNCT_RATIO >= nonspace[cand])
                  & (alnum * ENCODED_MIN_ALNUM_RATIO >= nonspace[cand]))
