@@ -91,7 +91,8 @@ def test_first_cut_and_a_restart_are_reported():
 
 
 @settings(max_examples=60)
-@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>"]),
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
+                                 b" supercalifragilistic", b" 0123456789abcdef", b"\xc3\xa9t\xc3\xa9"]),
                 max_size=40).map(b"".join), st.booleans(), st.sampled_from([1.0, 0.5]))
 def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction):
     from bpe_core.corpus.chunks import split_spans
@@ -119,6 +120,15 @@ def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction):
                                                          cut_spaces)
     listed = Counter(tuple(ids[bounds[i]:bounds[i + 1]]) for i in range(bounds.size - 1))
     assert listed == counted and (seen, kept, missing) == (counter.n_seen, counter.n_kept, 0)
+    if fraction >= 1:       # every pretoken, in text order, with its row of the table (a plain dict)
+        row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
+        plain = []
+        for s, e in spans:
+            prev = s
+            for end in pretoken_ends(text[s:e], "gpt2") + s:
+                plain.append(row[text[prev:end]])
+                prev = end
+        assert ids.tolist() == plain
 
 
 def test_levels_when_the_pair_table_grows():

@@ -159,18 +159,30 @@ cdef class WordIndex:
                 self.slots[slot].w1 = w1
                 self.slots[slot].tag = (i << 8) | (length if length < 255 else 255)
 
-    cdef inline void _prefetch(self, const uint8_t* p, int64_t n) noexcept nogil:
-        """Ask for the slot where ``_lookup(p, n)`` starts (a hint only)."""
-        cdef uint64_t w0, w1
-        _load16(p, n, &w0, &w1)
-        __builtin_prefetch(&self.slots[_hash16(w0, w1, n) & self.mask])
+    cdef inline uint64_t _slot_of(self, const uint8_t* p, int64_t n, const uint8_t* limit, uint64_t* w0,
+                                  uint64_t* w1) noexcept nogil:
+        """The first 16 bytes of ``p[:n]`` (zero-padded) and the slot where its probe starts; reads up to
+        16 bytes at once when ``p + 16 <= limit`` (no byte-by-byte copy), as ``_load16`` gives them."""
+        cdef uint64_t a, b
+        if p + 16 <= limit:
+            memcpy(&a, p, 8)
+            memcpy(&b, p + 8, 8)
+            if n < 8:
+                a &= ((<uint64_t>1) << (8 * n)) - 1
+                b = 0
+            elif n < 16:
+                b &= ((<uint64_t>1) << (8 * (n - 8))) - 1
+            w0[0] = a
+            w1[0] = b
+        else:
+            _load16(p, n, w0, w1)
+        return _hash16(w0[0], w1[0], n) & self.mask
 
-    cdef inline int64_t _lookup(self, const uint8_t* p, int64_t n) noexcept nogil:
-        cdef uint64_t w0, w1, slot
+    cdef inline int64_t _probe(self, const uint8_t* p, int64_t n, uint64_t w0, uint64_t w1,
+                               uint64_t slot) noexcept nogil:
+        """``_lookup`` from a slot and head ``_slot_of`` gave."""
         cdef int64_t tag, w, start
         cdef int64_t short_len = n if n < 255 else 255
-        _load16(p, n, &w0, &w1)
-        slot = _hash16(w0, w1, n) & self.mask
         while True:
             tag = self.slots[slot].tag
             if tag == -1:
@@ -183,6 +195,12 @@ cdef class WordIndex:
                 if self.offsets[w + 1] - start == n and memcmp(&self.arena[start], p, n) == 0:
                     return w
             slot = (slot + 1) & self.mask
+
+    cdef inline int64_t _lookup(self, const uint8_t* p, int64_t n) noexcept nogil:
+        cdef uint64_t w0, w1, slot
+        _load16(p, n, &w0, &w1)
+        slot = _hash16(w0, w1, n) & self.mask
+        return self._probe(p, n, w0, w1, slot)
 
     def word_ids(self, const uint8_t[::1] buf, const int64_t[::1] ends, int64_t start):
         """Word ids of the pieces ``buf[start:ends[0]], buf[ends[0]:ends[1]], ...`` (int64, -1 if absent)."""
@@ -230,6 +248,10 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     # cache misses overlap instead of coming one after another; the order and the result are the same.
     cdef Py_ssize_t bstart[BATCH]
     cdef Py_ssize_t bend[BATCH]
+    cdef uint64_t bw0[BATCH]
+    cdef uint64_t bw1[BATCH]
+    cdef uint64_t bslot[BATCH]
+    cdef const uint8_t* limit = base + buf.shape[0]
     with nogil:
         for k in range(spans.shape[0]):
             i = spans[k, 0]
@@ -246,12 +268,13 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                         e = _next_end(pattern_id, base, i, end)
                         bstart[nb] = i
                         bend[nb] = e
-                        index._prefetch(base + i, e - i)
+                        bslot[nb] = index._slot_of(base + i, e - i, limit, &bw0[nb], &bw1[nb])
+                        __builtin_prefetch(&index.slots[bslot[nb]])
                         nb += 1
                         i = e
                     if nb == 0:
                         break
-                w = index._lookup(base + bstart[q], bend[q] - bstart[q])
+                w = index._probe(base + bstart[q], bend[q] - bstart[q], bw0[q], bw1[q], bslot[q])
                 q += 1
                 if w < 0:
                     n_missing += 1
@@ -304,6 +327,10 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     # cache misses overlap instead of coming one after another; the order and the result are the same.
     cdef Py_ssize_t bstart[BATCH]
     cdef Py_ssize_t bend[BATCH]
+    cdef uint64_t bw0[BATCH]
+    cdef uint64_t bw1[BATCH]
+    cdef uint64_t bslot[BATCH]
+    cdef const uint8_t* limit = base + buf.shape[0]
     out_bounds.push_back(0)
     with nogil:
         for k in range(spans.shape[0]):
@@ -321,12 +348,13 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                         e = _next_end(pattern_id, base, i, end)
                         bstart[nb] = i
                         bend[nb] = e
-                        index._prefetch(base + i, e - i)
+                        bslot[nb] = index._slot_of(base + i, e - i, limit, &bw0[nb], &bw1[nb])
+                        __builtin_prefetch(&index.slots[bslot[nb]])
                         nb += 1
                         i = e
                     if nb == 0:
                         break
-                w = index._lookup(base + bstart[q], bend[q] - bstart[q])
+                w = index._probe(base + bstart[q], bend[q] - bstart[q], bw0[q], bw1[q], bslot[q])
                 q += 1
                 if w < 0:
                     n_missing += 1
