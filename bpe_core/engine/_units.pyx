@@ -709,6 +709,58 @@ cdef struct PieceSlot:
     uint32_t pid        # 0xFFFFFFFF: empty
 
 
+cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const uint64_t* qhash,
+                            const int64_t* qunit, int64_t nq, const uint32_t* base, const int64_t[::1] weights,
+                            const int64_t[::1] counts, PieceSlot** slots_p, uint64_t* cap_p, uint64_t* mask_p,
+                            vector[uint32_t]& data, vector[int64_t]& starts, vector[uint64_t]& hashes,
+                            vector[int64_t]& wsum, vector[int64_t]& csum) noexcept nogil:
+    """Count the queued pieces, in order, into the piece table (grown as needed); returns 0, or -1
+    when out of memory."""
+    cdef int64_t q, n, start, pid
+    cdef uint64_t h, slot, j
+    cdef uint32_t tag
+    cdef PieceSlot* slots = slots_p[0]
+    for q in range(nq):
+        start = qstart[q]
+        n = qlen[q]
+        h = qhash[q]
+        tag = <uint32_t>(h >> 32)
+        slot = h & mask_p[0]
+        while True:
+            if slots[slot].pid == 0xFFFFFFFFu:
+                pid = <int64_t>wsum.size()
+                slots[slot].pid = <uint32_t>pid
+                slots[slot].tag = tag
+                hashes.push_back(h)
+                wsum.push_back(0)
+                csum.push_back(0)
+                data.insert(data.end(), base + start, base + start + n)
+                starts.push_back(data.size())
+                break
+            pid = slots[slot].pid
+            if slots[slot].tag == tag and starts[pid + 1] - starts[pid] == n and \
+                    _same_ids(&data[starts[pid]], base + start, n):
+                break
+            slot = (slot + 1) & mask_p[0]
+        wsum[pid] += weights[qunit[q]]
+        csum[pid] += counts[qunit[q]]
+        if 10 * wsum.size() > 7 * cap_p[0]:
+            cap_p[0] <<= 1
+            mask_p[0] = cap_p[0] - 1
+            free(slots)
+            slots = <PieceSlot*>_table_alloc(cap_p[0] * sizeof(PieceSlot), 0xFF)
+            slots_p[0] = slots
+            if slots == NULL:
+                return -1
+            for j in range(hashes.size()):
+                slot = hashes[j] & mask_p[0]
+                while slots[slot].pid != 0xFFFFFFFFu:
+                    slot = (slot + 1) & mask_p[0]
+                slots[slot].pid = <uint32_t>j
+                slots[slot].tag = <uint32_t>(hashes[j] >> 32)
+    return 0
+
+
 def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
                const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level):
     """Cut every sequence after each position whose level is below ``min_level`` and count the
@@ -733,6 +785,11 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
     cdef vector[uint64_t] hashes         # per piece (to grow the table)
     cdef PieceSlot* slots                # 8 bytes a slot: a table that stays small in cache
     cdef bint oom = False
+    cdef int64_t qstart[BATCH]           # pieces found, waiting for their prefetched slots
+    cdef int64_t qlen[BATCH]
+    cdef uint64_t qhash[BATCH]
+    cdef int64_t qunit[BATCH]
+    cdef int64_t nq = 0
     cdef uint64_t cap = 1 << 16, mask, h, slot, j
     cdef int64_t pid
     cdef uint32_t tag
@@ -756,44 +813,26 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
                 if n == 1:
                     single += counts[u]
                 elif n > 1:
+                    # queue the piece; its slot is asked for now and probed BATCH pieces later
                     h = _hash_ids(base + start, n)
-                    tag = <uint32_t>(h >> 32)
-                    slot = h & mask
-                    while True:
-                        if slots[slot].pid == 0xFFFFFFFFu:
-                            pid = <int64_t>wsum.size()
-                            slots[slot].pid = <uint32_t>pid
-                            slots[slot].tag = tag
-                            hashes.push_back(h)
-                            wsum.push_back(0)
-                            csum.push_back(0)
-                            data.insert(data.end(), base + start, base + k + 1)
-                            starts.push_back(data.size())
-                            break
-                        pid = slots[slot].pid
-                        if slots[slot].tag == tag and starts[pid + 1] - starts[pid] == n and \
-                                _same_ids(&data[starts[pid]], base + start, n):
-                            break
-                        slot = (slot + 1) & mask
-                    wsum[pid] += weights[u]
-                    csum[pid] += counts[u]
-                    if 10 * wsum.size() > 7 * cap:
-                        cap <<= 1
-                        mask = cap - 1
-                        free(slots)
-                        slots = <PieceSlot*>_table_alloc(cap * sizeof(PieceSlot), 0xFF)
-                        if slots == NULL:
+                    __builtin_prefetch(&slots[h & mask])
+                    qstart[nq] = start
+                    qlen[nq] = n
+                    qhash[nq] = h
+                    qunit[nq] = u
+                    nq += 1
+                    if nq == BATCH:
+                        nq = _insert_pieces(qstart, qlen, qhash, qunit, nq, base, weights, counts, &slots,
+                                            &cap, &mask, data, starts, hashes, wsum, csum)
+                        if nq < 0:
                             oom = True
                             break
-                        for j in range(hashes.size()):
-                            slot = hashes[j] & mask
-                            while slots[slot].pid != 0xFFFFFFFFu:
-                                slot = (slot + 1) & mask
-                            slots[slot].pid = <uint32_t>j
-                            slots[slot].tag = <uint32_t>(hashes[j] >> 32)
                 start = k + 1
             if oom:
                 break
+        if not oom and nq > 0:
+            oom = _insert_pieces(qstart, qlen, qhash, qunit, nq, base, weights, counts, &slots, &cap, &mask,
+                                 data, starts, hashes, wsum, csum) < 0
         free(slots)
     if oom:
         raise MemoryError("cut_pieces: no memory for the piece table")
