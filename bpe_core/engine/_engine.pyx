@@ -1020,6 +1020,12 @@ cdef class MergeEngine:
         if k != NIL:
             self._add_pair(t, ks, cw, i)
 
+    cdef inline void _prefetch_site(self, uint32_t i) noexcept nogil:
+        """Ask for the cells of a site ahead and its word's record (a hint only: ``_word_count``
+        reads the block index, then the records from there)."""
+        __builtin_prefetch(&self.cells[i])
+        __builtin_prefetch(&self.wrec[self.blk[i >> BLK_SHIFT]])
+
     cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok) noexcept nogil:
         """Rewrite every occurrence of the pair and update counts by exact deltas."""
         cdef token_id_t a = pair_left(self.pair_keys[pid])
@@ -1045,7 +1051,7 @@ cdef class MergeEngine:
             sort(positions.begin(), positions.end())
             for q in range(positions.size()):
                 if q + PREFETCH < positions.size():
-                    __builtin_prefetch(&self.cells[positions[q + PREFETCH]])
+                    self._prefetch_site(positions[q + PREFETCH])
                 self._merge_at(positions[q], pid, a, b, new_tok)
         else:
             # No two sites of (a, b) with a != b overlap, so any order gives the same result; new
@@ -1054,11 +1060,11 @@ cdef class MergeEngine:
             # cells PREFETCH sites ahead (a hint only; the order and the result do not change).
             for q in range(s0, s1):
                 if q + PREFETCH < s1:
-                    __builtin_prefetch(&self.cells[self.base[q + PREFETCH]])
+                    self._prefetch_site(self.base[q + PREFETCH])
                 self._merge_at(self.base[q], pid, a, b, new_tok)
             for q in range(n_added):
                 if q + PREFETCH < n_added:
-                    __builtin_prefetch(&self.cells[added[q + PREFETCH]])
+                    self._prefetch_site(added[q + PREFETCH])
                 self._merge_at(added[q], pid, a, b, new_tok)
         self._list_free(pid)
         # 4. Every pair whose count rose gets a fresh heap entry.
