@@ -3,6 +3,7 @@ count as one engine run on the whole units, for any first cut (restarts included
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,3 +176,28 @@ def test_pieces_when_the_piece_table_grows():
     got = {tuple(data[starts[i]:starts[i + 1]].tolist()): (pw[i], pc[i]) for i in range(pw.size)}
     assert len(got) > 46_000
     assert got == {p: (want_w[p], want_c[p]) for p in want_w} and single == want_single
+
+
+@pytest.mark.parametrize("alphabet", [50, 3000])
+def test_levels_on_two_threads_equal_one(alphabet):
+    # above the size where pair_levels splits the sequences between two threads (3000: tables grow)
+    rng = np.random.default_rng(alphabet)
+    symbols = rng.integers(0, alphabet, 1_200_000).astype(np.uint32)
+    offsets = np.concatenate(([0], np.sort(rng.choice(np.arange(1, symbols.size), 999, replace=False)),
+                              [symbols.size])).astype(np.int64)
+    weights = rng.integers(0, 4, offsets.size - 1).astype(np.int64)
+    one = pair_levels(symbols, offsets, weights, threads=1)
+    two = pair_levels(symbols, offsets, weights, threads=2)
+    assert np.array_equal(one[0], two[0])
+    assert np.array_equal(np.sort(one[1]), np.sort(two[1]))
+    # and the plain count, for a sample of windows
+    keys = (symbols[:-1].astype(np.int64) << 32) | symbols[1:]
+    inside = np.ones(keys.size, bool)
+    inside[offsets[1:-1] - 1] = False
+    w = np.repeat(weights, np.diff(offsets))[:-1]
+    uniq, inv = np.unique(keys[inside], return_inverse=True)
+    sums = np.bincount(inv, weights=w[inside]).astype(np.int64)
+    expect = np.zeros(symbols.size, dtype=np.int64)
+    expect[np.flatnonzero(inside)] = sums[inv]
+    assert np.array_equal(two[0].astype(np.int64), expect)
+    assert np.array_equal(np.sort(two[1]), np.sort(sums))

@@ -608,7 +608,131 @@ cdef PairSlot* _grow_pairs(PairSlot* slots, uint64_t* mask) noexcept nogil:
     return new
 
 
-def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights):
+cdef class _PairTable:
+    """The pair counts of a range of sequences (one thread's share of ``pair_levels``)."""
+    cdef PairSlot* slots
+    cdef uint64_t mask
+    cdef uint64_t n_pairs
+    cdef bint grown
+    cdef bint oom
+
+    def __cinit__(self, uint64_t cap):
+        self.slots = <PairSlot*>_table_alloc(cap * sizeof(PairSlot), 0)     # all zero: empty
+        self.mask = cap - 1
+        self.n_pairs = 0
+        self.grown = False
+        self.oom = self.slots == NULL
+
+    def __dealloc__(self):
+        free(self.slots)
+
+    cdef inline bint _has(self, uint64_t key) noexcept nogil:
+        cdef uint64_t slot = _pair_slot(key, self.mask)
+        while self.slots[slot].key != key:
+            if self.slots[slot].key == 0:
+                return False
+            slot = (slot + 1) & self.mask
+        return True
+
+    cdef inline int64_t _get(self, uint64_t key) noexcept nogil:
+        """The count of a pair key, 0 when absent."""
+        cdef uint64_t slot = _pair_slot(key, self.mask)
+        while self.slots[slot].key != key:
+            if self.slots[slot].key == 0:
+                return 0
+            slot = (slot + 1) & self.mask
+        return self.slots[slot].count
+
+    def count(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
+              uint32_t[::1] lv, int64_t lo, int64_t hi):
+        """Pass 1 over sequences ``lo:hi``: count every window, note its slot in ``lv``."""
+        cdef int64_t u, k, a, b
+        cdef uint64_t key, slot
+        if self.oom:
+            raise MemoryError("pair_levels: no memory for the pair table")
+        with nogil:
+            for u in range(lo, hi):
+                a = offsets[u]
+                b = offsets[u + 1]
+                for k in range(a, b - 1):
+                    if k + 17 < b:              # the cell of a window ahead (a hint only)
+                        __builtin_prefetch(&self.slots[_pair_slot(
+                            ((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1, self.mask)])
+                    key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
+                    slot = _pair_slot(key, self.mask)
+                    while self.slots[slot].key != key and self.slots[slot].key != 0:
+                        slot = (slot + 1) & self.mask
+                    if self.slots[slot].key == 0:
+                        self.slots[slot].key = key
+                        self.n_pairs += 1
+                    self.slots[slot].count += weights[u]
+                    lv[k] = <uint32_t>slot      # the slot for now (while the table does not grow)
+                    if 2 * self.n_pairs > self.mask + 1:
+                        self.slots = _grow_pairs(self.slots, &self.mask)
+                        self.grown = True
+                        if self.slots == NULL:
+                            self.oom = True
+                            break
+                if self.oom:
+                    break
+        if self.oom:
+            raise MemoryError("pair_levels: no memory for the pair table")
+
+    def levels(self, _PairTable other, const uint32_t[::1] symbols, const int64_t[::1] offsets,
+               uint32_t[::1] lv, int64_t lo, int64_t hi):
+        """Pass 2 over sequences ``lo:hi``: each window's count, this table's plus ``other``'s."""
+        cdef int64_t u, k, a, b, c
+        cdef uint64_t key, slot
+        cdef bint two = other is not None
+        with nogil:
+            for u in range(lo, hi):
+                a = offsets[u]
+                b = offsets[u + 1]
+                for k in range(a, b - 1):
+                    if self.grown or two:       # the pair's key is needed
+                        if k + 17 < b:
+                            key = ((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1
+                            if self.grown:
+                                __builtin_prefetch(&self.slots[_pair_slot(key, self.mask)])
+                            if two:
+                                __builtin_prefetch(&other.slots[_pair_slot(key, other.mask)])
+                        key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
+                    if self.grown:              # the slots moved: find the pair again
+                        c = self._get(key)
+                    else:
+                        if k + 16 < b - 1:
+                            __builtin_prefetch(&self.slots[lv[k + 16]])
+                        c = self.slots[lv[k]].count
+                    if two:
+                        c += other._get(key)
+                    if c > <int64_t>0xFFFFFFFF:
+                        c = <int64_t>0xFFFFFFFF
+                    lv[k] = <uint32_t>c
+                if b > a:
+                    lv[b - 1] = 0
+
+    def counts_with(self, _PairTable other):
+        """Each distinct pair's count over this table and ``other`` (int64, in slot order)."""
+        cdef vector[int64_t] out
+        cdef uint64_t j
+        with nogil:
+            for j in range(self.mask + 1):
+                if self.slots[j].key != 0:
+                    out.push_back(self.slots[j].count + (other._get(self.slots[j].key) if other is not None
+                                                         else 0))
+            if other is not None:
+                for j in range(other.mask + 1):
+                    if other.slots[j].key != 0 and not self._has(other.slots[j].key):
+                        out.push_back(other.slots[j].count)
+        counts = np.empty(out.size(), dtype=np.int64)
+        cdef int64_t[::1] cv = counts
+        if out.size() > 0:
+            memcpy(&cv[0], out.data(), out.size() * sizeof(int64_t))
+        return counts
+
+
+def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
+                int threads=1):
     """The weighted count of every window's pair, over all sequences: returns ``(levels, pair_counts)``.
 
     ``levels[k]`` (uint32, saturating at 2**32 - 1) is the count of the pair ``(symbols[k],
@@ -622,77 +746,40 @@ def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
 
     Two passes over the windows, one hash-table cell each (asked for 16 windows ahead): the count
     lives in the cell beside its pair; the first pass notes each window's cell, so the second reads it
-    without hashing (unless the table had to grow).
+    without hashing (unless the table had to grow). With ``threads=2`` each half of the sequences is
+    counted on its own thread into its own table, and the second pass adds the other table's count
+    (one more lookup per window, on both threads); the result is the same.
 
     Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, read back
     per window.
     """
-    cdef int64_t n_seq = offsets.shape[0] - 1, u, k, a, b, n_sym = symbols.shape[0], c
-    cdef PairSlot* slots
-    cdef uint64_t mask, key, slot, j, n_pairs = 0, cap = 1 << 16
-    cdef bint grown = False
+    cdef int64_t n_seq = offsets.shape[0] - 1, n_sym = symbols.shape[0], mid
+    cdef uint64_t cap = 1 << 16
     levels = np.empty(n_sym, dtype=np.uint32)
-    cdef uint32_t[::1] lv = levels
-    while cap < <uint64_t>(n_sym // 8) and cap < (<uint64_t>1 << 31):
+    if n_seq < 2 or n_sym < (1 << 20):
+        threads = 1
+    while cap < <uint64_t>(n_sym // (8 * threads)) and cap < (<uint64_t>1 << 31):
         cap <<= 1       # room for a pair per 16 windows: on text the table rarely grows
-    with nogil:
-        slots = <PairSlot*>_table_alloc(cap * sizeof(PairSlot), 0)     # all zero: empty
-        mask = cap - 1
-        for u in range(n_seq if slots != NULL else 0):
-            a = offsets[u]
-            b = offsets[u + 1]
-            for k in range(a, b - 1):
-                if k + 17 < b:              # the cell of a window ahead (a hint only)
-                    __builtin_prefetch(&slots[_pair_slot(((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1,
-                                                         mask)])
-                key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
-                slot = _pair_slot(key, mask)
-                while slots[slot].key != key and slots[slot].key != 0:
-                    slot = (slot + 1) & mask
-                if slots[slot].key == 0:
-                    slots[slot].key = key
-                    n_pairs += 1
-                slots[slot].count += weights[u]
-                lv[k] = <uint32_t>slot          # the slot for now (while the table does not grow)
-                if 2 * n_pairs > mask + 1:
-                    slots = _grow_pairs(slots, &mask)
-                    grown = True
-                    if slots == NULL:
-                        break
-            if slots == NULL:
-                break
-        for u in range(n_seq if slots != NULL else 0):
-            a = offsets[u]
-            b = offsets[u + 1]
-            for k in range(a, b - 1):
-                if grown:                       # the slots moved: find the pair again
-                    if k + 17 < b:
-                        __builtin_prefetch(&slots[_pair_slot(
-                            ((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1, mask)])
-                    key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
-                    slot = _pair_slot(key, mask)
-                    while slots[slot].key != key:
-                        slot = (slot + 1) & mask
-                else:
-                    if k + 16 < b - 1:
-                        __builtin_prefetch(&slots[lv[k + 16]])
-                    slot = lv[k]
-                c = slots[slot].count
-                if c > <int64_t>0xFFFFFFFF:
-                    c = <int64_t>0xFFFFFFFF
-                lv[k] = <uint32_t>c
-            if b > a:
-                lv[b - 1] = 0
-    if slots == NULL:
-        raise MemoryError("pair_levels: no memory for the pair table")
-    counts = np.empty(n_pairs, dtype=np.int64)
-    cdef int64_t[::1] cv = counts
-    k = 0
-    for j in range(mask + 1):
-        if slots[j].key != 0:
-            cv[k] = slots[j].count
-            k += 1
-    free(slots)
+    if threads <= 1:
+        table = _PairTable(cap)
+        table.count(symbols, offsets, weights, levels, 0, n_seq)
+        counts = table.counts_with(None)
+        table.levels(None, symbols, offsets, levels, 0, n_seq)
+        return levels, counts
+    from concurrent.futures import ThreadPoolExecutor
+    mid = int(np.searchsorted(np.asarray(offsets), n_sym // 2))       # halves by symbols
+    mid = min(max(mid, 1), n_seq - 1)
+    left, right = _PairTable(cap), _PairTable(cap)
+    with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-levels") as ex:
+        jobs = [ex.submit(left.count, symbols, offsets, weights, levels, 0, mid),
+                ex.submit(right.count, symbols, offsets, weights, levels, mid, n_seq)]
+        for j in jobs:
+            j.result()
+        counts = left.counts_with(right)
+        jobs = [ex.submit(left.levels, right, symbols, offsets, levels, 0, mid),
+                ex.submit(right.levels, left, symbols, offsets, levels, mid, n_seq)]
+        for j in jobs:
+            j.result()
     return levels, counts
 
 

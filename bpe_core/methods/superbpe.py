@@ -556,7 +556,7 @@ def first_cut(pair_counts: np.ndarray, n_merges: int) -> int:
 def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray, counts: np.ndarray,
                   tokens: Sequence[bytes], n_merges: int, allowed, bounded: bool = True,
                   cut: Optional[int] = None, spill_dir: Optional[str] = None,
-                  map_threshold: int = MAP_THRESHOLD) -> Stage2Result:
+                  map_threshold: int = MAP_THRESHOLD, threads: int = 1) -> Stage2Result:
     """Stage 2's merges on units of stage-1 tokens (``symbols``/``offsets``, ``weights`` for the
     engine, ``counts`` for the final token count), equal to one engine run on the whole units.
 
@@ -574,7 +574,8 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     them) and the engine goes on. At ``cut`` 1 only boundaries that count 0 are cut (exact for any
     rules: pairs that count 0 are never merged). Without ``bounded`` the cut is 1.
 
-    ``cut``: the first cut (default :func:`first_cut`; tests force others).
+    ``cut``: the first cut (default :func:`first_cut`; tests force others). ``threads``: 2 counts the
+    pair levels on two threads (the same result).
 
     Plain equivalent: ``MergeEngine(symbols, offsets, weights, tokens).run(n_merges, allowed)``
     (tested equal: ``tests/test_superbpe.py``).
@@ -585,7 +586,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     seconds = {"levels": 0.0, "cut": 0.0, "build": 0.0, "loop": 0.0}
     t0 = time.perf_counter()
-    levels, pair_counts = pair_levels(symbols, offsets, weights)
+    levels, pair_counts = pair_levels(symbols, offsets, weights, threads=min(max(threads, 1), 2))
     if not bounded:
         cut = 1
     elif cut is None:
@@ -709,7 +710,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     result = stage2_merges(units_syms, units_offs, weights, units_counts, tokens, n_total - len(steps1),
                            _allowed(rules, list(tokens) + list(specials)), bounded=rules.distinct,
                            spill_dir=folder,
-                           map_threshold=max(MAP_THRESHOLD, min(STAGE2_MAP_THRESHOLD, budget_share // 8)))
+                           map_threshold=max(MAP_THRESHOLD, min(STAGE2_MAP_THRESHOLD, budget_share // 8)),
+                           threads=plan.num_workers)
     del units_syms, units_offs
     steps2 = result.steps
     if bar is not None:
