@@ -201,3 +201,20 @@ def test_levels_on_two_threads_equal_one(alphabet):
     expect[np.flatnonzero(inside)] = sums[inv]
     assert np.array_equal(two[0].astype(np.int64), expect)
     assert np.array_equal(np.sort(two[1]), np.sort(sums))
+
+
+def test_pieces_on_two_threads_equal_one():
+    # above the size where cut_pieces splits the sequences between two threads (the tables grow)
+    rng = np.random.default_rng(11)
+    symbols = rng.integers(0, 30, 1_300_000).astype(np.uint32)
+    offsets = np.concatenate(([0], np.sort(rng.choice(np.arange(1, symbols.size), 499, replace=False)),
+                              [symbols.size])).astype(np.int64)
+    weights = rng.integers(0, 3, offsets.size - 1).astype(np.int64)
+    counts = weights + rng.integers(0, 2, offsets.size - 1)
+    levels = rng.integers(0, 3, symbols.size).astype(np.uint32)
+    one = cut_pieces(symbols, offsets, levels, weights, counts, 1, threads=1)
+    two = cut_pieces(symbols, offsets, levels, weights, counts, 1, threads=2)
+    assert one[2].size > 100_000
+    for x, y in zip(one[:4], two[:4]):
+        assert np.array_equal(x, y)
+    assert one[4] == two[4]

@@ -797,8 +797,8 @@ cdef struct PieceSlot:
 
 
 cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const uint64_t* qhash,
-                            const int64_t* qunit, int64_t nq, const uint32_t* base, const int64_t[::1] weights,
-                            const int64_t[::1] counts, PieceSlot** slots_p, uint64_t* cap_p, uint64_t* mask_p,
+                            const int64_t* qw, const int64_t* qc, int64_t nq, const uint32_t* base,
+                            PieceSlot** slots_p, uint64_t* cap_p, uint64_t* mask_p,
                             vector[uint32_t]& data, vector[int64_t]& starts, vector[uint64_t]& hashes,
                             vector[int64_t]& wsum, vector[int64_t]& csum) noexcept nogil:
     """Count the queued pieces, in order, into the piece table (grown as needed); returns 0, or -1
@@ -829,8 +829,8 @@ cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const ui
                     _same_ids(&data[starts[pid]], base + start, n):
                 break
             slot = (slot + 1) & mask_p[0]
-        wsum[pid] += weights[qunit[q]]
-        csum[pid] += counts[qunit[q]]
+        wsum[pid] += qw[q]
+        csum[pid] += qc[q]
         if 10 * wsum.size() > 7 * cap_p[0]:
             cap_p[0] <<= 1
             mask_p[0] = cap_p[0] - 1
@@ -848,8 +848,130 @@ cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const ui
     return 0
 
 
+cdef class _PieceTable:
+    """Distinct pieces with summed weights and counts (``cut_pieces``; one per thread)."""
+    cdef vector[uint32_t] data
+    cdef vector[int64_t] starts
+    cdef vector[int64_t] wsum
+    cdef vector[int64_t] csum
+    cdef vector[uint64_t] hashes         # per piece (to grow the table)
+    cdef PieceSlot* slots                # 8 bytes a slot: a table that stays small in cache
+    cdef uint64_t cap
+    cdef uint64_t mask
+    cdef int64_t single
+    cdef bint oom
+
+    def __cinit__(self, int64_t reserve):
+        self.cap = 1 << 16
+        self.mask = self.cap - 1
+        self.slots = <PieceSlot*>_table_alloc(self.cap * sizeof(PieceSlot), 0xFF)   # pid 0xFFFFFFFF: empty
+        self.oom = self.slots == NULL
+        self.single = 0
+        self.starts.push_back(0)
+        self.data.reserve(reserve)      # address space only: pages are touched as written
+
+    def __dealloc__(self):
+        free(self.slots)
+
+    cdef int64_t _flush(self, const int64_t* qstart, const int64_t* qlen, const uint64_t* qhash,
+                        const int64_t* qw, const int64_t* qc, int64_t nq, const uint32_t* base) noexcept nogil:
+        return _insert_pieces(qstart, qlen, qhash, qw, qc, nq, base, &self.slots, &self.cap, &self.mask,
+                              self.data, self.starts, self.hashes, self.wsum, self.csum)
+
+    def add(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
+            const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int64_t lo, int64_t hi):
+        """Cut sequences ``lo:hi`` and count their pieces."""
+        cdef int64_t u, k, a, b, start, n, nq = 0
+        cdef uint64_t h
+        cdef int64_t qstart[BATCH]           # pieces found, waiting for their prefetched slots
+        cdef int64_t qlen[BATCH]
+        cdef uint64_t qhash[BATCH]
+        cdef int64_t qw[BATCH]
+        cdef int64_t qc[BATCH]
+        cdef const uint32_t* base = &symbols[0] if symbols.shape[0] > 0 else NULL
+        if self.oom:
+            raise MemoryError("cut_pieces: no memory for the piece table")
+        with nogil:
+            for u in range(lo, hi):
+                a = offsets[u]
+                b = offsets[u + 1]
+                start = a
+                for k in range(a, b):
+                    if k + 1 < b and levels[k] >= min_level:
+                        continue
+                    n = k + 1 - start
+                    if n == 1:
+                        self.single += counts[u]
+                    elif n > 1:
+                        # queue the piece; its slot is asked for now and probed BATCH pieces later
+                        h = _hash_ids(base + start, n)
+                        __builtin_prefetch(&self.slots[h & self.mask])
+                        qstart[nq] = start
+                        qlen[nq] = n
+                        qhash[nq] = h
+                        qw[nq] = weights[u]
+                        qc[nq] = counts[u]
+                        nq += 1
+                        if nq == BATCH:
+                            if self._flush(qstart, qlen, qhash, qw, qc, nq, base) < 0:
+                                self.oom = True
+                                break
+                            nq = 0
+                    start = k + 1
+                if self.oom:
+                    break
+            if not self.oom and nq > 0:
+                self.oom = self._flush(qstart, qlen, qhash, qw, qc, nq, base) < 0
+        if self.oom:
+            raise MemoryError("cut_pieces: no memory for the piece table")
+
+    def absorb(self, _PieceTable other):
+        """Count ``other``'s pieces in, in its order (new ones are appended)."""
+        cdef int64_t p, nq = 0, n_other = other.wsum.size()
+        cdef int64_t qstart[BATCH]
+        cdef int64_t qlen[BATCH]
+        cdef uint64_t qhash[BATCH]
+        cdef int64_t qw[BATCH]
+        cdef int64_t qc[BATCH]
+        cdef const uint32_t* base = other.data.data()
+        with nogil:
+            self.single += other.single
+            for p in range(n_other):
+                __builtin_prefetch(&self.slots[other.hashes[p] & self.mask])
+                qstart[nq] = other.starts[p]
+                qlen[nq] = other.starts[p + 1] - other.starts[p]
+                qhash[nq] = other.hashes[p]
+                qw[nq] = other.wsum[p]
+                qc[nq] = other.csum[p]
+                nq += 1
+                if nq == BATCH or p + 1 == n_other:
+                    if self._flush(qstart, qlen, qhash, qw, qc, nq, base) < 0:
+                        self.oom = True
+                        break
+                    nq = 0
+        if self.oom:
+            raise MemoryError("cut_pieces: no memory for the piece table")
+
+    def to_arrays(self):
+        out_data = np.empty(self.data.size(), dtype=np.uint32)
+        out_starts = np.empty(self.starts.size(), dtype=np.int64)
+        out_w = np.empty(self.wsum.size(), dtype=np.int64)
+        out_c = np.empty(self.csum.size(), dtype=np.int64)
+        cdef uint32_t[::1] dv = out_data
+        cdef int64_t[::1] sv = out_starts
+        cdef int64_t[::1] wv = out_w
+        cdef int64_t[::1] cv = out_c
+        if self.data.size() > 0:
+            memcpy(&dv[0], self.data.data(), self.data.size() * sizeof(uint32_t))
+        memcpy(&sv[0], self.starts.data(), self.starts.size() * sizeof(int64_t))
+        if self.wsum.size() > 0:
+            memcpy(&wv[0], self.wsum.data(), self.wsum.size() * sizeof(int64_t))
+            memcpy(&cv[0], self.csum.data(), self.csum.size() * sizeof(int64_t))
+        return out_data, out_starts, out_w, out_c, self.single
+
+
 def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
-               const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level):
+               const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int threads=1):
     """Cut every sequence after each position whose level is below ``min_level`` and count the
     distinct pieces of two or more symbols: returns ``(data, starts, piece_weights, piece_counts,
     single_count)`` (pieces in first-seen order; a piece's weight and count are the sums of its
@@ -862,82 +984,30 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
     >>> d.tolist(), s.tolist(), w.tolist(), c.tolist(), one      # [5 6 | 7], [5 6 | 8]
     ([5, 6], [0, 2], [3], [3], 3)
 
+    With ``threads=2`` each half of the sequences is cut on its own thread into its own table, then
+    the second half's pieces join the first's in their order: the same pieces in the same order.
+
     Plain equivalent: ``Counter`` of the runs ``tuple(s[i:j])`` between the cuts, weighted.
     """
-    cdef int64_t n_seq = offsets.shape[0] - 1, u, k, a, b, start, n, single = 0, p, q
-    cdef vector[uint32_t] data
-    cdef vector[int64_t] starts
-    cdef vector[int64_t] wsum
-    cdef vector[int64_t] csum
-    cdef vector[uint64_t] hashes         # per piece (to grow the table)
-    cdef PieceSlot* slots                # 8 bytes a slot: a table that stays small in cache
-    cdef bint oom = False
-    cdef int64_t qstart[BATCH]           # pieces found, waiting for their prefetched slots
-    cdef int64_t qlen[BATCH]
-    cdef uint64_t qhash[BATCH]
-    cdef int64_t qunit[BATCH]
-    cdef int64_t nq = 0
-    cdef uint64_t cap = 1 << 16, mask, h, slot, j
-    cdef int64_t pid
-    cdef uint32_t tag
-    cdef const uint32_t* base = &symbols[0] if symbols.shape[0] > 0 else NULL
-    if symbols.shape[0] >= <int64_t>0xFFFFFFFF:
+    cdef int64_t n_seq = offsets.shape[0] - 1, n_sym = symbols.shape[0], mid
+    if n_sym >= <int64_t>0xFFFFFFFF:
         raise ValueError("too many symbols for uint32 piece ids")
-    with nogil:
-        data.reserve(symbols.shape[0])      # address space only: pages are touched as written
-        starts.push_back(0)
-        slots = <PieceSlot*>_table_alloc(cap * sizeof(PieceSlot), 0xFF)    # pid 0xFFFFFFFF: empty
-        oom = slots == NULL
-        mask = cap - 1
-        for u in range(n_seq if not oom else 0):
-            a = offsets[u]
-            b = offsets[u + 1]
-            start = a
-            for k in range(a, b):
-                if k + 1 < b and levels[k] >= min_level:
-                    continue
-                n = k + 1 - start
-                if n == 1:
-                    single += counts[u]
-                elif n > 1:
-                    # queue the piece; its slot is asked for now and probed BATCH pieces later
-                    h = _hash_ids(base + start, n)
-                    __builtin_prefetch(&slots[h & mask])
-                    qstart[nq] = start
-                    qlen[nq] = n
-                    qhash[nq] = h
-                    qunit[nq] = u
-                    nq += 1
-                    if nq == BATCH:
-                        nq = _insert_pieces(qstart, qlen, qhash, qunit, nq, base, weights, counts, &slots,
-                                            &cap, &mask, data, starts, hashes, wsum, csum)
-                        if nq < 0:
-                            oom = True
-                            break
-                start = k + 1
-            if oom:
-                break
-        if not oom and nq > 0:
-            oom = _insert_pieces(qstart, qlen, qhash, qunit, nq, base, weights, counts, &slots, &cap, &mask,
-                                 data, starts, hashes, wsum, csum) < 0
-        free(slots)
-    if oom:
-        raise MemoryError("cut_pieces: no memory for the piece table")
-    out_data = np.empty(data.size(), dtype=np.uint32)
-    out_starts = np.empty(starts.size(), dtype=np.int64)
-    out_w = np.empty(wsum.size(), dtype=np.int64)
-    out_c = np.empty(csum.size(), dtype=np.int64)
-    cdef uint32_t[::1] dv = out_data
-    cdef int64_t[::1] sv = out_starts
-    cdef int64_t[::1] wv = out_w
-    cdef int64_t[::1] cv = out_c
-    if data.size() > 0:
-        memcpy(&dv[0], data.data(), data.size() * sizeof(uint32_t))
-    memcpy(&sv[0], starts.data(), starts.size() * sizeof(int64_t))
-    if wsum.size() > 0:
-        memcpy(&wv[0], wsum.data(), wsum.size() * sizeof(int64_t))
-        memcpy(&cv[0], csum.data(), csum.size() * sizeof(int64_t))
-    return out_data, out_starts, out_w, out_c, single
+    if threads <= 1 or n_seq < 2 or n_sym < (1 << 20):
+        table = _PieceTable(n_sym)
+        table.add(symbols, offsets, levels, weights, counts, min_level, 0, n_seq)
+        return table.to_arrays()
+    from concurrent.futures import ThreadPoolExecutor
+    mid = int(np.searchsorted(np.asarray(offsets), n_sym // 2))       # halves by symbols
+    mid = min(max(mid, 1), n_seq - 1)
+    left, right = _PieceTable(n_sym // 2), _PieceTable(n_sym // 2)
+    with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-pieces") as ex:
+        jobs = [ex.submit(left.add, symbols, offsets, levels, weights, counts, min_level, 0, mid),
+                ex.submit(right.add, symbols, offsets, levels, weights, counts, min_level, mid, n_seq)]
+        for j in jobs:
+            j.result()
+    left.absorb(right)
+    del right
+    return left.to_arrays()
 
 
 # ==== Merging a sequence by rank ==============================================================

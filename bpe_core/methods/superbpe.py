@@ -575,7 +575,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     rules: pairs that count 0 are never merged). Without ``bounded`` the cut is 1.
 
     ``cut``: the first cut (default :func:`first_cut`; tests force others). ``threads``: 2 counts the
-    pair levels on two threads (the same result).
+    pair levels and cuts the pieces on two threads (the same result).
 
     Plain equivalent: ``MergeEngine(symbols, offsets, weights, tokens).run(n_merges, allowed)``
     (tested equal: ``tests/test_superbpe.py``).
@@ -586,7 +586,8 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     seconds = {"levels": 0.0, "cut": 0.0, "build": 0.0, "loop": 0.0}
     t0 = time.perf_counter()
-    levels, pair_counts = pair_levels(symbols, offsets, weights, threads=min(max(threads, 1), 2))
+    threads = min(max(threads, 1), 2)
+    levels, pair_counts = pair_levels(symbols, offsets, weights, threads=threads)
     if not bounded:
         cut = 1
     elif cut is None:
@@ -601,7 +602,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     while True:
         t0 = time.perf_counter()
         data, starts, piece_weights, piece_counts, singles = cut_pieces(symbols, offsets, levels, weights,
-                                                                        counts, cut)
+                                                                        counts, cut, threads=threads)
         tried.append({"cut": cut, "pieces": int(piece_weights.size), "symbols": int(data.size)})
         if steps:
             merger = RankMerger(np.array([a for a, _, _ in steps], dtype=np.uint32),
