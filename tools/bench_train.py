@@ -2,6 +2,11 @@
 """Benchmark BPE training: bpe_core against HF ``tokenizers`` and ``rustbpe`` on the same file.
 
     python tools/bench_train.py /tmp/en_train.txt --vocab-size 10000 32000 --repeats 3
+    python tools/bench_train.py /tmp/en_train.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe
+
+With ``--method`` bpe_core runs once per method (``bpe_core`` is plain BPE, ``bpe_core:superbpe``
+SuperBPE with its defaults), interleaved with the other tools, and the table gives each one's time
+over plain BPE's.
 
 Each training runs in a fresh subprocess; runs are interleaved (A B C A B C ...) so drift on a
 noisy machine hits every tool alike. For each run the parent samples the RSS of the whole process
@@ -55,10 +60,11 @@ def run_one(tool: str, path: str, vocab_size: int, workers: int | None) -> dict:
     from bpe_core.pretok.patterns import GPT2_PATTERN
 
     t0 = time.perf_counter()
-    if tool == "bpe_core":
+    if tool == "bpe_core" or tool.startswith("bpe_core:"):
         import bpe_core
 
-        _, merges = bpe_core.train_bpe(path, vocab_size, [SPECIAL], num_workers=workers)
+        method = tool.partition(":")[2] or "bpe"
+        _, merges = bpe_core.train_bpe(path, vocab_size, [SPECIAL], num_workers=workers, method=method)
         n = len(merges)
     elif tool == "hf":
         from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
@@ -119,7 +125,7 @@ def measure(tool, path, vocab_size, workers, interval=0.05) -> dict:
 
 
 def available(tool: str) -> bool:
-    mod = {"bpe_core": "bpe_core", "hf": "tokenizers", "rustbpe": "rustbpe"}[tool]
+    mod = {"bpe_core": "bpe_core", "hf": "tokenizers", "rustbpe": "rustbpe"}[tool.partition(":")[0]]
     try:
         __import__(mod)
         return True
@@ -134,6 +140,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tools", default="bpe_core,hf,rustbpe")
     p.add_argument("--workers", type=int, default=None, help="bpe_core workers (default: all cores)")
+    p.add_argument("--method", nargs="+", default=["bpe"], choices=["bpe", "superbpe"],
+                   help="bpe_core methods to run (default: bpe); each is timed against plain BPE")
     p.add_argument("--json", default=None, help="also write all runs to this JSON file")
     p.add_argument("--_run", nargs=3, metavar=("TOOL", "INPUT", "VOCAB"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -146,7 +154,14 @@ def main(argv=None) -> int:
         folder = os.path.dirname(os.path.abspath(args.json))
         if os.path.isdir(args.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             p.error(f"{args.json}: not a writable file path (folder {folder})")
-    tools = [t for t in args.tools.split(",") if available(t)]
+    tools = []
+    for t in args.tools.split(","):
+        if not available(t):
+            continue
+        if t == "bpe_core":
+            tools += ["bpe_core" if m == "bpe" else f"bpe_core:{m}" for m in args.method]
+        else:
+            tools.append(t)
     size_mb = os.path.getsize(args.input) / 1e6
     print(f"input {args.input} ({size_mb:.1f} MB), {os.cpu_count()} CPUs, tools: {', '.join(tools)}")
     runs = []
@@ -156,7 +171,7 @@ def main(argv=None) -> int:
                 res = measure(tool, args.input, vocab_size, args.workers)
                 res["vocab_size"] = vocab_size
                 runs.append(res)
-                print(f"  vocab {vocab_size} run {r + 1} {tool:9s} {res['wall']:7.2f}s  "
+                print(f"  vocab {vocab_size} run {r + 1} {tool:18s} {res['wall']:7.2f}s  "
                       f"peak RSS {res['peak_rss'] / 2**20:7.0f} MiB", file=sys.stderr)
     print(f"\n| vocab | tool | median wall s | median peak RSS MiB | time / bpe_core |")
     print("|---|---|---|---|---|")

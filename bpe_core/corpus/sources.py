@@ -263,8 +263,13 @@ def expand_inputs(specs: Union[str, os.PathLike, Any, Sequence[Any]], input_form
 
 def _looks_parquet(path: str, head: bytes, size: int, url: bool) -> bool:
     """A Parquet file starts and ends with ``PAR1`` and holds a footer between (12 bytes at least);
-    a text file that only starts with ``PAR1`` is text."""
-    if size < 12 or not head.startswith(b"PAR1"):
+    a text file that only starts with ``PAR1`` is text, unless its name says ``.parquet`` (then a
+    broken Parquet file gets its error, not a training on its bytes)."""
+    if not head.startswith(b"PAR1"):
+        return False
+    if path.lower().endswith(".parquet"):
+        return True
+    if size < 12:
         return False
     if url:
         tail = read_source(path, size - 4, size).tobytes()

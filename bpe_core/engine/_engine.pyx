@@ -301,6 +301,7 @@ cdef class MergeEngine:
     cdef count_t floor_count           # pairs below it are kept out of the heap (see _pop_best)
     cdef int64_t heap_batch            # about how many pairs are let in at a time
     cdef public uint32_t n_steps
+    cdef public count_t last_count       # the count of the pair the last step merged
     cdef public int64_t n_pops
     cdef public int64_t n_rescans
     cdef public int64_t n_compactions
@@ -405,6 +406,7 @@ cdef class MergeEngine:
         # 3. pairs: count every window, then the initial position lists (a counting sort)
         self.pair_map = _PairMap(1 << 16)
         self.n_steps = 0
+        self.last_count = 0
         self.n_pops = 0
         self.n_rescans = 0
         self.n_compactions = 0
@@ -1018,6 +1020,12 @@ cdef class MergeEngine:
         if k != NIL:
             self._add_pair(t, ks, cw, i)
 
+    cdef inline void _prefetch_site(self, uint32_t i) noexcept nogil:
+        """Ask for the cells of a site ahead and its word's record (a hint only: ``_word_count``
+        reads the block index, then the records from there)."""
+        __builtin_prefetch(&self.cells[i])
+        __builtin_prefetch(&self.wrec[self.blk[i >> BLK_SHIFT]])
+
     cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok) noexcept nogil:
         """Rewrite every occurrence of the pair and update counts by exact deltas."""
         cdef token_id_t a = pair_left(self.pair_keys[pid])
@@ -1043,7 +1051,7 @@ cdef class MergeEngine:
             sort(positions.begin(), positions.end())
             for q in range(positions.size()):
                 if q + PREFETCH < positions.size():
-                    __builtin_prefetch(&self.cells[positions[q + PREFETCH]])
+                    self._prefetch_site(positions[q + PREFETCH])
                 self._merge_at(positions[q], pid, a, b, new_tok)
         else:
             # No two sites of (a, b) with a != b overlap, so any order gives the same result; new
@@ -1052,22 +1060,24 @@ cdef class MergeEngine:
             # cells PREFETCH sites ahead (a hint only; the order and the result do not change).
             for q in range(s0, s1):
                 if q + PREFETCH < s1:
-                    __builtin_prefetch(&self.cells[self.base[q + PREFETCH]])
+                    self._prefetch_site(self.base[q + PREFETCH])
                 self._merge_at(self.base[q], pid, a, b, new_tok)
             for q in range(n_added):
                 if q + PREFETCH < n_added:
-                    __builtin_prefetch(&self.cells[added[q + PREFETCH]])
+                    self._prefetch_site(added[q + PREFETCH])
                 self._merge_at(added[q], pid, a, b, new_tok)
         self._list_free(pid)
         # 4. Every pair whose count rose gets a fresh heap entry.
         self._heapify()
 
-    cpdef tuple step(self, allowed=None):
+    cpdef tuple step(self, allowed=None, count_t min_count=0):
         """Do one merge; return ``(left_id, right_id, new_id)``, or None when no pair is left.
 
         Args:
             allowed: optional ``f(left_bytes, right_bytes) -> bool``; a pair it rejects is never
                 merged (asked once per pair, when the pair first reaches the top of the heap).
+            min_count: when the best pair counts less, nothing is merged, ``allowed`` is not asked
+                and None is returned (the engine may be stepped again, with a lower ``min_count``).
 
         Raises:
             MemoryError: the position lists could not grow (the engine cannot go on).
@@ -1084,6 +1094,9 @@ cdef class MergeEngine:
             if best < 0:
                 return None
             pid = <pair_id_t>best
+            if self.pair_counts[pid] < min_count:
+                self._push(self.pair_counts[pid], pid)      # back in the heap: the state is unchanged
+                return None
             a = pair_left(self.pair_keys[pid])
             b = pair_right(self.pair_keys[pid])
             if allowed is not None and self.pair_allowed[pid] == -1:
@@ -1101,14 +1114,17 @@ cdef class MergeEngine:
         else:
             new_tok = existing           # canonical: same bytes, same symbol
         self.n_steps += 1
+        self.last_count = self.pair_counts[pid]
         with nogil:
             self._apply_merge(pid, new_tok)
         if self.oom:
             raise MemoryError("the merge engine could not grow a position list")
         return (a, b, new_tok)
 
-    def run(self, Py_ssize_t n_merges, allowed=None, progress=None, Py_ssize_t every=256):
+    def run(self, Py_ssize_t n_merges, allowed=None, progress=None, Py_ssize_t every=256, count_t min_count=0):
         """Do up to ``n_merges`` merges; return the list of ``(left_id, right_id, new_id)``.
+
+        It stops early when no pair is left or (``min_count``) the best pair counts less.
 
         ``progress(n_done)`` is called every ``every`` merges and at the end; pending signals are
         handled as often (a SIGINT raises ``KeyboardInterrupt`` within ``every`` merges).
@@ -1116,7 +1132,7 @@ cdef class MergeEngine:
         out = []
         cdef Py_ssize_t done = 0
         while done < n_merges:
-            r = self.step(allowed)
+            r = self.step(allowed, min_count)
             if r is None:
                 break
             out.append(r)

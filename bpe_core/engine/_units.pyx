@@ -14,7 +14,8 @@ expansion to token ids, and merging a token-id sequence by rank.
 Each kernel names its plain equivalent in its docstring.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy, memset
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 
@@ -23,6 +24,35 @@ cimport cython
 import numpy as np
 
 from bpe_core.pretok._pretok cimport PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K, _next_cl100k, _next_gpt2, _next_o200k
+
+cdef extern from *:
+    void __builtin_prefetch(const void* addr) noexcept nogil
+
+cdef extern from "<sys/mman.h>" nogil:
+    int madvise(void* addr, size_t length, int advice)
+    int MADV_HUGEPAGE
+
+cdef extern from "<stdlib.h>" nogil:
+    int posix_memalign(void** memptr, size_t alignment, size_t size)
+
+
+cdef void* _table_alloc(size_t nbytes, int fill) noexcept nogil:
+    """A hash table's memory, every byte ``fill``; 2 MiB aligned and asked for as huge pages when
+    large (random probes then miss the TLB far less; a hint only), NULL when out of memory."""
+    cdef void* p = NULL
+    if nbytes >= (<size_t>1 << 21):
+        if posix_memalign(&p, <size_t>1 << 21, nbytes) != 0:
+            return NULL
+        madvise(p, nbytes, MADV_HUGEPAGE)
+    else:
+        p = malloc(nbytes if nbytes > 0 else 1)
+        if p == NULL:
+            return NULL
+    memset(p, fill, nbytes)
+    return p
+
+cdef enum:
+    BATCH = 32          # pretokens found ahead of their lookups (count_chunk_units)
 
 cdef uint64_t FNV_OFFSET = 1469598103934665603u
 cdef uint64_t FNV_PRIME = 1099511628211u
@@ -129,12 +159,30 @@ cdef class WordIndex:
                 self.slots[slot].w1 = w1
                 self.slots[slot].tag = (i << 8) | (length if length < 255 else 255)
 
-    cdef inline int64_t _lookup(self, const uint8_t* p, int64_t n) noexcept nogil:
-        cdef uint64_t w0, w1, slot
+    cdef inline uint64_t _slot_of(self, const uint8_t* p, int64_t n, const uint8_t* limit, uint64_t* w0,
+                                  uint64_t* w1) noexcept nogil:
+        """The first 16 bytes of ``p[:n]`` (zero-padded) and the slot where its probe starts; reads up to
+        16 bytes at once when ``p + 16 <= limit`` (no byte-by-byte copy), as ``_load16`` gives them."""
+        cdef uint64_t a, b
+        if p + 16 <= limit:
+            memcpy(&a, p, 8)
+            memcpy(&b, p + 8, 8)
+            if n < 8:
+                a &= ((<uint64_t>1) << (8 * n)) - 1
+                b = 0
+            elif n < 16:
+                b &= ((<uint64_t>1) << (8 * (n - 8))) - 1
+            w0[0] = a
+            w1[0] = b
+        else:
+            _load16(p, n, w0, w1)
+        return _hash16(w0[0], w1[0], n) & self.mask
+
+    cdef inline int64_t _probe(self, const uint8_t* p, int64_t n, uint64_t w0, uint64_t w1,
+                               uint64_t slot) noexcept nogil:
+        """``_lookup`` from a slot and head ``_slot_of`` gave."""
         cdef int64_t tag, w, start
         cdef int64_t short_len = n if n < 255 else 255
-        _load16(p, n, &w0, &w1)
-        slot = _hash16(w0, w1, n) & self.mask
         while True:
             tag = self.slots[slot].tag
             if tag == -1:
@@ -147,6 +195,12 @@ cdef class WordIndex:
                 if self.offsets[w + 1] - start == n and memcmp(&self.arena[start], p, n) == 0:
                     return w
             slot = (slot + 1) & self.mask
+
+    cdef inline int64_t _lookup(self, const uint8_t* p, int64_t n) noexcept nogil:
+        cdef uint64_t w0, w1, slot
+        _load16(p, n, &w0, &w1)
+        slot = _hash16(w0, w1, n) & self.mask
+        return self._probe(p, n, w0, w1, slot)
 
     def word_ids(self, const uint8_t[::1] buf, const int64_t[::1] ends, int64_t start):
         """Word ids of the pieces ``buf[start:ends[0]], buf[ends[0]:ends[1]], ...`` (int64, -1 if absent)."""
@@ -170,9 +224,82 @@ cdef inline Py_ssize_t _next_end(int pattern_id, const uint8_t* s, Py_ssize_t i,
     return _next_o200k(s, i, n)
 
 
-#: Appended to the word ids of a unit whose region looks encoded (``count_chunk_units`` with
-#: ``skip_encoded``): such occurrences stay apart from the same unit's other occurrences when counted,
-#: and ``superbpe.stage2_table`` strips the mark and gives them no weight. No word id reaches it.
+def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
+                      const uint8_t[::1] flags, UnitCounter counter,
+                      uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False):
+    """Scan the text spans of a chunk with a native pattern and count its units into ``counter``.
+
+    A unit is a run of word ids of consecutive pretokens inside one span. ``flags[w]`` per word:
+    bit 1 numeric (the word is a unit of its own), bit 2 starts with whitespace, bit 4 ends with
+    whitespace; with ``cut_spaces`` a unit is also cut between a word ending with whitespace and one
+    starting with it. Returns the number of pretokens missing from ``index`` (0 when the word table
+    was counted from the same text).
+
+    Plain equivalent: ``superbpe._units_chunk`` with the Python scanner (``pretoken_ends``), and
+    ``reference.superbpe_units`` on word ids.
+    """
+    cdef Py_ssize_t k, i, e, end, n_missing = 0, q, nb
+    cdef int64_t w
+    cdef vector[uint32_t] unit
+    cdef uint32_t one
+    cdef uint8_t f, prev
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    # Pretokens are found a batch ahead and their index slots asked for (a hint only), so the lookups'
+    # cache misses overlap instead of coming one after another; the order and the result are the same.
+    cdef Py_ssize_t bstart[BATCH]
+    cdef Py_ssize_t bend[BATCH]
+    cdef uint64_t bw0[BATCH]
+    cdef uint64_t bw1[BATCH]
+    cdef uint64_t bslot[BATCH]
+    cdef const uint8_t* limit = base + buf.shape[0]
+    with nogil:
+        for k in range(spans.shape[0]):
+            i = spans[k, 0]
+            end = spans[k, 1]
+            unit.clear()
+            prev = 0
+            nb = 0
+            q = 0
+            while True:
+                if q == nb:                 # the next batch
+                    nb = 0
+                    q = 0
+                    while nb < BATCH and i < end:
+                        e = _next_end(pattern_id, base, i, end)
+                        bstart[nb] = i
+                        bend[nb] = e
+                        bslot[nb] = index._slot_of(base + i, e - i, limit, &bw0[nb], &bw1[nb])
+                        __builtin_prefetch(&index.slots[bslot[nb]])
+                        nb += 1
+                        i = e
+                    if nb == 0:
+                        break
+                w = index._probe(base + bstart[q], bend[q] - bstart[q], bw0[q], bw1[q], bslot[q])
+                q += 1
+                if w < 0:
+                    n_missing += 1
+                    continue
+                f = flags[w]
+                if f & 1:
+                    if unit.size() > 0:
+                        counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                        unit.clear()
+                    one = <uint32_t>w
+                    counter._add_sampled(&one, 1, 1, keep_below)
+                else:
+                    if cut_spaces and (prev & 4) and (f & 2) and unit.size() > 0:
+                        counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                        unit.clear()
+                    unit.push_back(<uint32_t>w)
+                prev = f
+            if unit.size() > 0:
+                counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+    return n_missing
+
+
+#: Appended to the word ids of a unit whose region looks encoded (``chunk_unit_stream`` with
+#: ``word_classes``): ``superbpe.stage2_table`` strips the mark and gives such units no weight. No word
+#: id reaches it.
 ENCODED_MARK = 0xFFFFFFFF
 cdef uint32_t _ENCODED_MARK = 0xFFFFFFFFu
 
@@ -185,9 +312,10 @@ cdef inline bint _looks_encoded(int64_t n, int64_t ws, int64_t punct, int64_t al
             and digits * 20 >= nonspace)
 
 
-cdef inline void _flush_region(UnitCounter counter, vector[uint32_t]& rdata, vector[int64_t]& rbounds,
-                               bint encoded, uint64_t keep_below, vector[uint32_t]& tmp) noexcept nogil:
-    """Count the buffered units of one region (``rdata[rbounds[k]:rbounds[k+1]]``), each with the
+cdef inline void _flush_region(vector[uint32_t]& rdata, vector[int64_t]& rbounds, bint encoded,
+                               vector[uint32_t]& tmp, uint64_t keep_below, vector[uint32_t]& out_ids,
+                               vector[int64_t]& out_bounds, int64_t* n_seen, int64_t* n_kept) noexcept nogil:
+    """Emit the buffered units of one region (``rdata[rbounds[k]:rbounds[k+1]]``), each with the
     encoded mark appended when the region looks encoded; empties the buffer."""
     cdef size_t k
     cdef int64_t a, b
@@ -197,40 +325,39 @@ cdef inline void _flush_region(UnitCounter counter, vector[uint32_t]& rdata, vec
         if encoded:
             tmp.assign(rdata.begin() + a, rdata.begin() + b)
             tmp.push_back(_ENCODED_MARK)
-            counter._add_sampled(&tmp[0], tmp.size(), 1, keep_below)
+            _emit(tmp.data(), tmp.size(), keep_below, out_ids, out_bounds, n_seen, n_kept)
         else:
-            counter._add_sampled(&rdata[a], b - a, 1, keep_below)
+            _emit(rdata.data() + a, b - a, keep_below, out_ids, out_bounds, n_seen, n_kept)
     rdata.clear()
     rbounds.clear()
     rbounds.push_back(0)
 
 
-def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
-                      const uint8_t[::1] flags, UnitCounter counter,
-                      uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False,
+def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
+                      const uint8_t[::1] flags, uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False,
                       const int32_t[:, ::1] word_classes=None):
-    """Scan the text spans of a chunk with a native pattern and count its units into ``counter``.
+    """``count_chunk_units`` without the counting: every unit in text order (not deduplicated), as
+    ``(ids uint32, bounds int64, n_seen, n_kept, n_missing)`` (unit ``k`` is ``ids[bounds[k]:bounds[k+1]]``;
+    a unit whose content hash is >= ``keep_below`` is left out, as ``UnitCounter`` samples).
 
-    A unit is a run of word ids of consecutive pretokens inside one span. ``flags[w]`` per word:
-    bit 1 numeric (the word is a unit of its own), bit 2 starts with whitespace, bit 4 ends with
-    whitespace; with ``cut_spaces`` a unit is also cut between a word ending with whitespace and one
-    starting with it. Returns the number of pretokens missing from ``index`` (0 when the word table
-    was counted from the same text).
+    SuperBPE's stage 2 deduplicates its pieces (``cut_pieces``) and units are nearly all distinct, so
+    counting them first would only cost a hash table.
+
+    >>> idx = WordIndex(np.frombuffer(b" a b", np.uint8), np.array([0, 2, 4]))    # " a", " b"
+    >>> ids, bounds, seen, kept, missing = chunk_unit_stream(np.frombuffer(b" a b a", np.uint8),
+    ...     np.array([[0, 6]]), 0, idx, np.zeros(2, np.uint8))
+    >>> ids.tolist(), bounds.tolist(), seen, kept, missing
+    ([0, 1, 0], [0, 3], 1, 1, 0)
 
     ``word_classes`` (rows: bytes, ASCII whitespace, ASCII punctuation, ASCII letters and digits,
-    ASCII digits of each word; ``superbpe.word_classes``) turns on the encoded-region mark: a *region* is a span, cut
-    only where ``cut_spaces`` cuts (numeric words do not end it), and when the bytes of a region look
-    encoded (``reference.looks_encoded``) each of its units is counted with ``ENCODED_MARK`` appended.
+    ASCII digits of each word; ``superbpe.word_classes``) turns on the encoded-region mark: a *region*
+    is a span, cut only where ``cut_spaces`` cuts (numeric words do not end it), and when the bytes of
+    a region look encoded (``reference.looks_encoded``) each of its units ends with ``ENCODED_MARK``.
 
-    Plain equivalent: ``superbpe._units_chunk`` with the Python scanner (``pretoken_ends``), and
-    ``reference.superbpe_units`` (``regions=True``) on word ids.
+    Plain equivalent: the units ``count_chunk_units`` counts, listed in order; with ``word_classes``,
+    ``reference.superbpe_units(with_regions=True)`` and ``looks_encoded`` per region.
     """
-    cdef Py_ssize_t k, i, e, end, n_missing = 0
-    cdef int64_t w
-    cdef vector[uint32_t] unit
-    cdef uint32_t one
-    cdef uint8_t f, prev
-    cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    cdef Py_ssize_t k, i, e, end, n_missing = 0, q, nb
     cdef bint regions = word_classes is not None
     cdef vector[uint32_t] rdata, tmp
     cdef vector[int64_t] rbounds
@@ -238,69 +365,119 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     if regions and word_classes.shape[1] != 5:
         raise ValueError("word_classes must have 5 columns (bytes, whitespace, punctuation, alnum, digits)")
     rbounds.push_back(0)
+    cdef int64_t w
+    cdef vector[uint32_t] unit
+    cdef vector[uint32_t] out_ids
+    cdef vector[int64_t] out_bounds
+    cdef int64_t n_seen = 0, n_kept = 0
+    cdef uint32_t one
+    cdef uint8_t f, prev
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    # Pretokens are found a batch ahead and their index slots asked for (a hint only), so the lookups'
+    # cache misses overlap instead of coming one after another; the order and the result are the same.
+    cdef Py_ssize_t bstart[BATCH]
+    cdef Py_ssize_t bend[BATCH]
+    cdef uint64_t bw0[BATCH]
+    cdef uint64_t bw1[BATCH]
+    cdef uint64_t bslot[BATCH]
+    cdef const uint8_t* limit = base + buf.shape[0]
+    out_bounds.push_back(0)
     with nogil:
         for k in range(spans.shape[0]):
             i = spans[k, 0]
             end = spans[k, 1]
             unit.clear()
             prev = 0
-            while i < end:
-                e = _next_end(pattern_id, base, i, end)
-                w = index._lookup(base + i, e - i)
-                i = e
+            nb = 0
+            q = 0
+            while True:
+                if q == nb:                 # the next batch
+                    nb = 0
+                    q = 0
+                    while nb < BATCH and i < end:
+                        e = _next_end(pattern_id, base, i, end)
+                        bstart[nb] = i
+                        bend[nb] = e
+                        bslot[nb] = index._slot_of(base + i, e - i, limit, &bw0[nb], &bw1[nb])
+                        __builtin_prefetch(&index.slots[bslot[nb]])
+                        nb += 1
+                        i = e
+                    if nb == 0:
+                        break
+                w = index._probe(base + bstart[q], bend[q] - bstart[q], bw0[q], bw1[q], bslot[q])
+                q += 1
                 if w < 0:
                     n_missing += 1
                     continue
                 f = flags[w]
-                if not regions:
+                if regions:
+                    # units go to the region buffer, emitted (marked or not) when the region ends
+                    if cut_spaces and (prev & 4) and (f & 2) and rdata.size() + unit.size() > 0:
+                        if unit.size() > 0:
+                            rdata.insert(rdata.end(), unit.begin(), unit.end())
+                            rbounds.push_back(rdata.size())
+                            unit.clear()
+                        _flush_region(rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit), tmp,
+                                      keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                        r_n = r_ws = r_punct = r_alnum = r_digit = 0
+                    r_n += word_classes[w, 0]
+                    r_ws += word_classes[w, 1]
+                    r_punct += word_classes[w, 2]
+                    r_alnum += word_classes[w, 3]
+                    r_digit += word_classes[w, 4]
                     if f & 1:
                         if unit.size() > 0:
-                            counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
+                            rdata.insert(rdata.end(), unit.begin(), unit.end())
+                            rbounds.push_back(rdata.size())
                             unit.clear()
-                        one = <uint32_t>w
-                        counter._add_sampled(&one, 1, 1, keep_below)
+                        rdata.push_back(<uint32_t>w)
+                        rbounds.push_back(rdata.size())
                     else:
-                        if cut_spaces and (prev & 4) and (f & 2) and unit.size() > 0:
-                            counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
-                            unit.clear()
                         unit.push_back(<uint32_t>w)
                     prev = f
                     continue
-                # with regions: units go to the region buffer, counted when the region ends
-                if cut_spaces and (prev & 4) and (f & 2) and rdata.size() + unit.size() > 0:
-                    if unit.size() > 0:
-                        rdata.insert(rdata.end(), unit.begin(), unit.end())
-                        rbounds.push_back(rdata.size())
-                        unit.clear()
-                    _flush_region(counter, rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit), keep_below, tmp)
-                    r_n = r_ws = r_punct = r_alnum = r_digit = 0
-                r_n += word_classes[w, 0]
-                r_ws += word_classes[w, 1]
-                r_punct += word_classes[w, 2]
-                r_alnum += word_classes[w, 3]
-                r_digit += word_classes[w, 4]
                 if f & 1:
                     if unit.size() > 0:
-                        rdata.insert(rdata.end(), unit.begin(), unit.end())
-                        rbounds.push_back(rdata.size())
+                        _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept)
                         unit.clear()
-                    rdata.push_back(<uint32_t>w)
-                    rbounds.push_back(rdata.size())
+                    one = <uint32_t>w
+                    _emit(&one, 1, keep_below, out_ids, out_bounds, &n_seen, &n_kept)
                 else:
+                    if cut_spaces and (prev & 4) and (f & 2) and unit.size() > 0:
+                        _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                        unit.clear()
                     unit.push_back(<uint32_t>w)
                 prev = f
-            if not regions:
+            if regions:
                 if unit.size() > 0:
-                    counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
-                continue
-            if unit.size() > 0:
-                rdata.insert(rdata.end(), unit.begin(), unit.end())
-                rbounds.push_back(rdata.size())
-                unit.clear()
-            if rbounds.size() > 1:
-                _flush_region(counter, rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit), keep_below, tmp)
-            r_n = r_ws = r_punct = r_alnum = r_digit = 0
-    return n_missing
+                    rdata.insert(rdata.end(), unit.begin(), unit.end())
+                    rbounds.push_back(rdata.size())
+                    unit.clear()
+                if rbounds.size() > 1:
+                    _flush_region(rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit), tmp,
+                                  keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                r_n = r_ws = r_punct = r_alnum = r_digit = 0
+            elif unit.size() > 0:
+                _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+    ids = np.empty(out_ids.size(), dtype=np.uint32)
+    bounds = np.empty(out_bounds.size(), dtype=np.int64)
+    cdef uint32_t[::1] iv = ids
+    cdef int64_t[::1] bv = bounds
+    if out_ids.size() > 0:
+        memcpy(&iv[0], out_ids.data(), out_ids.size() * sizeof(uint32_t))
+    memcpy(&bv[0], out_bounds.data(), out_bounds.size() * sizeof(int64_t))
+    return ids, bounds, n_seen, n_kept, n_missing
+
+
+cdef inline void _emit(const uint32_t* p, size_t n, uint64_t keep_below, vector[uint32_t]& ids,
+                       vector[int64_t]& bounds, int64_t* n_seen, int64_t* n_kept) noexcept nogil:
+    n_seen[0] += 1
+    if keep_below != 0xFFFFFFFFFFFFFFFFu and _hash_ids(p, n) >= keep_below:
+        return
+    n_kept[0] += 1
+    ids.insert(ids.end(), p, p + n)
+    bounds.push_back(ids.size())
+
 
 
 # ==== Unit counter ============================================================================
@@ -465,6 +642,457 @@ def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint
                     pos += 1
         ov[n_units] = pos
     return symbols, offsets
+
+
+def unit_sums(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] values):
+    """Per sequence ``u``: the sum of ``values[s]`` over its symbols ``s`` (int64).
+
+    >>> unit_sums(np.array([0, 1, 1, 2], np.uint32), np.array([0, 3, 3, 4]), np.array([1, 10, 100])).tolist()
+    [21, 0, 100]
+
+    Plain equivalent: ``[values[symbols[offsets[u]:offsets[u + 1]]].sum() for u in ...]``.
+    """
+    cdef int64_t n_seq = offsets.shape[0] - 1, u, k, total
+    out = np.empty(n_seq, dtype=np.int64)
+    cdef int64_t[::1] ov = out
+    with nogil:
+        for u in range(n_seq):
+            total = 0
+            for k in range(offsets[u], offsets[u + 1]):
+                total += values[symbols[k]]
+            ov[u] = total
+    return out
+
+
+# ==== Stage-2 pieces ==========================================================================
+
+cdef struct PairSlot:
+    uint64_t key        # (left << 32 | right) + 1; 0: empty
+    int64_t count
+
+
+cdef inline uint64_t _pair_slot(uint64_t key, uint64_t mask) noexcept nogil:
+    return ((key * <uint64_t>0x9E3779B97F4A7C15u) >> 32) & mask
+
+
+cdef PairSlot* _grow_pairs(PairSlot* slots, uint64_t* mask) noexcept nogil:
+    """The pairs moved to a table twice as large (the old one freed), or NULL when out of memory."""
+    cdef uint64_t j, h, old_cap = mask[0] + 1, m = 2 * old_cap - 1
+    cdef PairSlot* new = <PairSlot*>_table_alloc(2 * old_cap * sizeof(PairSlot), 0)
+    if new == NULL:
+        free(slots)
+        return NULL
+    for j in range(old_cap):
+        if slots[j].key != 0:
+            h = _pair_slot(slots[j].key, m)
+            while new[h].key != 0:
+                h = (h + 1) & m
+            new[h] = slots[j]
+    free(slots)
+    mask[0] = m
+    return new
+
+
+cdef class _PairTable:
+    """The pair counts of a range of sequences (one thread's share of ``pair_levels``)."""
+    cdef PairSlot* slots
+    cdef uint64_t mask
+    cdef uint64_t n_pairs
+    cdef bint grown
+    cdef bint oom
+
+    def __cinit__(self, uint64_t cap):
+        self.slots = <PairSlot*>_table_alloc(cap * sizeof(PairSlot), 0)     # all zero: empty
+        self.mask = cap - 1
+        self.n_pairs = 0
+        self.grown = False
+        self.oom = self.slots == NULL
+
+    def __dealloc__(self):
+        free(self.slots)
+
+    cdef inline bint _has(self, uint64_t key) noexcept nogil:
+        cdef uint64_t slot = _pair_slot(key, self.mask)
+        while self.slots[slot].key != key:
+            if self.slots[slot].key == 0:
+                return False
+            slot = (slot + 1) & self.mask
+        return True
+
+    cdef inline int64_t _get(self, uint64_t key) noexcept nogil:
+        """The count of a pair key, 0 when absent."""
+        cdef uint64_t slot = _pair_slot(key, self.mask)
+        while self.slots[slot].key != key:
+            if self.slots[slot].key == 0:
+                return 0
+            slot = (slot + 1) & self.mask
+        return self.slots[slot].count
+
+    def count(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
+              uint32_t[::1] lv, int64_t lo, int64_t hi):
+        """Pass 1 over sequences ``lo:hi``: count every window, note its slot in ``lv``."""
+        cdef int64_t u, k, a, b
+        cdef uint64_t key, slot
+        if self.oom:
+            raise MemoryError("pair_levels: no memory for the pair table")
+        with nogil:
+            for u in range(lo, hi):
+                a = offsets[u]
+                b = offsets[u + 1]
+                for k in range(a, b - 1):
+                    if k + 17 < b:              # the cell of a window ahead (a hint only)
+                        __builtin_prefetch(&self.slots[_pair_slot(
+                            ((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1, self.mask)])
+                    key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
+                    slot = _pair_slot(key, self.mask)
+                    while self.slots[slot].key != key and self.slots[slot].key != 0:
+                        slot = (slot + 1) & self.mask
+                    if self.slots[slot].key == 0:
+                        self.slots[slot].key = key
+                        self.n_pairs += 1
+                    self.slots[slot].count += weights[u]
+                    lv[k] = <uint32_t>slot      # the slot for now (while the table does not grow)
+                    if 2 * self.n_pairs > self.mask + 1:
+                        self.slots = _grow_pairs(self.slots, &self.mask)
+                        self.grown = True
+                        if self.slots == NULL:
+                            self.oom = True
+                            break
+                if self.oom:
+                    break
+        if self.oom:
+            raise MemoryError("pair_levels: no memory for the pair table")
+
+    def levels(self, _PairTable other, const uint32_t[::1] symbols, const int64_t[::1] offsets,
+               uint32_t[::1] lv, int64_t lo, int64_t hi):
+        """Pass 2 over sequences ``lo:hi``: each window's count, this table's plus ``other``'s."""
+        cdef int64_t u, k, a, b, c
+        cdef uint64_t key, slot
+        cdef bint two = other is not None
+        with nogil:
+            for u in range(lo, hi):
+                a = offsets[u]
+                b = offsets[u + 1]
+                for k in range(a, b - 1):
+                    if self.grown or two:       # the pair's key is needed
+                        if k + 17 < b:
+                            key = ((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1
+                            if self.grown:
+                                __builtin_prefetch(&self.slots[_pair_slot(key, self.mask)])
+                            if two:
+                                __builtin_prefetch(&other.slots[_pair_slot(key, other.mask)])
+                        key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
+                    if self.grown:              # the slots moved: find the pair again
+                        c = self._get(key)
+                    else:
+                        if k + 16 < b - 1:
+                            __builtin_prefetch(&self.slots[lv[k + 16]])
+                        c = self.slots[lv[k]].count
+                    if two:
+                        c += other._get(key)
+                    if c > <int64_t>0xFFFFFFFF:
+                        c = <int64_t>0xFFFFFFFF
+                    lv[k] = <uint32_t>c
+                if b > a:
+                    lv[b - 1] = 0
+
+    def counts_with(self, _PairTable other):
+        """Each distinct pair's count over this table and ``other`` (int64, in slot order)."""
+        cdef vector[int64_t] out
+        cdef uint64_t j
+        with nogil:
+            for j in range(self.mask + 1):
+                if self.slots[j].key != 0:
+                    out.push_back(self.slots[j].count + (other._get(self.slots[j].key) if other is not None
+                                                         else 0))
+            if other is not None:
+                for j in range(other.mask + 1):
+                    if other.slots[j].key != 0 and not self._has(other.slots[j].key):
+                        out.push_back(other.slots[j].count)
+        counts = np.empty(out.size(), dtype=np.int64)
+        cdef int64_t[::1] cv = counts
+        if out.size() > 0:
+            memcpy(&cv[0], out.data(), out.size() * sizeof(int64_t))
+        return counts
+
+
+def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
+                int threads=1):
+    """The weighted count of every window's pair, over all sequences: returns ``(levels, pair_counts)``.
+
+    ``levels[k]`` (uint32, saturating at 2**32 - 1) is the count of the pair ``(symbols[k],
+    symbols[k + 1])`` summed over every window of every sequence, each window weighted by its
+    sequence's weight; the last position of a sequence (no window) gets 0. ``pair_counts`` (int64)
+    holds each distinct pair's count once (in no particular order).
+
+    >>> lv, pc = pair_levels(np.array([1, 2, 1, 2, 3], np.uint32), np.array([0, 2, 5]), np.array([3, 1]))
+    >>> lv.tolist(), sorted(pc.tolist())        # (1, 2): 3 + 1; (2, 3): 1; the ends of sequences: 0
+    ([4, 0, 4, 1, 0], [1, 4])
+
+    Two passes over the windows, one hash-table cell each (asked for 16 windows ahead): the count
+    lives in the cell beside its pair; the first pass notes each window's cell, so the second reads it
+    without hashing (unless the table had to grow). With ``threads=2`` each half of the sequences is
+    counted on its own thread into its own table, and the second pass adds the other table's count
+    (one more lookup per window, on both threads); the result is the same.
+
+    Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, read back
+    per window.
+    """
+    cdef int64_t n_seq = offsets.shape[0] - 1, n_sym = symbols.shape[0], mid
+    cdef uint64_t cap = 1 << 16
+    levels = np.empty(n_sym, dtype=np.uint32)
+    if n_seq < 2 or n_sym < (1 << 20):
+        threads = 1
+    while cap < <uint64_t>(n_sym // (8 * threads)) and cap < (<uint64_t>1 << 31):
+        cap <<= 1       # room for a pair per 16 windows: on text the table rarely grows
+    if threads <= 1:
+        table = _PairTable(cap)
+        table.count(symbols, offsets, weights, levels, 0, n_seq)
+        counts = table.counts_with(None)
+        table.levels(None, symbols, offsets, levels, 0, n_seq)
+        return levels, counts
+    from concurrent.futures import ThreadPoolExecutor
+    mid = int(np.searchsorted(np.asarray(offsets), n_sym // 2))       # halves by symbols
+    mid = min(max(mid, 1), n_seq - 1)
+    left, right = _PairTable(cap), _PairTable(cap)
+    with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-levels") as ex:
+        jobs = [ex.submit(left.count, symbols, offsets, weights, levels, 0, mid),
+                ex.submit(right.count, symbols, offsets, weights, levels, mid, n_seq)]
+        for j in jobs:
+            j.result()
+        counts = left.counts_with(right)
+        jobs = [ex.submit(left.levels, right, symbols, offsets, levels, 0, mid),
+                ex.submit(right.levels, left, symbols, offsets, levels, mid, n_seq)]
+        for j in jobs:
+            j.result()
+    return levels, counts
+
+
+cdef inline bint _same_ids(const uint32_t* p, const uint32_t* q, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        if p[i] != q[i]:
+            return False
+    return True
+
+
+cdef struct PieceSlot:
+    uint32_t tag        # the high half of the piece's hash (most probes that miss end here)
+    uint32_t pid        # 0xFFFFFFFF: empty
+
+
+cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const uint64_t* qhash,
+                            const int64_t* qw, const int64_t* qc, int64_t nq, const uint32_t* base,
+                            PieceSlot** slots_p, uint64_t* cap_p, uint64_t* mask_p,
+                            vector[uint32_t]& data, vector[int64_t]& starts, vector[uint64_t]& hashes,
+                            vector[int64_t]& wsum, vector[int64_t]& csum) noexcept nogil:
+    """Count the queued pieces, in order, into the piece table (grown as needed); returns 0, or -1
+    when out of memory."""
+    cdef int64_t q, n, start, pid
+    cdef uint64_t h, slot, j
+    cdef uint32_t tag
+    cdef PieceSlot* slots = slots_p[0]
+    for q in range(nq):
+        start = qstart[q]
+        n = qlen[q]
+        h = qhash[q]
+        tag = <uint32_t>(h >> 32)
+        slot = h & mask_p[0]
+        while True:
+            if slots[slot].pid == 0xFFFFFFFFu:
+                pid = <int64_t>wsum.size()
+                slots[slot].pid = <uint32_t>pid
+                slots[slot].tag = tag
+                hashes.push_back(h)
+                wsum.push_back(0)
+                csum.push_back(0)
+                data.insert(data.end(), base + start, base + start + n)
+                starts.push_back(data.size())
+                break
+            pid = slots[slot].pid
+            if slots[slot].tag == tag and starts[pid + 1] - starts[pid] == n and \
+                    _same_ids(&data[starts[pid]], base + start, n):
+                break
+            slot = (slot + 1) & mask_p[0]
+        wsum[pid] += qw[q]
+        csum[pid] += qc[q]
+        if 10 * wsum.size() > 7 * cap_p[0]:
+            cap_p[0] <<= 1
+            mask_p[0] = cap_p[0] - 1
+            free(slots)
+            slots = <PieceSlot*>_table_alloc(cap_p[0] * sizeof(PieceSlot), 0xFF)
+            slots_p[0] = slots
+            if slots == NULL:
+                return -1
+            for j in range(hashes.size()):
+                slot = hashes[j] & mask_p[0]
+                while slots[slot].pid != 0xFFFFFFFFu:
+                    slot = (slot + 1) & mask_p[0]
+                slots[slot].pid = <uint32_t>j
+                slots[slot].tag = <uint32_t>(hashes[j] >> 32)
+    return 0
+
+
+cdef class _PieceTable:
+    """Distinct pieces with summed weights and counts (``cut_pieces``; one per thread)."""
+    cdef vector[uint32_t] data
+    cdef vector[int64_t] starts
+    cdef vector[int64_t] wsum
+    cdef vector[int64_t] csum
+    cdef vector[uint64_t] hashes         # per piece (to grow the table)
+    cdef PieceSlot* slots                # 8 bytes a slot: a table that stays small in cache
+    cdef uint64_t cap
+    cdef uint64_t mask
+    cdef int64_t single
+    cdef bint oom
+
+    def __cinit__(self, int64_t reserve):
+        self.cap = 1 << 16
+        self.mask = self.cap - 1
+        self.slots = <PieceSlot*>_table_alloc(self.cap * sizeof(PieceSlot), 0xFF)   # pid 0xFFFFFFFF: empty
+        self.oom = self.slots == NULL
+        self.single = 0
+        self.starts.push_back(0)
+        self.data.reserve(reserve)      # address space only: pages are touched as written
+
+    def __dealloc__(self):
+        free(self.slots)
+
+    cdef int64_t _flush(self, const int64_t* qstart, const int64_t* qlen, const uint64_t* qhash,
+                        const int64_t* qw, const int64_t* qc, int64_t nq, const uint32_t* base) noexcept nogil:
+        return _insert_pieces(qstart, qlen, qhash, qw, qc, nq, base, &self.slots, &self.cap, &self.mask,
+                              self.data, self.starts, self.hashes, self.wsum, self.csum)
+
+    def add(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
+            const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int64_t lo, int64_t hi):
+        """Cut sequences ``lo:hi`` and count their pieces."""
+        cdef int64_t u, k, a, b, start, n, nq = 0
+        cdef uint64_t h
+        cdef int64_t qstart[BATCH]           # pieces found, waiting for their prefetched slots
+        cdef int64_t qlen[BATCH]
+        cdef uint64_t qhash[BATCH]
+        cdef int64_t qw[BATCH]
+        cdef int64_t qc[BATCH]
+        cdef const uint32_t* base = &symbols[0] if symbols.shape[0] > 0 else NULL
+        if self.oom:
+            raise MemoryError("cut_pieces: no memory for the piece table")
+        with nogil:
+            for u in range(lo, hi):
+                a = offsets[u]
+                b = offsets[u + 1]
+                start = a
+                for k in range(a, b):
+                    if k + 1 < b and levels[k] >= min_level:
+                        continue
+                    n = k + 1 - start
+                    if n == 1:
+                        self.single += counts[u]
+                    elif n > 1:
+                        # queue the piece; its slot is asked for now and probed BATCH pieces later
+                        h = _hash_ids(base + start, n)
+                        __builtin_prefetch(&self.slots[h & self.mask])
+                        qstart[nq] = start
+                        qlen[nq] = n
+                        qhash[nq] = h
+                        qw[nq] = weights[u]
+                        qc[nq] = counts[u]
+                        nq += 1
+                        if nq == BATCH:
+                            if self._flush(qstart, qlen, qhash, qw, qc, nq, base) < 0:
+                                self.oom = True
+                                break
+                            nq = 0
+                    start = k + 1
+                if self.oom:
+                    break
+            if not self.oom and nq > 0:
+                self.oom = self._flush(qstart, qlen, qhash, qw, qc, nq, base) < 0
+        if self.oom:
+            raise MemoryError("cut_pieces: no memory for the piece table")
+
+    def absorb(self, _PieceTable other):
+        """Count ``other``'s pieces in, in its order (new ones are appended)."""
+        cdef int64_t p, nq = 0, n_other = other.wsum.size()
+        cdef int64_t qstart[BATCH]
+        cdef int64_t qlen[BATCH]
+        cdef uint64_t qhash[BATCH]
+        cdef int64_t qw[BATCH]
+        cdef int64_t qc[BATCH]
+        cdef const uint32_t* base = other.data.data()
+        with nogil:
+            self.single += other.single
+            for p in range(n_other):
+                __builtin_prefetch(&self.slots[other.hashes[p] & self.mask])
+                qstart[nq] = other.starts[p]
+                qlen[nq] = other.starts[p + 1] - other.starts[p]
+                qhash[nq] = other.hashes[p]
+                qw[nq] = other.wsum[p]
+                qc[nq] = other.csum[p]
+                nq += 1
+                if nq == BATCH or p + 1 == n_other:
+                    if self._flush(qstart, qlen, qhash, qw, qc, nq, base) < 0:
+                        self.oom = True
+                        break
+                    nq = 0
+        if self.oom:
+            raise MemoryError("cut_pieces: no memory for the piece table")
+
+    def to_arrays(self):
+        out_data = np.empty(self.data.size(), dtype=np.uint32)
+        out_starts = np.empty(self.starts.size(), dtype=np.int64)
+        out_w = np.empty(self.wsum.size(), dtype=np.int64)
+        out_c = np.empty(self.csum.size(), dtype=np.int64)
+        cdef uint32_t[::1] dv = out_data
+        cdef int64_t[::1] sv = out_starts
+        cdef int64_t[::1] wv = out_w
+        cdef int64_t[::1] cv = out_c
+        if self.data.size() > 0:
+            memcpy(&dv[0], self.data.data(), self.data.size() * sizeof(uint32_t))
+        memcpy(&sv[0], self.starts.data(), self.starts.size() * sizeof(int64_t))
+        if self.wsum.size() > 0:
+            memcpy(&wv[0], self.wsum.data(), self.wsum.size() * sizeof(int64_t))
+            memcpy(&cv[0], self.csum.data(), self.csum.size() * sizeof(int64_t))
+        return out_data, out_starts, out_w, out_c, self.single
+
+
+def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
+               const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int threads=1):
+    """Cut every sequence after each position whose level is below ``min_level`` and count the
+    distinct pieces of two or more symbols: returns ``(data, starts, piece_weights, piece_counts,
+    single_count)`` (pieces in first-seen order; a piece's weight and count are the sums of its
+    sequences' ``weights`` and ``counts``; ``single_count``: the summed ``counts`` of the one-symbol
+    pieces, which are not listed).
+
+    >>> syms = np.array([5, 6, 7, 5, 6, 8], np.uint32)
+    >>> d, s, w, c, one = cut_pieces(syms, np.array([0, 3, 6]), np.array([9, 1, 0, 9, 1, 0], np.uint32),
+    ...                              np.array([2, 1]), np.array([2, 1]), 2)
+    >>> d.tolist(), s.tolist(), w.tolist(), c.tolist(), one      # [5 6 | 7], [5 6 | 8]
+    ([5, 6], [0, 2], [3], [3], 3)
+
+    With ``threads=2`` each half of the sequences is cut on its own thread into its own table, then
+    the second half's pieces join the first's in their order: the same pieces in the same order.
+
+    Plain equivalent: ``Counter`` of the runs ``tuple(s[i:j])`` between the cuts, weighted.
+    """
+    cdef int64_t n_seq = offsets.shape[0] - 1, n_sym = symbols.shape[0], mid
+    if n_sym >= <int64_t>0xFFFFFFFF:
+        raise ValueError("too many symbols for uint32 piece ids")
+    if threads <= 1 or n_seq < 2 or n_sym < (1 << 20):
+        table = _PieceTable(n_sym)
+        table.add(symbols, offsets, levels, weights, counts, min_level, 0, n_seq)
+        return table.to_arrays()
+    from concurrent.futures import ThreadPoolExecutor
+    mid = int(np.searchsorted(np.asarray(offsets), n_sym // 2))       # halves by symbols
+    mid = min(max(mid, 1), n_seq - 1)
+    left, right = _PieceTable(n_sym // 2), _PieceTable(n_sym // 2)
+    with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-pieces") as ex:
+        jobs = [ex.submit(left.add, symbols, offsets, levels, weights, counts, min_level, 0, mid),
+                ex.submit(right.add, symbols, offsets, levels, weights, counts, min_level, mid, n_seq)]
+        for j in jobs:
+            j.result()
+    left.absorb(right)
+    del right
+    return left.to_arrays()
 
 
 # ==== Merging a sequence by rank ==============================================================

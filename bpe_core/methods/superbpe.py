@@ -29,8 +29,9 @@ The encoder is stage-aware (:class:`StageAwareEncoder`): stage-1 merges inside p
 merges inside units, which reproduces training exactly (the token count of the training corpus equals
 the count training ended with). ``reference.train_superbpe_from_bytes`` is the plain twin.
 
-Scale: units are deduplicated with counts (``_units.UnitCounter``). When the stage-2 table still would
-not fit the budget, stage 2 trains on a deterministic sample of units (kept by a hash of their
+Scale: units are listed in text order (``_units.chunk_unit_stream``); stage 2 cuts them where no merge
+it makes can cross and deduplicates the pieces (:func:`stage2_merges`). When the stage-2 table still
+would not fit the budget, stage 2 trains on a deterministic sample of units (kept by a hash of their
 content, so the sample does not depend on worker count); the run report says how much text it saw.
 """
 from __future__ import annotations
@@ -51,7 +52,8 @@ from ..corpus.shards import is_url, source_shards
 from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, replay_merges
-from ..engine.units import ENCODED_MARK, RankMerger, UnitCounter, WordIndex, count_chunk_units, expand_units
+from ..engine.units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
+                            expand_units, pair_levels, unit_sums)
 from ..errors import InputChanged, ModelFormatError
 from ..formats import registry
 from ..encode.tokenizer import TwoStageEncoder
@@ -82,6 +84,10 @@ _NON_ASCII_SPACE = regex.compile(r"(?![\x00-\x7f])\s")
 STAGE2_BYTES_PER_SYMBOL = 32
 #: Read-only engine arrays larger than this live in mapped files under the spill folder.
 MAP_THRESHOLD = 64 << 20
+#: ... in stage 2, up to this when an eighth of the budget share allows it: the engine on pieces is
+#: less than half the engine on whole units was (25 M symbols instead of 57 M at 32k on en_train), and
+#: lists in RAM are built from the pair ids the count pass kept (no second hashing pass, no file).
+STAGE2_MAP_THRESHOLD = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -306,7 +312,7 @@ def looks_encoded_counts(n, ws, punct, alnum, digits):
 
 
 def _units_chunk(task: tuple) -> tuple:
-    """Worker (a thread): the unique units (as word-id runs) of ``path[start:end)``."""
+    """Worker (a thread): the units (as word-id runs, in text order) of ``path[start:end)``."""
     path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp, classes = task
     return _units_of(read_range(path, start, end, stamp), path, specials, pattern, keep_below, index, flags,
                      cut_spaces, classes)
@@ -314,19 +320,20 @@ def _units_chunk(task: tuple) -> tuple:
 
 def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, flags, cut_spaces: bool,
               classes: Optional[np.ndarray] = None) -> tuple:
-    """The unique units of ``buf`` (word-id runs; with ``classes``, the units of an encoded-looking
-    region carry ``ENCODED_MARK`` at their end)."""
+    """The units of ``buf`` (word-id runs, in text order; with ``classes``, the units of an
+    encoded-looking region carry ``ENCODED_MARK`` at their end)."""
     spans, _ = split_spans(buf, 0, len(buf), specials)
     counter = UnitCounter()
     name = pattern_name(pattern)
     if name is not None:
-        missing = count_chunk_units(buf, spans, PATTERN_IDS[name], index, flags, counter, keep_below, cut_spaces,
-                                    classes)
+        # units in text order, not counted: nearly all are distinct, and stage 2 deduplicates its
+        # pieces (stage2_merges); a table of them would only cost a hash table
+        data, starts, seen, kept, missing = chunk_unit_stream(buf, spans, PATTERN_IDS[name], index, flags,
+                                                              keep_below, cut_spaces, classes)
         if missing:
             raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
                                      "counted earlier; nothing was written")
-        data, starts, counts = counter.to_arrays()
-        return data, starts, counts, counter.n_seen, counter.n_kept
+        return data, starts, np.ones(starts.size - 1, dtype=np.int64), seen, kept
     for s, e in spans:
         ends = pretoken_ends(buf[s:e], pattern) + s
         ids = index.word_ids(buf, ends, s)
@@ -350,7 +357,7 @@ def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, fl
 
 def _mark_encoded(ids, ids32, bounds, f, classes, cut_spaces):
     """The units ``ids32[bounds[k]:bounds[k+1]]`` of one span, with ``ENCODED_MARK`` appended to
-    those of the regions that look encoded (the Python twin of ``count_chunk_units``' regions)."""
+    those of the regions that look encoded (the Python twin of ``chunk_unit_stream``'s regions)."""
     rstart = np.zeros(ids.size, dtype=bool)
     rstart[0] = True
     if cut_spaces:
@@ -372,13 +379,14 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
                 chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
                 flags: Optional[np.ndarray] = None, executor=None,
                 classes: Optional[np.ndarray] = None) -> tuple[tuple, dict]:
-    """Count the stage-2 units of a corpus as runs of word ids (rows of ``table``).
+    """The stage-2 units of a corpus as runs of word ids (rows of ``table``), in text order, each with
+    count 1 (the custom-pattern path counts them; stage 2 deduplicates pieces either way).
 
     ``classes`` (``word_classes(table)``): mark the units of regions that look encoded
-    (``count_chunk_units``); ``stage2_table`` strips the marks and gives them no weight.
+    (``chunk_unit_stream``); ``stage2_table`` strips the marks and gives them no weight.
 
-    Chunks are counted on worker threads (``workers.run_ordered``) that share one read-only
-    ``WordIndex`` of the table; the per-chunk tables are summed in the calling thread. With an
+    Chunks are scanned on worker threads (``workers.run_ordered``) that share one read-only
+    ``WordIndex`` of the table; the per-chunk lists are joined in order in the calling thread. With an
     ``executor`` (``runtime.executors``: a cluster, or anything ``open_executor`` takes) the shards
     are counted where it runs instead (:func:`count_units_sharded`); the result is the same.
     """
@@ -394,20 +402,20 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     index = WordIndex(table.arena, table.offsets)
     tasks = [(path, s, e, list(specials), pattern, keep_below, index, flags, cut_spaces, stamp, classes)
              for s, e in chunks]
-    total = UnitCounter()
+    parts = []
     seen = kept = 0
 
     def absorb(result) -> None:
         nonlocal seen, kept
-        data, starts, counts, n_seen, n_kept = result
-        total.add_table(data, starts, counts)
-        seen += n_seen
-        kept += n_kept
+        parts.append(result[:3])
+        seen += result[3]
+        kept += result[4]
 
     run_ordered(_units_chunk, tasks, min(num_workers, len(tasks)), absorb)
     stamp.check()
-    info = {"units_seen": seen, "units_kept": kept, "unique_units": total.n_units}
-    return total.to_arrays(), info
+    data, starts, counts = _concat_units(parts)
+    info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.size)}
+    return (data, starts, counts), info
 
 
 class UnitsContext:
@@ -436,20 +444,28 @@ class UnitsContext:
 
 def units_shard(shard, context: UnitsContext, specials: Sequence[bytes], pattern: str, keep_below: int,
                 cut_spaces: bool) -> tuple:
-    """Task: the unique units of one shard (``corpus.shards.Shard``), as ``_units_chunk`` gives them."""
+    """Task: the units of one shard (``corpus.shards.Shard``), as ``_units_chunk`` gives them."""
     return _units_of(shard.read(), shard.source, specials, pattern, keep_below, context.index, context.flags,
                      cut_spaces, context.classes)
 
 
+def _concat_units(parts: list) -> tuple:
+    """Unit lists ``(data, starts, counts, ...)`` one after another, as one ``(data, starts, counts)``."""
+    if not parts:
+        return np.zeros(0, dtype=np.uint32), np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    data = np.concatenate([p[0] for p in parts]).astype(np.uint32, copy=False)
+    counts = np.concatenate([p[2] for p in parts]).astype(np.int64, copy=False)
+    starts = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(np.concatenate([np.diff(p[1]) for p in parts]), out=starts[1:])
+    return data, starts, counts
+
+
 def combine_units(parts: list) -> tuple:
-    """Combine: unit tables summed in order (units stay in first-seen order, so any tree of combines
-    gives the table that summing them one by one gives)."""
+    """Combine: unit lists one after another, in order (so any tree of combines gives the list that
+    joining them one by one gives, the list ``count_units`` makes on threads)."""
     if len(parts) == 1:
         return parts[0]
-    counter = UnitCounter()
-    for data, starts, counts, _, _ in parts:
-        counter.add_table(data, starts, counts)
-    data, starts, counts = counter.to_arrays()
+    data, starts, counts = _concat_units(parts)
     return data, starts, counts, sum(p[3] for p in parts), sum(p[4] for p in parts)
 
 
@@ -564,14 +580,10 @@ def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[byt
 
     def per_unit(packed: np.ndarray, syms: np.ndarray, offs: np.ndarray) -> np.ndarray:
         """Sums of ``packed[token]`` over each unit (two counts < 2**32 packed in one int64)."""
-        out = np.zeros(offs.shape[0] - 1, dtype=np.int64)
-        nonempty = np.flatnonzero(offs[1:] > offs[:-1])
-        if nonempty.size:       # empty units are left out, so each segment ends where the next begins
-            out[nonempty] = np.add.reduceat(packed[syms], offs[nonempty])
-        return out
+        return unit_sums(syms, offs, np.ascontiguousarray(packed, dtype=np.int64))
 
-    syms = np.asarray(symbols)
-    offs = np.asarray(offsets, dtype=np.int64)
+    syms = np.ascontiguousarray(symbols, dtype=np.uint32)
+    offs = np.ascontiguousarray(offsets, dtype=np.int64)
     # 1. bytes and whitespace of every unit: one pass over the table
     nw = per_unit(t_len | (per_token(_BYTE_CLASS == 1) << 32), syms, offs)
     n, ws = nw & 0xFFFFFFFF, nw >> 32
@@ -584,9 +596,10 @@ def encoded_units(symbols: np.ndarray, offsets: np.ndarray, tokens: Sequence[byt
     lens = offs[cand + 1] - offs[cand]
     starts = np.concatenate(([0], np.cumsum(lens)))
     take = np.repeat(offs[cand] - starts[:-1], lens) + np.arange(starts[-1])
-    pa = per_unit(per_token(_BYTE_CLASS == 2) | (per_token(_BYTE_CLASS == 3) << 32), syms[take], starts)
+    pa = per_unit(per_token(_BYTE_CLASS == 2) | (per_token(_BYTE_CLASS == 3) << 32),
+                  np.ascontiguousarray(syms[take]), starts)
     punct, alnum = pa & 0xFFFFFFFF, pa >> 32
-    digits = per_unit(per_token(_DIGIT_BYTE), syms[take], starts)
+    digits = per_unit(per_token(_DIGIT_BYTE), np.ascontiguousarray(syms[take]), starts)
     out[cand] = ((punct * ENCODED_MIN_PUNCT_RATIO >= nonspace[cand])
                  & (alnum * ENCODED_MIN_ALNUM_RATIO >= nonspace[cand])
                  & (digits * ENCODED_MIN_DIGIT_RATIO >= nonspace[cand]))
@@ -645,6 +658,119 @@ def count_units_on(executor, sources, opts: ReadOptions, table: WordTable, speci
             src.stamp.check()
     info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.shape[0])}
     return (data, starts, counts), info
+# ==== Stage 2 on pieces =======================================================================
+
+#: The first cut of stage 2 (:func:`stage2_merges`): the count of the distinct stage-1 pair at this
+#: rank (times the number of stage-2 merges) when the pairs are sorted by count. Measured on en_train:
+#: the last stage-2 merge counts 179 (30 MB, 8k) and 220 (230 MB, 32k), the pair at rank 2.5 x merges
+#: ~140 and ~180; a cut above the last merge's count costs a restart (exact either way).
+STAGE2_CUT_RANK = 2.5
+
+
+@dataclass
+class Stage2Result:
+    """What :func:`stage2_merges` returns: the merges ``(left_id, right_id, new_id)``, the bytes of
+    every token id, the token count of the units at the end (with their ``counts``), the last
+    engine's stats, ``info`` (the cuts tried: pieces and symbols of each) and ``seconds`` (pair
+    levels, cuts and replays, engine builds, merge loops)."""
+
+    steps: list
+    tokens: list
+    final_tokens: int
+    engine_stats: dict
+    info: dict
+    seconds: dict
+
+
+def first_cut(pair_counts: np.ndarray, n_merges: int) -> int:
+    """The first cut :func:`stage2_merges` tries: the count of the pair at rank
+    ``STAGE2_CUT_RANK * n_merges`` (1 when there are fewer pairs).
+
+    >>> first_cut(np.arange(1, 101), 10)        # the 26th greatest of 1..100
+    75
+    """
+    k = int(STAGE2_CUT_RANK * n_merges)
+    if k >= pair_counts.size or k < 0:
+        return 1
+    return max(1, int(np.partition(pair_counts, pair_counts.size - 1 - k)[pair_counts.size - 1 - k]))
+
+
+def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray, counts: np.ndarray,
+                  tokens: Sequence[bytes], n_merges: int, allowed, bounded: bool = True,
+                  cut: Optional[int] = None, spill_dir: Optional[str] = None,
+                  map_threshold: int = MAP_THRESHOLD, threads: int = 1) -> Stage2Result:
+    """Stage 2's merges on units of stage-1 tokens (``symbols``/``offsets``, ``weights`` for the
+    engine, ``counts`` for the final token count), equal to one engine run on the whole units.
+
+    **Pieces.** A stage-2 token is a run of whole stage-1 tokens, so a window ``(X, Y)`` always lies
+    on one boundary between stage-1 tokens, of the pair (last stage-1 token of X, first of Y); with
+    ``bounded`` (the ``distinct`` rule: every stage-2 id is built by one merge, so its stage-1 tokens
+    are fixed), every occurrence of ``(X, Y)`` lies on a boundary of that one stage-1 pair, and its
+    count is at most that pair's count at the start (``pair_levels``). So while the merges count at
+    least ``cut``, none crosses a boundary whose stage-1 pair counts less: the units are cut there,
+    the pieces deduplicated with summed weights (``cut_pieces``; far fewer symbols than the units),
+    and the engine runs on the pieces until the best pair counts less than ``cut``
+    (``MergeEngine.run(min_count=)``); the pairs it does not see count less, so it merges what the
+    whole units would. If it stops before ``n_merges``, the cut comes down (a quarter), the units are
+    cut again, the merges so far are replayed on the new pieces (``RankMerger``, as the loop rewrote
+    them) and the engine goes on. At ``cut`` 1 only boundaries that count 0 are cut (exact for any
+    rules: pairs that count 0 are never merged). Without ``bounded`` the cut is 1.
+
+    ``cut``: the first cut (default :func:`first_cut`; tests force others). ``threads``: 2 counts the
+    pair levels and cuts the pieces on two threads (the same result).
+
+    Plain equivalent: ``MergeEngine(symbols, offsets, weights, tokens).run(n_merges, allowed)``
+    (tested equal: ``tests/test_superbpe.py``).
+    """
+    symbols = np.ascontiguousarray(symbols, dtype=np.uint32)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    weights = np.ascontiguousarray(weights, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    seconds = {"levels": 0.0, "cut": 0.0, "build": 0.0, "loop": 0.0}
+    t0 = time.perf_counter()
+    threads = min(max(threads, 1), 2)
+    levels, pair_counts = pair_levels(symbols, offsets, weights, threads=threads)
+    if not bounded:
+        cut = 1
+    elif cut is None:
+        cut = first_cut(pair_counts, n_merges)
+    del pair_counts
+    cut = int(min(max(cut, 1), 0xFFFFFFFF))
+    steps: list = []
+    tokens = list(tokens)
+    tried = []
+    t1 = time.perf_counter()
+    seconds["levels"] += t1 - t0
+    while True:
+        t0 = time.perf_counter()
+        data, starts, piece_weights, piece_counts, singles = cut_pieces(symbols, offsets, levels, weights,
+                                                                        counts, cut, threads=threads)
+        tried.append({"cut": cut, "pieces": int(piece_weights.size), "symbols": int(data.size)})
+        if steps:
+            merger = RankMerger(np.array([a for a, _, _ in steps], dtype=np.uint32),
+                                np.array([b for _, b, _ in steps], dtype=np.uint32),
+                                np.array([t for _, _, t in steps], dtype=np.uint32))
+            data, starts = merger.merge_many(data, starts)
+        t2 = time.perf_counter()
+        engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
+                             map_threshold=map_threshold)
+        del data, starts
+        t3 = time.perf_counter()
+        steps += engine.run(n_merges - len(steps), allowed=allowed, min_count=cut)
+        tokens = engine.tokens()
+        t1 = time.perf_counter()
+        seconds["cut"] += t2 - t0       # the cut and the replay
+        seconds["build"] += t3 - t2
+        seconds["loop"] += t1 - t3
+        if len(steps) >= n_merges or cut <= 1:
+            break
+        del engine
+        cut = max(1, cut // 4)
+    _, final_offsets, _ = engine.words()
+    final_tokens = int((np.diff(final_offsets) * piece_counts).sum()) + int(singles)
+    info = {"cuts": tried, "restarts": len(tried) - 1}
+    return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
+                        {k: round(v, 3) for k, v in seconds.items()})
 
 
 # ==== Training =================================================================================
@@ -724,6 +850,7 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
             units, info = count_units(path, table, specials, pattern, plan.num_workers,
                                       plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
                                       executor=config.cluster, classes=classes)
+        report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
         units_syms, units_offs, units_counts, encoded = stage2_table(units, table, seg_symbols, seg_offsets,
                                                                      (flags & NUMERIC) > 0, token_lengths,
                                                                      cut_numbers=(split == "units"))
@@ -732,18 +859,20 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     encoded_tokens = int((np.diff(units_offs)[encoded] * units_counts[encoded]).sum()) if encoded.size else 0
     t2 = time.perf_counter()
 
-    # ---- stage 2: continue from the stage-1 state
+    # ---- stage 2: continue from the stage-1 state, on the pieces of the units (stage2_merges)
     phase("merge loop")
-    engine2 = MergeEngine(units_syms, units_offs, weights, tokens, spill_dir=folder,
-                          map_threshold=MAP_THRESHOLD)
+    result = stage2_merges(units_syms, units_offs, weights, units_counts, tokens, n_total - len(steps1),
+                           _allowed(rules, list(tokens) + list(specials)), bounded=rules.distinct,
+                           spill_dir=folder,
+                           map_threshold=max(MAP_THRESHOLD, min(STAGE2_MAP_THRESHOLD, budget_share // 8)),
+                           threads=plan.num_workers)
     del units_syms, units_offs
-    steps2 = engine2.run(n_total - len(steps1), allowed=_allowed(rules, list(tokens) + list(specials)))
+    steps2 = result.steps
     if bar is not None:
         bar.update(len(steps2))
         bar.close()
     t3 = time.perf_counter()
-    all_tokens = engine2.tokens()
-    final_syms, final_offs, _ = engine2.words()
+    all_tokens = result.tokens
     vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}
     for s in specials:
         vocab[len(vocab)] = s
@@ -754,8 +883,10 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     report["seconds"]["stage1"] = round(t1 - t0, 3)
     report["seconds"]["stage2_units"] = round(t2 - t1, 3)
     report["seconds"]["stage2"] = round(t3 - t2, 3)
+    for k, v in result.seconds.items():
+        report["seconds"][f"stage2_{k}"] = v
     report["seconds"]["merge_loop"] = round((t1 - t0) + (t3 - t2), 3)
-    report["engine"] = engine2.stats()
+    report["engine"] = result.engine_stats
     report["merges"] = len(merges)
     report["merges_requested"] = max(n_total, 0)
     report["superbpe"] = {
@@ -772,7 +903,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         "stage1_tokens": n_stage1_tokens,
         # tokens of the text stage 2 trained on, when it ended (equals the encoder's count on the
         # training corpus, special tokens excluded, when stage 2 saw all of it)
-        "final_tokens": int((np.diff(final_offs) * units_counts).sum()),
+        "final_tokens": result.final_tokens,
+        "stage2_cut": result.info,
         "stage2_skip_encoded": bool(config.stage2_skip_encoded),
         "stage2_encoded_units": int(units_counts[encoded].sum()) if encoded.size else 0,
         "stage2_encoded_tokens": encoded_tokens,      # stage-1 tokens in them

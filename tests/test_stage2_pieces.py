@@ -1,0 +1,220 @@
+"""SuperBPE stage 2 on pieces (``superbpe.stage2_merges``): the same merges, tokens and final token
+count as one engine run on the whole units, for any first cut (restarts included)."""
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_core.engine.merge import MergeEngine
+from bpe_core.engine.units import cut_pieces, pair_levels
+from bpe_core.methods.superbpe import Stage2Rules, _allowed, first_cut, stage2_merges
+
+TOKENS = [bytes([i]) for i in range(256)]
+
+# units over a small alphabet (many repeats, runs like "aaaa", spaces and ': ' for the rules)
+unit = st.lists(st.sampled_from(list(b"ab :c1")), max_size=14)
+units_st = st.lists(st.tuples(unit, st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=25)
+
+
+def as_arrays(units):
+    symbols = np.array([s for u, _, _ in units for s in u], dtype=np.uint32)
+    offsets = np.concatenate(([0], np.cumsum([len(u) for u, _, _ in units]))).astype(np.int64)
+    weights = np.array([w for _, w, _ in units], dtype=np.int64)
+    counts = weights + np.array([extra for _, _, extra in units], dtype=np.int64)   # counts >= weights
+    return symbols, offsets, weights, counts
+
+
+def whole_units(symbols, offsets, weights, counts, n, rules):
+    engine = MergeEngine(symbols, offsets, weights, TOKENS)
+    steps = engine.run(n, allowed=_allowed(rules, TOKENS))
+    _, final_offsets, _ = engine.words()
+    return steps, engine.tokens(), int((np.diff(final_offsets) * counts).sum())
+
+
+@settings(max_examples=150)
+@given(units_st, st.integers(0, 40), st.integers(1, 40),
+       st.sampled_from([Stage2Rules(distinct=True), Stage2Rules(max_words=1, distinct=True),
+                        Stage2Rules(distinct=False)]))
+def test_pieces_equal_whole_units(units, n, cut, rules):
+    symbols, offsets, weights, counts = as_arrays(units)
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
+    got = stage2_merges(symbols, offsets, weights, counts, TOKENS, n, _allowed(rules, TOKENS),
+                        bounded=rules.distinct, cut=cut)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens
+    assert got.final_tokens == final
+    if rules.distinct and cut > 1 and len(steps) == n and n > 0:
+        assert got.info["cuts"][0]["cut"] == cut          # the forced first cut was used
+
+
+@given(units_st)
+def test_levels_and_pieces_equal_plain_counts(units):
+    symbols, offsets, weights, counts = as_arrays(units)
+    levels, pair_counts = pair_levels(symbols, offsets, weights)
+    seqs = [list(symbols[offsets[i]:offsets[i + 1]]) for i in range(len(units))]
+    plain = Counter()
+    for s, w in zip(seqs, weights):
+        for a, b in zip(s, s[1:]):
+            plain[(a, b)] += int(w)
+    expect = [plain[(s[k], s[k + 1])] if k + 1 < len(s) else 0 for s in seqs for k in range(len(s))]
+    assert levels.tolist() == expect
+    assert sorted(pair_counts.tolist()) == sorted(plain.values())
+    for cut in (1, 2, 3, 5):
+        data, starts, pw, pc, single = cut_pieces(symbols, offsets, levels, weights, counts, cut)
+        want_w, want_c, want_single = Counter(), Counter(), 0
+        for s, lv, w, c in zip(seqs, np.split(levels, offsets[1:-1]), weights, counts):
+            start = 0
+            for k in range(len(s)):
+                if k + 1 == len(s) or lv[k] < cut:
+                    piece = tuple(s[start:k + 1])
+                    if len(piece) == 1:
+                        want_single += int(c)
+                    else:
+                        want_w[piece] += int(w)
+                        want_c[piece] += int(c)
+                    start = k + 1
+        got = {tuple(data[starts[i]:starts[i + 1]]): (pw[i], pc[i]) for i in range(pw.size)}
+        assert got == {p: (want_w[p], want_c[p]) for p in want_w}
+        assert single == want_single
+
+
+def test_first_cut_and_a_restart_are_reported():
+    # "ab" everywhere (count 12): a first cut of 1000 sees no pair that counts as much, so it restarts
+    units = [(list(b"ab ab"), 3, 0), (list(b"abab"), 3, 1)]
+    symbols, offsets, weights, counts = as_arrays(units)
+    rules = Stage2Rules(distinct=True)
+    got = stage2_merges(symbols, offsets, weights, counts, TOKENS, 3, _allowed(rules, TOKENS), cut=1000)
+    assert got.steps == whole_units(symbols, offsets, weights, counts, 3, rules)[0]
+    assert [c["cut"] for c in got.info["cuts"]][:2] == [1000, 250] and got.info["restarts"] >= 1
+    assert first_cut(np.array([5, 9, 1, 7]), 1) == 5        # rank int(2.5 x 1) = 2 from the top: the 3rd
+
+
+@settings(max_examples=60)
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
+                                 b" supercalifragilistic", b" 0123456789abcdef", b"\xc3\xa9t\xc3\xa9"]),
+                max_size=40).map(b"".join), st.booleans(), st.sampled_from([1.0, 0.5]))
+def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction):
+    from bpe_core.corpus.chunks import split_spans
+    from bpe_core.engine.units import UnitCounter, WordIndex, chunk_unit_stream, count_chunk_units
+    from bpe_core.methods.superbpe import word_flags
+    from bpe_core.pretok.pretokenize import PATTERN_IDS, pretoken_ends
+    from bpe_core.pretok.wordtable import WordTable
+
+    specials = [b"<|endoftext|>"]
+    spans, _ = split_spans(text, 0, len(text), specials)
+    words = Counter()
+    for s, e in spans:
+        prev = s
+        for end in pretoken_ends(text[s:e], "gpt2") + s:
+            words[text[prev:end]] += 1
+            prev = end
+    table = WordTable.from_counts(dict(words) or {b"x": 1})
+    index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
+    keep = 0xFFFFFFFFFFFFFFFF if fraction >= 1 else int(fraction * 2 ** 64)
+    counter = UnitCounter()
+    assert count_chunk_units(text, spans, PATTERN_IDS["gpt2"], index, flags, counter, keep, cut_spaces) == 0
+    data, starts, counts = counter.to_arrays()
+    counted = Counter({tuple(data[starts[i]:starts[i + 1]]): int(counts[i]) for i in range(counts.size)})
+    ids, bounds, seen, kept, missing = chunk_unit_stream(text, spans, PATTERN_IDS["gpt2"], index, flags, keep,
+                                                         cut_spaces)
+    listed = Counter(tuple(ids[bounds[i]:bounds[i + 1]]) for i in range(bounds.size - 1))
+    assert listed == counted and (seen, kept, missing) == (counter.n_seen, counter.n_kept, 0)
+    if fraction >= 1:       # every pretoken, in text order, with its row of the table (a plain dict)
+        row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
+        plain = []
+        for s, e in spans:
+            prev = s
+            for end in pretoken_ends(text[s:e], "gpt2") + s:
+                plain.append(row[text[prev:end]])
+                prev = end
+        assert ids.tolist() == plain
+
+
+def test_levels_when_the_pair_table_grows():
+    # ~100k distinct pairs in 120k symbols: more than the first table holds, so it grows mid-pass
+    rng = np.random.default_rng(5)
+    symbols = rng.integers(0, 2000, 120_000).astype(np.uint32)
+    offsets = np.array([0, 50_000, 50_001, 120_000], dtype=np.int64)
+    weights = np.array([2, 7, 1], dtype=np.int64)
+    levels, pair_counts = pair_levels(symbols, offsets, weights)
+    keys = (symbols[:-1].astype(np.int64) << 32) | symbols[1:]
+    w = np.repeat(weights, np.diff(offsets))[:-1]
+    inside = np.ones(keys.size, bool)
+    inside[offsets[1:-1] - 1] = False                  # windows across sequence ends do not count
+    uniq, inv = np.unique(keys[inside], return_inverse=True)
+    sums = np.bincount(inv, weights=w[inside]).astype(np.int64)
+    expect = np.zeros(symbols.size, dtype=np.int64)
+    expect[np.flatnonzero(inside)] = sums[inv]
+    assert pair_counts.size == uniq.size > 70_000
+    assert levels.tolist() == expect.tolist() and sorted(pair_counts.tolist()) == sorted(sums.tolist())
+
+
+def test_pieces_when_the_piece_table_grows():
+    # ~70k distinct pieces: more than the first table holds, so it grows while pieces wait in a batch
+    rng = np.random.default_rng(7)
+    symbols = rng.integers(0, 40, 500_000).astype(np.uint32)
+    offsets = np.array([0, 100_000, 100_003, 500_000], dtype=np.int64)
+    weights = np.array([1, 0, 2], dtype=np.int64)
+    counts = np.array([1, 5, 3], dtype=np.int64)
+    levels = rng.integers(0, 4, symbols.size).astype(np.uint32)
+    data, starts, pw, pc, single = cut_pieces(symbols, offsets, levels, weights, counts, 1)
+    want_w, want_c, want_single = Counter(), Counter(), 0
+    for u in range(3):
+        a, b = offsets[u], offsets[u + 1]
+        start = a
+        for k in range(a, b):
+            if k + 1 == b or levels[k] < 1:
+                piece = tuple(symbols[start:k + 1].tolist())
+                if len(piece) == 1:
+                    want_single += int(counts[u])
+                else:
+                    want_w[piece] += int(weights[u])
+                    want_c[piece] += int(counts[u])
+                start = k + 1
+    got = {tuple(data[starts[i]:starts[i + 1]].tolist()): (pw[i], pc[i]) for i in range(pw.size)}
+    assert len(got) > 46_000
+    assert got == {p: (want_w[p], want_c[p]) for p in want_w} and single == want_single
+
+
+@pytest.mark.parametrize("alphabet", [50, 3000])
+def test_levels_on_two_threads_equal_one(alphabet):
+    # above the size where pair_levels splits the sequences between two threads (3000: tables grow)
+    rng = np.random.default_rng(alphabet)
+    symbols = rng.integers(0, alphabet, 1_200_000).astype(np.uint32)
+    offsets = np.concatenate(([0], np.sort(rng.choice(np.arange(1, symbols.size), 999, replace=False)),
+                              [symbols.size])).astype(np.int64)
+    weights = rng.integers(0, 4, offsets.size - 1).astype(np.int64)
+    one = pair_levels(symbols, offsets, weights, threads=1)
+    two = pair_levels(symbols, offsets, weights, threads=2)
+    assert np.array_equal(one[0], two[0])
+    assert np.array_equal(np.sort(one[1]), np.sort(two[1]))
+    # and the plain count, for a sample of windows
+    keys = (symbols[:-1].astype(np.int64) << 32) | symbols[1:]
+    inside = np.ones(keys.size, bool)
+    inside[offsets[1:-1] - 1] = False
+    w = np.repeat(weights, np.diff(offsets))[:-1]
+    uniq, inv = np.unique(keys[inside], return_inverse=True)
+    sums = np.bincount(inv, weights=w[inside]).astype(np.int64)
+    expect = np.zeros(symbols.size, dtype=np.int64)
+    expect[np.flatnonzero(inside)] = sums[inv]
+    assert np.array_equal(two[0].astype(np.int64), expect)
+    assert np.array_equal(np.sort(two[1]), np.sort(sums))
+
+
+def test_pieces_on_two_threads_equal_one():
+    # above the size where cut_pieces splits the sequences between two threads (the tables grow)
+    rng = np.random.default_rng(11)
+    symbols = rng.integers(0, 30, 1_300_000).astype(np.uint32)
+    offsets = np.concatenate(([0], np.sort(rng.choice(np.arange(1, symbols.size), 499, replace=False)),
+                              [symbols.size])).astype(np.int64)
+    weights = rng.integers(0, 3, offsets.size - 1).astype(np.int64)
+    counts = weights + rng.integers(0, 2, offsets.size - 1)
+    levels = rng.integers(0, 3, symbols.size).astype(np.uint32)
+    one = cut_pieces(symbols, offsets, levels, weights, counts, 1, threads=1)
+    two = cut_pieces(symbols, offsets, levels, weights, counts, 1, threads=2)
+    assert one[2].size > 100_000
+    for x, y in zip(one[:4], two[:4]):
+        assert np.array_equal(x, y)
+    assert one[4] == two[4]
