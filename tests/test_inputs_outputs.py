@@ -441,3 +441,35 @@ def test_progress_modes_of_the_tools(tmp_path, corpus_file, tok_dir):
     with pytest.raises(ValueError, match="unknown progress mode"):
         bpe_core.encode_corpus(corpus_file, tok_dir, tmp_path / "k.npy", progress="fancy")
     assert set(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("how", ["same", "file_url", "hard_link", "doc_index", "manifest"])
+@pytest.mark.parametrize("cluster", [False, True])
+def test_encode_output_that_is_an_input_is_refused(tmp_path, corpus_file, tok_dir, how, cluster):
+    """The ids never replace an input file (the rename would destroy the corpus)."""
+    from bpe_core.runtime.executors import LocalExecutor
+    other = tmp_path / "in" / "other.txt"
+    other.write_bytes(TEXT)
+    inputs, out, extra = [str(corpus_file), str(other)], str(corpus_file), {}
+    if how == "file_url":
+        inputs = [f"file://{tmp_path / 'in'}/"]
+    elif how == "hard_link":
+        out = str(tmp_path / "link.npy")
+        os.link(other, out)
+    elif how == "doc_index":
+        out, extra = str(tmp_path / "ids.npy"), {"doc_index": str(other)}
+    elif how == "manifest":
+        manifest = tmp_path / "in" / "ids.manifest.json"
+        manifest.write_text("{}")
+        inputs, out, extra = [str(corpus_file), str(manifest)], str(tmp_path / "in" / "ids.npy"), {"shard_tokens": 100}
+    with pytest.raises(CorpusError, match="is also an input"):
+        bpe_core.encode_corpus(inputs, str(tok_dir), out, progress=False,
+                               cluster=LocalExecutor(2) if cluster else None, **extra)
+    assert corpus_file.read_bytes() == TEXT and other.read_bytes() == TEXT
+
+
+def test_encode_tool_output_that_is_an_input_is_one_line(tmp_path, corpus_file, tok_dir):
+    line = one_error_line(tool("encode_corpus.py", corpus_file, "--tokenizer", tok_dir, "--out", corpus_file,
+                               "--no-progress"))
+    assert "is also an input" in line and str(corpus_file) in line
+    assert corpus_file.read_bytes() == TEXT

@@ -13,6 +13,7 @@ import os
 import random
 
 import numpy as np
+import pytest
 import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -144,3 +145,11 @@ def test_find_special_many_hits_and_shapes():
     assert _pretok.find_special(b"", b"<s>").shape == (0, 2)
     assert _pretok.find_special(b"<s", b"<s>").shape == (0, 2)
     assert _pretok.find_special(b"aaaa", b"aa").tolist() == [[0, 2], [2, 4]]
+
+
+@pytest.mark.parametrize("specials", [[5], ["<s>", 3], "<s>", b"<s>", [None]])
+def test_special_tokens_of_the_wrong_type_are_refused(specials):
+    """An int is not five NUL bytes, and a bare string is not one token per character."""
+    from bpe_core.pretok.pretokenize import pretokenize
+    with pytest.raises(TypeError, match="special token"):
+        pretokenize(b"ab\x00\x00\x00\x00\x00c<s>", "gpt2", specials)

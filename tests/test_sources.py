@@ -252,10 +252,12 @@ def test_corrupt_parquet_and_nulls(tmp_path):
         bpe_core.train_bpe(bad, 270, [S])
 
 
-@pytest.mark.parametrize("text", [b"PAR1", b"PAR1 is a word here", b"PAR1 and a tail that is not the magic PAR"])
+@pytest.mark.parametrize("text", [b"PAR1", b"PAR1 is a word here", b"PAR1 and a tail that is not the magic PAR",
+                                  b"PAR1PAR1PAR1", b"PAR1 ends as it starts: PAR1", b"PAR1\n" * 40])
 def test_text_that_starts_with_the_parquet_magic_is_text(tmp_path, text):
     """Parquet starts and ends with PAR1 around a footer; a text file that only starts with it is text
-    (hypothesis found ``b"PAR1"`` refused as a bad Parquet file)."""
+    (hypothesis found ``b"PAR1"``, then ``b"PAR1PAR1PAR1"``, refused as a bad Parquet file); one that
+    also ends with it is text when the footer length before the closing magic does not fit."""
     p = tmp_path / "t.txt"
     p.write_bytes(text)
     assert bpe_core.train_bpe(p, 270, [S])[1] == bpe_core.reference.train_bpe_from_bytes(text, 270, [S])[1]

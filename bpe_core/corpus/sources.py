@@ -262,8 +262,9 @@ def expand_inputs(specs: Union[str, os.PathLike, Any, Sequence[Any]], input_form
 
 
 def _looks_parquet(path: str, head: bytes, size: int, url: bool) -> bool:
-    """A Parquet file starts and ends with ``PAR1`` and holds a footer between (12 bytes at least);
-    a text file that only starts with ``PAR1`` is text, unless its name says ``.parquet`` (then a
+    """A Parquet file starts and ends with ``PAR1`` and holds a footer between (12 bytes at least),
+    whose length (the 4 bytes before the closing magic) fits in the file; a text file that only
+    starts (or starts and ends) with ``PAR1`` is text, unless its name says ``.parquet`` (then a
     broken Parquet file gets its error, not a training on its bytes)."""
     if not head.startswith(b"PAR1"):
         return False
@@ -272,12 +273,13 @@ def _looks_parquet(path: str, head: bytes, size: int, url: bool) -> bool:
     if size < 12:
         return False
     if url:
-        tail = read_source(path, size - 4, size).tobytes()
+        tail = read_source(path, size - 8, size).tobytes()
     else:
         with open(path, "rb") as f:
-            f.seek(size - 4)
-            tail = f.read(4)
-    return tail == b"PAR1"
+            f.seek(size - 8)
+            tail = f.read(8)
+    # The 4 bytes before the closing magic are the footer's length: it fits between the magics.
+    return tail[4:] == b"PAR1" and 0 < int.from_bytes(tail[:4], "little") <= size - 12
 
 
 def _file_source(path: str, input_format: str, text_column: str) -> Source:

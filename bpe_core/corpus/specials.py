@@ -14,10 +14,28 @@ DEFAULT_SPECIAL_TOKEN = "<|endoftext|>"
 
 
 def encode_specials(special_tokens: Iterable[str | bytes]) -> list[bytes]:
-    """Special tokens as UTF-8 bytes, in the order given, checked (non-empty, no duplicates)."""
+    """Special tokens as UTF-8 bytes, in the order given, checked (non-empty, no duplicates).
+
+    Each token is a ``str`` or bytes-like; anything else (an int would become that many NUL bytes)
+    and a bare string given as the whole list (it would be one token per character) are refused.
+
+    >>> encode_specials(["<s>", b"</s>"])
+    [b'<s>', b'</s>']
+    >>> encode_specials("<s>")
+    Traceback (most recent call last):
+    TypeError: special tokens must be a list of strings, got the string '<s>' (write ['<s>'])
+    """
+    if isinstance(special_tokens, (str, bytes, bytearray)):
+        raise TypeError(f"special tokens must be a list of strings, got the string {special_tokens!r} "
+                        f"(write [{special_tokens!r}])")
     out: list[bytes] = []
     for tok in special_tokens:
-        b = tok.encode("utf-8") if isinstance(tok, str) else bytes(tok)
+        if isinstance(tok, str):
+            b = tok.encode("utf-8")
+        elif isinstance(tok, (bytes, bytearray, memoryview)):
+            b = bytes(tok)
+        else:
+            raise TypeError(f"special token {tok!r} is a {type(tok).__name__}, not a str or bytes")
         if not b:
             raise ValueError("special tokens must be non-empty")
         if b in out:

@@ -350,10 +350,12 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
     if shard_tokens is not None and shard_tokens < 1:
         raise ValueError("shard_tokens must be at least 1")
-    _check_out(out_path)
+    _check_out(out_path, sources)
+    if shard_tokens is not None:
+        _check_not_an_input(manifest_path(out_path), sources)
     if doc_index is not None:
         doc_index = os.fspath(doc_index)
-        _check_out(doc_index)
+        _check_out(doc_index, sources)
         if os.path.abspath(doc_index) == os.path.abspath(out_path):
             raise CorpusError(doc_index, "the document index and the ids would be the same file")
     size = _input_bytes(sources)
@@ -694,10 +696,12 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
     if shard_tokens is not None and shard_tokens < 1:
         raise ValueError("shard_tokens must be at least 1")
-    _check_out(out_path)
+    _check_out(out_path, sources)
+    if shard_tokens is not None:
+        _check_not_an_input(manifest_path(out_path), sources)
     if doc_index is not None:
         doc_index = os.fspath(doc_index)
-        _check_out(doc_index)
+        _check_out(doc_index, sources)
         if os.path.abspath(doc_index) == os.path.abspath(out_path):
             raise CorpusError(doc_index, "the document index and the ids would be the same file")
     size = _input_bytes(sources)
@@ -1174,11 +1178,39 @@ def _thread_spec(spec):
     return held[1]
 
 
-def _check_out(out_path: str) -> None:
+def _check_out(out_path: str, sources: list[Source] = ()) -> None:
     problem = output_problem(out_path, "a .npy file path")
     if problem is not None:
         raise CorpusError(out_path, problem)
+    _check_not_an_input(out_path, sources)
     remove_stale(out_path, ("tmp", "spill"))      # what a killed run left beside the output
+
+
+def _local_file(src: Source) -> str | None:
+    """The local file a source reads (a path or a ``file://`` URL); None for other URLs and streams."""
+    if not src.rereadable:
+        return None
+    if src.is_url:
+        return src.name[len("file://"):] if src.name.startswith("file://") else None
+    return src.name
+
+
+def _check_not_an_input(out_path: str, sources: list[Source]) -> None:
+    """Refuse an output that is one of the input files: the rename would replace the corpus.
+
+    >>> import tempfile; d = tempfile.mkdtemp(); p = os.path.join(d, "c.txt"); _ = open(p, "w").write("x")
+    >>> _check_not_an_input(p, expand_inputs(p))
+    Traceback (most recent call last):
+    bpe_core.errors.CorpusError: ...c.txt: is also an input (...c.txt); writing there would replace it: give another output path
+    """
+    if not os.path.exists(out_path):
+        return
+    for src in sources:
+        path = _local_file(src)
+        with contextlib.suppress(OSError):
+            if path is not None and os.path.samefile(path, out_path):
+                raise CorpusError(out_path, f"is also an input ({src.name}); writing there would replace it: "
+                                            "give another output path")
 
 
 def _progress(total: int, mode):

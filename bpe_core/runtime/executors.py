@@ -35,7 +35,10 @@ import contextlib
 import logging
 import os
 import resource
+import signal
+import socket
 import sys
+import threading
 import uuid
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -234,12 +237,13 @@ class DaskExecutor(Executor):
         return info
 
     def close(self) -> None:
-        if self._own_client:
-            self._own_client = False
-            self.client.close()
-        if self._cluster is not None:
-            self._cluster.close()
-            self._cluster = None
+        with deferred_signals():        # a close cut short leaves Dask's atexit hook ~10 s of waiting
+            if self._own_client:
+                self._own_client = False
+                self.client.close()
+            if self._cluster is not None:
+                self._cluster.close()
+                self._cluster = None
 
 
 def _result(fut):
@@ -333,6 +337,82 @@ def _quiet_workers():
     return dask.config.set(settings)
 
 
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while a local cluster starts or closes; deliver them after.
+
+    A ``LocalCluster`` interrupted half-way through starting or closing is finished by Dask's
+    ``atexit`` hook instead, which waits out its timeouts (~10 s) and prints tracebacks. Both steps
+    take a fraction of a second, so a signal is raised again right after (the process's own
+    handler: ``KeyboardInterrupt``, ``workers.Terminated``, or the default action); a second
+    signal meanwhile is raised at once. Outside the main thread this does nothing.
+
+    >>> with deferred_signals():
+    ...     pass
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    old = {}
+
+    def hold(signum, frame):
+        if pending:                               # asked twice: stop waiting
+            signal.signal(signum, old[signum])
+            signal.raise_signal(signum)
+        pending.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        old[sig] = signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if pending:
+            signal.raise_signal(pending[0])
+
+
+#: How long a scheduler address may take to answer (``distributed.Client(timeout=...)``).
+CONNECT_TIMEOUT = "10s"
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail at once, in one line, when nothing listens at a ``tcp://``/``tls://`` address (Dask
+    itself retries until its timeout). Other schemes are left to Dask."""
+    scheme, _, rest = address.partition("://")
+    if scheme not in ("tcp", "tls"):
+        return
+    rest = rest.rstrip("/")
+    host, _, port = rest.rpartition(":")
+    if not port.isdigit() or host.count(":") and not host.startswith("["):
+        host, port = rest, "8786"                 # Dask's default scheduler port
+    if not host:
+        raise ValueError(f"cluster: {address!r}: expected {scheme}://host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except socket.gaierror as exc:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address}: unknown host {host} "
+                           f"({exc.strerror or exc})") from None
+    except OSError as exc:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address}: {exc.strerror or exc}") from None
+
+
+#: What a worker process says when it finds itself started while the calling script was imported.
+NO_MAIN_GUARD = ("cluster='local:N' starts worker processes that import the calling script again: "
+                 "put the code that runs under `if __name__ == \"__main__\":` (docs/cluster.md)")
+
+
+def _check_not_bootstrapping() -> None:
+    """In a worker process that is still importing the calling script (no ``__main__`` guard),
+    stop it with one line rather than start a cluster of its own (which fails with pages of
+    tracebacks from every process)."""
+    import multiprocessing
+
+    if getattr(multiprocessing.process.current_process(), "_inheriting", False):
+        raise SystemExit(f"bpe_core: error: {NO_MAIN_GUARD}")
+
+
 def _distributed():
     try:
         import distributed
@@ -379,19 +459,40 @@ def open_executor(spec: Any = None, num_workers: int = 1, announce: Optional[Cal
     if text == "local" or text.startswith("local:"):
         n = text.partition(":")[2]
         distributed = _distributed()
+        _check_not_bootstrapping()
+        # CRITICAL: a task's error reaches the client as itself (one line from the tool); the
+        # workers' and nannies' ERROR logs of it would add a traceback on stderr.
         options = dict(n_workers=int(n) if n else (os.cpu_count() or 1), threads_per_worker=1, processes=True,
-                       host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+                       host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
         options.update(cluster_options)
-        with _quiet_workers():
-            cluster = distributed.LocalCluster(**options)
-        client = distributed.Client(cluster)
-        ex = DaskExecutor(client, cluster)
+        ex = None
+        try:
+            with deferred_signals():       # a signal held back is raised here, ex then closed below
+                try:
+                    with _quiet_workers():
+                        cluster = distributed.LocalCluster(**options)
+                except Exception as exc:   # noqa: BLE001  (Dask raises RuntimeError, AssertionError, ...)
+                    raise ClusterError(f"could not start {options['n_workers']} local worker processes "
+                                       f"({type(exc).__name__}: {exc}); if this is a script: "
+                                       f"{NO_MAIN_GUARD}") from None
+                try:
+                    client = distributed.Client(cluster)
+                except BaseException:
+                    cluster.close()
+                    raise
+                ex = DaskExecutor(client, cluster)
+        except BaseException:
+            if ex is not None:
+                ex.close()
+            raise
     elif "://" in text:
         distributed = _distributed()
+        _check_reachable(text)
         try:
-            client = distributed.Client(text, timeout=cluster_options.get("timeout", "30s"))
-        except (OSError, TimeoutError) as exc:
-            raise ClusterError(f"cannot reach the Dask scheduler at {text}: {exc}") from None
+            client = distributed.Client(text, timeout=cluster_options.get("timeout", CONNECT_TIMEOUT))
+        except Exception as exc:           # noqa: BLE001  (not a Dask scheduler: any error of its reply)
+            raise ClusterError(f"cannot reach the Dask scheduler at {text}: {type(exc).__name__}: {exc} "
+                               "(is it the scheduler's address, not the dashboard's?)") from None
         ex = DaskExecutor(client, own_client=True)
     else:
         raise ValueError(f"cluster: {text!r}: expected a scheduler address such as tcp://host:8786")
