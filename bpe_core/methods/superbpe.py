@@ -62,7 +62,7 @@ from ..pretok.counting import check_distributable, private_shard
 from ..pretok.patterns import pattern_name, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from ..pretok.wordtable import WordTable
-from ..runtime.memmon import phase
+from ..runtime.memmon import numpy_huge_pages, phase
 from ..runtime.progress import progress_bar
 from ..runtime.executors import open_executor
 from ..runtime.workers import FileStamp, read_range, run_ordered
@@ -853,66 +853,67 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     t1 = time.perf_counter()
     n_stage1_tokens = int((np.diff(seg_offsets) * table.counts).sum())
 
-    # ---- stage 2 units
-    phase("stage-2 units")
-    table_ram = 0 if table.mapped else table.nbytes
-    budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table_ram, 64 << 20)
-    need = n_stage1_tokens * STAGE2_BYTES_PER_SYMBOL
-    fraction = 1.0 if need <= budget_share else budget_share / need
-    token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
-    split = normal_split(config.stage2_split)
-    # units of regions that look like encoded binary (uuencode, base64) stay in the table with no
-    # weight: they teach stage 2 nothing, and the final token count still covers them (as the encoder
-    # sees them)
-    if split == "official":
-        units_syms, units_offs, units_counts, info = _official_units(
-            config.input_path, specials, pattern, tokens, steps1, fraction)
-        encoded = (encoded_units(units_syms, units_offs, tokens) if config.stage2_skip_encoded
-                   else np.zeros(units_counts.shape[0], dtype=bool))
-    else:
-        flags = word_flags(table)
-        classes = word_classes(table) if config.stage2_skip_encoded else None
-        path, sources = config.input_path, None
-        if config.cluster is not None or _has_url(path):
-            sources = expand_inputs(path, config.input_format, config.text_column)
-            if len(sources) == 1 and sources[0].plain_text and not sources[0].is_url:
-                path, sources = sources[0].name, None
-        # the hf split writes each word's stage-1 tokens while it scans (no word-id units to expand);
-        # the units split cuts numbers by their word ids
-        seg = (seg_symbols, seg_offsets) if split != "units" else None
-        if sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
-            opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
-                               bad=BadRecords(skip=True))          # bad records: reported by the counting
-            units, info = count_units_on(config.cluster, sources, opts, table, specials, pattern, plan.chunk_bytes,
-                                         fraction, cut_spaces=(split == "hf"), flags=flags, classes=classes,
-                                         num_workers=plan.num_workers, seg=seg)
+    # ---- stage 2 units (numpy arrays without the huge-page hint: runtime.memmon.numpy_huge_pages)
+    with numpy_huge_pages(False):
+        phase("stage-2 units")
+        table_ram = 0 if table.mapped else table.nbytes
+        budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table_ram, 64 << 20)
+        need = n_stage1_tokens * STAGE2_BYTES_PER_SYMBOL
+        fraction = 1.0 if need <= budget_share else budget_share / need
+        token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+        split = normal_split(config.stage2_split)
+        # units of regions that look like encoded binary (uuencode, base64) stay in the table with no
+        # weight: they teach stage 2 nothing, and the final token count still covers them (as the encoder
+        # sees them)
+        if split == "official":
+            units_syms, units_offs, units_counts, info = _official_units(
+                config.input_path, specials, pattern, tokens, steps1, fraction)
+            encoded = (encoded_units(units_syms, units_offs, tokens) if config.stage2_skip_encoded
+                       else np.zeros(units_counts.shape[0], dtype=bool))
         else:
-            units, info = count_units(path, table, specials, pattern, plan.num_workers,
-                                      plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
-                                      executor=config.cluster, classes=classes, seg=seg)
-        report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
-        units_syms, units_offs, units_counts, encoded = stage2_table(units, table, seg_symbols, seg_offsets,
-                                                                     (flags & NUMERIC) > 0, token_lengths,
-                                                                     cut_numbers=(split == "units"),
-                                                                     expanded=seg is not None)
-        del units, classes
-    weights = np.where(encoded, 0, units_counts) if encoded.any() else units_counts
-    encoded_tokens = int((np.diff(units_offs)[encoded] * units_counts[encoded]).sum()) if encoded.size else 0
-    t2 = time.perf_counter()
+            flags = word_flags(table)
+            classes = word_classes(table) if config.stage2_skip_encoded else None
+            path, sources = config.input_path, None
+            if config.cluster is not None or _has_url(path):
+                sources = expand_inputs(path, config.input_format, config.text_column)
+                if len(sources) == 1 and sources[0].plain_text and not sources[0].is_url:
+                    path, sources = sources[0].name, None
+            # the hf split writes each word's stage-1 tokens while it scans (no word-id units to expand);
+            # the units split cuts numbers by their word ids
+            seg = (seg_symbols, seg_offsets) if split != "units" else None
+            if sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
+                opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
+                                   bad=BadRecords(skip=True))          # bad records: reported by the counting
+                units, info = count_units_on(config.cluster, sources, opts, table, specials, pattern, plan.chunk_bytes,
+                                             fraction, cut_spaces=(split == "hf"), flags=flags, classes=classes,
+                                             num_workers=plan.num_workers, seg=seg)
+            else:
+                units, info = count_units(path, table, specials, pattern, plan.num_workers,
+                                          plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
+                                          executor=config.cluster, classes=classes, seg=seg)
+            report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
+            units_syms, units_offs, units_counts, encoded = stage2_table(units, table, seg_symbols, seg_offsets,
+                                                                         (flags & NUMERIC) > 0, token_lengths,
+                                                                         cut_numbers=(split == "units"),
+                                                                         expanded=seg is not None)
+            del units, classes
+        weights = np.where(encoded, 0, units_counts) if encoded.any() else units_counts
+        encoded_tokens = int((np.diff(units_offs)[encoded] * units_counts[encoded]).sum()) if encoded.size else 0
+        t2 = time.perf_counter()
 
-    # ---- stage 2: continue from the stage-1 state, on the pieces of the units (stage2_merges)
-    phase("merge loop")
-    result = stage2_merges(units_syms, units_offs, weights, units_counts, tokens, n_total - len(steps1),
-                           _allowed(rules, list(tokens) + list(specials)), bounded=rules.distinct,
-                           spill_dir=folder,
-                           map_threshold=max(MAP_THRESHOLD, min(STAGE2_MAP_THRESHOLD, budget_share // 8)),
-                           threads=plan.num_workers)
-    del units_syms, units_offs
-    steps2 = result.steps
-    if bar is not None:
-        bar.update(len(steps2))
-        bar.close()
-    t3 = time.perf_counter()
+        # ---- stage 2: continue from the stage-1 state, on the pieces of the units (stage2_merges)
+        phase("merge loop")
+        result = stage2_merges(units_syms, units_offs, weights, units_counts, tokens, n_total - len(steps1),
+                               _allowed(rules, list(tokens) + list(specials)), bounded=rules.distinct,
+                               spill_dir=folder,
+                               map_threshold=max(MAP_THRESHOLD, min(STAGE2_MAP_THRESHOLD, budget_share // 8)),
+                               threads=plan.num_workers)
+        del units_syms, units_offs
+        steps2 = result.steps
+        if bar is not None:
+            bar.update(len(steps2))
+            bar.close()
+        t3 = time.perf_counter()
     all_tokens = result.tokens
     vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}
     for s in specials:
