@@ -406,6 +406,9 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     cdef uint64_t bw1[BATCH]
     cdef uint64_t bslot[BATCH]
     cdef const uint8_t* limit = base + buf.shape[0]
+    # a token or a word id per byte at most (marks aside): address space only, pages are touched as
+    # written, and the list never moves while it grows
+    out_ids.reserve(buf.shape[0] + 16)
     out_bounds.push_back(0)
     with nogil:
         for k in range(spans.shape[0]):
@@ -1044,7 +1047,7 @@ cdef class _PieceTable:
     cdef bint oom
 
     def __cinit__(self, int64_t reserve):
-        # room for a piece per 12 symbols at the start (en_train at 32k: 4.6 M pieces of 60 M
+        # room for a piece per 8 symbols at the start (en_train at 32k: 4.6 M pieces of 60 M
         # symbols, ~2.3 M per thread), so the table seldom grows and rehashes on text
         self.cap = 1 << 16
         while self.cap < <uint64_t>(reserve // 8) and self.cap < (<uint64_t>1 << 30):
