@@ -29,10 +29,11 @@ The encoder is stage-aware (:class:`StageAwareEncoder`): stage-1 merges inside p
 merges inside units, which reproduces training exactly (the token count of the training corpus equals
 the count training ended with). ``reference.train_superbpe_from_bytes`` is the plain twin.
 
-Scale: units are listed in text order (``_units.chunk_unit_stream``); stage 2 cuts them where no merge
-it makes can cross and deduplicates the pieces (:func:`stage2_merges`). When the stage-2 table still
-would not fit the budget, stage 2 trains on a deterministic sample of units (kept by a hash of their
-content, so the sample does not depend on worker count); the run report says how much text it saw.
+Scale: units are listed in text order, each word as its stage-1 tokens (``_units.chunk_unit_stream``);
+stage 2 cuts them where no merge it makes can cross and deduplicates the pieces (:func:`stage2_merges`).
+When the stage-2 table still would not fit the budget, stage 2 trains on a deterministic sample of
+units (kept by a hash of their content, so the sample does not depend on worker count); the run report
+says how much text it saw.
 """
 from __future__ import annotations
 
