@@ -218,3 +218,64 @@ def test_pieces_on_two_threads_equal_one():
     for x, y in zip(one[:4], two[:4]):
         assert np.array_equal(x, y)
     assert one[4] == two[4]
+
+
+@settings(max_examples=60)
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
+                                 b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4", b" supercalifragilistic", b"\xc3\xa9t"]),
+                max_size=40).map(b"".join), st.booleans(), st.sampled_from([1.0, 0.5]), st.booleans(),
+       st.randoms(use_true_random=False))
+def test_unit_stream_writes_stage1_tokens(text, cut_spaces, fraction, regions, rnd):
+    """``chunk_unit_stream(seg_symbols=, seg_offsets=)`` equals listing the word-id units and expanding
+    each word id by a plain loop over the segmentation (marks kept); the sample is the same."""
+    from bpe_core.corpus.chunks import split_spans
+    from bpe_core.engine.units import ENCODED_MARK, WordIndex, chunk_unit_stream, expand_units
+    from bpe_core.methods.superbpe import word_classes, word_flags
+    from bpe_core.pretok.pretokenize import PATTERN_IDS, pretoken_ends
+    from bpe_core.pretok.wordtable import WordTable
+
+    specials = [b"<|endoftext|>"]
+    spans, _ = split_spans(text, 0, len(text), specials)
+    words = Counter()
+    for s, e in spans:
+        prev = s
+        for end in pretoken_ends(text[s:e], "gpt2") + s:
+            words[text[prev:end]] += 1
+            prev = end
+    table = WordTable.from_counts(dict(words) or {b"x": 1})
+    index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
+    classes = word_classes(table) if regions else None
+    keep = 0xFFFFFFFFFFFFFFFF if fraction >= 1 else int(fraction * 2 ** 64)
+    # any segmentation (the kernel only copies it): 0-3 random token ids per word
+    seg = [[rnd.randrange(0, 5000) for _ in range(rnd.randrange(0, 4))] for _ in range(table.n_words)]
+    seg_symbols = np.array([t for s in seg for t in s], dtype=np.uint32)
+    seg_offsets = np.concatenate(([0], np.cumsum([len(s) for s in seg]))).astype(np.int64)
+    args = (text, spans, PATTERN_IDS["gpt2"], index, flags, keep, cut_spaces, classes)
+    ids, bounds, seen, kept, missing = chunk_unit_stream(*args)
+    toks, tbounds, seen2, kept2, missing2 = chunk_unit_stream(*args, seg_symbols, seg_offsets)
+    assert (seen2, kept2, missing2) == (seen, kept, missing)
+    plain = [[t for w in ids[bounds[u]:bounds[u + 1]].tolist()
+              for t in ([w] if w == ENCODED_MARK else seg[w])] for u in range(bounds.size - 1)]
+    assert [toks[tbounds[u]:tbounds[u + 1]].tolist() for u in range(tbounds.size - 1)] == plain
+    e_syms, e_offs = expand_units(ids, bounds, seg_symbols, seg_offsets)
+    assert e_syms.tolist() == toks.tolist() and e_offs.tolist() == tbounds.tolist()
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 6), max_size=5), st.booleans()), max_size=30))
+def test_strip_marks_equals_numpy(units):
+    """``strip_marks`` (in place) equals the numpy twin: marks off the ends of the marked units."""
+    from bpe_core.engine.units import ENCODED_MARK, strip_marks
+
+    data = np.array([t for u, m in units for t in u + ([ENCODED_MARK] if m else [])], dtype=np.uint32)
+    starts = np.concatenate(([0], np.cumsum([len(u) + m for u, m in units]))).astype(np.int64)
+    nonempty = starts[1:] > starts[:-1]
+    encoded = np.zeros(len(units), dtype=bool)
+    encoded[nonempty] = data[starts[1:][nonempty] - 1] == ENCODED_MARK
+    want_data = data[data != ENCODED_MARK]
+    want_starts = starts - np.concatenate(([0], np.cumsum(encoded)))
+    got_data, got_starts, got_enc = strip_marks(data.copy(), starts.copy())
+    assert got_data.tolist() == want_data.tolist() and got_starts.tolist() == want_starts.tolist()
+    assert got_enc.tolist() == encoded.tolist() == [m for _, m in units]
+    with pytest.raises(ValueError):
+        strip_marks(data.copy(), np.array([0, data.size + 1]))

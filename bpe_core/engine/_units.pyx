@@ -15,7 +15,7 @@ Each kernel names its plain equivalent in its docstring.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memmove, memset
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 
@@ -302,6 +302,7 @@ def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
 #: id reaches it.
 ENCODED_MARK = 0xFFFFFFFF
 cdef uint32_t _ENCODED_MARK = 0xFFFFFFFFu
+cdef uint32_t _NO_SEG = 0      # a non-NULL pointer for an empty segmentation
 
 #: The rule of ``reference.looks_encoded`` (and ``superbpe.ENCODED_*``): at least 40 bytes that are not
 #: ASCII whitespace, whitespace at most 1/16 of the bytes, of the other bytes at least a quarter ASCII
@@ -314,7 +315,8 @@ cdef inline bint _looks_encoded(int64_t n, int64_t ws, int64_t punct, int64_t al
 
 cdef inline void _flush_region(vector[uint32_t]& rdata, vector[int64_t]& rbounds, bint encoded,
                                vector[uint32_t]& tmp, uint64_t keep_below, vector[uint32_t]& out_ids,
-                               vector[int64_t]& out_bounds, int64_t* n_seen, int64_t* n_kept) noexcept nogil:
+                               vector[int64_t]& out_bounds, int64_t* n_seen, int64_t* n_kept,
+                               const uint32_t* seg_sym, const int64_t* seg_off) noexcept nogil:
     """Emit the buffered units of one region (``rdata[rbounds[k]:rbounds[k+1]]``), each with the
     encoded mark appended when the region looks encoded; empties the buffer."""
     cdef size_t k
@@ -325,9 +327,9 @@ cdef inline void _flush_region(vector[uint32_t]& rdata, vector[int64_t]& rbounds
         if encoded:
             tmp.assign(rdata.begin() + a, rdata.begin() + b)
             tmp.push_back(_ENCODED_MARK)
-            _emit(tmp.data(), tmp.size(), keep_below, out_ids, out_bounds, n_seen, n_kept)
+            _emit(tmp.data(), tmp.size(), keep_below, out_ids, out_bounds, n_seen, n_kept, seg_sym, seg_off)
         else:
-            _emit(rdata.data() + a, b - a, keep_below, out_ids, out_bounds, n_seen, n_kept)
+            _emit(rdata.data() + a, b - a, keep_below, out_ids, out_bounds, n_seen, n_kept, seg_sym, seg_off)
     rdata.clear()
     rbounds.clear()
     rbounds.push_back(0)
@@ -335,7 +337,8 @@ cdef inline void _flush_region(vector[uint32_t]& rdata, vector[int64_t]& rbounds
 
 def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
                       const uint8_t[::1] flags, uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False,
-                      const int32_t[:, ::1] word_classes=None):
+                      const int32_t[:, ::1] word_classes=None, const uint32_t[::1] seg_symbols=None,
+                      const int64_t[::1] seg_offsets=None):
     """``count_chunk_units`` without the counting: every unit in text order (not deduplicated), as
     ``(ids uint32, bounds int64, n_seen, n_kept, n_missing)`` (unit ``k`` is ``ids[bounds[k]:bounds[k+1]]``;
     a unit whose content hash is >= ``keep_below`` is left out, as ``UnitCounter`` samples).
@@ -354,10 +357,32 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     is a span, cut only where ``cut_spaces`` cuts (numeric words do not end it), and when the bytes of
     a region look encoded (``reference.looks_encoded``) each of its units ends with ``ENCODED_MARK``.
 
+    ``seg_symbols``/``seg_offsets`` (the stage-1 segmentation of the table's words, CSR) write each
+    word as its stage-1 tokens instead of its id (``expand_units`` fused into the scan; the sample
+    still hashes the word ids; ``ENCODED_MARK`` stays itself):
+
+    >>> ids, bounds, _, _, _ = chunk_unit_stream(np.frombuffer(b" a b a", np.uint8), np.array([[0, 6]]), 0,
+    ...     idx, np.zeros(2, np.uint8), seg_symbols=np.array([7, 8, 9], np.uint32),
+    ...     seg_offsets=np.array([0, 2, 3]))
+    >>> ids.tolist(), bounds.tolist()
+    ([7, 8, 9, 7, 8], [0, 5])
+
     Plain equivalent: the units ``count_chunk_units`` counts, listed in order; with ``word_classes``,
-    ``reference.superbpe_units(with_regions=True)`` and ``looks_encoded`` per region.
+    ``reference.superbpe_units(with_regions=True)`` and ``looks_encoded`` per region; with
+    ``seg_symbols``, ``expand_units`` of that list.
     """
     cdef Py_ssize_t k, i, e, end, n_missing = 0, q, nb
+    cdef const uint32_t* seg_sym = NULL
+    cdef const int64_t* seg_off = NULL
+    if (seg_symbols is None) != (seg_offsets is None):
+        raise ValueError("seg_symbols and seg_offsets go together")
+    if seg_symbols is not None:
+        if seg_offsets.shape[0] != index.offsets.shape[0]:
+            raise ValueError("seg_offsets must have one entry per word of the index, plus one")
+        if seg_symbols.shape[0] < seg_offsets[seg_offsets.shape[0] - 1]:
+            raise ValueError("seg_symbols is shorter than seg_offsets says")
+        seg_off = &seg_offsets[0]
+        seg_sym = &seg_symbols[0] if seg_symbols.shape[0] > 0 else &_NO_SEG
     cdef bint regions = word_classes is not None
     cdef vector[uint32_t] rdata, tmp
     cdef vector[int64_t] rbounds
@@ -381,6 +406,9 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     cdef uint64_t bw1[BATCH]
     cdef uint64_t bslot[BATCH]
     cdef const uint8_t* limit = base + buf.shape[0]
+    # a token or a word id per byte at most (marks aside): address space only, pages are touched as
+    # written, and the list never moves while it grows
+    out_ids.reserve(buf.shape[0] + 16)
     out_bounds.push_back(0)
     with nogil:
         for k in range(spans.shape[0]):
@@ -418,7 +446,8 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                             rbounds.push_back(rdata.size())
                             unit.clear()
                         _flush_region(rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit), tmp,
-                                      keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                                      keep_below, out_ids, out_bounds, &n_seen, &n_kept,
+                                      seg_sym, seg_off)
                         r_n = r_ws = r_punct = r_alnum = r_digit = 0
                     r_n += word_classes[w, 0]
                     r_ws += word_classes[w, 1]
@@ -438,13 +467,16 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                     continue
                 if f & 1:
                     if unit.size() > 0:
-                        _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                        _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept,
+                                      seg_sym, seg_off)
                         unit.clear()
                     one = <uint32_t>w
-                    _emit(&one, 1, keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                    _emit(&one, 1, keep_below, out_ids, out_bounds, &n_seen, &n_kept,
+                                      seg_sym, seg_off)
                 else:
                     if cut_spaces and (prev & 4) and (f & 2) and unit.size() > 0:
-                        _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                        _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept,
+                                      seg_sym, seg_off)
                         unit.clear()
                     unit.push_back(<uint32_t>w)
                 prev = f
@@ -455,10 +487,12 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                     unit.clear()
                 if rbounds.size() > 1:
                     _flush_region(rdata, rbounds, _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit), tmp,
-                                  keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                                  keep_below, out_ids, out_bounds, &n_seen, &n_kept,
+                                      seg_sym, seg_off)
                 r_n = r_ws = r_punct = r_alnum = r_digit = 0
             elif unit.size() > 0:
-                _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept)
+                _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept,
+                                      seg_sym, seg_off)
     ids = np.empty(out_ids.size(), dtype=np.uint32)
     bounds = np.empty(out_bounds.size(), dtype=np.int64)
     cdef uint32_t[::1] iv = ids
@@ -470,12 +504,26 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
 
 
 cdef inline void _emit(const uint32_t* p, size_t n, uint64_t keep_below, vector[uint32_t]& ids,
-                       vector[int64_t]& bounds, int64_t* n_seen, int64_t* n_kept) noexcept nogil:
+                       vector[int64_t]& bounds, int64_t* n_seen, int64_t* n_kept,
+                       const uint32_t* seg_sym, const int64_t* seg_off) noexcept nogil:
+    """Append one unit (word ids ``p[:n]``) unless the sample leaves it out (by the hash of its word
+    ids); with ``seg_sym`` (not NULL) each word id is written as its stage-1 tokens
+    (``seg_sym[seg_off[w]:seg_off[w + 1]]``), ``ENCODED_MARK`` as itself."""
+    cdef size_t k
+    cdef uint32_t w
     n_seen[0] += 1
     if keep_below != 0xFFFFFFFFFFFFFFFFu and _hash_ids(p, n) >= keep_below:
         return
     n_kept[0] += 1
-    ids.insert(ids.end(), p, p + n)
+    if seg_sym == NULL:
+        ids.insert(ids.end(), p, p + n)
+    else:
+        for k in range(n):
+            w = p[k]
+            if w == _ENCODED_MARK:
+                ids.push_back(w)
+            else:
+                ids.insert(ids.end(), seg_sym + seg_off[w], seg_sym + seg_off[w + 1])
     bounds.push_back(ids.size())
 
 
@@ -614,7 +662,8 @@ cdef class UnitCounter:
 
 def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint32_t[::1] seg_symbols,
                  const int64_t[::1] seg_offsets):
-    """Replace each word id by its segmentation: returns ``(symbols uint32, offsets int64)``.
+    """Replace each word id by its segmentation: returns ``(symbols uint32, offsets int64)``;
+    ``ENCODED_MARK`` stays itself.
 
     >>> s, o = expand_units(np.array([0, 1], np.uint32), np.array([0, 2]),
     ...                     np.array([7, 8, 9], np.uint32), np.array([0, 2, 3]))
@@ -627,7 +676,12 @@ def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint
     cdef int64_t total = 0, pos = 0, w, j
     for k in range(data.shape[0]):
         w = data[k]
-        total += seg_offsets[w + 1] - seg_offsets[w]
+        if w == _ENCODED_MARK:
+            total += 1
+        elif w + 1 >= seg_offsets.shape[0]:
+            raise ValueError(f"word id {w} is not in the segmentation")
+        else:
+            total += seg_offsets[w + 1] - seg_offsets[w]
     symbols = np.empty(total, dtype=np.uint32)
     offsets = np.empty(n_units + 1, dtype=np.int64)
     cdef uint32_t[::1] sv = symbols
@@ -637,11 +691,56 @@ def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint
             ov[u] = pos
             for k in range(starts[u], starts[u + 1]):
                 w = data[k]
+                if w == _ENCODED_MARK:
+                    sv[pos] = _ENCODED_MARK
+                    pos += 1
+                    continue
                 for j in range(seg_offsets[w], seg_offsets[w + 1]):
                     sv[pos] = seg_symbols[j]
                     pos += 1
         ov[n_units] = pos
     return symbols, offsets
+
+
+def strip_marks(uint32_t[::1] data, int64_t[::1] starts):
+    """Take ``ENCODED_MARK`` off the end of the units ``data[starts[u]:starts[u+1]]`` that carry it,
+    in place (one pass, no copy of the arrays): returns ``(data[:n], starts, encoded)`` with ``starts``
+    rewritten and ``encoded`` (bool per unit) saying which units carried the mark.
+
+    >>> d = np.array([1, 2, ENCODED_MARK, 3, 4, ENCODED_MARK], np.uint32)
+    >>> data, starts, enc = strip_marks(d, np.array([0, 3, 4, 6]))
+    >>> data.tolist(), starts.tolist(), enc.tolist()
+    ([1, 2, 3, 4], [0, 2, 3, 4], [True, False, True])
+
+    Plain equivalent: ``encoded = data[starts[1:] - 1] == ENCODED_MARK`` (for non-empty units), then
+    ``data[data != ENCODED_MARK]`` and ``starts - cumsum(encoded)``.
+    """
+    cdef Py_ssize_t n_units = starts.shape[0] - 1, u
+    cdef int64_t a, b, pos
+    if n_units < 0:
+        raise ValueError("starts must hold at least one entry")
+    if starts[n_units] > data.shape[0] or starts[0] < 0:
+        raise ValueError("starts go past the data")
+    encoded = np.zeros(max(n_units, 0), dtype=bool)
+    cdef uint8_t[::1] ev = encoded.view(np.uint8)
+    cdef uint32_t* dp = &data[0] if data.shape[0] > 0 else NULL
+    with nogil:
+        a = starts[0]
+        pos = a
+        for u in range(n_units):
+            b = starts[u + 1]
+            if b < a:
+                with gil:
+                    raise ValueError("starts must not decrease")
+            if b > a and dp[b - 1] == _ENCODED_MARK:
+                ev[u] = 1
+                b -= 1
+            if pos != a:
+                memmove(dp + pos, dp + a, (b - a) * sizeof(uint32_t))
+            pos += b - a
+            a = starts[u + 1]
+            starts[u + 1] = pos
+    return np.asarray(data)[:pos], np.asarray(starts), encoded
 
 
 def unit_sums(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] values):
@@ -843,8 +942,9 @@ def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
     levels = np.empty(n_sym, dtype=np.uint32)
     if n_seq < 2 or n_sym < (1 << 20):
         threads = 1
-    while cap < <uint64_t>(n_sym // (8 * threads)) and cap < (<uint64_t>1 << 31):
-        cap <<= 1       # room for a pair per 16 windows: on text the table rarely grows
+    while cap < <uint64_t>(n_sym // (4 * threads)) and cap < (<uint64_t>1 << 31):
+        cap <<= 1       # room for a pair per 8 windows: on text the table rarely grows (en_train at
+                        # 32k: 4.1 M pairs in 60 M windows, which a pair per 16 outgrew on each thread)
     if threads <= 1:
         table = _PairTable(cap)
         table.count(symbols, offsets, weights, levels, 0, n_seq)
@@ -947,13 +1047,21 @@ cdef class _PieceTable:
     cdef bint oom
 
     def __cinit__(self, int64_t reserve):
+        # room for a piece per 8 symbols at the start (en_train at 32k: 4.6 M pieces of 60 M
+        # symbols, ~2.3 M per thread), so the table seldom grows and rehashes on text
         self.cap = 1 << 16
+        while self.cap < <uint64_t>(reserve // 8) and self.cap < (<uint64_t>1 << 30):
+            self.cap <<= 1
         self.mask = self.cap - 1
         self.slots = <PieceSlot*>_table_alloc(self.cap * sizeof(PieceSlot), 0xFF)   # pid 0xFFFFFFFF: empty
         self.oom = self.slots == NULL
         self.single = 0
         self.starts.push_back(0)
         self.data.reserve(reserve)      # address space only: pages are touched as written
+        self.starts.reserve(self.cap)
+        self.wsum.reserve(self.cap)
+        self.csum.reserve(self.cap)
+        self.hashes.reserve(self.cap)
 
     def __dealloc__(self):
         free(self.slots)

@@ -3,14 +3,14 @@
 - ``WordIndex``: pretoken bytes -> row of a word table;
 - ``count_chunk_units``: the units of a chunk as runs of word ids, counted into a ``UnitCounter``;
   ``chunk_unit_stream``: the same units listed in text order (what SuperBPE's stage 2 uses);
-- ``expand_units``: word-id units -> stage-1 token units;
+- ``expand_units``: word-id units -> stage-1 token units; ``strip_marks``: the encoded marks taken off;
 - ``RankMerger``: merges id sequences in rank order (the stage-1 encoder of units);
 - ``unit_sums``: per-unit sums of a per-token value (the encoded-data test);
 - ``pair_levels``, ``cut_pieces``: SuperBPE stage 2's pieces (units cut where no merge can cross);
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
 from ._units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, count_chunk_units, cut_pieces,
-                     expand_units, hash_ids, pair_levels, unit_sums)
+                     expand_units, hash_ids, pair_levels, strip_marks, unit_sums)
 
 __all__ = ["ENCODED_MARK", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "count_chunk_units", "cut_pieces",
-           "expand_units", "hash_ids", "pair_levels", "unit_sums"]
+           "expand_units", "hash_ids", "pair_levels", "strip_marks", "unit_sums"]

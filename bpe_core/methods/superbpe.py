@@ -29,10 +29,11 @@ The encoder is stage-aware (:class:`StageAwareEncoder`): stage-1 merges inside p
 merges inside units, which reproduces training exactly (the token count of the training corpus equals
 the count training ended with). ``reference.train_superbpe_from_bytes`` is the plain twin.
 
-Scale: units are listed in text order (``_units.chunk_unit_stream``); stage 2 cuts them where no merge
-it makes can cross and deduplicates the pieces (:func:`stage2_merges`). When the stage-2 table still
-would not fit the budget, stage 2 trains on a deterministic sample of units (kept by a hash of their
-content, so the sample does not depend on worker count); the run report says how much text it saw.
+Scale: units are listed in text order, each word as its stage-1 tokens (``_units.chunk_unit_stream``);
+stage 2 cuts them where no merge it makes can cross and deduplicates the pieces (:func:`stage2_merges`).
+When the stage-2 table still would not fit the budget, stage 2 trains on a deterministic sample of
+units (kept by a hash of their content, so the sample does not depend on worker count); the run report
+says how much text it saw.
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, replay_merges
 from ..engine.units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
-                            expand_units, pair_levels, unit_sums)
+                            expand_units, pair_levels, strip_marks, unit_sums)
 from ..errors import InputChanged, ModelFormatError
 from ..formats import registry
 from ..encode.tokenizer import TwoStageEncoder
@@ -62,7 +63,7 @@ from ..pretok.counting import check_distributable, private_shard
 from ..pretok.patterns import pattern_name, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from ..pretok.wordtable import WordTable
-from ..runtime.memmon import phase
+from ..runtime.memmon import numpy_huge_pages, phase
 from ..runtime.progress import progress_bar
 from ..runtime.executors import open_executor
 from ..runtime.workers import FileStamp, read_range, run_ordered
@@ -313,23 +314,26 @@ def looks_encoded_counts(n, ws, punct, alnum, digits):
 
 def _units_chunk(task: tuple) -> tuple:
     """Worker (a thread): the units (as word-id runs, in text order) of ``path[start:end)``."""
-    path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp, classes = task
+    path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp, classes, seg = task
     return _units_of(read_range(path, start, end, stamp), path, specials, pattern, keep_below, index, flags,
-                     cut_spaces, classes)
+                     cut_spaces, classes, seg)
 
 
 def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, flags, cut_spaces: bool,
-              classes: Optional[np.ndarray] = None) -> tuple:
+              classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None) -> tuple:
     """The units of ``buf`` (word-id runs, in text order; with ``classes``, the units of an
-    encoded-looking region carry ``ENCODED_MARK`` at their end)."""
+    encoded-looking region carry ``ENCODED_MARK`` at their end; with ``seg``, the stage-1
+    segmentation ``(symbols, offsets)`` of the words, each word written as its stage-1 tokens)."""
     spans, _ = split_spans(buf, 0, len(buf), specials)
     counter = UnitCounter()
     name = pattern_name(pattern)
     if name is not None:
         # units in text order, not counted: nearly all are distinct, and stage 2 deduplicates its
         # pieces (stage2_merges); a table of them would only cost a hash table
+        seg_symbols, seg_offsets = seg if seg is not None else (None, None)
         data, starts, seen, kept, missing = chunk_unit_stream(buf, spans, PATTERN_IDS[name], index, flags,
-                                                              keep_below, cut_spaces, classes)
+                                                              keep_below, cut_spaces, classes, seg_symbols,
+                                                              seg_offsets)
         if missing:
             raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
                                      "counted earlier; nothing was written")
@@ -352,6 +356,8 @@ def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, fl
             ids32, bounds = _mark_encoded(ids, ids32, bounds, f, classes, cut_spaces)
         counter.add_units(ids32, bounds, 1, keep_below)
     data, starts, counts = counter.to_arrays()
+    if seg is not None:
+        data, starts = expand_units(data, starts, seg[0], seg[1])
     return data, starts, counts, counter.n_seen, counter.n_kept
 
 
@@ -378,9 +384,13 @@ def _mark_encoded(ids, ids32, bounds, f, classes, cut_spaces):
 def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern: str, num_workers: int,
                 chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
                 flags: Optional[np.ndarray] = None, executor=None,
-                classes: Optional[np.ndarray] = None) -> tuple[tuple, dict]:
+                classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None) -> tuple[tuple, dict]:
     """The stage-2 units of a corpus as runs of word ids (rows of ``table``), in text order, each with
     count 1 (the custom-pattern path counts them; stage 2 deduplicates pieces either way).
+
+    ``seg`` (``(seg_symbols, seg_offsets)``, the stage-1 segmentation of the table's words): the units
+    are runs of stage-1 tokens instead, each word written as its tokens while it is scanned (what
+    ``expand_units`` makes of the word-id units; the marks stay).
 
     ``classes`` (``word_classes(table)``): mark the units of regions that look encoded
     (``chunk_unit_stream``); ``stage2_table`` strips the marks and gives them no weight.
@@ -391,8 +401,9 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     are counted where it runs instead (:func:`count_units_sharded`); the result is the same.
     """
     if executor is not None or is_url(path):
-        return count_units_sharded(path, table, specials, pattern, num_workers, chunk_bytes, sample_fraction,
-                                   cut_spaces, flags, executor, classes)
+        units, info = count_units_sharded(path, table, specials, pattern, num_workers, chunk_bytes,
+                                          sample_fraction, cut_spaces, flags, executor, classes)
+        return _expanded(units, seg), info
     stamp = FileStamp.of(path)
     # Units run across newlines: cut chunks at document edges only.
     chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False, stamp=stamp)
@@ -400,7 +411,9 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     if flags is None:
         flags = word_flags(table)
     index = WordIndex(table.arena, table.offsets)
-    tasks = [(path, s, e, list(specials), pattern, keep_below, index, flags, cut_spaces, stamp, classes)
+    if seg is not None:
+        seg = (np.ascontiguousarray(seg[0], dtype=np.uint32), np.ascontiguousarray(seg[1], dtype=np.int64))
+    tasks = [(path, s, e, list(specials), pattern, keep_below, index, flags, cut_spaces, stamp, classes, seg)
              for s, e in chunks]
     parts = []
     seen = kept = 0
@@ -449,6 +462,17 @@ def units_shard(shard, context: UnitsContext, specials: Sequence[bytes], pattern
                      cut_spaces, context.classes)
 
 
+def _expanded(units: tuple, seg: Optional[tuple]) -> tuple:
+    """Word-id units ``(data, starts, counts)`` as stage-1 token units when ``seg`` is given
+    (``expand_units``: marks stay)."""
+    if seg is None:
+        return units
+    data, starts, counts = units
+    data, starts = expand_units(np.ascontiguousarray(data, dtype=np.uint32),
+                                np.ascontiguousarray(starts, dtype=np.int64), seg[0], seg[1])
+    return data, starts, counts
+
+
 def _concat_units(parts: list) -> tuple:
     """Unit lists ``(data, starts, counts, ...)`` one after another, as one ``(data, starts, counts)``."""
     if not parts:
@@ -489,22 +513,35 @@ def count_units_sharded(path: str, table: WordTable, specials: Sequence[bytes], 
 
 def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_offsets: np.ndarray,
                  numeric: np.ndarray, token_lengths: np.ndarray,
-                 cut_numbers: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 cut_numbers: bool = True,
+                 expanded: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Expand word-id units into stage-1 token units; with ``cut_numbers`` (the ``"units"`` split)
     numeric words are split at their hard cuts. Returns ``(symbols, offsets, counts, encoded)``:
     ``encoded`` per unit, whether it came from a region that looks encoded (its word ids ended with
-    ``ENCODED_MARK``, stripped here)."""
+    ``ENCODED_MARK``, stripped here: ``strip_marks``).
+
+    ``expanded``: the units already are stage-1 tokens (``count_units(seg=)``); only the marks are
+    stripped, in place (the caller gives the arrays up; not with ``cut_numbers``, which needs the word
+    ids)."""
     data, starts, counts = units
+    if expanded and cut_numbers:
+        raise ValueError("cut_numbers needs word-id units, not expanded ones")
     data = np.asarray(data)
     starts = np.asarray(starts, dtype=np.int64)
+    if expanded:        # the caller gives the arrays up: strip in place
+        if not (data.dtype == np.uint32 and data.flags.c_contiguous and data.flags.writeable):
+            data = np.array(data, dtype=np.uint32)
+        if not (starts.flags.c_contiguous and starts.flags.writeable):
+            starts = np.array(starts)
+        data, starts, encoded = strip_marks(data, starts)
+        return data, starts, np.asarray(counts, dtype=np.int64), encoded
     n_units = starts.shape[0] - 1
     encoded = np.zeros(n_units, dtype=bool)
     if n_units > 0 and data.size:
         nonempty = starts[1:] > starts[:-1]
         encoded[nonempty] = data[starts[1:][nonempty] - 1] == ENCODED_MARK
-        if encoded.any():
-            data = data[data != ENCODED_MARK]
-            starts = starts - np.concatenate(([0], np.cumsum(encoded)))
+        if encoded.any():       # on copies: the caller may use its units again
+            data, starts, encoded = strip_marks(np.array(data, dtype=np.uint32), starts.copy())
     lengths = np.diff(starts)
     if not cut_numbers:
         symbols, offsets = expand_units(np.ascontiguousarray(data), starts, seg_symbols, seg_offsets)
@@ -631,12 +668,13 @@ def _has_url(inputs) -> bool:
 def count_units_on(executor, sources, opts: ReadOptions, table: WordTable, specials: Sequence[bytes], pattern: str,
                    chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
                    flags: Optional[np.ndarray] = None, classes: Optional[np.ndarray] = None,
-                   num_workers: int = 1) -> tuple[tuple, dict]:
+                   num_workers: int = 1, seg: Optional[tuple] = None) -> tuple[tuple, dict]:
     """``count_units`` over the shards of ``sources`` (``corpus.sources``) on an executor: the
     units of the corpus those sources make (items joined by the first special token), as
     ``count_units`` counts them on that corpus spooled to one file. Shards are cut at document
     edges only (units run across newlines); the separator between items is a document edge.
     ``executor`` None: this machine's threads (``num_workers``), as for URL inputs without a cluster.
+    ``seg``: as for ``count_units`` (the word-id units are expanded where they are joined).
 
     Raises:
         ValueError: an input a worker cannot read (standard input, an iterator).
@@ -657,7 +695,7 @@ def count_units_on(executor, sources, opts: ReadOptions, table: WordTable, speci
         if src.stamp is not None:
             src.stamp.check()
     info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.shape[0])}
-    return (data, starts, counts), info
+    return _expanded((data, starts, counts), seg), info
 # ==== Stage 2 on pieces =======================================================================
 
 #: The first cut of stage 2 (:func:`stage2_merges`): the count of the distinct stage-1 pair at this
@@ -816,62 +854,67 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     t1 = time.perf_counter()
     n_stage1_tokens = int((np.diff(seg_offsets) * table.counts).sum())
 
-    # ---- stage 2 units
-    phase("stage-2 units")
-    table_ram = 0 if table.mapped else table.nbytes
-    budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table_ram, 64 << 20)
-    need = n_stage1_tokens * STAGE2_BYTES_PER_SYMBOL
-    fraction = 1.0 if need <= budget_share else budget_share / need
-    token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
-    split = normal_split(config.stage2_split)
-    # units of regions that look like encoded binary (uuencode, base64) stay in the table with no
-    # weight: they teach stage 2 nothing, and the final token count still covers them (as the encoder
-    # sees them)
-    if split == "official":
-        units_syms, units_offs, units_counts, info = _official_units(
-            config.input_path, specials, pattern, tokens, steps1, fraction)
-        encoded = (encoded_units(units_syms, units_offs, tokens) if config.stage2_skip_encoded
-                   else np.zeros(units_counts.shape[0], dtype=bool))
-    else:
-        flags = word_flags(table)
-        classes = word_classes(table) if config.stage2_skip_encoded else None
-        path, sources = config.input_path, None
-        if config.cluster is not None or _has_url(path):
-            sources = expand_inputs(path, config.input_format, config.text_column)
-            if len(sources) == 1 and sources[0].plain_text and not sources[0].is_url:
-                path, sources = sources[0].name, None
-        if sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
-            opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
-                               bad=BadRecords(skip=True))          # bad records: reported by the counting
-            units, info = count_units_on(config.cluster, sources, opts, table, specials, pattern, plan.chunk_bytes,
-                                         fraction, cut_spaces=(split == "hf"), flags=flags, classes=classes,
-                                         num_workers=plan.num_workers)
+    # ---- stage 2 units (numpy arrays without the huge-page hint: runtime.memmon.numpy_huge_pages)
+    with numpy_huge_pages(False):
+        phase("stage-2 units")
+        table_ram = 0 if table.mapped else table.nbytes
+        budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table_ram, 64 << 20)
+        need = n_stage1_tokens * STAGE2_BYTES_PER_SYMBOL
+        fraction = 1.0 if need <= budget_share else budget_share / need
+        token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+        split = normal_split(config.stage2_split)
+        # units of regions that look like encoded binary (uuencode, base64) stay in the table with no
+        # weight: they teach stage 2 nothing, and the final token count still covers them (as the encoder
+        # sees them)
+        if split == "official":
+            units_syms, units_offs, units_counts, info = _official_units(
+                config.input_path, specials, pattern, tokens, steps1, fraction)
+            encoded = (encoded_units(units_syms, units_offs, tokens) if config.stage2_skip_encoded
+                       else np.zeros(units_counts.shape[0], dtype=bool))
         else:
-            units, info = count_units(path, table, specials, pattern, plan.num_workers,
-                                      plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
-                                      executor=config.cluster, classes=classes)
-        report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
-        units_syms, units_offs, units_counts, encoded = stage2_table(units, table, seg_symbols, seg_offsets,
-                                                                     (flags & NUMERIC) > 0, token_lengths,
-                                                                     cut_numbers=(split == "units"))
-        del units, classes
-    weights = np.where(encoded, 0, units_counts) if encoded.any() else units_counts
-    encoded_tokens = int((np.diff(units_offs)[encoded] * units_counts[encoded]).sum()) if encoded.size else 0
-    t2 = time.perf_counter()
+            flags = word_flags(table)
+            classes = word_classes(table) if config.stage2_skip_encoded else None
+            path, sources = config.input_path, None
+            if config.cluster is not None or _has_url(path):
+                sources = expand_inputs(path, config.input_format, config.text_column)
+                if len(sources) == 1 and sources[0].plain_text and not sources[0].is_url:
+                    path, sources = sources[0].name, None
+            # the hf split writes each word's stage-1 tokens while it scans (no word-id units to expand);
+            # the units split cuts numbers by their word ids
+            seg = (seg_symbols, seg_offsets) if split != "units" else None
+            if sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
+                opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
+                                   bad=BadRecords(skip=True))          # bad records: reported by the counting
+                units, info = count_units_on(config.cluster, sources, opts, table, specials, pattern, plan.chunk_bytes,
+                                             fraction, cut_spaces=(split == "hf"), flags=flags, classes=classes,
+                                             num_workers=plan.num_workers, seg=seg)
+            else:
+                units, info = count_units(path, table, specials, pattern, plan.num_workers,
+                                          plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
+                                          executor=config.cluster, classes=classes, seg=seg)
+            report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
+            units_syms, units_offs, units_counts, encoded = stage2_table(units, table, seg_symbols, seg_offsets,
+                                                                         (flags & NUMERIC) > 0, token_lengths,
+                                                                         cut_numbers=(split == "units"),
+                                                                         expanded=seg is not None)
+            del units, classes
+        weights = np.where(encoded, 0, units_counts) if encoded.any() else units_counts
+        encoded_tokens = int((np.diff(units_offs)[encoded] * units_counts[encoded]).sum()) if encoded.size else 0
+        t2 = time.perf_counter()
 
-    # ---- stage 2: continue from the stage-1 state, on the pieces of the units (stage2_merges)
-    phase("merge loop")
-    result = stage2_merges(units_syms, units_offs, weights, units_counts, tokens, n_total - len(steps1),
-                           _allowed(rules, list(tokens) + list(specials)), bounded=rules.distinct,
-                           spill_dir=folder,
-                           map_threshold=max(MAP_THRESHOLD, min(STAGE2_MAP_THRESHOLD, budget_share // 8)),
-                           threads=plan.num_workers)
-    del units_syms, units_offs
-    steps2 = result.steps
-    if bar is not None:
-        bar.update(len(steps2))
-        bar.close()
-    t3 = time.perf_counter()
+        # ---- stage 2: continue from the stage-1 state, on the pieces of the units (stage2_merges)
+        phase("merge loop")
+        result = stage2_merges(units_syms, units_offs, weights, units_counts, tokens, n_total - len(steps1),
+                               _allowed(rules, list(tokens) + list(specials)), bounded=rules.distinct,
+                               spill_dir=folder,
+                               map_threshold=max(MAP_THRESHOLD, min(STAGE2_MAP_THRESHOLD, budget_share // 8)),
+                               threads=plan.num_workers)
+        del units_syms, units_offs
+        steps2 = result.steps
+        if bar is not None:
+            bar.update(len(steps2))
+            bar.close()
+        t3 = time.perf_counter()
     all_tokens = result.tokens
     vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}
     for s in specials:
