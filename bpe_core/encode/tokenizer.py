@@ -142,10 +142,14 @@ class Tokenizer:
         tokens a token of ``vocab.json``, and no ordinary token lacks its merge); otherwise
         :class:`~bpe_core.errors.ModelFormatError` names the file and line.
 
-        >>> import os; fx = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures")
-        >>> tok = Tokenizer.from_files(f"{fx}/gpt2_vocab.json", f"{fx}/gpt2_merges.txt", ["<|endoftext|>"])
-        >>> tok.encode("Hello, world!<|endoftext|>")
-        [15496, 11, 995, 0, 50256]
+        >>> import json, os, tempfile; d = tempfile.mkdtemp()
+        >>> from bpe_core.formats.model import bytes_to_unicode; b2u = bytes_to_unicode()
+        >>> raw = {b2u[b]: b for b in range(256)}; raw.update({"Ġt": 256, "Ġth": 257, "<|endoftext|>": 258})
+        >>> _ = open(os.path.join(d, "vocab.json"), "w", encoding="utf-8").write(json.dumps(raw))
+        >>> _ = open(os.path.join(d, "merges.txt"), "w", encoding="utf-8").write("#version: 0.2\\nĠ t\\nĠt h\\n")
+        >>> tok = Tokenizer.from_files(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"), ["<|endoftext|>"])
+        >>> tok.encode(" the<|endoftext|>")          # " th" (257), "e" (101), the special token
+        [257, 101, 258]
         """
         vocab, merges = load_gpt2(vocab_path, merges_path, special_tokens)
         return cls(vocab, merges, special_tokens, pattern)

@@ -426,10 +426,13 @@ def load_gpt2(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
       alphabet. A token such as ``Ġthe`` that no merge builds means the files come from different
       runs (or ``merges.txt`` was cut short).
 
-    >>> import os; fx = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures")
-    >>> vocab, merges = load_gpt2(f"{fx}/gpt2_vocab.json", f"{fx}/gpt2_merges.txt")
-    >>> len(vocab), len(merges), vocab[50256]
-    (50257, 50000, b'<|endoftext|>')
+    >>> import json, os, tempfile; d = tempfile.mkdtemp(); b2u = bytes_to_unicode()
+    >>> raw = {b2u[b]: b for b in range(256)}; raw.update({"Ġt": 256, "Ġth": 257, "<|endoftext|>": 258})
+    >>> _ = open(os.path.join(d, "vocab.json"), "w", encoding="utf-8").write(json.dumps(raw))
+    >>> _ = open(os.path.join(d, "merges.txt"), "w", encoding="utf-8").write("#version: 0.2\\nĠ t\\nĠt h\\n")
+    >>> vocab, merges = load_gpt2(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"))
+    >>> len(vocab), merges, vocab[258]
+    (259, [(b' ', b't'), (b' t', b'h')], b'<|endoftext|>')
     """
     vocab_path, merges_path = os.fspath(vocab_path), os.fspath(merges_path)
     raw = _read_json(vocab_path, "a GPT-2 vocab.json")
