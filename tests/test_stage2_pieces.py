@@ -11,6 +11,9 @@ from bpe_core.engine.merge import MergeEngine
 from bpe_core.engine.units import cut_pieces, pair_levels
 from bpe_core.methods.superbpe import Stage2Rules, _allowed, first_cut, stage2_merges
 
+#: GPT-2's pattern written out, so it runs as a custom regex (the Python units path)
+GPT2_AS_CUSTOM = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
 TOKENS = [bytes([i]) for i in range(256)]
 
 # units over a small alphabet (many repeats, runs like "aaaa", spaces and ': ' for the rules)
@@ -96,9 +99,11 @@ def test_first_cut_and_a_restart_are_reported():
                                  b" supercalifragilistic", b" 0123456789abcdef", b"\xc3\xa9t\xc3\xa9"]),
                 max_size=40).map(b"".join), st.booleans(), st.sampled_from([1.0, 0.5]))
 def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction):
+    """The native stream lists the units the Python scanner path (``_units_of`` with GPT-2 written as a
+    custom regex) counts, with the same sample."""
     from bpe_core.corpus.chunks import split_spans
-    from bpe_core.engine.units import UnitCounter, WordIndex, chunk_unit_stream, count_chunk_units
-    from bpe_core.methods.superbpe import word_flags
+    from bpe_core.engine.units import WordIndex, chunk_unit_stream
+    from bpe_core.methods.superbpe import _units_of, word_flags
     from bpe_core.pretok.pretokenize import PATTERN_IDS, pretoken_ends
     from bpe_core.pretok.wordtable import WordTable
 
@@ -113,14 +118,14 @@ def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction):
     table = WordTable.from_counts(dict(words) or {b"x": 1})
     index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
     keep = 0xFFFFFFFFFFFFFFFF if fraction >= 1 else int(fraction * 2 ** 64)
-    counter = UnitCounter()
-    assert count_chunk_units(text, spans, PATTERN_IDS["gpt2"], index, flags, counter, keep, cut_spaces) == 0
-    data, starts, counts = counter.to_arrays()
+    buf = np.frombuffer(text, dtype=np.uint8)
+    data, starts, counts, n_seen, n_kept = _units_of(buf, "t", specials, GPT2_AS_CUSTOM, keep, index, flags,
+                                                     cut_spaces)
     counted = Counter({tuple(data[starts[i]:starts[i + 1]]): int(counts[i]) for i in range(counts.size)})
     ids, bounds, seen, kept, missing = chunk_unit_stream(text, spans, PATTERN_IDS["gpt2"], index, flags, keep,
                                                          cut_spaces)
     listed = Counter(tuple(ids[bounds[i]:bounds[i + 1]]) for i in range(bounds.size - 1))
-    assert listed == counted and (seen, kept, missing) == (counter.n_seen, counter.n_kept, 0)
+    assert listed == counted and (seen, kept, missing) == (n_seen, n_kept, 0)
     if fraction >= 1:       # every pretoken, in text order, with its row of the table (a plain dict)
         row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
         plain = []

@@ -52,7 +52,7 @@ cdef void* _table_alloc(size_t nbytes, int fill) noexcept nogil:
     return p
 
 cdef enum:
-    BATCH = 32          # pretokens found ahead of their lookups (count_chunk_units)
+    BATCH = 32          # pretokens found ahead of their lookups (chunk_unit_stream)
 
 cdef uint64_t FNV_OFFSET = 1469598103934665603u
 cdef uint64_t FNV_PRIME = 1099511628211u
@@ -224,79 +224,6 @@ cdef inline Py_ssize_t _next_end(int pattern_id, const uint8_t* s, Py_ssize_t i,
     return _next_o200k(s, i, n)
 
 
-def count_chunk_units(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
-                      const uint8_t[::1] flags, UnitCounter counter,
-                      uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False):
-    """Scan the text spans of a chunk with a native pattern and count its units into ``counter``.
-
-    A unit is a run of word ids of consecutive pretokens inside one span. ``flags[w]`` per word:
-    bit 1 numeric (the word is a unit of its own), bit 2 starts with whitespace, bit 4 ends with
-    whitespace; with ``cut_spaces`` a unit is also cut between a word ending with whitespace and one
-    starting with it. Returns the number of pretokens missing from ``index`` (0 when the word table
-    was counted from the same text).
-
-    Plain equivalent: ``superbpe._units_chunk`` with the Python scanner (``pretoken_ends``), and
-    ``reference.superbpe_units`` on word ids.
-    """
-    cdef Py_ssize_t k, i, e, end, n_missing = 0, q, nb
-    cdef int64_t w
-    cdef vector[uint32_t] unit
-    cdef uint32_t one
-    cdef uint8_t f, prev
-    cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
-    # Pretokens are found a batch ahead and their index slots asked for (a hint only), so the lookups'
-    # cache misses overlap instead of coming one after another; the order and the result are the same.
-    cdef Py_ssize_t bstart[BATCH]
-    cdef Py_ssize_t bend[BATCH]
-    cdef uint64_t bw0[BATCH]
-    cdef uint64_t bw1[BATCH]
-    cdef uint64_t bslot[BATCH]
-    cdef const uint8_t* limit = base + buf.shape[0]
-    with nogil:
-        for k in range(spans.shape[0]):
-            i = spans[k, 0]
-            end = spans[k, 1]
-            unit.clear()
-            prev = 0
-            nb = 0
-            q = 0
-            while True:
-                if q == nb:                 # the next batch
-                    nb = 0
-                    q = 0
-                    while nb < BATCH and i < end:
-                        e = _next_end(pattern_id, base, i, end)
-                        bstart[nb] = i
-                        bend[nb] = e
-                        bslot[nb] = index._slot_of(base + i, e - i, limit, &bw0[nb], &bw1[nb])
-                        __builtin_prefetch(&index.slots[bslot[nb]])
-                        nb += 1
-                        i = e
-                    if nb == 0:
-                        break
-                w = index._probe(base + bstart[q], bend[q] - bstart[q], bw0[q], bw1[q], bslot[q])
-                q += 1
-                if w < 0:
-                    n_missing += 1
-                    continue
-                f = flags[w]
-                if f & 1:
-                    if unit.size() > 0:
-                        counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
-                        unit.clear()
-                    one = <uint32_t>w
-                    counter._add_sampled(&one, 1, 1, keep_below)
-                else:
-                    if cut_spaces and (prev & 4) and (f & 2) and unit.size() > 0:
-                        counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
-                        unit.clear()
-                    unit.push_back(<uint32_t>w)
-                prev = f
-            if unit.size() > 0:
-                counter._add_sampled(&unit[0], unit.size(), 1, keep_below)
-    return n_missing
-
-
 #: Appended to the word ids of a unit whose region looks encoded (``chunk_unit_stream`` with
 #: ``word_classes``): ``superbpe.stage2_table`` strips the mark and gives such units no weight. No word
 #: id reaches it.
@@ -339,7 +266,8 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                       const uint8_t[::1] flags, uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False,
                       const int32_t[:, ::1] word_classes=None, const uint32_t[::1] seg_symbols=None,
                       const int64_t[::1] seg_offsets=None):
-    """``count_chunk_units`` without the counting: every unit in text order (not deduplicated), as
+    """Scan the text spans of a chunk with a native pattern and list its units: every unit in text
+    order (not deduplicated), as
     ``(ids uint32, bounds int64, n_seen, n_kept, n_missing)`` (unit ``k`` is ``ids[bounds[k]:bounds[k+1]]``;
     a unit whose content hash is >= ``keep_below`` is left out, as ``UnitCounter`` samples).
 
@@ -367,7 +295,14 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     >>> ids.tolist(), bounds.tolist()
     ([7, 8, 9, 7, 8], [0, 5])
 
-    Plain equivalent: the units ``count_chunk_units`` counts, listed in order; with ``word_classes``,
+    A unit is a run of word ids of consecutive pretokens inside one span. ``flags[w]`` per word:
+    bit 1 numeric (the word is a unit of its own), bit 2 starts with whitespace, bit 4 ends with
+    whitespace; with ``cut_spaces`` a unit is also cut between a word ending with whitespace and one
+    starting with it. ``n_missing`` counts pretokens missing from ``index`` (0 when the word table
+    was counted from the same text).
+
+    Plain equivalent: ``superbpe._units_of`` with the Python scanner (``pretoken_ends``), and
+    ``reference.superbpe_units`` on word ids; with ``word_classes``,
     ``reference.superbpe_units(with_regions=True)`` and ``looks_encoded`` per region; with
     ``seg_symbols``, ``expand_units`` of that list.
     """

@@ -1,7 +1,7 @@
 """Multi-pretoken units (SuperBPE stage 2, SupraTok): the public face of the ``_units`` kernels.
 
 - ``WordIndex``: pretoken bytes -> row of a word table;
-- ``count_chunk_units``: the units of a chunk as runs of word ids, counted into a ``UnitCounter``;
+- ``chunk_unit_stream``: the units of a chunk as runs of word ids (or their stage-1 tokens), in text order;
   ``chunk_unit_stream``: the same units listed in text order (what SuperBPE's stage 2 uses);
 - ``expand_units``: word-id units -> stage-1 token units; ``strip_marks``: the encoded marks taken off;
 - ``RankMerger``: merges id sequences in rank order (the stage-1 encoder of units);
@@ -9,8 +9,8 @@
 - ``pair_levels``, ``cut_pieces``: SuperBPE stage 2's pieces (units cut where no merge can cross);
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
-from ._units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, count_chunk_units, cut_pieces,
+from ._units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
                      expand_units, hash_ids, pair_levels, strip_marks, unit_sums)
 
-__all__ = ["ENCODED_MARK", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "count_chunk_units", "cut_pieces",
+__all__ = ["ENCODED_MARK", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
            "expand_units", "hash_ids", "pair_levels", "strip_marks", "unit_sums"]

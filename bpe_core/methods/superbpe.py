@@ -281,7 +281,7 @@ def word_flags(table: WordTable) -> np.ndarray:
 def word_classes(table: WordTable) -> np.ndarray:
     """Per word of ``table`` (int32 rows): its bytes, ASCII whitespace, ASCII punctuation, ASCII
     letters or digits, and ASCII digits (the byte classes of ``reference.looks_encoded``); what the
-    units pass sums over a region to tell encoded data (``count_chunk_units(word_classes=)``).
+    units pass sums over a region to tell encoded data (``chunk_unit_stream(word_classes=)``).
 
     >>> t = WordTable.from_counts({b"ab,": 1, b" 7\\xc3\\xa9": 1})
     >>> word_classes(t).tolist()
