@@ -46,6 +46,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -262,6 +263,59 @@ def manifest_path(out_path: str) -> str:
     return f"{stem}.manifest.json"
 
 
+class _Prepared(NamedTuple):
+    """What both encoding paths (this machine, an executor) check and plan before any work."""
+    out_path: str
+    sources: list
+    tok: Tokenizer
+    doc_index: Optional[str]
+    size: Optional[int]
+    plan: object
+    dtype: object
+    sep: bytes
+    sep_id: Optional[int]
+    opts: ReadOptions
+    single_plain: bool
+
+
+def _prepare(input_path, tokenizer, out_path, num_workers, memory_limit, chunk_bytes, progress, separator,
+             doc_index, shard_tokens, input_format, text_field, text_column, skip_bad_records,
+             distributable: bool) -> _Prepared:
+    """Expand and check the inputs, load the tokenizer, check every output path (none may be an
+    input), plan chunks and memory, and build the read options; ``distributable``: every input must
+    be readable by a worker (not standard input or an iterator)."""
+    out_path = os.fspath(out_path)
+    sources = _sources(input_path, input_format, text_column)
+    if distributable:
+        check_distributable(sources)
+    check_mode(progress)
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    if shard_tokens is not None and shard_tokens < 1:
+        raise ValueError("shard_tokens must be at least 1")
+    _check_out(out_path, sources)
+    if shard_tokens is not None:
+        _check_not_an_input(manifest_path(out_path), sources)
+    if doc_index is not None:
+        doc_index = os.fspath(doc_index)
+        _check_out(doc_index, sources)
+        if os.path.abspath(doc_index) == os.path.abspath(out_path):
+            raise CorpusError(doc_index, "the document index and the ids would be the same file")
+    size = _input_bytes(sources)
+    the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
+                                       chunk_bytes=chunk_bytes)
+    dtype = ids_dtype(tok.n_vocab)
+    specials = list(tok._special_bytes)
+    sep = specials[0] if specials and separator else b""
+    sep_id = tok.special_tokens[sep.decode("utf-8")] if sep else None
+    opts = ReadOptions(chunk_bytes=the_plan.chunk_bytes, special_tokens=specials,
+                       pattern=pattern_name(tok.pattern),
+                       inside_documents=getattr(tok, "chunks_inside_documents", True),
+                       separator=sep, text_field=text_field, text_column=text_column,
+                       bad=BadRecords(skip=skip_bad_records))
+    single_plain = len(sources) == 1 and sources[0].plain_text
+    return _Prepared(out_path, sources, tok, doc_index, size, the_plan, dtype, sep, sep_id, opts, single_plain)
+
+
 def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                   out_path: str | os.PathLike, num_workers: int | None = None,
                   memory_limit: int | None = None, chunk_bytes: int | None = None,
@@ -344,33 +398,10 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                                  shard_tokens=shard_tokens, input_format=input_format, text_field=text_field,
                                  text_column=text_column, skip_bad_records=skip_bad_records)
     enter("plan")
-    out_path = os.fspath(out_path)
-    sources = _sources(input_path, input_format, text_column)
-    check_mode(progress)
-    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
-    if shard_tokens is not None and shard_tokens < 1:
-        raise ValueError("shard_tokens must be at least 1")
-    _check_out(out_path, sources)
-    if shard_tokens is not None:
-        _check_not_an_input(manifest_path(out_path), sources)
-    if doc_index is not None:
-        doc_index = os.fspath(doc_index)
-        _check_out(doc_index, sources)
-        if os.path.abspath(doc_index) == os.path.abspath(out_path):
-            raise CorpusError(doc_index, "the document index and the ids would be the same file")
-    size = _input_bytes(sources)
-    the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
-                                       chunk_bytes=chunk_bytes)
-    dtype = ids_dtype(tok.n_vocab)
-    specials = list(tok._special_bytes)
-    sep = specials[0] if specials and separator else b""
-    sep_id = tok.special_tokens[sep.decode("utf-8")] if sep else None
-    opts = ReadOptions(chunk_bytes=the_plan.chunk_bytes, special_tokens=specials,
-                       pattern=pattern_name(tok.pattern),
-                       inside_documents=getattr(tok, "chunks_inside_documents", True),
-                       separator=sep, text_field=text_field, text_column=text_column,
-                       bad=BadRecords(skip=skip_bad_records))
-    single_plain = len(sources) == 1 and sources[0].plain_text
+    (out_path, sources, tok, doc_index, size, the_plan, dtype, sep, sep_id, opts,
+     single_plain) = _prepare(input_path, tokenizer, out_path, num_workers, memory_limit, chunk_bytes, progress,
+                              separator, doc_index, shard_tokens, input_format, text_field, text_column,
+                              skip_bad_records, distributable=False)
 
     folder = os.path.dirname(os.path.abspath(out_path))
     spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
@@ -689,34 +720,10 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
         marks.append((name, time.perf_counter()))
 
     enter("plan")
-    out_path = os.fspath(out_path)
-    sources = _sources(input_path, input_format, text_column)
-    check_distributable(sources)
-    check_mode(progress)
-    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
-    if shard_tokens is not None and shard_tokens < 1:
-        raise ValueError("shard_tokens must be at least 1")
-    _check_out(out_path, sources)
-    if shard_tokens is not None:
-        _check_not_an_input(manifest_path(out_path), sources)
-    if doc_index is not None:
-        doc_index = os.fspath(doc_index)
-        _check_out(doc_index, sources)
-        if os.path.abspath(doc_index) == os.path.abspath(out_path):
-            raise CorpusError(doc_index, "the document index and the ids would be the same file")
-    size = _input_bytes(sources)
-    the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
-                                       chunk_bytes=chunk_bytes)
-    dtype = ids_dtype(tok.n_vocab)
-    specials = list(tok._special_bytes)
-    sep = specials[0] if specials and separator else b""
-    sep_id = tok.special_tokens[sep.decode("utf-8")] if sep else None
-    opts = ReadOptions(chunk_bytes=the_plan.chunk_bytes, special_tokens=specials,
-                       pattern=pattern_name(tok.pattern),
-                       inside_documents=getattr(tok, "chunks_inside_documents", True),
-                       separator=sep, text_field=text_field, text_column=text_column,
-                       bad=BadRecords(skip=skip_bad_records))
-    single_plain = len(sources) == 1 and sources[0].plain_text
+    (out_path, sources, tok, doc_index, size, the_plan, dtype, sep, sep_id, opts,
+     single_plain) = _prepare(input_path, tokenizer, out_path, num_workers, memory_limit, chunk_bytes, progress,
+                              separator, doc_index, shard_tokens, input_format, text_field, text_column,
+                              skip_bad_records, distributable=True)
     folder = os.path.dirname(os.path.abspath(out_path))
     spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
     temps: list[str] = []
