@@ -309,6 +309,34 @@ def test_encoded_regions_fast_equals_reference(data, n1, n2, split, pattern, wor
     assert len(ids) == fast.report["superbpe"]["final_tokens"] + n_special
 
 
+def _region(nonspace: int, digits: int, spaces: int) -> bytes:
+    """A region of ``nonspace`` bytes (half punctuation, the rest letters and ``digits`` digits, the
+    digits spread out) and ``spaces`` single spaces inside it."""
+    body = [b">'"[k % 2:k % 2 + 1] if k % 2 else b"AX"[k % 4 // 2:k % 4 // 2 + 1] for k in range(nonspace)]
+    letters = [k for k in range(nonspace) if k % 2 == 0]
+    for j in range(digits):                 # replace letters by digits, evenly spread
+        body[letters[j * len(letters) // max(digits, 1)]] = b"7"
+    for j in range(spaces):
+        body[(j + 1) * nonspace // (spaces + 1)] += b" "
+    return b"".join(body)
+
+
+@pytest.mark.parametrize("nonspace,digits,spaces", [
+    (60, 2, 0), (60, 3, 0), (60, 4, 0),          # digits at 1/20 of the bytes that are not space, +-1
+    (39, 2, 0), (40, 2, 0), (41, 3, 0),          # 40 bytes that are not space, +-1
+    (200, 12, 11), (200, 12, 12), (200, 12, 13),  # whitespace at 1/16 of the bytes, +-1 (with two newlines)
+])
+def test_encoded_region_thresholds_fast_equals_reference(nonspace, digits, spaces):
+    """Right at each threshold of the rule, the native region sums decide as ``looks_encoded`` does."""
+    region = _region(nonspace, digits, spaces) + b"\n"
+    data = (b"the cat sat on the mat\n\n" + region + b"\n" + b"a dog on a log\n\n") * 4
+    fast = train_fast(data, 300, 270, num_workers=1)
+    vocab, merges, _ = reference.train_superbpe_from_bytes(data, 300, [SPECIAL], "gpt2", 270)
+    assert fast.merges == merges
+    flagged = fast.report["superbpe"]["stage2_encoded_units"] > 0
+    assert flagged == reference.looks_encoded(b"\n" + region)
+
+
 def test_uuencoded_lines_with_digits_teach_stage2_nothing():
     """Real uuencode holds digits, which cut a line into many short units; the rule looks at the
     whole region, so none of them counts: no stage-2 token is a piece of the encoded lines (unless
