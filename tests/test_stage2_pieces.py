@@ -4,7 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bpe_core.engine.merge import MergeEngine
@@ -94,16 +94,22 @@ def test_first_cut_and_a_restart_are_reported():
     assert first_cut(np.array([5, 9, 1, 7]), 1) == 5        # rank int(2.5 x 1) = 2 from the top: the 3rd
 
 
-@settings(max_examples=60)
+@settings(max_examples=80)
 @given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
-                                 b" supercalifragilistic", b" 0123456789abcdef", b"\xc3\xa9t\xc3\xa9"]),
-                max_size=40).map(b"".join), st.booleans(), st.sampled_from([1.0, 0.5]))
-def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction):
+                                 b" supercalifragilistic", b" 0123456789abcdef", b"\xc3\xa9t\xc3\xa9",
+                                 b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4", b"M;5%&4!"]),
+                max_size=40).map(b"".join), st.booleans(), st.sampled_from([1.0, 0.5]), st.booleans())
+@example(b"*!A9&4@&3!4" * 5 + b" 12\n\n the cat 0123" + b"M;5%&4!" * 8 + b"\n  x" + b"*!A9&4@&3!4" * 4, True, 1.0, True)
+@example(b"*!A9&4@&3!4" * 5 + b" 12\n\n the cat 0123" + b"M;5%&4!" * 8 + b"\n  x" + b"*!A9&4@&3!4" * 4, False, 1.0, True)
+@example(b" the" + b"*!A9&4@&3!4" * 5 + b"<|endoftext|>" + b"M;5%&4!" * 8 + b" 12", True, 1.0, True)
+def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction, regions):
     """The native stream lists the units the Python scanner path (``_units_of`` with GPT-2 written as a
-    custom regex) counts, with the same sample."""
+    custom regex) counts, with the same sample and (``regions``) the same encoded marks; without a
+    sample, the direct path (words written as they come, marks added when a region ends) lists what
+    the buffered path (the one a sample takes) lists with a sample that keeps every unit."""
     from bpe_core.corpus.chunks import split_spans
     from bpe_core.engine.units import WordIndex, chunk_unit_stream
-    from bpe_core.methods.superbpe import _units_of, word_flags
+    from bpe_core.methods.superbpe import _units_of, word_classes, word_flags
     from bpe_core.pretok.pretokenize import PATTERN_IDS, pretoken_ends
     from bpe_core.pretok.wordtable import WordTable
 
@@ -117,16 +123,22 @@ def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction):
             prev = end
     table = WordTable.from_counts(dict(words) or {b"x": 1})
     index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
+    classes = word_classes(table) if regions else None
     keep = 0xFFFFFFFFFFFFFFFF if fraction >= 1 else int(fraction * 2 ** 64)
     buf = np.frombuffer(text, dtype=np.uint8)
     data, starts, counts, n_seen, n_kept = _units_of(buf, "t", specials, GPT2_AS_CUSTOM, keep, index, flags,
-                                                     cut_spaces)
+                                                     cut_spaces, classes)
     counted = Counter({tuple(data[starts[i]:starts[i + 1]]): int(counts[i]) for i in range(counts.size)})
     ids, bounds, seen, kept, missing = chunk_unit_stream(text, spans, PATTERN_IDS["gpt2"], index, flags, keep,
-                                                         cut_spaces)
+                                                         cut_spaces, classes)
     listed = Counter(tuple(ids[bounds[i]:bounds[i + 1]]) for i in range(bounds.size - 1))
     assert listed == counted and (seen, kept, missing) == (n_seen, n_kept, 0)
-    if fraction >= 1:       # every pretoken, in text order, with its row of the table (a plain dict)
+    if fraction >= 1:       # the buffered path, with a sample that keeps all (no unit hashes to 2**64 - 2)
+        b_ids, b_bounds, b_seen, b_kept, _ = chunk_unit_stream(text, spans, PATTERN_IDS["gpt2"], index, flags,
+                                                               0xFFFFFFFFFFFFFFFE, cut_spaces, classes)
+        assert b_ids.tolist() == ids.tolist() and b_bounds.tolist() == bounds.tolist()
+        assert (b_seen, b_kept) == (seen, kept)
+    if fraction >= 1 and not regions:   # every pretoken, in text order, with its row of the table
         row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
         plain = []
         for s, e in spans:

@@ -330,6 +330,9 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     cdef vector[uint32_t] out_ids
     cdef vector[int64_t] out_bounds
     cdef int64_t n_seen = 0, n_kept = 0
+    cdef bint direct = keep_below == 0xFFFFFFFFFFFFFFFFu
+    cdef size_t rfirst = 0             # (direct) the first unit of the current region
+    cdef int64_t uw = 0                 # (direct) words in the open unit (a word may have no tokens)
     cdef uint32_t one
     cdef uint8_t f, prev
     cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
@@ -373,6 +376,34 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                     n_missing += 1
                     continue
                 f = flags[w]
+                if direct:
+                    # no sample: every word goes straight to the output (as its stage-1 tokens with
+                    # ``seg``); a unit ends by its bound, and an encoded region's units get their marks
+                    # when the region ends (_mark_units); the same list as the buffered path below
+                    if regions:
+                        if cut_spaces and (prev & 4) and (f & 2) and (uw > 0 or out_bounds.size() - 1 > rfirst):
+                            _close_unit(out_ids, out_bounds, &uw, &n_seen, &n_kept)
+                            if _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit):
+                                _mark_units(out_ids, out_bounds, rfirst)
+                            rfirst = out_bounds.size() - 1
+                            r_n = r_ws = r_punct = r_alnum = r_digit = 0
+                        r_n += word_classes[w, 0]
+                        r_ws += word_classes[w, 1]
+                        r_punct += word_classes[w, 2]
+                        r_alnum += word_classes[w, 3]
+                        r_digit += word_classes[w, 4]
+                    elif cut_spaces and (prev & 4) and (f & 2):
+                        _close_unit(out_ids, out_bounds, &uw, &n_seen, &n_kept)
+                    if f & 1:
+                        _close_unit(out_ids, out_bounds, &uw, &n_seen, &n_kept)
+                        _put_word(out_ids, <uint32_t>w, seg_sym, seg_off)
+                        uw = 1
+                        _close_unit(out_ids, out_bounds, &uw, &n_seen, &n_kept)
+                    else:
+                        _put_word(out_ids, <uint32_t>w, seg_sym, seg_off)
+                        uw += 1
+                    prev = f
+                    continue
                 if regions:
                     # units go to the region buffer, emitted (marked or not) when the region ends
                     if cut_spaces and (prev & 4) and (f & 2) and rdata.size() + unit.size() > 0:
@@ -415,7 +446,14 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                         unit.clear()
                     unit.push_back(<uint32_t>w)
                 prev = f
-            if regions:
+            if direct:
+                _close_unit(out_ids, out_bounds, &uw, &n_seen, &n_kept)
+                if regions:
+                    if out_bounds.size() - 1 > rfirst and _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit):
+                        _mark_units(out_ids, out_bounds, rfirst)
+                    rfirst = out_bounds.size() - 1
+                    r_n = r_ws = r_punct = r_alnum = r_digit = 0
+            elif regions:
                 if unit.size() > 0:
                     rdata.insert(rdata.end(), unit.begin(), unit.end())
                     rbounds.push_back(rdata.size())
@@ -428,14 +466,117 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
             elif unit.size() > 0:
                 _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept,
                                       seg_sym, seg_off)
-    ids = np.empty(out_ids.size(), dtype=np.uint32)
-    bounds = np.empty(out_bounds.size(), dtype=np.int64)
-    cdef uint32_t[::1] iv = ids
-    cdef int64_t[::1] bv = bounds
-    if out_ids.size() > 0:
-        memcpy(&iv[0], out_ids.data(), out_ids.size() * sizeof(uint32_t))
-    memcpy(&bv[0], out_bounds.data(), out_bounds.size() * sizeof(int64_t))
-    return ids, bounds, n_seen, n_kept, n_missing
+    # the lists become the arrays' memory (no copy of the chunk's ids)
+    cdef _IdList held_ids = _IdList()
+    cdef _BoundList held_bounds = _BoundList()
+    held_ids.v.swap(out_ids)
+    held_bounds.v.swap(out_bounds)
+    return held_ids.array(), held_bounds.array(), n_seen, n_kept, n_missing
+
+
+cdef uint32_t _NO_IDS = 0
+cdef int64_t _NO_BOUNDS = 0
+
+
+cdef class _IdList:
+    """A ``vector[uint32_t]`` lent to numpy as an array's memory (buffer protocol, format ``I``)."""
+    cdef vector[uint32_t] v
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        self.shape[0] = <Py_ssize_t>self.v.size()
+        self.strides[0] = sizeof(uint32_t)
+        buffer.buf = <void*>(self.v.data() if self.v.size() > 0 else &_NO_IDS)
+        buffer.format = "I"
+        buffer.internal = NULL
+        buffer.itemsize = sizeof(uint32_t)
+        buffer.len = self.shape[0] * sizeof(uint32_t)
+        buffer.ndim = 1
+        buffer.obj = self
+        buffer.readonly = 0
+        buffer.shape = self.shape
+        buffer.strides = self.strides
+        buffer.suboffsets = NULL
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def array(self):
+        return np.frombuffer(self, dtype=np.uint32)
+
+
+cdef class _BoundList:
+    """A ``vector[int64_t]`` lent to numpy as an array's memory (buffer protocol, format ``q``)."""
+    cdef vector[int64_t] v
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        self.shape[0] = <Py_ssize_t>self.v.size()
+        self.strides[0] = sizeof(int64_t)
+        buffer.buf = <void*>(self.v.data() if self.v.size() > 0 else &_NO_BOUNDS)
+        buffer.format = "q"
+        buffer.internal = NULL
+        buffer.itemsize = sizeof(int64_t)
+        buffer.len = self.shape[0] * sizeof(int64_t)
+        buffer.ndim = 1
+        buffer.obj = self
+        buffer.readonly = 0
+        buffer.shape = self.shape
+        buffer.strides = self.strides
+        buffer.suboffsets = NULL
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def array(self):
+        return np.frombuffer(self, dtype=np.int64)
+
+
+cdef inline void _put_word(vector[uint32_t]& ids, uint32_t w, const uint32_t* seg_sym,
+                           const int64_t* seg_off) noexcept nogil:
+    """Append a word: its id, or with ``seg_sym`` its stage-1 tokens (most words are one)."""
+    cdef int64_t a, b
+    if seg_sym == NULL:
+        ids.push_back(w)
+        return
+    a = seg_off[w]
+    b = seg_off[w + 1]
+    if b - a == 1:
+        ids.push_back(seg_sym[a])
+    else:
+        ids.insert(ids.end(), seg_sym + a, seg_sym + b)
+
+
+cdef inline void _close_unit(vector[uint32_t]& ids, vector[int64_t]& bounds, int64_t* n_words,
+                             int64_t* n_seen, int64_t* n_kept) noexcept nogil:
+    """End the open unit (the ids after the last bound) if it holds a word (``n_words``, reset)."""
+    if n_words[0] > 0:
+        n_words[0] = 0
+        bounds.push_back(ids.size())
+        n_seen[0] += 1
+        n_kept[0] += 1
+
+
+cdef void _mark_units(vector[uint32_t]& ids, vector[int64_t]& bounds, size_t first) noexcept nogil:
+    """Append ``ENCODED_MARK`` to every unit from ``first`` on (the last ones of the list), in place:
+    the units move right, the last one first, each by the marks before it."""
+    cdef size_t n_units = bounds.size() - 1, u
+    cdef int64_t a, b, shift
+    if n_units <= first:
+        return
+    ids.resize(ids.size() + (n_units - first))
+    u = n_units
+    while u > first:
+        u -= 1
+        shift = <int64_t>(u - first)
+        a = bounds[u]
+        b = bounds[u + 1]
+        if shift > 0:
+            memmove(ids.data() + a + shift, ids.data() + a, (b - a) * sizeof(uint32_t))
+        ids[b + shift] = _ENCODED_MARK
+        bounds[u + 1] = b + shift + 1
 
 
 cdef inline void _emit(const uint32_t* p, size_t n, uint64_t keep_below, vector[uint32_t]& ids,
@@ -830,6 +971,40 @@ cdef class _PairTable:
                 if b > a:
                     lv[b - 1] = 0
 
+    cdef inline int64_t _find(self, uint64_t key) noexcept nogil:
+        """The slot of a pair key, -1 when absent."""
+        cdef uint64_t slot = _pair_slot(key, self.mask)
+        while self.slots[slot].key != key:
+            if self.slots[slot].key == 0:
+                return -1
+            slot = (slot + 1) & self.mask
+        return <int64_t>slot
+
+    def share_totals(self, _PairTable other):
+        """Make both tables hold the totals: every pair of ``other`` also here gets the sum in both
+        tables (one lookup per pair of ``other``, none per window); returns each distinct pair's total
+        (int64, in no particular order), as ``counts_with``."""
+        cdef vector[int64_t] out
+        cdef uint64_t j
+        cdef int64_t slot
+        with nogil:
+            for j in range(other.mask + 1):
+                if other.slots[j].key != 0:
+                    slot = self._find(other.slots[j].key)
+                    if slot >= 0:
+                        self.slots[slot].count += other.slots[j].count
+                        other.slots[j].count = self.slots[slot].count
+                    else:
+                        out.push_back(other.slots[j].count)
+            for j in range(self.mask + 1):
+                if self.slots[j].key != 0:
+                    out.push_back(self.slots[j].count)
+        counts = np.empty(out.size(), dtype=np.int64)
+        cdef int64_t[::1] cv = counts
+        if out.size() > 0:
+            memcpy(&cv[0], out.data(), out.size() * sizeof(int64_t))
+        return counts
+
     def counts_with(self, _PairTable other):
         """Each distinct pair's count over this table and ``other`` (int64, in slot order)."""
         cdef vector[int64_t] out
@@ -866,8 +1041,10 @@ def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
     Two passes over the windows, one hash-table cell each (asked for 16 windows ahead): the count
     lives in the cell beside its pair; the first pass notes each window's cell, so the second reads it
     without hashing (unless the table had to grow). With ``threads=2`` each half of the sequences is
-    counted on its own thread into its own table, and the second pass adds the other table's count
-    (one more lookup per window, on both threads); the result is the same.
+    counted on its own thread into its own table; then each pair of the second table that the first
+    also holds gets the sum in both (one lookup per distinct pair), and the second pass reads each
+    window's own cell on both threads (had a table grown, each window looks its pair up in both
+    tables instead); the result is the same.
 
     Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, read back
     per window.
@@ -895,9 +1072,14 @@ def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
                 ex.submit(right.count, symbols, offsets, weights, levels, mid, n_seq)]
         for j in jobs:
             j.result()
-        counts = left.counts_with(right)
-        jobs = [ex.submit(left.levels, right, symbols, offsets, levels, 0, mid),
-                ex.submit(right.levels, left, symbols, offsets, levels, mid, n_seq)]
+        if left.grown or right.grown:       # a half's noted slots moved: look the pairs up again
+            counts = left.counts_with(right)
+            jobs = [ex.submit(left.levels, right, symbols, offsets, levels, 0, mid),
+                    ex.submit(right.levels, left, symbols, offsets, levels, mid, n_seq)]
+        else:                               # both tables hold the totals: each half reads its slots
+            counts = left.share_totals(right)
+            jobs = [ex.submit(left.levels, None, symbols, offsets, levels, 0, mid),
+                    ex.submit(right.levels, None, symbols, offsets, levels, mid, n_seq)]
         for j in jobs:
             j.result()
     return levels, counts
