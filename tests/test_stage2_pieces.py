@@ -195,11 +195,13 @@ def test_pieces_when_the_piece_table_grows():
     assert got == {p: (want_w[p], want_c[p]) for p in want_w} and single == want_single
 
 
-@pytest.mark.parametrize("alphabet", [50, 3000])
-def test_levels_on_two_threads_equal_one(alphabet):
-    # above the size where pair_levels splits the sequences between two threads (3000: tables grow)
-    rng = np.random.default_rng(alphabet)
+@pytest.mark.parametrize("alphabet, shift", [(50, 0), (3000, 0), (50, 30)])
+def test_levels_on_two_threads_equal_one(alphabet, shift):
+    # above the size where pair_levels splits the sequences between two threads (3000: tables grow;
+    # shift: the second half's symbols are shifted, so some pairs are only in one half's table)
+    rng = np.random.default_rng(alphabet + shift)
     symbols = rng.integers(0, alphabet, 1_200_000).astype(np.uint32)
+    symbols[600_000:] += np.uint32(shift)
     offsets = np.concatenate(([0], np.sort(rng.choice(np.arange(1, symbols.size), 999, replace=False)),
                               [symbols.size])).astype(np.int64)
     weights = rng.integers(0, 4, offsets.size - 1).astype(np.int64)
