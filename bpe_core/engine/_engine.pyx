@@ -76,7 +76,8 @@ cdef uint32_t NIL = 0xFFFFFFFFu          # no neighbour (word edge)
 cdef uint32_t DEAD_BIT = 0x80000000u     # the cell is inside a merged token, not its first position
 cdef uint32_t END_BIT = 0x40000000u      # the last position of its word (fixed)
 cdef uint32_t PAYLOAD = 0x3FFFFFFFu      # token id (live cell) or token length (dead edge cell)
-cdef int BLK_SHIFT = 6                   # the block index holds the word of every 64th position
+cdef int BLK_SHIFT = 4                   # the block index holds the word of every 16th position (pieces of
+                                         # stage 2 are short: 64 left ~12 words to walk per lookup)
 cdef uint8_t NO_LIST = 0xFF
 # Positions added by merges live in a pool of pages; a list is a block of 2**cls entries.
 cdef int PAGE_BITS = 18
@@ -184,8 +185,47 @@ cdef class _PairMap:
                     i = (i + 1) & self.mask
                 self.slots[i] = old[j]
 
+    cdef void remove(self, pair_key_t key) noexcept nogil:
+        """Remove a key if present (backward-shift deletion: the later keys of its run move up, so
+        no tombstone is left and every lookup still stops at the first empty slot)."""
+        cdef uint64_t i = self._slot(key), j, k
+        while self.slots[i].key != key:
+            if self.slots[i].key == EMPTY_KEY:
+                return
+            i = (i + 1) & self.mask
+        j = i
+        while True:
+            j = (j + 1) & self.mask
+            if self.slots[j].key == EMPTY_KEY:
+                break
+            k = self._slot(self.slots[j].key)
+            # the key at j may move to i when its home k is not cyclically in (i, j]
+            if (j > i and (k <= i or k > j)) or (j < i and (k <= i and k > j)):
+                self.slots[i] = self.slots[j]
+                i = j
+        self.slots[i].key = EMPTY_KEY
+        self.slots[i].value = 0
+        self.size -= 1
+
     cdef uint64_t nbytes(self) noexcept nogil:
         return self.slots.capacity() * sizeof(Slot)
+
+    # Python access for the tests (tests/test_engine_prune.py: the map against a dict)
+    def py_put(self, pair_key_t key, pair_id_t value):
+        if key == EMPTY_KEY:
+            raise ValueError("the empty key")
+        if self.get(key) >= 0:
+            raise KeyError(key)
+        self.put(key, value)
+
+    def py_get(self, pair_key_t key):
+        return self.get(key)
+
+    def py_remove(self, pair_key_t key):
+        self.remove(key)
+
+    def py_len(self):
+        return self.size
 
 
 # ==== Read-only arrays: in RAM or in a mapped file ============================================
@@ -248,6 +288,11 @@ cdef class MergeEngine:
         map_threshold: see ``spill_dir``.
         fill_buffer_bytes: the RAM used to build a mapped position list (it is built in passes of
             this many bytes, each written sequentially).
+        prune_below: forget a new pair (its map entry and positions) that counts less than this when
+            the merge that made it is done, so the pair map stays small. Exact only when no merge
+            ever makes bytes an existing token has (SuperBPE's ``distinct`` rule) and steps never ask
+            for a ``min_count`` below it: then a pair's count never rises after the merge that made
+            it, so such a pair can never be merged. 0 (the default): keep every pair.
 
     >>> import numpy as np
     >>> words = [b"aaa", b"ab"]
@@ -300,6 +345,10 @@ cdef class MergeEngine:
     cdef vector[HeapEntry] heap
     cdef count_t floor_count           # pairs below it are kept out of the heap (see _pop_best)
     cdef int64_t heap_batch            # about how many pairs are let in at a time
+    cdef count_t prune_below           # new pairs counting less are forgotten (see __init__)
+    cdef int64_t n_pruned
+    cdef vector[pair_id_t] free_pids   # ids of forgotten pairs, given to new ones
+    cdef vector[pair_id_t] born        # pairs made in this merge (or the build)
     cdef public uint32_t n_steps
     cdef public count_t last_count       # the count of the pair the last step merged
     cdef public int64_t n_pops
@@ -312,7 +361,7 @@ cdef class MergeEngine:
 
     def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
                  int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
-                 int64_t fill_buffer_bytes=256 << 20):
+                 int64_t fill_buffer_bytes=256 << 20, count_t prune_below=0):
         cdef int64_t n_words = counts.shape[0]
         cdef int64_t i, w, n_sym
         cdef const uint8_t[::1] sym8
@@ -416,6 +465,8 @@ cdef class MergeEngine:
         self.peak_heap = 0
         self.free_blocks.resize(PAGE_BITS + 1)
         self.heap_batch = max(heap_batch, 1)
+        self.prune_below = max(prune_below, 0)
+        self.n_pruned = 0
         cdef vector[uint64_t] base_len
         # The pair id of every window, kept from the count pass for the fill pass (which then does
         # not hash each window again) while the position lists are small enough to stay in RAM:
@@ -648,7 +699,21 @@ cdef class MergeEngine:
         cdef pair_id_t pid
         if found >= 0:
             return <pair_id_t>found
+        if self.free_pids.size() > 0:        # the id of a forgotten pair (prune_below)
+            pid = self.free_pids.back()
+            self.free_pids.pop_back()
+            self.pair_map.put(key, pid)
+            self.pair_keys[pid] = key
+            self.pair_counts[pid] = 0
+            self.lst_off[pid] = 0
+            self.lst_len[pid] = 0
+            self.lst_cls[pid] = NO_LIST
+            self.pair_pushed[pid] = NO_MARK
+            self.pair_allowed[pid] = -1
+            self.born.push_back(pid)
+            return pid
         pid = <pair_id_t>self.pair_keys.size()
+        self.born.push_back(pid)
         if self.pair_keys.size() == self.pair_keys.capacity():
             self._reserve_pairs(self.pair_keys.size() + self.pair_keys.size() // 4 + 1024)
         self.pair_map.put(key, pid)
@@ -922,6 +987,8 @@ cdef class MergeEngine:
                 self.heap.push_back(e)
         self.touched.clear()
         self.touched.shrink_to_fit()
+        self.born.clear()
+        self.born.shrink_to_fit()
         n = self.heap.size()
         if n > self.peak_heap:
             self.peak_heap = n
@@ -946,8 +1013,23 @@ cdef class MergeEngine:
         self.heap[i] = e
 
     cdef void _heapify(self) noexcept nogil:
+        """The pairs whose count rose in this merge get a heap entry; with ``prune_below``, the pairs
+        this merge made that count less are forgotten first (their ids are given to later pairs; none
+        of them was ever in the heap)."""
         cdef size_t k
         cdef count_t c
+        cdef pair_id_t pid
+        if self.prune_below > 0:
+            for k in range(self.born.size()):
+                pid = self.born[k]
+                if self.pair_counts[pid] < self.prune_below:
+                    self.pair_map.remove(self.pair_keys[pid])
+                    self._list_free(pid)
+                    self.pair_counts[pid] = 0
+                    self.pair_allowed[pid] = 0
+                    self.free_pids.push_back(pid)
+                    self.n_pruned += 1
+        self.born.clear()
         for k in range(self.touched.size()):
             c = self.pair_counts[self.touched[k]]
             if c > 0 and c >= self.floor_count:
@@ -1088,6 +1170,9 @@ cdef class MergeEngine:
         cdef int8_t verdict
         if self.oom:
             raise MemoryError("the merge engine ran out of memory earlier")
+        if min_count < self.prune_below:
+            raise ValueError(f"min_count {min_count} is below prune_below {self.prune_below}: pairs that "
+                             "could be merged now were forgotten")
         while True:
             with nogil:
                 best = self._pop_best()
@@ -1254,6 +1339,7 @@ cdef class MergeEngine:
             "heap_rescans": self.n_rescans,
             "n_steps": self.n_steps,
             "list_compactions": self.n_compactions,
+            "pruned_pairs": self.n_pruned,
             "fill_passes": self.fill_passes,
             "memory": self.memory(),
         }

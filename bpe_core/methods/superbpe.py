@@ -790,8 +790,10 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                                 np.array([t for _, _, t in steps], dtype=np.uint32))
             data, starts = merger.merge_many(data, starts)
         t2 = time.perf_counter()
+        # with bounded (distinct) no merge rebuilds a token's bytes, so a new pair never counts more
+        # than when its merge made it: one below the cut is forgotten (a small pair map)
         engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
-                             map_threshold=map_threshold)
+                             map_threshold=map_threshold, prune_below=cut if bounded else 0)
         del data, starts
         t3 = time.perf_counter()
         steps += engine.run(n_merges - len(steps), allowed=allowed, min_count=cut)

@@ -1,0 +1,110 @@
+"""``MergeEngine(prune_below=)``: forgetting new pairs below a count changes no merge where it is
+exact (stage 2 with the ``distinct`` rule, ``min_count`` never below it), and the pair map's deletion
+keeps every other key reachable."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_core.engine._engine import _PairMap
+from bpe_core.engine.merge import MergeEngine
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "remove", "get"]), st.integers(0, 3000)), max_size=3000),
+       st.integers(0, 2 ** 32))
+def test_pair_map_remove_equals_a_dict(ops, salt):
+    """Puts, removes and gets against a dict; keys of a few thousand values spread over 1024..4096
+    slots, so runs are long, wrap around the end, and removals shift keys back."""
+    m, d = _PairMap(16), {}
+    for op, k in ops:
+        key = (k * 0x9E3779B1 + salt) & 0xFFFFFFFFFFFF
+        if op == "put" and key not in d:
+            m.py_put(key, k)
+            d[key] = k
+        elif op == "remove":
+            m.py_remove(key)
+            d.pop(key, None)
+        assert m.py_get(key) == d.get(key, -1)
+    assert m.py_len() == len(d)
+    assert all(m.py_get(key) == v for key, v in d.items())
+
+
+def _distinct(tokens):
+    """The ``distinct`` rule as superbpe._allowed has it: never bytes a token has."""
+    known = set(tokens)
+
+    def allowed(left, right):
+        if left + right in known:
+            return False
+        known.add(left + right)
+        return True
+    return allowed
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=30), min_size=1, max_size=60),
+       st.lists(st.integers(0, 5), min_size=60, max_size=60), st.integers(1, 6), st.integers(1, 80))
+def test_pruned_engine_merges_as_the_plain_one(words, weights, cut, n_merges):
+    """Every merge, token and final word equal with and without ``prune_below=cut`` (``min_count=cut``),
+    weights 0 included (pairs of count 0 that still have positions)."""
+    syms = np.array([t for w in words for t in w], dtype=np.uint32)
+    offs = np.concatenate(([0], np.cumsum([len(w) for w in words]))).astype(np.int64)
+    counts = np.array(weights[:len(words)], dtype=np.int64)
+    tokens = [bytes([97 + i]) for i in range(12)]
+    plain = MergeEngine(syms, offs, counts, tokens)
+    pruned = MergeEngine(syms, offs, counts, tokens, prune_below=cut)
+    a = plain.run(n_merges, allowed=_distinct(tokens), min_count=cut)
+    b = pruned.run(n_merges, allowed=_distinct(tokens), min_count=cut)
+    assert a == b and plain.tokens() == pruned.tokens()
+    for x, y in zip(plain.words(), pruned.words()):
+        assert np.array_equal(x, y)
+
+
+def test_pruning_forgets_pairs_and_reuses_their_ids():
+    # many one-off pairs after the first merges: most are forgotten, their ids given to later pairs
+    rng = np.random.default_rng(3)
+    words = [list(rng.integers(0, 40, rng.integers(2, 12))) for _ in range(3000)]
+    syms = np.array([t for w in words for t in w], dtype=np.uint32)
+    offs = np.concatenate(([0], np.cumsum([len(w) for w in words]))).astype(np.int64)
+    counts = rng.integers(1, 4, len(words)).astype(np.int64)
+    tokens = [bytes([i]) for i in range(40)]
+    plain = MergeEngine(syms, offs, counts, tokens)
+    pruned = MergeEngine(syms, offs, counts, tokens, prune_below=8)
+    assert plain.run(300, allowed=_distinct(tokens), min_count=8) == \
+        pruned.run(300, allowed=_distinct(tokens), min_count=8)
+    s_plain, s_pruned = plain.stats(), pruned.stats()
+    assert s_pruned["pruned_pairs"] > 1000 and s_plain["pruned_pairs"] == 0
+    assert s_pruned["n_pairs"] < s_plain["n_pairs"]            # ids were reused
+
+
+def test_min_count_below_prune_below_is_refused():
+    e = MergeEngine(np.array([1, 2, 1, 2], np.uint32), np.array([0, 4]), np.array([1]),
+                    [bytes([i]) for i in range(3)], prune_below=5)
+    with pytest.raises(ValueError, match="prune_below"):
+        e.step(min_count=2)
+
+
+def _home(key, bits=10):
+    """The slot ``_PairMap`` starts probing at, in a table of ``2**bits`` slots."""
+    return ((key * 0x9E3779B97F4A7C15) % 2 ** 64) >> (64 - bits)
+
+
+# keys whose home is one of the last 8 slots or the first 3 of a 1024-slot table: their runs wrap
+_WRAP_KEYS = [k for k in range(200_000) if _home(k) >= 1016 or _home(k) < 3][:40]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.permutations(_WRAP_KEYS), st.permutations(_WRAP_KEYS), st.integers(0, 40))
+def test_pair_map_remove_across_the_end_of_the_table(put_order, remove_order, n_removed):
+    """Runs that wrap past the last slot: removing any of them in any order keeps the rest reachable."""
+    m = _PairMap(16)
+    for i, key in enumerate(put_order):
+        m.py_put(key, i)
+    value = {key: i for i, key in enumerate(put_order)}
+    gone = set(remove_order[:n_removed])
+    for key in remove_order[:n_removed]:
+        m.py_remove(key)
+    assert m.py_len() == len(put_order) - len(gone)
+    for key in put_order:
+        assert m.py_get(key) == (-1 if key in gone else value[key])
