@@ -103,7 +103,8 @@ cdef extern from *:
     void __builtin_prefetch(const void* addr) noexcept nogil
 
 cdef enum:
-    PREFETCH = 16       # how many merge sites ahead ``_apply_merge`` prefetches the cells of
+    PREFETCH_FAR = 32   # how many merge sites ahead ``_apply_merge`` asks for the cells and block entry of
+    PREFETCH = 16       # ... and the word record of (the block entry is in cache by then)
 
 
 # ==== Pair hash map ===========================================================================
@@ -1102,10 +1103,14 @@ cdef class MergeEngine:
         if k != NIL:
             self._add_pair(t, ks, cw, i)
 
-    cdef inline void _prefetch_site(self, uint32_t i) noexcept nogil:
-        """Ask for the cells of a site ahead and its word's record (a hint only: ``_word_count``
-        reads the block index, then the records from there)."""
+    cdef inline void _prefetch_far(self, uint32_t i) noexcept nogil:
+        """Ask for the cells of a site far ahead and its block-index entry (hints only)."""
         __builtin_prefetch(&self.cells[i])
+        __builtin_prefetch(&self.blk[i >> BLK_SHIFT])
+
+    cdef inline void _prefetch_site(self, uint32_t i) noexcept nogil:
+        """Ask for the record of a site's word (``_word_count`` reads the block index, asked for
+        ``PREFETCH_FAR - PREFETCH`` sites earlier, then the records from there; a hint only)."""
         __builtin_prefetch(&self.wrec[self.blk[i >> BLK_SHIFT]])
 
     cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok) noexcept nogil:
@@ -1132,6 +1137,8 @@ cdef class MergeEngine:
                 positions.push_back(added[q])
             sort(positions.begin(), positions.end())
             for q in range(positions.size()):
+                if q + PREFETCH_FAR < positions.size():
+                    self._prefetch_far(positions[q + PREFETCH_FAR])
                 if q + PREFETCH < positions.size():
                     self._prefetch_site(positions[q + PREFETCH])
                 self._merge_at(positions[q], pid, a, b, new_tok)
@@ -1141,10 +1148,14 @@ cdef class MergeEngine:
             # The sites are spread over the whole table, so each one is a cache miss: ask for the
             # cells PREFETCH sites ahead (a hint only; the order and the result do not change).
             for q in range(s0, s1):
+                if q + PREFETCH_FAR < s1:
+                    self._prefetch_far(self.base[q + PREFETCH_FAR])
                 if q + PREFETCH < s1:
                     self._prefetch_site(self.base[q + PREFETCH])
                 self._merge_at(self.base[q], pid, a, b, new_tok)
             for q in range(n_added):
+                if q + PREFETCH_FAR < n_added:
+                    self._prefetch_far(added[q + PREFETCH_FAR])
                 if q + PREFETCH < n_added:
                     self._prefetch_site(added[q + PREFETCH])
                 self._merge_at(added[q], pid, a, b, new_tok)
