@@ -90,10 +90,10 @@ PARTIAL_TABLES = 8
 SYMBOLS_PER_WORD = 11
 ENGINE_BASE_BYTES = 32 * MiB
 #: anonymous, per symbol: the cell (4 B), the positions added by merges (pool of blocks: 3.1 B at
-#: 1 GB, 3.5-3.6 B at 15 GB; 3.7 with a margin) and the block index (4 B per 64 positions).
+#: 1 GB, 3.5-3.6 B at 15 GB; 3.7 with a margin) and the block index (4 B per 16 positions).
 ENGINE_CELL_BYTES = 4.0
 ENGINE_LIST_BYTES = 3.7
-ENGINE_BLOCK_BYTES = 1 / 16
+ENGINE_BLOCK_BYTES = 1 / 4
 #: read-only, per symbol: the initial position lists; per word: the word record (count, end).
 ENGINE_BASE_LIST_BYTES = 4
 ENGINE_WORD_BYTES = 12
@@ -375,7 +375,7 @@ def engine_memory(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols:
 
     >>> m = engine_memory(18_807_369, 32000, 195_319_199, mapped=True)
     >>> m["anon"] >> 20, m["file"] >> 20
-    (1957, 960)
+    (1992, 960)
     """
     if n_words <= 0:
         return {"anon": 0, "file": 0}
@@ -390,7 +390,7 @@ def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols: 
     """Estimated RAM of the merge engine for ``n_words`` unique pretokens (all arrays in RAM).
 
     >>> engine_bytes(1_000_000, 32000) >> 20
-    280
+    282
     """
     return engine_memory(n_words, vocab_size, n_symbols)["anon"]
 
@@ -527,13 +527,13 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     >>> est = plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                     parent_overhead=50 << 20)    # before counting: counting fits
     >>> est.merge_fits, est.merge_bytes >> 20
-    (False, 1183)
+    (False, 1201)
     >>> try:                                            # after counting, with the real count
     ...     plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                   parent_overhead=50 << 20, unique_pretokens=25_000_000)
     ... except BudgetError as e:
     ...     print(e.min_budget >> 20)
-    2704
+    2753
     """
     if input_bytes < 0:
         raise ValueError("input_bytes must be >= 0")
