@@ -52,6 +52,20 @@ def test_pieces_equal_whole_units(units, n, cut, rules):
         assert got.info["cuts"][0]["cut"] == cut          # the forced first cut was used
 
 
+@settings(max_examples=40, deadline=None)
+@given(units_st, st.integers(0, 40), st.integers(1, 40))
+def test_pieces_with_mapped_engine_arrays_equal_whole_units(tmp_path_factory, units, n, cut):
+    """The same with the engine's read-only arrays in mapped files (any size is over the threshold):
+    forgetting pairs frees only lists in RAM, never the mapped initial lists."""
+    rules = Stage2Rules(distinct=True)
+    symbols, offsets, weights, counts = as_arrays(units)
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
+    got = stage2_merges(symbols, offsets, weights, counts, TOKENS, n, _allowed(rules, TOKENS), cut=cut,
+                        spill_dir=str(tmp_path_factory.mktemp("spill")), map_threshold=0)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final
+
+
 @given(units_st)
 def test_levels_and_pieces_equal_plain_counts(units):
     symbols, offsets, weights, counts = as_arrays(units)
