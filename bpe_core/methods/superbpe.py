@@ -754,6 +754,10 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     them) and the engine goes on. At ``cut`` 1 only boundaries that count 0 are cut (exact for any
     rules: pairs that count 0 are never merged). Without ``bounded`` the cut is 1.
 
+    With ``bounded`` the engine also forgets every pair a merge makes that counts less than the cut
+    (``MergeEngine(prune_below=cut)``): no merge rebuilds a token's bytes, so such a pair's count
+    never rises and it cannot be merged before the engine stops at the cut; the pair map stays small.
+
     ``cut``: the first cut (default :func:`first_cut`; tests force others). ``threads``: 2 counts the
     pair levels and cuts the pieces on two threads (the same result).
 
