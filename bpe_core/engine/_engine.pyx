@@ -67,6 +67,7 @@ import tempfile
 
 import numpy as np
 
+from bpe_core.runtime.memmon import prefault
 from bpe_core.engine._typedefs cimport (count_t, pack_pair, pair_id_t, pair_key_t, pair_left, pair_right,
                                  token_id_t, word_id_t)
 
@@ -101,6 +102,26 @@ cdef struct HeapEntry:
 
 cdef extern from *:
     void __builtin_prefetch(const void* addr) noexcept nogil
+
+cdef extern from "<sys/mman.h>" nogil:
+    int madvise(void* addr, size_t length, int advice)
+
+cdef extern from *:
+    """
+    #ifndef MADV_POPULATE_WRITE
+    #define MADV_POPULATE_WRITE 23
+    #endif
+    """
+    int MADV_POPULATE_WRITE
+
+
+cdef void _populate(void* p, size_t nbytes) noexcept nogil:
+    """Fault in the whole pages of ``p[:nbytes]`` at once (``runtime.memmon.prefault`` for C++
+    buffers about to be written whole; a hint: ignored by kernels without it)."""
+    cdef size_t start = (<size_t>p + 4095) & ~(<size_t>4095)
+    cdef size_t end = (<size_t>p + nbytes) & ~(<size_t>4095)
+    if nbytes >= (<size_t>4 << 20) and end > start:
+        madvise(<void*>start, end - start, MADV_POPULATE_WRITE)
 
 cdef enum:
     PREFETCH_FAR = 32   # how many merge sites ahead ``_apply_merge`` asks for the cells and block entry of
@@ -399,6 +420,8 @@ cdef class MergeEngine:
         self.oom = False
         folder = None if spill_dir is None else os.fspath(spill_dir)
         # 1. cells: the symbols, with the word-end bit on the last position of each word
+        self.cells.reserve(n_sym)
+        _populate(self.cells.data(), n_sym * sizeof(uint32_t))
         self.cells.resize(n_sym)
         if is_bytes:
             if n_tokens < 256:
@@ -434,7 +457,7 @@ cdef class MergeEngine:
                 raise
             self.mapped_bytes += nbytes
         else:
-            arr = np.empty(n_words, dtype=rec_dtype)
+            arr = prefault(np.empty(n_words, dtype=rec_dtype))
             arr["count"] = np.asarray(counts)
             arr["end"] = np.asarray(offsets[1:])
             self._wrec_arr = arr
@@ -478,6 +501,8 @@ cdef class MergeEngine:
             if offsets[w + 1] > offsets[w]:
                 n_windows += offsets[w + 1] - offsets[w] - 1
         if n_windows * <int64_t>sizeof(pair_id_t) <= map_threshold:
+            win_pid.reserve(n_windows)
+            _populate(win_pid.data(), n_windows * sizeof(pair_id_t))
             win_pid.resize(n_windows)
         with nogil:
             self._count_all(base_len, win_pid.data() if win_pid.size() > 0 else NULL)
@@ -850,7 +875,7 @@ cdef class MergeEngine:
             del buf
             self.mapped_bytes += total * 4
         else:
-            self._base_arr = np.empty(total, dtype=np.uint32)
+            self._base_arr = prefault(np.empty(total, dtype=np.uint32))
             if total > 0:
                 bview = self._base_arr
                 fill.assign(n_base, 0)
@@ -1273,8 +1298,8 @@ cdef class MergeEngine:
         cdef int64_t n_words = self.n_words
         cdef int64_t w, pos = 0
         cdef uint32_t p
-        offsets = np.empty(n_words + 1, dtype=np.int64)
-        counts = np.empty(n_words, dtype=np.int64)
+        offsets = prefault(np.empty(n_words + 1, dtype=np.int64))
+        counts = prefault(np.empty(n_words, dtype=np.int64))
         cdef int64_t[::1] ov = offsets
         cdef int64_t[::1] cv = counts
         for w in range(n_words):
@@ -1282,7 +1307,7 @@ cdef class MergeEngine:
             cv[w] = self.wrec[w].count
             pos += self._word_len(w)
         ov[n_words] = pos
-        symbols = np.empty(pos, dtype=np.uint32)
+        symbols = prefault(np.empty(pos, dtype=np.uint32))
         cdef token_id_t[::1] sv = symbols
         pos = 0
         for w in range(n_words):

@@ -23,6 +23,7 @@ cimport cython
 
 import numpy as np
 
+from bpe_core.runtime.memmon import prefault
 from bpe_core.pretok._pretok cimport PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K, _next_cl100k, _next_gpt2, _next_o200k
 
 cdef extern from *:
@@ -1051,7 +1052,7 @@ def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
     """
     cdef int64_t n_seq = offsets.shape[0] - 1, n_sym = symbols.shape[0], mid
     cdef uint64_t cap = 1 << 16
-    levels = np.empty(n_sym, dtype=np.uint32)
+    levels = prefault(np.empty(n_sym, dtype=np.uint32))       # written whole: faulted in at once
     if n_seq < 2 or n_sym < (1 << 20):
         threads = 1
     while cap < <uint64_t>(n_sym // (4 * threads)) and cap < (<uint64_t>1 << 31):
@@ -1263,10 +1264,10 @@ cdef class _PieceTable:
             raise MemoryError("cut_pieces: no memory for the piece table")
 
     def to_arrays(self):
-        out_data = np.empty(self.data.size(), dtype=np.uint32)
-        out_starts = np.empty(self.starts.size(), dtype=np.int64)
-        out_w = np.empty(self.wsum.size(), dtype=np.int64)
-        out_c = np.empty(self.csum.size(), dtype=np.int64)
+        out_data = prefault(np.empty(self.data.size(), dtype=np.uint32))     # each written whole
+        out_starts = prefault(np.empty(self.starts.size(), dtype=np.int64))
+        out_w = prefault(np.empty(self.wsum.size(), dtype=np.int64))
+        out_c = prefault(np.empty(self.csum.size(), dtype=np.int64))
         cdef uint32_t[::1] dv = out_data
         cdef int64_t[::1] sv = out_starts
         cdef int64_t[::1] wv = out_w

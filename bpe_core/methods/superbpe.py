@@ -63,7 +63,7 @@ from ..pretok.counting import check_distributable, private_shard
 from ..pretok.patterns import pattern_name, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from ..pretok.wordtable import WordTable
-from ..runtime.memmon import numpy_huge_pages, phase
+from ..runtime.memmon import numpy_huge_pages, phase, prefault
 from ..runtime.progress import progress_bar
 from ..runtime.executors import open_executor
 from ..runtime.workers import FileStamp, read_range, run_ordered
@@ -477,9 +477,13 @@ def _concat_units(parts: list) -> tuple:
     """Unit lists ``(data, starts, counts, ...)`` one after another, as one ``(data, starts, counts)``."""
     if not parts:
         return np.zeros(0, dtype=np.uint32), np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    data = np.concatenate([p[0] for p in parts]).astype(np.uint32, copy=False)
-    counts = np.concatenate([p[2] for p in parts]).astype(np.int64, copy=False)
-    starts = np.zeros(counts.size + 1, dtype=np.int64)
+    # fresh arrays, written whole: faulted in at once (prefault), not page by page
+    data = prefault(np.empty(sum(p[0].size for p in parts), dtype=np.uint32))
+    np.concatenate([p[0] for p in parts], out=data, casting="unsafe")
+    counts = prefault(np.empty(sum(p[2].size for p in parts), dtype=np.int64))
+    np.concatenate([p[2] for p in parts], out=counts, casting="unsafe")
+    starts = prefault(np.empty(counts.size + 1, dtype=np.int64))
+    starts[0] = 0
     np.cumsum(np.concatenate([np.diff(p[1]) for p in parts]), out=starts[1:])
     return data, starts, counts
 

