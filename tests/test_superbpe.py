@@ -393,3 +393,12 @@ def test_skip_encoded_keeps_uuencode_out_of_the_vocabulary():
     assert any(b"AX>'AX>'" in a + b for a, b in kept.merges)
     assert not any(b"AX>'AX>'" in a + b or b"\nMAX" in a + b for a, b in skipped.merges)
     assert skipped.report["superbpe"]["stage2_encoded_units"] > 0
+
+
+@pytest.mark.parametrize("method", ["superbpe", "supratok"])
+def test_min_pretoken_count_is_refused_for_methods_that_join_pretokens(method, fixtures_dir, tmp_path):
+    # it used to fail after counting with a misleading "changed while it was read"
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"the cat sat on the mat<|endoftext|>the dog " * 50)
+    with pytest.raises(ValueError, match="min_pretoken_count 2 is for plain BPE"):
+        bpe_core.train_bpe(str(path), 300, special_tokens=["<|endoftext|>"], method=method, min_pretoken_count=2)

@@ -1284,6 +1284,9 @@ class SuperBPE(registry.Method):
 
     def check_config(self, config) -> None:
         resolve_transition(config.transition, config.vocab_size, len(config.special_tokens))
+        if config.min_pretoken_count > 1:
+            raise ValueError(f"min_pretoken_count {config.min_pretoken_count} is for plain BPE: stage 2 joins "
+                             "pretokens into units and needs every pretoken's stage-1 tokens (leave it at 1)")
 
     def train(self, config, table, plan, progress=False, init=None) -> registry.MethodResult:
         report: dict = {"seconds": {}}

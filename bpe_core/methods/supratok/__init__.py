@@ -42,6 +42,9 @@ class SupraTok(registry.Method):
     stage_aware = True
 
     def check_config(self, config) -> None:
+        if config.min_pretoken_count > 1:
+            raise ValueError(f"min_pretoken_count {config.min_pretoken_count} is for plain BPE: SupraTok joins "
+                             "pretokens into units and needs every pretoken (leave it at 1)")
         if not 2 <= config.seed_max_n <= 6 or not 2 <= config.span_max_n <= 5:
             raise ValueError("seed_max_n must be in 2..6 and span_max_n in 2..5")
         if config.seed_min_count < 1 or config.span_min_count < 1 or config.span_max_candidates < 0:
