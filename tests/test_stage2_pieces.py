@@ -312,3 +312,54 @@ def test_strip_marks_equals_numpy(units):
     assert got_enc.tolist() == encoded.tolist() == [m for _, m in units]
     with pytest.raises(ValueError):
         strip_marks(data.copy(), np.array([0, data.size + 1]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
+                                 b" 0123456789abcdef", b"\xc3\xa9t\xc3\xa9", b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4",
+                                 b"M;5%&4!"]),
+                max_size=50).map(b"".join), st.booleans(), st.booleans(), st.booleans(), st.randoms(use_true_random=False))
+@example(b"*!A9&4@&3!4" * 5 + b" 12\n\n the cat 0123" + b"M;5%&4!" * 8 + b"\n  x<|endoftext|>" + b"*!A9&4@&3!4" * 4,
+         True, True, True, None)
+def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd):
+    """``id_unit_stream`` over the word ids of the text's pretokens (span by span) lists what
+    ``chunk_unit_stream`` lists scanning the bytes: units, encoded marks, stage-1 tokens, counts."""
+    import random
+    from bpe_core.corpus.chunks import split_spans
+    from bpe_core.engine.units import WordIndex, chunk_unit_stream, id_unit_stream
+    from bpe_core.methods.superbpe import word_classes, word_flags
+    from bpe_core.pretok.pretokenize import PATTERN_IDS, pretoken_ends
+    from bpe_core.pretok.wordtable import WordTable
+
+    rnd = rnd or random.Random(0)
+    spans, _ = split_spans(text, 0, len(text), [b"<|endoftext|>"])
+    pieces = []
+    for s, e in spans:
+        ends = pretoken_ends(text[s:e], "gpt2") + s
+        pieces.append([text[a:b] for a, b in zip(np.concatenate(([s], ends[:-1])), ends)])
+    table = WordTable.from_counts(Counter(p for ps in pieces for p in ps) or {b"x": 1})
+    row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
+    ids = np.array([row[p] for ps in pieces for p in ps], dtype=np.uint32)
+    breaks = np.concatenate(([0], np.cumsum([len(ps) for ps in pieces]))).astype(np.int64)
+    flags = word_flags(table)
+    classes = word_classes(table) if regions else None
+    seg = ()
+    if with_seg:
+        segs = [[rnd.randrange(0, 5000) for _ in range(rnd.randrange(1, 4))] for _ in range(table.n_words)]
+        seg = (np.array([t for s in segs for t in s], dtype=np.uint32),
+               np.concatenate(([0], np.cumsum([len(s) for s in segs]))).astype(np.int64))
+    want = chunk_unit_stream(text, spans, PATTERN_IDS["gpt2"], WordIndex(table.arena, table.offsets), flags,
+                             0xFFFFFFFFFFFFFFFF, cut_spaces, classes, *seg)
+    got = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    assert got[2:] == want[2:4]
+
+
+def test_id_unit_stream_refuses_bad_input():
+    from bpe_core.engine.units import id_unit_stream
+
+    flags = np.zeros(2, np.uint8)
+    with pytest.raises(ValueError, match="not below"):
+        id_unit_stream(np.array([0, 2], np.uint32), np.array([0, 2]), flags)
+    with pytest.raises(ValueError, match="breaks"):
+        id_unit_stream(np.array([0, 1], np.uint32), np.array([0, 1]), flags)

@@ -332,8 +332,8 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     cdef vector[int64_t] out_bounds
     cdef int64_t n_seen = 0, n_kept = 0
     cdef bint direct = keep_below == 0xFFFFFFFFFFFFFFFFu
-    cdef size_t rfirst = 0             # (direct) the first unit of the current region
-    cdef int64_t uw = 0                 # (direct) words in the open unit (a word may have no tokens)
+    cdef UnitState st                   # (direct) the open unit and region
+    memset(&st, 0, sizeof(UnitState))
     cdef uint32_t one
     cdef uint8_t f, prev
     cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
@@ -378,32 +378,9 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                     continue
                 f = flags[w]
                 if direct:
-                    # no sample: every word goes straight to the output (as its stage-1 tokens with
-                    # ``seg``); a unit ends by its bound, and an encoded region's units get their marks
-                    # when the region ends (_mark_units); the same list as the buffered path below
-                    if regions:
-                        if cut_spaces and (prev & 4) and (f & 2) and (uw > 0 or out_bounds.size() - 1 > rfirst):
-                            _close_unit(out_ids, out_bounds, &uw, &n_seen, &n_kept)
-                            if _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit):
-                                _mark_units(out_ids, out_bounds, rfirst)
-                            rfirst = out_bounds.size() - 1
-                            r_n = r_ws = r_punct = r_alnum = r_digit = 0
-                        r_n += word_classes[w, 0]
-                        r_ws += word_classes[w, 1]
-                        r_punct += word_classes[w, 2]
-                        r_alnum += word_classes[w, 3]
-                        r_digit += word_classes[w, 4]
-                    elif cut_spaces and (prev & 4) and (f & 2):
-                        _close_unit(out_ids, out_bounds, &uw, &n_seen, &n_kept)
-                    if f & 1:
-                        _close_unit(out_ids, out_bounds, &uw, &n_seen, &n_kept)
-                        _put_word(out_ids, <uint32_t>w, seg_sym, seg_off)
-                        uw = 1
-                        _close_unit(out_ids, out_bounds, &uw, &n_seen, &n_kept)
-                    else:
-                        _put_word(out_ids, <uint32_t>w, seg_sym, seg_off)
-                        uw += 1
-                    prev = f
+                    # no sample: every word goes straight to the output (_unit_word)
+                    _unit_word(&st, out_ids, out_bounds, <uint32_t>w, f, cut_spaces,
+                               &word_classes[w, 0] if regions else NULL, seg_sym, seg_off)
                     continue
                 if regions:
                     # units go to the region buffer, emitted (marked or not) when the region ends
@@ -448,12 +425,7 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                     unit.push_back(<uint32_t>w)
                 prev = f
             if direct:
-                _close_unit(out_ids, out_bounds, &uw, &n_seen, &n_kept)
-                if regions:
-                    if out_bounds.size() - 1 > rfirst and _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit):
-                        _mark_units(out_ids, out_bounds, rfirst)
-                    rfirst = out_bounds.size() - 1
-                    r_n = r_ws = r_punct = r_alnum = r_digit = 0
+                _unit_span_end(&st, out_ids, out_bounds, regions)
             elif regions:
                 if unit.size() > 0:
                     rdata.insert(rdata.end(), unit.begin(), unit.end())
@@ -467,6 +439,9 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
             elif unit.size() > 0:
                 _emit(unit.data(), unit.size(), keep_below, out_ids, out_bounds, &n_seen, &n_kept,
                                       seg_sym, seg_off)
+    if direct:
+        n_seen = st.n_seen
+        n_kept = st.n_kept
     # the lists become the arrays' memory (no copy of the chunk's ids)
     cdef _IdList held_ids = _IdList()
     cdef _BoundList held_bounds = _BoundList()
@@ -533,6 +508,121 @@ cdef class _BoundList:
 
     def array(self):
         return np.frombuffer(self, dtype=np.int64)
+
+
+cdef struct UnitState:
+    int64_t uw          # words in the open unit (a word may have no tokens)
+    size_t rfirst       # the first unit of the current region
+    uint8_t prev        # the flags of the word before
+    int64_t r_n, r_ws, r_punct, r_alnum, r_digit    # the current region's class counts
+    int64_t n_seen, n_kept
+
+
+cdef inline void _unit_word(UnitState* st, vector[uint32_t]& out_ids, vector[int64_t]& out_bounds, uint32_t w,
+                            uint8_t f, bint cut_spaces, const int32_t* cls, const uint32_t* seg_sym,
+                            const int64_t* seg_off) noexcept nogil:
+    """One word of a span (no sample): a numeric word is a unit of its own; with ``cut_spaces`` a unit
+    ends between a word ending with whitespace and one starting with it; ``cls`` (the word's five
+    class counts, or NULL) turns on regions: a region ends where ``cut_spaces`` cuts, and when it
+    looks encoded its units get ``ENCODED_MARK`` (``_mark_units``, in place)."""
+    if cls != NULL:
+        if cut_spaces and (st.prev & 4) and (f & 2) and (st.uw > 0 or out_bounds.size() - 1 > st.rfirst):
+            _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
+            if _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum, st.r_digit):
+                _mark_units(out_ids, out_bounds, st.rfirst)
+            st.rfirst = out_bounds.size() - 1
+            st.r_n = st.r_ws = st.r_punct = st.r_alnum = st.r_digit = 0
+        st.r_n += cls[0]
+        st.r_ws += cls[1]
+        st.r_punct += cls[2]
+        st.r_alnum += cls[3]
+        st.r_digit += cls[4]
+    elif cut_spaces and (st.prev & 4) and (f & 2):
+        _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
+    if f & 1:
+        _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
+        _put_word(out_ids, w, seg_sym, seg_off)
+        st.uw = 1
+        _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
+    else:
+        _put_word(out_ids, w, seg_sym, seg_off)
+        st.uw += 1
+    st.prev = f
+
+
+cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector[int64_t]& out_bounds,
+                                bint regions) noexcept nogil:
+    """The end of a span: its last unit and region end (marked when it looks encoded)."""
+    _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
+    if regions:
+        if out_bounds.size() - 1 > st.rfirst and _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum,
+                                                                 st.r_digit):
+            _mark_units(out_ids, out_bounds, st.rfirst)
+        st.rfirst = out_bounds.size() - 1
+        st.r_n = st.r_ws = st.r_punct = st.r_alnum = st.r_digit = 0
+    st.prev = 0
+
+
+def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
+                   bint cut_spaces=False, const int32_t[:, ::1] word_classes=None,
+                   const uint32_t[::1] seg_symbols=None, const int64_t[::1] seg_offsets=None):
+    """The units of text given as word ids (rows of the word table) instead of bytes: span ``k`` is
+    ``ids[breaks[k]:breaks[k+1]]`` (the pretokens of the text between two special tokens, in order).
+    Returns ``(ids, bounds, n_seen, n_kept)``: what ``chunk_unit_stream`` lists, without a sample,
+    for the same spans (``flags``, ``cut_spaces``, ``word_classes`` and the segmentation as there).
+
+    >>> ids, bounds, seen, kept = id_unit_stream(np.array([0, 1, 0], np.uint32), np.array([0, 3]),
+    ...                                          np.zeros(2, np.uint8))
+    >>> ids.tolist(), bounds.tolist(), seen, kept
+    ([0, 1, 0], [0, 3], 1, 1)
+
+    Plain equivalent: ``chunk_unit_stream`` over the text the ids came from (tested equal).
+    """
+    cdef Py_ssize_t k, i, n_words = flags.shape[0]
+    cdef const uint32_t* seg_sym = NULL
+    cdef const int64_t* seg_off = NULL
+    cdef bint regions = word_classes is not None
+    cdef uint32_t w
+    if breaks.shape[0] < 1 or breaks[0] != 0 or breaks[breaks.shape[0] - 1] != ids.shape[0]:
+        raise ValueError("breaks must start at 0 and end at len(ids)")
+    for k in range(breaks.shape[0] - 1):
+        if breaks[k + 1] < breaks[k]:
+            raise ValueError("breaks must be non-decreasing")
+    if regions and (word_classes.shape[0] != n_words or word_classes.shape[1] != 5):
+        raise ValueError("word_classes must have one row of 5 per word")
+    if (seg_symbols is None) != (seg_offsets is None):
+        raise ValueError("seg_symbols and seg_offsets go together")
+    if seg_symbols is not None:
+        if seg_offsets.shape[0] != n_words + 1:
+            raise ValueError("seg_offsets must have one entry per word, plus one")
+        seg_off = &seg_offsets[0]
+        seg_sym = &seg_symbols[0] if seg_symbols.shape[0] > 0 else &_NO_SEG
+    cdef vector[uint32_t] out_ids
+    cdef vector[int64_t] out_bounds
+    cdef UnitState st
+    cdef bint bad = False
+    memset(&st, 0, sizeof(UnitState))
+    out_ids.reserve(ids.shape[0] + 16)
+    out_bounds.push_back(0)
+    with nogil:
+        for k in range(breaks.shape[0] - 1):
+            for i in range(breaks[k], breaks[k + 1]):
+                w = ids[i]
+                if w >= n_words:
+                    bad = True
+                    break
+                _unit_word(&st, out_ids, out_bounds, w, flags[w], cut_spaces,
+                           &word_classes[w, 0] if regions else NULL, seg_sym, seg_off)
+            if bad:
+                break
+            _unit_span_end(&st, out_ids, out_bounds, regions)
+    if bad:
+        raise ValueError(f"a word id is not below the {n_words} words of the table")
+    cdef _IdList held_ids = _IdList()
+    cdef _BoundList held_bounds = _BoundList()
+    held_ids.v.swap(out_ids)
+    held_bounds.v.swap(out_bounds)
+    return held_ids.array(), held_bounds.array(), st.n_seen, st.n_kept
 
 
 cdef inline void _put_word(vector[uint32_t]& ids, uint32_t w, const uint32_t* seg_sym,

@@ -1,8 +1,9 @@
 """Multi-pretoken units (SuperBPE stage 2, SupraTok): the public face of the ``_units`` kernels.
 
 - ``WordIndex``: pretoken bytes -> row of a word table;
-- ``chunk_unit_stream``: the units of a chunk as runs of word ids (or their stage-1 tokens), in text order;
-  ``chunk_unit_stream``: the same units listed in text order (what SuperBPE's stage 2 uses);
+- ``chunk_unit_stream``: the units of a chunk as runs of word ids (or their stage-1 tokens), in text order
+  (what SuperBPE's stage 2 uses); ``id_unit_stream``: the same from the text's word ids (recorded
+  when it was counted) instead of its bytes;
 - ``expand_units``: word-id units -> stage-1 token units; ``strip_marks``: the encoded marks taken off;
 - ``RankMerger``: merges id sequences in rank order (the stage-1 encoder of units);
 - ``unit_sums``: per-unit sums of a per-token value (the encoded-data test);
@@ -10,7 +11,7 @@
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
 from ._units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
-                     expand_units, hash_ids, pair_levels, strip_marks, unit_sums)
+                     expand_units, hash_ids, id_unit_stream, pair_levels, strip_marks, unit_sums)
 
 __all__ = ["ENCODED_MARK", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
-           "expand_units", "hash_ids", "pair_levels", "strip_marks", "unit_sums"]
+           "expand_units", "hash_ids", "id_unit_stream", "pair_levels", "strip_marks", "unit_sums"]
