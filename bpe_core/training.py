@@ -185,6 +185,7 @@ def train(config: TrainConfig) -> TrainResult:
             raise BudgetError(f"stopped while counting: {n_words:,} unique pretokens so far already need more "
                               f"than the budget; {exc}", exc.min_budget) from None
 
+    extra: dict[str, Any] = {}          # for method.train: init, recorded
     t_open = time.perf_counter()
     with MemoryMonitor(interval=0.05, budget=the_plan.memory_limit) as monitor, \
             open_executor(config.cluster, the_plan.num_workers, announce=_announcer(config.progress)) as executor:
@@ -198,12 +199,20 @@ def train(config: TrainConfig) -> TrainResult:
             size = report["input_bytes"] = report["corpus_bytes"]
             config = replace(config, cluster=executor)     # the method's own data-parallel phases too
         else:
+            # SuperBPE keeps each pretoken's row as it counts (4 B a pretoken, at most 4 B a byte) when
+            # that fits a quarter of the budget: its stage 2 then lists its units from them instead
+            # of pre-tokenizing the file again (methods.superbpe.units_from_records)
+            record = [] if (method.records_pretokens and single_plain
+                            and 4 * sources[0].size <= the_plan.memory_limit // 4) else None
             table = count_corpus(sources, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
                                  progress=config.progress, report=report, monitor=monitor,
                                  memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
                                  spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
                                  spill_dir=config.spill_dir, check_words=check_words,
-                                 read_options=_read_options(config))
+                                 read_options=_read_options(config), record=record)
+            if record:
+                extra["recorded"] = record
+            del record
             size = report["input_bytes"] = report["corpus_bytes"]
         report["unique_pretokens"] = table.n_words
         report["pretokens"] = int(table.counts.sum())
@@ -226,8 +235,10 @@ def train(config: TrainConfig) -> TrainResult:
             tm = time.perf_counter()
             table = table.to_files(config.spill_dir or tempfile.gettempdir(), drop_singletons=config.method == "bpe")
             report["seconds"]["map_words"] = round(time.perf_counter() - tm, 3)
-        result = method.train(config, table, merge_plan, progress=config.progress,
-                              **({"init": init} if init is not None else {}))
+        if init is not None:
+            extra["init"] = init
+        result = method.train(config, table, merge_plan, progress=config.progress, **extra)
+        extra.clear()
         del table
         if executor.remote:
             report["cluster"] = executor.describe()

@@ -402,3 +402,41 @@ def test_min_pretoken_count_is_refused_for_methods_that_join_pretokens(method, f
     path.write_bytes(b"the cat sat on the mat<|endoftext|>the dog " * 50)
     with pytest.raises(ValueError, match="min_pretoken_count 2 is for plain BPE"):
         bpe_core.train_bpe(str(path), 300, special_tokens=["<|endoftext|>"], method=method, min_pretoken_count=2)
+
+
+def _recorded_vs_scanned(monkeypatch, path, **options):
+    """Train SuperBPE twice on one file: stage-2 units from the counting pass's record, and from a
+    second scan (the method told it cannot use a record); returns both reports and models."""
+    from bpe_core.formats import registry
+    out = {}
+    for label, records in (("recorded", True), ("scanned", False)):
+        monkeypatch.setattr(type(registry.get("superbpe")), "records_pretokens", records)
+        result = bpe_core.train(bpe_core.TrainConfig(input_path=str(path), method="superbpe", **options))
+        out[label] = result
+    return out["recorded"], out["scanned"]
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
+                                 b" 0123456789", b"\xc3\xa9t\xc3\xa9", b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4",
+                                 b" dog", b".", b" sat"]),
+                min_size=1, max_size=400).map(b"".join),
+       st.sampled_from([64, 97, 256, 4096]), st.sampled_from([1, 2]), st.booleans())
+def test_units_from_the_record_equal_a_second_scan(tmp_path_factory, text, chunk, workers, keep_encoded):
+    """Stage 2 from the counting pass's record of every pretoken trains what the second scan trains:
+    the same merges, tokens and final token count, with chunks small enough to cut documents (and
+    units) at every size around the pretokens, on one and two workers."""
+    import _pytest.monkeypatch
+    path = tmp_path_factory.mktemp("rec") / "c.txt"
+    path.write_bytes(text * 3)
+    mp = _pytest.monkeypatch.MonkeyPatch()
+    try:
+        rec, scan = _recorded_vs_scanned(mp, path, vocab_size=300, special_tokens=["<|endoftext|>"],
+                                         chunk_bytes=chunk, num_workers=workers, stage2_skip_encoded=not keep_encoded)
+    finally:
+        mp.undo()
+    assert rec.model.merges == scan.model.merges
+    assert rec.report["superbpe"]["final_tokens"] == scan.report["superbpe"]["final_tokens"]
+    assert rec.report["superbpe"]["stage2_units_seen"] == scan.report["superbpe"]["stage2_units_seen"]
+    assert rec.report["superbpe"]["stage2_units_source"] == "record"
+    assert scan.report["superbpe"]["stage2_units_source"] == "scan"

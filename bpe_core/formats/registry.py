@@ -50,6 +50,9 @@ class Method:
             spill folder (``corpus.sources.spool``).
         supports_init: it can start from an existing BPE model (``TrainConfig.init_from``); its
             ``train`` then gets that model as ``init`` (``methods.init_from.InitModel``).
+        records_pretokens: its ``train`` can use the row of every pretoken, recorded as the corpus
+            is counted (``pretok.counting.count_corpus(record=)``), instead of reading it again; it
+            then gets them as ``recorded`` (when the training could record them).
     """
 
     name: str = ""
@@ -57,12 +60,13 @@ class Method:
     stage_aware: bool = False
     rereads_input: bool = True
     supports_init: bool = False
+    records_pretokens: bool = False
 
     def check_config(self, config: "TrainConfig") -> None:
         """Raise ``ValueError`` for options this method cannot run with (called by ``TrainConfig``)."""
 
     def train(self, config: "TrainConfig", table: Any, plan: Any, progress: Any = False,
-              init: Any = None) -> MethodResult:
+              init: Any = None, recorded: Any = None) -> MethodResult:
         """Learn the merges from the counted word table (``pretok.WordTable``) of ``config``'s corpus
         (starting from ``init``'s merges when given: only for a method that ``supports_init``)."""
         raise NotImplementedError(f"method {self.name!r} cannot train")

@@ -54,8 +54,8 @@ from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, replay_merges
 from ..engine.units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
-                            expand_units, pair_levels, strip_marks, unit_sums)
-from ..errors import InputChanged, ModelFormatError
+                            expand_units, id_unit_stream, pair_levels, strip_marks, unit_sums)
+from ..errors import InputChanged, InternalError, ModelFormatError
 from ..formats import registry
 from ..encode.tokenizer import TwoStageEncoder
 from ..formats.model import Model
@@ -429,6 +429,81 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     data, starts, counts = _concat_units(parts)
     info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.size)}
     return (data, starts, counts), info
+
+
+def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_spaces: bool = True,
+                       classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None,
+                       num_workers: int = 1) -> tuple[tuple, dict]:
+    """The stage-2 units of a corpus from the counting pass's record (``count_corpus(record=)``: per
+    chunk in text order, its own sorted table, the row in it of every pretoken, its text spans and
+    size), as ``count_units`` lists them without a sample (tested equal): no second pre-tokenization.
+
+    Each chunk's words are looked up once in ``table`` (``WordIndex``), so its pretokens become table
+    rows by a gather; a chunk's pretokens are cut into its spans by their byte lengths; a span that
+    reaches the end of its chunk goes on in the next chunk when that one starts with text (the
+    counting chunks are cut inside documents, the units are not). ``id_unit_stream`` lists the units,
+    the two halves of the corpus (cut at a special token) on two threads.
+
+    Conservation, checked: every chunk word is in the table, the pretokens of each span cover its
+    bytes exactly, and the rows of all the pretokens count what the table counts (``np.bincount``).
+    """
+    index = WordIndex(table.arena, table.offsets)
+    n_words = table.n_words
+    rows_all, breaks = [], [0]
+    n_ids = 0
+    joins_prev = False               # the last span of the chunk before reached its end
+    for k, (arena, offsets, ids, spans, n_bytes) in enumerate(recorded):
+        rows = index.word_ids(arena, offsets[1:], 0) if len(offsets) > 1 else np.zeros(0, np.int64)
+        if rows.size and rows.min() < 0:
+            raise InternalError(f"chunk {k}: a counted pretoken is missing from the word table")
+        rows_all.append(rows.astype(np.uint32)[ids])
+        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        if spans.shape[0]:
+            span_bytes = np.cumsum(spans[:, 1] - spans[:, 0])
+            ends = np.cumsum(np.diff(offsets)[ids])         # bytes up to each pretoken's end
+            cut = np.searchsorted(ends, span_bytes, side="right")   # each span's end, in pretokens
+            if (cut[-1] != ids.size or np.any(np.diff(cut) <= 0) or cut[0] <= 0
+                    or not np.array_equal(ends[cut - 1], span_bytes)):
+                raise InternalError(f"chunk {k}: its pretokens do not cover its text spans")
+            firsts = n_ids + np.concatenate(([0], cut[:-1]))      # where each span starts
+            if joins_prev and spans[0, 0] == 0:
+                firsts = firsts[1:]          # it goes on from the last span of the chunk before
+            for pos in firsts.tolist():
+                if pos != breaks[-1]:
+                    breaks.append(pos)
+            joins_prev = bool(spans[-1, 1] == n_bytes)
+        else:
+            joins_prev = False
+        n_ids += ids.size
+    if breaks[-1] != n_ids:
+        breaks.append(n_ids)
+    all_rows = np.concatenate(rows_all) if rows_all else np.zeros(0, np.uint32)
+    del rows_all
+    if not np.array_equal(np.bincount(all_rows, minlength=n_words), table.counts):
+        raise InternalError("the recorded pretokens do not count what the word table counts")
+    breaks = np.asarray(breaks, dtype=np.int64)
+    seg_symbols, seg_offsets = seg if seg is not None else (None, None)
+    # two halves, cut at the break nearest the middle: one thread each
+    halves = [breaks]
+    if num_workers >= 2 and breaks.size > 2:
+        m = int(np.searchsorted(breaks, all_rows.size // 2))
+        m = min(max(m, 1), breaks.size - 2)
+        halves = [breaks[:m + 1], breaks[m:]]
+
+    def run(b):
+        lo, hi = int(b[0]), int(b[-1])
+        return id_unit_stream(all_rows[lo:hi], b - lo, flags, cut_spaces, classes, seg_symbols, seg_offsets)
+
+    if len(halves) == 2:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-units") as ex:
+            parts = list(ex.map(run, halves))
+    else:
+        parts = [run(halves[0])]
+    seen = sum(p[2] for p in parts)
+    kept = sum(p[3] for p in parts)
+    data, starts, counts = _concat_units([(p[0], p[1], np.ones(p[1].size - 1, dtype=np.int64)) for p in parts])
+    return (data, starts, counts), {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.size)}
 
 
 class UnitsContext:
@@ -825,12 +900,15 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
 
 
 def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool = False,
-                   init_merges: Optional[Sequence[tuple[bytes, bytes]]] = None):
+                   init_merges: Optional[Sequence[tuple[bytes, bytes]]] = None,
+                   recorded: Optional[list] = None):
     """Stage 1 and stage 2 on a counted corpus; returns ``(vocab, merges, stages)`` and fills
     ``report`` (this run's section of the report: seconds per step, engine, the ``superbpe`` figures).
 
     ``init_merges``: stage 1 is these merges (an existing BPE model's, ``--init-from``), applied to
-    the words instead of trained; the transition is their end."""
+    the words instead of trained; the transition is their end. ``recorded``: the counting pass's
+    record of every pretoken (``count_corpus(record=)``): the stage-2 units come from it
+    (:func:`units_from_records`) instead of a second scan of the file, when stage 2 sees all of it."""
     specials = encode_specials(config.special_tokens)
     rules = Stage2Rules.from_config(config)
     if init_merges is not None:
@@ -876,6 +954,7 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         # units of regions that look like encoded binary (uuencode, base64) stay in the table with no
         # weight: they teach stage 2 nothing, and the final token count still covers them (as the encoder
         # sees them)
+        units_source = "scan"
         if split == "official":
             units_syms, units_offs, units_counts, info = _official_units(
                 config.input_path, specials, pattern, tokens, steps1, fraction)
@@ -892,7 +971,13 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
             # the hf split writes each word's stage-1 tokens while it scans (no word-id units to expand);
             # the units split cuts numbers by their word ids
             seg = (seg_symbols, seg_offsets) if split != "units" else None
-            if sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
+            units_source = "scan"
+            if recorded and sources is None and fraction >= 1:
+                # the pretokens as counted: no second pre-tokenization of the file
+                units_source = "record"
+                units, info = units_from_records(recorded, table, flags, cut_spaces=(split == "hf"),
+                                                 classes=classes, seg=seg, num_workers=plan.num_workers)
+            elif sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
                 opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
                                    bad=BadRecords(skip=True))          # bad records: reported by the counting
                 units, info = count_units_on(config.cluster, sources, opts, table, specials, pattern, plan.chunk_bytes,
@@ -902,6 +987,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
                 units, info = count_units(path, table, specials, pattern, plan.num_workers,
                                           plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
                                           executor=config.cluster, classes=classes, seg=seg)
+            if recorded is not None:
+                recorded.clear()         # the record's memory goes before stage 2's
             report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
             units_syms, units_offs, units_counts, encoded = stage2_table(units, table, seg_symbols, seg_offsets,
                                                                          (flags & NUMERIC) > 0, token_lengths,
@@ -947,6 +1034,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         "stage1_merges": len(steps1),
         "stage2_merges": len(steps2),
         "stage2_split": split,
+        # where the units came from: the counting pass's record of every pretoken, or a second scan
+        "stage2_units_source": units_source,
         "rules": rules.to_dict(),
         "stage2_sample_fraction": fraction,
         "stage2_units_seen": info["units_seen"],
@@ -1281,6 +1370,7 @@ class SuperBPE(registry.Method):
     n_stages = 2
     stage_aware = True
     supports_init = True
+    records_pretokens = True
 
     def check_config(self, config) -> None:
         resolve_transition(config.transition, config.vocab_size, len(config.special_tokens))
@@ -1288,10 +1378,11 @@ class SuperBPE(registry.Method):
             raise ValueError(f"min_pretoken_count {config.min_pretoken_count} is for plain BPE: stage 2 joins "
                              "pretokens into units and needs every pretoken's stage-1 tokens (leave it at 1)")
 
-    def train(self, config, table, plan, progress=False, init=None) -> registry.MethodResult:
+    def train(self, config, table, plan, progress=False, init=None, recorded=None) -> registry.MethodResult:
         report: dict = {"seconds": {}}
         vocab, merges, stages = train_superbpe(config, table, report, plan, progress=progress,
-                                               init_merges=init.merges if init is not None else None)
+                                               init_merges=init.merges if init is not None else None,
+                                               recorded=recorded)
         return registry.MethodResult(vocab, merges, stages, report)
 
     def check_stages(self, path: str, model: Model) -> None:

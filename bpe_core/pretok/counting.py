@@ -54,6 +54,9 @@ class ChunkCount:
     per_source: Optional[dict] = None
     bad: Optional[dict] = None
     n_blocks: int = 1
+    # With ``record``: (arena, offsets, ids, spans, n_bytes): the chunk's own sorted table (arena and
+    # offsets), the row in it of every pretoken in text order, its text spans (between special tokens)
+    recorded: Optional[tuple] = None
 
 
 def block_spans(buf, doc_ends, specials: Sequence[bytes]) -> tuple[np.ndarray, int]:
@@ -82,23 +85,30 @@ def _count_chunk(task: tuple) -> ChunkCount:
     ``task`` is ``(shard or block, specials, pattern)``, or ``(path, start, end, specials, pattern,
     stamp)`` for a byte range of a plain file.
     """
+    record = False
     if len(task) == 6:
         path, start, end, specials, pattern, stamp = task
         block = Block(read_range(path, start, end, stamp), None, start == 0, int(start == 0), 0,
                       f"{path}[{start}:{end}]")
     else:
-        piece, specials, pattern = task
+        piece, specials, pattern, *rest = task
+        record = bool(rest and rest[0])
         block = load(piece)
     buf = block.data
     spans, n_specials = block_spans(buf, block.doc_ends, specials)
-    arena, offsets, counts = count_pretokens(buf, spans, pattern)
+    recorded = None
+    if record:
+        arena, offsets, counts, ids = count_pretokens(buf, spans, pattern, record=True)
+        recorded = (arena, offsets, ids, spans, len(buf))
+    else:
+        arena, offsets, counts = count_pretokens(buf, spans, pattern)
     text_bytes = int((spans[:, 1] - spans[:, 0]).sum()) if len(spans) else 0
     # Conservation: the pretokens of the text spans cover every byte of them, exactly once.
     check_total(f"bytes of {block.label} (pretoken bytes vs text bytes)",
                 covered_bytes(offsets, counts), text_bytes)
     n = len(buf)
     return ChunkCount((arena, offsets, counts), n, n_specials, n - text_bytes, int(counts.sum()),
-                      block.begins_item, block.n_items, block.source)
+                      block.begins_item, block.n_items, block.source, recorded=recorded)
 
 
 def _count_buffer(buf, label: str, specials, pattern: str) -> ChunkCount:
@@ -397,7 +407,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
                  per_worker_bytes: int = 0, spill_threshold_bytes: Optional[int] = None,
                  spill_dir: Optional[str] = None,
                  check_words: Optional[Callable[[int], None]] = None,
-                 read_options: Optional[ReadOptions] = None) -> WordTable:
+                 read_options: Optional[ReadOptions] = None, record: Optional[list] = None) -> WordTable:
     """Count the pretokens of a corpus into one sorted word table.
 
     ``inputs`` is a path (a plain-text file, as before) or a list of ``corpus.sources.Source``
@@ -420,6 +430,12 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     byte a stream or reader produced is counted once, the pretokens of each block cover its text,
     and every fold and spill keeps the sum of the counts (so the final table holds exactly the
     pretokens the workers counted). A failure raises ``workers.InternalError``.
+
+    ``record`` (a list): when the corpus is one local plain-text file and the pattern a named one,
+    each chunk's ``ChunkCount.recorded`` is appended to it in text order (the chunk's own table, the
+    row of every pretoken in it, its text spans and size): SuperBPE's stage 2 lists its units from
+    these instead of pre-tokenizing the file again (``superbpe.units_from_records``). Otherwise the
+    list stays empty.
     """
     t0 = time.perf_counter()
     sources = expand_inputs(inputs, "text") if isinstance(inputs, (str, os.PathLike)) else list(inputs)
@@ -428,8 +444,10 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     opts.pattern, opts.inside_documents = pattern_name(pattern), True
     sep = opts.sep
     shards = [sh for src in sources for sh in src.shards(opts)]
-    tasks = ((sh, list(specials), pattern) for sh in iter_tasks(sources, opts, max(1, (num_workers + 1) // 2),
-                                                                   shards=shards))
+    recording = (record is not None and len(sources) == 1 and sources[0].plain_text and not sources[0].is_url
+                 and pattern_name(pattern) is not None and all(sh.lazy for sh in shards))
+    tasks = ((sh, list(specials), pattern, recording)
+             for sh in iter_tasks(sources, opts, max(1, (num_workers + 1) // 2), shards=shards))
     names = ", ".join(s.name for s in sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
     if report is not None:
         report["seconds"]["plan"] = round(report["seconds"].get("plan", 0) + time.perf_counter() - t0, 3)
@@ -464,6 +482,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
             totals[key] += value
         per_source[result.source] += result.n_bytes
         items_per_source[result.source] += result.n_items
+        if recording:
+            record.append(result.recorded)
         levels.append((0, result.table))
         tm = time.perf_counter()
         while True:                 # fold FOLD_FANOUT tables of the lowest full level into one
