@@ -1,11 +1,14 @@
 """Type stubs for the native pre-tokenizer (bpe_core/_pretok.pyx)."""
-from typing import Sequence, Tuple
+from typing import Literal, Sequence, Tuple, overload
 
 import numpy as np
 import numpy.typing as npt
 
 Buffer = bytes | bytearray | memoryview | npt.NDArray[np.uint8]
 WordTable = Tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+# WordTable + ids: uint32, the row of every pretoken in text order.
+RecordedTable = Tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64],
+                      npt.NDArray[np.uint32]]
 
 TABLES_REGEX_VERSION: str
 TABLES_UNICODE_VERSION: str
@@ -15,5 +18,10 @@ PATTERN_IDS: dict[str, int]  # {"gpt2": 0, "cl100k": 1, "o200k": 2}
 def split_ends(buf: Buffer, pattern_id: int) -> npt.NDArray[np.int64]: ...
 def split_pieces(buf: Buffer, pattern_id: int, specials: npt.NDArray[np.int64]) -> list[bytes]: ...
 def find_special(buf: Buffer, token: Buffer) -> npt.NDArray[np.int64]: ...
-def count_pretokens(buf: Buffer, spans: npt.NDArray[np.int64], pattern_id: int) -> WordTable: ...
+@overload
+def count_pretokens(buf: Buffer, spans: npt.NDArray[np.int64], pattern_id: int,
+                    record: Literal[False] = ...) -> WordTable: ...
+@overload
+def count_pretokens(buf: Buffer, spans: npt.NDArray[np.int64], pattern_id: int,
+                    record: Literal[True]) -> RecordedTable: ...
 def merge_counts(tables: Sequence[WordTable]) -> WordTable: ...

@@ -18,7 +18,7 @@ Only ``pretokenize.py`` imports this module; the Python functions below check in
 the GIL around the ``noexcept nogil`` cores declared in ``_pretok.pxd``.
 """
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy
 from libcpp.algorithm cimport sort
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -715,6 +715,113 @@ cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t 
     return _flush(table, queue, n_pending)
 
 
+# ---- Record mode: also the entry number of every pretoken, in text order ----
+
+
+cdef struct IdBuf:  # a growable uint32 array (libc memory)
+    uint32_t* data
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef int _ids_reserve(IdBuf* rec, Py_ssize_t more) noexcept nogil:
+    """Room for ``more`` further ids (capacity doubles); 0, or -1 when out of memory."""
+    cdef Py_ssize_t cap = rec.cap
+    cdef uint32_t* data
+    if rec.n + more <= cap:
+        return 0
+    if cap < (1 << 16):
+        cap = 1 << 16
+    while cap < rec.n + more:
+        cap *= 2
+    data = <uint32_t*>realloc(rec.data, cap * sizeof(uint32_t))
+    if data == NULL:
+        return -1
+    rec.data = data
+    rec.cap = cap
+    return 0
+
+
+cdef inline Py_ssize_t _table_add_id(CountTable* t, const Pending* q) noexcept nogil:
+    """``_table_add(t, q, 1)`` that returns the word's entry number (or -1 when out of memory).
+
+    A twin rather than a change to ``_table_add``: the plain count's code stays as it was.
+    """
+    cdef uint64_t tag = q.h & 0xFFFFFFFF00000000ULL, slot
+    cdef Py_ssize_t idx = q.h & t.mask, length = q.length, i
+    cdef Entry* e
+    while True:
+        slot = t.slots[idx]
+        if slot == 0:
+            break
+        if (slot & 0xFFFFFFFF00000000ULL) == tag:
+            i = <Py_ssize_t>(slot & 0xFFFFFFFFULL) - 1
+            e = &t.entries[i]
+            if (e.w0 == q.w0 and e.w1 == q.w1 and e.length == length
+                    and (length <= 16 or memcmp(e.ptr + 16, q.ptr + 16, length - 16) == 0)):
+                e.count += 1
+                return i
+        idx = (idx + 1) & t.mask
+    if t.n_entries >= t.cap_entries:  # keep the slots at most half full
+        if t.n_entries >= <Py_ssize_t>0xFFFFFFFFLL or _table_grow(t) != 0:
+            return -1
+        return _table_add_id(t, q)
+    e = &t.entries[t.n_entries]
+    e.w0 = q.w0
+    e.w1 = q.w1
+    e.ptr = q.ptr
+    e.length = length
+    e.count = 1
+    t.n_entries += 1
+    t.slots[idx] = tag | <uint64_t>t.n_entries
+    return t.n_entries - 1
+
+
+cdef int _flush_rec(CountTable* t, const Pending* queue, Py_ssize_t n_pending,
+                    IdBuf* rec) noexcept nogil:
+    """``_flush``, appending each pretoken's entry number to rec (room for the batch: the caller)."""
+    cdef Py_ssize_t k, e
+    cdef uint64_t slot
+    for k in range(n_pending):
+        slot = t.slots[queue[k].h & t.mask]
+        if slot != 0:
+            bpe_prefetch(&t.entries[(slot & 0xFFFFFFFFULL) - 1])
+    for k in range(n_pending):
+        e = _table_add_id(t, &queue[k])
+        if e < 0:
+            return -1
+        rec.data[rec.n] = <uint32_t>e  # < 2**32 - 1: _table_add refuses more entries
+        rec.n += 1
+    return 0
+
+
+cdef int _count_span_rec(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
+                         const uint8_t* limit, CountTable* table, IdBuf* rec) noexcept nogil:
+    """``_count_span`` that also appends the entry number of each pretoken, in order, to rec.
+
+    A twin of ``_count_span`` rather than a flag in it, so the plain count's loop stays as it is.
+    """
+    cdef Pending queue[BATCH]
+    cdef Py_ssize_t j, n_pending = 0
+    while i < n:
+        if pattern_id == PATTERN_GPT2:
+            j = _end_gpt2(s, i, n)
+        elif pattern_id == PATTERN_CL100K:
+            j = _end_cl100k(s, i, n)
+        else:
+            j = _end_o200k(s, i, n)
+        _pend(&queue[n_pending], s + i, j - i, limit, table)
+        n_pending += 1
+        if n_pending == BATCH:
+            if _ids_reserve(rec, BATCH) != 0 or _flush_rec(table, queue, n_pending, rec) != 0:
+                return -1
+            n_pending = 0
+        i = j
+    if _ids_reserve(rec, n_pending) != 0:
+        return -1
+    return _flush_rec(table, queue, n_pending, rec)
+
+
 cdef bint _entry_less(const Entry& a, const Entry& b) noexcept nogil:
     """Python bytes order: byte by byte, then the shorter first (the inline heads decide most)."""
     cdef uint64_t x = bpe_order64(a.w0), y = bpe_order64(b.w0)
@@ -730,6 +837,21 @@ cdef bint _entry_less(const Entry& a, const Entry& b) noexcept nogil:
         if r != 0:
             return r < 0
     return a.length < b.length
+
+
+ctypedef bint (*EntryLess)(const Entry&, const Entry&) noexcept nogil
+
+cdef extern from *:
+    """
+    #include <algorithm>
+    /* order[0:n] = 0..n-1 sorted so that e[order[0]], e[order[1]], ... are in less-order. */
+    template <class E, class L>
+    static void bpe_sort_order(uint32_t* order, size_t n, const E* e, L less) {
+        for (size_t i = 0; i < n; i++) order[i] = (uint32_t)i;
+        std::sort(order, order + n, [e, less](uint32_t a, uint32_t b) { return (bool)less(e[a], e[b]); });
+    }
+    """
+    void bpe_sort_order[E, L](uint32_t* order, size_t n, const E* e, L less) noexcept nogil
 
 
 cdef inline int _word_cmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b,
@@ -1065,12 +1187,12 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
         free(cache_mem)
 
 
-cdef object _table_to_arrays(CountTable* t):
-    """Sort the entries by bytes and copy them out as (arena, offsets, counts)."""
+cdef object _table_to_arrays(CountTable* t, bint presorted=False):
+    """Sort the entries by bytes (unless ``presorted``) and copy them out as (arena, offsets, counts)."""
     cdef Py_ssize_t i, n_words = t.n_entries, n_bytes = 0, pos = 0
     cdef Entry* entries = t.entries
     with nogil:
-        if n_words > 1:
+        if n_words > 1 and not presorted:
             sort(entries, entries + n_words, _entry_less)
         for i in range(n_words):
             n_bytes += entries[i].length
@@ -1091,7 +1213,48 @@ cdef object _table_to_arrays(CountTable* t):
     return arena, offsets, counts
 
 
-def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id):
+cdef object _record_to_arrays(CountTable* t, const IdBuf* rec):
+    """``_table_to_arrays`` plus ``ids``: each recorded entry number as its row in the sorted table.
+
+    Sorts an index array rather than the entries, so it knows where each entry went
+    (``rank[old] = new``), moves the entries into that order, then maps the ids through ``rank``.
+    """
+    cdef Py_ssize_t i, n_words = t.n_entries, n_ids = rec.n
+    cdef uint32_t* order = NULL
+    cdef uint32_t* rank = NULL
+    cdef Entry* moved = NULL
+    cdef uint32_t[::1] ids_view
+    cdef const uint32_t* data = rec.data
+    try:
+        if n_words > 0:
+            order = <uint32_t*>malloc(n_words * sizeof(uint32_t))
+            rank = <uint32_t*>malloc(n_words * sizeof(uint32_t))
+            moved = <Entry*>malloc(n_words * sizeof(Entry))
+            if order == NULL or rank == NULL or moved == NULL:
+                raise MemoryError("count_pretokens: cannot allocate the sort order of the table")
+            with nogil:
+                bpe_sort_order[Entry, EntryLess](order, n_words, t.entries, _entry_less)
+                for i in range(n_words):
+                    moved[i] = t.entries[order[i]]
+                    rank[order[i]] = <uint32_t>i
+            free(t.entries)
+            t.entries = moved
+            moved = NULL
+        ids = np.empty(n_ids, dtype=np.uint32)
+        out = _table_to_arrays(t, True)
+        ids_view = ids
+        with nogil:
+            for i in range(n_ids):
+                ids_view[i] = rank[data[i]]
+        return out + (ids,)
+    finally:
+        free(order)
+        free(rank)
+        free(moved)
+
+
+def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id,
+                    bint record=False):
     """Count the pretokens of every ``[start, end)`` span of ``buf``: the sorted word table.
 
     Contract: each row of ``spans`` (int64, shape ``(k, 2)``, C order) is a text range of ``buf``
@@ -1105,8 +1268,20 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
     >>> [bytes(a[o[i]:o[i + 1]]) for i in range(len(c))], c.tolist()
     ([b' a', b'a'], [1, 2])
 
+    With ``record`` it returns ``(arena, offsets, counts, ids)``: ``ids`` (uint32, one per pretoken,
+    ``ids.size == counts.sum()``) gives, in text order (the spans in the order given, each left to
+    right), the row of each pretoken in the table: the k-th pretoken is
+    ``arena[offsets[ids[k]]:offsets[ids[k] + 1]]``. The plain count's loop is untouched by this;
+    recording uses a twin of it (``_count_span_rec``).
+
+    >>> a, o, c, ids = count_pretokens(b"a a<|>a", np.array([[0, 3], [6, 7]]),
+    ...                                PATTERN_IDS["gpt2"], record=True)
+    >>> ids.tolist(), [bytes(a[o[i]:o[i + 1]]) for i in ids]
+    ([1, 0, 1], [b'a', b' a', b'a'])
+
     Plain equivalent: ``sorted(Counter(p for start, end in spans for p in
-    pretokenize(buf[start:end], pattern)).items())``.
+    pretokenize(buf[start:end], pattern)).items())``; with ``record``, ``ids`` is
+    ``[row[p] for start, end in spans for p in pretokenize(buf[start:end], pattern)]``.
     """
     _check_pattern_id(pattern_id)
     cdef Py_ssize_t n = buf.shape[0], k, start, end, i
@@ -1118,10 +1293,24 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
             raise ValueError(f"span {k} = [{spans[k, 0]}, {spans[k, 1]}) is not inside the buffer"
                              f" of {n} bytes")
     cdef CountTable table
+    cdef IdBuf rec
+    rec.data = NULL
+    rec.n = 0
+    rec.cap = 0
     cdef int status = _table_init(&table, 1 << 14)
     try:
         if status != 0:
             raise MemoryError("count_pretokens: cannot allocate the hash table")
+        if record:
+            with nogil:
+                for k in range(spans.shape[0]):
+                    status = _count_span_rec(pattern_id, s, spans[k, 0], spans[k, 1], s + n,
+                                             &table, &rec)
+                    if status != 0:
+                        break
+            if status != 0:
+                raise MemoryError("count_pretokens: out of memory growing the hash table or the ids")
+            return _record_to_arrays(&table, &rec)
         with nogil:
             for k in range(spans.shape[0]):
                 status = _count_span(pattern_id, s, spans[k, 0], spans[k, 1], s + n, &table)
@@ -1132,6 +1321,7 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
         return _table_to_arrays(&table)
     finally:
         _table_free(&table)
+        free(rec.data)
 
 
 cdef inline bint _run_less(WordRun* runs, Py_ssize_t a, Py_ssize_t b) noexcept nogil:

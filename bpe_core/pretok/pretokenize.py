@@ -36,6 +36,8 @@ PATTERN_IDS = dict(_pretok.PATTERN_IDS)
 
 # (arena uint8, offsets int64 [n_words + 1], counts int64 [n_words]), words sorted by bytes.
 CountArrays = Tuple[np.ndarray, np.ndarray, np.ndarray]
+# CountArrays + ids (uint32 [n_pretokens]): the row of every pretoken, in text order.
+RecordedArrays = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 BufferLike = Union[bytes, bytearray, memoryview, np.ndarray]
 
 
@@ -116,16 +118,23 @@ def pretoken_ends(buf: BufferLike, pattern: str = "gpt2") -> np.ndarray:
     return _regex_ends(view, resolve_pattern(pattern))
 
 
-def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2") -> CountArrays:
+def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
+                    record: bool = False) -> Union[CountArrays, RecordedArrays]:
     """Count the pretokens of the ``[start, end)`` rows of ``spans``: a sorted word table.
 
     Each span (the text between two special tokens, say) is pre-tokenized on its own. Returns
     ``(arena, offsets, counts)``: word i is ``arena[offsets[i]:offsets[i+1]]``, seen ``counts[i]``
     times; words are unique and sorted in ``bytes`` order, so tables merge with ``merge_counts``.
+    With ``record=True`` it returns ``(arena, offsets, counts, ids)``: ``ids`` (uint32, one per
+    pretoken, ``ids.size == counts.sum()``) is the row of each pretoken in text order (the spans
+    in the order given, each left to right).
 
     >>> a, o, c = count_pretokens(b"to be or not to be", np.array([[0, 18]]))
     >>> [(bytes(a[o[i]:o[i + 1]]), int(c[i])) for i in range(len(c))]
     [(b' be', 2), (b' not', 1), (b' or', 1), (b' to', 1), (b'to', 1)]
+    >>> a, o, c, ids = count_pretokens(b"to be or not to be", np.array([[0, 18]]), record=True)
+    >>> ids.tolist()
+    [4, 0, 2, 1, 3, 0]
     """
     view = _as_uint8(buf)
     spans = np.ascontiguousarray(spans, dtype=np.int64)
@@ -135,8 +144,8 @@ def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2") -
         raise ValueError(f"spans must have shape (k, 2), got {spans.shape}")
     name = pattern_name(pattern)
     if name is not None:
-        return _pretok.count_pretokens(view, spans, _pretok.PATTERN_IDS[name])
-    return _regex_count(view, spans, resolve_pattern(pattern))
+        return _pretok.count_pretokens(view, spans, _pretok.PATTERN_IDS[name], record=record)
+    return _regex_count(view, spans, resolve_pattern(pattern), record)
 
 
 def merge_counts(tables: Sequence[CountArrays]) -> CountArrays:
@@ -182,17 +191,25 @@ def _regex_ends(view: np.ndarray, pattern: str) -> np.ndarray:
     return np.cumsum(np.array(lengths, dtype=np.int64), dtype=np.int64)
 
 
-def _regex_count(view: np.ndarray, spans: np.ndarray, pattern: str) -> CountArrays:
+def _regex_count(view: np.ndarray, spans: np.ndarray, pattern: str,
+                 record: bool = False) -> Union[CountArrays, RecordedArrays]:
     counts: dict[bytes, int] = {}
+    seen: list[bytes] = []
     n = view.shape[0]
     for k, (start, end) in enumerate(spans.tolist()):
         if not 0 <= start <= end <= n:
             raise ValueError(f"span {k} = [{start}, {end}) is not inside the buffer of {n} bytes")
         for piece in _regex_pieces(view[start:end].tobytes(), pattern):
             counts[piece] = counts.get(piece, 0) + 1
+            if record:
+                seen.append(piece)
     words = sorted(counts)
     lengths = np.array([len(w) for w in words], dtype=np.int64)
     offsets = np.zeros(len(words) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     arena = np.frombuffer(b"".join(words), dtype=np.uint8).copy()
-    return arena, offsets, np.array([counts[w] for w in words], dtype=np.int64)
+    table = arena, offsets, np.array([counts[w] for w in words], dtype=np.int64)
+    if not record:
+        return table
+    row = {w: i for i, w in enumerate(words)}
+    return table + (np.array([row[p] for p in seen], dtype=np.uint32),)
