@@ -199,11 +199,12 @@ def train(config: TrainConfig) -> TrainResult:
             size = report["input_bytes"] = report["corpus_bytes"]
             config = replace(config, cluster=executor)     # the method's own data-parallel phases too
         else:
-            # SuperBPE keeps each pretoken's row as it counts (4 B a pretoken, at most 4 B a byte) when
-            # that fits a quarter of the budget: its stage 2 then lists its units from them instead
-            # of pre-tokenizing the file again (methods.superbpe.units_from_records)
+            # SuperBPE keeps each pretoken's row as it counts (4 B a pretoken: at most 4 B a byte of
+            # text, ~0.9 B on English) when even that worst case is at most an eighth of the budget:
+            # its stage 2 then lists its units from them instead of pre-tokenizing the file again
+            # (methods.superbpe.units_from_records); otherwise nothing changes
             record = [] if (method.records_pretokens and single_plain
-                            and 4 * sources[0].size <= the_plan.memory_limit // 4) else None
+                            and 4 * sources[0].size <= the_plan.memory_limit // 8) else None
             table = count_corpus(sources, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
                                  progress=config.progress, report=report, monitor=monitor,
                                  memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,

@@ -625,6 +625,67 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
     return held_ids.array(), held_bounds.array(), st.n_seen, st.n_kept
 
 
+def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[::1] word_offsets,
+                const int64_t[::1] span_ends, uint32_t[::1] out, int64_t at, int64_t[::1] counts):
+    """One recorded chunk into the corpus-wide lists: ``out[at + k] = rows[ids[k]]`` (the table row of
+    each pretoken, ``rows`` mapping the chunk's own table to the word table), ``counts[row] += 1``,
+    and the end (in pretokens) of each span, ``span_ends`` being where the spans end in text bytes
+    (their lengths summed): returns them (int64). Raises ``ValueError`` when an id, a row or the
+    bytes do not add up (a span must end exactly at a pretoken's end).
+
+    >>> out, counts = np.zeros(3, np.uint32), np.zeros(4, np.int64)
+    >>> record_rows(np.array([2, 3]), np.array([1, 0, 1], np.uint32), np.array([0, 1, 3]),
+    ...             np.array([3, 5]), out, 0, counts).tolist(), out.tolist(), counts.tolist()
+    ([2, 3], [3, 2, 3], [0, 0, 1, 2])
+
+    Plain equivalent: ``out[at:at + n] = rows[ids]``, ``np.add.at(counts, rows[ids], 1)``, and
+    ``np.searchsorted(np.cumsum(lengths[ids]), span_ends, side="right")``.
+    """
+    cdef Py_ssize_t n = ids.shape[0], n_local = rows.shape[0], n_spans = span_ends.shape[0], k, j = 0
+    cdef int64_t n_rows = counts.shape[0], r, done = 0
+    cdef uint32_t i
+    cdef int err = 0
+    if word_offsets.shape[0] != n_local + 1:
+        raise ValueError("word_offsets must have one entry per local word, plus one")
+    if at < 0 or at + n > out.shape[0]:
+        raise ValueError("out is too short")
+    cuts = np.empty(n_spans, dtype=np.int64)
+    cdef int64_t[::1] cv = cuts
+    with nogil:
+        while j < n_spans and span_ends[j] <= 0:
+            cv[j] = 0
+            j += 1
+        for k in range(n):
+            i = ids[k]
+            if i >= n_local:
+                err = 1
+                break
+            r = rows[i]
+            if r < 0 or r >= n_rows:
+                err = 2
+                break
+            out[at + k] = <uint32_t>r
+            counts[r] += 1
+            done += word_offsets[i + 1] - word_offsets[i]
+            while j < n_spans and done >= span_ends[j]:
+                if done != span_ends[j]:
+                    err = 3
+                    break
+                cv[j] = k + 1
+                j += 1
+            if err:
+                break
+        if not err and j != n_spans:
+            err = 3
+    if err == 1:
+        raise ValueError("a pretoken id is not below the chunk's words")
+    if err == 2:
+        raise ValueError("a chunk word has no row in the word table")
+    if err == 3:
+        raise ValueError("the pretokens do not cover the text spans exactly")
+    return cuts
+
+
 cdef inline void _put_word(vector[uint32_t]& ids, uint32_t w, const uint32_t* seg_sym,
                            const int64_t* seg_off) noexcept nogil:
     """Append a word: its id, or with ``seg_sym`` its stage-1 tokens (most words are one)."""

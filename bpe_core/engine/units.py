@@ -11,7 +11,8 @@
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
 from ._units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
-                     expand_units, hash_ids, id_unit_stream, pair_levels, strip_marks, unit_sums)
+                     expand_units, hash_ids, id_unit_stream, pair_levels, record_rows, strip_marks, unit_sums)
 
 __all__ = ["ENCODED_MARK", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
-           "expand_units", "hash_ids", "id_unit_stream", "pair_levels", "strip_marks", "unit_sums"]
+           "expand_units", "hash_ids", "id_unit_stream", "pair_levels", "record_rows", "strip_marks",
+           "unit_sums"]

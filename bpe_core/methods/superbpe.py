@@ -54,7 +54,7 @@ from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, replay_merges
 from ..engine.units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
-                            expand_units, id_unit_stream, pair_levels, strip_marks, unit_sums)
+                            expand_units, id_unit_stream, pair_levels, record_rows, strip_marks, unit_sums)
 from ..errors import InputChanged, InternalError, ModelFormatError
 from ..formats import registry
 from ..encode.tokenizer import TwoStageEncoder
@@ -449,39 +449,49 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
     """
     index = WordIndex(table.arena, table.offsets)
     n_words = table.n_words
-    rows_all, breaks = [], [0]
-    n_ids = 0
-    joins_prev = False               # the last span of the chunk before reached its end
-    for k, (arena, offsets, ids, spans, n_bytes) in enumerate(recorded):
-        rows = index.word_ids(arena, offsets[1:], 0) if len(offsets) > 1 else np.zeros(0, np.int64)
-        if rows.size and rows.min() < 0:
-            raise InternalError(f"chunk {k}: a counted pretoken is missing from the word table")
-        rows_all.append(rows.astype(np.uint32)[ids])
-        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-        if spans.shape[0]:
-            span_bytes = np.cumsum(spans[:, 1] - spans[:, 0])
-            ends = np.cumsum(np.diff(offsets)[ids])         # bytes up to each pretoken's end
-            cut = np.searchsorted(ends, span_bytes, side="right")   # each span's end, in pretokens
-            if (cut[-1] != ids.size or np.any(np.diff(cut) <= 0) or cut[0] <= 0
-                    or not np.array_equal(ends[cut - 1], span_bytes)):
-                raise InternalError(f"chunk {k}: its pretokens do not cover its text spans")
-            firsts = n_ids + np.concatenate(([0], cut[:-1]))      # where each span starts
-            if joins_prev and spans[0, 0] == 0:
-                firsts = firsts[1:]          # it goes on from the last span of the chunk before
-            for pos in firsts.tolist():
-                if pos != breaks[-1]:
-                    breaks.append(pos)
-            joins_prev = bool(spans[-1, 1] == n_bytes)
-        else:
-            joins_prev = False
-        n_ids += ids.size
-    if breaks[-1] != n_ids:
-        breaks.append(n_ids)
-    all_rows = np.concatenate(rows_all) if rows_all else np.zeros(0, np.uint32)
-    del rows_all
-    if not np.array_equal(np.bincount(all_rows, minlength=n_words), table.counts):
+    sizes = [int(r[2].size) for r in recorded]
+    at = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    all_rows = prefault(np.empty(int(at[-1]), dtype=np.uint32))
+    cuts: list = [None] * len(recorded)
+
+    def fill(ks: list) -> np.ndarray:
+        """Chunks ``ks`` into ``all_rows``; their pretokens counted per table row."""
+        counts = np.zeros(n_words, dtype=np.int64)
+        for k in ks:
+            arena, offsets, ids, spans, _ = recorded[k]
+            rows = index.word_ids(arena, offsets[1:], 0) if len(offsets) > 1 else np.zeros(0, np.int64)
+            spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+            try:
+                cuts[k] = record_rows(rows, ids, offsets, np.cumsum(spans[:, 1] - spans[:, 0]), all_rows,
+                                      int(at[k]), counts)
+            except ValueError as exc:
+                raise InternalError(f"the record of chunk {k}: {exc}") from None
+        return counts
+
+    groups = [list(range(len(recorded)))] if num_workers < 2 else \
+        [list(range(0, len(recorded), 2)), list(range(1, len(recorded), 2))]
+    if len(groups) == 2:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-record") as ex:
+            counted = sum(ex.map(fill, groups))
+    else:
+        counted = fill(groups[0])
+    # Conservation: the rows of the pretokens count what the word table counts.
+    if not np.array_equal(counted, table.counts):
         raise InternalError("the recorded pretokens do not count what the word table counts")
-    breaks = np.asarray(breaks, dtype=np.int64)
+    # Spans -> breaks: a span starts a new stretch of text unless it goes on from the chunk before
+    # (both touch the chunk edge: the counting chunks cut documents, the units do not).
+    firsts, joins_prev = [np.zeros(1, np.int64)], False
+    for k, (_, _, ids, spans, n_bytes) in enumerate(recorded):
+        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        if not spans.shape[0]:
+            joins_prev = False
+            continue
+        f = at[k] + np.concatenate(([0], cuts[k][:-1]))
+        firsts.append(f[1:] if joins_prev and spans[0, 0] == 0 else f)
+        joins_prev = bool(spans[-1, 1] == n_bytes)
+    firsts.append(np.array([all_rows.size], np.int64))
+    breaks = np.unique(np.concatenate(firsts))      # sorted; a repeated position is one break
     seg_symbols, seg_offsets = seg if seg is not None else (None, None)
     # two halves, cut at the break nearest the middle: one thread each
     halves = [breaks]
