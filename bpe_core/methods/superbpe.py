@@ -1037,6 +1037,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         report["seconds"][f"stage2_{k}"] = v
     report["seconds"]["merge_loop"] = round((t1 - t0) + (t3 - t2), 3)
     report["engine"] = result.engine_stats
+    # where the stage-2 units came from: the counting pass's record of every pretoken, or a second scan
+    report["stage2_units_source"] = units_source
     report["merges"] = len(merges)
     report["merges_requested"] = max(n_total, 0)
     report["superbpe"] = {
@@ -1044,8 +1046,6 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
         "stage1_merges": len(steps1),
         "stage2_merges": len(steps2),
         "stage2_split": split,
-        # where the units came from: the counting pass's record of every pretoken, or a second scan
-        "stage2_units_source": units_source,
         "rules": rules.to_dict(),
         "stage2_sample_fraction": fraction,
         "stage2_units_seen": info["units_seen"],
