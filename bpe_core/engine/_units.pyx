@@ -444,14 +444,11 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
         n_kept = st.n_kept
     # the lists become the arrays' memory (no copy of the chunk's ids)
     cdef _IdList held_ids = _IdList()
-    cdef _BoundList held_bounds = _BoundList()
     held_ids.v.swap(out_ids)
-    held_bounds.v.swap(out_bounds)
-    return held_ids.array(), held_bounds.array(), n_seen, n_kept, n_missing
+    return held_ids.array(), _bounds_array(out_bounds), n_seen, n_kept, n_missing
 
 
 cdef uint32_t _NO_IDS = 0
-cdef int64_t _NO_BOUNDS = 0
 
 
 cdef class _IdList:
@@ -482,32 +479,13 @@ cdef class _IdList:
         return np.frombuffer(self, dtype=np.uint32)
 
 
-cdef class _BoundList:
-    """A ``vector[int64_t]`` lent to numpy as an array's memory (buffer protocol, format ``q``)."""
-    cdef vector[int64_t] v
-    cdef Py_ssize_t shape[1]
-    cdef Py_ssize_t strides[1]
-
-    def __getbuffer__(self, Py_buffer* buffer, int flags):
-        self.shape[0] = <Py_ssize_t>self.v.size()
-        self.strides[0] = sizeof(int64_t)
-        buffer.buf = <void*>(self.v.data() if self.v.size() > 0 else &_NO_BOUNDS)
-        buffer.format = "q"
-        buffer.internal = NULL
-        buffer.itemsize = sizeof(int64_t)
-        buffer.len = self.shape[0] * sizeof(int64_t)
-        buffer.ndim = 1
-        buffer.obj = self
-        buffer.readonly = 0
-        buffer.shape = self.shape
-        buffer.strides = self.strides
-        buffer.suboffsets = NULL
-
-    def __releasebuffer__(self, Py_buffer* buffer):
-        pass
-
-    def array(self):
-        return np.frombuffer(self, dtype=np.int64)
+cdef object _bounds_array(const vector[int64_t]& v):
+    """A copy of unit bounds as an int64 array (small beside the ids, which are lent: ``_IdList``)."""
+    out = np.empty(v.size(), dtype=np.int64)
+    cdef int64_t[::1] ov = out
+    if v.size() > 0:
+        memcpy(&ov[0], v.data(), v.size() * sizeof(int64_t))
+    return out
 
 
 cdef struct UnitState:
@@ -619,10 +597,8 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
     if bad:
         raise ValueError(f"a word id is not below the {n_words} words of the table")
     cdef _IdList held_ids = _IdList()
-    cdef _BoundList held_bounds = _BoundList()
     held_ids.v.swap(out_ids)
-    held_bounds.v.swap(out_bounds)
-    return held_ids.array(), held_bounds.array(), st.n_seen, st.n_kept
+    return held_ids.array(), _bounds_array(out_bounds), st.n_seen, st.n_kept
 
 
 def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[::1] word_offsets,
