@@ -106,9 +106,19 @@ def test_a_signal_at_any_moment_ends_the_run_cleanly(big_corpus, tokenizer_dir, 
     rc, stdout, stderr = _finish(proc)
     expected = {"SIGINT": 130, "SIGTERM": 143}[sig]
     if rc == -getattr(signal, sig) and not stderr.strip():
-        # Killed by the default action before the interpreter reached the tool's first line (its
-        # start-up can take longer than ``delay`` on a loaded machine): nothing ran, nothing is left.
-        _assert_clean(out, tmpdir, finished=False)
+        # Killed by the default action: before the interpreter reached the tool's first line (its
+        # start-up can take longer than ``delay`` on a loaded machine: nothing ran, nothing is left),
+        # or after the run had written everything, while the interpreter shut down (it gives the
+        # signals back to the default action then): every output complete, nothing else left.
+        done = {"train": {"vocab.json", "merges.txt", "model.json", "train_report.json"},
+                "encode": {"ids.npy"}}[kind]
+        finished = done <= set(os.listdir(out))
+        _assert_clean(out, tmpdir, finished=finished)
+        if finished:                          # and whole: they load
+            if kind == "train":
+                json.loads((out / "model.json").read_text()), json.loads((out / "train_report.json").read_text())
+            else:
+                assert np.load(out / "ids.npy").size > 0
         return
     assert rc in (expected, 0), f"exit {rc} after {sig} at {delay} s; stderr: {stderr[-3000:]}"
     assert "Traceback" not in stderr and len(stderr_lines(stderr)) <= 1, stderr
