@@ -3,7 +3,8 @@
 - ``WordIndex``: pretoken bytes -> row of a word table;
 - ``chunk_unit_stream``: the units of a chunk as runs of word ids (or their stage-1 tokens), in text order
   (what SuperBPE's stage 2 uses); ``id_unit_stream``: the same from the text's word ids (recorded
-  when it was counted) instead of its bytes;
+  when it was counted) instead of its bytes; ``record_rows``: a recorded chunk's pretokens as rows of
+  the word table, cut into its spans;
 - ``expand_units``: word-id units -> stage-1 token units; ``strip_marks``: the encoded marks taken off;
 - ``RankMerger``: merges id sequences in rank order (the stage-1 encoder of units);
 - ``unit_sums``: per-unit sums of a per-token value (the encoded-data test);
