@@ -363,3 +363,25 @@ def test_id_unit_stream_refuses_bad_input():
         id_unit_stream(np.array([0, 2], np.uint32), np.array([0, 2]), flags)
     with pytest.raises(ValueError, match="breaks"):
         id_unit_stream(np.array([0, 1], np.uint32), np.array([0, 1]), flags)
+
+
+def test_record_rows_refuses_what_does_not_add_up():
+    """The conservation checks of a recorded chunk: an id past its words, a word with no table row,
+    spans that do not end where a pretoken ends (or that the pretokens do not reach)."""
+    from bpe_core.engine.units import record_rows
+
+    offsets = np.array([0, 1, 3])                       # local words of 1 and 2 bytes
+    ok = dict(out=np.zeros(3, np.uint32), at=0, counts=np.zeros(4, np.int64))
+    assert record_rows(np.array([2, 3]), np.array([1, 0, 1], np.uint32), offsets, np.array([3, 5]),
+                       **ok).tolist() == [2, 3]
+    cases = [(np.array([2, 3]), np.array([1, 2, 1], np.uint32), np.array([3, 5]), "not below"),
+             (np.array([2, -1]), np.array([1, 0, 1], np.uint32), np.array([3, 5]), "no row"),
+             (np.array([2, 9]), np.array([1, 0, 1], np.uint32), np.array([3, 5]), "no row"),
+             (np.array([2, 3]), np.array([1, 0, 1], np.uint32), np.array([4, 5]), "cover"),
+             (np.array([2, 3]), np.array([1, 0, 1], np.uint32), np.array([3, 6]), "cover")]
+    for rows, ids, ends, message in cases:
+        with pytest.raises(ValueError, match=message):
+            record_rows(rows, ids, offsets, ends, np.zeros(3, np.uint32), 0, np.zeros(4, np.int64))
+    with pytest.raises(ValueError, match="too short"):
+        record_rows(np.array([2, 3]), np.array([1, 0, 1], np.uint32), offsets, np.array([3, 5]),
+                    np.zeros(2, np.uint32), 0, np.zeros(4, np.int64))
