@@ -21,6 +21,21 @@ unit = st.lists(st.sampled_from(list(b"ab :c1")), max_size=14)
 units_st = st.lists(st.tuples(unit, st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=25)
 
 
+def _spans_and_table(text: bytes):
+    """The text spans of ``text`` between ``<|endoftext|>``, the GPT-2 pretokens of each span (plain
+    Python: ``pretoken_ends``) and their word table (``{b"x": 1}`` for a text without any)."""
+    from bpe_core.corpus.chunks import split_spans
+    from bpe_core.pretok.pretokenize import pretoken_ends
+    from bpe_core.pretok.wordtable import WordTable
+
+    spans, _ = split_spans(text, 0, len(text), [b"<|endoftext|>"])
+    pieces = []
+    for s, e in spans:
+        ends = pretoken_ends(text[s:e], "gpt2") + s
+        pieces.append([text[a:b] for a, b in zip(np.concatenate(([s], ends[:-1])), ends)])
+    return spans, pieces, WordTable.from_counts(Counter(p for ps in pieces for p in ps) or {b"x": 1})
+
+
 def as_arrays(units):
     symbols = np.array([s for u, _, _ in units for s in u], dtype=np.uint32)
     offsets = np.concatenate(([0], np.cumsum([len(u) for u, _, _ in units]))).astype(np.int64)
@@ -121,21 +136,12 @@ def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction, regions
     custom regex) counts, with the same sample and (``regions``) the same encoded marks; without a
     sample, the direct path (words written as they come, marks added when a region ends) lists what
     the buffered path (the one a sample takes) lists with a sample that keeps every unit."""
-    from bpe_core.corpus.chunks import split_spans
     from bpe_core.engine.units import WordIndex, chunk_unit_stream
     from bpe_core.methods.superbpe import _units_of, word_classes, word_flags
-    from bpe_core.pretok.pretokenize import PATTERN_IDS, pretoken_ends
-    from bpe_core.pretok.wordtable import WordTable
+    from bpe_core.pretok.pretokenize import PATTERN_IDS
 
     specials = [b"<|endoftext|>"]
-    spans, _ = split_spans(text, 0, len(text), specials)
-    words = Counter()
-    for s, e in spans:
-        prev = s
-        for end in pretoken_ends(text[s:e], "gpt2") + s:
-            words[text[prev:end]] += 1
-            prev = end
-    table = WordTable.from_counts(dict(words) or {b"x": 1})
+    spans, pieces, table = _spans_and_table(text)
     index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
     classes = word_classes(table) if regions else None
     keep = 0xFFFFFFFFFFFFFFFF if fraction >= 1 else int(fraction * 2 ** 64)
@@ -154,13 +160,7 @@ def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction, regions
         assert (b_seen, b_kept) == (seen, kept)
     if fraction >= 1 and not regions:   # every pretoken, in text order, with its row of the table
         row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
-        plain = []
-        for s, e in spans:
-            prev = s
-            for end in pretoken_ends(text[s:e], "gpt2") + s:
-                plain.append(row[text[prev:end]])
-                prev = end
-        assert ids.tolist() == plain
+        assert ids.tolist() == [row[p] for ps in pieces for p in ps]
 
 
 def test_levels_when_the_pair_table_grows():
@@ -261,21 +261,11 @@ def test_pieces_on_two_threads_equal_one():
 def test_unit_stream_writes_stage1_tokens(text, cut_spaces, fraction, regions, rnd):
     """``chunk_unit_stream(seg_symbols=, seg_offsets=)`` equals listing the word-id units and expanding
     each word id by a plain loop over the segmentation (marks kept); the sample is the same."""
-    from bpe_core.corpus.chunks import split_spans
     from bpe_core.engine.units import ENCODED_MARK, WordIndex, chunk_unit_stream, expand_units
     from bpe_core.methods.superbpe import word_classes, word_flags
-    from bpe_core.pretok.pretokenize import PATTERN_IDS, pretoken_ends
-    from bpe_core.pretok.wordtable import WordTable
+    from bpe_core.pretok.pretokenize import PATTERN_IDS
 
-    specials = [b"<|endoftext|>"]
-    spans, _ = split_spans(text, 0, len(text), specials)
-    words = Counter()
-    for s, e in spans:
-        prev = s
-        for end in pretoken_ends(text[s:e], "gpt2") + s:
-            words[text[prev:end]] += 1
-            prev = end
-    table = WordTable.from_counts(dict(words) or {b"x": 1})
+    spans, _, table = _spans_and_table(text)
     index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
     classes = word_classes(table) if regions else None
     keep = 0xFFFFFFFFFFFFFFFF if fraction >= 1 else int(fraction * 2 ** 64)
@@ -325,19 +315,12 @@ def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd
     """``id_unit_stream`` over the word ids of the text's pretokens (span by span) lists what
     ``chunk_unit_stream`` lists scanning the bytes: units, encoded marks, stage-1 tokens, counts."""
     import random
-    from bpe_core.corpus.chunks import split_spans
     from bpe_core.engine.units import WordIndex, chunk_unit_stream, id_unit_stream
     from bpe_core.methods.superbpe import word_classes, word_flags
-    from bpe_core.pretok.pretokenize import PATTERN_IDS, pretoken_ends
-    from bpe_core.pretok.wordtable import WordTable
+    from bpe_core.pretok.pretokenize import PATTERN_IDS
 
     rnd = rnd or random.Random(0)
-    spans, _ = split_spans(text, 0, len(text), [b"<|endoftext|>"])
-    pieces = []
-    for s, e in spans:
-        ends = pretoken_ends(text[s:e], "gpt2") + s
-        pieces.append([text[a:b] for a, b in zip(np.concatenate(([s], ends[:-1])), ends)])
-    table = WordTable.from_counts(Counter(p for ps in pieces for p in ps) or {b"x": 1})
+    spans, pieces, table = _spans_and_table(text)
     row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
     ids = np.array([row[p] for ps in pieces for p in ps], dtype=np.uint32)
     breaks = np.concatenate(([0], np.cumsum([len(ps) for ps in pieces]))).astype(np.int64)
