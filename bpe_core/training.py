@@ -204,7 +204,7 @@ def train(config: TrainConfig) -> TrainResult:
             # its stage 2 then lists its units from them instead of pre-tokenizing the file again
             # (methods.superbpe.units_from_records); otherwise nothing changes
             record = [] if (method.records_pretokens and single_plain
-                            and 4 * sources[0].size <= the_plan.memory_limit // 8) else None
+                            and budget.record_fits(sources[0].size, the_plan.memory_limit)) else None
             table = count_corpus(sources, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
                                  progress=config.progress, report=report, monitor=monitor,
                                  memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,

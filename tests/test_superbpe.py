@@ -440,3 +440,26 @@ def test_units_from_the_record_equal_a_second_scan(tmp_path_factory, text, chunk
     assert rec.report["superbpe"]["stage2_units_seen"] == scan.report["superbpe"]["stage2_units_seen"]
     assert rec.report["stage2_units_source"] == "record"
     assert scan.report["stage2_units_source"] == "scan"
+
+
+def test_the_record_gate_around_its_threshold(tmp_path, monkeypatch):
+    """The counting pass keeps its record exactly when ``budget.record_fits`` says so (4 B a text byte
+    within the budget's share): at the threshold it records, one byte under it scans; both train the
+    same merges and final token count."""
+    from bpe_core.runtime import budget
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A<|endoftext|> the dog sat" * 60)
+    size = path.stat().st_size
+    options = dict(input_path=str(path), vocab_size=320, method="superbpe", special_tokens=["<|endoftext|>"],
+                   chunk_bytes=700)
+    limit = bpe_core.train(bpe_core.TrainConfig(**options)).report["memory_limit"]
+    runs = {}
+    for label, need in (("at", 4 * size), ("under", 4 * size - 1)):
+        monkeypatch.setattr(budget, "RECORD_BUDGET_SHARE", (need + 0.5) / limit)
+        assert budget.record_fits(size, limit) == (label == "at")
+        runs[label] = bpe_core.train(bpe_core.TrainConfig(**options))
+    assert runs["at"].report["stage2_units_source"] == "record"
+    assert runs["under"].report["stage2_units_source"] == "scan"
+    assert runs["at"].model.merges == runs["under"].model.merges
+    assert runs["at"].report["superbpe"]["final_tokens"] == runs["under"].report["superbpe"]["final_tokens"]

@@ -386,6 +386,24 @@ def engine_memory(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols:
     return {"anon": anon, "file": readonly} if mapped else {"anon": anon + readonly, "file": 0}
 
 
+#: A recorded pretoken (``count_corpus(record=)``: its row in the chunk's table) takes 4 B, and a
+#: pretoken is at least one byte of text.
+RECORD_BYTES_PER_TEXT_BYTE = 4
+#: The record is kept only when its worst case is at most this share of the budget.
+RECORD_BUDGET_SHARE = 1 / 8
+
+
+def record_fits(text_bytes: int, memory_limit: int) -> bool:
+    """Whether SuperBPE's counting pass may keep the row of every pretoken of ``text_bytes`` of text
+    (``methods.superbpe.units_from_records``): its worst case, 4 B for every byte, at most an eighth
+    of the budget, so it never decides whether a run fits (the plan does not count it).
+
+    >>> record_fits(16 << 20, 512 << 20), record_fits((16 << 20) + 1, 512 << 20)
+    (True, False)
+    """
+    return RECORD_BYTES_PER_TEXT_BYTE * int(text_bytes) <= int(memory_limit * RECORD_BUDGET_SHARE)
+
+
 def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols: Optional[int] = None) -> int:
     """Estimated RAM of the merge engine for ``n_words`` unique pretokens (all arrays in RAM).
 
