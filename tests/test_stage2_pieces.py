@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bpe_core.engine.merge import MergeEngine
-from bpe_core.engine.units import cut_pieces, pair_levels
+from bpe_core.engine.units import cut_pieces, pair_levels, pair_sketch, sketch_bounds
 from bpe_core.methods.superbpe import Stage2Rules, _allowed, first_cut, stage2_merges
 
 #: GPT-2's pattern written out, so it runs as a custom regex (the Python units path)
@@ -368,3 +368,126 @@ def test_record_rows_refuses_what_does_not_add_up():
     with pytest.raises(ValueError, match="too short"):
         record_rows(np.array([2, 3]), np.array([1, 0, 1], np.uint32), offsets, np.array([3, 5]),
                     np.zeros(2, np.uint32), 0, np.zeros(4, np.int64))
+
+
+# ---- the sketch of the pair counts (pair_sketch) and cutting by its bitmap (cut_pieces(keep=))
+
+
+def _plain_pair_counts(symbols, offsets, weights):
+    seqs = [symbols[offsets[i]:offsets[i + 1]].tolist() for i in range(offsets.size - 1)]
+    plain = Counter()
+    for s, w in zip(seqs, weights):
+        for a, b in zip(s, s[1:]):
+            plain[(a, b)] += int(w)
+    levels = [plain[(s[k], s[k + 1])] if k + 1 < len(s) else 0 for s in seqs for k in range(len(s))]
+    return plain, levels
+
+
+def _sampled(pairs, sample_bits):
+    """Which pairs ``pair_sketch`` samples (its hash, in numpy's wrapping uint64 arithmetic)."""
+    if sample_bits == 0:
+        return np.ones(len(pairs), bool)
+    keys = np.array([(a << 32 | b) + 1 for a, b in pairs], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return (keys * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - sample_bits) == 0
+
+
+@settings(max_examples=100)
+@given(units_st, st.sampled_from([3, 4, 6, 12]), st.sampled_from([0, 1, 3]))
+def test_sketch_bounds_every_window_and_samples_exact_counts(units, bits, sample_bits):
+    symbols, offsets, weights, counts = as_arrays(units)
+    sketch, sampled = pair_sketch(symbols, offsets, weights, bits, sample_bits)
+    plain, levels = _plain_pair_counts(symbols, offsets, weights)
+    assert sketch.size == 2 ** bits
+    # conservation: the counters hold every window's weight once; no bound is below the exact count
+    assert int(sketch.sum()) == sum(plain.values())
+    assert all(int(b) >= lv for b, lv in zip(sketch_bounds(sketch, symbols, offsets), levels))
+    # the sample: the exact counts of the sampled pairs of weight > 0
+    pairs = [p for p, c in plain.items() if c > 0]
+    want = [plain[p] for p, s in zip(pairs, _sampled(pairs, sample_bits)) if s]
+    assert sorted(sampled.tolist()) == sorted(want)
+    # the keep bitmap cuts as the bounds do, for cuts around the counts
+    for cut in (1, 2, 3, 5, 8):
+        keep = np.packbits(sketch >= cut, bitorder="little")
+        by_bits = cut_pieces(symbols, offsets, None, weights, counts, cut, keep=keep)
+        by_bounds = cut_pieces(symbols, offsets, sketch_bounds(sketch, symbols, offsets), weights, counts, cut)
+        for x, y in zip(by_bits[:4], by_bounds[:4]):
+            assert np.array_equal(x, y)
+        assert by_bits[4] == by_bounds[4]
+
+
+def test_sketch_with_a_sample_on_two_threads_equals_one_and_the_plain_count():
+    # above the size where pair_sketch splits the sequences between two threads; ~90k distinct pairs,
+    # so 1 in 8 is ~11k sampled pairs (the sample table grows) and 2**12 counters collide a lot
+    rng = np.random.default_rng(3)
+    symbols = rng.integers(0, 300, 1_200_000).astype(np.uint32)
+    offsets = np.concatenate(([0], np.sort(rng.choice(np.arange(1, symbols.size), 999, replace=False)),
+                              [symbols.size])).astype(np.int64)
+    weights = rng.integers(0, 4, offsets.size - 1).astype(np.int64)
+    one = pair_sketch(symbols, offsets, weights, 12, 3, threads=1)
+    two = pair_sketch(symbols, offsets, weights, 12, 3, threads=2)
+    assert np.array_equal(one[0], two[0]) and np.array_equal(np.sort(one[1]), np.sort(two[1]))
+    levels, pair_counts = pair_levels(symbols, offsets, weights)
+    assert int(two[0].sum()) == int((weights * np.maximum(np.diff(offsets) - 1, 0)).sum())    # each window once
+    assert np.all(sketch_bounds(two[0], symbols, offsets) >= levels)
+    keys = (symbols[:-1].astype(np.uint64) << np.uint64(32)) | symbols[1:].astype(np.uint64)
+    inside = np.ones(keys.size, bool)
+    inside[offsets[1:-1] - 1] = False
+    w = np.repeat(weights, np.diff(offsets))[:-1]
+    uniq, inv = np.unique(keys[inside], return_inverse=True)
+    sums = np.bincount(inv, weights=w[inside]).astype(np.int64)
+    pairs = [(int(k >> np.uint64(32)), int(k & np.uint64(0xFFFFFFFF))) for k in uniq]
+    want = sums[_sampled(pairs, 3) & (sums > 0)]
+    assert 8_000 < want.size < 15_000
+    assert np.array_equal(np.sort(two[1]), np.sort(want))
+
+
+def test_sketch_counters_saturate_and_still_bound():
+    symbols = np.array([1, 2, 1, 2, 7, 8], np.uint32)
+    offsets = np.array([0, 2, 4, 6], np.int64)
+    weights = np.array([2 ** 32 - 10, 2 ** 40, 5], np.int64)        # (1, 2) counts past 2**32
+    sketch, sampled = pair_sketch(symbols, offsets, weights, 3, 0)
+    bounds = sketch_bounds(sketch, symbols, offsets)
+    assert bounds[0] == bounds[2] == 2 ** 32 - 1 and bounds[4] >= 5
+    assert sorted(sampled.tolist()) == [5, 2 ** 32 - 10 + 2 ** 40]
+    with pytest.raises(ValueError, match="bits must be in 3..30"):
+        pair_sketch(symbols, offsets, weights, 2)
+    with pytest.raises(ValueError, match="power of two"):
+        cut_pieces(symbols, offsets, None, weights, weights, 1, keep=np.zeros(3, np.uint8))
+    with pytest.raises(ValueError, match="one level per symbol"):
+        cut_pieces(symbols, offsets, None, weights, weights, 1)
+
+
+@settings(max_examples=120)
+@given(units_st, st.integers(0, 40), st.integers(1, 40), st.sampled_from([3, 4, 5, 16]),
+       st.sampled_from([Stage2Rules(distinct=True), Stage2Rules(distinct=False)]))
+def test_pieces_cut_by_a_small_sketch_equal_whole_units(units, n, cut, size, rules):
+    """A sketch of 8 to 64k counters (many collisions: windows kept that the exact counts cut) gives
+    the merges, tokens and final count of the whole units, for any first cut (restarts included)."""
+    symbols, offsets, weights, counts = as_arrays(units)
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
+    got = stage2_merges(symbols, offsets, weights, counts, TOKENS, n, _allowed(rules, TOKENS),
+                        bounded=rules.distinct, cut=cut, sketch_size=size)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final
+
+
+@settings(max_examples=60)
+@given(units_st, st.integers(1, 40))
+def test_the_sampled_first_cut_gives_the_merges_of_whole_units(units, n):
+    """Without a forced cut the first cut comes from a sample of the pairs (scaled to 1 in 2 and more
+    by a small ``STAGE2_CUT_SAMPLE_RANKS``): the merges are those of the whole units all the same."""
+    from bpe_core.methods import superbpe
+
+    rules = Stage2Rules(distinct=True)
+    symbols, offsets, weights, counts = as_arrays(units)
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
+    old = superbpe.STAGE2_CUT_SAMPLE_RANKS
+    superbpe.STAGE2_CUT_SAMPLE_RANKS = 1
+    try:
+        assert superbpe.cut_sample_bits(n) >= 1
+        got = stage2_merges(symbols, offsets, weights, counts, TOKENS, n, _allowed(rules, TOKENS))
+    finally:
+        superbpe.STAGE2_CUT_SAMPLE_RANKS = old
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final

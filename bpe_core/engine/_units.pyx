@@ -1213,6 +1213,154 @@ def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
     return levels, counts
 
 
+# ---- an upper bound of every pair's count in a small array (the count-min sketch of one row)
+
+cdef inline uint64_t _sketch_slot(uint64_t key, uint64_t mask) noexcept nogil:
+    # another multiplier than _pair_slot's: the sample below is drawn by _pair_slot's bits
+    return ((key * <uint64_t>0xD6E8FEB86659FD93u) >> 29) & mask
+
+
+cdef inline bint _sampled(uint64_t key, int sample_bits) noexcept nogil:
+    """Whether a pair is in the sample of ``pair_sketch``: 1 in ``2**sample_bits`` of the distinct
+    pairs, by the top bits of a hash of the pair (so a sampled pair is counted at every window)."""
+    return sample_bits == 0 or ((key * <uint64_t>0x9E3779B97F4A7C15u) >> (64 - sample_bits)) == 0
+
+
+cdef class _SketchPart:
+    """One thread's share of ``pair_sketch``: its sketch and the exact counts of its sampled pairs."""
+    cdef object sketch_obj
+    cdef _PairTable sample
+
+    def __init__(self, int bits, uint64_t cap):
+        self.sketch_obj = np.zeros(<int64_t>1 << bits, dtype=np.uint32)
+        self.sample = _PairTable(cap)
+
+    def count(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
+              int64_t lo, int64_t hi, int sample_bits):
+        cdef uint32_t[::1] sk = self.sketch_obj
+        cdef uint64_t smask = sk.shape[0] - 1, key, slot, c, w
+        cdef int64_t u, k, a, b
+        cdef _PairTable t = self.sample
+        if t.oom:
+            raise MemoryError("pair_sketch: no memory for the sampled pairs")
+        with nogil:
+            for u in range(lo, hi):
+                if weights[u] <= 0:         # adds nothing (encoded units weigh 0)
+                    continue
+                w = <uint64_t>weights[u] if weights[u] < <int64_t>0xFFFFFFFF else <uint64_t>0xFFFFFFFF
+                a = offsets[u]
+                b = offsets[u + 1]
+                for k in range(a, b - 1):
+                    if k + 17 < b:              # the counter of a window ahead (a hint only)
+                        __builtin_prefetch(&sk[_sketch_slot(
+                            ((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1, smask)])
+                    key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
+                    slot = _sketch_slot(key, smask)
+                    c = sk[slot] + w
+                    sk[slot] = <uint32_t>c if c < <uint64_t>0xFFFFFFFF else <uint32_t>0xFFFFFFFF
+                    if _sampled(key, sample_bits):
+                        slot = _pair_slot(key, t.mask)
+                        while t.slots[slot].key != key and t.slots[slot].key != 0:
+                            slot = (slot + 1) & t.mask
+                        if t.slots[slot].key == 0:
+                            t.slots[slot].key = key
+                            t.n_pairs += 1
+                        t.slots[slot].count += weights[u]      # the weight itself (w is capped)
+                        if 2 * t.n_pairs > t.mask + 1:
+                            t.slots = _grow_pairs(t.slots, &t.mask)
+                            t.grown = True
+                            if t.slots == NULL:
+                                t.oom = True
+                                break
+                if t.oom:
+                    break
+        if t.oom:
+            raise MemoryError("pair_sketch: no memory for the sampled pairs")
+
+
+def pair_sketch(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
+                int bits, int sample_bits=0, int threads=1):
+    """An upper bound of every window's pair count in ``2**bits`` counters, and the exact counts of a
+    sample of the pairs: returns ``(sketch, sampled_counts)``.
+
+    ``sketch[_sketch_slot(pair)]`` (uint32, saturating) is the weighted count of all the pairs that
+    share the pair's counter, so it is at least the pair's own count (``sketch_bounds`` reads it per
+    window): a count-min sketch of one row. ``sampled_counts`` (int64, no order) are the exact
+    weighted counts of the distinct pairs a hash puts in a ``1 / 2**sample_bits`` sample (every pair
+    with ``sample_bits=0``), pairs of weight 0 left out. SuperBPE's stage 2 draws its first cut from
+    the sample and cuts its units where the bound is below the cut (``cut_pieces(bound=)``): a bound,
+    never below the count, cuts no window the exact count keeps (exact whatever the collisions).
+
+    >>> sk, pc = pair_sketch(np.array([1, 2, 1, 2, 3], np.uint32), np.array([0, 2, 5]), np.array([3, 1]), 4)
+    >>> sorted(pc.tolist()), int(sk.sum())       # (1, 2): 3 + 1, (2, 3): 1 -> 5 in all
+    ([1, 4], 5)
+    >>> bounds = sketch_bounds(sk, np.array([1, 2, 1, 2, 3], np.uint32), np.array([0, 2, 5]))
+    >>> [int(b) >= c for b, c in zip(bounds, [4, 0, 4, 1, 0])]        # never below the exact levels
+    [True, True, True, True, True]
+
+    One pass over the windows, one counter each (asked for 16 windows ahead); the sampled ones also
+    go to a small exact table. With ``threads=2`` each half of the sequences is counted on its own
+    thread into its own sketch and sample; the sketches are added (saturating) and the samples
+    summed: the same result.
+
+    Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, summed per
+    counter (``_sketch_slot``), and the ``Counter`` restricted to the sampled pairs.
+    """
+    cdef int64_t n_seq = offsets.shape[0] - 1, n_sym = symbols.shape[0], mid
+    cdef uint64_t cap = 1 << 10
+    if bits < 3 or bits > 30:        # 3: the keep bitmap (cut_pieces) has whole bytes
+        raise ValueError(f"pair_sketch: bits must be in 3..30, not {bits}")
+    if sample_bits < 0 or sample_bits > 16:
+        raise ValueError(f"pair_sketch: sample_bits must be in 0..16, not {sample_bits}")
+    if n_seq < 2 or n_sym < (1 << 20):
+        threads = 1
+    while cap < <uint64_t>((n_sym >> sample_bits) // (4 * threads)) and cap < (<uint64_t>1 << 31):
+        cap <<= 1       # as pair_levels: room for a sampled pair per 8 sampled windows
+    if threads <= 1:
+        part = _SketchPart(bits, cap)
+        part.count(symbols, offsets, weights, 0, n_seq, sample_bits)
+        return part.sketch_obj, part.sample.counts_with(None)
+    from concurrent.futures import ThreadPoolExecutor
+    mid = int(np.searchsorted(np.asarray(offsets), n_sym // 2))       # halves by symbols
+    mid = min(max(mid, 1), n_seq - 1)
+    left, right = _SketchPart(bits, cap), _SketchPart(bits, cap)
+    with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-sketch") as ex:
+        jobs = [ex.submit(left.count, symbols, offsets, weights, 0, mid, sample_bits),
+                ex.submit(right.count, symbols, offsets, weights, mid, n_seq, sample_bits)]
+        for j in jobs:
+            j.result()
+    _add_saturating(left.sketch_obj, right.sketch_obj)
+    return left.sketch_obj, left.sample.counts_with(right.sample)
+
+
+cdef void _add_saturating_c(uint32_t* a, const uint32_t* b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    cdef uint64_t c
+    for i in range(n):
+        c = <uint64_t>a[i] + b[i]
+        a[i] = <uint32_t>c if c < <uint64_t>0xFFFFFFFF else <uint32_t>0xFFFFFFFF
+
+
+def _add_saturating(uint32_t[::1] a, const uint32_t[::1] b):
+    """``a += b`` in place, each sum capped at 2**32 - 1."""
+    with nogil:
+        _add_saturating_c(&a[0], &b[0], a.shape[0])
+
+
+def sketch_bounds(const uint32_t[::1] sketch, const uint32_t[::1] symbols, const int64_t[::1] offsets):
+    """Per position, the sketch's bound of its window's pair count (0 at a sequence's last position):
+    what ``cut_pieces(bound=)`` compares with the cut, as an array (tests and tools)."""
+    cdef int64_t n_seq = offsets.shape[0] - 1, u, k
+    cdef uint64_t smask = sketch.shape[0] - 1
+    out = np.zeros(symbols.shape[0], dtype=np.uint32)
+    cdef uint32_t[::1] ov = out
+    with nogil:
+        for u in range(n_seq):
+            for k in range(offsets[u], offsets[u + 1] - 1):
+                ov[k] = sketch[_sketch_slot(((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1, smask)]
+    return out
+
+
 cdef inline bint _same_ids(const uint32_t* p, const uint32_t* q, int64_t n) noexcept nogil:
     cdef int64_t i
     for i in range(n):
@@ -1317,10 +1465,16 @@ cdef class _PieceTable:
                               self.data, self.starts, self.hashes, self.wsum, self.csum)
 
     def add(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
-            const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int64_t lo, int64_t hi):
-        """Cut sequences ``lo:hi`` and count their pieces."""
+            const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int64_t lo, int64_t hi,
+            const uint8_t[::1] keep=None):
+        """Cut sequences ``lo:hi`` and count their pieces (by ``levels``, or by the bitmap ``keep``)."""
         cdef int64_t u, k, a, b, start, n, nq = 0
-        cdef uint64_t h
+        cdef uint64_t h, smask = 0, slot
+        cdef bint by_bits = keep is not None
+        cdef const uint8_t* kb = NULL
+        if by_bits:
+            kb = &keep[0]
+            smask = (<uint64_t>keep.shape[0] << 3) - 1
         cdef int64_t qstart[BATCH]           # pieces found, waiting for their prefetched slots
         cdef int64_t qlen[BATCH]
         cdef uint64_t qhash[BATCH]
@@ -1335,8 +1489,13 @@ cdef class _PieceTable:
                 b = offsets[u + 1]
                 start = a
                 for k in range(a, b):
-                    if k + 1 < b and levels[k] >= min_level:
-                        continue
+                    if k + 1 < b:
+                        if by_bits:             # a 1 MiB bitmap: it stays in the CPU's cache
+                            slot = _sketch_slot(((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1, smask)
+                            if (kb[slot >> 3] >> (slot & 7)) & 1:
+                                continue
+                        elif levels[k] >= min_level:
+                            continue
                     n = k + 1 - start
                     if n == 1:
                         self.single += counts[u]
@@ -1409,7 +1568,8 @@ cdef class _PieceTable:
 
 
 def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
-               const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int threads=1):
+               const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int threads=1,
+               const uint8_t[::1] keep=None):
     """Cut every sequence after each position whose level is below ``min_level`` and count the
     distinct pieces of two or more symbols: returns ``(data, starts, piece_weights, piece_counts,
     single_count)`` (pieces in first-seen order; a piece's weight and count are the sums of its
@@ -1422,6 +1582,10 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
     >>> d.tolist(), s.tolist(), w.tolist(), c.tolist(), one      # [5 6 | 7], [5 6 | 8]
     ([5, 6], [0, 2], [3], [3], 3)
 
+    ``keep``: instead of ``levels`` (pass ``None`` for them), a bitmap over a :func:`pair_sketch`'s
+    counters (``np.packbits(sketch >= min_level, bitorder="little")``: ``sketch_keep``): a window is
+    kept whole when its pair's counter has its bit set, cut otherwise (``min_level`` is then unused).
+
     With ``threads=2`` each half of the sequences is cut on its own thread into its own table, then
     the second half's pieces join the first's in their order: the same pieces in the same order.
 
@@ -1430,17 +1594,21 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
     cdef int64_t n_seq = offsets.shape[0] - 1, n_sym = symbols.shape[0], mid
     if n_sym >= <int64_t>0xFFFFFFFF:
         raise ValueError("too many symbols for uint32 piece ids")
+    if keep is None and (levels is None or levels.shape[0] != n_sym):
+        raise ValueError("cut_pieces: one level per symbol, or a keep bitmap, is needed")
+    if keep is not None and (keep.shape[0] == 0 or keep.shape[0] & (keep.shape[0] - 1)):
+        raise ValueError("cut_pieces: a keep bitmap's size is a power of two")
     if threads <= 1 or n_seq < 2 or n_sym < (1 << 20):
         table = _PieceTable(n_sym)
-        table.add(symbols, offsets, levels, weights, counts, min_level, 0, n_seq)
+        table.add(symbols, offsets, levels, weights, counts, min_level, 0, n_seq, keep)
         return table.to_arrays()
     from concurrent.futures import ThreadPoolExecutor
     mid = int(np.searchsorted(np.asarray(offsets), n_sym // 2))       # halves by symbols
     mid = min(max(mid, 1), n_seq - 1)
     left, right = _PieceTable(n_sym // 2), _PieceTable(n_sym // 2)
     with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-pieces") as ex:
-        jobs = [ex.submit(left.add, symbols, offsets, levels, weights, counts, min_level, 0, mid),
-                ex.submit(right.add, symbols, offsets, levels, weights, counts, min_level, mid, n_seq)]
+        jobs = [ex.submit(left.add, symbols, offsets, levels, weights, counts, min_level, 0, mid, keep),
+                ex.submit(right.add, symbols, offsets, levels, weights, counts, min_level, mid, n_seq, keep)]
         for j in jobs:
             j.result()
     left.absorb(right)
