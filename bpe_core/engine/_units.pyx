@@ -1466,22 +1466,27 @@ cdef class _PieceTable:
 
     def add(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
             const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int64_t lo, int64_t hi,
-            const uint8_t[::1] keep=None):
-        """Cut sequences ``lo:hi`` and count their pieces (by ``levels``, or by the bitmap ``keep``)."""
-        cdef int64_t u, k, a, b, start, n, nq = 0
+            const uint8_t[::1] keep=None, _PieceTable upper=None):
+        """Cut sequences ``lo:hi`` and count their pieces (by ``levels``, or by the bitmap ``keep``);
+        with ``upper``, the pieces whose hash has its top bit set are counted there instead (so two
+        threads can then join their tables half by half: ``cut_pieces``)."""
+        cdef int64_t u, k, a, b, start, n
         cdef uint64_t h, smask = 0, slot
-        cdef bint by_bits = keep is not None
+        cdef bint by_bits = keep is not None, split = upper is not None
         cdef const uint8_t* kb = NULL
+        cdef int side, r
         if by_bits:
             kb = &keep[0]
             smask = (<uint64_t>keep.shape[0] << 3) - 1
-        cdef int64_t qstart[BATCH]           # pieces found, waiting for their prefetched slots
-        cdef int64_t qlen[BATCH]
-        cdef uint64_t qhash[BATCH]
-        cdef int64_t qw[BATCH]
-        cdef int64_t qc[BATCH]
+        cdef int64_t nq[2]
+        cdef int64_t qstart[2][BATCH]           # pieces found, waiting for their prefetched slots
+        cdef int64_t qlen[2][BATCH]
+        cdef uint64_t qhash[2][BATCH]
+        cdef int64_t qw[2][BATCH]
+        cdef int64_t qc[2][BATCH]
         cdef const uint32_t* base = &symbols[0] if symbols.shape[0] > 0 else NULL
-        if self.oom:
+        nq[0] = nq[1] = 0
+        if self.oom or (split and upper.oom):
             raise MemoryError("cut_pieces: no memory for the piece table")
         with nogil:
             for u in range(lo, hi):
@@ -1490,7 +1495,7 @@ cdef class _PieceTable:
                 start = a
                 for k in range(a, b):
                     if k + 1 < b:
-                        if by_bits:             # a 1 MiB bitmap: it stays in the CPU's cache
+                        if by_bits:             # a 512 KiB bitmap: it stays in the CPU's cache
                             slot = _sketch_slot(((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1, smask)
                             if (kb[slot >> 3] >> (slot & 7)) & 1:
                                 continue
@@ -1502,23 +1507,33 @@ cdef class _PieceTable:
                     elif n > 1:
                         # queue the piece; its slot is asked for now and probed BATCH pieces later
                         h = _hash_ids(base + start, n)
-                        __builtin_prefetch(&self.slots[h & self.mask])
-                        qstart[nq] = start
-                        qlen[nq] = n
-                        qhash[nq] = h
-                        qw[nq] = weights[u]
-                        qc[nq] = counts[u]
-                        nq += 1
-                        if nq == BATCH:
-                            if self._flush(qstart, qlen, qhash, qw, qc, nq, base) < 0:
+                        side = 1 if split and (h >> 63) else 0
+                        if side:
+                            __builtin_prefetch(&upper.slots[h & upper.mask])
+                        else:
+                            __builtin_prefetch(&self.slots[h & self.mask])
+                        qstart[side][nq[side]] = start
+                        qlen[side][nq[side]] = n
+                        qhash[side][nq[side]] = h
+                        qw[side][nq[side]] = weights[u]
+                        qc[side][nq[side]] = counts[u]
+                        nq[side] += 1
+                        if nq[side] == BATCH:
+                            if side:
+                                r = upper._flush(qstart[1], qlen[1], qhash[1], qw[1], qc[1], BATCH, base)
+                            else:
+                                r = self._flush(qstart[0], qlen[0], qhash[0], qw[0], qc[0], BATCH, base)
+                            if r < 0:
                                 self.oom = True
                                 break
-                            nq = 0
+                            nq[side] = 0
                     start = k + 1
                 if self.oom:
                     break
-            if not self.oom and nq > 0:
-                self.oom = self._flush(qstart, qlen, qhash, qw, qc, nq, base) < 0
+            if not self.oom and nq[0] > 0:
+                self.oom = self._flush(qstart[0], qlen[0], qhash[0], qw[0], qc[0], nq[0], base) < 0
+            if not self.oom and nq[1] > 0:
+                self.oom = upper._flush(qstart[1], qlen[1], qhash[1], qw[1], qc[1], nq[1], base) < 0
         if self.oom:
             raise MemoryError("cut_pieces: no memory for the piece table")
 
@@ -1549,22 +1564,33 @@ cdef class _PieceTable:
         if self.oom:
             raise MemoryError("cut_pieces: no memory for the piece table")
 
-    def to_arrays(self):
-        out_data = prefault(np.empty(self.data.size(), dtype=np.uint32))     # each written whole
-        out_starts = prefault(np.empty(self.starts.size(), dtype=np.int64))
-        out_w = prefault(np.empty(self.wsum.size(), dtype=np.int64))
-        out_c = prefault(np.empty(self.csum.size(), dtype=np.int64))
+    def to_arrays(self, _PieceTable more=None):
+        """The pieces as arrays, then ``more``'s after them (their starts shifted)."""
+        cdef int64_t n1 = self.wsum.size(), n2 = more.wsum.size() if more is not None else 0
+        cdef int64_t d1 = self.data.size(), d2 = more.data.size() if more is not None else 0
+        cdef int64_t single = self.single + (more.single if more is not None else 0), j
+        out_data = prefault(np.empty(d1 + d2, dtype=np.uint32))     # each written whole
+        out_starts = prefault(np.empty(n1 + n2 + 1, dtype=np.int64))
+        out_w = prefault(np.empty(n1 + n2, dtype=np.int64))
+        out_c = prefault(np.empty(n1 + n2, dtype=np.int64))
         cdef uint32_t[::1] dv = out_data
         cdef int64_t[::1] sv = out_starts
         cdef int64_t[::1] wv = out_w
         cdef int64_t[::1] cv = out_c
-        if self.data.size() > 0:
-            memcpy(&dv[0], self.data.data(), self.data.size() * sizeof(uint32_t))
-        memcpy(&sv[0], self.starts.data(), self.starts.size() * sizeof(int64_t))
-        if self.wsum.size() > 0:
-            memcpy(&wv[0], self.wsum.data(), self.wsum.size() * sizeof(int64_t))
-            memcpy(&cv[0], self.csum.data(), self.csum.size() * sizeof(int64_t))
-        return out_data, out_starts, out_w, out_c, self.single
+        with nogil:
+            if d1 > 0:
+                memcpy(&dv[0], self.data.data(), d1 * sizeof(uint32_t))
+            memcpy(&sv[0], self.starts.data(), (n1 + 1) * sizeof(int64_t))
+            if n1 > 0:
+                memcpy(&wv[0], self.wsum.data(), n1 * sizeof(int64_t))
+                memcpy(&cv[0], self.csum.data(), n1 * sizeof(int64_t))
+            if n2 > 0:
+                memcpy(&dv[d1], more.data.data(), d2 * sizeof(uint32_t))
+                for j in range(n2):
+                    sv[n1 + 1 + j] = d1 + more.starts[j + 1]
+                memcpy(&wv[n1], more.wsum.data(), n2 * sizeof(int64_t))
+                memcpy(&cv[n1], more.csum.data(), n2 * sizeof(int64_t))
+        return out_data, out_starts, out_w, out_c, single
 
 
 def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
@@ -1586,8 +1612,11 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
     counters (``np.packbits(sketch >= min_level, bitorder="little")``: ``sketch_keep``): a window is
     kept whole when its pair's counter has its bit set, cut otherwise (``min_level`` is then unused).
 
-    With ``threads=2`` each half of the sequences is cut on its own thread into its own table, then
-    the second half's pieces join the first's in their order: the same pieces in the same order.
+    With ``threads=2`` each half of the sequences is cut on its own thread into two tables of its own,
+    one for the pieces whose hash has its top bit clear and one for the rest; then one thread joins
+    the two halves' first tables and the other their second tables (no piece is in both), and the
+    pieces of the first come before those of the second: the same pieces with the same weights and
+    counts as one thread, in another order.
 
     Plain equivalent: ``Counter`` of the runs ``tuple(s[i:j])`` between the cuts, weighted.
     """
@@ -1605,15 +1634,19 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
     from concurrent.futures import ThreadPoolExecutor
     mid = int(np.searchsorted(np.asarray(offsets), n_sym // 2))       # halves by symbols
     mid = min(max(mid, 1), n_seq - 1)
-    left, right = _PieceTable(n_sym // 2), _PieceTable(n_sym // 2)
+    left, left_up = _PieceTable(n_sym // 4), _PieceTable(n_sym // 4)
+    right, right_up = _PieceTable(n_sym // 4), _PieceTable(n_sym // 4)
     with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-pieces") as ex:
-        jobs = [ex.submit(left.add, symbols, offsets, levels, weights, counts, min_level, 0, mid, keep),
-                ex.submit(right.add, symbols, offsets, levels, weights, counts, min_level, mid, n_seq, keep)]
+        jobs = [ex.submit(left.add, symbols, offsets, levels, weights, counts, min_level, 0, mid, keep, left_up),
+                ex.submit(right.add, symbols, offsets, levels, weights, counts, min_level, mid, n_seq, keep,
+                          right_up)]
         for j in jobs:
             j.result()
-    left.absorb(right)
-    del right
-    return left.to_arrays()
+        jobs = [ex.submit(left.absorb, right), ex.submit(left_up.absorb, right_up)]
+        for j in jobs:
+            j.result()
+    del right, right_up
+    return left.to_arrays(left_up)
 
 
 # ==== Merging a sequence by rank ==============================================================
