@@ -40,6 +40,8 @@ from __future__ import annotations
 import threading
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence
 
@@ -431,21 +433,21 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     return (data, starts, counts), info
 
 
-def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_spaces: bool = True,
-                       classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None,
-                       num_workers: int = 1) -> tuple[tuple, dict]:
-    """The stage-2 units of a corpus from the counting pass's record (``count_corpus(record=)``: per
-    chunk in text order, its own sorted table, the row in it of every pretoken, its text spans and
-    size), as ``count_units`` lists them without a sample (tested equal): no second pre-tokenization.
+def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Every pretoken of the counting pass's record as its row of ``table``, in text order, and where
+    the stretches of text start: returns ``(rows, breaks)`` (uint32; sorted int64 positions in
+    ``rows``, the first 0 and the last ``rows.size``). Needs only the word table, not stage 1, so
+    training makes it while stage 1 runs.
 
     Each chunk's words are looked up once in ``table`` (``WordIndex``), so its pretokens become table
     rows by a gather; a chunk's pretokens are cut into its spans by their byte lengths; a span that
     reaches the end of its chunk goes on in the next chunk when that one starts with text (the
-    counting chunks are cut inside documents, the units are not). ``id_unit_stream`` lists the units,
-    the two halves of the corpus (cut at a special token) on two threads.
+    counting chunks are cut inside documents, the units are not). On two threads with
+    ``num_workers`` 2 (chunks in turn).
 
     Conservation, checked: every chunk word is in the table, the pretokens of each span cover its
-    bytes exactly, and the rows of all the pretokens count what the table counts (``np.bincount``).
+    bytes exactly, and the rows of all the pretokens count what the table counts (``np.bincount``);
+    ``InternalError`` otherwise.
     """
     index = WordIndex(table.arena, table.offsets)
     n_words = table.n_words
@@ -492,6 +494,21 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
         joins_prev = bool(spans[-1, 1] == n_bytes)
     firsts.append(np.array([all_rows.size], np.int64))
     breaks = np.unique(np.concatenate(firsts))      # sorted; a repeated position is one break
+    return all_rows, breaks
+
+
+def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_spaces: bool = True,
+                       classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None,
+                       num_workers: int = 1, rows: Optional[tuple] = None) -> tuple[tuple, dict]:
+    """The stage-2 units of a corpus from the counting pass's record (``count_corpus(record=)``: per
+    chunk in text order, its own sorted table, the row in it of every pretoken, its text spans and
+    size), as ``count_units`` lists them without a sample (tested equal): no second pre-tokenization.
+
+    The record's pretokens become rows of ``table`` cut into stretches of text (:func:`record_table_rows`;
+    ``rows``: its result, when the caller had it made while stage 1 ran); ``id_unit_stream`` lists the
+    units, the two halves of the corpus (cut at a special token) on two threads.
+    """
+    all_rows, breaks = rows if rows is not None else record_table_rows(recorded, table, num_workers)
     seg_symbols, seg_offsets = seg if seg is not None else (None, None)
     # two halves, cut at the break nearest the middle: one thread each
     halves = [breaks]
@@ -979,6 +996,33 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     n_total = config.vocab_size - 256 - len(specials)
     pattern = resolve_pattern(config.pattern)
 
+    split = normal_split(config.stage2_split)
+    # ---- while stage 1 runs (one thread): what stage 2 needs from the word table alone, on the other
+    # core: the words' flags and byte classes, and the record's pretokens as table rows (used when
+    # stage 2 sees the whole corpus, which is known after stage 1; dropped otherwise)
+    prep = ThreadPoolExecutor(2, thread_name_prefix="bpe_core-stage2-prep")
+    try:
+        return _train_superbpe(config, table, report, plan, progress, init_merges, recorded, specials, rules,
+                               t_size, n1, n_total, pattern, split, prep)
+    finally:
+        prep.shutdown(wait=True, cancel_futures=True)
+
+
+def _train_superbpe(config, table, report, plan, progress, init_merges, recorded, specials, rules, t_size, n1,
+                    n_total, pattern, split, prep):
+    """:func:`train_superbpe` once its background pool (``prep``) is open."""
+    table_ram = 0 if table.mapped else table.nbytes
+    budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table_ram, 64 << 20)
+    record_info = None
+    if split != "official":
+        word_info = prep.submit(lambda: (word_flags(table),
+                                         word_classes(table) if config.stage2_skip_encoded else None))
+        # the rows only when stage 2 will surely see the whole corpus: even one stage-1 token per byte
+        # of every pretoken fits its share (so the memory is what stage 2 would take anyway)
+        text_bytes = int((np.diff(np.asarray(table.offsets, dtype=np.int64)) * table.counts).sum())
+        if recorded and text_bytes * STAGE2_BYTES_PER_SYMBOL <= budget_share:
+            record_info = prep.submit(record_table_rows, recorded, table, 1)
+
     # ---- stage 1: plain BPE on the word table (all words, so rows stay aligned with the table)
     # Read-only engine arrays above MAP_THRESHOLD go to mapped files in the spill folder (docs/memory.md).
     folder = config.spill_dir or tempfile.gettempdir()
@@ -1005,12 +1049,9 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     # ---- stage 2 units (numpy arrays without the huge-page hint: runtime.memmon.numpy_huge_pages)
     with numpy_huge_pages(False):
         phase("stage-2 units")
-        table_ram = 0 if table.mapped else table.nbytes
-        budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table_ram, 64 << 20)
         need = n_stage1_tokens * STAGE2_BYTES_PER_SYMBOL
         fraction = 1.0 if need <= budget_share else budget_share / need
         token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
-        split = normal_split(config.stage2_split)
         # units of regions that look like encoded binary (uuencode, base64) stay in the table with no
         # weight: they teach stage 2 nothing, and the final token count still covers them (as the encoder
         # sees them)
@@ -1021,8 +1062,7 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
             encoded = (encoded_units(units_syms, units_offs, tokens) if config.stage2_skip_encoded
                        else np.zeros(units_counts.shape[0], dtype=bool))
         else:
-            flags = word_flags(table)
-            classes = word_classes(table) if config.stage2_skip_encoded else None
+            flags, classes = word_info.result()
             path, sources = config.input_path, None
             if config.cluster is not None or _has_url(path):
                 sources = expand_inputs(path, config.input_format, config.text_column)
@@ -1036,7 +1076,8 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
                 # the pretokens as counted: no second pre-tokenization of the file
                 units_source = "record"
                 units, info = units_from_records(recorded, table, flags, cut_spaces=(split == "hf"),
-                                                 classes=classes, seg=seg, num_workers=plan.num_workers)
+                                                 classes=classes, seg=seg, num_workers=plan.num_workers,
+                                                 rows=record_info.result() if record_info is not None else None)
             elif sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
                 opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
                                    bad=BadRecords(skip=True))          # bad records: reported by the counting
@@ -1047,6 +1088,10 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
                 units, info = count_units(path, table, specials, pattern, plan.num_workers,
                                           plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
                                           executor=config.cluster, classes=classes, seg=seg)
+            if record_info is not None:     # done with its rows (or never used them): not cleared under it
+                record_info.cancel()
+                futures_wait([record_info])
+                record_info = None
             if recorded is not None:
                 recorded.clear()         # the record's memory goes before stage 2's
             report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
