@@ -120,6 +120,7 @@ def test_words_export_roundtrip():
     eng.step()
     symbols, offsets, counts = eng.words()
     assert symbols.dtype == np.uint32 and offsets.tolist() == [0, 2, 3] and counts.tolist() == [2, 1]
+    assert eng.word_lengths().tolist() == np.diff(offsets).tolist()      # without listing the symbols
 
 
 @pytest.mark.parametrize("bad", [

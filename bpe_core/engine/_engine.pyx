@@ -1293,6 +1293,17 @@ cdef class MergeEngine:
             pos = self._nxt(pos)
         return out
 
+    def word_lengths(self):
+        """Each word's current number of symbols (int64): ``np.diff(words()[1])`` without listing the
+        symbols (what a final token count needs)."""
+        cdef int64_t n_words = self.n_words, w
+        lengths = np.empty(n_words, dtype=np.int64)
+        cdef int64_t[::1] lv = lengths
+        with nogil:
+            for w in range(n_words):
+                lv[w] = self._word_len(w)
+        return lengths
+
     def words(self):
         """The current word table as ``(symbols uint32, offsets int64, counts int64)`` (compacted)."""
         cdef int64_t n_words = self.n_words

@@ -966,8 +966,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
             break
         del engine
         cut = max(1, cut // 4)
-    _, final_offsets, _ = engine.words()
-    final_tokens = int((np.diff(final_offsets) * piece_counts).sum()) + int(singles)
+    final_tokens = int((engine.word_lengths() * piece_counts).sum()) + int(singles)
     info = {"cuts": tried, "restarts": len(tried) - 1}
     return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
                         {k: round(v, 3) for k, v in seconds.items()})
