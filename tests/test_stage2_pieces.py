@@ -499,3 +499,40 @@ def test_the_sampled_first_cut_gives_the_merges_of_whole_units(units, n):
         superbpe.STAGE2_CUT_SAMPLE_RANKS = old
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert got.tokens == tokens and got.final_tokens == final
+
+
+def _two_parts(symbols, offsets, per_seq, at):
+    """The sequences cut before sequence ``at`` into two parts with arrays of their own (the second
+    part's offsets rebased to its own symbols)."""
+    cut_sym = int(offsets[at])
+    first = (symbols[:cut_sym].copy(), offsets[:at + 1].copy()) + tuple(a[:at].copy() for a in per_seq)
+    second = (symbols[cut_sym:].copy(), offsets[at:] - cut_sym) + tuple(a[at:].copy() for a in per_seq)
+    return [first, second]
+
+
+@settings(max_examples=100)
+@given(units_st, st.integers(0, 40), st.integers(1, 40), st.data())
+def test_stage2_on_two_parts_equals_whole_units(units, n, cut, data):
+    """The units given in two parts (arrays of their own, one thread each; the record path's two halves)
+    give the merges, tokens and final count of the whole units; so do the sketch and the pieces."""
+    from bpe_core.engine.units import cut_pieces_parts, pair_sketch_parts
+
+    rules = Stage2Rules(distinct=True)
+    symbols, offsets, weights, counts = as_arrays(units)
+    at = data.draw(st.integers(0, len(units)))
+    parts = _two_parts(symbols, offsets, (weights, counts), at)
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
+    got = stage2_merges([p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts],
+                        [p[3] for p in parts], TOKENS, n, _allowed(rules, TOKENS), cut=cut)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final
+    whole = pair_sketch(symbols, offsets, weights, 5, 1)
+    split = pair_sketch_parts([p[:3] for p in parts], 5, 1)
+    assert np.array_equal(whole[0], split[0]) and sorted(whole[1].tolist()) == sorted(split[1].tolist())
+    keep = np.packbits(whole[0] >= cut, bitorder="little")
+    one = cut_pieces(symbols, offsets, None, weights, counts, cut, keep=keep)
+    two = cut_pieces_parts(parts, cut, keep=keep)
+    assert _as_dict(one) == _as_dict(two) and one[4] == two[4]
+    levels = pair_levels(symbols, offsets, weights)[0]
+    by_levels = cut_pieces_parts(parts, cut, levels=[levels[:int(offsets[at])], levels[int(offsets[at]):]])
+    assert _as_dict(by_levels) == _as_dict(cut_pieces(symbols, offsets, levels, weights, counts, cut))

@@ -1306,27 +1306,50 @@ def pair_sketch(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
     Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, summed per
     counter (``_sketch_slot``), and the ``Counter`` restricted to the sampled pairs.
     """
-    cdef int64_t n_seq = offsets.shape[0] - 1, n_sym = symbols.shape[0], mid
-    cdef uint64_t cap = 1 << 10
     if bits < 3 or bits > 30:        # 3: the keep bitmap (cut_pieces) has whole bytes
         raise ValueError(f"pair_sketch: bits must be in 3..30, not {bits}")
     if sample_bits < 0 or sample_bits > 16:
         raise ValueError(f"pair_sketch: sample_bits must be in 0..16, not {sample_bits}")
-    if n_seq < 2 or n_sym < (1 << 20):
-        threads = 1
-    while cap < <uint64_t>((n_sym >> sample_bits) // (4 * threads)) and cap < (<uint64_t>1 << 31):
-        cap <<= 1       # as pair_levels: room for a sampled pair per 8 sampled windows
-    if threads <= 1:
-        part = _SketchPart(bits, cap)
-        part.count(symbols, offsets, weights, 0, n_seq, sample_bits)
-        return part.sketch_obj, part.sample.counts_with(None)
-    from concurrent.futures import ThreadPoolExecutor
-    mid = int(np.searchsorted(np.asarray(offsets), n_sym // 2))       # halves by symbols
+    return pair_sketch_parts(_halves(threads, symbols, offsets, weights), bits, sample_bits)
+
+
+def _halves(int threads, symbols, offsets, *per_seq):
+    """``[(symbols, offsets, *per_seq)]``, or with ``threads=2`` (and enough symbols) the same cut in
+    two halves by symbols: ``offsets`` (and each per-sequence array) sliced; the symbols are shared,
+    as offsets are positions in them."""
+    cdef int64_t n_seq = offsets.shape[0] - 1, n_sym = symbols.shape[0], mid
+    if threads <= 1 or n_seq < 2 or n_sym < (1 << 20):
+        return [(symbols, offsets) + tuple(per_seq)]
+    mid = int(np.searchsorted(np.asarray(offsets), n_sym // 2))
     mid = min(max(mid, 1), n_seq - 1)
-    left, right = _SketchPart(bits, cap), _SketchPart(bits, cap)
+    return [(symbols, offsets[:mid + 1]) + tuple(a[:mid] for a in per_seq),
+            (symbols, offsets[mid:]) + tuple(a[mid:] for a in per_seq)]
+
+
+def pair_sketch_parts(list parts, int bits, int sample_bits=0):
+    """:func:`pair_sketch` over the sequences of one or two parts ``(symbols, offsets, weights)``
+    (each part's offsets are positions in its own symbols), one thread per part: the result of
+    ``pair_sketch`` on the parts joined (tested)."""
+    cdef uint64_t cap = 1 << 10
+    cdef int64_t n_sym = sum(int(p[0].shape[0]) for p in parts)
+    cdef int n_parts = len(parts)
+    if bits < 3 or bits > 30:
+        raise ValueError(f"pair_sketch: bits must be in 3..30, not {bits}")
+    if n_parts < 1 or n_parts > 2:
+        raise ValueError("pair_sketch_parts: one or two parts")
+    while cap < <uint64_t>((n_sym >> sample_bits) // (4 * n_parts)) and cap < (<uint64_t>1 << 31):
+        cap <<= 1       # as pair_levels: room for a sampled pair per 8 sampled windows
+    cdef _SketchPart left = _SketchPart(bits, cap), right
+    if n_parts == 1:
+        sym, off, w = parts[0]
+        left.count(sym, off, w, 0, len(off) - 1, sample_bits)
+        return left.sketch_obj, left.sample.counts_with(None)
+    from concurrent.futures import ThreadPoolExecutor
+    right = _SketchPart(bits, cap)
+    sketches = (left, right)
     with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-sketch") as ex:
-        jobs = [ex.submit(left.count, symbols, offsets, weights, 0, mid, sample_bits),
-                ex.submit(right.count, symbols, offsets, weights, mid, n_seq, sample_bits)]
+        jobs = [ex.submit(t.count, sym, off, w, 0, len(off) - 1, sample_bits)
+                for t, (sym, off, w) in zip(sketches, parts)]
         for j in jobs:
             j.result()
     _add_saturating(left.sketch_obj, right.sketch_obj)
@@ -1620,26 +1643,42 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
 
     Plain equivalent: ``Counter`` of the runs ``tuple(s[i:j])`` between the cuts, weighted.
     """
-    cdef int64_t n_seq = offsets.shape[0] - 1, n_sym = symbols.shape[0], mid
+    cdef int64_t n_sym = symbols.shape[0]
+    if keep is None and (levels is None or levels.shape[0] != n_sym):
+        raise ValueError("cut_pieces: one level per symbol, or a keep bitmap, is needed")
+    parts = _halves(threads, symbols, offsets, weights, counts)
+    return cut_pieces_parts(parts, min_level, keep=keep, levels=[levels] * len(parts) if keep is None else None)
+
+
+def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=None, levels=None):
+    """:func:`cut_pieces` over the sequences of one or two parts ``(symbols, offsets, weights,
+    counts)`` (each part's offsets are positions in its own symbols; ``levels``: one array per part,
+    when there is no ``keep``), one thread per part: the pieces of ``cut_pieces`` on the parts joined,
+    with the same weights and counts (tested)."""
+    cdef int64_t n_sym = sum(int(p[0].shape[0]) for p in parts)
+    cdef int n_parts = len(parts)
+    if n_parts < 1 or n_parts > 2:
+        raise ValueError("cut_pieces_parts: one or two parts")
     if n_sym >= <int64_t>0xFFFFFFFF:
         raise ValueError("too many symbols for uint32 piece ids")
-    if keep is None and (levels is None or levels.shape[0] != n_sym):
+    if keep is None and (levels is None or len(levels) != n_parts or
+                         any(lv is None or lv.shape[0] != p[0].shape[0] for lv, p in zip(levels, parts))):
         raise ValueError("cut_pieces: one level per symbol, or a keep bitmap, is needed")
     if keep is not None and (keep.shape[0] == 0 or keep.shape[0] & (keep.shape[0] - 1)):
         raise ValueError("cut_pieces: a keep bitmap's size is a power of two")
-    if threads <= 1 or n_seq < 2 or n_sym < (1 << 20):
+    lv = list(levels) if keep is None else [None] * n_parts
+    cdef _PieceTable table
+    if n_parts == 1:
+        sym, off, w, c = parts[0]
         table = _PieceTable(n_sym)
-        table.add(symbols, offsets, levels, weights, counts, min_level, 0, n_seq, keep)
+        table.add(sym, off, lv[0], w, c, min_level, 0, len(off) - 1, keep)
         return table.to_arrays()
     from concurrent.futures import ThreadPoolExecutor
-    mid = int(np.searchsorted(np.asarray(offsets), n_sym // 2))       # halves by symbols
-    mid = min(max(mid, 1), n_seq - 1)
-    left, left_up = _PieceTable(n_sym // 4), _PieceTable(n_sym // 4)
-    right, right_up = _PieceTable(n_sym // 4), _PieceTable(n_sym // 4)
+    cdef _PieceTable left = _PieceTable(n_sym // 4), left_up = _PieceTable(n_sym // 4)
+    cdef _PieceTable right = _PieceTable(n_sym // 4), right_up = _PieceTable(n_sym // 4)
     with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-pieces") as ex:
-        jobs = [ex.submit(left.add, symbols, offsets, levels, weights, counts, min_level, 0, mid, keep, left_up),
-                ex.submit(right.add, symbols, offsets, levels, weights, counts, min_level, mid, n_seq, keep,
-                          right_up)]
+        jobs = [ex.submit(t.add, sym, off, lv[i], w, c, min_level, 0, len(off) - 1, keep, up)
+                for i, (t, up, (sym, off, w, c)) in enumerate(zip((left, right), (left_up, right_up), parts))]
         for j in jobs:
             j.result()
         jobs = [ex.submit(left.absorb, right), ex.submit(left_up.absorb, right_up)]

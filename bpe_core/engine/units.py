@@ -9,13 +9,14 @@
 - ``RankMerger``: merges id sequences in rank order (the stage-1 encoder of units);
 - ``unit_sums``: per-unit sums of a per-token value (the encoded-data test);
 - ``pair_levels``, ``pair_sketch``, ``cut_pieces``: SuperBPE stage 2's pieces (units cut where no merge
-  can cross; the exact count of each window's pair, or a sketch's bound of it);
+  can cross; the exact count of each window's pair, or a sketch's bound of it); the ``_parts`` forms
+  take the units in two arrays (one thread each);
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
 from ._units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
-                     expand_units, hash_ids, id_unit_stream, pair_levels, pair_sketch, record_rows, sketch_bounds,
-                     strip_marks, unit_sums)
+                     cut_pieces_parts, expand_units, hash_ids, id_unit_stream, pair_levels, pair_sketch,
+                     pair_sketch_parts, record_rows, sketch_bounds, strip_marks, unit_sums)
 
 __all__ = ["ENCODED_MARK", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
-           "expand_units", "hash_ids", "id_unit_stream", "pair_levels", "pair_sketch", "record_rows",
-           "sketch_bounds", "strip_marks", "unit_sums"]
+           "cut_pieces_parts", "expand_units", "hash_ids", "id_unit_stream", "pair_levels", "pair_sketch",
+           "pair_sketch_parts", "record_rows", "sketch_bounds", "strip_marks", "unit_sums"]

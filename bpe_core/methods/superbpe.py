@@ -56,7 +56,8 @@ from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, replay_merges
 from ..engine.units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
-                            expand_units, id_unit_stream, pair_sketch, record_rows, strip_marks, unit_sums)
+                            cut_pieces_parts, expand_units, id_unit_stream, pair_sketch, pair_sketch_parts,
+                            record_rows, strip_marks, unit_sums)
 from ..errors import InputChanged, InternalError, ModelFormatError
 from ..formats import registry
 from ..encode.tokenizer import TwoStageEncoder
@@ -506,7 +507,8 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
 
     The record's pretokens become rows of ``table`` cut into stretches of text (:func:`record_table_rows`;
     ``rows``: its result, when the caller had it made while stage 1 ran); ``id_unit_stream`` lists the
-    units, the two halves of the corpus (cut at a special token) on two threads.
+    units, the two halves of the corpus (cut at a special token) on two threads. Returns the units as a
+    list of one or two parts ``(data, starts, counts)`` (the halves, not joined), and the figures.
     """
     all_rows, breaks = rows if rows is not None else record_table_rows(recorded, table, num_workers)
     seg_symbols, seg_offsets = seg if seg is not None else (None, None)
@@ -529,8 +531,10 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
         parts = [run(halves[0])]
     seen = sum(p[2] for p in parts)
     kept = sum(p[3] for p in parts)
-    data, starts, counts = _concat_units([(p[0], p[1], np.ones(p[1].size - 1, dtype=np.int64)) for p in parts])
-    return (data, starts, counts), {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.size)}
+    n_units = sum(p[1].size - 1 for p in parts)
+    # the halves stay apart (stage2_merges takes the units in parts: no copy of 60 M tokens to join them)
+    return ([(p[0], p[1], np.ones(p[1].size - 1, dtype=np.int64)) for p in parts],
+            {"units_seen": seen, "units_kept": kept, "unique_units": n_units})
 
 
 class UnitsContext:
@@ -908,25 +912,35 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     (``MergeEngine(prune_below=cut)``): no merge rebuilds a token's bytes, so such a pair's count
     never rises and it cannot be merged before the engine stops at the cut; the pair map stays small.
 
-    ``cut``: the first cut (default :func:`first_cut`; tests force others). ``threads``: 2 counts the
-    pairs and cuts the pieces on two threads (the same result). ``sketch_size``: log2 of the number of
+    ``symbols``, ``offsets``, ``weights``, ``counts`` may also be lists of one or two arrays each: the
+    units in parts (each part's offsets are positions in its own symbols), one thread per part, the
+    result of the parts joined (so the caller need not join them). ``cut``: the first cut (default
+    :func:`first_cut`; tests force others). ``threads``: 2 counts the pairs and cuts the pieces on two
+    threads (the same result). ``sketch_size``: log2 of the number of
     counters (default :func:`sketch_bits`; tests force tiny sketches full of collisions).
 
     Plain equivalent: ``MergeEngine(symbols, offsets, weights, tokens).run(n_merges, allowed)``
     (tested equal: ``tests/test_superbpe.py``).
     """
-    symbols = np.ascontiguousarray(symbols, dtype=np.uint32)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    weights = np.ascontiguousarray(weights, dtype=np.int64)
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    kinds = (np.uint32, np.int64, np.int64, np.int64)
+    if isinstance(symbols, list) and len(symbols) == 1:        # one part: the arrays (halved for threads)
+        symbols, offsets, weights, counts = symbols[0], offsets[0], weights[0], counts[0]
+    # the units as one or two parts (one thread each), or as arrays the kernels halve for two threads
+    parts = [tuple(np.ascontiguousarray(a, dtype=k) for a, k in zip(p, kinds))
+             for p in zip(symbols, offsets, weights, counts)] if isinstance(symbols, list) else None
+    if parts is None:
+        symbols, offsets, weights, counts = (np.ascontiguousarray(a, dtype=k)
+                                             for a, k in zip((symbols, offsets, weights, counts), kinds))
     seconds = {"levels": 0.0, "cut": 0.0, "build": 0.0, "loop": 0.0}
     t0 = time.perf_counter()
     threads = min(max(threads, 1), 2)
-    n_windows = max(int(symbols.size) - (int(offsets.size) - 1), 0)
+    n_windows = sum(max(int(p[0].size) - (int(p[1].size) - 1), 0) for p in (parts or [(symbols, offsets)]))
     sample = cut_sample_bits(n_merges) if bounded and cut is None else 6
-    sketch, sampled_counts = pair_sketch(symbols, offsets, weights,
-                                         sketch_bits(n_windows) if sketch_size is None else sketch_size,
-                                         sample, threads=threads)
+    bits = sketch_bits(n_windows) if sketch_size is None else sketch_size
+    if parts is not None:
+        sketch, sampled_counts = pair_sketch_parts([p[:3] for p in parts], bits, sample)
+    else:
+        sketch, sampled_counts = pair_sketch(symbols, offsets, weights, bits, sample, threads=threads)
     if not bounded:
         cut = 1
     elif cut is None:
@@ -941,8 +955,11 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     while True:
         t0 = time.perf_counter()
         keep = np.packbits(sketch >= cut, bitorder="little")
-        data, starts, piece_weights, piece_counts, singles = cut_pieces(symbols, offsets, None, weights,
-                                                                        counts, cut, threads=threads, keep=keep)
+        if parts is not None:
+            data, starts, piece_weights, piece_counts, singles = cut_pieces_parts(parts, cut, keep=keep)
+        else:
+            data, starts, piece_weights, piece_counts, singles = cut_pieces(symbols, offsets, None, weights, counts,
+                                                                            cut, threads=threads, keep=keep)
         tried.append({"cut": cut, "pieces": int(piece_weights.size), "symbols": int(data.size)})
         if steps:
             merger = RankMerger(np.array([a for a, _, _ in steps], dtype=np.uint32),
@@ -1074,7 +1091,7 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
             if recorded and sources is None and fraction >= 1:
                 # the pretokens as counted: no second pre-tokenization of the file
                 units_source = "record"
-                units, info = units_from_records(recorded, table, flags, cut_spaces=(split == "hf"),
+                unit_parts, info = units_from_records(recorded, table, flags, cut_spaces=(split == "hf"),
                                                  classes=classes, seg=seg, num_workers=plan.num_workers,
                                                  rows=record_info.result() if record_info is not None else None)
             elif sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
@@ -1094,13 +1111,20 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
             if recorded is not None:
                 recorded.clear()         # the record's memory goes before stage 2's
             report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
-            units_syms, units_offs, units_counts, encoded = stage2_table(units, table, seg_symbols, seg_offsets,
-                                                                         (flags & NUMERIC) > 0, token_lengths,
-                                                                         cut_numbers=(split == "units"),
-                                                                         expanded=seg is not None)
-            del units, classes
-        weights = np.where(encoded, 0, units_counts) if encoded.any() else units_counts
-        encoded_tokens = int((np.diff(units_offs)[encoded] * units_counts[encoded]).sum()) if encoded.size else 0
+            if units_source != "record":
+                unit_parts = [units]
+                del units
+            tables = [stage2_table(u, table, seg_symbols, seg_offsets, (flags & NUMERIC) > 0, token_lengths,
+                                   cut_numbers=(split == "units"), expanded=seg is not None) for u in unit_parts]
+            del unit_parts, classes
+            units_syms, units_offs, units_counts, encoded = (list(x) for x in zip(*tables))
+            del tables
+        if not isinstance(units_syms, list):
+            units_syms, units_offs, units_counts, encoded = [units_syms], [units_offs], [units_counts], [encoded]
+        # one or two parts (stage2_merges takes them apart)
+        weights = [np.where(e, 0, c) if e.any() else c for e, c in zip(encoded, units_counts)]
+        encoded_tokens = sum(int((np.diff(o)[e] * c[e]).sum()) for o, c, e in zip(units_offs, units_counts, encoded))
+        n_encoded_units = sum(int(c[e].sum()) for c, e in zip(units_counts, encoded))
         t2 = time.perf_counter()
 
         # ---- stage 2: continue from the stage-1 state, on the pieces of the units (stage2_merges)
@@ -1152,7 +1176,7 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
         "final_tokens": result.final_tokens,
         "stage2_cut": result.info,
         "stage2_skip_encoded": bool(config.stage2_skip_encoded),
-        "stage2_encoded_units": int(units_counts[encoded].sum()) if encoded.size else 0,
+        "stage2_encoded_units": n_encoded_units,
         "stage2_encoded_tokens": encoded_tokens,      # stage-1 tokens in them
     }
     stages = [
