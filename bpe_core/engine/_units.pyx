@@ -1408,6 +1408,19 @@ cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const ui
     cdef uint64_t h, slot, j
     cdef uint32_t tag
     cdef PieceSlot* slots = slots_p[0]
+    # Hints first, for the whole batch (its slots were asked for when the pieces were queued): the
+    # sums and the start of the piece in each piece's first slot, then its symbols; the probes and
+    # sums below then find them in cache instead of waiting on dependent misses piece by piece.
+    for q in range(nq):
+        slot = qhash[q] & mask_p[0]
+        if slots[slot].pid != 0xFFFFFFFFu and slots[slot].tag == <uint32_t>(qhash[q] >> 32):
+            __builtin_prefetch(&starts[slots[slot].pid])
+            __builtin_prefetch(&wsum[slots[slot].pid])
+            __builtin_prefetch(&csum[slots[slot].pid])
+    for q in range(nq):
+        slot = qhash[q] & mask_p[0]
+        if slots[slot].pid != 0xFFFFFFFFu and slots[slot].tag == <uint32_t>(qhash[q] >> 32):
+            __builtin_prefetch(&data[starts[slots[slot].pid]])
     for q in range(nq):
         start = qstart[q]
         n = qlen[q]
