@@ -463,3 +463,24 @@ def test_the_record_gate_around_its_threshold(tmp_path, monkeypatch):
     assert runs["under"].report["stage2_units_source"] == "scan"
     assert runs["at"].model.merges == runs["under"].model.merges
     assert runs["at"].report["superbpe"]["final_tokens"] == runs["under"].report["superbpe"]["final_tokens"]
+
+
+# pieces of words: ASCII, digits of other scripts, Unicode spaces, broken and cut UTF-8
+_WORD_PARTS = [b" ", b"a", b"7", b"\n", b",", b"\xc2\xa0", b"\xe2\x80\x83", b"\xd9\xa3", b"\xe2\x85\xa7",
+               b"\xc3\xa9", b"\xc2", b"\xa0", b"\xe2\x80", b"\xff", b"\xf0\x9f\x98\x80", b"\xed\xa0\x80", b"\x00"]
+
+
+@settings(max_examples=300)
+@given(st.lists(st.lists(st.sampled_from(_WORD_PARTS) | st.binary(max_size=3), max_size=6).map(b"".join),
+                min_size=1, max_size=30, unique=True))
+def test_native_word_flags_and_classes_equal_the_plain_twins(words):
+    """``word_flags`` / ``word_classes`` (one native pass) against their Python twins (``regex`` on
+    each decoded word, numpy byte classes), on words with any bytes: \\p{N} outside ASCII, Unicode
+    spaces at either edge, undecodable and cut sequences."""
+    from bpe_core.methods.superbpe import word_classes, word_classes_python, word_flags, word_flags_python
+    from bpe_core.pretok.wordtable import WordTable
+
+    table = WordTable.from_counts({w: 1 for w in words})
+    assert word_flags(table).tolist() == word_flags_python(table).tolist()
+    assert word_classes(table).tolist() == word_classes_python(table).tolist()
+    assert word_classes(table).dtype == word_classes_python(table).dtype == np.int32

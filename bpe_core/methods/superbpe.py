@@ -64,7 +64,7 @@ from ..encode.tokenizer import TwoStageEncoder
 from ..formats.model import Model
 from ..pretok.counting import check_distributable, private_shard
 from ..pretok.patterns import pattern_name, resolve_pattern
-from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
+from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends, word_byte_classes, word_char_flags
 from ..pretok.wordtable import WordTable
 from ..runtime.memmon import numpy_huge_pages, phase, prefault
 from ..runtime.progress import progress_bar
@@ -253,13 +253,43 @@ NUMERIC, STARTS_SPACE, ENDS_SPACE = 1, 2, 4
 
 
 def word_flags(table: WordTable) -> np.ndarray:
+    """Per word of ``table`` (uint8): ``NUMERIC`` (holds a ``\\p{N}`` character), ``STARTS_SPACE`` and
+    ``ENDS_SPACE`` (its first / last character is ``\\s``), in one native pass over the words
+    (``pretok.word_char_flags``; the plain twin :func:`word_flags_python` is tested equal).
+
+    >>> t = WordTable.from_counts({b" a": 1, b"x\\n": 1, b" 12": 1, b"\\xc2\\xa0": 1})
+    >>> words = [t.arena[t.offsets[i]:t.offsets[i + 1]].tobytes() for i in range(t.n_words)]
+    >>> dict(zip(words, word_flags(t).tolist())) == {b" a": 2, b"x\\n": 4, b" 12": 3, b"\\xc2\\xa0": 6}
+    True
+    """
+    return word_char_flags(np.ascontiguousarray(table.arena, dtype=np.uint8),
+                           np.ascontiguousarray(table.offsets, dtype=np.int64))
+
+
+def word_classes(table: WordTable) -> np.ndarray:
+    """Per word of ``table`` (int32 rows): its bytes, ASCII whitespace, ASCII punctuation, ASCII
+    letters or digits, and ASCII digits (the byte classes of ``reference.looks_encoded``); what the
+    units pass sums over a region to tell encoded data (``chunk_unit_stream(word_classes=)``). One
+    native pass (``pretok.word_byte_classes``; the plain twin :func:`word_classes_python`).
+
+    >>> word_classes(WordTable.from_counts({b"ab,": 1, b" 7\\xc3\\xa9": 1})).tolist()
+    [[4, 1, 0, 1, 1], [3, 0, 1, 2, 0]]
+    """
+    out = word_byte_classes(np.ascontiguousarray(table.arena, dtype=np.uint8),
+                            np.ascontiguousarray(table.offsets, dtype=np.int64))
+    if out.size and out[:, 0].max() >= 2 ** 31:
+        raise ValueError("a pretoken of 2 GiB or more cannot be a stage-2 unit word")
+    return out.astype(np.int32)
+
+
+def word_flags_python(table: WordTable) -> np.ndarray:
     """Per word of ``table`` (uint8): ``NUMERIC`` (holds a digit), ``STARTS_SPACE`` and
     ``ENDS_SPACE`` (its first / last character is ``\\s``). ASCII edges are read by numpy; a word
     whose first or last byte is not ASCII is decoded and checked with ``regex``.
 
     >>> t = WordTable.from_counts({b" a": 1, b"x\\n": 1, b" 12": 1, b"\\xc2\\xa0": 1})
     >>> words = [t.arena[t.offsets[i]:t.offsets[i + 1]].tobytes() for i in range(t.n_words)]
-    >>> dict(zip(words, word_flags(t).tolist())) == {b" a": 2, b"x\\n": 4, b" 12": 3, b"\\xc2\\xa0": 6}
+    >>> dict(zip(words, word_flags_python(t).tolist())) == {b" a": 2, b"x\\n": 4, b" 12": 3, b"\\xc2\\xa0": 6}
     True
     """
     flags = numeric_mask(table).astype(np.uint8) * NUMERIC
@@ -281,13 +311,13 @@ def word_flags(table: WordTable) -> np.ndarray:
     return flags
 
 
-def word_classes(table: WordTable) -> np.ndarray:
+def word_classes_python(table: WordTable) -> np.ndarray:
     """Per word of ``table`` (int32 rows): its bytes, ASCII whitespace, ASCII punctuation, ASCII
     letters or digits, and ASCII digits (the byte classes of ``reference.looks_encoded``); what the
     units pass sums over a region to tell encoded data (``chunk_unit_stream(word_classes=)``).
 
     >>> t = WordTable.from_counts({b"ab,": 1, b" 7\\xc3\\xa9": 1})
-    >>> word_classes(t).tolist()
+    >>> word_classes_python(t).tolist()
     [[4, 1, 0, 1, 1], [3, 0, 1, 2, 0]]
     """
     n = table.n_words

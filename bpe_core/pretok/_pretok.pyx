@@ -1475,3 +1475,82 @@ def merge_counts(tables):
     finally:
         free(runs)
         free(heap)
+
+
+# ==== Per-word character facts (SuperBPE's stage-2 units) ======================================
+
+def word_char_flags(const uint8_t[::1] arena, const int64_t[::1] offsets):
+    """Per word ``arena[offsets[w]:offsets[w+1]]`` (uint8): 1 when a character is ``\\p{N}``, 2 when
+    its first character is ``\\s``, 4 when its last is; each word decoded alone, as Python's
+    ``decode("utf-8", "surrogateescape")`` decodes it (an undecodable byte is the character
+    U+DC00 + byte, which is neither), with the character tables of the pre-tokenizer.
+
+    >>> w = [b" a", b"x\\n", b" 12", b"\\xc2\\xa0", b"\\xd9\\xa3", b"\\xc2", b""]
+    >>> word_char_flags(np.frombuffer(b"".join(w), np.uint8),
+    ...                 np.cumsum([0] + [len(x) for x in w])).tolist()     # U+00A0 is \\s, U+0663 \\p{N}
+    [2, 4, 3, 6, 1, 0, 0]
+
+    Plain equivalent: ``superbpe.word_flags_python`` (``regex`` on each decoded word; tested equal).
+    """
+    cdef Py_ssize_t n_words = offsets.shape[0] - 1, w, i, e, end
+    cdef uint16_t f
+    cdef uint8_t out_f
+    out = np.zeros(max(n_words, 0), dtype=np.uint8)
+    cdef uint8_t[::1] ov = out
+    cdef const uint8_t* s = &arena[0] if arena.shape[0] > 0 else NULL
+    if n_words > 0 and (offsets[0] < 0 or offsets[n_words] > arena.shape[0]):
+        raise ValueError("offsets go past the arena")
+    for w in range(n_words):
+        if offsets[w + 1] < offsets[w]:
+            raise ValueError("offsets must not decrease")
+    with nogil:
+        for w in range(n_words):
+            i = offsets[w]
+            e = offsets[w + 1]
+            out_f = 0
+            f = 0
+            while i < e:
+                f = _char(s, i, e, &end)
+                if f & BPE_UT_N:
+                    out_f |= 1
+                if i == offsets[w] and (f & BPE_UT_S):
+                    out_f |= 2
+                i = end
+            if e > offsets[w] and (f & BPE_UT_S):       # f: the last character's
+                out_f |= 4
+            ov[w] = out_f
+    return out
+
+
+def word_byte_classes(const uint8_t[::1] arena, const int64_t[::1] offsets):
+    """Per word (int64 rows of 5): its bytes, ASCII whitespace (`` \\t\\n\\r\\v\\f``), ASCII
+    punctuation (``!`` to ``~`` less letters and digits), ASCII letters and digits, ASCII digits.
+
+    >>> word_byte_classes(np.frombuffer(b"ab, 7\\xc3\\xa9", np.uint8), np.array([0, 3, 7])).tolist()
+    [[3, 0, 1, 2, 0], [4, 1, 0, 1, 1]]
+
+    Plain equivalent: ``superbpe.word_classes_python`` (numpy over the byte classes; tested equal).
+    """
+    cdef Py_ssize_t n_words = offsets.shape[0] - 1, w, i
+    cdef uint8_t c
+    out = np.zeros((max(n_words, 0), 5), dtype=np.int64)
+    cdef int64_t[:, ::1] ov = out
+    if n_words > 0 and (offsets[0] < 0 or offsets[n_words] > arena.shape[0]):
+        raise ValueError("offsets go past the arena")
+    for w in range(n_words):
+        if offsets[w + 1] < offsets[w]:
+            raise ValueError("offsets must not decrease")
+    with nogil:
+        for w in range(n_words):
+            ov[w, 0] = offsets[w + 1] - offsets[w]
+            for i in range(offsets[w], offsets[w + 1]):
+                c = arena[i]
+                if c == 0x20 or (0x09 <= c <= 0x0D):
+                    ov[w, 1] += 1
+                elif (0x30 <= c <= 0x39) or (0x41 <= c <= 0x5A) or (0x61 <= c <= 0x7A):
+                    ov[w, 3] += 1
+                    if c <= 0x39:
+                        ov[w, 4] += 1
+                elif 0x21 <= c <= 0x7E:
+                    ov[w, 2] += 1
+    return out

@@ -26,10 +26,12 @@ import numpy as np
 import regex
 
 from . import _pretok
+from ._pretok import word_byte_classes, word_char_flags
 from ..corpus.specials import encode_specials, specials_regex, split_on_specials
 from .patterns import pattern_name, regex_pieces, resolve_pattern
 
-__all__ = ["PATTERN_IDS", "pretokenize", "pretoken_ends", "count_pretokens", "merge_counts", "is_native"]
+__all__ = ["PATTERN_IDS", "pretokenize", "pretoken_ends", "count_pretokens", "merge_counts", "is_native",
+           "word_byte_classes", "word_char_flags"]
 
 #: Pattern name -> the native scanner's id (for kernels that scan themselves, e.g. ``engine.units``).
 PATTERN_IDS = dict(_pretok.PATTERN_IDS)
