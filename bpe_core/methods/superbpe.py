@@ -1067,7 +1067,7 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
         # of every pretoken fits its share (so the memory is what stage 2 would take anyway)
         text_bytes = int((np.diff(np.asarray(table.offsets, dtype=np.int64)) * table.counts).sum())
         if recorded and text_bytes * STAGE2_BYTES_PER_SYMBOL <= budget_share:
-            record_info = prep.submit(record_table_rows, recorded, table, 1)
+            record_info = prep.submit(record_table_rows, recorded, table, plan.num_workers)
 
     # ---- stage 1: plain BPE on the word table (all words, so rows stay aligned with the table)
     # Read-only engine arrays above MAP_THRESHOLD go to mapped files in the spill folder (docs/memory.md).
