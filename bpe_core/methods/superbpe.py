@@ -961,7 +961,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     if parts is None:
         symbols, offsets, weights, counts = (np.ascontiguousarray(a, dtype=k)
                                              for a, k in zip((symbols, offsets, weights, counts), kinds))
-    seconds = {"levels": 0.0, "cut": 0.0, "build": 0.0, "loop": 0.0}
+    seconds = {"sketch": 0.0, "cut": 0.0, "build": 0.0, "loop": 0.0}
     t0 = time.perf_counter()
     threads = min(max(threads, 1), 2)
     n_windows = sum(max(int(p[0].size) - (int(p[1].size) - 1), 0) for p in (parts or [(symbols, offsets)]))
@@ -981,7 +981,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     tokens = list(tokens)
     tried = []
     t1 = time.perf_counter()
-    seconds["levels"] += t1 - t0
+    seconds["sketch"] += t1 - t0
     while True:
         t0 = time.perf_counter()
         keep = np.packbits(sketch >= cut, bitorder="little")
