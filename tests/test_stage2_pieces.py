@@ -44,6 +44,30 @@ def as_arrays(units):
     return symbols, offsets, weights, counts
 
 
+def random_units(seed, alphabet, n_symbols, n_cuts, max_weight):
+    """``(rng, symbols, offsets, weights)``: random symbols below ``alphabet`` cut into ``n_cuts + 1``
+    non-empty sequences of weights below ``max_weight``."""
+    rng = np.random.default_rng(seed)
+    symbols = rng.integers(0, alphabet, n_symbols).astype(np.uint32)
+    offsets = np.concatenate(([0], np.sort(rng.choice(np.arange(1, n_symbols), n_cuts, replace=False)),
+                              [n_symbols])).astype(np.int64)
+    return rng, symbols, offsets, rng.integers(0, max_weight, offsets.size - 1).astype(np.int64)
+
+
+def window_sums(symbols, offsets, weights):
+    """Plain numpy: the distinct pairs of the windows (uint64 ``left << 32 | right``, sorted), each
+    one's weighted count, and per position its window's count (0 at a sequence's last position)."""
+    keys = (symbols[:-1].astype(np.uint64) << np.uint64(32)) | symbols[1:].astype(np.uint64)
+    inside = np.ones(keys.size, bool)
+    inside[offsets[1:-1] - 1] = False                  # windows across sequence ends do not count
+    w = np.repeat(weights, np.diff(offsets))[:-1]
+    uniq, inv = np.unique(keys[inside], return_inverse=True)
+    sums = np.bincount(inv, weights=w[inside]).astype(np.int64)
+    per_position = np.zeros(symbols.size, dtype=np.int64)
+    per_position[np.flatnonzero(inside)] = sums[inv]
+    return uniq, sums, per_position
+
+
 def whole_units(symbols, offsets, weights, counts, n, rules):
     engine = MergeEngine(symbols, offsets, weights, TOKENS)
     steps = engine.run(n, allowed=_allowed(rules, TOKENS))
@@ -170,14 +194,7 @@ def test_levels_when_the_pair_table_grows():
     offsets = np.array([0, 50_000, 50_001, 120_000], dtype=np.int64)
     weights = np.array([2, 7, 1], dtype=np.int64)
     levels, pair_counts = pair_levels(symbols, offsets, weights)
-    keys = (symbols[:-1].astype(np.int64) << 32) | symbols[1:]
-    w = np.repeat(weights, np.diff(offsets))[:-1]
-    inside = np.ones(keys.size, bool)
-    inside[offsets[1:-1] - 1] = False                  # windows across sequence ends do not count
-    uniq, inv = np.unique(keys[inside], return_inverse=True)
-    sums = np.bincount(inv, weights=w[inside]).astype(np.int64)
-    expect = np.zeros(symbols.size, dtype=np.int64)
-    expect[np.flatnonzero(inside)] = sums[inv]
+    uniq, sums, expect = window_sums(symbols, offsets, weights)
     assert pair_counts.size == uniq.size > 70_000
     assert levels.tolist() == expect.tolist() and sorted(pair_counts.tolist()) == sorted(sums.tolist())
 
@@ -213,36 +230,21 @@ def test_pieces_when_the_piece_table_grows():
 def test_levels_on_two_threads_equal_one(alphabet, shift):
     # above the size where pair_levels splits the sequences between two threads (3000: tables grow;
     # shift: the second half's symbols are shifted, so some pairs are only in one half's table)
-    rng = np.random.default_rng(alphabet + shift)
-    symbols = rng.integers(0, alphabet, 1_200_000).astype(np.uint32)
+    _, symbols, offsets, weights = random_units(alphabet + shift, alphabet, 1_200_000, 999, 4)
     symbols[600_000:] += np.uint32(shift)
-    offsets = np.concatenate(([0], np.sort(rng.choice(np.arange(1, symbols.size), 999, replace=False)),
-                              [symbols.size])).astype(np.int64)
-    weights = rng.integers(0, 4, offsets.size - 1).astype(np.int64)
     one = pair_levels(symbols, offsets, weights, threads=1)
     two = pair_levels(symbols, offsets, weights, threads=2)
     assert np.array_equal(one[0], two[0])
     assert np.array_equal(np.sort(one[1]), np.sort(two[1]))
-    # and the plain count, for a sample of windows
-    keys = (symbols[:-1].astype(np.int64) << 32) | symbols[1:]
-    inside = np.ones(keys.size, bool)
-    inside[offsets[1:-1] - 1] = False
-    w = np.repeat(weights, np.diff(offsets))[:-1]
-    uniq, inv = np.unique(keys[inside], return_inverse=True)
-    sums = np.bincount(inv, weights=w[inside]).astype(np.int64)
-    expect = np.zeros(symbols.size, dtype=np.int64)
-    expect[np.flatnonzero(inside)] = sums[inv]
+    # and the plain count
+    _, sums, expect = window_sums(symbols, offsets, weights)
     assert np.array_equal(two[0].astype(np.int64), expect)
     assert np.array_equal(np.sort(two[1]), np.sort(sums))
 
 
 def test_pieces_on_two_threads_equal_one():
     # above the size where cut_pieces splits the sequences between two threads (the tables grow)
-    rng = np.random.default_rng(11)
-    symbols = rng.integers(0, 30, 1_300_000).astype(np.uint32)
-    offsets = np.concatenate(([0], np.sort(rng.choice(np.arange(1, symbols.size), 499, replace=False)),
-                              [symbols.size])).astype(np.int64)
-    weights = rng.integers(0, 3, offsets.size - 1).astype(np.int64)
+    rng, symbols, offsets, weights = random_units(11, 30, 1_300_000, 499, 3)
     counts = weights + rng.integers(0, 2, offsets.size - 1)
     levels = rng.integers(0, 3, symbols.size).astype(np.uint32)
     one = cut_pieces(symbols, offsets, levels, weights, counts, 1, threads=1)
@@ -427,23 +429,14 @@ def test_sketch_bounds_every_window_and_samples_exact_counts(units, bits, sample
 def test_sketch_with_a_sample_on_two_threads_equals_one_and_the_plain_count():
     # above the size where pair_sketch splits the sequences between two threads; ~90k distinct pairs,
     # so 1 in 8 is ~11k sampled pairs (the sample table grows) and 2**12 counters collide a lot
-    rng = np.random.default_rng(3)
-    symbols = rng.integers(0, 300, 1_200_000).astype(np.uint32)
-    offsets = np.concatenate(([0], np.sort(rng.choice(np.arange(1, symbols.size), 999, replace=False)),
-                              [symbols.size])).astype(np.int64)
-    weights = rng.integers(0, 4, offsets.size - 1).astype(np.int64)
+    _, symbols, offsets, weights = random_units(3, 300, 1_200_000, 999, 4)
     one = pair_sketch(symbols, offsets, weights, 12, 3, threads=1)
     two = pair_sketch(symbols, offsets, weights, 12, 3, threads=2)
     assert np.array_equal(one[0], two[0]) and np.array_equal(np.sort(one[1]), np.sort(two[1]))
     levels, pair_counts = pair_levels(symbols, offsets, weights)
     assert int(two[0].sum()) == int((weights * np.maximum(np.diff(offsets) - 1, 0)).sum())    # each window once
     assert np.all(sketch_bounds(two[0], symbols, offsets) >= levels)
-    keys = (symbols[:-1].astype(np.uint64) << np.uint64(32)) | symbols[1:].astype(np.uint64)
-    inside = np.ones(keys.size, bool)
-    inside[offsets[1:-1] - 1] = False
-    w = np.repeat(weights, np.diff(offsets))[:-1]
-    uniq, inv = np.unique(keys[inside], return_inverse=True)
-    sums = np.bincount(inv, weights=w[inside]).astype(np.int64)
+    uniq, sums, _ = window_sums(symbols, offsets, weights)
     pairs = [(int(k >> np.uint64(32)), int(k & np.uint64(0xFFFFFFFF))) for k in uniq]
     want = sums[_sampled(pairs, 3) & (sums > 0)]
     assert 8_000 < want.size < 15_000

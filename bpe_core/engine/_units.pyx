@@ -1022,6 +1022,24 @@ cdef class _PairTable:
             slot = (slot + 1) & self.mask
         return True
 
+    cdef inline int64_t _add(self, uint64_t key, int64_t w) noexcept nogil:
+        """Count ``w`` more for a pair key; returns its slot (as it was before the table grew, which
+        sets ``grown``), or -1 when out of memory (``oom``)."""
+        cdef uint64_t slot = _pair_slot(key, self.mask)
+        while self.slots[slot].key != key and self.slots[slot].key != 0:
+            slot = (slot + 1) & self.mask
+        if self.slots[slot].key == 0:
+            self.slots[slot].key = key
+            self.n_pairs += 1
+        self.slots[slot].count += w
+        if 2 * self.n_pairs > self.mask + 1:
+            self.slots = _grow_pairs(self.slots, &self.mask)
+            self.grown = True
+            if self.slots == NULL:
+                self.oom = True
+                return -1
+        return <int64_t>slot
+
     cdef inline int64_t _get(self, uint64_t key) noexcept nogil:
         """The count of a pair key, 0 when absent."""
         cdef uint64_t slot = _pair_slot(key, self.mask)
@@ -1034,8 +1052,8 @@ cdef class _PairTable:
     def count(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
               uint32_t[::1] lv, int64_t lo, int64_t hi):
         """Pass 1 over sequences ``lo:hi``: count every window, note its slot in ``lv``."""
-        cdef int64_t u, k, a, b
-        cdef uint64_t key, slot
+        cdef int64_t u, k, a, b, r
+        cdef uint64_t key
         if self.oom:
             raise MemoryError("pair_levels: no memory for the pair table")
         with nogil:
@@ -1047,20 +1065,10 @@ cdef class _PairTable:
                         __builtin_prefetch(&self.slots[_pair_slot(
                             ((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1, self.mask)])
                     key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
-                    slot = _pair_slot(key, self.mask)
-                    while self.slots[slot].key != key and self.slots[slot].key != 0:
-                        slot = (slot + 1) & self.mask
-                    if self.slots[slot].key == 0:
-                        self.slots[slot].key = key
-                        self.n_pairs += 1
-                    self.slots[slot].count += weights[u]
-                    lv[k] = <uint32_t>slot      # the slot for now (while the table does not grow)
-                    if 2 * self.n_pairs > self.mask + 1:
-                        self.slots = _grow_pairs(self.slots, &self.mask)
-                        self.grown = True
-                        if self.slots == NULL:
-                            self.oom = True
-                            break
+                    r = self._add(key, weights[u])
+                    if r < 0:
+                        break
+                    lv[k] = <uint32_t>r         # the slot for now (while the table does not grow)
                 if self.oom:
                     break
         if self.oom:
@@ -1265,20 +1273,8 @@ cdef class _SketchPart:
                     slot = _sketch_slot(key, smask)
                     c = sk[slot] + w
                     sk[slot] = <uint32_t>c if c < <uint64_t>0xFFFFFFFF else <uint32_t>0xFFFFFFFF
-                    if _sampled(key, sample_bits):
-                        slot = _pair_slot(key, t.mask)
-                        while t.slots[slot].key != key and t.slots[slot].key != 0:
-                            slot = (slot + 1) & t.mask
-                        if t.slots[slot].key == 0:
-                            t.slots[slot].key = key
-                            t.n_pairs += 1
-                        t.slots[slot].count += weights[u]      # the weight itself (w is capped)
-                        if 2 * t.n_pairs > t.mask + 1:
-                            t.slots = _grow_pairs(t.slots, &t.mask)
-                            t.grown = True
-                            if t.slots == NULL:
-                                t.oom = True
-                                break
+                    if _sampled(key, sample_bits) and t._add(key, weights[u]) < 0:    # the weight itself
+                        break                                                           # (w is capped)
                 if t.oom:
                     break
         if t.oom:

@@ -1479,6 +1479,17 @@ def merge_counts(tables):
 
 # ==== Per-word character facts (SuperBPE's stage-2 units) ======================================
 
+cdef int _check_word_offsets(const uint8_t[::1] arena, const int64_t[::1] offsets) except -1:
+    """Raise ``ValueError`` unless ``offsets`` are the words of ``arena`` (in it, not decreasing)."""
+    cdef Py_ssize_t n_words = offsets.shape[0] - 1, w
+    if n_words > 0 and (offsets[0] < 0 or offsets[n_words] > arena.shape[0]):
+        raise ValueError("offsets go past the arena")
+    for w in range(n_words):
+        if offsets[w + 1] < offsets[w]:
+            raise ValueError("offsets must not decrease")
+    return 0
+
+
 def word_char_flags(const uint8_t[::1] arena, const int64_t[::1] offsets):
     """Per word ``arena[offsets[w]:offsets[w+1]]`` (uint8): 1 when a character is ``\\p{N}``, 2 when
     its first character is ``\\s``, 4 when its last is; each word decoded alone, as Python's
@@ -1498,11 +1509,7 @@ def word_char_flags(const uint8_t[::1] arena, const int64_t[::1] offsets):
     out = np.zeros(max(n_words, 0), dtype=np.uint8)
     cdef uint8_t[::1] ov = out
     cdef const uint8_t* s = &arena[0] if arena.shape[0] > 0 else NULL
-    if n_words > 0 and (offsets[0] < 0 or offsets[n_words] > arena.shape[0]):
-        raise ValueError("offsets go past the arena")
-    for w in range(n_words):
-        if offsets[w + 1] < offsets[w]:
-            raise ValueError("offsets must not decrease")
+    _check_word_offsets(arena, offsets)
     with nogil:
         for w in range(n_words):
             i = offsets[w]
@@ -1535,11 +1542,7 @@ def word_byte_classes(const uint8_t[::1] arena, const int64_t[::1] offsets):
     cdef uint8_t c
     out = np.zeros((max(n_words, 0), 5), dtype=np.int64)
     cdef int64_t[:, ::1] ov = out
-    if n_words > 0 and (offsets[0] < 0 or offsets[n_words] > arena.shape[0]):
-        raise ValueError("offsets go past the arena")
-    for w in range(n_words):
-        if offsets[w + 1] < offsets[w]:
-            raise ValueError("offsets must not decrease")
+    _check_word_offsets(arena, offsets)
     with nogil:
         for w in range(n_words):
             ov[w, 0] = offsets[w + 1] - offsets[w]
