@@ -895,7 +895,7 @@ class Stage2Result:
 def first_cut(pair_counts: np.ndarray, n_merges: int, sample_bits: int = 0) -> int:
     """The first cut :func:`stage2_merges` tries: the count of the pair at rank
     ``STAGE2_CUT_RANK * n_merges`` (1 when there are fewer pairs); ``pair_counts`` may be those of a
-    ``1 / 2**sample_bits`` sample of the pairs (:func:`sample_bits`), whose rank is scaled down.
+    ``1 / 2**sample_bits`` sample of the pairs (:func:`cut_sample_bits`), whose rank is scaled down.
 
     >>> first_cut(np.arange(1, 101), 10)        # the 26th greatest of 1..100
     75
@@ -946,8 +946,8 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     units in parts (each part's offsets are positions in its own symbols), one thread per part, the
     result of the parts joined (so the caller need not join them). ``cut``: the first cut (default
     :func:`first_cut`; tests force others). ``threads``: 2 counts the pairs and cuts the pieces on two
-    threads (the same result). ``sketch_size``: log2 of the number of
-    counters (default :func:`sketch_bits`; tests force tiny sketches full of collisions).
+    threads (the same result). ``sketch_size``: log2 of the number of counters (default
+    :func:`sketch_bits`; tests force tiny sketches full of collisions).
 
     Plain equivalent: ``MergeEngine(symbols, offsets, weights, tokens).run(n_merges, allowed)``
     (tested equal: ``tests/test_superbpe.py``).
@@ -1121,9 +1121,9 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
             if recorded and sources is None and fraction >= 1:
                 # the pretokens as counted: no second pre-tokenization of the file
                 units_source = "record"
-                unit_parts, info = units_from_records(recorded, table, flags, cut_spaces=(split == "hf"),
-                                                 classes=classes, seg=seg, num_workers=plan.num_workers,
-                                                 rows=record_info.result() if record_info is not None else None)
+                unit_parts, info = units_from_records(
+                    recorded, table, flags, cut_spaces=(split == "hf"), classes=classes, seg=seg,
+                    num_workers=plan.num_workers, rows=record_info.result() if record_info is not None else None)
             elif sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
                 opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
                                    bad=BadRecords(skip=True))          # bad records: reported by the counting
