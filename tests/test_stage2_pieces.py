@@ -380,6 +380,33 @@ def test_record_rows_refuses_what_does_not_add_up():
                     np.zeros(2, np.uint32), 0, np.zeros(4, np.int64))
 
 
+@settings(max_examples=150)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=6), st.lists(st.integers(0, 40), max_size=60),
+       st.data())
+def test_record_rows_equal_the_plain_gather_count_and_cuts(lengths, picks, data):
+    """``record_rows`` against its plain equivalent: the rows by a gather, the counts by ``np.add.at``
+    (added to what ``counts`` held), the span ends by ``searchsorted`` over the pretokens' bytes (a
+    pretoken has at least one byte)."""
+    from bpe_core.engine.units import record_rows
+
+    n_local = len(lengths)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    rows = np.array(data.draw(st.lists(st.integers(0, 9), min_size=n_local, max_size=n_local)), np.int64)
+    ids = np.array([p % n_local for p in picks], np.uint32)
+    ends = np.cumsum(np.asarray(lengths, np.int64)[ids.astype(np.int64)])
+    # spans end at some pretoken ends (the last one at the end of all of them)
+    chosen = sorted(set(data.draw(st.lists(st.integers(0, max(len(ids) - 1, 0)), max_size=5))))
+    span_ends = np.array([ends[k] for k in chosen if len(ids)] + ([ends[-1]] if len(ids) else []), np.int64)
+    span_ends = np.unique(span_ends)
+    out, counts = np.full(len(ids) + 2, 7, np.uint32), np.arange(10, dtype=np.int64)
+    cuts = record_rows(rows, ids, offsets, span_ends, out, 2, counts)
+    want_counts = np.arange(10, dtype=np.int64)
+    np.add.at(want_counts, rows[ids.astype(np.int64)], 1)
+    assert out[2:].tolist() == rows[ids.astype(np.int64)].tolist() and out[:2].tolist() == [7, 7]
+    assert counts.tolist() == want_counts.tolist()
+    assert cuts.tolist() == np.searchsorted(ends, span_ends, side="right").tolist()
+
+
 # ---- the sketch of the pair counts (pair_sketch) and cutting by its bitmap (cut_pieces(keep=))
 
 

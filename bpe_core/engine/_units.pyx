@@ -627,7 +627,16 @@ def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[
         raise ValueError("out is too short")
     cuts = np.empty(n_spans, dtype=np.int64)
     cdef int64_t[::1] cv = cuts
+    # per local word, its row and byte length side by side (one cache line for both), and its
+    # pretokens counted locally (a small array), added to ``counts`` once per word at the end
+    cdef vector[int64_t] row_len
+    cdef vector[int64_t] local
+    row_len.resize(2 * n_local)
+    local.assign(n_local, 0)
     with nogil:
+        for i in range(<uint32_t>n_local):
+            row_len[2 * i] = rows[i]
+            row_len[2 * i + 1] = word_offsets[i + 1] - word_offsets[i]
         while j < n_spans and span_ends[j] <= 0:
             cv[j] = 0
             j += 1
@@ -636,13 +645,13 @@ def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[
             if i >= n_local:
                 err = 1
                 break
-            r = rows[i]
+            r = row_len[2 * i]
             if r < 0 or r >= n_rows:
                 err = 2
                 break
             out[at + k] = <uint32_t>r
-            counts[r] += 1
-            done += word_offsets[i + 1] - word_offsets[i]
+            local[i] += 1
+            done += row_len[2 * i + 1]
             while j < n_spans and done >= span_ends[j]:
                 if done != span_ends[j]:
                     err = 3
@@ -653,6 +662,10 @@ def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[
                 break
         if not err and j != n_spans:
             err = 3
+        if not err:
+            for i in range(<uint32_t>n_local):
+                if local[i]:
+                    counts[rows[i]] += local[i]
     if err == 1:
         raise ValueError("a pretoken id is not below the chunk's words")
     if err == 2:
