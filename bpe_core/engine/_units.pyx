@@ -585,6 +585,11 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
     with nogil:
         for k in range(breaks.shape[0] - 1):
             for i in range(breaks[k], breaks[k + 1]):
+                if i + 16 < ids.shape[0] and ids[i + 16] < n_words:     # a word ahead (hints only)
+                    if regions:
+                        __builtin_prefetch(&word_classes[ids[i + 16], 0])
+                    if seg_off != NULL:
+                        __builtin_prefetch(&seg_off[ids[i + 16]])
                 w = ids[i]
                 if w >= n_words:
                     bad = True
