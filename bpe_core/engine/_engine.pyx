@@ -819,15 +819,20 @@ cdef class MergeEngine:
                     buf[self.base_start[pid] - b0 + fill[pid - lo]] = <uint32_t>k
                     fill[pid - lo] += 1
 
-    cdef void _fill_cached(self, const pair_id_t* win_pid, uint32_t* buf, uint64_t* fill) noexcept nogil:
+    cdef void _fill_cached(self, const pair_id_t* win_pid, int64_t n_win, uint32_t* buf,
+                           uint64_t* fill) noexcept nogil:
         """``_fill_pass`` over all pairs with the pair ids the count pass kept (no hashing)."""
         cdef int64_t w, k, start, end
         cdef int64_t n = 0
         cdef pair_id_t pid
+        cdef pair_id_t ahead
         for w in range(self.n_words):
             start = self._word_start(w)
             end = self.wrec[w].end
             for k in range(start, end - 1):
+                if n + 16 < n_win:       # where a window ahead will be written (a hint only)
+                    ahead = win_pid[n + 16]
+                    __builtin_prefetch(&buf[self.base_start[ahead] + fill[ahead]])
                 pid = win_pid[n]
                 n += 1
                 buf[self.base_start[pid] + fill[pid]] = <uint32_t>k
@@ -881,7 +886,7 @@ cdef class MergeEngine:
                 fill.assign(n_base, 0)
                 with nogil:
                     if win_pid != NULL:
-                        self._fill_cached(win_pid, &bview[0], fill.data())
+                        self._fill_cached(win_pid, <int64_t>total, &bview[0], fill.data())
                     else:
                         self._fill_pass(0, <uint32_t>n_base, &bview[0], fill.data())
             self.fill_passes = 1
