@@ -202,8 +202,9 @@ def train(config: TrainConfig) -> TrainResult:
             # SuperBPE keeps each pretoken's row as it counts (4 B a pretoken: at most 4 B a byte of
             # text, ~0.9 B on English) when even that worst case is at most an eighth of the budget:
             # its stage 2 then lists its units from them instead of pre-tokenizing the file again
-            # (methods.superbpe.units_from_records); otherwise nothing changes
-            record = [] if (method.records_pretokens and single_plain
+            # (methods.superbpe.units_from_records), when its configuration uses them
+            # (Method.uses_record); otherwise nothing changes
+            record = [] if (method.records_pretokens and method.uses_record(config) and single_plain
                             and budget.record_fits(sources[0].size, the_plan.memory_limit)) else None
             table = count_corpus(sources, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
                                  progress=config.progress, report=report, monitor=monitor,

@@ -465,6 +465,28 @@ def test_the_record_gate_around_its_threshold(tmp_path, monkeypatch):
     assert runs["at"].report["superbpe"]["final_tokens"] == runs["under"].report["superbpe"]["final_tokens"]
 
 
+def test_the_official_split_keeps_no_record(tmp_path, monkeypatch):
+    """The official split pre-tokenizes the file again with its own regex, so the counting pass keeps
+    no record for it (memory and counting time for nothing); the other splits keep one."""
+    from bpe_core import training
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.<|endoftext|> the dog sat on the mat" * 40)
+    kept = {}
+    count = training.count_corpus
+
+    def spy(*args, **kwargs):
+        kept[split] = kwargs.get("record") is not None
+        return count(*args, **kwargs)
+
+    monkeypatch.setattr(training, "count_corpus", spy)
+    for split in ("official", "hf", "units"):
+        result = bpe_core.train(bpe_core.TrainConfig(input_path=str(path), vocab_size=300, method="superbpe",
+                                                     special_tokens=["<|endoftext|>"], stage2_split=split))
+        assert result.report["stage2_units_source"] == ("scan" if split == "official" else "record")
+    assert kept == {"official": False, "hf": True, "units": True}
+
+
 # pieces of words: ASCII, digits of other scripts, Unicode spaces, broken and cut UTF-8
 _WORD_PARTS = [b" ", b"a", b"7", b"\n", b",", b"\xc2\xa0", b"\xe2\x80\x83", b"\xd9\xa3", b"\xe2\x85\xa7",
                b"\xc3\xa9", b"\xc2", b"\xa0", b"\xe2\x80", b"\xff", b"\xf0\x9f\x98\x80", b"\xed\xa0\x80", b"\x00"]

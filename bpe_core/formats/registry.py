@@ -52,7 +52,8 @@ class Method:
             ``train`` then gets that model as ``init`` (``methods.init_from.InitModel``).
         records_pretokens: its ``train`` can use the row of every pretoken, recorded as the corpus
             is counted (``pretok.counting.count_corpus(record=)``), instead of reading it again; it
-            then gets them as ``recorded`` (when the training could record them).
+            then gets them as ``recorded`` (when the training could record them and
+            :meth:`uses_record` says this configuration would use them).
     """
 
     name: str = ""
@@ -64,6 +65,11 @@ class Method:
 
     def check_config(self, config: "TrainConfig") -> None:
         """Raise ``ValueError`` for options this method cannot run with (called by ``TrainConfig``)."""
+
+    def uses_record(self, config: "TrainConfig") -> bool:
+        """Whether ``train`` would use the recorded pretokens for this configuration (so training
+        keeps them only then: they cost memory and counting time)."""
+        return self.records_pretokens
 
     def train(self, config: "TrainConfig", table: Any, plan: Any, progress: Any = False,
               init: Any = None, recorded: Any = None) -> MethodResult:

@@ -1536,6 +1536,10 @@ class SuperBPE(registry.Method):
             raise ValueError(f"min_pretoken_count {config.min_pretoken_count} is for plain BPE: stage 2 joins "
                              "pretokens into units and needs every pretoken's stage-1 tokens (leave it at 1)")
 
+    def uses_record(self, config) -> bool:
+        # the official split pre-tokenizes the file again with its own regex (_official_units)
+        return normal_split(config.stage2_split) != "official"
+
     def train(self, config, table, plan, progress=False, init=None, recorded=None) -> registry.MethodResult:
         report: dict = {"seconds": {}}
         vocab, merges, stages = train_superbpe(config, table, report, plan, progress=progress,
