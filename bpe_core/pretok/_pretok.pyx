@@ -1213,18 +1213,53 @@ cdef object _table_to_arrays(CountTable* t, bint presorted=False):
     return arena, offsets, counts
 
 
-cdef object _record_to_arrays(CountTable* t, const IdBuf* rec):
+cdef class _OwnedIds:
+    """A malloc'd uint32 array lent to numpy as an array's memory (freed with this object)."""
+    cdef uint32_t* data
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __cinit__(self):
+        self.data = NULL
+        self.shape[0] = 0
+        self.strides[0] = sizeof(uint32_t)
+
+    def __dealloc__(self):
+        free(self.data)
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        buffer.buf = <void*>self.data if self.data != NULL else <void*>&_NO_ID
+        buffer.format = "I"
+        buffer.internal = NULL
+        buffer.itemsize = sizeof(uint32_t)
+        buffer.len = self.shape[0] * sizeof(uint32_t)
+        buffer.ndim = 1
+        buffer.obj = self
+        buffer.readonly = 0
+        buffer.shape = self.shape
+        buffer.strides = self.strides
+        buffer.suboffsets = NULL
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+
+cdef uint32_t _NO_ID = 0
+
+
+cdef object _record_to_arrays(CountTable* t, IdBuf* rec):
     """``_table_to_arrays`` plus ``ids``: each recorded entry number as its row in the sorted table.
 
     Sorts an index array rather than the entries, so it knows where each entry went
-    (``rank[old] = new``), moves the entries into that order, then maps the ids through ``rank``.
+    (``rank[old] = new``), moves the entries into that order, then maps the ids through ``rank`` in
+    place; the ids' buffer becomes the array's memory (taken from ``rec``: no copy).
     """
     cdef Py_ssize_t i, n_words = t.n_entries, n_ids = rec.n
     cdef uint32_t* order = NULL
     cdef uint32_t* rank = NULL
     cdef Entry* moved = NULL
-    cdef uint32_t[::1] ids_view
-    cdef const uint32_t* data = rec.data
+    cdef uint32_t* data = rec.data
+    cdef _OwnedIds held
     try:
         if n_words > 0:
             order = <uint32_t*>malloc(n_words * sizeof(uint32_t))
@@ -1240,13 +1275,16 @@ cdef object _record_to_arrays(CountTable* t, const IdBuf* rec):
             free(t.entries)
             t.entries = moved
             moved = NULL
-        ids = np.empty(n_ids, dtype=np.uint32)
         out = _table_to_arrays(t, True)
-        ids_view = ids
         with nogil:
             for i in range(n_ids):
-                ids_view[i] = rank[data[i]]
-        return out + (ids,)
+                data[i] = rank[data[i]]
+        held = _OwnedIds()
+        held.data = data
+        held.shape[0] = n_ids
+        rec.data = NULL             # the array owns it now
+        rec.n = rec.cap = 0
+        return out + (np.frombuffer(held, dtype=np.uint32),)
     finally:
         free(order)
         free(rank)
@@ -1302,6 +1340,10 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
         if status != 0:
             raise MemoryError("count_pretokens: cannot allocate the hash table")
         if record:
+            # room for a pretoken per 4 bytes at the start (English: ~1 per 4.5): address space only
+            # until written, and seldom a copy to grow
+            if _ids_reserve(&rec, n // 4 + 1) != 0:
+                raise MemoryError("count_pretokens: cannot allocate the ids")
             with nogil:
                 for k in range(spans.shape[0]):
                     status = _count_span_rec(pattern_id, s, spans[k, 0], spans[k, 1], s + n,
