@@ -24,7 +24,8 @@ cimport cython
 import numpy as np
 
 from bpe_core.runtime.memmon import prefault
-from bpe_core.pretok._pretok cimport PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K, _next_cl100k, _next_gpt2, _next_o200k
+from bpe_core.pretok._pretok cimport (PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K, _next_cl100k, _next_gpt2,
+                                      _next_o200k, lend_u32)
 
 cdef extern from *:
     void __builtin_prefetch(const void* addr) noexcept nogil
@@ -448,9 +449,6 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     return held_ids.array(), _bounds_array(out_bounds), n_seen, n_kept, n_missing
 
 
-cdef uint32_t _NO_IDS = 0
-
-
 cdef class _IdList:
     """A ``vector[uint32_t]`` lent to numpy as an array's memory (buffer protocol, format ``I``)."""
     cdef vector[uint32_t] v
@@ -459,18 +457,7 @@ cdef class _IdList:
 
     def __getbuffer__(self, Py_buffer* buffer, int flags):
         self.shape[0] = <Py_ssize_t>self.v.size()
-        self.strides[0] = sizeof(uint32_t)
-        buffer.buf = <void*>(self.v.data() if self.v.size() > 0 else &_NO_IDS)
-        buffer.format = "I"
-        buffer.internal = NULL
-        buffer.itemsize = sizeof(uint32_t)
-        buffer.len = self.shape[0] * sizeof(uint32_t)
-        buffer.ndim = 1
-        buffer.obj = self
-        buffer.readonly = 0
-        buffer.shape = self.shape
-        buffer.strides = self.strides
-        buffer.suboffsets = NULL
+        lend_u32(buffer, self, self.v.data() if self.v.size() > 0 else NULL, self.shape, self.strides)
 
     def __releasebuffer__(self, Py_buffer* buffer):
         pass

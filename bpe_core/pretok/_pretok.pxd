@@ -4,7 +4,7 @@
 # where regex.finditer(pattern, s[:n].decode("utf-8", "surrogateescape")) would end it. It never
 # looks before i, so a text can be resumed at any pretoken boundary, and [start, end) spans of one
 # buffer are scanned independently by passing n = end.
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 
 cdef enum:
@@ -68,3 +68,8 @@ cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, P
 # of memory.
 cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
                      const uint8_t* limit, CountTable* table) noexcept nogil
+
+# The body of a __getbuffer__ that lends C memory (a 1-d uint32 array of shape[0] items at data,
+# NULL when empty) to numpy, owned by owner (_pretok's record ids, _units' id lists).
+cdef int lend_u32(Py_buffer* buffer, object owner, uint32_t* data, Py_ssize_t* shape,
+                  Py_ssize_t* strides) except -1

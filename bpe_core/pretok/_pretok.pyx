@@ -1228,23 +1228,32 @@ cdef class _OwnedIds:
         free(self.data)
 
     def __getbuffer__(self, Py_buffer* buffer, int flags):
-        buffer.buf = <void*>self.data if self.data != NULL else <void*>&_NO_ID
-        buffer.format = "I"
-        buffer.internal = NULL
-        buffer.itemsize = sizeof(uint32_t)
-        buffer.len = self.shape[0] * sizeof(uint32_t)
-        buffer.ndim = 1
-        buffer.obj = self
-        buffer.readonly = 0
-        buffer.shape = self.shape
-        buffer.strides = self.strides
-        buffer.suboffsets = NULL
+        lend_u32(buffer, self, self.data, self.shape, self.strides)
 
     def __releasebuffer__(self, Py_buffer* buffer):
         pass
 
 
 cdef uint32_t _NO_ID = 0
+
+
+cdef int lend_u32(Py_buffer* buffer, object owner, uint32_t* data, Py_ssize_t* shape,
+                  Py_ssize_t* strides) except -1:
+    """Fill ``buffer`` for a 1-d writable uint32 array of ``shape[0]`` items at ``data`` (NULL when
+    empty) owned by ``owner``: the body of a ``__getbuffer__`` that lends C memory to numpy."""
+    strides[0] = sizeof(uint32_t)
+    buffer.buf = <void*>data if data != NULL else <void*>&_NO_ID
+    buffer.format = "I"
+    buffer.internal = NULL
+    buffer.itemsize = sizeof(uint32_t)
+    buffer.len = shape[0] * sizeof(uint32_t)
+    buffer.ndim = 1
+    buffer.obj = owner
+    buffer.readonly = 0
+    buffer.shape = shape
+    buffer.strides = strides
+    buffer.suboffsets = NULL
+    return 0
 
 
 cdef object _record_to_arrays(CountTable* t, IdBuf* rec):
