@@ -556,3 +556,29 @@ def test_stage2_on_two_parts_equals_whole_units(units, n, cut, data):
     levels = pair_levels(symbols, offsets, weights)[0]
     by_levels = cut_pieces_parts(parts, cut, levels=[levels[:int(offsets[at])], levels[int(offsets[at]):]])
     assert _as_dict(by_levels) == _as_dict(cut_pieces(symbols, offsets, levels, weights, counts, cut))
+
+
+def test_stage2_refuses_a_sketch_or_pieces_that_lose_windows_or_tokens(monkeypatch):
+    """The run-time totals of stage 2: a sketch that misses a window's weight, or pieces that miss a
+    stage-1 token, stop the run (``InternalError``) instead of training on them."""
+    from bpe_core.errors import InternalError
+    from bpe_core.methods import superbpe
+
+    symbols, offsets, weights, counts = as_arrays([(list(b"ab ab"), 3, 0), (list(b"abab"), 3, 1)])
+    args = (symbols, offsets, weights, counts, TOKENS, 3, _allowed(Stage2Rules(), TOKENS))
+    assert stage2_merges(*args).steps          # as it is: fine
+    sketch = superbpe.pair_sketch
+
+    def lossy_sketch(*a, **k):
+        sk, sampled = sketch(*a, **k)
+        sk[np.flatnonzero(sk)[0]] -= 1
+        return sk, sampled
+
+    monkeypatch.setattr(superbpe, "pair_sketch", lossy_sketch)
+    with pytest.raises(InternalError, match="sketch holds"):
+        stage2_merges(*args)
+    monkeypatch.setattr(superbpe, "pair_sketch", sketch)
+    cut = superbpe.cut_pieces
+    monkeypatch.setattr(superbpe, "cut_pieces", lambda *a, **k: cut(*a, **k)[:4] + (cut(*a, **k)[4] - 1,))
+    with pytest.raises(InternalError, match="pieces at cut"):
+        stage2_merges(*args)

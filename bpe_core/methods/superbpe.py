@@ -971,6 +971,15 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         sketch, sampled_counts = pair_sketch_parts([p[:3] for p in parts], bits, sample)
     else:
         sketch, sampled_counts = pair_sketch(symbols, offsets, weights, bits, sample, threads=threads)
+    # Conservation, checked: the counters hold every window's weight once (unless one saturated), and
+    # the pieces (and the one-symbol pieces) hold every stage-1 token of the units
+    whole = parts or [(symbols, offsets, weights, counts)]
+    windows_weight = sum(int((np.maximum(np.diff(o) - 1, 0) * np.maximum(w, 0)).sum()) for _, o, w, _ in whole)
+    if int(sketch.max(initial=0)) < 0xFFFFFFFF and int(sketch.sum(dtype=np.uint64)) != windows_weight:
+        raise InternalError(f"stage 2's pair sketch holds {int(sketch.sum(dtype=np.uint64))} windows, "
+                            f"the units {windows_weight}")
+    units_tokens = sum(int((np.diff(o) * c).sum()) for _, o, _, c in whole)
+    del whole
     if not bounded:
         cut = 1
     elif cut is None:
@@ -990,6 +999,10 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         else:
             data, starts, piece_weights, piece_counts, singles = cut_pieces(symbols, offsets, None, weights, counts,
                                                                             cut, threads=threads, keep=keep)
+        pieces_tokens = int((np.diff(starts) * piece_counts).sum()) + int(singles)
+        if pieces_tokens != units_tokens:
+            raise InternalError(f"stage 2's pieces at cut {cut} hold {pieces_tokens} stage-1 tokens, "
+                                f"the units {units_tokens}")
         tried.append({"cut": cut, "pieces": int(piece_weights.size), "symbols": int(data.size)})
         if steps:
             merger = RankMerger(np.array([a for a, _, _ in steps], dtype=np.uint32),
