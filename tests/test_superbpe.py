@@ -465,6 +465,31 @@ def test_the_record_gate_around_its_threshold(tmp_path, monkeypatch):
     assert runs["at"].report["superbpe"]["final_tokens"] == runs["under"].report["superbpe"]["final_tokens"]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_record_rows_before_or_after_stage1_train_the_same(tmp_path, monkeypatch, workers):
+    """The record's table rows made beside stage 1 (``rows_before_stage1``) or after it: the same
+    merges and final token count, both from the record; and at the real gate, the budget exactly at
+    the threshold makes them early, one byte under makes them late."""
+    from bpe_core.methods import superbpe
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A<|endoftext|> the dog sat" * 80)
+    options = dict(input_path=str(path), vocab_size=330, method="superbpe", special_tokens=["<|endoftext|>"],
+                   chunk_bytes=900, num_workers=workers)
+    gate = superbpe.rows_before_stage1
+    calls = []
+    runs = {}
+    for early in (True, False):
+        monkeypatch.setattr(superbpe, "rows_before_stage1", lambda b, s: calls.append((b, s)) or early)
+        runs[early] = bpe_core.train(bpe_core.TrainConfig(**options))
+    assert len(calls) == 2 and all(r.report["stage2_units_source"] == "record" for r in runs.values())
+    assert runs[True].model.merges == runs[False].model.merges
+    assert runs[True].report["superbpe"]["final_tokens"] == runs[False].report["superbpe"]["final_tokens"]
+    text_bytes = calls[0][0]
+    assert gate(text_bytes, text_bytes * superbpe.STAGE2_BYTES_PER_SYMBOL)
+    assert not gate(text_bytes, text_bytes * superbpe.STAGE2_BYTES_PER_SYMBOL - 1)
+
+
 def test_the_official_split_keeps_no_record(tmp_path, monkeypatch):
     """The official split pre-tokenizes the file again with its own regex, so the counting pass keeps
     no record for it (memory and counting time for nothing); the other splits keep one."""

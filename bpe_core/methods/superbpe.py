@@ -868,6 +868,18 @@ def cut_sample_bits(n_merges: int) -> int:
     return bits
 
 
+def rows_before_stage1(text_bytes: int, budget_share: int) -> bool:
+    """Whether training makes the record's table rows while stage 1 runs: only when stage 2 will
+    surely see the whole corpus, i.e. even one stage-1 token per byte of every pretoken fits the
+    budget's share (``STAGE2_BYTES_PER_SYMBOL`` each); otherwise after stage 1, when it is known.
+    Either way the rows, units and merges are the same (tested on both sides).
+
+    >>> rows_before_stage1(10, 10 * STAGE2_BYTES_PER_SYMBOL), rows_before_stage1(11, 10 * STAGE2_BYTES_PER_SYMBOL)
+    (True, False)
+    """
+    return text_bytes * STAGE2_BYTES_PER_SYMBOL <= budget_share
+
+
 def sketch_bits(n_windows: int) -> int:
     """log2 of the number of counters in stage 2's pair sketch for ``n_windows`` windows.
 
@@ -1079,7 +1091,7 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
         # the rows only when stage 2 will surely see the whole corpus: even one stage-1 token per byte
         # of every pretoken fits its share (so the memory is what stage 2 would take anyway)
         text_bytes = int((np.diff(np.asarray(table.offsets, dtype=np.int64)) * table.counts).sum())
-        if recorded and text_bytes * STAGE2_BYTES_PER_SYMBOL <= budget_share:
+        if recorded and rows_before_stage1(text_bytes, budget_share):
             record_info = prep.submit(record_table_rows, recorded, table, plan.num_workers)
 
     # ---- stage 1: plain BPE on the word table (all words, so rows stay aligned with the table)
