@@ -446,7 +446,7 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     # the lists become the arrays' memory (no copy of the chunk's ids)
     cdef _IdList held_ids = _IdList()
     held_ids.v.swap(out_ids)
-    return held_ids.array(), _bounds_array(out_bounds), n_seen, n_kept, n_missing
+    return held_ids.array(), _int64_array(out_bounds), n_seen, n_kept, n_missing
 
 
 cdef class _IdList:
@@ -466,8 +466,9 @@ cdef class _IdList:
         return np.frombuffer(self, dtype=np.uint32)
 
 
-cdef object _bounds_array(const vector[int64_t]& v):
-    """A copy of unit bounds as an int64 array (small beside the ids, which are lent: ``_IdList``)."""
+cdef object _int64_array(const vector[int64_t]& v):
+    """A copy of a vector as an int64 array (unit bounds: small beside the ids, which are lent:
+    ``_IdList``; pair counts)."""
     out = np.empty(v.size(), dtype=np.int64)
     cdef int64_t[::1] ov = out
     if v.size() > 0:
@@ -590,7 +591,7 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
         raise ValueError(f"a word id is not below the {n_words} words of the table")
     cdef _IdList held_ids = _IdList()
     held_ids.v.swap(out_ids)
-    return held_ids.array(), _bounds_array(out_bounds), st.n_seen, st.n_kept
+    return held_ids.array(), _int64_array(out_bounds), st.n_seen, st.n_kept
 
 
 def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[::1] word_offsets,
@@ -1140,11 +1141,7 @@ cdef class _PairTable:
             for j in range(self.mask + 1):
                 if self.slots[j].key != 0:
                     out.push_back(self.slots[j].count)
-        counts = np.empty(out.size(), dtype=np.int64)
-        cdef int64_t[::1] cv = counts
-        if out.size() > 0:
-            memcpy(&cv[0], out.data(), out.size() * sizeof(int64_t))
-        return counts
+        return _int64_array(out)
 
     def counts_with(self, _PairTable other):
         """Each distinct pair's count over this table and ``other`` (int64, in slot order)."""
@@ -1159,11 +1156,7 @@ cdef class _PairTable:
                 for j in range(other.mask + 1):
                     if other.slots[j].key != 0 and not self._has(other.slots[j].key):
                         out.push_back(other.slots[j].count)
-        counts = np.empty(out.size(), dtype=np.int64)
-        cdef int64_t[::1] cv = counts
-        if out.size() > 0:
-            memcpy(&cv[0], out.data(), out.size() * sizeof(int64_t))
-        return counts
+        return _int64_array(out)
 
 
 def pair_levels(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
