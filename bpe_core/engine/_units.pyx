@@ -1289,7 +1289,7 @@ def pair_sketch(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
     window): a count-min sketch of one row. ``sampled_counts`` (int64, no order) are the exact
     weighted counts of the distinct pairs a hash puts in a ``1 / 2**sample_bits`` sample (every pair
     with ``sample_bits=0``), pairs of weight 0 left out. SuperBPE's stage 2 draws its first cut from
-    the sample and cuts its units where the bound is below the cut (``cut_pieces(bound=)``): a bound,
+    the sample and cuts its units where the bound is below the cut (``cut_pieces(keep=)``): a bound,
     never below the count, cuts no window the exact count keeps (exact whatever the collisions).
 
     >>> sk, pc = pair_sketch(np.array([1, 2, 1, 2, 3], np.uint32), np.array([0, 2, 5]), np.array([3, 1]), 4)
@@ -1307,10 +1307,6 @@ def pair_sketch(const uint32_t[::1] symbols, const int64_t[::1] offsets, const i
     Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, summed per
     counter (``_sketch_slot``), and the ``Counter`` restricted to the sampled pairs.
     """
-    if bits < 3 or bits > 30:        # 3: the keep bitmap (cut_pieces) has whole bytes
-        raise ValueError(f"pair_sketch: bits must be in 3..30, not {bits}")
-    if sample_bits < 0 or sample_bits > 16:
-        raise ValueError(f"pair_sketch: sample_bits must be in 0..16, not {sample_bits}")
     return pair_sketch_parts(_halves(threads, symbols, offsets, weights), bits, sample_bits)
 
 
@@ -1334,8 +1330,10 @@ def pair_sketch_parts(list parts, int bits, int sample_bits=0):
     cdef uint64_t cap = 1 << 10
     cdef int64_t n_sym = sum(int(p[0].shape[0]) for p in parts)
     cdef int n_parts = len(parts)
-    if bits < 3 or bits > 30:
+    if bits < 3 or bits > 30:        # 3: the keep bitmap (cut_pieces) has whole bytes
         raise ValueError(f"pair_sketch: bits must be in 3..30, not {bits}")
+    if sample_bits < 0 or sample_bits > 16:
+        raise ValueError(f"pair_sketch: sample_bits must be in 0..16, not {sample_bits}")
     if n_parts < 1 or n_parts > 2:
         raise ValueError("pair_sketch_parts: one or two parts")
     while cap < <uint64_t>((n_sym >> sample_bits) // (4 * n_parts)) and cap < (<uint64_t>1 << 31):
@@ -1373,7 +1371,7 @@ def _add_saturating(uint32_t[::1] a, const uint32_t[::1] b):
 
 def sketch_bounds(const uint32_t[::1] sketch, const uint32_t[::1] symbols, const int64_t[::1] offsets):
     """Per position, the sketch's bound of its window's pair count (0 at a sequence's last position):
-    what ``cut_pieces(bound=)`` compares with the cut, as an array (tests and tools)."""
+    what ``cut_pieces(keep=)`` compares with the cut, as an array (tests and tools)."""
     cdef int64_t n_seq = offsets.shape[0] - 1, u, k
     cdef uint64_t smask = sketch.shape[0] - 1
     out = np.zeros(symbols.shape[0], dtype=np.uint32)
@@ -1646,7 +1644,7 @@ def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const ui
     ([5, 6], [0, 2], [3], [3], 3)
 
     ``keep``: instead of ``levels`` (pass ``None`` for them), a bitmap over a :func:`pair_sketch`'s
-    counters (``np.packbits(sketch >= min_level, bitorder="little")``: ``sketch_keep``): a window is
+    counters (``np.packbits(sketch >= min_level, bitorder="little")``): a window is
     kept whole when its pair's counter has its bit set, cut otherwise (``min_level`` is then unused).
 
     With ``threads=2`` each half of the sequences is cut on its own thread into two tables of its own,
