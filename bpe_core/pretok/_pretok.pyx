@@ -1341,6 +1341,7 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
                              f" of {n} bytes")
     cdef CountTable table
     cdef IdBuf rec
+    cdef Py_ssize_t span_bytes
     rec.data = NULL
     rec.n = 0
     rec.cap = 0
@@ -1349,9 +1350,12 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
         if status != 0:
             raise MemoryError("count_pretokens: cannot allocate the hash table")
         if record:
-            # room for a pretoken per 4 bytes at the start (English: ~1 per 4.5): address space only
-            # until written, and seldom a copy to grow
-            if _ids_reserve(&rec, n // 4 + 1) != 0:
+            # room for a pretoken per 4 bytes of the spans at the start (English: ~1 per 4.5): address
+            # space only until written, and seldom a copy to grow
+            span_bytes = 0
+            for k in range(spans.shape[0]):
+                span_bytes += spans[k, 1] - spans[k, 0]
+            if _ids_reserve(&rec, span_bytes // 4 + 1) != 0:
                 raise MemoryError("count_pretokens: cannot allocate the ids")
             with nogil:
                 for k in range(spans.shape[0]):
