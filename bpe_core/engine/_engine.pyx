@@ -95,6 +95,34 @@ cdef packed struct WordRec:
     uint32_t end        # one past its last position (its start is the previous word's end)
 
 
+cdef struct Near:
+    # a pair holding the new token, while one merge runs (see ``_apply_merge``)
+    pair_key_t key
+    count_t delta       # the change of its count in this merge
+    int64_t pid         # its pair id once the merge is done (-1: not kept)
+    bint added          # a window came to it in this merge
+
+
+cdef cppclass NearTable:
+    # one thread's share of a merge: the pairs holding the new token it met (``Near``, a small hash
+    # table of their indices stamped with ``gen``), the positions that came to them, as
+    # (index << 32) | position in the order they came, and the weight of the merged pair it removed
+    vector[Near] near
+    vector[uint32_t] slot
+    vector[uint32_t] stamp
+    uint32_t gen
+    vector[uint64_t] sites
+    vector[uint32_t] remap          # (the second share) its index -> the first share's index
+    count_t removed
+    # the sites it is given: base[b0:b1], then added[a0:a1]
+    const uint32_t* base
+    uint64_t b0
+    uint64_t b1
+    const uint32_t* added
+    uint64_t a0
+    uint64_t a1
+
+
 cdef struct HeapEntry:
     count_t count
     pair_id_t pair
@@ -115,6 +143,38 @@ cdef extern from *:
     int MADV_POPULATE_WRITE
 
 
+cdef extern from *:
+    """
+    #include <pthread.h>
+    #include <sched.h>
+    #include <time.h>
+    static inline void bpe_atomic_sub(int64_t* p, int64_t v) { __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }
+    static inline uint32_t bpe_load_acquire(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline void bpe_store_release(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    static inline void bpe_pause(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
+    static inline void bpe_nap(void) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+    typedef void* (*bpe_thread_fn)(void*);
+    static inline int bpe_thread_start(pthread_t* t, bpe_thread_fn fn, void* arg) {
+        return pthread_create(t, NULL, fn, arg);
+    }
+    """
+    ctypedef unsigned long pthread_t
+    ctypedef void* (*bpe_thread_fn)(void*) noexcept nogil
+    void bpe_atomic_sub(int64_t* p, int64_t v) nogil
+    uint32_t bpe_load_acquire(const uint32_t* p) nogil
+    void bpe_store_release(uint32_t* p, uint32_t v) nogil
+    void bpe_pause() nogil
+    void bpe_nap() nogil
+    int bpe_thread_start(pthread_t* t, bpe_thread_fn fn, void* arg) nogil
+    int pthread_join(pthread_t t, void** ret) nogil
+
+
 cdef void _populate(void* p, size_t nbytes) noexcept nogil:
     """Fault in the whole pages of ``p[:nbytes]`` at once (``runtime.memmon.prefault`` for C++
     buffers about to be written whole; a hint: ignored by kernels without it)."""
@@ -126,6 +186,7 @@ cdef void _populate(void* p, size_t nbytes) noexcept nogil:
 cdef enum:
     PREFETCH_FAR = 32   # how many merge sites ahead ``_apply_merge`` asks for the cells and block entry of
     PREFETCH = 16       # ... and the word record of (the block entry is in cache by then)
+    PAR_MIN_SITES = 2048    # a merge with fewer sites runs on one thread (``threads=2``)
 
 
 # ==== Pair hash map ===========================================================================
@@ -292,6 +353,68 @@ class _SpillFile:
             os.unlink(self.path)
 
 
+# ==== A share of a merge ======================================================================
+
+cdef void _share_begin(NearTable* nt) noexcept nogil:
+    nt.near.clear()
+    nt.sites.clear()
+    nt.removed = 0
+    if nt.slot.size() == 0:
+        nt.slot.assign(1024, 0)
+        nt.stamp.assign(1024, 0)
+        nt.gen = 0
+    nt.gen += 1
+    if nt.gen == 0:                          # the stamps wrapped: clear them once
+        nt.stamp.assign(nt.stamp.size(), 0)
+        nt.gen = 1
+
+
+cdef inline uint64_t _near_hash(pair_key_t key, uint64_t mask) noexcept nogil:
+    return ((key * <uint64_t>0x9E3779B97F4A7C15u) >> 32) & mask
+
+
+cdef void _near_grow(NearTable* nt) noexcept nogil:
+    cdef uint64_t n = nt.slot.size() * 2, mask = n - 1, h
+    cdef size_t q
+    nt.slot.assign(n, 0)
+    nt.stamp.assign(n, 0)
+    for q in range(nt.near.size()):
+        h = _near_hash(nt.near[q].key, mask)
+        while nt.stamp[h] == nt.gen:
+            h = (h + 1) & mask
+        nt.slot[h] = <uint32_t>q
+        nt.stamp[h] = nt.gen
+
+
+cdef inline uint32_t _near_index(NearTable* nt, pair_key_t key) noexcept nogil:
+    """The index in ``nt.near`` of a pair holding the new token (added, delta 0, when new)."""
+    cdef uint64_t mask = nt.slot.size() - 1
+    cdef uint64_t h = _near_hash(key, mask)
+    cdef uint32_t idx
+    cdef Near e
+    while nt.stamp[h] == nt.gen:
+        idx = nt.slot[h]
+        if nt.near[idx].key == key:
+            return idx
+        h = (h + 1) & mask
+    idx = <uint32_t>nt.near.size()
+    e.key = key
+    e.delta = 0
+    e.pid = -1
+    e.added = False
+    nt.near.push_back(e)
+    nt.slot[h] = idx
+    nt.stamp[h] = nt.gen
+    if 2 * nt.near.size() > nt.slot.size():
+        _near_grow(nt)
+    return idx
+
+
+cdef void* _worker_main(void* arg) noexcept nogil:
+    (<MergeEngine>arg)._worker_loop()
+    return NULL
+
+
 # ==== Engine ==================================================================================
 
 cdef class MergeEngine:
@@ -315,6 +438,9 @@ cdef class MergeEngine:
             ever makes bytes an existing token has (SuperBPE's ``distinct`` rule) and steps never ask
             for a ``min_count`` below it: then a pair's count never rises after the merge that made
             it, so such a pair can never be merged. 0 (the default): keep every pair.
+        threads: 2 runs ``run``'s merges of many sites on two threads (one native thread more, while
+            ``run`` runs); the result is the same as on one (``_apply_merge``). ``step`` alone always
+            uses one.
 
     >>> import numpy as np
     >>> words = [b"aaa", b"ab"]
@@ -357,6 +483,18 @@ cdef class MergeEngine:
     cdef vector[uint32_t] pair_pushed    # per pair: the last step whose touched list holds it
     cdef vector[int8_t] pair_allowed     # -1 unknown, 0 never merge, 1 may merge
     cdef vector[pair_id_t] touched
+    cdef NearTable share0                # each thread's share of the merge running (``_apply_merge``)
+    cdef NearTable share1
+    cdef int threads                     # 2: merges with many sites run on two threads
+    cdef uint32_t split                  # ... the first position of the second thread's words
+    cdef pthread_t worker
+    cdef bint worker_on
+    cdef uint32_t job_posted             # the worker's protocol: a job is posted by raising this,
+    cdef uint32_t job_done               # done when the worker sets this to it
+    cdef uint32_t worker_stop
+    cdef pair_id_t job_pid
+    cdef public int64_t par_min_sites    # a merge with fewer sites runs on one thread (tests force 1)
+    cdef token_id_t job_tok
     # pool of list blocks
     cdef vector[uint32_t*] pages
     cdef uint64_t pool_top
@@ -383,7 +521,7 @@ cdef class MergeEngine:
 
     def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
                  int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
-                 int64_t fill_buffer_bytes=256 << 20, count_t prune_below=0):
+                 int64_t fill_buffer_bytes=256 << 20, count_t prune_below=0, int threads=1):
         cdef int64_t n_words = counts.shape[0]
         cdef int64_t i, w, n_sym
         cdef const uint8_t[::1] sym8
@@ -512,6 +650,16 @@ cdef class MergeEngine:
         win_pid.shrink_to_fit()
         with nogil:
             self._build_heap()
+        # two threads: the second share holds the words from the one where the second half of the
+        # positions starts (none is divided)
+        self.threads = 1
+        self.par_min_sites = PAR_MIN_SITES
+        self.split = <uint32_t>n_sym
+        if threads >= 2 and n_words >= 2:
+            w = int(np.searchsorted(np.asarray(offsets), n_sym // 2))
+            w = min(max(w, 1), n_words - 1)
+            self.threads = 2
+            self.split = <uint32_t>offsets[w]
 
     def __dealloc__(self):
         cdef size_t p, k
@@ -1096,9 +1244,84 @@ cdef class MergeEngine:
 
     # ---- merging -------------------------------------------------------------------------------
 
-    cdef inline void _merge_at(self, uint32_t i, pair_id_t pid, token_id_t a, token_id_t b,
-                               token_id_t t) noexcept nogil:
-        """Merge the pair at ``i`` if the window there still holds it."""
+    cdef inline void _near_sub(self, NearTable* nt, token_id_t left, token_id_t right, count_t c) noexcept nogil:
+        nt.near[_near_index(nt, pack_pair(left, right))].delta -= c
+
+    cdef inline void _near_add(self, NearTable* nt, token_id_t left, token_id_t right, count_t c,
+                               uint32_t pos) noexcept nogil:
+        """One more window (weight ``c``, left symbol at ``pos``) of a pair holding the new token."""
+        cdef uint32_t idx = _near_index(nt, pack_pair(left, right))
+        nt.near[idx].delta += c
+        nt.near[idx].added = True
+        nt.sites.push_back((<uint64_t>idx << 32) | pos)
+
+    cdef inline void _other_sub(self, token_id_t left, token_id_t right, count_t c, bint shared) noexcept nogil:
+        """A window of a pair without the new token goes (the pair map is only read while a merge
+        runs; on two threads the count is lowered atomically)."""
+        cdef int64_t pid = self.pair_map.get(pack_pair(left, right))
+        if pid >= 0:            # always: every window was counted when it came
+            if shared:
+                bpe_atomic_sub(&self.pair_counts[pid], c)
+            else:
+                self.pair_counts[pid] -= c
+
+    cdef void _near_end(self) noexcept nogil:
+        """Apply the merge's changes to the pairs holding the new token, from both shares: a pair
+        already known gets its delta; a new one is made only when it counts more than 0 and not less
+        than ``prune_below`` (one that counts less would be forgotten at once, see ``_heapify``);
+        then the positions that came to each kept pair go into its list, the first share's first,
+        each in the order they came."""
+        cdef NearTable* n0 = &self.share0
+        cdef NearTable* n1 = &self.share1
+        cdef size_t q
+        cdef int64_t found
+        cdef uint32_t idx
+        cdef pair_id_t pid
+        cdef Near* e
+        cdef uint64_t site
+        n1.remap.resize(n1.near.size())
+        for q in range(n1.near.size()):          # the second share's pairs join the first's
+            idx = _near_index(n0, n1.near[q].key)
+            n0.near[idx].delta += n1.near[q].delta
+            n0.near[idx].added = n0.near[idx].added or n1.near[q].added
+            n1.remap[q] = idx
+        for q in range(n0.near.size()):
+            e = &n0.near[q]
+            found = self.pair_map.get(e.key)
+            if found >= 0:
+                pid = <pair_id_t>found
+                self.pair_counts[pid] += e.delta
+            elif e.delta <= 0 or e.delta < self.prune_below:
+                if e.added and self.prune_below > 0:
+                    self.n_pruned += 1
+                continue
+            else:
+                pid = self._pair_id(pair_left(e.key), pair_right(e.key))
+                self.pair_counts[pid] = e.delta
+            e.pid = pid
+            if e.added and self.pair_pushed[pid] != self.n_steps:
+                self.pair_pushed[pid] = self.n_steps
+                self.touched.push_back(pid)
+        for q in range(n0.sites.size()):
+            site = n0.sites[q]
+            found = n0.near[site >> 32].pid
+            if found >= 0:
+                self._list_push(<pair_id_t>found, <uint32_t>(site & 0xFFFFFFFFu))
+                if self.oom:
+                    return
+        for q in range(n1.sites.size()):
+            site = n1.sites[q]
+            found = n0.near[n1.remap[site >> 32]].pid
+            if found >= 0:
+                self._list_push(<pair_id_t>found, <uint32_t>(site & 0xFFFFFFFFu))
+                if self.oom:
+                    return
+
+    cdef inline void _merge_at(self, uint32_t i, token_id_t a, token_id_t b, token_id_t t,
+                               NearTable* nt, bint shared) noexcept nogil:
+        """Merge the pair at ``i`` if the window there still holds it. The windows that hold the new
+        token ``t`` (made, or unmade by a later site of the same word) are gathered in the share
+        ``nt``; the merged pair's weight is summed there too."""
         cdef uint32_t c = self.cells[i], j, h, k, e, lb, n
         cdef token_id_t hs = 0, ks = 0
         cdef count_t cw
@@ -1115,11 +1338,17 @@ cdef class MergeEngine:
         # 1. The old windows around the site go.
         if h != NIL:
             hs = self.cells[h] & PAYLOAD
-            self._sub_pair(hs, a, cw)
-        self.pair_counts[pid] -= cw
+            if hs == t:
+                self._near_sub(nt, hs, a, cw)
+            else:
+                self._other_sub(hs, a, cw, shared)
+        nt.removed += cw
         if k != NIL:
             ks = self.cells[k] & PAYLOAD
-            self._sub_pair(b, ks, cw)
+            if ks == t:
+                self._near_sub(nt, b, ks, cw)
+            else:
+                self._other_sub(b, ks, cw, shared)
         # 2. Rewrite: the pair becomes one token at i, of n positions; its other cells are dead and
         #    its first and last dead cells hold n.
         n = (j - i) + lb
@@ -1129,9 +1358,9 @@ cdef class MergeEngine:
         self.cells[e] = DEAD_BIT | (self.cells[e] & END_BIT) | n
         # 3. The new windows come.
         if h != NIL:
-            self._add_pair(hs, t, cw, h)
+            self._near_add(nt, hs, t, cw, h)
         if k != NIL:
-            self._add_pair(t, ks, cw, i)
+            self._near_add(nt, t, ks, cw, i)
 
     cdef inline void _prefetch_far(self, uint32_t i) noexcept nogil:
         """Ask for the cells of a site far ahead and its block-index entry (hints only)."""
@@ -1143,14 +1372,64 @@ cdef class MergeEngine:
         ``PREFETCH_FAR - PREFETCH`` sites earlier, then the records from there; a hint only)."""
         __builtin_prefetch(&self.wrec[self.blk[i >> BLK_SHIFT]])
 
+    cdef void _run_sites(self, NearTable* nt, const uint32_t* arr, uint64_t lo, uint64_t hi,
+                         token_id_t a, token_id_t b, token_id_t t, bint shared) noexcept nogil:
+        """Merge at ``arr[lo:hi]``, in that order. The sites are spread over the whole table, so each
+        one is a cache miss: ask for the cells ``PREFETCH_FAR`` sites ahead and the word record
+        ``PREFETCH`` ahead (hints only; the order and the result do not change)."""
+        cdef uint64_t q
+        for q in range(lo, hi):
+            if q + PREFETCH_FAR < hi:
+                self._prefetch_far(arr[q + PREFETCH_FAR])
+            if q + PREFETCH < hi:
+                self._prefetch_site(arr[q + PREFETCH])
+            self._merge_at(arr[q], a, b, t, nt, shared)
+
+    cdef void _do_share(self, int which, bint shared) noexcept nogil:
+        """One thread's share of the merge posted in ``job_pid`` / ``job_tok``."""
+        cdef NearTable* nt = &self.share0 if which == 0 else &self.share1
+        cdef token_id_t a = pair_left(self.pair_keys[self.job_pid])
+        cdef token_id_t b = pair_right(self.pair_keys[self.job_pid])
+        self._run_sites(nt, nt.base, nt.b0, nt.b1, a, b, self.job_tok, shared)
+        self._run_sites(nt, nt.added, nt.a0, nt.a1, a, b, self.job_tok, shared)
+
+    cdef void _worker_loop(self) noexcept nogil:
+        """The second thread (``threads=2``, while ``run`` runs): wait for a posted merge, do the
+        second share, say it is done; spin a while between merges, then nap."""
+        cdef uint32_t seen = self.job_done
+        cdef int64_t spins
+        while True:
+            spins = 0
+            while bpe_load_acquire(&self.job_posted) == seen:
+                spins += 1
+                if spins < 20000:
+                    bpe_pause()
+                else:
+                    bpe_nap()
+            seen = bpe_load_acquire(&self.job_posted)
+            if self.worker_stop:
+                break
+            self._do_share(1, True)
+            bpe_store_release(&self.job_done, seen)
+
     cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok) noexcept nogil:
-        """Rewrite every occurrence of the pair and update counts by exact deltas."""
+        """Rewrite every occurrence of the pair and update counts by exact deltas.
+
+        The sites go to two shares by position: before ``split`` and from it (a word is never
+        divided). With the worker running (``threads=2``) and enough sites, the second share runs on
+        the worker while this thread runs the first; each share gathers the pairs holding the new
+        token on its own (``NearTable``), and lowers the other pairs' counts atomically (the pair map
+        is only read). Then ``_near_end`` applies both shares in a fixed order, so the result does
+        not depend on the threads. Within a word the sites run in the same order on any thread."""
         cdef token_id_t a = pair_left(self.pair_keys[pid])
         cdef token_id_t b = pair_right(self.pair_keys[pid])
         cdef vector[uint32_t] positions
-        cdef uint64_t q, s0 = 0, s1 = 0
-        cdef uint32_t n_added = 0
+        cdef uint64_t q, s0 = 0, s1 = 0, m, lo, hi
+        cdef uint32_t n_added = 0, tmp
         cdef uint32_t* added = NULL
+        cdef NearTable* n0 = &self.share0
+        cdef NearTable* n1 = &self.share1
+        cdef bint par
         if pid < self.n_base and not self.base_done[pid]:
             s0 = self.base_start[pid]
             s1 = self.base_start[pid + 1]
@@ -1158,6 +1437,13 @@ cdef class MergeEngine:
         if self.lst_cls[pid] != NO_LIST:
             added = self._block(self.lst_off[pid])
             n_added = self.lst_len[pid]
+        _share_begin(n0)
+        _share_begin(n1)
+        self.job_pid = pid
+        self.job_tok = new_tok
+        par = self.worker_on and <int64_t>((s1 - s0) + n_added) >= self.par_min_sites
+        n0.a0 = n0.a1 = n1.a0 = n1.a1 = 0
+        n0.added = n1.added = NULL
         if a == b:
             # Overlapping runs (aaa): left to right within each word, as the greedy rewrite.
             positions.reserve((s1 - s0) + n_added)
@@ -1166,30 +1452,63 @@ cdef class MergeEngine:
             for q in range(n_added):
                 positions.push_back(added[q])
             sort(positions.begin(), positions.end())
-            for q in range(positions.size()):
-                if q + PREFETCH_FAR < positions.size():
-                    self._prefetch_far(positions[q + PREFETCH_FAR])
-                if q + PREFETCH < positions.size():
-                    self._prefetch_site(positions[q + PREFETCH])
-                self._merge_at(positions[q], pid, a, b, new_tok)
+            m = positions.size()
+            if par:
+                lo = 0
+                hi = positions.size()
+                while lo < hi:                       # the first position of the second share
+                    q = (lo + hi) // 2
+                    if positions[q] < self.split:
+                        lo = q + 1
+                    else:
+                        hi = q
+                m = lo
+            n0.base = n1.base = positions.data()
+            n0.b0 = 0
+            n0.b1 = n1.b0 = m
+            n1.b1 = positions.size()
         else:
             # No two sites of (a, b) with a != b overlap, so any order gives the same result; new
             # windows never hold (a, b) (they hold the new token), so this list does not grow.
-            # The sites are spread over the whole table, so each one is a cache miss: ask for the
-            # cells PREFETCH sites ahead (a hint only; the order and the result do not change).
-            for q in range(s0, s1):
-                if q + PREFETCH_FAR < s1:
-                    self._prefetch_far(self.base[q + PREFETCH_FAR])
-                if q + PREFETCH < s1:
-                    self._prefetch_site(self.base[q + PREFETCH])
-                self._merge_at(self.base[q], pid, a, b, new_tok)
-            for q in range(n_added):
-                if q + PREFETCH_FAR < n_added:
-                    self._prefetch_far(added[q + PREFETCH_FAR])
-                if q + PREFETCH < n_added:
-                    self._prefetch_site(added[q + PREFETCH])
-                self._merge_at(added[q], pid, a, b, new_tok)
+            # The initial list is in position order; the added list is partitioned in place.
+            m = s1
+            if par:
+                lo = s0
+                hi = s1
+                while lo < hi:
+                    q = (lo + hi) // 2
+                    if self.base[q] < self.split:
+                        lo = q + 1
+                    else:
+                        hi = q
+                m = lo
+            n0.base = n1.base = self.base
+            n0.b0 = s0
+            n0.b1 = n1.b0 = m
+            n1.b1 = s1
+            m = n_added
+            if par:
+                m = 0
+                for q in range(n_added):
+                    if added[q] < self.split:
+                        tmp = added[q]
+                        added[q] = added[m]
+                        added[m] = tmp
+                        m += 1
+            n0.added = n1.added = added
+            n0.a1 = n1.a0 = m
+            n1.a1 = n_added
+        if par:
+            bpe_store_release(&self.job_posted, self.job_posted + 1)
+            self._do_share(0, True)
+            while bpe_load_acquire(&self.job_done) != self.job_posted:
+                bpe_pause()
+        else:
+            self._do_share(0, False)
+            self._do_share(1, False)
+        self.pair_counts[pid] -= n0.removed + n1.removed
         self._list_free(pid)
+        self._near_end()
         # 4. Every pair whose count rose gets a fresh heap entry.
         self._heapify()
 
@@ -1254,22 +1573,52 @@ cdef class MergeEngine:
 
         ``progress(n_done)`` is called every ``every`` merges and at the end; pending signals are
         handled as often (a SIGINT raises ``KeyboardInterrupt`` within ``every`` merges).
+
+        With ``threads=2`` a second native thread runs while this runs (it is stopped and joined
+        before this returns or raises).
         """
         out = []
         cdef Py_ssize_t done = 0
-        while done < n_merges:
-            r = self.step(allowed, min_count)
-            if r is None:
-                break
-            out.append(r)
-            done += 1
-            if done % every == 0:
-                PyErr_CheckSignals()     # Ctrl-C / SIGTERM handlers run here, not after the loop
-                if progress is not None:
-                    progress(done)
+        self._start_worker()
+        try:
+            while done < n_merges:
+                r = self.step(allowed, min_count)
+                if r is None:
+                    break
+                out.append(r)
+                done += 1
+                if done % every == 0:
+                    PyErr_CheckSignals()     # Ctrl-C / SIGTERM handlers run here, not after the loop
+                    if progress is not None:
+                        progress(done)
+        finally:
+            self._stop_worker()
         if progress is not None:
             progress(done)
         return out
+
+    @property
+    def worker_running(self):
+        """Whether the second thread runs now (only inside ``run``, with ``threads=2``)."""
+        return bool(self.worker_on)
+
+    cdef _start_worker(self):
+        if self.threads < 2 or self.worker_on:
+            return
+        self.worker_stop = 0
+        self.job_done = self.job_posted
+        if bpe_thread_start(&self.worker, <bpe_thread_fn>_worker_main, <void*>self) == 0:
+            self.worker_on = True         # (no thread: the merges run on this one)
+
+    cdef _stop_worker(self):
+        if not self.worker_on:
+            return
+        self.worker_stop = 1
+        bpe_store_release(&self.job_posted, self.job_posted + 1)
+        with nogil:
+            pthread_join(self.worker, NULL)
+        self.worker_on = False
+        self.job_done = self.job_posted
 
     # ---- inspection ----------------------------------------------------------------------------
 

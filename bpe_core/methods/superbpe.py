@@ -1025,7 +1025,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         # with bounded (distinct) no merge rebuilds a token's bytes, so a new pair never counts more
         # than when its merge made it: one below the cut is forgotten (a small pair map)
         engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
-                             map_threshold=map_threshold, prune_below=cut if bounded else 0)
+                             map_threshold=map_threshold, prune_below=cut if bounded else 0, threads=threads)
         del data, starts
         t3 = time.perf_counter()
         steps += engine.run(n_merges - len(steps), allowed=allowed, min_count=cut)

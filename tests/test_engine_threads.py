@@ -1,0 +1,137 @@
+"""The engine's merges on two threads (``MergeEngine(threads=2)``) against one thread and the
+reference: the same merges, words, tokens and pair counts, for any words, with every merge forced
+onto both threads (``par_min_sites=1``) and at the default threshold."""
+import os
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_core import reference
+from bpe_core.engine.merge import MergeEngine
+
+from test_engine_prune import _distinct
+
+BYTES = [bytes([i]) for i in range(256)]
+
+
+def _table(words):
+    syms = np.array([t for w in words for t in w], dtype=np.uint32)
+    offs = np.concatenate(([0], np.cumsum([len(w) for w in words]))).astype(np.int64)
+    return syms, offs
+
+
+def _engines(words, weights, tokens, par_min_sites=1, **kw):
+    syms, offs = _table(words)
+    counts = np.array(weights[:len(words)], dtype=np.int64)
+    one = MergeEngine(syms, offs, counts, tokens, **kw)
+    two = MergeEngine(syms, offs, counts, tokens, threads=2, **kw)
+    two.par_min_sites = par_min_sites
+    return one, two
+
+
+def _same(one, two):
+    assert one.tokens() == two.tokens()
+    for x, y in zip(one.words(), two.words()):
+        assert np.array_equal(x, y)
+    assert {k: v for k, v in one.pair_counts_dict().items() if v} == \
+           {k: v for k, v in two.pair_counts_dict().items() if v}
+
+
+# words over few symbols (long runs: a == b merges, sites of one word on both sides of a site)
+_words = st.lists(st.lists(st.integers(97, 100), min_size=1, max_size=40), min_size=2, max_size=80)
+_weights = st.lists(st.integers(0, 7), min_size=80, max_size=80)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_words, _weights, st.integers(1, 60), st.sampled_from([1, 2, 5, 64]))
+def test_two_threads_merge_as_one(words, weights, n_merges, par_min_sites):
+    one, two = _engines(words, weights, BYTES, par_min_sites)
+    assert one.run(n_merges) == two.run(n_merges)
+    _same(one, two)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_words, _weights, st.integers(1, 40))
+def test_two_threads_merge_as_the_reference(words, weights, n_merges):
+    """The merges of ``run`` on two threads are the reference trainer's (CS336 semantics)."""
+    counts = {}
+    for w, c in zip(words, weights):
+        if c:
+            key = tuple(bytes([t]) for t in w)
+            counts[key] = counts.get(key, 0) + c
+    _, two = _engines(words, weights, BYTES)
+    got = [(two.token_bytes(a), two.token_bytes(b)) for a, b, _ in two.run(n_merges)]
+    ref_words, expected = dict(counts), []
+    for _ in range(n_merges):
+        pair = reference.best_pair(reference.get_pair_counts(ref_words))
+        if pair is None:
+            break
+        expected.append(pair)
+        new = {}
+        for w, c in ref_words.items():
+            m = reference.merge_word(w, pair)
+            new[m] = new.get(m, 0) + c
+        ref_words = new
+    assert got == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=30), min_size=2, max_size=60),
+       st.lists(st.integers(0, 5), min_size=60, max_size=60), st.integers(1, 6), st.integers(1, 80))
+def test_two_threads_with_pruning_and_rules(words, weights, cut, n_merges):
+    """Stage 2's engine: ``prune_below``, ``min_count`` and the ``distinct`` rule, on two threads."""
+    tokens = [bytes([97 + i]) for i in range(12)]
+    one, two = _engines(words, weights, tokens, prune_below=cut)
+    assert one.run(n_merges, allowed=_distinct(tokens), min_count=cut) == \
+           two.run(n_merges, allowed=_distinct(tokens), min_count=cut)
+    _same(one, two)
+
+
+def test_canonical_tokens_on_two_threads():
+    """A merge that rebuilds an existing token's bytes (the new token is an old one: its pairs are
+    both in the pair map and in the shares)."""
+    tokens = BYTES + [b"bc", b"ab"]
+    a, b, c, x = ord("a"), ord("b"), ord("c"), ord("x")
+    words = [(a, 256), (257, c), (a, 256, x), (257, c, x), (257, c, a, 256, 257, c)] * 3
+    one, two = _engines(words, [5, 4, 1, 1, 2] * 3, tokens)
+    assert one.run(20) == two.run(20)
+    _same(one, two)
+
+
+def _tasks(expected=None):
+    """The threads of this process (a joined thread may leave /proc a moment later)."""
+    for _ in range(100):
+        n = len(os.listdir("/proc/self/task"))
+        if n == expected:
+            break
+        time.sleep(0.01)
+    return n
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc")
+def test_the_worker_thread_ends_with_run_even_on_an_error():
+    words = [[97, 98] * 20] * 50
+    _, two = _engines(words, [1] * 50, BYTES)
+    before = _tasks()
+    seen = []
+    two.run(3, progress=lambda n: seen.append(two.worker_running), every=1)
+    assert seen[:3] == [True] * 3 and not two.worker_running and _tasks(before) == before
+
+    def refuse(left, right):
+        raise RuntimeError("no")
+    with pytest.raises(RuntimeError):
+        two.run(3, allowed=refuse)
+    assert not two.worker_running and _tasks(before) == before
+
+
+def test_a_big_table_splits_its_sites_between_threads():
+    """At the default threshold: enough sites that merges do run on both threads."""
+    rng = np.random.default_rng(5)
+    words = [list(rng.integers(97, 103, size=int(rng.integers(2, 12)))) for _ in range(6000)]
+    weights = list(rng.integers(1, 4, size=6000))
+    one, two = _engines(words, weights, BYTES, par_min_sites=2048)
+    assert one.run(200) == two.run(200)
+    _same(one, two)
