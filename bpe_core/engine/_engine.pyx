@@ -186,7 +186,8 @@ cdef void _populate(void* p, size_t nbytes) noexcept nogil:
 cdef enum:
     PREFETCH_FAR = 32   # how many merge sites ahead ``_apply_merge`` asks for the cells and block entry of
     PREFETCH = 16       # ... and the word record of (the block entry is in cache by then)
-    PAR_MIN_SITES = 2048    # a merge with fewer sites runs on one thread (``threads=2``)
+    PREFETCH_NEAR = 6   # ... and the pair-map slots of its neighbour windows (its cells are in cache)
+    PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
 
 
 # ==== Pair hash map ===========================================================================
@@ -1372,6 +1373,22 @@ cdef class MergeEngine:
         ``PREFETCH_FAR - PREFETCH`` sites earlier, then the records from there; a hint only)."""
         __builtin_prefetch(&self.wrec[self.blk[i >> BLK_SHIFT]])
 
+    cdef inline void _prefetch_pairs(self, uint32_t i, token_id_t a) noexcept nogil:
+        """Ask for the pair-map slots of the windows left and right of the site at ``i`` (read from
+        its cells now; a later site may change them, which only wastes the hint)."""
+        cdef uint32_t c = self.cells[i], h, j, e
+        if (c & DEAD_BIT) or (c & PAYLOAD) != a:
+            return
+        h = self._prv(i)
+        if h != NIL:
+            self.pair_map.prefetch(pack_pair(self.cells[h] & PAYLOAD, a))
+        j = self._nxt(i)
+        if j == NIL:
+            return
+        e = j + self._span(j) - 1
+        if not (self.cells[e] & END_BIT):
+            self.pair_map.prefetch(pack_pair(self.cells[j] & PAYLOAD, self.cells[e + 1] & PAYLOAD))
+
     cdef void _run_sites(self, NearTable* nt, const uint32_t* arr, uint64_t lo, uint64_t hi,
                          token_id_t a, token_id_t b, token_id_t t, bint shared) noexcept nogil:
         """Merge at ``arr[lo:hi]``, in that order. The sites are spread over the whole table, so each
@@ -1383,6 +1400,8 @@ cdef class MergeEngine:
                 self._prefetch_far(arr[q + PREFETCH_FAR])
             if q + PREFETCH < hi:
                 self._prefetch_site(arr[q + PREFETCH])
+            if q + PREFETCH_NEAR < hi:
+                self._prefetch_pairs(arr[q + PREFETCH_NEAR], a)
             self._merge_at(arr[q], a, b, t, nt, shared)
 
     cdef void _do_share(self, int which, bint shared) noexcept nogil:
