@@ -135,3 +135,40 @@ def test_a_big_table_splits_its_sites_between_threads():
     one, two = _engines(words, weights, BYTES, par_min_sites=2048)
     assert one.run(200) == two.run(200)
     _same(one, two)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_one_usable_cpu_keeps_one_thread():
+    """Allowed one CPU (taskset, a pinned job), the engine does not start a second thread: two
+    threads taking turns on one core made the loop 13x slower before this check."""
+    words = [[97, 98] * 20] * 50
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(old)})
+    try:
+        _, two = _engines(words, [1] * 50, BYTES)
+        seen = []
+        two.run(3, progress=lambda n: seen.append(two.worker_running), every=1)
+    finally:
+        os.sched_setaffinity(0, old)
+    assert seen and not any(seen)
+
+
+def test_two_threads_on_one_core_still_merge_as_one(monkeypatch):
+    """When the OS gives both threads one core anyway (a CPU quota), waiting yields the core: same
+    merges (and no spinning through a whole time slice)."""
+    import bpe_core.engine._engine as native
+    monkeypatch.setattr(native, "_usable_cpus", lambda: 2)
+    rng = np.random.default_rng(7)
+    words = [list(rng.integers(97, 101, size=int(rng.integers(2, 20)))) for _ in range(3000)]
+    weights = list(rng.integers(1, 4, size=3000))
+    one, two = _engines(words, weights, BYTES, par_min_sites=1)
+    old = os.sched_getaffinity(0) if hasattr(os, "sched_setaffinity") else None
+    if old is not None:
+        os.sched_setaffinity(0, {min(old)})
+    try:
+        got = two.run(100)
+    finally:
+        if old is not None:
+            os.sched_setaffinity(0, old)
+    assert got == one.run(100)
+    _same(one, two)

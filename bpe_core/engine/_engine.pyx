@@ -159,6 +159,7 @@ cdef extern from *:
     #endif
     }
     static inline void bpe_nap(void) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+    static inline void bpe_yield(void) { sched_yield(); }
     typedef void* (*bpe_thread_fn)(void*);
     static inline int bpe_thread_start(pthread_t* t, bpe_thread_fn fn, void* arg) {
         return pthread_create(t, NULL, fn, arg);
@@ -171,6 +172,7 @@ cdef extern from *:
     void bpe_store_release(uint32_t* p, uint32_t v) nogil
     void bpe_pause() nogil
     void bpe_nap() nogil
+    void bpe_yield() nogil
     int bpe_thread_start(pthread_t* t, bpe_thread_fn fn, void* arg) nogil
     int pthread_join(pthread_t t, void** ret) nogil
 
@@ -188,6 +190,7 @@ cdef enum:
     PREFETCH = 16       # ... and the word record of (the block entry is in cache by then)
     PREFETCH_NEAR = 6   # ... and the pair-map slots of its neighbour windows (its cells are in cache)
     PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
+    SPIN_PAUSES = 2000      # a thread waiting for the other spins this long, then yields its core
 
 
 # ==== Pair hash map ===========================================================================
@@ -409,6 +412,14 @@ cdef inline uint32_t _near_index(NearTable* nt, pair_key_t key) noexcept nogil:
     if 2 * nt.near.size() > nt.slot.size():
         _near_grow(nt)
     return idx
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it; else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 cdef void* _worker_main(void* arg) noexcept nogil:
@@ -656,7 +667,7 @@ cdef class MergeEngine:
         self.threads = 1
         self.par_min_sites = PAR_MIN_SITES
         self.split = <uint32_t>n_sym
-        if threads >= 2 and n_words >= 2:
+        if threads >= 2 and n_words >= 2 and _usable_cpus() >= 2:
             w = int(np.searchsorted(np.asarray(offsets), n_sym // 2))
             w = min(max(w, 1), n_words - 1)
             self.threads = 2
@@ -1421,8 +1432,10 @@ cdef class MergeEngine:
             spins = 0
             while bpe_load_acquire(&self.job_posted) == seen:
                 spins += 1
-                if spins < 20000:
+                if spins < SPIN_PAUSES:
                     bpe_pause()
+                elif spins < 40 * SPIN_PAUSES:
+                    bpe_yield()         # a core shared with this thread's poster gets it back
                 else:
                     bpe_nap()
             seen = bpe_load_acquire(&self.job_posted)
@@ -1449,6 +1462,7 @@ cdef class MergeEngine:
         cdef NearTable* n0 = &self.share0
         cdef NearTable* n1 = &self.share1
         cdef bint par
+        cdef int64_t spins
         if pid < self.n_base and not self.base_done[pid]:
             s0 = self.base_start[pid]
             s1 = self.base_start[pid + 1]
@@ -1520,8 +1534,13 @@ cdef class MergeEngine:
         if par:
             bpe_store_release(&self.job_posted, self.job_posted + 1)
             self._do_share(0, True)
+            spins = 0
             while bpe_load_acquire(&self.job_done) != self.job_posted:
-                bpe_pause()
+                spins += 1
+                if spins < SPIN_PAUSES:
+                    bpe_pause()
+                else:
+                    bpe_yield()
         else:
             self._do_share(0, False)
             self._do_share(1, False)
