@@ -25,7 +25,7 @@ import numpy as np
 
 from bpe_core.runtime.memmon import prefault
 from bpe_core.pretok._pretok cimport (PATTERN_CL100K, PATTERN_GPT2, PATTERN_O200K, _next_cl100k, _next_gpt2,
-                                      _next_o200k, lend_u32)
+                                      _next_o200k, lend_items, lend_u32)
 
 cdef extern from *:
     void __builtin_prefetch(const void* addr) noexcept nogil
@@ -466,6 +466,24 @@ cdef class _IdList:
         return np.frombuffer(self, dtype=np.uint32)
 
 
+cdef class _I64List:
+    """A ``vector[int64_t]`` lent to numpy as an array's memory (``_IdList`` for int64)."""
+    cdef vector[int64_t] v
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        self.shape[0] = <Py_ssize_t>self.v.size()
+        lend_items(buffer, self, <void*>self.v.data() if self.v.size() > 0 else NULL, sizeof(int64_t), b"q",
+                   self.shape, self.strides)
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def array(self):
+        return np.frombuffer(self, dtype=np.int64)
+
+
 cdef object _int64_array(const vector[int64_t]& v):
     """A copy of a vector as an int64 array (unit bounds: small beside the ids, which are lent:
     ``_IdList``; pair counts)."""
@@ -531,7 +549,8 @@ cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector
 
 def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
                    bint cut_spaces=False, const int32_t[:, ::1] word_classes=None,
-                   const uint32_t[::1] seg_symbols=None, const int64_t[::1] seg_offsets=None):
+                   const uint32_t[::1] seg_symbols=None, const int64_t[::1] seg_offsets=None,
+                   int64_t reserve=0):
     """The units of text given as word ids (rows of the word table) instead of bytes: span ``k`` is
     ``ids[breaks[k]:breaks[k+1]]`` (the pretokens of the text between two special tokens, in order).
     Returns ``(ids, bounds, n_seen, n_kept)``: what ``chunk_unit_stream`` lists, without a sample,
@@ -541,6 +560,10 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
     ...                                          np.zeros(2, np.uint8))
     >>> ids.tolist(), bounds.tolist(), seen, kept
     ([0, 1, 0], [0, 3], 1, 1)
+
+    ``reserve``: about how many ids the output will hold (with a segmentation, more than the input's):
+    the room is asked for at once (address space: pages are touched as written), so the output does
+    not grow by copies, each into fresh pages. A hint only; 0: the input's size.
 
     Plain equivalent: ``chunk_unit_stream`` over the text the ids came from (tested equal).
     """
@@ -568,7 +591,7 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
     cdef UnitState st
     cdef bint bad = False
     memset(&st, 0, sizeof(UnitState))
-    out_ids.reserve(ids.shape[0] + 16)
+    out_ids.reserve(max(reserve, ids.shape[0]) + 16)
     out_bounds.push_back(0)
     with nogil:
         for k in range(breaks.shape[0] - 1):
@@ -1473,6 +1496,7 @@ cdef class _PieceTable:
     cdef uint64_t mask
     cdef int64_t single
     cdef bint oom
+    cdef bint spent                      # its vectors went to arrays (to_arrays): it takes no more
 
     def __cinit__(self, int64_t reserve):
         # room for a piece per 8 symbols at the start (en_train at 32k: 4.6 M pieces of 60 M
@@ -1485,11 +1509,14 @@ cdef class _PieceTable:
         self.oom = self.slots == NULL
         self.single = 0
         self.starts.push_back(0)
-        self.data.reserve(reserve)      # address space only: pages are touched as written
-        self.starts.reserve(self.cap)
-        self.wsum.reserve(self.cap)
-        self.csum.reserve(self.cap)
-        self.hashes.reserve(self.cap)
+        # address space only (pages are touched as written): room for all the pieces of four such
+        # tables, so one that absorbs another's and then takes a third's for its arrays
+        # (cut_pieces, to_arrays) seldom grows by copies, each into fresh pages
+        self.data.reserve(4 * reserve)
+        self.starts.reserve(4 * self.cap)
+        self.wsum.reserve(4 * self.cap)
+        self.csum.reserve(4 * self.cap)
+        self.hashes.reserve(4 * self.cap)
 
     def __dealloc__(self):
         free(self.slots)
@@ -1521,6 +1548,8 @@ cdef class _PieceTable:
         cdef int64_t qc[2][BATCH]
         cdef const uint32_t* base = &symbols[0] if symbols.shape[0] > 0 else NULL
         nq[0] = nq[1] = 0
+        if self.spent or (split and upper.spent):
+            raise ValueError("cut_pieces: this piece table was turned into arrays")
         if self.oom or (split and upper.oom):
             raise MemoryError("cut_pieces: no memory for the piece table")
         with nogil:
@@ -1581,6 +1610,8 @@ cdef class _PieceTable:
         cdef int64_t qw[BATCH]
         cdef int64_t qc[BATCH]
         cdef const uint32_t* base = other.data.data()
+        if self.spent or other.spent:
+            raise ValueError("cut_pieces: this piece table was turned into arrays")
         with nogil:
             self.single += other.single
             for p in range(n_other):
@@ -1600,32 +1631,34 @@ cdef class _PieceTable:
             raise MemoryError("cut_pieces: no memory for the piece table")
 
     def to_arrays(self, _PieceTable more=None):
-        """The pieces as arrays, then ``more``'s after them (their starts shifted)."""
-        cdef int64_t n1 = self.wsum.size(), n2 = more.wsum.size() if more is not None else 0
-        cdef int64_t d1 = self.data.size(), d2 = more.data.size() if more is not None else 0
-        cdef int64_t single = self.single + (more.single if more is not None else 0), j
-        out_data = prefault(np.empty(d1 + d2, dtype=np.uint32))     # each written whole
-        out_starts = prefault(np.empty(n1 + n2 + 1, dtype=np.int64))
-        out_w = prefault(np.empty(n1 + n2, dtype=np.int64))
-        out_c = prefault(np.empty(n1 + n2, dtype=np.int64))
-        cdef uint32_t[::1] dv = out_data
-        cdef int64_t[::1] sv = out_starts
-        cdef int64_t[::1] wv = out_w
-        cdef int64_t[::1] cv = out_c
+        """The pieces as arrays, then ``more``'s after them (their starts shifted). ``more``'s pieces
+        are appended to this table's (in the room it reserved), and the arrays are this table's own
+        memory, lent to numpy: no copy of the pieces and no fresh pages for one. The table is empty
+        afterwards and takes no more pieces."""
+        cdef int64_t n2 = more.wsum.size() if more is not None else 0
+        cdef int64_t d1 = self.data.size(), j
+        cdef int64_t single = self.single + (more.single if more is not None else 0)
+        cdef _IdList data = _IdList()
+        cdef _I64List starts = _I64List(), wsum = _I64List(), csum = _I64List()
+        if self.spent or (more is not None and more.spent):
+            raise ValueError("cut_pieces: this piece table was turned into arrays")
         with nogil:
-            if d1 > 0:
-                memcpy(&dv[0], self.data.data(), d1 * sizeof(uint32_t))
-            memcpy(&sv[0], self.starts.data(), (n1 + 1) * sizeof(int64_t))
-            if n1 > 0:
-                memcpy(&wv[0], self.wsum.data(), n1 * sizeof(int64_t))
-                memcpy(&cv[0], self.csum.data(), n1 * sizeof(int64_t))
             if n2 > 0:
-                memcpy(&dv[d1], more.data.data(), d2 * sizeof(uint32_t))
+                self.data.insert(self.data.end(), more.data.begin(), more.data.end())
                 for j in range(n2):
-                    sv[n1 + 1 + j] = d1 + more.starts[j + 1]
-                memcpy(&wv[n1], more.wsum.data(), n2 * sizeof(int64_t))
-                memcpy(&cv[n1], more.csum.data(), n2 * sizeof(int64_t))
-        return out_data, out_starts, out_w, out_c, single
+                    self.starts.push_back(d1 + more.starts[j + 1])
+                self.wsum.insert(self.wsum.end(), more.wsum.begin(), more.wsum.end())
+                self.csum.insert(self.csum.end(), more.csum.begin(), more.csum.end())
+        data.v.swap(self.data)
+        starts.v.swap(self.starts)
+        wsum.v.swap(self.wsum)
+        csum.v.swap(self.csum)
+        self.hashes.clear()
+        self.single = 0
+        self.spent = True
+        if more is not None:
+            more.spent = True           # its pieces are in these arrays now
+        return data.array(), starts.array(), wsum.array(), csum.array(), single
 
 
 def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,

@@ -549,9 +549,16 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
         m = min(max(m, 1), breaks.size - 2)
         halves = [breaks[:m + 1], breaks[m:]]
 
+    # the output's size, about: stage-1 tokens per pretoken, weighted as the text has them (room asked
+    # for at once instead of growing by copies into fresh pages; a hint, 5% over)
+    per_id = 1.0
+    if seg_offsets is not None and int(table.counts.sum()) > 0:
+        per_id = float((np.diff(seg_offsets) * table.counts).sum()) / float(table.counts.sum())
+
     def run(b):
         lo, hi = int(b[0]), int(b[-1])
-        return id_unit_stream(all_rows[lo:hi], b - lo, flags, cut_spaces, classes, seg_symbols, seg_offsets)
+        return id_unit_stream(all_rows[lo:hi], b - lo, flags, cut_spaces, classes, seg_symbols, seg_offsets,
+                              reserve=int((hi - lo) * per_id * 1.05) + (hi - lo) // 64)
 
     if len(halves) == 2:
         from concurrent.futures import ThreadPoolExecutor

@@ -73,3 +73,5 @@ cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t 
 # NULL when empty) to numpy, owned by owner (_pretok's record ids, _units' id lists).
 cdef int lend_u32(Py_buffer* buffer, object owner, uint32_t* data, Py_ssize_t* shape,
                   Py_ssize_t* strides) except -1
+cdef int lend_items(Py_buffer* buffer, object owner, void* data, Py_ssize_t itemsize, char* fmt,
+                    Py_ssize_t* shape, Py_ssize_t* strides) except -1

@@ -1241,12 +1241,18 @@ cdef int lend_u32(Py_buffer* buffer, object owner, uint32_t* data, Py_ssize_t* s
                   Py_ssize_t* strides) except -1:
     """Fill ``buffer`` for a 1-d writable uint32 array of ``shape[0]`` items at ``data`` (NULL when
     empty) owned by ``owner``: the body of a ``__getbuffer__`` that lends C memory to numpy."""
-    strides[0] = sizeof(uint32_t)
-    buffer.buf = <void*>data if data != NULL else <void*>&_NO_ID
-    buffer.format = "I"
+    return lend_items(buffer, owner, <void*>data, sizeof(uint32_t), b"I", shape, strides)
+
+
+cdef int lend_items(Py_buffer* buffer, object owner, void* data, Py_ssize_t itemsize, char* fmt,
+                    Py_ssize_t* shape, Py_ssize_t* strides) except -1:
+    """:func:`lend_u32` for items of any size and ``struct`` format (``b"q"``: int64)."""
+    strides[0] = itemsize
+    buffer.buf = data if data != NULL else <void*>&_NO_ID
+    buffer.format = fmt
     buffer.internal = NULL
-    buffer.itemsize = sizeof(uint32_t)
-    buffer.len = shape[0] * sizeof(uint32_t)
+    buffer.itemsize = itemsize
+    buffer.len = shape[0] * itemsize
     buffer.ndim = 1
     buffer.obj = owner
     buffer.readonly = 0
