@@ -346,6 +346,10 @@ def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd
     got = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg)
     assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
     assert got[2:] == want[2:4]
+    # the room asked for is a hint: too little (the output grows) or much more, the same units
+    for reserve in (1, 3 * len(ids) + 100):
+        again = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, reserve=reserve)
+        assert again[0].tolist() == got[0].tolist() and again[1].tolist() == got[1].tolist()
 
 
 def test_id_unit_stream_refuses_bad_input():
@@ -582,3 +586,25 @@ def test_stage2_refuses_a_sketch_or_pieces_that_lose_windows_or_tokens(monkeypat
     monkeypatch.setattr(superbpe, "cut_pieces", lambda *a, **k: cut(*a, **k)[:4] + (cut(*a, **k)[4] - 1,))
     with pytest.raises(InternalError, match="pieces at cut"):
         stage2_merges(*args)
+
+
+def test_a_piece_table_turned_into_arrays_takes_no_more():
+    """``to_arrays`` lends the table's own vectors (the second table's pieces appended): the arrays
+    are what a copy gave, and both tables refuse further pieces instead of corrupting them."""
+    from bpe_core.engine._units import _PieceTable
+    syms = np.array([5, 6, 7, 5, 6, 8, 9, 9, 9], np.uint32)
+    offs, w, c = np.array([0, 3, 6, 9]), np.array([2, 1, 4]), np.array([2, 1, 4])
+    levels = np.array([9, 9, 0, 9, 9, 0, 9, 9, 0], np.uint32)
+    a, b = _PieceTable(64), _PieceTable(64)
+    a.add(syms, offs, levels, w, c, 2, 0, 2, None, None)
+    b.add(syms, offs, levels, w, c, 2, 2, 3, None, None)
+    data, starts, pw, pc, single = a.to_arrays(b)
+    pieces = {tuple(data[starts[k]:starts[k + 1]].tolist()): (int(pw[k]), int(pc[k])) for k in range(pw.size)}
+    assert pieces == {(5, 6, 7): (2, 2), (5, 6, 8): (1, 1), (9, 9, 9): (4, 4)} and single == 0
+    for table in (a, b):
+        with pytest.raises(ValueError, match="turned into arrays"):
+            table.add(syms, offs, levels, w, c, 2, 0, 3, None, None)
+    with pytest.raises(ValueError, match="turned into arrays"):
+        a.absorb(_PieceTable(64))
+    with pytest.raises(ValueError, match="turned into arrays"):
+        a.to_arrays()
