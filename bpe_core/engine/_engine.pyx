@@ -373,6 +373,12 @@ cdef void _share_begin(NearTable* nt) noexcept nogil:
         nt.gen = 1
 
 
+cdef uint64_t _share_bytes(NearTable* nt) noexcept nogil:
+    """The memory a share holds (its vectors keep their room from merge to merge)."""
+    return (nt.near.capacity() * sizeof(Near) + nt.slot.capacity() * 4 + nt.stamp.capacity() * 4
+            + nt.sites.capacity() * 8 + nt.remap.capacity() * 4)
+
+
 cdef inline uint64_t _near_hash(pair_key_t key, uint64_t mask) noexcept nogil:
     return ((key * <uint64_t>0x9E3779B97F4A7C15u) >> 32) & mask
 
@@ -1743,6 +1749,7 @@ cdef class MergeEngine:
                                + self.base_done.capacity())
         cdef uint64_t used = 0, entries = 0
         cdef size_t q
+        cdef uint64_t shares = _share_bytes(&self.share0) + _share_bytes(&self.share1)
         for q in range(self.lst_cls.size()):
             if self.lst_cls[q] != NO_LIST:
                 used += ((<uint64_t>1) << self.lst_cls[q]) * 4
@@ -1758,13 +1765,14 @@ cdef class MergeEngine:
             "lists_peak": self.peak_pool_bytes,
             "heap": self.heap.capacity() * sizeof(HeapEntry),
             "heap_peak": self.peak_heap * sizeof(HeapEntry),
+            "shares": shares,
             "words_in_ram": 0 if self.mapped_bytes and isinstance(self._wrec_arr, np.memmap) else
                             self.n_words * WORD_RECORD_BYTES,
             "positions_in_ram": 0 if isinstance(self._base_arr, np.memmap) else int(self.base_start[self.n_base]) * 4,
             "mapped": int(self.mapped_bytes),
         }
         out["anon"] = (out["cells"] + out["block_index"] + out["pairs"] + out["pair_map"] + out["lists"]
-                       + out["heap"] + out["words_in_ram"] + out["positions_in_ram"])
+                       + out["heap"] + out["shares"] + out["words_in_ram"] + out["positions_in_ram"])
         return out
 
     def stats(self):
