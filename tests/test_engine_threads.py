@@ -46,7 +46,7 @@ _weights = st.lists(st.integers(0, 7), min_size=80, max_size=80)
 
 
 @settings(max_examples=150, deadline=None)
-@given(_words, _weights, st.integers(1, 60), st.sampled_from([1, 2, 5, 64]))
+@given(_words, _weights, st.integers(1, 60), st.sampled_from([1, 2, 5, 63, 64, 65, 2048]))
 def test_two_threads_merge_as_one(words, weights, n_merges, par_min_sites):
     one, two = _engines(words, weights, BYTES, par_min_sites)
     assert one.run(n_merges) == two.run(n_merges)

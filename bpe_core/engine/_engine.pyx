@@ -929,20 +929,6 @@ cdef class MergeEngine:
         self.pair_pushed.reserve(n)
         self.pair_allowed.reserve(n)
 
-    cdef inline void _add_pair(self, token_id_t left, token_id_t right, count_t c, uint32_t pos) noexcept nogil:
-        """Count one more occurrence (weight ``c``) of a pair whose left symbol sits at ``pos``."""
-        cdef pair_id_t pid = self._pair_id(left, right)
-        self.pair_counts[pid] += c
-        self._list_push(pid, pos)
-        if self.pair_pushed[pid] != self.n_steps:
-            self.pair_pushed[pid] = self.n_steps
-            self.touched.push_back(pid)
-
-    cdef inline void _sub_pair(self, token_id_t left, token_id_t right, count_t c) noexcept nogil:
-        cdef int64_t pid = self.pair_map.get(pack_pair(left, right))
-        if pid >= 0:            # always: every window was counted when it came
-            self.pair_counts[pid] -= c
-
     cdef void _count_all(self, vector[uint64_t]& base_len, pair_id_t* win_pid) noexcept nogil:
         """Count every window once (its pair and how many windows each pair has); with ``win_pid``,
         write each window's pair id there, in position order."""
