@@ -231,3 +231,50 @@ def test_docstring_examples(monkeypatch):
         for test in doctest.DocTestFinder().find(module):
             runner.run(test)
     assert runner.failures == 0
+
+
+# ---- huge pages: the rule on the kernel's texts, around its thresholds ------------------------
+
+def _buddy(blocks_by_order):
+    counts = [0] * 11
+    for order, n in blocks_by_order.items():
+        counts[order] = n
+    return "Node 0, zone   Normal " + " ".join(map(str, counts)) + "\n"
+
+
+@pytest.mark.parametrize("free_blocks, nbytes, expected", [
+    (4, 4 << 20, True),              # 8 MiB free in 2 MiB blocks: twice 4 MiB
+    (4, (4 << 20) + 1, False),       # one byte more than half the free blocks
+    (3, 4 << 20, False),
+    (0, 0, True),                    # nothing to place
+])
+def test_huge_pages_need_twice_the_bytes_in_free_2mib_blocks(free_blocks, nbytes, expected):
+    from bpe_core.runtime.memmon import huge_pages_state
+    info = _buddy({9: free_blocks}) + "Node 0, zone    DMA32 50 50 50 50 50 50 50 50 50 0 0\n"
+    assert huge_pages_state("always [madvise] never", "always defer defer+madvise [madvise] never",
+                            info, 2 << 20, nbytes, 4096) is expected
+
+
+def test_huge_pages_count_larger_blocks_and_ignore_smaller_ones():
+    from bpe_core.runtime.memmon import free_block_bytes
+    info = _buddy({8: 1000, 9: 1, 10: 2})           # order 8 (1 MiB) blocks are too small
+    assert free_block_bytes(info, 9, 4096) == (1 * 512 + 2 * 1024) * 4096
+
+
+@pytest.mark.parametrize("enabled, defrag, expected", [
+    ("always madvise [never]", "[madvise]", False),          # THP off: never
+    ("always [madvise] never", "always defer defer+madvise madvise [never]", True),   # never compacts
+    ("[always] madvise never", "always [defer] defer+madvise madvise never", True),
+    ("always [madvise] never", "[always] defer defer+madvise madvise never", False),  # compacts, no blocks
+    ("always [madvise] never", "always defer [defer+madvise] madvise never", False),
+    ("", "", False),                                         # unreadable or unknown
+])
+def test_huge_pages_follow_the_thp_settings(enabled, defrag, expected):
+    from bpe_core.runtime.memmon import huge_pages_state
+    assert huge_pages_state(enabled, defrag, _buddy({}), 2 << 20, 1 << 20, 4096) is expected
+
+
+def test_huge_pages_ready_is_false_where_the_files_cannot_be_read(monkeypatch):
+    import bpe_core.runtime.memmon as memmon
+    monkeypatch.setattr(memmon, "THP_DIR", "/nonexistent/thp")
+    assert memmon.huge_pages_ready(1) is False

@@ -531,3 +531,51 @@ def test_native_word_flags_and_classes_equal_the_plain_twins(words):
     assert word_flags(table).tolist() == word_flags_python(table).tolist()
     assert word_classes(table).tolist() == word_classes_python(table).tolist()
     assert word_classes(table).dtype == word_classes_python(table).dtype == np.int32
+
+
+@pytest.mark.parametrize("ready", [True, False])
+def test_huge_pages_or_not_train_the_same(tmp_path, monkeypatch, ready):
+    """Stage 2 asks for huge pages only where ``huge_pages_ready`` says free 2 MiB blocks can hold its
+    arrays (``stage2_huge_pages``): memory advice only, so either way the same merges and final token
+    count; the report says which, and the settings come back after the run."""
+    from bpe_core.engine import _engine
+    from bpe_core.methods import superbpe
+    from bpe_core.runtime import memmon
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A<|endoftext|> the dog sat" * 80)
+    options = dict(input_path=str(path), vocab_size=330, method="superbpe", special_tokens=["<|endoftext|>"])
+    base = bpe_core.train(bpe_core.TrainConfig(**options))
+    monkeypatch.setattr(superbpe, "huge_pages_ready", lambda nbytes: ready)
+    run = bpe_core.train(bpe_core.TrainConfig(**options))
+    assert run.report["stage2_huge_pages"] is ready
+    assert run.model.merges == base.model.merges
+    assert run.report["superbpe"]["final_tokens"] == base.report["superbpe"]["final_tokens"]
+    assert _engine.huge_pages(False) is False
+    setter = memmon._madvise_setter()
+    if setter is not None:
+        assert setter(True) is True           # numpy's own default is back
+
+
+def test_engine_with_huge_build_buffers_merges_the_same():
+    """The engine's build buffers as huge pages (``_engine.huge_pages``; cells over 4 MiB, so the
+    advice is really given) or not: the same merges and words, on one thread and two."""
+    from bpe_core.engine import _engine
+    from bpe_core.engine.merge import MergeEngine
+
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 12, size=240_000)
+    syms = rng.integers(97, 103, size=int(lengths.sum())).astype(np.uint32)      # > 1 M symbols
+    offs = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    counts = rng.integers(1, 5, size=lengths.size).astype(np.int64)
+    tokens = [bytes([i]) for i in range(256)]
+    results = []
+    for huge in (False, True):
+        previous = _engine.huge_pages(huge)
+        try:
+            for threads in (1, 2):
+                eng = MergeEngine(syms, offs, counts, tokens, threads=threads)
+                results.append((eng.run(40), [a.tobytes() for a in eng.words()]))
+        finally:
+            _engine.huge_pages(previous)
+    assert all(r == results[0] for r in results[1:])

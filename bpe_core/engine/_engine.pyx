@@ -133,6 +133,7 @@ cdef extern from *:
 
 cdef extern from "<sys/mman.h>" nogil:
     int madvise(void* addr, size_t length, int advice)
+    int MADV_HUGEPAGE
 
 cdef extern from *:
     """
@@ -177,12 +178,36 @@ cdef extern from *:
     int pthread_join(pthread_t t, void** ret) nogil
 
 
+# Whether the engine's big buffers written whole at the build ask for transparent huge pages first
+# (``huge_pages``: SuperBPE's stage 2 sets it only when free 2 MiB blocks can hold them,
+# ``runtime.memmon.huge_pages_ready``). Set only between runs, with the GIL.
+cdef bint _HUGE_BUFFERS = False
+
+
+def huge_pages(bint on):
+    """Let the engine's big build buffers (cells, window pair ids) ask for huge pages (``on``) or
+    not; returns the previous setting. A hint to the kernel: the results never depend on it.
+
+    >>> previous = huge_pages(True); huge_pages(previous)
+    True
+    """
+    global _HUGE_BUFFERS
+    cdef bint previous = _HUGE_BUFFERS
+    _HUGE_BUFFERS = on
+    return previous
+
+
 cdef void _populate(void* p, size_t nbytes) noexcept nogil:
     """Fault in the whole pages of ``p[:nbytes]`` at once (``runtime.memmon.prefault`` for C++
-    buffers about to be written whole; a hint: ignored by kernels without it)."""
+    buffers about to be written whole; a hint: ignored by kernels without it), as huge pages where
+    ``huge_pages`` is on."""
     cdef size_t start = (<size_t>p + 4095) & ~(<size_t>4095)
     cdef size_t end = (<size_t>p + nbytes) & ~(<size_t>4095)
+    cdef size_t huge = <size_t>1 << 21
+    cdef size_t hlo = (<size_t>p + huge - 1) & ~(huge - 1), hhi = (<size_t>p + nbytes) & ~(huge - 1)
     if nbytes >= (<size_t>4 << 20) and end > start:
+        if _HUGE_BUFFERS and hhi > hlo:
+            madvise(<void*>hlo, hhi - hlo, MADV_HUGEPAGE)
         madvise(<void*>start, end - start, MADV_POPULATE_WRITE)
 
 cdef enum:

@@ -37,6 +37,7 @@ says how much text it saw.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import tempfile
 import time
@@ -54,6 +55,7 @@ from ..corpus.readers import BadRecords
 from ..corpus.shards import is_url, source_shards
 from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
 from ..corpus.specials import encode_specials, split_on_specials
+from ..engine import _engine as engine_kernels
 from ..engine.merge import MergeEngine, replay_merges
 from ..engine.units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
                             cut_pieces_parts, expand_units, id_unit_stream, pair_sketch, pair_sketch_parts,
@@ -66,7 +68,7 @@ from ..pretok.counting import check_distributable, private_shard
 from ..pretok.patterns import pattern_name, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends, word_byte_classes, word_char_flags
 from ..pretok.wordtable import WordTable
-from ..runtime.memmon import numpy_huge_pages, phase, prefault
+from ..runtime.memmon import huge_pages_ready, numpy_huge_pages, phase, prefault
 from ..runtime.progress import progress_bar
 from ..runtime.executors import open_executor
 from ..runtime.workers import FileStamp, read_range, run_ordered
@@ -927,6 +929,22 @@ def first_cut(pair_counts: np.ndarray, n_merges: int, sample_bits: int = 0) -> i
     return max(1, int(np.partition(pair_counts, pair_counts.size - 1 - k)[pair_counts.size - 1 - k]))
 
 
+@contextlib.contextmanager
+def stage2_huge_pages(on: bool):
+    """Inside the block, stage 2's numpy arrays of 4 MiB and more (``runtime.memmon.numpy_huge_pages``)
+    and the engine's build buffers (cells, window pair ids: ``_engine.huge_pages``) ask for transparent
+    huge pages (``on``) or not; the previous settings come back after it. Memory advice only: the
+    merges never depend on it (tested). The unit and piece lists keep 4 KiB pages: with huge pages
+    their passes got slower on this project's VM (fresh 2 MiB blocks cost more there than the 4 KiB
+    pages a process has just freed)."""
+    buffers = engine_kernels.huge_pages(on)
+    try:
+        with numpy_huge_pages(on):
+            yield
+    finally:
+        engine_kernels.huge_pages(buffers)
+
+
 def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray, counts: np.ndarray,
                   tokens: Sequence[bytes], n_merges: int, allowed, bounded: bool = True,
                   cut: Optional[int] = None, spill_dir: Optional[str] = None,
@@ -1124,10 +1142,15 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
     t1 = time.perf_counter()
     n_stage1_tokens = int((np.diff(seg_offsets) * table.counts).sum())
 
-    # ---- stage 2 units (numpy arrays without the huge-page hint: runtime.memmon.numpy_huge_pages)
-    with numpy_huge_pages(False):
+    # ---- stage 2 units. Its big arrays are written once, in order: numpy's huge-page hint stays on
+    # only while free 2 MiB blocks can hold them without the kernel compacting memory (a stall per
+    # fault where memory is fragmented; ~4x fewer kernel seconds per MB where it is not:
+    # runtime.memmon.huge_pages_ready)
+    need = n_stage1_tokens * STAGE2_BYTES_PER_SYMBOL
+    huge = huge_pages_ready(min(need, budget_share))
+    report["stage2_huge_pages"] = huge
+    with stage2_huge_pages(huge):
         phase("stage-2 units")
-        need = n_stage1_tokens * STAGE2_BYTES_PER_SYMBOL
         fraction = 1.0 if need <= budget_share else budget_share / need
         token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
         # units of regions that look like encoded binary (uuencode, base64) stay in the table with no

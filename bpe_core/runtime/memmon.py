@@ -7,7 +7,8 @@
 - :class:`MemoryMonitor` samples it on a thread (peak, samples, per-phase peaks) and lets the
   trainer hold back new chunks while the tree is close to the budget (:meth:`MemoryMonitor.wait_below`,
   :meth:`MemoryMonitor.headroom`).
-- :func:`numpy_huge_pages` turns numpy's huge-page hint for its large arrays off (or on) for a block.
+- :func:`numpy_huge_pages` turns numpy's huge-page hint for its large arrays off (or on) for a block;
+  :func:`huge_pages_ready` says whether the kernel can give huge pages without compacting memory.
 - :func:`phase` marks the start of a phase (``"pretokenize"``, ``"merge loop"``, ...). It appends
   ``"<unix time> <name>"`` to the file named by ``BPE_CORE_PHASE_FILE`` when that is set (so
   ``tools/profile_memory.py`` can shade phases of any process it runs) and tells every running
@@ -376,10 +377,11 @@ def numpy_huge_pages(enabled: bool) -> Iterator[None]:
     for every thread of the process meanwhile; a no-op where numpy has none.
 
     Why: with transparent huge pages on ``madvise`` (a common default), every fault of an advised
-    array may stall for the kernel to compact memory into a 2 MiB page. SuperBPE's stage 2 writes
-    arrays of hundreds of MiB once, in order (units, levels, pieces), where huge pages buy little:
-    on en_train at 32k the run's kernel time drops from ~3.5 s to ~2 s without the hint. Its hash
-    tables ask for huge pages themselves (``_units._table_alloc``), not through this switch.
+    array may stall for the kernel to compact memory into a 2 MiB page when no free block is left.
+    SuperBPE's stage 2 writes arrays of hundreds of MiB once, in order; on a VM with fragmented memory
+    the run's kernel time dropped from ~3.5 s to ~2 s without the hint, while where free 2 MiB blocks
+    abound the hint saves faults (stage 2 keeps it then: :func:`huge_pages_ready`). Its hash tables
+    ask for huge pages themselves (``_units._table_alloc``), not through this switch.
 
     >>> import numpy as np
     >>> with numpy_huge_pages(False):
@@ -396,6 +398,94 @@ def numpy_huge_pages(enabled: bool) -> Iterator[None]:
         yield
     finally:
         setter(previous)
+
+
+THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+
+
+def _thp_choice(text: str) -> str:
+    """The bracketed word of a THP setting (``"always [madvise] never"`` -> ``"madvise"``)."""
+    for word in text.split():
+        if word.startswith("[") and word.endswith("]"):
+            return word[1:-1]
+    return ""
+
+
+def free_block_bytes(buddyinfo: str, order: int, page_size: int = mmap.PAGESIZE) -> int:
+    """Bytes of free memory in blocks of ``2**order`` pages or more, from ``/proc/buddyinfo``'s text
+    (one line per zone: ``Node 0, zone Normal`` then the number of free blocks of order 0, 1, ...).
+
+    >>> free_block_bytes("Node 0, zone   Normal  5 0 1 3\\n", order=2, page_size=4096)    # 1 block of 4 pages, 3 of 8
+    114688
+    """
+    total = 0
+    for line in buddyinfo.splitlines():
+        fields = line.split()
+        if "zone" not in fields:
+            continue
+        counts = fields[fields.index("zone") + 2:]
+        for k, n in enumerate(counts):
+            if k >= order and n.isdigit():
+                total += int(n) << k
+    return total * page_size
+
+
+def huge_pages_state(enabled: str, defrag: str, buddyinfo: str, huge_page_bytes: int, nbytes: int,
+                     page_size: int = mmap.PAGESIZE) -> bool:
+    """Whether arrays of ``nbytes`` in all may ask for huge pages without a risk of stalls (the plain
+    rule behind :func:`huge_pages_ready`, on the texts of the kernel's files).
+
+    A fault of a region advised ``MADV_HUGEPAGE`` takes a free 2 MiB block when there is one (one
+    fault and one clear for 512 pages: on this project's VM 300 MB fill in 0.03 s instead of 0.1-0.13 s
+    with 4 KiB pages); when there is none and ``defrag`` is ``always``, ``madvise`` or
+    ``defer+madvise``, the fault compacts memory first, which can stall for milliseconds (a run's
+    kernel time rose by ~1.5 s on a VM with fragmented memory). So: yes when THP is usable
+    (``enabled`` not ``never``) and either such faults never compact (``defrag`` ``defer`` or
+    ``never``) or the free blocks of huge-page size or more hold twice ``nbytes``.
+
+    >>> info = "Node 0, zone Normal 0 0 0 0 0 0 0 0 0 10 0\\n"    # ten free 2 MiB blocks
+    >>> huge_pages_state("always [madvise] never", "[madvise]", info, 2 << 20, 8 << 20, 4096)
+    True
+    >>> huge_pages_state("always [madvise] never", "[madvise]", info, 2 << 20, 16 << 20, 4096)
+    False
+    >>> huge_pages_state("always madvise [never]", "[defer]", info, 2 << 20, 1 << 20, 4096)
+    False
+    >>> huge_pages_state("[always] madvise never", "always [defer] madvise", "", 2 << 20, 1 << 40, 4096)
+    True
+    """
+    if _thp_choice(enabled) not in ("always", "madvise") or huge_page_bytes <= page_size:
+        return False
+    if _thp_choice(defrag) in ("defer", "never"):
+        return True
+    order = (huge_page_bytes // page_size).bit_length() - 1
+    return free_block_bytes(buddyinfo, order, page_size) >= 2 * max(nbytes, 0)
+
+
+def huge_pages_ready(nbytes: int) -> bool:
+    """Whether ``nbytes`` of fresh arrays can have transparent huge pages now without the kernel
+    compacting memory for them (:func:`huge_pages_state` on ``/sys/kernel/mm/transparent_hugepage``,
+    ``/proc/buddyinfo`` and ``/proc/meminfo``). False off Linux or when a file cannot be read: then
+    nothing asks for huge pages and nothing can stall. A snapshot: other processes may take the free
+    blocks meanwhile (then faults fall back to compaction or 4 KiB pages; the results never change).
+
+    >>> isinstance(huge_pages_ready(1 << 20), bool)
+    True
+    """
+    try:
+        with open(os.path.join(THP_DIR, "enabled")) as f:
+            enabled = f.read()
+        with open(os.path.join(THP_DIR, "defrag")) as f:
+            defrag = f.read()
+        with open("/proc/buddyinfo") as f:
+            buddyinfo = f.read()
+        huge = 0
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("Hugepagesize:"):
+                    huge = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return False
+    return huge_pages_state(enabled, defrag, buddyinfo, huge, nbytes)
 
 
 #: ``madvise`` advice that faults a range in, writable, in one call (Linux 5.14+; ``EINVAL`` before)
