@@ -1000,6 +1000,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                                              for a, k in zip((symbols, offsets, weights, counts), kinds))
     seconds = {"sketch": 0.0, "cut": 0.0, "build": 0.0, "loop": 0.0}
     t0 = time.perf_counter()
+    phase("stage-2 sketch")
     threads = min(max(threads, 1), 2)
     n_windows = sum(max(int(p[0].size) - (int(p[1].size) - 1), 0) for p in (parts or [(symbols, offsets)]))
     sample = cut_sample_bits(n_merges) if bounded and cut is None else 6
@@ -1030,6 +1031,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     seconds["sketch"] += t1 - t0
     while True:
         t0 = time.perf_counter()
+        phase("stage-2 cut")
         keep = np.packbits(sketch >= cut, bitorder="little")
         if parts is not None:
             data, starts, piece_weights, piece_counts, singles = cut_pieces_parts(parts, cut, keep=keep)
@@ -1047,12 +1049,14 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                                 np.array([t for _, _, t in steps], dtype=np.uint32))
             data, starts = merger.merge_many(data, starts)
         t2 = time.perf_counter()
+        phase("stage-2 build")
         # with bounded (distinct) no merge rebuilds a token's bytes, so a new pair never counts more
         # than when its merge made it: one below the cut is forgotten (a small pair map)
         engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
                              map_threshold=map_threshold, prune_below=cut if bounded else 0, threads=threads)
         del data, starts
         t3 = time.perf_counter()
+        phase("merge loop")
         steps += engine.run(n_merges - len(steps), allowed=allowed, min_count=cut)
         tokens = engine.tokens()
         t1 = time.perf_counter()
@@ -1212,8 +1216,8 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
         n_encoded_units = sum(int(c[e].sum()) for c, e in zip(units_counts, encoded))
         t2 = time.perf_counter()
 
-        # ---- stage 2: continue from the stage-1 state, on the pieces of the units (stage2_merges)
-        phase("merge loop")
+        # ---- stage 2: continue from the stage-1 state, on the pieces of the units (stage2_merges:
+        # phases "stage-2 sketch", "stage-2 cut", "stage-2 build", "merge loop")
         result = stage2_merges(units_syms, units_offs, weights, units_counts, tokens, n_total - len(steps1),
                                _allowed(rules, list(tokens) + list(specials)), bounded=rules.distinct,
                                spill_dir=folder,
