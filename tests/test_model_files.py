@@ -453,3 +453,36 @@ def test_evaluate_display_helpers():
     assert token_change(3, 0) == "3 tokens (the base has none)"
     assert show_token(b"\xff" * 50) == repr("\ufffd" * 40) + "... (50 bytes)"
     assert show_token(token_to_gpt2(b"x").encode()) == "'x'"
+
+
+def test_evaluate_without_uuencode_scores_each_file_twice(tmp_path, capsys):
+    """``--without-uuencode``: each file is also scored without its full uuencode lines (``M`` and 60
+    characters of 0x21-0x60); a line one character short, or not starting with ``M``, stays text."""
+    from bpe_core.evaluate import score, without_uuencode
+
+    full = b"M" + bytes(range(0x21, 0x5D)) + b"\n"          # 'M' + 60 characters of the alphabet
+    assert len(full) == 62
+    short = b"M" + bytes(range(0x21, 0x5C)) + b"\n"          # 59 characters
+    other = b"N" + bytes(range(0x21, 0x5D)) + b"\n"
+    prose = b"The quick brown fox jumps over the lazy dog.\n" * 10
+    data = prose + full * 3 + short + other + prose + full
+    rest, lines, nbytes = without_uuencode(data)
+    assert (lines, nbytes) == (4, 4 * 62)
+    assert rest == prose + short + other + prose
+    assert without_uuencode(prose + full[:-1]) == (prose, 1, 61)          # the last line, no newline
+    text = tmp_path / "t.txt"
+    text.write_bytes(data)
+    vocab = {i: bytes([i]) for i in range(256)}
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    dump_folder(Model(vocab=vocab, merges=[], pattern=resolve_pattern("gpt2")), tok)
+    shutil.copytree(tok, tmp_path / "other")
+    code = evaluate_cli.main(["--tokenizer", str(tok), str(tmp_path / "other"), "--text", str(text),
+                              "--without-uuencode", "--longest", "0"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"| tok | t.txt | 1.000 | 1.000 | {len(data):,} |" in out
+    assert f"| tok | t.txt w/o 4 uuencode lines | 1.000 | 1.000 | {len(rest):,} |" in out
+    assert "other on t.txt: " in out and "other on t.txt w/o 4 uuencode lines: " in out
+    model, encode = __import__("bpe_core.evaluate", fromlist=["load_encoder"]).load_encoder(str(tok))
+    assert score("tok", model, encode, str(text), skip_uuencode=True).n_bytes == len(rest)

@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train SuperBPE at these transitions (fractions or sizes) and plain BPE on --train")
     p.add_argument("--train", default=None, metavar="FILE", help="training corpus for --sweep-transition")
     p.add_argument("--vocab-size", type=int, default=8000, help="vocabulary size for --sweep-transition")
+    p.add_argument("--without-uuencode", action="store_true",
+                   help="also score each file without its full uuencode lines ('M' and 60 characters of "
+                        "0x21-0x60: the encoded binaries some corpora carry), as a file of its own")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the scores as JSON")
     p.add_argument("--hf", action="store_true",
                    help="also encode each file's documents with the model's HF tokenizer.json export (HF "
@@ -90,17 +93,21 @@ def _run(args) -> int:
     scores = []
     print("| tokenizer | file | bytes/token | chars/token | tokens | cross-word tokens | round trip |")
     print("|---|---|---|---|---|---|---|")
+    files = []              # the file labels, in order (with --without-uuencode, each file twice)
     for name, model, encode in entries:
         for path in args.text:
-            s = score(name, model, encode, path, args.max_bytes)
-            scores.append(s)
-            print(f"| {name} | {s.file} | {s.bytes_per_token:.3f} | {s.chars_per_token:.3f} | {s.n_tokens:,} | "
-                  f"{100 * s.cross_word_share:.1f}% | {'ok' if s.round_trip else 'FAILED'} |")
+            for skip in ((False, True) if args.without_uuencode else (False,)):
+                s = score(name, model, encode, path, args.max_bytes, skip_uuencode=skip)
+                scores.append(s)
+                if s.file not in files:
+                    files.append(s.file)
+                print(f"| {name} | {s.file} | {s.bytes_per_token:.3f} | {s.chars_per_token:.3f} | {s.n_tokens:,} | "
+                      f"{100 * s.cross_word_share:.1f}% | {'ok' if s.round_trip else 'FAILED'} |")
     if len(entries) > 1:
         base = entries[0][0]
         print(f"\ncompared with {base}:")
-        for path in args.text:
-            ref = next(s for s in scores if s.tokenizer == base and s.file == os.path.basename(path))
+        for label in files:
+            ref = next(s for s in scores if s.tokenizer == base and s.file == label)
             for s in scores:
                 if s.tokenizer != base and s.file == ref.file:
                     print(f"  {s.tokenizer} on {s.file}: {token_change(s.n_tokens, ref.n_tokens)}")
