@@ -17,10 +17,10 @@ from ..pretok.wordtable import WordTable
 from ..runtime.budget import FILL_BUFFER_BYTES
 from ..runtime.memmon import phase
 from ..runtime.progress import progress_bar
-from ._engine import MergeEngine
+from ._engine import MergeEngine, huge_pages
 from .units import RankMerger
 
-__all__ = ["MergeEngine", "Replay", "replay_merges", "train_words"]
+__all__ = ["MergeEngine", "Replay", "huge_pages", "replay_merges", "train_words"]
 
 
 class Replay:

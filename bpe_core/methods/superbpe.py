@@ -55,8 +55,7 @@ from ..corpus.readers import BadRecords
 from ..corpus.shards import is_url, source_shards
 from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
 from ..corpus.specials import encode_specials, split_on_specials
-from ..engine import _engine as engine_kernels
-from ..engine.merge import MergeEngine, replay_merges
+from ..engine.merge import MergeEngine, huge_pages, replay_merges
 from ..engine.units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
                             cut_pieces_parts, expand_units, id_unit_stream, pair_sketch, pair_sketch_parts,
                             record_rows, strip_marks, unit_sums)
@@ -932,17 +931,17 @@ def first_cut(pair_counts: np.ndarray, n_merges: int, sample_bits: int = 0) -> i
 @contextlib.contextmanager
 def stage2_huge_pages(on: bool):
     """Inside the block, stage 2's numpy arrays of 4 MiB and more (``runtime.memmon.numpy_huge_pages``)
-    and the engine's build buffers (cells, window pair ids: ``_engine.huge_pages``) ask for transparent
+    and the engine's build buffers (cells, window pair ids: ``engine.merge.huge_pages``) ask for transparent
     huge pages (``on``) or not; the previous settings come back after it. Memory advice only: the
     merges never depend on it (tested). The unit and piece lists keep 4 KiB pages: with huge pages
     their passes got slower on this project's VM (fresh 2 MiB blocks cost more there than the 4 KiB
     pages a process has just freed)."""
-    buffers = engine_kernels.huge_pages(on)
+    buffers = huge_pages(on)
     try:
         with numpy_huge_pages(on):
             yield
     finally:
-        engine_kernels.huge_pages(buffers)
+        huge_pages(buffers)
 
 
 def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray, counts: np.ndarray,
