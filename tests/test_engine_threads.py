@@ -172,3 +172,40 @@ def test_two_threads_on_one_core_still_merge_as_one(monkeypatch):
             os.sched_setaffinity(0, old)
     assert got == one.run(100)
     _same(one, two)
+
+
+def _windows(words):
+    return sum(max(len(w) - 1, 0) for w in words)
+
+
+@settings(max_examples=120, deadline=None)
+@given(_words, _weights, st.integers(0, 40), st.sampled_from(["one", "below", "at", "above", "prune"]))
+def test_a_build_on_two_threads_is_one_threads(words, weights, n_merges, where):
+    """The build's count and fill on two threads (``build_par_min``, around the number of windows):
+    the same pair ids, counts and initial position lists as one thread, then the same merges."""
+    n = _windows(words)
+    par_min = {"one": 1, "below": n - 1, "at": n, "above": n + 1, "prune": 1}[where]
+    kw = {"prune_below": 2} if where == "prune" else {}
+    syms, offs = _table(words)
+    counts = np.array(weights[:len(words)], dtype=np.int64)
+    one = MergeEngine(syms, offs, counts, BYTES, **kw)
+    two = MergeEngine(syms, offs, counts, BYTES, threads=2, build_par_min=max(par_min, 1), **kw)
+    assert two.build_threads == (n > 0 and n >= max(par_min, 1))
+    assert one.build_lists() == two.build_lists()
+    assert one.run(n_merges, min_count=kw.get("prune_below", 0)) == \
+           two.run(n_merges, min_count=kw.get("prune_below", 0))
+    _same(one, two)
+
+
+def test_a_build_on_two_threads_at_the_default_threshold():
+    """Enough windows for the default ``build_par_min``: the build runs on two threads, with pairs
+    that only the second half holds (numbered after the first half's, as one thread numbers them)."""
+    rng = np.random.default_rng(11)
+    words = [list(rng.integers(97, 123, size=int(rng.integers(2, 14)))) for _ in range(170_000)]
+    words += [[200, 201, 202, 200]] * 50           # pairs only the second half has
+    weights = list(rng.integers(1, 5, size=len(words)))
+    one, two = _engines(words, weights, BYTES)
+    assert _windows(words) >= 1 << 20 and two.build_threads and not one.build_threads
+    assert one.build_lists() == two.build_lists()
+    assert one.run(300) == two.run(300)
+    _same(one, two)

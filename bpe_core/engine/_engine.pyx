@@ -215,6 +215,7 @@ cdef enum:
     PREFETCH = 16       # ... and the word record of (the block entry is in cache by then)
     PREFETCH_NEAR = 6   # ... and the pair-map slots of its neighbour windows (its cells are in cache)
     PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
+    BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)
     SPIN_PAUSES = 2000      # a thread waiting for the other spins this long, then yields its core
 
 
@@ -458,6 +459,36 @@ cdef void* _worker_main(void* arg) noexcept nogil:
     return NULL
 
 
+cdef struct HalfCount:
+    # The second thread's half of the build (``MergeEngine._count_half`` then ``_fill_half``): its
+    # words, where its windows' pair ids go, and its pairs counted on their own (local ids, in the
+    # order first seen), joined to the engine's afterwards
+    void* engine
+    int64_t w_lo
+    int64_t w_hi
+    pair_id_t* win_pid
+    int64_t n_win
+    void* local_map                      # a _PairMap
+    vector[pair_key_t]* keys
+    vector[count_t]* counts
+    vector[uint64_t]* lens
+    # the fill: local id -> pair id, and where this half's part of each pair's list starts
+    const pair_id_t* remap
+    const uint64_t* first
+    uint32_t* buf
+    vector[uint64_t]* fill
+    int stage                            # 0: count, 1: fill
+
+
+cdef void* _half_main(void* arg) noexcept nogil:
+    cdef HalfCount* h = <HalfCount*>arg
+    if h.stage == 0:
+        (<MergeEngine>h.engine)._count_half(h)
+    else:
+        (<MergeEngine>h.engine)._fill_half(h)
+    return NULL
+
+
 # ==== Engine ==================================================================================
 
 cdef class MergeEngine:
@@ -483,7 +514,9 @@ cdef class MergeEngine:
             it, so such a pair can never be merged. 0 (the default): keep every pair.
         threads: 2 runs ``run``'s merges of many sites on two threads (one native thread more, while
             ``run`` runs); the result is the same as on one (``_apply_merge``). ``step`` alone always
-            uses one.
+            uses one. The build counts and lists the windows on two threads too, when there are at
+            least ``build_par_min`` of them and their pair ids are kept for the fill (``win_pid``).
+        build_par_min: see ``threads`` (tests force 1).
 
     >>> import numpy as np
     >>> words = [b"aaa", b"ab"]
@@ -537,6 +570,7 @@ cdef class MergeEngine:
     cdef uint32_t worker_stop
     cdef pair_id_t job_pid
     cdef public int64_t par_min_sites    # a merge with fewer sites runs on one thread (tests force 1)
+    cdef readonly bint build_threads     # 2: the build counted and filled its lists on two threads
     cdef token_id_t job_tok
     # pool of list blocks
     cdef vector[uint32_t*] pages
@@ -564,7 +598,8 @@ cdef class MergeEngine:
 
     def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
                  int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
-                 int64_t fill_buffer_bytes=256 << 20, count_t prune_below=0, int threads=1):
+                 int64_t fill_buffer_bytes=256 << 20, count_t prune_below=0, int threads=1,
+                 int64_t build_par_min=BUILD_PAR_MIN):
         cdef int64_t n_words = counts.shape[0]
         cdef int64_t i, w, n_sym
         cdef const uint8_t[::1] sym8
@@ -685,24 +720,54 @@ cdef class MergeEngine:
             win_pid.reserve(n_windows)
             _populate(win_pid.data(), n_windows * sizeof(pair_id_t))
             win_pid.resize(n_windows)
+        # two threads: the second share holds the words from the one where the second half of the
+        # positions starts (none is divided); the build's count and fill split there too
+        self.threads = 1
+        self.par_min_sites = PAR_MIN_SITES
+        self.split = <uint32_t>n_sym
+        cdef int64_t w_split = n_words
+        if threads >= 2 and n_words >= 2 and _usable_cpus() >= 2:
+            w_split = int(np.searchsorted(np.asarray(offsets), n_sym // 2))
+            w_split = min(max(w_split, 1), n_words - 1)
+            self.threads = 2
+            self.split = <uint32_t>offsets[w_split]
+        self.build_threads = (self.threads == 2 and win_pid.size() > 0 and n_windows >= build_par_min)
+        cdef HalfCount half
+        cdef _PairMap local_map
+        cdef vector[pair_key_t] half_keys
+        cdef vector[count_t] half_counts
+        cdef vector[uint64_t] half_lens
+        cdef vector[uint64_t] len_first
+        cdef vector[pair_id_t] remap
+        if self.build_threads:
+            local_map = _PairMap(1 << 16)
+            half.engine = <void*>self
+            half.w_lo = w_split
+            half.w_hi = n_words
+            half.n_win = 0
+            for w in range(w_split, n_words):
+                if offsets[w + 1] > offsets[w]:
+                    half.n_win += offsets[w + 1] - offsets[w] - 1
+            half.win_pid = win_pid.data() + (n_windows - half.n_win)
+            half.local_map = <void*>local_map
+            half.keys = &half_keys
+            half.counts = &half_counts
+            half.lens = &half_lens
+            half.stage = 0
+            with nogil:
+                self._count_two(base_len, win_pid.data(), w_split, &half, len_first, remap)
+        else:
+            with nogil:
+                self._count_range(base_len, win_pid.data() if win_pid.size() > 0 else NULL, 0, n_words)
         with nogil:
-            self._count_all(base_len, win_pid.data() if win_pid.size() > 0 else NULL)
+            self._touch_all()
         self._build_base(base_len, folder, map_threshold, fill_buffer_bytes,
-                         win_pid.data() if win_pid.size() > 0 else NULL)
+                         win_pid.data() if win_pid.size() > 0 else NULL,
+                         &half if self.build_threads else NULL, len_first, remap)
         win_pid.clear()
         win_pid.shrink_to_fit()
         with nogil:
             self._build_heap()
-        # two threads: the second share holds the words from the one where the second half of the
-        # positions starts (none is divided)
-        self.threads = 1
-        self.par_min_sites = PAR_MIN_SITES
-        self.split = <uint32_t>n_sym
-        if threads >= 2 and n_words >= 2 and _usable_cpus() >= 2:
-            w = int(np.searchsorted(np.asarray(offsets), n_sym // 2))
-            w = min(max(w, 1), n_words - 1)
-            self.threads = 2
-            self.split = <uint32_t>offsets[w]
 
     def __dealloc__(self):
         cdef size_t p, k
@@ -954,15 +1019,15 @@ cdef class MergeEngine:
         self.pair_pushed.reserve(n)
         self.pair_allowed.reserve(n)
 
-    cdef void _count_all(self, vector[uint64_t]& base_len, pair_id_t* win_pid) noexcept nogil:
-        """Count every window once (its pair and how many windows each pair has); with ``win_pid``,
-        write each window's pair id there, in position order."""
+    cdef void _count_range(self, vector[uint64_t]& base_len, pair_id_t* win_pid, int64_t w_lo,
+                           int64_t w_hi) noexcept nogil:
+        """Count every window of words ``w_lo:w_hi`` once (its pair and how many windows each pair
+        has); with ``win_pid``, write each window's pair id there, in position order."""
         cdef int64_t w, k, start, end
-        cdef size_t p
         cdef count_t c
         cdef pair_id_t pid
         cdef int64_t n = 0
-        for w in range(self.n_words):
+        for w in range(w_lo, w_hi):
             c = self.wrec[w].count
             start = self._word_start(w)
             end = self.wrec[w].end
@@ -978,8 +1043,69 @@ cdef class MergeEngine:
                 if pid >= base_len.size():
                     base_len.resize(pid + 1, 0)
                 base_len[pid] += 1
+
+    cdef void _touch_all(self) noexcept nogil:
+        cdef size_t p
         for p in range(self.pair_counts.size()):
             self.touched.push_back(<pair_id_t>p)
+
+    cdef void _count_half(self, HalfCount* h) noexcept nogil:
+        """The second thread's count (``_count_range`` on its own pair table, ``h``): local pair ids
+        in the order first seen, each window's local id in ``h.win_pid``."""
+        cdef int64_t w, k, start, end, found
+        cdef count_t c
+        cdef pair_key_t key
+        cdef pair_id_t lid
+        cdef int64_t n = 0
+        for w in range(h.w_lo, h.w_hi):
+            c = self.wrec[w].count
+            start = self._word_start(w)
+            end = self.wrec[w].end
+            for k in range(start, end - 1):
+                if k + PREFETCH + 1 < end:
+                    (<_PairMap>h.local_map).prefetch(pack_pair(self.cells[k + PREFETCH] & PAYLOAD,
+                                                               self.cells[k + PREFETCH + 1] & PAYLOAD))
+                key = pack_pair(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD)
+                found = (<_PairMap>h.local_map).get(key)
+                if found < 0:
+                    lid = <pair_id_t>h.keys.size()
+                    (<_PairMap>h.local_map).put(key, lid)
+                    h.keys.push_back(key)
+                    h.counts.push_back(0)
+                    h.lens.push_back(0)
+                else:
+                    lid = <pair_id_t>found
+                h.win_pid[n] = lid
+                n += 1
+                h.counts[0][lid] += c
+                h.lens[0][lid] += 1
+
+    cdef void _count_two(self, vector[uint64_t]& base_len, pair_id_t* win_pid, int64_t w_split, HalfCount* h,
+                         vector[uint64_t]& len_first, vector[pair_id_t]& remap) noexcept nogil:
+        """The count on two threads: words ``:w_split`` here into the engine's pairs, the rest on a
+        native thread into pairs of its own (``_count_half``); then those join the engine's in the
+        order they were first seen, so every pair gets the id, count and windows one thread would
+        give it (pairs are numbered as first seen in position order). ``len_first``: each pair's
+        windows in the first half; ``remap``: the second half's local ids to pair ids."""
+        cdef pthread_t t
+        cdef bint started = bpe_thread_start(&t, <bpe_thread_fn>_half_main, <void*>h) == 0
+        cdef size_t l
+        cdef pair_id_t pid
+        self._count_range(base_len, win_pid, 0, w_split)
+        if started:
+            pthread_join(t, NULL)
+        else:
+            self._count_half(h)
+        len_first = base_len
+        remap.resize(h.keys.size())
+        for l in range(h.keys.size()):
+            pid = self._pair_id(pair_left(h.keys[0][l]), pair_right(h.keys[0][l]))
+            remap[l] = pid
+            self.pair_counts[pid] += h.counts[0][l]
+            if pid >= base_len.size():
+                base_len.resize(pid + 1, 0)
+            base_len[pid] += h.lens[0][l]
+        len_first.resize(base_len.size(), 0)
 
     cdef void _fill_pass(self, uint32_t lo, uint32_t hi, uint32_t* buf, uint64_t* fill) noexcept nogil:
         """Write the positions of the windows of pairs ``lo <= pid < hi`` into ``buf`` (the CSR slice
@@ -997,26 +1123,65 @@ cdef class MergeEngine:
                     fill[pid - lo] += 1
 
     cdef void _fill_cached(self, const pair_id_t* win_pid, int64_t n_win, uint32_t* buf,
-                           uint64_t* fill) noexcept nogil:
-        """``_fill_pass`` over all pairs with the pair ids the count pass kept (no hashing)."""
+                           uint64_t* fill, int64_t w_lo, int64_t w_hi, const pair_id_t* remap,
+                           const uint64_t* first) noexcept nogil:
+        """``_fill_pass`` over all pairs with the pair ids the count pass kept (no hashing), for the
+        windows of words ``w_lo:w_hi``; ``remap``: ``win_pid`` holds local ids (the second half of a
+        two-thread build), ``first``: each pair's windows before this half in its list."""
         cdef int64_t w, k, start, end
         cdef int64_t n = 0
         cdef pair_id_t pid
         cdef pair_id_t ahead
-        for w in range(self.n_words):
+        cdef uint64_t at
+        for w in range(w_lo, w_hi):
             start = self._word_start(w)
             end = self.wrec[w].end
             for k in range(start, end - 1):
                 if n + 16 < n_win:       # where a window ahead will be written (a hint only)
                     ahead = win_pid[n + 16]
-                    __builtin_prefetch(&buf[self.base_start[ahead] + fill[ahead]])
+                    if remap != NULL:
+                        ahead = remap[ahead]
+                    at = self.base_start[ahead] + fill[ahead]
+                    if first != NULL:
+                        at += first[ahead]
+                    __builtin_prefetch(&buf[at])
                 pid = win_pid[n]
                 n += 1
-                buf[self.base_start[pid] + fill[pid]] = <uint32_t>k
+                if remap != NULL:
+                    pid = remap[pid]
+                at = self.base_start[pid] + fill[pid]
+                if first != NULL:
+                    at += first[pid]
+                buf[at] = <uint32_t>k
                 fill[pid] += 1
 
+    cdef void _fill_half(self, HalfCount* h) noexcept nogil:
+        self._fill_cached(h.win_pid, h.n_win, h.buf, h.fill.data(), h.w_lo, h.w_hi, h.remap, h.first)
+
+    cdef void _fill_two(self, const pair_id_t* win_pid, int64_t n_win, uint32_t* buf, vector[uint64_t]& fill,
+                        HalfCount* h, vector[uint64_t]& len_first, vector[pair_id_t]& remap) noexcept nogil:
+        """The fill on two threads: the first half's windows here from the start of each pair's
+        list, the second half's on a native thread after them (``len_first``): the lists one thread
+        writes, in position order."""
+        cdef pthread_t t
+        cdef vector[uint64_t] fill2
+        cdef bint started
+        fill2.assign(fill.size(), 0)
+        h.stage = 1
+        h.remap = remap.data()
+        h.first = len_first.data()
+        h.buf = buf
+        h.fill = &fill2
+        started = bpe_thread_start(&t, <bpe_thread_fn>_half_main, <void*>h) == 0
+        self._fill_cached(win_pid, n_win - h.n_win, buf, fill.data(), 0, h.w_lo, NULL, NULL)
+        if started:
+            pthread_join(t, NULL)
+        else:
+            self._fill_half(h)
+
     cdef _build_base(self, vector[uint64_t]& base_len, folder, int64_t map_threshold,
-                     int64_t fill_buffer_bytes, const pair_id_t* win_pid):
+                     int64_t fill_buffer_bytes, const pair_id_t* win_pid, HalfCount* half,
+                     vector[uint64_t]& len_first, vector[pair_id_t]& remap):
         """The initial position lists: one CSR, in RAM, or in a mapped file written in passes."""
         cdef uint64_t total = 0, p, n_base = base_len.size()
         cdef uint32_t lo, hi
@@ -1062,8 +1227,11 @@ cdef class MergeEngine:
                 bview = self._base_arr
                 fill.assign(n_base, 0)
                 with nogil:
-                    if win_pid != NULL:
-                        self._fill_cached(win_pid, <int64_t>total, &bview[0], fill.data())
+                    if half != NULL:
+                        self._fill_two(win_pid, <int64_t>total, &bview[0], fill, half, len_first, remap)
+                    elif win_pid != NULL:
+                        self._fill_cached(win_pid, <int64_t>total, &bview[0], fill.data(), 0, self.n_words,
+                                          NULL, NULL)
                     else:
                         self._fill_pass(0, <uint32_t>n_base, &bview[0], fill.data())
             self.fill_passes = 1
@@ -1087,6 +1255,18 @@ cdef class MergeEngine:
             if self.pair_counts[i] > 0:
                 out[(pair_left(self.pair_keys[i]), pair_right(self.pair_keys[i]))] = self.pair_counts[i]
         return out
+
+    def build_lists(self):
+        """The pairs in the order the build numbered them, each with its count and its initial
+        position list: ``[((left, right), count, [positions])]`` (for tests: a build on two threads
+        numbers, counts and lists the pairs as one thread does). Before any merge only."""
+        cdef size_t p
+        cdef uint64_t q
+        if self.n_steps:
+            raise ValueError("build_lists: the engine has merged since it was built")
+        return [((pair_left(self.pair_keys[p]), pair_right(self.pair_keys[p])), self.pair_counts[p],
+                 [self.base[q] for q in range(self.base_start[p], self.base_start[p + 1])])
+                for p in range(self.n_base)]
 
     # ---- heap ----------------------------------------------------------------------------------
 
