@@ -62,6 +62,7 @@ from libc.string cimport memcmp, memcpy
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 
+import gc as _gc
 import os
 import tempfile
 
@@ -978,9 +979,14 @@ cdef class MergeEngine:
         """The id of a pair, created (count 0, no positions) when new."""
         cdef pair_key_t key = pack_pair(left, right)
         cdef int64_t found = self.pair_map.get(key)
-        cdef pair_id_t pid
         if found >= 0:
             return <pair_id_t>found
+        return self._new_pair(key)
+
+    cdef pair_id_t _new_pair(self, pair_key_t key) noexcept nogil:
+        """A pair not in the pair map yet: its id (a forgotten pair's, or the next), count 0, no
+        positions."""
+        cdef pair_id_t pid
         if self.free_pids.size() > 0:        # the id of a forgotten pair (prune_below)
             pid = self.free_pids.back()
             self.free_pids.pop_back()
@@ -1474,12 +1480,14 @@ cdef class MergeEngine:
             else:
                 self.pair_counts[pid] -= c
 
-    cdef void _near_end(self) noexcept nogil:
+    cdef void _near_end(self, bint fresh) noexcept nogil:
         """Apply the merge's changes to the pairs holding the new token, from both shares: a pair
         already known gets its delta; a new one is made only when it counts more than 0 and not less
         than ``prune_below`` (one that counts less would be forgotten at once, see ``_heapify``);
         then the positions that came to each kept pair go into its list, the first share's first,
-        each in the order they came."""
+        each in the order they came. ``fresh``: the new token's id was made by this merge, so no
+        pair holding it is known yet and the pair map is not asked (with ``prune_below`` most of
+        these pairs are never kept: each lookup was a cache miss for nothing)."""
         cdef NearTable* n0 = &self.share0
         cdef NearTable* n1 = &self.share1
         cdef size_t q
@@ -1496,7 +1504,7 @@ cdef class MergeEngine:
             n1.remap[q] = idx
         for q in range(n0.near.size()):
             e = &n0.near[q]
-            found = self.pair_map.get(e.key)
+            found = -1 if fresh else self.pair_map.get(e.key)
             if found >= 0:
                 pid = <pair_id_t>found
                 self.pair_counts[pid] += e.delta
@@ -1505,7 +1513,7 @@ cdef class MergeEngine:
                     self.n_pruned += 1
                 continue
             else:
-                pid = self._pair_id(pair_left(e.key), pair_right(e.key))
+                pid = self._new_pair(e.key) if fresh else self._pair_id(pair_left(e.key), pair_right(e.key))
                 self.pair_counts[pid] = e.delta
             e.pid = pid
             if e.added and self.pair_pushed[pid] != self.n_steps:
@@ -1641,7 +1649,7 @@ cdef class MergeEngine:
             self._do_share(1, True)
             bpe_store_release(&self.job_done, seen)
 
-    cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok) noexcept nogil:
+    cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok, bint fresh) noexcept nogil:
         """Rewrite every occurrence of the pair and update counts by exact deltas.
 
         The sites go to two shares by position: before ``split`` and from it (a word is never
@@ -1743,7 +1751,7 @@ cdef class MergeEngine:
             self._do_share(1, False)
         self.pair_counts[pid] -= n0.removed + n1.removed
         self._list_free(pid)
-        self._near_end()
+        self._near_end(fresh)
         # 4. Every pair whose count rose gets a fresh heap entry.
         self._heapify()
 
@@ -1763,6 +1771,7 @@ cdef class MergeEngine:
         cdef pair_id_t pid
         cdef token_id_t a, b, new_tok
         cdef int8_t verdict
+        cdef bint fresh
         if self.oom:
             raise MemoryError("the merge engine ran out of memory earlier")
         if min_count < self.prune_below:
@@ -1789,14 +1798,15 @@ cdef class MergeEngine:
             break
         merged = self.token_bytes(a) + self.token_bytes(b)
         existing = self.tok_ids.get(merged)
-        if existing is None:
+        fresh = existing is None
+        if fresh:
             new_tok = self._add_token(merged)
         else:
             new_tok = existing           # canonical: same bytes, same symbol
         self.n_steps += 1
         self.last_count = self.pair_counts[pid]
         with nogil:
-            self._apply_merge(pid, new_tok)
+            self._apply_merge(pid, new_tok, fresh)
         if self.oom:
             raise MemoryError("the merge engine could not grow a position list")
         return (a, b, new_tok)
@@ -1811,9 +1821,16 @@ cdef class MergeEngine:
 
         With ``threads=2`` a second native thread runs while this runs (it is stopped and joined
         before this returns or raises).
+
+        Python's cyclic garbage collector is paused while it runs (and turned back on after, when
+        it was on): each step is a tuple, and every 700 of them a collection walked the objects of
+        the whole process.
         """
         out = []
         cdef Py_ssize_t done = 0
+        cdef bint collecting = _gc.isenabled()
+        if collecting:
+            _gc.disable()
         self._start_worker()
         try:
             while done < n_merges:
@@ -1828,6 +1845,8 @@ cdef class MergeEngine:
                         progress(done)
         finally:
             self._stop_worker()
+            if collecting:
+                _gc.enable()
         if progress is not None:
             progress(done)
         return out
