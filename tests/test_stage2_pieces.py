@@ -256,6 +256,42 @@ def test_pieces_on_two_threads_equal_one():
     assert one[0].size == two[0].size and two[1][-1] == two[0].size
 
 
+def _plain_pieces(symbols, offsets, levels, weights, counts, cut):
+    """Plain Python: the weighted pieces between the cuts (``Counter``s) and the single count."""
+    want_w, want_c, single = Counter(), Counter(), 0
+    for u in range(offsets.size - 1):
+        a, b = int(offsets[u]), int(offsets[u + 1])
+        start = a
+        for k in range(a, b):
+            if k + 1 == b or levels[k] < cut:
+                piece = tuple(symbols[start:k + 1].tolist())
+                if len(piece) == 1:
+                    single += int(counts[u])
+                else:
+                    want_w[piece] += int(weights[u])
+                    want_c[piece] += int(counts[u])
+                start = k + 1
+    return {p: (want_w[p], want_c[p]) for p in want_w}, single
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pieces_of_two_symbols_in_their_own_table(threads):
+    """Many distinct pieces of two symbols (their table grows from 16k slots several times), among
+    longer ones, found in both halves of the sequences: counted as plain Python counts them, each
+    listed once, after the longer pieces."""
+    rng, symbols, offsets, weights = random_units(13, 2000, 1_300_000, 40_000, 4)
+    symbols[rng.integers(0, symbols.size, 1000)] = np.uint32(0xFFFFFFFE)    # the largest id there is
+    counts = weights + rng.integers(0, 3, offsets.size - 1)
+    levels = rng.choice(np.array([0, 5], np.uint32), symbols.size, p=[0.55, 0.45])   # mostly short pieces
+    got = cut_pieces(symbols, offsets, levels, weights, counts, 1, threads=threads)
+    want, single = _plain_pieces(symbols, offsets, levels, weights, counts, 1)
+    assert _as_dict(got) == want and got[4] == single
+    lengths = np.diff(got[1])
+    assert (lengths == 2).sum() > 100_000 and (lengths > 2).any()
+    first_two = int(np.argmax(lengths == 2))
+    assert (lengths[first_two:] == 2).all()         # the two-symbol pieces come last
+
+
 def _as_dict(pieces):
     data, starts, w, c, _ = pieces
     out = {tuple(data[starts[i]:starts[i + 1]].tolist()): (int(w[i]), int(c[i])) for i in range(w.size)}
