@@ -361,7 +361,7 @@ def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd
     """``id_unit_stream`` over the word ids of the text's pretokens (span by span) lists what
     ``chunk_unit_stream`` lists scanning the bytes: units, encoded marks, stage-1 tokens, counts."""
     import random
-    from bpe_core.engine.units import WordIndex, chunk_unit_stream, id_unit_stream
+    from bpe_core.engine.units import WordIndex, chunk_unit_stream, id_unit_stream, strip_marks
     from bpe_core.methods.superbpe import word_classes, word_flags
     from bpe_core.pretok.pretokenize import PATTERN_IDS
 
@@ -386,6 +386,11 @@ def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd
     for reserve in (1, 3 * len(ids) + 100):
         again = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, reserve=reserve)
         assert again[0].tolist() == got[0].tolist() and again[1].tolist() == got[1].tolist()
+    # flagged instead of marked: the marked units with their marks taken off, and which they were
+    flagged = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, marks=False)
+    data, starts, encoded = strip_marks(got[0].copy(), got[1].copy())
+    assert flagged[0].tolist() == data.tolist() and flagged[1].tolist() == starts.tolist()
+    assert flagged[2:4] == got[2:4] and flagged[4].tolist() == encoded.tolist()
 
 
 def test_id_unit_stream_refuses_bad_input():

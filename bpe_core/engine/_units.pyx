@@ -500,6 +500,20 @@ cdef struct UnitState:
     uint8_t prev        # the flags of the word before
     int64_t r_n, r_ws, r_punct, r_alnum, r_digit    # the current region's class counts
     int64_t n_seen, n_kept
+    vector[uint8_t]* enc    # NULL: the units of an encoded region get ENCODED_MARK; else 1 here per unit
+
+
+cdef inline void _encoded_region(UnitState* st, vector[uint32_t]& ids, vector[int64_t]& bounds) noexcept nogil:
+    """The units from ``st.rfirst`` on make a region that looks encoded: marked (``_mark_units``,
+    moving them), or flagged in ``st.enc`` (nothing moves)."""
+    cdef size_t u, n_units = bounds.size() - 1
+    if st.enc == NULL:
+        _mark_units(ids, bounds, st.rfirst)
+        return
+    if st.enc.size() < n_units:
+        st.enc.resize(n_units, 0)
+    for u in range(st.rfirst, n_units):
+        st.enc[0][u] = 1
 
 
 cdef inline void _unit_word(UnitState* st, vector[uint32_t]& out_ids, vector[int64_t]& out_bounds, uint32_t w,
@@ -508,12 +522,13 @@ cdef inline void _unit_word(UnitState* st, vector[uint32_t]& out_ids, vector[int
     """One word of a span (no sample): a numeric word is a unit of its own; with ``cut_spaces`` a unit
     ends between a word ending with whitespace and one starting with it; ``cls`` (the word's five
     class counts, or NULL) turns on regions: a region ends where ``cut_spaces`` cuts, and when it
-    looks encoded its units get ``ENCODED_MARK`` (``_mark_units``, in place)."""
+    looks encoded its units get ``ENCODED_MARK`` (``_mark_units``, in place), or a flag
+    (``st.enc``)."""
     if cls != NULL:
         if cut_spaces and (st.prev & 4) and (f & 2) and (st.uw > 0 or out_bounds.size() - 1 > st.rfirst):
             _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
             if _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum, st.r_digit):
-                _mark_units(out_ids, out_bounds, st.rfirst)
+                _encoded_region(st, out_ids, out_bounds)
             st.rfirst = out_bounds.size() - 1
             st.r_n = st.r_ws = st.r_punct = st.r_alnum = st.r_digit = 0
         st.r_n += cls[0]
@@ -541,7 +556,7 @@ cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector
     if regions:
         if out_bounds.size() - 1 > st.rfirst and _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum,
                                                                  st.r_digit):
-            _mark_units(out_ids, out_bounds, st.rfirst)
+            _encoded_region(st, out_ids, out_bounds)
         st.rfirst = out_bounds.size() - 1
         st.r_n = st.r_ws = st.r_punct = st.r_alnum = st.r_digit = 0
     st.prev = 0
@@ -550,7 +565,7 @@ cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector
 def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
                    bint cut_spaces=False, const int32_t[:, ::1] word_classes=None,
                    const uint32_t[::1] seg_symbols=None, const int64_t[::1] seg_offsets=None,
-                   int64_t reserve=0):
+                   int64_t reserve=0, bint marks=True):
     """The units of text given as word ids (rows of the word table) instead of bytes: span ``k`` is
     ``ids[breaks[k]:breaks[k+1]]`` (the pretokens of the text between two special tokens, in order).
     Returns ``(ids, bounds, n_seen, n_kept)``: what ``chunk_unit_stream`` lists, without a sample,
@@ -564,6 +579,10 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
     ``reserve``: about how many ids the output will hold (with a segmentation, more than the input's):
     the room is asked for at once (address space: pages are touched as written), so the output does
     not grow by copies, each into fresh pages. A hint only; 0: the input's size.
+
+    ``marks=False``: the units of a region that looks encoded do not end with ``ENCODED_MARK``; a
+    fifth value says which units they are (bool per unit), so no one has to take the marks off
+    again (``strip_marks`` moves every unit after the first mark).
 
     Plain equivalent: ``chunk_unit_stream`` over the text the ids came from (tested equal).
     """
@@ -590,7 +609,10 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
     cdef vector[int64_t] out_bounds
     cdef UnitState st
     cdef bint bad = False
+    cdef vector[uint8_t] enc
     memset(&st, 0, sizeof(UnitState))
+    if not marks:
+        st.enc = &enc
     out_ids.reserve(max(reserve, ids.shape[0]) + 16)
     out_bounds.push_back(0)
     with nogil:
@@ -614,7 +636,13 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
         raise ValueError(f"a word id is not below the {n_words} words of the table")
     cdef _IdList held_ids = _IdList()
     held_ids.v.swap(out_ids)
-    return held_ids.array(), _int64_array(out_bounds), st.n_seen, st.n_kept
+    if marks:
+        return held_ids.array(), _int64_array(out_bounds), st.n_seen, st.n_kept
+    encoded = np.zeros(out_bounds.size() - 1, dtype=bool)
+    cdef uint8_t[::1] ev = encoded.view(np.uint8)
+    for k in range(<Py_ssize_t>enc.size()):
+        ev[k] = enc[k]
+    return held_ids.array(), _int64_array(out_bounds), st.n_seen, st.n_kept, encoded
 
 
 def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[::1] word_offsets,

@@ -539,7 +539,9 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
     The record's pretokens become rows of ``table`` cut into stretches of text (:func:`record_table_rows`;
     ``rows``: its result, when the caller had it made while stage 1 ran); ``id_unit_stream`` lists the
     units, the two halves of the corpus (cut at a special token) on two threads. Returns the units as a
-    list of one or two parts ``(data, starts, counts)`` (the halves, not joined), and the figures.
+    list of one or two parts ``(data, starts, counts)`` (the halves, not joined), and the figures; with
+    ``seg`` each part also has ``encoded`` (bool per unit: which units came from regions that look
+    encoded; they carry no ``ENCODED_MARK`` then, see ``stage2_table``).
     """
     all_rows, breaks = rows if rows is not None else record_table_rows(recorded, table, num_workers)
     seg_symbols, seg_offsets = seg if seg is not None else (None, None)
@@ -558,8 +560,10 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
 
     def run(b):
         lo, hi = int(b[0]), int(b[-1])
+        # with a segmentation the encoded units come flagged, not marked (no marks to take off after)
         return id_unit_stream(all_rows[lo:hi], b - lo, flags, cut_spaces, classes, seg_symbols, seg_offsets,
-                              reserve=int((hi - lo) * per_id * 1.05) + (hi - lo) // 64)
+                              reserve=int((hi - lo) * per_id * 1.05) + (hi - lo) // 64,
+                              marks=seg_symbols is None)
 
     if len(halves) == 2:
         from concurrent.futures import ThreadPoolExecutor
@@ -571,7 +575,7 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
     kept = sum(p[3] for p in parts)
     n_units = sum(p[1].size - 1 for p in parts)
     # the halves stay apart (stage2_merges takes the units in parts: no copy of 60 M tokens to join them)
-    return ([(p[0], p[1], np.ones(p[1].size - 1, dtype=np.int64)) for p in parts],
+    return ([(p[0], p[1], np.ones(p[1].size - 1, dtype=np.int64)) + tuple(p[4:]) for p in parts],
             {"units_seen": seen, "units_kept": kept, "unique_units": n_units})
 
 
@@ -670,8 +674,14 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
 
     ``expanded``: the units already are stage-1 tokens (``count_units(seg=)``); only the marks are
     stripped, in place (the caller gives the arrays up; not with ``cut_numbers``, which needs the word
-    ids)."""
-    data, starts, counts = units
+    ids). ``units`` may carry a fourth array, ``encoded`` (``units_from_records`` with a segmentation):
+    then they have no marks and are returned as they are."""
+    data, starts, counts = units[:3]
+    if len(units) == 4:
+        if not expanded or cut_numbers:
+            raise ValueError("units flagged as encoded (no marks) must be expanded, without cut_numbers")
+        return (np.asarray(data), np.asarray(starts, dtype=np.int64), np.asarray(counts, dtype=np.int64),
+                np.asarray(units[3], dtype=bool))
     if expanded and cut_numbers:
         raise ValueError("cut_numbers needs word-id units, not expanded ones")
     data = np.asarray(data)
