@@ -133,3 +133,33 @@ def test_bad_tables_are_rejected(bad):
     with pytest.raises(ValueError):
         MergeEngine(np.array(bad["symbols"], np.uint32), np.array(bad["offsets"], np.int64),
                     np.array(bad["counts"], np.int64), BYTES)
+
+
+@given(st.lists(st.lists(st.integers(97, 101), min_size=1, max_size=20), min_size=1, max_size=40),
+       st.integers(0, 30))
+def test_donated_symbols_become_the_cells(words, n_merges):
+    """``donate=True``: the symbols array is the engine's memory (written in place, no copy); the
+    engine merges as one that copied them. An array it cannot write stays as it was (copied)."""
+    syms = np.array([t for w in words for t in w], dtype=np.uint32)
+    offs = np.concatenate(([0], np.cumsum([len(w) for w in words]))).astype(np.int64)
+    counts = np.arange(1, len(words) + 1, dtype=np.int64)
+    tokens = [bytes([i]) for i in range(256)]
+    copied = MergeEngine(syms.copy(), offs, counts, tokens)
+    given = syms.copy()
+    donated = MergeEngine(given, offs, counts, tokens, donate=True)
+    assert int(given[offs[1] - 1]) & 0x40000000          # the word-end bit, written in the array itself
+    assert copied.run(n_merges) == donated.run(n_merges)
+    for x, y in zip(copied.words(), donated.words()):
+        assert np.array_equal(x, y)
+    frozen = syms.copy()
+    frozen.flags.writeable = False
+    kept = MergeEngine(frozen, offs, counts, tokens, donate=True)
+    assert np.array_equal(frozen, syms) and kept.run(n_merges) == MergeEngine(syms, offs, counts, tokens).run(n_merges)
+
+
+def test_a_bad_donated_symbol_is_refused_before_anything_is_written():
+    syms = np.array([97, 98, 300], dtype=np.uint32)
+    before = syms.copy()
+    with pytest.raises(ValueError, match="300"):
+        MergeEngine(syms, np.array([0, 3]), np.array([1]), [bytes([i]) for i in range(256)], donate=True)
+    assert np.array_equal(syms, before)

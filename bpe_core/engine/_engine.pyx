@@ -518,6 +518,9 @@ cdef class MergeEngine:
             uses one. The build counts and lists the windows on two threads too, when there are at
             least ``build_par_min`` of them and their pair ids are kept for the fill (``win_pid``).
         build_par_min: see ``threads`` (tests force 1).
+        donate: ``symbols`` (a writable C-contiguous uint32 array) become the engine's cells, written
+            in place, instead of being copied: the caller gives the array up (its contents are the
+            engine's from then on). Otherwise, or for other symbols, they are copied.
 
     >>> import numpy as np
     >>> words = [b"aaa", b"ab"]
@@ -532,7 +535,10 @@ cdef class MergeEngine:
     """
 
     # positions
-    cdef vector[uint32_t] cells          # per position (see the module docstring)
+    cdef uint32_t* cells                 # per position (see the module docstring): cells_own's, or
+    cdef vector[uint32_t] cells_own      # ... the memory of the symbols given up (``donate``)
+    cdef object cells_obj
+    cdef int64_t n_cells
     cdef vector[uint32_t] blk            # word of position (b << BLK_SHIFT)
     cdef const WordRec* wrec             # per word (in RAM or mapped)
     cdef int64_t n_words
@@ -600,11 +606,12 @@ cdef class MergeEngine:
     def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
                  int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
                  int64_t fill_buffer_bytes=256 << 20, count_t prune_below=0, int threads=1,
-                 int64_t build_par_min=BUILD_PAR_MIN):
+                 int64_t build_par_min=BUILD_PAR_MIN, bint donate=False):
         cdef int64_t n_words = counts.shape[0]
         cdef int64_t i, w, n_sym
         cdef const uint8_t[::1] sym8
         cdef const token_id_t[::1] sym32
+        cdef token_id_t[::1] given
         is_bytes = getattr(symbols, "dtype", None) == np.uint8 or isinstance(symbols, (bytes, bytearray))
         if is_bytes:
             sym8 = symbols
@@ -636,17 +643,30 @@ cdef class MergeEngine:
         self.fill_passes = 0
         self.oom = False
         folder = None if spill_dir is None else os.fspath(spill_dir)
-        # 1. cells: the symbols, with the word-end bit on the last position of each word
-        self.cells.reserve(n_sym)
-        _populate(self.cells.data(), n_sym * sizeof(uint32_t))
-        self.cells.resize(n_sym)
+        # 1. cells: the symbols, with the word-end bit on the last position of each word; given up
+        # (``donate``: a writable uint32 array the caller no longer uses), their own memory
+        self.n_cells = n_sym
+        donated = (donate and not is_bytes and n_sym > 0 and isinstance(symbols, np.ndarray)
+                   and symbols.dtype == np.uint32 and symbols.flags.c_contiguous and symbols.flags.writeable)
+        if donated:
+            given = symbols
+            for i in range(n_sym):
+                if given[i] >= n_tokens:
+                    raise ValueError(f"symbol {given[i]} has no token bytes")
+            self.cells_obj = symbols
+            self.cells = &given[0]
+        else:
+            self.cells_own.reserve(n_sym)
+            _populate(self.cells_own.data(), n_sym * sizeof(uint32_t))
+            self.cells_own.resize(n_sym)
+            self.cells = self.cells_own.data()
         if is_bytes:
             if n_tokens < 256:
                 raise ValueError("byte symbols need the 256 single-byte tokens")
             with nogil:
                 for i in range(n_sym):
                     self.cells[i] = sym8[i]
-        else:
+        elif not donated:
             for i in range(n_sym):
                 if sym32[i] >= n_tokens:
                     raise ValueError(f"symbol {sym32[i]} has no token bytes")
@@ -1967,7 +1987,7 @@ cdef class MergeEngine:
         out = {
             "list_blocks": used,
             "list_entries": entries,
-            "cells": self.cells.capacity() * 4,
+            "cells": (self.cells_own.capacity() if self.cells_obj is None else self.n_cells) * 4,
             "block_index": self.blk.capacity() * 4,
             "pairs": pairs,
             "pair_map": self.pair_map.nbytes(),
@@ -1989,7 +2009,7 @@ cdef class MergeEngine:
         """Sizes of the internal tables (for reports and memory accounting)."""
         return {
             "n_words": self.n_words,
-            "n_symbols": self.cells.size(),
+            "n_symbols": self.n_cells,
             "n_pairs": self.pair_keys.size(),
             "heap_size": self.heap.size(),
             "n_pops": self.n_pops,
