@@ -278,3 +278,38 @@ def test_huge_pages_ready_is_false_where_the_files_cannot_be_read(monkeypatch):
     import bpe_core.runtime.memmon as memmon
     monkeypatch.setattr(memmon, "THP_DIR", "/nonexistent/thp")
     assert memmon.huge_pages_ready(1) is False
+
+
+@pytest.mark.parametrize("reported, expected", [
+    (None, True),       # nothing given back to a hypervisor: the 2 MiB and 4 MiB blocks count
+    (9, False),         # every free 2 MiB block was given back: none counts, whatever defrag says
+    (10, False),        # only the 2 MiB blocks count (1 of them: 2 MiB for 2 MiB asked, not twice)
+    (11, True),         # the 2 and 4 MiB blocks count
+])
+def test_huge_pages_do_not_count_blocks_given_back_to_a_hypervisor(reported, expected):
+    from bpe_core.runtime.memmon import huge_pages_state
+    info = _buddy({9: 1, 10: 1})                    # 2 MiB + 4 MiB free
+    assert huge_pages_state("always [madvise] never", "[madvise]", info, 2 << 20, 2 << 20, 4096,
+                            reported=reported) is expected
+    if reported == 9:
+        assert huge_pages_state("always [madvise] never", "[defer]", info, 2 << 20, 1, 4096,
+                                reported=reported) is False
+
+
+def test_free_page_reporting_reads_the_balloon_features(tmp_path, monkeypatch):
+    import bpe_core.runtime.memmon as memmon
+    order = tmp_path / "page_reporting_order"
+    balloon = tmp_path / "virtio_balloon"
+    (balloon / "virtio0").mkdir(parents=True)
+    (balloon / "bind").write_text("")                 # not a device: ignored
+    features = balloon / "virtio0" / "features"
+    monkeypatch.setattr(memmon, "PAGE_REPORTING_ORDER", str(order))
+    monkeypatch.setattr(memmon, "BALLOON_DIR", str(balloon))
+    assert memmon.free_page_reporting() is None       # no page reporting in the kernel
+    order.write_text("9\n")
+    features.write_text("0110000100000000\n")         # no bit 5: the balloon does not report
+    assert memmon.free_page_reporting() is None
+    features.write_text("0110010100000000\n")
+    assert memmon.free_page_reporting() == 9
+    monkeypatch.setattr(memmon, "BALLOON_DIR", str(tmp_path / "none"))
+    assert memmon.free_page_reporting() is None       # no balloon driver

@@ -485,7 +485,9 @@ def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) ->
     n_words = table.n_words
     sizes = [int(r[2].size) for r in recorded]
     at = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    all_rows = prefault(np.empty(int(at[-1]), dtype=np.uint32))
+    # written once, in order: huge pages only where they come without a wait (runtime.memmon)
+    with numpy_huge_pages(huge_pages_ready(int(at[-1]) * 4)):
+        all_rows = prefault(np.empty(int(at[-1]), dtype=np.uint32))
     cuts: list = [None] * len(recorded)
 
     def fill(ks: list) -> np.ndarray:
