@@ -386,6 +386,11 @@ def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd
     for reserve in (1, 3 * len(ids) + 100):
         again = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, reserve=reserve)
         assert again[0].tolist() == got[0].tolist() and again[1].tolist() == got[1].tolist()
+    # the ids in segments read one after the other (the record's chunks; some empty): the same
+    cuts = sorted(rnd.randrange(0, len(ids) + 1) for _ in range(rnd.randrange(0, 5)))
+    segments = [ids[a:b] for a, b in zip([0] + cuts, cuts + [len(ids)])] + [ids[:0]]
+    split = id_unit_stream(segments, breaks, flags, cut_spaces, classes, *seg)
+    assert split[0].tolist() == got[0].tolist() and split[1].tolist() == got[1].tolist() and split[2:] == got[2:]
     # flagged instead of marked: the marked units with their marks taken off, and which they were
     flagged = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, marks=False)
     data, starts, encoded = strip_marks(got[0].copy(), got[1].copy())

@@ -562,7 +562,7 @@ cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector
     st.prev = 0
 
 
-def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
+def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
                    bint cut_spaces=False, const int32_t[:, ::1] word_classes=None,
                    const uint32_t[::1] seg_symbols=None, const int64_t[::1] seg_offsets=None,
                    int64_t reserve=0, bint marks=True):
@@ -584,6 +584,10 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
     fifth value says which units they are (bool per unit), so no one has to take the marks off
     again (``strip_marks`` moves every unit after the first mark).
 
+    ``ids`` may also be a list of uint32 arrays, read as one after the other (the record's chunks,
+    rewritten to rows in place: no copy of them into one array); ``breaks`` are positions in that
+    sequence.
+
     Plain equivalent: ``chunk_unit_stream`` over the text the ids came from (tested equal).
     """
     cdef Py_ssize_t k, i, n_words = flags.shape[0]
@@ -591,7 +595,20 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
     cdef const int64_t* seg_off = NULL
     cdef bint regions = word_classes is not None
     cdef uint32_t w
-    if breaks.shape[0] < 1 or breaks[0] != 0 or breaks[breaks.shape[0] - 1] != ids.shape[0]:
+    # the ids as segments: their data and where each starts in the whole sequence
+    cdef vector[const uint32_t*] sp
+    cdef vector[int64_t] sstart
+    cdef const uint32_t[::1] view
+    cdef int64_t n_ids = 0
+    arrays = ids if isinstance(ids, (list, tuple)) else [ids]
+    for a in arrays:
+        view = a
+        sp.push_back(&view[0] if view.shape[0] > 0 else &_NO_SEG)
+        sstart.push_back(n_ids)
+        n_ids += view.shape[0]
+    sstart.push_back(n_ids)
+    sp.push_back(&_NO_SEG)
+    if breaks.shape[0] < 1 or breaks[0] != 0 or breaks[breaks.shape[0] - 1] != n_ids:
         raise ValueError("breaks must start at 0 and end at len(ids)")
     for k in range(breaks.shape[0] - 1):
         if breaks[k + 1] < breaks[k]:
@@ -613,17 +630,25 @@ def id_unit_stream(const uint32_t[::1] ids, const int64_t[::1] breaks, const uin
     memset(&st, 0, sizeof(UnitState))
     if not marks:
         st.enc = &enc
-    out_ids.reserve(max(reserve, ids.shape[0]) + 16)
+    out_ids.reserve(max(reserve, n_ids) + 16)
     out_bounds.push_back(0)
+    cdef size_t cur = 0
+    cdef int64_t base = 0, end = sstart[1]
+    cdef const uint32_t* p = sp[0]
     with nogil:
         for k in range(breaks.shape[0] - 1):
             for i in range(breaks[k], breaks[k + 1]):
-                if i + 16 < ids.shape[0] and ids[i + 16] < n_words:     # a word ahead (hints only)
+                while i >= end:                  # the next segment
+                    cur += 1
+                    base = end
+                    end = sstart[cur + 1]
+                    p = sp[cur]
+                if i + 16 < end and p[i + 16 - base] < n_words:     # a word ahead (hints only)
                     if regions:
-                        __builtin_prefetch(&word_classes[ids[i + 16], 0])
+                        __builtin_prefetch(&word_classes[p[i + 16 - base], 0])
                     if seg_off != NULL:
-                        __builtin_prefetch(&seg_off[ids[i + 16]])
-                w = ids[i]
+                        __builtin_prefetch(&seg_off[p[i + 16 - base]])
+                w = p[i - base]
                 if w >= n_words:
                     bad = True
                     break

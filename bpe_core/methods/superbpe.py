@@ -465,11 +465,13 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     return (data, starts, counts), info
 
 
-def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) -> tuple[list, np.ndarray]:
     """Every pretoken of the counting pass's record as its row of ``table``, in text order, and where
-    the stretches of text start: returns ``(rows, breaks)`` (uint32; sorted int64 positions in
-    ``rows``, the first 0 and the last ``rows.size``). Needs only the word table, not stage 1, so
-    training makes it while stage 1 runs.
+    the stretches of text start: returns ``(rows, breaks)`` (``rows``: one uint32 array per chunk,
+    read one after the other: each chunk's own ids rewritten in place, so the record takes no
+    second 4 B a pretoken; ``breaks``: sorted int64 positions in that sequence, the first 0 and the
+    last the number of pretokens). Needs only the word table, not stage 1, so training makes it
+    while stage 1 runs. The record's ids are rows afterwards (it is not read as ids again).
 
     Each chunk's words are looked up once in ``table`` (``WordIndex``), so its pretokens become table
     rows by a gather; a chunk's pretokens are cut into its spans by their byte lengths; a span that
@@ -485,9 +487,10 @@ def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) ->
     n_words = table.n_words
     sizes = [int(r[2].size) for r in recorded]
     at = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    # written once, in order: huge pages only where they come without a wait (runtime.memmon)
-    with numpy_huge_pages(huge_pages_ready(int(at[-1]) * 4)):
-        all_rows = prefault(np.empty(int(at[-1]), dtype=np.uint32))
+    segments = [np.asarray(r[2]) for r in recorded]
+    for k, ids in enumerate(segments):
+        if ids.dtype != np.uint32 or not ids.flags.c_contiguous or not ids.flags.writeable:
+            segments[k] = np.array(ids, dtype=np.uint32)        # (the record lends writable uint32)
     cuts: list = [None] * len(recorded)
 
     def fill(ks: list) -> np.ndarray:
@@ -497,9 +500,9 @@ def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) ->
             arena, offsets, ids, spans, _ = recorded[k]
             rows = index.word_ids(arena, offsets[1:], 0) if len(offsets) > 1 else np.zeros(0, np.int64)
             spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-            try:
-                cuts[k] = record_rows(rows, ids, offsets, np.cumsum(spans[:, 1] - spans[:, 0]), all_rows,
-                                      int(at[k]), counts)
+            try:      # in place: each id is read before its row is written over it
+                cuts[k] = record_rows(rows, segments[k], offsets, np.cumsum(spans[:, 1] - spans[:, 0]),
+                                      segments[k], 0, counts)
             except ValueError as exc:
                 raise InternalError(f"the record of chunk {k}: {exc}") from None
         return counts
@@ -526,9 +529,24 @@ def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) ->
         f = at[k] + np.concatenate(([0], cuts[k][:-1]))
         firsts.append(f[1:] if joins_prev and spans[0, 0] == 0 else f)
         joins_prev = bool(spans[-1, 1] == n_bytes)
-    firsts.append(np.array([all_rows.size], np.int64))
+    firsts.append(np.array([int(at[-1])], np.int64))
     breaks = np.unique(np.concatenate(firsts))      # sorted; a repeated position is one break
-    return all_rows, breaks
+    return segments, breaks
+
+
+def slice_segments(segments: list, lo: int, hi: int) -> list:
+    """Positions ``lo:hi`` of arrays read one after the other, as a list of views (no copy).
+
+    >>> [a.tolist() for a in slice_segments([np.arange(3), np.arange(3, 5), np.arange(5, 9)], 2, 6)]
+    [[2], [3, 4], [5]]
+    """
+    out, at = [], 0
+    for a in segments:
+        a_lo, a_hi = max(lo - at, 0), min(hi - at, a.size)
+        if a_lo < a_hi:
+            out.append(a[a_lo:a_hi])
+        at += a.size
+    return out
 
 
 def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_spaces: bool = True,
@@ -545,12 +563,13 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
     ``seg`` each part also has ``encoded`` (bool per unit: which units came from regions that look
     encoded; they carry no ``ENCODED_MARK`` then, see ``stage2_table``).
     """
-    all_rows, breaks = rows if rows is not None else record_table_rows(recorded, table, num_workers)
+    segments, breaks = rows if rows is not None else record_table_rows(recorded, table, num_workers)
+    n_rows = int(breaks[-1])
     seg_symbols, seg_offsets = seg if seg is not None else (None, None)
     # two halves, cut at the break nearest the middle: one thread each
     halves = [breaks]
     if num_workers >= 2 and breaks.size > 2:
-        m = int(np.searchsorted(breaks, all_rows.size // 2))
+        m = int(np.searchsorted(breaks, n_rows // 2))
         m = min(max(m, 1), breaks.size - 2)
         halves = [breaks[:m + 1], breaks[m:]]
 
@@ -563,7 +582,8 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
     def run(b):
         lo, hi = int(b[0]), int(b[-1])
         # with a segmentation the encoded units come flagged, not marked (no marks to take off after)
-        return id_unit_stream(all_rows[lo:hi], b - lo, flags, cut_spaces, classes, seg_symbols, seg_offsets,
+        return id_unit_stream(slice_segments(segments, lo, hi), b - lo, flags, cut_spaces, classes,
+                              seg_symbols, seg_offsets,
                               reserve=int((hi - lo) * per_id * 1.05) + (hi - lo) // 64,
                               marks=seg_symbols is None)
 
