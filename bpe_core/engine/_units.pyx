@@ -794,6 +794,7 @@ cdef inline void _emit(const uint32_t* p, size_t n, uint64_t keep_below, vector[
     ids); with ``seg_sym`` (not NULL) each word id is written as its stage-1 tokens
     (``seg_sym[seg_off[w]:seg_off[w + 1]]``), ``ENCODED_MARK`` as itself."""
     cdef size_t k
+    cdef int64_t j
     cdef uint32_t w
     n_seen[0] += 1
     if keep_below != 0xFFFFFFFFFFFFFFFFu and _hash_ids(p, n) >= keep_below:
@@ -807,7 +808,8 @@ cdef inline void _emit(const uint32_t* p, size_t n, uint64_t keep_below, vector[
             if w == _ENCODED_MARK:
                 ids.push_back(w)
             else:
-                ids.insert(ids.end(), seg_sym + seg_off[w], seg_sym + seg_off[w + 1])
+                for j in range(seg_off[w], seg_off[w + 1]):      # (no insert: a memmove call a word)
+                    ids.push_back(seg_sym[j])
     bounds.push_back(ids.size())
 
 
@@ -1508,7 +1510,8 @@ cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const ui
                 hashes.push_back(h)
                 wsum.push_back(0)
                 csum.push_back(0)
-                data.insert(data.end(), base + start, base + start + n)
+                for j in range(<uint64_t>n):         # (no insert: a memmove call a piece)
+                    data.push_back(base[start + j])
                 starts.push_back(data.size())
                 break
             pid = slots[slot].pid
