@@ -163,3 +163,17 @@ def test_a_bad_donated_symbol_is_refused_before_anything_is_written():
     with pytest.raises(ValueError, match="300"):
         MergeEngine(syms, np.array([0, 3]), np.array([1]), [bytes([i]) for i in range(256)], donate=True)
     assert np.array_equal(syms, before)
+
+
+@given(st.lists(st.lists(st.integers(97, 100), min_size=0, max_size=25), min_size=1, max_size=40),
+       st.integers(0, 40))
+def test_word_lengths_count_the_symbols_after_merges(words, n_merges):
+    """``word_lengths`` (live cells counted per word) is the length of each word's symbols (walked
+    symbol by symbol), after any merges, runs (aaa) and empty words included."""
+    syms = np.array([t for w in words for t in w], dtype=np.uint32)
+    offs = np.concatenate(([0], np.cumsum([len(w) for w in words]))).astype(np.int64)
+    eng = MergeEngine(syms, offs, np.ones(len(words), dtype=np.int64), [bytes([i]) for i in range(256)])
+    eng.run(n_merges)
+    assert eng.word_lengths().tolist() == [len(eng.word(w)) for w in range(len(words))]
+    counts = np.arange(len(words), dtype=np.int64) * 3 + 1
+    assert eng.weighted_length(counts) == int((eng.word_lengths() * counts).sum())

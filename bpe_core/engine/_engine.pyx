@@ -1897,14 +1897,11 @@ cdef class MergeEngine:
     # ---- inspection ----------------------------------------------------------------------------
 
     cdef int64_t _word_len(self, int64_t w) noexcept nogil:
-        cdef int64_t n = 0
-        cdef uint32_t pos
-        if self._word_start(w) == self.wrec[w].end:
-            return 0
-        pos = <uint32_t>self._word_start(w)
-        while pos != NIL:
-            n += 1
-            pos = self._nxt(pos)
+        """A word's number of symbols: its live cells (each symbol's first position; the others are
+        dead), counted over its positions in one straight pass (no walk from symbol to symbol)."""
+        cdef int64_t n = 0, k, end = self.wrec[w].end
+        for k in range(self._word_start(w), end):
+            n += (self.cells[k] & DEAD_BIT) == 0
         return n
 
     def word(self, word_id_t w):
@@ -1921,15 +1918,38 @@ cdef class MergeEngine:
             pos = self._nxt(pos)
         return out
 
+    def weighted_length(self, const int64_t[::1] counts):
+        """``sum(word_lengths() * counts)`` in one pass, without the array of lengths (stage 2's
+        final token count: each word's symbols times how often its piece occurs)."""
+        cdef int64_t n_words = self.n_words, w, k = 0, end, n, total = 0
+        cdef const uint32_t* c = self.cells
+        if counts.shape[0] != n_words:
+            raise ValueError("weighted_length: one count per word")
+        with nogil:
+            for w in range(n_words):
+                end = self.wrec[w].end
+                n = 0
+                while k < end:
+                    n += 1 - (c[k] >> 31)
+                    k += 1
+                total += n * counts[w]
+        return total
+
     def word_lengths(self):
         """Each word's current number of symbols (int64): ``np.diff(words()[1])`` without listing the
         symbols (what a final token count needs)."""
-        cdef int64_t n_words = self.n_words, w
+        cdef int64_t n_words = self.n_words, w, k = 0, end, n
         lengths = np.empty(n_words, dtype=np.int64)
         cdef int64_t[::1] lv = lengths
+        cdef const uint32_t* c = self.cells
         with nogil:
-            for w in range(n_words):
-                lv[w] = self._word_len(w)
+            for w in range(n_words):            # one pass over the cells: a word's live ones
+                end = self.wrec[w].end
+                n = 0
+                while k < end:
+                    n += 1 - (c[k] >> 31)
+                    k += 1
+                lv[w] = n
         return lengths
 
     def words(self):

@@ -1100,7 +1100,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
             break
         del engine
         cut = max(1, cut // 4)
-    final_tokens = int((engine.word_lengths() * piece_counts).sum()) + int(singles)
+    final_tokens = engine.weighted_length(piece_counts) + int(singles)
     info = {"cuts": tried, "restarts": len(tried) - 1}
     return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
                         {k: round(v, 3) for k, v in seconds.items()})
