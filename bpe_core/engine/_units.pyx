@@ -1475,10 +1475,10 @@ cdef struct PieceSlot:
 cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const uint64_t* qhash,
                             const int64_t* qw, const int64_t* qc, int64_t nq, const uint32_t* base,
                             PieceSlot** slots_p, uint64_t* cap_p, uint64_t* mask_p,
-                            vector[uint32_t]& data, vector[int64_t]& starts, vector[uint64_t]& hashes,
+                            vector[uint32_t]& data, vector[int64_t]& starts,
                             vector[int64_t]& wsum, vector[int64_t]& csum) noexcept nogil:
-    """Count the queued pieces, in order, into the piece table (grown as needed); returns 0, or -1
-    when out of memory."""
+    """Count the queued pieces, in order, into the piece table (grown as needed: the pieces' hashes
+    are computed again from their symbols, not kept); returns 0, or -1 when out of memory."""
     cdef int64_t q, n, start, pid
     cdef uint64_t h, slot, j
     cdef uint32_t tag
@@ -1507,7 +1507,6 @@ cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const ui
                 pid = <int64_t>wsum.size()
                 slots[slot].pid = <uint32_t>pid
                 slots[slot].tag = tag
-                hashes.push_back(h)
                 wsum.push_back(0)
                 csum.push_back(0)
                 for j in range(<uint64_t>n):         # (no insert: a memmove call a piece)
@@ -1529,12 +1528,13 @@ cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const ui
             slots_p[0] = slots
             if slots == NULL:
                 return -1
-            for j in range(hashes.size()):
-                slot = hashes[j] & mask_p[0]
+            for j in range(wsum.size()):
+                h = _hash_ids(&data[starts[j]], starts[j + 1] - starts[j])
+                slot = h & mask_p[0]
                 while slots[slot].pid != 0xFFFFFFFFu:
                     slot = (slot + 1) & mask_p[0]
                 slots[slot].pid = <uint32_t>j
-                slots[slot].tag = <uint32_t>(hashes[j] >> 32)
+                slots[slot].tag = <uint32_t>(h >> 32)
     return 0
 
 
@@ -1564,7 +1564,6 @@ cdef class _PieceTable:
     cdef vector[int64_t] starts
     cdef vector[int64_t] wsum
     cdef vector[int64_t] csum
-    cdef vector[uint64_t] hashes         # per piece (to grow the table)
     cdef PieceSlot* slots                # 8 bytes a slot: a table that stays small in cache
     cdef uint64_t cap
     cdef uint64_t mask
@@ -1595,7 +1594,6 @@ cdef class _PieceTable:
         self.starts.reserve(4 * self.cap)
         self.wsum.reserve(4 * self.cap)
         self.csum.reserve(4 * self.cap)
-        self.hashes.reserve(4 * self.cap)
 
     def __dealloc__(self):
         free(self.slots)
@@ -1643,7 +1641,7 @@ cdef class _PieceTable:
     cdef int64_t _flush(self, const int64_t* qstart, const int64_t* qlen, const uint64_t* qhash,
                         const int64_t* qw, const int64_t* qc, int64_t nq, const uint32_t* base) noexcept nogil:
         return _insert_pieces(qstart, qlen, qhash, qw, qc, nq, base, &self.slots, &self.cap, &self.mask,
-                              self.data, self.starts, self.hashes, self.wsum, self.csum)
+                              self.data, self.starts, self.wsum, self.csum)
 
     def add(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
             const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int64_t lo, int64_t hi,
@@ -1763,10 +1761,10 @@ cdef class _PieceTable:
                     self.oom = True
                     break
             for p in range(n_other if not self.oom else 0):
-                __builtin_prefetch(&self.slots[other.hashes[p] & self.mask])
                 qstart[nq] = other.starts[p]
                 qlen[nq] = other.starts[p + 1] - other.starts[p]
-                qhash[nq] = other.hashes[p]
+                qhash[nq] = _hash_ids(base + qstart[nq], qlen[nq])      # (again: hashes are not kept)
+                __builtin_prefetch(&self.slots[qhash[nq] & self.mask])
                 qw[nq] = other.wsum[p]
                 qc[nq] = other.csum[p]
                 nq += 1
@@ -1819,7 +1817,6 @@ cdef class _PieceTable:
         starts.v.swap(self.starts)
         wsum.v.swap(self.wsum)
         csum.v.swap(self.csum)
-        self.hashes.clear()
         self.pkeys.clear()
         self.single = 0
         self.spent = True
@@ -1887,7 +1884,9 @@ def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=Non
         table.add(sym, off, lv[0], w, c, min_level, 0, len(off) - 1, keep)
         return table.to_arrays()
     from concurrent.futures import ThreadPoolExecutor
-    cdef _PieceTable left = _PieceTable(n_sym // 4), left_up = _PieceTable(n_sym // 4)
+    # the left tables take the right ones' pieces in (absorb): room for that from the start (their
+    # slot tables then need not grow and rehash midway)
+    cdef _PieceTable left = _PieceTable(n_sym // 2), left_up = _PieceTable(n_sym // 2)
     cdef _PieceTable right = _PieceTable(n_sym // 4), right_up = _PieceTable(n_sym // 4)
     with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-pieces") as ex:
         jobs = [ex.submit(t.add, sym, off, lv[i], w, c, min_level, 0, len(off) - 1, keep, up)
