@@ -149,6 +149,23 @@ def test_sampling_is_reported_and_deterministic(fixtures_dir, monkeypatch):
     assert runs[0].merges == runs[1].merges
 
 
+def test_a_sampled_stage2_does_not_follow_the_process_size(fixtures_dir, monkeypatch):
+    """Under a budget that makes stage 2 sample, the sample (and so the merges) does not change with
+    a few KB more or less in the process when it planned (its RSS is measured: two runs of one
+    command differed at 32k on en_train under 1G before the share was rounded)."""
+    from bpe_core.methods import superbpe
+    from bpe_core.runtime import budget
+    monkeypatch.setattr(superbpe, "STAGE2_BYTES_PER_SYMBOL", 10 ** 6)     # force a sample
+    runs = []
+    for rss in (100 << 20, (100 << 20) + 4096, (100 << 20) + 12 * 4096):
+        monkeypatch.setattr(budget, "_current_rss", lambda rss=rss: rss)
+        runs.append(bpe_core.train(bpe_core.TrainConfig(fixtures_dir / "corpus.en", 600, method="superbpe",
+                                                        num_workers=1, memory_limit=1 << 30)))
+    fractions = {r.report["superbpe"]["stage2_sample_fraction"] for r in runs}
+    assert len(fractions) == 1 and next(iter(fractions)) < 1
+    assert runs[0].merges == runs[1].merges == runs[2].merges
+
+
 def test_transition_parsing():
     assert resolve_transition(0.4, 10000, 1) == 4000
     assert resolve_transition(1.0, 10000, 1) == 10000

@@ -908,6 +908,40 @@ def cut_sample_bits(n_merges: int) -> int:
     return bits
 
 
+#: the steps of stage 2's budget share and sample fraction (``stage2_budget_share``, ``sample_fraction``)
+OVERHEAD_STEP = 64 << 20
+FRACTION_STEPS = 256
+
+
+def stage2_budget_share(memory_limit: int, parent_overhead: int, table_ram: int) -> int:
+    """The bytes stage 2 may take: the budget less the process before the work and twice the word
+    table, at least 64 MiB. The process's size is measured (its RSS), so it is rounded up to a whole
+    ``OVERHEAD_STEP`` first: a few KB more or less in the interpreter must not change the share,
+    hence the sample of a tight budget and the merges (the same command trains the same merges).
+
+    >>> mib = 1 << 20
+    >>> stage2_budget_share(1024 * mib, 44 * mib, 100 * mib) == stage2_budget_share(1024 * mib, 45 * mib + 7, 100 * mib)
+    True
+    >>> stage2_budget_share(1024 * mib, 44 * mib, 100 * mib) // mib
+    760
+    """
+    overhead = -(-max(int(parent_overhead), 0) // OVERHEAD_STEP) * OVERHEAD_STEP
+    return max(int(memory_limit) - overhead - 2 * int(table_ram), 64 << 20)
+
+
+def sample_fraction(need: int, share: int) -> float:
+    """The share of the units stage 2 trains on when all of them (``need`` bytes) do not fit its
+    ``share``: the fitting fraction rounded down to a whole 1/``FRACTION_STEPS`` (at least one
+    step), 1.0 when they fit.
+
+    >>> sample_fraction(100, 100), sample_fraction(1000, 521), sample_fraction(1000, 523)
+    (1.0, 0.51953125, 0.51953125)
+    """
+    if need <= share:
+        return 1.0
+    return max(int(share * FRACTION_STEPS // need), 1) / FRACTION_STEPS
+
+
 def rows_before_stage1(text_bytes: int, budget_share: int) -> bool:
     """Whether training makes the record's table rows while stage 1 runs: only when stage 2 will
     surely see the whole corpus, i.e. even one stage-1 token per byte of every pretoken fits the
@@ -1145,7 +1179,7 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
                     n_total, pattern, split, prep):
     """:func:`train_superbpe` once its background pool (``prep``) is open."""
     table_ram = 0 if table.mapped else table.nbytes
-    budget_share = max(plan.memory_limit - plan.parent_overhead - 2 * table_ram, 64 << 20)
+    budget_share = stage2_budget_share(plan.memory_limit, plan.parent_overhead, table_ram)
     record_info = None
     if split != "official":
         word_info = prep.submit(lambda: (word_flags(table),
@@ -1188,7 +1222,7 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
     report["stage2_huge_pages"] = huge
     with stage2_huge_pages(huge):
         phase("stage-2 units")
-        fraction = 1.0 if need <= budget_share else budget_share / need
+        fraction = sample_fraction(need, budget_share)
         token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
         # units of regions that look like encoded binary (uuencode, base64) stay in the table with no
         # weight: they teach stage 2 nothing, and the final token count still covers them (as the encoder
