@@ -91,6 +91,46 @@ def test_pieces_equal_whole_units(units, n, cut, rules):
         assert got.info["cuts"][0]["cut"] == cut          # the forced first cut was used
 
 
+@settings(max_examples=100)
+@given(units_st, st.integers(0, 40), st.integers(1, 40), st.integers(1, 2))
+def test_units_let_go_and_listed_again_for_a_restart(units, n, cut, n_parts):
+    """``regenerate``: the units given (as lists) are let go once cut and listed again only for a
+    restart; any first cut, restarts included, merges as the whole units do, and the lists are
+    emptied."""
+    symbols, offsets, weights, counts = as_arrays(units)
+    rules = Stage2Rules(distinct=True)
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
+    at = len(units) // 2 if n_parts == 2 and len(units) > 1 else len(units)
+
+    def listed():
+        parts = [(symbols[offsets[a]:offsets[b]], offsets[a:b + 1] - offsets[a], weights[a:b], counts[a:b])
+                 for a, b in ((0, at), (at, len(units))) if b > a]
+        return tuple([np.array(p[k]) for p in parts] for k in range(4))
+
+    calls = []
+
+    def again():
+        calls.append(1)
+        return listed()
+
+    given_units = listed()
+    got = stage2_merges(*given_units, TOKENS, n, _allowed(rules, TOKENS), cut=cut, regenerate=again)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final
+    assert all(lst == [] for lst in given_units)              # let go
+    assert len(calls) == got.info["restarts"]                 # listed again once per restart
+
+
+def test_units_listed_again_must_be_the_same():
+    units = [(list(b"ab ab"), 3, 0), (list(b"abab"), 3, 1)]
+    symbols, offsets, weights, counts = as_arrays(units)
+    from bpe_core.errors import InternalError
+    wrong = (symbols[:-1], np.array([0, 5, 8]), weights, counts)     # a token short
+    with pytest.raises(InternalError, match="listed again"):
+        stage2_merges([symbols], [offsets], [weights], [counts], TOKENS, 3, _allowed(Stage2Rules(distinct=True), TOKENS),
+                      cut=1000, regenerate=lambda: wrong)
+
+
 @settings(max_examples=40, deadline=None)
 @given(units_st, st.integers(0, 40), st.integers(1, 40))
 def test_pieces_with_mapped_engine_arrays_equal_whole_units(tmp_path_factory, units, n, cut):

@@ -166,6 +166,27 @@ def test_a_sampled_stage2_does_not_follow_the_process_size(fixtures_dir, monkeyp
     assert runs[0].merges == runs[1].merges == runs[2].merges
 
 
+@pytest.mark.parametrize("split", ["hf", "units", "official"])
+def test_a_restart_lists_the_units_again_by_a_scan(tmp_path, monkeypatch, split):
+    """A first cut too high for stage 2 restarts it after the units were let go: they are listed
+    again by a scan of the file (the record is gone by then), and the merges and the final token
+    count are those of a run that did not restart (units from the record)."""
+    from bpe_core.methods import superbpe
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A<|endoftext|> the dog sat on 3 mats" * 60)
+    options = dict(input_path=str(path), vocab_size=340, method="superbpe", special_tokens=["<|endoftext|>"],
+                   chunk_bytes=1000, num_workers=2, stage2_split=split)
+    plain = bpe_core.train(bpe_core.TrainConfig(**options))
+    monkeypatch.setattr(superbpe, "first_cut", lambda *a, **k: 10 ** 6)
+    again = bpe_core.train(bpe_core.TrainConfig(**options))
+    assert plain.report["superbpe"]["stage2_cut"]["restarts"] == 0
+    assert again.report["superbpe"]["stage2_cut"]["restarts"] >= 1
+    if split != "official":
+        assert again.report["stage2_units_source"] == "record"        # the first listing
+    assert again.model.merges == plain.model.merges
+    assert again.report["superbpe"]["final_tokens"] == plain.report["superbpe"]["final_tokens"]
+
+
 def test_transition_parsing():
     assert resolve_transition(0.4, 10000, 1) == 4000
     assert resolve_transition(1.0, 10000, 1) == 10000

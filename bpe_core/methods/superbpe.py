@@ -44,7 +44,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import asdict, dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import regex
@@ -1014,7 +1014,8 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                   tokens: Sequence[bytes], n_merges: int, allowed, bounded: bool = True,
                   cut: Optional[int] = None, spill_dir: Optional[str] = None,
                   map_threshold: int = MAP_THRESHOLD, threads: int = 1,
-                  sketch_size: Optional[int] = None) -> Stage2Result:
+                  sketch_size: Optional[int] = None,
+                  regenerate: Optional[Callable[[], tuple]] = None) -> Stage2Result:
     """Stage 2's merges on units of stage-1 tokens (``symbols``/``offsets``, ``weights`` for the
     engine, ``counts`` for the final token count), equal to one engine run on the whole units.
 
@@ -1051,18 +1052,17 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     threads (the same result). ``sketch_size``: log2 of the number of counters (default
     :func:`sketch_bits`; tests force tiny sketches full of collisions).
 
+    ``regenerate``: a function that lists the same units again (``(symbols, offsets, weights,
+    counts)``, as given). With it the units are let go once they are cut (the lists given are
+    emptied), so the engine's build and merge loop reuse their memory instead of fresh pages (300 MB
+    at 32k on en_train); only a restart lists them again (checked: the same stage-1 tokens and
+    windows, or ``InternalError``).
+
     Plain equivalent: ``MergeEngine(symbols, offsets, weights, tokens).run(n_merges, allowed)``
     (tested equal: ``tests/test_superbpe.py``).
     """
-    kinds = (np.uint32, np.int64, np.int64, np.int64)
-    if isinstance(symbols, list) and len(symbols) == 1:        # one part: the arrays (halved for threads)
-        symbols, offsets, weights, counts = symbols[0], offsets[0], weights[0], counts[0]
-    # the units as one or two parts (one thread each), or as arrays the kernels halve for two threads
-    parts = [tuple(np.ascontiguousarray(a, dtype=k) for a, k in zip(p, kinds))
-             for p in zip(symbols, offsets, weights, counts)] if isinstance(symbols, list) else None
-    if parts is None:
-        symbols, offsets, weights, counts = (np.ascontiguousarray(a, dtype=k)
-                                             for a, k in zip((symbols, offsets, weights, counts), kinds))
+    given = (symbols, offsets, weights, counts)
+    parts, (symbols, offsets, weights, counts) = _stage2_parts(*given)
     seconds = {"sketch": 0.0, "cut": 0.0, "build": 0.0, "loop": 0.0}
     t0 = time.perf_counter()
     phase("stage-2 sketch")
@@ -1083,6 +1083,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                             f"the units {windows_weight}")
     units_tokens = sum(int((np.diff(o) * c).sum()) for _, o, _, c in whole)
     del whole
+    released = False
     if not bounded:
         cut = 1
     elif cut is None:
@@ -1097,6 +1098,16 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     while True:
         t0 = time.perf_counter()
         phase("stage-2 cut")
+        if released:            # a restart: the units again (they were let go after the last cut)
+            parts, (symbols, offsets, weights, counts) = _stage2_parts(*regenerate())
+            again = parts or [(symbols, offsets, weights, counts)]
+            again_windows = sum(max(int(p[0].size) - (int(p[1].size) - 1), 0) for p in again)
+            again_tokens = sum(int((np.diff(o) * c).sum()) for _, o, _, c in again)
+            del again
+            if (again_windows, again_tokens) != (n_windows, units_tokens):
+                raise InternalError(f"stage 2's units listed again hold {again_tokens} stage-1 tokens in "
+                                    f"{again_windows} windows, the first {units_tokens} in {n_windows}")
+            released = False
         keep = np.packbits(sketch >= cut, bitorder="little")
         if parts is not None:
             data, starts, piece_weights, piece_counts, singles = cut_pieces_parts(parts, cut, keep=keep)
@@ -1108,6 +1119,12 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
             raise InternalError(f"stage 2's pieces at cut {cut} hold {pieces_tokens} stage-1 tokens, "
                                 f"the units {units_tokens}")
         tried.append({"cut": cut, "pieces": int(piece_weights.size), "symbols": int(data.size)})
+        if regenerate is not None:      # cut: let the units go (the build and loop reuse the memory)
+            parts = symbols = offsets = weights = counts = None
+            for lst in given:
+                if isinstance(lst, list):
+                    lst.clear()
+            released = True
         if steps:
             merger = RankMerger(np.array([a for a, _, _ in steps], dtype=np.uint32),
                                 np.array([b for _, b, _ in steps], dtype=np.uint32),
@@ -1138,6 +1155,19 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     info = {"cuts": tried, "restarts": len(tried) - 1}
     return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
                         {k: round(v, 3) for k, v in seconds.items()})
+
+
+def _stage2_parts(symbols, offsets, weights, counts):
+    """``stage2_merges``' units as ``(parts, arrays)``: a list of one or two parts ``(symbols,
+    offsets, weights, counts)`` (one thread each) and no arrays, or no parts and the four arrays
+    (which the kernels halve for two threads); dtypes made right (no copy when they are)."""
+    kinds = (np.uint32, np.int64, np.int64, np.int64)
+    if isinstance(symbols, list) and len(symbols) == 1:        # one part: the arrays (halved for threads)
+        symbols, offsets, weights, counts = symbols[0], offsets[0], weights[0], counts[0]
+    if isinstance(symbols, list):
+        return ([tuple(np.ascontiguousarray(a, dtype=k) for a, k in zip(p, kinds))
+                 for p in zip(symbols, offsets, weights, counts)], (None, None, None, None))
+    return None, tuple(np.ascontiguousarray(a, dtype=k) for a, k in zip((symbols, offsets, weights, counts), kinds))
 
 
 # ==== Training =================================================================================
@@ -1227,14 +1257,18 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
         # units of regions that look like encoded binary (uuencode, base64) stay in the table with no
         # weight: they teach stage 2 nothing, and the final token count still covers them (as the encoder
         # sees them)
-        units_source = "scan"
-        if split == "official":
-            units_syms, units_offs, units_counts, info = _official_units(
-                config.input_path, specials, pattern, tokens, steps1, fraction)
-            encoded = (encoded_units(units_syms, units_offs, tokens) if config.stage2_skip_encoded
-                       else np.zeros(units_counts.shape[0], dtype=bool))
-        else:
-            flags, classes = word_info.result()
+        flags, classes = word_info.result() if split != "official" else (None, None)
+
+        def list_units(use_record: bool):
+            """The stage-2 units as lists of one or two parts ``(symbols, offsets, counts, encoded)``,
+            the figures and where they came from: the counting pass's record (``use_record``, when it
+            can serve) or a scan of the input (the same units: tested)."""
+            if split == "official":
+                syms, offs, cnts, info = _official_units(config.input_path, specials, pattern, tokens, steps1,
+                                                         fraction)
+                enc = (encoded_units(syms, offs, tokens) if config.stage2_skip_encoded
+                       else np.zeros(cnts.shape[0], dtype=bool))
+                return [syms], [offs], [cnts], [enc], info, "scan"
             path, sources = config.input_path, None
             if config.cluster is not None or _has_url(path):
                 sources = expand_inputs(path, config.input_format, config.text_column)
@@ -1243,40 +1277,48 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
             # the hf split writes each word's stage-1 tokens while it scans (no word-id units to expand);
             # the units split cuts numbers by their word ids
             seg = (seg_symbols, seg_offsets) if split != "units" else None
-            units_source = "scan"
-            if recorded and sources is None and fraction >= 1:
+            source = "scan"
+            if use_record and recorded and sources is None and fraction >= 1:
                 # the pretokens as counted: no second pre-tokenization of the file
-                units_source = "record"
+                source = "record"
                 unit_parts, info = units_from_records(
                     recorded, table, flags, cut_spaces=(split == "hf"), classes=classes, seg=seg,
                     num_workers=plan.num_workers, rows=record_info.result() if record_info is not None else None)
             elif sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
                 opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
                                    bad=BadRecords(skip=True))          # bad records: reported by the counting
-                units, info = count_units_on(config.cluster, sources, opts, table, specials, pattern, plan.chunk_bytes,
-                                             fraction, cut_spaces=(split == "hf"), flags=flags, classes=classes,
-                                             num_workers=plan.num_workers, seg=seg)
+                units, info = count_units_on(config.cluster, sources, opts, table, specials, pattern,
+                                             plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
+                                             classes=classes, num_workers=plan.num_workers, seg=seg)
+                unit_parts = [units]
+                del units
             else:
                 units, info = count_units(path, table, specials, pattern, plan.num_workers,
                                           plan.chunk_bytes, fraction, cut_spaces=(split == "hf"), flags=flags,
                                           executor=config.cluster, classes=classes, seg=seg)
-            if record_info is not None:     # done with its rows (or never used them): not cleared under it
-                record_info.cancel()
-                futures_wait([record_info])
-                record_info = None
-            if recorded is not None:
-                recorded.clear()         # the record's memory goes before stage 2's
-            report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
-            if units_source != "record":
                 unit_parts = [units]
                 del units
             tables = [stage2_table(u, table, seg_symbols, seg_offsets, (flags & NUMERIC) > 0, token_lengths,
                                    cut_numbers=(split == "units"), expanded=seg is not None) for u in unit_parts]
-            del unit_parts, classes
-            units_syms, units_offs, units_counts, encoded = (list(x) for x in zip(*tables))
-            del tables
-        if not isinstance(units_syms, list):
-            units_syms, units_offs, units_counts, encoded = [units_syms], [units_offs], [units_counts], [encoded]
+            del unit_parts
+            syms, offs, cnts, enc = (list(x) for x in zip(*tables))
+            return syms, offs, cnts, enc, info, source
+
+        units_syms, units_offs, units_counts, encoded, info, units_source = list_units(use_record=True)
+        if record_info is not None:     # done with its rows (or never used them): not cleared under it
+            record_info.cancel()
+            futures_wait([record_info])
+            record_info = None
+        if recorded is not None:
+            recorded.clear()         # the record's memory goes before stage 2's
+        if split != "official":
+            report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
+
+        def listed_again():
+            """A restart of stage 2 lists the units again, by a scan (the record is gone by then)."""
+            syms, offs, cnts, enc, _, _ = list_units(use_record=False)
+            return syms, offs, [np.where(e, 0, c) if e.any() else c for e, c in zip(enc, cnts)], cnts
+
         # one or two parts (stage2_merges takes them apart)
         weights = [np.where(e, 0, c) if e.any() else c for e, c in zip(encoded, units_counts)]
         encoded_tokens = sum(int((np.diff(o)[e] * c[e]).sum()) for o, c, e in zip(units_offs, units_counts, encoded))
@@ -1289,8 +1331,8 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
                                _allowed(rules, list(tokens) + list(specials)), bounded=rules.distinct,
                                spill_dir=folder,
                                map_threshold=max(MAP_THRESHOLD, min(STAGE2_MAP_THRESHOLD, budget_share // 8)),
-                               threads=plan.num_workers)
-        del units_syms, units_offs
+                               threads=plan.num_workers, regenerate=listed_again)
+        del units_syms, units_offs, units_counts, weights, encoded
         steps2 = result.steps
         if bar is not None:
             bar.update(len(steps2))
