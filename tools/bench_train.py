@@ -8,6 +8,11 @@ With ``--method`` bpe_core runs once per method (``bpe_core`` is plain BPE, ``bp
 SuperBPE with its defaults), interleaved with the other tools, and the table gives each one's time
 over plain BPE's.
 
+``--against DIR [DIR ...]``: other checkouts of bpe_core (built in place) run in the same interleaved
+loop (``PYTHONPATH=DIR``), their rows marked ``@1``, ``@2``..., each timed against its own plain BPE:
+
+    python tools/bench_train.py en_train.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe --against ../old
+
 Each training runs in a fresh subprocess; runs are interleaved (A B C A B C ...) so drift on a
 noisy machine hits every tool alike. For each run the parent samples the RSS of the whole process
 tree (psutil, every 50 ms). Printed per vocab size: median wall seconds, median peak RSS, and the
@@ -59,6 +64,7 @@ def _iter_docs(path, block=1 << 20):
 def run_one(tool: str, path: str, vocab_size: int, workers: int | None) -> dict:
     from bpe_core.pretok.patterns import GPT2_PATTERN
 
+    tool = tool.partition("@")[0]              # (which checkout: PYTHONPATH, set by the parent)
     t0 = time.perf_counter()
     if tool == "bpe_core" or tool.startswith("bpe_core:"):
         import bpe_core
@@ -86,20 +92,24 @@ def run_one(tool: str, path: str, vocab_size: int, workers: int | None) -> dict:
         n = tok.vocab_size
     else:
         raise ValueError(tool)
-    return {"tool": tool, "seconds": time.perf_counter() - t0, "size": n}
+    module = sys.modules["bpe_core"].__file__ if "bpe_core" in sys.modules else None
+    return {"tool": tool, "seconds": time.perf_counter() - t0, "size": n, "module": module}
 
 
 # ==== Driver =================================================================================
 
 
-def measure(tool, path, vocab_size, workers, interval=0.05) -> dict:
+def measure(tool, path, vocab_size, workers, interval=0.05, checkout=None) -> dict:
     import psutil
 
     cmd = [sys.executable, os.path.abspath(__file__), "--_run", tool, path, str(vocab_size)]
     if workers:
         cmd += ["--workers", str(workers)]
+    env = None
+    if checkout is not None:              # bpe_core from that checkout, before any installed one
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([checkout] + [x for x in [os.environ.get("PYTHONPATH")] if x]))
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     ps = psutil.Process(proc.pid)
     peak = 0
     while proc.poll() is None:
@@ -120,7 +130,9 @@ def measure(tool, path, vocab_size, workers, interval=0.05) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{tool} failed:\n{err[-2000:]}")
     result = json.loads(out.strip().splitlines()[-1])
-    result.update(wall=wall, peak_rss=peak)
+    result.update(tool=tool, wall=wall, peak_rss=peak)
+    if checkout is not None and not (result.get("module") or "").startswith(os.path.abspath(checkout)):
+        raise RuntimeError(f"{tool}: imported {result.get('module')}, not the checkout {checkout} (is it built in place?)")
     return result
 
 
@@ -142,6 +154,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=None, help="bpe_core workers (default: all cores)")
     p.add_argument("--method", nargs="+", default=["bpe"], choices=["bpe", "superbpe"],
                    help="bpe_core methods to run (default: bpe); each is timed against plain BPE")
+    p.add_argument("--against", nargs="+", default=[], metavar="DIR",
+                   help="other bpe_core checkouts (built in place) to time in the same loop, each against "
+                        "its own plain BPE")
     p.add_argument("--json", default=None, help="also write all runs to this JSON file")
     p.add_argument("--_run", nargs=3, metavar=("TOOL", "INPUT", "VOCAB"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -162,13 +177,22 @@ def main(argv=None) -> int:
             tools += ["bpe_core" if m == "bpe" else f"bpe_core:{m}" for m in args.method]
         else:
             tools.append(t)
+    for d in args.against:
+        if not os.path.isdir(os.path.join(d, "bpe_core")):
+            p.error(f"--against {d}: no bpe_core package there")
+    checkouts = {t: None for t in tools}
+    for i, d in enumerate(args.against, 1):
+        checkouts.update({f"{t}@{i}": os.path.abspath(d) for t in tools if t.startswith("bpe_core")})
+    tools = list(checkouts)
+    if args.input is None or not os.path.isfile(args.input):
+        p.error(f"{args.input}: no such file")
     size_mb = os.path.getsize(args.input) / 1e6
     print(f"input {args.input} ({size_mb:.1f} MB), {os.cpu_count()} CPUs, tools: {', '.join(tools)}")
     runs = []
     for vocab_size in args.vocab_size:
         for r in range(args.repeats):
             for tool in tools:
-                res = measure(tool, args.input, vocab_size, args.workers)
+                res = measure(tool, args.input, vocab_size, args.workers, checkout=checkouts[tool])
                 res["vocab_size"] = vocab_size
                 runs.append(res)
                 print(f"  vocab {vocab_size} run {r + 1} {tool:18s} {res['wall']:7.2f}s  "
@@ -180,10 +204,12 @@ def main(argv=None) -> int:
         for tool in tools:
             rs = [x for x in runs if x["tool"] == tool and x["vocab_size"] == vocab_size]
             med[tool] = (statistics.median(x["wall"] for x in rs), statistics.median(x["peak_rss"] for x in rs))
-        base = med.get("bpe_core", (None,))[0]
         for tool in tools:
+            base = med.get("bpe_core" + (tool[tool.index("@"):] if "@" in tool else ""), (None,))[0]
             ratio = f"{med[tool][0] / base:.2f}x" if base else "-"
             print(f"| {vocab_size} | {tool} | {med[tool][0]:.2f} | {med[tool][1] / 2**20:.0f} | {ratio} |")
+    for i, d in enumerate(args.against, 1):
+        print(f"@{i}: {os.path.abspath(d)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)
