@@ -1218,7 +1218,9 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
         # of every pretoken fits its share (so the memory is what stage 2 would take anyway)
         text_bytes = int((np.diff(np.asarray(table.offsets, dtype=np.int64)) * table.counts).sum())
         if recorded and rows_before_stage1(text_bytes, budget_share):
-            record_info = prep.submit(record_table_rows, recorded, table, plan.num_workers)
+            # on one thread: stage 1 has the other core (two threads beside it slowed stage 1 by more
+            # than they gained: stage 1 + units 1.14-1.51 s against 0.99-1.41 s at 32k on en_train)
+            record_info = prep.submit(record_table_rows, recorded, table, 1)
 
     # ---- stage 1: plain BPE on the word table (all words, so rows stay aligned with the table)
     # Read-only engine arrays above MAP_THRESHOLD go to mapped files in the spill folder (docs/memory.md).
