@@ -248,22 +248,10 @@ def test_pieces_when_the_piece_table_grows():
     counts = np.array([1, 5, 3], dtype=np.int64)
     levels = rng.integers(0, 4, symbols.size).astype(np.uint32)
     data, starts, pw, pc, single = cut_pieces(symbols, offsets, levels, weights, counts, 1)
-    want_w, want_c, want_single = Counter(), Counter(), 0
-    for u in range(3):
-        a, b = offsets[u], offsets[u + 1]
-        start = a
-        for k in range(a, b):
-            if k + 1 == b or levels[k] < 1:
-                piece = tuple(symbols[start:k + 1].tolist())
-                if len(piece) == 1:
-                    want_single += int(counts[u])
-                else:
-                    want_w[piece] += int(weights[u])
-                    want_c[piece] += int(counts[u])
-                start = k + 1
+    want, want_single = _plain_pieces(symbols, offsets, levels, weights, counts, 1)
     got = {tuple(data[starts[i]:starts[i + 1]].tolist()): (pw[i], pc[i]) for i in range(pw.size)}
     assert len(got) > 46_000
-    assert got == {p: (want_w[p], want_c[p]) for p in want_w} and single == want_single
+    assert got == want and single == want_single
 
 
 @pytest.mark.parametrize("alphabet, shift", [(50, 0), (3000, 0), (50, 30)])
