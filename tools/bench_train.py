@@ -192,7 +192,11 @@ def main(argv=None) -> int:
     for vocab_size in args.vocab_size:
         for r in range(args.repeats):
             for tool in tools:
-                res = measure(tool, args.input, vocab_size, args.workers, checkout=checkouts[tool])
+                try:
+                    res = measure(tool, args.input, vocab_size, args.workers, checkout=checkouts[tool])
+                except RuntimeError as exc:           # a tool that failed, or a checkout not built
+                    print(f"bench_train.py: {exc}", file=sys.stderr)
+                    return 1
                 res["vocab_size"] = vocab_size
                 runs.append(res)
                 print(f"  vocab {vocab_size} run {r + 1} {tool:18s} {res['wall']:7.2f}s  "
