@@ -424,6 +424,52 @@ def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd
     data, starts, encoded = strip_marks(got[0].copy(), got[1].copy())
     assert flagged[0].tolist() == data.tolist() and flagged[1].tolist() == starts.tolist()
     assert flagged[2:4] == got[2:4] and flagged[4].tolist() == encoded.tolist()
+    # narrow: the same units as uint16 (every id here is below 5000)
+    narrow = id_unit_stream(segments, breaks, flags, cut_spaces, classes, *seg, marks=False, narrow=True)
+    assert narrow[0].dtype == np.uint16 and narrow[0].tolist() == flagged[0].tolist()
+    assert narrow[1].tolist() == flagged[1].tolist() and narrow[2:4] == flagged[2:4]
+    assert narrow[4].tolist() == flagged[4].tolist()
+
+
+def test_narrow_units_refuse_what_does_not_fit():
+    from bpe_core.engine.units import id_unit_stream
+    ids, breaks, flags = np.array([0, 1], np.uint32), np.array([0, 2]), np.zeros(2, np.uint8)
+    seg = (np.array([7, 70000], np.uint32), np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match="16 bits"):
+        id_unit_stream(ids, breaks, flags, False, None, *seg, marks=False, narrow=True)
+    with pytest.raises(ValueError, match="marks=False"):
+        id_unit_stream(ids, breaks, flags, narrow=True)
+    ok = id_unit_stream(ids, breaks, flags, False, None, np.array([7, 65535], np.uint32), seg[1], marks=False,
+                        narrow=True)
+    assert ok[0].dtype == np.uint16 and ok[0].tolist() == [7, 65535]
+
+
+@settings(max_examples=60, deadline=None)
+@given(units_st, st.integers(0, 30), st.integers(1, 30), st.integers(1, 2))
+def test_uint16_units_sketch_cut_and_merge_as_uint32(units, n, cut, n_parts):
+    """Units of uint16 (``id_unit_stream(narrow=True)``) give the sketch, the pieces and the merges
+    of the same units in uint32, as one array or in parts."""
+    symbols, offsets, weights, counts = as_arrays(units)
+    narrow = symbols.astype(np.uint16)
+    for bits, sample in ((3, 0), (6, 1)):
+        wide_sketch, wide_sample = pair_sketch(symbols, offsets, weights, bits, sample)
+        narrow_sketch, narrow_sample = pair_sketch(narrow, offsets, weights, bits, sample)
+        assert np.array_equal(wide_sketch, narrow_sketch)
+        assert sorted(wide_sample.tolist()) == sorted(narrow_sample.tolist())
+        keep = np.packbits(wide_sketch >= cut, bitorder="little")
+        assert _as_dict(cut_pieces(symbols, offsets, None, weights, counts, cut, keep=keep)) == \
+            _as_dict(cut_pieces(narrow, offsets, None, weights, counts, cut, keep=keep))
+    rules = Stage2Rules(distinct=True)
+    at = len(units) // 2 if n_parts == 2 and len(units) > 1 else len(units)
+    spans = [(a, b) for a, b in ((0, at), (at, len(units))) if b > a]
+
+    def parts(syms):
+        return tuple([np.array(x) for x in col] for col in zip(*[
+            (syms[offsets[a]:offsets[b]], offsets[a:b + 1] - offsets[a], weights[a:b], counts[a:b]) for a, b in spans]))
+
+    wide = stage2_merges(*parts(symbols), TOKENS, n, _allowed(rules, TOKENS), cut=cut)
+    got = stage2_merges(*parts(narrow), TOKENS, n, _allowed(rules, TOKENS), cut=cut)
+    assert got.steps == wide.steps and got.tokens == wide.tokens and got.final_tokens == wide.final_tokens
 
 
 def test_id_unit_stream_refuses_bad_input():

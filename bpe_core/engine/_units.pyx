@@ -13,7 +13,7 @@ expansion to token ids, and merging a token-id sequence by rank.
 
 Each kernel names its plain equivalent in its docstring.
 """
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memmove, memset
 from libcpp.algorithm cimport sort
@@ -77,7 +77,14 @@ cdef inline uint64_t _hash_bytes(const uint8_t* p, int64_t n) noexcept nogil:
     return _mix(h ^ <uint64_t>n)
 
 
-cdef inline uint64_t _hash_ids(const uint32_t* p, int64_t n) noexcept nogil:
+ctypedef fused sym_t:
+    # stage 2's units: uint32 ids, or uint16 (``id_unit_stream(narrow=True)``); the same values hash,
+    # sketch and cut the same either way
+    uint16_t
+    uint32_t
+
+
+cdef inline uint64_t _hash_ids(const sym_t* p, int64_t n) noexcept nogil:
     cdef uint64_t h = FNV_OFFSET
     cdef int64_t i
     for i in range(n):
@@ -466,6 +473,24 @@ cdef class _IdList:
         return np.frombuffer(self, dtype=np.uint32)
 
 
+cdef class _U16List:
+    """A ``vector[uint16_t]`` lent to numpy as an array's memory (``_IdList`` for uint16)."""
+    cdef vector[uint16_t] v
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        self.shape[0] = <Py_ssize_t>self.v.size()
+        lend_items(buffer, self, <void*>self.v.data() if self.v.size() > 0 else NULL, sizeof(uint16_t), b"H",
+                   self.shape, self.strides)
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def array(self):
+        return np.frombuffer(self, dtype=np.uint16)
+
+
 cdef class _I64List:
     """A ``vector[int64_t]`` lent to numpy as an array's memory (``_IdList`` for int64)."""
     cdef vector[int64_t] v
@@ -501,13 +526,26 @@ cdef struct UnitState:
     int64_t r_n, r_ws, r_punct, r_alnum, r_digit    # the current region's class counts
     int64_t n_seen, n_kept
     vector[uint8_t]* enc    # NULL: the units of an encoded region get ENCODED_MARK; else 1 here per unit
+    vector[uint16_t]* out16 # not NULL: the units go here as uint16 (``id_unit_stream(narrow=True)``)
+
+
+cdef inline size_t _out_size(UnitState* st, vector[uint32_t]& ids) noexcept nogil:
+    """How many ids the output holds (``st.out16`` when narrow, else ``ids``)."""
+    return st.out16.size() if st.out16 != NULL else ids.size()
+
+
+cdef inline void _out_push(UnitState* st, vector[uint32_t]& ids, uint32_t x) noexcept nogil:
+    if st.out16 != NULL:
+        st.out16.push_back(<uint16_t>x)
+    else:
+        ids.push_back(x)
 
 
 cdef inline void _encoded_region(UnitState* st, vector[uint32_t]& ids, vector[int64_t]& bounds) noexcept nogil:
     """The units from ``st.rfirst`` on make a region that looks encoded: marked (``_mark_units``,
     moving them), or flagged in ``st.enc`` (nothing moves)."""
     cdef size_t u, n_units = bounds.size() - 1
-    if st.enc == NULL:
+    if st.enc == NULL:                       # (never narrow: marks need 32 bits)
         _mark_units(ids, bounds, st.rfirst)
         return
     if st.enc.size() < n_units:
@@ -526,7 +564,7 @@ cdef inline void _unit_word(UnitState* st, vector[uint32_t]& out_ids, vector[int
     (``st.enc``)."""
     if cls != NULL:
         if cut_spaces and (st.prev & 4) and (f & 2) and (st.uw > 0 or out_bounds.size() - 1 > st.rfirst):
-            _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
+            _close_unit(st, out_ids, out_bounds)
             if _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum, st.r_digit):
                 _encoded_region(st, out_ids, out_bounds)
             st.rfirst = out_bounds.size() - 1
@@ -537,14 +575,14 @@ cdef inline void _unit_word(UnitState* st, vector[uint32_t]& out_ids, vector[int
         st.r_alnum += cls[3]
         st.r_digit += cls[4]
     elif cut_spaces and (st.prev & 4) and (f & 2):
-        _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
+        _close_unit(st, out_ids, out_bounds)
     if f & 1:
-        _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
-        _put_word(out_ids, w, seg_sym, seg_off)
+        _close_unit(st, out_ids, out_bounds)
+        _put_word(st, out_ids, w, seg_sym, seg_off)
         st.uw = 1
-        _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
+        _close_unit(st, out_ids, out_bounds)
     else:
-        _put_word(out_ids, w, seg_sym, seg_off)
+        _put_word(st, out_ids, w, seg_sym, seg_off)
         st.uw += 1
     st.prev = f
 
@@ -552,7 +590,7 @@ cdef inline void _unit_word(UnitState* st, vector[uint32_t]& out_ids, vector[int
 cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector[int64_t]& out_bounds,
                                 bint regions) noexcept nogil:
     """The end of a span: its last unit and region end (marked when it looks encoded)."""
-    _close_unit(out_ids, out_bounds, &st.uw, &st.n_seen, &st.n_kept)
+    _close_unit(st, out_ids, out_bounds)
     if regions:
         if out_bounds.size() - 1 > st.rfirst and _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum,
                                                                  st.r_digit):
@@ -565,7 +603,7 @@ cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector
 def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
                    bint cut_spaces=False, const int32_t[:, ::1] word_classes=None,
                    const uint32_t[::1] seg_symbols=None, const int64_t[::1] seg_offsets=None,
-                   int64_t reserve=0, bint marks=True):
+                   int64_t reserve=0, bint marks=True, bint narrow=False):
     """The units of text given as word ids (rows of the word table) instead of bytes: span ``k`` is
     ``ids[breaks[k]:breaks[k+1]]`` (the pretokens of the text between two special tokens, in order).
     Returns ``(ids, bounds, n_seen, n_kept)``: what ``chunk_unit_stream`` lists, without a sample,
@@ -587,6 +625,10 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
     ``ids`` may also be a list of uint32 arrays, read as one after the other (the record's chunks,
     rewritten to rows in place: no copy of them into one array); ``breaks`` are positions in that
     sequence.
+
+    ``narrow=True`` (with ``marks=False`` and every id written below 65536: stage-1 tokens of a
+    vocabulary under 64 Ki): the output is uint16, half the bytes to write and for stage 2 to read
+    (the same values; ``ValueError`` when an id does not fit).
 
     Plain equivalent: ``chunk_unit_stream`` over the text the ids came from (tested equal).
     """
@@ -627,10 +669,27 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
     cdef UnitState st
     cdef bint bad = False
     cdef vector[uint8_t] enc
+    cdef vector[uint16_t] out16
+    cdef uint32_t widest = 0
+    if narrow:
+        if marks:
+            raise ValueError("narrow units need marks=False (marks take 32 bits)")
+        if seg_symbols is not None:
+            for k in range(seg_symbols.shape[0]):
+                if seg_symbols[k] > widest:
+                    widest = seg_symbols[k]
+        elif n_words > 0:
+            widest = <uint32_t>(n_words - 1)
+        if widest > 0xFFFF:
+            raise ValueError(f"narrow units: id {widest} does not fit 16 bits")
     memset(&st, 0, sizeof(UnitState))
     if not marks:
         st.enc = &enc
-    out_ids.reserve(max(reserve, n_ids) + 16)
+    if narrow:
+        st.out16 = &out16
+        out16.reserve(max(reserve, n_ids) + 16)
+    else:
+        out_ids.reserve(max(reserve, n_ids) + 16)
     out_bounds.push_back(0)
     cdef size_t cur = 0
     cdef int64_t base = 0, end = sstart[1]
@@ -660,14 +719,17 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
     if bad:
         raise ValueError(f"a word id is not below the {n_words} words of the table")
     cdef _IdList held_ids = _IdList()
+    cdef _U16List held16 = _U16List()
     held_ids.v.swap(out_ids)
+    held16.v.swap(out16)
+    units = held16.array() if narrow else held_ids.array()
     if marks:
-        return held_ids.array(), _int64_array(out_bounds), st.n_seen, st.n_kept
+        return units, _int64_array(out_bounds), st.n_seen, st.n_kept
     encoded = np.zeros(out_bounds.size() - 1, dtype=bool)
     cdef uint8_t[::1] ev = encoded.view(np.uint8)
     for k in range(<Py_ssize_t>enc.size()):
         ev[k] = enc[k]
-    return held_ids.array(), _int64_array(out_bounds), st.n_seen, st.n_kept, encoded
+    return units, _int64_array(out_bounds), st.n_seen, st.n_kept, encoded
 
 
 def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[::1] word_offsets,
@@ -744,27 +806,26 @@ def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[
     return cuts
 
 
-cdef inline void _put_word(vector[uint32_t]& ids, uint32_t w, const uint32_t* seg_sym,
+cdef inline void _put_word(UnitState* st, vector[uint32_t]& ids, uint32_t w, const uint32_t* seg_sym,
                            const int64_t* seg_off) noexcept nogil:
     """Append a word: its id, or with ``seg_sym`` its stage-1 tokens (most words are one)."""
     cdef int64_t a, b, k
     if seg_sym == NULL:
-        ids.push_back(w)
+        _out_push(st, ids, w)
         return
     a = seg_off[w]
     b = seg_off[w + 1]
     for k in range(a, b):           # (not insert: a call to memmove per word cost more than the copy)
-        ids.push_back(seg_sym[k])
+        _out_push(st, ids, seg_sym[k])
 
 
-cdef inline void _close_unit(vector[uint32_t]& ids, vector[int64_t]& bounds, int64_t* n_words,
-                             int64_t* n_seen, int64_t* n_kept) noexcept nogil:
-    """End the open unit (the ids after the last bound) if it holds a word (``n_words``, reset)."""
-    if n_words[0] > 0:
-        n_words[0] = 0
-        bounds.push_back(ids.size())
-        n_seen[0] += 1
-        n_kept[0] += 1
+cdef inline void _close_unit(UnitState* st, vector[uint32_t]& ids, vector[int64_t]& bounds) noexcept nogil:
+    """End the open unit (the ids after the last bound) if it holds a word (``st.uw``, reset)."""
+    if st.uw > 0:
+        st.uw = 0
+        bounds.push_back(_out_size(st, ids))
+        st.n_seen += 1
+        st.n_kept += 1
 
 
 cdef void _mark_units(vector[uint32_t]& ids, vector[int64_t]& bounds, size_t first) noexcept nogil:
@@ -1324,7 +1385,7 @@ cdef class _SketchPart:
         if hi > lo:
             madvise(<void*>lo, hi - lo, MADV_HUGEPAGE)
 
-    def count(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
+    def count(self, const sym_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
               int64_t lo, int64_t hi, int sample_bits):
         cdef uint32_t[::1] sk = self.sketch_obj
         cdef uint64_t smask = sk.shape[0] - 1, key, slot, c, w
@@ -1355,7 +1416,7 @@ cdef class _SketchPart:
             raise MemoryError("pair_sketch: no memory for the sampled pairs")
 
 
-def pair_sketch(const uint32_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
+def pair_sketch(const sym_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
                 int bits, int sample_bits=0, int threads=1):
     """An upper bound of every window's pair count in ``2**bits`` counters, and the exact counts of a
     sample of the pairs: returns ``(sketch, sampled_counts)``.
@@ -1459,7 +1520,7 @@ def sketch_bounds(const uint32_t[::1] sketch, const uint32_t[::1] symbols, const
     return out
 
 
-cdef inline bint _same_ids(const uint32_t* p, const uint32_t* q, int64_t n) noexcept nogil:
+cdef inline bint _same_ids(const uint32_t* p, const sym_t* q, int64_t n) noexcept nogil:
     cdef int64_t i
     for i in range(n):
         if p[i] != q[i]:
@@ -1473,7 +1534,7 @@ cdef struct PieceSlot:
 
 
 cdef int64_t _insert_pieces(const int64_t* qstart, const int64_t* qlen, const uint64_t* qhash,
-                            const int64_t* qw, const int64_t* qc, int64_t nq, const uint32_t* base,
+                            const int64_t* qw, const int64_t* qc, int64_t nq, const sym_t* base,
                             PieceSlot** slots_p, uint64_t* cap_p, uint64_t* mask_p,
                             vector[uint32_t]& data, vector[int64_t]& starts,
                             vector[int64_t]& wsum, vector[int64_t]& csum) noexcept nogil:
@@ -1643,7 +1704,7 @@ cdef class _PieceTable:
         return _insert_pieces(qstart, qlen, qhash, qw, qc, nq, base, &self.slots, &self.cap, &self.mask,
                               self.data, self.starts, self.wsum, self.csum)
 
-    def add(self, const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
+    def add(self, const sym_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
             const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int64_t lo, int64_t hi,
             const uint8_t[::1] keep=None, _PieceTable upper=None):
         """Cut sequences ``lo:hi`` and count their pieces (by ``levels``, or by the bitmap ``keep``);
@@ -1668,7 +1729,7 @@ cdef class _PieceTable:
         cdef int64_t pc[BATCH]
         cdef int64_t npq = 0
         cdef uint64_t key
-        cdef const uint32_t* base = &symbols[0] if symbols.shape[0] > 0 else NULL
+        cdef const sym_t* base = &symbols[0] if symbols.shape[0] > 0 else NULL
         nq[0] = nq[1] = 0
         if self.spent or (split and upper.spent):
             raise ValueError("cut_pieces: this piece table was turned into arrays")
@@ -1721,9 +1782,9 @@ cdef class _PieceTable:
                         nq[side] += 1
                         if nq[side] == BATCH:
                             if side:
-                                r = upper._flush(qstart[1], qlen[1], qhash[1], qw[1], qc[1], BATCH, base)
+                                r = _insert_into(upper, qstart[1], qlen[1], qhash[1], qw[1], qc[1], BATCH, base)
                             else:
-                                r = self._flush(qstart[0], qlen[0], qhash[0], qw[0], qc[0], BATCH, base)
+                                r = _insert_into(self, qstart[0], qlen[0], qhash[0], qw[0], qc[0], BATCH, base)
                             if r < 0:
                                 self.oom = True
                                 break
@@ -1735,9 +1796,9 @@ cdef class _PieceTable:
                 if self._pair_add(pkey[r], pw[r], pc[r]) < 0:
                     self.oom = True
             if not self.oom and nq[0] > 0:
-                self.oom = self._flush(qstart[0], qlen[0], qhash[0], qw[0], qc[0], nq[0], base) < 0
+                self.oom = _insert_into(self, qstart[0], qlen[0], qhash[0], qw[0], qc[0], nq[0], base) < 0
             if not self.oom and nq[1] > 0:
-                self.oom = upper._flush(qstart[1], qlen[1], qhash[1], qw[1], qc[1], nq[1], base) < 0
+                self.oom = _insert_into(upper, qstart[1], qlen[1], qhash[1], qw[1], qc[1], nq[1], base) < 0
         if self.oom:
             raise MemoryError("cut_pieces: no memory for the piece table")
 
@@ -1825,7 +1886,14 @@ cdef class _PieceTable:
         return data.array(), starts.array(), wsum.array(), csum.array(), single
 
 
-def cut_pieces(const uint32_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
+cdef int64_t _insert_into(_PieceTable t, const int64_t* qstart, const int64_t* qlen, const uint64_t* qhash,
+                          const int64_t* qw, const int64_t* qc, int64_t nq, const sym_t* base) noexcept nogil:
+    """``_PieceTable._flush`` for pieces read from uint16 or uint32 units."""
+    return _insert_pieces(qstart, qlen, qhash, qw, qc, nq, base, &t.slots, &t.cap, &t.mask,
+                          t.data, t.starts, t.wsum, t.csum)
+
+
+def cut_pieces(const sym_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
                const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int threads=1,
                const uint8_t[::1] keep=None):
     """Cut every sequence after each position whose level is below ``min_level`` and count the
