@@ -441,7 +441,10 @@ def test_narrow_units_refuse_what_does_not_fit():
         id_unit_stream(ids, breaks, flags, narrow=True)
     ok = id_unit_stream(ids, breaks, flags, False, None, np.array([7, 65535], np.uint32), seg[1], marks=False,
                         narrow=True)
-    assert ok[0].dtype == np.uint16 and ok[0].tolist() == [7, 65535]
+    assert ok[0].dtype == np.uint16 and ok[0].tolist() == [7, 65535]          # the widest that fits
+    with pytest.raises(ValueError, match="16 bits"):                          # one more does not
+        id_unit_stream(ids, breaks, flags, False, None, np.array([7, 65536], np.uint32), seg[1], marks=False,
+                       narrow=True)
 
 
 @settings(max_examples=60, deadline=None)

@@ -187,6 +187,28 @@ def test_a_restart_lists_the_units_again_by_a_scan(tmp_path, monkeypatch, split)
     assert again.report["superbpe"]["final_tokens"] == plain.report["superbpe"]["final_tokens"]
 
 
+@pytest.mark.parametrize("overhead, steps", [(0, 0), (1, 1), (64 << 20, 1), ((64 << 20) + 1, 2),
+                                             ((128 << 20) - 1, 2)])
+def test_stage2_share_rounds_the_process_up_to_whole_steps(overhead, steps):
+    """The measured size of the process counts as whole 64 MiB steps: at a step and one byte past it."""
+    from bpe_core.methods.superbpe import OVERHEAD_STEP, stage2_budget_share
+    assert stage2_budget_share(4 << 30, overhead, 100) == (4 << 30) - steps * OVERHEAD_STEP - 200
+    assert stage2_budget_share(100 << 20, 1 << 30, 0) == 64 << 20           # never below 64 MiB
+
+
+def test_the_sample_fraction_around_the_fit():
+    """All units when they fit (need == share); one byte more and a sample of whole 1/256 steps, never
+    below one step, never above what fits."""
+    from bpe_core.methods.superbpe import FRACTION_STEPS, sample_fraction
+    share = 1 << 30
+    assert sample_fraction(share - 1, share) == sample_fraction(share, share) == 1.0
+    assert sample_fraction(share + 1, share) == (FRACTION_STEPS - 1) / FRACTION_STEPS
+    assert sample_fraction(share * 1000, share) == 1 / FRACTION_STEPS
+    for need in (share + 1, 3 * share // 2, 2 * share, 7 * share):
+        f = sample_fraction(need, share)
+        assert f * need <= share and (f * FRACTION_STEPS).is_integer()
+
+
 def test_transition_parsing():
     assert resolve_transition(0.4, 10000, 1) == 4000
     assert resolve_transition(1.0, 10000, 1) == 10000

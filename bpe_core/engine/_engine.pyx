@@ -577,7 +577,7 @@ cdef class MergeEngine:
     cdef uint32_t worker_stop
     cdef pair_id_t job_pid
     cdef public int64_t par_min_sites    # a merge with fewer sites runs on one thread (tests force 1)
-    cdef readonly bint build_threads     # 2: the build counted and filled its lists on two threads
+    cdef readonly bint build_threads     # the build counted and filled its lists on two threads
     cdef token_id_t job_tok
     # pool of list blocks
     cdef vector[uint32_t*] pages

@@ -1160,6 +1160,12 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                         {k: round(v, 3) for k, v in seconds.items()})
 
 
+def unit_weights(encoded: list, counts: list) -> list:
+    """Stage 2's weight of each unit, part by part: its count, 0 for the units of encoded regions
+    (they teach stage 2 nothing; their count still goes into the final token count)."""
+    return [np.where(e, 0, c) if e.any() else c for e, c in zip(encoded, counts)]
+
+
 def _stage2_parts(symbols, offsets, weights, counts):
     """``stage2_merges``' units as ``(parts, arrays)``: a list of one or two parts ``(symbols,
     offsets, weights, counts)`` (one thread each) and no arrays, or no parts and the four arrays
@@ -1325,10 +1331,10 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
         def listed_again():
             """A restart of stage 2 lists the units again, by a scan (the record is gone by then)."""
             syms, offs, cnts, enc, _, _ = list_units(use_record=False)
-            return syms, offs, [np.where(e, 0, c) if e.any() else c for e, c in zip(enc, cnts)], cnts
+            return syms, offs, unit_weights(enc, cnts), cnts
 
         # one or two parts (stage2_merges takes them apart)
-        weights = [np.where(e, 0, c) if e.any() else c for e, c in zip(encoded, units_counts)]
+        weights = unit_weights(encoded, units_counts)
         encoded_tokens = sum(int((np.diff(o)[e] * c[e]).sum()) for o, c, e in zip(units_offs, units_counts, encoded))
         n_encoded_units = sum(int(c[e].sum()) for c, e in zip(units_counts, encoded))
         t2 = time.perf_counter()
