@@ -707,7 +707,7 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
                         __builtin_prefetch(&word_classes[p[i + 16 - base], 0])
                     if seg_off != NULL:
                         __builtin_prefetch(&seg_off[p[i + 16 - base]])
-                # the stage-1 tokens of a word nearer ahead: its offset was asked for 8 words ago
+                # the stage-1 tokens of a word nearer ahead: its offset was asked for 12 words ago
                 # (the tokens were the loop's main miss: 7 MB of them at 32k on en_train)
                 if seg_off != NULL and i + 4 < end and p[i + 4 - base] < n_words:
                     __builtin_prefetch(&seg_sym[seg_off[p[i + 4 - base]]])
