@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bpe_core.engine.merge import MergeEngine
-from bpe_core.engine.units import cut_pieces, pair_levels, pair_sketch, sketch_bounds
+from bpe_core.engine.units import SKETCH_MAX, cut_pieces, pair_levels, pair_sketch, sketch_bounds
 from bpe_core.methods.superbpe import Stage2Rules, _allowed, first_cut, stage2_merges
 
 #: GPT-2's pattern written out, so it runs as a custom regex (the Python units path)
@@ -455,9 +455,9 @@ def test_uint16_units_sketch_cut_and_merge_as_uint32(units, n, cut, n_parts):
     symbols, offsets, weights, counts = as_arrays(units)
     narrow = symbols.astype(np.uint16)
     for bits, sample in ((3, 0), (6, 1)):
-        wide_sketch, wide_sample = pair_sketch(symbols, offsets, weights, bits, sample)
-        narrow_sketch, narrow_sample = pair_sketch(narrow, offsets, weights, bits, sample)
-        assert np.array_equal(wide_sketch, narrow_sketch)
+        wide_sketch, wide_sample, wide_over = pair_sketch(symbols, offsets, weights, bits, sample)
+        narrow_sketch, narrow_sample, narrow_over = pair_sketch(narrow, offsets, weights, bits, sample)
+        assert np.array_equal(wide_sketch, narrow_sketch) and wide_over == narrow_over
         assert sorted(wide_sample.tolist()) == sorted(narrow_sample.tolist())
         keep = np.packbits(wide_sketch >= cut, bitorder="little")
         assert _as_dict(cut_pieces(symbols, offsets, None, weights, counts, cut, keep=keep)) == \
@@ -560,11 +560,11 @@ def _sampled(pairs, sample_bits):
 @given(units_st, st.sampled_from([3, 4, 6, 12]), st.sampled_from([0, 1, 3]))
 def test_sketch_bounds_every_window_and_samples_exact_counts(units, bits, sample_bits):
     symbols, offsets, weights, counts = as_arrays(units)
-    sketch, sampled = pair_sketch(symbols, offsets, weights, bits, sample_bits)
+    sketch, sampled, over = pair_sketch(symbols, offsets, weights, bits, sample_bits)
     plain, levels = _plain_pair_counts(symbols, offsets, weights)
-    assert sketch.size == 2 ** bits
+    assert sketch.size == 2 ** bits and sketch.dtype == np.uint16
     # conservation: the counters hold every window's weight once; no bound is below the exact count
-    assert int(sketch.sum()) == sum(plain.values())
+    assert int(sketch.sum()) + over == sum(plain.values()) and over == 0
     assert all(int(b) >= lv for b, lv in zip(sketch_bounds(sketch, symbols, offsets), levels))
     # the sample: the exact counts of the sampled pairs of weight > 0
     pairs = [p for p, c in plain.items() if c > 0]
@@ -587,6 +587,7 @@ def test_sketch_with_a_sample_on_two_threads_equals_one_and_the_plain_count():
     one = pair_sketch(symbols, offsets, weights, 12, 3, threads=1)
     two = pair_sketch(symbols, offsets, weights, 12, 3, threads=2)
     assert np.array_equal(one[0], two[0]) and np.array_equal(np.sort(one[1]), np.sort(two[1]))
+    assert one[2] == two[2] == 0
     levels, pair_counts = pair_levels(symbols, offsets, weights)
     assert int(two[0].sum()) == int((weights * np.maximum(np.diff(offsets) - 1, 0)).sum())    # each window once
     assert np.all(sketch_bounds(two[0], symbols, offsets) >= levels)
@@ -601,16 +602,53 @@ def test_sketch_counters_saturate_and_still_bound():
     symbols = np.array([1, 2, 1, 2, 7, 8], np.uint32)
     offsets = np.array([0, 2, 4, 6], np.int64)
     weights = np.array([2 ** 32 - 10, 2 ** 40, 5], np.int64)        # (1, 2) counts past 2**32
-    sketch, sampled = pair_sketch(symbols, offsets, weights, 3, 0)
+    sketch, sampled, over = pair_sketch(symbols, offsets, weights, 3, 0)
     bounds = sketch_bounds(sketch, symbols, offsets)
-    assert bounds[0] == bounds[2] == 2 ** 32 - 1 and bounds[4] >= 5
+    assert bounds[0] == bounds[2] == SKETCH_MAX == 65535 and bounds[4] >= 5
     assert sorted(sampled.tolist()) == [5, 2 ** 32 - 10 + 2 ** 40]
+    # conservation with the caps: the counters and the excess hold every window's weight
+    assert int(sketch.sum()) + over == 2 ** 32 - 10 + 2 ** 40 + 5
     with pytest.raises(ValueError, match="bits must be in 3..30"):
         pair_sketch(symbols, offsets, weights, 2)
     with pytest.raises(ValueError, match="power of two"):
         cut_pieces(symbols, offsets, None, weights, weights, 1, keep=np.zeros(3, np.uint8))
     with pytest.raises(ValueError, match="one level per symbol"):
         cut_pieces(symbols, offsets, None, weights, weights, 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 5), min_size=1, max_size=6),
+                          st.sampled_from([0, 1, 30_000, 65_534, 65_535, 65_536, 100_000]), st.integers(0, 2)),
+                min_size=1, max_size=12),
+       st.integers(0, 12), st.sampled_from([1, 65_534, 65_535, 65_536, 65_537, 131_072, 10 ** 6]),
+       st.integers(1, 2))
+@example([([1, 2], 100_000, 0), ([1, 2, 3], 65_536, 1)], 2, 65_536, 1)
+@example([([1, 2], 100_000, 0), ([3, 1, 2], 65_535, 0)], 1, 131_072, 2)
+def test_capped_counters_give_the_merges_of_whole_units(units, n, cut, n_parts):
+    """Weights around the 16-bit cap of the sketch's counters and cuts on both sides of it: the
+    counters and their excess still hold every window, and stage 2 (which caps the cut as it caps
+    the counters) gives the merges, tokens and final count of the whole units."""
+    rules = Stage2Rules(distinct=True)
+    symbols, offsets, weights, counts = as_arrays(units)
+    sketch, _, over = pair_sketch(symbols, offsets, weights, 3, 0)
+    assert int(sketch.sum()) + over == int((weights * np.maximum(np.diff(offsets) - 1, 0)).sum())
+    plain, levels = _plain_pair_counts(symbols, offsets, weights)
+    assert all(int(b) >= min(lv, SKETCH_MAX) for b, lv in zip(sketch_bounds(sketch, symbols, offsets), levels))
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
+    engine = MergeEngine(symbols, offsets, weights, TOKENS)
+    allowed = _allowed(rules, TOKENS)
+    merged_counts = [engine.last_count for _ in range(n) if engine.step(allowed) is not None]
+    if n_parts == 2 and len(units) > 1:
+        parts = _two_parts(symbols, offsets, (weights, counts), len(units) // 2)
+        args = ([p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts], [p[3] for p in parts])
+    else:
+        args = (symbols, offsets, weights, counts)
+    got = stage2_merges(*args, TOKENS, n, _allowed(rules, TOKENS), cut=cut, sketch_size=3)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final
+    # a cut every merge reaches needs no restart, above the cap too (capped counters keep their windows)
+    if len(merged_counts) == n and all(c >= cut for c in merged_counts):
+        assert got.info["restarts"] == 0
 
 
 @settings(max_examples=120)
@@ -676,6 +714,7 @@ def test_stage2_on_two_parts_equals_whole_units(units, n, cut, data):
     whole = pair_sketch(symbols, offsets, weights, 5, 1)
     split = pair_sketch_parts([p[:3] for p in parts], 5, 1)
     assert np.array_equal(whole[0], split[0]) and sorted(whole[1].tolist()) == sorted(split[1].tolist())
+    assert whole[2] == split[2]
     keep = np.packbits(whole[0] >= cut, bitorder="little")
     one = cut_pieces(symbols, offsets, None, weights, counts, cut, keep=keep)
     two = cut_pieces_parts(parts, cut, keep=keep)
@@ -697,11 +736,15 @@ def test_stage2_refuses_a_sketch_or_pieces_that_lose_windows_or_tokens(monkeypat
     sketch = superbpe.pair_sketch
 
     def lossy_sketch(*a, **k):
-        sk, sampled = sketch(*a, **k)
+        sk, sampled, over = sketch(*a, **k)
         sk[np.flatnonzero(sk)[0]] -= 1
-        return sk, sampled
+        return sk, sampled, over
 
     monkeypatch.setattr(superbpe, "pair_sketch", lossy_sketch)
+    with pytest.raises(InternalError, match="sketch holds"):
+        stage2_merges(*args)
+    # an excess that is not the capped weight is caught too (the check holds with the caps)
+    monkeypatch.setattr(superbpe, "pair_sketch", lambda *a, **k: sketch(*a, **k)[:2] + (1,))
     with pytest.raises(InternalError, match="sketch holds"):
         stage2_merges(*args)
     monkeypatch.setattr(superbpe, "pair_sketch", sketch)

@@ -1373,27 +1373,34 @@ cdef inline bint _sampled(uint64_t key, int sample_bits) noexcept nogil:
     return sample_bits == 0 or ((key * <uint64_t>0x9E3779B97F4A7C15u) >> (64 - sample_bits)) == 0
 
 
+#: A sketch counter holds at most this (uint16, saturating; what goes over is summed in ``excess``).
+SKETCH_MAX = 0xFFFF
+
+
 cdef class _SketchPart:
-    """One thread's share of ``pair_sketch``: its sketch and the exact counts of its sampled pairs."""
+    """One thread's share of ``pair_sketch``: its sketch, the weight its saturated counters could not
+    hold (``excess``) and the exact counts of its sampled pairs."""
     cdef object sketch_obj
     cdef _PairTable sample
+    cdef public uint64_t excess
 
     def __init__(self, int bits, uint64_t cap):
-        self.sketch_obj = np.zeros(<int64_t>1 << bits, dtype=np.uint32)
+        self.sketch_obj = np.zeros(<int64_t>1 << bits, dtype=np.uint16)
         self.sample = _PairTable(cap)
-        # huge pages for the counters (16 MiB at 32k on en_train): with 4 KiB pages nearly every
+        self.excess = 0
+        # huge pages for the counters (8 MiB at 32k on en_train): with 4 KiB pages nearly every
         # increment also missed the TLB (a hint only; asked before the zero pages are touched)
-        cdef uint32_t[::1] v = self.sketch_obj
+        cdef uint16_t[::1] v = self.sketch_obj
         cdef size_t a = <size_t>&v[0], huge = <size_t>1 << 21
-        cdef size_t lo = (a + huge - 1) & ~(huge - 1), hi = (a + v.shape[0] * sizeof(uint32_t)) & ~(huge - 1)
+        cdef size_t lo = (a + huge - 1) & ~(huge - 1), hi = (a + v.shape[0] * sizeof(uint16_t)) & ~(huge - 1)
         if hi > lo:
             madvise(<void*>lo, hi - lo, MADV_HUGEPAGE)
 
     def count(self, const sym_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
               int64_t lo, int64_t hi, int sample_bits):
-        cdef uint32_t[::1] sk = self.sketch_obj
-        cdef uint64_t smask = sk.shape[0] - 1, key, slot, c, w
-        cdef int64_t u, k, a, b
+        cdef uint16_t[::1] sk = self.sketch_obj
+        cdef uint64_t smask = sk.shape[0] - 1, key, slot, c, w, excess = self.excess
+        cdef int64_t u, k, a, b, last = offsets[hi] if hi > lo else 0
         cdef _PairTable t = self.sample
         if t.oom:
             raise MemoryError("pair_sketch: no memory for the sampled pairs")
@@ -1401,21 +1408,28 @@ cdef class _SketchPart:
             for u in range(lo, hi):
                 if weights[u] <= 0:         # adds nothing (encoded units weigh 0)
                     continue
-                w = <uint64_t>weights[u] if weights[u] < <int64_t>0xFFFFFFFF else <uint64_t>0xFFFFFFFF
+                w = <uint64_t>weights[u]
                 a = offsets[u]
                 b = offsets[u + 1]
                 for k in range(a, b - 1):
-                    if k + 17 < b:              # the counter of a window ahead (a hint only)
+                    # the counter of a window ahead (a hint only), in this unit or the ones after it:
+                    # a unit has ~22 windows, so asking within the unit left most of them unasked
+                    if k + 17 < last:
                         __builtin_prefetch(&sk[_sketch_slot(
                             ((<uint64_t>symbols[k + 16] << 32) | symbols[k + 17]) + 1, smask)])
                     key = ((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1
                     slot = _sketch_slot(key, smask)
                     c = sk[slot] + w
-                    sk[slot] = <uint32_t>c if c < <uint64_t>0xFFFFFFFF else <uint32_t>0xFFFFFFFF
-                    if _sampled(key, sample_bits) and t._add(key, weights[u]) < 0:    # the weight itself
-                        break                                                           # (w is capped)
+                    if c < <uint64_t>0xFFFF:
+                        sk[slot] = <uint16_t>c
+                    else:
+                        sk[slot] = 0xFFFF
+                        excess += c - 0xFFFF
+                    if _sampled(key, sample_bits) and t._add(key, weights[u]) < 0:
+                        break
                 if t.oom:
                     break
+        self.excess = excess
         if t.oom:
             raise MemoryError("pair_sketch: no memory for the sampled pairs")
 
@@ -1423,27 +1437,35 @@ cdef class _SketchPart:
 def pair_sketch(const sym_t[::1] symbols, const int64_t[::1] offsets, const int64_t[::1] weights,
                 int bits, int sample_bits=0, int threads=1):
     """An upper bound of every window's pair count in ``2**bits`` counters, and the exact counts of a
-    sample of the pairs: returns ``(sketch, sampled_counts)``.
+    sample of the pairs: returns ``(sketch, sampled_counts, excess)``.
 
-    ``sketch[_sketch_slot(pair)]`` (uint32, saturating) is the weighted count of all the pairs that
-    share the pair's counter, so it is at least the pair's own count (``sketch_bounds`` reads it per
-    window): a count-min sketch of one row. ``sampled_counts`` (int64, no order) are the exact
-    weighted counts of the distinct pairs a hash puts in a ``1 / 2**sample_bits`` sample (every pair
-    with ``sample_bits=0``), pairs of weight 0 left out. SuperBPE's stage 2 draws its first cut from
-    the sample and cuts its units where the bound is below the cut (``cut_pieces(keep=)``): a bound,
-    never below the count, cuts no window the exact count keeps (exact whatever the collisions).
+    ``sketch[_sketch_slot(pair)]`` (uint16) is the weighted count of all the pairs that share the
+    pair's counter, capped at ``SKETCH_MAX`` (65535), so it is at least the pair's own count or the
+    cap (``sketch_bounds`` reads it per window): a count-min sketch of one row. ``excess`` is the
+    weight the capped counters did not hold, so the counters plus ``excess`` are every window's weight
+    (the caller checks that). ``sampled_counts`` (int64, no order) are the exact weighted counts of the
+    distinct pairs a hash puts in a ``1 / 2**sample_bits`` sample (every pair with ``sample_bits=0``),
+    pairs of weight 0 left out. SuperBPE's stage 2 draws its first cut from the sample and cuts its
+    units where the bound is below the cut (``cut_pieces(keep=)``, the cut capped at ``SKETCH_MAX``
+    too): a bound, never below the count or the cap, cuts no window the exact count keeps (exact
+    whatever the collisions). 16-bit counters: the 2**22 of en_train at 32k are 8 MiB a thread, so
+    both threads' sketches stay in a 32 MiB cache.
 
-    >>> sk, pc = pair_sketch(np.array([1, 2, 1, 2, 3], np.uint32), np.array([0, 2, 5]), np.array([3, 1]), 4)
-    >>> sorted(pc.tolist()), int(sk.sum())       # (1, 2): 3 + 1, (2, 3): 1 -> 5 in all
-    ([1, 4], 5)
+    >>> sk, pc, over = pair_sketch(np.array([1, 2, 1, 2, 3], np.uint32), np.array([0, 2, 5]),
+    ...                            np.array([3, 1]), 4)
+    >>> sorted(pc.tolist()), int(sk.sum()), over       # (1, 2): 3 + 1, (2, 3): 1 -> 5 in all
+    ([1, 4], 5, 0)
     >>> bounds = sketch_bounds(sk, np.array([1, 2, 1, 2, 3], np.uint32), np.array([0, 2, 5]))
     >>> [int(b) >= c for b, c in zip(bounds, [4, 0, 4, 1, 0])]        # never below the exact levels
     [True, True, True, True, True]
+    >>> sk, pc, over = pair_sketch(np.array([1, 2], np.uint32), np.array([0, 2]), np.array([70000]), 4)
+    >>> int(sk.max()), over                  # capped; the rest is counted as excess
+    (65535, 4465)
 
     One pass over the windows, one counter each (asked for 16 windows ahead); the sampled ones also
     go to a small exact table. With ``threads=2`` each half of the sequences is counted on its own
-    thread into its own sketch and sample; the sketches are added (saturating) and the samples
-    summed: the same result.
+    thread into its own sketch and sample; the sketches are added (saturating, what goes over joins
+    the excess) and the samples summed: the same result.
 
     Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, summed per
     counter (``_sketch_slot``), and the ``Counter`` restricted to the sampled pairs.
@@ -1483,7 +1505,7 @@ def pair_sketch_parts(list parts, int bits, int sample_bits=0):
     if n_parts == 1:
         sym, off, w = parts[0]
         left.count(sym, off, w, 0, len(off) - 1, sample_bits)
-        return left.sketch_obj, left.sample.counts_with(None)
+        return left.sketch_obj, left.sample.counts_with(None), int(left.excess)
     from concurrent.futures import ThreadPoolExecutor
     right = _SketchPart(bits, cap)
     sketches = (left, right)
@@ -1492,25 +1514,33 @@ def pair_sketch_parts(list parts, int bits, int sample_bits=0):
                 for t, (sym, off, w) in zip(sketches, parts)]
         for j in jobs:
             j.result()
-    _add_saturating(left.sketch_obj, right.sketch_obj)
-    return left.sketch_obj, left.sample.counts_with(right.sample)
+    over = _add_saturating(left.sketch_obj, right.sketch_obj)
+    return left.sketch_obj, left.sample.counts_with(right.sample), int(left.excess + right.excess) + over
 
 
-cdef void _add_saturating_c(uint32_t* a, const uint32_t* b, int64_t n) noexcept nogil:
+cdef uint64_t _add_saturating_c(uint16_t* a, const uint16_t* b, int64_t n) noexcept nogil:
     cdef int64_t i
-    cdef uint64_t c
+    cdef uint32_t c
+    cdef uint64_t over = 0
     for i in range(n):
-        c = <uint64_t>a[i] + b[i]
-        a[i] = <uint32_t>c if c < <uint64_t>0xFFFFFFFF else <uint32_t>0xFFFFFFFF
+        c = <uint32_t>a[i] + b[i]
+        if c < 0xFFFF:
+            a[i] = <uint16_t>c
+        else:
+            a[i] = 0xFFFF
+            over += c - 0xFFFF
+    return over
 
 
-def _add_saturating(uint32_t[::1] a, const uint32_t[::1] b):
-    """``a += b`` in place, each sum capped at 2**32 - 1."""
+def _add_saturating(uint16_t[::1] a, const uint16_t[::1] b):
+    """``a += b`` in place, each sum capped at ``SKETCH_MAX``; returns what the caps left out."""
+    cdef uint64_t over
     with nogil:
-        _add_saturating_c(&a[0], &b[0], a.shape[0])
+        over = _add_saturating_c(&a[0], &b[0], a.shape[0])
+    return int(over)
 
 
-def sketch_bounds(const uint32_t[::1] sketch, const uint32_t[::1] symbols, const int64_t[::1] offsets):
+def sketch_bounds(const uint16_t[::1] sketch, const uint32_t[::1] symbols, const int64_t[::1] offsets):
     """Per position, the sketch's bound of its window's pair count (0 at a sequence's last position):
     what ``cut_pieces(keep=)`` compares with the cut, as an array (tests and tools)."""
     cdef int64_t n_seq = offsets.shape[0] - 1, u, k

@@ -14,9 +14,9 @@
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
 from ._units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
-                     cut_pieces_parts, expand_units, hash_ids, id_unit_stream, pair_levels, pair_sketch,
-                     pair_sketch_parts, record_rows, sketch_bounds, strip_marks, unit_sums)
+                     SKETCH_MAX, cut_pieces_parts, expand_units, hash_ids, id_unit_stream, pair_levels,
+                     pair_sketch, pair_sketch_parts, record_rows, sketch_bounds, strip_marks, unit_sums)
 
-__all__ = ["ENCODED_MARK", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
+__all__ = ["ENCODED_MARK", "SKETCH_MAX", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
            "cut_pieces_parts", "expand_units", "hash_ids", "id_unit_stream", "pair_levels", "pair_sketch",
            "pair_sketch_parts", "record_rows", "sketch_bounds", "strip_marks", "unit_sums"]

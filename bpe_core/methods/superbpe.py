@@ -57,8 +57,8 @@ from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, huge_pages, replay_merges
 from ..engine.units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
-                            cut_pieces_parts, expand_units, id_unit_stream, pair_sketch, pair_sketch_parts,
-                            record_rows, strip_marks, unit_sums)
+                            SKETCH_MAX, cut_pieces_parts, expand_units, id_unit_stream, pair_sketch,
+                            pair_sketch_parts, record_rows, strip_marks, unit_sums)
 from ..errors import InputChanged, InternalError, ModelFormatError
 from ..formats import registry
 from ..encode.tokenizer import TwoStageEncoder
@@ -1074,15 +1074,15 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     sample = cut_sample_bits(n_merges) if bounded and cut is None else 6
     bits = sketch_bits(n_windows) if sketch_size is None else sketch_size
     if parts is not None:
-        sketch, sampled_counts = pair_sketch_parts([p[:3] for p in parts], bits, sample)
+        sketch, sampled_counts, excess = pair_sketch_parts([p[:3] for p in parts], bits, sample)
     else:
-        sketch, sampled_counts = pair_sketch(symbols, offsets, weights, bits, sample, threads=threads)
-    # Conservation, checked: the counters hold every window's weight once (unless one saturated), and
-    # the pieces (and the one-symbol pieces) hold every stage-1 token of the units
+        sketch, sampled_counts, excess = pair_sketch(symbols, offsets, weights, bits, sample, threads=threads)
+    # Conservation, checked: the counters and what their caps left out hold every window's weight once,
+    # and the pieces (and the one-symbol pieces) hold every stage-1 token of the units
     whole = parts or [(symbols, offsets, weights, counts)]
     windows_weight = sum(int((np.maximum(np.diff(o) - 1, 0) * np.maximum(w, 0)).sum()) for _, o, w, _ in whole)
-    if int(sketch.max(initial=0)) < 0xFFFFFFFF and int(sketch.sum(dtype=np.uint64)) != windows_weight:
-        raise InternalError(f"stage 2's pair sketch holds {int(sketch.sum(dtype=np.uint64))} windows, "
+    if int(sketch.sum(dtype=np.uint64)) + excess != windows_weight:
+        raise InternalError(f"stage 2's pair sketch holds {int(sketch.sum(dtype=np.uint64)) + excess} windows, "
                             f"the units {windows_weight}")
     units_tokens = sum(int((np.diff(o) * c).sum()) for _, o, _, c in whole)
     del whole
@@ -1111,7 +1111,8 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                 raise InternalError(f"stage 2's units listed again hold {again_tokens} stage-1 tokens in "
                                     f"{again_windows} windows, the first {units_tokens} in {n_windows}")
             released = False
-        keep = np.packbits(sketch >= cut, bitorder="little")
+        # (a counter holds at most SKETCH_MAX: a cut above it keeps every capped counter's windows)
+        keep = np.packbits(sketch >= min(cut, SKETCH_MAX), bitorder="little")
         if parts is not None:
             data, starts, piece_weights, piece_counts, singles = cut_pieces_parts(parts, cut, keep=keep)
         else:
