@@ -135,3 +135,20 @@ def test_a_budget_that_cannot_fit_says_which_one_would(corpus_file, tmp_path):
     r = run_cli(corpus_file, "--vocab-size", 300, "--out", tmp_path / "o", "--memory-limit", "1M")
     assert r.returncode == 2
     assert "--memory-limit" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_train_names_a_tool_it_cannot_run_instead_of_an_empty_table(corpus_file, tmp_path):
+    """``tools/bench_train.py``: a mistyped tool, or a bpe_core that does not import (a Python without
+    the package), is one line naming the problem (exit 2), not an empty table or a traceback."""
+    bench = [str(ROOT / "tools" / "bench_train.py"), str(corpus_file), "--repeats", "1"]
+    r = subprocess.run([sys.executable, *bench, "--tools", "bpe_core,rustbp"], capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown tool rustbp" in r.stderr and "Traceback" not in r.stderr
+    # bpe_core not importable (as under a Python without its dependencies): a numpy that fails to import
+    stub = tmp_path / "stub"
+    (stub / "numpy").mkdir(parents=True)
+    (stub / "numpy" / "__init__.py").write_text("raise ImportError('No module named numpy (stub)')\n")
+    env = dict(os.environ, PYTHONPATH=str(stub))
+    r = subprocess.run([sys.executable, *bench, "--tools", "bpe_core"], capture_output=True, text=True,
+                       env=env, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "bpe_core cannot run" in r.stderr and "Traceback" not in r.stderr and "| vocab |" not in r.stdout

@@ -136,13 +136,16 @@ def measure(tool, path, vocab_size, workers, interval=0.05, checkout=None) -> di
     return result
 
 
-def available(tool: str) -> bool:
-    mod = {"bpe_core": "bpe_core", "hf": "tokenizers", "rustbpe": "rustbpe"}[tool.partition(":")[0]]
+TOOL_MODULES = {"bpe_core": "bpe_core", "hf": "tokenizers", "rustbpe": "rustbpe"}
+
+
+def missing(tool: str) -> str | None:
+    """Why ``tool`` cannot run here (its module does not import), or None when it can."""
     try:
-        __import__(mod)
-        return True
-    except ImportError:
-        return False
+        __import__(TOOL_MODULES[tool])
+        return None
+    except ImportError as exc:
+        return f"{TOOL_MODULES[tool]} does not import ({exc})"
 
 
 def main(argv=None) -> int:
@@ -170,8 +173,18 @@ def main(argv=None) -> int:
         if os.path.isdir(args.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             p.error(f"{args.json}: not a writable file path (folder {folder})")
     tools = []
-    for t in args.tools.split(","):
-        if not available(t):
+    names = [t.strip() for t in args.tools.split(",") if t.strip()]
+    unknown = [t for t in names if t not in TOOL_MODULES]
+    if unknown or not names:
+        p.error(f"--tools {args.tools}: unknown tool {', '.join(unknown) or '(none given)'}; "
+                f"choose from {', '.join(TOOL_MODULES)}")
+    for t in names:
+        why = missing(t)
+        if why is not None and t == "bpe_core":     # the tool every ratio is taken against
+            p.error(f"bpe_core cannot run: {why}; install it (pip install -e .) or build it in place "
+                    "(python setup.py build_ext --inplace)")
+        if why is not None:
+            print(f"bench_train.py: skipping {t}: {why}", file=sys.stderr)
             continue
         if t == "bpe_core":
             tools += ["bpe_core" if m == "bpe" else f"bpe_core:{m}" for m in args.method]
