@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bpe_core.engine.merge import MergeEngine
-from bpe_core.engine.units import SKETCH_MAX, cut_pieces, pair_levels, pair_sketch, sketch_bounds
+from bpe_core.engine.units import CUT_LONG_PIECE, SKETCH_MAX, cut_pieces, pair_levels, pair_sketch, sketch_bounds
 from bpe_core.methods.superbpe import Stage2Rules, _allowed, first_cut, stage2_merges
 
 #: GPT-2's pattern written out, so it runs as a custom regex (the Python units path)
@@ -171,7 +171,7 @@ def test_levels_and_pieces_equal_plain_counts(units):
                         want_w[piece] += int(w)
                         want_c[piece] += int(c)
                     start = k + 1
-        got = {tuple(data[starts[i]:starts[i + 1]]): (pw[i], pc[i]) for i in range(pw.size)}
+        got = _as_dict((data, starts, pw, pc, single))
         assert got == {p: (want_w[p], want_c[p]) for p in want_w}
         assert single == want_single
 
@@ -320,10 +320,43 @@ def test_pieces_of_two_symbols_in_their_own_table(threads):
     assert (lengths[first_two:] == 2).all()         # the two-symbol pieces come last
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_long_pieces_are_listed_as_they_come_and_merge_as_whole_units(threads):
+    """A long piece (``CUT_LONG_PIECE`` symbols or more) that comes again is listed again, in both
+    halves of the sequences (absorbed from the other half as it is); the shorter ones once each.
+    Summed, they are the plain counts, and stage 2 on them gives the merges of the whole units."""
+    rng = np.random.default_rng(5)
+    long_ones = [list(rng.integers(0, 40, CUT_LONG_PIECE + k)) for k in range(4)]
+    short_ones = [list(rng.integers(40, 60, 2 + k % 3)) for k in range(30)]
+    seqs = [long_ones[k % 4] if k % 3 == 0 else short_ones[k % 30] for k in range(300_000)]
+    units = [(s, 1 + k % 2, k % 3) for k, s in enumerate(seqs)]
+    symbols, offsets, weights, counts = as_arrays(units)
+    levels = np.full(symbols.size, 9, np.uint32)
+    levels[offsets[1:] - 1] = 0                  # every sequence is one piece
+    got = cut_pieces(symbols, offsets, levels, weights, counts, 1, threads=threads)
+    lengths = np.diff(got[1])
+    assert (lengths >= CUT_LONG_PIECE).sum() == 100_000            # each one listed
+    assert (lengths < CUT_LONG_PIECE).sum() == len({tuple(s) for s in seqs if len(s) < CUT_LONG_PIECE}) == 20
+    want, single = _plain_pieces(symbols, offsets, levels, weights, counts, 1)
+    assert _as_dict(got) == want and got[4] == single == 0
+    small = as_arrays(units[:3000])
+    steps, tokens, final = whole_units(*small, 25, Stage2Rules(distinct=True))
+    res = stage2_merges(*small, TOKENS, 25, _allowed(Stage2Rules(distinct=True), TOKENS), threads=threads)
+    assert [tuple(s) for s in res.steps] == [tuple(s) for s in steps]
+    assert res.tokens == tokens and res.final_tokens == final
+
+
 def _as_dict(pieces):
+    """The pieces' summed weights and counts; a piece listed twice must be a long one (pieces of
+    ``CUT_LONG_PIECE`` symbols or more are listed as they come, the shorter ones once)."""
     data, starts, w, c, _ = pieces
-    out = {tuple(data[starts[i]:starts[i + 1]].tolist()): (int(w[i]), int(c[i])) for i in range(w.size)}
-    assert len(out) == w.size       # no piece twice
+    out: dict = {}
+    for i in range(w.size):
+        piece = tuple(data[starts[i]:starts[i + 1]].tolist())
+        if piece in out:
+            assert len(piece) >= CUT_LONG_PIECE, piece
+        ow, oc = out.get(piece, (0, 0))
+        out[piece] = (ow + int(w[i]), oc + int(c[i]))
     return out
 
 

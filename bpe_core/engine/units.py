@@ -13,10 +13,10 @@
   take the units in two arrays (one thread each);
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
-from ._units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
+from ._units import (CUT_LONG_PIECE, ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
                      SKETCH_MAX, cut_pieces_parts, expand_units, hash_ids, id_unit_stream, pair_levels,
                      pair_sketch, pair_sketch_parts, record_rows, sketch_bounds, strip_marks, unit_sums)
 
-__all__ = ["ENCODED_MARK", "SKETCH_MAX", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
+__all__ = ["CUT_LONG_PIECE", "ENCODED_MARK", "SKETCH_MAX", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
            "cut_pieces_parts", "expand_units", "hash_ids", "id_unit_stream", "pair_levels", "pair_sketch",
            "pair_sketch_parts", "record_rows", "sketch_bounds", "strip_marks", "unit_sums"]
