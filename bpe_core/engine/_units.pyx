@@ -1898,13 +1898,35 @@ cdef class _PieceTable:
         if self.oom:
             raise MemoryError("cut_pieces: no memory for the piece table")
 
-    def to_arrays(self, _PieceTable more=None):
+    def n_symbols(self):
+        """The symbols of the pieces listed so far."""
+        return <int64_t>self.data.size()
+
+    def take(self, _PieceTable more, int part, int64_t d1):
+        """Append ``more``'s pieces, part by part, so two threads can do it at once (each part
+        writes its own vectors; ``to_arrays(more, taken=True)`` then finishes): part 0 their
+        symbols, part 1 their starts (shifted by ``d1``, this table's symbols before it) and sums.
+        About 110 MB at 32k on en_train, all into fresh pages: on one thread that was ~0.15 s."""
+        cdef int64_t n2 = more.wsum.size(), j
+        if self.spent or more.spent:
+            raise ValueError("cut_pieces: this piece table was turned into arrays")
+        with nogil:
+            if part == 0:
+                self.data.insert(self.data.end(), more.data.begin(), more.data.end())
+            else:
+                for j in range(n2):
+                    self.starts.push_back(d1 + more.starts[j + 1])
+                self.wsum.insert(self.wsum.end(), more.wsum.begin(), more.wsum.end())
+                self.csum.insert(self.csum.end(), more.csum.begin(), more.csum.end())
+
+    def to_arrays(self, _PieceTable more=None, bint taken=False):
         """The pieces as arrays, then ``more``'s after them (their starts shifted), then the pieces of
         two symbols of both (``_pair_add``; ``more``'s are counted into this table's first, so none is
         listed twice). ``more``'s pieces are appended to this table's (in the room it reserved), and
         the arrays are this table's own memory, lent to numpy: no copy of the pieces and no fresh
-        pages for one. The table is empty afterwards and takes no more pieces."""
-        cdef int64_t n2 = more.wsum.size() if more is not None else 0
+        pages for one. ``taken``: ``more``'s pieces were appended already (``take``). The table is
+        empty afterwards and takes no more pieces."""
+        cdef int64_t n2 = more.wsum.size() if more is not None and not taken else 0
         cdef int64_t d1 = self.data.size(), j
         cdef int64_t single = self.single + (more.single if more is not None else 0)
         cdef _IdList data = _IdList()
@@ -2035,8 +2057,12 @@ def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=Non
         jobs = [ex.submit(left.absorb, right), ex.submit(left_up.absorb, right_up)]
         for j in jobs:
             j.result()
-    del right, right_up
-    return left.to_arrays(left_up)
+        del right, right_up
+        d1 = left.n_symbols()          # the second table's pieces after the first's, on both threads
+        jobs = [ex.submit(left.take, left_up, 0, d1), ex.submit(left.take, left_up, 1, d1)]
+        for j in jobs:
+            j.result()
+    return left.to_arrays(left_up, taken=True)
 
 
 # ==== Merging a sequence by rank ==============================================================
