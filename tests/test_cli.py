@@ -152,3 +152,23 @@ def test_bench_train_names_a_tool_it_cannot_run_instead_of_an_empty_table(corpus
                        env=env, cwd=tmp_path)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "bpe_core cannot run" in r.stderr and "Traceback" not in r.stderr and "| vocab |" not in r.stdout
+
+
+@pytest.mark.parametrize("tool", ["train_bpe.py", "encode_corpus.py"])
+def test_a_ctrl_c_while_the_options_are_read_is_one_line(tool, corpus_file, tmp_path):
+    """SIGINT while argparse reads the options (after the imports, before the run): the tool's
+    one-line exit 130, not a KeyboardInterrupt traceback (the handler was handed back to Python
+    before the options were read; a robustness test hit it at random on a loaded machine). The
+    signal is sent from inside ``parse_args``, so the moment is exact."""
+    script = (
+        "import argparse, os, runpy, signal, sys\n"
+        "parse = argparse.ArgumentParser.parse_args\n"
+        "def interrupted(self, *a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return parse(self, *a, **k)\n"
+        "argparse.ArgumentParser.parse_args = interrupted\n"
+        f"sys.argv = [{str(ROOT / 'tools' / tool)!r}, {str(corpus_file)!r}, '--out', {str(tmp_path / 'o')!r}]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 130, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and len([x for x in r.stderr.splitlines() if x.strip()]) == 1, r.stderr

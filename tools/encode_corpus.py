@@ -110,8 +110,8 @@ def _positive(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)      # (a Ctrl-C in here is still _early_exit's: one line, 130)
     signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C: KeyboardInterrupt, run_main -> 130
-    args = build_parser().parse_args(argv)
     inputs = args.input[0] if len(args.input) == 1 else list(args.input)
 
     def check_paths() -> None:

@@ -202,8 +202,8 @@ def _transition(text: str) -> float | int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)      # (a Ctrl-C in here is still _early_exit's: one line, 130)
     signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C: KeyboardInterrupt, run_main -> 130
-    args = build_parser().parse_args(argv)
     if args.profile_memory:
         def profiled() -> int:
             from bpe_core.runtime.profile import profile_command, split_flag
