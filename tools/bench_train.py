@@ -18,6 +18,10 @@ noisy machine hits every tool alike. For each run the parent samples the RSS of 
 tree (psutil, every 50 ms). Printed per vocab size: median wall seconds, median peak RSS, and the
 ratio of each tool's time to bpe_core's (> 1 means bpe_core is faster).
 
+"per round" is the median of each round's time over plain BPE's in the same round (the runs are
+interleaved, so a slow spell of a shared machine hits both): steadier than the ratio of the medians
+when the machine is noisy.
+
 Tools that are not installed are skipped. HF gets the same split regex (``Split`` + ``ByteLevel``
 with ``use_regex=False``) and ``BpeTrainer``; rustbpe gets the documents (split on the special
 token) through ``train_from_iterator`` with the same pattern. Their tie-breaking differs from ours
@@ -214,17 +218,24 @@ def main(argv=None) -> int:
                 runs.append(res)
                 print(f"  vocab {vocab_size} run {r + 1} {tool:18s} {res['wall']:7.2f}s  "
                       f"peak RSS {res['peak_rss'] / 2**20:7.0f} MiB", file=sys.stderr)
-    print(f"\n| vocab | tool | median wall s | median peak RSS MiB | time / bpe_core |")
-    print("|---|---|---|---|---|")
+    print(f"\n| vocab | tool | median wall s | median peak RSS MiB | time / bpe_core | per round |")
+    print("|---|---|---|---|---|---|")
     for vocab_size in args.vocab_size:
         med = {}
         for tool in tools:
             rs = [x for x in runs if x["tool"] == tool and x["vocab_size"] == vocab_size]
             med[tool] = (statistics.median(x["wall"] for x in rs), statistics.median(x["peak_rss"] for x in rs))
         for tool in tools:
-            base = med.get("bpe_core" + (tool[tool.index("@"):] if "@" in tool else ""), (None,))[0]
+            base_tool = "bpe_core" + (tool[tool.index("@"):] if "@" in tool else "")
+            base = med.get(base_tool, (None,))[0]
             ratio = f"{med[tool][0] / base:.2f}x" if base else "-"
-            print(f"| {vocab_size} | {tool} | {med[tool][0]:.2f} | {med[tool][1] / 2**20:.0f} | {ratio} |")
+            # paired: each round's time over plain BPE's in the same round (interleaved, so a slow
+            # spell of the machine hits both), the median of those; steadier than a ratio of medians
+            mine = [x["wall"] for x in runs if x["tool"] == tool and x["vocab_size"] == vocab_size]
+            theirs = [x["wall"] for x in runs if x["tool"] == base_tool and x["vocab_size"] == vocab_size]
+            paired = (f"{statistics.median(a / b for a, b in zip(mine, theirs)):.2f}x"
+                      if base and len(mine) == len(theirs) else "-")
+            print(f"| {vocab_size} | {tool} | {med[tool][0]:.2f} | {med[tool][1] / 2**20:.0f} | {ratio} | {paired} |")
     for i, d in enumerate(args.against, 1):
         print(f"@{i}: {os.path.abspath(d)}")
     if args.json:
