@@ -1994,7 +1994,9 @@ def cut_pieces(const sym_t[::1] symbols, const int64_t[::1] offsets, const uint3
     single_count)`` (pieces in first-seen order, those of two symbols after the others, each kind
     as first seen; a piece's weight and count are the sums of its
     sequences' ``weights`` and ``counts``; ``single_count``: the summed ``counts`` of the one-symbol
-    pieces, which are not listed).
+    pieces, which are not listed). Pieces of ``CUT_LONG_PIECE`` symbols or more are listed as they
+    come, each with its sequence's weight and count, not looked up: nearly all occur once, and a
+    repeated one listed twice trains the same merges.
 
     >>> syms = np.array([5, 6, 7, 5, 6, 8], np.uint32)
     >>> d, s, w, c, one = cut_pieces(syms, np.array([0, 3, 6]), np.array([9, 1, 0, 9, 1, 0], np.uint32),
