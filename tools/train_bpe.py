@@ -18,11 +18,17 @@ import sys
 
 
 def _early_exit(signum, frame):
-    """A signal while the modules below load (about half a second): one line and exit 130 / 143,
-    not a traceback from inside an import (``main`` hands SIGINT back to Python before the work)."""
+    """A signal while the modules below load or the options are read (about half a second): one
+    line and exit 130 / 143, not a traceback from inside an import (``main`` hands SIGINT back to
+    Python before the work; ``run_main`` handles SIGTERM during it). It exits at once (``os._exit``):
+    an exception raised here can land anywhere, and one raised while a dataclass is made came out as
+    "RuntimeError: Error calling __set_name__" (Python 3.11 wraps it), a traceback and exit 1.
+    Nothing has been written yet."""
     what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
     print(f"train_bpe.py: {what} before it started", file=sys.stderr)
-    raise SystemExit(128 + signum)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(128 + signum)
 
 
 if __name__ == "__main__":
