@@ -892,7 +892,7 @@ STAGE2_CUT_RANK = 2.5
 #: more, or a restart).
 STAGE2_CUT_SAMPLE_RANKS = 1024
 #: The sketch of stage 2's pair counts (``pair_sketch``) has a counter per this many windows (a
-#: power of two between 2**10 and 2**24): en_train at 32k, 57.6 M windows, 2**22 counters (16 MiB a
+#: power of two between 2**10 and 2**24): en_train at 32k, 57.6 M windows, 2**22 counters (8 MiB a
 #: thread); its keep bitmap (512 KiB) stays in the CPU's cache while the units are cut.
 STAGE2_WINDOWS_PER_COUNTER = 16
 
