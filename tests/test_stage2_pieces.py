@@ -327,7 +327,8 @@ def test_long_pieces_are_listed_as_they_come_and_merge_as_whole_units(threads):
     Summed, they are the plain counts, and stage 2 on them gives the merges of the whole units."""
     rng = np.random.default_rng(5)
     long_ones = [list(rng.integers(0, 40, CUT_LONG_PIECE + k)) for k in range(4)]
-    short_ones = [list(rng.integers(40, 60, 2 + k % 3)) for k in range(30)]
+    # the short ones run up to one symbol below the threshold (deduplicated), the long ones from it
+    short_ones = [list(rng.integers(40, 60, 2 + k % (CUT_LONG_PIECE - 2))) for k in range(30)]
     seqs = [long_ones[k % 4] if k % 3 == 0 else short_ones[k % 30] for k in range(300_000)]
     units = [(s, 1 + k % 2, k % 3) for k, s in enumerate(seqs)]
     symbols, offsets, weights, counts = as_arrays(units)
@@ -335,6 +336,7 @@ def test_long_pieces_are_listed_as_they_come_and_merge_as_whole_units(threads):
     levels[offsets[1:] - 1] = 0                  # every sequence is one piece
     got = cut_pieces(symbols, offsets, levels, weights, counts, 1, threads=threads)
     lengths = np.diff(got[1])
+    assert (lengths == CUT_LONG_PIECE - 1).any() and (lengths == CUT_LONG_PIECE).any()
     assert (lengths >= CUT_LONG_PIECE).sum() == 100_000            # each one listed
     assert (lengths < CUT_LONG_PIECE).sum() == len({tuple(s) for s in seqs if len(s) < CUT_LONG_PIECE}) == 20
     want, single = _plain_pieces(symbols, offsets, levels, weights, counts, 1)
