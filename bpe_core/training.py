@@ -1,15 +1,24 @@
-"""Training: the pipeline from a corpus file to a model, and the public ``train`` / ``train_bpe``.
+"""Training: the pipeline from a corpus to a model, and the public ``train`` / ``train_bpe``.
 
-Phases (each timed in the run report and marked for the memory profile):
+``train`` is five stages, each a function taking the value the one before returned (each timed
+in the run report and marked for the memory profile):
 
-1. plan -- check the input; the RAM budget becomes workers, chunk size and a spill threshold
-   (``runtime.budget.plan_training``).
-2. pretokenize + merge counts -- worker threads count the pretokens of each chunk; the tables are
-   summed into one sorted ``WordTable`` (``pretok.counting.count_corpus``), with the totals checked.
-3. re-plan -- the plan is made again with the real number of unique pretokens
-   (``Plan.with_count``): the merge phase fits, or the run stops naming the budget that does.
-4. the method -- the table goes to the method the config names (``formats.registry``: BPE,
-   SuperBPE, SupraTok), which returns vocab, merges, stages and its own section of the report.
+1. ``prepare_inputs`` -> :class:`Inputs`: find the inputs (``corpus``); when the method or the
+   entropy filter reads the corpus again and it is not one local plain file, spool it into one;
+   curate it when ``entropy_filter`` asks (``methods.curate``).
+2. ``start`` -> :class:`Run`: check the pattern and ``--init-from``; the RAM budget becomes
+   workers, chunk size and a spill threshold (``runtime.budget.plan_training``).
+3. ``count`` -> :class:`Counts`: worker threads (or a cluster) count the pretokens of each chunk;
+   the tables are summed into one sorted ``WordTable`` (``pretok.counting``), totals checked.
+4. ``plan_merges`` -> :class:`MergePlan`: the plan is made again with the real number of unique
+   pretokens (``Plan.with_count``): the merge phase fits, or the run stops naming the budget that does.
+5. ``learn`` -> ``MethodResult``, then ``finish`` -> :class:`TrainResult`: the method the config
+   names (``formats.registry``: BPE, SuperBPE, SupraTok...) learns vocab, merges and stages; the
+   model and the report are assembled.
+
+No stage asks which method it runs: what differs between methods is a member of
+``formats.registry.Method`` (``reads_input_again``, ``drops_single_byte_words``,
+``records_pretokens``/``uses_record``, ``train``).
 
 Results do not depend on the number of workers or the chunk size: chunks are cut only where the cut
 provably leaves pre-tokenization unchanged, counts are summed, and the engine breaks ties by bytes,
@@ -27,7 +36,7 @@ import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -44,6 +53,7 @@ from .methods.curate import curated_config
 from .methods.init_from import load_init
 from .pretok.counting import check_distributable, count_corpus, count_sources_on
 from .pretok.patterns import resolve_pattern
+from .pretok.wordtable import WordTable
 from .runtime import budget
 from .runtime.executors import open_executor
 from .runtime.memmon import MemoryMonitor, phase
@@ -113,6 +123,82 @@ def _read_options(config: TrainConfig) -> ReadOptions:
                        bad=BadRecords(skip=config.skip_bad_records))
 
 
+# ====================================================================================================
+# The pipeline
+# ====================================================================================================
+
+def train(config: TrainConfig) -> TrainResult:
+    """Train from a :class:`TrainConfig`; returns the model and a run report.
+
+    Five stages, each a function that takes the value the one before handed on
+    (``docs/architecture.md``, "Training as stages"):
+
+    ``prepare_inputs`` -> :class:`Inputs` -> ``start`` -> :class:`Run` -> ``count`` -> :class:`Counts`
+    -> ``plan_merges`` -> :class:`MergePlan` -> ``learn`` -> ``MethodResult`` -> ``finish`` ->
+    :class:`TrainResult` (the ``Model`` and the report).
+    """
+    method = registry.get(config.method)
+    with prepare_inputs(config, method) as inputs:                     # spooled or curated when asked
+        run = start(inputs, method)                                    # plan, init model, report head
+        with MemoryMonitor(interval=0.05, budget=run.plan.memory_limit) as monitor, \
+                open_executor(config.cluster, run.plan.num_workers,
+                              announce=_announcer(config.progress)) as executor:
+            counts = count(inputs, run, executor, monitor)             # the WordTable, totals checked
+            merge_plan = plan_merges(counts, run)                      # the merge phase fits, or stop
+            learned = learn(merge_plan, run, executor)                 # the method's merges
+        return finish(learned, run, monitor)                           # Model + report
+
+
+# ---- stage 1: inputs --------------------------------------------------------------------------------
+
+@dataclass
+class Inputs:
+    """What counting reads: the run's config (its ``input_path`` may name a prepared temp file), the
+    sources found in it, and what preparing them did (for the report)."""
+
+    config: TrainConfig
+    sources: list[Source]
+    #: the config the caller gave (its input is what the report names)
+    given: TrainConfig
+    #: report entries of the preparation, in the order they are added: ``entropy_filter``,
+    #: ``spooled`` and ``bad_records`` (the spooled inputs' bad records)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def one_local_plain_file(self) -> bool:
+        """One local plain file: what a second pass (SupraTok, curation, SuperBPE's record) reads."""
+        return _one_local_plain_file(self.sources)
+
+
+def _one_local_plain_file(sources: list[Source]) -> bool:
+    return len(sources) == 1 and sources[0].plain_text and not sources[0].is_url
+
+
+@contextlib.contextmanager
+def prepare_inputs(config: TrainConfig, method: registry.Method) -> Iterator[Inputs]:
+    """Stage 1: find the inputs; when the method or the entropy filter reads the corpus again and it
+    is not one local plain file, spool it into one (a temp file); then curate it when
+    ``entropy_filter`` asks (``methods.curate``). Temp files are removed when the block ends."""
+    sources = sources_of(config)             # local paths and fsspec URLs alike (corpus.sources)
+    if config.cluster is not None:
+        check_distributable(sources)         # stdin and iterators cannot go to cluster workers
+    given, notes = config, {}
+    with contextlib.ExitStack() as stack:
+        if not _one_local_plain_file(sources) and \
+                (config.entropy_filter or method.reads_input_again(config, sources)):
+            config, info = stack.enter_context(_spooled(config, sources))
+            notes["spooled"], notes["bad_records"] = info, info["bad_records"]
+            sources = sources_of(config)
+        if config.entropy_filter:            # curate the input first (methods/curate.py), then train on it
+            config, curation = stack.enter_context(curated_config(config))
+            notes = {"entropy_filter": curation, **notes}
+            sources = sources_of(config)
+        if notes:                            # the temp files are ours: no warning about their bytes
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore", BinaryInputWarning)
+        yield Inputs(config, sources, given, notes)
+
+
 @contextlib.contextmanager
 def _spooled(config: TrainConfig, sources: list[Source]):
     """A config whose input is one plain file holding the corpus (a temp file under the spill
@@ -132,39 +218,43 @@ def _spooled(config: TrainConfig, sources: list[Source]):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def train(config: TrainConfig) -> TrainResult:
-    """Train from a :class:`TrainConfig`; returns the model and a run report."""
-    sources = sources_of(config)             # local paths and fsspec URLs alike (corpus.sources)
-    if config.cluster is not None:
-        check_distributable(sources)         # stdin and iterators cannot go to cluster workers
-    # one local plain file: what SupraTok, the official stage-2 split and curation read again
-    single_plain = len(sources) == 1 and sources[0].plain_text and not sources[0].is_url
-    if not single_plain and (config.entropy_filter or registry.get(config.method).rereads_input) \
-            and not _stage2_on_shards(config, sources):
-        # The method (or the filter) reads the corpus twice: one plain file makes that possible.
-        with _spooled(config, sources) as (spooled, info), warnings.catch_warnings():
-            warnings.simplefilter("ignore", BinaryInputWarning)
-            result = train(spooled)
-        result.report.update(input_path=_describe_input(config.input_path), spooled=info,
-                             bad_records=info["bad_records"])
-        return result
-    if config.entropy_filter:            # curate the input first (methods/curate.py), then train on it
-        with curated_config(config) as (curated, curation), warnings.catch_warnings():
-            warnings.simplefilter("ignore", BinaryInputWarning)
-            result = train(curated)
-        result.report["entropy_filter"] = curation
-        result.model.metadata["entropy_filter"] = curation
-        return result
+# ---- the run: plan and report head ----------------------------------------------------------------
+
+@dataclass
+class Run:
+    """What every later stage reads: the method, the memory plan, the pattern and special tokens, the
+    model to start from (``--init-from``), and the report being filled in."""
+
+    config: TrainConfig
+    method: registry.Method
+    plan: budget.Plan
+    pattern: str
+    specials: list[bytes]
+    init: Any
+    report: dict[str, Any]
+    #: the preparation's report entries (``Inputs.notes``), added last
+    notes: dict[str, Any]
+    t_start: float
+    #: when the plan was made (the cluster's start is timed from here)
+    t_planned: float = 0.0
+
+
+def start(inputs: Inputs, method: registry.Method) -> Run:
+    """Check what can be checked before any work (pattern, ``--init-from``) and plan the memory.
+
+    Raises:
+        errors.BudgetError: the run cannot fit ``config.memory_limit``.
+    """
     t_start = time.perf_counter()
     phase("plan")
-    method = registry.get(config.method)
+    config = inputs.config
     pattern = resolve_pattern(config.pattern)
     specials = encode_specials(config.special_tokens)
     init = load_init(config)        # --init-from: checked before any work (None without it)
-    the_plan = plan(config, sources)
+    the_plan = plan(config, inputs.sources)
     report: dict[str, Any] = {
-        "input_path": _describe_input(config.input_path),
-        "inputs": len(sources),
+        "input_path": _describe_input(inputs.given.input_path),
+        "inputs": len(inputs.sources),
         "vocab_size": config.vocab_size,
         "special_tokens": list(config.special_tokens),
         "pattern": pattern,
@@ -174,108 +264,163 @@ def train(config: TrainConfig) -> TrainResult:
         "plan": the_plan.to_dict(),
         "seconds": {"plan": round(time.perf_counter() - t_start, 3)},
     }
+    return Run(config, method, the_plan, pattern, specials, init, report, inputs.notes, t_start,
+               time.perf_counter())
 
+
+# ---- stage 2: counts ------------------------------------------------------------------------------
+
+@dataclass
+class Counts:
+    """The counted corpus: the ``WordTable`` with its totals checked, the corpus size, the config
+    the method runs with (on a cluster, its executor), and each pretoken's row when recorded."""
+
+    table: WordTable
+    input_bytes: int
+    config: TrainConfig
+    recorded: Optional[list] = None
+
+
+def count(inputs: Inputs, run: Run, executor: Any, monitor: MemoryMonitor) -> Counts:
+    """Stage 2: pre-tokenize and count the inputs (worker threads here, or the shards on a cluster)."""
+    config, report, the_plan = inputs.config, run.report, run.plan
+    if executor.remote:
+        report["seconds"]["cluster_start"] = round(time.perf_counter() - run.t_planned, 3)
+    recorded = None
+    if config.cluster is not None:
+        # Each task reads its own shard of the inputs (byte ranges, row groups, whole compressed
+        # files); the tables are combined on the workers.
+        table = count_sources_on(executor, inputs.sources, run.specials, run.pattern, the_plan.chunk_bytes,
+                                 progress=config.progress, report=report, read_options=_read_options(config))
+        config = replace(config, cluster=executor)     # the method's own data-parallel phases too
+    else:
+        # A method that can use each pretoken's row (SuperBPE's stage 2 lists its units from them
+        # instead of pre-tokenizing the file again) gets them recorded as the corpus is counted
+        # (4 B a pretoken: at most 4 B a byte of text, ~0.9 B on English), when even that worst
+        # case is at most an eighth of the budget; otherwise nothing changes.
+        method = run.method
+        record = [] if (method.records_pretokens and method.uses_record(config) and inputs.one_local_plain_file
+                        and budget.record_fits(inputs.sources[0].size, the_plan.memory_limit)) else None
+        table = count_corpus(inputs.sources, run.specials, run.pattern, the_plan.num_workers, the_plan.chunk_bytes,
+                             progress=config.progress, report=report, monitor=monitor,
+                             memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
+                             spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
+                             spill_dir=config.spill_dir, check_words=_stop_when_unfit(run),
+                             read_options=_read_options(config), record=record)
+        recorded = record or None
+    size = report["input_bytes"] = report["corpus_bytes"]
+    report["unique_pretokens"] = table.n_words
+    report["pretokens"] = int(table.counts.sum())
+    return Counts(table, size, config, recorded)
+
+
+def _stop_when_unfit(run: Run):
+    """Stop counting as soon as the merge phase provably cannot fit (``n_words`` is a lower bound)."""
     def check_words(n_words: int) -> None:
-        """Stop counting as soon as the merge phase provably cannot fit (n_words is a lower bound)."""
-        if n_words * budget.TABLE_BYTES_PER_WORD < the_plan.memory_limit // 8 or config.min_pretoken_count > 1:
+        if n_words * budget.TABLE_BYTES_PER_WORD < run.plan.memory_limit // 8 or run.config.min_pretoken_count > 1:
             return          # far from the limit (cheap check first); pruning decides after counting
         try:
-            the_plan.with_count(n_words)
+            run.plan.with_count(n_words)
         except BudgetError as exc:
             raise BudgetError(f"stopped while counting: {n_words:,} unique pretokens so far already need more "
                               f"than the budget; {exc}", exc.min_budget) from None
+    return check_words
 
-    extra: dict[str, Any] = {}          # for method.train: init, recorded
-    t_open = time.perf_counter()
-    with MemoryMonitor(interval=0.05, budget=the_plan.memory_limit) as monitor, \
-            open_executor(config.cluster, the_plan.num_workers, announce=_announcer(config.progress)) as executor:
-        if executor.remote:
-            report["seconds"]["cluster_start"] = round(time.perf_counter() - t_open, 3)
-        if config.cluster is not None:
-            # Each task reads its own shard of the inputs (byte ranges, row groups, whole
-            # compressed files); the tables are combined on the workers.
-            table = count_sources_on(executor, sources, specials, pattern, the_plan.chunk_bytes,
-                                     progress=config.progress, report=report, read_options=_read_options(config))
-            size = report["input_bytes"] = report["corpus_bytes"]
-            config = replace(config, cluster=executor)     # the method's own data-parallel phases too
-        else:
-            # SuperBPE keeps each pretoken's row as it counts (4 B a pretoken: at most 4 B a byte of
-            # text, ~0.9 B on English) when even that worst case is at most an eighth of the budget:
-            # its stage 2 then lists its units from them instead of pre-tokenizing the file again
-            # (methods.superbpe.units_from_records), when its configuration uses them
-            # (Method.uses_record); otherwise nothing changes
-            record = [] if (method.records_pretokens and method.uses_record(config) and single_plain
-                            and budget.record_fits(sources[0].size, the_plan.memory_limit)) else None
-            table = count_corpus(sources, specials, pattern, the_plan.num_workers, the_plan.chunk_bytes,
-                                 progress=config.progress, report=report, monitor=monitor,
-                                 memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
-                                 spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
-                                 spill_dir=config.spill_dir, check_words=check_words,
-                                 read_options=_read_options(config), record=record)
-            if record:
-                extra["recorded"] = record
-            del record
-            size = report["input_bytes"] = report["corpus_bytes"]
-        report["unique_pretokens"] = table.n_words
-        report["pretokens"] = int(table.counts.sum())
-        if config.min_pretoken_count > 1:
-            table = table.at_least(config.min_pretoken_count)
-            report["unique_pretokens_kept"] = table.n_words
-        # The merge phase: check it with the real count now (and the symbols the engine will hold); the
-        # plan also says whether the engine's read-only arrays go to mapped files (merge_mapped).
-        n_symbols = int(table.arena.size)
-        if config.method == "bpe":         # words of one byte hold no pair: the engine drops them
-            n_symbols -= int(np.count_nonzero(np.diff(table.offsets) == 1))
-        merge_plan = the_plan.with_count(table.n_words, symbols=n_symbols)
-        report["merge_plan"] = {k: merge_plan.to_dict()[k] for k in
-                                ("merge_bytes", "merge_file_bytes", "merge_mapped", "unique_pretokens",
-                                 "symbols", "phase_seconds")}
-        if merge_plan.merge_mapped:
-            # The table and the engine's read-only arrays go to mapped files (page cache); only what
-            # the merge loop changes stays in RAM. The table in RAM is dropped here.
-            phase("map words")
-            tm = time.perf_counter()
-            table = table.to_files(config.spill_dir or tempfile.gettempdir(), drop_singletons=config.method == "bpe")
-            report["seconds"]["map_words"] = round(time.perf_counter() - tm, 3)
-        if init is not None:
-            extra["init"] = init
-        result = method.train(config, table, merge_plan, progress=config.progress, **extra)
-        extra.clear()
-        del table
-        if executor.remote:
-            report["cluster"] = executor.describe()
-    section = dict(result.report)
+
+# ---- stage 3: merge plan --------------------------------------------------------------------------
+
+@dataclass
+class MergePlan:
+    """The merge phase, checked against the budget with the real counts: the table the method
+    learns from (pruned by ``min_pretoken_count``; in mapped files when the plan says so), the
+    plan, and the config and extras (``init``, ``recorded``) the method's ``train`` takes."""
+
+    table: Any
+    plan: budget.Plan
+    config: TrainConfig
+    extras: dict[str, Any]
+
+
+def plan_merges(counts: Counts, run: Run) -> MergePlan:
+    """Stage 3: prune, check the merge phase against the budget with the real count (and the symbols
+    the engine will hold), and move the table to mapped files when the plan says so.
+
+    Raises:
+        errors.BudgetError: the merge phase cannot fit.
+    """
+    config, report, table = counts.config, run.report, counts.table
+    counts.table = None             # this stage owns the table now: a pruned or mapped one replaces it
+    if config.min_pretoken_count > 1:
+        table = table.at_least(config.min_pretoken_count)
+        report["unique_pretokens_kept"] = table.n_words
+    n_symbols = int(table.arena.size)
+    if run.method.drops_single_byte_words:     # they hold no pair: the engine drops them
+        n_symbols -= int(np.count_nonzero(np.diff(table.offsets) == 1))
+    merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols)
+    report["merge_plan"] = {k: merge_plan.to_dict()[k] for k in
+                            ("merge_bytes", "merge_file_bytes", "merge_mapped", "unique_pretokens",
+                             "symbols", "phase_seconds")}
+    if merge_plan.merge_mapped:
+        # The table and the engine's read-only arrays go to mapped files (page cache); only what
+        # the merge loop changes stays in RAM. The table in RAM is dropped here.
+        phase("map words")
+        tm = time.perf_counter()
+        table = table.to_files(config.spill_dir or tempfile.gettempdir(),
+                               drop_singletons=run.method.drops_single_byte_words)
+        report["seconds"]["map_words"] = round(time.perf_counter() - tm, 3)
+    extras: dict[str, Any] = {}
+    if counts.recorded:
+        extras["recorded"] = counts.recorded
+    if run.init is not None:
+        extras["init"] = run.init
+    counts.recorded = None          # the plan holds the only reference now
+    return MergePlan(table, merge_plan, config, extras)
+
+
+# ---- stage 4: the method's merges -----------------------------------------------------------------
+
+def learn(merge_plan: MergePlan, run: Run, executor: Any) -> registry.MethodResult:
+    """Stage 4: the method learns its merges from the table (``formats.registry.Method.train``)."""
+    extras, merge_plan.extras = merge_plan.extras, {}
+    table, merge_plan.table = merge_plan.table, None      # the method holds the only reference
+    learned = run.method.train(merge_plan.config, table, merge_plan.plan, progress=merge_plan.config.progress,
+                               **extras)
+    del table, extras
+    if executor.remote:
+        run.report["cluster"] = executor.describe()
+    return learned
+
+
+# ---- stage 5: model and report --------------------------------------------------------------------
+
+def finish(learned: registry.MethodResult, run: Run, monitor: MemoryMonitor) -> TrainResult:
+    """Stage 5: the ``Model`` and the whole report (the method's section, memory, the preparation)."""
+    config, report = run.config, run.report
+    section = dict(learned.report)
     report["seconds"].update(section.pop("seconds", {}))
     report.update(section)
-    report["vocab_size_reached"] = len(result.vocab)
-    report["seconds"]["total"] = round(time.perf_counter() - t_start, 3)
+    # every report has these, whichever method ran (the tools read them)
+    report.setdefault("merges", len(learned.merges))
+    report.setdefault("merges_requested", max(config.vocab_size - 256 - len(run.specials), 0))
+    report["vocab_size_reached"] = len(learned.vocab)
+    report["seconds"]["total"] = round(time.perf_counter() - run.t_start, 3)
     report["memory"] = monitor.summary()
     report["peak_rss_bytes"] = {"tree_sampled": monitor.peak, **peak_rss_bytes()}
     model = Model(
-        vocab=result.vocab,
-        merges=result.merges,
+        vocab=learned.vocab,
+        merges=learned.merges,
         special_tokens=[s if isinstance(s, str) else s.decode("utf-8") for s in config.special_tokens],
-        pattern=pattern,
+        pattern=run.pattern,
         method=config.method,
-        stages=result.stages,
-        metadata={"input_bytes": size, "unique_pretokens": report["unique_pretokens"]},
+        stages=learned.stages,
+        metadata={"input_bytes": report["input_bytes"], "unique_pretokens": report["unique_pretokens"]},
     )
-    if init is not None:
-        report["init_from"] = model.metadata["init_from"] = init.info
+    if run.init is not None:
+        report["init_from"] = model.metadata["init_from"] = run.init.info
+    report.update(run.notes)        # entropy_filter, spooled, bad_records: what preparing the input did
+    if "entropy_filter" in run.notes:
+        model.metadata["entropy_filter"] = run.notes["entropy_filter"]
     return TrainResult(model=model, report=report)
-
-
-def _stage2_on_shards(config: TrainConfig, sources: list[Source]) -> bool:
-    """SuperBPE on a cluster, or on URL inputs, reads many inputs twice without spooling them on this
-    machine: its stage-2 units are counted over the same shards (``methods.superbpe.count_units_on``).
-    That needs a separator between items (else the spooled corpus decides: it refuses several items)."""
-    if config.method != "superbpe" or config.entropy_filter:
-        return False
-    if config.cluster is None and not any(s.is_url for s in sources):
-        return False
-    from .methods.superbpe import normal_split
-
-    return normal_split(config.stage2_split) != "official" and bool(config.special_tokens)
 
 
 def _announcer(progress):

@@ -53,12 +53,13 @@ def is_package(path: pathlib.Path) -> bool:
     return path.name == "__init__.py"
 
 
-def imports_of(name: str, path: pathlib.Path) -> list[tuple[str, list[str], int]]:
-    """(imported module, imported names, line) for every import in the file, relative ones resolved."""
+def imports_of(name: str, path: pathlib.Path, typing_too: bool = False) -> list[tuple[str, list[str], int]]:
+    """(imported module, imported names, line) for every import in the file, relative ones resolved
+    (with ``typing_too``, those under ``if TYPE_CHECKING:`` too)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if is_package(path) else name.rsplit(".", 1)[0]
     out = []
-    for node in _walk_runtime(tree):
+    for node in (ast.walk(tree) if typing_too else _walk_runtime(tree)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == "bpe_core":
@@ -104,11 +105,11 @@ def top_part(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def graph() -> dict[str, set[str]]:
+def graph(typing_too: bool = False) -> dict[str, set[str]]:
     known = modules()
     edges: dict[str, set[str]] = {m: set() for m in known}
     for name, path in known.items():
-        for target, names, _ in imports_of(name, path):
+        for target, names, _ in imports_of(name, path, typing_too):
             for mod in resolve(target, names, known):
                 if mod in known and mod != name:
                     edges[name].add(mod)
@@ -142,8 +143,11 @@ def test_imports_only_go_down():
     assert not bad, "\n".join(bad)
 
 
-def test_no_import_cycles():
-    edges = graph()
+@pytest.mark.parametrize("typing_too", [False, True], ids=["runtime", "with-type-checking-imports"])
+def test_no_import_cycles(typing_too):
+    """No cycle in the import graph, not even through imports made for type checkers only
+    (``if TYPE_CHECKING:``): a cycle there still ties two layers together for a reader."""
+    edges = graph(typing_too)
     state: dict[str, int] = {}
     stack: list[str] = []
     cycles = []
@@ -238,6 +242,66 @@ def test_a_planted_upward_import_and_cycle_are_caught(tmp_path):
         with pytest.raises(AssertionError, match="higher or sibling layer"):
             test_imports_only_go_down()
         with pytest.raises(AssertionError, match="import cycles"):
-            test_no_import_cycles()
+            test_no_import_cycles(False)
     finally:
         PKG = old
+
+
+# ---- method decisions live behind the method interface ---------------------------------------------
+
+TOOLS = PKG.parent / "tools"
+
+
+def method_names() -> set[str]:
+    from bpe_core.formats import registry
+
+    return set(registry.names()) | {"bpe", "superbpe", "supratok"}
+
+
+def method_comparisons(path: pathlib.Path, names: set[str]) -> list[str]:
+    """Places that compare something called ``method`` (``config.method``, ``args.method``,
+    ``method``) with a method's name: ``x.method == "bpe"``, ``method in ("superbpe", ...)``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+
+    def is_method(node) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "method") or \
+            (isinstance(node, ast.Name) and node.id == "method")
+
+    def names_a_method(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(names_a_method(e) for e in node.elts)
+        return False
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(is_method(x) for x in sides) and any(names_a_method(x) for x in sides):
+                out.append(f"{path.name}:{node.lineno}")
+    return out
+
+
+def test_no_method_name_comparisons_outside_methods():
+    """What differs between methods is a member of ``formats.registry.Method``: no stage, tool or
+    format asks which method it runs (``docs/architecture.md``, "How a method plugs in")."""
+    names = method_names()
+    bad = []
+    for path in sorted(PKG.rglob("*.py")) + sorted(TOOLS.glob("*.py")):
+        rel = path.relative_to(PKG.parent)
+        if rel.parts[:2] in (("bpe_core", "methods"), ("bpe_core", "reference")):
+            continue
+        bad += [f"{rel.parent}/{place}" for place in method_comparisons(path, names)]
+    assert not bad, "method-name comparisons outside bpe_core/methods/:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("snippet", [
+    'if config.method == "bpe":\n    pass\n',
+    'x = args.method in ("superbpe", "supratok")\n',
+    'drop = method != "superbpe"\n',
+])
+def test_a_planted_method_comparison_is_caught(tmp_path, snippet):
+    path = tmp_path / "stage.py"
+    path.write_text(snippet)
+    assert method_comparisons(path, method_names()) == ["stage.py:1"]

@@ -45,6 +45,7 @@ from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, che
                                 check_out_prefix, check_work_dir, chunk_size, run_main)
 from bpe_core.config import TrainConfig, parse_size  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
+from bpe_core.formats import registry  # noqa: E402
 from bpe_core.formats.model import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_folder  # noqa: E402
 from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN  # noqa: E402
 from bpe_core.pretok.patterns import is_pattern_name, pattern_name, pattern_names  # noqa: E402
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "runs stage 2 on top of it (its size is the transition). Its special tokens and "
                         "pattern must be this run's (docs/superbpe.md)")
     g = p.add_argument_group("SuperBPE (--method superbpe)")
-    p.add_argument("--method", choices=["bpe", "superbpe", "supratok"], default="bpe",
+    p.add_argument("--method", choices=registry.names(), default="bpe",
                    help="bpe (default) or superbpe: a second stage that merges across whitespace "
                         "boundaries from the transition point on (Liu et al., 2025); supratok: "
                         "PMI-seeded and scored multiword passes (Tanase & Pelican, 2025; "
@@ -326,7 +327,7 @@ def _train(args) -> int:
     # vocab.json + merges.txt first, model.json last with their checksums: a run killed in between
     # leaves a folder the loaders refuse (docs/formats.md), never two models in one folder
     dropped = dump_folder(result.model, out)
-    if args.method in ("superbpe", "supratok"):
+    if registry.get(args.method).stage_aware:
         print("train_bpe.py: note: vocab.json/merges.txt hold one merge list; tools that load them "
               "(HF tokenizers) apply it without SuperBPE's stages, so their ids can differ from "
               "bpe_core's stage-aware encoder (model.json); see docs/superbpe.md", file=sys.stderr)

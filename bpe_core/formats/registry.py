@@ -15,13 +15,13 @@ ValueError: unknown method 'no-such-method' (known: ...)
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Sequence
 
-if TYPE_CHECKING:          # annotations only: these live in higher layers
-    from ..config import TrainConfig
-    from .model import Model
+# The annotations "TrainConfig" (config.py) and "Model" (formats/model.py) are names only: this
+# module imports neither, not even for type checkers, so the layers below methods that look a
+# method up (model files, the encoder, TrainConfig) form no import cycle with it.
 
-__all__ = ["Method", "MethodResult", "get", "names", "register"]
+__all__ = ["Method", "MethodResult", "get", "names", "register", "unregister"]
 
 
 class MethodResult:
@@ -47,7 +47,10 @@ class Method:
         rereads_input: its ``train`` reads ``config.input_path`` again (a second pass over the
             corpus, one plain-text file). Training then first writes inputs that are not one plain
             file (several files, compressed, records, stdin, iterators) into one temp file under the
-            spill folder (``corpus.sources.spool``).
+            spill folder (``corpus.sources.spool``). :meth:`reads_input_again` can refine it per
+            configuration.
+        drops_single_byte_words: its engine drops words of one byte (they hold no pair), so the
+            merge plan counts their symbols out and a mapped table leaves them out.
         supports_init: it can start from an existing BPE model (``TrainConfig.init_from``); its
             ``train`` then gets that model as ``init`` (``methods.init_from.InitModel``).
         records_pretokens: its ``train`` can use the row of every pretoken, recorded as the corpus
@@ -60,11 +63,17 @@ class Method:
     n_stages: Optional[int] = None
     stage_aware: bool = False
     rereads_input: bool = True
+    drops_single_byte_words: bool = False
     supports_init: bool = False
     records_pretokens: bool = False
 
     def check_config(self, config: "TrainConfig") -> None:
         """Raise ``ValueError`` for options this method cannot run with (called by ``TrainConfig``)."""
+
+    def reads_input_again(self, config: "TrainConfig", sources: Sequence[Any]) -> bool:
+        """Whether ``train`` reads these inputs (``corpus`` sources) a second time from one plain
+        file, so training must spool them into one first (default: :attr:`rereads_input`)."""
+        return self.rereads_input
 
     def uses_record(self, config: "TrainConfig") -> bool:
         """Whether ``train`` would use the recorded pretokens for this configuration (so training
@@ -103,6 +112,11 @@ def register(method: Method) -> Method:
         raise ValueError("a method needs a name")
     _METHODS[method.name] = method
     return method
+
+
+def unregister(name: str) -> None:
+    """Remove the method called ``name`` (a test's own method, say); unknown names are ignored."""
+    _METHODS.pop(name, None)
 
 
 def get(name: Any) -> Method:

@@ -15,6 +15,7 @@ class BPE(registry.Method):
 
     name = "bpe"
     rereads_input = False          # one pass: the counted table is all it needs
+    drops_single_byte_words = True  # the merge engine drops words of one byte (no pair in them)
     supports_init = True
 
     def train(self, config, table, plan, progress=False, init=None) -> registry.MethodResult:

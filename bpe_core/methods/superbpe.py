@@ -1719,6 +1719,14 @@ class SuperBPE(registry.Method):
             raise ValueError(f"min_pretoken_count {config.min_pretoken_count} is for plain BPE: stage 2 joins "
                              "pretokens into units and needs every pretoken's stage-1 tokens (leave it at 1)")
 
+    def reads_input_again(self, config, sources) -> bool:
+        # On a cluster, or with URL inputs, stage 2 counts its units over the same shards
+        # (count_units_on) instead of a spooled copy on this machine. That needs a separator between
+        # items (else the spooled corpus decides: it refuses several items).
+        if config.cluster is None and not any(s.is_url for s in sources):
+            return True
+        return normal_split(config.stage2_split) == "official" or not config.special_tokens
+
     def uses_record(self, config) -> bool:
         # the official split pre-tokenizes the file again with its own regex (_official_units)
         return normal_split(config.stage2_split) != "official"
