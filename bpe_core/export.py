@@ -10,7 +10,7 @@
 - **GPT-2** ``vocab.json`` + ``merges.txt`` (``formats.model.dump_gpt2``).
 
 Every file is written atomically. Ids are never renumbered. Two caveats, both measured in
-``tests/test_export.py`` and explained in ``docs/formats.md``:
+``tests/formats/test_export.py`` and explained in ``docs/formats.md``:
 
 1. Token bytes held by two ids (two merges that build the same bytes) appear once, under the smaller
    id, in every export: the encoders of bpe_core, HF and tiktoken all emit the smaller id anyway.
@@ -208,7 +208,7 @@ def check_tiktoken_compatible(model: Model, limit: int = 20) -> list[tuple[bytes
     concatenation is a token, tiktoken gives a different result. We test every token's own bytes as
     one pretoken: each token whose merge-list encoding keeps such a pair is returned with that
     encoding. An empty list is strong evidence of agreement, not a proof for every text
-    (``tests/test_export.py`` also compares the encoders on text).
+    (``tests/formats/test_export.py`` also compares the encoders on text).
 
     >>> vocab = {i: bytes([i]) for i in range(256)}
     >>> merges = [(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")]

@@ -41,7 +41,7 @@ import regex
 # The `regex` releases that give exactly the committed tables. Checked by running this generator
 # under single releases: 2025.10.22 (the first with Unicode 17.0), 2025.10.23, 2025.11.3, 2026.1.14,
 # 2026.5.9 and 2026.9.10 give identical flags; 2025.9.18 (Unicode 16.0) and 2026.9.29 (Unicode 18
-# data) do not. Keep pyproject.toml's `regex` line in step; tests/test_pretokenize.py regenerates.
+# data) do not. Keep pyproject.toml's `regex` line in step; tests/pretok/test_pretokenize.py regenerates.
 REGEX_VERSION_RANGE = ">=2025.10.22,<2026.9.29"
 
 HEADER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "pretok", "_unicode_tables.h")

@@ -10,7 +10,7 @@ leaves the result unchanged:
    single space between two ASCII letters (``a b`` -> ``a | b``). No piece of the GPT-2, cl100k
    or o200k patterns crosses such a point (the space always starts the next pretoken: `` ?\\p{L}+``
    or ``[^\\r\\n\\p{L}\\p{N}]?\\p{L}+``), and no match before it looks past it, so the pretokens of
-   the two halves are exactly the pretokens of the whole (``tests/test_corpus.py`` checks it on
+   the two halves are exactly the pretokens of the whole (``tests/corpus/test_corpus.py`` checks it on
    random text). So even one 2 GB line with no special token and no newline is cut into chunks.
 
 A user-supplied regex gets cut at document edges only.

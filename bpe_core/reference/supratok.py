@@ -1,7 +1,7 @@
 """Plain twin of SupraTok passes 1 and 2 (full recount per merge), for the equivalence tests.
 
 Pass 3 (scored spans, leaf surgery) is not a merge loop and has no twin; its pieces are tested
-against hand-computed values instead (tests/test_supratok.py).
+against hand-computed values instead (tests/methods/test_supratok.py).
 """
 from __future__ import annotations
 

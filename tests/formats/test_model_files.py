@@ -2,6 +2,7 @@
 not belong together, a folder left half-written by a killed run, exports HF cannot load, bad ids."""
 from __future__ import annotations
 
+from paths import TOOLS
 import functools
 import json
 import os
@@ -21,7 +22,7 @@ from bpe_core.pretok.patterns import resolve_pattern
 from bpe_core.encode.tokenizer import Tokenizer
 from encode_helpers import EOT, fixture_path, fixture_text
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+sys.path.insert(0, str(TOOLS))
 import encode_corpus as encode_cli  # noqa: E402
 import evaluate as evaluate_cli  # noqa: E402
 import export_tokenizer as export_cli  # noqa: E402

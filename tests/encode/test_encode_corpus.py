@@ -1,6 +1,7 @@
 """Whole-corpus encoding: identical ids for any worker count and chunk size, the .npy, the CLI."""
 from __future__ import annotations
 
+from paths import TOOLS
 import importlib
 import os
 import random
@@ -19,7 +20,7 @@ from encode_helpers import EOT, SETTINGS, fixture_text, small_model
 # The module, not the function bpe_core re-exports under the same name.
 ec = importlib.import_module("bpe_core.encode.encode_corpus")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+sys.path.insert(0, str(TOOLS))
 import encode_corpus as cli  # noqa: E402
 
 
@@ -264,7 +265,7 @@ def test_kill_9_leaves_no_output_file(tmp_path):
     data = (text + EOT.encode()) * max(1, (3 << 20) // (len(text) + len(EOT)))
     (tmp_path / "in.txt").write_bytes(data)
     out = tmp_path / "ids.npy"
-    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "encode_corpus.py")
+    tool = str(TOOLS / "encode_corpus.py")
     proc = subprocess.Popen([sys.executable, tool, str(tmp_path / "in.txt"), "--tokenizer", str(d), "--out",
                              str(out), "--workers", "1", "--chunk-size", "4k", "--no-progress"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

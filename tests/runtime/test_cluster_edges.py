@@ -1,6 +1,7 @@
 """Cluster edges a user meets from the tools: a bad input on a ``local:N`` cluster, a scheduler
 address with nothing (or something else) behind it, a signal while a local cluster starts or
 closes, a script without a ``__main__`` guard. Each ends quickly, in one line, with no leftovers."""
+from paths import REPO
 import os
 import socket
 import subprocess
@@ -16,7 +17,7 @@ pytest.importorskip("distributed")
 from bpe_core.errors import ClusterError  # noqa: E402
 from bpe_core.runtime.executors import open_executor  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 TOOLS = os.path.join(ROOT, "tools")
 TEXT = b"the cat sat on the mat. the dog sat on the log.\n" * 50
 

@@ -1,6 +1,7 @@
 """--init-from: continuing an existing BPE model equals training the larger vocabulary from scratch on
 the same corpus; on another corpus it equals the reference twin's continuation; bad init models are
 refused with one line."""
+from paths import REPO
 import doctest
 import json
 import os
@@ -24,7 +25,7 @@ from bpe_core.methods import init_from
 
 from strategies import SPECIAL, corpus_bytes
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 FIXTURES = ROOT / "tests" / "fixtures"
 words = st.sampled_from(["the", " the", " cat", " sat", " on", " mat", ".", " 12345", " 7", "\n", "  ",
                          " of", " a", ",", " and", " thesis", " aaa", "aaaa", SPECIAL])

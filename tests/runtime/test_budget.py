@@ -1,5 +1,6 @@
 """Training under a RAM budget: the sampled peak RSS of the process tree stays under it, the merges
 do not change, and a killed run leaves no half-written output."""
+from paths import REPO
 import json
 import os
 import random
@@ -16,7 +17,7 @@ from bpe_core.runtime.memmon import PHASE_FILE_ENV, read_phase_file
 from bpe_core.formats.model import load_gpt2, load_model
 from bpe_core.runtime.budget import BudgetError
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 TRAIN = ROOT / "tools" / "train_bpe.py"
 
 

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+from paths import REPO
 import json
 import os
 import pathlib
@@ -30,7 +31,7 @@ from bpe_core.pretok.patterns import PATTERN_ALIASES, PATTERNS, pattern_name, re
 from bpe_core.pretok.pretokenize import count_pretokens, is_native, pretoken_ends, pretokenize
 from bpe_core.encode.tokenizer import Tokenizer
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 NAMES = list(PATTERNS)
 EOT = "<|endoftext|>"
 # Custom patterns that do not cover every text; x* and (?=a) match the empty string.

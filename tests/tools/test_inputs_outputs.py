@@ -4,6 +4,7 @@ checkout named, --progress modes, and the small CLI refusals. Each CLI case: exi
 stderr, no traceback, no leftover files."""
 from __future__ import annotations
 
+from paths import REPO
 import gzip
 import bz2
 import json
@@ -28,7 +29,7 @@ from bpe_core.corpus import BinaryInputWarning, CorpusError, binary_reason, chec
 from bpe_core.formats.model import Model, dump_model
 from bpe_core.runtime.progress import _Lines, make_progress
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 TOOLS = ROOT / "tools"
 TEXT = ("the cat sat on the mat. the dog sat on the log.\n" * 30 + "<|endoftext|>"
         + "naïve café — 東京 and ok. 123 4567 it's I'M\n" * 10).encode()
@@ -267,7 +268,7 @@ def _zstd_frame(data: bytes) -> bytes:
 def test_compressed_input_is_read_by_the_tools_and_refused_by_the_plain_fast_path(tmp_path, tok_dir, name, make,
                                                                                  hint):
     """``check_input`` (the pread fast path of one plain file) still refuses compressed files; the
-    tools and ``train_bpe`` read them as streams (``corpus.sources``; tests/test_sources.py)."""
+    tools and ``train_bpe`` read them as streams (``corpus.sources``; tests/corpus/test_sources.py)."""
     p = tmp_path / "c.txt.z"
     p.write_bytes(make(TEXT))
     with pytest.raises(CorpusError, match=f"is {name}-compressed; decompress it first"):

@@ -6,6 +6,7 @@ expectations alone (the few literal cases below are the issue's traps, checked b
 """
 from __future__ import annotations
 
+from paths import REPO
 import importlib.util
 import lzma
 import os
@@ -23,7 +24,7 @@ from bpe_core.pretok.patterns import PATTERNS
 from bpe_core.pretok.pretokenize import (count_pretokens, is_native, merge_counts, pretoken_ends,
                                   pretokenize)
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 CORPORA = ROOT.parent / "shared" / "corpora"
 NAMES = list(PATTERNS)  # gpt2, cl100k, o200k
 MAX_EXAMPLES = int(os.environ.get("BPE_CORE_MAX_EXAMPLES", "200"))

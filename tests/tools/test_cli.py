@@ -1,4 +1,5 @@
 """tools/train_bpe.py: help, a real run, the files it writes, and every bad input."""
+from paths import REPO
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 from bpe_core import reference
 from bpe_core.formats.model import load_gpt2, load_model
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 sys.path.insert(0, str(ROOT / "tools"))
 import train_bpe as cli  # noqa: E402
 

@@ -6,6 +6,7 @@ The method, ``capped``: byte-level BPE whose tokens are at most ``MAX_BYTES`` by
 whose bytes would be longer never merges). It needs one pass over the corpus, so it sets
 ``rereads_input = False``; it drops one-byte words as plain BPE does.
 """
+from paths import REPO
 import json
 import pathlib
 import sys
@@ -19,7 +20,7 @@ from bpe_core.formats import registry
 from bpe_core.formats.model import load_model
 from bpe_core.training import train_bpe
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 sys.path.insert(0, str(ROOT / "tools"))
 import train_bpe as cli  # noqa: E402
 

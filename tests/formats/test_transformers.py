@@ -3,6 +3,7 @@
 Runs in a subprocess with HF_HOME in a temporary folder and HF_HUB_OFFLINE=1: nothing is
 downloaded, and the dynamic-module cache transformers writes stays out of the user's home.
 """
+from paths import REPO
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 SCRIPT = r'''
 import json, sys

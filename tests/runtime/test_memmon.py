@@ -2,6 +2,7 @@
 
 No timing asserts: each check waits for a child to say it is ready, or samples explicitly.
 """
+from paths import REPO
 import doctest
 import importlib.util
 import json
@@ -17,7 +18,7 @@ from bpe_core.runtime import memmon, profile
 from bpe_core.runtime import budget as scheduler
 from bpe_core.runtime.memmon import PHASE_FILE_ENV, MemoryMonitor, phase, read_phase_file, tree_rss
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 sys.path.insert(0, str(ROOT / "tools"))
 import profile_memory as cli  # noqa: E402
 

@@ -1,6 +1,7 @@
 """Exports checked with the real libraries: HF tokenizers, tiktoken, GPT-2 files."""
 from __future__ import annotations
 
+from paths import TOOLS
 import atexit
 import functools
 import os
@@ -24,7 +25,7 @@ from encode_helpers import (EOT, FIXTURE_TEXTS, SETTINGS, corpus_names, corpus_s
 tokenizers = pytest.importorskip("tokenizers")
 tiktoken = pytest.importorskip("tiktoken")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+sys.path.insert(0, str(TOOLS))
 import export_tokenizer as cli  # noqa: E402
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)

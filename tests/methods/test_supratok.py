@@ -1,5 +1,6 @@
 """SupraTok: passes 1-2 equal the plain twin, the Appendix-A score against hand-computed values,
 leaf surgery keeps the vocabulary size, the encoder reproduces training, determinism, round trip."""
+from paths import CORPORA
 import math
 import os
 import pathlib
@@ -23,7 +24,6 @@ from bpe_core.methods.supratok.stats import NgramStats, flatten_units
 
 from strategies import SPECIAL
 
-CORPORA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "corpora"
 SPECIAL_B = SPECIAL.encode()
 
 PHRASES = [" the cat sat on the mat", " of the", " in the house", " New York", " she said", " it was",

@@ -5,6 +5,7 @@ Everything that a cluster run produces -- the word table, the merges, ``model.js
 -- is compared byte for byte with the single-node run on the same input, for several shard sizes;
 and once more after a worker process is killed in the middle of a run.
 """
+from paths import FIXTURES, TOOLS
 import os
 import pickle
 import sys
@@ -36,7 +37,7 @@ from bpe_core.training import train  # noqa: E402
 # The tasks defined here travel to the workers by value (this file is not importable there).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+FIXTURES = str(FIXTURES)
 SPECIALS = ["<|endoftext|>"]
 
 
@@ -85,7 +86,7 @@ def run_tool(name: str, args: list, env: dict = None, extra: list = ()) -> tuple
     import importlib
     import io
 
-    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    tools = str(TOOLS)
     if tools not in sys.path:
         sys.path.insert(0, tools)
     module = importlib.import_module(name)

@@ -9,6 +9,7 @@ are counted with ``skip_bad_records``; inputs expand deterministically.
 """
 from __future__ import annotations
 
+from paths import REPO
 import bz2
 import gzip
 import io
@@ -36,7 +37,7 @@ zstandard = pytest.importorskip("zstandard")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-TOOLS = pathlib.Path(__file__).resolve().parents[1] / "tools"
+TOOLS = REPO / "tools"
 S = "<|endoftext|>"
 SB = S.encode()
 

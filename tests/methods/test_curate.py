@@ -1,4 +1,5 @@
 """Entropy curation: entropy values, bins, seeded determinism, atomic output, the CLI."""
+from paths import REPO
 import json
 import math
 import os
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from bpe_core.methods.curate import (bigram_entropy, curate_bytes, curate_file, entropy_bin, keep_document)
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 SEP = b"<|endoftext|>"
 
 

@@ -1,4 +1,5 @@
 """SuperBPE: the fast path equals the plain reference; the encoder reproduces training."""
+from paths import REPO
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from bpe_core.methods.superbpe import StageAwareEncoder, Stage2Rules, official_u
 
 from strategies import SPECIAL, corpus_bytes
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 words = st.sampled_from(["the", " the", " cat", " sat", " on", " mat", ".", ":", " 12345", " 7", "\n", "  ",
                          " of", " a", ",", " and", "1,000", " x:", " é", "\n\n", SPECIAL])
