@@ -286,8 +286,8 @@ def _stream_starts(inp: _Input, compression: str, k: int) -> bool:
             if zeros < len(head) or not head:
                 break
         if compression == "xz" and (inp.offset - start) % 4:
-            raise _Damage(start, None, f"xz stream padding of {inp.offset - start:,} bytes after stream "
-                                             f"{k} is not a multiple of 4")
+            raise _Damage(start, None, f"xz stream padding of {inp.offset - start:,} bytes after stream {k} "
+                                       f"is not a multiple of 4")
     head = inp.peek(10)
     if not head:
         return False
@@ -298,8 +298,7 @@ def _stream_starts(inp: _Input, compression: str, k: int) -> bool:
         return True                         # zlib says what is wrong with this member's header
     unit = _UNIT[compression]
     what = f"after {unit} {k}" if k else "at the start"
-    raise _Damage(inp.offset, None,
-                  f"not {compression} data {what} (trailing garbage or a damaged {unit} header)")
+    raise _Damage(inp.offset, None, f"not {compression} data {what} (trailing garbage or a damaged {unit} header)")
 
 
 def _decompress(raw: BinaryIO, compression: str, path: str, limit: int) -> Iterator[bytes]:
@@ -319,7 +318,7 @@ def _decompress(raw: BinaryIO, compression: str, path: str, limit: int) -> Itera
             data = inp.read(FEED_BYTES)
             if not data:
                 raise _Damage(inp.offset, None, f"truncated {compression} stream (the file ends inside "
-                                                      f"{unit} {k})", start, out)
+                                                f"{unit} {k})", start, out)
             try:
                 for piece in dec.feed(data):
                     out += len(piece)
