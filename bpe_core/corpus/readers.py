@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Iterator, Optional
 
 from ..errors import CorpusError
-from .files import compressed_format
+from .files import ZSTD_SKIPPABLE, compressed_format
 
 __all__ = ["BadRecords", "DECOMPRESSORS", "EXTRAS", "READ_BYTES", "compression_of", "dataset_documents",
            "decompressed_pieces", "file_head", "is_dataset", "line_of", "iterator_documents", "jsonl_documents", "need_module",
@@ -296,9 +296,28 @@ def _stream_starts(inp: _Input, compression: str, k: int) -> bool:
         return True
     if compression == "gzip" and head[:2] == b"\x1f\x8b":
         return True                         # zlib says what is wrong with this member's header
+    if len(head) < 10 and _could_start(head, compression):
+        return True                         # the file ends inside a stream header: truncated
     unit = _UNIT[compression]
     what = f"after {unit} {k}" if k else "at the start"
     raise _Damage(inp.offset, None, f"not {compression} data {what} (trailing garbage or a damaged {unit} header)")
+
+
+#: The first bytes of a stream of each format (zstd: also 0x50..0x5F, then ZSTD_SKIPPABLE).
+_MAGIC = {"gzip": b"\x1f\x8b\x08", "xz": b"\xfd7zXZ\x00", "bzip2": b"BZh", "zstd": b"\x28\xb5\x2f\xfd"}
+
+
+def _could_start(head: bytes, compression: str) -> bool:
+    """Whether the last bytes of a file, too few to sniff, begin a stream of ``compression``.
+
+    >>> _could_start(b"BZ", "bzip2"), _could_start(b"BZh9", "bzip2"), _could_start(b"\\x00", "bzip2")
+    (True, True, False)
+    """
+    magic = _MAGIC[compression]
+    if head.startswith(magic) or magic.startswith(head):
+        return True
+    return compression == "zstd" and head[0] & 0xF0 == 0x50 and (
+        head[1:4].startswith(ZSTD_SKIPPABLE) or ZSTD_SKIPPABLE.startswith(head[1:4]))
 
 
 def _decompress(raw: BinaryIO, compression: str, path: str, limit: int) -> Iterator[bytes]:
