@@ -23,7 +23,8 @@ __all__ = ["check_input", "compressed_format", "binary_reason", "warn_if_binary"
 
 
 #: Compressed formats refused by their magic bytes: (name, magic, how to decompress). bzip2's
-#: "BZh" + level is also checked against the block or end-of-stream magic that follows it.
+#: "BZh" + level is also checked against the block or end-of-stream magic that follows it; a zstd
+#: file may also start with a skippable frame (``ZSTD_SKIPPABLE``; every ``pzstd`` output does).
 COMPRESSED_MAGIC: tuple[tuple[str, bytes, str], ...] = (
     ("gzip", b"\x1f\x8b\x08", "gzip -dk {}"),
     ("xz", b"\xfd7zXZ\x00", "xz -dk {}"),
@@ -33,6 +34,8 @@ COMPRESSED_MAGIC: tuple[tuple[str, bytes, str], ...] = (
     ("zip", b"PK\x03\x04", "unzip {}"),
 )
 _BZIP2_NEXT = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
+#: The magic of a zstd skippable frame, 0x184D2A50..0x184D2A5F little-endian, less its first byte.
+ZSTD_SKIPPABLE = b"\x2a\x4d\x18"
 
 _FILE_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -46,7 +49,11 @@ def compressed_format(head: bytes) -> tuple[str, str] | None:
     (('xz', 'xz -dk {}'), None)
     >>> compressed_format(b"BZh is not bzip2"), compressed_format(b"BZh91AY&SY")[0]
     (None, 'bzip2')
+    >>> compressed_format(b"\\x50\\x2a\\x4d\\x18\\x04\\x00\\x00\\x00")[0]      # a zstd skippable frame
+    'zstd'
     """
+    if len(head) >= 4 and head[0] & 0xF0 == 0x50 and head[1:4] == ZSTD_SKIPPABLE:
+        return "zstd", "zstd -d {}"
     for name, magic, hint in COMPRESSED_MAGIC:
         if head.startswith(magic):
             if name == "bzip2" and not (len(head) >= 10 and head[3:4] in b"123456789"

@@ -6,12 +6,14 @@ line naming the file and the line or row (:class:`~bpe_core.errors.CorpusError`)
 caller asked to skip bad records, it counts the record in a :class:`BadRecords` and goes on:
 
 - **compressed streams** (gzip, xz, zstd, bzip2; detected by magic bytes, ``files.compressed_format``):
-  read in bounded pieces; a truncated or corrupt stream is a bad record (the bytes before it are
-  kept when skipping);
+  read in bounded pieces, every stream to the end of the file; a truncated or corrupt stream, or
+  bytes that are not a stream (garbage between or after streams), is a bad record naming the
+  compressed offset (every byte decompressed before it is kept when skipping);
 - **JSON Lines**: one JSON object per line, the text at ``text_field`` (a dotted path such as
   ``meta.text`` reaches nested objects; a key that itself holds dots is tried first). Blank lines
-  are not records. Invalid JSON, a missing field, a value that is not a string, or a string that is
-  not UTF-8 (a lone surrogate) are bad records;
+  are not records. Invalid JSON (whatever Python's parser refuses, also too deep a nesting or an
+  integer of over 4,300 digits), a missing field, a value that is not a string, or a string that
+  is not UTF-8 (a lone surrogate) are bad records;
 - **Parquet** (``pyarrow``): the ``text_column`` (string or binary) read one row group at a time;
   a null is a bad record, a row group that cannot be read counts all its rows as bad;
 - **iterators** of ``str`` or ``bytes`` (or of lists of them: batches), and Hugging Face
@@ -31,7 +33,6 @@ A ``str`` becomes UTF-8 with ``surrogateescape`` (as everywhere in bpe_core), so
 from __future__ import annotations
 
 import bz2
-import gzip
 import io
 import json
 import lzma
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Iterator, Optional
 
 from ..errors import CorpusError
-from .files import compressed_format
+from .files import ZSTD_SKIPPABLE, compressed_format
 
 __all__ = ["BadRecords", "DECOMPRESSORS", "EXTRAS", "READ_BYTES", "compression_of", "dataset_documents",
            "decompressed_pieces", "file_head", "is_dataset", "line_of", "iterator_documents", "jsonl_documents", "need_module",
@@ -139,6 +140,14 @@ def to_document(value: Any) -> bytes:
 # ==== Compressed streams ===========================================================================
 
 
+#: Compressed bytes fed to a decompressor at a time (zstd, whose decompressor has no output limit,
+#: gets ``ZSTD_FEED_BYTES`` at a time, so one call's output stays bounded too).
+FEED_BYTES = 1 << 20
+ZSTD_FEED_BYTES = 128 << 10
+#: What one stream of each format is called in messages.
+_UNIT = {"gzip": "member", "xz": "stream", "bzip2": "stream", "zstd": "frame"}
+
+
 def compression_of(head: bytes, path: str) -> Optional[str]:
     """The compression of a file by its first bytes: None (not compressed) or one of DECOMPRESSORS.
 
@@ -147,6 +156,8 @@ def compression_of(head: bytes, path: str) -> Optional[str]:
 
     >>> import gzip; compression_of(gzip.compress(b"x"), "a"), compression_of(b"text", "a")
     ('gzip', None)
+    >>> compression_of(b"\\x5a\\x2a\\x4d\\x18\\x00\\x00\\x00\\x00", "a")     # a zstd skippable frame
+    'zstd'
     """
     found = compressed_format(head)
     if found is None:
@@ -158,88 +169,290 @@ def compression_of(head: bytes, path: str) -> Optional[str]:
     return name
 
 
-class _ZstdReader(io.RawIOBase):
-    """A zstd stream of one or more frames, read in bounded pieces; a truncated stream raises
-    ``EOFError`` (``zstandard``'s own stream reader returns the short output silently)."""
+class _Damage(Exception):
+    """Where and how a compressed file stops being readable (turned into a bad record)."""
 
-    def __init__(self, raw: BinaryIO, path: str):
-        zstd = need_module("zstandard", path)
-        self._zstd = zstd
-        self._raw = raw
-        self._obj = zstd.ZstdDecompressor().decompressobj()
+    def __init__(self, at: int, end: Optional[int], problem: str, stream_start: int = 0, stream_out: int = 0):
+        super().__init__(problem)
+        self.at, self.end, self.problem = at, end, problem      # at byte ``at``, or in [at, end)
+        self.stream_start, self.stream_out = stream_start, stream_out
+
+
+def _codec_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a decompressor's complaint about its input (bz2 raises OSError without
+    an errno; zstandard's ZstdError is matched by name, the module being optional)."""
+    if isinstance(exc, OSError):
+        return exc.errno is None
+    return isinstance(exc, (lzma.LZMAError, zlib.error, EOFError, ValueError)) or type(exc).__name__ == "ZstdError"
+
+
+class _Input:
+    """A binary reader with its offset, one-ahead look (``peek``) and push-back (``unread``)."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.buf = b""
+        self.offset = 0             # of the next byte read, from the start of the file
+
+    def read(self, n: int) -> bytes:
+        if self.buf:
+            data, self.buf = self.buf[:n], self.buf[n:]
+        else:
+            data = self.raw.read(n) or b""
+        self.offset += len(data)
+        return data
+
+    def peek(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            more = self.raw.read(max(n - len(self.buf), FEED_BYTES))
+            if not more:
+                break
+            self.buf += more
+        return self.buf[:n]
+
+    def unread(self, data: bytes) -> None:
+        self.buf = data + self.buf
+        self.offset -= len(data)
+
+
+class _Decoder:
+    """One stream's decompressor behind one interface: ``feed(data)`` yields the output of ``data``
+    in pieces of at most ``limit`` bytes (zstd: of ``ZSTD_FEED_BYTES`` of input), until the stream
+    ends (``eof``; ``unused`` is then what followed it in ``data``)."""
+
+    def __init__(self, compression: str, path: str, limit: int):
+        self.kind, self.limit, self.unused = compression, limit, b""
+        if compression == "gzip":
+            self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)     # one member: header, deflate, CRC
+        elif compression == "xz":
+            self._d = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+        elif compression == "bzip2":
+            self._d = bz2.BZ2Decompressor()
+        elif compression == "zstd":
+            self._d = need_module("zstandard", path).ZstdDecompressor().decompressobj()
+        else:
+            raise CorpusError(path, f"unknown compression {compression!r}")
+
+    @property
+    def eof(self) -> bool:
+        return self._d.eof
+
+    def feed(self, data) -> Iterator[bytes]:
+        d, limit = self._d, self.limit
+        if self.kind == "zstd":             # a skippable frame is a frame without output
+            for i in range(0, len(data), ZSTD_FEED_BYTES):
+                out = d.decompress(data[i:i + ZSTD_FEED_BYTES])
+                if out:
+                    yield out
+                if d.eof:
+                    self.unused = bytes(d.unused_data) + bytes(data[i + ZSTD_FEED_BYTES:])
+                    return
+        elif self.kind == "gzip":
+            while True:
+                out = d.decompress(data, limit)
+                if out:
+                    yield out
+                if d.eof:
+                    self.unused = d.unused_data
+                    return
+                data = d.unconsumed_tail
+                if not out and not data:
+                    return
+        else:
+            out = d.decompress(data, limit)
+            while True:
+                if out:
+                    yield out
+                if d.eof:
+                    self.unused = d.unused_data
+                    return
+                if d.needs_input:
+                    return
+                out = d.decompress(b"", limit)
+
+
+def _stream_starts(inp: _Input, compression: str, k: int) -> bool:
+    """After ``k`` whole streams: whether another starts at ``inp.offset`` (False: the file ends).
+
+    What ``gzip`` and ``xz`` allow between streams is skipped (zero bytes; for xz in multiples of
+    four, its stream padding); anything else that is not the next stream's magic is damage.
+    """
+    start = inp.offset
+    if k and compression in ("gzip", "xz"):
+        while True:
+            head = inp.peek(FEED_BYTES)
+            zeros = len(head) - len(head.lstrip(b"\0"))
+            inp.read(zeros)
+            if zeros < len(head) or not head:
+                break
+        if compression == "xz" and (inp.offset - start) % 4:
+            raise _Damage(start, None, f"xz stream padding of {inp.offset - start:,} bytes after stream {k} "
+                                       f"is not a multiple of 4")
+    head = inp.peek(10)
+    if not head:
+        return False
+    found = compressed_format(head)
+    if found is not None and found[0] == compression:
+        return True
+    if compression == "gzip" and head[:2] == b"\x1f\x8b":
+        return True                         # zlib says what is wrong with this member's header
+    if len(head) < 10 and _could_start(head, compression):
+        return True                         # the file ends inside a stream header: truncated
+    unit = _UNIT[compression]
+    what = f"after {unit} {k}" if k else "at the start"
+    raise _Damage(inp.offset, None, f"not {compression} data {what} (trailing garbage or a damaged {unit} header)")
+
+
+#: The first bytes of a stream of each format (zstd: also 0x50..0x5F, then ZSTD_SKIPPABLE).
+_MAGIC = {"gzip": b"\x1f\x8b\x08", "xz": b"\xfd7zXZ\x00", "bzip2": b"BZh", "zstd": b"\x28\xb5\x2f\xfd"}
+
+
+def _could_start(head: bytes, compression: str) -> bool:
+    """Whether the last bytes of a file, too few to sniff, begin a stream of ``compression``.
+
+    >>> _could_start(b"BZ", "bzip2"), _could_start(b"BZh9", "bzip2"), _could_start(b"\\x00", "bzip2")
+    (True, True, False)
+    """
+    magic = _MAGIC[compression]
+    if head.startswith(magic) or magic.startswith(head):
+        return True
+    return compression == "zstd" and head[0] & 0xF0 == 0x50 and (
+        head[1:4].startswith(ZSTD_SKIPPABLE) or ZSTD_SKIPPABLE.startswith(head[1:4]))
+
+
+def _decompress(raw: BinaryIO, compression: str, path: str, limit: int) -> Iterator[bytes]:
+    """The decompressed bytes of every stream of ``raw`` in turn, read to the end of the file.
+
+    Raises:
+        _Damage: a truncated or corrupt stream, or bytes that are not a stream.
+    """
+    inp = _Input(raw)
+    unit = _UNIT[compression]
+    k = 0
+    while _stream_starts(inp, compression, k):
+        k += 1
+        dec = _Decoder(compression, path, limit)
+        start, out = inp.offset, 0
+        while not dec.eof:
+            data = inp.read(FEED_BYTES)
+            if not data:
+                raise _Damage(inp.offset, None, f"truncated {compression} stream (the file ends inside "
+                                                f"{unit} {k})", start, out)
+            try:
+                for piece in dec.feed(data):
+                    out += len(piece)
+                    yield piece
+            except Exception as exc:
+                if not _codec_error(exc):
+                    raise
+                raise _Damage(inp.offset - len(data), inp.offset,
+                              f"corrupt {compression} stream ({unit} {k}: {exc})", start, out) from None
+        inp.unread(dec.unused)
+
+
+def _output_before(raw: BinaryIO, compression: str, path: str, damage: _Damage) -> Iterator[bytes]:
+    """What the damaged stream's last piece gave before its error (lost with the call that raised):
+    the stream is decompressed again from its start (a seekable file only) and that piece fed one
+    byte at a time. ``damage.at`` becomes the byte at which the error came."""
+    try:
+        if not raw.seekable():
+            return
+        raw.seek(damage.stream_start)
+    except (AttributeError, OSError, ValueError):
+        return
+    dec = _Decoder(compression, path, FEED_BYTES)
+    skip = damage.stream_out                # yielded already
+
+    def fresh(outs: Iterator[bytes]) -> Iterator[bytes]:
+        nonlocal skip
+        for out in outs:
+            if skip >= len(out):
+                skip -= len(out)
+            else:
+                yield out[skip:]
+                skip = 0
+
+    pos = damage.stream_start
+    try:
+        while pos < damage.at:              # these pieces decompressed without error the first time
+            data = raw.read(min(FEED_BYTES, damage.at - pos))
+            if not data:
+                return
+            pos += len(data)
+            yield from fresh(dec.feed(data))
+        data = raw.read(damage.end - damage.at)
+        for i in range(len(data)):
+            yield from fresh(dec.feed(data[i:i + 1]))
+            pos += 1
+            if dec.eof:
+                return
+    except Exception as exc:
+        if not _codec_error(exc):
+            raise
+        damage.at, damage.end = pos, None
+
+
+class _PieceReader(io.RawIOBase):
+    """A binary reader over an iterator of byte pieces."""
+
+    def __init__(self, pieces: Iterator[bytes]):
+        self._pieces = pieces
         self._buf = b""
-        self._started = False
-        self._done = False
 
     def readable(self) -> bool:
         return True
 
     def read(self, n: int = -1) -> bytes:
-        while not self._buf and not self._done:
-            data = self._raw.read(READ_BYTES)
-            if not data:
-                if self._started and not self._obj.eof:
-                    raise EOFError("it ends inside a frame")
-                self._done = True
-                break
-            while data:
-                self._started = True
-                out = self._obj.decompress(data)
-                self._buf += out
-                if self._obj.eof:           # the next frame, if any
-                    data = self._obj.unused_data
-                    self._obj = self._zstd.ZstdDecompressor().decompressobj()
-                    self._started = False
-                else:
-                    data = b""
         if n is None or n < 0:
-            n = len(self._buf)
+            out, self._buf = self._buf + b"".join(self._pieces), b""
+            return out
+        while not self._buf:
+            self._buf = next(self._pieces, None)
+            if self._buf is None:
+                self._buf = b""
+                return b""
         out, self._buf = self._buf[:n], self._buf[n:]
         return out
 
 
 def open_decompressed(raw: BinaryIO, compression: Optional[str], path: str) -> BinaryIO:
-    """A binary reader of the decompressed bytes of ``raw`` (``raw`` itself when not compressed)."""
+    """A binary reader of the decompressed bytes of ``raw`` (``raw`` itself when not compressed);
+    every stream is read, and damage raises :class:`CorpusError` (see :func:`decompressed_pieces`)."""
     if compression is None:
         return raw
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if compression == "xz":
-        return lzma.LZMAFile(raw, "rb")
-    if compression == "bzip2":
-        return bz2.BZ2File(raw, "rb")
-    if compression == "zstd":
-        return _ZstdReader(raw, path)
-    raise CorpusError(path, f"unknown compression {compression!r}")
+    if compression not in DECOMPRESSORS:
+        raise CorpusError(path, f"unknown compression {compression!r}")
+    return _PieceReader(decompressed_pieces(raw, compression, path, BadRecords(skip=False)))
 
 
 def decompressed_pieces(raw: BinaryIO, compression: Optional[str], path: str, bad: BadRecords,
                         piece_bytes: int = READ_BYTES) -> Iterator[bytes]:
-    """The decompressed bytes of ``raw`` in pieces of about ``piece_bytes``.
+    """The decompressed bytes of ``raw`` in pieces of at most ``piece_bytes``.
 
-    A corrupt or truncated stream is one bad record: raised, or (skipping) the bytes before it are
-    kept and the rest of the file is skipped.
+    Every stream (gzip member, xz or bzip2 stream, zstd frame; zstd skippable frames give nothing)
+    is read, to the end of the file. A truncated or corrupt stream, or bytes that are not a stream
+    (trailing garbage, a damaged magic; xz stream padding that is not a multiple of four) are one
+    bad record naming the compressed offset: raised, or (skipping) every byte the decompressor gave
+    before the damage is kept and the rest of the file is skipped.
     """
-    reader = open_decompressed(raw, compression, path)
+    if compression is None:
+        yield from iter(lambda: raw.read(piece_bytes), b"")
+        return
     n = 0
-    while True:
-        try:
-            data = reader.read(piece_bytes)
-        except (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError) as exc:
-            if isinstance(exc, OSError) and exc.errno is not None:
-                raise                     # a read error of the file itself, not of its content
-            what = "truncated" if isinstance(exc, EOFError) else "corrupt"
-            bad.add(path, f"after {n:,} decompressed bytes", f"{what} {compression} stream ({exc})")
-            return
-        except Exception as exc:          # zstandard.ZstdError
-            if type(exc).__name__ != "ZstdError":
-                raise
-            bad.add(path, f"after {n:,} decompressed bytes", f"corrupt zstd stream ({exc})")
-            return
-        if not data:
-            return
-        n += len(data)
-        yield data
+    try:
+        for data in _decompress(raw, compression, path, piece_bytes):
+            n += len(data)
+            yield data
+        return
+    except _Damage as exc:
+        damage = exc
+    if bad.skip and damage.end is not None:     # a corrupt piece: what it gave before the error
+        for data in _output_before(raw, compression, path, damage):
+            n += len(data)
+            yield data
+    where = f"compressed byte {damage.at:,}" if damage.end is None else \
+        f"compressed bytes {damage.at:,}-{damage.end:,}"
+    bad.add(path, f"{where}, after {n:,} decompressed bytes", damage.problem)
 
 
 # ==== JSON Lines ===================================================================================
@@ -308,6 +521,9 @@ def _record(line: bytes, lineno: int, path: str, text_field: str, parts: tuple[s
         return None
     except RecursionError:
         bad.add(path, f"line {lineno}", "invalid JSON (nested too deeply)")
+        return None
+    except ValueError as exc:             # what else the parser refuses (an integer of > 4,300 digits)
+        bad.add(path, f"line {lineno}", f"invalid JSON ({str(exc).split(';')[0]})")
         return None
     try:
         value = _field(obj, text_field, parts)

@@ -288,7 +288,7 @@ def test_corrupt_compressed_input_is_one_line(tmp_path, tok_dir):
     with pytest.raises(CorpusError, match="zstd stream"):
         bpe_core.train_bpe(p, 300)
     r = tool("train_bpe.py", p, "--vocab-size", 300, "--out", tmp_path / "tok")
-    assert f"{p}: after 0 decompressed bytes: truncated zstd stream (it ends inside a frame)" in one_error_line(r)
+    assert f"{p}: compressed byte 12, after 0 decompressed bytes: truncated zstd stream (the file ends inside frame 1)" in one_error_line(r)
     assert not (tmp_path / "tok").exists()
     r = tool("encode_corpus.py", p, "--tokenizer", tok_dir, "--out", tmp_path / "ids.npy")
     assert "zstd stream" in one_error_line(r) and not (tmp_path / "ids.npy").exists()
