@@ -11,6 +11,7 @@ Results are compared with the plain-text path (same merges, same ids), not only 
 """
 from __future__ import annotations
 
+from paths import TOOLS
 import bz2
 import gzip
 import io
@@ -39,7 +40,6 @@ from bpe_core.formats.model import Model, dump_model
 
 zstandard = pytest.importorskip("zstandard")
 
-TOOLS = pathlib.Path(__file__).resolve().parents[1] / "tools"
 S = "<|endoftext|>"
 SB = S.encode()
 VOCAB = 300
