@@ -18,7 +18,6 @@ import io
 import json
 import lzma
 import os
-import pathlib
 import random
 import re
 import shutil
