@@ -11,6 +11,7 @@ from .export import hf_split_regex
 from .rules import SPLITS, model_split, normal_split, resolve_transition, valid_rules
 from .train import train_superbpe
 
+
 def check_stage_marks(path: str, model: Model) -> None:
     """The stage-2 marks SuperBPE and SupraTok write: a known ``"split"``, well-formed ``"rules"``."""
     for k, st in enumerate(model.stages):

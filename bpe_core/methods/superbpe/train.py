@@ -26,6 +26,7 @@ from .stage2 import (MAP_THRESHOLD, STAGE2_BYTES_PER_SYMBOL, STAGE2_MAP_THRESHOL
 from .units import count_units, count_units_on, has_url, record_table_rows, stage2_table, units_from_records
 from .words import NUMERIC, encoded_units, word_classes, word_flags
 
+
 def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool = False,
                    init_merges: Optional[Sequence[tuple[bytes, bytes]]] = None,
                    recorded: Optional[list] = None):

@@ -24,6 +24,7 @@ from ...runtime.memmon import prefault
 from ...runtime.workers import FileStamp, read_range, run_ordered
 from .words import ENDS_SPACE, NUMERIC, STARTS_SPACE, looks_encoded_counts, numeric_cuts, word_flags
 
+
 def _units_chunk(task: tuple) -> tuple:
     """Worker (a thread): the units (as word-id runs, in text order) of ``path[start:end)``."""
     path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp, classes, seg = task
