@@ -1,7 +1,9 @@
 """Build the Cython kernels of bpe_core.
 
 Every ``bpe_core/**/_*.pyx`` (e.g. ``bpe_core/engine/_engine.pyx`` -> ``bpe_core.engine._engine``) becomes one extension module (C++, so the kernels can use
-``libcpp.vector``). Environment toggles, as in scikit-learn's developer docs:
+``libcpp.vector``). A ``.pyx`` may ``include`` parts (``_engine_*.pxi``); ``cythonize`` follows
+them, so a changed part rebuilds its module.
+Environment toggles, as in scikit-learn's developer docs:
 
 - ``BPE_CORE_CYTHON_DEBUG=1``  turn boundscheck/wraparound/initializedcheck back on.
 - ``BPE_CORE_CYTHON_TRACE=1``  add ``linetrace`` and ``CYTHON_TRACE_NOGIL`` (coverage, profiling).

@@ -48,7 +48,8 @@ class TrainConfig:
             memory in the merge phase.
         spill_dir: where sorted runs of the pretoken table go when it outgrows the budget
             (default: the system temp folder).
-        method: ``"bpe"`` or ``"superbpe"`` (two-stage curriculum, ``bpe_core/superbpe.py``).
+        method: a registered method (``formats.registry.names()``): ``"bpe"``, ``"superbpe"`` (two-stage
+            curriculum, ``bpe_core/methods/superbpe/``) or ``"supratok"``.
         transition: SuperBPE's transition point: a vocabulary size (int) or a fraction of
             ``vocab_size`` (float in (0, 1]); default 0.4, the paper's most compression-efficient
             ratio (its downstream-best was 0.9).

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from bpe_core.engine.merge import MergeEngine
 from bpe_core.engine.units import CUT_LONG_PIECE, SKETCH_MAX, cut_pieces, pair_levels, pair_sketch, sketch_bounds
-from bpe_core.methods.superbpe import Stage2Rules, _allowed, first_cut, stage2_merges
+from bpe_core.methods.superbpe import Stage2Rules, first_cut, stage2_merges
+from bpe_core.methods.superbpe.train import _allowed
 
 #: GPT-2's pattern written out, so it runs as a custom regex (the Python units path)
 GPT2_AS_CUSTOM = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -201,7 +202,8 @@ def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction, regions
     sample, the direct path (words written as they come, marks added when a region ends) lists what
     the buffered path (the one a sample takes) lists with a sample that keeps every unit."""
     from bpe_core.engine.units import WordIndex, chunk_unit_stream
-    from bpe_core.methods.superbpe import _units_of, word_classes, word_flags
+    from bpe_core.methods.superbpe import word_classes, word_flags
+    from bpe_core.methods.superbpe.units import _units_of
     from bpe_core.pretok.pretokenize import PATTERN_IDS
 
     specials = [b"<|endoftext|>"]
@@ -710,13 +712,13 @@ def test_the_sampled_first_cut_gives_the_merges_of_whole_units(units, n):
     rules = Stage2Rules(distinct=True)
     symbols, offsets, weights, counts = as_arrays(units)
     steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
-    old = superbpe.STAGE2_CUT_SAMPLE_RANKS
-    superbpe.STAGE2_CUT_SAMPLE_RANKS = 1
+    old = superbpe.stage2.STAGE2_CUT_SAMPLE_RANKS
+    superbpe.stage2.STAGE2_CUT_SAMPLE_RANKS = 1
     try:
         assert superbpe.cut_sample_bits(n) >= 1
         got = stage2_merges(symbols, offsets, weights, counts, TOKENS, n, _allowed(rules, TOKENS))
     finally:
-        superbpe.STAGE2_CUT_SAMPLE_RANKS = old
+        superbpe.stage2.STAGE2_CUT_SAMPLE_RANKS = old
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert got.tokens == tokens and got.final_tokens == final
 
@@ -768,23 +770,23 @@ def test_stage2_refuses_a_sketch_or_pieces_that_lose_windows_or_tokens(monkeypat
     symbols, offsets, weights, counts = as_arrays([(list(b"ab ab"), 3, 0), (list(b"abab"), 3, 1)])
     args = (symbols, offsets, weights, counts, TOKENS, 3, _allowed(Stage2Rules(), TOKENS))
     assert stage2_merges(*args).steps          # as it is: fine
-    sketch = superbpe.pair_sketch
+    sketch = superbpe.stage2.pair_sketch
 
     def lossy_sketch(*a, **k):
         sk, sampled, over = sketch(*a, **k)
         sk[np.flatnonzero(sk)[0]] -= 1
         return sk, sampled, over
 
-    monkeypatch.setattr(superbpe, "pair_sketch", lossy_sketch)
+    monkeypatch.setattr(superbpe.stage2, "pair_sketch", lossy_sketch)
     with pytest.raises(InternalError, match="sketch holds"):
         stage2_merges(*args)
     # an excess that is not the capped weight is caught too (the check holds with the caps)
-    monkeypatch.setattr(superbpe, "pair_sketch", lambda *a, **k: sketch(*a, **k)[:2] + (1,))
+    monkeypatch.setattr(superbpe.stage2, "pair_sketch", lambda *a, **k: sketch(*a, **k)[:2] + (1,))
     with pytest.raises(InternalError, match="sketch holds"):
         stage2_merges(*args)
-    monkeypatch.setattr(superbpe, "pair_sketch", sketch)
-    cut = superbpe.cut_pieces
-    monkeypatch.setattr(superbpe, "cut_pieces", lambda *a, **k: cut(*a, **k)[:4] + (cut(*a, **k)[4] - 1,))
+    monkeypatch.setattr(superbpe.stage2, "pair_sketch", sketch)
+    cut = superbpe.stage2.cut_pieces
+    monkeypatch.setattr(superbpe.stage2, "cut_pieces", lambda *a, **k: cut(*a, **k)[:4] + (cut(*a, **k)[4] - 1,))
     with pytest.raises(InternalError, match="pieces at cut"):
         stage2_merges(*args)
 

@@ -142,7 +142,8 @@ def test_official_split_trains_and_encodes_consistently():
 
 def test_sampling_is_reported_and_deterministic(fixtures_dir, monkeypatch):
     from bpe_core.methods import superbpe
-    monkeypatch.setattr(superbpe, "STAGE2_BYTES_PER_SYMBOL", 10 ** 6)     # force a sample
+    for module in (superbpe.train, superbpe.stage2):        # force a sample
+        monkeypatch.setattr(module, "STAGE2_BYTES_PER_SYMBOL", 10 ** 6)
     runs = [bpe_core.train(bpe_core.TrainConfig(fixtures_dir / "corpus.en", 600, method="superbpe",
                                                 num_workers=w, chunk_bytes=20000)) for w in (1, 2)]
     info = runs[0].report["superbpe"]
@@ -156,7 +157,8 @@ def test_a_sampled_stage2_does_not_follow_the_process_size(fixtures_dir, monkeyp
     command differed at 32k on en_train under 1G before the share was rounded)."""
     from bpe_core.methods import superbpe
     from bpe_core.runtime import budget
-    monkeypatch.setattr(superbpe, "STAGE2_BYTES_PER_SYMBOL", 10 ** 6)     # force a sample
+    for module in (superbpe.train, superbpe.stage2):        # force a sample
+        monkeypatch.setattr(module, "STAGE2_BYTES_PER_SYMBOL", 10 ** 6)
     runs = []
     for rss in (100 << 20, (100 << 20) + 4096, (100 << 20) + 12 * 4096):
         monkeypatch.setattr(budget, "_current_rss", lambda rss=rss: rss)
@@ -178,7 +180,7 @@ def test_a_restart_lists_the_units_again_by_a_scan(tmp_path, monkeypatch, split)
     options = dict(input_path=str(path), vocab_size=340, method="superbpe", special_tokens=["<|endoftext|>"],
                    chunk_bytes=1000, num_workers=2, stage2_split=split)
     plain = bpe_core.train(bpe_core.TrainConfig(**options))
-    monkeypatch.setattr(superbpe, "first_cut", lambda *a, **k: 10 ** 6)
+    monkeypatch.setattr(superbpe.stage2, "first_cut", lambda *a, **k: 10 ** 6)
     again = bpe_core.train(bpe_core.TrainConfig(**options))
     assert plain.report["superbpe"]["stage2_cut"]["restarts"] == 0
     assert again.report["superbpe"]["stage2_cut"]["restarts"] >= 1
@@ -541,7 +543,7 @@ def test_record_rows_before_or_after_stage1_train_the_same(tmp_path, monkeypatch
     calls = []
     runs = {}
     for early in (True, False):
-        monkeypatch.setattr(superbpe, "rows_before_stage1", lambda b, s: calls.append((b, s)) or early)
+        monkeypatch.setattr(superbpe.train, "rows_before_stage1", lambda b, s: calls.append((b, s)) or early)
         runs[early] = bpe_core.train(bpe_core.TrainConfig(**options))
     assert len(calls) == 2 and all(r.report["stage2_units_source"] == "record" for r in runs.values())
     assert runs[True].model.merges == runs[False].model.merges
@@ -607,7 +609,7 @@ def test_huge_pages_or_not_train_the_same(tmp_path, monkeypatch, ready):
     path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A<|endoftext|> the dog sat" * 80)
     options = dict(input_path=str(path), vocab_size=330, method="superbpe", special_tokens=["<|endoftext|>"])
     base = bpe_core.train(bpe_core.TrainConfig(**options))
-    monkeypatch.setattr(superbpe, "huge_pages_ready", lambda nbytes: ready)
+    monkeypatch.setattr(superbpe.train, "huge_pages_ready", lambda nbytes: ready)
     run = bpe_core.train(bpe_core.TrainConfig(**options))
     assert run.report["stage2_huge_pages"] is ready
     assert run.model.merges == base.model.merges

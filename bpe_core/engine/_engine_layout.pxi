@@ -1,0 +1,151 @@
+# _engine.pyx, part 1 of 5 (``include``d: compiled into the module as if written there).
+# The engine's memory layout: cell bits, word records, the merge-share and heap structs, the C declarations
+# (prefetch, madvise, threads), and memory advice for the build buffers (huge_pages).
+
+cdef pair_key_t EMPTY_KEY = 0xFFFFFFFFFFFFFFFFu
+cdef uint32_t NO_MARK = 0xFFFFFFFFu
+cdef uint32_t NIL = 0xFFFFFFFFu          # no neighbour (word edge)
+cdef uint32_t DEAD_BIT = 0x80000000u     # the cell is inside a merged token, not its first position
+cdef uint32_t END_BIT = 0x40000000u      # the last position of its word (fixed)
+cdef uint32_t PAYLOAD = 0x3FFFFFFFu      # token id (live cell) or token length (dead edge cell)
+cdef int BLK_SHIFT = 4                   # the block index holds the word of every 16th position (pieces of
+                                         # stage 2 are short: 64 left ~12 words to walk per lookup)
+cdef uint8_t NO_LIST = 0xFF
+# Positions added by merges live in a pool of pages; a list is a block of 2**cls entries.
+cdef int PAGE_BITS = 18
+cdef uint64_t PAGE_SIZE = 1 << 18
+cdef uint64_t BIG_FLAG = 0x8000000000000000u    # a block above a page: its own malloc, pointer here
+cdef int MIN_COMPACT_CLS = 3             # lists of 8 entries and more drop stale entries before growing
+
+#: Bytes of one word record (count int64 + end uint32).
+WORD_RECORD_BYTES = 12
+
+
+cdef packed struct WordRec:
+    count_t count       # the word's count
+    uint32_t end        # one past its last position (its start is the previous word's end)
+
+
+cdef struct Near:
+    # a pair holding the new token, while one merge runs (see ``_apply_merge``)
+    pair_key_t key
+    count_t delta       # the change of its count in this merge
+    int64_t pid         # its pair id once the merge is done (-1: not kept)
+    bint added          # a window came to it in this merge
+
+
+cdef cppclass NearTable:
+    # one thread's share of a merge: the pairs holding the new token it met (``Near``, a small hash
+    # table of their indices stamped with ``gen``), the positions that came to them, as
+    # (index << 32) | position in the order they came, and the weight of the merged pair it removed
+    vector[Near] near
+    vector[uint32_t] slot
+    vector[uint32_t] stamp
+    uint32_t gen
+    vector[uint64_t] sites
+    vector[uint32_t] remap          # (the second share) its index -> the first share's index
+    count_t removed
+    # the sites it is given: base[b0:b1], then added[a0:a1]
+    const uint32_t* base
+    uint64_t b0
+    uint64_t b1
+    const uint32_t* added
+    uint64_t a0
+    uint64_t a1
+
+
+cdef struct HeapEntry:
+    count_t count
+    pair_id_t pair
+
+
+cdef extern from *:
+    void __builtin_prefetch(const void* addr) noexcept nogil
+
+cdef extern from "<sys/mman.h>" nogil:
+    int madvise(void* addr, size_t length, int advice)
+    int MADV_HUGEPAGE
+
+cdef extern from *:
+    """
+    #ifndef MADV_POPULATE_WRITE
+    #define MADV_POPULATE_WRITE 23
+    #endif
+    """
+    int MADV_POPULATE_WRITE
+
+
+cdef extern from *:
+    """
+    #include <pthread.h>
+    #include <sched.h>
+    #include <time.h>
+    static inline void bpe_atomic_sub(int64_t* p, int64_t v) { __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }
+    static inline uint32_t bpe_load_acquire(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline void bpe_store_release(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    static inline void bpe_pause(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
+    static inline void bpe_nap(void) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+    static inline void bpe_yield(void) { sched_yield(); }
+    typedef void* (*bpe_thread_fn)(void*);
+    static inline int bpe_thread_start(pthread_t* t, bpe_thread_fn fn, void* arg) {
+        return pthread_create(t, NULL, fn, arg);
+    }
+    """
+    ctypedef unsigned long pthread_t
+    ctypedef void* (*bpe_thread_fn)(void*) noexcept nogil
+    void bpe_atomic_sub(int64_t* p, int64_t v) nogil
+    uint32_t bpe_load_acquire(const uint32_t* p) nogil
+    void bpe_store_release(uint32_t* p, uint32_t v) nogil
+    void bpe_pause() nogil
+    void bpe_nap() nogil
+    void bpe_yield() nogil
+    int bpe_thread_start(pthread_t* t, bpe_thread_fn fn, void* arg) nogil
+    int pthread_join(pthread_t t, void** ret) nogil
+
+
+# Whether the engine's big buffers written whole at the build ask for transparent huge pages first
+# (``huge_pages``: SuperBPE's stage 2 sets it only when free 2 MiB blocks can hold them,
+# ``runtime.memmon.huge_pages_ready``). Set only between runs, with the GIL.
+cdef bint _HUGE_BUFFERS = False
+
+
+def huge_pages(bint on):
+    """Let the engine's big build buffers (cells, window pair ids) ask for huge pages (``on``) or
+    not; returns the previous setting. A hint to the kernel: the results never depend on it.
+
+    >>> previous = huge_pages(True); huge_pages(previous)
+    True
+    """
+    global _HUGE_BUFFERS
+    cdef bint previous = _HUGE_BUFFERS
+    _HUGE_BUFFERS = on
+    return previous
+
+
+cdef void _populate(void* p, size_t nbytes) noexcept nogil:
+    """Fault in the whole pages of ``p[:nbytes]`` at once (``runtime.memmon.prefault`` for C++
+    buffers about to be written whole; a hint: ignored by kernels without it), as huge pages where
+    ``huge_pages`` is on."""
+    cdef size_t start = (<size_t>p + 4095) & ~(<size_t>4095)
+    cdef size_t end = (<size_t>p + nbytes) & ~(<size_t>4095)
+    cdef size_t huge = <size_t>1 << 21
+    cdef size_t hlo = (<size_t>p + huge - 1) & ~(huge - 1), hhi = (<size_t>p + nbytes) & ~(huge - 1)
+    if nbytes >= (<size_t>4 << 20) and end > start:
+        if _HUGE_BUFFERS and hhi > hlo:
+            madvise(<void*>hlo, hhi - hlo, MADV_HUGEPAGE)
+        madvise(<void*>start, end - start, MADV_POPULATE_WRITE)
+
+cdef enum:
+    PREFETCH_FAR = 32   # how many merge sites ahead ``_apply_merge`` asks for the cells and block entry of
+    PREFETCH = 16       # ... and the word record of (the block entry is in cache by then)
+    PREFETCH_NEAR = 6   # ... and the pair-map slots of its neighbour windows (its cells are in cache)
+    PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
+    BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)
+    SPIN_PAUSES = 2000      # a thread waiting for the other spins this long, then yields its core
+

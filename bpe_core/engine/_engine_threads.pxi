@@ -1,0 +1,109 @@
+# _engine.pyx, part 4 of 5 (``include``d: compiled into the module as if written there).
+# Each thread's share of a merge (NearTable: the neighbour pairs a merge touches) and the entry points of the
+# second thread (merges, and the halves of the build).
+
+# ==== A share of a merge ======================================================================
+
+cdef void _share_begin(NearTable* nt) noexcept nogil:
+    nt.near.clear()
+    nt.sites.clear()
+    nt.removed = 0
+    if nt.slot.size() == 0:
+        nt.slot.assign(1024, 0)
+        nt.stamp.assign(1024, 0)
+        nt.gen = 0
+    nt.gen += 1
+    if nt.gen == 0:                          # the stamps wrapped: clear them once
+        nt.stamp.assign(nt.stamp.size(), 0)
+        nt.gen = 1
+
+
+cdef uint64_t _share_bytes(NearTable* nt) noexcept nogil:
+    """The memory a share holds (its vectors keep their room from merge to merge)."""
+    return (nt.near.capacity() * sizeof(Near) + nt.slot.capacity() * 4 + nt.stamp.capacity() * 4
+            + nt.sites.capacity() * 8 + nt.remap.capacity() * 4)
+
+
+cdef inline uint64_t _near_hash(pair_key_t key, uint64_t mask) noexcept nogil:
+    return ((key * <uint64_t>0x9E3779B97F4A7C15u) >> 32) & mask
+
+
+cdef void _near_grow(NearTable* nt) noexcept nogil:
+    cdef uint64_t n = nt.slot.size() * 2, mask = n - 1, h
+    cdef size_t q
+    nt.slot.assign(n, 0)
+    nt.stamp.assign(n, 0)
+    for q in range(nt.near.size()):
+        h = _near_hash(nt.near[q].key, mask)
+        while nt.stamp[h] == nt.gen:
+            h = (h + 1) & mask
+        nt.slot[h] = <uint32_t>q
+        nt.stamp[h] = nt.gen
+
+
+cdef inline uint32_t _near_index(NearTable* nt, pair_key_t key) noexcept nogil:
+    """The index in ``nt.near`` of a pair holding the new token (added, delta 0, when new)."""
+    cdef uint64_t mask = nt.slot.size() - 1
+    cdef uint64_t h = _near_hash(key, mask)
+    cdef uint32_t idx
+    cdef Near e
+    while nt.stamp[h] == nt.gen:
+        idx = nt.slot[h]
+        if nt.near[idx].key == key:
+            return idx
+        h = (h + 1) & mask
+    idx = <uint32_t>nt.near.size()
+    e.key = key
+    e.delta = 0
+    e.pid = -1
+    e.added = False
+    nt.near.push_back(e)
+    nt.slot[h] = idx
+    nt.stamp[h] = nt.gen
+    if 2 * nt.near.size() > nt.slot.size():
+        _near_grow(nt)
+    return idx
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it; else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+cdef void* _worker_main(void* arg) noexcept nogil:
+    (<MergeEngine>arg)._worker_loop()
+    return NULL
+
+
+cdef struct HalfCount:
+    # The second thread's half of the build (``MergeEngine._count_half`` then ``_fill_half``): its
+    # words, where its windows' pair ids go, and its pairs counted on their own (local ids, in the
+    # order first seen), joined to the engine's afterwards
+    void* engine
+    int64_t w_lo
+    int64_t w_hi
+    pair_id_t* win_pid
+    int64_t n_win
+    void* local_map                      # a _PairMap
+    vector[pair_key_t]* keys
+    vector[count_t]* counts
+    vector[uint64_t]* lens
+    # the fill: local id -> pair id, and where this half's part of each pair's list starts
+    const pair_id_t* remap
+    const uint64_t* first
+    uint32_t* buf
+    vector[uint64_t]* fill
+    int stage                            # 0: count, 1: fill
+
+
+cdef void* _half_main(void* arg) noexcept nogil:
+    cdef HalfCount* h = <HalfCount*>arg
+    if h.stage == 0:
+        (<MergeEngine>h.engine)._count_half(h)
+    else:
+        (<MergeEngine>h.engine)._fill_half(h)
+    return NULL
+

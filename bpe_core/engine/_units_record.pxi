@@ -1,0 +1,426 @@
+# _units.pyx, part 4 of 9 (``include``d: compiled into the module as if written there).
+# The units from the counting pass's record (id_unit_stream, record_rows); the lists lent to numpy, and the
+# unit writer (UnitState, _emit, ...) the scan uses too.
+
+cdef class _IdList:
+    """A ``vector[uint32_t]`` lent to numpy as an array's memory (buffer protocol, format ``I``)."""
+    cdef vector[uint32_t] v
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        self.shape[0] = <Py_ssize_t>self.v.size()
+        lend_u32(buffer, self, self.v.data() if self.v.size() > 0 else NULL, self.shape, self.strides)
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def array(self):
+        return np.frombuffer(self, dtype=np.uint32)
+
+
+cdef class _U16List:
+    """A ``vector[uint16_t]`` lent to numpy as an array's memory (``_IdList`` for uint16)."""
+    cdef vector[uint16_t] v
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        self.shape[0] = <Py_ssize_t>self.v.size()
+        lend_items(buffer, self, <void*>self.v.data() if self.v.size() > 0 else NULL, sizeof(uint16_t), b"H",
+                   self.shape, self.strides)
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def array(self):
+        return np.frombuffer(self, dtype=np.uint16)
+
+
+cdef class _I64List:
+    """A ``vector[int64_t]`` lent to numpy as an array's memory (``_IdList`` for int64)."""
+    cdef vector[int64_t] v
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        self.shape[0] = <Py_ssize_t>self.v.size()
+        lend_items(buffer, self, <void*>self.v.data() if self.v.size() > 0 else NULL, sizeof(int64_t), b"q",
+                   self.shape, self.strides)
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def array(self):
+        return np.frombuffer(self, dtype=np.int64)
+
+
+cdef object _int64_array(const vector[int64_t]& v):
+    """A copy of a vector as an int64 array (unit bounds: small beside the ids, which are lent:
+    ``_IdList``; pair counts)."""
+    out = np.empty(v.size(), dtype=np.int64)
+    cdef int64_t[::1] ov = out
+    if v.size() > 0:
+        memcpy(&ov[0], v.data(), v.size() * sizeof(int64_t))
+    return out
+
+
+cdef struct UnitState:
+    int64_t uw          # words in the open unit (a word may have no tokens)
+    size_t rfirst       # the first unit of the current region
+    uint8_t prev        # the flags of the word before
+    int64_t r_n, r_ws, r_punct, r_alnum, r_digit    # the current region's class counts
+    int64_t n_seen, n_kept
+    vector[uint8_t]* enc    # NULL: the units of an encoded region get ENCODED_MARK; else 1 here per unit
+    vector[uint16_t]* out16 # not NULL: the units go here as uint16 (``id_unit_stream(narrow=True)``)
+
+
+cdef inline size_t _out_size(UnitState* st, vector[uint32_t]& ids) noexcept nogil:
+    """How many ids the output holds (``st.out16`` when narrow, else ``ids``)."""
+    return st.out16.size() if st.out16 != NULL else ids.size()
+
+
+cdef inline void _out_push(UnitState* st, vector[uint32_t]& ids, uint32_t x) noexcept nogil:
+    if st.out16 != NULL:
+        st.out16.push_back(<uint16_t>x)
+    else:
+        ids.push_back(x)
+
+
+cdef inline void _encoded_region(UnitState* st, vector[uint32_t]& ids, vector[int64_t]& bounds) noexcept nogil:
+    """The units from ``st.rfirst`` on make a region that looks encoded: marked (``_mark_units``,
+    moving them), or flagged in ``st.enc`` (nothing moves)."""
+    cdef size_t u, n_units = bounds.size() - 1
+    if st.enc == NULL:                       # (never narrow: marks need 32 bits)
+        _mark_units(ids, bounds, st.rfirst)
+        return
+    if st.enc.size() < n_units:
+        st.enc.resize(n_units, 0)
+    for u in range(st.rfirst, n_units):
+        st.enc[0][u] = 1
+
+
+cdef inline void _unit_word(UnitState* st, vector[uint32_t]& out_ids, vector[int64_t]& out_bounds, uint32_t w,
+                            uint8_t f, bint cut_spaces, const int32_t* cls, const uint32_t* seg_sym,
+                            const int64_t* seg_off) noexcept nogil:
+    """One word of a span (no sample): a numeric word is a unit of its own; with ``cut_spaces`` a unit
+    ends between a word ending with whitespace and one starting with it; ``cls`` (the word's five
+    class counts, or NULL) turns on regions: a region ends where ``cut_spaces`` cuts, and when it
+    looks encoded its units get ``ENCODED_MARK`` (``_mark_units``, in place), or a flag
+    (``st.enc``)."""
+    if cls != NULL:
+        if cut_spaces and (st.prev & 4) and (f & 2) and (st.uw > 0 or out_bounds.size() - 1 > st.rfirst):
+            _close_unit(st, out_ids, out_bounds)
+            if _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum, st.r_digit):
+                _encoded_region(st, out_ids, out_bounds)
+            st.rfirst = out_bounds.size() - 1
+            st.r_n = st.r_ws = st.r_punct = st.r_alnum = st.r_digit = 0
+        st.r_n += cls[0]
+        st.r_ws += cls[1]
+        st.r_punct += cls[2]
+        st.r_alnum += cls[3]
+        st.r_digit += cls[4]
+    elif cut_spaces and (st.prev & 4) and (f & 2):
+        _close_unit(st, out_ids, out_bounds)
+    if f & 1:
+        _close_unit(st, out_ids, out_bounds)
+        _put_word(st, out_ids, w, seg_sym, seg_off)
+        st.uw = 1
+        _close_unit(st, out_ids, out_bounds)
+    else:
+        _put_word(st, out_ids, w, seg_sym, seg_off)
+        st.uw += 1
+    st.prev = f
+
+
+cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector[int64_t]& out_bounds,
+                                bint regions) noexcept nogil:
+    """The end of a span: its last unit and region end (marked when it looks encoded)."""
+    _close_unit(st, out_ids, out_bounds)
+    if regions:
+        if out_bounds.size() - 1 > st.rfirst and _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum,
+                                                                 st.r_digit):
+            _encoded_region(st, out_ids, out_bounds)
+        st.rfirst = out_bounds.size() - 1
+        st.r_n = st.r_ws = st.r_punct = st.r_alnum = st.r_digit = 0
+    st.prev = 0
+
+
+def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
+                   bint cut_spaces=False, const int32_t[:, ::1] word_classes=None,
+                   const uint32_t[::1] seg_symbols=None, const int64_t[::1] seg_offsets=None,
+                   int64_t reserve=0, bint marks=True, bint narrow=False):
+    """The units of text given as word ids (rows of the word table) instead of bytes: span ``k`` is
+    ``ids[breaks[k]:breaks[k+1]]`` (the pretokens of the text between two special tokens, in order).
+    Returns ``(ids, bounds, n_seen, n_kept)``: what ``chunk_unit_stream`` lists, without a sample,
+    for the same spans (``flags``, ``cut_spaces``, ``word_classes`` and the segmentation as there).
+
+    >>> ids, bounds, seen, kept = id_unit_stream(np.array([0, 1, 0], np.uint32), np.array([0, 3]),
+    ...                                          np.zeros(2, np.uint8))
+    >>> ids.tolist(), bounds.tolist(), seen, kept
+    ([0, 1, 0], [0, 3], 1, 1)
+
+    ``reserve``: about how many ids the output will hold (with a segmentation, more than the input's):
+    the room is asked for at once (address space: pages are touched as written), so the output does
+    not grow by copies, each into fresh pages. A hint only; 0: the input's size.
+
+    ``marks=False``: the units of a region that looks encoded do not end with ``ENCODED_MARK``; a
+    fifth value says which units they are (bool per unit), so no one has to take the marks off
+    again (``strip_marks`` moves every unit after the first mark).
+
+    ``ids`` may also be a list of uint32 arrays, read as one after the other (the record's chunks,
+    rewritten to rows in place: no copy of them into one array); ``breaks`` are positions in that
+    sequence.
+
+    ``narrow=True`` (with ``marks=False`` and every id written below 65536: stage-1 tokens of a
+    vocabulary under 64 Ki): the output is uint16, half the bytes to write and for stage 2 to read
+    (the same values; ``ValueError`` when an id does not fit).
+
+    Plain equivalent: ``chunk_unit_stream`` over the text the ids came from (tested equal).
+    """
+    cdef Py_ssize_t k, i, n_words = flags.shape[0]
+    cdef const uint32_t* seg_sym = NULL
+    cdef const int64_t* seg_off = NULL
+    cdef bint regions = word_classes is not None
+    cdef uint32_t w
+    # the ids as segments: their data and where each starts in the whole sequence
+    cdef vector[const uint32_t*] sp
+    cdef vector[int64_t] sstart
+    cdef const uint32_t[::1] view
+    cdef int64_t n_ids = 0
+    arrays = ids if isinstance(ids, (list, tuple)) else [ids]
+    for a in arrays:
+        view = a
+        sp.push_back(&view[0] if view.shape[0] > 0 else &_NO_SEG)
+        sstart.push_back(n_ids)
+        n_ids += view.shape[0]
+    sstart.push_back(n_ids)
+    sp.push_back(&_NO_SEG)
+    if breaks.shape[0] < 1 or breaks[0] != 0 or breaks[breaks.shape[0] - 1] != n_ids:
+        raise ValueError("breaks must start at 0 and end at len(ids)")
+    for k in range(breaks.shape[0] - 1):
+        if breaks[k + 1] < breaks[k]:
+            raise ValueError("breaks must be non-decreasing")
+    if regions and (word_classes.shape[0] != n_words or word_classes.shape[1] != 5):
+        raise ValueError("word_classes must have one row of 5 per word")
+    if (seg_symbols is None) != (seg_offsets is None):
+        raise ValueError("seg_symbols and seg_offsets go together")
+    if seg_symbols is not None:
+        if seg_offsets.shape[0] != n_words + 1:
+            raise ValueError("seg_offsets must have one entry per word, plus one")
+        seg_off = &seg_offsets[0]
+        seg_sym = &seg_symbols[0] if seg_symbols.shape[0] > 0 else &_NO_SEG
+    cdef vector[uint32_t] out_ids
+    cdef vector[int64_t] out_bounds
+    cdef UnitState st
+    cdef bint bad = False
+    cdef vector[uint8_t] enc
+    cdef vector[uint16_t] out16
+    cdef uint32_t widest = 0
+    if narrow:
+        if marks:
+            raise ValueError("narrow units need marks=False (marks take 32 bits)")
+        if seg_symbols is not None:
+            for k in range(seg_symbols.shape[0]):
+                if seg_symbols[k] > widest:
+                    widest = seg_symbols[k]
+        elif n_words > 0:
+            widest = <uint32_t>(n_words - 1)
+        if widest > 0xFFFF:
+            raise ValueError(f"narrow units: id {widest} does not fit 16 bits")
+    memset(&st, 0, sizeof(UnitState))
+    if not marks:
+        st.enc = &enc
+    if narrow:
+        st.out16 = &out16
+        out16.reserve(max(reserve, n_ids) + 16)
+    else:
+        out_ids.reserve(max(reserve, n_ids) + 16)
+    out_bounds.push_back(0)
+    cdef size_t cur = 0
+    cdef int64_t base = 0, end = sstart[1]
+    cdef const uint32_t* p = sp[0]
+    with nogil:
+        for k in range(breaks.shape[0] - 1):
+            for i in range(breaks[k], breaks[k + 1]):
+                while i >= end:                  # the next segment
+                    cur += 1
+                    base = end
+                    end = sstart[cur + 1]
+                    p = sp[cur]
+                if i + 16 < end and p[i + 16 - base] < n_words:     # a word ahead (hints only)
+                    if regions:
+                        __builtin_prefetch(&word_classes[p[i + 16 - base], 0])
+                    if seg_off != NULL:
+                        __builtin_prefetch(&seg_off[p[i + 16 - base]])
+                # the stage-1 tokens of a word nearer ahead: its offset was asked for 12 words ago
+                # (the tokens were the loop's main miss: 7 MB of them at 32k on en_train)
+                if seg_off != NULL and i + 4 < end and p[i + 4 - base] < n_words:
+                    __builtin_prefetch(&seg_sym[seg_off[p[i + 4 - base]]])
+                w = p[i - base]
+                if w >= n_words:
+                    bad = True
+                    break
+                _unit_word(&st, out_ids, out_bounds, w, flags[w], cut_spaces,
+                           &word_classes[w, 0] if regions else NULL, seg_sym, seg_off)
+            if bad:
+                break
+            _unit_span_end(&st, out_ids, out_bounds, regions)
+    if bad:
+        raise ValueError(f"a word id is not below the {n_words} words of the table")
+    cdef _IdList held_ids = _IdList()
+    cdef _U16List held16 = _U16List()
+    held_ids.v.swap(out_ids)
+    held16.v.swap(out16)
+    units = held16.array() if narrow else held_ids.array()
+    if marks:
+        return units, _int64_array(out_bounds), st.n_seen, st.n_kept
+    encoded = np.zeros(out_bounds.size() - 1, dtype=bool)
+    cdef uint8_t[::1] ev = encoded.view(np.uint8)
+    for k in range(<Py_ssize_t>enc.size()):
+        ev[k] = enc[k]
+    return units, _int64_array(out_bounds), st.n_seen, st.n_kept, encoded
+
+
+def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[::1] word_offsets,
+                const int64_t[::1] span_ends, uint32_t[::1] out, int64_t at, int64_t[::1] counts):
+    """One recorded chunk into the corpus-wide lists: ``out[at + k] = rows[ids[k]]`` (the table row of
+    each pretoken, ``rows`` mapping the chunk's own table to the word table), ``counts[row] += 1``,
+    and the end (in pretokens) of each span, ``span_ends`` being where the spans end in text bytes
+    (their lengths summed): returns them (int64). Raises ``ValueError`` when an id, a row or the
+    bytes do not add up (a span must end exactly at a pretoken's end).
+
+    >>> out, counts = np.zeros(3, np.uint32), np.zeros(4, np.int64)
+    >>> record_rows(np.array([2, 3]), np.array([1, 0, 1], np.uint32), np.array([0, 1, 3]),
+    ...             np.array([3, 5]), out, 0, counts).tolist(), out.tolist(), counts.tolist()
+    ([2, 3], [3, 2, 3], [0, 0, 1, 2])
+
+    Plain equivalent: ``out[at:at + n] = rows[ids]``, ``np.add.at(counts, rows[ids], 1)``, and
+    ``np.searchsorted(np.cumsum(lengths[ids]), span_ends, side="right")``.
+    """
+    cdef Py_ssize_t n = ids.shape[0], n_local = rows.shape[0], n_spans = span_ends.shape[0], k, j = 0
+    cdef int64_t n_rows = counts.shape[0], r, done = 0
+    cdef uint32_t i
+    cdef int err = 0
+    if word_offsets.shape[0] != n_local + 1:
+        raise ValueError("word_offsets must have one entry per local word, plus one")
+    if at < 0 or at + n > out.shape[0]:
+        raise ValueError("out is too short")
+    cuts = np.empty(n_spans, dtype=np.int64)
+    cdef int64_t[::1] cv = cuts
+    # per local word, its row and byte length side by side (one cache line for both), and its
+    # pretokens counted locally (a small array), added to ``counts`` once per word at the end
+    cdef vector[int64_t] row_len
+    cdef vector[int64_t] local
+    row_len.resize(2 * n_local)
+    local.assign(n_local, 0)
+    with nogil:
+        for i in range(<uint32_t>n_local):
+            row_len[2 * i] = rows[i]
+            row_len[2 * i + 1] = word_offsets[i + 1] - word_offsets[i]
+        while j < n_spans and span_ends[j] <= 0:
+            cv[j] = 0
+            j += 1
+        for k in range(n):
+            i = ids[k]
+            if i >= n_local:
+                err = 1
+                break
+            r = row_len[2 * i]
+            if r < 0 or r >= n_rows:
+                err = 2
+                break
+            out[at + k] = <uint32_t>r
+            local[i] += 1
+            done += row_len[2 * i + 1]
+            while j < n_spans and done >= span_ends[j]:
+                if done != span_ends[j]:
+                    err = 3
+                    break
+                cv[j] = k + 1
+                j += 1
+            if err:
+                break
+        if not err and j != n_spans:
+            err = 3
+        if not err:
+            for i in range(<uint32_t>n_local):
+                if local[i]:
+                    counts[rows[i]] += local[i]
+    if err == 1:
+        raise ValueError("a pretoken id is not below the chunk's words")
+    if err == 2:
+        raise ValueError("a chunk word has no row in the word table")
+    if err == 3:
+        raise ValueError("the pretokens do not cover the text spans exactly")
+    return cuts
+
+
+cdef inline void _put_word(UnitState* st, vector[uint32_t]& ids, uint32_t w, const uint32_t* seg_sym,
+                           const int64_t* seg_off) noexcept nogil:
+    """Append a word: its id, or with ``seg_sym`` its stage-1 tokens (most words are one)."""
+    cdef int64_t a, b, k
+    if seg_sym == NULL:
+        _out_push(st, ids, w)
+        return
+    a = seg_off[w]
+    b = seg_off[w + 1]
+    for k in range(a, b):           # (not insert: a call to memmove per word cost more than the copy)
+        _out_push(st, ids, seg_sym[k])
+
+
+cdef inline void _close_unit(UnitState* st, vector[uint32_t]& ids, vector[int64_t]& bounds) noexcept nogil:
+    """End the open unit (the ids after the last bound) if it holds a word (``st.uw``, reset)."""
+    if st.uw > 0:
+        st.uw = 0
+        bounds.push_back(_out_size(st, ids))
+        st.n_seen += 1
+        st.n_kept += 1
+
+
+cdef void _mark_units(vector[uint32_t]& ids, vector[int64_t]& bounds, size_t first) noexcept nogil:
+    """Append ``ENCODED_MARK`` to every unit from ``first`` on (the last ones of the list), in place:
+    the units move right, the last one first, each by the marks before it."""
+    cdef size_t n_units = bounds.size() - 1, u
+    cdef int64_t a, b, shift
+    if n_units <= first:
+        return
+    ids.resize(ids.size() + (n_units - first))
+    u = n_units
+    while u > first:
+        u -= 1
+        shift = <int64_t>(u - first)
+        a = bounds[u]
+        b = bounds[u + 1]
+        if shift > 0:
+            memmove(ids.data() + a + shift, ids.data() + a, (b - a) * sizeof(uint32_t))
+        ids[b + shift] = _ENCODED_MARK
+        bounds[u + 1] = b + shift + 1
+
+
+cdef inline void _emit(const uint32_t* p, size_t n, uint64_t keep_below, vector[uint32_t]& ids,
+                       vector[int64_t]& bounds, int64_t* n_seen, int64_t* n_kept,
+                       const uint32_t* seg_sym, const int64_t* seg_off) noexcept nogil:
+    """Append one unit (word ids ``p[:n]``) unless the sample leaves it out (by the hash of its word
+    ids); with ``seg_sym`` (not NULL) each word id is written as its stage-1 tokens
+    (``seg_sym[seg_off[w]:seg_off[w + 1]]``), ``ENCODED_MARK`` as itself."""
+    cdef size_t k
+    cdef int64_t j
+    cdef uint32_t w
+    n_seen[0] += 1
+    if keep_below != 0xFFFFFFFFFFFFFFFFu and _hash_ids(p, n) >= keep_below:
+        return
+    n_kept[0] += 1
+    if seg_sym == NULL:
+        ids.insert(ids.end(), p, p + n)
+    else:
+        for k in range(n):
+            w = p[k]
+            if w == _ENCODED_MARK:
+                ids.push_back(w)
+            else:
+                for j in range(seg_off[w], seg_off[w + 1]):      # (no insert: a memmove call a word)
+                    ids.push_back(seg_sym[j])
+    bounds.push_back(ids.size())
+
+

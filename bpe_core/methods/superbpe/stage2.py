@@ -1,0 +1,331 @@
+"""Stage 2's merges on pieces of its units (:func:`stage2_merges`): the pair sketch, the cuts and
+their restarts, the engine on the deduplicated pieces; and how much stage 2 may take (its budget
+share, the sample fraction, the sketch's size)."""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ...engine.merge import MergeEngine, huge_pages
+from ...engine.units import (RankMerger, SKETCH_MAX, cut_pieces, cut_pieces_parts, pair_sketch,
+                             pair_sketch_parts)
+from ...errors import InternalError
+from ...runtime.memmon import numpy_huge_pages, phase
+
+#: Bytes of RAM per stage-1 token of the corpus in stage 2 (the compact engine: 4 B cells, pairs of
+#: stage-1 tokens, the pair map; read-only arrays mapped): measured 26.5 B on en_train at 32k (peak
+#: 1,520 MiB anonymous for 60.2 M stage-1 tokens; the engine before: 66 B), rounded up. The
+#: scheduler's share for stage 2 divided by this bounds the sample.
+STAGE2_BYTES_PER_SYMBOL = 32
+#: Read-only engine arrays larger than this live in mapped files under the spill folder.
+MAP_THRESHOLD = 64 << 20
+#: ... in stage 2, up to this when an eighth of the budget share allows it: the engine on pieces is
+#: less than half the engine on whole units was (25 M symbols instead of 57 M at 32k on en_train), and
+#: lists in RAM are built from the pair ids the count pass kept (no second hashing pass, no file).
+STAGE2_MAP_THRESHOLD = 256 << 20
+
+
+#: The first cut of stage 2 (:func:`stage2_merges`): the count of the distinct stage-1 pair at this
+#: rank (times the number of stage-2 merges) when the pairs are sorted by count. Measured on en_train:
+#: the last stage-2 merge counts 179 (30 MB, 8k) and 220 (230 MB, 32k), the pair at rank 2.5 x merges
+#: ~140 and ~180; a cut above the last merge's count costs a restart (exact either way).
+STAGE2_CUT_RANK = 2.5
+#: The first cut is drawn from a sample of the pairs (exact counts of 1 in ``2**b`` distinct pairs,
+#: chosen by hash) that still holds at least this many pairs above the cut's rank: the cut is then
+#: within a few percent of the exact one (any cut is exact; a cut a little off costs a few pieces
+#: more, or a restart).
+STAGE2_CUT_SAMPLE_RANKS = 1024
+#: The sketch of stage 2's pair counts (``pair_sketch``) has a counter per this many windows (a
+#: power of two between 2**10 and 2**24): en_train at 32k, 57.6 M windows, 2**22 counters (8 MiB a
+#: thread); its keep bitmap (512 KiB) stays in the CPU's cache while the units are cut.
+STAGE2_WINDOWS_PER_COUNTER = 16
+
+
+def cut_sample_bits(n_merges: int) -> int:
+    """How finely :func:`stage2_merges` samples the pairs for its first cut (``2**-bits``, at most
+    1 in 64): as coarse as still leaves ``STAGE2_CUT_SAMPLE_RANKS`` pairs above the cut's rank.
+
+    >>> cut_sample_bits(100), cut_sample_bits(19200)     # all pairs; 1 in 32 (48,000 ranks -> 1,500)
+    (0, 5)
+    """
+    k = int(STAGE2_CUT_RANK * n_merges)
+    bits = 0
+    while bits < 6 and (k >> (bits + 1)) >= STAGE2_CUT_SAMPLE_RANKS:
+        bits += 1
+    return bits
+
+
+#: the steps of stage 2's budget share and sample fraction (``stage2_budget_share``, ``sample_fraction``)
+OVERHEAD_STEP = 64 << 20
+FRACTION_STEPS = 256
+
+
+def stage2_budget_share(memory_limit: int, parent_overhead: int, table_ram: int) -> int:
+    """The bytes stage 2 may take: the budget less the process before the work and twice the word
+    table, at least 64 MiB. The process's size is measured (its RSS), so it is rounded up to a whole
+    ``OVERHEAD_STEP`` first: a few KB more or less in the interpreter must not change the share,
+    hence the sample of a tight budget and the merges (the same command trains the same merges).
+
+    >>> mib = 1 << 20
+    >>> stage2_budget_share(1024 * mib, 44 * mib, 100 * mib) == stage2_budget_share(1024 * mib, 45 * mib + 7, 100 * mib)
+    True
+    >>> stage2_budget_share(1024 * mib, 44 * mib, 100 * mib) // mib
+    760
+    """
+    overhead = -(-max(int(parent_overhead), 0) // OVERHEAD_STEP) * OVERHEAD_STEP
+    return max(int(memory_limit) - overhead - 2 * int(table_ram), 64 << 20)
+
+
+def sample_fraction(need: int, share: int) -> float:
+    """The share of the units stage 2 trains on when all of them (``need`` bytes) do not fit its
+    ``share``: the fitting fraction rounded down to a whole 1/``FRACTION_STEPS`` (at least one
+    step), 1.0 when they fit.
+
+    >>> sample_fraction(100, 100), sample_fraction(1000, 521), sample_fraction(1000, 523)
+    (1.0, 0.51953125, 0.51953125)
+    """
+    if need <= share:
+        return 1.0
+    return max(int(share * FRACTION_STEPS // need), 1) / FRACTION_STEPS
+
+
+def rows_before_stage1(text_bytes: int, budget_share: int) -> bool:
+    """Whether training makes the record's table rows while stage 1 runs: only when stage 2 will
+    surely see the whole corpus, i.e. even one stage-1 token per byte of every pretoken fits the
+    budget's share (``STAGE2_BYTES_PER_SYMBOL`` each); otherwise after stage 1, when it is known.
+    Either way the rows, units and merges are the same (tested on both sides).
+
+    >>> rows_before_stage1(10, 10 * STAGE2_BYTES_PER_SYMBOL), rows_before_stage1(11, 10 * STAGE2_BYTES_PER_SYMBOL)
+    (True, False)
+    """
+    return text_bytes * STAGE2_BYTES_PER_SYMBOL <= budget_share
+
+
+def sketch_bits(n_windows: int) -> int:
+    """log2 of the number of counters in stage 2's pair sketch for ``n_windows`` windows.
+
+    >>> sketch_bits(1000), sketch_bits(57_566_692), sketch_bits(10 ** 11)
+    (10, 22, 24)
+    """
+    return max(10, min(24, (n_windows // STAGE2_WINDOWS_PER_COUNTER).bit_length()))
+
+
+@dataclass
+class Stage2Result:
+    """What :func:`stage2_merges` returns: the merges ``(left_id, right_id, new_id)``, the bytes of
+    every token id, the token count of the units at the end (with their ``counts``), the last
+    engine's stats, ``info`` (the cuts tried: pieces and symbols of each) and ``seconds`` (pair
+    levels, cuts and replays, engine builds, merge loops)."""
+
+    steps: list
+    tokens: list
+    final_tokens: int
+    engine_stats: dict
+    info: dict
+    seconds: dict
+
+
+def first_cut(pair_counts: np.ndarray, n_merges: int, sample_bits: int = 0) -> int:
+    """The first cut :func:`stage2_merges` tries: the count of the pair at rank
+    ``STAGE2_CUT_RANK * n_merges`` (1 when there are fewer pairs); ``pair_counts`` may be those of a
+    ``1 / 2**sample_bits`` sample of the pairs (:func:`cut_sample_bits`), whose rank is scaled down.
+
+    >>> first_cut(np.arange(1, 101), 10)        # the 26th greatest of 1..100
+    75
+    >>> first_cut(np.arange(1, 101), 40, sample_bits=2)     # a quarter's rank: 100 // 4 = 25
+    75
+    """
+    k = int(STAGE2_CUT_RANK * n_merges) >> sample_bits
+    if k >= pair_counts.size or k < 0:
+        return 1
+    return max(1, int(np.partition(pair_counts, pair_counts.size - 1 - k)[pair_counts.size - 1 - k]))
+
+
+@contextlib.contextmanager
+def stage2_huge_pages(on: bool):
+    """Inside the block, stage 2's numpy arrays of 4 MiB and more (``runtime.memmon.numpy_huge_pages``)
+    and the engine's build buffers (cells, window pair ids: ``engine.merge.huge_pages``) ask for transparent
+    huge pages (``on``) or not; the previous settings come back after it. Memory advice only: the
+    merges never depend on it (tested). The unit and piece lists keep 4 KiB pages: with huge pages
+    their passes got slower on this project's VM (fresh 2 MiB blocks cost more there than the 4 KiB
+    pages a process has just freed)."""
+    buffers = huge_pages(on)
+    try:
+        with numpy_huge_pages(on):
+            yield
+    finally:
+        huge_pages(buffers)
+
+
+def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray, counts: np.ndarray,
+                  tokens: Sequence[bytes], n_merges: int, allowed, bounded: bool = True,
+                  cut: Optional[int] = None, spill_dir: Optional[str] = None,
+                  map_threshold: int = MAP_THRESHOLD, threads: int = 1,
+                  sketch_size: Optional[int] = None,
+                  regenerate: Optional[Callable[[], tuple]] = None) -> Stage2Result:
+    """Stage 2's merges on units of stage-1 tokens (``symbols``/``offsets``, ``weights`` for the
+    engine, ``counts`` for the final token count), equal to one engine run on the whole units.
+
+    **Pieces.** A stage-2 token is a run of whole stage-1 tokens, so a window ``(X, Y)`` always lies
+    on one boundary between stage-1 tokens, of the pair (last stage-1 token of X, first of Y); with
+    ``bounded`` (the ``distinct`` rule: every stage-2 id is built by one merge, so its stage-1 tokens
+    are fixed), every occurrence of ``(X, Y)`` lies on a boundary of that one stage-1 pair, and its
+    count is at most that pair's count at the start. So while the merges count at least ``cut``, none
+    crosses a boundary whose stage-1 pair counts less: the units are cut there, the pieces
+    deduplicated with summed weights (``cut_pieces``; far fewer symbols than the units), and the
+    engine runs on the pieces until the best pair counts less than ``cut``
+    (``MergeEngine.run(min_count=)``); the pairs it does not see count less, so it merges what the
+    whole units would. If it stops before ``n_merges``, the cut comes down (a quarter), the units are
+    cut again, the merges so far are replayed on the new pieces (``RankMerger``, as the loop rewrote
+    them) and the engine goes on. At ``cut`` 1 only boundaries that count 0 are cut (exact for any
+    rules: pairs that count 0 are never merged). Without ``bounded`` the cut is 1.
+
+    **Counts by a sketch.** The stage-1 pair counts are not counted exactly: one pass adds every
+    window's weight to one of ``2**sketch_bits`` counters by a hash of its pair (``pair_sketch``), so a
+    counter is at least the count of each pair it holds. A window is cut only where its counter is
+    below the cut (``cut_pieces(keep=)``: a bitmap of the counters at or above the cut, small enough to
+    stay in the CPU's cache), so no window the exact counts keep is cut; a collision only keeps a
+    window the exact counts would cut (a longer piece; 1-3% more symbols on en_train). The first cut
+    comes from the exact counts of a sample of the pairs (``cut_sample_bits``, ``first_cut``).
+
+    With ``bounded`` the engine also forgets every pair a merge makes that counts less than the cut
+    (``MergeEngine(prune_below=cut)``): no merge rebuilds a token's bytes, so such a pair's count
+    never rises and it cannot be merged before the engine stops at the cut; the pair map stays small.
+
+    ``symbols``, ``offsets``, ``weights``, ``counts`` may also be lists of one or two arrays each: the
+    units in parts (each part's offsets are positions in its own symbols), one thread per part, the
+    result of the parts joined (so the caller need not join them). ``cut``: the first cut (default
+    :func:`first_cut`; tests force others). ``threads``: 2 counts the pairs and cuts the pieces on two
+    threads (the same result). ``sketch_size``: log2 of the number of counters (default
+    :func:`sketch_bits`; tests force tiny sketches full of collisions).
+
+    ``regenerate``: a function that lists the same units again (``(symbols, offsets, weights,
+    counts)``, as given). With it the units are let go once they are cut (the lists given are
+    emptied), so the engine's build and merge loop reuse their memory instead of fresh pages (300 MB
+    at 32k on en_train); only a restart lists them again (checked: the same stage-1 tokens and
+    windows, or ``InternalError``).
+
+    Plain equivalent: ``MergeEngine(symbols, offsets, weights, tokens).run(n_merges, allowed)``
+    (tested equal: ``tests/methods/test_superbpe.py``).
+    """
+    given = (symbols, offsets, weights, counts)
+    parts, (symbols, offsets, weights, counts) = _stage2_parts(*given)
+    seconds = {"sketch": 0.0, "cut": 0.0, "build": 0.0, "loop": 0.0}
+    t0 = time.perf_counter()
+    phase("stage-2 sketch")
+    threads = min(max(threads, 1), 2)
+    n_windows = sum(max(int(p[0].size) - (int(p[1].size) - 1), 0) for p in (parts or [(symbols, offsets)]))
+    sample = cut_sample_bits(n_merges) if bounded and cut is None else 6
+    bits = sketch_bits(n_windows) if sketch_size is None else sketch_size
+    if parts is not None:
+        sketch, sampled_counts, excess = pair_sketch_parts([p[:3] for p in parts], bits, sample)
+    else:
+        sketch, sampled_counts, excess = pair_sketch(symbols, offsets, weights, bits, sample, threads=threads)
+    # Conservation, checked: the counters and what their caps left out hold every window's weight once,
+    # and the pieces (and the one-symbol pieces) hold every stage-1 token of the units
+    whole = parts or [(symbols, offsets, weights, counts)]
+    windows_weight = sum(int((np.maximum(np.diff(o) - 1, 0) * np.maximum(w, 0)).sum()) for _, o, w, _ in whole)
+    if int(sketch.sum(dtype=np.uint64)) + excess != windows_weight:
+        raise InternalError(f"stage 2's pair sketch holds {int(sketch.sum(dtype=np.uint64)) + excess} windows, "
+                            f"the units {windows_weight}")
+    units_tokens = sum(int((np.diff(o) * c).sum()) for _, o, _, c in whole)
+    del whole
+    released = False
+    if not bounded:
+        cut = 1
+    elif cut is None:
+        cut = first_cut(sampled_counts, n_merges, sample)
+    del sampled_counts
+    cut = int(min(max(cut, 1), 0xFFFFFFFF))
+    steps: list = []
+    tokens = list(tokens)
+    tried = []
+    t1 = time.perf_counter()
+    seconds["sketch"] += t1 - t0
+    while True:
+        t0 = time.perf_counter()
+        phase("stage-2 cut")
+        if released:            # a restart: the units again (they were let go after the last cut)
+            parts, (symbols, offsets, weights, counts) = _stage2_parts(*regenerate())
+            again = parts or [(symbols, offsets, weights, counts)]
+            again_windows = sum(max(int(p[0].size) - (int(p[1].size) - 1), 0) for p in again)
+            again_tokens = sum(int((np.diff(o) * c).sum()) for _, o, _, c in again)
+            del again
+            if (again_windows, again_tokens) != (n_windows, units_tokens):
+                raise InternalError(f"stage 2's units listed again hold {again_tokens} stage-1 tokens in "
+                                    f"{again_windows} windows, the first {units_tokens} in {n_windows}")
+            released = False
+        # (a counter holds at most SKETCH_MAX: a cut above it keeps every capped counter's windows)
+        keep = np.packbits(sketch >= min(cut, SKETCH_MAX), bitorder="little")
+        if parts is not None:
+            data, starts, piece_weights, piece_counts, singles = cut_pieces_parts(parts, cut, keep=keep)
+        else:
+            data, starts, piece_weights, piece_counts, singles = cut_pieces(symbols, offsets, None, weights, counts,
+                                                                            cut, threads=threads, keep=keep)
+        pieces_tokens = int((np.diff(starts) * piece_counts).sum()) + int(singles)
+        if pieces_tokens != units_tokens:
+            raise InternalError(f"stage 2's pieces at cut {cut} hold {pieces_tokens} stage-1 tokens, "
+                                f"the units {units_tokens}")
+        tried.append({"cut": cut, "pieces": int(piece_weights.size), "symbols": int(data.size)})
+        if regenerate is not None:      # cut: let the units go (the build and loop reuse the memory)
+            parts = symbols = offsets = weights = counts = None
+            for lst in given:
+                if isinstance(lst, list):
+                    lst.clear()
+            released = True
+        if steps:
+            merger = RankMerger(np.array([a for a, _, _ in steps], dtype=np.uint32),
+                                np.array([b for _, b, _ in steps], dtype=np.uint32),
+                                np.array([t for _, _, t in steps], dtype=np.uint32))
+            data, starts = merger.merge_many(data, starts)
+        t2 = time.perf_counter()
+        phase("stage-2 build")
+        # with bounded (distinct) no merge rebuilds a token's bytes, so a new pair never counts more
+        # than when its merge made it: one below the cut is forgotten (a small pair map)
+        # the pieces' symbols become the engine's cells (donate: no copy, 4 bytes a symbol less)
+        engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
+                             map_threshold=map_threshold, prune_below=cut if bounded else 0, threads=threads,
+                             donate=True)
+        del data, starts
+        t3 = time.perf_counter()
+        phase("merge loop")
+        steps += engine.run(n_merges - len(steps), allowed=allowed, min_count=cut)
+        tokens = engine.tokens()
+        t1 = time.perf_counter()
+        seconds["cut"] += t2 - t0       # the cut and the replay
+        seconds["build"] += t3 - t2
+        seconds["loop"] += t1 - t3
+        if len(steps) >= n_merges or cut <= 1:
+            break
+        del engine
+        cut = max(1, cut // 4)
+    final_tokens = engine.weighted_length(piece_counts) + int(singles)
+    info = {"cuts": tried, "restarts": len(tried) - 1}
+    return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
+                        {k: round(v, 3) for k, v in seconds.items()})
+
+
+def unit_weights(encoded: list, counts: list) -> list:
+    """Stage 2's weight of each unit, part by part: its count, 0 for the units of encoded regions
+    (they teach stage 2 nothing; their count still goes into the final token count)."""
+    return [np.where(e, 0, c) if e.any() else c for e, c in zip(encoded, counts)]
+
+
+def _stage2_parts(symbols, offsets, weights, counts):
+    """``stage2_merges``' units as ``(parts, arrays)``: a list of one or two parts ``(symbols,
+    offsets, weights, counts)`` (one thread each) and no arrays, or no parts and the four arrays
+    (which the kernels halve for two threads); dtypes made right (no copy when they are)."""
+    def kinds(syms):        # uint16 units stay uint16 (the kernels read both); anything else uint32
+        return (np.uint16 if getattr(syms, "dtype", None) == np.uint16 else np.uint32, np.int64, np.int64, np.int64)
+
+    if isinstance(symbols, list) and len(symbols) == 1:        # one part: the arrays (halved for threads)
+        symbols, offsets, weights, counts = symbols[0], offsets[0], weights[0], counts[0]
+    if isinstance(symbols, list):
+        return ([tuple(np.ascontiguousarray(a, dtype=k) for a, k in zip(p, kinds(p[0])))
+                 for p in zip(symbols, offsets, weights, counts)], (None, None, None, None))
+    return None, tuple(np.ascontiguousarray(a, dtype=k)
+                       for a, k in zip((symbols, offsets, weights, counts), kinds(symbols)))
