@@ -35,8 +35,9 @@ from . import methods  # noqa: F401  (registers the methods)
 from .config import TrainConfig
 from .corpus import encode_specials
 from .corpus.readers import BadRecords
-from .corpus.shards import is_url
-from .corpus.sources import ReadOptions, Source, expand_inputs, spool
+from .corpus.inputs import Source, expand_inputs
+from .corpus.ranges import is_url
+from .corpus.shards import ReadOptions, spool
 from .errors import BinaryInputWarning, BudgetError
 from .formats import registry
 from .formats.model import Model

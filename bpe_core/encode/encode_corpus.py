@@ -52,8 +52,9 @@ import numpy as np
 
 from ..corpus import check_input, file_chunks
 from ..corpus.readers import BadRecords
-from ..corpus.shards import is_url, read_source
-from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load, shard_blocks
+from ..corpus.inputs import Source, expand_inputs
+from ..corpus.ranges import is_url, read_source
+from ..corpus.shards import Block, ReadOptions, iter_tasks, load, shard_blocks
 from ..errors import CorpusError, MissingDependency, VerifyError
 from ..pretok.counting import check_distributable, private_shard, shard_weights
 from ..pretok.patterns import pattern_name

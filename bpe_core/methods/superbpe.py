@@ -52,8 +52,9 @@ import regex
 from ..corpus.chunks import file_chunks, split_spans
 from ..corpus.files import open_corpus
 from ..corpus.readers import BadRecords
-from ..corpus.shards import is_url, source_shards
-from ..corpus.sources import ReadOptions, expand_inputs, shard_blocks
+from ..corpus.inputs import expand_inputs
+from ..corpus.ranges import is_url
+from ..corpus.shards import ReadOptions, shard_blocks, source_shards
 from ..corpus.specials import encode_specials, split_on_specials
 from ..engine.merge import MergeEngine, huge_pages, replay_merges
 from ..engine.units import (ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,

@@ -20,7 +20,8 @@ import numpy as np
 
 from ..corpus.chunks import split_spans
 from ..corpus.readers import BadRecords
-from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load, shard_blocks
+from ..corpus.inputs import Source, expand_inputs
+from ..corpus.shards import Block, ReadOptions, iter_tasks, load, shard_blocks
 from ..runtime.atomic import remove_stale_in
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
