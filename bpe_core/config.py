@@ -25,7 +25,7 @@ class TrainConfig:
     Attributes:
         input_path: the corpus: a path (a text file, read as bytes; or compressed, JSON Lines,
             Parquet, a directory, a glob pattern, ``-`` for stdin), a list of them, an iterator of
-            ``str``/``bytes`` or a ``datasets`` object (``corpus.sources.expand_inputs``).
+            ``str``/``bytes`` or a ``datasets`` object (``corpus.inputs.expand_inputs``).
         input_format: ``auto`` (default: Parquet by magic bytes, JSON Lines by a ``.jsonl``/``.json``
             name, else text), ``text``, ``jsonl`` or ``parquet``.
         text_field: the JSON Lines field holding the text (a dotted path reaches nested objects).

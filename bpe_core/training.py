@@ -44,8 +44,9 @@ from . import methods  # noqa: F401  (registers the methods)
 from .config import TrainConfig
 from .corpus import encode_specials
 from .corpus.readers import BadRecords
-from .corpus.shards import is_url
-from .corpus.sources import ReadOptions, Source, expand_inputs, spool
+from .corpus.inputs import Source, expand_inputs
+from .corpus.ranges import is_url
+from .corpus.shards import ReadOptions, spool
 from .errors import BinaryInputWarning, BudgetError
 from .formats import registry
 from .formats.model import Model
@@ -93,7 +94,7 @@ UNKNOWN_INPUT_BYTES = 1 << 30
 
 
 def sources_of(config: TrainConfig) -> list[Source]:
-    """The inputs of a run (``corpus.sources.expand_inputs``; checked, nothing read yet)."""
+    """The inputs of a run (``corpus.inputs.expand_inputs``; checked, nothing read yet)."""
     return expand_inputs(config.input_path, config.input_format, config.text_column)
 
 
@@ -179,7 +180,7 @@ def prepare_inputs(config: TrainConfig, method: registry.Method) -> Iterator[Inp
     """Stage 1: find the inputs; when the method or the entropy filter reads the corpus again and it
     is not one local plain file, spool it into one (a temp file); then curate it when
     ``entropy_filter`` asks (``methods.curate``). Temp files are removed when the block ends."""
-    sources = sources_of(config)             # local paths and fsspec URLs alike (corpus.sources)
+    sources = sources_of(config)             # local paths and fsspec URLs alike (corpus.inputs)
     if config.cluster is not None:
         check_distributable(sources)         # stdin and iterators cannot go to cluster workers
     given, notes = config, {}

@@ -30,6 +30,9 @@ LAYERS = [
 LAYER_OF = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 #: The plain twins: they may use only these parts of the package (the definitions of the semantics).
 REFERENCE_MAY_IMPORT = {"errors", "corpus", "pretok", "reference"}
+#: ``corpus/`` flows one way (find the inputs -> cut shards -> open a reader per format -> read
+#: ranges, then the low-level helpers): a module imports only modules after it in this list.
+CORPUS_ORDER = ["inputs", "shards", "readers", "ranges", "chunks", "files", "specials"]
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -179,6 +182,25 @@ def _only_package_init(cycle: str) -> bool:
     return any(all(n == p or n.startswith(p + ".") for n in nodes) and p in nodes for p in nodes)
 
 
+def test_corpus_flows_one_way():
+    """Within ``bpe_core.corpus`` a module imports only modules after it in ``CORPUS_ORDER`` (never
+    one before it, never the package ``__init__``, which re-exports the helpers), and every module
+    of ``corpus/`` has its place in the list."""
+    known = modules()
+    rank = {f"bpe_core.corpus.{m}": i for i, m in enumerate(CORPUS_ORDER)}
+    inside = {m for m in known if m.startswith("bpe_core.corpus.")}
+    bad = [f"{m} has no place in CORPUS_ORDER" for m in sorted(inside - set(rank))]
+    for name in sorted(inside & set(rank)):
+        for target, names, line in imports_of(name, known[name]):
+            for mod in resolve(target, names, known):
+                if mod == "bpe_core.corpus":
+                    bad.append(f"{name}:{line} imports the package bpe_core.corpus (import its modules)")
+                elif mod in rank and mod != name and rank[mod] < rank[name]:
+                    bad.append(f"{name}:{line} imports {mod}, which comes before it in CORPUS_ORDER "
+                               f"(corpus/ flows one way)")
+    assert not bad, "\n".join(bad)
+
+
 def test_no_private_names_across_modules():
     known = modules()
     compiled = kernels()
@@ -305,3 +327,32 @@ def test_a_planted_method_comparison_is_caught(tmp_path, snippet):
     path = tmp_path / "stage.py"
     path.write_text(snippet)
     assert method_comparisons(path, method_names()) == ["stage.py:1"]
+
+
+@pytest.mark.parametrize("snippet", ["from .inputs import expand_inputs", "from . import shards",
+                                     "from ..corpus import inputs", "from ..corpus import check_input",
+                                     "import bpe_core.corpus.inputs"])
+def test_a_planted_backward_import_in_corpus_is_caught(tmp_path, snippet):
+    """``ranges`` importing ``inputs`` (or ``shards``, or the package) breaks the one-way flow;
+    the same imports the other way round are fine."""
+    global PKG
+    fake = tmp_path / "bpe_core"
+    (fake / "corpus").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "corpus" / "__init__.py").write_text("from .files import check_input\n")
+    for m in CORPUS_ORDER:
+        (fake / "corpus" / f"{m}.py").write_text("")
+    (fake / "corpus" / "inputs.py").write_text("from .ranges import x\nfrom . import shards, files\n")
+    old = PKG
+    PKG = fake
+    try:
+        test_corpus_flows_one_way()
+        (fake / "corpus" / "ranges.py").write_text(snippet + "\n")
+        with pytest.raises(AssertionError, match="bpe_core.corpus.ranges:1 imports"):
+            test_corpus_flows_one_way()
+        (fake / "corpus" / "ranges.py").write_text("")
+        (fake / "corpus" / "extra.py").write_text("")
+        with pytest.raises(AssertionError, match="extra has no place"):
+            test_corpus_flows_one_way()
+    finally:
+        PKG = old

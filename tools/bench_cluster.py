@@ -50,7 +50,8 @@ def _digest(arena, offsets, counts) -> str:
 def run_one(config: str, inputs: list, chunk_bytes: int) -> dict:
     """One configuration, in this (fresh) process."""
     from bpe_core.corpus.readers import BadRecords
-    from bpe_core.corpus.sources import ReadOptions, expand_inputs
+    from bpe_core.corpus.inputs import expand_inputs
+    from bpe_core.corpus.shards import ReadOptions
     from bpe_core.pretok.counting import count_corpus, count_source_shard, count_sources_on
     from bpe_core.runtime.executors import open_executor, worker_cpu_seconds
 

@@ -9,7 +9,7 @@ per document) and ``.parquet`` (snappy, 2,000 documents per row group) in a work
 training runs in a fresh subprocess (runs interleaved), and the parent samples the RSS of the
 process tree every 50 ms. Printed per container: median wall seconds, the ratio to ``.txt``, peak
 RSS, and the seconds a single thread needs only to read the container (decompress and parse,
-``corpus.sources`` without counting): when that is close to the training time, reading is the
+``corpus.shards`` without counting): when that is close to the training time, reading is the
 bottleneck. The merges of every container are checked against the ``.txt`` run's.
 """
 from __future__ import annotations
@@ -89,7 +89,8 @@ def child(path: str, vocab_size: int, workers: int, out: str) -> None:
 
 def read_only(path: str, chunk_bytes: int = 16 << 20) -> float:
     """Seconds one thread needs to read (decompress, parse) the whole container into blocks."""
-    from bpe_core.corpus.sources import ReadOptions, expand_inputs, iter_tasks, load
+    from bpe_core.corpus.inputs import expand_inputs
+    from bpe_core.corpus.shards import ReadOptions, iter_tasks, load
 
     opts = ReadOptions(chunk_bytes=chunk_bytes, special_tokens=[SPECIAL.encode()])
     t = time.perf_counter()

@@ -52,8 +52,8 @@ from bpe_core.runtime.atomic import atomic_write  # noqa: E402
 from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_out_file,  # noqa: E402
                                 check_out_prefix, chunk_size, run_main)
 from bpe_core.config import parse_size  # noqa: E402
-from bpe_core.corpus.sources import expand_inputs  # noqa: E402
-from bpe_core.corpus.shards import is_url  # noqa: E402
+from bpe_core.corpus.inputs import expand_inputs  # noqa: E402
+from bpe_core.corpus.ranges import is_url  # noqa: E402
 from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
 from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
 

@@ -254,7 +254,7 @@ def _inputs(args):
 
 def _check_paths(args):
     """Check the inputs and every output path before any work; returns the inputs."""
-    from bpe_core.corpus.sources import expand_inputs
+    from bpe_core.corpus.inputs import expand_inputs
 
     input_path = _inputs(args)
     expand_inputs(input_path, args.input_format, args.text_column)      # local paths and URLs

@@ -3,7 +3,7 @@
 ``check_input`` refuses, in one line naming the file, what cannot be a corpus: a missing file, a
 folder, a FIFO or device (it would read as empty), an unreadable file, and, for the pread fast
 path of plain text, a compressed file (gzip, xz, zstd, bzip2, lz4, zip, by their magic bytes;
-``corpus.sources`` reads the first four as streams). ``warn_if_binary`` warns (``BinaryInputWarning``)
+``corpus.shards`` reads the first four as streams). ``warn_if_binary`` warns (``BinaryInputWarning``)
 when the start of a file does not look like text; a byte-level tokenizer takes any bytes.
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ def compressed_format(head: bytes) -> tuple[str, str] | None:
 def check_input(path: str | os.PathLike, compressed_ok: bool = False) -> int:
     """Check that ``path`` is a readable regular file and not compressed; return its size in bytes.
 
-    The fast path of a single plain-text file (pread chunks) calls it as is; ``corpus.sources``,
+    The fast path of a single plain-text file (pread chunks) calls it as is; ``corpus.shards``,
     which reads gzip, xz, zstd and bzip2 streams, passes ``compressed_ok=True``.
 
     Raises:

@@ -1,7 +1,7 @@
 """Readers: compressed streams, JSON Lines records, Parquet row groups, iterators of documents.
 
 Each reader turns one input into *documents* (``bytes``) or, for plain text, a stream of bytes;
-``corpus.sources`` cuts them into blocks for the workers. What a reader refuses it refuses in one
+``corpus.shards`` cuts them into blocks for the workers. What a reader refuses it refuses in one
 line naming the file and the line or row (:class:`~bpe_core.errors.CorpusError`), or, when the
 caller asked to skip bad records, it counts the record in a :class:`BadRecords` and goes on:
 

@@ -52,8 +52,9 @@ import numpy as np
 
 from ..corpus import check_input, file_chunks
 from ..corpus.readers import BadRecords
-from ..corpus.shards import is_url, read_source
-from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load, shard_blocks
+from ..corpus.inputs import Source, expand_inputs
+from ..corpus.ranges import is_url, read_source
+from ..corpus.shards import Block, ReadOptions, iter_tasks, load, shard_blocks
 from ..errors import CorpusError, MissingDependency, VerifyError
 from ..pretok.counting import check_distributable, private_shard, shard_weights
 from ..pretok.patterns import pattern_name
@@ -329,7 +330,7 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
 
     Args:
         input_path: the corpus: a text file (read as bytes; special tokens are document
-            separators), or anything ``corpus.sources.expand_inputs`` takes: compressed files, JSON
+            separators), or anything ``corpus.inputs.expand_inputs`` takes: compressed files, JSON
             Lines, Parquet, directories, glob patterns, ``-``, a list of these, an iterator of
             documents or a ``datasets`` object (``docs/inputs.md``).
         tokenizer: a ``Tokenizer`` or a path that ``Tokenizer.load`` reads.
@@ -687,7 +688,7 @@ def _verify_with(read, tmp: str, input_path: str, tok: Tokenizer, chunks, counts
     return checked
 
 
-# ==== On an executor: the shards of many inputs (corpus.sources) -> slices of the outputs ==========
+# ==== On an executor: the shards of many inputs (corpus.shards) -> slices of the outputs ==========
 
 
 def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int | None = None,
@@ -865,7 +866,7 @@ VERIFY_IDS = 1 << 20
 
 def encode_source_shard(task: tuple, spec, token_lengths: np.ndarray, spill_dir: str, dtype: str, sep_id,
                         want_doc_starts: bool, vocab=None) -> dict:
-    """Task: encode one shard of ``corpus.sources`` (``(index, shard)``) into its spill file.
+    """Task: encode one shard of ``corpus.shards`` (``(index, shard)``) into its spill file.
 
     The shard's blocks are read here, in order (one for a byte range or row groups; a compressed
     file decompresses into many); the separator id goes between two items inside the shard, as
@@ -1126,7 +1127,7 @@ def _npy_length(fs, path: str) -> int:
 
 def encode_shard_to_url(task: tuple, spec, token_lengths: np.ndarray, out_url: str, dtype: str, sep_id,
                         vocab=None) -> dict:
-    """Task: encode one shard of ``corpus.sources`` (``(index, shard)``) into its own
+    """Task: encode one shard of ``corpus.shards`` (``(index, shard)``) into its own
     ``part-NNNNNN.npy`` under ``out_url`` (:func:`encode_source_shard` into a spill file in this
     worker's temp folder, then uploaded whole). The separator id goes first when the shard begins an
     item and is not the first shard (``lead`` in the result; ``encode_to_parts`` corrects a wrong

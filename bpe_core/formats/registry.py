@@ -47,7 +47,7 @@ class Method:
         rereads_input: its ``train`` reads ``config.input_path`` again (a second pass over the
             corpus, one plain-text file). Training then first writes inputs that are not one plain
             file (several files, compressed, records, stdin, iterators) into one temp file under the
-            spill folder (``corpus.sources.spool``). :meth:`reads_input_again` can refine it per
+            spill folder (``corpus.shards.spool``). :meth:`reads_input_again` can refine it per
             configuration.
         drops_single_byte_words: its engine drops words of one byte (they hold no pair), so the
             merge plan counts their symbols out and a mapped table leaves them out.

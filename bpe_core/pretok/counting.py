@@ -20,7 +20,8 @@ import numpy as np
 
 from ..corpus.chunks import split_spans
 from ..corpus.readers import BadRecords
-from ..corpus.sources import Block, ReadOptions, Source, expand_inputs, iter_tasks, load, shard_blocks
+from ..corpus.inputs import Source, expand_inputs
+from ..corpus.shards import Block, ReadOptions, iter_tasks, load, shard_blocks
 from ..runtime.atomic import remove_stale_in
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
@@ -60,7 +61,7 @@ class ChunkCount:
 
 
 def block_spans(buf, doc_ends, specials: Sequence[bytes]) -> tuple[np.ndarray, int]:
-    """The text spans of a block (``corpus.sources.Block``) and its special-token occurrences:
+    """The text spans of a block (``corpus.shards.Block``) and its special-token occurrences:
     split at special tokens, and, when ``doc_ends`` is given, never across a document end."""
     if doc_ends is None:
         return split_spans(buf, 0, len(buf), specials)
@@ -188,7 +189,7 @@ def combine_counts(parts: list) -> ChunkCount:
 
 
 def count_source_shard(shard, specials: Sequence[bytes], pattern: str) -> ChunkCount:
-    """Task: count one shard of ``corpus.sources`` where it runs (a cluster worker reads it itself).
+    """Task: count one shard of ``corpus.shards`` where it runs (a cluster worker reads it itself).
 
     A lazy shard (a byte range of a plain file or of a JSON Lines file, Parquet row groups) is one
     block; a compressed file is one shard whose blocks are decompressed and counted in order here
@@ -231,7 +232,7 @@ def count_source_shard(shard, specials: Sequence[bytes], pattern: str) -> ChunkC
 
 
 def private_shard(shard):
-    """A copy of a ``corpus.sources`` shard with its own bad-record collector (a task reports what
+    """A copy of a ``corpus.shards`` shard with its own bad-record collector (a task reports what
     its shard held; on this machine's threads the shared collector stays untouched)."""
     sh = copy.copy(shard)
     sh.opts = dataclasses.replace(shard.opts, bad=shard.opts.bad.fresh())
@@ -410,10 +411,10 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
                  read_options: Optional[ReadOptions] = None, record: Optional[list] = None) -> WordTable:
     """Count the pretokens of a corpus into one sorted word table.
 
-    ``inputs`` is a path (a plain-text file, as before) or a list of ``corpus.sources.Source``
+    ``inputs`` is a path (a plain-text file, as before) or a list of ``corpus.inputs.Source``
     (``read_options`` then says what a record is and collects bad records; its cutting fields are
     set here). Items (files, records) are joined by the first special token, or kept apart as spans
-    when there is none (``corpus.sources``): the counts are those of the ``.txt`` with the same
+    when there is none (``corpus.shards``): the counts are those of the ``.txt`` with the same
     documents.
 
     Blocks go to ``num_workers`` threads (``workers.run_ordered``; in this thread when 1), at most

@@ -30,7 +30,8 @@ import bpe_core
 from bpe_core import Tokenizer, encode_corpus, reference
 from bpe_core.corpus import CorpusError
 from bpe_core.corpus import readers
-from bpe_core.corpus.sources import ReadOptions, corpus_bytes, expand_inputs
+from bpe_core.corpus.inputs import expand_inputs
+from bpe_core.corpus.shards import ReadOptions, corpus_bytes
 from bpe_core.training import train_from_iterator
 
 zstandard = pytest.importorskip("zstandard")

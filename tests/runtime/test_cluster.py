@@ -23,7 +23,8 @@ import cloudpickle  # noqa: E402  (comes with distributed)
 
 from bpe_core.config import TrainConfig  # noqa: E402
 from strategies import SPECIAL, corpus_bytes  # noqa: E402
-from bpe_core.corpus.shards import Shard, check_source, source_shards  # noqa: E402
+from bpe_core.corpus.ranges import check_source  # noqa: E402
+from bpe_core.corpus.shards import Shard, source_shards  # noqa: E402
 from bpe_core.encode.encode_corpus import encode_corpus, load_sharded_ids  # noqa: E402
 from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
 from bpe_core.errors import BudgetError, CorpusError, InputChanged, MissingDependency  # noqa: E402
@@ -433,7 +434,7 @@ def test_empty_input_on_cluster(client, tmp_path, tokenizer):
     assert np.load(tmp_path / "ids.npy").shape == (0,)
 
 
-# ==== Every input of docs/inputs.md on the cluster (corpus.sources shards as tasks) ==============
+# ==== Every input of docs/inputs.md on the cluster (corpus.shards input shards as tasks) ========
 
 
 @pytest.fixture(scope="module")
@@ -595,7 +596,8 @@ def _slow_source_count(shard, specials, pattern):
 def test_a_killed_worker_changes_nothing_for_many_inputs(client, inputs):
     """As above, over the shards of many containers (byte ranges, row groups, compressed files)."""
     import psutil
-    from bpe_core.corpus.sources import ReadOptions, expand_inputs
+    from bpe_core.corpus.inputs import expand_inputs
+    from bpe_core.corpus.shards import ReadOptions
 
     specials = [s.encode() for s in SPECIALS]
 
@@ -706,7 +708,7 @@ def test_local_clusters_start_without_malloc_trimming_or_profiler(monkeypatch):
         assert dask.config.get("distributed.worker.profile.enabled") is not False
 
 
-# ==== fsspec URL inputs: every container, many files, globs (corpus.sources through fsspec) ========
+# ==== fsspec URL inputs: every container, many files, globs (corpus.ranges through fsspec) =========
 
 
 def _unurl(value):
@@ -851,7 +853,8 @@ def test_bad_url_inputs_are_one_line(client, inputs, inputs_tokenizer, tmp_path)
 def test_url_changed_mid_run_is_refused(client, tmp_path):
     """A URL rewritten after its shards were cut: the worker that reads it (or the final check)
     raises ``InputChanged`` naming it; nothing is written."""
-    from bpe_core.corpus.sources import ReadOptions, expand_inputs
+    from bpe_core.corpus.inputs import expand_inputs
+    from bpe_core.corpus.shards import ReadOptions
     from bpe_core.pretok.counting import count_sources_on
 
     path = tmp_path / "c.txt"

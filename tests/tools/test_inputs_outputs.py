@@ -268,7 +268,7 @@ def _zstd_frame(data: bytes) -> bytes:
 def test_compressed_input_is_read_by_the_tools_and_refused_by_the_plain_fast_path(tmp_path, tok_dir, name, make,
                                                                                  hint):
     """``check_input`` (the pread fast path of one plain file) still refuses compressed files; the
-    tools and ``train_bpe`` read them as streams (``corpus.sources``; tests/corpus/test_sources.py)."""
+    tools and ``train_bpe`` read them as streams (``corpus.inputs``; tests/corpus/test_sources.py)."""
     p = tmp_path / "c.txt.z"
     p.write_bytes(make(TEXT))
     with pytest.raises(CorpusError, match=f"is {name}-compressed; decompress it first"):

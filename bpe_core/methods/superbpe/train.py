@@ -12,7 +12,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ...corpus.readers import BadRecords
-from ...corpus.sources import ReadOptions, expand_inputs
+from ...corpus.inputs import expand_inputs
+from ...corpus.shards import ReadOptions
 from ...corpus.specials import encode_specials
 from ...engine.merge import MergeEngine, replay_merges
 from ...pretok.patterns import resolve_pattern

@@ -10,8 +10,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ...corpus.chunks import file_chunks, split_spans
-from ...corpus.shards import is_url, source_shards
-from ...corpus.sources import ReadOptions, shard_blocks
+from ...corpus.ranges import is_url
+from ...corpus.shards import ReadOptions, shard_blocks, source_shards
 from ...engine.units import (ENCODED_MARK, UnitCounter, WordIndex, chunk_unit_stream, expand_units, id_unit_stream,
                              record_rows, strip_marks)
 from ...errors import InputChanged, InternalError
@@ -437,7 +437,7 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
 
 def units_source_shard(shard, context: UnitsContext, specials: Sequence[bytes], pattern: str, keep_below: int,
                        cut_spaces: bool) -> tuple:
-    """Task: the unique units of one shard of ``corpus.sources`` (its blocks in order, read where
+    """Task: the unique units of one shard of ``corpus.shards`` (its blocks in order, read where
     the task runs), as :func:`units_shard` gives them for a byte range."""
     sh = private_shard(shard)
     parts = []
@@ -461,7 +461,7 @@ def count_units_on(executor, sources, opts: ReadOptions, table: WordTable, speci
                    chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
                    flags: Optional[np.ndarray] = None, classes: Optional[np.ndarray] = None,
                    num_workers: int = 1, seg: Optional[tuple] = None) -> tuple[tuple, dict]:
-    """``count_units`` over the shards of ``sources`` (``corpus.sources``) on an executor: the
+    """``count_units`` over the shards of ``sources`` (``corpus.shards``) on an executor: the
     units of the corpus those sources make (items joined by the first special token), as
     ``count_units`` counts them on that corpus spooled to one file. Shards are cut at document
     edges only (units run across newlines); the separator between items is a document edge.
