@@ -88,7 +88,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--doc-index", default=None, metavar="IDX.npy",
                    help="also write the start offset of every document in the id array (int64 .npy)")
     p.add_argument("--shard-tokens", type=_positive, default=None, metavar="N",
-                   help="write shards of N tokens (OUT-00000.npy, ...) and OUT.manifest.json instead of "
+                   help="write shards of N tokens (OUT-g1-00000.npy, ...: each run a new generation) and "
+                        "OUT.manifest.json, written last, instead of "
                         "one .npy")
     p.add_argument("--report", default=None, metavar="PATH",
                    help="write a JSON report (plan, peak RSS per phase, seconds per phase) to PATH")
