@@ -150,31 +150,43 @@ def check_model_folder(folder, models, allowed, extra=None):
     return which
 
 
-@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
-def test_training_over_a_model_killed_at_any_publish_step_leaves_one_whole_model(tmp_path, corpora, models, sig):
+@pytest.mark.parametrize("sig,layout", [("SIGKILL", "swap"), ("SIGTERM", "swap"), ("SIGKILL", "in_place")])
+def test_training_over_a_model_killed_at_any_publish_step_leaves_one_whole_model(tmp_path, corpora, models, sig,
+                                                                                  layout):
+    """``in_place``: a subfolder in the model folder (it cannot be swapped): the files are renamed one
+    by one; a SIGKILL between two renames leaves the journal, and the next run finishes the set."""
     snaps, d = models
     old, new = corpora
     out = tmp_path / "tok"
-    r = run_child(tmp_path, TRAIN, train_args(new, tmp_path / "probe", 320))
-    assert r.returncode == 0, r.stderr
-    n_calls = calls(tmp_path)
-    assert n_calls >= 2
-    seen = set()
-    for k in range(1, n_calls + 2):
+
+    def old_model():
         if out.exists():
             shutil.rmtree(out)
         shutil.copytree(d / "old", out)             # what a clean run of the old corpus wrote
         (out / "NOTES.md").write_text("mine")
+        if layout == "in_place":
+            (out / "sub").mkdir()
+    old_model()
+    r = run_child(tmp_path, TRAIN, train_args(new, out, 320))
+    assert r.returncode == 0, r.stderr
+    n_calls = calls(tmp_path)
+    assert n_calls >= (7 if layout == "in_place" else 4)      # 3 inside the fresh folder, then the swap
+    seen = set()
+    for k in range(1, n_calls + 2):
+        old_model()
         r = run_child(tmp_path, TRAIN, train_args(new, out, 320), kill_at=k, sig=sig)
         if k <= n_calls:
             want = -signal.SIGKILL if sig == "SIGKILL" else 143
             assert r.returncode in (want, 0), (k, r.returncode, r.stderr)
         if r.returncode not in (0, -signal.SIGKILL):
             assert len(stderr_lines(r.stderr)) == 1 and "Traceback" not in r.stderr, r.stderr
-        seen.add(check_model_folder(out, snaps, ("old", "new"), extra=("NOTES.md", "mine")))
+        if layout == "in_place" and journal(out):
+            assert set(snapshot(out).items()) <= set(snaps["old"].items()) | set(snaps["new"].items())
+        else:
+            seen.add(check_model_folder(out, snaps, ("old", "new"), extra=("NOTES.md", "mine")))
         if sig == "SIGTERM":
             assert leftovers(tmp_path) == [], (k, leftovers(tmp_path))
-        # the next run cleans up what a SIGKILL left and publishes whole
+        # the next run cleans up what a SIGKILL left (finishes a journal) and publishes whole
         r = run_child(tmp_path, TRAIN, train_args(new, out, 320))
         assert r.returncode == 0, r.stderr
         check_model_folder(out, snaps, ("new",), extra=("NOTES.md", "mine"))
@@ -414,25 +426,30 @@ def dead_pid() -> int:
     return proc.pid
 
 
-@pytest.mark.parametrize("swap", ["exchange", "two_renames", "in_place"])
+@pytest.mark.parametrize("swap", ["exchange", "two_renames", "in_place", "not_permitted"])
 def test_publish_folder_carries_other_files_and_drops_the_old_sets(tmp_path, monkeypatch, swap):
     tok = tmp_path / "tok"
     dump_folder(small_model(1), tok, extra={"train_report.json": "{}", "tokenizer.json": "old"})
     (tok / "NOTES.md").write_text("mine")
     os.symlink("NOTES.md", tok / "link")
+    os.chmod(tok / "merges.txt", 0o600)
     inode = os.stat(tok / "NOTES.md").st_ino
     if swap == "two_renames":
         monkeypatch.setattr(atomic, "exchange", lambda a, b: False)
     elif swap == "in_place":
         (tok / "sub").mkdir()                        # a subfolder cannot be carried: written in place
+    elif swap == "not_permitted":
+        def refuse(a, b):
+            raise PermissionError(errno.EPERM, "Operation not permitted", b)
+        monkeypatch.setattr(atomic, "exchange", refuse)
     dump_folder(small_model(2), tok, extra={"train_report.json": "{}"})
     assert len(load_model(tok).merges) == 2
+    assert os.stat(tok / "merges.txt").st_mode & 0o777 == 0o600, "a file keeps the mode of the one it replaces"
     names = set(os.listdir(tok))
     assert {"NOTES.md", "link", *MODEL_SET, "train_report.json"} <= names
     assert "tokenizer.json" not in names, "a file of the old set that this run did not write goes with it"
     assert (tok / "NOTES.md").read_text() == "mine" and os.readlink(tok / "link") == "NOTES.md"
-    if swap != "in_place":
-        assert os.stat(tok / "NOTES.md").st_ino == inode, "carried by hard link, not copied"
+    assert os.stat(tok / "NOTES.md").st_ino == inode, "carried by hard link (or left in place), not copied"
     assert leftovers(tmp_path) == []
 
 

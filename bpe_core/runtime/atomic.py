@@ -419,6 +419,11 @@ def recover_folder(target: str | os.PathLike) -> None:
     parent = os.path.dirname(os.path.abspath(target))
     name = os.path.basename(os.path.abspath(target))
     new, old = f".{name}.new-", f".{name}.old-"
+    if os.path.isdir(target):               # first: its journals may name files in a fresh folder
+        for key in os.listdir(target):
+            if ".commit-" in key and key.startswith("."):
+                recover_files(os.path.join(target, key[1:key.index(".commit-")]))
+        remove_stale_in(target, [".publish-"], min_age=float("inf"))
     with contextlib.suppress(OSError):
         for entry in sorted(os.listdir(parent)):
             full = os.path.join(parent, entry)
@@ -426,11 +431,6 @@ def recover_folder(target: str | os.PathLike) -> None:
                 with contextlib.suppress(OSError):
                     os.rename(full, target)
     remove_stale_in(parent, [new, old], min_age=float("inf"))
-    if os.path.isdir(target):
-        for key in os.listdir(target):
-            if ".commit-" in key and key.startswith("."):
-                recover_files(os.path.join(target, key[1:key.index(".commit-")]))
-        remove_stale_in(target, [".publish-"], min_age=float("inf"))
 
 
 def _can_swap(target: str) -> bool:
@@ -483,6 +483,20 @@ def _folder_mode(path: str) -> int:
         return 0o777 & ~current_umask()
 
 
+def _publish_in_place(tmp: str, target: str, written: list[str], owned: set, last: str | None) -> None:
+    """The files of ``tmp`` renamed into ``target`` by :func:`publish_files`, ``last`` last; the
+    ``owned`` names this run did not write removed."""
+    order = sorted(written, key=lambda n: n == last)
+    gone = [os.path.join(target, n) for n in sorted(owned - set(written)) if os.path.lexists(os.path.join(target, n))]
+    if order:
+        publish_files([(os.path.join(tmp, n), os.path.join(target, n)) for n in order],
+                      key=os.path.join(target, order[-1]), remove=gone)
+    else:
+        for path in gone:
+            os.unlink(path)
+    os.rmdir(tmp)
+
+
 @contextlib.contextmanager
 def publish_folder(target: str | os.PathLike, owned: Iterable[str] = (), last: str | None = None
                    ) -> Iterator[str]:
@@ -528,13 +542,14 @@ def publish_folder(target: str | os.PathLike, owned: Iterable[str] = (), last: s
     try:
         yield tmp
         written = sorted(os.listdir(tmp))
+        if exists:
+            for n in written:                 # a file keeps the mode of the one it replaces
+                with contextlib.suppress(OSError):
+                    old = os.stat(os.path.join(target, n), follow_symlinks=False)
+                    if stat.S_ISREG(old.st_mode):
+                        os.chmod(os.path.join(tmp, n), stat.S_IMODE(old.st_mode))
         if in_place:
-            order = sorted(written, key=lambda n: n == last)
-            publish_files([(os.path.join(tmp, n), os.path.join(target, n)) for n in order],
-                          key=os.path.join(target, last or order[-1]) if order else None,
-                          remove=[os.path.join(target, n) for n in owned - set(written)
-                                  if os.path.lexists(os.path.join(target, n))])
-            os.rmdir(tmp)
+            _publish_in_place(tmp, target, written, owned, last)
             return
         for n in written:
             _fsync_file(os.path.join(tmp, n))
@@ -548,13 +563,25 @@ def publish_folder(target: str | os.PathLike, owned: Iterable[str] = (), last: s
         with signals_held():
             if not exists:
                 os.rename(tmp, target)
-            elif exchange(tmp, target):
-                shutil.rmtree(tmp, ignore_errors=True)          # now the old folder
             else:
-                aside = tempfile.mkdtemp(dir=parent, prefix=f".{name}.old-{os.getpid()}-")
-                os.rename(target, aside)                        # replaces the empty folder
-                os.rename(tmp, target)
-                shutil.rmtree(aside, ignore_errors=True)
+                try:
+                    swapped = exchange(tmp, target)
+                except OSError as exc:
+                    if exc.errno not in (errno.EPERM, errno.EACCES, errno.EBUSY, errno.EXDEV):
+                        raise
+                    # not allowed to rename the folder after all (a sticky parent, a bind mount)
+                    carried = [n for n in os.listdir(tmp) if n not in written]
+                    for n in carried:
+                        os.unlink(os.path.join(tmp, n))
+                    _publish_in_place(tmp, target, written, owned, last)
+                    return
+                if swapped:
+                    shutil.rmtree(tmp, ignore_errors=True)          # now the old folder
+                else:
+                    aside = tempfile.mkdtemp(dir=parent, prefix=f".{name}.old-{os.getpid()}-")
+                    os.rename(target, aside)                        # replaces the empty folder
+                    os.rename(tmp, target)
+                    shutil.rmtree(aside, ignore_errors=True)
         _fsync_dir(parent)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
