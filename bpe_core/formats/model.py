@@ -148,7 +148,8 @@ def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | No
         f.write("\n")
 
 
-def dump_folder(model: Model, folder: str | os.PathLike, extra: dict[str, str | bytes] | None = None) -> list[bytes]:
+def dump_folder(model: Model, folder: str | os.PathLike,
+                extra: dict[str, str | bytes] | None = None) -> list[bytes]:
     """Publish a model folder as one unit: ``vocab.json``, ``merges.txt``, ``model.json`` (holding
     their sha256) and the ``extra`` files (name -> text or bytes, e.g. ``train_report.json``) are
     written into a fresh temp folder that then replaces ``folder`` in one step

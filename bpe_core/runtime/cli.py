@@ -43,9 +43,9 @@ def _probe(folder: str) -> OSError | None:
 
 def check_out_dir(path: str) -> str:
     """Check, before any work, that the output folder can be published (``atomic.publish_folder``):
-    absent or a folder, and the folder it goes into writable (or, where it cannot be renamed,
-    the folder itself). Missing parent folders are made; ``path`` itself is not: it appears, whole,
-    when the run publishes it. What a killed run left beside it is cleaned up."""
+    a writable folder, or absent with a writable folder to go into. Missing parent folders are
+    made; ``path`` itself is not: it appears, whole, when the run publishes it. What a killed run
+    left beside it is cleaned up."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise CliError(f"{path}: exists and is not a directory")
     parent = os.path.dirname(os.path.abspath(path))
@@ -53,12 +53,10 @@ def check_out_dir(path: str) -> str:
         os.makedirs(parent, exist_ok=True)
     except OSError as exc:
         raise CliError(f"{path}: cannot make the folder {parent} ({exc.strerror or exc})") from None
-    exc = _probe(parent)
+    exc = _probe(path if os.path.isdir(path) else parent)
     if exc is not None and os.path.isdir(path):
-        exc = _probe(path)                   # published in place (docs/formats.md)
-        if exc is not None:
-            raise CliError(f"{path}: output folder is not writable ({exc.strerror or exc})")
-    elif exc is not None:
+        raise CliError(f"{path}: output folder is not writable ({exc.strerror or exc})")
+    if exc is not None:
         raise CliError(f"{path}: cannot create the output folder: {parent} is not writable "
                        f"({exc.strerror or exc})")
     recover_folder(path)
