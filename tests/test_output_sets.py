@@ -18,6 +18,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 
 import numpy as np
 import pytest
@@ -30,20 +32,69 @@ from robust_helpers import ENCODE, TRAIN, leftovers, stderr_lines
 SPECIAL = "<|endoftext|>"
 MODEL_SET = ("model.json", "vocab.json", "merges.txt")
 
-def run_child(tmp_path, tool_path, args, kill_at=0, sig="SIGKILL", full_disk=False):
-    """Run a tool in a forked child (bpe_core is imported already: no start-up cost) with every
-    rename-like call counted (``os.replace``, ``os.rename``, ``atomic.exchange``); the call numbered
-    ``kill_at`` sends ``sig`` to the child itself just before it happens (SIGKILL: it dies there;
-    SIGTERM/SIGINT: the handler runs at once, or when the publish step that holds signals ends).
-    ``full_disk``: the model and document-index writers raise ENOSPC. Returns (exit code as
-    ``subprocess`` gives it, stdout, stderr); ``calls(tmp_path)`` the number of calls."""
-    import runpy
-    import tempfile
 
+def child_main(tool_path, args, kill_at, sig, full_disk, count_file) -> int:
+    """Run a tool in this process (a child) with every rename-like call counted (``os.replace``,
+    ``os.rename``, ``atomic.exchange``) into ``count_file``; the call numbered ``kill_at`` sends
+    ``sig`` to this process just before it happens (SIGKILL: it dies there; SIGTERM/SIGINT: the
+    handler runs at once, or when the publish step that holds signals ends). ``full_disk``: the
+    model and document-index writers raise ENOSPC. Returns the exit code."""
+    import runpy
+
+    from bpe_core.runtime import atomic as atomic_module
+    n = [0]
+
+    def counted(real):
+        def wrapped(*a, **k):
+            n[0] += 1
+            with open(count_file, "w") as f:
+                f.write(str(n[0]))
+            if n[0] == kill_at:
+                os.kill(os.getpid(), getattr(signal, sig))
+            return real(*a, **k)
+        return wrapped
+    os.replace, os.rename = counted(os.replace), counted(os.rename)
+    if hasattr(atomic_module, "exchange"):
+        atomic_module.exchange = counted(atomic_module.exchange)
+    if full_disk:
+        import bpe_core.encode.encode_corpus as ec
+        import bpe_core.formats.model as fm
+
+        def full(*a, **k):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        fm.dump_model = full
+        ec._save_npy = full
+    os.environ.pop("BPE_CORE_DEBUG", None)
+    sys.argv = [str(tool_path), *map(str, args)]
+    code = 0
+    try:
+        runpy.run_path(str(tool_path), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+    return code
+
+
+def run_child(tmp_path, tool_path, args, kill_at=0, sig="SIGKILL", full_disk=False):
+    """:func:`child_main` in a child process: forked (bpe_core is imported already: no start-up
+    cost) when this process runs no other thread, else a fresh interpreter (forking a process with
+    threads can deadlock). Returns a ``CompletedProcess`` (exit code as ``subprocess`` gives it,
+    stdout, stderr); ``calls(tmp_path)`` the number of calls."""
+    count_file = str(tmp_path.parent / f"{tmp_path.name}.count")
+    with open(count_file, "w") as f:
+        f.write("0")
+    spec = (str(tool_path), [str(a) for a in args], kill_at, sig, full_disk, count_file)
+    if threading.active_count() > 1:
+        tests = os.path.dirname(os.path.abspath(__file__))
+        code = (f"import sys; sys.path.insert(0, {tests!r}); import test_output_sets as t; "
+                f"sys.exit(t.child_main(*{spec!r}))")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(tests), os.environ.get("PYTHONPATH", "")]))
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     fd_out, out_path = tempfile.mkstemp(prefix="bpe-out-")
     fd_err, err_path = tempfile.mkstemp(prefix="bpe-err-")
-    count_file = tmp_path.parent / f"{tmp_path.name}.count"
-    count_file.write_text("0")
     pid = os.fork()
     if pid == 0:                                                           # the child
         code = 1
@@ -52,38 +103,8 @@ def run_child(tmp_path, tool_path, args, kill_at=0, sig="SIGKILL", full_disk=Fal
             os.dup2(fd_err, 2)
             sys.stdout = open(1, "w", closefd=False)
             sys.stderr = open(2, "w", closefd=False)
-            n = [0]
-
-            def counted(real):
-                def wrapped(*a, **k):
-                    n[0] += 1
-                    count_file.write_text(str(n[0]))
-                    if n[0] == kill_at:
-                        os.kill(os.getpid(), getattr(signal, sig))
-                    return real(*a, **k)
-                return wrapped
-            os.replace, os.rename = counted(os.replace), counted(os.rename)
-            if hasattr(atomic, "exchange"):
-                atomic.exchange = counted(atomic.exchange)
-            if full_disk:
-                import bpe_core.encode.encode_corpus as ec
-                import bpe_core.formats.model as fm
-
-                def full(*a, **k):
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                fm.dump_model = full
-                ec._save_npy = full
-            os.environ.pop("BPE_CORE_DEBUG", None)
-            sys.argv = [str(tool_path), *map(str, args)]
-            try:
-                runpy.run_path(str(tool_path), run_name="__main__")
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            code = child_main(*spec)
         finally:
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-                sys.stderr.flush()
             os._exit(code)
     os.close(fd_out)
     os.close(fd_err)
