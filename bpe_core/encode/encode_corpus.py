@@ -61,7 +61,8 @@ from ..pretok.counting import check_distributable, private_shard, shard_weights
 from ..pretok.patterns import pattern_name
 from ..runtime import budget as scheduler
 from ..formats.model import folder_files
-from ..runtime.atomic import atomic_path, named, output_problem, publish_files, recover_files, remove_stale
+from ..runtime.atomic import (DISK_FULL, atomic_path, named, output_problem, publish_files, recover_files,
+                              remove_stale)
 from ..runtime.executors import open_executor
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import check_mode, make_progress
@@ -532,7 +533,7 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                 os.unlink(tmp)
         if getattr(bar, "closed", None) is False:
             bar.closed = True            # a failed run ends with its one error line, not "done"
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
             raise named(exc, out_path) from None       # a full disk names the output
         raise
     finally:
@@ -879,7 +880,7 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
                 os.unlink(tmp)
         if getattr(bar, "closed", None) is False:
             bar.closed = True
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
             raise named(exc, out_path) from None
         raise
     finally:

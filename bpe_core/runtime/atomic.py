@@ -243,6 +243,10 @@ def output_problem(path: str | os.PathLike, what: str = "a file path") -> str | 
     return None
 
 
+#: The errors of an output that does not fit (a full disk, a quota, a file-size limit).
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
 def named(exc: OSError, path: str | os.PathLike) -> OSError:
     """``exc`` with ``path`` as its file name when it has none (a full disk raises ``ENOSPC`` from a
     write, which names no file): the tools print ``path: No space left on device``.
