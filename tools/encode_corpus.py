@@ -49,8 +49,9 @@ except ImportError:  # a checkout built in place (python setup.py build_ext --in
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core.runtime.atomic import atomic_write  # noqa: E402
-from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_out_file,  # noqa: E402
-                                check_out_prefix, chunk_size, run_main)
+from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,  # noqa: E402
+                                check_out_file, check_out_prefix, chunk_size, local_input_files, run_main)
+from bpe_core.formats.model import folder_files  # noqa: E402
 from bpe_core.config import parse_size  # noqa: E402
 from bpe_core.corpus.inputs import expand_inputs  # noqa: E402
 from bpe_core.corpus.ranges import is_url  # noqa: E402
@@ -87,7 +88,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--doc-index", default=None, metavar="IDX.npy",
                    help="also write the start offset of every document in the id array (int64 .npy)")
     p.add_argument("--shard-tokens", type=_positive, default=None, metavar="N",
-                   help="write shards of N tokens (OUT-00000.npy, ...) and OUT.manifest.json instead of "
+                   help="write shards of N tokens (OUT-g1-00000.npy, ...: each run a new generation) and "
+                        "OUT.manifest.json, written last, instead of "
                         "one .npy")
     p.add_argument("--report", default=None, metavar="PATH",
                    help="write a JSON report (plan, peak RSS per phase, seconds per phase) to PATH")
@@ -121,14 +123,27 @@ def main(argv: list[str] | None = None) -> int:
     inputs = args.input[0] if len(args.input) == 1 else list(args.input)
 
     def check_paths() -> None:
-        """The inputs and every output path, before any work."""
-        expand_inputs(inputs, args.input_format, args.text_column)      # local paths and URLs
+        """The inputs and every output path, before any work; no output may be an input (the
+        corpus, the tokenizer's files) or another output of the run."""
+        sources = expand_inputs(inputs, args.input_format, args.text_column)      # local paths and URLs
+        read = local_input_files(sources) + folder_files(args.tokenizer)
         if not args.plan and not is_url(args.out):
             check_out_file(args.out)
             if args.report:
                 check_out_file(args.report)
             if args.doc_index:
                 check_out_file(args.doc_index)
+        if not args.plan:
+            from bpe_core.encode.encode_corpus import manifest_path
+            written = [p for p in (None if is_url(args.out) else args.out, args.doc_index, args.report,
+                                   manifest_path(args.out) if args.shard_tokens else None) if p]
+            for path in written:
+                check_not_an_input(path, read)
+            if args.profile_memory:
+                for path in (args.profile_memory + ".json", args.profile_memory + ".png"):
+                    if any(os.path.abspath(path) == os.path.abspath(w) for w in written):
+                        raise CliError(f"{path}: is also an output of this run: give another --profile-memory prefix")
+                    check_not_an_input(path, read)
         if args.workers is not None and args.workers < 1:
             raise CliError("--workers must be at least 1")
 

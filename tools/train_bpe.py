@@ -5,8 +5,9 @@
 
 Writes into the output folder: ``vocab.json`` + ``merges.txt`` (GPT-2 byte-to-unicode convention,
 loadable by HF ``tokenizers``), ``model.json`` (the native model: exact bytes, pattern, special
-tokens), and ``train_report.json`` (sizes, seconds per phase, peak memory). Every file is written to
-a temp file and renamed, so an interrupted run never leaves a half-written file.
+tokens), and ``train_report.json`` (sizes, seconds per phase, peak memory). The folder is published as
+one unit (written in a temp folder that then replaces it in one step): an interrupted run leaves the
+older model whole, or no folder where there was none (docs/formats.md, "Output sets").
 """
 from __future__ import annotations
 
@@ -40,13 +41,14 @@ try:
 except ImportError:  # a checkout built in place (python setup.py build_ext --inplace), not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bpe_core.runtime.atomic import atomic_write  # noqa: E402
-from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_out_dir,  # noqa: E402
-                                check_out_prefix, check_work_dir, chunk_size, run_main)
+from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,  # noqa: E402
+                                check_out_dir, check_out_prefix, check_work_dir, chunk_size,
+                                local_input_files, run_main)
 from bpe_core.config import TrainConfig, parse_size  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
 from bpe_core.formats import registry  # noqa: E402
-from bpe_core.formats.model import MERGES_FILE, MODEL_FILE, VOCAB_FILE, dump_folder  # noqa: E402
+from bpe_core.formats.model import (FOLDER_FILES, MERGES_FILE, MODEL_FILE, REPORT_FILE, VOCAB_FILE,  # noqa: E402
+                                    dump_folder, folder_files)
 from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN  # noqa: E402
 from bpe_core.pretok.patterns import is_pattern_name, pattern_name, pattern_names  # noqa: E402
 from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
@@ -220,29 +222,9 @@ def main(argv: list[str] | None = None) -> int:
             prefix, rest = split_flag(argv)
             r = profile_command([sys.executable, os.path.abspath(__file__), *rest], prefix,
                                 budget=args.memory_limit)
-            if r.exit_code != 0:
-                _remove_created_out(args)
             return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
         return run_main(profiled, "train_bpe.py")
-    return run_main(lambda: _train_or_clean(args), "train_bpe.py")
-
-
-def _remove_created_out(args) -> None:
-    """Remove the output folder this run created, when it is still empty (a failed run)."""
-    if getattr(args, "created_out", False):
-        try:
-            os.rmdir(args.out)
-        except OSError:
-            pass
-
-
-def _train_or_clean(args) -> int:
-    """``_train``; a failed run leaves no empty output folder that it created."""
-    try:
-        return _train(args)
-    except BaseException:
-        _remove_created_out(args)
-        raise
+    return run_main(lambda: _train(args), "train_bpe.py")
 
 
 def _inputs(args):
@@ -257,13 +239,21 @@ def _check_paths(args):
     from bpe_core.corpus.inputs import expand_inputs
 
     input_path = _inputs(args)
-    expand_inputs(input_path, args.input_format, args.text_column)      # local paths and URLs
+    sources = expand_inputs(input_path, args.input_format, args.text_column)      # local paths and URLs
     if args.spill_dir is not None:
         check_work_dir(args.spill_dir, "--spill-dir folder")
+    inputs = local_input_files(sources) + (folder_files(args.init_from) if args.init_from else [])
+    outputs = [] if args.plan else [os.path.join(args.out, name) for name in FOLDER_FILES]
     if not args.plan:
-        if not os.path.isdir(args.out):
-            args.created_out = True          # removed again if the run fails before writing
         check_out_dir(args.out)
+    if args.profile_memory:
+        for path in (args.profile_memory + ".json", args.profile_memory + ".png"):
+            if any(os.path.abspath(path) == os.path.abspath(out) for out in outputs):
+                raise CliError(f"{path}: is also an output of this run (the model folder {args.out}): "
+                               "give another --profile-memory prefix")
+            check_not_an_input(path, inputs)
+    for path in outputs:
+        check_not_an_input(path, inputs)
     return input_path
 
 
@@ -324,9 +314,8 @@ def _train(args) -> int:
               f"(asked for {report['merges_requested']}): the corpus has no more pairs; "
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
     phase("write")
-    # vocab.json + merges.txt first, model.json last with their checksums: a run killed in between
-    # leaves a folder the loaders refuse (docs/formats.md), never two models in one folder
-    dropped = dump_folder(result.model, out)
+    # the whole folder in one step: a run killed at any point leaves the older model or this one
+    dropped = dump_folder(result.model, out, extra={REPORT_FILE: json.dumps(report, indent=2) + "\n"})
     if registry.get(args.method).stage_aware:
         print("train_bpe.py: note: vocab.json/merges.txt hold one merge list; tools that load them "
               "(HF tokenizers) apply it without SuperBPE's stages, so their ids can differ from "
@@ -334,9 +323,6 @@ def _train(args) -> int:
     if dropped:
         print(f"train_bpe.py: note: {len(dropped)} merge(s) rebuilt bytes that an earlier token already "
               f"has; vocab.json lists each string once (the smaller id)", file=sys.stderr)
-    with atomic_write(os.path.join(out, "train_report.json"), "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
     for note in report["plan"]["notes"]:
         if "workers asked for" in note:       # --workers capped to what the cores and budget can use
             print(f"train_bpe.py: note: {note}", file=sys.stderr)
@@ -344,7 +330,7 @@ def _train(args) -> int:
     print(f"trained {len(result.merges)} merges, vocab {len(result.vocab)} on {report['input_bytes']:,} bytes "
           f"({report['unique_pretokens']:,} unique pretokens) in {secs['total']:.2f}s "
           f"[pre-tokenize {secs.get('pretokenize', 0):.2f}s, merges {secs.get('merge_loop', 0):.2f}s]")
-    for name in (MODEL_FILE, VOCAB_FILE, MERGES_FILE, "train_report.json"):
+    for name in (MODEL_FILE, VOCAB_FILE, MERGES_FILE, REPORT_FILE):
         print(os.path.join(out, name))
     return 0
 

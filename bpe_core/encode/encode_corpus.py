@@ -24,7 +24,9 @@ Pipeline (see ``docs/encoding.md`` and ``docs/memory.md``); each step is a ``mem
 5. **verify** (optional): a sample of chunks is decoded back and compared with the input.
 6. **write.** fsync, then the temp file is renamed onto the output: a run that is killed leaves no
    file at the output path (only a hidden temp file and spill folder beside it, which the next run
-   removes).
+   removes). The ids and their document index, or the shards, the index and the manifest, are
+   published as one set (``runtime.atomic.publish_files``; shards get names of their own
+   generation, so the older set stays whole until the manifest's rename).
 
 Conservation is checked at run time: the ids of each chunk stand for exactly its bytes (the sum of
 their token lengths), every byte of the input is encoded once, and the tokens written equal the sum
@@ -59,7 +61,9 @@ from ..errors import CorpusError, MissingDependency, VerifyError
 from ..pretok.counting import check_distributable, private_shard, shard_weights
 from ..pretok.patterns import pattern_name
 from ..runtime import budget as scheduler
-from ..runtime.atomic import atomic_path, output_problem, remove_stale
+from ..formats.model import folder_files
+from ..runtime.atomic import (DISK_FULL, atomic_path, named, output_problem, publish_files, recover_files,
+                              remove_stale)
 from ..runtime.executors import open_executor
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import check_mode, make_progress
@@ -248,14 +252,56 @@ def plan(input_path, tokenizer: Tokenizer, num_workers: int | None = None,
                                    chunk_bytes=chunk_bytes)
 
 
-def shard_paths(out_path: str, n_shards: int) -> list[str]:
-    """The shard files of ``--shard-tokens``: ``ids.npy`` -> ``ids-00000.npy``, ``ids-00001.npy``, ...
+def shard_paths(out_path: str, n_shards: int, generation: int | None = None) -> list[str]:
+    """The shard files of ``--shard-tokens``: ``ids.npy`` -> ``ids-g1-00000.npy``, ``ids-g1-00001.npy``,
+    ... for generation 1 (each run writes the next generation, so it never writes over the shards
+    the current manifest lists); without a generation, the names older versions wrote.
 
-    >>> shard_paths("out/ids.npy", 2), manifest_path("out/ids.npy")
-    (['out/ids-00000.npy', 'out/ids-00001.npy'], 'out/ids.manifest.json')
+    >>> shard_paths("out/ids.npy", 2, 3), shard_paths("out/ids.npy", 1), manifest_path("out/ids.npy")
+    (['out/ids-g3-00000.npy', 'out/ids-g3-00001.npy'], ['out/ids-00000.npy'], 'out/ids.manifest.json')
     """
     stem = out_path[:-4] if out_path.endswith(".npy") else out_path
-    return [f"{stem}-{k:05d}.npy" for k in range(n_shards)]
+    gen = f"g{generation}-" if generation is not None else ""
+    return [f"{stem}-{gen}{k:05d}.npy" for k in range(n_shards)]
+
+
+def _shard_names(out_path: str) -> "re.Pattern":
+    stem = os.path.basename(out_path[:-4] if out_path.endswith(".npy") else out_path)
+    return re.compile(re.escape(stem) + r"-(?:g(\d+)-)?\d{5}\.npy")
+
+
+def _next_generation(out_path: str) -> int:
+    """One more than the generation of the manifest and of any shard file there."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    rx = _shard_names(out_path)
+    gens = [0]
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+        with open(manifest_path(out_path), encoding="utf-8") as f:
+            gens.append(int(json.load(f).get("generation") or 0))
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            m = rx.fullmatch(name)
+            if m and m.group(1):
+                gens.append(int(m.group(1)))
+    return max(gens) + 1
+
+
+def _older_shards(out_path: str, keep: set) -> list[str]:
+    """Shard files of ``out_path`` other than ``keep`` (an older generation's, or an older version's)."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    rx = _shard_names(out_path)
+    return [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if rx.fullmatch(n) and n not in keep]
+
+
+def _publish(out_path: str, pairs: list, shard_tokens, outputs: list[str]) -> None:
+    """Rename the outputs into place as one set (``runtime.atomic.publish_files``): the ids (or the
+    shards, under their generation's names) and the index first, the manifest last; then the
+    shards of older generations go."""
+    if shard_tokens is None:
+        publish_files(pairs, key=out_path)
+        return
+    keep = {os.path.basename(p) for p in outputs}
+    publish_files(pairs, key=manifest_path(out_path), remove=_older_shards(out_path, keep))
 
 
 def manifest_path(out_path: str) -> str:
@@ -291,14 +337,15 @@ def _prepare(input_path, tokenizer, out_path, num_workers, memory_limit, chunk_b
         check_distributable(sources)
     check_mode(progress)
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    tok_files = [] if isinstance(tokenizer, Tokenizer) else folder_files(tokenizer)
     if shard_tokens is not None and shard_tokens < 1:
         raise ValueError("shard_tokens must be at least 1")
-    _check_out(out_path, sources)
+    _check_out(out_path, sources, tok_files)
     if shard_tokens is not None:
-        _check_not_an_input(manifest_path(out_path), sources)
+        _check_not_an_input(manifest_path(out_path), sources, tok_files)
     if doc_index is not None:
         doc_index = os.fspath(doc_index)
-        _check_out(doc_index, sources)
+        _check_out(doc_index, sources, tok_files)
         if os.path.abspath(doc_index) == os.path.abspath(out_path):
             raise CorpusError(doc_index, "the document index and the ids would be the same file")
     size = _input_bytes(sources)
@@ -458,16 +505,16 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         outputs, sizes = _output_layout(out_path, total, shard_tokens)
         tmps = []
         for path in outputs:
-            tmp, commit = atomic_path(path)
+            tmp, _ = atomic_path(path)
             temps.append(tmp)
             tmps.append(tmp)
-            commits.append(commit)
+            commits.append((tmp, path))
         _assemble(tmps, sizes, spill_dir, counts, leads, dtype, sep_id)
         n_docs = None
         if doc_index is not None:
-            tmp, commit = atomic_path(doc_index)
+            tmp, _ = atomic_path(doc_index)
             temps.append(tmp)
-            commits.append(commit)
+            commits.append((tmp, doc_index))
             n_docs = _write_doc_index(tmp, tmps, results, counts, sep_id if sep else None, items[0])
         verified = 0
         if verify and single_plain and shard_tokens is None:
@@ -480,16 +527,15 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         if shard_tokens is not None:
             _write_manifest(out_path, outputs, sizes, total, shard_tokens, dtype, sep_id, n_docs, doc_index,
                             temps, commits)
-        for commit in commits:                    # shards and index first, the manifest last
-            commit()
-        if shard_tokens is not None:
-            _remove_old_shards(out_path, len(outputs))
-    except BaseException:
+        _publish(out_path, commits, shard_tokens, outputs)     # shards and index first, the manifest last
+    except BaseException as exc:
         for tmp in temps:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         if getattr(bar, "closed", None) is False:
             bar.closed = True            # a failed run ends with its one error line, not "done"
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            raise named(exc, out_path) from None       # a full disk names the output
         raise
     finally:
         bar.close()
@@ -508,40 +554,32 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
 
 
 def _output_layout(out_path: str, total: int, shard_tokens: int | None) -> tuple[list[str], list[int]]:
-    """The output file(s) and their token counts: one ``.npy``, or shards of ``shard_tokens``."""
+    """The output file(s) and their token counts: one ``.npy``, or shards of ``shard_tokens`` (the
+    next generation's names)."""
     if shard_tokens is None:
         return [out_path], [total]
     n_shards = max(1, -(-total // shard_tokens))
-    return shard_paths(out_path, n_shards), [min(shard_tokens, total - k * shard_tokens) for k in range(n_shards)]
+    return (shard_paths(out_path, n_shards, _next_generation(out_path)),
+            [min(shard_tokens, total - k * shard_tokens) for k in range(n_shards)])
 
 
 def _write_manifest(out_path: str, outputs: list[str], sizes: list[int], total: int, shard_tokens: int,
                     dtype: np.dtype, sep_id, n_docs, doc_index, temps: list, commits: list) -> None:
     """The JSON manifest of ``--shard-tokens`` outputs, to a temp file committed after the shards."""
-    manifest = {"format": "bpe_core-shards", "version": 1, "dtype": dtype.name, "n_tokens": total,
+    gen = _shard_names(out_path).fullmatch(os.path.basename(outputs[0])).group(1)
+    manifest = {"format": "bpe_core-shards", "version": 1, "generation": int(gen), "dtype": dtype.name,
+                "n_tokens": total,
                 "shard_tokens": shard_tokens,
                 "shards": [{"path": os.path.basename(p), "n_tokens": n, "first_token": k * shard_tokens}
                            for k, (p, n) in enumerate(zip(outputs, sizes))],
                 "separator_id": sep_id, "n_documents": n_docs,
                 "doc_index": os.path.basename(doc_index) if doc_index else None}
-    tmp, commit = atomic_path(manifest_path(out_path))
+    tmp, _ = atomic_path(manifest_path(out_path))
     temps.append(tmp)
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
         f.write("\n")
-    commits.append(commit)
-
-
-def _remove_old_shards(out_path: str, n_written: int) -> None:
-    """Shards beyond this run's last one, left by an earlier run with more shards."""
-    stem = os.path.basename(out_path[:-4] if out_path.endswith(".npy") else out_path)
-    folder = os.path.dirname(os.path.abspath(out_path))
-    rx = re.compile(re.escape(stem) + r"-(\d{5})\.npy")
-    for name in os.listdir(folder):
-        m = rx.fullmatch(name)
-        if m and int(m.group(1)) >= n_written:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(folder, name))
+    commits.append((tmp, manifest_path(out_path)))
 
 
 def _token_lengths(tok: Tokenizer) -> np.ndarray:
@@ -774,10 +812,10 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
             outputs, sizes = _output_layout(out_path, total, shard_tokens)
             tmps, headers = [], []
             for path, n in zip(outputs, sizes):
-                tmp, commit = atomic_path(path)
+                tmp, _ = atomic_path(path)
                 temps.append(tmp)
                 tmps.append(tmp)
-                commits.append(commit)
+                commits.append((tmp, path))
                 arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(n,))
                 headers.append(arr.offset)
                 del arr
@@ -818,9 +856,9 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
                         sum((os.path.getsize(t) - h) // dtype.itemsize for t, h in zip(tmps, headers)), total)
             n_docs = None
             if doc_index is not None:
-                tmp, commit = atomic_path(doc_index)
+                tmp, _ = atomic_path(doc_index)
                 temps.append(tmp)
-                commits.append(commit)
+                commits.append((tmp, doc_index))
                 n_docs = _write_doc_index(tmp, tmps, entries, counts, sep_id if sep else None, items)
             verified = 0
             if verify and single_plain and shard_tokens is None:
@@ -835,17 +873,16 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
             if shard_tokens is not None:
                 _write_manifest(out_path, outputs, sizes, total, shard_tokens, dtype, sep_id, n_docs, doc_index,
                                 temps, commits)
-            for commit in commits:                    # shards and index first, the manifest last
-                commit()
-            if shard_tokens is not None:
-                _remove_old_shards(out_path, len(outputs))
+            _publish(out_path, commits, shard_tokens, outputs)     # shards and index first, the manifest last
             t_end = time.perf_counter()          # closing a cluster we started is not the run's time
-    except BaseException:
+    except BaseException as exc:
         for tmp in temps:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         if getattr(bar, "closed", None) is False:
             bar.closed = True
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            raise named(exc, out_path) from None
         raise
     finally:
         bar.close()
@@ -1186,12 +1223,15 @@ def _thread_spec(spec):
     return held[1]
 
 
-def _check_out(out_path: str, sources: list[Source] = ()) -> None:
+def _check_out(out_path: str, sources: list[Source] = (), tok_files: list[str] = ()) -> None:
     problem = output_problem(out_path, "a .npy file path")
     if problem is not None:
         raise CorpusError(out_path, problem)
-    _check_not_an_input(out_path, sources)
+    _check_not_an_input(out_path, sources, tok_files)
+    for key in (out_path, manifest_path(out_path)):    # a set a SIGKILL cut short is finished first
+        recover_files(key)
     remove_stale(out_path, ("tmp", "spill"))      # what a killed run left beside the output
+    remove_stale(manifest_path(out_path))
 
 
 def _local_file(src: Source) -> str | None:
@@ -1203,8 +1243,9 @@ def _local_file(src: Source) -> str | None:
     return src.name
 
 
-def _check_not_an_input(out_path: str, sources: list[Source]) -> None:
-    """Refuse an output that is one of the input files: the rename would replace the corpus.
+def _check_not_an_input(out_path: str, sources: list[Source], tok_files: list[str] = ()) -> None:
+    """Refuse an output that is one of the input files, the tokenizer's included: the rename would
+    replace the corpus or the model.
 
     >>> import tempfile; d = tempfile.mkdtemp(); p = os.path.join(d, "c.txt"); _ = open(p, "w").write("x")
     >>> _check_not_an_input(p, expand_inputs(p))
@@ -1219,6 +1260,11 @@ def _check_not_an_input(out_path: str, sources: list[Source]) -> None:
             if path is not None and os.path.samefile(path, out_path):
                 raise CorpusError(out_path, f"is also an input ({src.name}); writing there would replace it: "
                                             "give another output path")
+    for path in tok_files:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(path, out_path):
+                raise CorpusError(out_path, f"is also an input (the tokenizer's {path}); writing there would "
+                                            "replace it: give another output path")
 
 
 def _progress(total: int, mode):

@@ -23,12 +23,18 @@ import regex
 
 from ..errors import ModelFormatError
 from ..pretok.patterns import pattern_name, resolve_pattern
-from ..runtime.atomic import atomic_write
+from ..runtime.atomic import atomic_write, publish_folder
 from . import registry
 
 MODEL_FILE = "model.json"
 VOCAB_FILE = "vocab.json"
 MERGES_FILE = "merges.txt"
+REPORT_FILE = "train_report.json"
+#: The files of a model folder, published together (:func:`dump_folder`). A file of these names in
+#: the folder that a run does not write belongs to the older model and goes with it; every other
+#: file there is carried over. To add a file to the set, write it in :func:`dump_folder` (or pass
+#: it in ``extra``) and list its name here.
+FOLDER_FILES = (MODEL_FILE, VOCAB_FILE, MERGES_FILE, REPORT_FILE, "tokenizer.json", "tokenizer_config.json")
 FORMAT_NAME = "bpe_core.model"
 FORMAT_VERSION = 1
 
@@ -142,18 +148,43 @@ def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | No
         f.write("\n")
 
 
-def dump_folder(model: Model, folder: str | os.PathLike) -> list[bytes]:
-    """Write a model folder: ``vocab.json`` and ``merges.txt`` first, then ``model.json`` last,
-    holding their sha256, so that a run killed in between leaves a folder the loaders refuse
-    (the old ``model.json`` does not match the new files) rather than two models in one folder.
+def dump_folder(model: Model, folder: str | os.PathLike,
+                extra: dict[str, str | bytes] | None = None) -> list[bytes]:
+    """Publish a model folder as one unit: ``vocab.json``, ``merges.txt``, ``model.json`` (holding
+    their sha256) and the ``extra`` files (name -> text or bytes, e.g. ``train_report.json``) are
+    written into a fresh temp folder that then replaces ``folder`` in one step
+    (:func:`~bpe_core.runtime.atomic.publish_folder`): a run killed at any point leaves the older
+    model whole or the new one, never a mix, and no folder at all where there was none. Other
+    files in ``folder`` are carried over; :data:`FOLDER_FILES` this run does not write go with the
+    old model.
 
     Returns the token bytes ``vocab.json`` left out (see :func:`dump_gpt2`).
     """
-    folder = os.fspath(folder)
-    dropped = dump_gpt2(model.vocab, model.merges, folder)
-    sums = {name: file_sha256(os.path.join(folder, name)) for name in (VOCAB_FILE, MERGES_FILE)}
-    dump_model(model, os.path.join(folder, MODEL_FILE), files=sums)
+    with publish_folder(folder, owned=FOLDER_FILES, last=MODEL_FILE) as tmp:
+        dropped = dump_gpt2(model.vocab, model.merges, tmp)
+        sums = {name: file_sha256(os.path.join(tmp, name)) for name in (VOCAB_FILE, MERGES_FILE)}
+        dump_model(model, os.path.join(tmp, MODEL_FILE), files=sums)
+        for name, data in (extra or {}).items():
+            if os.path.basename(name) != name or name in (MODEL_FILE, VOCAB_FILE, MERGES_FILE):
+                raise ValueError(f"{name!r}: not a name for an extra file of a model folder")
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
     return dropped
+
+
+def folder_files(path: str | os.PathLike) -> list[str]:
+    """The files a model load reads from ``path`` (a folder or a model file), those that exist:
+    what no output of a run that reads this model may be.
+
+    >>> import tempfile; folder_files(tempfile.mkdtemp())
+    []
+    """
+    path = os.fspath(path)
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    names = [os.path.join(folder, n) for n in (MODEL_FILE, VOCAB_FILE, MERGES_FILE)]
+    if not os.path.isdir(path):
+        names.insert(0, path)
+    return [n for n in dict.fromkeys(names) if os.path.isfile(n)]
 
 
 def _read_json(path: str, what: str) -> Any:

@@ -3,17 +3,31 @@
 A run killed at any point leaves either the old file or the new one at the target path, never a
 half-written file (only a ``.tmp-*`` file that the next run's writer ignores).
 
+Sets of files that belong together are published as one unit (docs/formats.md, "Output sets"):
+
+- a folder (a model folder): :func:`publish_folder` yields a fresh temp folder beside the target
+  and swaps it with the old folder in one step (Linux ``renameat2(RENAME_EXCHANGE)``);
+- files at fixed paths (ids + document index, shards + manifest): :func:`publish_files` renames
+  complete, fsynced temp files in order, with SIGINT/SIGTERM held until the last rename and a
+  journal that lets the next writer (:func:`recover_files`) finish renames a SIGKILL cut short.
+
 The temp file gets the permissions a plain ``open(path, "w")`` would give the output: those of the
 file it replaces, or ``0o666 & ~umask`` for a new file (``mkstemp`` alone would leave it 0600).
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import json
 import os
+import shutil
+import signal
 import stat
+import sys
 import tempfile
 import threading
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator, Sequence
 
 
 def _read_umask_by_setting() -> int:
@@ -95,6 +109,10 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise named(exc, path) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -223,3 +241,355 @@ def output_problem(path: str | os.PathLike, what: str = "a file path") -> str | 
     except OSError as exc:
         return f"folder {folder} is not writable ({exc.strerror or exc})"
     return None
+
+
+#: The errors of an output that does not fit (a full disk, a quota, a file-size limit).
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def named(exc: OSError, path: str | os.PathLike) -> OSError:
+    """``exc`` with ``path`` as its file name when it has none (a full disk raises ``ENOSPC`` from a
+    write, which names no file): the tools print ``path: No space left on device``.
+
+    >>> str(named(OSError(28, "No space left on device"), "tok"))
+    "[Errno 28] No space left on device: 'tok'"
+    """
+    if getattr(exc, "filename", None) or not isinstance(exc, OSError) or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror or str(exc), os.fspath(path))
+
+
+# ==== Sets of files published as one unit ====================================================
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive inside the block are delivered when it ends (main thread
+    only; elsewhere this does nothing): a publish step of several renames is not cut in two by
+    Ctrl-C or SIGTERM. Only SIGKILL (or a crash) can stop it halfway; see :func:`recover_files`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+
+    def hold(signum, frame):
+        got.append(signum)
+
+    old = {}
+    try:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            old[s] = signal.signal(s, hold)
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if got:
+            signal.raise_signal(got[0])
+
+
+def _fsync_dir(folder: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swap the paths ``a`` and ``b`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``, glibc 2.28+).
+    False where that is not available (another system, an older libc, a filesystem without it);
+    other failures raise ``OSError``."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def _journal_prefix(key: str) -> str:
+    return "." + os.path.basename(key) + ".commit-"
+
+
+def publish_files(pairs: Sequence[tuple[str, str]], key: str | os.PathLike | None = None,
+                  remove: Iterable[str] = ()) -> None:
+    """Rename each complete temp file onto its final path, in order (the file that marks the set
+    complete, a manifest, last), then remove the paths in ``remove``: one unit as far as POSIX
+    allows for files at paths the user named.
+
+    Every temp file is fsynced first; SIGINT and SIGTERM wait until the end (:func:`signals_held`);
+    a journal ``.<key>.commit-<pid>-*`` beside ``key`` (default: the first final path) lists the
+    renames while they run, so that after a SIGKILL between two of them the next writer of
+    ``key`` finishes them (:func:`recover_files`) before anything else.
+    """
+    pairs = [(os.fspath(t), os.fspath(f)) for t, f in pairs]
+    remove = [os.fspath(r) for r in remove]
+    if not pairs:
+        return
+    key = os.fspath(key) if key is not None else pairs[-1][1]
+    for tmp, _ in pairs:
+        _fsync_file(tmp)
+    folder = os.path.dirname(os.path.abspath(key))
+    with signals_held():
+        journal = None
+        if len(pairs) > 1 or remove:
+            fd, journal = tempfile.mkstemp(dir=folder, prefix=_journal_prefix(key) + f"{os.getpid()}-")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"rename": [[os.path.abspath(t), os.path.abspath(p)] for t, p in pairs],
+                           "remove": [os.path.abspath(r) for r in remove]}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_dir(folder)
+        for tmp, path in pairs:
+            os.replace(tmp, path)
+        for folder_done in {os.path.dirname(os.path.abspath(p)) for _, p in pairs}:
+            _fsync_dir(folder_done)
+        for path in remove:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        if journal is not None:
+            os.unlink(journal)
+
+
+def recover_files(key: str | os.PathLike) -> list[str]:
+    """Finish what a writer killed inside :func:`publish_files` left: for each journal of a dead
+    writer beside ``key``, the renames whose temp file is still there and the removals; then the
+    journal goes. Returns the final paths it renamed onto. Call it before :func:`remove_stale`,
+    which would remove those temp files."""
+    key = os.fspath(key)
+    folder = os.path.dirname(os.path.abspath(key))
+    prefix = _journal_prefix(key)
+    done: list[str] = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return done
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        full = os.path.join(folder, name)
+        if not is_stale(full, name, prefix, min_age=float("inf")):
+            continue
+        try:
+            with open(full, encoding="utf-8") as f:
+                plan = json.load(f)
+        except (OSError, ValueError):
+            plan = {}
+        for tmp, path in plan.get("rename", []):
+            if os.path.exists(tmp):
+                os.replace(tmp, path)
+                done.append(path)
+        for path in plan.get("remove", []):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.unlink(full)
+    return done
+
+
+def _holds(folder: str, path: str) -> bool:
+    """Whether ``path`` is ``folder`` or inside it (both resolved)."""
+    folder, path = os.path.realpath(folder), os.path.realpath(path)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def recover_folder(target: str | os.PathLike) -> None:
+    """What a killed :func:`publish_folder` left beside or inside ``target``: a fresh folder of a
+    dead writer is removed; an old folder moved aside (the fallback without ``RENAME_EXCHANGE``)
+    goes back to ``target`` if nothing took its place, else it is removed; renames of the
+    in-place fallback are finished."""
+    target = os.fspath(target)
+    parent = os.path.dirname(os.path.abspath(target))
+    name = os.path.basename(os.path.abspath(target))
+    new, old = f".{name}.new-", f".{name}.old-"
+    if os.path.isdir(target):               # first: its journals may name files in a fresh folder
+        for key in os.listdir(target):
+            if ".commit-" in key and key.startswith("."):
+                recover_files(os.path.join(target, key[1:key.index(".commit-")]))
+        remove_stale_in(target, [".publish-"], min_age=float("inf"))
+    with contextlib.suppress(OSError):
+        for entry in sorted(os.listdir(parent)):
+            full = os.path.join(parent, entry)
+            if entry.startswith(old) and is_stale(full, entry, old, float("inf")) and not os.path.lexists(target):
+                with contextlib.suppress(OSError):
+                    os.rename(full, target)
+    remove_stale_in(parent, [new, old], min_age=float("inf"))
+
+
+def _can_swap(target: str) -> bool:
+    """Whether ``target`` (an existing folder) can be replaced by renaming: its parent is writable,
+    it is not a mount point, it holds neither this process's working folder nor a subfolder or
+    special file (which hard links cannot carry over)."""
+    parent = os.path.dirname(os.path.abspath(target))
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = None
+    if os.path.ismount(target) or (cwd is not None and _holds(target, cwd)) or not os.access(parent, os.W_OK):
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError:
+        return False
+    with os.scandir(target) as it:
+        for entry in it:
+            if entry.is_dir(follow_symlinks=False) or not (entry.is_file(follow_symlinks=False)
+                                                          or entry.is_symlink()):
+                return False
+    return True
+
+
+def _carry(src: str, dst: str) -> None:
+    """Put ``src`` at ``dst`` without copying its bytes when possible: a hard link (the same file,
+    under a second name), a symlink recreated, else a copy."""
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+        return
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _is_temp_name(name: str) -> bool:
+    """A temp name of a bpe_core writer (never carried into a new folder)."""
+    return name.startswith((".publish-", ".write-test-")) or (
+        name.startswith(".") and any(k in name for k in (".tmp-", ".commit-", ".spill-")))
+
+
+def _folder_mode(path: str) -> int:
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o777 & ~current_umask()
+
+
+def _publish_in_place(tmp: str, target: str, written: list[str], owned: set, last: str | None) -> None:
+    """The files of ``tmp`` renamed into ``target`` by :func:`publish_files`, ``last`` last; the
+    ``owned`` names this run did not write removed."""
+    order = sorted(written, key=lambda n: n == last)
+    gone = [os.path.join(target, n) for n in sorted(owned - set(written)) if os.path.lexists(os.path.join(target, n))]
+    if order:
+        publish_files([(os.path.join(tmp, n), os.path.join(target, n)) for n in order],
+                      key=os.path.join(target, order[-1]), remove=gone)
+    else:
+        for path in gone:
+            os.unlink(path)
+    os.rmdir(tmp)
+
+
+@contextlib.contextmanager
+def publish_folder(target: str | os.PathLike, owned: Iterable[str] = (), last: str | None = None
+                   ) -> Iterator[str]:
+    """Yield a fresh, empty temp folder; write the whole set into it with plain ``open``; on a clean
+    exit it becomes ``target`` in one step. A failure or a signal inside the block removes it and
+    leaves ``target`` as it was.
+
+    - ``target`` absent: the temp folder (``.<name>.new-<pid>-*`` beside it) is renamed to it.
+    - ``target`` a folder: entries this run did not write are **carried over** into the temp folder
+      (hard links: the same files under a second name; symlinks recreated), except names in
+      ``owned`` (files of the set that this run did not write: they belong to the old set and go
+      with it); then the two folders are swapped with ``renameat2(RENAME_EXCHANGE)`` and the old one
+      is removed. Without ``RENAME_EXCHANGE`` (not Linux, old libc, a filesystem without it), the old
+      folder is renamed aside (``.<name>.old-<pid>-*``) and the new one into place, signals held
+      in between; a SIGKILL in that gap leaves no ``target``, and the next writer renames the old
+      folder back (:func:`recover_folder`).
+    - ``target`` a folder that cannot be swapped (its parent is not writable, a mount point, the
+      working folder, or it holds subfolders or special files): **in place**. The files are
+      written in ``target/.publish-<pid>-*`` and renamed into ``target`` by :func:`publish_files`
+      (``last`` the final rename), owned names this run did not write removed.
+
+    A symlink ``target`` is followed: the folder it points to is the one replaced. An ``OSError``
+    that names no file (``ENOSPC`` from a write) is raised naming ``target``.
+    """
+    target = os.fspath(target)
+    if os.path.islink(target) and os.path.isdir(target):
+        target = os.path.realpath(target)
+    target = target.rstrip(os.sep) or target
+    parent = os.path.dirname(os.path.abspath(target))
+    name = os.path.basename(os.path.abspath(target))
+    owned = set(owned)
+    recover_folder(target)
+    exists = os.path.isdir(target)
+    in_place = exists and not _can_swap(target)
+    try:
+        if in_place:
+            tmp = tempfile.mkdtemp(dir=target, prefix=f".publish-{os.getpid()}-")
+        else:
+            os.makedirs(parent, exist_ok=True)
+            tmp = tempfile.mkdtemp(dir=parent, prefix=f".{name}.new-{os.getpid()}-")
+    except OSError as exc:
+        raise named(exc, target) from None
+    try:
+        yield tmp
+        written = sorted(os.listdir(tmp))
+        if exists:
+            for n in written:                 # a file keeps the mode of the one it replaces
+                with contextlib.suppress(OSError):
+                    old = os.stat(os.path.join(target, n), follow_symlinks=False)
+                    if stat.S_ISREG(old.st_mode):
+                        os.chmod(os.path.join(tmp, n), stat.S_IMODE(old.st_mode))
+        if in_place:
+            _publish_in_place(tmp, target, written, owned, last)
+            return
+        for n in written:
+            _fsync_file(os.path.join(tmp, n))
+        if exists:
+            for n in os.listdir(target):
+                if n in owned or n in written or _is_temp_name(n):
+                    continue
+                _carry(os.path.join(target, n), os.path.join(tmp, n))
+        os.chmod(tmp, _folder_mode(target) if exists else 0o777 & ~current_umask())
+        _fsync_dir(tmp)
+        with signals_held():
+            if not exists:
+                os.rename(tmp, target)
+            else:
+                try:
+                    swapped = exchange(tmp, target)
+                except OSError as exc:
+                    if exc.errno not in (errno.EPERM, errno.EACCES, errno.EBUSY, errno.EXDEV):
+                        raise
+                    # not allowed to rename the folder after all (a sticky parent, a bind mount)
+                    carried = [n for n in os.listdir(tmp) if n not in written]
+                    for n in carried:
+                        os.unlink(os.path.join(tmp, n))
+                    _publish_in_place(tmp, target, written, owned, last)
+                    return
+                if swapped:
+                    shutil.rmtree(tmp, ignore_errors=True)          # now the old folder
+                else:
+                    aside = tempfile.mkdtemp(dir=parent, prefix=f".{name}.old-{os.getpid()}-")
+                    os.rename(target, aside)                        # replaces the empty folder
+                    os.rename(tmp, target)
+                    shutil.rmtree(aside, ignore_errors=True)
+        _fsync_dir(parent)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise named(exc, target) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -3,6 +3,7 @@ input, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -11,7 +12,7 @@ from typing import Callable
 
 from ..errors import (BinaryInputWarning, CorpusError, InternalError, MissingDependency, ModelFormatError,
                       Terminated)
-from .atomic import output_problem, remove_stale
+from .atomic import output_problem, recover_folder, remove_stale
 from .budget import parse_size
 from .workers import terminate_on_sigterm
 
@@ -30,20 +31,67 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def check_out_dir(path: str) -> str:
-    """Create the output folder if needed and check that it is writable (before any work)."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise CliError(f"{path}: exists and is not a directory")
+def _probe(folder: str) -> OSError | None:
     try:
-        os.makedirs(path, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise CliError(f"{path}: output folder is not writable ({exc.strerror or exc})") from None
-    for name in ("model.json", "vocab.json", "merges.txt", "train_report.json"):
-        remove_stale(os.path.join(path, name))       # what a killed run left beside its outputs
+        return exc
+    return None
+
+
+def check_out_dir(path: str) -> str:
+    """Check, before any work, that the output folder can be published (``atomic.publish_folder``):
+    a writable folder, or absent with a writable folder to go into. Missing parent folders are
+    made; ``path`` itself is not: it appears, whole, when the run publishes it. What a killed run
+    left beside it is cleaned up."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CliError(f"{path}: exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"{path}: cannot make the folder {parent} ({exc.strerror or exc})") from None
+    exc = _probe(path if os.path.isdir(path) else parent)
+    if exc is not None and os.path.isdir(path):
+        raise CliError(f"{path}: output folder is not writable ({exc.strerror or exc})")
+    if exc is not None:
+        raise CliError(f"{path}: cannot create the output folder: {parent} is not writable "
+                       f"({exc.strerror or exc})")
+    recover_folder(path)
+    if os.path.isdir(path):
+        for name in ("model.json", "vocab.json", "merges.txt", "train_report.json"):
+            remove_stale(os.path.join(path, name))       # what an older version's killed run left
     return path
+
+
+def local_input_files(sources) -> list[str]:
+    """The local files a run reads, from ``corpus.sources.expand_inputs`` (paths and ``file://``
+    URLs; not other URLs or streams)."""
+    files = []
+    for src in sources:
+        if not getattr(src, "rereadable", False):
+            continue
+        name = src.name
+        if getattr(src, "is_url", False):
+            if not name.startswith("file://"):
+                continue
+            name = name[len("file://"):]
+        files.append(name)
+    return files
+
+
+def check_not_an_input(path: str, inputs, what: str = "") -> None:
+    """Refuse an output path that is one of the run's input files (the corpus, the tokenizer's
+    files): writing there would replace it. One line naming the path (exit 2)."""
+    if not os.path.exists(path):
+        return
+    for inp in inputs:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(inp, path):
+                raise CliError(f"{path}: is also an input ({inp}){what}; writing there would replace it: "
+                               "give another output path")
 
 
 def check_out_file(path: str) -> str:

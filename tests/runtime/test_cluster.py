@@ -680,8 +680,8 @@ def test_tools_take_every_input_on_a_cluster(client, inputs, tmp_path):
     names = sorted(n for n in os.listdir(tmp_path) if n.startswith("c-") or n.startswith("c."))
     assert len(names) > 2
     assert "c.manifest.json" in names
-    for name in names:               # the manifest names its shards: c-00000.npy where the other has s-...
-        got = open(tmp_path / name, "rb").read().replace(b'"c-0', b'"s-0')
+    for name in names:               # the manifest names its shards: c-g1-00000.npy where the other has s-...
+        got = open(tmp_path / name, "rb").read().replace(b'"c-g', b'"s-g')
         assert got == open(tmp_path / ("s" + name[1:]), "rb").read(), name
     code, err = run_tool("train_bpe", ["-", "--vocab-size", "300", "--out", str(tmp_path / "x"), "--cluster", address,
                                        "--progress", "none"])
