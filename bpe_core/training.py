@@ -162,6 +162,7 @@ def train(config: TrainConfig) -> TrainResult:
     specials = encode_specials(config.special_tokens)
     init = load_init(config)        # --init-from: checked before any work (None without it)
     the_plan = plan(config, sources)
+    budget.warn_over_machine(the_plan)       # a --memory-limit above the RAM or the cgroup: one line
     report: dict[str, Any] = {
         "input_path": _describe_input(config.input_path),
         "inputs": len(sources),
@@ -250,6 +251,7 @@ def train(config: TrainConfig) -> TrainResult:
     report["vocab_size_reached"] = len(result.vocab)
     report["seconds"]["total"] = round(time.perf_counter() - t_start, 3)
     report["memory"] = monitor.summary()
+    budget.warn_exceeded(report["memory"], "training")     # the measured peak above the budget: one line
     report["peak_rss_bytes"] = {"tree_sampled": monitor.peak, **peak_rss_bytes()}
     model = Model(
         vocab=result.vocab,

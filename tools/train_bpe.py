@@ -41,6 +41,7 @@ except ImportError:  # a checkout built in place (python setup.py build_ext --in
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core.runtime.atomic import atomic_write  # noqa: E402
+from bpe_core.runtime.cli import memory_size  # noqa: E402
 from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_out_dir,  # noqa: E402
                                 check_out_prefix, check_work_dir, chunk_size, run_main)
 from bpe_core.config import TrainConfig, parse_size  # noqa: E402
@@ -92,9 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-bytes", type=chunk_size, default=None, metavar="SIZE",
                    help="target chunk size for pre-tokenization, at least 4K, e.g. 64M (default: chosen "
                         "from the input)")
-    p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
-                   help="RAM budget for the whole process tree, e.g. 8G or 500M (default: 8G, or less "
-                        "when less RAM is available); the run plans workers, chunks and spilling to fit")
+    p.add_argument("--memory-limit", type=memory_size, default=None, metavar="SIZE",
+                   help="RAM budget for the whole process tree, e.g. 8G or 500M (default: 8G, or 80%% of "
+                        "the RAM available or of the memory cgroup's room when less); the run plans "
+                        "workers, chunks and spilling to fit")
     p.add_argument("--plan", action="store_true",
                    help="print the memory plan (workers, chunk size, spilling, estimated peak) and exit")
     p.add_argument("--min-pretoken-count", type=int, default=1, metavar="N",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import warnings
 from typing import Callable
 
-from ..errors import (BinaryInputWarning, CorpusError, InternalError, MissingDependency, ModelFormatError,
+from ..errors import (BinaryInputWarning, BudgetWarning, CorpusError, InternalError, MissingDependency, ModelFormatError,
                       Terminated)
 from .atomic import output_problem, remove_stale
 from .budget import parse_size
@@ -25,6 +26,12 @@ class CliError(Exception):
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a bad flag gives one line on stderr (exit code 2), not usage + error."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # "-1G" is a value (a negative size the option's type refuses in its own words), not an
+        # unknown option: argparse takes only plain negative numbers ("-1", "-.5") as values
+        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -100,6 +107,21 @@ def chunk_size(text: str) -> int:
     return value
 
 
+def memory_size(text: str) -> int:
+    """``--memory-limit``: a positive size (``budget.parse_size``), refused in one line otherwise.
+
+    >>> memory_size("500M")
+    524288000
+    """
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"size {text}: a memory limit must be positive")
+    return value
+
+
 def add_input_flags(p) -> None:
     """The options of the inputs, for tools/train_bpe.py and tools/encode_corpus.py (docs/inputs.md)."""
     g = p.add_argument_group("inputs (docs/inputs.md)")
@@ -121,7 +143,7 @@ def _one_line_warnings(prog: str):
     previous = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, BinaryInputWarning):
+        if issubclass(category, (BinaryInputWarning, BudgetWarning)):
             print(f"{prog}: warning: {message}", file=sys.stderr if file is None else file)
         else:
             previous(message, category, filename, lineno, file, line)
