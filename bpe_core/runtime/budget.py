@@ -404,8 +404,8 @@ def over_machine(memory_limit: int, cgroup: Any = _AUTO, total: Optional[int] = 
     """A one-line warning when a budget is above what the process could ever get (the RAM or the
     memory cgroup's limit, :func:`machine_limit`); None when it is not.
 
-    >>> over_machine(1 << 40, None, 23 << 30)[:60]
-    '--memory-limit 1.0 TiB is above this machine\'s 23.0 GiB of R'
+    >>> print(over_machine(1 << 40, None, 23 << 30)[:60])
+    --memory-limit 1.0 TiB is above this machine's 23.0 GiB of R
     >>> over_machine(1 << 30, None, 23 << 30) is None
     True
     """
