@@ -49,6 +49,7 @@ except ImportError:  # a checkout built in place (python setup.py build_ext --in
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core.runtime.atomic import atomic_write  # noqa: E402
+from bpe_core.runtime.cli import memory_size  # noqa: E402
 from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_out_file,  # noqa: E402
                                 check_out_prefix, chunk_size, run_main)
 from bpe_core.config import parse_size  # noqa: E402
@@ -72,9 +73,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="at most this many encoding threads (default: the CPU count; the memory plan "
                         "may use fewer)")
-    p.add_argument("--memory-limit", default=None, metavar="SIZE",
+    p.add_argument("--memory-limit", type=memory_size, default=None, metavar="SIZE",
                    help="RAM budget of the whole process tree, e.g. 8G, 500M (default: 8G, or 80%% of "
-                        "the RAM available when that is less)")
+                        "the RAM available or of the memory cgroup's room when less)")
     p.add_argument("--chunk-size", type=chunk_size, default=None, metavar="SIZE",
                    help="override the planned chunk size, at least 4K, e.g. 16M")
     p.add_argument("--plan", action="store_true",
