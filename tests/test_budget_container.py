@@ -222,6 +222,8 @@ def test_training_over_its_budget_warns_and_reports(tmp_path, monkeypatch):
     assert mem["budget_exceeded"] is True and mem["peak_anon_bytes"] > mem["budget_bytes"] == 512 * MiB
     over = [w for w in seen if issubclass(w.category, BudgetWarning)]
     assert len(over) == 1 and "budget was exceeded" in str(over[0].message)
+    peak_phase = max(mem["peak_anon_by_phase"].items(), key=lambda kv: kv[1])[0]
+    assert f"at its peak ({peak_phase})" in str(over[0].message) and len(peak_phase) > 1
     assert "\n" not in str(over[0].message)
 
 

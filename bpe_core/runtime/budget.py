@@ -432,7 +432,7 @@ def warn_exceeded(memory: dict, what: str = "the run") -> Optional[str]:
     if not memory.get("budget_exceeded"):
         return None
     peak, limit = int(memory["peak_anon_bytes"]), int(memory["budget_bytes"])
-    phase_name = max(memory.get("peak_anon_by_phase") or {"?": 0}.items(), key=lambda kv: kv[1])[0]
+    phase_name = max((memory.get("peak_anon_by_phase") or {"?": 0}).items(), key=lambda kv: kv[1])[0]
     msg = (f"{what} held {fmt_bytes(peak)} of anonymous memory at its peak ({phase_name}), "
            f"{peak / limit:.2f}x its budget of {fmt_bytes(limit)}: the budget was exceeded (a container "
            f"this size would have killed it; docs/memory.md)")
