@@ -73,7 +73,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="at most this many encoding threads (default: the CPU count; the memory plan "
                         "may use fewer)")
-    p.add_argument("--memory-limit", type=memory_size, default=None, metavar="SIZE",
+    p.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="RAM budget of the whole process tree, e.g. 8G, 500M (default: 8G, or 80%% of "
                         "the RAM available or of the memory cgroup's room when less)")
     p.add_argument("--chunk-size", type=chunk_size, default=None, metavar="SIZE",
@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         from bpe_core.encode.encode_corpus import VerifyError, encode_corpus, plan
 
+        limit = memory_size(args.memory_limit, CliError) if args.memory_limit else None
         check_paths()
-        limit = parse_size(args.memory_limit) if args.memory_limit else None
         chunk = args.chunk_size
         tok = Tokenizer.load(args.tokenizer)
         the_plan = plan(inputs, tok, args.workers, limit, chunk, args.input_format,

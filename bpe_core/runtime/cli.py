@@ -107,8 +107,9 @@ def chunk_size(text: str) -> int:
     return value
 
 
-def memory_size(text: str) -> int:
-    """``--memory-limit``: a positive size (``budget.parse_size``), refused in one line otherwise.
+def memory_size(text: str, error: type = argparse.ArgumentTypeError) -> int:
+    """``--memory-limit``: a positive size (``budget.parse_size``), refused in one line otherwise
+    (``error``: argparse's, for ``type=``; ``CliError`` where the tool parses it itself).
 
     >>> memory_size("500M")
     524288000
@@ -116,9 +117,9 @@ def memory_size(text: str) -> int:
     try:
         value = parse_size(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise error(str(exc)) from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"size {text}: a memory limit must be positive")
+        raise error(f"size {text}: a memory limit must be positive")
     return value
 
 
