@@ -765,7 +765,7 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     parent = _train_parent(po, chunk, min(table, threshold))
     per_worker = _train_worker(wo, chunk)
     count_peak = _train_count_peak(workers, chunk, min(table, threshold), wo, po)
-    _note_available(notes, memory_limit, available, source)
+    _note_available(notes, memory_limit, available, source if not exact else "")   # re-plans: no /proc reads
     if not exact and merge > memory_limit:
         notes.append(f"the merge phase is estimated at {fmt_bytes(merge)} (~{fmt_count(words)} unique "
                      f"pretokens), above the budget: unless the corpus has fewer unique pretokens than "
@@ -941,7 +941,7 @@ def _note_available(notes: list[str], limit: int, available: int, source: str = 
     machine = over_machine(limit) if source == BUDGET_FROM_FLAG else None
     if machine is not None:
         notes.append(machine)
-    elif limit > available:
+    if limit > available:
         notes.append(f"the budget ({fmt_bytes(limit)}) is above the RAM available now "
                      f"({fmt_bytes(available)}): the system may swap")
 
