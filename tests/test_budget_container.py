@@ -310,3 +310,14 @@ def test_counting_returns_freed_memory_after_each_chunk(tmp_path, monkeypatch):
     table = counting.count_corpus(str(corpus), [], "gpt2", 2, 64 << 10, report=rep)
     assert table.n_words > 20000 and rep["n_chunks"] > 4
     assert len(calls) >= rep["n_chunks"]
+
+
+def test_profile_report_compares_the_anonymous_peak(tmp_path):
+    from bpe_core.runtime.profile import profile_command
+
+    cmd = [sys.executable, "-c", "x = bytearray(48 << 20); x[::4096] = b'1' * len(x[::4096]); "
+                                 "import time; time.sleep(0.3)"]
+    over = profile_command(cmd, str(tmp_path / "over"), interval=0.02, budget=16 * MiB, plot=False, quiet=True)
+    assert over.data["budget_exceeded"] is True and over.data["peak_anon_bytes"] > 16 * MiB
+    under = profile_command(cmd, str(tmp_path / "under"), interval=0.02, budget=4 * GiB, plot=False, quiet=True)
+    assert under.data["budget_exceeded"] is False
