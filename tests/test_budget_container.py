@@ -321,3 +321,21 @@ def test_profile_report_compares_the_anonymous_peak(tmp_path):
     assert over.data["budget_exceeded"] is True and over.data["peak_anon_bytes"] > 16 * MiB
     under = profile_command(cmd, str(tmp_path / "under"), interval=0.02, budget=4 * GiB, plot=False, quiet=True)
     assert under.data["budget_exceeded"] is False
+
+
+def test_encoding_over_its_budget_warns_and_reports(tmp_path, monkeypatch):
+    from bpe_core.encode.encode_corpus import encode_corpus
+    from bpe_core.encode.tokenizer import Tokenizer
+    from encode_helpers import EOT, small_model
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello world, the low lower lowest " * 200)
+    tok = Tokenizer(*small_model()[:2], [EOT])
+    real = memmon.tree_memory
+    monkeypatch.setattr(memmon, "tree_memory", lambda pid=None: dict(real(pid), anon=real(pid)["anon"] + GiB))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = encode_corpus(str(corpus), tok, str(tmp_path / "ids.npy"), memory_limit=512 * MiB, progress=False)
+    assert result.memory["budget_exceeded"] is True
+    over = [w for w in seen if issubclass(w.category, BudgetWarning)]
+    assert len(over) == 1 and str(over[0].message).startswith("encoding held ")
