@@ -120,6 +120,7 @@ def test_plans_name_the_source_and_a_refusal_names_the_cgroup(monkeypatch):
     msg = str(exc.value)
     assert "\n" not in msg and "memory cgroup" in msg and "--memory-limit" in msg
     assert exc.value.min_budget > 80 * MiB
+    assert msg.endswith("above the 100.0 MiB limit of memory cgroup /sys/fs/cgroup/job: give the job more memory")
 
 
 # ==== one size parser ========================================================================

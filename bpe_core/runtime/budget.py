@@ -738,7 +738,7 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                    f"the smallest chunks, and the merge phase ~{fmt_bytes(merge)} for ~{fmt_count(words)} "
                    f"unique pretokens (estimated from the input size); the smallest budget that works is "
                    f"--memory-limit {fmt_size(suggested_budget(need))}")
-        raise BudgetError(msg, suggested_budget(need))
+        raise BudgetError(msg + _beyond_cgroup(suggested_budget(need), source), suggested_budget(need))
     # Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
     spill = _train_count_peak(1, lo1, table, wo, po) > memory_limit
     kept = spill_table if spill else table       # table bytes reserved while choosing workers
@@ -882,8 +882,8 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
     if need > memory_limit:
         raise BudgetError(f"memory limit {limit_words} is too small for encoding "
                           f"{fmt_bytes(input_bytes)} with a {vocab_size:,}-token vocabulary; the smallest "
-                          f"budget that works is --memory-limit {fmt_size(suggested_budget(need))}",
-                          suggested_budget(need))
+                          f"budget that works is --memory-limit {fmt_size(suggested_budget(need))}"
+                          + _beyond_cgroup(suggested_budget(need), source), suggested_budget(need))
     workers = max_workers
     while workers > 1:
         lo, _ = chunks_for(workers)
@@ -916,6 +916,27 @@ def _resolve_budget(memory_limit: Optional[int], available: int,
         source, why = given if given is not None else (BUDGET_FROM_FLAG, "")
         return int(memory_limit), source, why
     return default_budget(available)
+
+
+def _beyond_cgroup(budget: int, source: str, cgroup: Any = _AUTO) -> str:
+    """What a refusal adds when the default came from the memory cgroup and the budget it names is
+    above the cgroup's limit: a flag alone cannot help then.
+
+    >>> from bpe_core.runtime.cgroup import CgroupMemory
+    >>> _beyond_cgroup(190 << 20, "cgroup", CgroupMemory(150 << 20, 0, 0, "/sys/fs/cgroup/job", 2))
+    ', above the 150.0 MiB limit of memory cgroup /sys/fs/cgroup/job: give the job more memory'
+    >>> _beyond_cgroup(140 << 20, "cgroup", CgroupMemory(150 << 20, 0, 0, "/sys/fs/cgroup/job", 2))
+    ''
+    """
+    if source != BUDGET_FROM_CGROUP:
+        return ""
+    if cgroup is _AUTO:
+        from .cgroup import cgroup_memory
+
+        cgroup = cgroup_memory()
+    if cgroup is None or budget <= cgroup.limit:
+        return ""
+    return f", above the {fmt_bytes(cgroup.limit)} limit of memory cgroup {cgroup.path}: give the job more memory"
 
 
 def _limit_words(limit: int, source: str, why: str) -> str:
