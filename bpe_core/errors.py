@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BinaryInputWarning", "BudgetError", "ClusterError", "CorpusError", "IncompatibleInit", "InputChanged",
+__all__ = ["BinaryInputWarning", "BudgetError", "BudgetWarning", "ClusterError", "CorpusError", "IncompatibleInit", "InputChanged",
            "InternalError", "MissingDependency", "ModelFormatError", "Terminated", "VerifyError"]
 
 
@@ -94,3 +94,8 @@ class BinaryInputWarning(UserWarning):
 
     Training and encoding go on (a byte-level tokenizer takes any bytes); the warning says so once.
     """
+
+
+class BudgetWarning(UserWarning):
+    """The memory budget cannot hold: it is above the RAM or the memory cgroup's limit, or a run's
+    measured peak went above it. The run goes on; the tools show the warning as one line."""

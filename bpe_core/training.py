@@ -253,6 +253,7 @@ def start(inputs: Inputs, method: registry.Method) -> Run:
     specials = encode_specials(config.special_tokens)
     init = load_init(config)        # --init-from: checked before any work (None without it)
     the_plan = plan(config, inputs.sources)
+    budget.warn_over_machine(the_plan)       # a --memory-limit above the RAM or the cgroup: one line
     report: dict[str, Any] = {
         "input_path": _describe_input(inputs.given.input_path),
         "inputs": len(inputs.sources),
@@ -406,6 +407,7 @@ def finish(learned: registry.MethodResult, run: Run, monitor: MemoryMonitor) -> 
     report["vocab_size_reached"] = len(learned.vocab)
     report["seconds"]["total"] = round(time.perf_counter() - run.t_start, 3)
     report["memory"] = monitor.summary()
+    budget.warn_exceeded(report["memory"], "training")     # the measured peak above the budget: one line
     report["peak_rss_bytes"] = {"tree_sampled": monitor.peak, **peak_rss_bytes()}
     model = Model(
         vocab=learned.vocab,

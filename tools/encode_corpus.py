@@ -52,6 +52,7 @@ from bpe_core.runtime.atomic import atomic_write  # noqa: E402
 from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,  # noqa: E402
                                 check_out_file, check_out_prefix, chunk_size, local_input_files, run_main)
 from bpe_core.formats.model import folder_files  # noqa: E402
+from bpe_core.runtime.cli import memory_size  # noqa: E402
 from bpe_core.config import parse_size  # noqa: E402
 from bpe_core.corpus.inputs import expand_inputs  # noqa: E402
 from bpe_core.corpus.ranges import is_url  # noqa: E402
@@ -75,7 +76,7 @@ def build_parser() -> ArgumentParser:
                         "may use fewer)")
     p.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="RAM budget of the whole process tree, e.g. 8G, 500M (default: 8G, or 80%% of "
-                        "the RAM available when that is less)")
+                        "the RAM available or of the memory cgroup's room when less)")
     p.add_argument("--chunk-size", type=chunk_size, default=None, metavar="SIZE",
                    help="override the planned chunk size, at least 4K, e.g. 16M")
     p.add_argument("--plan", action="store_true",
@@ -162,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         from bpe_core.encode.encode_corpus import VerifyError, encode_corpus, plan
 
+        limit = memory_size(args.memory_limit, CliError) if args.memory_limit else None
         check_paths()
-        limit = parse_size(args.memory_limit) if args.memory_limit else None
         chunk = args.chunk_size
         tok = Tokenizer.load(args.tokenizer)
         the_plan = plan(inputs, tok, args.workers, limit, chunk, args.input_format,

@@ -44,7 +44,8 @@ except ImportError:  # a checkout built in place (python setup.py build_ext --in
 from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,  # noqa: E402
                                 check_out_dir, check_out_prefix, check_work_dir, chunk_size,
                                 local_input_files, run_main)
-from bpe_core.config import TrainConfig, parse_size  # noqa: E402
+from bpe_core.runtime.cli import memory_size  # noqa: E402
+from bpe_core.config import TrainConfig  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
 from bpe_core.formats import registry  # noqa: E402
 from bpe_core.formats.model import (FOLDER_FILES, MERGES_FILE, MODEL_FILE, REPORT_FILE, VOCAB_FILE,  # noqa: E402
@@ -95,9 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-bytes", type=chunk_size, default=None, metavar="SIZE",
                    help="target chunk size for pre-tokenization, at least 4K, e.g. 64M (default: chosen "
                         "from the input)")
-    p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
-                   help="RAM budget for the whole process tree, e.g. 8G or 500M (default: 8G, or less "
-                        "when less RAM is available); the run plans workers, chunks and spilling to fit")
+    p.add_argument("--memory-limit", type=memory_size, default=None, metavar="SIZE",
+                   help="RAM budget for the whole process tree, e.g. 8G or 500M (default: 8G, or 80%% of "
+                        "the RAM available or of the memory cgroup's room when less); the run plans "
+                        "workers, chunks and spilling to fit")
     p.add_argument("--plan", action="store_true",
                    help="print the memory plan (workers, chunk size, spilling, estimated peak) and exit")
     p.add_argument("--min-pretoken-count", type=int, default=1, metavar="N",

@@ -133,10 +133,20 @@ def _is_glob(spec: str) -> bool:
 
 
 def _walk(folder: str) -> list[str]:
-    """Every non-hidden regular file under ``folder``, recursively, sorted by path."""
+    """Every non-hidden regular file under ``folder``, recursively, sorted by path.
+
+    A link to a folder that leads back to one above it (a loop) is a :class:`CorpusError` naming
+    the link, not a path of 40 ``link/link/...`` steps that then fails with ``ELOOP``."""
     out = []
     for root, dirs, files in os.walk(folder, followlinks=True):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for d in dirs:
+            link = os.path.join(root, d)
+            if os.path.islink(link):
+                target = os.path.realpath(link)
+                above = os.path.realpath(root)
+                if above == target or above.startswith(target.rstrip(os.sep) + os.sep):
+                    raise CorpusError(link, "a symbolic link loop (it leads back to a folder above it)")
         out.extend(os.path.join(root, f) for f in files if not f.startswith("."))
     return sorted(out)
 

@@ -351,6 +351,7 @@ def _prepare(input_path, tokenizer, out_path, num_workers, memory_limit, chunk_b
     size = _input_bytes(sources)
     the_plan = scheduler.plan_encoding(size, tok.n_vocab, memory_limit, num_workers=num_workers,
                                        chunk_bytes=chunk_bytes)
+    scheduler.warn_over_machine(the_plan)        # a --memory-limit above the RAM or the cgroup: one line
     dtype = ids_dtype(tok.n_vocab)
     specials = list(tok._special_bytes)
     sep = specials[0] if specials and separator else b""
@@ -547,6 +548,7 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
     seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
                for k, (name, t) in enumerate(marks)}
     memory = dict(monitor.summary(), held_back_chunks=held)
+    scheduler.warn_exceeded(memory, "encoding")       # the measured peak above the budget: one line
     return EncodeResult(out_path, total, n_bytes, dtype.name, t_end - t0, workers, len(results), verified,
                         plan=the_plan.to_dict(), memory=memory, phase_seconds=seconds,
                         n_documents=n_docs, bad_records=opts.bad.to_dict(),

@@ -47,10 +47,11 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from ..errors import BudgetError
+from ..errors import BudgetError, BudgetWarning
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -62,6 +63,12 @@ DEFAULT_MEMORY_LIMIT = 8 * GiB
 #: Share of the RAM available now that the default budget may use; the rest is left to the OS page
 #: cache and other programs.
 AVAILABLE_SHARE = 0.8
+#: Where a plan's budget came from (``Plan.budget_source``).
+BUDGET_FROM_FLAG = "flag"
+BUDGET_FROM_DEFAULT = "default"
+BUDGET_FROM_RAM = "RAM"
+BUDGET_FROM_CGROUP = "cgroup"
+_AUTO: Any = object()
 
 # ==== Training model (see the module docstring) ============================================
 
@@ -141,23 +148,38 @@ ENCODE_WINDOW_CHUNKS = 2
 ENCODE_COPY_BYTES = 8 * MiB
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^[ \t]*([0-9]+(?:\.[0-9]+)?)[ \t]*([kmgtpe]?)(i?b?)[ \t]*$", re.IGNORECASE | re.ASCII)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50, "e": 1 << 60}
+#: The largest size :func:`parse_size` takes: no machine holds 8 EiB, and larger numbers would wrap
+#: in the kernels' 64-bit counters.
+MAX_SIZE = 1 << 63
 
 
 def parse_size(text: str | int) -> int:
-    """Parse a byte size: ``"8G"``, ``"500M"``, ``"1.5GB"``, ``"2GiB"``, ``"4096"`` (binary units).
+    """Parse a byte size: ``"8G"``, ``"500M"``, ``"1.5GB"``, ``"2GiB"``, ``"4096"`` (binary units K, M,
+    G, T, P, E; ASCII digits only, at most 8 EiB).
 
-    >>> parse_size("8G"), parse_size("500M"), parse_size(1024)
-    (8589934592, 524288000, 1024)
+    >>> parse_size("8G"), parse_size("500M"), parse_size(1024), parse_size("1P") >> 50
+    (8589934592, 524288000, 1024, 1)
+    >>> parse_size("-1G")
+    Traceback (most recent call last):
+    ValueError: size -1G: a size must be positive (examples: 8G, 500M, 1.5GB)
     """
     if isinstance(text, int):
         return text
+    shown = " ".join(str(text).split())[:40]
     m = _SIZE.match(str(text))
     if not m:
-        raise ValueError(f"cannot parse size {text!r} (examples: 8G, 500M, 1.5GB)")
-    num = float(m.group(1))
-    mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
-    return int(num * mult)
+        if str(text).strip().startswith("-"):
+            raise ValueError(f"size {shown}: a size must be positive (examples: 8G, 500M, 1.5GB)")
+        raise ValueError(f"cannot parse size {shown!r} (examples: 8G, 500M, 1.5GB; ASCII digits, units "
+                         f"K M G T P E)")
+    from fractions import Fraction
+
+    value = int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value > MAX_SIZE:
+        raise ValueError(f"size {shown} is too large (more than 8 EiB, the most a 64-bit machine can address)")
+    return value
 
 
 # ==== Plan ==================================================================================
@@ -195,6 +217,9 @@ class Plan:
             (page cache: the kernel may drop those pages and read them again).
         fill_buffer_bytes: RAM for writing the mapped initial position lists.
         phase_seconds: predicted seconds of each phase (``phase_seconds()``).
+        budget_source: where ``memory_limit`` came from: ``"flag"`` (given), or the default's
+            binding part: ``"default"`` (8 GiB), ``"RAM"`` or ``"cgroup"`` (:func:`default_budget`).
+        budget_why: the default's reason in words (empty for a given budget).
     """
 
     kind: str
@@ -221,6 +246,8 @@ class Plan:
     fill_buffer_bytes: int = FILL_BUFFER_BYTES
     phase_seconds: dict = field(default_factory=dict)
     vocab_size: int = 0
+    budget_source: str = BUDGET_FROM_FLAG
+    budget_why: str = ""
 
     def with_count(self, unique_pretokens: int, symbols: Optional[int] = None) -> "Plan":
         """This training plan made again with the real number of unique pretokens (known during and
@@ -234,7 +261,8 @@ class Plan:
         return plan_training(self.input_bytes, self.memory_limit, self.cpu_count, self.available,
                              num_workers=self.num_workers, chunk_bytes=self.chunk_bytes,
                              per_worker_overhead=self.worker_overhead, parent_overhead=self.parent_overhead,
-                             vocab_size=self.vocab_size, unique_pretokens=unique_pretokens, symbols=symbols)
+                             vocab_size=self.vocab_size, unique_pretokens=unique_pretokens, symbols=symbols,
+                             budget_source=(self.budget_source, self.budget_why))
 
     @property
     def merge_fits(self) -> bool:
@@ -266,7 +294,8 @@ class Plan:
         memory plan (encode 1.0 GiB): budget 1.0 GiB, 4.0 GiB available now, 2 CPU cores
         """
         lines = [f"memory plan ({self.kind} {fmt_bytes(self.input_bytes)}): budget "
-                 f"{fmt_bytes(self.memory_limit)}, {fmt_bytes(self.available)} available now, "
+                 f"{_limit_words(self.memory_limit, self.budget_source, self.budget_why)}, "
+                 f"{fmt_bytes(self.available)} available now, "
                  f"{self.cpu_count} CPU core{'s' if self.cpu_count != 1 else ''}"]
         step = "pre-tokenize" if self.kind == "train" else "encode"
         if self.num_workers > 1:
@@ -298,18 +327,117 @@ class Plan:
 
 
 def default_memory_limit(available: Optional[int] = None) -> int:
-    """The default budget: 8 GiB, or 80% of the RAM available now when that is less.
+    """The default budget: 8 GiB, or 80% of the RAM available now when that is less, or 80% of the
+    memory cgroup's room when that is less still (:func:`default_budget`).
 
-    >>> default_memory_limit(available=64 << 30) == 8 << 30
+    >>> default_memory_limit(available=64 << 30) <= 8 << 30
     True
-    >>> default_memory_limit(available=4 << 30) >> 20
-    3276
+    """
+    return default_budget(available)[0]
+
+
+def default_budget(available: Optional[int] = None, cgroup: Any = _AUTO,
+                   own_bytes: Optional[int] = None) -> tuple[int, str, str]:
+    """The default budget, where it came from and why: ``(bytes, source, reason)``.
+
+    The smallest of :data:`DEFAULT_MEMORY_LIMIT` (``"default"``), :data:`AVAILABLE_SHARE` of the RAM
+    available now (``"RAM"``), and the same share of the room the memory cgroup leaves this process
+    (``"cgroup"``: its limit less what other processes in it hold; ``cgroup.CgroupMemory``): a
+    container's limit binds however much RAM the machine has, and a process beyond it is killed.
+
+    ``cgroup``: a ``CgroupMemory``, None for none, or (the default) read from ``/proc`` now.
+    ``own_bytes``: this process's resident memory (None: measured now).
+
+    >>> from bpe_core.runtime.cgroup import CgroupMemory
+    >>> default_budget(64 << 30, None)[:2]
+    (8589934592, 'default')
+    >>> default_budget(4 << 30, None)[0] >> 20, default_budget(4 << 30, None)[1]
+    (3276, 'RAM')
+    >>> b = default_budget(64 << 30, CgroupMemory(150 << 20, 0, 0, "/sys/fs/cgroup/job", 2), 0)
+    >>> b[0] >> 20, b[1], b[2]
+    (120, 'cgroup', '80% of the room in memory cgroup /sys/fs/cgroup/job (limit 150.0 MiB)')
     """
     if available is None:
         import psutil
 
         available = psutil.virtual_memory().available
-    return int(min(DEFAULT_MEMORY_LIMIT, AVAILABLE_SHARE * available))
+    choices = [(DEFAULT_MEMORY_LIMIT, BUDGET_FROM_DEFAULT, f"the default of {fmt_bytes(DEFAULT_MEMORY_LIMIT)}"),
+               (int(AVAILABLE_SHARE * available), BUDGET_FROM_RAM,
+                f"{AVAILABLE_SHARE:.0%} of the {fmt_bytes(available)} of RAM available")]
+    if cgroup is _AUTO:
+        from .cgroup import cgroup_memory
+
+        own = _current_rss() if own_bytes is None else own_bytes
+        cgroup = cgroup_memory(own)
+    if cgroup is not None:
+        own = (_current_rss() if own_bytes is None else own_bytes)
+        choices.append((int(AVAILABLE_SHARE * cgroup.room(own)), BUDGET_FROM_CGROUP,
+                        f"{AVAILABLE_SHARE:.0%} of the room in memory cgroup {cgroup.path} "
+                        f"(limit {fmt_bytes(cgroup.limit)})"))
+    return min(choices, key=lambda c: c[0])
+
+
+def machine_limit(cgroup: Any = _AUTO, total: Optional[int] = None) -> tuple[int, str]:
+    """The most memory this process could ever get: the RAM, or the memory cgroup's limit when
+    that is less: ``(bytes, what)``.
+
+    >>> from bpe_core.runtime.cgroup import CgroupMemory
+    >>> machine_limit(None, 16 << 30)
+    (17179869184, "this machine's 16.0 GiB of RAM")
+    >>> machine_limit(CgroupMemory(1 << 30, 0, 0, "/sys/fs/cgroup/job", 2), 16 << 30)[1]
+    'the 1.0 GiB limit of memory cgroup /sys/fs/cgroup/job'
+    """
+    if total is None:
+        import psutil
+
+        total = psutil.virtual_memory().total
+    if cgroup is _AUTO:
+        from .cgroup import cgroup_memory
+
+        cgroup = cgroup_memory()
+    if cgroup is not None and cgroup.limit < total:
+        return cgroup.limit, f"the {fmt_bytes(cgroup.limit)} limit of memory cgroup {cgroup.path}"
+    return total, f"this machine's {fmt_bytes(total)} of RAM"
+
+
+def over_machine(memory_limit: int, cgroup: Any = _AUTO, total: Optional[int] = None) -> Optional[str]:
+    """A one-line warning when a budget is above what the process could ever get (the RAM or the
+    memory cgroup's limit, :func:`machine_limit`); None when it is not.
+
+    >>> print(over_machine(1 << 40, None, 23 << 30)[:60])
+    --memory-limit 1.0 TiB is above this machine's 23.0 GiB of R
+    >>> over_machine(1 << 30, None, 23 << 30) is None
+    True
+    """
+    most, what = machine_limit(cgroup, total)
+    if memory_limit <= most:
+        return None
+    return (f"--memory-limit {fmt_bytes(memory_limit)} is above {what}: the plan cannot keep the run "
+            f"within what it can get (it may be killed or swap); give at most --memory-limit "
+            f"{int(AVAILABLE_SHARE * most) // MiB}M")
+
+
+def warn_over_machine(plan: "Plan") -> None:
+    """Warn (:class:`BudgetWarning`, one line) when the plan's budget was given and is above the RAM
+    or the cgroup's limit: on every run, not only with ``--plan``."""
+    if plan.budget_source == BUDGET_FROM_FLAG:
+        msg = over_machine(plan.memory_limit)
+        if msg is not None:
+            warnings.warn(BudgetWarning(msg), stacklevel=2)
+
+
+def warn_exceeded(memory: dict, what: str = "the run") -> Optional[str]:
+    """Warn (:class:`BudgetWarning`, one line) when a run's measured anonymous peak
+    (``MemoryMonitor.summary()``: ``budget_exceeded``) was above its budget; returns the message."""
+    if not memory.get("budget_exceeded"):
+        return None
+    peak, limit = int(memory["peak_anon_bytes"]), int(memory["budget_bytes"])
+    phase_name = max((memory.get("peak_anon_by_phase") or {"?": 0}).items(), key=lambda kv: kv[1])[0]
+    msg = (f"{what} held {fmt_bytes(peak)} of anonymous memory at its peak ({phase_name}), "
+           f"{peak / limit:.2f}x its budget of {fmt_bytes(limit)}: the budget was exceeded (a container "
+           f"this size would have killed it; docs/memory.md)")
+    warnings.warn(BudgetWarning(msg), stacklevel=2)
+    return msg
 
 
 def measure_worker_overhead(start_method: Optional[str] = None) -> int:
@@ -511,7 +639,8 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                   available: Optional[int] = None, num_workers: Optional[int] = None,
                   chunk_bytes: Optional[int] = None, per_worker_overhead: Optional[int] = None, *,
                   parent_overhead: Optional[int] = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
-                  unique_pretokens: Optional[int] = None, symbols: Optional[int] = None) -> Plan:
+                  unique_pretokens: Optional[int] = None, symbols: Optional[int] = None,
+                  budget_source: Optional[tuple[str, str]] = None) -> Plan:
     """Plan a training run: workers, chunk size and spilling under ``memory_limit``.
 
     The merge phase must fit (it needs every unique pretoken in RAM). The counting phase then gets
@@ -557,7 +686,8 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
         raise ValueError("input_bytes must be >= 0")
     notes: list[str] = []
     available = _available(available)
-    memory_limit = default_memory_limit(available) if memory_limit is None else int(memory_limit)
+    memory_limit, source, why = _resolve_budget(memory_limit, available, budget_source)
+    limit_words = _limit_words(memory_limit, source, why)
     cores = max(1, int(cpu_count or os.cpu_count() or 1))
     wo = int(measure_worker_overhead() if per_worker_overhead is None else per_worker_overhead)
     po = int(_current_rss() if parent_overhead is None else parent_overhead)
@@ -601,14 +731,14 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
         need = max(merge, count_floor)
         if exact or merge < count_floor:
             msg = _budget_message("training", input_bytes, memory_limit, need, merge, count_floor, words,
-                                  vocab_size)
+                                  vocab_size, limit_words)
         else:
-            msg = (f"memory limit {fmt_bytes(memory_limit)} is too small for training on "
+            msg = (f"memory limit {limit_words} is too small for training on "
                    f"{fmt_bytes(input_bytes)}: counting needs ~{fmt_bytes(count_floor)} with one worker and "
                    f"the smallest chunks, and the merge phase ~{fmt_bytes(merge)} for ~{fmt_count(words)} "
                    f"unique pretokens (estimated from the input size); the smallest budget that works is "
                    f"--memory-limit {fmt_size(suggested_budget(need))}")
-        raise BudgetError(msg, suggested_budget(need))
+        raise BudgetError(msg + _beyond_cgroup(suggested_budget(need), source), suggested_budget(need))
     # Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
     spill = _train_count_peak(1, lo1, table, wo, po) > memory_limit
     kept = spill_table if spill else table       # table bytes reserved while choosing workers
@@ -635,7 +765,7 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     parent = _train_parent(po, chunk, min(table, threshold))
     per_worker = _train_worker(wo, chunk)
     count_peak = _train_count_peak(workers, chunk, min(table, threshold), wo, po)
-    _note_available(notes, memory_limit, available)
+    _note_available(notes, memory_limit, available, source if not exact else "")   # re-plans: no /proc reads
     if not exact and merge > memory_limit:
         notes.append(f"the merge phase is estimated at {fmt_bytes(merge)} (~{fmt_count(words)} unique "
                      f"pretokens), above the budget: unless the corpus has fewer unique pretokens than "
@@ -653,11 +783,11 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                 merge_mapped=mapped, merge_file_bytes=merge_phase_mem["file"],
                 fill_buffer_bytes=merge_phase_mem["fill"] or FILL_BUFFER_BYTES,
                 phase_seconds=phase_seconds(input_bytes, workers, words, n_symbols, vocab_size, mapped),
-                vocab_size=vocab_size)
+                vocab_size=vocab_size, budget_source=source, budget_why=why)
 
 
 def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: int, count: int,
-                    words: int, vocab_size: int | None = None) -> str:
+                    words: int, vocab_size: int | None = None, limit_words: str | None = None) -> str:
     """The one-line reason of a :class:`BudgetError`.
 
     The merge engine's tables grow with the unique pretokens and with the requested vocabulary, so a
@@ -679,7 +809,7 @@ def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: i
                f"{fmt_count(words)} unique pretokens)")
     else:
         why = f"counting needs ~{fmt_bytes(count)} with one worker and the smallest chunks"
-    return (f"memory limit {fmt_bytes(limit)} is too small for {what} on {fmt_bytes(input_bytes)}: {why}; "
+    return (f"memory limit {limit_words or fmt_bytes(limit)} is too small for {what} on {fmt_bytes(input_bytes)}: {why}; "
             f"the smallest budget that works is --memory-limit {fmt_size(suggested_budget(need))}")
 
 
@@ -706,7 +836,8 @@ def _encode_peak(workers: int, vocab_size: int, chunk: int, wo: int, po: int) ->
 def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int] = None,
                   cpu_count: Optional[int] = None, available: Optional[int] = None,
                   num_workers: Optional[int] = None, per_worker_overhead: Optional[int] = None, *,
-                  parent_overhead: Optional[int] = None, chunk_bytes: Optional[int] = None) -> Plan:
+                  parent_overhead: Optional[int] = None, chunk_bytes: Optional[int] = None,
+                  budget_source: Optional[tuple[str, str]] = None) -> Plan:
     """Plan corpus encoding: workers and chunk size under ``memory_limit``.
 
     Model (``encode_corpus``: workers map their chunk and encode it in 1 MiB batches to a spill
@@ -728,7 +859,8 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
         raise ValueError("input_bytes must be >= 0")
     notes: list[str] = []
     available = _available(available)
-    memory_limit = default_memory_limit(available) if memory_limit is None else int(memory_limit)
+    memory_limit, source, why = _resolve_budget(memory_limit, available, budget_source)
+    limit_words = _limit_words(memory_limit, source, why)
     cores = max(1, int(cpu_count or os.cpu_count() or 1))
     wo = int(measure_worker_overhead() if per_worker_overhead is None else per_worker_overhead)
     po = int(_current_rss() if parent_overhead is None else parent_overhead)
@@ -748,10 +880,10 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
     lo1, _ = chunks_for(1)
     need = _encode_peak(1, vocab_size, lo1, wo, po)
     if need > memory_limit:
-        raise BudgetError(f"memory limit {fmt_bytes(memory_limit)} is too small for encoding "
+        raise BudgetError(f"memory limit {limit_words} is too small for encoding "
                           f"{fmt_bytes(input_bytes)} with a {vocab_size:,}-token vocabulary; the smallest "
-                          f"budget that works is --memory-limit {fmt_size(suggested_budget(need))}",
-                          suggested_budget(need))
+                          f"budget that works is --memory-limit {fmt_size(suggested_budget(need))}"
+                          + _beyond_cgroup(suggested_budget(need), source), suggested_budget(need))
     workers = max_workers
     while workers > 1:
         lo, _ = chunks_for(workers)
@@ -764,17 +896,58 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
     lo, pref = chunks_for(workers)
     chunk = _largest_fitting(lo, pref, lambda c: _encode_peak(workers, vocab_size, c, wo, po) <= memory_limit)
     assert chunk is not None        # lo fits for `workers` by the loop above (or workers == 1)
-    _note_available(notes, memory_limit, available)
+    _note_available(notes, memory_limit, available, source)
     peak = _encode_peak(workers, vocab_size, chunk, wo, po)
     return Plan(kind="encode", input_bytes=input_bytes, num_workers=workers, chunk_bytes=chunk,
                 memory_limit=memory_limit, available=available, cpu_count=cores, worker_overhead=wo,
                 parent_overhead=po, per_worker_bytes=_encode_worker(wo, vocab_size, chunk),
                 parent_bytes=_encode_parent(po, vocab_size, chunk), count_bytes=peak, merge_bytes=0,
                 peak_bytes=peak,
-                notes=tuple(notes))
+                notes=tuple(notes), budget_source=source, budget_why=why)
 
 
 # ==== Miscellaneous =========================================================================
+
+
+def _resolve_budget(memory_limit: Optional[int], available: int,
+                    given: Optional[tuple[str, str]]) -> tuple[int, str, str]:
+    """``(budget, source, reason)``: the given budget (``"flag"``), or :func:`default_budget`."""
+    if memory_limit is not None:
+        source, why = given if given is not None else (BUDGET_FROM_FLAG, "")
+        return int(memory_limit), source, why
+    return default_budget(available)
+
+
+def _beyond_cgroup(budget: int, source: str, cgroup: Any = _AUTO) -> str:
+    """What a refusal adds when the default came from the memory cgroup and the budget it names is
+    above the cgroup's limit: a flag alone cannot help then.
+
+    >>> from bpe_core.runtime.cgroup import CgroupMemory
+    >>> _beyond_cgroup(190 << 20, "cgroup", CgroupMemory(150 << 20, 0, 0, "/sys/fs/cgroup/job", 2))
+    ', above the 150.0 MiB limit of memory cgroup /sys/fs/cgroup/job: give the job more memory'
+    >>> _beyond_cgroup(140 << 20, "cgroup", CgroupMemory(150 << 20, 0, 0, "/sys/fs/cgroup/job", 2))
+    ''
+    """
+    if source != BUDGET_FROM_CGROUP:
+        return ""
+    if cgroup is _AUTO:
+        from .cgroup import cgroup_memory
+
+        cgroup = cgroup_memory()
+    if cgroup is None or budget <= cgroup.limit:
+        return ""
+    return f", above the {fmt_bytes(cgroup.limit)} limit of memory cgroup {cgroup.path}: give the job more memory"
+
+
+def _limit_words(limit: int, source: str, why: str) -> str:
+    """The budget for people, with where a default came from: ``120.0 MiB (the default: 80% of ...)``.
+
+    >>> _limit_words(1 << 30, "flag", ""), _limit_words(1 << 30, "RAM", "80% of the RAM")
+    ('1.0 GiB', '1.0 GiB (the default: 80% of the RAM)')
+    """
+    if source == BUDGET_FROM_FLAG or not why:
+        return fmt_bytes(limit)
+    return f"{fmt_bytes(limit)} (the default: {why})"
 
 
 def _available(available: Optional[int]) -> int:
@@ -785,7 +958,10 @@ def _available(available: Optional[int]) -> int:
     return int(psutil.virtual_memory().available)
 
 
-def _note_available(notes: list[str], limit: int, available: int) -> None:
+def _note_available(notes: list[str], limit: int, available: int, source: str = BUDGET_FROM_FLAG) -> None:
+    machine = over_machine(limit) if source == BUDGET_FROM_FLAG else None
+    if machine is not None:
+        notes.append(machine)
     if limit > available:
         notes.append(f"the budget ({fmt_bytes(limit)}) is above the RAM available now "
                      f"({fmt_bytes(available)}): the system may swap")

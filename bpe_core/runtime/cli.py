@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import tempfile
 import warnings
 from typing import Callable
 
-from ..errors import (BinaryInputWarning, CorpusError, InternalError, MissingDependency, ModelFormatError,
+from ..errors import (BinaryInputWarning, BudgetWarning, CorpusError, InternalError, MissingDependency, ModelFormatError,
                       Terminated)
 from .atomic import output_problem, recover_folder, remove_stale
 from .budget import parse_size
@@ -26,6 +27,12 @@ class CliError(Exception):
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a bad flag gives one line on stderr (exit code 2), not usage + error."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # "-1G" is a value (a negative size the option's type refuses in its own words), not an
+        # unknown option: argparse takes only plain negative numbers ("-1", "-.5") as values
+        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -67,7 +74,7 @@ def check_out_dir(path: str) -> str:
 
 
 def local_input_files(sources) -> list[str]:
-    """The local files a run reads, from ``corpus.sources.expand_inputs`` (paths and ``file://``
+    """The local files a run reads, from ``corpus.inputs.expand_inputs`` (paths and ``file://``
     URLs; not other URLs or streams)."""
     files = []
     for src in sources:
@@ -148,6 +155,22 @@ def chunk_size(text: str) -> int:
     return value
 
 
+def memory_size(text: str, error: type = argparse.ArgumentTypeError) -> int:
+    """``--memory-limit``: a positive size (``budget.parse_size``), refused in one line otherwise
+    (``error``: argparse's, for ``type=``; ``CliError`` where the tool parses it itself).
+
+    >>> memory_size("500M")
+    524288000
+    """
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise error(str(exc)) from None
+    if value < 1:
+        raise error(f"size {text}: a memory limit must be positive")
+    return value
+
+
 def add_input_flags(p) -> None:
     """The options of the inputs, for tools/train_bpe.py and tools/encode_corpus.py (docs/inputs.md)."""
     g = p.add_argument_group("inputs (docs/inputs.md)")
@@ -169,7 +192,7 @@ def _one_line_warnings(prog: str):
     previous = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, BinaryInputWarning):
+        if issubclass(category, (BinaryInputWarning, BudgetWarning)):
             print(f"{prog}: warning: {message}", file=sys.stderr if file is None else file)
         else:
             previous(message, category, filename, lineno, file, line)

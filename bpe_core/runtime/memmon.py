@@ -339,13 +339,20 @@ class MemoryMonitor:
     def summary(self) -> dict:
         """Peak, sample count and per-phase peaks, JSON-ready (for run reports).
 
+        ``budget_exceeded``: the anonymous peak (what a budget bounds, and what a memory cgroup
+        cannot take back) was above the budget; ``budget_excess_bytes`` by how much (0 when not).
+
         >>> sorted(MemoryMonitor().summary())
         ... # doctest: +NORMALIZE_WHITESPACE
-        ['budget_bytes', 'interval', 'n_samples', 'peak_anon_by_phase', 'peak_anon_bytes',
-         'peak_by_phase', 'peak_file_by_phase', 'peak_file_bytes', 'peak_rss_bytes']
+        ['budget_bytes', 'budget_exceeded', 'budget_excess_bytes', 'interval', 'n_samples',
+         'peak_anon_by_phase', 'peak_anon_bytes', 'peak_by_phase', 'peak_file_by_phase',
+         'peak_file_bytes', 'peak_rss_bytes']
         """
         with self._lock:
+            excess = max(0, self.peak_anon - int(self.budget)) if self.budget else 0
             return {
+                "budget_exceeded": excess > 0,
+                "budget_excess_bytes": excess,
                 "peak_anon_bytes": self.peak_anon,
                 "peak_file_bytes": self.peak_file,
                 "peak_anon_by_phase": dict(self.phase_peaks_anon),

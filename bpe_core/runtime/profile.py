@@ -100,6 +100,7 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
         except OSError as exc:
             print(f"profile_memory: error: cannot run {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
             exit_code, samples, peak, peak_time, t_end = 127, [], 0, t0, time.time()
+            peak_anon = 0
         else:
             mon = MemoryMonitor(pid=proc.pid, interval=interval, budget=budget)
             mon.start()
@@ -109,6 +110,7 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
                 mon.stop()
             t_end = time.time()
             samples, peak, peak_time = mon.samples, mon.peak, mon.peak_time
+            peak_anon = mon.peak_anon
         phases = read_phase_file(phase_path)
     finally:
         try:
@@ -117,6 +119,10 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
             pass
 
     data = build_report(cmd, exit_code, interval, budget, t0, t_end, samples, peak, peak_time, phases)
+    # what a budget bounds is anonymous memory (mapped files are page cache): ``over_budget`` compares
+    # the RSS, ``budget_exceeded`` the anonymous peak, as the run reports do
+    data["peak_anon_bytes"] = int(peak_anon)
+    data["budget_exceeded"] = bool(budget) and peak_anon > budget
     json_path = out_prefix + ".json"
     png_path: Optional[str] = None
     with atomic_write(json_path, "w", encoding="utf-8") as f:
