@@ -34,8 +34,15 @@ def check_out_dir(path: str) -> str:
     """Create the output folder if needed and check that it is writable (before any work)."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise CliError(f"{path}: exists and is not a directory")
+    missing = _missing_parent(path)
     try:
         os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        if missing is not None:      # name the folder that cannot be written, not the one to create
+            raise CliError(f"{missing}: cannot create the output folder {path} in it "
+                           f"({exc.strerror or exc})") from None
+        raise CliError(f"{path}: cannot create the output folder ({exc.strerror or exc})") from None
+    try:
         fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
         os.close(fd)
         os.unlink(probe)
@@ -44,6 +51,17 @@ def check_out_dir(path: str) -> str:
     for name in ("model.json", "vocab.json", "merges.txt", "train_report.json"):
         remove_stale(os.path.join(path, name))       # what a killed run left beside its outputs
     return path
+
+
+def _missing_parent(path: str) -> str | None:
+    """The deepest existing folder above ``path`` when ``path`` does not exist yet (None if it does)."""
+    path = os.path.abspath(path) if os.path.isabs(path) else os.path.normpath(path)
+    if os.path.exists(path):
+        return None
+    parent = os.path.dirname(path)
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    return parent or "."
 
 
 def check_out_file(path: str) -> str:
