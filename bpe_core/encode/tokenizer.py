@@ -194,10 +194,12 @@ class Tokenizer:
         if model is None:
             model = Model(vocab=dict(self._vocab), merges=list(self._merges),
                           special_tokens=list(self._special_tokens), pattern=self._pattern)
-            from ..formats.model import _check_layout        # the loader's rule for model.json ids
-
             shown = os.path.join(folder, MODEL_FILE)
-            _check_layout(shown, model.vocab, model.merges, model.special_tokens)
+            layout = ([bytes([i]) for i in range(256)] + [s.encode("utf-8") for s in model.special_tokens]
+                      + [a + b for a, b in model.merges])
+            if len(model.vocab) != len(layout) or any(model.vocab.get(i) != b for i, b in enumerate(layout)):
+                raise ModelFormatError(shown, "cannot hold these ids: a model file has ids 0-255 for the bytes, "
+                                              "then the special tokens, then one id per merge in order")
             check_model(model, shown)
         os.makedirs(folder, exist_ok=True)
         dump_folder(model, folder)
