@@ -194,11 +194,11 @@ def test_phase_marks_carry_the_rss(tmp_path, monkeypatch):
 def test_short_phase_has_a_peak_and_the_default_budget_shows(tmp_path):
     """A phase far shorter than the sampling interval still gets a peak (the RSS at its ends), and a
     tool run without --memory-limit shows the default budget it plans with."""
-    code = ("import time; from bpe_core.runtime.memmon import phase; phase('start'); phase('merge counts'); "
-            "phase('write'); time.sleep(0.3)")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    r = profile_command([sys.executable, "-c", code, "train_bpe.py"], str(tmp_path / "p"), interval=30,
-                        env=env, plot=False, quiet=True)
+    script = tmp_path / "phases.py"         # a file, not -c: the clone's root is not on its path
+    script.write_text("import time\nfrom bpe_core.runtime.memmon import phase\n"
+                      "phase('start'); phase('merge counts'); phase('write'); time.sleep(0.3)\n")
+    r = profile_command([sys.executable, str(script), "train_bpe.py"], str(tmp_path / "p"), interval=30,
+                        plot=False, quiet=True)
     data = json.loads((tmp_path / "p.json").read_text())
     assert r.exit_code == 0
     peaks = {p["name"]: p["peak_rss_bytes"] for p in data["phases"]}
