@@ -171,7 +171,7 @@ def test_unwritable_out_names_the_parent_for_real(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_superbpe_transformers_export_has_no_caveat(corpus):
+def test_superbpe_transformers_export_has_no_caveat(corpus, tmp_path):
     """The transformers export runs bpe_core's stage-aware encoder: exact, nothing to note (the note
     was an empty clause and said ids could differ)."""
     from bpe_core.export import export_caveats
@@ -182,6 +182,12 @@ def test_superbpe_transformers_export_has_no_caveat(corpus):
     for fmt in ("hf", "tiktoken", "gpt2"):
         (note,) = export_caveats(result.model, fmt)
         assert "SuperBPE model: " in note and ": ;" not in note
+    # a stage-aware tokenizer saves its model as read
+    tok = bpe_core.Tokenizer.from_pretrained(result.save(tmp_path / "a"))
+    assert type(tok).__name__ == "StageAwareTokenizer"
+    tok.save(tmp_path / "b")
+    for name in MODEL_FILES:
+        assert (tmp_path / "b" / name).read_bytes() == (tmp_path / "a" / name).read_bytes(), name
 
 
 # ==== Reports and progress ==================================================================
