@@ -17,6 +17,7 @@ so Cython's own check would regenerate them all), and setuptools skips a module 
 in ``build/`` is newer than its ``.cpp``: the README's second command does not compile again.
 """
 import glob
+import json
 import os
 import sys
 
@@ -68,10 +69,22 @@ def _kernel_sources_mtime():
     return max(os.path.getmtime(p) for p in paths)
 
 
+#: What the ``.cpp`` files were last generated with (the directives are not in them).
+STAMP = os.path.join(HERE, "build", "bpe_core-cython.json")
+
+
+def _stamp(cython_version):
+    return json.dumps({"cython": cython_version, "directives": COMPILER_DIRECTIVES}, sort_keys=True)
+
+
 def _generated_is_current(name, cython_version, newest):
-    """Whether ``name``'s ``.cpp`` was written by this Cython after the last change to the sources."""
+    """Whether ``name``'s ``.cpp`` was written by this Cython, with these directives, after the last
+    change to the sources."""
     cpp = os.path.join(HERE, *name.split(".")) + ".cpp"
     try:
+        with open(STAMP, encoding="utf-8") as f:
+            if f.read() != _stamp(cython_version):
+                return False
         if os.path.getmtime(cpp) < newest:
             return False
         with open(cpp, encoding="utf-8", errors="replace") as f:
@@ -123,6 +136,9 @@ def _extensions():
             annotate=_flag("BPE_CORE_ANNOTATE"),
             nthreads=os.cpu_count() or 1,
         )
+        os.makedirs(os.path.dirname(STAMP), exist_ok=True)
+        with open(STAMP, "w", encoding="utf-8") as f:
+            f.write(_stamp(Cython.__version__))
     return sorted(fresh + [extension(name, ".cpp") for name in reuse], key=lambda e: e.name)
 
 
