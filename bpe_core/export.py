@@ -72,9 +72,17 @@ def _usable_merges(model: Model, ids: dict[bytes, int]) -> list[tuple[bytes, byt
 # ==== HF tokenizers ==========================================================================
 
 
+#: Export formats that run bpe_core's own encoder (``transformers``: a folder whose tokenizer class
+#: calls the stage-aware encoder): exact for every method, so nothing to caveat.
+EXACT_FORMATS = ("transformers",)
+
+
 def export_caveats(model: Model, fmt: str) -> list[str]:
     """What a format cannot express about this model (printed on stderr by the export tool); the
-    model's method says (``formats.registry``: ``Method.export_caveats``)."""
+    model's method says (``formats.registry``: ``Method.export_caveats``). None for the formats
+    that reproduce bpe_core's ids exactly (:data:`EXACT_FORMATS`)."""
+    if fmt in EXACT_FORMATS:
+        return []
     return registry.get(model.method).export_caveats(model, fmt)
 
 

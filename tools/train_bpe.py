@@ -303,6 +303,10 @@ def _train(args) -> int:
 
     result = train(config)
     report = result.report
+    if report["input_bytes"] == 0:     # a tokenizer of the 256 bytes alone is no use: say so, write nothing
+        names = ", ".join("standard input (-)" if p == "-" else p
+                          for p in ([input_path] if isinstance(input_path, str) else input_path))
+        raise CliError(f"{names}: no text to train on (the input is empty)")
     bad = report.get("bad_records") or {}
     if bad.get("skipped"):
         print(f"train_bpe.py: note: skipped {bad['skipped']:,} bad record(s) (--skip-bad-records); first: "

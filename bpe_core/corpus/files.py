@@ -65,6 +65,10 @@ def compressed_format(head: bytes) -> tuple[str, str] | None:
     return None
 
 
+#: Names of standard input as a path; the tools read it as ``-`` (a pipe has no size to plan with).
+STDIN_PATHS = ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
+
+
 def check_input(path: str | os.PathLike, compressed_ok: bool = False) -> int:
     """Check that ``path`` is a readable regular file and not compressed; return its size in bytes.
 
@@ -94,6 +98,9 @@ def check_input(path: str | os.PathLike, compressed_ok: bool = False) -> int:
         raise CorpusError(path, "is a directory, expected a text file")
     if not stat.S_ISREG(st.st_mode):
         kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "a special file")
+        if os.path.realpath(path) == os.path.realpath("/dev/stdin") or path in STDIN_PATHS:
+            raise CorpusError(path, f"is not a regular file ({kind}); to read standard input, give - "
+                                    f"instead of {path}")
         raise CorpusError(path, f"is not a regular file ({kind}); save it to a file first")
     if not os.access(path, os.R_OK):
         raise CorpusError(path, "permission denied")

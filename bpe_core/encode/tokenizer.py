@@ -30,7 +30,7 @@ import regex
 from ..corpus.specials import encode_specials, specials_regex
 from ..errors import ModelFormatError
 from ..formats import registry
-from ..formats.model import Model, load_any, load_gpt2
+from ..formats.model import MODEL_FILE, Model, check_model, dump_folder, load_any, load_gpt2
 from ..pretok.patterns import pattern_name, regex_pieces, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from . import _encode
@@ -169,7 +169,41 @@ class Tokenizer:
             raise ModelFormatError(path, str(exc)) from None
         if method.stage_aware:
             return StageAwareTokenizer(model)
-        return cls(model.vocab, model.merges, model.special_tokens, model.pattern)
+        tok = cls(model.vocab, model.merges, model.special_tokens, model.pattern)
+        tok._model = model                  # save() writes it back as it was read (method, metadata)
+        return tok
+
+    #: HF-style name for :meth:`load`: ``Tokenizer.from_pretrained("tok/")``.
+    from_pretrained = load
+
+    def save(self, folder: str | os.PathLike) -> str:
+        """Write a model folder that :meth:`load` reads back (``vocab.json`` + ``merges.txt``, then
+        ``model.json``: ``formats.model.dump_folder``, as ``tools/train_bpe.py --out`` writes it),
+        creating the folder if needed; returns the folder. The ids must have the layout of a
+        trained model (bytes 0-255, the special tokens, then one id per merge): otherwise
+        :class:`~bpe_core.errors.ModelFormatError` says what is off and nothing is written.
+
+        >>> import os, tempfile
+        >>> vocab = {i: bytes([i]) for i in range(256)}; vocab[256] = b"<|endoftext|>"; vocab[257] = b"ab"
+        >>> tok = Tokenizer(vocab, [(b"a", b"b")], ["<|endoftext|>"])
+        >>> Tokenizer.load(tok.save(os.path.join(tempfile.mkdtemp(), "tok"))).encode("abab<|endoftext|>")
+        [257, 257, 256]
+        """
+        folder = os.fspath(folder)
+        model = getattr(self, "_model", None)
+        if model is None:
+            model = Model(vocab=dict(self._vocab), merges=list(self._merges),
+                          special_tokens=list(self._special_tokens), pattern=self._pattern)
+            shown = os.path.join(folder, MODEL_FILE)
+            layout = ([bytes([i]) for i in range(256)] + [s.encode("utf-8") for s in model.special_tokens]
+                      + [a + b for a, b in model.merges])
+            if len(model.vocab) != len(layout) or any(model.vocab.get(i) != b for i, b in enumerate(layout)):
+                raise ModelFormatError(shown, "cannot hold these ids: a model file has ids 0-255 for the bytes, "
+                                              "then the special tokens, then one id per merge in order")
+            check_model(model, shown)
+        os.makedirs(folder, exist_ok=True)
+        dump_folder(model, folder)
+        return folder
 
     def __reduce__(self):
         specials = list(self._special_tokens)

@@ -52,25 +52,39 @@ def check_out_dir(path: str) -> str:
     """Check, before any work, that the output folder can be published (``atomic.publish_folder``):
     a writable folder, or absent with a writable folder to go into. Missing parent folders are
     made; ``path`` itself is not: it appears, whole, when the run publishes it. What a killed run
-    left beside it is cleaned up."""
+    left beside it is cleaned up. A folder that cannot be made is named by the existing folder
+    above it that refuses (``--out imm/tok/``: ``imm``), not by the one to create."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise CliError(f"{path}: exists and is not a directory")
     parent = os.path.dirname(os.path.abspath(path))
+    missing = _missing_parent(path)
     try:
         os.makedirs(parent, exist_ok=True)
     except OSError as exc:
-        raise CliError(f"{path}: cannot make the folder {parent} ({exc.strerror or exc})") from None
+        raise CliError(f"{missing or parent}: cannot create the output folder {path} in it "
+                       f"({exc.strerror or exc})") from None
     exc = _probe(path if os.path.isdir(path) else parent)
     if exc is not None and os.path.isdir(path):
         raise CliError(f"{path}: output folder is not writable ({exc.strerror or exc})")
     if exc is not None:
-        raise CliError(f"{path}: cannot create the output folder: {parent} is not writable "
+        raise CliError(f"{missing or parent}: cannot create the output folder {path} in it "
                        f"({exc.strerror or exc})")
     recover_folder(path)
     if os.path.isdir(path):
         for name in ("model.json", "vocab.json", "merges.txt", "train_report.json"):
             remove_stale(os.path.join(path, name))       # what an older version's killed run left
     return path
+
+
+def _missing_parent(path: str) -> str | None:
+    """The deepest existing folder above ``path`` when ``path`` does not exist yet (None if it does)."""
+    path = os.path.abspath(path) if os.path.isabs(path) else os.path.normpath(path)
+    if os.path.exists(path):
+        return None
+    parent = os.path.dirname(path)
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    return parent or "."
 
 
 def local_input_files(sources) -> list[str]:

@@ -129,13 +129,15 @@ def phase(name: str) -> None:
     """Mark the start of phase ``name`` (it lasts until the next phase starts or the run ends).
 
     Cheap: one ``O_APPEND`` write of one line when ``BPE_CORE_PHASE_FILE`` is set (atomic across
-    processes), and a label on each running :class:`MemoryMonitor`.
+    processes), with the RSS of this process tree at that moment (so a phase shorter than the
+    profiler's sampling interval still has a figure: the RSS where it starts and where it ends),
+    and a label on each running :class:`MemoryMonitor`.
 
     >>> import tempfile, os; p = os.path.join(tempfile.mkdtemp(), "phases")
     >>> os.environ[PHASE_FILE_ENV] = p
     >>> phase("merge loop"); del os.environ[PHASE_FILE_ENV]
-    >>> open(p).read().split(" ", 1)[1]
-    'merge loop\\n'
+    >>> name, rss = open(p).read().split(" ", 1)[1].split("\\t"); name, int(rss) > 0
+    ('merge loop', True)
     """
     name = " ".join(str(name).split()) or "?"        # one line, no tabs or newlines
     now = time.time()
@@ -144,7 +146,7 @@ def phase(name: str) -> None:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                os.write(fd, f"{now:.6f} {name}\n".encode("utf-8", "replace"))
+                os.write(fd, f"{now:.6f} {name}\t{tree_rss()}\n".encode("utf-8", "replace"))
             finally:
                 os.close(fd)
         except OSError:
@@ -155,23 +157,28 @@ def phase(name: str) -> None:
         mon._enter_phase(name, now)
 
 
-def read_phase_file(path: str) -> list[tuple[float, str]]:
-    """The ``(unix time, name)`` lines of a phase file, sorted by time (bad lines are skipped).
+def read_phase_file(path: str, with_rss: bool = False) -> list[tuple]:
+    """The ``(unix time, name)`` lines of a phase file, sorted by time (bad lines are skipped);
+    ``with_rss``: ``(unix time, name, RSS bytes or None)``.
 
     >>> import tempfile, os; p = os.path.join(tempfile.mkdtemp(), "phases")
-    >>> _ = open(p, "w").write("2.0 merge loop\\n1.5 plan\\njunk\\n")
+    >>> _ = open(p, "w").write("2.0 merge loop\\t4096\\n1.5 plan\\njunk\\n")
     >>> read_phase_file(p)
     [(1.5, 'plan'), (2.0, 'merge loop')]
+    >>> read_phase_file(p, with_rss=True)[1]
+    (2.0, 'merge loop', 4096)
     """
     out = []
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 t, _, name = line.rstrip("\n").partition(" ")
+                name, _, rss = name.partition("\t")
                 try:
-                    out.append((float(t), name or "?"))
+                    mark = (float(t), name or "?")
                 except ValueError:
                     continue
+                out.append(mark + (int(rss) if rss.isdigit() else None,) if with_rss else mark)
     except FileNotFoundError:
         return []
     out.sort(key=lambda x: x[0])

@@ -28,11 +28,13 @@ from typing import Optional, Sequence
 
 from ..errors import Terminated
 from .atomic import atomic_path, atomic_write, output_problem
-from .budget import parse_size
+from .budget import default_memory_limit, parse_size
 from .memmon import PHASE_FILE_ENV, MemoryMonitor, read_phase_file
 from .workers import terminate_on_sigterm
 
 MiB = 1 << 20
+#: Tools that plan to a memory budget: without ``--memory-limit`` they use the default one.
+BUDGETED_TOOLS = ("train_bpe.py", "encode_corpus.py")
 PLOT_HINT = 'pip install "bpe_core[plot]"'
 
 
@@ -61,7 +63,9 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
             (checked before ``cmd`` starts: ``ValueError`` otherwise).
         interval: seconds between samples.
         budget: the memory limit in bytes, drawn as a line (None: taken from a ``--memory-limit``
-            in ``cmd`` if there is one, else no line).
+            in ``cmd`` if there is one, else the default budget when ``cmd`` runs
+            ``train_bpe.py`` or ``encode_corpus.py``, else no line). ``budget_source`` in the JSON
+            says which (``"--budget"``, ``"--memory-limit"``, ``"default"`` or null).
         env: the child's environment (default: this one), plus ``BPE_CORE_PHASE_FILE``.
         plot: also write the PNG (when matplotlib is importable).
         quiet: no summary line on stderr.
@@ -86,8 +90,12 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
         problem = output_problem(out_prefix + suffix)
         if problem is not None:
             raise ValueError(f"{out_prefix + suffix}: {problem}")
+    budget_source = "--budget" if budget is not None else None
     if budget is None:
         budget = budget_from_command(cmd)
+        budget_source = "--memory-limit" if budget is not None else None
+    if budget is None and any(os.path.basename(c) in BUDGETED_TOOLS for c in cmd):
+        budget, budget_source = default_memory_limit(), "default"      # what the tool plans with
 
     fd, phase_path = tempfile.mkstemp(prefix="bpe_core-phases-", suffix=".txt")
     os.close(fd)
@@ -111,14 +119,16 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
             t_end = time.time()
             samples, peak, peak_time = mon.samples, mon.peak, mon.peak_time
             peak_anon = mon.peak_anon
-        phases = read_phase_file(phase_path)
+        phases = read_phase_file(phase_path, with_rss=True)
     finally:
         try:
             os.unlink(phase_path)
         except OSError:
             pass
 
-    data = build_report(cmd, exit_code, interval, budget, t0, t_end, samples, peak, peak_time, phases)
+    data = build_report(cmd, exit_code, interval, budget, t0, t_end, samples, peak, peak_time, phases,
+                        budget_source=budget_source)
+    peak = data["peak_rss_bytes"]
     # what a budget bounds is anonymous memory (mapped files are page cache): ``over_budget`` compares
     # the RSS, ``budget_exceeded`` the anonymous peak, as the run reports do
     data["peak_anon_bytes"] = int(peak_anon)
@@ -206,32 +216,40 @@ def split_flag(argv: Sequence[str], flag: str = "--profile-memory") -> tuple[Opt
 
 def build_report(cmd: Sequence[str], exit_code: int, interval: float, budget: Optional[int], t0: float,
                  t_end: float, samples: Sequence[tuple[float, int]], peak: int, peak_time: float,
-                 phases: Sequence[tuple[float, str]]) -> dict:
+                 phases: Sequence[tuple], budget_source: Optional[str] = None) -> dict:
     """The JSON document: times in seconds since the command started.
 
     Each phase lasts until the next one starts (the last one until the command ends); its ``peak``
-    is the largest sample taken inside it.
+    is the largest sample taken inside it, or at its two ends: a phase mark ``(time, name, rss)``
+    carries the RSS the process measured as it started the phase (``memmon.phase``), so a phase
+    shorter than the sampling interval still has a figure.
 
     >>> d = build_report(["x"], 0, 0.1, None, 100.0, 103.0, [(100.5, 10), (102.5, 30)], 30, 102.5,
-    ...                  [(101.0, "a"), (102.0, "b")])
+    ...                  [(101.0, "a", 12), (101.1, "b", 14), (102.0, "c", 20)])
     >>> [(p["name"], p["start"], p["end"], p["peak_rss_bytes"]) for p in d["phases"]]
-    [('a', 1.0, 2.0, 0), ('b', 2.0, 3.0, 30)]
+    [('a', 1.0, 1.1, 14), ('b', 1.1, 2.0, 20), ('c', 2.0, 3.0, 30)]
     """
     rel = [(round(t - t0, 4), int(r)) for t, r in samples]
     wall = round(t_end - t0, 4)
+    marks = [tuple(p) + (None,) * (3 - len(p)) for p in phases]        # (time, name, rss or None)
     out_phases = []
-    for i, (t, name) in enumerate(phases):
+    for i, (t, name, rss) in enumerate(marks):
         start = min(max(0.0, t - t0), wall)
-        end = min((phases[i + 1][0] if i + 1 < len(phases) else t_end) - t0, wall)
+        end = min((marks[i + 1][0] if i + 1 < len(marks) else t_end) - t0, wall)
         inside = [r for s, r in rel if start <= s <= end]
+        ends = [r for r in (rss, marks[i + 1][2] if i + 1 < len(marks) else None) if r is not None]
         out_phases.append({"name": name, "start": round(start, 4), "end": round(max(start, end), 4),
-                           "peak_rss_bytes": max(inside, default=0)})
+                           "peak_rss_bytes": max(inside + ends, default=0)})
+    for t, _, rss in marks:                          # a mark above every sample is the peak
+        if rss is not None and rss > peak:
+            peak, peak_time = rss, t
     peak_phase = next((p["name"] for p in out_phases if p["start"] <= peak_time - t0 <= p["end"]), None)
     return {
         "command": list(cmd),
         "exit_code": exit_code,
         "interval": interval,
         "budget_bytes": budget,
+        "budget_source": budget_source if budget is not None else None,
         "start_unix": round(t0, 3),
         "wall_seconds": wall,
         "peak_rss_bytes": int(peak),

@@ -101,7 +101,7 @@ class _Lines:
             line = json.dumps({"task": self.desc, "done": self.done, "total": self.total, "unit": self.unit,
                                "seconds": round(secs, 3), "final": final})
         else:
-            rate = f", {self._fmt(self.done / secs)}/s" if secs > 0 else ""
+            rate = f", {self._fmt(self.done / secs, rate=True)}/s" if secs > 0 else ""
             if self.total:
                 done = self._fmt(self.done) if self.unit_scale else f"{self.done:,}"
                 line = (f"{self.desc}: {100 * self.done / self.total:.0f}% ({done} of "
@@ -112,26 +112,29 @@ class _Lines:
                 line += ", done"
         print(line, file=self.stream, flush=True)
 
-    def _fmt(self, n: float) -> str:
-        """``1.5 MB`` with ``unit_scale`` (decimal, as tqdm), else ``1,500 merge``."""
+    def _fmt(self, n: float, rate: bool = False) -> str:
+        """``1.5 MB`` with ``unit_scale`` (decimal, as the bar), else ``1,500 merges`` (a rate:
+        ``1,500 merge``, for ``merge/s``)."""
         if self.unit_scale:
             for prefix in ("", "k", "M", "G", "T"):
                 if abs(n) < 1000 or prefix == "T":
                     return f"{n:.1f} {prefix}{self.unit}" if prefix else f"{n:.0f} {self.unit}"
                 n /= 1000
-        return f"{n:,.0f} {self.unit}"
+        plural = not rate and f"{n:,.0f}" != "1" and self.unit.isalpha() and not self.unit.endswith("s")
+        return f"{n:,.0f} {self.unit}{'s' if plural else ''}"
 
 
 def make_progress(mode: ProgressMode, total: Optional[int] = None, desc: str = "", unit: str = "it",
                   unit_scale: bool = False, stream: Optional[IO] = None, **tqdm_kwargs):
     """A progress reporter with ``update(n)`` and ``close()`` for ``mode`` (see the module docstring).
 
-    ``tqdm_kwargs`` go to tqdm in ``bar`` mode only (``unit_divisor``, ``smoothing``, ...).
+    ``tqdm_kwargs`` go to tqdm in ``bar`` mode only (``smoothing``, ...). Sizes are decimal in
+    every mode (``100.0 MB``, ``100M``): a ``unit_divisor`` is ignored.
 
     >>> import io; s = io.StringIO()
     >>> p = make_progress("plain", total=4, desc="merges", unit="merge", stream=s)
     >>> for _ in range(4): p.update(1)
-    >>> p.close(); s.getvalue().splitlines()[-1].startswith("merges: 100% (4 of 4 merge) in ")
+    >>> p.close(); s.getvalue().splitlines()[-1].startswith("merges: 100% (4 of 4 merges) in ")
     True
     """
     stream = sys.stderr if stream is None else stream
@@ -141,6 +144,7 @@ def make_progress(mode: ProgressMode, total: Optional[int] = None, desc: str = "
     if mode == "bar":
         from tqdm import tqdm
 
+        tqdm_kwargs["unit_divisor"] = 1000          # decimal, as the plain lines (not 95.4M for 100 MB)
         return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit_scale, file=stream,
                     dynamic_ncols=True, **tqdm_kwargs)
     return _Lines(total, desc, unit, unit_scale, mode == "json", stream)

@@ -90,7 +90,7 @@ def test_phase_lines_in_order(tmp_path, monkeypatch):
     phase("plan")
     phase("merge\nloop")          # one line per phase, whatever the name holds
     lines = path.read_text().splitlines()
-    assert [line.split(" ", 1)[1] for line in lines] == ["plan", "merge loop"]
+    assert [line.split(" ", 1)[1].split("\t")[0] for line in lines] == ["plan", "merge loop"]
     times = [float(line.split(" ", 1)[0]) for line in lines]
     assert times == sorted(times)
     assert [name for _, name in read_phase_file(str(path))] == ["plan", "merge loop"]

@@ -357,9 +357,10 @@ def test_unbuilt_checkout_says_what_to_do(tmp_path):
                        text=True)
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 1 and "circular" not in r.stderr
-    assert last == (f"ImportError: bpe_core: the compiled extensions are not built in {pkg} (you are importing "
-                    f"the source checkout, probably because the current directory is the repository root); "
-                    f"run `python setup.py build_ext --inplace` or run from another folder")
+    assert last == (f"ImportError: bpe_core: the compiled extensions are not built in {pkg} (this is the source "
+                    f"checkout, found first because the current directory is the repository root); build them "
+                    f"in place with `pip install -e .` (or `python setup.py build_ext --inplace`), or run from "
+                    f"another folder to use the installed package")
 
 
 # ==== Small ones ============================================================================
