@@ -24,49 +24,16 @@ from __future__ import annotations
 import base64
 import json
 import os
-from typing import Any
 
 from .encode.tokenizer import Tokenizer
 from .formats import registry
-from .formats.model import MERGES_FILE, VOCAB_FILE, Model, check_model, dump_gpt2, token_to_gpt2
+from .formats.hf import hf_tokenizer_json, special_ids, unique_ids, usable_merges
+from .formats.model import MERGES_FILE, VOCAB_FILE, Model, check_model, dump_gpt2
 from .runtime.atomic import atomic_write
 
 FORMATS = ("hf", "tiktoken", "gpt2")
 HF_FILE = "tokenizer.json"
 TIKTOKEN_FILE = "tokenizer.tiktoken"
-
-
-def _unique_ids(model: Model) -> dict[bytes, int]:
-    """bytes -> smallest id (ordinary tokens only; special tokens are handled apart)."""
-    specials = {s.encode("utf-8") for s in model.special_tokens}
-    out: dict[bytes, int] = {}
-    for i in sorted(model.vocab):
-        b = model.vocab[i]
-        if b in specials and i >= 256:
-            continue
-        out.setdefault(b, i)
-    return out
-
-
-def _special_ids(model: Model) -> dict[str, int]:
-    ids: dict[str, int] = {}
-    for s in model.special_tokens:
-        b = s.encode("utf-8")
-        ids[s] = min(i for i, v in model.vocab.items() if v == b)
-    return ids
-
-
-def _usable_merges(model: Model, ids: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
-    """Merges in rank order, without repeats of a pair (the first rank wins, as in the reference)
-    and without merges that can never apply (a part is not a token)."""
-    seen: set[tuple[bytes, bytes]] = set()
-    out = []
-    for a, b in model.merges:
-        if (a, b) in seen or a not in ids or b not in ids:
-            continue
-        seen.add((a, b))
-        out.append((a, b))
-    return out
 
 
 # ==== HF tokenizers ==========================================================================
@@ -84,58 +51,6 @@ def export_caveats(model: Model, fmt: str) -> list[str]:
     if fmt in EXACT_FORMATS:
         return []
     return registry.get(model.method).export_caveats(model, fmt)
-
-
-def hf_tokenizer_json(model: Model) -> dict[str, Any]:
-    """The ``tokenizer.json`` document of HF ``tokenizers`` for this model.
-
-    For a SuperBPE model the pre-tokenizer is the official SuperBPE stage-2 split (the closest HF
-    can express; see :func:`export_caveats`).
-    """
-    ids = _unique_ids(model)
-    vocab = {token_to_gpt2(b): i for b, i in sorted(ids.items(), key=lambda kv: kv[1])}
-    merges = [[token_to_gpt2(a), token_to_gpt2(b)] for a, b in _usable_merges(model, ids)]
-    added = [
-        {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": True}
-        for s, i in sorted(_special_ids(model).items(), key=lambda kv: kv[1])
-    ]
-    for tok in added:
-        vocab.setdefault(tok["content"], tok["id"])
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": {
-            "type": "Sequence",
-            "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": _hf_split_pattern(model)}, "behavior": "Isolated",
-                 "invert": False},
-                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
-            ],
-        },
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": vocab,
-            "merges": merges,
-        },
-    }
-
-
-def _hf_split_pattern(model: Model) -> str:
-    """The regex of the HF ``Split``: the method's own (``Method.hf_split_pattern``), else the model's."""
-    return registry.get(model.method).hf_split_pattern(model) or model.pattern
 
 
 def dump_hf(model: Model, path: str | os.PathLike) -> None:
@@ -171,11 +86,11 @@ def dump_tiktoken(model: Model, path: str | os.PathLike) -> str:
     Returns the sidecar path.
     """
     path = os.fspath(path)
-    ids = _unique_ids(model)
+    ids = unique_ids(model)
     with atomic_write(path, "w", encoding="ascii") as f:
         for b, i in sorted(ids.items(), key=lambda kv: kv[1]):
             f.write(f"{base64.b64encode(b).decode('ascii')} {i}\n")
-    specials = _special_ids(model)
+    specials = special_ids(model)
     meta = {
         "format": "bpe_core.tiktoken",
         "version": 1,
@@ -224,8 +139,8 @@ def check_tiktoken_compatible(model: Model, limit: int = 20) -> list[tuple[bytes
     >>> check_tiktoken_compatible(Model(vocab=vocab, merges=merges))
     [(b'abc', [b'a', b'bc'])]
     """
-    ids = _unique_ids(model)
-    tok = Tokenizer({i: b for b, i in ids.items()}, _usable_merges(model, ids), pattern=r"(?s).+")
+    ids = unique_ids(model)
+    tok = Tokenizer({i: b for b, i in ids.items()}, usable_merges(model, ids), pattern=r"(?s).+")
     enc = tok._encoder()
     found = []
     for t in sorted(ids, key=lambda b: ids[b]):

@@ -78,23 +78,16 @@ class TrainResult:
         return self.model.merges
 
     def save(self, folder: str | os.PathLike) -> str:
-        """Write the folder ``tools/train_bpe.py --out`` writes, creating it if needed:
-        ``vocab.json`` + ``merges.txt``, ``model.json`` (``formats.model.dump_folder``) and
-        ``train_report.json``. ``bpe_core.load(folder)`` and ``Tokenizer.load(folder)`` read it back;
-        returns the folder.
+        """Write the folder ``tools/train_bpe.py --out`` writes (``formats.folder.save_folder``:
+        ``vocab.json`` + ``merges.txt``, ``model.json``, HF's ``tokenizer.json`` +
+        ``tokenizer_config.json`` for plain BPE, and ``train_report.json``), published as one unit,
+        parent folders made. ``bpe_core.load(folder)``, ``Tokenizer.load(folder)`` and, for plain
+        BPE, ``transformers.AutoTokenizer.from_pretrained(folder)`` read it back; returns the folder.
         """
-        import json
+        from .formats.folder import save_folder
 
-        from .formats.model import dump_folder
-        from .runtime.atomic import atomic_write
-
-        folder = os.fspath(folder)
-        os.makedirs(folder, exist_ok=True)
-        dump_folder(self.model, folder)
-        with atomic_write(os.path.join(folder, "train_report.json"), "w", encoding="utf-8") as f:
-            json.dump(self.report, f, indent=2)
-            f.write("\n")
-        return folder
+        save_folder(self.model, folder, self.report)
+        return os.fspath(folder)
 
 
 def peak_rss_bytes() -> dict[str, int]:

@@ -12,7 +12,6 @@ older model whole, or no folder where there was none (docs/formats.md, "Output s
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -48,8 +47,8 @@ from bpe_core.runtime.cli import memory_size  # noqa: E402
 from bpe_core.config import TrainConfig  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
 from bpe_core.formats import registry  # noqa: E402
-from bpe_core.formats.model import (FOLDER_FILES, MERGES_FILE, MODEL_FILE, REPORT_FILE, VOCAB_FILE,  # noqa: E402
-                                    dump_folder, folder_files)
+from bpe_core.formats.folder import save_folder  # noqa: E402
+from bpe_core.formats.model import FOLDER_FILES, folder_files  # noqa: E402
 from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN  # noqa: E402
 from bpe_core.pretok.patterns import is_pattern_name, pattern_name, pattern_names  # noqa: E402
 from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
@@ -71,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="train_bpe.py",
         description="Train a byte-level BPE tokenizer (exact, deterministic, any worker count).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Output files: vocab.json, merges.txt (GPT-2 form), model.json (native), train_report.json.\n"
+        epilog="Output files: vocab.json, merges.txt (GPT-2 form), model.json (native), train_report.json; "
+               "for plain BPE also tokenizer.json + tokenizer_config.json (HF: AutoTokenizer.from_pretrained).\n"
                "Example: python tools/train_bpe.py corpus.txt --vocab-size 32000 --out tok/",
     )
     p.add_argument("input", nargs="*", default=None, metavar="INPUT",
@@ -321,7 +321,7 @@ def _train(args) -> int:
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
     phase("write")
     # the whole folder in one step: a run killed at any point leaves the older model or this one
-    dropped = dump_folder(result.model, out, extra={REPORT_FILE: json.dumps(report, indent=2) + "\n"})
+    dropped = save_folder(result.model, out, report)       # + HF's tokenizer.json for plain BPE
     if registry.get(args.method).stage_aware:
         print("train_bpe.py: note: vocab.json/merges.txt hold one merge list; tools that load them "
               "(HF tokenizers) apply it without SuperBPE's stages, so their ids can differ from "
@@ -336,8 +336,9 @@ def _train(args) -> int:
     print(f"trained {len(result.merges)} merges, vocab {len(result.vocab)} on {report['input_bytes']:,} bytes "
           f"({report['unique_pretokens']:,} unique pretokens) in {secs['total']:.2f}s "
           f"[pre-tokenize {secs.get('pretokenize', 0):.2f}s, merges {secs.get('merge_loop', 0):.2f}s]")
-    for name in (MODEL_FILE, VOCAB_FILE, MERGES_FILE, REPORT_FILE):
-        print(os.path.join(out, name))
+    for name in FOLDER_FILES:          # model.json, vocab.json, merges.txt, the report, HF's files
+        if os.path.exists(os.path.join(out, name)):
+            print(os.path.join(out, name))
     return 0
 
 

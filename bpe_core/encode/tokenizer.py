@@ -30,7 +30,8 @@ import regex
 from ..corpus.specials import encode_specials, specials_regex
 from ..errors import ModelFormatError
 from ..formats import registry
-from ..formats.model import MODEL_FILE, Model, check_model, dump_folder, load_any, load_gpt2
+from ..formats.folder import save_folder
+from ..formats.model import MODEL_FILE, Model, check_model, load_any, load_gpt2
 from ..pretok.patterns import pattern_name, regex_pieces, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from . import _encode
@@ -177,8 +178,9 @@ class Tokenizer:
     from_pretrained = load
 
     def save(self, folder: str | os.PathLike) -> str:
-        """Write a model folder that :meth:`load` reads back (``vocab.json`` + ``merges.txt``, then
-        ``model.json``: ``formats.model.dump_folder``, as ``tools/train_bpe.py --out`` writes it),
+        """Write a model folder that :meth:`load` reads back (``vocab.json`` + ``merges.txt``,
+        ``model.json`` and, for plain BPE, HF's ``tokenizer.json`` + ``tokenizer_config.json``:
+        ``formats.folder.save_folder``, as ``tools/train_bpe.py --out`` writes it, published whole),
         creating the folder if needed; returns the folder. The ids must have the layout of a
         trained model (bytes 0-255, the special tokens, then one id per merge): otherwise
         :class:`~bpe_core.errors.ModelFormatError` says what is off and nothing is written.
@@ -201,8 +203,7 @@ class Tokenizer:
                 raise ModelFormatError(shown, "cannot hold these ids: a model file has ids 0-255 for the bytes, "
                                               "then the special tokens, then one id per merge in order")
             check_model(model, shown)
-        os.makedirs(folder, exist_ok=True)
-        dump_folder(model, folder)
+        save_folder(model, folder)
         return folder
 
     def __reduce__(self):

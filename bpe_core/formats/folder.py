@@ -1,0 +1,39 @@
+"""The model folder a training run publishes: what ``tools/train_bpe.py --out``,
+``TrainResult.save`` and ``Tokenizer.save`` write, as one unit (``formats.model.dump_folder``).
+
+- ``vocab.json`` + ``merges.txt`` (GPT-2's layout) and ``model.json`` (the native model, with
+  their sha256);
+- ``tokenizer.json`` + ``tokenizer_config.json`` (HF's layout, ``formats.hf``) when HF encodes
+  the model exactly (plain BPE): ``transformers.AutoTokenizer.from_pretrained(folder)`` then loads it;
+- ``train_report.json`` when a report is given.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+from .hf import hf_folder_files
+from .model import REPORT_FILE, Model, dump_folder
+
+__all__ = ["save_folder"]
+
+
+def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[str, Any]] = None) -> list[bytes]:
+    """Publish ``model``'s folder (see the module docstring); parent folders are made. Returns the
+    token bytes ``vocab.json`` left out (``formats.model.dump_gpt2``).
+
+    >>> import os, tempfile
+    >>> m = Model(vocab={**{i: bytes([i]) for i in range(256)}, 256: b"<|endoftext|>", 257: b"ab"},
+    ...           merges=[(b"a", b"b")], special_tokens=["<|endoftext|>"])
+    >>> d = os.path.join(tempfile.mkdtemp(), "a", "tok")
+    >>> save_folder(m, d, {"merges": 1}); sorted(os.listdir(d))
+    []
+    ['merges.txt', 'model.json', 'tokenizer.json', 'tokenizer_config.json', 'train_report.json', 'vocab.json']
+    """
+    extra: dict[str, str] = dict(hf_folder_files(model))
+    if report is not None:
+        extra[REPORT_FILE] = json.dumps(report, indent=2) + "\n"
+    parent = os.path.dirname(os.path.abspath(os.fspath(folder)))
+    os.makedirs(parent, exist_ok=True)
+    return dump_folder(model, folder, extra=extra)

@@ -1,0 +1,136 @@
+"""HF's files for a model: ``tokenizer.json`` (a ByteLevel BPE model of HF ``tokenizers``) and
+``tokenizer_config.json`` (what ``transformers.AutoTokenizer`` reads beside it).
+
+``tokenizer.json``: the pre-tokenizer is ``Split`` with the model's exact regex (``behavior:
+isolated``) followed by ``ByteLevel`` with ``use_regex: false`` (bytes to GPT-2 characters only);
+special tokens are added tokens (``special: true``, not normalized); a ByteLevel decoder. For a
+model whose method encodes in stages (SuperBPE, SupraTok) the split is the method's closest one and
+ids can differ (``Method.export_caveats``); for plain BPE the ids are bpe_core's.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import registry
+from .model import Model, token_to_gpt2
+
+__all__ = ["HF_CONFIG_FILE", "HF_TOKENIZER_FILE", "hf_folder_files", "hf_split_pattern", "hf_tokenizer_config",
+           "hf_tokenizer_json", "special_ids", "unique_ids", "usable_merges"]
+
+HF_TOKENIZER_FILE = "tokenizer.json"
+HF_CONFIG_FILE = "tokenizer_config.json"
+
+
+def unique_ids(model: Model) -> dict[bytes, int]:
+    """bytes -> smallest id (ordinary tokens only; special tokens are handled apart)."""
+    specials = {s.encode("utf-8") for s in model.special_tokens}
+    out: dict[bytes, int] = {}
+    for i in sorted(model.vocab):
+        b = model.vocab[i]
+        if b in specials and i >= 256:
+            continue
+        out.setdefault(b, i)
+    return out
+
+
+def special_ids(model: Model) -> dict[str, int]:
+    ids: dict[str, int] = {}
+    for s in model.special_tokens:
+        b = s.encode("utf-8")
+        ids[s] = min(i for i, v in model.vocab.items() if v == b)
+    return ids
+
+
+def usable_merges(model: Model, ids: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """Merges in rank order, without repeats of a pair (the first rank wins, as in the reference)
+    and without merges that can never apply (a part is not a token)."""
+    seen: set[tuple[bytes, bytes]] = set()
+    out = []
+    for a, b in model.merges:
+        if (a, b) in seen or a not in ids or b not in ids:
+            continue
+        seen.add((a, b))
+        out.append((a, b))
+    return out
+
+
+def hf_tokenizer_json(model: Model) -> dict[str, Any]:
+    """The ``tokenizer.json`` document of HF ``tokenizers`` for this model.
+
+    For a SuperBPE model the pre-tokenizer is the official SuperBPE stage-2 split (the closest HF
+    can express; see :func:`export_caveats`).
+    """
+    ids = unique_ids(model)
+    vocab = {token_to_gpt2(b): i for b, i in sorted(ids.items(), key=lambda kv: kv[1])}
+    merges = [[token_to_gpt2(a), token_to_gpt2(b)] for a, b in usable_merges(model, ids)]
+    added = [
+        {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+        for s, i in sorted(special_ids(model).items(), key=lambda kv: kv[1])
+    ]
+    for tok in added:
+        vocab.setdefault(tok["content"], tok["id"])
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": hf_split_pattern(model)}, "behavior": "Isolated",
+                 "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+            ],
+        },
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }
+
+
+def hf_split_pattern(model: Model) -> str:
+    """The regex of the HF ``Split``: the method's own (``Method.hf_split_pattern``), else the model's."""
+    return registry.get(model.method).hf_split_pattern(model) or model.pattern
+
+
+def hf_tokenizer_config(model: Model) -> dict[str, Any]:
+    """``tokenizer_config.json``: ``transformers`` builds a fast tokenizer over ``tokenizer.json``
+    (``PreTrainedTokenizerFast``; 5.x: ``TokenizersBackend``), with the first special token as its
+    end-of-text token and no tokens added around the text (``post_processor`` is null)."""
+    config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+                              "model_max_length": 1 << 60}
+    if model.special_tokens:
+        eot = model.special_tokens[0]
+        config.update(bos_token=eot, eos_token=eot, unk_token=eot)
+    return config
+
+
+def hf_folder_files(model: Model) -> dict[str, str]:
+    """The HF files of a model folder (name -> text), for a method whose models HF encodes exactly
+    (one merge list, no stages): ``AutoTokenizer.from_pretrained(folder)`` and
+    ``tokenizers.Tokenizer.from_file(folder + "/tokenizer.json")`` then give bpe_core's ids. None
+    for a stage-aware method (its ``tools/export_tokenizer.py --format transformers`` is exact).
+
+    >>> m = Model(vocab={**{i: bytes([i]) for i in range(256)}, 256: b"<|endoftext|>", 257: b"ab"},
+    ...           merges=[(b"a", b"b")], special_tokens=["<|endoftext|>"])
+    >>> sorted(hf_folder_files(m))
+    ['tokenizer.json', 'tokenizer_config.json']
+    """
+    if registry.get(model.method).stage_aware:
+        return {}
+    return {HF_TOKENIZER_FILE: json.dumps(hf_tokenizer_json(model), ensure_ascii=False) + "\n",
+            HF_CONFIG_FILE: json.dumps(hf_tokenizer_config(model), indent=2) + "\n"}
