@@ -92,6 +92,10 @@ class TrainConfig:
             executor. The merges are the same wherever it runs (``docs/cluster.md``). With a
             cluster (or an fsspec URL as ``input_path``: ``s3://``, ``gs://``, ``hf://``, ...) the
             workers read their own shards of the input.
+        tie_break: which pair wins among pairs of equal count: ``"bytes"`` (default, CS336: the
+            greatest ``(left_bytes, right_bytes)``) or ``"hf"`` (HF ``tokenizers``' BpeTrainer: the
+            smallest pair of ids in HF's order, so the merges are HF's on the same pre-tokenization
+            and special tokens; ``docs/semantics.md``). Plain BPE (``method="bpe"``) only.
         init_from: start from an existing BPE model (a folder with ``model.json``, a ``model.json``,
             or a folder with GPT-2 ``vocab.json`` + ``merges.txt``): ``bpe`` continues its merges up
             to ``vocab_size``, ``superbpe`` runs stage 2 on top of it (the transition is its size).
@@ -138,6 +142,7 @@ class TrainConfig:
     skip_bad_records: bool = False
     cluster: Any = None
     init_from: Optional[str] = None
+    tie_break: str = "bytes"
 
     def __post_init__(self):
         if isinstance(self.input_path, (str, os.PathLike)):
@@ -172,6 +177,8 @@ class TrainConfig:
             raise ValueError(f"unknown stage2_split {self.stage2_split!r} (hf, units, official)")
         if self.stage2_split == "default":          # its name before "hf" became the default
             object.__setattr__(self, "stage2_split", "units")
+        if self.tie_break not in ("bytes", "hf"):
+            raise ValueError(f"unknown tie_break {self.tie_break!r} (bytes, hf)")
         if self.max_digits is not None and self.max_digits < 1:
             raise ValueError("max_digits must be >= 1")
         object.__setattr__(self, "forbidden", tuple(self.forbidden))

@@ -121,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "vocab.json + merges.txt; bpe continues its merges up to --vocab-size, superbpe "
                         "runs stage 2 on top of it (its size is the transition). Its special tokens and "
                         "pattern must be this run's (docs/superbpe.md)")
+    p.add_argument("--tie-break", choices=["bytes", "hf"], default="bytes",
+                   help="among pairs of equal count: bytes (default, CS336: the greatest (left, right) "
+                        "bytes) or hf (HF tokenizers' BpeTrainer order, so the merges are HF's on the "
+                        "same pre-tokenization; --method bpe only)")
     g = p.add_argument_group("SuperBPE (--method superbpe)")
     p.add_argument("--method", choices=registry.names(), default="bpe",
                    help="bpe (default) or superbpe: a second stage that merges across whitespace "
@@ -288,7 +292,7 @@ def _train(args) -> int:
                              progress=args.progress, input_format=args.input_format,
                              text_field=args.text_field, text_column=args.text_column,
                              skip_bad_records=args.skip_bad_records, cluster=args.cluster,
-                             init_from=args.init_from)
+                             init_from=args.init_from, tie_break=args.tie_break)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     from bpe_core.runtime.memmon import phase

@@ -45,7 +45,9 @@ is pushed back with the current count, so a pair whose count fell can still win 
 bug of ``shared/papers/superbpe_reimplementation_notes.txt`` cannot happen).
 
 Ties: the highest count wins; among equal counts, the greatest ``(left_bytes, right_bytes)`` tuple,
-left compared first, then right, both as Python compares bytes.
+left compared first, then right, both as Python compares bytes. With ``tie_break="hf"`` (chosen at
+construction; the comparator looks at it only when two counts are equal) the smallest pair of HF
+``tokenizers`` ranks wins instead (``hf_byte_rank`` for bytes, then ids in the order tokens are made).
 
 Symbols are canonical by bytes: when a merge builds bytes that an existing token already has (e.g.
 ``(a, bc)`` after ``(ab, c)``), the words get the existing id, exactly as a trainer that keys pairs

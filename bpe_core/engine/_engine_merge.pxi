@@ -4,6 +4,26 @@
 
 # ==== Engine ==================================================================================
 
+def hf_byte_rank():
+    """Each byte's rank in HF ``tokenizers``' byte-level alphabet (``tie_break="hf"``): HF numbers its
+    initial alphabet in the order of the characters, a byte's character being GPT-2's
+    ``bytes_to_unicode`` one (``!``-``~``, ``¡``-``¬``, ``®``-``ÿ`` stand for themselves, the other
+    bytes for U+0100 on, in byte order).
+
+    >>> r = hf_byte_rank(); r[ord("!")], r[ord("a")], r[0], r[ord(" ")]
+    (0, 64, 188, 220)
+    """
+    printable = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    char = {b: b for b in printable}
+    for b in range(256):
+        if b not in char:
+            char[b] = 256 + len(char) - len(printable)
+    rank = [0] * 256
+    for i, b in enumerate(sorted(range(256), key=char.__getitem__)):
+        rank[b] = i
+    return rank
+
+
 cdef class MergeEngine:
     """Incremental BPE over a word table.
 
@@ -33,6 +53,11 @@ cdef class MergeEngine:
         donate: ``symbols`` (a writable C-contiguous uint32 array) become the engine's cells, written
             in place, instead of being copied: the caller gives the array up (its contents are the
             engine's from then on). Otherwise, or for other symbols, they are copied.
+        tie_break: among pairs of equal count, ``"bytes"`` (default, CS336): the greatest
+            ``(left_bytes, right_bytes)`` wins; ``"hf"`` (HF ``tokenizers``' BpeTrainer): the smallest
+            pair of HF ranks, a byte's rank its GPT-2 character's place in the sorted alphabet
+            (``hf_byte_rank``), a later token's its id (ids past 255 are given in the order tokens
+            are made, HF's order). ``"hf"`` needs ``tokens[:256]`` to be the single bytes.
 
     >>> import numpy as np
     >>> words = [b"aaa", b"ab"]
@@ -112,13 +137,15 @@ cdef class MergeEngine:
     cdef public int64_t n_compactions
     cdef uint64_t peak_pool_bytes
     cdef uint64_t peak_heap
+    cdef bint tie_hf                   # tie_break "hf": ties to the smallest pair of HF ranks
+    cdef uint32_t byte_rank[256]       # ... a byte's HF rank (the rank of a later token is its id)
     cdef public object mapped_bytes
     cdef public object fill_passes
 
     def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
                  int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
                  int64_t fill_buffer_bytes=256 << 20, count_t prune_below=0, int threads=1,
-                 int64_t build_par_min=BUILD_PAR_MIN, bint donate=False):
+                 int64_t build_par_min=BUILD_PAR_MIN, bint donate=False, str tie_break="bytes"):
         cdef int64_t n_words = counts.shape[0]
         cdef int64_t i, w, n_sym
         cdef const uint8_t[::1] sym8
@@ -149,6 +176,14 @@ cdef class MergeEngine:
         self.tok_ids = {}
         for tok in tokens:
             self._add_token(tok)
+        if tie_break not in ("bytes", "hf"):
+            raise ValueError(f"unknown tie_break {tie_break!r} (bytes, hf)")
+        self.tie_hf = tie_break == "hf"
+        if self.tie_hf:
+            if self.tok_off.size() < 256 or any(self.token_bytes(<token_id_t>i) != bytes([i]) for i in range(256)):
+                raise ValueError("tie_break 'hf' needs the 256 single bytes as tokens 0-255")
+            for i, r in enumerate(hf_byte_rank()):
+                self.byte_rank[i] = r
         cdef token_id_t n_tokens = <token_id_t>self.tok_off.size()
         self.n_words = n_words
         self.mapped_bytes = 0
@@ -819,8 +854,20 @@ cdef class MergeEngine:
             return r
         return (la > lb) - (la < lb)
 
+    cdef inline uint32_t _hf_rank(self, token_id_t t) noexcept nogil:
+        """HF's id order: the bytes by ``hf_byte_rank``, later tokens by id (after all bytes)."""
+        return self.byte_rank[t] if t < 256 else t
+
+    cdef bint _hf_above(self, pair_key_t kx, pair_key_t ky) noexcept nogil:
+        """``tie_break="hf"``: x wins a tie when its (left, right) HF ranks are the smaller pair."""
+        cdef uint32_t lx = self._hf_rank(pair_left(kx)), ly = self._hf_rank(pair_left(ky))
+        if lx != ly:
+            return lx < ly
+        return self._hf_rank(pair_right(kx)) < self._hf_rank(pair_right(ky))
+
     cdef inline bint _above(self, HeapEntry x, HeapEntry y) noexcept nogil:
-        """True when x wins over y: higher count, then greater (left_bytes, right_bytes)."""
+        """True when x wins over y: higher count, then greater (left_bytes, right_bytes) (or, with
+        ``tie_hf``, the smaller pair of HF ranks)."""
         cdef int r
         cdef pair_key_t kx, ky
         if x.count != y.count:
@@ -829,6 +876,8 @@ cdef class MergeEngine:
         ky = self.pair_keys[y.pair]
         if kx == ky:
             return False
+        if self.tie_hf:
+            return self._hf_above(kx, ky)
         r = self._cmp_bytes(pair_left(kx), pair_left(ky))
         if r == 0:
             r = self._cmp_bytes(pair_right(kx), pair_right(ky))

@@ -17,10 +17,10 @@ from ..pretok.wordtable import WordTable
 from ..runtime.budget import FILL_BUFFER_BYTES
 from ..runtime.memmon import phase
 from ..runtime.progress import progress_bar
-from ._engine import MergeEngine, huge_pages
+from ._engine import MergeEngine, hf_byte_rank, huge_pages
 from .units import RankMerger
 
-__all__ = ["MergeEngine", "Replay", "huge_pages", "replay_merges", "train_words"]
+__all__ = ["MergeEngine", "Replay", "hf_byte_rank", "huge_pages", "replay_merges", "train_words"]
 
 
 class Replay:
@@ -72,8 +72,8 @@ def replay_merges(symbols: np.ndarray, offsets: np.ndarray, merges: Sequence[tup
 def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
                 progress: bool = False, allowed: Optional[Callable[[bytes, bytes], bool]] = None,
                 report: Optional[dict] = None, init_merges: Optional[Sequence[tuple[bytes, bytes]]] = None,
-                spill_dir: Optional[str] = None, fill_buffer_bytes: int = FILL_BUFFER_BYTES
-                ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+                spill_dir: Optional[str] = None, fill_buffer_bytes: int = FILL_BUFFER_BYTES,
+                tie_break: str = "bytes") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Run the merge loop on a word table; return ``(vocab, merges)``.
 
     ``init_merges``: start from these merges (an existing model's, ``--init-from``): they are applied
@@ -83,6 +83,13 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
     With ``spill_dir``, the engine keeps its read-only arrays (word records, initial position lists)
     in mapped files there (``docs/memory.md``); the result is the same. A mapped table
     (:meth:`WordTable.to_files`) is taken as it is: its one-byte words were dropped when it was written.
+
+    ``tie_break``: among pairs of equal count, ``"bytes"`` (CS336: the greatest ``(left_bytes,
+    right_bytes)``) or ``"hf"`` (HF ``tokenizers``' BpeTrainer: the smallest pair of ids in HF's
+    order), see ``MergeEngine``.
+
+    >>> train_words(WordTable.from_counts({b"low": 5, b"lower": 2}), 258, tie_break="hf")[1]
+    [(b'l', b'o'), (b'lo', b'w')]
     """
     specials = encode_specials(special_tokens)
     n_merges = vocab_size - 256 - len(specials)
@@ -91,7 +98,7 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
     if not table.mapped:
         table = table.without_singletons()
     mapping = dict(spill_dir=spill_dir, map_threshold=0 if spill_dir is not None else 1 << 62,
-                   fill_buffer_bytes=fill_buffer_bytes)
+                   fill_buffer_bytes=fill_buffer_bytes, tie_break=tie_break)
     init_steps: list = []
     if init_merges:
         replay = replay_merges(table.arena, table.offsets, init_merges)

@@ -11,7 +11,8 @@ __all__ = ["BPE"]
 
 
 class BPE(registry.Method):
-    """Standard BPE: merges inside pretokens, ties to the greatest ``(left_bytes, right_bytes)``."""
+    """Standard BPE: merges inside pretokens, ties to the greatest ``(left_bytes, right_bytes)`` (or, with
+    ``tie_break="hf"``, in HF ``tokenizers``' order)."""
 
     name = "bpe"
     rereads_input = False          # one pass: the counted table is all it needs
@@ -25,8 +26,12 @@ class BPE(registry.Method):
         vocab, merges = train_words(table, config.vocab_size, config.special_tokens, progress=progress,
                                     report=report, init_merges=init.merges if init is not None else None,
                                     spill_dir=(config.spill_dir or tempfile.gettempdir()) if mapped else None,
-                                    fill_buffer_bytes=getattr(plan, "fill_buffer_bytes", FILL_BUFFER_BYTES))
-        return registry.MethodResult(vocab, merges, [{"name": "bpe", "merges": len(merges)}], report)
+                                    fill_buffer_bytes=getattr(plan, "fill_buffer_bytes", FILL_BUFFER_BYTES),
+                                    tie_break=config.tie_break)
+        stage = {"name": "bpe", "merges": len(merges)}
+        if config.tie_break != "bytes":          # the default leaves the model file as it was
+            stage["tie_break"] = report["tie_break"] = config.tie_break
+        return registry.MethodResult(vocab, merges, [stage], report)
 
 
 registry.register(BPE())

@@ -13,7 +13,9 @@ Semantics (the whole contract, see ``docs/semantics.md``):
    *bytes values*: two merges that build the same bytes build the same symbol.
 3. Every step counts every adjacent pair in every pretoken, weighted by the pretoken's count (``aaa``
    holds ``(a, a)`` twice). The winner has the highest count; ties go to the greatest
-   ``(left_bytes, right_bytes)`` tuple.
+   ``(left_bytes, right_bytes)`` tuple (``tie_break="bytes"``, CS336), or, with ``tie_break="hf"``,
+   to the smallest pair of HF ranks (``hf_ranks``: the order in which HF ``tokenizers``' BpeTrainer
+   gives ids, so the merges are its merges).
 4. The winner is rewritten greedily left to right without overlap (``aaa`` -> ``[aa, a]``).
 5. Stop when the vocabulary (256 bytes + special tokens + merges) reaches ``vocab_size`` or no pair
    is left.
@@ -114,18 +116,63 @@ def merge_word(word: tuple[bytes, ...], pair: tuple[bytes, bytes]) -> tuple[byte
     return tuple(out)
 
 
-def best_pair(pairs: Counter) -> tuple[bytes, bytes] | None:
-    """Highest count; ties go to the greatest ``(left_bytes, right_bytes)``.
+def hf_byte_rank() -> list[int]:
+    """The rank of each byte in HF's byte-level alphabet: HF numbers the initial alphabet in the order
+    of its characters, and a byte's character is GPT-2's ``bytes_to_unicode`` one (the printable
+    bytes ``!``-``~``, ``¡``-``¬``, ``®``-``ÿ`` stand for themselves, the others for U+0100 on, in
+    byte order).
+
+    >>> r = hf_byte_rank(); r[ord("!")], r[ord("a")], r[0], r[ord(" ")]
+    (0, 64, 188, 220)
+    """
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars = {b: b for b in printable}
+    n = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = 256 + n
+            n += 1
+    order = sorted(range(256), key=chars.__getitem__)
+    rank = [0] * 256
+    for i, b in enumerate(order):
+        rank[b] = i
+    return rank
+
+
+def hf_ranks(merges: Sequence[tuple[bytes, bytes]] = ()) -> dict[bytes, int]:
+    """bytes -> HF rank of every token: the single bytes by ``hf_byte_rank``, then the bytes each merge
+    builds, in merge order (a merge that rebuilds existing bytes keeps the existing rank, as HF keeps
+    the existing id). Only order matters: special tokens (HF's first ids) never occur in words.
+
+    >>> hf_ranks([(b"a", b"b"), (b"ab", b"c")])[b"abc"]
+    257
+    """
+    byte_rank = hf_byte_rank()
+    ranks: dict[bytes, int] = {bytes([b]): byte_rank[b] for b in range(256)}
+    for left, right in merges:
+        ranks.setdefault(left + right, len(ranks))
+    return ranks
+
+
+def best_pair(pairs: Counter, tie_break: str = "bytes", ranks: dict[bytes, int] | None = None
+              ) -> tuple[bytes, bytes] | None:
+    """Highest count; ties go to the greatest ``(left_bytes, right_bytes)`` (``tie_break="bytes"``)
+    or to the smallest ``(ranks[left], ranks[right])`` (``"hf"``; ``ranks`` from ``hf_ranks``).
 
     >>> best_pair(Counter({(b"a", b"b"): 2, (b"b", b"a"): 2, (b"z", b"z"): 1}))
     (b'b', b'a')
+    >>> best_pair(Counter({(b"a", b"b"): 2, (b"b", b"a"): 2}), "hf", hf_ranks({}))
+    (b'a', b'b')
     """
     best = None
     best_key = None
     for pair, count in pairs.items():
         if count <= 0:
             continue
-        key = (count, pair)
+        if tie_break == "hf":
+            key = (count, -ranks[pair[0]], -ranks[pair[1]])
+        else:
+            key = (count, pair)
         if best_key is None or key > best_key:
             best, best_key = pair, key
     return best
@@ -133,11 +180,13 @@ def best_pair(pairs: Counter) -> tuple[bytes, bytes] | None:
 
 def train_on_counts(pretoken_counts: dict[bytes, int], vocab_size: int,
                     special_tokens: Sequence[str | bytes] = (),
-                    init_merges: Sequence[tuple[bytes, bytes]] = ()) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+                    init_merges: Sequence[tuple[bytes, bytes]] = (), tie_break: str = "bytes"
+                    ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """BPE on counted pretokens, recounting every pair after every merge.
 
     ``init_merges``: start from an existing model's merges (``--init-from``): they are the first
     merges, each pretoken starts as their encoding (``encode_pretoken``), and the loop goes on.
+    ``tie_break``: ``"bytes"`` (CS336) or ``"hf"`` (HF ``tokenizers``), see ``best_pair``.
     """
     specials = encode_specials(special_tokens)
     vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}
@@ -150,25 +199,28 @@ def train_on_counts(pretoken_counts: dict[bytes, int], vocab_size: int,
     for pretoken, count in pretoken_counts.items():
         key = tuple(encode_pretoken(pretoken, merges))
         words[key] = words.get(key, 0) + count
-    merge_loop(words, vocab, merges, vocab_size)
+    merge_loop(words, vocab, merges, vocab_size, tie_break=tie_break)
     return vocab, merges
 
 
 def merge_loop(words: dict[tuple[bytes, ...], int], vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]],
-               vocab_size: int, allowed=None) -> dict[tuple[bytes, ...], int]:
+               vocab_size: int, allowed=None, tie_break: str = "bytes") -> dict[tuple[bytes, ...], int]:
     """Merge until ``vocab`` reaches ``vocab_size`` or no (allowed) pair is left; ``vocab`` and
-    ``merges`` grow in place; returns the final words."""
+    ``merges`` grow in place; returns the final words. ``tie_break``: see ``best_pair``."""
+    ranks = hf_ranks(merges) if tie_break == "hf" else None
     while len(vocab) < vocab_size:
         # 1. Full recount of every pair (only the allowed ones compete).
         pairs = get_pair_counts(words)
         if allowed is not None:
             pairs = Counter({p: c for p, c in pairs.items() if allowed(p[0], p[1])})
-        pair = best_pair(pairs)
+        pair = best_pair(pairs, tie_break, ranks)
         if pair is None:
             break
         # 2. Record the merge; its id is the next free one.
         merges.append(pair)
         vocab[len(vocab)] = pair[0] + pair[1]
+        if ranks is not None:
+            ranks.setdefault(pair[0] + pair[1], len(ranks))
         # 3. Rewrite every word; words that become equal add up.
         new_words: dict[tuple[bytes, ...], int] = {}
         for word, count in words.items():
@@ -179,19 +231,24 @@ def merge_loop(words: dict[tuple[bytes, ...], int], vocab: dict[int, bytes], mer
 
 
 def train_bpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
-                         pattern: str = "gpt2", init_merges: Sequence[tuple[bytes, bytes]] = ()
-                         ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
-    """Train on an in-memory corpus (from ``init_merges`` on, when given)."""
+                         pattern: str = "gpt2", init_merges: Sequence[tuple[bytes, bytes]] = (),
+                         tie_break: str = "bytes") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """Train on an in-memory corpus (from ``init_merges`` on, when given).
+
+    >>> data = b"ab ba"     # (a, b), (' ', b), (b, a) all count 1
+    >>> train_bpe_from_bytes(data, 257, [])[1], train_bpe_from_bytes(data, 257, [], tie_break="hf")[1]
+    ([(b'b', b'a')], [(b'a', b'b')])
+    """
     return train_on_counts(count_pretokens(data, special_tokens, pattern), vocab_size, special_tokens,
-                           init_merges)
+                           init_merges, tie_break)
 
 
 def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
-              pattern: str = "gpt2") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+              pattern: str = "gpt2", tie_break: str = "bytes") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Train on a file (read whole; the reference makes no attempt at scale)."""
     with open(input_path, "rb") as f:
         data = f.read()
-    return train_bpe_from_bytes(data, vocab_size, special_tokens, pattern)
+    return train_bpe_from_bytes(data, vocab_size, special_tokens, pattern, tie_break=tie_break)
 
 
 # ==== Encoding ==============================================================================

@@ -33,6 +33,8 @@ class SuperBPE(registry.Method):
 
     def check_config(self, config) -> None:
         resolve_transition(config.transition, config.vocab_size, len(config.special_tokens))
+        if config.tie_break != "bytes":
+            raise ValueError(f"tie_break {config.tie_break!r} is for plain BPE (method 'bpe'); superbpe breaks ties by bytes")
         if config.min_pretoken_count > 1:
             raise ValueError(f"min_pretoken_count {config.min_pretoken_count} is for plain BPE: stage 2 joins "
                              "pretokens into units and needs every pretoken's stage-1 tokens (leave it at 1)")

@@ -42,6 +42,8 @@ class SupraTok(registry.Method):
     stage_aware = True
 
     def check_config(self, config) -> None:
+        if config.tie_break != "bytes":
+            raise ValueError(f"tie_break {config.tie_break!r} is for plain BPE (method 'bpe'); supratok breaks ties by bytes")
         if config.min_pretoken_count > 1:
             raise ValueError(f"min_pretoken_count {config.min_pretoken_count} is for plain BPE: SupraTok joins "
                              "pretokens into units and needs every pretoken (leave it at 1)")
