@@ -584,11 +584,8 @@ def _write_manifest(out_path: str, outputs: list[str], sizes: list[int], total: 
 
 def _token_lengths(tok: Tokenizer) -> np.ndarray:
     """Byte length of every id (0 for ids no token uses): what ``bytes encoded`` is summed from."""
-    lengths = np.zeros(tok.n_vocab, dtype=np.int64)
-    for i, b in tok.vocab.items():
-        if 0 <= i < tok.n_vocab:
-            lengths[i] = len(b)
-    return lengths
+    decoder = tok._decoder                  # id -> bytes or None (one pass, no copy of the vocab)
+    return np.fromiter((0 if b is None else len(b) for b in decoder), dtype=np.int64, count=len(decoder))
 
 
 class _ShardWriter:
