@@ -700,6 +700,8 @@ class Tokenizer:
                     self._idle.append(enc)
         else:                               # custom pattern or stage-aware model: text by text
             runs = [(k, k + 1) for k in range(n)]
+            if type(self).encode_to_numpy is not Tokenizer.encode_to_numpy:
+                num_threads = 1             # a stage encoder need not be thread-safe
 
             def work(run):
                 ids = self.encode_to_numpy(texts[run[0]], bool(specials)) if not isinstance(specials, frozenset) \

@@ -235,3 +235,29 @@ def test_batch_runs_cover_the_batch_in_order():
         runs = _batch_runs(texts, threads)
         assert runs[0][0] == 0 and runs[-1][1] == len(texts)
         assert all(a < b for a, b in runs) and all(r[1] == s[0] for r, s in zip(runs, runs[1:]))
+
+
+def test_stage_aware_batches_and_specials(tmp_path):
+    import bpe_core
+    from bpe_core.encode.tokenizer import StageAwareTokenizer
+    from encode_helpers import fixture_text
+
+    path = tmp_path / "c.txt"
+    text = fixture_text("corpus.en")[:8000]
+    path.write_text(text + EOT + text[:999], encoding="utf-8")
+    r = bpe_core.train(bpe_core.TrainConfig(str(path), 400, method="superbpe", transition=320, num_workers=1,
+                                            special_tokens=[EOT]))
+    bpe_core.formats.model.dump_folder(r.model, str(tmp_path / "m"))
+    tok = Tokenizer.load(str(tmp_path / "m"))
+    assert isinstance(tok, StageAwareTokenizer)
+    texts = [text[:300], "the cat" + EOT + " sat", "", text[500:900]]
+    expected = [tok.encode(t) for t in texts]
+    assert expected[1] != tok.encode_ordinary(texts[1])
+    assert tok.encode_batch(texts, 2) == expected
+    ids, offsets = tok.encode_batch_flat(texts, 2)
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == expected
+    assert tok.encode_ordinary_batch(texts, 2) == [tok.encode_ordinary(t) for t in texts]
+    assert tok.encode(texts[1], allowed_special=set()) == tok.encode_ordinary(texts[1])
+    with pytest.raises(ValueError, match="disallowed special token"):
+        tok.encode(texts[1], allowed_special=set(), disallowed_special="all")
+    assert tok.decode_batch(expected) == texts
