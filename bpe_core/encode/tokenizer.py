@@ -256,6 +256,7 @@ class Tokenizer:
         >>> Tokenizer(vocab, []).encode_batch(["a", "bc"])
         [[97], [98, 99]]
         """
+        texts = texts if isinstance(texts, list) else list(texts)
         specials = self._select_specials(True, allowed_special, disallowed_special, texts)
         ids, offsets = self._encode_flat(texts, num_threads, specials)
         return (ids, offsets) if flat else self._tokens.split_lists(ids, offsets)
@@ -643,6 +644,8 @@ class Tokenizer:
         """
         if not specials:
             return False
+        if not disallowed_special and isinstance(allowed_special, str) and allowed_special == "all":
+            return bool(self._special_tokens)           # the default, without building sets
         if allowed_special == "all":
             allowed = set(self._special_tokens)
         elif isinstance(allowed_special, str):

@@ -261,3 +261,9 @@ def test_stage_aware_batches_and_specials(tmp_path):
     with pytest.raises(ValueError, match="disallowed special token"):
         tok.encode(texts[1], allowed_special=set(), disallowed_special="all")
     assert tok.decode_batch(expected) == texts
+
+
+def test_batch_of_a_generator_with_a_disallowed_check():
+    tok = gpt2_tokenizer()
+    texts = ["a b", "c d"]
+    assert tok.encode_batch((t for t in texts), disallowed_special={"zz"}) == [tok.encode(t) for t in texts]
