@@ -16,7 +16,9 @@ Usage::
 
     python tools/bench_peers.py --mb 10 --runs 5 --corpus en_heldout ood_code [--vocab gpt2 cl100k]
 
-The machine is shared: quote medians and ratios, not single runs.
+The machine is shared: quote medians and ratios, not single runs. A second table gives MB per
+CPU-second of the process (``time.process_time``, all its threads): on a loaded machine it shows the
+work done, where wall time mostly shows the scheduler (for the batch works it sums the threads).
 """
 from __future__ import annotations
 
@@ -290,13 +292,15 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict,
             jobs.append((WORKS[5], who, lambda ad=ad, who=who, out=out: corpus_to_npy(
                 ad, path, out, ours if who == "bpe_core" else None), n_bytes, None))
     times = {(w, who): [] for w, who, *_ in jobs}
+    cpu = {(w, who): [] for w, who, *_ in jobs}
     same = {}
     for r in range(runs + 1):              # round 0 warms caches up and checks the ids, untimed
         for work, who, fn, nb, chk in jobs:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             got = fn()
             if r:
                 times[(work, who)].append(nb / 1e6 / (time.perf_counter() - t0))
+                cpu[(work, who)].append(nb / 1e6 / max(time.process_time() - c0, 1e-9))
             elif chk is not None:
                 same[(work, who)] = check(who, chk[0], got, chk[1])
             del got
@@ -304,18 +308,20 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict,
         saved = np.load(os.path.join(tmp, "bpe_core.npy"))
         same[(WORKS[5], "bpe_core")] = saved.tolist() == want_text
     return {"vocab": vocab, "corpus": corpus, "mb": n_bytes / 1e6, "docs": len(docs),
-            "medians": {k: statistics.median(v) for k, v in times.items()}, "same": same}
+            "medians": {k: statistics.median(v) for k, v in times.items()},
+            "cpu": {k: statistics.median(v) for k, v in cpu.items()}, "same": same}
 
 
-def table(res: dict, peer_names: list[str]) -> str:
+def table(res: dict, peer_names: list[str], key: str = "medians") -> str:
     cols = ["bpe_core"] + peer_names
-    lines = [f"### {res['vocab']}, {res['corpus']} ({res['mb']:.1f} MB, {res['docs']} docs), MB/s, medians",
+    what = "MB/s (wall)" if key == "medians" else "MB per CPU-second (all threads of the process)"
+    lines = [f"### {res['vocab']}, {res['corpus']} ({res['mb']:.1f} MB, {res['docs']} docs), {what}, medians",
              "", "| work | " + " | ".join(cols) + " | best peer | ours/best |",
              "|---" * (len(cols) + 3) + "|"]
     for work in WORKS:
         cells, best = [], None
         for who in cols:
-            m = res["medians"].get((work, who))
+            m = res[key].get((work, who))
             if m is None:
                 cells.append("-")
                 continue
@@ -323,7 +329,7 @@ def table(res: dict, peer_names: list[str]) -> str:
             cells.append(f"{m:.1f}" + ("" if ok else " (ids differ)"))
             if who != "bpe_core" and ok and (best is None or m > best[1]):
                 best = (who, m)
-        ours = res["medians"].get((work, "bpe_core"))
+        ours = res[key].get((work, "bpe_core"))
         ratio = f"{ours / best[1]:.2f}" if best and ours else "-"
         lines.append(f"| {work} | " + " | ".join(cells) + f" | {best[0] if best else '-'} | {ratio} |")
     return "\n".join(lines)
@@ -360,10 +366,12 @@ def main(argv=None) -> int:
                     continue
                 res = bench(vocab, corpus, text, ours, enc, peers, args.runs, tmp)
                 print("\n" + table(res, list(peers)), flush=True)
+                print("\n" + table(res, list(peers), "cpu"), flush=True)
                 results.append(res)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{**r, "medians": {" / ".join(k): v for k, v in r["medians"].items()},
+                        "cpu": {" / ".join(k): v for k, v in r["cpu"].items()},
                         "same": {" / ".join(k): v for k, v in r["same"].items()}} for r in results], f, indent=1)
     return 0
 
