@@ -795,13 +795,35 @@ class EncoderSpec:
         self.pattern_id = pattern_id
         self.tokenizer = tokenizer
         self._encoder = None
+        self._pool = None           # lend_from: the tokenizer's idle encoders and rank table
+        self._rank_table = None
+
+    def lend_from(self, tok: "Tokenizer") -> None:
+        """Take encoders from ``tok``'s idle ones (warm caches) and give them back on
+        :meth:`release`, in this process (a pickled spec does not carry them)."""
+        if self.tokenizer is None:
+            self._pool, self._rank_table = tok._idle, tok._table
+
+    def release(self) -> None:
+        """Give this spec's encoder back to the tokenizer it was lent from (if any)."""
+        if self._pool is not None and self._encoder is not None:
+            self._pool.append(self._encoder)
+        self._encoder = None
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_encoder"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_encoder", "_pool", "_rank_table")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._encoder = None
+        self._pool = self._rank_table = None
+
+    def __copy__(self):
+        """A spec of its own for another thread: the same lender, no encoder yet."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._encoder = None
+        return new
 
     def iter_encode(self, buf, start: int, end: int):
         """Yield the uint32 ids of ``buf[start:end]`` in blocks (special tokens recognised)."""
@@ -809,7 +831,11 @@ class EncoderSpec:
             yield from self.tokenizer._iter_encode(buf, start, end)
             return
         if self._encoder is None:
-            self._encoder = _encode.Encoder(_encode.RankTable(*self.rank_arrays))
+            try:
+                self._encoder = self._pool.pop()        # a lent, warm encoder
+            except (AttributeError, IndexError):
+                table = self._rank_table if self._rank_table is not None else _encode.RankTable(*self.rank_arrays)
+                self._encoder = _encode.Encoder(table)
             self._table = _special_table(self.special_bytes, self.special_ids)
         yield from _iter_encode_native(self._encoder, buf, start, end, self.pattern_id, self._table)
 
