@@ -52,6 +52,8 @@ from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from libcpp.algorithm cimport pop_heap, push_heap
 from libcpp.vector cimport vector
 
+cimport cython
+
 import numpy as np
 
 from bpe_core.pretok._pretok cimport _split_ends
@@ -1595,6 +1597,8 @@ ctypedef fused id_t:
     int64_t
 
 
+@cython.boundscheck(False)
+@cython.wraparound(False)
 cdef class TokenTable:
     """The bytes of every token, back to back (``data``, with ``offsets``), and the Python ``int``
     of every id, built once per tokenizer: decoding is one pass over the ids into one
@@ -1642,13 +1646,14 @@ cdef class TokenTable:
         cdef vector[int64_t] scratch
         cdef Py_ssize_t n, k
         cdef long long v
+        cdef list seq
         if isinstance(ids, np.ndarray):
             return self._decode_array(ids)
-        seq = ids if isinstance(ids, (list, tuple)) else list(ids)
+        seq = ids if type(ids) is list else list(ids)
         n = len(seq)
         scratch.resize(n)
         for k in range(n):
-            x = seq[k]
+            x = seq[k]                      # a list item, read without bounds checks
             if type(x) is not int:
                 try:
                     x = x.__index__()

@@ -271,20 +271,19 @@ def test_batch_of_a_generator_with_a_disallowed_check():
 
 def test_encode_corpus_lends_the_tokenizers_warm_encoders(tmp_path):
     """encode_corpus's worker threads take the tokenizer's idle encoders and give them back: a second
-    run on the same text starts with warm caches (few new misses), and the ids are the same."""
+    run on the same text starts with a warm cache (few new misses), and the ids are the same."""
     from bpe_core.encode.encode_corpus import encode_corpus
     from encode_helpers import fixture_path
 
     tok = Tokenizer.from_files(fixture_path("gpt2_vocab.json"), fixture_path("gpt2_merges.txt"), [EOT])
     path = tmp_path / "in.txt"
     path.write_bytes(open(fixture_path("corpus.en"), "rb").read() * 2)
-    encode_corpus(str(path), tok, str(tmp_path / "a.npy"), num_workers=2, progress=False, chunk_bytes=40_000)
-    assert tok._idle and max(e.cache_info()["entries"] for e in tok._idle) > 0
-    n_idle = len(tok._idle)
-    first = sum(e.cache_info()["misses"] for e in tok._idle)
-    encode_corpus(str(path), tok, str(tmp_path / "b.npy"), num_workers=2, progress=False, chunk_bytes=40_000)
-    assert len(tok._idle) == n_idle
-    again = sum(e.cache_info()["misses"] for e in tok._idle) - first
-    assert again < first / 2
-    a, b = np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")
-    assert np.array_equal(a, b) and a.tolist() == tok.encode(path.read_bytes())
+    encode_corpus(str(path), tok, str(tmp_path / "a.npy"), num_workers=1, progress=False, chunk_bytes=40_000)
+    assert len(tok._idle) == 1 and tok._idle[0].cache_info()["entries"] > 0
+    first = tok._idle[0].cache_info()["misses"]
+    encode_corpus(str(path), tok, str(tmp_path / "b.npy"), num_workers=1, progress=False, chunk_bytes=40_000)
+    assert len(tok._idle) == 1 and tok._idle[0].cache_info()["misses"] - first < first / 10
+    encode_corpus(str(path), tok, str(tmp_path / "c.npy"), num_workers=2, progress=False, chunk_bytes=40_000)
+    assert 1 <= len(tok._idle) <= 2
+    a, b, c = (np.load(tmp_path / f"{x}.npy") for x in "abc")
+    assert np.array_equal(a, b) and np.array_equal(a, c) and a.tolist() == tok.encode(path.read_bytes())
