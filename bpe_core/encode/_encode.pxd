@@ -139,3 +139,19 @@ cdef class Stage2Scratch:
     cdef vector[int64_t] prv
     cdef vector[RankEntry] heap
     cdef vector[int64_t] starts         # where each pretoken's stage-1 ids start
+
+
+# Decoding (``TokenTable.decode``) and lists of ids: the bytes of every token back to back (token
+# ``i`` is ``data[offsets[i]:offsets[i + 1]]``, ``valid[i]`` 0 for an unused id) and the Python int
+# of every id below ``n_ints``.
+@cython.final
+cdef class TokenTable:
+    cdef vector[uint8_t] data
+    cdef vector[int64_t] offsets
+    cdef vector[uint8_t] valid
+    cdef readonly Py_ssize_t n
+    cdef readonly Py_ssize_t n_ints
+    cdef object ints
+    cdef vector[void*] int_ptrs
+
+    cdef object _list(self, const uint32_t* p, Py_ssize_t n)

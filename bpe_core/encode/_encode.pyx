@@ -43,17 +43,31 @@ The cache is cleared whole when it holds ``max_entries`` pretokens or its arena 
 not thread-safe (it owns the cache and scratch buffers); ``Tokenizer`` keeps one per thread.
 """
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.exc cimport PyErr_Clear
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from libcpp.algorithm cimport pop_heap, push_heap
 from libcpp.vector cimport vector
 
+cimport cython
+
 import numpy as np
 
 from bpe_core.pretok._pretok cimport _split_ends
 from bpe_core.engine._typedefs cimport pack_pair, pair_key_t, token_id_t
 from bpe_core.engine._units cimport RankEntry, RankMerger
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
+    PyObject* list_new "PyList_New"(Py_ssize_t n)
+    void list_set "PyList_SET_ITEM"(PyObject* l, Py_ssize_t i, PyObject* o)
+    PyObject* long_from_u32 "PyLong_FromUnsignedLong"(unsigned long v)
+    void incref "Py_INCREF"(PyObject* o)
+    void decref "Py_DECREF"(PyObject* o)
+
 
 cdef extern from "_unicode_tables.h" nogil:
     uint16_t bpe_ut_flags(uint32_t cp)
@@ -966,6 +980,60 @@ cdef class Encoder:
         """Drop every cached pretoken."""
         self._cache_clear()
 
+    def encode_many(self, texts, Py_ssize_t lo, Py_ssize_t hi, int pattern_id, SpecialTable specials=None):
+        """Encode the documents ``texts[lo:hi]`` one after the other in one call, without the GIL.
+
+        Args:
+            texts: a list of ``str`` (UTF-8, ``surrogateescape``) or bytes-like documents.
+            lo, hi: the documents to encode, ``0 <= lo <= hi <= len(texts)``.
+            pattern_id, specials: as ``encode_text``.
+
+        Returns:
+            ``(ids, offsets)``: the uint32 ids of all the documents back to back, and int64
+            ``offsets`` (``hi - lo + 1`` entries): document ``k`` is ``ids[offsets[k]:offsets[k + 1]]``.
+            Each document is ``encode_text`` of it alone.
+        """
+        if not (0 <= lo <= hi <= len(texts)):
+            raise ValueError("need 0 <= lo <= hi <= len(texts)")
+        if pattern_id < 0 or pattern_id > 2:
+            raise ValueError(f"unknown pattern id {pattern_id}")
+        cdef Py_ssize_t n_docs = hi - lo, k, size = 0, stop = 0
+        cdef bint done = True
+        cdef const Specials* sp = &specials.c if specials is not None else NULL
+        cdef vector[const uint8_t*] ptrs
+        cdef vector[Py_ssize_t] sizes
+        cdef const char* p = NULL
+        keep = []                           # the documents (and their bytes) stay alive while encoding
+        ptrs.resize(n_docs)
+        sizes.resize(n_docs)
+        for k in range(n_docs):
+            t = texts[lo + k]
+            if isinstance(t, str):
+                p = PyUnicode_AsUTF8AndSize(t, &size)       # ASCII: no copy; else cached in t
+                if p == NULL:
+                    PyErr_Clear()
+                    t = (<str>t).encode("utf-8", "surrogateescape")
+                    p = PyBytes_AS_STRING(t)
+                    size = PyBytes_GET_SIZE(t)
+            else:
+                if not isinstance(t, bytes):
+                    t = bytes(t)
+                p = PyBytes_AS_STRING(t)
+                size = PyBytes_GET_SIZE(t)
+            keep.append(t)
+            ptrs[k] = <const uint8_t*>p
+            sizes[k] = size
+        offsets = np.empty(n_docs + 1, dtype=np.int64)
+        cdef int64_t[::1] offs = offsets
+        offs[0] = 0
+        self.out_n = 0
+        with nogil:
+            for k in range(n_docs):
+                if sizes[k] > 0:
+                    self._encode_text(pattern_id, sp, ptrs[k], sizes[k], 0, sizes[k], 0, False, &stop, &done)
+                offs[k + 1] = self.out_n
+        return self._take_out(), offsets
+
 
 # ==== Stage-aware encoding (SuperBPE) ===========================================================
 # A SuperBPE model encodes in two stages: stage-1 merges inside pretokens (the Encoder above, with
@@ -1519,3 +1587,162 @@ def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2
                 enc.out_n += 1
             pos = me
     return enc._take_out()
+
+
+# ==== Token table: decoding, and Python lists of ids ===========================================
+
+ctypedef fused id_t:
+    uint16_t
+    uint32_t
+    int64_t
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef class TokenTable:
+    """The bytes of every token, back to back (``data``, with ``offsets``), and the Python ``int``
+    of every id, built once per tokenizer: decoding is one pass over the ids into one
+    preallocated ``bytes``, and a list of ids is built from shared ``int`` objects.
+
+    Args:
+        decoder: id -> token bytes, ``None`` where the id is unused (a sparse vocabulary).
+        max_ints: ids below this get a shared ``int`` object (larger ones are created per use).
+
+    >>> t = TokenTable([b"a", None, b"bc"])
+    >>> t.decode([0, 2, 0]), t.decode(np.array([2], np.uint16)), t.decode([1])
+    (b'abca', b'bc', None)
+    >>> t.to_list(np.array([2, 0, 7], np.uint32))
+    [2, 0, 7]
+    """
+
+    def __init__(self, decoder, Py_ssize_t max_ints=1 << 20):
+        cdef Py_ssize_t n = len(decoder), i, off = 0
+        self.n = n
+        self.offsets.resize(n + 1)
+        self.valid.assign(n, 0)
+        parts = []
+        for i in range(n):
+            b = decoder[i]
+            self.offsets[i] = off
+            if b is not None:
+                self.valid[i] = 1
+                parts.append(b)
+                off += len(b)
+        self.offsets[n] = off
+        joined = b"".join(parts)
+        self.data.resize(off + 16)          # 16 bytes of slack: short tokens are copied 16 at a time
+        if off:
+            memcpy(self.data.data(), <const char*>joined, off)
+        memset(self.data.data() + off, 0, 16)
+        self.ints = list(range(min(n, max_ints)))
+        self.n_ints = len(self.ints)
+        self.int_ptrs.resize(self.n_ints)
+        for i in range(self.n_ints):
+            self.int_ptrs[i] = <PyObject*>self.ints[i]
+
+    def decode(self, ids):
+        """The bytes of ``ids`` (a list or tuple of ints, or a 1-D C-contiguous uint16, uint32 or
+        int64 array), or None when an id is not in the table (the caller names it)."""
+        cdef vector[int64_t] scratch
+        cdef Py_ssize_t n, k
+        cdef long long v
+        cdef list seq
+        if isinstance(ids, np.ndarray):
+            return self._decode_array(ids)
+        seq = ids if type(ids) is list else list(ids)
+        n = len(seq)
+        scratch.resize(n)
+        for k in range(n):
+            x = seq[k]                      # a list item, read without bounds checks
+            if type(x) is not int:
+                try:
+                    x = x.__index__()
+                except (AttributeError, TypeError):
+                    return None
+            try:
+                v = x
+            except OverflowError:
+                return None
+            scratch[k] = v
+        return _decode_ids(self, scratch.data(), n)
+
+    def _decode_array(self, const id_t[::1] ids):
+        cdef Py_ssize_t n = ids.shape[0]
+        if n == 0:
+            return b""
+        return _decode_ids(self, &ids[0], n)
+
+    def to_list(self, const uint32_t[::1] ids not None):
+        """The ids as a Python list of ints (one pass; ids below ``max_ints`` share their object)."""
+        if ids.shape[0] == 0:
+            return []
+        return self._list(&ids[0], ids.shape[0])
+
+    def split_lists(self, const uint32_t[::1] ids not None, const int64_t[::1] offsets not None):
+        """``[ids[offsets[k]:offsets[k + 1]] as a list for each k]``."""
+        cdef Py_ssize_t k, m = offsets.shape[0] - 1
+        if m < 0 or (m >= 0 and (offsets[0] < 0 or offsets[m] > ids.shape[0])):
+            raise ValueError("offsets must lie within ids")
+        out = [None] * max(m, 0)
+        for k in range(m):
+            if offsets[k + 1] < offsets[k]:
+                raise ValueError("offsets must be non-decreasing")
+            if offsets[k + 1] > offsets[k]:
+                out[k] = self._list(&ids[offsets[k]], offsets[k + 1] - offsets[k])
+            else:
+                out[k] = []
+        return out
+
+    cdef object _list(self, const uint32_t* p, Py_ssize_t n):
+        cdef PyObject* lst = list_new(n)
+        cdef PyObject* o
+        cdef Py_ssize_t i
+        cdef uint32_t v
+        if lst == NULL:
+            raise MemoryError()
+        for i in range(n):
+            v = p[i]
+            if v < <uint64_t>self.n_ints:
+                o = <PyObject*>self.int_ptrs[v]
+                incref(o)
+            else:
+                o = long_from_u32(v)
+                if o == NULL:
+                    decref(lst)
+                    raise MemoryError()
+            list_set(lst, i, o)
+        result = <object>lst
+        decref(lst)
+        return result
+
+
+cdef object _decode_ids(TokenTable t, const id_t* ids, Py_ssize_t n):
+    """Two passes: the total length (and every id checked), then the copy into one ``bytes``."""
+    cdef const int64_t* offs = t.offsets.data()
+    cdef const uint8_t* valid = t.valid.data()
+    cdef const uint8_t* data = t.data.data()
+    cdef Py_ssize_t k, total = 0, pos = 0, length
+    cdef int64_t v
+    cdef bint bad = False
+    cdef uint8_t* out
+    with nogil:
+        for k in range(n):
+            v = <int64_t>ids[k]
+            if v < 0 or v >= t.n or not valid[v]:
+                bad = True
+                break
+            total += offs[v + 1] - offs[v]
+    if bad:
+        return None
+    result = PyBytes_FromStringAndSize(NULL, total)
+    out = <uint8_t*>PyBytes_AS_STRING(result)
+    with nogil:
+        for k in range(n):
+            v = <int64_t>ids[k]
+            length = offs[v + 1] - offs[v]
+            if length <= 16 and pos + 16 <= total:
+                memcpy(out + pos, data + offs[v], 16)
+            else:
+                memcpy(out + pos, data + offs[v], length)
+            pos += length
+    return result

@@ -12,7 +12,8 @@ Pipeline (see ``docs/encoding.md`` and ``docs/memory.md``); each step is a ``mem
    never holds the input in memory.
 3. **encode.** Worker threads (``workers.run_ordered``; the encoder's core runs without the GIL)
    read their chunk with ``pread``, encode it in blocks of about 1 MiB with an encoder of their own
-   (its own pretoken cache, one shared rank table) and append the ids to a spill file of that
+   (its own pretoken cache, one shared rank table; the tokenizer's idle encoders are lent first and
+   given back at the end, caches warm) and append the ids to a spill file of that
    chunk. At most ``2 * workers`` chunks are in flight; a ``memmon.MemoryMonitor`` samples the RSS
    and, while it is within one worker's share of the budget, no new chunk is handed out until an
    earlier one is done. No worker processes: nothing re-imports the caller's script, and a signal
@@ -106,6 +107,7 @@ class _ChunkEncoder:
         self.verify = verify
         self.decode = decode
         self._local = threading.local()
+        self._specs: list = []              # each thread's spec, so close() can give back lent encoders
 
     def __call__(self, task: tuple) -> tuple:
         """Encode one block into its spill file; returns ``(index, n_ids, n_bytes, begins_item,
@@ -119,6 +121,7 @@ class _ChunkEncoder:
         spec = getattr(self._local, "spec", None)
         if spec is None:
             spec = self._local.spec = copy.copy(self.spec)     # its own encoder, built on first use
+            self._specs.append(spec)
         block: Block = load(piece)
         buf = block.data
         if block.doc_ends is None:
@@ -143,7 +146,10 @@ class _ChunkEncoder:
         return index, n_ids, n_bytes, block.begins_item, block.n_items, block.source, doc_starts
 
     def close(self) -> None:
-        self._local = threading.local()      # the encoders and their caches go now
+        for spec in self._specs:             # lent encoders go back to the tokenizer, still warm
+            getattr(spec, "release", lambda: None)()
+        self._specs = []
+        self._local = threading.local()      # the other encoders and their caches go now
 
 
 def _verify_block(spill: str, dtype: np.dtype, buf, decode, label: str, max_ids: int = 1 << 20) -> None:
@@ -468,7 +474,10 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         items = [0]
         workers = the_plan.num_workers if any(not sh.lazy for sh in shards) else \
             min(the_plan.num_workers, max(1, len(shards)))
-        encoder = _ChunkEncoder(tok._encoder_spec(), spill_dir, dtype, _token_lengths(tok),
+        spec = tok._encoder_spec()
+        if hasattr(spec, "lend_from"):      # the workers use the tokenizer's warm encoders, then give them back
+            spec.lend_from(tok)
+        encoder = _ChunkEncoder(spec, spill_dir, dtype, _token_lengths(tok),
                                 want_doc_starts=doc_index is not None and not sep,
                                 verify=verify and not single_plain, decode=tok.decode_bytes)
         room = the_plan.memory_limit - the_plan.per_worker_bytes
@@ -586,11 +595,8 @@ def _write_manifest(out_path: str, outputs: list[str], sizes: list[int], total: 
 
 def _token_lengths(tok: Tokenizer) -> np.ndarray:
     """Byte length of every id (0 for ids no token uses): what ``bytes encoded`` is summed from."""
-    lengths = np.zeros(tok.n_vocab, dtype=np.int64)
-    for i, b in tok.vocab.items():
-        if 0 <= i < tok.n_vocab:
-            lengths[i] = len(b)
-    return lengths
+    decoder = tok._decoder                  # id -> bytes or None (one pass, no copy of the vocab)
+    return np.fromiter((0 if b is None else len(b) for b in decoder), dtype=np.int64, count=len(decoder))
 
 
 class _ShardWriter:

@@ -22,7 +22,7 @@ Semantics (the same as ``reference.encode``; see ``docs/encoding.md``):
 from __future__ import annotations
 
 import os
-from typing import Iterable, Iterator, Sequence
+from typing import AbstractSet, Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 import regex
@@ -49,6 +49,11 @@ _STREAM_FLUSH_BYTES = 1 << 16
 _NATIVE_PRETOKENIZER = True
 # Pretokens held back at the open end of a text: everything before them is final (docs/encoding.md).
 _HOLD_BACK = 2
+# Integer arrays that decode_bytes reads as they are (other integer dtypes are widened to int64).
+_DECODE_DTYPES = (np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.int64))
+_INT64_MAX = np.iinfo(np.int64).max
+# encode_batch cuts its texts into runs of about this many bytes (more when there are few threads).
+_BATCH_RUN_BYTES = 1 << 20
 
 
 class Tokenizer:
@@ -133,6 +138,8 @@ class Tokenizer:
         # time). A call borrows one and gives it back, so caches stay warm across calls and across
         # the short-lived threads of encode_batch; there are as many as calls ever ran at once.
         self._idle: list[_encode.Encoder] = []
+        # Every token's bytes back to back and the int of every id: decode and lists of ids (native).
+        self._tokens = _encode.TokenTable(self._decoder)
 
     @classmethod
     def from_files(cls, vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
@@ -216,14 +223,25 @@ class Tokenizer:
 
     # ==== Encoding ==============================================================================
 
-    def encode(self, text: str | bytes) -> list[int]:
+    def encode(self, text: str | bytes, *, allowed_special: AbstractSet[str] | str = "all",
+               disallowed_special: Collection[str] | str = ()) -> list[int]:
         """Encode text; special tokens become their single id (longest match first).
 
+        ``allowed_special`` (the special tokens recognised; ``"all"`` by default) and
+        ``disallowed_special`` (special-token strings whose presence in the text raises
+        ``ValueError``; ``"all"``: every special token not allowed) work as in tiktoken; only the
+        defaults differ (tiktoken: none allowed, all disallowed), see ``docs/encoding.md``. The list
+        is built once from the native result.
+
         >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, [], ["<s>", "<s><s>"]).encode("<s><s><s>")
+        >>> tok = Tokenizer(vocab, [], ["<s>", "<s><s>"])
+        >>> tok.encode("<s><s><s>")
         [257, 256]
+        >>> tok.encode("<s><s><s>", allowed_special={"<s>"})
+        [256, 256, 256]
         """
-        return self.encode_to_numpy(text).tolist()
+        return self._tokens.to_list(self.encode_to_numpy(text, allowed_special=allowed_special,
+                                                         disallowed_special=disallowed_special))
 
     def encode_ordinary(self, text: str | bytes) -> list[int]:
         """Encode text, treating special-token strings as ordinary text.
@@ -232,21 +250,25 @@ class Tokenizer:
         >>> Tokenizer(vocab, [], ["<s>"]).encode_ordinary("<s>")
         [60, 115, 62]
         """
-        return self.encode_to_numpy(text, specials=False).tolist()
+        return self._tokens.to_list(self.encode_to_numpy(text, specials=False))
 
-    def encode_to_numpy(self, text: str | bytes, specials: bool = True) -> np.ndarray:
-        """Encode text into a uint32 array (``specials=False``: as ``encode_ordinary``).
+    def encode_to_numpy(self, text: str | bytes, specials: bool = True, *,
+                        allowed_special: AbstractSet[str] | str = "all",
+                        disallowed_special: Collection[str] | str = ()) -> np.ndarray:
+        """Encode text into a uint32 array (``specials=False``: as ``encode_ordinary``; the two
+        keywords as in :meth:`encode`).
 
         >>> vocab = {i: bytes([i]) for i in range(256)}
         >>> Tokenizer(vocab, []).encode_to_numpy("hi")
         array([104, 105], dtype=uint32)
         """
         data = _as_bytes(text)
+        specials = self._select_specials(specials, allowed_special, disallowed_special, (data,))
         if len(data) <= _BLOCK_BYTES and self._pattern_id is not None and _NATIVE_PRETOKENIZER:
             enc = self._borrow()            # one native call, no generator (encode_batch's many docs)
             try:
                 ids, _, _ = enc.encode_text(data, 0, len(data), self._pattern_id,
-                                            self._special_table if specials else None)
+                                            self._special_table_for(specials))
                 return ids
             finally:
                 self._idle.append(enc)
@@ -255,19 +277,24 @@ class Tokenizer:
             return np.zeros(0, dtype=np.uint32)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def encode_batch(self, texts: Sequence[str | bytes], num_threads: int = 8) -> list[list[int]]:
-        """Encode many texts on a thread pool (the merge core runs without the GIL).
+    def encode_batch(self, texts: Sequence[str | bytes], num_threads: int = 8, *,
+                     allowed_special: AbstractSet[str] | str = "all",
+                     disallowed_special: Collection[str] | str = (), flat: bool = False):
+        """Encode many texts: a list of id lists, or with ``flat=True`` ``(ids, offsets)`` as
+        :meth:`encode_batch_flat`. Each text is encoded alone, exactly as :meth:`encode`.
+
+        The texts are cut into runs of documents; each run is one native call without the GIL
+        (``Encoder.encode_many``) on up to ``num_threads`` threads, each with an encoder whose
+        pretoken cache stays warm across calls. The lists are built once at the end.
 
         >>> vocab = {i: bytes([i]) for i in range(256)}
         >>> Tokenizer(vocab, []).encode_batch(["a", "bc"])
         [[97], [98, 99]]
         """
-        if num_threads <= 1 or len(texts) <= 1:
-            return [self.encode(t) for t in texts]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(num_threads) as pool:
-            return list(pool.map(self.encode, texts))
+        texts = texts if isinstance(texts, list) else list(texts)
+        specials = self._select_specials(True, allowed_special, disallowed_special, texts)
+        ids, offsets = self._encode_flat(texts, num_threads, specials)
+        return (ids, offsets) if flat else self._tokens.split_lists(ids, offsets)
 
     def encode_iterable(self, iterable: Iterable[str | bytes]) -> Iterator[int]:
         """Stream ids for the concatenation of ``iterable``, in constant memory.
@@ -310,12 +337,34 @@ class Tokenizer:
     # ==== Decoding ==============================================================================
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        """The exact bytes of the ids.
+        """The exact bytes of the ids (a list, a tuple, a 1-D integer array or any iterable).
+
+        One native pass over a table of all the tokens' bytes, into one preallocated ``bytes``
+        (``_encode.TokenTable``). An id that is not in the vocabulary raises ``ValueError``.
 
         >>> vocab = {i: bytes([i]) for i in range(256)}
         >>> Tokenizer(vocab, []).decode_bytes([0xE2, 0x82])
         b'\\xe2\\x82'
         """
+        if isinstance(ids, np.ndarray):
+            arr = ids
+            if arr.ndim == 1 and arr.dtype.kind in "iu":
+                if arr.dtype not in _DECODE_DTYPES:
+                    if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:
+                        arr = None          # the plain path below names the id
+                    else:
+                        arr = arr.astype(np.int64)
+                if arr is not None:
+                    out = self._tokens.decode(np.ascontiguousarray(arr))
+                    if out is not None:
+                        return out
+        else:
+            if not isinstance(ids, (list, tuple)):
+                ids = list(ids)
+            out = self._tokens.decode(ids)
+            if out is not None:
+                return out
+        # An unknown id (or an array of another kind): the plain path, which names the bad ids.
         if isinstance(ids, np.ndarray):
             if ids.size and ids.dtype.kind == "i" and ids.min() < 0:
                 raise ValueError(f"unknown token id(s) {ids[ids < 0][:5].tolist()} (ids are 0..{len(self._decoder) - 1})")
@@ -434,7 +483,7 @@ class Tokenizer:
         enc = self._borrow()
         try:
             if self._pattern_id is not None and _NATIVE_PRETOKENIZER:
-                table = self._special_table if specials else None
+                table = self._special_table_for(specials)
                 return (yield from _iter_encode_native(enc, buf, start, end, self._pattern_id, table, final))
             return (yield from self._iter_encode_regex(enc, buf, start, end, specials, final))
         finally:
@@ -476,7 +525,9 @@ class Tokenizer:
                 batch_bytes += resume - s
             return resume
 
-        rx = self._specials_rx if specials else None
+        rx = self._specials_rx if specials is True else None
+        if isinstance(specials, frozenset):
+            rx = specials_regex(encode_specials(sorted(specials)))
         pos = start
         matches = rx.finditer(buf, start, end) if rx is not None else ()
         for m in matches:
@@ -565,6 +616,173 @@ class Tokenizer:
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         return s + np.cumsum(lengths)
 
+    # ==== Batches, and the rest of tiktoken's API ===============================================
+
+    def encode_ordinary_batch(self, texts: Sequence[str | bytes], num_threads: int = 8, *,
+                              flat: bool = False):
+        """:meth:`encode_batch` with special-token strings as plain text (``encode_ordinary``).
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, [], ["<s>"]).encode_ordinary_batch(["<s>", "a"])
+        [[60, 115, 62], [97]]
+        """
+        ids, offsets = self._encode_flat(texts, num_threads, False)
+        return (ids, offsets) if flat else self._tokens.split_lists(ids, offsets)
+
+    def encode_batch_flat(self, texts: Sequence[str | bytes], num_threads: int = 8, *,
+                          allowed_special: AbstractSet[str] | str = "all",
+                          disallowed_special: Collection[str] | str = ()) -> tuple[np.ndarray, np.ndarray]:
+        """Encode many texts into one flat array: ``(ids, offsets)``, uint32 ids back to back and
+        int64 offsets (``len(texts) + 1``); text ``k`` is ``ids[offsets[k]:offsets[k + 1]]``.
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> ids, offsets = Tokenizer(vocab, []).encode_batch_flat(["a", "", "bc"])
+        >>> ids.tolist(), offsets.tolist()
+        ([97, 98, 99], [0, 1, 1, 3])
+        """
+        return self.encode_batch(texts, num_threads, allowed_special=allowed_special,
+                                 disallowed_special=disallowed_special, flat=True)
+
+    def decode_bytes_batch(self, batch: Iterable[Iterable[int]]) -> list[bytes]:
+        """:meth:`decode_bytes` of each sequence of ids.
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, []).decode_bytes_batch([[104, 105], []])
+        [b'hi', b'']
+        """
+        return [self.decode_bytes(ids) for ids in batch]
+
+    def decode_batch(self, batch: Iterable[Iterable[int]], errors: str = "replace") -> list[str]:
+        """:meth:`decode` of each sequence of ids.
+
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, []).decode_batch([[104, 105], [0xFF]])
+        ['hi', '\\ufffd']
+        """
+        return [self.decode_bytes(ids).decode("utf-8", errors=errors) for ids in batch]
+
+    def decode_tokens_bytes(self, tokens: Iterable[int]) -> list[bytes]:
+        """The bytes of each id, as a list (tiktoken's ``decode_tokens_bytes``)."""
+        return [self.decode_bytes([t]) for t in tokens]
+
+    @property
+    def special_tokens_set(self) -> set[str]:
+        """The special tokens (tiktoken's ``special_tokens_set``)."""
+        return set(self._special_tokens)
+
+    def _select_specials(self, specials: bool, allowed_special, disallowed_special, texts):
+        """Which special tokens to recognise: False (none), True (all) or a frozenset of some.
+
+        ``allowed_special`` and ``disallowed_special`` as tiktoken: strings that are not special
+        tokens of this tokenizer are ignored in ``allowed_special``; any ``disallowed_special``
+        string found in one of ``texts`` raises ``ValueError``.
+        """
+        if not specials:
+            return False
+        if not disallowed_special and isinstance(allowed_special, str) and allowed_special == "all":
+            return bool(self._special_tokens)           # the default, without building sets
+        if allowed_special == "all":
+            allowed = set(self._special_tokens)
+        elif isinstance(allowed_special, str):
+            raise ValueError(f"allowed_special must be 'all' or a set of strings, not {allowed_special!r}")
+        else:
+            allowed = set(allowed_special) & set(self._special_tokens)
+        if disallowed_special == "all":
+            disallowed = set(self._special_tokens) - allowed
+        elif isinstance(disallowed_special, str):
+            raise ValueError(f"disallowed_special must be 'all' or a collection of strings, not {disallowed_special!r}")
+        else:
+            disallowed = set(disallowed_special)
+        if disallowed:
+            rx = regex.compile(b"|".join(regex.escape(_as_bytes(d)) for d in sorted(disallowed)))
+            for text in texts:
+                m = rx.search(_as_bytes(text))
+                if m:
+                    token = m.group().decode("utf-8", "surrogateescape")
+                    raise ValueError(f"the text holds the disallowed special token {token!r}: allow it "
+                                     f"(allowed_special) to encode it as a special token, or leave it "
+                                     f"out of disallowed_special to encode it as plain text")
+        if len(allowed) == len(self._special_tokens):
+            return bool(allowed)
+        return frozenset(allowed) if allowed else False
+
+    def _special_table_for(self, specials) -> "_encode.SpecialTable | None":
+        """The native matcher for ``_select_specials``'s answer (subsets are built once)."""
+        if specials is True:
+            return self._special_table
+        if not specials:
+            return None
+        tables = self.__dict__.setdefault("_subset_tables", {})
+        table = tables.get(specials)
+        if table is None:
+            chosen = sorted(specials)
+            table = tables[specials] = _special_table([s.encode("utf-8") for s in chosen],
+                                                      [self._special_tokens[s] for s in chosen])
+        return table
+
+    def _encode_flat(self, texts, num_threads: int, specials) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, offsets)`` of many texts (see :meth:`encode_batch_flat`)."""
+        texts = texts if isinstance(texts, list) else list(texts)
+        n = len(texts)
+        native = (self._pattern_id is not None and _NATIVE_PRETOKENIZER
+                  and type(self).encode_to_numpy is Tokenizer.encode_to_numpy)
+        if native:
+            table = self._special_table_for(specials)
+            runs = _batch_runs(texts, num_threads)
+
+            def work(run):
+                enc = self._borrow()
+                try:
+                    return enc.encode_many(texts, run[0], run[1], self._pattern_id, table)
+                finally:
+                    self._idle.append(enc)
+        else:                               # custom pattern or stage-aware model: text by text
+            runs = [(k, k + 1) for k in range(n)]
+            if type(self).encode_to_numpy is not Tokenizer.encode_to_numpy:
+                num_threads = 1             # a stage encoder need not be thread-safe
+
+            def work(run):
+                ids = self.encode_to_numpy(texts[run[0]], bool(specials)) if not isinstance(specials, frozenset) \
+                    else self.encode_to_numpy(texts[run[0]], allowed_special=specials)
+                return ids, np.array([0, len(ids)], dtype=np.int64)
+        if num_threads <= 1 or len(runs) <= 1:
+            parts = [work(run) for run in runs]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(num_threads, len(runs))) as pool:
+                parts = list(pool.map(work, runs))
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return np.zeros(0, dtype=np.uint32), np.zeros(1, dtype=np.int64)
+        ids = np.concatenate([p[0] for p in parts])
+        offsets = np.empty(n + 1, dtype=np.int64)
+        offsets[0] = 0
+        base = 0
+        for (lo, hi), (p_ids, p_offs) in zip(runs, parts):
+            offsets[lo + 1:hi + 1] = p_offs[1:] + base
+            base += len(p_ids)
+        return ids, offsets
+
+
+def _batch_runs(texts: list, num_threads: int) -> list[tuple[int, int]]:
+    """Cut a batch into runs of whole texts ``[lo, hi)``: about ``_BATCH_RUN_BYTES`` each, and at
+    least four per thread when the batch is large enough (runs of 256 KiB at least: a smaller batch
+    is faster on one thread, whose encoder has seen it all), so that threads
+    stay evenly busy."""
+    n = len(texts)
+    if n == 0:
+        return []
+    sizes = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+    total = int(sizes.sum())
+    if num_threads <= 1:
+        return [(0, n)]
+    target = max(_BATCH_RUN_BYTES // 4, min(_BATCH_RUN_BYTES, total // (4 * num_threads)))
+    cuts = np.searchsorted(np.cumsum(sizes), np.arange(target, total, target), side="right")
+    bounds = np.unique(np.concatenate([[0], cuts, [n]]))
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
 
 def _special_table(special_bytes: Sequence[bytes], ids: Sequence[int]) -> "_encode.SpecialTable | None":
     """The native special-token matcher (None when there are no special tokens)."""
@@ -612,13 +830,35 @@ class EncoderSpec:
         self.pattern_id = pattern_id
         self.tokenizer = tokenizer
         self._encoder = None
+        self._pool = None           # lend_from: the tokenizer's idle encoders and rank table
+        self._rank_table = None
+
+    def lend_from(self, tok: "Tokenizer") -> None:
+        """Take encoders from ``tok``'s idle ones (warm caches) and give them back on
+        :meth:`release`, in this process (a pickled spec does not carry them)."""
+        if self.tokenizer is None:
+            self._pool, self._rank_table = tok._idle, tok._table
+
+    def release(self) -> None:
+        """Give this spec's encoder back to the tokenizer it was lent from (if any)."""
+        if self._pool is not None and self._encoder is not None:
+            self._pool.append(self._encoder)
+        self._encoder = None
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_encoder"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_encoder", "_pool", "_rank_table")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._encoder = None
+        self._pool = self._rank_table = None
+
+    def __copy__(self):
+        """A spec of its own for another thread: the same lender, no encoder yet."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._encoder = None
+        return new
 
     def iter_encode(self, buf, start: int, end: int):
         """Yield the uint32 ids of ``buf[start:end]`` in blocks (special tokens recognised)."""
@@ -626,7 +866,11 @@ class EncoderSpec:
             yield from self.tokenizer._iter_encode(buf, start, end)
             return
         if self._encoder is None:
-            self._encoder = _encode.Encoder(_encode.RankTable(*self.rank_arrays))
+            try:
+                self._encoder = self._pool.pop()        # a lent, warm encoder
+            except (AttributeError, IndexError):
+                table = self._rank_table if self._rank_table is not None else _encode.RankTable(*self.rank_arrays)
+                self._encoder = _encode.Encoder(table)
             self._table = _special_table(self.special_bytes, self.special_ids)
         yield from _iter_encode_native(self._encoder, buf, start, end, self.pattern_id, self._table)
 
@@ -750,22 +994,19 @@ class StageAwareTokenizer(Tokenizer):
     def __repr__(self) -> str:
         return f"<StageAwareTokenizer method={self._model.method} n_vocab={self.n_vocab} merges={len(self._merges)}>"
 
-    def encode_to_numpy(self, text: str | bytes, specials: bool = True) -> np.ndarray:
+    def encode_to_numpy(self, text: str | bytes, specials: bool = True, *,
+                        allowed_special: AbstractSet[str] | str = "all",
+                        disallowed_special: Collection[str] | str = ()) -> np.ndarray:
         data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
+        specials = self._select_specials(specials, allowed_special, disallowed_special, (data,))
+        if isinstance(specials, frozenset):
+            raise ValueError("a stage-aware model recognises all of its special tokens or none: "
+                             "allowed_special must be 'all' or empty")
         whole = getattr(self._stage, "encode_array", None)      # a whole text in one native call
         if whole is not None:
             return whole(data, specials)
         ids = self._stage.encode(data) if specials else self._stage.encode_ordinary(data)
         return np.asarray(ids, dtype=np.uint32)
-
-    def encode(self, text: str | bytes) -> list[int]:
-        return self.encode_to_numpy(text).tolist()
-
-    def encode_ordinary(self, text: str | bytes) -> list[int]:
-        return self.encode_to_numpy(text, specials=False).tolist()
-
-    def encode_batch(self, texts: Sequence[str | bytes], num_threads: int = 8) -> list[list[int]]:
-        return [self.encode(t) for t in texts]
 
     def encode_iterable(self, iterable: Iterable[str | bytes]) -> Iterator[int]:
         """Yields exactly ``encode("".join(iterable))``, one finished document at a time."""

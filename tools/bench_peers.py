@@ -1,0 +1,390 @@
+#!/usr/bin/env python
+"""bpe_core's encoder beside every installed peer (tiktoken, HF tokenizers, fastokens, tokie,
+kitoken, bpe-openai) on real text: one thread (whole text to a list, to an array), a batch of
+documents on all threads (list of lists, flat), decoding, and a corpus file to ``.npy``.
+
+Each work runs once untimed (warm-up, and the ids are checked), then ``--runs`` times, interleaved
+(run 1 of every peer, then run 2, ...), and the median MB/s of the input text is reported with ours / the best peer. The ids of every peer are
+checked against ``tiktoken`` on every document (a peer that differs is marked ``ids differ`` and
+left out of "best"). Peers that are not installed are named as skipped; ``pip install
+bpe_core[peers]`` installs them.
+
+Vocabularies: GPT-2 from ``tests/fixtures`` (``gpt2_vocab.json`` + ``gpt2_merges.txt``), and
+cl100k when its ranks can be read offline (``bpe-openai`` ships them; tiktoken itself downloads).
+
+Usage::
+
+    python tools/bench_peers.py --mb 10 --runs 5 --corpus en_heldout ood_code [--vocab gpt2 cl100k]
+
+The machine is shared: quote medians and ratios, not single runs. A second table gives MB per
+CPU-second of the process (``time.process_time``, all its threads): on a loaded machine it shows the
+work done, where wall time mostly shows the scheduler (for the batch works it sums the threads).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import gzip
+import importlib.util
+import json
+import lzma
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+from bpe_core.encode import Tokenizer  # noqa: E402
+from bpe_core.pretok.patterns import GPT2_PATTERN  # noqa: E402
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+# ../shared/corpora beside the checkout (or two levels up, beside a worktree folder)
+CORPORA = next((d for d in (os.path.join(REPO, "..", "shared", "corpora"), os.path.join(REPO, "..", "..", "shared", "corpora"))
+                if os.path.isdir(d)), os.path.join(REPO, "..", "shared", "corpora"))
+EOT = "<|endoftext|>"
+PEERS = ["tiktoken", "tokenizers", "fastokens", "tokie", "kitoken", "bpe_openai"]
+WORKS = ["1 thread, text -> list", "1 thread, text -> array", "batch, list of lists", "batch, flat",
+         "decode, 1 thread", "corpus file -> .npy"]
+
+
+# ==== Inputs ===================================================================================
+
+
+def read_cut(name: str, mb: float, corpora: str = CORPORA) -> str:
+    """The first ``mb`` MB of a shared corpus, cut at the last newline."""
+    path = os.path.join(corpora, name + ".txt")
+    want = int(mb * 1e6)
+    if os.path.exists(path + ".xz"):
+        with lzma.open(path + ".xz", "rb") as f:
+            data = f.read(want)
+    else:
+        with open(path, "rb") as f:
+            data = f.read(want)
+    data = data[: data.rfind(b"\n") + 1]
+    return data.decode("utf-8")
+
+
+def documents(text: str) -> list[str]:
+    """The documents of the text (split at ``<|endoftext|>``, which is left out)."""
+    return [d for d in text.split(EOT) if d]
+
+
+# ==== Vocabularies ================================================================================
+
+
+def gpt2_setup(tmp: str):
+    """(ours, tiktoken encoding, tokenizer.json path, reason bpe-openai is skipped)."""
+    import tiktoken
+    import tiktoken.load
+
+    ours = Tokenizer.from_files(os.path.join(FIXTURES, "gpt2_vocab.json"), os.path.join(FIXTURES, "gpt2_merges.txt"), [EOT])
+    merges = os.path.join(tmp, "merges.txt")
+    with open(merges, "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + open(os.path.join(FIXTURES, "gpt2_merges.txt"), encoding="utf-8").read())
+    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(merges, os.path.join(FIXTURES, "gpt2_vocab.json"))
+    enc = tiktoken.Encoding("gpt2_fixture", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={EOT: 50256})
+    hf_json = None
+    if importlib.util.find_spec("tokenizers"):
+        from tokenizers import Tokenizer as HF, decoders, models, pre_tokenizers
+
+        hf = HF(models.BPE.from_file(os.path.join(FIXTURES, "gpt2_vocab.json"), merges))
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.decoder = decoders.ByteLevel()
+        hf.add_special_tokens([EOT])
+        hf_json = os.path.join(tmp, "gpt2_tokenizer.json")
+        hf.save(hf_json)
+    return ours, enc, hf_json, {"bpe_openai": "ships cl100k/o200k only, no GPT-2"}
+
+
+def cl100k_setup(tmp: str):
+    """cl100k from the ranks that bpe-openai ships (tiktoken would download them)."""
+    import tiktoken
+
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None:
+        raise RuntimeError("no offline cl100k ranks: tiktoken downloads them and bpe-openai is not installed")
+    path = os.path.join(os.path.dirname(spec.origin), "data", "cl100k_base.tiktoken.gz")
+    ranks = {}
+    with gzip.open(path, "rt", encoding="ascii") as f:
+        for line in f:
+            if line.strip():
+                tok, rank = line.split()
+                ranks[base64.b64decode(tok)] = int(rank)
+    pat = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+    specials = {EOT: 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259, "<|fim_suffix|>": 100260,
+                "<|endofprompt|>": 100276}
+    enc = tiktoken.Encoding("cl100k_offline", pat_str=pat, mergeable_ranks=ranks, special_tokens=specials)
+    vocab = {r: b for b, r in ranks.items()}
+    vocab.update({i: s.encode() for s, i in specials.items()})      # tiktoken's ids for the specials
+    ours = Tokenizer(vocab, merges_from_ranks(ranks), list(specials), "cl100k")
+    return ours, enc, None, {"tokenizers": "no offline tokenizer.json for cl100k", "fastokens": "idem",
+                             "tokie": "idem", "kitoken": "idem"}
+
+
+def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """The merge list of a rank table: each token of two or more bytes is the merge of the two parts
+    that tiktoken's BPE over the lower ranks leaves (the usual conversion)."""
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(token) < 2:
+            continue
+        parts = [bytes([b]) for b in token]
+        while len(parts) > 2:
+            best = None
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and r < rank and (best is None or r < best[0]):
+                    best = (r, i)
+            if best is None:
+                break
+            i = best[1]
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        if len(parts) == 2:
+            merges.append((parts[0], parts[1]))
+    return merges
+
+
+# ==== Peers ===================================================================================
+
+
+def load_peers(names, enc, hf_json, skip: dict) -> tuple[dict, dict]:
+    """name -> adapter (a dict of work -> callable), and name -> reason for the skipped."""
+    peers, skipped = {}, {}
+    for name in names:
+        if name in skip:
+            skipped[name] = skip[name]
+            continue
+        if importlib.util.find_spec(name) is None:
+            skipped[name] = "not installed"
+            continue
+        try:
+            peers[name] = make_adapter(name, enc, hf_json)
+        except Exception as exc:           # a peer that cannot load this vocab is named, not fatal
+            skipped[name] = f"cannot load the vocab: {type(exc).__name__}: {str(exc)[:80]}"
+    return peers, skipped
+
+
+def make_adapter(name: str, enc, hf_json) -> dict:
+    n_threads = os.cpu_count() or 1
+    if name == "tiktoken":
+        return {"list": lambda t: enc.encode(t, allowed_special="all"),
+                "array": lambda t: enc.encode_to_numpy(t, allowed_special="all"),
+                "batch": lambda ds: enc.encode_batch(ds, num_threads=n_threads, allowed_special="all"),
+                "decode": lambda ids: enc.decode(ids)}
+    if name == "bpe_openai":
+        import bpe_openai
+
+        bo = bpe_openai.get_encoding("cl100k_base")
+        return {"list": lambda t: bo.encode(t, allowed_special="all"),
+                "array": lambda t: bo.encode_to_numpy(t, allowed_special="all"),
+                "batch": lambda ds: bo.encode_batch(ds, num_threads=n_threads, allowed_special="all"),
+                "decode": lambda ids: bo.decode(ids)}
+    if hf_json is None:
+        raise RuntimeError("no tokenizer.json")
+    if name == "tokenizers":
+        from tokenizers import Tokenizer as HF
+
+        hf = HF.from_file(hf_json)
+        # (no whole-text work: HF keeps offsets and strings per token and crawls on a 5 MB sequence)
+        return {"batch": lambda ds: [e.ids for e in hf.encode_batch(ds, add_special_tokens=False)],
+                "decode": lambda ids: hf.decode(ids, skip_special_tokens=False)}
+    if name == "fastokens":
+        import fastokens
+
+        ft = fastokens.Tokenizer.from_file(hf_json)
+
+        def flat(ds):
+            ids, offs = ft.encode_batch_flat(ds)
+            return np.frombuffer(ids, np.uint32), np.frombuffer(offs, np.uint64)
+        return {"list": lambda t: ft.encode(t).ids,
+                "batch": lambda ds: [e.ids for e in ft.encode_batch(ds)],
+                "flat": flat,
+                "decode": lambda ids: ft.decode(ids)}
+    if name == "tokie":
+        import tokie
+
+        tk = tokie.Tokenizer.from_json(hf_json)
+        return {"list": lambda t: tk.encode(t, add_special_tokens=False).ids,
+                "batch": lambda ds: [e.ids for e in tk.encode_batch(ds, add_special_tokens=False)],
+                "decode": lambda ids: tk.decode(ids)}
+    if name == "kitoken":
+        import kitoken
+
+        kt = kitoken.Kitoken.from_tokenizers_file(hf_json)
+        return {"list": lambda t: kt.encode(t, True),
+                "batch": lambda ds: kt.encode_all(ds, True),
+                "decode": lambda ids: kt.decode(ids, True).decode("utf-8", "replace")}
+    raise ValueError(name)
+
+
+def ours_adapter(tok: Tokenizer) -> dict:
+    n_threads = os.cpu_count() or 1
+    return {"list": tok.encode, "array": tok.encode_to_numpy,
+            "batch": lambda ds: tok.encode_batch(ds, num_threads=n_threads),
+            "flat": lambda ds: tok.encode_batch_flat(ds, num_threads=n_threads),
+            "decode": tok.decode}
+
+
+# ==== Measuring ================================================================================
+
+
+def corpus_to_npy(adapter: dict, path: str, out: str, ours: Tokenizer | None):
+    """A corpus file to a flat .npy: ours with ``encode_corpus``; a peer reads the file, encodes its
+    documents as a batch (flat when it can) and saves."""
+    if ours is not None:
+        from bpe_core.encode.encode_corpus import encode_corpus
+
+        encode_corpus(path, ours, out, num_workers=os.cpu_count() or 1, progress=False)
+        return
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    docs = [d + EOT for d in text.split(EOT)]
+    if "flat" in adapter:
+        ids = adapter["flat"](docs)[0]
+    else:
+        ids = np.fromiter((i for d in adapter["batch"](docs) for i in d), dtype=np.uint32)
+    np.save(out, ids.astype(np.uint16) if ids.size and ids.max() < 65536 else ids)
+
+
+def check(name, work, got, expected) -> bool:
+    if work in ("list", "array"):
+        return list(np.asarray(got).tolist()) == expected
+    if work == "batch":
+        return [list(x) for x in got] == expected
+    if work == "flat":
+        ids, offs = got
+        offs = np.asarray(offs, dtype=np.int64)
+        return all(ids[a:b].tolist() == e for a, b, e in zip(offs[:-1], offs[1:], expected)) and len(offs) == len(expected) + 1
+    return got == expected
+
+
+def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict, runs: int, tmp: str) -> dict:
+    docs = documents(text)
+    n_bytes = len(text.encode("utf-8"))
+    doc_bytes = sum(len(d.encode("utf-8")) for d in docs)
+    want_text = enc.encode(text, allowed_special="all")
+    want_docs = enc.encode_batch(docs, allowed_special="all")
+    ids = np.array(want_text, dtype=np.uint32).tolist()
+    path = os.path.join(tmp, f"{corpus}.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    everyone = {"bpe_core": ours_adapter(ours), **peers}
+    jobs = []           # (work label, who, callable, bytes, check)
+    for who, ad in everyone.items():
+        if "list" in ad:
+            jobs.append((WORKS[0], who, lambda ad=ad: ad["list"](text), n_bytes, ("list", want_text)))
+        if "array" in ad:
+            jobs.append((WORKS[1], who, lambda ad=ad: ad["array"](text), n_bytes, ("array", want_text)))
+        if "batch" in ad:
+            jobs.append((WORKS[2], who, lambda ad=ad: ad["batch"](docs), doc_bytes, ("batch", want_docs)))
+        if "flat" in ad:
+            jobs.append((WORKS[3], who, lambda ad=ad: ad["flat"](docs), doc_bytes, ("flat", want_docs)))
+        if "decode" in ad:
+            jobs.append((WORKS[4], who, lambda ad=ad: ad["decode"](ids), n_bytes, ("decode", text)))
+        if who == "bpe_core" or "batch" in ad:
+            out = os.path.join(tmp, f"{who}.npy")
+            jobs.append((WORKS[5], who, lambda ad=ad, who=who, out=out: corpus_to_npy(
+                ad, path, out, ours if who == "bpe_core" else None), n_bytes, None))
+    times = {(w, who): [] for w, who, *_ in jobs}
+    cpu = {(w, who): [] for w, who, *_ in jobs}
+    same, failed = {}, {}
+    for r in range(runs + 1):              # round 0 warms caches up and checks the ids, untimed
+        for work, who, fn, nb, chk in jobs:
+            if (work, who) in failed:
+                continue
+            t0, c0 = time.perf_counter(), time.process_time()
+            try:
+                got = fn()
+            except Exception as exc:        # e.g. a peer's own limit on tokens per call: named, left out
+                failed[(work, who)] = f"{type(exc).__name__}: {str(exc)[:100]}"
+                del times[(work, who)], cpu[(work, who)]
+                continue
+            if r:
+                times[(work, who)].append(nb / 1e6 / (time.perf_counter() - t0))
+                cpu[(work, who)].append(nb / 1e6 / max(time.process_time() - c0, 1e-9))
+            elif chk is not None:
+                same[(work, who)] = check(who, chk[0], got, chk[1])
+            del got
+    if (WORKS[5], "bpe_core") in times:     # the .npy of ours holds the whole text's ids
+        saved = np.load(os.path.join(tmp, "bpe_core.npy"))
+        same[(WORKS[5], "bpe_core")] = saved.tolist() == want_text
+    return {"vocab": vocab, "corpus": corpus, "mb": n_bytes / 1e6, "docs": len(docs),
+            "medians": {k: statistics.median(v) for k, v in times.items()},
+            "cpu": {k: statistics.median(v) for k, v in cpu.items()}, "same": same, "failed": failed}
+
+
+def table(res: dict, peer_names: list[str], key: str = "medians") -> str:
+    cols = ["bpe_core"] + peer_names
+    what = "MB/s (wall)" if key == "medians" else "MB per CPU-second (all threads of the process)"
+    lines = [f"### {res['vocab']}, {res['corpus']} ({res['mb']:.1f} MB, {res['docs']} docs), {what}, medians",
+             "", "| work | " + " | ".join(cols) + " | best peer | ours/best |",
+             "|---" * (len(cols) + 3) + "|"]
+    for work in WORKS:
+        cells, best = [], None
+        for who in cols:
+            m = res[key].get((work, who))
+            if m is None:
+                cells.append("-")
+                continue
+            ok = res["same"].get((work, who), True)
+            cells.append(f"{m:.1f}" + ("" if ok else " (ids differ)"))
+            if who != "bpe_core" and ok and (best is None or m > best[1]):
+                best = (who, m)
+        ours = res[key].get((work, "bpe_core"))
+        ratio = f"{ours / best[1]:.2f}" if best and ours else "-"
+        lines.append(f"| {work} | " + " | ".join(cells) + f" | {best[0] if best else '-'} | {ratio} |")
+    for (work, who), why in res.get("failed", {}).items():
+        lines.append(f"\n{who}, {work}: failed ({why})")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=float, default=10.0, help="MB of each corpus (a cut of its start)")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--corpus", nargs="+", default=["en_heldout", "ood_code"])
+    ap.add_argument("--vocab", nargs="+", default=["gpt2", "cl100k"], choices=["gpt2", "cl100k"])
+    ap.add_argument("--peers", nargs="+", default=PEERS)
+    ap.add_argument("--corpora", default=CORPORA, help="the folder of the corpora (NAME.txt or NAME.txt.xz)")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args(argv)
+    print(f"# bench_peers: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+          f"{args.runs} interleaved runs, --mb {args.mb}")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for vocab in args.vocab:
+            try:
+                ours, enc, hf_json, skip = (gpt2_setup if vocab == "gpt2" else cl100k_setup)(tmp)
+            except Exception as exc:
+                print(f"\n{vocab}: skipped ({exc})")
+                continue
+            peers, skipped = load_peers(args.peers, enc, hf_json, skip)
+            for name, why in skipped.items():
+                print(f"{vocab}: {name} skipped ({why})")
+            for corpus in args.corpus:
+                try:
+                    text = read_cut(corpus, args.mb, args.corpora)
+                except OSError as exc:
+                    print(f"{corpus}: skipped ({exc})")
+                    continue
+                res = bench(vocab, corpus, text, ours, enc, peers, args.runs, tmp)
+                print("\n" + table(res, list(peers)), flush=True)
+                print("\n" + table(res, list(peers), "cpu"), flush=True)
+                results.append(res)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{**r, "medians": {" / ".join(k): v for k, v in r["medians"].items()},
+                        "cpu": {" / ".join(k): v for k, v in r["cpu"].items()},
+                        "same": {" / ".join(k): v for k, v in r["same"].items()},
+                        "failed": {" / ".join(k): v for k, v in r["failed"].items()}} for r in results], f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
