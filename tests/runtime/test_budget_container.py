@@ -5,6 +5,7 @@ made (root with cgroup v1, as on the bench machines; ``/work/shared/bench/in_cgr
 import os
 import subprocess
 import sys
+import tempfile
 import warnings
 
 import pytest
@@ -13,7 +14,7 @@ from bpe_core.errors import BudgetError, BudgetWarning, CorpusError
 from bpe_core.runtime import budget, cgroup, memmon
 from bpe_core.runtime.budget import parse_size, plan_encoding, plan_training
 from bpe_core.runtime.cgroup import CgroupMemory, parse_cgroup_memory
-from paths import REPO
+from paths import REPO, package_parent
 
 ROOT = str(REPO)
 MiB = 1 << 20
@@ -145,8 +146,11 @@ def test_parse_size_refuses_in_one_line(text, words):
 
 
 def run_tool(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})), timeout=timeout)
+    """``python ARGS`` (``tools/...`` paths made absolute) from a folder outside the checkout, with the
+    package this test imported: never the unbuilt source folder of a clean clone."""
+    args = [os.path.join(ROOT, a) if isinstance(a, str) and a.startswith("tools/") else a for a in args]
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=tempfile.gettempdir(),
+                          env=dict(os.environ, PYTHONPATH=package_parent(), **(env or {})), timeout=timeout)
 
 
 @pytest.mark.parametrize("value,words", [("-1G", "must be positive"), ("٣G", "ASCII digits"),

@@ -27,7 +27,7 @@ import pytest
 from bpe_core.encode.tokenizer import Tokenizer
 from bpe_core.formats.model import Model, dump_folder, load_model
 from bpe_core.runtime import atomic
-from paths import REPO, TESTS
+from paths import TESTS, package_parent
 from robust_helpers import ENCODE, TRAIN, leftovers, stderr_lines
 
 SPECIAL = "<|endoftext|>"
@@ -92,8 +92,9 @@ def run_child(tmp_path, tool_path, args, kill_at=0, sig="SIGKILL", full_disk=Fal
         here = os.path.dirname(os.path.abspath(__file__))
         code = (f"import sys; sys.path[:0] = [{here!r}, {str(TESTS)!r}]; import test_output_sets as t; "
                 f"sys.exit(t.child_main(*{spec!r}))")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_parent(), os.environ.get("PYTHONPATH", "")]))
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                              cwd=str(tmp_path))
     fd_out, out_path = tempfile.mkstemp(prefix="bpe-out-")
     fd_err, err_path = tempfile.mkstemp(prefix="bpe-err-")
     pid = os.fork()

@@ -6,7 +6,7 @@ special tokens out of its input), and its initial alphabet is the 256 byte chara
 vocabulary counts as ours does (256 + specials + merges). The fast trainer (engine), the reference
 twin and HF agree; the default (``"bytes"``, CS336) is unchanged.
 """
-from paths import REPO, TOOLS, FIXTURES
+from paths import REPO, TOOLS, FIXTURES, package_parent
 import json
 import os
 import subprocess
@@ -183,7 +183,7 @@ def test_bad_values_and_other_methods_are_refused():
 
 def _cli(*args):
     return subprocess.run([sys.executable, str(TOOLS / "train_bpe.py"), *map(str, args)], capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          text=True, env={**os.environ, "PYTHONPATH": package_parent()})
 
 
 def test_cli_flag(tmp_path):
