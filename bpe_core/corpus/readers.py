@@ -43,6 +43,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional
 
 from ..errors import CorpusError
 from .files import ZSTD_SKIPPABLE, compressed_format
+from .ranges import open_source
 
 __all__ = ["BadRecords", "DECOMPRESSORS", "EXTRAS", "READ_BYTES", "compression_of", "dataset_documents",
            "decompressed_pieces", "file_head", "is_dataset", "line_of", "iterator_documents", "jsonl_documents", "need_module",
@@ -669,9 +670,10 @@ def file_head(path: str, n: int = 16) -> bytes:
 
 
 def line_of(path: str, offset: int) -> int:
-    """The line number (from 1) at byte ``offset`` of a plain file (for messages only)."""
+    """The line number (from 1) at byte ``offset`` of a plain file, a local path or an fsspec URL
+    (for messages only)."""
     n = 1
-    with open(path, "rb") as f:
+    with open_source(path) as f:
         left = offset
         while left > 0:
             data = f.read(min(left, 1 << 20))

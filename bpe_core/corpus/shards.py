@@ -54,7 +54,7 @@ from .chunks import cut_points, first_safe_cut
 from .readers import (BadRecords, compression_of, dataset_documents, decompressed_pieces, is_dataset,
                       iterator_documents, jsonl_documents, line_of, need_module, parquet_column,
                       parquet_row_group_documents)
-from .ranges import Stamp, is_url, open_source, read_source, source_stamp
+from .ranges import Stamp, open_source, read_source, source_stamp
 
 # "Source" in annotations names ``inputs.Source``: a name only (inputs come before shards in corpus/, and
 # not even type checkers import it here, so the two modules form no cycle).
@@ -229,7 +229,7 @@ class JsonlRangeShard(InputShard):
         local = _Deferred()
         docs = [d for d, _ in jsonl_documents([data], path, self.opts.text_field, local)]
         if local.found:                   # line numbers from the start of the file, only when needed
-            base = _line_of(path, self.start) - 1
+            base = line_of(path, self.start) - 1
             for where, reason, n in local.found:
                 self.opts.bad.add(path, f"line {int(where.split()[1]) + base}", reason, n)
         return _record_block(docs, self.opts, self.source.index, f"{path}[{self.start}:{self.end}]")
@@ -366,22 +366,6 @@ def _line_ranges(path: str, chunk_bytes: int, stamp: Stamp) -> list[tuple[int, i
         target = cut + chunk_bytes
     cuts.append(n)
     return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
-
-
-def _line_of(name: str, offset: int) -> int:
-    """``readers.line_of`` for a local path or a URL (for messages only)."""
-    if not is_url(name):
-        return line_of(name, offset)
-    n = 1
-    with open_source(name) as f:
-        left = offset
-        while left > 0:
-            data = f.read(min(left, 1 << 20))
-            if not data:
-                break
-            n += data.count(b"\n")
-            left -= len(data)
-    return n
 
 
 def _record_block(docs: list, opts: ReadOptions, source: int, label: str) -> Block:
