@@ -46,11 +46,13 @@ def test_encode_after_sigkill_leaves_nothing_behind(tmp_path):
     script = (f"import bpe_core; bpe_core.encode_corpus({str(corpus)!r}, {str(tok_dir)!r}, "
               f"{str(tmp_path / 'ids.npy')!r}, num_workers=2, chunk_bytes=1 << 16, progress=False)")
     proc = subprocess.Popen([sys.executable, "-c", script])
-    deadline = time.time() + 20
-    while time.time() < deadline and not any(n.startswith(".ids.npy.") for n in os.listdir(tmp_path)):
-        time.sleep(0.01)
+    deadline = time.time() + 60
+    # its spill or temp file (".ids.npy.spill-<pid>-*", ".ids.npy.tmp-<pid>-*") shows it is mid-run
+    while time.time() < deadline and proc.poll() is None and \
+            not any(n.startswith(".ids.npy.") for n in os.listdir(tmp_path)):
+        time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    assert proc.wait() == -signal.SIGKILL, "the run ended before it was killed: nothing was tested"
     ec = importlib.import_module("bpe_core.encode.encode_corpus")
     r = ec.encode_corpus(corpus, tok_dir, tmp_path / "ids.npy", num_workers=1, progress=False)
     assert sorted(os.listdir(tmp_path)) == ["ids.npy", "in.txt", "tok"]
