@@ -13,6 +13,7 @@ import importlib
 from bpe_core.runtime.atomic import remove_stale, remove_stale_in
 from bpe_core.encode.tokenizer import Tokenizer
 from bpe_core.pretok import counting
+from paths import package_parent
 
 
 def dead_pid() -> int:
@@ -45,7 +46,9 @@ def test_encode_after_sigkill_leaves_nothing_behind(tmp_path):
     dump_folder(result.model, tok_dir)
     script = (f"import bpe_core; bpe_core.encode_corpus({str(corpus)!r}, {str(tok_dir)!r}, "
               f"{str(tmp_path / 'ids.npy')!r}, num_workers=2, chunk_bytes=1 << 16, progress=False)")
-    proc = subprocess.Popen([sys.executable, "-c", script])
+    # run outside the checkout, with this process's package (a clean clone's root holds unbuilt source)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path,
+                            env=dict(os.environ, PYTHONPATH=package_parent()))
     deadline = time.time() + 60
     # its spill or temp file (".ids.npy.spill-<pid>-*", ".ids.npy.tmp-<pid>-*") shows it is mid-run
     while time.time() < deadline and proc.poll() is None and \
