@@ -40,6 +40,11 @@ cdef extern from "_unicode_tables.h" nogil:
         BPE_UT_U
         BPE_UT_W
 
+# The fast path over 64 ASCII bytes at a time (see the header for its rules and contract).
+cdef extern from "_ascii_window.h" nogil:
+    unsigned bpe_aw_class(uint8_t c)
+    int bpe_ascii_window(int pattern, const uint8_t* s, int64_t i, int64_t* ends, int64_t* stop)
+
 # Small C helpers: little-endian loads, byte order, count-trailing-zeros, prefetch, table memory.
 cdef extern from *:
     """
@@ -495,11 +500,56 @@ cdef inline bint _ascii_letter(uint8_t c) noexcept nogil:
     """``[A-Za-z]``: ``c | 0x20`` in ``a..z`` (the ASCII letters, all ``\p{L}``)."""
     return <uint8_t>((c | 0x20) - 0x61) < 26
 
+
+cdef bint _check_ascii_classes() noexcept nogil:
+    """Whether the Unicode tables give every ASCII byte the class the 64-byte windows assume
+    (``bpe_aw_class``: letters, upper case, digits, whitespace); if not, the windows stay off."""
+    cdef unsigned c, f, want
+    cdef uint16_t t
+    for c in range(128):
+        f = bpe_aw_class(<uint8_t>c)
+        t = bpe_ut_leaves[c]
+        want = (((f & 1) != 0) * BPE_UT_L) | (((f & 4) != 0) * BPE_UT_N) | (((f & 8) != 0) * BPE_UT_S)
+        want |= (((f & 2) != 0) * BPE_UT_U) | ((((f & 1) != 0) and not (f & 2)) * BPE_UT_W)
+        if (t & (BPE_UT_L | BPE_UT_N | BPE_UT_S | BPE_UT_U | BPE_UT_W)) != want:
+            return False
+    return True
+
+
+cdef bint _WINDOWS = _check_ascii_classes()
+ASCII_WINDOWS = bool(_WINDOWS)  # for the tests: the fast path is in use
+
+
+cdef inline Py_ssize_t _window(int pattern_id, const uint8_t* s, Py_ssize_t i, int64_t* ends,
+                               Py_ssize_t room, int64_t* stop) noexcept nogil:
+    """The pretoken ends the 64 ASCII bytes at s[i] prove (``bpe_ascii_window``; needs i + 64 <= n),
+    at most ``room`` of them, into ends; how many."""
+    cdef int64_t spare[64]
+    cdef Py_ssize_t k
+    if room >= 62:  # a window writes at most 62
+        return bpe_ascii_window(pattern_id, s, i, ends, stop)
+    k = bpe_ascii_window(pattern_id, s, i, spare, stop)
+    if k > room:
+        k = room
+    memcpy(ends, spare, k * sizeof(int64_t))
+    return k
+
+
 cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, Py_ssize_t n,
                             int64_t* ends, Py_ssize_t cap) noexcept nogil:
-    cdef Py_ssize_t i = pos[0], n_ends = 0
+    # Where 64 bytes on are still in the span, a window proves the ends of many pretokens at once
+    # (ASCII text); else, and up to ``stop`` (the byte after a non-ASCII byte that stopped a
+    # window), and when a window proves nothing, one pretoken with the exact scanner.
+    cdef Py_ssize_t i = pos[0], n_ends = 0, k
+    cdef int64_t stop = 0
     if pattern_id == PATTERN_GPT2:
         while i < n and n_ends < cap:
+            if _WINDOWS and i >= stop and n - i >= 64:
+                k = _window(PATTERN_GPT2, s, i, ends + n_ends, cap - n_ends, &stop)
+                if k > 0:
+                    n_ends += k
+                    i = ends[n_ends - 1]
+                    continue
             # The most frequent pretokens, an ASCII letter or a space and an ASCII letter, then
             # letters, take the same path as in _end_gpt2 without a call.
             if _ascii_letter(s[i]):
@@ -512,6 +562,12 @@ cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, P
             n_ends += 1
     elif pattern_id == PATTERN_CL100K:
         while i < n and n_ends < cap:
+            if _WINDOWS and i >= stop and n - i >= 64:
+                k = _window(PATTERN_CL100K, s, i, ends + n_ends, cap - n_ends, &stop)
+                if k > 0:
+                    n_ends += k
+                    i = ends[n_ends - 1]
+                    continue
             if _ascii_letter(s[i]):  # likewise for _end_cl100k
                 i = _run_letters(s, i + 1, n)
             elif s[i] == SPACE and i + 1 < n and _ascii_letter(s[i + 1]):
@@ -522,6 +578,12 @@ cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, P
             n_ends += 1
     else:
         while i < n and n_ends < cap:
+            if _WINDOWS and i >= stop and n - i >= 64:
+                k = _window(PATTERN_O200K, s, i, ends + n_ends, cap - n_ends, &stop)
+                if k > 0:
+                    n_ends += k
+                    i = ends[n_ends - 1]
+                    continue
             i = _end_o200k(s, i, n)
             ends[n_ends] = i
             n_ends += 1
@@ -530,6 +592,10 @@ cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, P
 
 
 # ==== Counting =====================================================================================
+
+
+cdef enum:
+    SCAN_CAP = 256  # pretoken ends the counters scan ahead of hashing them (2 KiB: stays in L1)
 
 
 cdef uint64_t _HEAD_MASKS[17][2]  # [min(length, 16)] -> the masks of the two head words
@@ -694,25 +760,148 @@ cdef int _flush(CountTable* t, const Pending* queue, Py_ssize_t n_pending) noexc
     return 0
 
 
+# A small direct-mapped cache in front of the table for pretokens of up to 16 bytes: a frequent
+# word (most pretokens are) is counted in it, in L2, without touching the table's slot array
+# (megabytes, a cache miss a probe). A slot holds the word's head words, its entry number and the
+# counts not yet added to that entry; a miss goes through the table, then takes the slot, adding
+# the counts of the word it evicts to that word's entry. Counts are sums: the order they are added
+# in changes nothing in the sorted table.
+cdef struct HotSlot:
+    uint64_t w0
+    uint64_t w1
+    uint32_t length  # 0: empty (a pretoken is never empty)
+    uint32_t idx     # entry number in the table
+    int64_t pending  # counts not yet in entries[idx].count
+
+
+cdef enum:
+    HOT_SLOTS = 16384  # at most (512 KiB)
+
+
+cdef inline Py_ssize_t _hot_index(uint64_t w0, uint64_t w1, Py_ssize_t length,
+                                  uint64_t mask) noexcept nogil:
+    return <Py_ssize_t>((((w0 ^ (w1 * 0xC2B2AE3D27D4EB4FULL)) + <uint64_t>length)
+                         * 0x9E3779B97F4A7C15ULL) >> 40) & mask
+
+
+cdef struct HotCache:
+    HotSlot* slots
+    uint64_t mask
+
+
+cdef int _hot_init(HotCache* hot, Py_ssize_t n_bytes) noexcept nogil:
+    """A cache sized to the input (a small input, a small cache); 0, or -1 when out of memory."""
+    cdef Py_ssize_t n_slots = 64
+    while n_slots < HOT_SLOTS and n_slots < n_bytes // 32:
+        n_slots *= 2
+    hot.slots = <HotSlot*>calloc(n_slots, sizeof(HotSlot))
+    hot.mask = n_slots - 1
+    return 0 if hot.slots != NULL else -1
+
+
+cdef void _hot_drain(HotCache* hot, CountTable* t) noexcept nogil:
+    """Add every slot's pending counts to its entry (before the table is read)."""
+    cdef Py_ssize_t k
+    cdef HotSlot* slot
+    for k in range(<Py_ssize_t>hot.mask + 1):
+        slot = &hot.slots[k]
+        if slot.length != 0 and slot.pending != 0:
+            t.entries[slot.idx].count += slot.pending
+            slot.pending = 0
+
+
+cdef int _flush_hot(CountTable* t, const Pending* queue, Py_ssize_t n_pending,
+                    HotCache* hot) noexcept nogil:
+    """``_flush``, each word of up to 16 bytes then taking its slot of the hot cache."""
+    cdef Py_ssize_t k, e
+    cdef uint64_t slot
+    cdef HotSlot* h
+    for k in range(n_pending):
+        slot = t.slots[queue[k].h & t.mask]
+        if slot != 0:
+            bpe_prefetch(&t.entries[(slot & 0xFFFFFFFFULL) - 1])
+    for k in range(n_pending):
+        e = _table_add_id(t, &queue[k])
+        if e < 0:
+            return -1
+        if queue[k].length <= 16:
+            h = &hot.slots[_hot_index(queue[k].w0, queue[k].w1, queue[k].length, hot.mask)]
+            if h.pending != 0:
+                t.entries[h.idx].count += h.pending
+            h.w0 = queue[k].w0
+            h.w1 = queue[k].w1
+            h.length = <uint32_t>queue[k].length
+            h.idx = <uint32_t>e  # < 2**32 - 1: _table_add refuses more entries
+            h.pending = 0
+    return 0
+
+
+cdef int _count_span_hot(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
+                         const uint8_t* limit, CountTable* table, HotCache* hot) noexcept nogil:
+    """``_count_span`` through a hot cache (its pending counts stay in it: ``_hot_drain``).
+
+    Each batch of ends is taken in two passes: the first reads each pretoken's head words and
+    requests its hot slot, the second looks them up, so the slots' cache misses overlap.
+    """
+    cdef Pending queue[BATCH]
+    cdef int64_t ends[SCAN_CAP]
+    cdef uint64_t heads[2 * SCAN_CAP]
+    cdef Py_ssize_t slots[SCAN_CAP]
+    cdef Py_ssize_t k, got, length, start = i, first, n_pending = 0
+    cdef uint64_t w0, w1
+    cdef HotSlot* h
+    cdef Pending* q
+    while i < n:
+        first = start
+        got = _split_ends(pattern_id, s, &i, n, ends, SCAN_CAP)
+        for k in range(got):
+            length = ends[k] - start
+            _head16(s + start, length, limit, &heads[2 * k], &heads[2 * k + 1])
+            slots[k] = _hot_index(heads[2 * k], heads[2 * k + 1], length, hot.mask)
+            bpe_prefetch(&hot.slots[slots[k]])
+            start = ends[k]
+        start = first
+        for k in range(got):
+            length = ends[k] - start
+            w0 = heads[2 * k]
+            w1 = heads[2 * k + 1]
+            if length <= 16:
+                h = &hot.slots[slots[k]]
+                if h.w0 == w0 and h.w1 == w1 and h.length == length:
+                    h.pending += 1
+                    start = ends[k]
+                    continue
+                if h.pending != 0:  # the entry it will evict into (_flush_hot)
+                    bpe_prefetch(&table.entries[h.idx])
+            q = &queue[n_pending]
+            q.ptr = s + start
+            q.length = length
+            q.w0 = w0
+            q.w1 = w1
+            q.h = _hash(w0, w1, s + start, length)
+            bpe_prefetch(&table.slots[q.h & table.mask])
+            start = ends[k]
+            n_pending += 1
+            if n_pending == BATCH:
+                if _flush_hot(table, queue, n_pending, hot) != 0:
+                    return -1
+                n_pending = 0
+    return _flush_hot(table, queue, n_pending, hot)
+
+
 cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
                      const uint8_t* limit, CountTable* table) noexcept nogil:
-    cdef Pending queue[BATCH]
-    cdef Py_ssize_t j, n_pending = 0
-    while i < n:
-        if pattern_id == PATTERN_GPT2:
-            j = _end_gpt2(s, i, n)
-        elif pattern_id == PATTERN_CL100K:
-            j = _end_cl100k(s, i, n)
-        else:
-            j = _end_o200k(s, i, n)
-        _pend(&queue[n_pending], s + i, j - i, limit, table)
-        n_pending += 1
-        if n_pending == BATCH:
-            if _flush(table, queue, n_pending) != 0:
-                return -1
-            n_pending = 0
-        i = j
-    return _flush(table, queue, n_pending)
+    # The ends come from _split_ends (its 64-byte windows), SCAN_CAP at a time, then go through a
+    # hot cache of its own (count_pretokens shares one between its spans).
+    cdef HotCache hot
+    cdef int status
+    if _hot_init(&hot, n - i) != 0:
+        return -1
+    status = _count_span_hot(pattern_id, s, i, n, limit, table, &hot)
+    if status == 0:
+        _hot_drain(&hot, table)
+    free(hot.slots)
+    return status
 
 
 # ---- Record mode: also the entry number of every pretoken, in text order ----
@@ -802,21 +991,18 @@ cdef int _count_span_rec(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssiz
     A twin of ``_count_span`` rather than a flag in it, so the plain count's loop stays as it is.
     """
     cdef Pending queue[BATCH]
-    cdef Py_ssize_t j, n_pending = 0
+    cdef int64_t ends[SCAN_CAP]
+    cdef Py_ssize_t k, got, start = i, n_pending = 0
     while i < n:
-        if pattern_id == PATTERN_GPT2:
-            j = _end_gpt2(s, i, n)
-        elif pattern_id == PATTERN_CL100K:
-            j = _end_cl100k(s, i, n)
-        else:
-            j = _end_o200k(s, i, n)
-        _pend(&queue[n_pending], s + i, j - i, limit, table)
-        n_pending += 1
-        if n_pending == BATCH:
-            if _ids_reserve(rec, BATCH) != 0 or _flush_rec(table, queue, n_pending, rec) != 0:
-                return -1
-            n_pending = 0
-        i = j
+        got = _split_ends(pattern_id, s, &i, n, ends, SCAN_CAP)
+        for k in range(got):
+            _pend(&queue[n_pending], s + start, ends[k] - start, limit, table)
+            start = ends[k]
+            n_pending += 1
+            if n_pending == BATCH:
+                if _ids_reserve(rec, BATCH) != 0 or _flush_rec(table, queue, n_pending, rec) != 0:
+                    return -1
+                n_pending = 0
     if _ids_reserve(rec, n_pending) != 0:
         return -1
     return _flush_rec(table, queue, n_pending, rec)
@@ -852,6 +1038,38 @@ cdef extern from *:
     }
     """
     void bpe_sort_order[E, L](uint32_t* order, size_t n, const E* e, L less) noexcept nogil
+
+
+cdef extern from *:
+    """
+    #include <algorithm>
+    #include <stdlib.h>
+    /* A word's sort key: its first 16 bytes as big-endian words (so integer order is byte order),
+     * and its entry number. */
+    struct BpeSortKey { uint64_t k0, k1; uint32_t idx; };
+    /* order[0:n] = the entry numbers in less-order, as bpe_sort_order, but sorting 24-byte keys
+     * with an inlined comparison: the heads decide nearly every comparison without touching the
+     * entries (40 bytes each, and a call per comparison). 0, or -1 when out of memory. */
+    template <class E, class L>
+    static int bpe_sort_keys(uint32_t* order, size_t n, const E* e, L less) {
+        BpeSortKey* keys = (BpeSortKey*)malloc((n ? n : 1) * sizeof(BpeSortKey));
+        if (keys == NULL) return -1;
+        for (size_t i = 0; i < n; i++) {
+            keys[i].k0 = bpe_order64(e[i].w0);
+            keys[i].k1 = bpe_order64(e[i].w1);
+            keys[i].idx = (uint32_t)i;
+        }
+        std::sort(keys, keys + n, [e, less](const BpeSortKey& a, const BpeSortKey& b) {
+            if (a.k0 != b.k0) return a.k0 < b.k0;
+            if (a.k1 != b.k1) return a.k1 < b.k1;
+            return (bool)less(e[a.idx], e[b.idx]);
+        });
+        for (size_t i = 0; i < n; i++) order[i] = keys[i].idx;
+        free(keys);
+        return 0;
+    }
+    """
+    int bpe_sort_keys[E, L](uint32_t* order, size_t n, const E* e, L less) noexcept nogil
 
 
 cdef inline int _word_cmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b,
@@ -1188,29 +1406,50 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
 
 
 cdef object _table_to_arrays(CountTable* t, bint presorted=False):
-    """Sort the entries by bytes (unless ``presorted``) and copy them out as (arena, offsets, counts)."""
+    """Sort the entries by bytes (unless ``presorted``) and copy them out as (arena, offsets, counts).
+
+    The sort orders entry numbers by 24-byte keys (``bpe_sort_keys``), then the copy reads the
+    entries in that order: the entries themselves are not moved.
+    """
     cdef Py_ssize_t i, n_words = t.n_entries, n_bytes = 0, pos = 0
     cdef Entry* entries = t.entries
-    with nogil:
-        if n_words > 1 and not presorted:
-            sort(entries, entries + n_words, _entry_less)
-        for i in range(n_words):
-            n_bytes += entries[i].length
-    arena = np.empty(n_bytes, dtype=np.uint8)
-    offsets = np.empty(n_words + 1, dtype=np.int64)
-    counts = np.empty(n_words, dtype=np.int64)
-    cdef uint8_t[::1] arena_view = arena
-    cdef int64_t[::1] offsets_view = offsets
-    cdef int64_t[::1] counts_view = counts
-    cdef uint8_t* out = &arena_view[0] if n_bytes > 0 else NULL
-    with nogil:
-        for i in range(n_words):
-            offsets_view[i] = pos
-            counts_view[i] = entries[i].count
-            memcpy(out + pos, entries[i].ptr, entries[i].length)
-            pos += entries[i].length
-        offsets_view[n_words] = pos
-    return arena, offsets, counts
+    cdef Entry* e
+    cdef uint32_t* order = NULL
+    cdef int status = 0
+    cdef uint8_t[::1] arena_view
+    cdef int64_t[::1] offsets_view
+    cdef int64_t[::1] counts_view
+    cdef uint8_t* out
+    if n_words > 1 and not presorted:
+        order = <uint32_t*>malloc(n_words * sizeof(uint32_t))
+        if order == NULL:
+            raise MemoryError("count_pretokens: cannot allocate the sort order of the table")
+    try:
+        with nogil:
+            if order != NULL:
+                status = bpe_sort_keys[Entry, EntryLess](order, n_words, entries, _entry_less)
+            for i in range(n_words):
+                n_bytes += entries[i].length
+        if status != 0:
+            raise MemoryError("count_pretokens: cannot allocate the sort keys of the table")
+        arena = np.empty(n_bytes, dtype=np.uint8)
+        offsets = np.empty(n_words + 1, dtype=np.int64)
+        counts = np.empty(n_words, dtype=np.int64)
+        arena_view = arena
+        offsets_view = offsets
+        counts_view = counts
+        out = &arena_view[0] if n_bytes > 0 else NULL
+        with nogil:
+            for i in range(n_words):
+                e = &entries[order[i] if order != NULL else i]
+                offsets_view[i] = pos
+                counts_view[i] = e.count
+                memcpy(out + pos, e.ptr, e.length)
+                pos += e.length
+            offsets_view[n_words] = pos
+        return arena, offsets, counts
+    finally:
+        free(order)
 
 
 cdef class _OwnedIds:
@@ -1347,7 +1586,9 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
                              f" of {n} bytes")
     cdef CountTable table
     cdef IdBuf rec
+    cdef HotCache hot
     cdef Py_ssize_t span_bytes
+    hot.slots = NULL
     rec.data = NULL
     rec.n = 0
     rec.cap = 0
@@ -1372,17 +1613,26 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
             if status != 0:
                 raise MemoryError("count_pretokens: out of memory growing the hash table or the ids")
             return _record_to_arrays(&table, &rec)
+        span_bytes = 0
+        for k in range(spans.shape[0]):
+            span_bytes += spans[k, 1] - spans[k, 0]
+        if _hot_init(&hot, span_bytes) != 0:
+            raise MemoryError("count_pretokens: cannot allocate the hash table")
         with nogil:
             for k in range(spans.shape[0]):
-                status = _count_span(pattern_id, s, spans[k, 0], spans[k, 1], s + n, &table)
+                status = _count_span_hot(pattern_id, s, spans[k, 0], spans[k, 1], s + n, &table,
+                                         &hot)
                 if status != 0:
                     break
+            if status == 0:
+                _hot_drain(&hot, &table)
         if status != 0:
             raise MemoryError("count_pretokens: out of memory growing the hash table")
         return _table_to_arrays(&table)
     finally:
         _table_free(&table)
         free(rec.data)
+        free(hot.slots)
 
 
 cdef inline bint _run_less(WordRun* runs, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
