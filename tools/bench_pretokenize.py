@@ -23,6 +23,7 @@ and checks on the way that the native pretokens equal the regex ones. Usage::
     python tools/bench_pretokenize.py                      # gpt2, 50 MB of en_train
     python tools/bench_pretokenize.py --patterns gpt2 cl100k o200k --en-mb 20 --runs 5
     python tools/bench_pretokenize.py --input /tmp/en_heldout.txt --patterns gpt2 cl100k o200k
+    python tools/bench_pretokenize.py --input /tmp/en_heldout.txt --skip-regex --runs 7  # native only
 """
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def _median_seconds(fn, runs: int, min_seconds: float = 0.3) -> float:
     return statistics.median(times)
 
 
-def bench_one(data: bytes, name: str, runs: int) -> dict:
+def bench_one(data: bytes, name: str, runs: int, skip_regex: bool = False) -> dict:
     pattern = regex.compile(PATTERNS[name])
     pid = _pretok.PATTERN_IDS[name]
     text = data.decode("utf-8", "surrogateescape")
@@ -98,11 +99,13 @@ def bench_one(data: bytes, name: str, runs: int) -> dict:
             pass
 
     mb = len(data) / 1e6
+    nan = float("nan")
     return {
         "MB": mb,
-        "regex": mb / _median_seconds(run_regex, runs),
-        "regex+Counter": mb / _median_seconds(lambda: Counter(pattern.findall(text)), runs),
-        "findall": mb / _median_seconds(lambda: pattern.findall(text), runs),
+        "regex": nan if skip_regex else mb / _median_seconds(run_regex, runs),
+        "regex+Counter": nan if skip_regex else
+        mb / _median_seconds(lambda: Counter(pattern.findall(text)), runs),
+        "findall": nan if skip_regex else mb / _median_seconds(lambda: pattern.findall(text), runs),
         "split": mb / _median_seconds(lambda: _pretok.split_ends(buf, pid), runs),
         "count": mb / _median_seconds(lambda: _pretok.count_pretokens(buf, spans, pid), runs),
         "list": mb / _median_seconds(lambda: pretokenize(data, name, ["<|endoftext|>"]), runs),
@@ -118,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="corpus names to run (e.g. en_train ja)")
     parser.add_argument("--input", nargs="*", default=None, metavar="FILE",
                         help="plain text files to run instead of the corpora (e.g. /tmp/en_heldout.txt)")
+    parser.add_argument("--skip-regex", action="store_true",
+                        help="measure only the native columns (the regex ones print nan)")
     args = parser.parse_args(argv)
 
     corpora = pathlib.Path(args.corpora)
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, load in inputs:
             data = load()
             for name in args.patterns:
-                r = bench_one(data, name, args.runs)
+                r = bench_one(data, name, args.runs, args.skip_regex)
                 print(f"{name:7} {key:9} " + " ".join(f"{r[c]:13.1f}" for c in cols)
                       + f" {r['split'] / r['regex']:10.1f}x {r['count'] / r['regex+Counter']:12.1f}x"
                       + f" {r['list'] / r['regex']:9.1f}x {r['list'] / r['findall']:11.1f}x",
