@@ -9,11 +9,12 @@ ids can differ (``Method.export_caveats``); for plain BPE the ids are bpe_core's
 """
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 from . import registry
-from .model import Model, token_to_gpt2
+from .model import Model, gpt2_names
 
 __all__ = ["HF_CONFIG_FILE", "HF_TOKENIZER_FILE", "hf_folder_files", "hf_split_pattern", "hf_tokenizer_config",
            "hf_tokenizer_json", "special_ids", "unique_ids", "usable_merges"]
@@ -45,6 +46,12 @@ def special_ids(model: Model) -> dict[str, int]:
 def usable_merges(model: Model, ids: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     """Merges in rank order, without repeats of a pair (the first rank wins, as in the reference)
     and without merges that can never apply (a part is not a token)."""
+    merges = model.merges
+    try:            # the usual case, checked in C: no repeats, every part a token -> all of them
+        if len(set(merges)) == len(merges) and ids.keys() >= set(itertools.chain.from_iterable(merges)):
+            return list(merges)
+    except TypeError:           # a pair given as a list (unhashable): the loop below
+        pass
     seen: set[tuple[bytes, bytes]] = set()
     out = []
     for a, b in model.merges:
@@ -55,15 +62,18 @@ def usable_merges(model: Model, ids: dict[bytes, int]) -> list[tuple[bytes, byte
     return out
 
 
-def hf_tokenizer_json(model: Model) -> dict[str, Any]:
-    """The ``tokenizer.json`` document of HF ``tokenizers`` for this model.
+def hf_tokenizer_json(model: Model, names: dict[bytes, str] | None = None) -> dict[str, Any]:
+    """The ``tokenizer.json`` document of HF ``tokenizers`` for this model (``names``: the model's
+    ``formats.model.gpt2_names`` when the caller has them).
 
     For a SuperBPE model the pre-tokenizer is the official SuperBPE stage-2 split (the closest HF
     can express; see :func:`export_caveats`).
     """
     ids = unique_ids(model)
-    vocab = {token_to_gpt2(b): i for b, i in sorted(ids.items(), key=lambda kv: kv[1])}
-    merges = [[token_to_gpt2(a), token_to_gpt2(b)] for a, b in usable_merges(model, ids)]
+    if names is None:
+        names = gpt2_names(ids)           # every usable merge's parts are in ids
+    vocab = {names[b]: i for b, i in sorted(ids.items(), key=lambda kv: kv[1])}
+    merges = [[names[a], names[b]] for a, b in usable_merges(model, ids)]
     added = [
         {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
          "normalized": False, "special": True}
@@ -119,7 +129,7 @@ def hf_tokenizer_config(model: Model) -> dict[str, Any]:
     return config
 
 
-def hf_folder_files(model: Model) -> dict[str, str]:
+def hf_folder_files(model: Model, names: dict[bytes, str] | None = None) -> dict[str, str]:
     """The HF files of a model folder (name -> text), for a method whose models HF encodes exactly
     (one merge list, no stages): ``AutoTokenizer.from_pretrained(folder)`` and
     ``tokenizers.Tokenizer.from_file(folder + "/tokenizer.json")`` then give bpe_core's ids. None
@@ -132,5 +142,5 @@ def hf_folder_files(model: Model) -> dict[str, str]:
     """
     if registry.get(model.method).stage_aware:
         return {}
-    return {HF_TOKENIZER_FILE: json.dumps(hf_tokenizer_json(model), ensure_ascii=False) + "\n",
+    return {HF_TOKENIZER_FILE: json.dumps(hf_tokenizer_json(model, names), ensure_ascii=False) + "\n",
             HF_CONFIG_FILE: json.dumps(hf_tokenizer_config(model), indent=2) + "\n"}
