@@ -12,14 +12,11 @@ See ``docs/formats.md`` for the field-by-field description.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
-
-import regex
 
 from ..errors import ModelFormatError
 from ..pretok.patterns import pattern_name, resolve_pattern
@@ -117,9 +114,22 @@ def gpt2_to_token(text: str) -> bytes:
 
 
 
+def _sha256():
+    """A sha256 hash object: CPython's own implementation when it has one (``hashlib`` would load
+    OpenSSL's libcrypto, ~3.5 MB of resident pages in every process that writes a model folder)."""
+    try:
+        from _sha2 import sha256          # Python 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256    # Python 3.11
+        except ImportError:
+            from hashlib import sha256
+    return sha256()
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     """The sha256 of a file, hex (what ``model.json`` records for ``vocab.json`` and ``merges.txt``)."""
-    h = hashlib.sha256()
+    h = _sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
@@ -261,6 +271,8 @@ def load_model(path: str | os.PathLike) -> Model:
     pattern = doc["pattern"]
     if not isinstance(pattern, str) or not pattern:
         raise bad("pattern", f"must be a non-empty string, got {_kind(pattern)}")
+    import regex                # (only a model load needs it: not imported with the package)
+
     try:
         pattern = resolve_pattern(pattern)
         regex.compile(pattern)
