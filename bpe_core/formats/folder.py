@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any, Optional
 
-from .hf import hf_folder_files
+from .hf import hf_file_makers
 from .model import REPORT_FILE, Model, dump_folder, gpt2_names
 
 __all__ = ["save_folder"]
@@ -32,7 +32,7 @@ def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[s
     ['merges.txt', 'model.json', 'tokenizer.json', 'tokenizer_config.json', 'train_report.json', 'vocab.json']
     """
     names = gpt2_names(model.vocab.values())          # each token's GPT-2 string, made once
-    extra: dict[str, str] = dict(hf_folder_files(model, names))
+    extra: dict[str, Any] = dict(hf_file_makers(model, names))     # made as they are written
     if report is not None:
         extra[REPORT_FILE] = json.dumps(report, indent=2) + "\n"
     parent = os.path.dirname(os.path.abspath(os.fspath(folder)))

@@ -2,7 +2,7 @@
 GPT-2 string per token shared by ``vocab.json``, ``merges.txt`` and ``tokenizer.json``) and still
 write, byte for byte, what the plain forms wrote: ``json.dump`` with ``indent=0`` for ``vocab.json``,
 ``json.dump`` for ``model.json``, a character-by-character GPT-2 mapping, the pair-by-pair filter
-of HF's merges."""
+of HF's merges, ``json.dumps`` of the whole ``tokenizer.json`` document."""
 import io
 import json
 
@@ -79,6 +79,7 @@ def test_hf_merges_and_vocab_are_the_pair_by_pair_ones(model):
     doc = hf.hf_tokenizer_json(model)
     assert doc["model"]["merges"] == [[_plain_gpt2(a), _plain_gpt2(b)] for a, b in _plain_usable(model, ids)]
     assert all(doc["model"]["vocab"][_plain_gpt2(b)] == i for b, i in ids.items())
+    assert hf.hf_tokenizer_text(model) == json.dumps(doc, ensure_ascii=False)       # tokenizer.json's text
 
 
 def test_token_to_gpt2_is_the_byte_by_byte_map():
