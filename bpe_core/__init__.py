@@ -74,13 +74,19 @@ _LAZY = {
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         module, attr = _LAZY[name]
         value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
         globals()[name] = value            # the next lookup is a plain attribute
         return value
+    if not name.startswith("_"):           # a sub-package or module (bpe_core.training, ...), as before
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

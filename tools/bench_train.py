@@ -220,19 +220,21 @@ if pid == 0:
         os._exit(127)
 _, status, usage = os.wait4(pid, 0)
 wall = time.perf_counter() - t0
-print(wall, usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024), os.waitstatus_to_exitcode(status))
+print(wall, usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024), os.waitstatus_to_exitcode(status),
+      usage.ru_utime + usage.ru_stime)
 """
 
 
-def run_process(cmd: list[str], env: dict) -> tuple[float, int, int, str]:
+def run_process(cmd: list[str], env: dict) -> tuple[float, int, int, str, float]:
     """Run ``cmd`` (through :data:`LAUNCHER`); its wall seconds, max RSS in bytes (``wait4``: the
-    process itself, exact), exit code and stderr."""
+    process itself, exact), exit code, stderr and CPU seconds (user + system: steadier than the
+    wall time on a busy machine)."""
     proc = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *cmd], capture_output=True, env=env, text=True)
     try:
-        wall, rss, code = proc.stdout.split()
-        return float(wall), int(rss), int(code), proc.stderr
+        wall, rss, code, cpu = proc.stdout.split()
+        return float(wall), int(rss), int(code), proc.stderr, float(cpu)
     except ValueError:
-        return 0.0, 0, proc.returncode or 1, proc.stderr + proc.stdout
+        return 0.0, 0, proc.returncode or 1, proc.stderr + proc.stdout, 0.0
 
 
 def small_run(args, p) -> int:
@@ -267,28 +269,33 @@ def small_run(args, p) -> int:
             cmds[name] = ([sys.executable, "-c", code, path, str(vocab), out, GPT2_PATTERN], env)
         print(f"small run: {os.path.getsize(path) / 1e6:.1f} MB of {source}, vocab {vocab}, {os.cpu_count()} CPUs, "
               f"{args.repeats} runs each (after one unmeasured), interleaved")
-        runs: dict[str, list[tuple[float, int]]] = {name: [] for name in cmds}
+        runs: dict[str, list[tuple[float, int, float]]] = {name: [] for name in cmds}
         for r in range(args.repeats + 1):
             for name, (cmd, e) in cmds.items():
-                wall, rss, code, err = run_process(cmd, e)
+                wall, rss, code, err, cpu = run_process(cmd, e)
                 if code != 0:
                     print(f"bench_train.py: {name} failed (exit {code}):\n{err[-2000:]}", file=sys.stderr)
                     return 1
                 if r:
-                    runs[name].append((wall, rss))
-                    print(f"  run {r} {name:28s} {wall:6.3f}s  max RSS {rss / 1e6:6.1f} MB", file=sys.stderr)
-        ref = [w for w, _ in runs["numpy import (reference)"]]
-        print("\n| tool | median wall s | median max RSS MB | wall / numpy import (per round) |")
-        print("|---|---|---|---|")
+                    runs[name].append((wall, rss, cpu))
+                    print(f"  run {r} {name:28s} {wall:6.3f}s  CPU {cpu:6.3f}s  max RSS {rss / 1e6:6.1f} MB",
+                          file=sys.stderr)
+        ref = runs["numpy import (reference)"]
+        print("\n| tool | median wall s | wall / numpy import (per round) | median CPU s | CPU / numpy import "
+              "(per round) | median max RSS MB |")
+        print("|---|---|---|---|---|---|")
         for name, rs in runs.items():
-            walls = [w for w, _ in rs]
-            ratio = statistics.median(w / x for w, x in zip(walls, ref))
-            print(f"| {name} | {statistics.median(walls):.3f} | {statistics.median(m for _, m in rs) / 1e6:.1f} | {ratio:.2f}x |")
+            ratio = statistics.median(x[0] / y[0] for x, y in zip(rs, ref))
+            cpu_ratio = statistics.median(x[2] / y[2] for x, y in zip(rs, ref) if y[2] > 0)
+            print(f"| {name} | {statistics.median(x[0] for x in rs):.3f} | {ratio:.2f}x | "
+                  f"{statistics.median(x[2] for x in rs):.3f} | {cpu_ratio:.2f}x | "
+                  f"{statistics.median(x[1] for x in rs) / 1e6:.1f} |")
         for i, d in enumerate(args.against, 1):
             print(f"@{i}: {os.path.abspath(d)}")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({name: [{"wall": w, "max_rss": m} for w, m in rs] for name, rs in runs.items()}, f, indent=1)
+                json.dump({name: [{"wall": w, "max_rss": m, "cpu": c} for w, m, c in rs] for name, rs in runs.items()},
+                          f, indent=1)
         return 0
     finally:
         shutil.rmtree(folder, ignore_errors=True)

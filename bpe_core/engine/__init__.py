@@ -8,9 +8,14 @@ __all__ = ["MergeEngine", "train_words"]
 
 
 def __getattr__(name: str):
-    """``MergeEngine`` and ``train_words`` (``merge``), imported when first used."""
+    """``MergeEngine`` and ``train_words`` (``merge``), and the modules (``merge``, ``units``),
+    imported when first used."""
     if name in __all__:
         from . import merge
 
         return getattr(merge, name)
+    if name in ("merge", "units"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

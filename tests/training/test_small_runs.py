@@ -46,7 +46,8 @@ def test_import_bpe_core_loads_no_heavy_module(tmp_path):
                                                      "bpe_core.methods.bpe", "numpy.random"}), mods
     # the public names are still there, imported when first used
     mods = _modules_after("import bpe_core\nassert callable(bpe_core.train) and bpe_core.Tokenizer.load\n"
-                          "from bpe_core import *\nassert TrainConfig and encode_corpus", tmp_path)
+                          "from bpe_core import *\nassert TrainConfig and encode_corpus\n"
+                          "assert bpe_core.training.train is train and bpe_core.engine.merge.train_words", tmp_path)
     assert "bpe_core.training" in mods and "bpe_core.encode.tokenizer" in mods
 
 
