@@ -82,9 +82,8 @@ def hf_tokenizer_text(model: Model, names: dict[bytes, str] | None = None) -> st
     doc, vocab, pairs, names = _hf_parts(model, names)
     head = json.dumps(doc, ensure_ascii=False)
     assert head.endswith("}}")            # "model" is the last key, and "merges" the last of it
-    # each token's JSON string once (json's own encoder, ensure_ascii=False), then one text per merge
-    quoted = {b: encode_basestring(s) for b, s in names.items()}
-    merges = "[" + ", ".join([f"[{quoted[a]}, {quoted[b]}]" for a, b in pairs]) + "]"
+    quote = encode_basestring             # json's own string encoder (ensure_ascii=False)
+    merges = "[" + ", ".join([f"[{quote(names[a])}, {quote(names[b])}]" for a, b in pairs]) + "]"
     return "".join((head[:-2], ', "vocab": ', json.dumps(vocab, ensure_ascii=False), ', "merges": ', merges, "}}"))
 
 
