@@ -75,16 +75,25 @@ def hf_tokenizer_json(model: Model, names: dict[bytes, str] | None = None) -> di
     return doc
 
 
-def hf_tokenizer_text(model: Model, names: dict[bytes, str] | None = None) -> str:
-    """``json.dumps(hf_tokenizer_json(model), ensure_ascii=False)``, the text of ``tokenizer.json``,
-    made without a list object per merge: the merges' text is joined from each token's JSON string
-    (less time and a lower peak for a large vocabulary; the same characters)."""
+def hf_tokenizer_text(model: Model, names: dict[bytes, str] | None = None, end: str = "") -> str:
+    """``json.dumps(hf_tokenizer_json(model), ensure_ascii=False) + end``, the text of
+    ``tokenizer.json``, made without a list object per merge: the merges' text is joined from each
+    token's JSON string (less time and a lower peak for a large vocabulary; the same characters)."""
+    return "".join(_hf_pieces(model, names, end))
+
+
+def _hf_pieces(model: Model, names: dict[bytes, str] | None, end: str) -> list[str]:
+    """The text of ``tokenizer.json`` in pieces that a writer writes one after another (never joined
+    into one long text)."""
     doc, vocab, pairs, names = _hf_parts(model, names)
     head = json.dumps(doc, ensure_ascii=False)
     assert head.endswith("}}")            # "model" is the last key, and "merges" the last of it
+    vocab_text = json.dumps(vocab, ensure_ascii=False)
+    del vocab, doc                        # (each part is freed once it is text: a lower peak)
     quote = encode_basestring             # json's own string encoder (ensure_ascii=False)
     merges = "[" + ", ".join([f"[{quote(names[a])}, {quote(names[b])}]" for a, b in pairs]) + "]"
-    return "".join((head[:-2], ', "vocab": ', json.dumps(vocab, ensure_ascii=False), ', "merges": ', merges, "}}"))
+    del pairs
+    return [head[:-2], ', "vocab": ', vocab_text, ', "merges": ', merges, "}}" + end]
 
 
 def _hf_parts(model: Model, names: dict[bytes, str] | None):
@@ -160,13 +169,14 @@ def hf_folder_files(model: Model, names: dict[bytes, str] | None = None) -> dict
     >>> sorted(hf_folder_files(m))
     ['tokenizer.json', 'tokenizer_config.json']
     """
-    return {name: make() for name, make in hf_file_makers(model, names).items()}
+    made = {name: make() for name, make in hf_file_makers(model, names).items()}
+    return {name: text if isinstance(text, str) else "".join(text) for name, text in made.items()}
 
 
 def hf_file_makers(model: Model, names: dict[bytes, str] | None = None) -> dict[str, Callable[[], str]]:
     """:func:`hf_folder_files` as functions that make each text when called (a writer then holds one
-    long text at a time)."""
+    long text at a time; ``tokenizer.json``'s as a list of pieces, written one after another)."""
     if registry.get(model.method).stage_aware:
         return {}
-    return {HF_TOKENIZER_FILE: lambda: hf_tokenizer_text(model, names) + "\n",
+    return {HF_TOKENIZER_FILE: lambda: _hf_pieces(model, names, "\n"),
             HF_CONFIG_FILE: lambda: json.dumps(hf_tokenizer_config(model), indent=2) + "\n"}

@@ -179,8 +179,9 @@ def dump_folder(model: Model, folder: str | os.PathLike,
                 extra: dict[str, Any] | None = None,
                 names: dict[bytes, str] | None = None) -> list[bytes]:
     """Publish a model folder as one unit: ``vocab.json``, ``merges.txt``, ``model.json`` (holding
-    their sha256) and the ``extra`` files (name -> text or bytes, e.g. ``train_report.json``, or a
-    function that returns one: called when that file is written, after ``model.json``) are
+    their sha256) and the ``extra`` files (name -> text or bytes, e.g. ``train_report.json``, a list
+    of them written one after another, or a function that returns one: called when that file is
+    written, after ``model.json``) are
     written into a fresh temp folder that then replaces ``folder`` in one step
     (:func:`~bpe_core.runtime.atomic.publish_folder`): a run killed at any point leaves the older
     model whole or the new one, never a mix, and no folder at all where there was none. Other
@@ -200,7 +201,8 @@ def dump_folder(model: Model, folder: str | os.PathLike,
             if callable(data):          # made now: one long text at a time, not all of them at once
                 data = data()
             with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                for piece in (data if isinstance(data, list) else [data]):     # a list: pieces in order
+                    f.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
             del data
     return dropped
 
