@@ -50,8 +50,6 @@ from .corpus.shards import ReadOptions, spool
 from .errors import BinaryInputWarning, BudgetError
 from .formats import registry
 from .formats.model import Model
-from .methods.curate import curated_config
-from .methods.init_from import load_init
 from .pretok.counting import check_distributable, count_corpus, count_sources_on
 from .pretok.patterns import resolve_pattern
 from .pretok.wordtable import WordTable
@@ -203,6 +201,8 @@ def prepare_inputs(config: TrainConfig, method: registry.Method) -> Iterator[Inp
             notes["spooled"], notes["bad_records"] = info, info["bad_records"]
             sources = sources_of(config)
         if config.entropy_filter:            # curate the input first (methods/curate.py), then train on it
+            from .methods.curate import curated_config
+
             config, curation = stack.enter_context(curated_config(config))
             notes = {"entropy_filter": curation, **notes}
             sources = sources_of(config)
@@ -263,7 +263,11 @@ def start(inputs: Inputs, method: registry.Method) -> Run:
     config = inputs.config
     pattern = resolve_pattern(config.pattern)
     specials = encode_specials(config.special_tokens)
-    init = load_init(config)        # --init-from: checked before any work (None without it)
+    init = None
+    if config.init_from is not None:   # --init-from: checked before any work
+        from .methods.init_from import load_init
+
+        init = load_init(config)
     the_plan = plan(config, inputs.sources)
     budget.warn_over_machine(the_plan)       # a --memory-limit above the RAM or the cgroup: one line
     report: dict[str, Any] = {

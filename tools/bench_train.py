@@ -18,6 +18,19 @@ noisy machine hits every tool alike. For each run the parent samples the RSS of 
 tree (psutil, every 50 ms). Printed per vocab size: median wall seconds, median peak RSS, and the
 ratio of each tool's time to bpe_core's (> 1 means bpe_core is faster).
 
+``--small-run``: the fixed costs of a small training run, measured on the whole process: the CLI
+(``tools/train_bpe.py FILE --vocab-size V --out DIR``, imports, plan, count, merges and the output
+folder) in a fresh process on a 1 MB file (the first ``--small-bytes`` of INPUT, read through
+xz/gzip/zstd; default INPUT: ``../shared/corpora/en_train.txt.xz`` beside the checkout, else the
+packaged sample repeated), wall seconds and the process's max RSS (``wait4``, exact, no sampling),
+median of ``--repeats`` interleaved runs, next to ``python -c "import numpy"`` (a fixed reference:
+on a busy machine the ratio to it is steadier than the seconds) and the peers that are installed
+(``gigabpe``, HF ``tokenizers``: train and write their ``tokenizer.json``). ``--against`` checkouts
+run their own ``tools/train_bpe.py``. Children run without ``PYTHONDONTWRITEBYTECODE`` (the
+bytecode of an installed package is cached; a first, unmeasured run of each writes it):
+
+    python tools/bench_train.py --small-run --repeats 7 --against ../old_checkout
+
 "per round" is the median of each round's time over plain BPE's in the same round (the runs are
 interleaved, so a slow spell of a shared machine hits both): steadier than the ratio of the medians
 when the machine is noisy.
@@ -143,6 +156,151 @@ def measure(tool, path, vocab_size, workers, interval=0.05, checkout=None) -> di
 TOOL_MODULES = {"bpe_core": "bpe_core", "hf": "tokenizers", "rustbpe": "rustbpe"}
 
 
+# ==== Small runs: the fixed costs of a whole process =========================================
+
+SMALL_PEERS = {
+    "gigabpe": ("gigabpe", "import gigabpe, sys; gigabpe.train_tokenizer([sys.argv[1]], vocab_size=int(sys.argv[2]), "
+                           "output=sys.argv[3] + '.json', pretokenizer='bytelevel', special_tokens=['<|endoftext|>'])"),
+    "hf": ("tokenizers", "import sys; from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers; "
+                         "t = Tokenizer(models.BPE()); t.pre_tokenizer = pre_tokenizers.Sequence(["
+                         "pre_tokenizers.Split(Regex(sys.argv[4]), behavior='isolated'), "
+                         "pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]); "
+                         "t.train([sys.argv[1]], trainers.BpeTrainer(vocab_size=int(sys.argv[2]), "
+                         "special_tokens=['<|endoftext|>'], show_progress=False, "
+                         "initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), min_frequency=0)); "
+                         "t.save(sys.argv[3] + '.json')"),
+}
+
+
+def small_input(source: str | None, size: int, folder: str) -> tuple[str, str]:
+    """A file of the first ``size`` bytes of ``source`` (compressed files read through), or of the
+    shared English corpus beside the checkout, or of the packaged sample repeated; and what it was
+    made from."""
+    if source is None:
+        shared = os.path.join(HERE, "..", "..", "shared", "corpora", "en_train.txt.xz")
+        source = shared if os.path.isfile(shared) else None
+    if source is None:
+        from importlib.resources import files
+
+        sample = (files("bpe_core") / "data" / "sample.txt").read_bytes()
+        data = (sample * (size // len(sample) + 1))[:size]
+        source = "the packaged sample, repeated (repetitive: pass a real corpus as INPUT)"
+    else:
+        opener = {".xz": "lzma", ".gz": "gzip", ".zst": "zstandard", ".bz2": "bz2"}.get(os.path.splitext(source)[1])
+        if opener is None:
+            with open(source, "rb") as f:
+                data = f.read(size)
+        elif opener == "zstandard":
+            import zstandard
+
+            with open(source, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as f:
+                data = f.read(size)
+        else:
+            with __import__(opener).open(source, "rb") as f:
+                data = f.read(size)
+    path = os.path.join(folder, f"small_{size}.txt")
+    with open(path, "wb") as f:
+        f.write(data)
+    return path, source
+
+
+#: Runs a command and prints its wall seconds and max RSS. ``ru_maxrss`` counts what a process held
+#: before its exec too (a child of fork/vfork starts with its parent's pages), so the measured command
+#: is started by this small launcher (``python -S``, ~8 MB), never by the benchmark's own process.
+LAUNCHER = """
+import os, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 1)
+    try:
+        os.execv(sys.argv[1], sys.argv[1:])
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+print(wall, usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024), os.waitstatus_to_exitcode(status),
+      usage.ru_utime + usage.ru_stime)
+"""
+
+
+def run_process(cmd: list[str], env: dict) -> tuple[float, int, int, str, float]:
+    """Run ``cmd`` (through :data:`LAUNCHER`); its wall seconds, max RSS in bytes (``wait4``: the
+    process itself, exact), exit code, stderr and CPU seconds (user + system: steadier than the
+    wall time on a busy machine)."""
+    proc = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *cmd], capture_output=True, env=env, text=True)
+    try:
+        wall, rss, code, cpu = proc.stdout.split()
+        return float(wall), int(rss), int(code), proc.stderr, float(cpu)
+    except ValueError:
+        return 0.0, 0, proc.returncode or 1, proc.stderr + proc.stdout, 0.0
+
+
+def small_run(args, p) -> int:
+    import shutil
+    import tempfile
+
+    from bpe_core.pretok.patterns import GPT2_PATTERN
+
+    folder = tempfile.mkdtemp(prefix="bench_small-")
+    try:
+        path, source = small_input(args.input, args.small_bytes, folder)
+        vocab = args.vocab_size[0] if args.vocab_size != [10000, 32000] else 32000
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        out = os.path.join(folder, "out")
+        cmds: dict[str, tuple[list[str], dict]] = {"numpy import (reference)": ([sys.executable, "-c", "import numpy"], env)}
+        # the package this process imported (the installed one, or this checkout built in place)
+        own = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["bpe_core"].__file__)))
+        checkouts = [(own, "bpe_core CLI", os.path.join(HERE, "train_bpe.py"))] + [
+            (os.path.abspath(d), f"bpe_core CLI @{i}", os.path.join(os.path.abspath(d), "tools", "train_bpe.py"))
+            for i, d in enumerate(args.against, 1)]
+        for checkout, name, tool in checkouts:
+            e = dict(env, PYTHONPATH=os.pathsep.join([checkout] + [x for x in [env.get("PYTHONPATH")] if x]))
+            cmds[name] = ([sys.executable, tool, path, "--vocab-size", str(vocab), "--out", out, "--progress", "none"], e)
+        for name, (module, code) in SMALL_PEERS.items():
+            if name not in args.tools.split(",") and args.tools != "bpe_core,hf,rustbpe":
+                continue
+            try:
+                __import__(module)
+            except ImportError:
+                print(f"bench_train.py: skipping {name}: {module} is not installed", file=sys.stderr)
+                continue
+            cmds[name] = ([sys.executable, "-c", code, path, str(vocab), out, GPT2_PATTERN], env)
+        print(f"small run: {os.path.getsize(path) / 1e6:.1f} MB of {source}, vocab {vocab}, {os.cpu_count()} CPUs, "
+              f"{args.repeats} runs each (after one unmeasured), interleaved")
+        runs: dict[str, list[tuple[float, int, float]]] = {name: [] for name in cmds}
+        for r in range(args.repeats + 1):
+            for name, (cmd, e) in cmds.items():
+                wall, rss, code, err, cpu = run_process(cmd, e)
+                if code != 0:
+                    print(f"bench_train.py: {name} failed (exit {code}):\n{err[-2000:]}", file=sys.stderr)
+                    return 1
+                if r:
+                    runs[name].append((wall, rss, cpu))
+                    print(f"  run {r} {name:28s} {wall:6.3f}s  CPU {cpu:6.3f}s  max RSS {rss / 1e6:6.1f} MB",
+                          file=sys.stderr)
+        ref = runs["numpy import (reference)"]
+        print("\n| tool | median wall s | wall / numpy import (per round) | median CPU s | CPU / numpy import "
+              "(per round) | median max RSS MB |")
+        print("|---|---|---|---|---|---|")
+        for name, rs in runs.items():
+            ratio = statistics.median(x[0] / y[0] for x, y in zip(rs, ref))
+            cpu_ratio = statistics.median(x[2] / y[2] for x, y in zip(rs, ref) if y[2] > 0)
+            print(f"| {name} | {statistics.median(x[0] for x in rs):.3f} | {ratio:.2f}x | "
+                  f"{statistics.median(x[2] for x in rs):.3f} | {cpu_ratio:.2f}x | "
+                  f"{statistics.median(x[1] for x in rs) / 1e6:.1f} |")
+        for i, d in enumerate(args.against, 1):
+            print(f"@{i}: {os.path.abspath(d)}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({name: [{"wall": w, "max_rss": m, "cpu": c} for w, m, c in rs] for name, rs in runs.items()},
+                          f, indent=1)
+        return 0
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def missing(tool: str) -> str | None:
     """Why ``tool`` cannot run here (its module does not import), or None when it can."""
     try:
@@ -165,6 +323,11 @@ def main(argv=None) -> int:
                    help="other bpe_core checkouts (built in place) to time in the same loop, each against "
                         "its own plain BPE")
     p.add_argument("--json", default=None, help="also write all runs to this JSON file")
+    p.add_argument("--small-run", action="store_true",
+                   help="time whole processes of a small run (the CLI on a 1 MB file) next to `import numpy` "
+                        "and the installed peers (see above)")
+    p.add_argument("--small-bytes", type=int, default=1_000_000, metavar="N",
+                   help="--small-run: the size of the file (default 1000000)")
     p.add_argument("--_run", nargs=3, metavar=("TOOL", "INPUT", "VOCAB"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._run:
@@ -176,6 +339,13 @@ def main(argv=None) -> int:
         folder = os.path.dirname(os.path.abspath(args.json))
         if os.path.isdir(args.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             p.error(f"{args.json}: not a writable file path (folder {folder})")
+    if args.small_run:
+        if args.input is not None and not os.path.isfile(args.input):
+            p.error(f"{args.input}: no such file")
+        for d in args.against:
+            if not os.path.isfile(os.path.join(d, "tools", "train_bpe.py")):
+                p.error(f"--against {d}: no tools/train_bpe.py there")
+        return small_run(args, p)
     tools = []
     names = [t.strip() for t in args.tools.split(",") if t.strip()]
     unknown = [t for t in names if t not in TOOL_MODULES]

@@ -138,7 +138,9 @@ def binary_reason(head: bytes) -> str | None:
     if b"\x00" in head:
         return "it has NUL bytes"
     text, consumed = codecs.utf_8_decode(head, "surrogateescape", False)   # a cut last character stays out
-    invalid = sum(1 for ch in text if "\udc80" <= ch <= "\udcff")
+    # each invalid byte decoded to one lone surrogate (U+DC80..U+DCFF), the only ones in ``text``
+    # (UTF-8 cannot hold surrogates): strict encoding drops them, so the length difference counts them
+    invalid = len(text) - len(text.encode("utf-8", "ignore").decode("utf-8"))
     control = len(head[:consumed]) - len(head[:consumed].translate(None, _CONTROL))
     share = (invalid + control) / max(1, consumed)
     if consumed and share > BINARY_SHARE:

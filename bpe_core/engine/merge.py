@@ -124,18 +124,19 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
         bar.close()
     t2 = time.perf_counter()
     tokens = engine.tokens()
+    stats = engine.stats() if report is not None else None
+    del engine                  # its tables go back before the vocabulary is built (a lower peak)
     vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}
     for s in specials:
         vocab[len(vocab)] = s
-    merges: list[tuple[bytes, bytes]] = []
-    for left, right, _new in steps:
-        pair = (tokens[left], tokens[right])
-        merges.append(pair)
-        vocab[len(vocab)] = pair[0] + pair[1]
+    merges: list[tuple[bytes, bytes]] = [(tokens[left], tokens[right]) for left, right, _new in steps]
+    # a merge's token is tokens[new], the bytes left + right (the engine's own object: no copy)
+    vocab.update(zip(range(len(vocab), len(vocab) + len(steps)), [tokens[new] for _left, _right, new in steps]))
+    del steps
     if report is not None:
         report["seconds"]["build_words"] = round(t1 - t0, 3)
         report["seconds"]["merge_loop"] = round(t2 - t1, 3)
-        report["engine"] = engine.stats()
+        report["engine"] = stats
         report["engine"]["mapped"] = spill_dir is not None
         report["merges"] = len(merges)
         report["merges_requested"] = max(n_merges + len(init_steps), 0)

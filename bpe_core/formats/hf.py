@@ -9,14 +9,16 @@ ids can differ (``Method.export_caveats``); for plain BPE the ids are bpe_core's
 """
 from __future__ import annotations
 
+import itertools
 import json
-from typing import Any
+from json.encoder import encode_basestring
+from typing import Any, Callable
 
 from . import registry
-from .model import Model, token_to_gpt2
+from .model import Model, gpt2_names
 
-__all__ = ["HF_CONFIG_FILE", "HF_TOKENIZER_FILE", "hf_folder_files", "hf_split_pattern", "hf_tokenizer_config",
-           "hf_tokenizer_json", "special_ids", "unique_ids", "usable_merges"]
+__all__ = ["HF_CONFIG_FILE", "HF_TOKENIZER_FILE", "hf_file_makers", "hf_folder_files", "hf_split_pattern", "hf_tokenizer_config",
+           "hf_tokenizer_json", "hf_tokenizer_text", "special_ids", "unique_ids", "usable_merges"]
 
 HF_TOKENIZER_FILE = "tokenizer.json"
 HF_CONFIG_FILE = "tokenizer_config.json"
@@ -45,6 +47,12 @@ def special_ids(model: Model) -> dict[str, int]:
 def usable_merges(model: Model, ids: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     """Merges in rank order, without repeats of a pair (the first rank wins, as in the reference)
     and without merges that can never apply (a part is not a token)."""
+    merges = model.merges
+    try:            # the usual case, checked in C: no repeats, every part a token -> all of them
+        if len(set(merges)) == len(merges) and ids.keys() >= set(itertools.chain.from_iterable(merges)):
+            return list(merges)
+    except TypeError:           # a pair given as a list (unhashable): the loop below
+        pass
     seen: set[tuple[bytes, bytes]] = set()
     out = []
     for a, b in model.merges:
@@ -55,15 +63,47 @@ def usable_merges(model: Model, ids: dict[bytes, int]) -> list[tuple[bytes, byte
     return out
 
 
-def hf_tokenizer_json(model: Model) -> dict[str, Any]:
-    """The ``tokenizer.json`` document of HF ``tokenizers`` for this model.
+def hf_tokenizer_json(model: Model, names: dict[bytes, str] | None = None) -> dict[str, Any]:
+    """The ``tokenizer.json`` document of HF ``tokenizers`` for this model (``names``: the model's
+    ``formats.model.gpt2_names`` when the caller has them).
 
     For a SuperBPE model the pre-tokenizer is the official SuperBPE stage-2 split (the closest HF
     can express; see :func:`export_caveats`).
     """
+    doc, vocab, pairs, names = _hf_parts(model, names)
+    doc["model"].update(vocab=vocab, merges=[[names[a], names[b]] for a, b in pairs])
+    return doc
+
+
+def hf_tokenizer_text(model: Model, names: dict[bytes, str] | None = None, end: str = "") -> str:
+    """``json.dumps(hf_tokenizer_json(model), ensure_ascii=False) + end``, the text of
+    ``tokenizer.json``, made without a list object per merge: the merges' text is joined from each
+    token's JSON string (less time and a lower peak for a large vocabulary; the same characters)."""
+    return "".join(_hf_pieces(model, names, end))
+
+
+def _hf_pieces(model: Model, names: dict[bytes, str] | None, end: str) -> list[str]:
+    """The text of ``tokenizer.json`` in pieces that a writer writes one after another (never joined
+    into one long text)."""
+    doc, vocab, pairs, names = _hf_parts(model, names)
+    head = json.dumps(doc, ensure_ascii=False)
+    assert head.endswith("}}")            # "model" is the last key, and "merges" the last of it
+    vocab_text = json.dumps(vocab, ensure_ascii=False)
+    del vocab, doc                        # (each part is freed once it is text: a lower peak)
+    quote = encode_basestring             # json's own string encoder (ensure_ascii=False)
+    merges = "[" + ", ".join([f"[{quote(names[a])}, {quote(names[b])}]" for a, b in pairs]) + "]"
+    del pairs
+    return [head[:-2], ', "vocab": ', vocab_text, ', "merges": ', merges, "}}" + end]
+
+
+def _hf_parts(model: Model, names: dict[bytes, str] | None):
+    """``tokenizer.json`` without the model's vocab and merges; the vocab (GPT-2 string -> id), the
+    usable merges (pairs of bytes) and the GPT-2 strings of the tokens."""
     ids = unique_ids(model)
-    vocab = {token_to_gpt2(b): i for b, i in sorted(ids.items(), key=lambda kv: kv[1])}
-    merges = [[token_to_gpt2(a), token_to_gpt2(b)] for a, b in usable_merges(model, ids)]
+    if names is None:
+        names = gpt2_names(ids)           # every usable merge's parts are in ids
+    vocab = {names[b]: i for b, i in sorted(ids.items(), key=lambda kv: kv[1])}
+    pairs = usable_merges(model, ids)
     added = [
         {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
          "normalized": False, "special": True}
@@ -71,7 +111,7 @@ def hf_tokenizer_json(model: Model) -> dict[str, Any]:
     ]
     for tok in added:
         vocab.setdefault(tok["content"], tok["id"])
-    return {
+    doc = {
         "version": "1.0",
         "truncation": None,
         "padding": None,
@@ -96,10 +136,9 @@ def hf_tokenizer_json(model: Model) -> dict[str, Any]:
             "fuse_unk": False,
             "byte_fallback": False,
             "ignore_merges": False,
-            "vocab": vocab,
-            "merges": merges,
         },
     }
+    return doc, vocab, pairs, names
 
 
 def hf_split_pattern(model: Model) -> str:
@@ -119,7 +158,7 @@ def hf_tokenizer_config(model: Model) -> dict[str, Any]:
     return config
 
 
-def hf_folder_files(model: Model) -> dict[str, str]:
+def hf_folder_files(model: Model, names: dict[bytes, str] | None = None) -> dict[str, str]:
     """The HF files of a model folder (name -> text), for a method whose models HF encodes exactly
     (one merge list, no stages): ``AutoTokenizer.from_pretrained(folder)`` and
     ``tokenizers.Tokenizer.from_file(folder + "/tokenizer.json")`` then give bpe_core's ids. None
@@ -130,7 +169,14 @@ def hf_folder_files(model: Model) -> dict[str, str]:
     >>> sorted(hf_folder_files(m))
     ['tokenizer.json', 'tokenizer_config.json']
     """
+    made = {name: make() for name, make in hf_file_makers(model, names).items()}
+    return {name: text if isinstance(text, str) else "".join(text) for name, text in made.items()}
+
+
+def hf_file_makers(model: Model, names: dict[bytes, str] | None = None) -> dict[str, Callable[[], str]]:
+    """:func:`hf_folder_files` as functions that make each text when called (a writer then holds one
+    long text at a time; ``tokenizer.json``'s as a list of pieces, written one after another)."""
     if registry.get(model.method).stage_aware:
         return {}
-    return {HF_TOKENIZER_FILE: json.dumps(hf_tokenizer_json(model), ensure_ascii=False) + "\n",
-            HF_CONFIG_FILE: json.dumps(hf_tokenizer_config(model), indent=2) + "\n"}
+    return {HF_TOKENIZER_FILE: lambda: _hf_pieces(model, names, "\n"),
+            HF_CONFIG_FILE: lambda: json.dumps(hf_tokenizer_config(model), indent=2) + "\n"}

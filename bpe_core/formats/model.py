@@ -12,14 +12,11 @@ See ``docs/formats.md`` for the field-by-field description.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
-
-import regex
 
 from ..errors import ModelFormatError
 from ..pretok.patterns import pattern_name, resolve_pattern
@@ -97,8 +94,14 @@ def unicode_to_bytes() -> dict[str, int]:
 
 def token_to_gpt2(token: bytes) -> str:
     """``b" the" -> "Ġthe"``."""
+    return token.decode("latin-1").translate(bytes_to_unicode())     # one C call (a byte is a code point)
+
+
+def gpt2_names(tokens) -> dict[bytes, str]:
+    """``{token: token_to_gpt2(token)}`` for each of ``tokens`` (the writers look every merge's parts
+    up here instead of converting them again)."""
     table = bytes_to_unicode()
-    return "".join(table[b] for b in token)
+    return {t: t.decode("latin-1").translate(table) for t in tokens}
 
 
 def gpt2_to_token(text: str) -> bytes:
@@ -111,9 +114,22 @@ def gpt2_to_token(text: str) -> bytes:
 
 
 
+def _sha256():
+    """A sha256 hash object: CPython's own implementation when it has one (``hashlib`` would load
+    OpenSSL's libcrypto, ~3.5 MB of resident pages in every process that writes a model folder)."""
+    try:
+        from _sha2 import sha256          # Python 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256    # Python 3.11
+        except ImportError:
+            from hashlib import sha256
+    return sha256()
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     """The sha256 of a file, hex (what ``model.json`` records for ``vocab.json`` and ``merges.txt``)."""
-    h = hashlib.sha256()
+    h = _sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
@@ -129,46 +145,65 @@ def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | No
     n = len(model.vocab)
     if sorted(model.vocab) != list(range(n)):
         raise ValueError("vocab ids must be 0..n-1")
-    doc = {
+    head = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "method": model.method,
         "pattern": model.pattern,
         "pattern_name": model.pattern_name,
         "special_tokens": list(model.special_tokens),
-        "vocab": [model.vocab[i].hex() for i in range(n)],
-        "merges": [[a.hex(), b.hex()] for a, b in model.merges],
-        "stages": model.stages,
-        "metadata": model.metadata,
     }
+    tail: dict[str, Any] = {"stages": model.stages, "metadata": model.metadata}
     if files:
-        doc["files"] = {name: {"sha256": digest} for name, digest in files.items()}
+        tail["files"] = {name: {"sha256": digest} for name, digest in files.items()}
+    # The text of json.dump(head + vocab + merges + tail, separators=(",", ":")), made with the C
+    # encoder (json.dumps) around the two long lists, which are hex strings (nothing to escape)
+    # joined directly: the same bytes, without a list object per merge (less time, a lower peak).
+    vocab = '["' + '","'.join([model.vocab[i].hex() for i in range(n)]) + '"]' if n else "[]"
+    merges = ('[["' + '"],["'.join([f'{a.hex()}","{b.hex()}' for a, b in model.merges]) + '"]]'
+              if model.merges else "[]")
+    text = "".join((_json_compact(head)[:-1], ',"vocab":', vocab, ',"merges":', merges, ",",
+                    _json_compact(tail)[1:], "\n"))
+    del vocab, merges
     with atomic_write(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, ensure_ascii=False, indent=None, separators=(",", ":"))
-        f.write("\n")
+        f.write(text)
+
+
+def _json_compact(doc: Any) -> str:
+    """``json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))``'s text, made with the C encoder
+    (only the one-shot ``json.dumps`` uses it)."""
+    return json.dumps(doc, ensure_ascii=False, indent=None, separators=(",", ":"))
 
 
 def dump_folder(model: Model, folder: str | os.PathLike,
-                extra: dict[str, str | bytes] | None = None) -> list[bytes]:
+                extra: dict[str, Any] | None = None,
+                names: dict[bytes, str] | None = None) -> list[bytes]:
     """Publish a model folder as one unit: ``vocab.json``, ``merges.txt``, ``model.json`` (holding
-    their sha256) and the ``extra`` files (name -> text or bytes, e.g. ``train_report.json``) are
+    their sha256) and the ``extra`` files (name -> text or bytes, e.g. ``train_report.json``, a list
+    of them written one after another, or a function that returns one: called when that file is
+    written, after ``model.json``) are
     written into a fresh temp folder that then replaces ``folder`` in one step
     (:func:`~bpe_core.runtime.atomic.publish_folder`): a run killed at any point leaves the older
     model whole or the new one, never a mix, and no folder at all where there was none. Other
     files in ``folder`` are carried over; :data:`FOLDER_FILES` this run does not write go with the
     old model.
 
-    Returns the token bytes ``vocab.json`` left out (see :func:`dump_gpt2`).
+    Returns the token bytes ``vocab.json`` left out (see :func:`dump_gpt2`; ``names``: the vocab's
+    :func:`gpt2_names` when the caller has them).
     """
     with publish_folder(folder, owned=FOLDER_FILES, last=MODEL_FILE) as tmp:
-        dropped = dump_gpt2(model.vocab, model.merges, tmp)
+        dropped = dump_gpt2(model.vocab, model.merges, tmp, names=names)
         sums = {name: file_sha256(os.path.join(tmp, name)) for name in (VOCAB_FILE, MERGES_FILE)}
         dump_model(model, os.path.join(tmp, MODEL_FILE), files=sums)
         for name, data in (extra or {}).items():
             if os.path.basename(name) != name or name in (MODEL_FILE, VOCAB_FILE, MERGES_FILE):
                 raise ValueError(f"{name!r}: not a name for an extra file of a model folder")
+            if callable(data):          # made now: one long text at a time, not all of them at once
+                data = data()
             with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                for piece in (data if isinstance(data, list) else [data]):     # a list: pieces in order
+                    f.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
+            del data
     return dropped
 
 
@@ -251,6 +286,8 @@ def load_model(path: str | os.PathLike) -> Model:
     pattern = doc["pattern"]
     if not isinstance(pattern, str) or not pattern:
         raise bad("pattern", f"must be a non-empty string, got {_kind(pattern)}")
+    import regex                # (only a model load needs it: not imported with the package)
+
     try:
         pattern = resolve_pattern(pattern)
         regex.compile(pattern)
@@ -414,31 +451,49 @@ def _check_stages(path: str, model: Model) -> None:
 
 
 def dump_gpt2(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], folder: str | os.PathLike,
-              vocab_name: str = VOCAB_FILE, merges_name: str = MERGES_FILE) -> list[bytes]:
+              vocab_name: str = VOCAB_FILE, merges_name: str = MERGES_FILE,
+              names: dict[bytes, str] | None = None) -> list[bytes]:
     """Write ``vocab.json`` and ``merges.txt`` (GPT-2 byte-to-unicode form) atomically.
 
     JSON keys must be unique: when two ids hold the same bytes (two merges can build the same
     string, e.g. ``(a, bc)`` and ``(ab, c)``), the smaller id keeps the entry. The encoders of
     bpe_core, HF and tiktoken all emit the smaller id for such bytes, so ids do not change.
-    Returns the token bytes that were left out that way.
+    Returns the token bytes that were left out that way. ``names``: the vocab's :func:`gpt2_names`
+    when the caller has them.
     """
     folder = os.fspath(folder)
+    if names is None:
+        names = gpt2_names(vocab.values())
     entries: dict[str, int] = {}
     dropped: list[bytes] = []
     for i in sorted(vocab):
-        key = token_to_gpt2(vocab[i])
+        key = names[vocab[i]]
         if key in entries:
             dropped.append(vocab[i])
             continue
         entries[key] = i
     with atomic_write(os.path.join(folder, vocab_name), "w", encoding="utf-8") as f:
-        json.dump(entries, f, ensure_ascii=False, indent=0)
+        f.write(_json_object_indent0(entries))
         f.write("\n")
+    name = names.get
     with atomic_write(os.path.join(folder, merges_name), "w", encoding="utf-8") as f:
         f.write("#version: 0.2\n")
-        for a, b in merges:
-            f.write(f"{token_to_gpt2(a)} {token_to_gpt2(b)}\n")
+        for k in range(0, len(merges), 8192):        # a block of lines at a time (a lower peak)
+            f.write("".join([f"{name(a) or token_to_gpt2(a)} {name(b) or token_to_gpt2(b)}\n"
+                             for a, b in merges[k:k + 8192]]))
     return dropped
+
+
+def _json_object_indent0(entries: dict[str, int]) -> str:
+    """``json.dumps(entries, ensure_ascii=False, indent=0)``, with the C encoder (an indent makes json
+    use its Python encoder): a flat object is ``{``, one ``"key": value`` a line, ``}``.
+
+    >>> d = {"a": 1, "\\"\\n": 2, "Ġé": 3}
+    >>> _json_object_indent0(d) == json.dumps(d, ensure_ascii=False, indent=0), _json_object_indent0({})
+    (True, '{}')
+    """
+    text = json.dumps(entries, ensure_ascii=False, separators=(",\n", ": "))
+    return "{\n" + text[1:-1] + "\n}" if entries else text
 
 
 def load_gpt2(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,

@@ -2,11 +2,14 @@
 method by the name a ``TrainConfig`` or a ``model.json`` carries.
 
 A method is an object with the small interface of :class:`Method`; each one lives in
-``bpe_core/methods/`` and registers itself when that package is imported (``import bpe_core`` does
-it). Layers below the methods (model files here, the encoder, ``TrainConfig``) only call through
-this table, so they never import a method, and adding a method touches no other module: write
-``methods/new.py`` with a ``Method`` subclass, ``register(NewMethod())``, and import it in
-``methods/__init__.py`` (``docs/architecture.md``, "To add a method").
+``bpe_core/methods/`` and registers itself when its module is imported. ``methods/__init__.py``
+(which ``import bpe_core`` imports) declares each one (:func:`declare`) by name and module, so the names are
+known at once and a method's module (SuperBPE's, SupraTok's: many modules) is imported only when
+:func:`get` first asks for it. Layers below the methods (model files here, the encoder,
+``TrainConfig``) only call through this table, so they never import a method, and adding a method
+touches no other module: write ``methods/new.py`` with a ``Method`` subclass,
+``register(NewMethod())``, and declare it in ``methods/__init__.py`` (``docs/architecture.md``,
+"To add a method").
 
 >>> get("no-such-method")
 Traceback (most recent call last):
@@ -21,7 +24,7 @@ from typing import Any, Optional, Sequence
 # module imports neither, not even for type checkers, so the layers below methods that look a
 # method up (model files, the encoder, TrainConfig) form no import cycle with it.
 
-__all__ = ["Method", "MethodResult", "get", "names", "register", "unregister"]
+__all__ = ["Method", "MethodResult", "declare", "get", "names", "register", "unregister"]
 
 
 class MethodResult:
@@ -103,15 +106,24 @@ class Method:
         return []
 
 
-_METHODS: dict[str, Method] = {}
+#: name -> the method, or the name of the module that registers it when imported (:func:`declare`)
+_METHODS: dict[str, "Method | str"] = {}
 
 
 def register(method: Method) -> Method:
-    """Add ``method`` to the table under ``method.name`` (a second registration replaces the first)."""
+    """Add ``method`` to the table under ``method.name`` (a second registration replaces the first;
+    a declared name keeps its place in :func:`names`)."""
     if not method.name:
         raise ValueError("a method needs a name")
     _METHODS[method.name] = method
     return method
+
+
+def declare(name: str, module: str) -> None:
+    """Name a method whose ``module`` (a dotted name) registers it when imported: :func:`get`
+    imports it the first time the name is asked for. A method already registered stays."""
+    if not isinstance(_METHODS.get(name), Method):
+        _METHODS[name] = module
 
 
 def unregister(name: str) -> None:
@@ -122,11 +134,18 @@ def unregister(name: str) -> None:
 def get(name: Any) -> Method:
     """The method called ``name``; ``ValueError`` listing the known names otherwise."""
     method = _METHODS.get(name) if isinstance(name, str) else None
+    if isinstance(method, str):                   # declared: its module registers it
+        import importlib
+
+        importlib.import_module(method)
+        method = _METHODS.get(name)
+        if not isinstance(method, Method):
+            raise ImportError(f"method {name!r}: importing {_METHODS.get(name)!r} did not register it")
     if method is None:
         raise ValueError(f"unknown method {name!r} (known: {', '.join(names())})")
     return method
 
 
 def names() -> list[str]:
-    """The registered method names, in registration order."""
+    """The method names (registered or declared), in the order they were first registered or declared."""
     return list(_METHODS)

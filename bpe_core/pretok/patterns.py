@@ -22,12 +22,11 @@ so the pretokens always concatenate to the input (``regex_pieces``).
 True
 >>> pattern_name("cl100k_base"), pattern_name(CL100K_PATTERN), pattern_name(r"\\w+")
 ('cl100k', 'cl100k', None)
+>>> import regex
 >>> regex_pieces(b"ab, cd!", regex.compile("[a-z]+"))
 [b'ab', b', ', b'cd', b'!']
 """
 from __future__ import annotations
-
-import regex
 
 # GPT-2 (r50k): the pattern of the original release, as in CS336 and minbpe.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -120,6 +119,8 @@ def resolve_pattern(pattern: str) -> str:
     if is_pattern_name(pattern):
         raise ValueError(f"unknown pre-tokenization pattern name {pattern!r}; the names are "
                          f"{pattern_names()}; a custom regex needs at least one regex metacharacter")
+    import regex                # (a custom regex only: the named patterns never need the module)
+
     try:
         regex.compile(pattern)
     except regex.error as exc:
@@ -137,6 +138,7 @@ def regex_pieces(data: bytes, rx: "regex.Pattern") -> list[bytes]:
     exactly the matches. This is the one regex pre-tokenizer of the package (training, encoding,
     ``pretokenize``); ``reference.pretokenize`` is its plain twin.
 
+    >>> import regex
     >>> regex_pieces(b"axxbx", regex.compile("x*"))
     [b'a', b'xx', b'b', b'x']
     >>> regex_pieces(b"caf\\xe9 au lait", regex.compile(r"\\s+"))

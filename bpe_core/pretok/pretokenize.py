@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Iterable, Sequence, Tuple, Union
 
 import numpy as np
-import regex
 
 from . import _pretok
 from ._pretok import word_byte_classes, word_char_flags
@@ -76,6 +75,8 @@ def pretokenize(data: Union[str, bytes], pattern: str = "gpt2",
     name = pattern_name(pattern)
     if name is not None:      # natively, list included: one bytes object per pretoken, built in C
         return _pretok.split_pieces(buf, _pretok.PATTERN_IDS[name], _special_spans(buf, specials))
+    import regex                # a custom regex only (not imported with the package)
+
     compiled = regex.compile(resolve_pattern(pattern))
     out: list[bytes] = []
     for piece, is_special in split_on_specials(buf, specials):
@@ -185,6 +186,8 @@ def _as_uint8(buf: BufferLike) -> np.ndarray:
 
 def _regex_pieces(data: bytes, pattern: str) -> list[bytes]:
     """The truth: ``regex.finditer`` over the surrogateescape-decoded text, gaps filled."""
+    import regex
+
     return regex_pieces(data, regex.compile(pattern))
 
 

@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from ..errors import BudgetError, BudgetWarning
+from .procmem import ram_available, ram_total, self_rss
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -358,9 +359,7 @@ def default_budget(available: Optional[int] = None, cgroup: Any = _AUTO,
     (120, 'cgroup', '80% of the room in memory cgroup /sys/fs/cgroup/job (limit 150.0 MiB)')
     """
     if available is None:
-        import psutil
-
-        available = psutil.virtual_memory().available
+        available = ram_available()
     choices = [(DEFAULT_MEMORY_LIMIT, BUDGET_FROM_DEFAULT, f"the default of {fmt_bytes(DEFAULT_MEMORY_LIMIT)}"),
                (int(AVAILABLE_SHARE * available), BUDGET_FROM_RAM,
                 f"{AVAILABLE_SHARE:.0%} of the {fmt_bytes(available)} of RAM available")]
@@ -388,9 +387,7 @@ def machine_limit(cgroup: Any = _AUTO, total: Optional[int] = None) -> tuple[int
     'the 1.0 GiB limit of memory cgroup /sys/fs/cgroup/job'
     """
     if total is None:
-        import psutil
-
-        total = psutil.virtual_memory().total
+        total = ram_total()
     if cgroup is _AUTO:
         from .cgroup import cgroup_memory
 
@@ -451,9 +448,7 @@ def measure_worker_overhead(start_method: Optional[str] = None) -> int:
 
 
 def _current_rss() -> int:
-    import psutil
-
-    return psutil.Process().memory_info().rss
+    return self_rss()
 
 
 # ==== Training ==============================================================================
@@ -953,9 +948,7 @@ def _limit_words(limit: int, source: str, why: str) -> str:
 def _available(available: Optional[int]) -> int:
     if available is not None:
         return int(available)
-    import psutil
-
-    return int(psutil.virtual_memory().available)
+    return ram_available()
 
 
 def _note_available(notes: list[str], limit: int, available: int, source: str = BUDGET_FROM_FLAG) -> None:

@@ -32,14 +32,11 @@ Each call may pass ``on_done(task)``, called on the client as tasks finish (prog
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import resource
 import signal
-import socket
 import sys
 import threading
-import uuid
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..errors import ClusterError, MissingDependency
@@ -166,6 +163,8 @@ class DaskExecutor(Executor):
 
     def _submit(self, fn, *args, name: str, priority: int = 0):
         self.n_tasks += 1
+        import uuid
+
         return self.client.submit(fn, *args, key=f"{name}-{uuid.uuid4().hex}", priority=priority, pure=False)
 
     def _drain(self, futures: list, tasks: list, on_done) -> Iterator:
@@ -389,6 +388,8 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
         host, port = rest, "8786"                 # Dask's default scheduler port
     if not host:
         raise ValueError(f"cluster: {address!r}: expected {scheme}://host:port")
+    import socket
+
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except socket.gaierror as exc:
@@ -457,6 +458,8 @@ def open_executor(spec: Any = None, num_workers: int = 1, announce: Optional[Cal
         if not text:
             raise ValueError(f"cluster: no scheduler address given and {SCHEDULER_ENV} is not set")
     if text == "local" or text.startswith("local:"):
+        import logging
+
         n = text.partition(":")[2]
         distributed = _distributed()
         _check_not_bootstrapping()

@@ -31,7 +31,8 @@ import time
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
-import psutil
+
+from .procmem import pid_exists, tree_pids
 
 #: The environment variable naming the phase file (set by ``tools/profile_memory.py``).
 PHASE_FILE_ENV = "BPE_CORE_PHASE_FILE"
@@ -53,6 +54,16 @@ def tree_rss(pid: Optional[int] = None) -> int:
     >>> tree_rss() > 0, tree_rss(2**22 + 12345)
     (True, 0)
     """
+    pids = tree_pids(pid)
+    if pids is not None:                # Linux: /proc, no psutil
+        total = 0
+        for p in pids:
+            st = _status_kib(p)
+            if st is not None:
+                total += st["RssAnon"] + st["RssShmem"] + st["RssFile"]
+        return total
+    import psutil
+
     try:
         root = psutil.Process(pid)
         procs = [root]
@@ -96,6 +107,18 @@ def tree_memory(pid: Optional[int] = None) -> dict:
     >>> m = tree_memory(); m["anon"] > 0 and m["rss"] >= m["anon"]
     True
     """
+    pids = tree_pids(pid)
+    if pids is not None:                # Linux: /proc, no psutil (which reads every process's stat)
+        total = {"rss": 0, "anon": 0, "file": 0}
+        for p in pids:
+            st = _status_kib(p)
+            if st is not None:
+                total["anon"] += st["RssAnon"] + st["RssShmem"]
+                total["file"] += st["RssFile"]
+                total["rss"] += st["RssAnon"] + st["RssShmem"] + st["RssFile"]
+        return total
+    import psutil
+
     try:
         root = psutil.Process(pid)
         procs = [root]
@@ -297,7 +320,7 @@ class MemoryMonitor:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            if self.sample() == 0 and not psutil.pid_exists(self.pid):
+            if self.sample() == 0 and not pid_exists(self.pid):
                 break
 
     @property

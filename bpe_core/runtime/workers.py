@@ -28,7 +28,6 @@ import signal
 import threading
 import contextlib
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -147,6 +146,8 @@ def run_ordered(fn: Callable[[Any], Any], tasks: Iterable[Any], num_workers: int
         return 0
     limit = max_in_flight or num_workers + 1
     held = 0
+    from concurrent.futures import ThreadPoolExecutor      # (with logging: only a run with workers pays)
+
     pool = ThreadPoolExecutor(num_workers, thread_name_prefix="bpe_core")
     pending: deque = deque()
     try:

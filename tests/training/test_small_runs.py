@@ -1,0 +1,114 @@
+"""Fixed costs are paid only when needed: ``import bpe_core`` imports neither the trainer, the encoder
+nor any heavy optional module, and a small plain-BPE run (API or CLI) imports only what it uses
+(no SuperBPE/SupraTok modules, no encoder, no psutil, regex, OpenSSL, thread pool, Dask, Arrow,
+tqdm...). Each check runs in a fresh child process outside the checkout with this test process's
+package (``paths.package_parent``). The registry still names every method, and imports one when it
+is first asked for."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bpe_core import TrainConfig
+from bpe_core.formats import registry
+from bpe_core.training import train
+from paths import FIXTURES, TOOLS, package_parent
+
+#: never imported by ``import bpe_core`` (top-level names of third-party and heavy stdlib modules)
+HEAVY = {"psutil", "regex", "tqdm", "transformers", "tokenizers", "tiktoken", "dask", "distributed", "pyarrow",
+         "pandas", "datasets", "fsspec", "zstandard", "_hashlib", "concurrent", "logging", "socket", "uuid",
+         "subprocess", "multiprocessing"}
+#: bpe_core modules a plain BPE run does not use
+NOT_FOR_BPE = {"bpe_core.encode", "bpe_core.methods.superbpe", "bpe_core.methods.supratok", "bpe_core.methods.curate",
+               "bpe_core.methods.init_from", "bpe_core.reference", "bpe_core.export", "bpe_core.evaluate",
+               "bpe_core.runtime.profile"}
+
+
+def _modules_after(code: str, tmp_path) -> set[str]:
+    """The modules loaded once ``code`` ran in a fresh interpreter (outside the checkout)."""
+    script = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=package_parent()))
+    assert r.returncode == 0, r.stderr[-2000:]
+    return set(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+def _loaded(modules: set[str], names: set[str]) -> list[str]:
+    return sorted(m for m in modules if m in names or m.split(".")[0] in names
+                  or any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_import_bpe_core_loads_no_heavy_module(tmp_path):
+    mods = _modules_after("import bpe_core", tmp_path)
+    assert not _loaded(mods, HEAVY | NOT_FOR_BPE | {"bpe_core.training", "bpe_core.engine.merge",
+                                                     "bpe_core.methods.bpe", "numpy.random"}), mods
+    # the public names are still there, imported when first used
+    mods = _modules_after("import bpe_core\nassert callable(bpe_core.train) and bpe_core.Tokenizer.load\n"
+                          "from bpe_core import *\nassert TrainConfig and encode_corpus\n"
+                          "assert bpe_core.training.train is train and bpe_core.engine.merge.train_words", tmp_path)
+    assert "bpe_core.training" in mods and "bpe_core.encode.tokenizer" in mods
+
+
+def test_a_small_plain_bpe_run_loads_only_what_it_uses(tmp_path):
+    """Through the API (train + save) and through the CLI (runpy, as ``python tools/train_bpe.py``)."""
+    corpus = FIXTURES / "corpus.en"
+    api = _modules_after(f"import bpe_core\nr = bpe_core.train(bpe_core.TrainConfig(input_path={str(corpus)!r}, "
+                         f"vocab_size=400, special_tokens=('<|endoftext|>',)))\nr.save({str(tmp_path / 'a')!r})",
+                         tmp_path)
+    cli = _modules_after(f"import runpy, sys\nsys.argv = [{str(TOOLS / 'train_bpe.py')!r}, {str(corpus)!r}, "
+                         f"'--vocab-size', '400', '--out', {str(tmp_path / 'c')!r}, '--progress', 'none']\n"
+                         "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+                         "except SystemExit as e:\n    assert not e.code, e.code", tmp_path)
+    for mods in (api, cli):
+        assert "bpe_core.training" in mods and "bpe_core.methods.bpe" in mods
+        assert not _loaded(mods, HEAVY | NOT_FOR_BPE), _loaded(mods, HEAVY | NOT_FOR_BPE)
+    assert (tmp_path / "a" / "merges.txt").read_bytes() == (tmp_path / "c" / "merges.txt").read_bytes()
+
+
+def test_the_registry_names_every_method_and_imports_each_when_asked(tmp_path, monkeypatch):
+    assert {"bpe", "superbpe", "supratok"} <= set(registry.names())
+    assert registry.get("superbpe").name == "superbpe" and registry.get("supratok").stage_aware
+    # a declared method's module is imported on the first get; one that does not register is an ImportError
+    (tmp_path / "tiny_declared_method.py").write_text(
+        "from bpe_core.formats import registry\n"
+        "class Tiny(registry.Method):\n    name = 'tiny-declared'\n"
+        "registry.register(Tiny())\n")
+    (tmp_path / "not_a_method.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        registry.declare("tiny-declared", "tiny_declared_method")
+        registry.declare("broken-declared", "not_a_method")
+        assert "tiny-declared" in registry.names() and "tiny_declared_method" not in sys.modules
+        assert registry.get("tiny-declared").name == "tiny-declared"
+        with pytest.raises(ImportError, match="did not register"):
+            registry.get("broken-declared")
+        bpe = registry.get("bpe")                           # registered now ...
+        registry.declare("bpe", "not_a_method")             # ... so it stays
+        assert registry.get("bpe") is bpe
+    finally:
+        registry.unregister("tiny-declared")
+        registry.unregister("broken-declared")
+        sys.modules.pop("tiny_declared_method", None)
+        sys.modules.pop("not_a_method", None)
+
+
+def test_superbpe_still_trains_when_only_declared(tmp_path):
+    """A run of a method whose modules were not imported yet (a fresh process) imports them and trains."""
+    mods = _modules_after(f"import bpe_core\nr = bpe_core.train(bpe_core.TrainConfig(input_path="
+                          f"{str(FIXTURES / 'corpus.en')!r}, vocab_size=300, method='superbpe', "
+                          f"special_tokens=('<|endoftext|>',)))\nassert r.model.method == 'superbpe'", tmp_path)
+    assert "bpe_core.methods.superbpe" in mods
+
+
+def test_small_runs_are_the_same_as_runs_with_workers_and_small_chunks(tmp_path):
+    """A small input is counted in this thread in one chunk; workers and many chunks give the same merges."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes((FIXTURES / "corpus.en").read_bytes() * 3)
+    one = train(TrainConfig(input_path=str(corpus), vocab_size=600, special_tokens=("<|endoftext|>",)))
+    assert one.report["num_workers"] == 1 and one.report["n_chunks"] == 1
+    many = train(TrainConfig(input_path=str(corpus), vocab_size=600, special_tokens=("<|endoftext|>",),
+                             num_workers=2, chunk_bytes=4096))
+    assert many.report["n_chunks"] > 2
+    assert one.merges == many.merges and one.vocab == many.vocab
