@@ -153,7 +153,8 @@ def measure(tool, path, vocab_size, workers, interval=0.05, checkout=None) -> di
     return result
 
 
-TOOL_MODULES = {"bpe_core": "bpe_core", "hf": "tokenizers", "rustbpe": "rustbpe"}
+# bpe_core imports its trainer lazily: import the module that trains (it needs numpy and the kernels)
+TOOL_MODULES = {"bpe_core": "bpe_core.training", "hf": "tokenizers", "rustbpe": "rustbpe"}
 
 
 # ==== Small runs: the fixed costs of a whole process =========================================
