@@ -918,10 +918,11 @@ def _utf8_stable_end(buf, s: int, e: int) -> int:
 
 
 class TwoStageEncoder:
-    """SuperBPE's stage-aware encoding of a whole text in one native call (the ``"hf"`` split):
-    stage-1 merges inside pretokens (a :class:`Tokenizer` over them, with its pretoken cache), then
-    ``stage2`` (an ``engine.units.RankMerger``) inside units, cut at special tokens, at pretokens that
-    hold a digit and inside runs of whitespace (``_encode.encode_stage_aware``).
+    """SuperBPE's and SupraTok's stage-aware encoding of a whole text in one native call: stage-1
+    merges inside pretokens (a :class:`Tokenizer` over them, with its pretoken cache), then ``stage2``
+    (an ``engine.units.RankMerger``) inside units, cut at special tokens and at pretokens that hold a
+    digit; the ``"hf"`` split also cuts inside runs of whitespace, the ``"units"`` split cuts a
+    numeric pretoken into digit groups between its stage-1 tokens (``_encode.encode_stage_aware``).
 
     Stage 2 works segment by segment: a pair of neighbouring stage-1 ids that no stage-2 merge can
     join cuts the unit (``_encode.Stage2Table``), so most segments are one or two ids, merged from
@@ -931,6 +932,7 @@ class TwoStageEncoder:
         vocab, stage1_merges, special_tokens, pattern: as :class:`Tokenizer` (a named pattern).
         stage2: the stage-2 merges as a ``RankMerger`` over canonical ids (the smallest id of the bytes).
         all_cross: no cuts inside units (each unit is one segment; for tests).
+        split: ``"hf"`` or ``"units"``.
 
     Thread-safe: each call borrows an encoder and a stage-2 scratch of its own.
 
@@ -942,11 +944,19 @@ class TwoStageEncoder:
     """
 
     def __init__(self, vocab: dict[int, bytes], stage1_merges, special_tokens, pattern: str, stage2,
-                 all_cross: bool = False):
+                 all_cross: bool = False, split: str = "hf"):
         self._tok = Tokenizer(vocab, stage1_merges, special_tokens, pattern)
         if self._tok._pattern_id is None:
             raise ValueError("the native stage-aware encoder needs a named pattern (gpt2, cl100k, o200k)")
-        self._stage2 = _encode.Stage2Table(stage2, all_cross=all_cross)
+        if split not in ("hf", "units"):
+            raise ValueError(f"the native stage-aware encoder has no split {split!r} (hf, units)")
+        self._split = split
+        lengths = None
+        if split == "units":
+            lengths = np.zeros(max(vocab, default=-1) + 1, dtype=np.uint32)
+            for i, b in vocab.items():
+                lengths[i] = len(b)
+        self._stage2 = _encode.Stage2Table(stage2, all_cross=all_cross, token_lengths=lengths)
         self._idle_scratch: list = []
 
     def encode(self, data: bytes, specials: bool = True) -> np.ndarray:
@@ -958,7 +968,7 @@ class TwoStageEncoder:
             scratch = _encode.Stage2Scratch()
         try:
             return _encode.encode_stage_aware(enc, self._stage2, scratch, data, self._tok._pattern_id,
-                                              self._tok._special_table if specials else None)
+                                              self._tok._special_table if specials else None, self._split)
         finally:
             self._idle_scratch.append(scratch)
             self._tok._idle.append(enc)
