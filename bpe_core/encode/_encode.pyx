@@ -67,6 +67,8 @@ cdef extern from "Python.h":
     PyObject* long_from_u32 "PyLong_FromUnsignedLong"(unsigned long v)
     void incref "Py_INCREF"(PyObject* o)
     void decref "Py_DECREF"(PyObject* o)
+    void gc_track "PyObject_GC_Track"(void* o)
+    void gc_untrack "PyObject_GC_UnTrack"(void* o)
 
 
 cdef extern from "_unicode_tables.h" nogil:
@@ -1819,18 +1821,32 @@ cdef class TokenTable:
         return self._list(&ids[0], ids.shape[0])
 
     def split_lists(self, const uint32_t[::1] ids not None, const int64_t[::1] offsets not None):
-        """``[ids[offsets[k]:offsets[k + 1]] as a list for each k]``."""
-        cdef Py_ssize_t k, m = offsets.shape[0] - 1
+        """``[ids[offsets[k]:offsets[k + 1]] as a list for each k]``.
+
+        The lists are kept out of the cyclic garbage collector while they are built and handed to
+        it together at the end: a batch of thousands of lists otherwise triggers collections that
+        walk every id of the lists built so far (a third of the time of this call).
+        """
+        cdef Py_ssize_t k, m = offsets.shape[0] - 1, built = 0
+        cdef list out
         if m < 0 or (m >= 0 and (offsets[0] < 0 or offsets[m] > ids.shape[0])):
             raise ValueError("offsets must lie within ids")
-        out = [None] * max(m, 0)
         for k in range(m):
             if offsets[k + 1] < offsets[k]:
                 raise ValueError("offsets must be non-decreasing")
-            if offsets[k + 1] > offsets[k]:
-                out[k] = self._list(&ids[offsets[k]], offsets[k + 1] - offsets[k])
-            else:
-                out[k] = []
+        out = [None] * max(m, 0)
+        try:
+            for k in range(m):
+                if offsets[k + 1] > offsets[k]:
+                    item = self._list(&ids[offsets[k]], offsets[k + 1] - offsets[k])
+                else:
+                    item = []
+                gc_untrack(<PyObject*>item)
+                out[k] = item
+                built = k + 1
+        finally:
+            for k in range(built):
+                gc_track(<PyObject*>out[k])
         return out
 
     cdef object _list(self, const uint32_t* p, Py_ssize_t n):
