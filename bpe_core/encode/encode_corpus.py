@@ -477,7 +477,7 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
             min(the_plan.num_workers, max(1, len(shards)))
         spec = tok._encoder_spec()
         if hasattr(spec, "lend_from"):      # the workers use the tokenizer's warm encoders, then give them back
-            spec.lend_from(tok)
+            spec.lend_from(tok, workers)
         encoder = _ChunkEncoder(spec, spill_dir, dtype, _token_lengths(tok),
                                 want_doc_starts=doc_index is not None and not sep,
                                 verify=verify and not single_plain, decode=tok.decode_bytes)

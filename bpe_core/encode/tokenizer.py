@@ -447,6 +447,21 @@ class Tokenizer:
         except IndexError:
             return _encode.Encoder(self._table)
 
+    def _warm_encoders(self, n: int) -> None:
+        """Leave at least ``n`` encoders idle, each about as warm as the warmest: one whose cache
+        holds under half the warmest's entries gets a copy of it (``Encoder.copy_cache_from``), so
+        the threads of a batch or of ``encode_corpus`` do not start cold beside a warm one. The
+        encoders are borrowed while copied (no other thread uses them)."""
+        got = [self._borrow() for _ in range(max(n, 1))]
+        try:
+            sizes = [e.cache_info()["entries"] for e in got]
+            best = max(range(len(got)), key=sizes.__getitem__)
+            for k, e in enumerate(got):
+                if 2 * sizes[k] < sizes[best]:
+                    e.copy_cache_from(got[best])
+        finally:
+            self._idle.extend(got)
+
     def _encoder_spec(self) -> "EncoderSpec":
         """What worker processes need to encode like this tokenizer (see ``EncoderSpec``)."""
         ids = [self._ids_of[b] for b in self._special_bytes]
@@ -729,6 +744,8 @@ class Tokenizer:
         if native:
             table = self._special_table_for(specials)
             runs = _batch_runs(texts, num_threads)
+            if num_threads > 1 and len(runs) > 1:
+                self._warm_encoders(min(num_threads, len(runs)))
 
             def work(run):
                 enc = self._borrow()
@@ -833,11 +850,14 @@ class EncoderSpec:
         self._pool = None           # lend_from: the tokenizer's idle encoders and rank table
         self._rank_table = None
 
-    def lend_from(self, tok: "Tokenizer") -> None:
-        """Take encoders from ``tok``'s idle ones (warm caches) and give them back on
-        :meth:`release`, in this process (a pickled spec does not carry them)."""
+    def lend_from(self, tok: "Tokenizer", n: int = 1) -> None:
+        """Take encoders from ``tok``'s idle ones (warm caches; ``n`` of them made about as warm as
+        the warmest, ``Tokenizer._warm_encoders``) and give them back on :meth:`release`, in this
+        process (a pickled spec does not carry them)."""
         if self.tokenizer is None:
             self._pool, self._rank_table = tok._idle, tok._table
+            if n > 1:
+                tok._warm_encoders(n)
 
     def release(self) -> None:
         """Give this spec's encoder back to the tokenizer it was lent from (if any)."""
