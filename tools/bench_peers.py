@@ -16,6 +16,12 @@ Usage::
 
     python tools/bench_peers.py --mb 10 --runs 5 --corpus en_heldout ood_code [--vocab gpt2 cl100k]
 
+``--models NAME=DIR ...`` (e.g. ``bpe=bpe32k/ superbpe=sb32k/ supratok=st32k/``) adds a table of
+trained model folders on the same text, one thread, whole text to an array (``encode_to_numpy``),
+with each model's speed relative to the first; ``--plain`` adds the plain path of the stage-aware
+models (``encode_python``: numpy and ``RankMerger`` per text piece, the path SupraTok took before
+its native one), whose ids the native ones are checked against. ``--vocab none`` runs only that.
+
 The machine is shared: quote medians and ratios, not single runs. A second table gives MB per
 CPU-second of the process (``time.process_time``, all its threads): on a loaded machine it shows the
 work done, where wall time mostly shows the scheduler (for the batch works it sums the threads).
@@ -319,6 +325,43 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict,
             "cpu": {k: statistics.median(v) for k, v in cpu.items()}, "same": same, "failed": failed}
 
 
+def bench_models(models: dict, corpus: str, text: str, runs: int, plain: bool) -> str:
+    """One thread, whole text to an array, for each trained model folder (``--models``), interleaved;
+    the table (MB/s medians, ratio to the first model, ids of the native path equal to the plain one)."""
+    data = text.encode("utf-8")
+    toks = {name: Tokenizer.load(folder) for name, folder in models.items()}
+    jobs = {}
+    for name, tok in toks.items():
+        jobs[name] = lambda tok=tok: tok.encode_to_numpy(data)
+        stage = getattr(tok, "_stage", None)
+        if plain and stage is not None and hasattr(stage, "encode_python"):
+            jobs[name + " (plain path)"] = lambda stage=stage: stage.encode_python(data)
+    times = {k: [] for k in jobs}
+    ids, same = {}, {}
+    for r in range(runs + 1):
+        for k, fn in jobs.items():
+            t0 = time.perf_counter()
+            got = fn()
+            if r:
+                times[k].append(len(data) / 1e6 / (time.perf_counter() - t0))
+            else:
+                ids[k] = np.asarray(got, dtype=np.uint32)
+    for k in jobs:
+        base = k.split(" (")[0]
+        same[k] = bool(np.array_equal(ids[k], ids[base]))
+    first = statistics.median(times[next(iter(models))])
+    lines = [f"### trained models, {corpus} ({len(data) / 1e6:.1f} MB), 1 thread, whole text -> array, "
+             f"MB/s medians of {runs}", "", "| model | method | MB/s | / first | bytes/token | ids = plain path |",
+             "|---|---|---|---|---|---|"]
+    for k in jobs:
+        base = k.split(" (")[0]
+        med = statistics.median(times[k])
+        method = getattr(getattr(toks[base], "_model", None), "method", "bpe")
+        lines.append(f"| {k} | {method} | {med:.1f} | {med / first:.2f} | {len(data) / max(ids[k].size, 1):.3f} | "
+                     f"{'yes' if same[k] else 'NO'} |")
+    return "\n".join(lines)
+
+
 def table(res: dict, peer_names: list[str], key: str = "medians") -> str:
     cols = ["bpe_core"] + peer_names
     what = "MB/s (wall)" if key == "medians" else "MB per CPU-second (all threads of the process)"
@@ -349,16 +392,25 @@ def main(argv=None) -> int:
     ap.add_argument("--mb", type=float, default=10.0, help="MB of each corpus (a cut of its start)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--corpus", nargs="+", default=["en_heldout", "ood_code"])
-    ap.add_argument("--vocab", nargs="+", default=["gpt2", "cl100k"], choices=["gpt2", "cl100k"])
+    ap.add_argument("--vocab", nargs="+", default=["gpt2", "cl100k"], choices=["gpt2", "cl100k", "none"])
+    ap.add_argument("--models", nargs="+", default=[], metavar="NAME=DIR",
+                    help="trained model folders to compare on the same text (one thread, to an array)")
+    ap.add_argument("--plain", action="store_true", help="with --models: also the stage-aware plain path")
     ap.add_argument("--peers", nargs="+", default=PEERS)
     ap.add_argument("--corpora", default=CORPORA, help="the folder of the corpora (NAME.txt or NAME.txt.xz)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
+    models = {}
+    for spec in args.models:
+        name, sep, folder = spec.partition("=")
+        if not sep or not os.path.isdir(folder):
+            ap.error(f"--models wants NAME=DIR with an existing folder, got {spec!r}")
+        models[name] = folder
     print(f"# bench_peers: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
           f"{args.runs} interleaved runs, --mb {args.mb}")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for vocab in args.vocab:
+        for vocab in [v for v in args.vocab if v != "none"]:
             try:
                 ours, enc, hf_json, skip = (gpt2_setup if vocab == "gpt2" else cl100k_setup)(tmp)
             except Exception as exc:
@@ -377,6 +429,14 @@ def main(argv=None) -> int:
                 print("\n" + table(res, list(peers)), flush=True)
                 print("\n" + table(res, list(peers), "cpu"), flush=True)
                 results.append(res)
+        if models:
+            for corpus in args.corpus:
+                try:
+                    text = read_cut(corpus, args.mb, args.corpora)
+                except OSError as exc:
+                    print(f"{corpus}: skipped ({exc})")
+                    continue
+                print("\n" + bench_models(models, corpus, text, args.runs, args.plain), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{**r, "medians": {" / ".join(k): v for k, v in r["medians"].items()},

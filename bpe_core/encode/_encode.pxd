@@ -110,10 +110,10 @@ cdef class Encoder:
     cdef object _take_out(self)
 
 
-# SuperBPE's stage 2 (the "hf" split). A pair of neighbouring stage-1 ids that no stage-2 merge can
-# ever join is a cut: what lies between two cuts (a segment) merges on its own. Stage2Table holds the
-# pairs that are not cuts ("crossable"; every merge's own pair is one), each with its first rank and
-# the id it merges into, so segments are merged from this one small table.
+# SuperBPE's stage 2 (the "hf" and "units" splits). A pair of neighbouring stage-1 ids that no
+# stage-2 merge can ever join is a cut: what lies between two cuts (a segment) merges on its own.
+# Stage2Table holds the pairs that are not cuts ("crossable"; every merge's own pair is one), each
+# with its first rank and the id it merges into, so segments are merged from this one small table.
 cdef struct CrossSlot:
     pair_key_t key              # EMPTY_KEY marks a free slot
     token_id_t res              # the id the pair merges into at its first rank
@@ -130,6 +130,7 @@ cdef class Stage2Table:
     cdef int shift
     cdef readonly bint all_cross        # too many crossable pairs to list: every pair is one
     cdef readonly Py_ssize_t n_cross
+    cdef vector[uint32_t] lengths       # bytes of each token id (the "units" split's digit groups)
 
 
 # The scratch of one thread's stage-2 merging.
@@ -139,6 +140,10 @@ cdef class Stage2Scratch:
     cdef vector[int64_t] prv
     cdef vector[RankEntry] heap
     cdef vector[int64_t] starts         # where each pretoken's stage-1 ids start
+    cdef vector[int64_t] char_offs      # a numeric pretoken's characters (the "units" split) ...
+    cdef vector[uint8_t] char_digit
+    cdef vector[int64_t] hard           # ... its hard boundaries (byte offsets, ascending) ...
+    cdef vector[uint8_t] inner_cut      # ... and a cut before which of its stage-1 ids
 
 
 # Decoding (``TokenTable.decode``) and lists of ids: the bytes of every token back to back (token

@@ -69,6 +69,7 @@ from ..runtime.executors import open_executor
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import check_mode, make_progress
 from ..runtime.workers import FileStamp, check_total, run_ordered
+from . import _encode
 from .tokenizer import Tokenizer
 
 MiB = 1 << 20
@@ -136,7 +137,7 @@ class _ChunkEncoder:
                 if starts is not None:
                     starts.append(n_ids)
                 for ids in spec.iter_encode(buf, a, b) if b > a else ():
-                    n_bytes += int(self.token_lengths[ids].sum())
+                    n_bytes += _bytes_of(self.token_lengths, ids)
                     ids.astype(self.dtype, copy=False).tofile(out)
                     n_ids += len(ids)
         check_total(f"bytes of {block.label} (bytes the ids stand for vs bytes read)", n_bytes, len(buf))
@@ -476,7 +477,7 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
             min(the_plan.num_workers, max(1, len(shards)))
         spec = tok._encoder_spec()
         if hasattr(spec, "lend_from"):      # the workers use the tokenizer's warm encoders, then give them back
-            spec.lend_from(tok)
+            spec.lend_from(tok, workers)
         encoder = _ChunkEncoder(spec, spill_dir, dtype, _token_lengths(tok),
                                 want_doc_starts=doc_index is not None and not sep,
                                 verify=verify and not single_plain, decode=tok.decode_bytes)
@@ -591,6 +592,17 @@ def _write_manifest(out_path: str, outputs: list[str], sizes: list[int], total: 
         json.dump(manifest, f, indent=1)
         f.write("\n")
     commits.append((tmp, manifest_path(out_path)))
+
+
+def _bytes_of(token_lengths: np.ndarray, ids: np.ndarray) -> int:
+    """The bytes ``ids`` stand for: ``token_lengths[ids].sum()``, in one native pass for uint32 ids
+    (``_encode.sum_lengths``, no gathered copy); an id outside the table counts -1 in all, so the
+    conservation check fails."""
+    if ids.dtype == np.uint32 and token_lengths.dtype == np.int64:
+        return int(_encode.sum_lengths(np.ascontiguousarray(token_lengths), np.ascontiguousarray(ids)))
+    if ids.size and int(ids.max()) >= len(token_lengths):
+        return -1
+    return int(token_lengths[ids].sum())
 
 
 def _token_lengths(tok: Tokenizer) -> np.ndarray:
@@ -960,7 +972,7 @@ def encode_source_shard(task: tuple, spec, token_lengths: np.ndarray, spill_dir:
                     if mark:
                         starts.append(n_ids)
                     for ids in enc.iter_encode(buf, a, b) if b > a else ():
-                        n_bytes += int(token_lengths[ids].sum())
+                        n_bytes += _bytes_of(token_lengths, ids)
                         ids.astype(dt, copy=False).tofile(out)
                         n_ids += len(ids)
                         if vocab is not None and n_block_ids < VERIFY_IDS:

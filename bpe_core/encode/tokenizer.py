@@ -447,6 +447,21 @@ class Tokenizer:
         except IndexError:
             return _encode.Encoder(self._table)
 
+    def _warm_encoders(self, n: int) -> None:
+        """Leave at least ``n`` encoders idle, each about as warm as the warmest: one whose cache
+        holds under half the warmest's entries gets a copy of it (``Encoder.copy_cache_from``), so
+        the threads of a batch or of ``encode_corpus`` do not start cold beside a warm one. The
+        encoders are borrowed while copied (no other thread uses them)."""
+        got = [self._borrow() for _ in range(max(n, 1))]
+        try:
+            sizes = [e.cache_info()["entries"] for e in got]
+            best = max(range(len(got)), key=sizes.__getitem__)
+            for k, e in enumerate(got):
+                if 2 * sizes[k] < sizes[best]:
+                    e.copy_cache_from(got[best])
+        finally:
+            self._idle.extend(got)
+
     def _encoder_spec(self) -> "EncoderSpec":
         """What worker processes need to encode like this tokenizer (see ``EncoderSpec``)."""
         ids = [self._ids_of[b] for b in self._special_bytes]
@@ -729,6 +744,8 @@ class Tokenizer:
         if native:
             table = self._special_table_for(specials)
             runs = _batch_runs(texts, num_threads)
+            if num_threads > 1 and len(runs) > 1:
+                self._warm_encoders(min(num_threads, len(runs)))
 
             def work(run):
                 enc = self._borrow()
@@ -833,11 +850,14 @@ class EncoderSpec:
         self._pool = None           # lend_from: the tokenizer's idle encoders and rank table
         self._rank_table = None
 
-    def lend_from(self, tok: "Tokenizer") -> None:
-        """Take encoders from ``tok``'s idle ones (warm caches) and give them back on
-        :meth:`release`, in this process (a pickled spec does not carry them)."""
+    def lend_from(self, tok: "Tokenizer", n: int = 1) -> None:
+        """Take encoders from ``tok``'s idle ones (warm caches; ``n`` of them made about as warm as
+        the warmest, ``Tokenizer._warm_encoders``) and give them back on :meth:`release`, in this
+        process (a pickled spec does not carry them)."""
         if self.tokenizer is None:
             self._pool, self._rank_table = tok._idle, tok._table
+            if n > 1:
+                tok._warm_encoders(n)
 
     def release(self) -> None:
         """Give this spec's encoder back to the tokenizer it was lent from (if any)."""
@@ -918,10 +938,11 @@ def _utf8_stable_end(buf, s: int, e: int) -> int:
 
 
 class TwoStageEncoder:
-    """SuperBPE's stage-aware encoding of a whole text in one native call (the ``"hf"`` split):
-    stage-1 merges inside pretokens (a :class:`Tokenizer` over them, with its pretoken cache), then
-    ``stage2`` (an ``engine.units.RankMerger``) inside units, cut at special tokens, at pretokens that
-    hold a digit and inside runs of whitespace (``_encode.encode_stage_aware``).
+    """SuperBPE's and SupraTok's stage-aware encoding of a whole text in one native call: stage-1
+    merges inside pretokens (a :class:`Tokenizer` over them, with its pretoken cache), then ``stage2``
+    (an ``engine.units.RankMerger``) inside units, cut at special tokens and at pretokens that hold a
+    digit; the ``"hf"`` split also cuts inside runs of whitespace, the ``"units"`` split cuts a
+    numeric pretoken into digit groups between its stage-1 tokens (``_encode.encode_stage_aware``).
 
     Stage 2 works segment by segment: a pair of neighbouring stage-1 ids that no stage-2 merge can
     join cuts the unit (``_encode.Stage2Table``), so most segments are one or two ids, merged from
@@ -931,6 +952,7 @@ class TwoStageEncoder:
         vocab, stage1_merges, special_tokens, pattern: as :class:`Tokenizer` (a named pattern).
         stage2: the stage-2 merges as a ``RankMerger`` over canonical ids (the smallest id of the bytes).
         all_cross: no cuts inside units (each unit is one segment; for tests).
+        split: ``"hf"`` or ``"units"``.
 
     Thread-safe: each call borrows an encoder and a stage-2 scratch of its own.
 
@@ -942,11 +964,19 @@ class TwoStageEncoder:
     """
 
     def __init__(self, vocab: dict[int, bytes], stage1_merges, special_tokens, pattern: str, stage2,
-                 all_cross: bool = False):
+                 all_cross: bool = False, split: str = "hf"):
         self._tok = Tokenizer(vocab, stage1_merges, special_tokens, pattern)
         if self._tok._pattern_id is None:
             raise ValueError("the native stage-aware encoder needs a named pattern (gpt2, cl100k, o200k)")
-        self._stage2 = _encode.Stage2Table(stage2, all_cross=all_cross)
+        if split not in ("hf", "units"):
+            raise ValueError(f"the native stage-aware encoder has no split {split!r} (hf, units)")
+        self._split = split
+        lengths = None
+        if split == "units":
+            lengths = np.zeros(max(vocab, default=-1) + 1, dtype=np.uint32)
+            for i, b in vocab.items():
+                lengths[i] = len(b)
+        self._stage2 = _encode.Stage2Table(stage2, all_cross=all_cross, token_lengths=lengths)
         self._idle_scratch: list = []
 
     def encode(self, data: bytes, specials: bool = True) -> np.ndarray:
@@ -958,7 +988,7 @@ class TwoStageEncoder:
             scratch = _encode.Stage2Scratch()
         try:
             return _encode.encode_stage_aware(enc, self._stage2, scratch, data, self._tok._pattern_id,
-                                              self._tok._special_table if specials else None)
+                                              self._tok._special_table if specials else None, self._split)
         finally:
             self._idle_scratch.append(scratch)
             self._tok._idle.append(enc)

@@ -48,15 +48,16 @@ class StageAwareEncoder:
 
         self.stage1 = merger(model.merges[:n1])
         self.stage2 = merger(model.merges[n1:])
-        # the whole-text native path: the "hf" split with a named pattern (the others: Python below)
+        # the whole-text native path: the "hf" and "units" splits with a named pattern (the others:
+        # Python below)
         self.native = None
-        if self.split == "hf" and pattern_name(self.pattern) is not None:
+        if self.split in ("hf", "units") and pattern_name(self.pattern) is not None:
             self.native = TwoStageEncoder(model.vocab, model.merges[:n1], model.special_tokens, self.pattern,
-                                          self.stage2)
+                                          self.stage2, split=self.split)
 
     def encode_array(self, data: bytes, specials: bool = True) -> np.ndarray:
         """uint32 ids of ``data`` (``specials=False``: as :meth:`encode_ordinary`); one native call
-        for the ``"hf"`` split (``encode.TwoStageEncoder``), else :meth:`encode_python`."""
+        for the ``"hf"`` and ``"units"`` splits (``encode.TwoStageEncoder``), else :meth:`encode_python`."""
         if self.native is not None:
             return self.native.encode(data, specials)
         if specials:

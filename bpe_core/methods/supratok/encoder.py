@@ -27,11 +27,25 @@ class SupraTokEncoder:
         self.model = model
         self._enc = StageAwareEncoder(inner)
 
+    @property
+    def native(self):
+        """The whole-text native encoder (``encode.TwoStageEncoder``, the ``"units"`` split), or None
+        for a pattern without a native scanner."""
+        return self._enc.native
+
+    def encode_array(self, data: bytes, specials: bool = True) -> np.ndarray:
+        """uint32 ids of ``data`` in one native call (``specials=False``: as :meth:`encode_ordinary`)."""
+        return self._enc.encode_array(data, specials)
+
     def encode_ordinary(self, data: bytes) -> np.ndarray:
         return self._enc.encode_ordinary(data)
 
     def encode(self, data: bytes | str) -> list[int]:
         return self._enc.encode(data)
+
+    def encode_python(self, data: bytes | str) -> list[int]:
+        """The plain path (numpy and ``RankMerger`` per text piece), the twin of the native one."""
+        return self._enc.encode_python(data)
 
     def decode(self, ids: Sequence[int]) -> bytes:
         vocab = self.model.vocab
