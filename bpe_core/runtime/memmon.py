@@ -86,7 +86,10 @@ def _descendants(root: "psutil.Process") -> list:
     """All descendants of ``root``. On Linux from ``/proc/<pid>/task/<tid>/children`` (a few small
     files: a sampler of a process with no child reads one per thread), else, or when the kernel has
     no such files, ``psutil``'s ``children(recursive=True)``, which reads the parent of every process
-    of the machine (milliseconds a sample where hundreds run)."""
+    of the machine (milliseconds a sample where hundreds run). On Linux :func:`procmem.tree_pids` is
+    asked first; this serves where it answers None."""
+    import psutil
+
     try:
         out, todo, seen = [], [root.pid], {root.pid}
         while todo:
