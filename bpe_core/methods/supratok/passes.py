@@ -82,6 +82,23 @@ class SeedRule:
         return _norm_bytes(merged, self.normalize) in self.text
 
 
+def distinct(allows, tokens: Sequence[bytes]):
+    """Pass 2's predicate for the engine: ``allows`` and never the bytes of a token so far, so V ids
+    are V different strings (a pass-1 pair seen again across pretokens, ``"\\n" + "\\n"``, would
+    otherwise take a second id for ``"\\n\\n"``). The engine asks once per pair, just before it
+    merges an allowed pair, so the set of known bytes grows here (as SuperBPE's stage 2)."""
+    known = set(tokens)
+
+    def allowed(left: bytes, right: bytes) -> bool:
+        merged = left + right
+        if merged in known or not allows(left, right):
+            return False
+        known.add(merged)
+        return True
+
+    return allowed
+
+
 def _norm_bytes(b: bytes, normalize: bool) -> bytes:
     if not normalize:
         return b
@@ -302,7 +319,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     engine2 = MergeEngine(usyms, uoffs, ucnts, tokens)
     del usyms, uoffs
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware)
-    steps2 = engine2.run(n_total - len(steps1), allowed=rule.allows)
+    steps2 = engine2.run(n_total - len(steps1), allowed=distinct(rule.allows, list(tokens) + list(specials)))
     all_tokens = engine2.tokens()
     merges = [(all_tokens[a], all_tokens[b]) for a, b, _ in list(steps1) + list(steps2)]
     n1 = len(steps1)
@@ -473,17 +490,35 @@ def leaf_surgery(enc: StageAwareEncoder, merges: list, n1: int, table: WordTable
     free = free_slots
     log = {"scored": len(scored), "accepted": 0, "examples": []}
     removed_bytes: set[bytes] = set()
+    # V ids stay V different strings: a chain step whose pair is already a merge (a span accepted
+    # earlier in the round with the same first words) is shared, not added again; a span whose chain
+    # would build the bytes of a token some other way is skipped
+    live_pairs = set(merges)
+    known = set(enc.token_bytes)
     for _, surface, toks, f, sc in scored:
         if any(surface in t or t in surface for t in taken):
             continue                                   # overlap with a span accepted this round
         if removed_bytes.intersection(toks):
             continue                                   # its segmentation lost a token this round
-        k = len(toks) - 1
+        chain, built, clash = [], [], False
+        left = toks[0]
+        for t in toks[1:]:
+            built.append(left + t)
+            if (left, t) not in live_pairs:
+                if left + t in known:
+                    clash = True
+                    break
+                chain.append((left, t))
+            left = left + t
+        if clash or not chain:
+            continue                                   # it would give a second id to existing bytes
+        k = len(chain)
         use_free = min(free, k)
         chosen = []
         j = li
         while len(chosen) < k - use_free and j < len(leaves):
-            if results[leaves[j]] not in protected and results[leaves[j]] not in toks:
+            if results[leaves[j]] not in protected and results[leaves[j]] not in toks \
+                    and results[leaves[j]] not in built:
                 chosen.append(j)
             j += 1
         if len(chosen) < k - use_free:
@@ -492,17 +527,16 @@ def leaf_surgery(enc: StageAwareEncoder, merges: list, n1: int, table: WordTable
         if net <= 0:
             continue
         free -= use_free
-        chain = []
-        left = toks[0]
-        for t in toks[1:]:
-            chain.append((left, t))
-            left = left + t
         accepted.append(chain)
         taken.append(surface)
         protected.update(toks)
+        protected.update(built)
+        live_pairs.update(chain)
+        known.update(built)
         for x in chosen:
             removed.append(leaves[x])
             removed_bytes.add(results[leaves[x]])
+            live_pairs.discard(merges[leaves[x]])
         chosen_set = set(chosen)
         leaves = [l for x, l in enumerate(leaves) if x not in chosen_set]
         if len(log["examples"]) < 10:
