@@ -156,3 +156,41 @@ def test_bpe_tiktoken_export_loads_with_explicit_n_vocab(text):
         assert len(set(ranks)) == len(ranks) and len(set(ranks.values())) == len(ranks)
         tiktoken.Encoding("t", pat_str=meta["pat_str"], mergeable_ranks=ranks,
                           special_tokens=meta["special_tokens"], explicit_n_vocab=meta["explicit_n_vocab"])
+
+
+# ==== progress, summary line, report ==============================================================
+
+
+SUPRATOK_BARS = ["supratok documents", "pass 1 merges", "supratok statistics", "pass 2 merges", "pass 3 spans",
+                 "supratok final count"]
+
+
+def test_every_phase_reports_progress_and_time(capsys):
+    result = train_bytes(corpus(2), 330, seed_min_count=10 ** 6, progress="json")
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    finals = {x["task"]: x for x in lines if x["final"]}
+    for task in SUPRATOK_BARS:
+        assert task in finals, task
+        assert 0 < finals[task]["done"] <= finals[task]["total"], finals[task]
+    for task in ("supratok documents", "pass 3 spans", "supratok final count"):      # merges may stop early
+        assert finals[task]["done"] == finals[task]["total"], finals[task]
+    secs = result.report["seconds"]
+    phases = result.report["summary_phases"]
+    assert [k for _, k in phases] == ["pretokenize", "supratok_documents", "pass1", "supratok_statistics", "pass2",
+                                      "pass3", "supratok_final_count"]
+    assert all(k in secs for _, k in phases)
+
+
+def test_summary_line_names_every_phase(tmp_path, capsys):
+    import train_bpe
+    path = tmp_path / "c.txt"
+    path.write_bytes(corpus(2))
+    rc = train_bpe.main([str(path), "--method", "supratok", "--vocab-size", "330", "--transition", "290",
+                         "--seed-min-count", "3", "--seed-pmi", "0.5", "--span-min-count", "2", "--span-pmi", "1.0",
+                         "--heldout-fraction", "0.3", "--workers", "1", "--out", str(tmp_path / "tok"),
+                         "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    summary = next(x for x in out.splitlines() if x.startswith("trained "))
+    for label in ("pre-tokenize", "documents", "pass 1", "statistics", "pass 2", "pass 3", "final count"):
+        assert f"{label} " in summary, summary

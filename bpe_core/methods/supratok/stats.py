@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 
 from ...pretok.wordtable import WordTable
@@ -89,10 +90,11 @@ class NgramStats:
 
     ``seq`` holds statistic ids per position (-1 for a non-letter word or a unit separator),
     ``raw`` the word-table ids (-1 separators), ``weights`` the unit count of each position.
+    ``on_level(1)`` is called as each length n >= 2 is done (a progress bar).
     """
 
     def __init__(self, seq: np.ndarray, raw: np.ndarray, weights: np.ndarray, n_sids: int, max_n: int,
-                 min_count: int):
+                 min_count: int, on_level: Optional[Callable[[int], None]] = None):
         self.n_sids = max(n_sids, 1)
         valid = seq >= 0
         run = _run_lengths(valid)
@@ -121,6 +123,8 @@ class NgramStats:
             self.levels.append(Level(n, uniq[freq] // self.n_sids, uniq[freq] % self.n_sids, cnt[freq], total))
             self.pos_ids.append(gn)
             g = gn
+            if on_level is not None:
+                on_level(1)
 
     # ---- per-level features ------------------------------------------------------------------
 
