@@ -321,19 +321,27 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     _close(bar)
     seg_symbols, seg_offsets, _ = engine.words()
     tokens = engine.tokens()
+    del engine
     t2 = time.perf_counter()
     seconds["pass1"] = round(t2 - t1, 3)
 
     # ---- word statistics and seeds
     phase("supratok statistics")
     data, starts, ucounts = docs["units"]
-    seq, weights = flatten_units(data, starts, sid, ucounts)
-    raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts)
+    seq, weights = flatten_units(data, starts, sid, ucounts, dtype=np.int32)
+    raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts, dtype=np.int32)
     max_n = max(config.seed_max_n, config.span_max_n)
-    bar = progress_bar(progress, total=max_n, desc="supratok statistics", unit="level")
+    bar = progress_bar(progress, total=max_n + 1, desc="supratok statistics", unit="step")
     stats = NgramStats(seq, raw, weights, len(surfaces), max_n, min(config.seed_min_count, config.span_min_count),
                        on_level=bar.update if bar is not None else None)
     seeds = select_seeds(stats, surfaces, config.seed_min_count, config.seed_pmi, config.seed_max_n)
+    # pass 3's candidates need these statistics and no vocabulary: taken now, so that the statistics'
+    # arrays (several int64 per position of the units) are gone before the pass-2 engine is built
+    held_data, held_bounds, held_docs = _heldout_units(held, numeric)
+    hseq, _ = flatten_units(held_data, held_bounds, sid, np.ones(max(held_bounds.size - 1, 0), np.int64))
+    hdocs = np.repeat(held_docs, np.diff(held_bounds) + 1) if held_docs.size else np.zeros(0, np.int64)
+    features = span_candidates(stats, surfaces, docs["df"], docs["n_train_docs"], hseq, hdocs, config)
+    del stats, seq, raw, weights, hseq, hdocs
     if bar is not None:
         bar.update(1)
     _close(bar)
@@ -348,7 +356,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
     usyms, uoffs, ucnts, _ = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
     engine2 = MergeEngine(usyms, uoffs, ucnts, tokens)
-    del usyms, uoffs
+    del usyms, uoffs, ucnts
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware)
     bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")
     steps2 = engine2.run(n_total - len(steps1), allowed=distinct(rule.allows, list(tokens) + list(specials)),
@@ -360,6 +368,8 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     n2 = len(steps2)
     _, f_offs, f_counts = engine2.words()
     info["pass2_engine_tokens"] = int((np.diff(f_offs) * f_counts).sum())
+    report["engine"] = engine2.stats()
+    del engine2, f_offs, f_counts          # pass 3 and the final count need only the merges
     info["pass1_merges"], info["pass2_merges"] = n1, n2
     info["pass2_cross_merges"] = sum(1 for a, b in merges[n1:] if pretoken_ends(a + b, pattern).size > 1)
     t4 = time.perf_counter()
@@ -367,10 +377,6 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
 
     # ---- pass 3: scored spans with leaf surgery
     phase("supratok pass 3")
-    held_data, held_bounds, held_docs = _heldout_units(held, numeric)
-    hseq, _ = flatten_units(held_data, held_bounds, sid, np.ones(max(held_bounds.size - 1, 0), np.int64))
-    hdocs = np.repeat(held_docs, np.diff(held_bounds) + 1) if held_docs.size else np.zeros(0, np.int64)
-    features = span_candidates(stats, surfaces, docs["df"], docs["n_train_docs"], hseq, hdocs, config)
     info["pass3_candidates"] = len(features)
     # per round: each candidate is scored, then considered for acceptance
     bar = progress_bar(progress, total=2 * len(features) * config.supratok_rounds, desc="pass 3 spans", unit="span")
@@ -428,7 +434,6 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     # tokens of the whole corpus (special tokens excluded) when no sampling happened
     info["final_tokens_corpus"] = info["final_tokens"] + held_tokens if fraction >= 1 else None
     seconds["merge_loop"] = round((t2 - t1) + (t4 - t3), 3)
-    report["engine"] = engine2.stats()
     report["merges"] = len(merges)
     report["merges_requested"] = max(n_total, 0)
     report["supratok"] = info

@@ -66,10 +66,11 @@ def _run_lengths(valid: np.ndarray) -> np.ndarray:
     return nxt - np.arange(n)
 
 
-def flatten_units(data: np.ndarray, starts: np.ndarray, values: np.ndarray, counts: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate units with a -1 separator after each; ``values`` maps word ids to the sequence,
-    ``counts`` (one per unit) becomes a weight per position.
+def flatten_units(data: np.ndarray, starts: np.ndarray, values: np.ndarray, counts: np.ndarray,
+                  dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate units with a -1 separator after each; ``values`` maps word ids to the sequence
+    (of ``dtype``: int32 halves it when the values fit), ``counts`` (one per unit) becomes a weight
+    per position.
 
     >>> s, w = flatten_units(np.array([0, 1, 2]), np.array([0, 2, 3]), np.array([5, 6, 7]), np.array([2, 1]))
     >>> s.tolist(), w.tolist()
@@ -78,8 +79,9 @@ def flatten_units(data: np.ndarray, starts: np.ndarray, values: np.ndarray, coun
     lengths = np.diff(starts)
     n_units = lengths.size
     pos = np.arange(data.size) + np.repeat(np.arange(n_units), lengths)
-    seq = np.full(data.size + n_units, -1, dtype=np.int64)
+    seq = np.full(data.size + n_units, -1, dtype=dtype)
     seq[pos] = values[data]
+    del pos
     weights = np.repeat(counts.astype(np.int64), lengths + 1)
     return seq, weights
 
@@ -98,11 +100,15 @@ class NgramStats:
         self.n_sids = max(n_sids, 1)
         valid = seq >= 0
         run = _run_lengths(valid)
+        totals = {n: int(weights[run >= n].sum()) for n in range(2, max_n + 1)}
+        del run
         c1 = np.bincount(seq[valid], weights=weights[valid], minlength=self.n_sids).astype(np.int64)
         self.levels: list[Level] = [Level(1, np.arange(n_sids), np.arange(n_sids), c1, int(c1.sum()))]
-        self.pos_ids: list[np.ndarray] = []      # per level: id at each position, -1 none
-        g1 = np.where(valid, seq, -1)
-        g1 = np.where((g1 >= 0) & (c1[np.maximum(g1, 0)] >= min_count), g1, -1)
+        # per level: id at each position, -1 none (int32: one per position of every level is the
+        # largest part of the statistics)
+        self.pos_ids: list[np.ndarray] = []
+        g1 = np.where(valid & (c1[np.maximum(seq, 0)] >= min_count), seq, -1).astype(np.int32, copy=False)
+        del valid
         self.pos_ids.append(g1)
         self.seq, self.raw, self.weights = seq, raw, weights
         g = g1
@@ -111,15 +117,16 @@ class NgramStats:
             ok = np.zeros(L, dtype=bool)
             if L >= n:
                 ok[:L - n + 1] = (g[:L - n + 1] >= 0) & (g[1:L - n + 2] >= 0) & (g1[n - 1:] >= 0)
-            total = int(weights[run >= n].sum())
+            total = totals[n]
             where = np.flatnonzero(ok)
             key = g[where].astype(np.int64) * self.n_sids + g1[where + n - 1]
             uniq, inv = np.unique(key, return_inverse=True)
             cnt = np.bincount(inv, weights=weights[where], minlength=uniq.size).astype(np.int64)
             freq = cnt >= min_count
             new_id = np.cumsum(freq) - 1
-            gn = np.full(L, -1, dtype=np.int64)
+            gn = np.full(L, -1, dtype=np.int32)
             gn[where] = np.where(freq[inv], new_id[inv], -1)
+            del key, inv, ok, where
             self.levels.append(Level(n, uniq[freq] // self.n_sids, uniq[freq] % self.n_sids, cnt[freq], total))
             self.pos_ids.append(gn)
             g = gn
