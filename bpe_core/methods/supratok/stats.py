@@ -70,7 +70,7 @@ def flatten_units(data: np.ndarray, starts: np.ndarray, values: np.ndarray, coun
                   dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate units with a -1 separator after each; ``values`` maps word ids to the sequence
     (of ``dtype``: int32 halves it when the values fit), ``counts`` (one per unit) becomes a weight
-    per position.
+    per position (int32 too with ``dtype`` int32 when the counts fit).
 
     >>> s, w = flatten_units(np.array([0, 1, 2]), np.array([0, 2, 3]), np.array([5, 6, 7]), np.array([2, 1]))
     >>> s.tolist(), w.tolist()
@@ -82,7 +82,9 @@ def flatten_units(data: np.ndarray, starts: np.ndarray, values: np.ndarray, coun
     seq = np.full(data.size + n_units, -1, dtype=dtype)
     seq[pos] = values[data]
     del pos
-    weights = np.repeat(counts.astype(np.int64), lengths + 1)
+    counts = np.asarray(counts)
+    small = dtype == np.int32 and (counts.size == 0 or int(counts.max()) < 2 ** 31)
+    weights = np.repeat(counts.astype(np.int32 if small else np.int64), lengths + 1)
     return seq, weights
 
 
@@ -96,11 +98,11 @@ class NgramStats:
     """
 
     def __init__(self, seq: np.ndarray, raw: np.ndarray, weights: np.ndarray, n_sids: int, max_n: int,
-                 min_count: int, on_level: Optional[Callable[[int], None]] = None):
+                 min_count: int, on_level: Optional[Callable[[int], None]] = None, block: int = 1 << 20):
         self.n_sids = max(n_sids, 1)
         valid = seq >= 0
         run = _run_lengths(valid)
-        totals = {n: int(weights[run >= n].sum()) for n in range(2, max_n + 1)}
+        totals = {n: int(weights[run >= n].sum(dtype=np.int64)) for n in range(2, max_n + 1)}
         del run
         c1 = np.bincount(seq[valid], weights=weights[valid], minlength=self.n_sids).astype(np.int64)
         self.levels: list[Level] = [Level(1, np.arange(n_sids), np.arange(n_sids), c1, int(c1.sum()))]
@@ -114,24 +116,45 @@ class NgramStats:
         g = g1
         for n in range(2, max_n + 1):
             L = seq.size
-            ok = np.zeros(L, dtype=bool)
-            if L >= n:
-                ok[:L - n + 1] = (g[:L - n + 1] >= 0) & (g[1:L - n + 2] >= 0) & (g1[n - 1:] >= 0)
-            total = totals[n]
-            where = np.flatnonzero(ok)
-            key = g[where].astype(np.int64) * self.n_sids + g1[where + n - 1]
-            uniq, inv = np.unique(key, return_inverse=True)
-            cnt = np.bincount(inv, weights=weights[where], minlength=uniq.size).astype(np.int64)
+            m = L - n + 1                      # window starts
+            # counted a block of windows at a time: the temporaries (keys, sort, inverse) are a few
+            # int64 per window of one block, not of the whole sequence; float sums of integer
+            # weights, as in one np.bincount over every window
+            parts_keys, parts_counts = [], []
+            for a in range(0, max(m, 0), block):
+                where, key = self._windows(g, g1, n, a, min(a + block, m))
+                u, inv = np.unique(key, return_inverse=True)
+                parts_keys.append(u)
+                parts_counts.append(np.bincount(inv, weights=weights[where], minlength=u.size))
+                del where, key, inv
+            if parts_keys:
+                uniq, inv = np.unique(np.concatenate(parts_keys), return_inverse=True)
+                cnt = np.bincount(inv, weights=np.concatenate(parts_counts), minlength=uniq.size).astype(np.int64)
+            else:
+                uniq, cnt = np.zeros(0, np.int64), np.zeros(0, np.int64)
+            del parts_keys, parts_counts
             freq = cnt >= min_count
-            new_id = np.cumsum(freq) - 1
+            fkeys = uniq[freq]                 # sorted: an n-gram's id is its index here
             gn = np.full(L, -1, dtype=np.int32)
-            gn[where] = np.where(freq[inv], new_id[inv], -1)
-            del key, inv, ok, where
-            self.levels.append(Level(n, uniq[freq] // self.n_sids, uniq[freq] % self.n_sids, cnt[freq], total))
+            if fkeys.size:
+                for a in range(0, max(m, 0), block):
+                    where, key = self._windows(g, g1, n, a, min(a + block, m))
+                    k = np.minimum(np.searchsorted(fkeys, key), fkeys.size - 1)
+                    hit = fkeys[k] == key
+                    gn[where[hit]] = k[hit]
+                    del where, key, k, hit
+            self.levels.append(Level(n, fkeys // self.n_sids, fkeys % self.n_sids, cnt[freq], totals[n]))
             self.pos_ids.append(gn)
             g = gn
             if on_level is not None:
                 on_level(1)
+
+    def _windows(self, g: np.ndarray, g1: np.ndarray, n: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """The windows of length ``n`` starting at ``a..b-1`` whose (n-1)-gram prefix and suffix are
+        frequent (``g``: level n-1 ids, ``g1``: frequent words): their starts and keys."""
+        ok = (g[a:b] >= 0) & (g[a + 1:b + 1] >= 0) & (g1[a + n - 1:b + n - 1] >= 0)
+        where = np.flatnonzero(ok) + a
+        return where, g[where].astype(np.int64) * self.n_sids + g1[where + n - 1]
 
     # ---- per-level features ------------------------------------------------------------------
 
