@@ -13,22 +13,16 @@ from . import (best_pair, count_pretokens, get_pair_counts, merge_word, superbpe
 
 
 def _merge_loop(words: dict[tuple[bytes, ...], int], n_merges: int,
-                allowed: Optional[Callable[[bytes, bytes], bool]],
-                known: Optional[set[bytes]] = None) -> list[tuple[bytes, bytes]]:
-    """With ``known`` (the bytes of every token so far), a pair whose bytes are known is never merged."""
+                allowed: Optional[Callable[[bytes, bytes], bool]]) -> list[tuple[bytes, bytes]]:
     merges = []
     while len(merges) < n_merges:
         pairs = get_pair_counts(words)                      # 1. full recount
         if allowed is not None:
             pairs = Counter({p: c for p, c in pairs.items() if allowed(*p)})
-        if known is not None:
-            pairs = Counter({p: c for p, c in pairs.items() if p[0] + p[1] not in known})
         pair = best_pair(pairs)                              # 2. highest count, greatest bytes
         if pair is None:
             break
         merges.append(pair)
-        if known is not None:
-            known.add(pair[0] + pair[1])
         new: dict[tuple[bytes, ...], int] = {}
         for w, c in words.items():                           # 3. rewrite every word
             m = merge_word(w, pair)
@@ -41,7 +35,7 @@ def train_passes_1_2(data: bytes, vocab_size: int, n1: int, special_tokens: Sequ
                      pattern: str, allowed2: Callable[[bytes, bytes], bool],
                      allowed1: Optional[Callable[[bytes, bytes], bool]] = None) -> tuple[list, int]:
     """Pass 1: ``n1`` BPE merges inside pretokens; pass 2: merges inside units under ``allowed2``,
-    never one whose bytes are already a token, until ``vocab_size``. Returns ``(merges, n_pass1)``."""
+    until ``vocab_size``. Returns ``(merges, n_pass1)``."""
     specials = encode_specials(special_tokens)
     words = {tuple(bytes([b]) for b in p): c for p, c in count_pretokens(data, special_tokens, pattern).items()}
     merges = _merge_loop(words, n1, allowed1)
@@ -50,6 +44,5 @@ def train_passes_1_2(data: bytes, vocab_size: int, n1: int, special_tokens: Sequ
         units[tuple(u)] = units.get(tuple(u), 0) + 1
     n_total = vocab_size - 256 - len(specials)
     # pass 2 continues from the pass-1 segmentation of every unit
-    known = {bytes([i]) for i in range(256)} | set(specials) | {a + b for a, b in merges}
-    merges2 = _merge_loop(units, n_total - len(merges), allowed2, known)
+    merges2 = _merge_loop(units, n_total - len(merges), allowed2)
     return merges + merges2, len(merges)
