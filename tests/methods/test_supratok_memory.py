@@ -33,3 +33,25 @@ def test_blocks_give_the_same_statistics(unit_list, counts, block, min_count):
         cand = np.arange(whole.levels[n - 1].counts.size)
         if cand.size:
             assert all(np.allclose(x, y) for x, y in zip(whole.contexts(n, cand), parts.contexts(n, cand)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(units, st.integers(1, 3), st.integers(0, 3))
+def test_contexts_taken_while_building_are_the_same(unit_list, min_count, skip):
+    """``contexts_for``: the asked contexts, taken level by level, equal those of the kept positions."""
+    data = np.array([w + 1 for u in unit_list for w in u], dtype=np.uint32)
+    starts = np.concatenate(([0], np.cumsum([len(u) for u in unit_list]))).astype(np.int64)
+    seq, weights = flatten_units(data, starts, np.array([-1, 0, 1, 2, 3, 4, 5]), np.ones(len(unit_list), np.int64),
+                                 dtype=np.int32)
+    raw, _ = flatten_units(data, starts, np.arange(7), np.ones(len(unit_list), np.int64), dtype=np.int32)
+    asked = {}
+
+    def pick(stats, n):
+        asked[n] = np.arange(stats.levels[n - 1].counts.size)[skip:]     # some of them
+        return asked[n]
+
+    kept = NgramStats(seq, raw, weights, 6, 4, min_count)
+    lean = NgramStats(seq, raw, weights, 6, 4, min_count, contexts_for=pick)
+    assert sorted(asked) == [2, 3, 4] and all(p is None for p in lean.pos_ids)
+    for n in (2, 3, 4):
+        assert all(np.allclose(x, y) for x, y in zip(kept.contexts(n, asked[n]), lean.contexts(n, asked[n])))

@@ -316,7 +316,8 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     max_n = max(config.seed_max_n, config.span_max_n)
     bar = progress_bar(progress, total=max_n + 1, desc="supratok statistics", unit="step")
     stats = NgramStats(seq, raw, weights, len(surfaces), max_n, min(config.seed_min_count, config.span_min_count),
-                       on_level=bar.update if bar is not None else None)
+                       on_level=bar.update if bar is not None else None,
+                       contexts_for=lambda st, n: span_candidate_ids(st, n, config))
     seeds = select_seeds(stats, surfaces, config.seed_min_count, config.seed_pmi, config.seed_max_n)
     # pass 3's candidates need these statistics and no vocabulary: taken now, so that the statistics'
     # arrays (several int64 per position of the units) are gone before the pass-2 engine is built
@@ -437,6 +438,21 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     return vocab, merges, stages
 
 
+def span_candidate_ids(stats: NgramStats, n: int, config) -> np.ndarray:
+    """The ids of level ``n`` that pass 3 scores: count >= span_min_count, PMI >= span_pmi, at most
+    span_max_candidates by count x PMI (sorted ids). Also asked while the statistics are built, so
+    that only these n-grams keep their contexts (``NgramStats(contexts_for=)``)."""
+    lv = stats.levels[n - 1]
+    if n > config.span_max_n or lv.counts.size == 0:
+        return np.zeros(0, np.int64)
+    pmi = stats.pmi(n)
+    cand = np.flatnonzero((lv.counts >= config.span_min_count) & (pmi >= config.span_pmi))
+    if cand.size > config.span_max_candidates:
+        order = np.lexsort((cand, -(lv.counts[cand] * pmi[cand])))
+        cand = np.sort(cand[order[:config.span_max_candidates]])
+    return cand
+
+
 def span_candidates(stats: NgramStats, surfaces: list[bytes], df: np.ndarray, n_docs: int, hseq: np.ndarray,
                     hdocs: np.ndarray, config) -> list[tuple[bytes, list[bytes], SpanFeatures]]:
     """Pass-3 candidates (2..span_max_n words, count >= span_min_count, PMI >= span_pmi) with every
@@ -454,10 +470,7 @@ def span_candidates(stats: NgramStats, surfaces: list[bytes], df: np.ndarray, n_
             continue
         pmi = stats.pmi(n)
         npmi = stats.npmi(n)
-        cand = np.flatnonzero((lv.counts >= config.span_min_count) & (pmi >= config.span_pmi))
-        if cand.size > config.span_max_candidates:
-            order = np.lexsort((cand, -(lv.counts[cand] * pmi[cand])))
-            cand = np.sort(cand[order[:config.span_max_candidates]])
+        cand = span_candidate_ids(stats, n, config)
         if cand.size == 0:
             continue
         wm = stats.word_matrix(n)[cand]

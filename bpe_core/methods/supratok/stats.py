@@ -95,11 +95,17 @@ class NgramStats:
     ``seq`` holds statistic ids per position (-1 for a non-letter word or a unit separator),
     ``raw`` the word-table ids (-1 separators), ``weights`` the unit count of each position.
     ``on_level(1)`` is called as each length n >= 2 is done (a progress bar).
+
+    With ``contexts_for(stats, n)`` (the ids of length ``n`` whose :meth:`contexts` will be asked
+    for), those contexts are taken as each length is built and the n-gram id of every position
+    is not kept (``pos_ids[n - 1]`` is None): one int32 per position and length less.
     """
 
     def __init__(self, seq: np.ndarray, raw: np.ndarray, weights: np.ndarray, n_sids: int, max_n: int,
-                 min_count: int, on_level: Optional[Callable[[int], None]] = None, block: int = 1 << 20):
+                 min_count: int, on_level: Optional[Callable[[int], None]] = None, block: int = 1 << 20,
+                 contexts_for: Optional[Callable[["NgramStats", int], np.ndarray]] = None):
         self.n_sids = max(n_sids, 1)
+        self._contexts: dict[int, tuple] = {}
         valid = seq >= 0
         run = _run_lengths(valid)
         totals = {n: int(weights[run >= n].sum(dtype=np.int64)) for n in range(2, max_n + 1)}
@@ -145,9 +151,16 @@ class NgramStats:
                     del where, key, k, hit
             self.levels.append(Level(n, fkeys // self.n_sids, fkeys % self.n_sids, cnt[freq], totals[n]))
             self.pos_ids.append(gn)
+            if contexts_for is not None:
+                cand = np.asarray(contexts_for(self, n))
+                self._contexts[n] = (cand.copy(), self.contexts(n, cand))
+                if n > 2:
+                    self.pos_ids[n - 2] = None         # level n-1: its contexts are taken, its ids used
             g = gn
             if on_level is not None:
                 on_level(1)
+        if contexts_for is not None and max_n >= 2:
+            self.pos_ids[0] = self.pos_ids[max_n - 1] = None
 
     def _windows(self, g: np.ndarray, g1: np.ndarray, n: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
         """The windows of length ``n`` starting at ``a..b-1`` whose (n-1)-gram prefix and suffix are
@@ -214,7 +227,12 @@ class NgramStats:
         """Branching entropies H_L, H_R (bits) and the peak context probability of the candidate
         n-grams ``cand`` (ids of level ``n``); contexts are the neighbouring word-table ids, a unit
         edge counting as one context of its own."""
+        known = self._contexts.get(n)
+        if known is not None and np.array_equal(known[0], cand):
+            return known[1]
         gn = self.pos_ids[n - 1]
+        if gn is None:
+            raise ValueError(f"the contexts of these {n}-grams were not kept (NgramStats(contexts_for=))")
         cmap = np.full(self.levels[n - 1].counts.size, -1, dtype=np.int64)
         cmap[cand] = np.arange(cand.size)
         pos = np.flatnonzero(gn >= 0)
