@@ -233,12 +233,12 @@ class NgramStats:
         gn = self.pos_ids[n - 1]
         if gn is None:
             raise ValueError(f"the contexts of these {n}-grams were not kept (NgramStats(contexts_for=))")
-        cmap = np.full(self.levels[n - 1].counts.size, -1, dtype=np.int64)
+        # candidate index per n-gram id; the extra last slot answers id -1 (no n-gram), so the
+        # positions of the candidates are found without an array of every position of the level
+        cmap = np.full(self.levels[n - 1].counts.size + 1, -1, dtype=np.int32)
         cmap[cand] = np.arange(cand.size)
-        pos = np.flatnonzero(gn >= 0)
-        ci = cmap[gn[pos]]
-        keep = ci >= 0
-        pos, ci = pos[keep], ci[keep]
+        pos = np.flatnonzero(cmap[gn] >= 0)
+        ci = cmap[gn[pos]].astype(np.int64)
         w = self.weights[pos]
         left = np.where(pos > 0, self.raw[np.maximum(pos - 1, 0)], -1)
         right = self.raw[pos + n] if pos.size else pos
