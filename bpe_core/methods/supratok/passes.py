@@ -314,13 +314,13 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     seq, weights = flatten_units(data, starts, sid, ucounts, dtype=np.int32)
     raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts, dtype=np.int32)
     max_n = max(config.seed_max_n, config.span_max_n)
-    bar = progress_bar(progress, total=max_n + 1, desc="supratok statistics", unit="step")
+    bar = progress_bar(progress, total=max_n, desc="supratok statistics", unit="step")    # lengths 2.., candidates
     stats = NgramStats(seq, raw, weights, len(surfaces), max_n, min(config.seed_min_count, config.span_min_count),
                        on_level=bar.update if bar is not None else None,
                        contexts_for=lambda st, n: span_candidate_ids(st, n, config))
     seeds = select_seeds(stats, surfaces, config.seed_min_count, config.seed_pmi, config.seed_max_n)
     # pass 3's candidates need these statistics and no vocabulary: taken now, so that the statistics'
-    # arrays (several int64 per position of the units) are gone before the pass-2 engine is built
+    # arrays (several per position of the units) are gone before the pass-2 engine is built
     held_data, held_bounds, held_docs = _heldout_units(held, numeric)
     hseq, _ = flatten_units(held_data, held_bounds, sid, np.ones(max(held_bounds.size - 1, 0), np.int64))
     hdocs = np.repeat(held_docs, np.diff(held_bounds) + 1) if held_docs.size else np.zeros(0, np.int64)
