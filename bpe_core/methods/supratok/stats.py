@@ -78,10 +78,14 @@ def flatten_units(data: np.ndarray, starts: np.ndarray, values: np.ndarray, coun
     """
     lengths = np.diff(starts)
     n_units = lengths.size
-    pos = np.arange(data.size) + np.repeat(np.arange(n_units), lengths)
     seq = np.full(data.size + n_units, -1, dtype=dtype)
-    seq[pos] = values[data]
-    del pos
+    if seq.size:
+        # a mask of the separators, not an int64 index of every position (three such arrays were
+        # the largest temporaries of the statistics)
+        sep = np.zeros(seq.size, dtype=bool)
+        sep[np.cumsum(lengths + 1) - 1] = True
+        seq[~sep] = np.asarray(values).astype(dtype, copy=False)[data]
+        del sep
     counts = np.asarray(counts)
     small = dtype == np.int32 and (counts.size == 0 or int(counts.max()) < 2 ** 31)
     weights = np.repeat(counts.astype(np.int32 if small else np.int64), lengths + 1)
