@@ -130,19 +130,19 @@ class NgramStats:
             # counted a block of windows at a time: the temporaries (keys, sort, inverse) are a few
             # int64 per window of one block, not of the whole sequence; float sums of integer
             # weights, as in one np.bincount over every window
-            parts_keys, parts_counts = [], []
+            # (each block's distinct keys are merged into the running ones at once: the blocks share
+            # most of their n-grams, so keeping every block's list until the end cost more)
+            uniq, sums = np.zeros(0, np.int64), np.zeros(0, np.float64)
             for a in range(0, max(m, 0), block):
                 where, key = self._windows(g, g1, n, a, min(a + block, m))
                 u, inv = np.unique(key, return_inverse=True)
-                parts_keys.append(u)
-                parts_counts.append(np.bincount(inv, weights=weights[where], minlength=u.size))
+                c = np.bincount(inv, weights=weights[where], minlength=u.size)
                 del where, key, inv
-            if parts_keys:
-                uniq, inv = np.unique(np.concatenate(parts_keys), return_inverse=True)
-                cnt = np.bincount(inv, weights=np.concatenate(parts_counts), minlength=uniq.size).astype(np.int64)
-            else:
-                uniq, cnt = np.zeros(0, np.int64), np.zeros(0, np.int64)
-            del parts_keys, parts_counts
+                uniq, inv = np.unique(np.concatenate((uniq, u)), return_inverse=True)
+                sums = np.bincount(inv, weights=np.concatenate((sums, c)), minlength=uniq.size)
+                del u, c, inv
+            cnt = sums.astype(np.int64)
+            del sums
             freq = cnt >= min_count
             fkeys = uniq[freq]                 # sorted: an n-gram's id is its index here
             gn = np.full(L, -1, dtype=np.int32)
