@@ -111,15 +111,23 @@ class NgramStats:
         self.n_sids = max(n_sids, 1)
         self._contexts: dict[int, tuple] = {}
         valid = seq >= 0
-        run = _run_lengths(valid)
-        totals = {n: int(weights[run >= n].sum(dtype=np.int64)) for n in range(2, max_n + 1)}
+        # N_n: the weight of the windows of n valid positions (a run of n letter words starts there),
+        # with one bool per position (the int64 run lengths took several arrays of every position)
+        totals: dict[int, int] = {}
+        run = valid.copy()
+        for n in range(2, max_n + 1):
+            run[:max(seq.size - n + 1, 0)] &= valid[n - 1:]
+            run[max(seq.size - n + 1, 0):] = False
+            totals[n] = int(weights[run].sum(dtype=np.int64))
         del run
         c1 = np.bincount(seq[valid], weights=weights[valid], minlength=self.n_sids).astype(np.int64)
         self.levels: list[Level] = [Level(1, np.arange(n_sids), np.arange(n_sids), c1, int(c1.sum()))]
         # per level: id at each position, -1 none (int32: one per position of every level is the
         # largest part of the statistics)
         self.pos_ids: list[np.ndarray] = []
-        g1 = np.where(valid & (c1[np.maximum(seq, 0)] >= min_count), seq, -1).astype(np.int32, copy=False)
+        frequent = c1 >= min_count
+        g1 = np.where(valid & frequent[np.maximum(seq, 0)], seq, -1).astype(np.int32, copy=False)
+        del frequent
         del valid
         self.pos_ids.append(g1)
         self.seq, self.raw, self.weights = seq, raw, weights
