@@ -53,6 +53,44 @@ def export_caveats(model: Model, fmt: str) -> list[str]:
     return registry.get(model.method).export_caveats(model, fmt)
 
 
+def duplicate_tokens(model: Model) -> list[tuple[bytes, list[int]]]:
+    """Token bytes that two or more ids hold (ordinary tokens), each with its ids, by smallest id.
+
+    >>> vocab = {**{i: bytes([i]) for i in range(256)}, 256: b"ab", 257: b"ab"}
+    >>> duplicate_tokens(Model(vocab=vocab, merges=[(b"a", b"b"), (b"a", b"b")]))
+    [(b'ab', [256, 257])]
+    """
+    specials = {s.encode("utf-8") for s in model.special_tokens}
+    ids: dict[bytes, list[int]] = {}
+    for i in sorted(model.vocab):
+        b = model.vocab[i]
+        if b in specials and i >= 256:
+            continue
+        ids.setdefault(b, []).append(i)
+    return [(b, v) for b, v in ids.items() if len(v) > 1]
+
+
+def check_exportable(model: Model, fmt: str, name: str | os.PathLike) -> None:
+    """Refuse (``ValueError`` naming ``name``, one line) an export that would misrepresent the model:
+    a format whose ids its method says differ from bpe_core's on most texts
+    (``Method.export_refusal``: SupraTok's hf and tiktoken), or a tiktoken export of a model whose
+    ids hold duplicate bytes (tiktoken needs ids 0..n-1, one per distinct token: the sidecar's
+    ``explicit_n_vocab`` would not load)."""
+    name = os.fspath(name)
+    if fmt in EXACT_FORMATS:
+        return
+    reason = registry.get(model.method).export_refusal(model, fmt)
+    if reason:
+        raise ValueError(f"{name}: {reason}")
+    if fmt == "tiktoken":
+        dups = duplicate_tokens(model)
+        if dups:
+            b, ids = dups[0]
+            raise ValueError(f"{name}: {len(dups)} token(s) are held by two ids (e.g. {b!r} at ids "
+                             f"{', '.join(map(str, ids))}); tiktoken needs one id per distinct token, "
+                             f"so no tiktoken export is written (hf and gpt2 keep the smaller id)")
+
+
 def dump_hf(model: Model, path: str | os.PathLike) -> None:
     """Write HF ``tokenizer.json`` atomically, after HF ``tokenizers`` (when installed) has loaded
     the exact text once: a document it cannot load is never written (ValueError naming ``path``)."""
@@ -86,6 +124,7 @@ def dump_tiktoken(model: Model, path: str | os.PathLike) -> str:
     Returns the sidecar path.
     """
     path = os.fspath(path)
+    check_exportable(model, "tiktoken", path)
     ids = unique_ids(model)
     with atomic_write(path, "w", encoding="ascii") as f:
         for b, i in sorted(ids.items(), key=lambda kv: kv[1]):
@@ -167,7 +206,9 @@ def export(model: Model, fmt: str, out: str | os.PathLike) -> list[str]:
     """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``); returns the paths written.
 
     The model is checked first (``formats.model.check_model``: known method, stages, ids in range, the
-    merge chain); a bad one raises :class:`~bpe_core.errors.ModelFormatError` and writes nothing.
+    merge chain); a bad one raises :class:`~bpe_core.errors.ModelFormatError` and writes nothing. An
+    export that would misrepresent it (:func:`check_exportable`: SupraTok's hf and tiktoken, tiktoken
+    with duplicate token bytes) raises ``ValueError`` and writes nothing.
 
     ``out`` is the file for ``hf`` and ``tiktoken`` (a folder gets the default file name) and the
     folder for ``gpt2``.
@@ -176,6 +217,7 @@ def export(model: Model, fmt: str, out: str | os.PathLike) -> list[str]:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     check_model(model)
+    check_exportable(model, fmt, out)
     if fmt == "hf":
         path = os.path.join(out, HF_FILE) if os.path.isdir(out) else out
         dump_hf(model, path)

@@ -20,8 +20,8 @@ except ImportError:  # a checkout built in place, not installed
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
-from bpe_core.export import (FORMATS, HF_FILE, TIKTOKEN_FILE, check_tiktoken_compatible, export,  # noqa: E402
-                             export_caveats)
+from bpe_core.export import (FORMATS, HF_FILE, TIKTOKEN_FILE, check_exportable,  # noqa: E402
+                             check_tiktoken_compatible, export, export_caveats)
 from bpe_core.corpus import check_input  # noqa: E402
 from bpe_core.formats.model import MERGES_FILE, VOCAB_FILE, load_any  # noqa: E402
 
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.check_text is not None:
             check_input(args.check_text)
         model = load_any(args.model)
+        check_exportable(model, args.format, args.model)      # an export that would misrepresent it: refused
         if args.format == "transformers":
             try:
                 from bpe_core.transformers_tokenizer import export_transformers

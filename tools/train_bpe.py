@@ -337,9 +337,11 @@ def _train(args) -> int:
         if "workers asked for" in note:       # --workers capped to what the cores and budget can use
             print(f"train_bpe.py: note: {note}", file=sys.stderr)
     secs = report["seconds"]
+    # the method may name its own phases (SupraTok: documents, passes, statistics, final count)
+    phases = report.get("summary_phases") or [["pre-tokenize", "pretokenize"], ["merges", "merge_loop"]]
     print(f"trained {len(result.merges)} merges, vocab {len(result.vocab)} on {report['input_bytes']:,} bytes "
           f"({report['unique_pretokens']:,} unique pretokens) in {secs['total']:.2f}s "
-          f"[pre-tokenize {secs.get('pretokenize', 0):.2f}s, merges {secs.get('merge_loop', 0):.2f}s]")
+          f"[{', '.join(f'{label} {secs.get(key, 0):.2f}s' for label, key in phases)}]")
     for name in FOLDER_FILES:          # model.json, vocab.json, merges.txt, the report, HF's files
         if os.path.exists(os.path.join(out, name)):
             print(os.path.join(out, name))

@@ -105,6 +105,12 @@ class Method:
         """What an export to ``fmt`` cannot express of this model (said on stderr by the tools)."""
         return []
 
+    def export_refusal(self, model: "Model", fmt: str) -> Optional[str]:
+        """Why an export of this model to ``fmt`` would give other ids than bpe_core on most texts,
+        so that ``export.export`` refuses to write it (None: the export may be written, with its
+        :meth:`export_caveats`)."""
+        return None
+
 
 #: name -> the method, or the name of the module that registers it when imported (:func:`declare`)
 _METHODS: dict[str, "Method | str"] = {}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import zlib
 import numpy as np
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 
 from ...corpus.chunks import file_chunks, split_spans
@@ -71,9 +71,10 @@ def _docs_chunk(task: tuple) -> tuple:
 
 def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequence[bytes], pattern: str,
                     num_workers: int, chunk_bytes: int, sample_fraction: float, heldout: float,
-                    script_aware: bool) -> dict:
+                    script_aware: bool, on_bytes: Optional[Callable[[int], None]] = None) -> dict:
     """One pass over the corpus: training units (deduplicated, sampled), held-out documents as word-id
-    arrays (sorted, so the result does not depend on chunking), word document frequencies."""
+    arrays (sorted, so the result does not depend on chunking), word document frequencies.
+    ``on_bytes(n)`` hears of each chunk of ``n`` bytes done (a progress bar)."""
     stamp = FileStamp.of(path)
     chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False, stamp=stamp)
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
@@ -85,8 +86,12 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
     out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64),
            "held": [], "n_train_docs": 0, "lang": {}, "lang_docs": {}}
 
+    sizes = iter([e - s for s, e in chunks])
+
     def absorb(r):
         data, starts, counts, n_seen, n_kept, df, held, n_train, lang = r
+        if on_bytes is not None:
+            on_bytes(next(sizes))
         total.add_table(data, starts, counts)
         out["seen"] += n_seen
         out["kept"] += n_kept

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from dataclasses import dataclass
 import numpy as np
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 
 from ...corpus.specials import encode_specials
@@ -16,6 +17,7 @@ from ...pretok.patterns import resolve_pattern
 from ...pretok.pretokenize import pretoken_ends
 from ...pretok.wordtable import WordTable
 from ...runtime.memmon import phase
+from ...runtime.progress import progress_bar
 from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
                         resolve_transition, stage2_table)
 from .documents import count_documents
@@ -185,6 +187,24 @@ def valid_surface(text: str) -> bool:
 # ==== Training =================================================================================
 
 
+def _ticker(bar) -> Optional[Callable[[int], None]]:
+    """The engine's ``progress(n_done)`` for a bar (None without one)."""
+    if bar is None:
+        return None
+    last = [0]
+
+    def tick(done: int) -> None:
+        bar.update(done - last[0])
+        last[0] = done
+
+    return tick
+
+
+def _close(bar) -> None:
+    if bar is not None:
+        bar.close()
+
+
 def _encoder_for(vocab: dict[int, bytes], merges: list, n1: int, specials: Sequence[str], pattern: str
                  ) -> StageAwareEncoder:
     """SuperBPE's stage-aware encoder over (stage 1 = pass 1, stage 2 = passes 2 and 3)."""
@@ -249,12 +269,16 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
 
     # ---- documents: training units, held-out split, document frequencies
     phase("supratok documents")
+    bar = progress_bar(progress, total=os.path.getsize(config.input_path), desc="supratok documents", unit="B",
+                       unit_scale=True)
     sid, surfaces = word_classes(table, normalize=script_aware)
     budget_share = max(plan.memory_limit - plan.parent_overhead - 3 * table.nbytes, 64 << 20)
     need = int(table.counts.sum() * 2) * STAGE2_BYTES_PER_SYMBOL
     fraction = 1.0 if need <= budget_share else budget_share / need
     docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers, plan.chunk_bytes,
-                           fraction, config.heldout_fraction, script_aware)
+                           fraction, config.heldout_fraction, script_aware,
+                           on_bytes=bar.update if bar is not None else None)
+    _close(bar)
     numeric = numeric_mask(table)
     held = docs["held"]
     held_counts = np.zeros(table.n_words, np.int64)
@@ -275,20 +299,36 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     phase("merge loop")
     engine = MergeEngine(table.symbols(), table.offsets, np.maximum(table.counts - held_counts, 0),
                          [bytes([i]) for i in range(256)])
-    steps1 = engine.run(n1_target, allowed=gate.allows if gate.active else None)
+    bar = progress_bar(progress, total=max(n1_target, 0), desc="pass 1 merges", unit="merge")
+    steps1 = engine.run(n1_target, allowed=gate.allows if gate.active else None, progress=_ticker(bar))
+    _close(bar)
     seg_symbols, seg_offsets, _ = engine.words()
     tokens = engine.tokens()
+    del engine
     t2 = time.perf_counter()
     seconds["pass1"] = round(t2 - t1, 3)
 
     # ---- word statistics and seeds
     phase("supratok statistics")
     data, starts, ucounts = docs["units"]
-    seq, weights = flatten_units(data, starts, sid, ucounts)
-    raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts)
+    seq, weights = flatten_units(data, starts, sid, ucounts, dtype=np.int32)
+    raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts, dtype=np.int32)
     max_n = max(config.seed_max_n, config.span_max_n)
-    stats = NgramStats(seq, raw, weights, len(surfaces), max_n, min(config.seed_min_count, config.span_min_count))
+    bar = progress_bar(progress, total=max_n, desc="supratok statistics", unit="step")    # lengths 2.., candidates
+    stats = NgramStats(seq, raw, weights, len(surfaces), max_n, min(config.seed_min_count, config.span_min_count),
+                       on_level=bar.update if bar is not None else None,
+                       contexts_for=lambda st, n: span_candidate_ids(st, n, config))
     seeds = select_seeds(stats, surfaces, config.seed_min_count, config.seed_pmi, config.seed_max_n)
+    # pass 3's candidates need these statistics and no vocabulary: taken now, so that the statistics'
+    # arrays (several per position of the units) are gone before the pass-2 engine is built
+    held_data, held_bounds, held_docs = _heldout_units(held, numeric)
+    hseq, _ = flatten_units(held_data, held_bounds, sid, np.ones(max(held_bounds.size - 1, 0), np.int64))
+    hdocs = np.repeat(held_docs, np.diff(held_bounds) + 1) if held_docs.size else np.zeros(0, np.int64)
+    features = span_candidates(stats, surfaces, docs["df"], docs["n_train_docs"], hseq, hdocs, config)
+    del stats, seq, raw, weights, hseq, hdocs
+    if bar is not None:
+        bar.update(1)
+    _close(bar)
     seed_surfaces = [b"".join(surfaces[w] for w in s) for s in seeds]
     info["seeds"] = len(seeds)
     info["seed_examples"] = [s.decode("utf-8", "replace") for s in seed_surfaces[:20]]
@@ -300,15 +340,23 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
     usyms, uoffs, ucnts, _ = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
     engine2 = MergeEngine(usyms, uoffs, ucnts, tokens)
-    del usyms, uoffs
+    del usyms, uoffs, ucnts
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware)
-    steps2 = engine2.run(n_total - len(steps1), allowed=rule.allows)
+    bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")
+    # Pass 2 may merge again a pair pass 1 merged, met across pretokens ("\n" + "\n" of "\n\nI", which
+    # GPT-2 cuts in two): the stage-aware encoder needs that merge, and refusing it (as SuperBPE's
+    # stage 2 does) cost 0.8% more tokens (docs/supratok_exports.md). Its id holds bytes a smaller id
+    # holds; no encoder emits it and every export lists the bytes once, under the smaller id.
+    steps2 = engine2.run(n_total - len(steps1), allowed=rule.allows, progress=_ticker(bar))
+    _close(bar)
     all_tokens = engine2.tokens()
     merges = [(all_tokens[a], all_tokens[b]) for a, b, _ in list(steps1) + list(steps2)]
     n1 = len(steps1)
     n2 = len(steps2)
     _, f_offs, f_counts = engine2.words()
     info["pass2_engine_tokens"] = int((np.diff(f_offs) * f_counts).sum())
+    report["engine"] = engine2.stats()
+    del engine2, f_offs, f_counts          # pass 3 and the final count need only the merges
     info["pass1_merges"], info["pass2_merges"] = n1, n2
     info["pass2_cross_merges"] = sum(1 for a, b in merges[n1:] if pretoken_ends(a + b, pattern).size > 1)
     t4 = time.perf_counter()
@@ -316,11 +364,9 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
 
     # ---- pass 3: scored spans with leaf surgery
     phase("supratok pass 3")
-    held_data, held_bounds, held_docs = _heldout_units(held, numeric)
-    hseq, _ = flatten_units(held_data, held_bounds, sid, np.ones(max(held_bounds.size - 1, 0), np.int64))
-    hdocs = np.repeat(held_docs, np.diff(held_bounds) + 1) if held_docs.size else np.zeros(0, np.int64)
-    features = span_candidates(stats, surfaces, docs["df"], docs["n_train_docs"], hseq, hdocs, config)
     info["pass3_candidates"] = len(features)
+    # per round: each candidate is scored, then considered for acceptance
+    bar = progress_bar(progress, total=2 * len(features) * config.supratok_rounds, desc="pass 3 spans", unit="span")
     origin = [1] * n1 + [2] * n2          # which pass made each merge (kept in step with ``merges``)
     spans3: list[tuple[bytes, ...]] = []
     n_removed = 0
@@ -329,7 +375,8 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
         vocab = _vocab_of(merges, specials)
         enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
         accepted, removed, log = leaf_surgery(enc, merges, n1, table, held_data, held_bounds, held_docs, numeric,
-                                              features, free_slots=n_total - len(merges))
+                                              features, free_slots=n_total - len(merges),
+                                              on_span=bar.update if bar is not None else None)
         rounds.append(log)
         if not accepted:
             break
@@ -346,27 +393,41 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     info["pass3_spans"] = len(spans3)
     info["pass3_removed_leaves"] = n_removed
     n3 = origin.count(3)
+    if bar is not None:             # rounds that did not run (nothing was accepted) count as done
+        bar.update(2 * (config.supratok_rounds - len(rounds)) * len(features))
+    _close(bar)
     t5 = time.perf_counter()
     seconds["pass3"] = round(t5 - t4, 3)
 
     # ---- the final token count, by the encoder's own replay
+    phase("supratok final count")
+    bar = progress_bar(progress, total=2, desc="supratok final count", unit="part")
     vocab = _vocab_of(merges, specials)
     enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
     _, o, c = _replay(enc, table, docs["units"], numeric)
     info["final_tokens"] = int((np.diff(o) * c).sum())
+    if bar is not None:
+        bar.update(1)
     hd, hb, _ = _heldout_units(held, numeric)
     held_tokens = 0
     if hd.size:
         _, ho, _ = _replay(enc, table, (hd, hb, np.ones(hb.size - 1, np.int64)), numeric)
         held_tokens = int(np.diff(ho).sum())
     info["heldout_tokens"] = held_tokens
+    if bar is not None:
+        bar.update(1)
+    _close(bar)
+    seconds["supratok_final_count"] = round(time.perf_counter() - t5, 3)
     # tokens of the whole corpus (special tokens excluded) when no sampling happened
     info["final_tokens_corpus"] = info["final_tokens"] + held_tokens if fraction >= 1 else None
     seconds["merge_loop"] = round((t2 - t1) + (t4 - t3), 3)
-    report["engine"] = engine2.stats()
     report["merges"] = len(merges)
     report["merges_requested"] = max(n_total, 0)
     report["supratok"] = info
+    # what the tools' summary line names (each phase above, not only pre-tokenization and merges)
+    report["summary_phases"] = [["pre-tokenize", "pretokenize"], ["documents", "supratok_documents"],
+                                ["pass 1", "pass1"], ["statistics", "supratok_statistics"], ["pass 2", "pass2"],
+                                ["pass 3", "pass3"], ["final count", "supratok_final_count"]]
     n2_final = origin.count(2)
     stages = [
         {"name": "bpe", "merges": n1},
@@ -375,6 +436,21 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
         {"name": "supratok-spans", "merges": n3, "spans": len(spans3)},
     ]
     return vocab, merges, stages
+
+
+def span_candidate_ids(stats: NgramStats, n: int, config) -> np.ndarray:
+    """The ids of level ``n`` that pass 3 scores: count >= span_min_count, PMI >= span_pmi, at most
+    span_max_candidates by count x PMI (sorted ids). Also asked while the statistics are built, so
+    that only these n-grams keep their contexts (``NgramStats(contexts_for=)``)."""
+    lv = stats.levels[n - 1]
+    if n > config.span_max_n or lv.counts.size == 0:
+        return np.zeros(0, np.int64)
+    pmi = stats.pmi(n)
+    cand = np.flatnonzero((lv.counts >= config.span_min_count) & (pmi >= config.span_pmi))
+    if cand.size > config.span_max_candidates:
+        order = np.lexsort((cand, -(lv.counts[cand] * pmi[cand])))
+        cand = np.sort(cand[order[:config.span_max_candidates]])
+    return cand
 
 
 def span_candidates(stats: NgramStats, surfaces: list[bytes], df: np.ndarray, n_docs: int, hseq: np.ndarray,
@@ -394,10 +470,7 @@ def span_candidates(stats: NgramStats, surfaces: list[bytes], df: np.ndarray, n_
             continue
         pmi = stats.pmi(n)
         npmi = stats.npmi(n)
-        cand = np.flatnonzero((lv.counts >= config.span_min_count) & (pmi >= config.span_pmi))
-        if cand.size > config.span_max_candidates:
-            order = np.lexsort((cand, -(lv.counts[cand] * pmi[cand])))
-            cand = np.sort(cand[order[:config.span_max_candidates]])
+        cand = span_candidate_ids(stats, n, config)
         if cand.size == 0:
             continue
         wm = stats.word_matrix(n)[cand]
@@ -422,7 +495,8 @@ def span_candidates(stats: NgramStats, surfaces: list[bytes], df: np.ndarray, n_
 
 
 def leaf_surgery(enc: StageAwareEncoder, merges: list, n1: int, table: WordTable, held_data, held_bounds,
-                 held_docs, numeric, features, free_slots: int = 0):
+                 held_docs, numeric, features, free_slots: int = 0,
+                 on_span: Optional[Callable[[int], None]] = None):
     """One round of pass 3. Returns (accepted chains of merges, indices of removed merges, log).
 
     U(m) of every leaf merge is measured on the held-out documents encoded with the current
@@ -455,7 +529,9 @@ def leaf_surgery(enc: StageAwareEncoder, merges: list, n1: int, table: WordTable
     leaves.sort(key=lambda i: (util[i], -i))
     # score the candidates under the current vocabulary
     scored = []
-    for surface, words, f0 in features:
+    for k, (surface, words, f0) in enumerate(features):
+        if on_span is not None and k % 256 == 255:
+            on_span(256)
         toks = [enc.token_bytes[i] for i in enc.encode_ordinary(surface).tolist()]
         f = dataclasses.replace(f0, l_tok=len(toks))
         sc = score_span(f)
@@ -465,6 +541,8 @@ def leaf_surgery(enc: StageAwareEncoder, merges: list, n1: int, table: WordTable
         cost = sum(util[i] for i in leaves[:max(0, k - free_slots)])
         net = gain(f) - cost
         scored.append((-(net + 0.03 * sc["S"]), surface, toks, f, sc))
+    if on_span is not None:
+        on_span(len(features) % 256)
     scored.sort(key=lambda x: (x[0], x[1]))
     accepted, removed = [], []
     protected: set[bytes] = set()
@@ -473,17 +551,39 @@ def leaf_surgery(enc: StageAwareEncoder, merges: list, n1: int, table: WordTable
     free = free_slots
     log = {"scored": len(scored), "accepted": 0, "examples": []}
     removed_bytes: set[bytes] = set()
-    for _, surface, toks, f, sc in scored:
+    # V ids stay V different strings: a chain step whose pair is already a merge (a span accepted
+    # earlier in the round with the same first words) is shared, not added again; a span whose chain
+    # would build the bytes of a token some other way is skipped
+    live_pairs = set(merges)
+    known = set(enc.token_bytes)
+    told = 0                          # candidates reported to on_span in this loop
+    for n_seen, (_, surface, toks, f, sc) in enumerate(scored):
+        if on_span is not None and n_seen % 256 == 255:
+            on_span(256)
+            told += 256
         if any(surface in t or t in surface for t in taken):
             continue                                   # overlap with a span accepted this round
         if removed_bytes.intersection(toks):
             continue                                   # its segmentation lost a token this round
-        k = len(toks) - 1
+        chain, built, clash = [], [], False
+        left = toks[0]
+        for t in toks[1:]:
+            built.append(left + t)
+            if (left, t) not in live_pairs:
+                if left + t in known:
+                    clash = True
+                    break
+                chain.append((left, t))
+            left = left + t
+        if clash or not chain:
+            continue                                   # it would give a second id to existing bytes
+        k = len(chain)
         use_free = min(free, k)
         chosen = []
         j = li
         while len(chosen) < k - use_free and j < len(leaves):
-            if results[leaves[j]] not in protected and results[leaves[j]] not in toks:
+            if results[leaves[j]] not in protected and results[leaves[j]] not in toks \
+                    and results[leaves[j]] not in built:
                 chosen.append(j)
             j += 1
         if len(chosen) < k - use_free:
@@ -492,22 +592,23 @@ def leaf_surgery(enc: StageAwareEncoder, merges: list, n1: int, table: WordTable
         if net <= 0:
             continue
         free -= use_free
-        chain = []
-        left = toks[0]
-        for t in toks[1:]:
-            chain.append((left, t))
-            left = left + t
         accepted.append(chain)
         taken.append(surface)
         protected.update(toks)
+        protected.update(built)
+        live_pairs.update(chain)
+        known.update(built)
         for x in chosen:
             removed.append(leaves[x])
             removed_bytes.add(results[leaves[x]])
+            live_pairs.discard(merges[leaves[x]])
         chosen_set = set(chosen)
         leaves = [l for x, l in enumerate(leaves) if x not in chosen_set]
         if len(log["examples"]) < 10:
             log["examples"].append({"span": surface.decode("utf-8", "replace"), "net": round(net, 2),
                                     "S": round(sc["S"], 2), "l_tok": f.l_tok})
+    if on_span is not None:           # the candidates not considered (rejected, or no leaf left) count as done
+        on_span(len(features) - told)
     log["accepted"] = len(accepted)
     log["removed"] = len(removed)
     return accepted, set(removed), log

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 
 from ...pretok.wordtable import WordTable
@@ -65,10 +66,11 @@ def _run_lengths(valid: np.ndarray) -> np.ndarray:
     return nxt - np.arange(n)
 
 
-def flatten_units(data: np.ndarray, starts: np.ndarray, values: np.ndarray, counts: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate units with a -1 separator after each; ``values`` maps word ids to the sequence,
-    ``counts`` (one per unit) becomes a weight per position.
+def flatten_units(data: np.ndarray, starts: np.ndarray, values: np.ndarray, counts: np.ndarray,
+                  dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate units with a -1 separator after each; ``values`` maps word ids to the sequence
+    (of ``dtype``: int32 halves it when the values fit), ``counts`` (one per unit) becomes a weight
+    per position (int32 too with ``dtype`` int32 when the counts fit).
 
     >>> s, w = flatten_units(np.array([0, 1, 2]), np.array([0, 2, 3]), np.array([5, 6, 7]), np.array([2, 1]))
     >>> s.tolist(), w.tolist()
@@ -76,10 +78,17 @@ def flatten_units(data: np.ndarray, starts: np.ndarray, values: np.ndarray, coun
     """
     lengths = np.diff(starts)
     n_units = lengths.size
-    pos = np.arange(data.size) + np.repeat(np.arange(n_units), lengths)
-    seq = np.full(data.size + n_units, -1, dtype=np.int64)
-    seq[pos] = values[data]
-    weights = np.repeat(counts.astype(np.int64), lengths + 1)
+    seq = np.full(data.size + n_units, -1, dtype=dtype)
+    if seq.size:
+        # a mask of the separators, not an int64 index of every position (three such arrays were
+        # the largest temporaries of the statistics)
+        sep = np.zeros(seq.size, dtype=bool)
+        sep[np.cumsum(lengths + 1) - 1] = True
+        seq[~sep] = np.asarray(values).astype(dtype, copy=False)[data]
+        del sep
+    counts = np.asarray(counts)
+    small = dtype == np.int32 and (counts.size == 0 or int(counts.max()) < 2 ** 31)
+    weights = np.repeat(counts.astype(np.int32 if small else np.int64), lengths + 1)
     return seq, weights
 
 
@@ -89,38 +98,88 @@ class NgramStats:
 
     ``seq`` holds statistic ids per position (-1 for a non-letter word or a unit separator),
     ``raw`` the word-table ids (-1 separators), ``weights`` the unit count of each position.
+    ``on_level(1)`` is called as each length n >= 2 is done (a progress bar).
+
+    With ``contexts_for(stats, n)`` (the ids of length ``n`` whose :meth:`contexts` will be asked
+    for), those contexts are taken as each length is built and the n-gram id of every position
+    is not kept (``pos_ids[n - 1]`` is None): one int32 per position and length less.
     """
 
     def __init__(self, seq: np.ndarray, raw: np.ndarray, weights: np.ndarray, n_sids: int, max_n: int,
-                 min_count: int):
+                 min_count: int, on_level: Optional[Callable[[int], None]] = None, block: int = 1 << 20,
+                 contexts_for: Optional[Callable[["NgramStats", int], np.ndarray]] = None):
         self.n_sids = max(n_sids, 1)
+        self._contexts: dict[int, tuple] = {}
         valid = seq >= 0
-        run = _run_lengths(valid)
+        # N_n: the weight of the windows of n valid positions (a run of n letter words starts there),
+        # with one bool per position (the int64 run lengths took several arrays of every position)
+        totals: dict[int, int] = {}
+        run = valid.copy()
+        for n in range(2, max_n + 1):
+            run[:max(seq.size - n + 1, 0)] &= valid[n - 1:]
+            run[max(seq.size - n + 1, 0):] = False
+            totals[n] = int(weights[run].sum(dtype=np.int64))
+        del run
         c1 = np.bincount(seq[valid], weights=weights[valid], minlength=self.n_sids).astype(np.int64)
         self.levels: list[Level] = [Level(1, np.arange(n_sids), np.arange(n_sids), c1, int(c1.sum()))]
-        self.pos_ids: list[np.ndarray] = []      # per level: id at each position, -1 none
-        g1 = np.where(valid, seq, -1)
-        g1 = np.where((g1 >= 0) & (c1[np.maximum(g1, 0)] >= min_count), g1, -1)
+        # per level: id at each position, -1 none (int32: one per position of every level is the
+        # largest part of the statistics)
+        self.pos_ids: list[np.ndarray] = []
+        frequent = c1 >= min_count
+        g1 = np.where(valid & frequent[np.maximum(seq, 0)], seq, -1).astype(np.int32, copy=False)
+        del frequent
+        del valid
         self.pos_ids.append(g1)
         self.seq, self.raw, self.weights = seq, raw, weights
         g = g1
         for n in range(2, max_n + 1):
             L = seq.size
-            ok = np.zeros(L, dtype=bool)
-            if L >= n:
-                ok[:L - n + 1] = (g[:L - n + 1] >= 0) & (g[1:L - n + 2] >= 0) & (g1[n - 1:] >= 0)
-            total = int(weights[run >= n].sum())
-            where = np.flatnonzero(ok)
-            key = g[where].astype(np.int64) * self.n_sids + g1[where + n - 1]
-            uniq, inv = np.unique(key, return_inverse=True)
-            cnt = np.bincount(inv, weights=weights[where], minlength=uniq.size).astype(np.int64)
+            m = L - n + 1                      # window starts
+            # counted a block of windows at a time: the temporaries (keys, sort, inverse) are a few
+            # int64 per window of one block, not of the whole sequence; float sums of integer
+            # weights, as in one np.bincount over every window
+            # (each block's distinct keys are merged into the running ones at once: the blocks share
+            # most of their n-grams, so keeping every block's list until the end cost more)
+            uniq, sums = np.zeros(0, np.int64), np.zeros(0, np.float64)
+            for a in range(0, max(m, 0), block):
+                where, key = self._windows(g, g1, n, a, min(a + block, m))
+                u, inv = np.unique(key, return_inverse=True)
+                c = np.bincount(inv, weights=weights[where], minlength=u.size)
+                del where, key, inv
+                uniq, inv = np.unique(np.concatenate((uniq, u)), return_inverse=True)
+                sums = np.bincount(inv, weights=np.concatenate((sums, c)), minlength=uniq.size)
+                del u, c, inv
+            cnt = sums.astype(np.int64)
+            del sums
             freq = cnt >= min_count
-            new_id = np.cumsum(freq) - 1
-            gn = np.full(L, -1, dtype=np.int64)
-            gn[where] = np.where(freq[inv], new_id[inv], -1)
-            self.levels.append(Level(n, uniq[freq] // self.n_sids, uniq[freq] % self.n_sids, cnt[freq], total))
+            fkeys = uniq[freq]                 # sorted: an n-gram's id is its index here
+            gn = np.full(L, -1, dtype=np.int32)
+            if fkeys.size:
+                for a in range(0, max(m, 0), block):
+                    where, key = self._windows(g, g1, n, a, min(a + block, m))
+                    k = np.minimum(np.searchsorted(fkeys, key), fkeys.size - 1)
+                    hit = fkeys[k] == key
+                    gn[where[hit]] = k[hit]
+                    del where, key, k, hit
+            self.levels.append(Level(n, fkeys // self.n_sids, fkeys % self.n_sids, cnt[freq], totals[n]))
             self.pos_ids.append(gn)
+            if contexts_for is not None:
+                cand = np.asarray(contexts_for(self, n))
+                self._contexts[n] = (cand.copy(), self.contexts(n, cand))
+                if n > 2:
+                    self.pos_ids[n - 2] = None         # level n-1: its contexts are taken, its ids used
             g = gn
+            if on_level is not None:
+                on_level(1)
+        if contexts_for is not None and max_n >= 2:
+            self.pos_ids[0] = self.pos_ids[max_n - 1] = None
+
+    def _windows(self, g: np.ndarray, g1: np.ndarray, n: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """The windows of length ``n`` starting at ``a..b-1`` whose (n-1)-gram prefix and suffix are
+        frequent (``g``: level n-1 ids, ``g1``: frequent words): their starts and keys."""
+        ok = (g[a:b] >= 0) & (g[a + 1:b + 1] >= 0) & (g1[a + n - 1:b + n - 1] >= 0)
+        where = np.flatnonzero(ok) + a
+        return where, g[where].astype(np.int64) * self.n_sids + g1[where + n - 1]
 
     # ---- per-level features ------------------------------------------------------------------
 
@@ -180,13 +239,18 @@ class NgramStats:
         """Branching entropies H_L, H_R (bits) and the peak context probability of the candidate
         n-grams ``cand`` (ids of level ``n``); contexts are the neighbouring word-table ids, a unit
         edge counting as one context of its own."""
+        known = self._contexts.get(n)
+        if known is not None and np.array_equal(known[0], cand):
+            return known[1]
         gn = self.pos_ids[n - 1]
-        cmap = np.full(self.levels[n - 1].counts.size, -1, dtype=np.int64)
+        if gn is None:
+            raise ValueError(f"the contexts of these {n}-grams were not kept (NgramStats(contexts_for=))")
+        # candidate index per n-gram id; the extra last slot answers id -1 (no n-gram), so the
+        # positions of the candidates are found without an array of every position of the level
+        cmap = np.full(self.levels[n - 1].counts.size + 1, -1, dtype=np.int32)
         cmap[cand] = np.arange(cand.size)
-        pos = np.flatnonzero(gn >= 0)
-        ci = cmap[gn[pos]]
-        keep = ci >= 0
-        pos, ci = pos[keep], ci[keep]
+        pos = np.flatnonzero(cmap[gn] >= 0)
+        ci = cmap[gn[pos]].astype(np.int64)
         w = self.weights[pos]
         left = np.where(pos > 0, self.raw[np.maximum(pos - 1, 0)], -1)
         right = self.raw[pos + n] if pos.size else pos
