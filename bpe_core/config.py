@@ -75,6 +75,9 @@ class TrainConfig:
         seed_pmi, seed_min_count, seed_max_n: SupraTok pass-2 seed mining: word n-grams of 2 to
             ``seed_max_n`` words with PMI >= ``seed_pmi`` (bits) and count >= ``seed_min_count``
             (paper: 2.0, 100, 6). ``transition`` is SupraTok's pass-1 size.
+        pass2_cross: which cross-pretoken merges SupraTok's pass 2 may make (all must pass the
+            stage-2 rules): ``"seeds"`` (inside a seed phrase, the paper), ``"words"`` (only across
+            word-word boundaries), ``"all"`` (any, as SuperBPE's stage 2) or ``"none"``.
         span_pmi, span_min_count, span_max_n, span_max_candidates: SupraTok pass-3 screening of
             candidate spans (paper's production values: PMI 5.0, count 5, 5 words) and a cap on
             candidates scored per length.
@@ -126,6 +129,7 @@ class TrainConfig:
     seed_pmi: float = 2.0
     seed_min_count: int = 100
     seed_max_n: int = 6
+    pass2_cross: str = "seeds"
     span_pmi: float = 5.0
     span_min_count: int = 5
     span_max_n: int = 5

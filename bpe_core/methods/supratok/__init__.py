@@ -29,7 +29,7 @@ from ...formats import registry
 from ...formats.model import Model
 from ..superbpe import check_stage_marks, resolve_transition
 from .encoder import SupraTokEncoder
-from .passes import train_supratok
+from .passes import PASS2_CROSS, train_supratok
 
 __all__ = ["SupraTok", "SupraTokEncoder", "train_supratok"]
 
@@ -53,6 +53,8 @@ class SupraTok(registry.Method):
             raise ValueError("seed_min_count, span_min_count must be >= 1, span_max_candidates >= 0")
         if not 0.0 <= config.heldout_fraction < 1.0:
             raise ValueError("heldout_fraction must be in [0, 1)")
+        if config.pass2_cross not in PASS2_CROSS:
+            raise ValueError(f"unknown pass2_cross {config.pass2_cross!r} ({', '.join(PASS2_CROSS)})")
         if config.supratok_rounds < 0 or config.script_bigram_min < 0:
             raise ValueError("supratok_rounds and script_bigram_min must be >= 0")
         resolve_transition(config.transition, config.vocab_size, len(config.special_tokens))

@@ -58,18 +58,26 @@ def select_seeds(stats: NgramStats, surfaces: list[bytes], min_count: int, min_p
     return seeds
 
 
+PASS2_CROSS = ("seeds", "words", "all", "none")
+
+
 class SeedRule:
-    """Pass-2 eligibility: a merge inside one pretoken, or a merge whose bytes lie inside a seed
-    phrase (after hamza normalization) and that passes the stage-2 rules; never one the script gate
-    forbids."""
+    """Pass-2 eligibility: a merge inside one pretoken, or a cross-pretoken merge that passes the
+    stage-2 rules and ``cross``: ``"seeds"`` (the paper: its bytes lie inside a seed phrase, after
+    hamza normalization), ``"words"`` (its bytes are letters, marks, single spaces and apostrophes:
+    only word-word boundaries are crossed), ``"all"`` (any boundary, as SuperBPE's stage 2) or
+    ``"none"`` (no cross-pretoken merge: pass 2 is plain BPE); never one the script gate forbids."""
 
     def __init__(self, seed_surfaces: Sequence[bytes], pattern: str, rules: Stage2Rules,
-                 gate: Optional[ScriptGate], normalize: bool):
+                 gate: Optional[ScriptGate], normalize: bool, cross: str = "seeds"):
+        if cross not in PASS2_CROSS:
+            raise ValueError(f"unknown pass2_cross {cross!r} ({', '.join(PASS2_CROSS)})")
         self.text = b"\x00".join(_norm_bytes(s, normalize) for s in seed_surfaces)
         self.pattern = pattern
         self.rules = rules
         self.gate = gate if gate is not None and gate.active else None
         self.normalize = normalize
+        self.cross = cross
 
     def allows(self, left: bytes, right: bytes) -> bool:
         if self.gate is not None and not self.gate.allows(left, right):
@@ -77,8 +85,12 @@ class SeedRule:
         merged = left + right
         if pretoken_ends(merged, self.pattern).size <= 1:
             return True
-        if not self.rules.allows(left, right):
+        if self.cross == "none" or not self.rules.allows(left, right):
             return False
+        if self.cross == "all":
+            return True
+        if self.cross == "words":
+            return valid_surface(merged.decode("utf-8", "surrogateescape"))
         return _norm_bytes(merged, self.normalize) in self.text
 
 
@@ -283,12 +295,20 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
 
     # ---- word statistics and seeds
     phase("supratok statistics")
-    data, starts, ucounts = docs["units"]
-    seq, weights = flatten_units(data, starts, sid, ucounts)
-    raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts)
-    max_n = max(config.seed_max_n, config.span_max_n)
-    stats = NgramStats(seq, raw, weights, len(surfaces), max_n, min(config.seed_min_count, config.span_min_count))
-    seeds = select_seeds(stats, surfaces, config.seed_min_count, config.seed_pmi, config.seed_max_n)
+    # n-gram statistics serve the seeds (pass2_cross "seeds") and pass 3 (which needs held-out
+    # documents: without them every gain is 0 and nothing is accepted); neither: none are counted
+    use_seeds = config.pass2_cross == "seeds"
+    run_pass3 = config.supratok_rounds > 0 and bool(held)
+    stats = None
+    seeds: list[tuple[int, ...]] = []
+    if use_seeds or run_pass3:
+        data, starts, ucounts = docs["units"]
+        seq, weights = flatten_units(data, starts, sid, ucounts)
+        raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts)
+        max_n = max(config.seed_max_n, config.span_max_n)
+        stats = NgramStats(seq, raw, weights, len(surfaces), max_n, min(config.seed_min_count, config.span_min_count))
+    if use_seeds:
+        seeds = select_seeds(stats, surfaces, config.seed_min_count, config.seed_pmi, config.seed_max_n)
     seed_surfaces = [b"".join(surfaces[w] for w in s) for s in seeds]
     info["seeds"] = len(seeds)
     info["seed_examples"] = [s.decode("utf-8", "replace") for s in seed_surfaces[:20]]
@@ -301,7 +321,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     usyms, uoffs, ucnts, _ = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
     engine2 = MergeEngine(usyms, uoffs, ucnts, tokens)
     del usyms, uoffs
-    rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware)
+    rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware, config.pass2_cross)
     steps2 = engine2.run(n_total - len(steps1), allowed=rule.allows)
     all_tokens = engine2.tokens()
     merges = [(all_tokens[a], all_tokens[b]) for a, b, _ in list(steps1) + list(steps2)]
@@ -319,13 +339,14 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     held_data, held_bounds, held_docs = _heldout_units(held, numeric)
     hseq, _ = flatten_units(held_data, held_bounds, sid, np.ones(max(held_bounds.size - 1, 0), np.int64))
     hdocs = np.repeat(held_docs, np.diff(held_bounds) + 1) if held_docs.size else np.zeros(0, np.int64)
-    features = span_candidates(stats, surfaces, docs["df"], docs["n_train_docs"], hseq, hdocs, config)
+    features = (span_candidates(stats, surfaces, docs["df"], docs["n_train_docs"], hseq, hdocs, config)
+                if run_pass3 else [])
     info["pass3_candidates"] = len(features)
     origin = [1] * n1 + [2] * n2          # which pass made each merge (kept in step with ``merges``)
     spans3: list[tuple[bytes, ...]] = []
     n_removed = 0
     rounds = []
-    for r in range(config.supratok_rounds):
+    for r in range(config.supratok_rounds if features else 0):
         vocab = _vocab_of(merges, specials)
         enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
         accepted, removed, log = leaf_surgery(enc, merges, n1, table, held_data, held_bounds, held_docs, numeric,
@@ -370,7 +391,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     n2_final = origin.count(2)
     stages = [
         {"name": "bpe", "merges": n1},
-        {"name": "supratok-seeds", "merges": n2_final, "rules": rules.to_dict(),
+        {"name": "supratok-seeds", "merges": n2_final, "rules": rules.to_dict(), "cross": config.pass2_cross,
          "seeds_hex": [x.hex() for x in seed_surfaces]},
         {"name": "supratok-spans", "merges": n3, "spans": len(spans3)},
     ]
