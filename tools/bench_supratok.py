@@ -58,6 +58,7 @@ def _paper(**kw) -> dict:
 ROWS: dict[str, dict] = {
     "bpe": dict(method="bpe"),
     "superbpe": dict(method="superbpe"),
+    "superbpe-t0.78": dict(method="superbpe", transition=0.78125),   # the paper's SuperBPE baseline
     "default": dict(method="supratok"),
     "paper": _paper(),
     # -- ablation: one paper component at a time
@@ -98,6 +99,7 @@ ROWS: dict[str, dict] = {
     "all-entropy": _paper(pass2_cross="all", entropy_filter=True),
     # -- around the best: pass 2 across every boundary, no pass 3, no held-out documents
     "best": dict(BEST),
+    "best-no-curriculum": dict(BEST, transition=0.01),   # pass 1 stops at the base vocabulary (+ 63 merges at 32k)
     "best-t0.2": dict(BEST, transition=0.2),
     "best-t0.3": dict(BEST, transition=0.3),
     "best-t0.5": dict(BEST, transition=0.5),
@@ -113,7 +115,7 @@ ROWS: dict[str, dict] = {
     "best-no-script": dict(BEST, script_aware=False),
     "best-entropy": dict(BEST, entropy_filter=True),
     "best-colon": dict(BEST, forbidden=()),
-    "best-pass3": dict(BEST, supratok_rounds=2, heldout_fraction=0.05),
+    "best-pass3": dict(BEST, supratok_rounds=2, heldout_fraction=0.05),      # = "all"
     "best-pass3-r1": dict(BEST, supratok_rounds=1, heldout_fraction=0.05),
     "best-pass3-c20": dict(BEST, supratok_rounds=2, heldout_fraction=0.05, span_min_count=20),
     "best-pass3-h0.1": dict(BEST, supratok_rounds=2, heldout_fraction=0.1),
@@ -129,6 +131,44 @@ GRIDS = {
              "all-span-pmi3", "all-span-c20", "all-rounds1", "all-rounds4", "all-heldout0.1",
              "all-no-script", "all-entropy", "paper-no-pass2-no-pass3", "paper-no-heldout", "words-no-pass3"],
 }
+
+
+#: (component, row with it, row without it): the "What each component contributes" table
+ABLATION = [
+    ("cross-boundary merges (passes 2-3 as a whole)", "best", "bpe"),
+    ("curriculum (pass 1 before any cross-boundary merge)", "best", "best-no-curriculum"),
+    ("PMI seeds, on top of BPE (pass 2 = seeds vs no cross merge)", "paper-no-pass3", "bpe"),
+    ("PMI seed rule instead of crossing every boundary", "best-seeds", "best"),
+    ("pass 3 (spans, leaf surgery) after the paper's pass 2", "paper", "paper-no-pass3"),
+    ("pass 3 after pass 2 = all", "all", "best"),
+    ("pass 3 alone, on top of BPE", "paper-no-pass2", "bpe"),
+    ("5% held-out documents left out of passes 1-2", "all-no-pass3", "best"),
+    ("script-aware processing (paper settings)", "paper", "paper-no-script"),
+    ("script-aware processing (default)", "best", "best-no-script"),
+    ("entropy curation (paper settings)", "paper-entropy", "paper"),
+    ("entropy curation (default)", "best-entropy", "best"),
+]
+
+
+def ablation_table(path: str) -> str:
+    """One row per paper component: C/T with and without it, per (vocabulary, training file)."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    out = ["| component | vocab, data | with | without | en_heldout | ood_code | langs (mean) |",
+           "|---|---|---|---|---|---|---|"]
+    for key in sorted({(r["vocab_size"], r["train"]) for r in rows}):
+        by = {r["row"]: r for r in rows if (r["vocab_size"], r["train"]) == key}
+        for label, a, b in ABLATION:
+            if a not in by or b not in by:
+                continue
+            sa, sb = by[a]["scores"], by[b]["scores"]
+            langs = [k for k in sa if k not in ("en_heldout", "ood_code")]
+            code = _gain(sa["ood_code"]["cpt"], sb["ood_code"]["cpt"]) if "ood_code" in sa else ""
+            mean = (f"{100 * (sum(sa[k]['cpt'] / sb[k]['cpt'] for k in langs) / len(langs) - 1):+.1f}%"
+                    if langs else "")
+            out.append(f"| {label} | {key[0] // 1000}k, {key[1]} | `{a}` {sa['en_heldout']['cpt']:.3f} "
+                       f"| `{b}` {sb['en_heldout']['cpt']:.3f} | {_gain(sa['en_heldout']['cpt'], sb['en_heldout']['cpt'])} "
+                       f"| {code} | {mean} |")
+    return "\n".join(out)
 
 
 def cut_documents(path: str, limit: int) -> bytes:
@@ -264,6 +304,7 @@ def main(argv=None) -> int:
         return 0
     if args.table:
         print(table(args.table))
+        print("\n" + ablation_table(args.table))
         return 0
     if not args.train or not os.path.isfile(args.train):
         print(f"bench_supratok.py: {args.train}: not a file (give --train FILE)", file=sys.stderr)

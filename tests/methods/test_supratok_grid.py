@@ -55,3 +55,66 @@ def test_passes_1_2_equal_plain_reference_each_rule(data, n1, n2, cross):
                                                      rule.allows)
     assert fast.merges == merges
     assert fast.model.stages[0]["merges"] == k1
+
+
+def test_no_heldout_documents_without_pass3():
+    """Held-out documents serve only pass 3: with supratok_rounds=0 every document trains passes 1-2
+    (they were left out of the counts before, for nothing)."""
+    from test_supratok import _mixed_corpus
+
+    data = _mixed_corpus()
+    base = small_options(seed_min_count=20, seed_pmi=1.0, supratok_rounds=0)
+    held = train_bytes(data, 380, transition=300, **dict(base, heldout_fraction=0.5))
+    none = train_bytes(data, 380, transition=300, **dict(base, heldout_fraction=0.0))
+    assert held.report["supratok"]["heldout_documents"] == 0
+    assert held.merges == none.merges
+    with_pass3 = train_bytes(data, 380, transition=300, **dict(base, heldout_fraction=0.5, supratok_rounds=1))
+    assert with_pass3.report["supratok"]["heldout_documents"] > 0
+
+
+def _documented_defaults() -> dict:
+    """The ``| `field` | `value` | ...`` rows between the defaults markers of docs/supratok.md."""
+    text = (REPO / "docs" / "supratok.md").read_text(encoding="utf-8")
+    block = text.split("<!-- supratok-defaults -->")[1]
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", block, flags=re.M)
+    assert rows, "no defaults table in docs/supratok.md"
+    return {k: json.loads(v) for k, v in rows}
+
+
+def test_documented_defaults_equal_config_and_cli():
+    documented = _documented_defaults()
+    config = {f.name: f.default for f in dataclasses.fields(bpe_core.TrainConfig)}
+    for name, value in documented.items():
+        assert config[name] == value or name == "transition", name
+    from bpe_core.methods.superbpe import DEFAULT_TRANSITION
+
+    assert documented["transition"] == DEFAULT_TRANSITION and config["transition"] is None
+    sys.path.insert(0, str(TOOLS))
+    import train_bpe
+
+    args = train_bpe.build_parser().parse_args(["x.txt", "--vocab-size", "1000"])
+    for name in ("pass2_cross", "supratok_rounds", "heldout_fraction", "seed_pmi", "seed_min_count", "max_words"):
+        assert getattr(args, name) == documented[name], name
+    # the grid's "best" row is the default
+    best = {k: v for k, v in bench_supratok.ROWS["best"].items() if k != "method"}
+    for name, value in best.items():
+        assert documented[name] == value or (name == "heldout_fraction" and documented["supratok_rounds"] == 0), name
+
+
+def test_default_is_deterministic_across_workers_chunks_and_budgets():
+    """The defaults (pass 2 across every boundary, no pass 3): the same merges and stages for 1 or 2
+    workers, any chunk size and any budget that needs no sampling; the encoder reproduces training."""
+    from test_supratok import _mixed_corpus, n_specials
+    from bpe_core.methods.supratok import SupraTokEncoder
+
+    data = _mixed_corpus()
+    one = train_bytes(data, 400, transition=300, num_workers=1)
+    assert one.model.stages[1]["cross"] == "all" and one.model.stages[2]["merges"] == 0
+    assert one.report["supratok"]["pass2_cross_merges"] > 0
+    for opts in (dict(num_workers=2, chunk_bytes=512), dict(num_workers=2, chunk_bytes=97, memory_limit="2G")):
+        other = train_bytes(data, 400, transition=300, **opts)
+        assert other.merges == one.merges and other.model.stages == one.model.stages
+    enc = SupraTokEncoder(one.model)
+    ids = enc.encode(data)
+    assert enc.decode(ids) == data
+    assert len(ids) - n_specials(data) == one.report["supratok"]["final_tokens_corpus"]

@@ -259,14 +259,16 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     info: dict[str, Any] = {"transition": t_size}
     t0 = time.perf_counter()
 
-    # ---- documents: training units, held-out split, document frequencies
+    # ---- documents: training units, held-out split (only for pass 3: without it the held-out
+    # documents would serve nothing and be lost to passes 1 and 2), document frequencies
+    heldout = config.heldout_fraction if config.supratok_rounds > 0 else 0.0
     phase("supratok documents")
     sid, surfaces = word_classes(table, normalize=script_aware)
     budget_share = max(plan.memory_limit - plan.parent_overhead - 3 * table.nbytes, 64 << 20)
     need = int(table.counts.sum() * 2) * STAGE2_BYTES_PER_SYMBOL
     fraction = 1.0 if need <= budget_share else budget_share / need
     docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers, plan.chunk_bytes,
-                           fraction, config.heldout_fraction, script_aware)
+                           fraction, heldout, script_aware)
     numeric = numeric_mask(table)
     held = docs["held"]
     held_counts = np.zeros(table.n_words, np.int64)
