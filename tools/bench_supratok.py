@@ -59,6 +59,8 @@ ROWS: dict[str, dict] = {
     "bpe": dict(method="bpe"),
     "superbpe": dict(method="superbpe"),
     "superbpe-t0.78": dict(method="superbpe", transition=0.78125),   # the paper's SuperBPE baseline
+    # SuperBPE with the stage-2 choices SupraTok's pass 2 makes (units split, no digit cap, duplicates)
+    "superbpe-units": dict(method="superbpe", stage2_split="units", max_digits=None, stage2_duplicates=True),
     "default": dict(method="supratok"),
     "paper": _paper(),
     # -- ablation: one paper component at a time
@@ -104,6 +106,7 @@ ROWS: dict[str, dict] = {
     "best-t0.3": dict(BEST, transition=0.3),
     "best-t0.5": dict(BEST, transition=0.5),
     "best-t0.6": dict(BEST, transition=0.6),
+    "best-t0.7": dict(BEST, transition=0.7),
     "best-t0.8": dict(BEST, transition=0.8),
     "best-w3": dict(BEST, max_words=3),
     "best-w5": dict(BEST, max_words=5),
