@@ -2,18 +2,20 @@
 
 Pass 1 -- standard BPE inside pretokens until the vocabulary reaches the pass-1 size (``transition``,
     as in SuperBPE: a size or a fraction of ``vocab_size``; default 0.4).
-Pass 2 -- PMI-seeded multiword merges. Word n-grams (n = 2..6) with PMI >= ``seed_pmi`` and count >=
-    ``seed_min_count`` are mined on the training units; overlap control keeps one phrase out of each
-    family of variants. The engine then continues from the pass-1 state on the *units* (runs of
+Pass 2 -- multiword merges. The engine continues from the pass-1 state on the *units* (runs of
     pretokens between hard boundaries, as in SuperBPE). A merge is eligible when it stays inside one
-    pretoken (BPE continues), or when its bytes lie inside a seed phrase and it passes the SuperBPE
-    stage-2 rules. Pass 2 runs until the vocabulary is full or no eligible pair is left.
+    pretoken (BPE continues), or when it passes the SuperBPE stage-2 rules and ``pass2_cross``:
+    ``"all"`` (the default: any boundary), ``"words"``, ``"none"``, or ``"seeds"`` (the paper: its
+    bytes lie inside a PMI seed phrase; word n-grams, n = 2..6, with PMI >= ``seed_pmi`` and count
+    >= ``seed_min_count``, overlap control keeping one phrase of each family of variants). Pass 2
+    runs until the vocabulary is full or no eligible pair is left.
 Pass 3 -- spans of 2..5 words scored with the paper's Appendix-A composite score on a held-out
     share of the training documents (split by a hash of each document). A span is added by the chain
     of merges that joins its current tokens, and only through *leaf surgery*: each new merge takes the
     slot of a leaf merge (one whose token no later merge uses), and the span is accepted only when
     ``Net(s) = A(s) - sum U(leaf) > 0``. The vocabulary stays at ``vocab_size``. Pass 3 repeats for
-    ``supratok_rounds`` rounds, each from the current vocabulary, until no candidate is accepted.
+    ``supratok_rounds`` rounds (default 0: no pass 3; the paper: 2), each from the current
+    vocabulary, until no candidate is accepted.
 
 Script-aware processing (``script_aware``): character-bigram gates for Chinese/Japanese/Thai,
 a suffix gate for Turkish/Finnish with suffixes mined from the training data, Arabic hamza
