@@ -75,11 +75,18 @@ class TrainConfig:
         seed_pmi, seed_min_count, seed_max_n: SupraTok pass-2 seed mining: word n-grams of 2 to
             ``seed_max_n`` words with PMI >= ``seed_pmi`` (bits) and count >= ``seed_min_count``
             (paper: 2.0, 100, 6). ``transition`` is SupraTok's pass-1 size.
+        pass2_cross: which cross-pretoken merges SupraTok's pass 2 may make (all must pass the
+            stage-2 rules): ``"all"`` (default: any, as SuperBPE's stage 2), ``"words"`` (only
+            across word-word boundaries), ``"seeds"`` (inside a PMI seed phrase, the paper) or
+            ``"none"``. The default is the best of the grid in ``docs/supratok.md``.
         span_pmi, span_min_count, span_max_n, span_max_candidates: SupraTok pass-3 screening of
             candidate spans (paper's production values: PMI 5.0, count 5, 5 words) and a cap on
             candidates scored per length.
-        heldout_fraction: share of training documents (by hash) held out for pass-3 gains.
-        supratok_rounds: pass-3 rounds of leaf surgery (each from the current vocabulary).
+        heldout_fraction: share of training documents (by hash) held out for pass-3 gains (only
+            when pass 3 runs; else every document trains passes 1 and 2).
+        supratok_rounds: pass-3 rounds of leaf surgery (each from the current vocabulary); default
+            0, no pass 3 (the paper: 2; it costs compression after ``pass2_cross="all"``,
+            ``docs/supratok.md``).
         script_aware: SupraTok's script-aware processing (bigram gate for Chinese/Japanese/Thai,
             Turkish/Finnish suffix gate, Arabic hamza normalization of statistics).
         script_bigram_min: character-bigram evidence needed by the spaceless-script gate.
@@ -126,12 +133,13 @@ class TrainConfig:
     seed_pmi: float = 2.0
     seed_min_count: int = 100
     seed_max_n: int = 6
+    pass2_cross: str = "all"
     span_pmi: float = 5.0
     span_min_count: int = 5
     span_max_n: int = 5
     span_max_candidates: int = 4000
     heldout_fraction: float = 0.05
-    supratok_rounds: int = 2
+    supratok_rounds: int = 0
     script_aware: bool = True
     script_bigram_min: int = 50
     entropy_filter: bool = False

@@ -45,6 +45,7 @@ from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, che
                                 local_input_files, run_main)
 from bpe_core.runtime.cli import memory_size  # noqa: E402
 from bpe_core.config import TrainConfig  # noqa: E402
+import dataclasses  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
 from bpe_core.formats import registry  # noqa: E402
 from bpe_core.formats.folder import save_folder  # noqa: E402
@@ -63,6 +64,9 @@ def _default_input() -> str:
         return str(files("bpe_core") / "data" / "sample.txt")
     except Exception:  # pragma: no cover - running from a checkout without the package installed
         return SAMPLE
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="guardrail: at most N characters per stage-2 token that are neither "
                         "alphanumeric nor whitespace (keeps table rules and URL prefixes out)")
     s = p.add_argument_group("SupraTok (--method supratok; docs/supratok.md)")
+    s.add_argument("--pass2-cross", choices=("all", "words", "seeds", "none"), default=_DEFAULTS["pass2_cross"],
+                   help="pass 2: which pretoken boundaries a merge may cross: all (as SuperBPE's stage 2), "
+                        "words (word-word only), seeds (inside a PMI seed phrase, the paper) or none "
+                        f"(default {_DEFAULTS['pass2_cross']})")
     s.add_argument("--seed-pmi", type=float, default=2.0, metavar="BITS",
                    help="pass 2: minimum PMI of a seed phrase (default 2.0)")
     s.add_argument("--seed-min-count", type=int, default=100, metavar="N",
@@ -173,10 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--span-max-n", type=int, default=5, metavar="N", help="pass 3: longest span, in words (default 5)")
     s.add_argument("--span-max-candidates", type=int, default=4000, metavar="N",
                    help="pass 3: candidates scored per span length (default 4000)")
-    s.add_argument("--heldout-fraction", type=float, default=0.05, metavar="F",
-                   help="share of documents held out (by hash) for pass-3 gains (default 0.05)")
-    s.add_argument("--supratok-rounds", type=int, default=2, metavar="N",
-                   help="pass-3 rounds of leaf surgery (default 2)")
+    s.add_argument("--heldout-fraction", type=float, default=_DEFAULTS["heldout_fraction"], metavar="F",
+                   help="share of documents held out (by hash) for pass-3 gains, when pass 3 runs "
+                        f"(default {_DEFAULTS['heldout_fraction']})")
+    s.add_argument("--supratok-rounds", type=int, default=_DEFAULTS["supratok_rounds"], metavar="N",
+                   help=f"pass-3 rounds of leaf surgery; 0: no pass 3 (default {_DEFAULTS['supratok_rounds']})")
     s.add_argument("--no-script-aware", action="store_true",
                    help="turn off script-aware processing (bigram gate, suffix gate, hamza normalization)")
     s.add_argument("--script-bigram-min", type=int, default=50, metavar="N",
@@ -283,7 +292,7 @@ def _train(args) -> int:
                              max_digits=args.max_digits, stage2_duplicates=args.stage2_duplicates,
                              stage2_skip_encoded=not args.keep_encoded,
                              seed_pmi=args.seed_pmi, seed_min_count=args.seed_min_count,
-                             seed_max_n=args.seed_max_n, span_pmi=args.span_pmi,
+                             seed_max_n=args.seed_max_n, pass2_cross=args.pass2_cross, span_pmi=args.span_pmi,
                              span_min_count=args.span_min_count, span_max_n=args.span_max_n,
                              span_max_candidates=args.span_max_candidates,
                              heldout_fraction=args.heldout_fraction, supratok_rounds=args.supratok_rounds,

@@ -175,7 +175,7 @@ def test_passes_1_2_equal_plain_reference(data, n1, n2):
     opts = small_options(heldout_fraction=0.0, supratok_rounds=0, script_aware=False)
     fast = train_bytes(data, transition + n2, transition=transition, **opts)
     seeds = [bytes.fromhex(h) for h in fast.model.stages[1]["seeds_hex"]]
-    rule = SeedRule(seeds, "gpt2", Stage2Rules(), None, False)
+    rule = SeedRule(seeds, "gpt2", Stage2Rules(), None, False, fast.model.stages[1]["cross"])
     merges, k1 = reference_supratok.train_passes_1_2(data, transition + n2, transition - 257, [SPECIAL], "gpt2",
                                                      rule.allows)
     assert fast.merges == merges
@@ -183,10 +183,10 @@ def test_passes_1_2_equal_plain_reference(data, n1, n2):
 
 
 @settings(max_examples=max(5, settings().max_examples // 6))
-@given(phrase_docs, st.sampled_from([1, 2]))
-def test_encoder_reproduces_training_and_vocab_size(data, workers):
-    data = data * 4
-    result = train_bytes(data, 330, transition=290, **small_options(num_workers=workers, chunk_bytes=64))
+@given(phrase_docs, st.sampled_from([1, 2]), st.sampled_from([{}, {"pass2_cross": "seeds", "supratok_rounds": 2}]))
+def test_encoder_reproduces_training_and_vocab_size(data, workers, passes):
+    data = data * 4          # passes: the defaults, or the paper's passes 2 and 3
+    result = train_bytes(data, 330, transition=290, **small_options(num_workers=workers, chunk_bytes=64, **passes))
     info = result.report["supratok"]
     assert len(result.vocab) == 256 + 1 + len(result.merges)
     assert sum(s["merges"] for s in result.model.stages) == len(result.merges)
@@ -210,7 +210,8 @@ def _mixed_corpus(n_docs=60):
 
 def test_leaf_surgery_keeps_vocab_size_and_determinism():
     data = _mixed_corpus()
-    opts = small_options(seed_min_count=20, seed_pmi=1.0, span_pmi=0.5, span_min_count=5, heldout_fraction=0.25)
+    opts = small_options(seed_min_count=20, seed_pmi=1.0, span_pmi=0.5, span_min_count=5, heldout_fraction=0.25,
+                         pass2_cross="seeds", supratok_rounds=2)       # the paper's passes 2 and 3
     one = train_bytes(data, 380, transition=300, **opts)
     info = one.report["supratok"]
     assert len(one.vocab) == 380             # pass 2 filled the vocabulary; pass 3 swapped leaves for spans

@@ -36,8 +36,10 @@ def corpus(seed: int, n_docs: int = 40) -> bytes:
 
 
 def train_bytes(data: bytes, vocab_size: int, **options):
+    # the paper's passes (seed-only pass 2, pass 3 on): the default runs no pass 3, whose repeats and
+    # phases these tests are about (the default's own tests: test_supratok_grid.py)
     opts = dict(seed_min_count=3, seed_pmi=0.5, span_min_count=2, span_pmi=1.0, heldout_fraction=0.3,
-                num_workers=1, transition=290)
+                num_workers=1, transition=290, pass2_cross="seeds", supratok_rounds=2)
     opts.update(options)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "c.txt")

@@ -2,18 +2,20 @@
 
 Pass 1 -- standard BPE inside pretokens until the vocabulary reaches the pass-1 size (``transition``,
     as in SuperBPE: a size or a fraction of ``vocab_size``; default 0.4).
-Pass 2 -- PMI-seeded multiword merges. Word n-grams (n = 2..6) with PMI >= ``seed_pmi`` and count >=
-    ``seed_min_count`` are mined on the training units; overlap control keeps one phrase out of each
-    family of variants. The engine then continues from the pass-1 state on the *units* (runs of
+Pass 2 -- multiword merges. The engine continues from the pass-1 state on the *units* (runs of
     pretokens between hard boundaries, as in SuperBPE). A merge is eligible when it stays inside one
-    pretoken (BPE continues), or when its bytes lie inside a seed phrase and it passes the SuperBPE
-    stage-2 rules. Pass 2 runs until the vocabulary is full or no eligible pair is left.
+    pretoken (BPE continues), or when it passes the SuperBPE stage-2 rules and ``pass2_cross``:
+    ``"all"`` (the default: any boundary), ``"words"``, ``"none"``, or ``"seeds"`` (the paper: its
+    bytes lie inside a PMI seed phrase; word n-grams, n = 2..6, with PMI >= ``seed_pmi`` and count
+    >= ``seed_min_count``, overlap control keeping one phrase of each family of variants). Pass 2
+    runs until the vocabulary is full or no eligible pair is left.
 Pass 3 -- spans of 2..5 words scored with the paper's Appendix-A composite score on a held-out
     share of the training documents (split by a hash of each document). A span is added by the chain
     of merges that joins its current tokens, and only through *leaf surgery*: each new merge takes the
     slot of a leaf merge (one whose token no later merge uses), and the span is accepted only when
     ``Net(s) = A(s) - sum U(leaf) > 0``. The vocabulary stays at ``vocab_size``. Pass 3 repeats for
-    ``supratok_rounds`` rounds, each from the current vocabulary, until no candidate is accepted.
+    ``supratok_rounds`` rounds (default 0: no pass 3; the paper: 2), each from the current
+    vocabulary, until no candidate is accepted.
 
 Script-aware processing (``script_aware``): character-bigram gates for Chinese/Japanese/Thai,
 a suffix gate for Turkish/Finnish with suffixes mined from the training data, Arabic hamza
@@ -31,7 +33,7 @@ from ...formats import registry
 from ...formats.model import Model
 from ..superbpe import check_stage_marks, resolve_transition
 from .encoder import SupraTokEncoder
-from .passes import train_supratok
+from .passes import PASS2_CROSS, train_supratok
 
 __all__ = ["SupraTok", "SupraTokEncoder", "train_supratok"]
 
@@ -55,6 +57,8 @@ class SupraTok(registry.Method):
             raise ValueError("seed_min_count, span_min_count must be >= 1, span_max_candidates >= 0")
         if not 0.0 <= config.heldout_fraction < 1.0:
             raise ValueError("heldout_fraction must be in [0, 1)")
+        if config.pass2_cross not in PASS2_CROSS:
+            raise ValueError(f"unknown pass2_cross {config.pass2_cross!r} ({', '.join(PASS2_CROSS)})")
         if config.supratok_rounds < 0 or config.script_bigram_min < 0:
             raise ValueError("supratok_rounds and script_bigram_min must be >= 0")
         resolve_transition(config.transition, config.vocab_size, len(config.special_tokens))

@@ -60,18 +60,26 @@ def select_seeds(stats: NgramStats, surfaces: list[bytes], min_count: int, min_p
     return seeds
 
 
+PASS2_CROSS = ("seeds", "words", "all", "none")
+
+
 class SeedRule:
-    """Pass-2 eligibility: a merge inside one pretoken, or a merge whose bytes lie inside a seed
-    phrase (after hamza normalization) and that passes the stage-2 rules; never one the script gate
-    forbids."""
+    """Pass-2 eligibility: a merge inside one pretoken, or a cross-pretoken merge that passes the
+    stage-2 rules and ``cross``: ``"seeds"`` (the paper: its bytes lie inside a seed phrase, after
+    hamza normalization), ``"words"`` (its bytes are letters, marks, single spaces and apostrophes:
+    only word-word boundaries are crossed), ``"all"`` (any boundary, as SuperBPE's stage 2) or
+    ``"none"`` (no cross-pretoken merge: pass 2 is plain BPE); never one the script gate forbids."""
 
     def __init__(self, seed_surfaces: Sequence[bytes], pattern: str, rules: Stage2Rules,
-                 gate: Optional[ScriptGate], normalize: bool):
+                 gate: Optional[ScriptGate], normalize: bool, cross: str = "seeds"):
+        if cross not in PASS2_CROSS:
+            raise ValueError(f"unknown pass2_cross {cross!r} ({', '.join(PASS2_CROSS)})")
         self.text = b"\x00".join(_norm_bytes(s, normalize) for s in seed_surfaces)
         self.pattern = pattern
         self.rules = rules
         self.gate = gate if gate is not None and gate.active else None
         self.normalize = normalize
+        self.cross = cross
 
     def allows(self, left: bytes, right: bytes) -> bool:
         if self.gate is not None and not self.gate.allows(left, right):
@@ -79,8 +87,12 @@ class SeedRule:
         merged = left + right
         if pretoken_ends(merged, self.pattern).size <= 1:
             return True
-        if not self.rules.allows(left, right):
+        if self.cross == "none" or not self.rules.allows(left, right):
             return False
+        if self.cross == "all":
+            return True
+        if self.cross == "words":
+            return valid_surface(merged.decode("utf-8", "surrogateescape"))
         return _norm_bytes(merged, self.normalize) in self.text
 
 
@@ -267,7 +279,9 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     info: dict[str, Any] = {"transition": t_size}
     t0 = time.perf_counter()
 
-    # ---- documents: training units, held-out split, document frequencies
+    # ---- documents: training units, held-out split (only for pass 3: without it the held-out
+    # documents would serve nothing and be lost to passes 1 and 2), document frequencies
+    heldout = config.heldout_fraction if config.supratok_rounds > 0 else 0.0
     phase("supratok documents")
     bar = progress_bar(progress, total=os.path.getsize(config.input_path), desc="supratok documents", unit="B",
                        unit_scale=True)
@@ -276,7 +290,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     need = int(table.counts.sum() * 2) * STAGE2_BYTES_PER_SYMBOL
     fraction = 1.0 if need <= budget_share else budget_share / need
     docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers, plan.chunk_bytes,
-                           fraction, config.heldout_fraction, script_aware,
+                           fraction, heldout, script_aware,
                            on_bytes=bar.update if bar is not None else None)
     _close(bar)
     numeric = numeric_mask(table)
@@ -310,25 +324,36 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
 
     # ---- word statistics and seeds
     phase("supratok statistics")
-    data, starts, ucounts = docs["units"]
-    seq, weights = flatten_units(data, starts, sid, ucounts, dtype=np.int32)
-    raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts, dtype=np.int32)
-    max_n = max(config.seed_max_n, config.span_max_n)
-    bar = progress_bar(progress, total=max_n, desc="supratok statistics", unit="step")    # lengths 2.., candidates
-    stats = NgramStats(seq, raw, weights, len(surfaces), max_n, min(config.seed_min_count, config.span_min_count),
-                       on_level=bar.update if bar is not None else None,
-                       contexts_for=lambda st, n: span_candidate_ids(st, n, config))
-    seeds = select_seeds(stats, surfaces, config.seed_min_count, config.seed_pmi, config.seed_max_n)
-    # pass 3's candidates need these statistics and no vocabulary: taken now, so that the statistics'
-    # arrays (several per position of the units) are gone before the pass-2 engine is built
-    held_data, held_bounds, held_docs = _heldout_units(held, numeric)
-    hseq, _ = flatten_units(held_data, held_bounds, sid, np.ones(max(held_bounds.size - 1, 0), np.int64))
-    hdocs = np.repeat(held_docs, np.diff(held_bounds) + 1) if held_docs.size else np.zeros(0, np.int64)
-    features = span_candidates(stats, surfaces, docs["df"], docs["n_train_docs"], hseq, hdocs, config)
-    del stats, seq, raw, weights, hseq, hdocs
-    if bar is not None:
-        bar.update(1)
-    _close(bar)
+    # n-gram statistics serve the seeds (pass2_cross "seeds") and pass 3 (which needs held-out
+    # documents: without them every gain is 0 and nothing is accepted); neither: none are counted
+    use_seeds = config.pass2_cross == "seeds"
+    run_pass3 = config.supratok_rounds > 0 and bool(held)
+    seeds: list[tuple[int, ...]] = []
+    features: list = []
+    if use_seeds or run_pass3:
+        data, starts, ucounts = docs["units"]
+        seq, weights = flatten_units(data, starts, sid, ucounts, dtype=np.int32)
+        raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts, dtype=np.int32)
+        max_n = max(config.seed_max_n, config.span_max_n)
+        bar = progress_bar(progress, total=max_n, desc="supratok statistics", unit="step")  # lengths 2.., candidates
+        stats = NgramStats(seq, raw, weights, len(surfaces), max_n,
+                           min(config.seed_min_count, config.span_min_count),
+                           on_level=bar.update if bar is not None else None,
+                           contexts_for=(lambda st, n: span_candidate_ids(st, n, config)) if run_pass3 else None)
+        if use_seeds:
+            seeds = select_seeds(stats, surfaces, config.seed_min_count, config.seed_pmi, config.seed_max_n)
+        if run_pass3:
+            # pass 3's candidates need these statistics and no vocabulary: taken now, so that the
+            # statistics' arrays (several per position of the units) are gone before the pass-2 engine
+            held_data, held_bounds, held_docs = _heldout_units(held, numeric)
+            hseq, _ = flatten_units(held_data, held_bounds, sid, np.ones(max(held_bounds.size - 1, 0), np.int64))
+            hdocs = np.repeat(held_docs, np.diff(held_bounds) + 1) if held_docs.size else np.zeros(0, np.int64)
+            features = span_candidates(stats, surfaces, docs["df"], docs["n_train_docs"], hseq, hdocs, config)
+            del hseq, hdocs
+        del stats, seq, raw, weights
+        if bar is not None:
+            bar.update(1)
+        _close(bar)
     seed_surfaces = [b"".join(surfaces[w] for w in s) for s in seeds]
     info["seeds"] = len(seeds)
     info["seed_examples"] = [s.decode("utf-8", "replace") for s in seed_surfaces[:20]]
@@ -341,7 +366,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     usyms, uoffs, ucnts, _ = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
     engine2 = MergeEngine(usyms, uoffs, ucnts, tokens)
     del usyms, uoffs, ucnts
-    rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware)
+    rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware, config.pass2_cross)
     bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")
     # Pass 2 may merge again a pair pass 1 merged, met across pretokens ("\n" + "\n" of "\n\nI", which
     # GPT-2 cuts in two): the stage-aware encoder needs that merge, and refusing it (as SuperBPE's
@@ -371,7 +396,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     spans3: list[tuple[bytes, ...]] = []
     n_removed = 0
     rounds = []
-    for r in range(config.supratok_rounds):
+    for r in range(config.supratok_rounds if features else 0):
         vocab = _vocab_of(merges, specials)
         enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
         accepted, removed, log = leaf_surgery(enc, merges, n1, table, held_data, held_bounds, held_docs, numeric,
@@ -431,7 +456,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     n2_final = origin.count(2)
     stages = [
         {"name": "bpe", "merges": n1},
-        {"name": "supratok-seeds", "merges": n2_final, "rules": rules.to_dict(),
+        {"name": "supratok-seeds", "merges": n2_final, "rules": rules.to_dict(), "cross": config.pass2_cross,
          "seeds_hex": [x.hex() for x in seed_surfaces]},
         {"name": "supratok-spans", "merges": n3, "spans": len(spans3)},
     ]
