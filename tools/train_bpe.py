@@ -336,9 +336,10 @@ def _train(args) -> int:
     # the whole folder in one step: a run killed at any point leaves the older model or this one
     dropped = save_folder(result.model, out, report)       # + HF's tokenizer.json for plain BPE
     if registry.get(args.method).stage_aware:
+        name = registry.get(args.method).name
         print("train_bpe.py: note: vocab.json/merges.txt hold one merge list; tools that load them "
-              "(HF tokenizers) apply it without SuperBPE's stages, so their ids can differ from "
-              "bpe_core's stage-aware encoder (model.json); see docs/superbpe.md", file=sys.stderr)
+              f"(HF tokenizers) apply it without the {name} method's stages, so their ids can differ from "
+              f"bpe_core's stage-aware encoder (model.json); see docs/{name}.md", file=sys.stderr)
     if dropped:
         print(f"train_bpe.py: note: {len(dropped)} merge(s) rebuilt bytes that an earlier token already "
               f"has; vocab.json lists each string once (the smaller id)", file=sys.stderr)
