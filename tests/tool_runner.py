@@ -94,6 +94,7 @@ def _child(req):
         sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)
         sys.stderr = sys.__stderr__ = open(2, "w", closefd=False, errors="backslashreplace", buffering=1)
         os.chdir(req["cwd"])
+        os.umask(req["umask"])
         os.environ.clear()
         os.environ.update(req["env"])
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -206,13 +207,22 @@ def _request(req: dict, timeout: float, args_for_error) -> subprocess.CompletedP
     return subprocess.CompletedProcess(args_for_error, os.waitstatus_to_exitcode(status), out, err)
 
 
-def run_tool(script, *args, env=None, cwd=None, input=None, timeout=120) -> subprocess.CompletedProcess:
+def _umask(umask: int) -> int:
+    if umask >= 0:
+        return umask
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def run_tool(script, *args, env=None, cwd=None, input=None, umask=-1, timeout=120) -> subprocess.CompletedProcess:
     """``subprocess.run([sys.executable, script, *args], capture_output=True, text=True, ...)``, in a
     forked child of the server (see the module docstring). ``env``: the child's whole environment
-    (default: this process's); ``cwd``: its working directory (default: this process's)."""
+    (default: this process's); ``cwd``: its working directory, ``umask`` its umask (default: this
+    process's); ``input``: its stdin (str or bytes; default: none)."""
     args = [str(a) for a in args]
     req = {"script": str(script), "args": args, "env": dict(os.environ if env is None else env),
-           "cwd": str(cwd) if cwd is not None else os.getcwd(), "input": input}
+           "cwd": str(cwd) if cwd is not None else os.getcwd(), "input": input, "umask": _umask(umask)}
     return _request(req, timeout, [sys.executable, str(script), *args])
 
 
@@ -220,5 +230,6 @@ def call_in_child(module: str, function: str, *args, env=None, cwd=None, timeout
     """``module.function(*args)`` in a forked child of the server; its int result is the exit code.
     ``args`` travel as JSON; ``module`` is imported in the server once and stays there."""
     req = {"module": module, "function": function, "args": list(args),
-           "env": dict(os.environ if env is None else env), "cwd": str(cwd) if cwd is not None else os.getcwd()}
+           "env": dict(os.environ if env is None else env), "cwd": str(cwd) if cwd is not None else os.getcwd(),
+           "umask": _umask(-1)}
     return _request(req, timeout, [module, function, *map(str, args)])
