@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 __all__ = ["run_tool", "call_in_child"]
 
@@ -160,7 +161,7 @@ def _start():
     proc = subprocess.Popen([sys.executable, "-c", _SERVER, json.dumps(path)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, cwd=tempfile.gettempdir())
     proc.wait()                     # the intermediate process; the server lives on, holding the pipes
-    _server.update(proc=proc, pid_owner=os.getpid())
+    _server.update(proc=proc, pid_owner=os.getpid(), buf=b"")
     atexit.register(_stop)
 
 
@@ -172,6 +173,21 @@ def _stop():
                 f.close()
             except OSError:
                 pass
+
+
+def _read_line(deadline=None):
+    """The server's next answer line, read from the pipe unbuffered (a buffered reader could hold
+    both answers while ``select`` waits on the pipe); None when ``deadline`` (monotonic) passes."""
+    fd = _server["proc"].stdout.fileno()
+    while b"\n" not in _server["buf"]:
+        if deadline is not None and not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            return None
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise RuntimeError("tool_runner: the server process ended")
+        _server["buf"] += chunk
+    line, _server["buf"] = _server["buf"].split(b"\n", 1)
+    return int(line)
 
 
 def _request(req: dict, timeout: float, args_for_error) -> subprocess.CompletedProcess:
@@ -190,14 +206,22 @@ def _request(req: dict, timeout: float, args_for_error) -> subprocess.CompletedP
             req["stdout"], req["stderr"] = os.path.join(d, "stdout"), os.path.join(d, "stderr")
             for name in ("stdout", "stderr"):
                 open(req[name], "wb").close()
-            proc.stdin.write((json.dumps(req) + "\n").encode())
-            proc.stdin.flush()
-            pid = int(proc.stdout.readline())
-            ready, _, _ = select.select([proc.stdout], [], [], timeout)
-            timed_out = not ready
-            if timed_out:
-                os.kill(pid, signal.SIGKILL)
-            status = int(proc.stdout.readline())
+            try:
+                proc.stdin.write((json.dumps(req) + "\n").encode())
+                proc.stdin.flush()
+                pid = _read_line()
+                status = _read_line(time.monotonic() + timeout)
+                timed_out = status is None
+                if timed_out:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    status = _read_line()
+            except BaseException:
+                _stop()                                 # out of step with the server: the next run starts a new one
+                _server.clear()
+                raise
             with open(req["stdout"], "rb") as f:
                 out = f.read().decode("utf-8", "replace")
             with open(req["stderr"], "rb") as f:
