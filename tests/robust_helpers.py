@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
+
+from tool_runner import run_tool
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "tools" / "train_bpe.py"
@@ -41,9 +41,9 @@ def write_diverse(path, n_bytes: int, seed: int = 0, block: int = 4 << 20) -> pa
 
 
 def tool(script, *args, env=None, timeout=120, **kwargs):
-    """Run a tool of ``tools/`` to the end; returns the CompletedProcess (text mode)."""
-    return subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout, **kwargs)
+    """Run a tool of ``tools/`` to the end as its own process (forked by ``tool_runner``: no
+    interpreter start-up); returns the CompletedProcess (text mode)."""
+    return run_tool(script, *args, env=env, timeout=timeout, **kwargs)
 
 
 def env_with_tmpdir(tmpdir) -> dict:

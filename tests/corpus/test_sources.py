@@ -18,11 +18,10 @@ import lzma
 import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from tool_runner import run_tool
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -267,19 +266,16 @@ def test_text_that_starts_with_the_parquet_magic_is_text(tmp_path, text):
 
 def test_tools_one_line_exit_2_and_skip(tmp_path):
     p = _jsonl(tmp_path, ['{"text": "hello world"}', "not json", '{"text": "hello there"}'])
-    r = subprocess.run([sys.executable, str(TOOLS / "train_bpe.py"), str(p), "--vocab-size", "270",
-                        "--out", str(tmp_path / "tok")], capture_output=True, text=True)
+    r = run_tool(TOOLS / "train_bpe.py", p, "--vocab-size", "270", "--out", tmp_path / "tok")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [f"train_bpe.py: error: {p}: line 2: invalid JSON (Expecting value "
                                              f"at column 1) (--skip-bad-records skips such records)"]
-    r = subprocess.run([sys.executable, str(TOOLS / "train_bpe.py"), str(p), "--vocab-size", "270",
-                        "--out", str(tmp_path / "tok"), "--skip-bad-records"], capture_output=True, text=True)
+    r = run_tool(TOOLS / "train_bpe.py", p, "--vocab-size", "270", "--out", tmp_path / "tok", "--skip-bad-records")
     assert r.returncode == 0 and "skipped 1 bad record(s)" in r.stderr
     # stdin, gzip-compressed, to the encoder, beside a file
     (tmp_path / "more.txt").write_text("hello")
-    r = subprocess.run([sys.executable, str(TOOLS / "encode_corpus.py"), "-", str(tmp_path / "more.txt"),
-                        "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "ids.npy"),
-                        "--progress", "none"], input=gzip.compress(b"hello world"), capture_output=True)
+    r = run_tool(TOOLS / "encode_corpus.py", "-", tmp_path / "more.txt", "--tokenizer", tmp_path / "tok", "--out",
+                 tmp_path / "ids.npy", "--progress", "none", input=gzip.compress(b"hello world"))
     assert r.returncode == 0, r.stderr
     tok = Tokenizer.load(tmp_path / "tok")
     assert np.load(tmp_path / "ids.npy").tolist() == tok.encode("hello world" + S + "hello")

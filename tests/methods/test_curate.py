@@ -3,12 +3,11 @@ from paths import REPO
 import json
 import math
 import os
-import subprocess
-import sys
 import pathlib
 import random
 
 import pytest
+from tool_runner import run_tool
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,12 +52,10 @@ def test_file_and_cli(tmp_path):
     src = tmp_path / "in.txt"
     src.write_bytes(SEP.join(f"document number {i} with some text {i * 7}".encode() for i in range(50)))
     rep = curate_file(str(src), str(tmp_path / "a.txt"), seed=3)
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "curate.py"), str(src), "--out", str(tmp_path / "b.txt"),
-                        "--seed", "3"], capture_output=True, text=True)
+    r = run_tool(ROOT / "tools" / "curate.py", src, "--out", tmp_path / "b.txt", "--seed", "3")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "a.txt").read_bytes() == (tmp_path / "b.txt").read_bytes()
     assert json.loads(r.stdout)["kept_total"] == sum(rep.kept.values())
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
-    bad = subprocess.run([sys.executable, str(ROOT / "tools" / "curate.py"), str(tmp_path / "missing.txt"),
-                          "--out", str(tmp_path / "c.txt")], capture_output=True, text=True)
+    bad = run_tool(ROOT / "tools" / "curate.py", tmp_path / "missing.txt", "--out", tmp_path / "c.txt")
     assert bad.returncode == 2 and "missing.txt" in bad.stderr

@@ -8,11 +8,10 @@ import os
 import pathlib
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import pytest
+from tool_runner import run_tool
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,8 +104,7 @@ def test_gpt2_files(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_bytes((FIXTURES / "tinystories_sample.txt").read_bytes()[:50_000])
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "train_bpe.py"), str(corpus), "--vocab-size",
-                        "50267", "--init-from", str(gpt2), "--out", str(out)], capture_output=True, text=True)
+    r = run_tool(ROOT / "tools" / "train_bpe.py", corpus, "--vocab-size", "50267", "--init-from", gpt2, "--out", out)
     assert r.returncode == 0, r.stderr
     assert "ids follow bpe_core's layout" in r.stderr
     model = load_model(out)
@@ -144,14 +142,12 @@ def test_refusals_cli(tmp_path):
     corpus = _corpus(str(tmp_path), "c.txt", b"low lower lowest newest widest " * 20)
     tool = str(ROOT / "tools" / "train_bpe.py")
     sb = str(tmp_path / "sb")
-    assert subprocess.run([sys.executable, tool, corpus, "--vocab-size", "300", "--method", "superbpe",
-                           "--out", sb], capture_output=True).returncode == 0
+    assert run_tool(tool, corpus, "--vocab-size", "300", "--method", "superbpe", "--out", sb).returncode == 0
     cases = [(["--init-from", sb], "is a superbpe model; --init-from needs a plain BPE model"),
              (["--init-from", str(tmp_path / "missing")], "no such file or folder"),
              (["--init-from", sb, "--method", "supratok"], "cannot start from an existing model")]
     for extra, message in cases:
-        r = subprocess.run([sys.executable, tool, corpus, "--vocab-size", "320", "--out", str(tmp_path / "o"),
-                            *extra], capture_output=True, text=True)
+        r = run_tool(tool, corpus, "--vocab-size", "320", "--out", tmp_path / "o", *extra)
         assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "o").exists()
 

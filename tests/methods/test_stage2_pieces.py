@@ -1,5 +1,6 @@
 """SuperBPE stage 2 on pieces (``superbpe.stage2_merges``): the same merges, tokens and final token
 count as one engine run on the whole units, for any first cut (restarts included)."""
+import functools
 from collections import Counter
 
 import numpy as np
@@ -304,17 +305,25 @@ def _plain_pieces(symbols, offsets, levels, weights, counts, cut):
     return {p: (want_w[p], want_c[p]) for p in want_w}, single
 
 
+@functools.lru_cache(maxsize=None)
+def _two_symbol_case():
+    """The input of ``test_pieces_of_two_symbols_in_their_own_table`` and its plain-Python counts
+    (seconds of Python: made once for both thread counts)."""
+    rng, symbols, offsets, weights = random_units(13, 2000, 1_300_000, 40_000, 4)
+    symbols[rng.integers(0, symbols.size, 1000)] = np.uint32(0xFFFFFFFE)    # the largest id there is
+    counts = weights + rng.integers(0, 3, offsets.size - 1)
+    levels = rng.choice(np.array([0, 5], np.uint32), symbols.size, p=[0.55, 0.45])   # mostly short pieces
+    return (symbols, offsets, levels, weights, counts), _plain_pieces(symbols, offsets, levels, weights, counts, 1)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_pieces_of_two_symbols_in_their_own_table(threads):
     """Many distinct pieces of two symbols (their table grows from 16k slots several times), among
     longer ones, found in both halves of the sequences: counted as plain Python counts them, each
     listed once, after the longer pieces."""
-    rng, symbols, offsets, weights = random_units(13, 2000, 1_300_000, 40_000, 4)
-    symbols[rng.integers(0, symbols.size, 1000)] = np.uint32(0xFFFFFFFE)    # the largest id there is
-    counts = weights + rng.integers(0, 3, offsets.size - 1)
-    levels = rng.choice(np.array([0, 5], np.uint32), symbols.size, p=[0.55, 0.45])   # mostly short pieces
+    arrays, (want, single) = _two_symbol_case()
+    symbols, offsets, levels, weights, counts = (a.copy() for a in arrays)
     got = cut_pieces(symbols, offsets, levels, weights, counts, 1, threads=threads)
-    want, single = _plain_pieces(symbols, offsets, levels, weights, counts, 1)
     assert _as_dict(got) == want and got[4] == single
     lengths = np.diff(got[1])
     assert (lengths == 2).sum() > 100_000 and (lengths > 2).any()

@@ -1,13 +1,12 @@
 """SuperBPE: the fast path equals the plain reference; the encoder reproduces training."""
 from paths import REPO
 import os
-import subprocess
-import sys
 import tempfile
 import pathlib
 
 import numpy as np
 import pytest
+from tool_runner import run_tool
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,9 +116,8 @@ def test_digits_are_grouped_by_three_from_the_right():
 
 def test_model_file_round_trips_stages(tmp_path, fixtures_dir):
     out = tmp_path / "tok"
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "train_bpe.py"), str(fixtures_dir / "corpus.en"),
-                        "--vocab-size", "600", "--method", "superbpe", "--transition", "0.5", "--out", str(out),
-                        "--no-progress", "--max-nonalnum", "3"], capture_output=True, text=True)
+    r = run_tool(ROOT / "tools" / "train_bpe.py", fixtures_dir / "corpus.en", "--vocab-size", "600", "--method",
+                 "superbpe", "--transition", "0.5", "--out", out, "--no-progress", "--max-nonalnum", "3")
     assert r.returncode == 0, r.stderr
     assert "stage-aware" in r.stderr
     model = load_model(out)
@@ -230,8 +228,8 @@ def sb_dir(tmp_path_factory, fixtures_dir):
     text = data[:40000] + b"<|endoftext|>" + data[40000:80000] + b"<|endoftext|> 12345 and 678\n"
     corpus = out / "c.txt"
     corpus.write_bytes(text)
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "train_bpe.py"), str(corpus), "--vocab-size", "700",
-                        "--method", "superbpe", "--out", str(out / "tok"), "--no-progress"], capture_output=True, text=True)
+    r = run_tool(ROOT / "tools" / "train_bpe.py", corpus, "--vocab-size", "700", "--method", "superbpe", "--out",
+                 out / "tok", "--no-progress")
     assert r.returncode == 0, r.stderr
     return out
 
@@ -318,9 +316,8 @@ def test_max_digits_and_distinct_rules(fixtures_dir):
 
 
 def test_export_prints_the_agreement_figures(sb_dir, tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "export_tokenizer.py"), str(sb_dir / "tok"),
-                        "--format", "hf", "--out", str(tmp_path / "tokenizer.json"),
-                        "--check-text", str(sb_dir / "c.txt")], capture_output=True, text=True)
+    r = run_tool(ROOT / "tools" / "export_tokenizer.py", sb_dir / "tok", "--format", "hf", "--out",
+                 tmp_path / "tokenizer.json", "--check-text", sb_dir / "c.txt")
     assert r.returncode == 0, r.stderr
     line = next(l for l in r.stderr.splitlines() if "identical ids on" in l)
     assert "documents" in line and "tokens" in line and "c.txt" in line

@@ -14,8 +14,6 @@ from paths import REPO
 import json
 import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -30,6 +28,7 @@ from bpe_core.corpus.specials import encode_specials, split_on_specials
 from bpe_core.pretok.patterns import PATTERN_ALIASES, PATTERNS, pattern_name, regex_pieces, resolve_pattern
 from bpe_core.pretok.pretokenize import count_pretokens, is_native, pretoken_ends, pretokenize
 from bpe_core.encode.tokenizer import Tokenizer
+from tool_runner import run_tool
 
 ROOT = REPO
 NAMES = list(PATTERNS)
@@ -274,8 +273,8 @@ def _train_cli(tmp_path, *args):
     corpus = tmp_path / "c.txt"
     corpus.write_bytes(b"The Quick brown fox, 1234 jumps!\n" * 50)
     out = tmp_path / "tok"
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "train_bpe.py"), str(corpus), "--vocab-size", "280",
-                        "--out", str(out), "--workers", "1", "--no-progress", *args], capture_output=True, text=True)
+    r = run_tool(ROOT / "tools" / "train_bpe.py", corpus, "--vocab-size", "280", "--out", out, "--workers", "1",
+                 "--no-progress", *args)
     return r, out
 
 
@@ -315,8 +314,7 @@ def test_cli_regex_trains_and_round_trips(tmp_path, rx):
     data = (tmp_path / "c.txt").read_bytes()
     assert tok.decode_bytes(tok.encode(data)) == data
     ids_path = tmp_path / "ids.npy"
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "encode_corpus.py"), str(tmp_path / "c.txt"),
-                        "--tokenizer", str(out), "--out", str(ids_path), "--workers", "1", "--no-progress"],
-                       capture_output=True, text=True)
+    r = run_tool(ROOT / "tools" / "encode_corpus.py", tmp_path / "c.txt", "--tokenizer", out, "--out", ids_path,
+                 "--workers", "1", "--no-progress")
     assert r.returncode == 0, r.stderr
     assert tok.decode_bytes(np.load(ids_path).tolist()) == data

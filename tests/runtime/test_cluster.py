@@ -485,10 +485,24 @@ REPORT_KEYS = ("items", "documents", "separators_inserted", "bad_records", "corp
 KINDS = ("many", "gz", "zst", "jsonl", "jsonl.zst", "parquet", "mixed")
 
 
+def every_input(cells):
+    """``(kind, *cell)`` for every kind and cell. The default run: every cell on ``mixed`` (a.txt,
+    .jsonl.zst, Parquet, .gz and .jsonl one after another: every container but plain .zst, cut at
+    each chunk size) and on ``many`` (a folder with an empty file and a.txt, whose size the chunks
+    41381/41383 straddle); each other kind alone on the first cell (the smallest chunks, the most
+    shards), plain .zst on the last one too. ``--slow`` runs the whole cross (the same code paths,
+    each container alone)."""
+    params = []
+    for kind in KINDS:
+        for i, cell in enumerate(cells):
+            default = kind in ("mixed", "many") or i == 0 or (kind == "zst" and i == len(cells) - 1)
+            params.append(pytest.param(kind, *cell, marks=() if default else pytest.mark.slow))
+    return params
+
+
 # chunk sizes: many shards; about one row group / one JSONL range per 2-3 KB; around a.txt's size
 # (41,382 bytes: one shard, or two); larger than every input (one shard per file).
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("chunk", [1500, 8000, 41381, 41383, 1 << 20])
+@pytest.mark.parametrize("kind,chunk", every_input([(1500,), (8000,), (41381,), (41383,), (1 << 20,)]))
 def test_train_every_input_on_cluster(client, inputs, tmp_path, kind, chunk):
     options = dict(vocab_size=380, special_tokens=tuple(SPECIALS), skip_bad_records=True, chunk_bytes=chunk)
     single = train(TrainConfig(input_path=inputs[kind], num_workers=1, **options))
@@ -533,13 +547,12 @@ def _files(folder) -> dict:
     return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("chunk,options", [
+@pytest.mark.parametrize("kind,chunk,options", every_input([
     (1500, {}),
     (8000, {"doc_index": True, "shard_tokens": 3000}),        # slices spanning two shard files
     (41383, {"separator": False, "doc_index": True}),         # items kept apart, documents from the tasks
     (1 << 20, {"verify": True}),
-])
+]))
 def test_encode_every_input_on_cluster(client, inputs, inputs_tokenizer, tmp_path, kind, chunk, options):
     runs = {}
     for mode in ("single", "cluster"):

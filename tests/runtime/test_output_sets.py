@@ -18,8 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 
 import numpy as np
 import pytest
@@ -27,8 +25,8 @@ import pytest
 from bpe_core.encode.tokenizer import Tokenizer
 from bpe_core.formats.model import Model, dump_folder, load_model
 from bpe_core.runtime import atomic
-from paths import TESTS, package_parent
 from robust_helpers import ENCODE, TRAIN, leftovers, stderr_lines
+from tool_runner import call_in_child
 
 SPECIAL = "<|endoftext|>"
 MODEL_SET = ("model.json", "vocab.json", "merges.txt")
@@ -80,43 +78,15 @@ def child_main(tool_path, args, kill_at, sig, full_disk, count_file) -> int:
 
 
 def run_child(tmp_path, tool_path, args, kill_at=0, sig="SIGKILL", full_disk=False):
-    """:func:`child_main` in a child process: forked (bpe_core is imported already: no start-up
-    cost) when this process runs no other thread, else a fresh interpreter (forking a process with
-    threads can deadlock). Returns a ``CompletedProcess`` (exit code as ``subprocess`` gives it,
-    stdout, stderr); ``calls(tmp_path)`` the number of calls."""
+    """:func:`child_main` in a child process, forked by ``tool_runner``'s server (bpe_core is
+    imported already: no start-up cost; the server runs no other thread, so forking it is safe)
+    with ``tmp_path`` as its working directory. Returns a ``CompletedProcess`` (exit code as
+    ``subprocess`` gives it, stdout, stderr); ``calls(tmp_path)`` the number of calls."""
     count_file = str(tmp_path.parent / f"{tmp_path.name}.count")
     with open(count_file, "w") as f:
         f.write("0")
     spec = (str(tool_path), [str(a) for a in args], kill_at, sig, full_disk, count_file)
-    if threading.active_count() > 1:
-        here = os.path.dirname(os.path.abspath(__file__))
-        code = (f"import sys; sys.path[:0] = [{here!r}, {str(TESTS)!r}]; import test_output_sets as t; "
-                f"sys.exit(t.child_main(*{spec!r}))")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_parent(), os.environ.get("PYTHONPATH", "")]))
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
-                              cwd=str(tmp_path))
-    fd_out, out_path = tempfile.mkstemp(prefix="bpe-out-")
-    fd_err, err_path = tempfile.mkstemp(prefix="bpe-err-")
-    pid = os.fork()
-    if pid == 0:                                                           # the child
-        code = 1
-        try:
-            os.dup2(fd_out, 1)
-            os.dup2(fd_err, 2)
-            sys.stdout = open(1, "w", closefd=False)
-            sys.stderr = open(2, "w", closefd=False)
-            code = child_main(*spec)
-        finally:
-            os._exit(code)
-    os.close(fd_out)
-    os.close(fd_err)
-    _, status = os.waitpid(pid, 0)
-    rc = os.waitstatus_to_exitcode(status)
-    with open(out_path) as f_out, open(err_path) as f_err:
-        result = subprocess.CompletedProcess([], rc, f_out.read(), f_err.read())
-    os.unlink(out_path)
-    os.unlink(err_path)
-    return result
+    return call_in_child("test_output_sets", "child_main", *spec, cwd=tmp_path)
 
 
 def calls(tmp_path) -> int:

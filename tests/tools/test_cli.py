@@ -10,6 +10,7 @@ import pytest
 
 from bpe_core import reference
 from bpe_core.formats.model import load_gpt2, load_model
+from tool_runner import run_tool
 
 ROOT = REPO
 sys.path.insert(0, str(ROOT / "tools"))
@@ -27,8 +28,8 @@ def corpus_file(tmp_path):
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "train_bpe.py"), *map(str, args)],
-                          capture_output=True, text=True)
+    """``python tools/train_bpe.py ARGS`` as its own process (forked by ``tool_runner``)."""
+    return run_tool(ROOT / "tools" / "train_bpe.py", *args)
 
 
 def test_help_explains_every_option():

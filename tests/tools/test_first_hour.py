@@ -20,6 +20,7 @@ from bpe_core.runtime.memmon import PHASE_FILE_ENV, phase, read_phase_file
 from bpe_core.runtime.profile import build_report, profile_command
 from bpe_core.runtime.progress import make_progress
 from paths import REPO
+from tool_runner import run_tool
 
 ROOT = REPO
 SAMPLE = ROOT / "bpe_core" / "data" / "sample.txt"
@@ -27,9 +28,9 @@ TRAIN = ROOT / "tools" / "train_bpe.py"
 MODEL_FILES = ("vocab.json", "merges.txt", "model.json")
 
 
-def _tool(*args, **kwargs):
-    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=120,
-                          **kwargs)
+def _tool(script, *args, **kwargs):
+    """``python SCRIPT ARGS`` as its own process (forked by ``tool_runner``: no start-up cost)."""
+    return run_tool(script, *args, timeout=120, **kwargs)
 
 
 @pytest.fixture(scope="module")

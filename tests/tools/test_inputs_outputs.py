@@ -28,6 +28,7 @@ from bpe_core.runtime.atomic import atomic_path, atomic_write, current_umask, ou
 from bpe_core.corpus import BinaryInputWarning, CorpusError, binary_reason, check_input, compressed_format
 from bpe_core.formats.model import Model, dump_model
 from bpe_core.runtime.progress import _Lines, make_progress
+from tool_runner import run_tool
 
 ROOT = REPO
 TOOLS = ROOT / "tools"
@@ -36,8 +37,8 @@ TEXT = ("the cat sat on the mat. the dog sat on the log.\n" * 30 + "<|endoftext|
 
 
 def tool(name, *args, umask=None, timeout=60, **kw):
-    return subprocess.run([sys.executable, str(TOOLS / name), *map(str, args)], capture_output=True,
-                          text=True, umask=-1 if umask is None else umask, timeout=timeout, **kw)
+    """``python tools/NAME ARGS`` as its own process (forked by ``tool_runner``: no start-up cost)."""
+    return run_tool(TOOLS / name, *args, umask=-1 if umask is None else umask, timeout=timeout, **kw)
 
 
 def one_error_line(r, rc=2):

@@ -27,6 +27,11 @@ def load_reference_vocab_values(path):
     return values
 
 
+# The plain-Python reference takes ~10 s on the fixture (it recounts every pair after each merge):
+# --slow. The default run checks the same chain: test_train_equivalence.py::test_cs336_fixture (the
+# fast trainer against this fixture) and ::test_fast_equals_reference_on_random_corpora /
+# ::test_patterns (the fast trainer against this reference).
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern", ["gpt2"])
 def test_reference_matches_cs336_fixture(fixtures_dir, pattern):
     vocab, merges = reference.train_bpe(fixtures_dir / "corpus.en", 500, ["<|endoftext|>"], pattern)
