@@ -460,14 +460,16 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                               skip_bad_records, distributable=False)
 
     folder = os.path.dirname(os.path.abspath(out_path))
-    spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
+    spill_dir = None
     temps: list[str] = []
     commits: list = []
     bar = _progress(size if not any(s.kind == "iterator" or s.is_stdin for s in sources) else None, progress)
     monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
-    monitor.start()
     encoder = None
     try:
+        # made inside the try: a signal after it (the monitor's start takes a while) removes it
+        spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
+        monitor.start()
         enter("cut")
         shards = [sh for src in sources for sh in src.shards(opts)]
         enter("encode")
@@ -552,7 +554,8 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         bar.close()
         if encoder is not None:
             encoder.close()
-        shutil.rmtree(spill_dir, ignore_errors=True)
+        if spill_dir is not None:
+            shutil.rmtree(spill_dir, ignore_errors=True)
         monitor.stop()
     t_end = time.perf_counter()
     seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
@@ -784,14 +787,16 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
                               separator, doc_index, shard_tokens, input_format, text_field, text_column,
                               skip_bad_records, distributable=True)
     folder = os.path.dirname(os.path.abspath(out_path))
-    spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
+    spill_dir = None
     temps: list[str] = []
     commits: list = []
     bar = _progress(size, progress)
     monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
-    monitor.start()
     announce = None if progress in (False, None, "none") else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
+        # made inside the try: a signal after it (the monitor's start takes a while) removes it
+        spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
+        monitor.start()
         enter("cluster start")
         with open_executor(cluster, the_plan.num_workers, announce=announce) as ex:
             enter("cut")
@@ -906,7 +911,8 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
         raise
     finally:
         bar.close()
-        shutil.rmtree(spill_dir, ignore_errors=True)
+        if spill_dir is not None:
+            shutil.rmtree(spill_dir, ignore_errors=True)
         monitor.stop()
     seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
                for k, (name, t) in enumerate(marks)}
