@@ -391,7 +391,9 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     phase("supratok pass 3")
     info["pass3_candidates"] = len(features)
     # per round: each candidate is scored, then considered for acceptance
-    bar = progress_bar(progress, total=2 * len(features) * config.supratok_rounds, desc="pass 3 spans", unit="span")
+    # (no bar when pass 3 does not run: off, or no candidates)
+    bar = progress_bar(progress if features else False, total=2 * len(features) * config.supratok_rounds,
+                       desc="pass 3 spans", unit="span")
     origin = [1] * n1 + [2] * n2          # which pass made each merge (kept in step with ``merges``)
     spans3: list[tuple[bytes, ...]] = []
     n_removed = 0
