@@ -387,6 +387,15 @@ def table(res: dict, peer_names: list[str], key: str = "medians") -> str:
     return "\n".join(lines)
 
 
+def cuts(args):
+    """``(corpus, text)`` for each corpus asked for; one that cannot be read is named as skipped."""
+    for corpus in args.corpus:
+        try:
+            yield corpus, read_cut(corpus, args.mb, args.corpora)
+        except OSError as exc:
+            print(f"{corpus}: skipped ({exc})")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=10.0, help="MB of each corpus (a cut of its start)")
@@ -419,23 +428,13 @@ def main(argv=None) -> int:
             peers, skipped = load_peers(args.peers, enc, hf_json, skip)
             for name, why in skipped.items():
                 print(f"{vocab}: {name} skipped ({why})")
-            for corpus in args.corpus:
-                try:
-                    text = read_cut(corpus, args.mb, args.corpora)
-                except OSError as exc:
-                    print(f"{corpus}: skipped ({exc})")
-                    continue
+            for corpus, text in cuts(args):
                 res = bench(vocab, corpus, text, ours, enc, peers, args.runs, tmp)
                 print("\n" + table(res, list(peers)), flush=True)
                 print("\n" + table(res, list(peers), "cpu"), flush=True)
                 results.append(res)
         if models:
-            for corpus in args.corpus:
-                try:
-                    text = read_cut(corpus, args.mb, args.corpora)
-                except OSError as exc:
-                    print(f"{corpus}: skipped ({exc})")
-                    continue
+            for corpus, text in cuts(args):
                 print("\n" + bench_models(models, corpus, text, args.runs, args.plain), flush=True)
     if args.json:
         with open(args.json, "w") as f:
