@@ -14,7 +14,8 @@ import os
 from typing import Any, Optional
 
 from .hf import hf_file_makers
-from .model import REPORT_FILE, Model, dump_folder, gpt2_names
+from .model import REPORT_FILE, Model, dump_folder
+from .texts import FolderTexts
 
 __all__ = ["save_folder"]
 
@@ -31,10 +32,10 @@ def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[s
     []
     ['merges.txt', 'model.json', 'tokenizer.json', 'tokenizer_config.json', 'train_report.json', 'vocab.json']
     """
-    names = gpt2_names(model.vocab.values())          # each token's GPT-2 string, made once
-    extra: dict[str, Any] = dict(hf_file_makers(model, names))     # made as they are written
+    texts = FolderTexts(model.vocab, model.merges)   # each token's GPT-2 string, made once for all files
+    extra: dict[str, Any] = dict(hf_file_makers(model, texts=texts))     # made as they are written
     if report is not None:
         extra[REPORT_FILE] = json.dumps(report, indent=2) + "\n"
     parent = os.path.dirname(os.path.abspath(os.fspath(folder)))
     os.makedirs(parent, exist_ok=True)
-    return dump_folder(model, folder, extra=extra, names=names)
+    return dump_folder(model, folder, extra=extra, texts=texts)

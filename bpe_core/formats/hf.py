@@ -12,10 +12,13 @@ from __future__ import annotations
 import itertools
 import json
 from json.encoder import encode_basestring
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import registry
 from .model import Model, gpt2_names
+
+if TYPE_CHECKING:
+    from .texts import FolderTexts
 
 __all__ = ["HF_CONFIG_FILE", "HF_TOKENIZER_FILE", "hf_file_makers", "hf_folder_files", "hf_split_pattern", "hf_tokenizer_config",
            "hf_tokenizer_json", "hf_tokenizer_text", "special_ids", "unique_ids", "usable_merges"]
@@ -82,9 +85,22 @@ def hf_tokenizer_text(model: Model, names: dict[bytes, str] | None = None, end: 
     return "".join(_hf_pieces(model, names, end))
 
 
-def _hf_pieces(model: Model, names: dict[bytes, str] | None, end: str) -> list[str]:
+def _hf_pieces(model: Model, names: dict[bytes, str] | None, end: str,
+               texts: "FolderTexts | None" = None) -> list[str]:
     """The text of ``tokenizer.json`` in pieces that a writer writes one after another (never joined
-    into one long text)."""
+    into one long text). ``texts``: the model's ``formats.texts.FolderTexts`` when the caller has it
+    (its GPT-2 strings and ``merges.txt`` lines are shared); the vocab and the merges are made there
+    in a few passes in C, or, for a model it does not cover, pair by pair below."""
+    from .texts import FolderTexts
+
+    if texts is None:
+        texts = FolderTexts(model.vocab, model.merges)
+    fast = texts.hf_vocab_and_merges(model)
+    if fast is not None:
+        vocab_text, merges, specials = fast
+        head = json.dumps(_hf_doc(model, specials), ensure_ascii=False)
+        assert head.endswith("}}")            # "model" is the last key, and "merges" the last of it
+        return [head[:-2], ', "vocab": ', vocab_text, ', "merges": ', merges, "}}" + end]
     doc, vocab, pairs, names = _hf_parts(model, names)
     head = json.dumps(doc, ensure_ascii=False)
     assert head.endswith("}}")            # "model" is the last key, and "merges" the last of it
@@ -104,14 +120,20 @@ def _hf_parts(model: Model, names: dict[bytes, str] | None):
         names = gpt2_names(ids)           # every usable merge's parts are in ids
     vocab = {names[b]: i for b, i in sorted(ids.items(), key=lambda kv: kv[1])}
     pairs = usable_merges(model, ids)
+    doc = _hf_doc(model, special_ids(model))
+    for tok in doc["added_tokens"]:
+        vocab.setdefault(tok["content"], tok["id"])
+    return doc, vocab, pairs, names
+
+
+def _hf_doc(model: Model, specials: dict[str, int]) -> dict[str, Any]:
+    """``tokenizer.json`` without the model's vocab and merges (``specials``: :func:`special_ids`)."""
     added = [
         {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
          "normalized": False, "special": True}
-        for s, i in sorted(special_ids(model).items(), key=lambda kv: kv[1])
+        for s, i in sorted(specials.items(), key=lambda kv: kv[1])
     ]
-    for tok in added:
-        vocab.setdefault(tok["content"], tok["id"])
-    doc = {
+    return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
@@ -138,7 +160,6 @@ def _hf_parts(model: Model, names: dict[bytes, str] | None):
             "ignore_merges": False,
         },
     }
-    return doc, vocab, pairs, names
 
 
 def hf_split_pattern(model: Model) -> str:
@@ -173,10 +194,12 @@ def hf_folder_files(model: Model, names: dict[bytes, str] | None = None) -> dict
     return {name: text if isinstance(text, str) else "".join(text) for name, text in made.items()}
 
 
-def hf_file_makers(model: Model, names: dict[bytes, str] | None = None) -> dict[str, Callable[[], str]]:
+def hf_file_makers(model: Model, names: dict[bytes, str] | None = None,
+                   texts: "FolderTexts | None" = None) -> dict[str, Callable[[], str]]:
     """:func:`hf_folder_files` as functions that make each text when called (a writer then holds one
-    long text at a time; ``tokenizer.json``'s as a list of pieces, written one after another)."""
+    long text at a time; ``tokenizer.json``'s as a list of pieces, written one after another).
+    ``texts``: the model's ``formats.texts.FolderTexts``, shared with the folder's other files."""
     if registry.get(model.method).stage_aware:
         return {}
-    return {HF_TOKENIZER_FILE: lambda: _hf_pieces(model, names, "\n"),
+    return {HF_TOKENIZER_FILE: lambda: _hf_pieces(model, names, "\n", texts),
             HF_CONFIG_FILE: lambda: json.dumps(hf_tokenizer_config(model), indent=2) + "\n"}

@@ -16,12 +16,15 @@ import json
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelFormatError
 from ..pretok.patterns import pattern_name, resolve_pattern
 from ..runtime.atomic import atomic_write, publish_folder
 from . import registry
+
+if TYPE_CHECKING:
+    from .texts import FolderTexts
 
 MODEL_FILE = "model.json"
 VOCAB_FILE = "vocab.json"
@@ -136,15 +139,24 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | None = None) -> None:
+def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | None = None, *,
+               texts: "FolderTexts | None" = None, durable: bool = True) -> None:
     """Write the native model file atomically (temp file + rename).
 
     ``files`` maps the names of sibling files (``vocab.json``, ``merges.txt``) to their sha256; the
-    loaders then refuse a folder whose files do not match (see :func:`dump_folder`).
+    loaders then refuse a folder whose files do not match (see :func:`dump_folder`). ``texts``: the
+    model's ``formats.texts.FolderTexts`` when the caller has it; ``durable=False``: a plain write
+    (:func:`dump_folder`'s files are in a private folder that is fsynced and published whole).
     """
     n = len(model.vocab)
-    if sorted(model.vocab) != list(range(n)):
-        raise ValueError("vocab ids must be 0..n-1")
+    if texts is not None:
+        if texts.ids != list(range(n)):
+            raise ValueError("vocab ids must be 0..n-1")
+        tokens = texts.tokens
+    else:
+        if sorted(model.vocab) != list(range(n)):
+            raise ValueError("vocab ids must be 0..n-1")
+        tokens = [model.vocab[i] for i in range(n)]
     head = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -159,14 +171,27 @@ def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | No
     # The text of json.dump(head + vocab + merges + tail, separators=(",", ":")), made with the C
     # encoder (json.dumps) around the two long lists, which are hex strings (nothing to escape)
     # joined directly: the same bytes, without a list object per merge (less time, a lower peak).
-    vocab = '["' + '","'.join([model.vocab[i].hex() for i in range(n)]) + '"]' if n else "[]"
-    merges = ('[["' + '"],["'.join([f'{a.hex()}","{b.hex()}' for a, b in model.merges]) + '"]]'
-              if model.merges else "[]")
-    text = "".join((_json_compact(head)[:-1], ',"vocab":', vocab, ',"merges":', merges, ",",
-                    _json_compact(tail)[1:], "\n"))
-    del vocab, merges
-    with atomic_write(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    from .texts import merges_hex_text
+
+    vocab = '["' + '","'.join(map(bytes.hex, tokens)) + '"]' if n else "[]"
+    merges = merges_hex_text(model.merges)
+    _write_pieces(path, (_json_compact(head)[:-1], ',"vocab":', vocab, ',"merges":', merges, ",",
+                         _json_compact(tail)[1:], "\n"), durable)
+
+
+def _write_pieces(path: str | os.PathLike, pieces, durable: bool = True, digest: bool = False) -> str | None:
+    """Write ``pieces`` (str, as UTF-8, or bytes) one after another into ``path``: through
+    :func:`~bpe_core.runtime.atomic.atomic_write` when ``durable``, else a plain write. Returns the
+    sha256 of what was written when ``digest`` (no second read of the file)."""
+    h = _sha256() if digest else None
+    with (atomic_write(path, "wb") if durable else open(path, "wb")) as f:
+        for piece in pieces:
+            data = piece.encode("utf-8") if isinstance(piece, str) else piece
+            if h is not None:
+                h.update(data)
+            f.write(data)
+            del data
+    return h.hexdigest() if h is not None else None
 
 
 def _json_compact(doc: Any) -> str:
@@ -177,7 +202,7 @@ def _json_compact(doc: Any) -> str:
 
 def dump_folder(model: Model, folder: str | os.PathLike,
                 extra: dict[str, Any] | None = None,
-                names: dict[bytes, str] | None = None) -> list[bytes]:
+                names: dict[bytes, str] | None = None, *, texts: "FolderTexts | None" = None) -> list[bytes]:
     """Publish a model folder as one unit: ``vocab.json``, ``merges.txt``, ``model.json`` (holding
     their sha256) and the ``extra`` files (name -> text or bytes, e.g. ``train_report.json``, a list
     of them written one after another, or a function that returns one: called when that file is
@@ -188,21 +213,24 @@ def dump_folder(model: Model, folder: str | os.PathLike,
     files in ``folder`` are carried over; :data:`FOLDER_FILES` this run does not write go with the
     old model.
 
-    Returns the token bytes ``vocab.json`` left out (see :func:`dump_gpt2`; ``names``: the vocab's
-    :func:`gpt2_names` when the caller has them).
+    Returns the token bytes ``vocab.json`` left out (see :func:`dump_gpt2`). ``texts``: the model's
+    ``formats.texts.FolderTexts`` when the caller has it (``names`` is no longer needed: the GPT-2
+    strings are made once there).
     """
+    from .texts import FolderTexts
+
+    if texts is None:
+        texts = FolderTexts(model.vocab, model.merges)
     with publish_folder(folder, owned=FOLDER_FILES, last=MODEL_FILE) as tmp:
-        dropped = dump_gpt2(model.vocab, model.merges, tmp, names=names)
-        sums = {name: file_sha256(os.path.join(tmp, name)) for name in (VOCAB_FILE, MERGES_FILE)}
-        dump_model(model, os.path.join(tmp, MODEL_FILE), files=sums)
+        # plain writes: the folder is private until publish_folder fsyncs it and swaps it in
+        dropped, sums = _write_gpt2(texts, tmp, VOCAB_FILE, MERGES_FILE, durable=False)
+        dump_model(model, os.path.join(tmp, MODEL_FILE), files=sums, texts=texts, durable=False)
         for name, data in (extra or {}).items():
             if os.path.basename(name) != name or name in (MODEL_FILE, VOCAB_FILE, MERGES_FILE):
                 raise ValueError(f"{name!r}: not a name for an extra file of a model folder")
             if callable(data):          # made now: one long text at a time, not all of them at once
                 data = data()
-            with open(os.path.join(tmp, name), "wb") as f:
-                for piece in (data if isinstance(data, list) else [data]):     # a list: pieces in order
-                    f.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
+            _write_pieces(os.path.join(tmp, name), data if isinstance(data, list) else [data], durable=False)
             del data
     return dropped
 
@@ -458,30 +486,24 @@ def dump_gpt2(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], folder
     JSON keys must be unique: when two ids hold the same bytes (two merges can build the same
     string, e.g. ``(a, bc)`` and ``(ab, c)``), the smaller id keeps the entry. The encoders of
     bpe_core, HF and tiktoken all emit the smaller id for such bytes, so ids do not change.
-    Returns the token bytes that were left out that way. ``names``: the vocab's :func:`gpt2_names`
-    when the caller has them.
+    Returns the token bytes that were left out that way. (``names`` is no longer needed: each
+    token's GPT-2 string is made once, ``formats.texts``.)
     """
-    folder = os.fspath(folder)
-    if names is None:
-        names = gpt2_names(vocab.values())
-    entries: dict[str, int] = {}
-    dropped: list[bytes] = []
-    for i in sorted(vocab):
-        key = names[vocab[i]]
-        if key in entries:
-            dropped.append(vocab[i])
-            continue
-        entries[key] = i
-    with atomic_write(os.path.join(folder, vocab_name), "w", encoding="utf-8") as f:
-        f.write(_json_object_indent0(entries))
-        f.write("\n")
-    name = names.get
-    with atomic_write(os.path.join(folder, merges_name), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n")
-        for k in range(0, len(merges), 8192):        # a block of lines at a time (a lower peak)
-            f.write("".join([f"{name(a) or token_to_gpt2(a)} {name(b) or token_to_gpt2(b)}\n"
-                             for a, b in merges[k:k + 8192]]))
+    from .texts import FolderTexts
+
+    dropped, _ = _write_gpt2(FolderTexts(vocab, merges), os.fspath(folder), vocab_name, merges_name)
     return dropped
+
+
+def _write_gpt2(texts: "FolderTexts", folder: str, vocab_name: str, merges_name: str,
+                durable: bool = True) -> tuple[list[bytes], dict[str, str]]:
+    """Write ``vocab.json`` and ``merges.txt`` from ``texts``; the bytes left out and each file's sha256."""
+    text, dropped = texts.vocab_json()
+    sums = {vocab_name: _write_pieces(os.path.join(folder, vocab_name), (text, "\n"), durable, digest=True)}
+    del text
+    sums[merges_name] = _write_pieces(os.path.join(folder, merges_name), texts.merges_txt(), durable,
+                                      digest=True)
+    return dropped, sums
 
 
 def _json_object_indent0(entries: dict[str, int]) -> str:

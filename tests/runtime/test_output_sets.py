@@ -166,7 +166,7 @@ def test_training_over_a_model_killed_at_any_publish_step_leaves_one_whole_model
     r = run_child(tmp_path, TRAIN, train_args(new, out, 320))
     assert r.returncode == 0, r.stderr
     n_calls = calls(tmp_path)
-    assert n_calls >= (7 if layout == "in_place" else 4)      # 3 inside the fresh folder, then the swap
+    assert n_calls >= (6 if layout == "in_place" else 1)      # the swap (plain writes inside the fresh folder)
     seen = set()
     for k in range(1, n_calls + 2):
         old_model()
@@ -187,7 +187,8 @@ def test_training_over_a_model_killed_at_any_publish_step_leaves_one_whole_model
         assert r.returncode == 0, r.stderr
         check_model_folder(out, snaps, ("new",), extra=("NOTES.md", "mine"))
         assert leftovers(tmp_path) == [], (k, leftovers(tmp_path))
-    assert seen == {"old", "new"}
+    # in place, every rename comes after the journal (the files are written plainly before)
+    assert seen == ({"new"} if layout == "in_place" else {"old", "new"})
 
 
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT"])

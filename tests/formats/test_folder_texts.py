@@ -1,0 +1,199 @@
+"""The model folder's texts (``formats.texts``: a few passes in C over the whole vocabulary) are, byte
+for byte, what the plain writers below write: a Python expression per token and per merge,
+``json.dump`` of whole documents. Property-tested over random models: every byte value, tokens with
+quotes, backslashes and control bytes, special tokens with odd Unicode (one whose text is an ordinary
+token's GPT-2 string), two ids holding the same bytes, merges HF cannot use; and the folder's files are
+fsynced once each."""
+import hashlib
+import io
+import json
+import os
+
+from hypothesis import given, settings, strategies as st
+
+from bpe_core.formats import hf
+from bpe_core.formats.folder import save_folder
+from bpe_core.formats.model import FORMAT_NAME, FORMAT_VERSION, Model, bytes_to_unicode
+from bpe_core.formats.texts import FolderTexts, gpt2_name_list, merges_hex_text
+
+# ---- the plain writers (the reference) ---------------------------------------------------------
+
+
+def plain_gpt2(token: bytes) -> str:
+    table = bytes_to_unicode()
+    return "".join(table[b] for b in token)
+
+
+def plain_vocab_json(vocab):
+    entries = {}
+    for i in sorted(vocab):
+        entries.setdefault(plain_gpt2(vocab[i]), i)
+    buf = io.StringIO()
+    json.dump(entries, buf, ensure_ascii=False, indent=0)
+    return buf.getvalue() + "\n"
+
+
+def plain_merges_txt(merges):
+    return "#version: 0.2\n" + "".join(f"{plain_gpt2(a)} {plain_gpt2(b)}\n" for a, b in merges)
+
+
+def plain_model_json(model, files):
+    doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "method": model.method, "pattern": model.pattern,
+           "pattern_name": model.pattern_name, "special_tokens": list(model.special_tokens),
+           "vocab": [model.vocab[i].hex() for i in range(len(model.vocab))],
+           "merges": [[a.hex(), b.hex()] for a, b in model.merges],
+           "stages": model.stages, "metadata": model.metadata,
+           "files": {name: {"sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+                     for name, text in files.items()}}
+    buf = io.StringIO()
+    json.dump(doc, buf, ensure_ascii=False, indent=None, separators=(",", ":"))
+    return buf.getvalue() + "\n"
+
+
+def plain_tokenizer_json(model):
+    specials = {s.encode("utf-8") for s in model.special_tokens}
+    ids = {}
+    for i in sorted(model.vocab):
+        if model.vocab[i] in specials and i >= 256:
+            continue
+        ids.setdefault(model.vocab[i], i)
+    vocab = {plain_gpt2(b): i for b, i in sorted(ids.items(), key=lambda kv: kv[1])}
+    special_ids = {s: min(i for i, v in model.vocab.items() if v == s.encode("utf-8")) for s in model.special_tokens}
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for s, i in sorted(special_ids.items(), key=lambda kv: kv[1])]
+    for tok in added:
+        vocab.setdefault(tok["content"], tok["id"])
+    seen, merges = set(), []
+    for a, b in model.merges:
+        if (a, b) in seen or a not in ids or b not in ids:
+            continue
+        seen.add((a, b))
+        merges.append([plain_gpt2(a), plain_gpt2(b)])
+    doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": hf.hf_split_pattern(model)}, "behavior": "Isolated",
+                "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+           "post_processor": None,
+           "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": vocab, "merges": merges}}
+    return json.dumps(doc, ensure_ascii=False) + "\n"
+
+
+def plain_folder(model, report):
+    files = {"vocab.json": plain_vocab_json(model.vocab), "merges.txt": plain_merges_txt(model.merges)}
+    out = dict(files)
+    out["model.json"] = plain_model_json(model, files)
+    out["tokenizer.json"] = plain_tokenizer_json(model)
+    out["tokenizer_config.json"] = json.dumps(hf.hf_tokenizer_config(model), indent=2) + "\n"
+    out["train_report.json"] = json.dumps(report, indent=2) + "\n"
+    return out
+
+
+# ---- models ------------------------------------------------------------------------------------
+
+SPECIALS = ["<|endoftext|>", 'a"b\\c', "é\n", "\u2028x", "\x00\x7f", "🙂", "Ġx", "<s>", "\\", '"']
+#: bytes a token may hold: quotes, backslashes, control bytes, DEL, Latin-1, UTF-8 lead bytes
+ODD = b'"\\\x00\n\r\t\x1f !\x7f\x80\xa0\xad\xc4\xe2\xff' + b"ax"
+
+
+@st.composite
+def native_models(draw):
+    """A model laid out as training writes it: the 256 bytes, the special tokens, then one token per
+    merge of two earlier tokens (sometimes bytes that another id already holds)."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    specials = draw(st.lists(st.sampled_from(SPECIALS), unique=True, max_size=4))
+    for s in specials:
+        vocab[len(vocab)] = s.encode("utf-8")
+    pool = [bytes([b]) for b in ODD] + [bytes([b]) for b in draw(st.lists(st.integers(0, 255), max_size=8))]
+    merges = []
+    for _ in range(draw(st.integers(0, 40))):
+        a = draw(st.sampled_from(pool))
+        b = draw(st.sampled_from(pool))
+        if (a, b) in merges:
+            continue
+        merges.append((a, b))
+        vocab[len(vocab)] = a + b
+        if a + b not in pool:
+            pool.append(a + b)
+    return Model(vocab=vocab, merges=merges, special_tokens=specials, pattern="gpt2",
+                 metadata={"n": draw(st.integers(0, 9)), "s": draw(st.text(max_size=4))})
+
+
+@st.composite
+def odd_models(draw):
+    """Anything a ``Model`` may hold: repeated pairs, merges of bytes no id holds, repeated strings."""
+    model = draw(native_models())
+    extra = draw(st.lists(st.tuples(st.binary(min_size=1, max_size=4), st.binary(min_size=1, max_size=4)),
+                          max_size=6))
+    for a, b in extra:
+        model.merges.append((a, b))
+        model.vocab[len(model.vocab)] = a + b
+    if model.merges and draw(st.booleans()):
+        model.merges.append(model.merges[0])
+        model.vocab[len(model.vocab)] = model.vocab[len(model.vocab) - 1]
+    return model
+
+
+def check_folder(tmp_path_factory, model):
+    d = tmp_path_factory.mktemp("tok")
+    report = {"merges": len(model.merges), "é": [1.5, None]}
+    save_folder(model, d, report)
+    want = plain_folder(model, report)
+    assert sorted(os.listdir(d)) == sorted(want)
+    for name, text in want.items():
+        assert (d / name).read_bytes() == text.encode("utf-8"), name
+
+
+@settings(max_examples=40, deadline=None)
+@given(native_models())
+def test_a_native_models_folder_is_what_the_plain_writers_write(tmp_path_factory, model):
+    if len(set(model.vocab.values())) == len(model.vocab):        # the fast path of tokenizer.json
+        assert FolderTexts(model.vocab, model.merges).hf_vocab_and_merges(model) is not None
+    check_folder(tmp_path_factory, model)
+
+
+@settings(max_examples=30, deadline=None)
+@given(odd_models())
+def test_any_models_folder_is_what_the_plain_writers_write(tmp_path_factory, model):
+    check_folder(tmp_path_factory, model)
+
+
+def test_an_ordinary_token_keeps_a_string_that_is_also_a_special_tokens_text(tmp_path_factory):
+    vocab = {**{i: bytes([i]) for i in range(256)}, 256: "Ġx".encode("utf-8"), 257: b" x"}
+    model = Model(vocab=vocab, merges=[(b" ", b"x")], special_tokens=["Ġx"], pattern="gpt2")
+    doc = json.loads("".join(hf._hf_pieces(model, None, "")))
+    assert doc["model"]["vocab"]["Ġx"] == 257 and doc["added_tokens"][0]["id"] == 256
+    check_folder(tmp_path_factory, model)
+
+
+def test_every_byte_value_and_the_empty_cases():
+    every = [bytes([b]) for b in range(256)]
+    assert gpt2_name_list(every) == [plain_gpt2(t) for t in every]
+    assert gpt2_name_list([bytes(range(256))]) == [plain_gpt2(bytes(range(256)))]
+    assert merges_hex_text([]) == "[]" and merges_hex_text([(b"\x00", b"\xff")]) == '[["00","ff"]]'
+    texts = FolderTexts({}, [])
+    assert texts.vocab_json() == ("{}", []) and "".join(texts.merges_txt()) == "#version: 0.2\n"
+
+
+def test_the_folders_files_are_written_once_and_fsynced_once(tmp_path, monkeypatch):
+    """Inside the private folder the files are plain writes (no temp file + rename each), fsynced
+    once when the folder is published, and ``vocab.json`` / ``merges.txt`` are hashed as they are
+    written (not read back)."""
+    import bpe_core.formats.model as fm
+
+    vocab = {**{i: bytes([i]) for i in range(256)}, 256: b"<|endoftext|>", 257: b"ab"}
+    model = Model(vocab=vocab, merges=[(b"a", b"b")], special_tokens=["<|endoftext|>"], pattern="gpt2")
+    synced, real_fsync = [], os.fsync
+
+    def fsync(fd):
+        synced.append(os.fstat(fd).st_ino)
+        return real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(fm, "file_sha256", lambda path: (_ for _ in ()).throw(AssertionError("read back")))
+    save_folder(model, tmp_path / "tok", {"merges": 1})
+    inodes = {os.stat(tmp_path / "tok" / n).st_ino for n in os.listdir(tmp_path / "tok")}
+    files = [i for i in synced if i in inodes]
+    assert sorted(files) == sorted(inodes)            # each file once
