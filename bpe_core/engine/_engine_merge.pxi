@@ -1354,6 +1354,14 @@ cdef class MergeEngine:
         Raises:
             MemoryError: the position lists could not grow (the engine cannot go on).
         """
+        cdef token_id_t ids[3]
+        if not self._step_ids(allowed, min_count, ids):
+            return None
+        return (ids[0], ids[1], ids[2])
+
+    cdef bint _step_ids(self, allowed, count_t min_count, token_id_t* out) except -1:
+        """``step`` without a tuple: the merge's ``(left_id, right_id, new_id)`` go into ``out``;
+        False when no merge was done."""
         cdef int64_t best
         cdef pair_id_t pid
         cdef token_id_t a, b, new_tok
@@ -1368,11 +1376,11 @@ cdef class MergeEngine:
             with nogil:
                 best = self._pop_best()
             if best < 0:
-                return None
+                return False
             pid = <pair_id_t>best
             if self.pair_counts[pid] < min_count:
                 self._push(self.pair_counts[pid], pid)      # back in the heap: the state is unchanged
-                return None
+                return False
             a = pair_left(self.pair_keys[pid])
             b = pair_right(self.pair_keys[pid])
             if allowed is not None and self.pair_allowed[pid] == -1:
@@ -1396,10 +1404,16 @@ cdef class MergeEngine:
             self._apply_merge(pid, new_tok, fresh)
         if self.oom:
             raise MemoryError("the merge engine could not grow a position list")
-        return (a, b, new_tok)
+        out[0] = a
+        out[1] = b
+        out[2] = new_tok
+        return True
 
-    def run(self, Py_ssize_t n_merges, allowed=None, progress=None, Py_ssize_t every=256, count_t min_count=0):
-        """Do up to ``n_merges`` merges; return the list of ``(left_id, right_id, new_id)``.
+    def run(self, Py_ssize_t n_merges, allowed=None, progress=None, Py_ssize_t every=256, count_t min_count=0,
+            bint compact=False):
+        """Do up to ``n_merges`` merges; return the list of ``(left_id, right_id, new_id)``, or with
+        ``compact`` a uint32 array of shape ``(n, 3)`` holding them (12 bytes a merge instead of a
+        tuple and three ints, ~100 bytes).
 
         It stops early when no pair is left or (``min_count``) the best pair counts less.
 
@@ -1414,6 +1428,8 @@ cdef class MergeEngine:
         the whole process.
         """
         out = []
+        cdef vector[token_id_t] flat
+        cdef token_id_t ids[3]
         cdef Py_ssize_t done = 0
         cdef bint collecting = _gc.isenabled()
         if collecting:
@@ -1421,10 +1437,14 @@ cdef class MergeEngine:
         self._start_worker()
         try:
             while done < n_merges:
-                r = self.step(allowed, min_count)
-                if r is None:
+                if not self._step_ids(allowed, min_count, ids):
                     break
-                out.append(r)
+                if compact:
+                    flat.push_back(ids[0])
+                    flat.push_back(ids[1])
+                    flat.push_back(ids[2])
+                else:
+                    out.append((ids[0], ids[1], ids[2]))
                 done += 1
                 if done % every == 0:
                     PyErr_CheckSignals()     # Ctrl-C / SIGTERM handlers run here, not after the loop
@@ -1436,6 +1456,13 @@ cdef class MergeEngine:
                 _gc.enable()
         if progress is not None:
             progress(done)
+        cdef token_id_t[:, ::1] view
+        if compact:
+            arr = np.empty((done, 3), dtype=np.uint32)
+            if done:
+                view = arr
+                memcpy(&view[0, 0], flat.data(), done * 3 * sizeof(token_id_t))
+            return arr
         return out
 
     @property
@@ -1547,7 +1574,11 @@ cdef class MergeEngine:
         return symbols, offsets, counts
 
     def tokens(self):
-        """The bytes of every token id, in id order."""
+        """The bytes of every token id, in id order (the engine's own bytes objects when no two ids
+        hold the same bytes: no copy)."""
+        if <size_t>len(self.tok_ids) == self.tok_off.size():
+            # each id added a key, in id order (``_add_token``): the keys are the tokens
+            return list(self.tok_ids)
         return [self.token_bytes(<token_id_t>i) for i in range(self.tok_off.size())]
 
     def memory(self):

@@ -119,7 +119,8 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
             last[0] = done
 
     phase("merge loop")
-    steps = init_steps + engine.run(n_merges, allowed=allowed, progress=tick if bar is not None else None)
+    # the merges as a (n, 3) uint32 array of (left, right, new) ids: no tuple per merge
+    steps = engine.run(n_merges, allowed=allowed, progress=tick if bar is not None else None, compact=True)
     if bar is not None:
         bar.close()
     t2 = time.perf_counter()
@@ -129,10 +130,16 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
     vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}
     for s in specials:
         vocab[len(vocab)] = s
-    merges: list[tuple[bytes, bytes]] = [(tokens[left], tokens[right]) for left, right, _new in steps]
+    n_steps = len(init_steps) + len(steps)
+    token = tokens.__getitem__
+    lefts = [s[0] for s in init_steps] + steps[:, 0].tolist()
+    rights = [s[1] for s in init_steps] + steps[:, 1].tolist()
+    merges: list[tuple[bytes, bytes]] = list(zip(map(token, lefts), map(token, rights)))
+    del lefts, rights
     # a merge's token is tokens[new], the bytes left + right (the engine's own object: no copy)
-    vocab.update(zip(range(len(vocab), len(vocab) + len(steps)), [tokens[new] for _left, _right, new in steps]))
-    del steps
+    news = [s[2] for s in init_steps] + steps[:, 2].tolist()
+    vocab.update(zip(range(len(vocab), len(vocab) + n_steps), map(token, news)))
+    del steps, news, tokens
     if report is not None:
         report["seconds"]["build_words"] = round(t1 - t0, 3)
         report["seconds"]["merge_loop"] = round(t2 - t1, 3)

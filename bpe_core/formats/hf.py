@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 from json.encoder import encode_basestring
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from . import registry
 from .model import Model, gpt2_names
@@ -86,7 +86,7 @@ def hf_tokenizer_text(model: Model, names: dict[bytes, str] | None = None, end: 
 
 
 def _hf_pieces(model: Model, names: dict[bytes, str] | None, end: str,
-               texts: "FolderTexts | None" = None) -> list[str]:
+               texts: "FolderTexts | None" = None) -> Iterable[str]:
     """The text of ``tokenizer.json`` in pieces that a writer writes one after another (never joined
     into one long text). ``texts``: the model's ``formats.texts.FolderTexts`` when the caller has it
     (its GPT-2 strings and ``merges.txt`` lines are shared); the vocab and the merges are made there
@@ -97,10 +97,10 @@ def _hf_pieces(model: Model, names: dict[bytes, str] | None, end: str,
         texts = FolderTexts(model.vocab, model.merges)
     fast = texts.hf_vocab_and_merges(model)
     if fast is not None:
-        vocab_text, merges, specials = fast
+        vocab, merges, specials = fast
         head = json.dumps(_hf_doc(model, specials), ensure_ascii=False)
         assert head.endswith("}}")            # "model" is the last key, and "merges" the last of it
-        return [head[:-2], ', "vocab": ', vocab_text, ', "merges": ', merges, "}}" + end]
+        return itertools.chain((head[:-2], ', "vocab": '), vocab, (', "merges": ',), merges, ("}}" + end,))
     doc, vocab, pairs, names = _hf_parts(model, names)
     head = json.dumps(doc, ensure_ascii=False)
     assert head.endswith("}}")            # "model" is the last key, and "merges" the last of it

@@ -12,6 +12,7 @@ See ``docs/formats.md`` for the field-by-field description.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -171,12 +172,12 @@ def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | No
     # The text of json.dump(head + vocab + merges + tail, separators=(",", ":")), made with the C
     # encoder (json.dumps) around the two long lists, which are hex strings (nothing to escape)
     # joined directly: the same bytes, without a list object per merge (less time, a lower peak).
-    from .texts import merges_hex_text
+    # (the long lists in pieces: formats.texts)
+    from .texts import merges_hex_pieces, token_hex_pieces
 
-    vocab = '["' + '","'.join(map(bytes.hex, tokens)) + '"]' if n else "[]"
-    merges = merges_hex_text(model.merges)
-    _write_pieces(path, (_json_compact(head)[:-1], ',"vocab":', vocab, ',"merges":', merges, ",",
-                         _json_compact(tail)[1:], "\n"), durable)
+    _write_pieces(path, itertools.chain((_json_compact(head)[:-1], ',"vocab":'), token_hex_pieces(tokens),
+                                        (',"merges":',), merges_hex_pieces(model.merges),
+                                        (",", _json_compact(tail)[1:], "\n")), durable)
 
 
 def _write_pieces(path: str | os.PathLike, pieces, durable: bool = True, digest: bool = False) -> str | None:
@@ -230,7 +231,8 @@ def dump_folder(model: Model, folder: str | os.PathLike,
                 raise ValueError(f"{name!r}: not a name for an extra file of a model folder")
             if callable(data):          # made now: one long text at a time, not all of them at once
                 data = data()
-            _write_pieces(os.path.join(tmp, name), data if isinstance(data, list) else [data], durable=False)
+            # text, bytes, or pieces of them written in order
+            _write_pieces(os.path.join(tmp, name), [data] if isinstance(data, (str, bytes)) else data, durable=False)
             del data
     return dropped
 
@@ -498,9 +500,9 @@ def dump_gpt2(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], folder
 def _write_gpt2(texts: "FolderTexts", folder: str, vocab_name: str, merges_name: str,
                 durable: bool = True) -> tuple[list[bytes], dict[str, str]]:
     """Write ``vocab.json`` and ``merges.txt`` from ``texts``; the bytes left out and each file's sha256."""
-    text, dropped = texts.vocab_json()
-    sums = {vocab_name: _write_pieces(os.path.join(folder, vocab_name), (text, "\n"), durable, digest=True)}
-    del text
+    pieces, dropped = texts.vocab_json()
+    sums = {vocab_name: _write_pieces(os.path.join(folder, vocab_name), itertools.chain(pieces, ("\n",)), durable,
+                                      digest=True)}
     sums[merges_name] = _write_pieces(os.path.join(folder, merges_name), texts.merges_txt(), durable,
                                       digest=True)
     return dropped, sums

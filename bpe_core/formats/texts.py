@@ -9,6 +9,10 @@ loop runs in C), and ``tokenizer.json``'s merges are ``merges.txt``'s lines rewr
 ``str.replace`` calls (a GPT-2 string holds neither a space nor a newline, and only ``"`` and
 ``\\`` need a JSON escape: every other character of the alphabet is printable).
 
+The long lists come as pieces of :data:`BLOCK` entries that a writer writes one after another
+(``formats.model._write_pieces``): the whole text of a file is never held at once, nor a string per
+entry of the whole list (a lower peak than one ``json.dumps``).
+
 What the plain writers wrote is kept, byte for byte (``tests/formats/test_folder_texts.py`` holds
 them as references, property-tested over random vocabularies): a model the fast paths do not
 cover (two ids holding the same bytes, a merge HF cannot use) takes the plain path for that part.
@@ -21,9 +25,12 @@ import operator
 from functools import lru_cache
 from json.encoder import encode_basestring
 from operator import itemgetter
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
-__all__ = ["FolderTexts", "gpt2_name_list", "merges_hex_text"]
+__all__ = ["BLOCK", "FolderTexts", "gpt2_name_list", "merges_hex_pieces", "merges_hex_text"]
+
+#: Entries (tokens or merges) per piece of text.
+BLOCK = 4096
 
 _LEFT, _RIGHT = itemgetter(0), itemgetter(1)
 
@@ -43,37 +50,60 @@ def gpt2_name_list(tokens: Iterable[bytes]) -> list[str]:
     >>> gpt2_name_list([b" the", b"\\n", bytes([0, 255])])
     ['Ġthe', 'Ċ', 'Āÿ']
     """
-    tokens = tokens if isinstance(tokens, list) else list(tokens)
     return list(map(_LEFT, map(codecs.charmap_decode, tokens, itertools.repeat(None),
                                itertools.repeat(_decoding_table()))))
 
 
-def _json_items(keys: Sequence[str], values: Iterable[int], item_sep: str) -> str:
-    """The inside of a JSON object's text without its braces: ``"key": value`` items (keys already
-    escaped), separated by ``item_sep``."""
-    if not keys:
-        return ""
-    return '"' + (item_sep + '"').join(map('": '.join, zip(keys, map(str, values))))
+def _blocks(n: int) -> range:
+    return range(0, n, BLOCK)
+
+
+def _json_item_pieces(keys: Sequence[str], values: Sequence[int], item_sep: str) -> Iterator[str]:
+    """The inside of a JSON object's text without its braces, in pieces: ``"key": value`` items
+    (keys already escaped), separated by ``item_sep``."""
+    sep = item_sep + '"'
+    for k in _blocks(len(keys)):
+        yield ('"' if k == 0 else sep) + sep.join(map('": '.join, zip(keys[k:k + BLOCK],
+                                                                    map(str, values[k:k + BLOCK]))))
+
+
+def merges_hex_pieces(merges: Sequence[tuple[bytes, bytes]]) -> Iterator[str]:
+    """``model.json``'s ``merges`` value, ``[["6162","63"],...]``, in pieces (hex needs no escape)."""
+    if not merges:
+        yield "[]"
+        return
+    for k in _blocks(len(merges)):
+        block = merges[k:k + BLOCK]
+        yield ('[["' if k == 0 else '"],["') + '"],["'.join(map('","'.join, zip(map(bytes.hex, map(_LEFT, block)),
+                                                                              map(bytes.hex, map(_RIGHT, block)))))
+    yield '"]]'
 
 
 def merges_hex_text(merges: Sequence[tuple[bytes, bytes]]) -> str:
-    """``model.json``'s ``merges`` value: ``[["6162","63"],...]`` (hex needs no escape).
+    """``model.json``'s ``merges`` value.
 
     >>> merges_hex_text([(b"a", b"b"), (b" ", b"t")]), merges_hex_text([])
     ('[["61","62"],["20","74"]]', '[]')
     """
-    if not merges:
-        return "[]"
-    return ('[["' + '"],["'.join(map('","'.join, zip(map(bytes.hex, map(_LEFT, merges)),
-                                                    map(bytes.hex, map(_RIGHT, merges))))) + '"]]')
+    return "".join(merges_hex_pieces(merges))
 
 
-class _Names(dict):
-    """bytes -> GPT-2 string; a token outside the vocabulary (a merge part no id holds) is converted
-    when asked."""
+def token_hex_pieces(tokens: Sequence[bytes]) -> Iterator[str]:
+    """``model.json``'s ``vocab`` value, ``["61","6162",...]``, in pieces."""
+    if not tokens:
+        yield "[]"
+        return
+    for k in _blocks(len(tokens)):
+        yield ('["' if k == 0 else '","') + '","'.join(map(bytes.hex, tokens[k:k + BLOCK]))
+    yield '"]'
 
-    def __missing__(self, token: bytes) -> str:
-        return codecs.charmap_decode(token, None, _decoding_table())[0]
+
+def _merge_lines(block: Sequence[tuple[bytes, bytes]]) -> str:
+    """``merges.txt``'s lines of ``block``, joined by newlines (no final newline)."""
+    table, repeat = _decoding_table(), itertools.repeat
+    decode = codecs.charmap_decode
+    return "\n".join(map(" ".join, zip(map(_LEFT, map(decode, map(_LEFT, block), repeat(None), repeat(table))),
+                                       map(_LEFT, map(decode, map(_RIGHT, block), repeat(None), repeat(table))))))
 
 
 class FolderTexts:
@@ -81,7 +111,7 @@ class FolderTexts:
 
     ``vocab``: id -> bytes (any ids); ``merges``: ``(left, right)`` pairs. ``vocab_json()``,
     ``merges_txt()`` are ``formats.model.dump_gpt2``'s files; ``hf_vocab_and_merges(model)`` the two
-    long values of ``tokenizer.json`` (``formats.hf``).
+    long values of ``tokenizer.json`` (``formats.hf``). Texts come in pieces (see the module).
     """
 
     def __init__(self, vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]]):
@@ -93,36 +123,36 @@ class FolderTexts:
         if not in_order:
             ids = sorted(vocab)
         self.ids = ids
-        self.tokens = [vocab[i] for i in ids]
+        self.tokens = list(vocab.values()) if in_order else [vocab[i] for i in ids]
         self.merges = merges
         self.names = gpt2_name_list(self.tokens)
         #: no two ids hold the same bytes (nor, then, the same GPT-2 string)
         self.distinct = len(set(self.tokens)) == len(ids)
         self._escaped: list[str] | None = None
-        self._body: str | None = None
 
     @property
     def escaped(self) -> list[str]:
-        """The GPT-2 strings as JSON escapes them, without the quotes (only ``"`` and ``\\`` change:
+        """The GPT-2 strings as JSON escapes them, without the quotes (only ``"`` and ``\\\\`` change:
         the alphabet has no control character); the same strings where nothing changes."""
         if self._escaped is None:
             names = self.names
-            joined = "\0".join(names)          # (\0 is in no GPT-2 string)
-            if '"' not in joined and "\\" not in joined:
-                self._escaped = names
-            else:
+            if any(map(operator.contains, names, itertools.repeat('"'))) or \
+                    any(map(operator.contains, names, itertools.repeat("\\"))):
                 self._escaped = [encode_basestring(n)[1:-1] if '"' in n or "\\" in n else n for n in names]
+            else:
+                self._escaped = names
         return self._escaped
 
     # ---- vocab.json + merges.txt -------------------------------------------------------------
 
-    def vocab_json(self) -> tuple[str, list[bytes]]:
-        """``vocab.json``'s text without its final newline (``json.dumps(entries, ensure_ascii=False,
-        indent=0)``; the smaller id keeps a string two ids hold), and the bytes left out that way."""
+    def vocab_json(self) -> tuple[Iterable[str], list[bytes]]:
+        """``vocab.json``'s text without its final newline, in pieces (``json.dumps(entries,
+        ensure_ascii=False, indent=0)``; the smaller id keeps a string two ids hold), and the bytes
+        left out that way."""
         if self.distinct:
             if not self.ids:
-                return "{}", []
-            return "{\n" + _json_items(self.escaped, self.ids, ",\n") + "\n}", []
+                return ["{}"], []
+            return itertools.chain(["{\n"], _json_item_pieces(self.escaped, self.ids, ",\n"), ["\n}"]), []
         entries: dict[str, int] = {}
         dropped: list[bytes] = []
         for i, key, token in zip(self.ids, self.names, self.tokens):
@@ -132,27 +162,22 @@ class FolderTexts:
             entries[key] = i
         from .model import _json_object_indent0
 
-        return _json_object_indent0(entries), dropped
+        return [_json_object_indent0(entries)], dropped
 
-    def merges_body(self) -> str:
-        """``merges.txt``'s lines without the header, joined by newlines (no final newline); made once."""
-        if self._body is None:
-            get = _Names(zip(self.tokens, self.names)).__getitem__      # (dropped once the lines are made)
-            self._body = "\n".join(map(" ".join, zip(map(get, map(_LEFT, self.merges)),
-                                                     map(get, map(_RIGHT, self.merges)))))
-        return self._body
-
-    def merges_txt(self) -> list[str]:
+    def merges_txt(self) -> Iterator[str]:
         """``merges.txt``'s text, in pieces."""
-        return ["#version: 0.2\n", self.merges_body(), "\n"] if self.merges else ["#version: 0.2\n"]
+        yield "#version: 0.2\n"
+        for k in _blocks(len(self.merges)):
+            yield _merge_lines(self.merges[k:k + BLOCK]) + "\n"
 
     # ---- tokenizer.json ----------------------------------------------------------------------
 
-    def hf_vocab_and_merges(self, model: Any) -> tuple[str, str, dict[str, int]] | None:
-        """``tokenizer.json``'s ``vocab`` and ``merges`` values as text (``json.dumps(...,
-        ensure_ascii=False)`` of ``formats.hf``'s) and the special tokens' ids (``hf.special_ids``), or None when this model needs the plain path:
-        two ids hold the same bytes, ids are not ``0..n-1``, a special token is no token of its own
-        above 255, or not every merge is one HF can use (``formats.hf.usable_merges``)."""
+    def hf_vocab_and_merges(self, model: Any) -> tuple[Iterable[str], Iterable[str], dict[str, int]] | None:
+        """``tokenizer.json``'s ``vocab`` and ``merges`` values as text in pieces (``json.dumps(...,
+        ensure_ascii=False)`` of ``formats.hf``'s) and the special tokens' ids (``hf.special_ids``),
+        or None when this model needs the plain path: two ids hold the same bytes, ids are not
+        ``0..n-1``, a special token is no token of its own above 255, or not every merge is one HF
+        can use (``formats.hf.usable_merges``)."""
         n = len(self.ids)
         if not self.distinct or self.ids != list(range(n)):
             return None
@@ -182,8 +207,8 @@ class FolderTexts:
             del ordinary
         # an ordinary token whose GPT-2 string is a special token's text keeps it (``dict.setdefault``)
         index = dict(zip(names, self.ids)) if len(specials) > 16 else None
-        taken = []
-        for s in specials:
+        added = []
+        for s, i in sorted(special_id.items(), key=itemgetter(1)):
             if index is not None:
                 j = index.get(s)
             else:
@@ -191,8 +216,8 @@ class FolderTexts:
                     j = names.index(s)
                 except ValueError:
                     j = None
-            taken.append(j is not None and j not in skipped)
-        taken = dict(zip(specials, taken))
+            if j is None or j in skipped:
+                added.append(encode_basestring(s) + ": " + str(i))
         del index
         keys, values = self.escaped, self.ids
         if skipped:
@@ -201,15 +226,18 @@ class FolderTexts:
                 keep[i] = False
             keys = list(itertools.compress(keys, keep))
             values = list(itertools.compress(values, keep))
-        items = [_json_items(keys, values, ", ")] if keys else []
-        for s, i in sorted(special_id.items(), key=itemgetter(1)):
-            if taken[s]:
-                continue                  # an ordinary token has this string: it keeps it
-            items.append(encode_basestring(s) + ": " + str(i))
-        vocab_text = "{" + ", ".join(items) + "}"
-        if not merges:
-            return vocab_text, "[]", special_id
-        body = self.merges_body()
-        if '"' in body or "\\" in body:
-            body = body.replace("\\", "\\\\").replace('"', '\\"')
-        return vocab_text, '[["' + body.replace(" ", '", "').replace("\n", '"], ["') + '"]]', special_id
+        vocab = itertools.chain(["{"], _json_item_pieces(keys, values, ", "),
+                                [(", " if keys else "") + ", ".join(added) if added else "", "}"])
+        return vocab, self._hf_merge_pieces(), special_id
+
+    def _hf_merge_pieces(self) -> Iterator[str]:
+        """``tokenizer.json``'s merges, ``[["Ġ", "t"], ...]``: ``merges.txt``'s lines rewritten."""
+        if not self.merges:
+            yield "[]"
+            return
+        for k in _blocks(len(self.merges)):
+            lines = _merge_lines(self.merges[k:k + BLOCK])
+            if '"' in lines or "\\" in lines:
+                lines = lines.replace("\\", "\\\\").replace('"', '\\"')
+            yield ('[["' if k == 0 else '"], ["') + lines.replace(" ", '", "').replace("\n", '"], ["')
+        yield '"]]'

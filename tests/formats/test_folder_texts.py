@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 from bpe_core.formats import hf
 from bpe_core.formats.folder import save_folder
 from bpe_core.formats.model import FORMAT_NAME, FORMAT_VERSION, Model, bytes_to_unicode
+from bpe_core.formats import texts as texts_module
 from bpe_core.formats.texts import FolderTexts, gpt2_name_list, merges_hex_text
 
 # ---- the plain writers (the reference) ---------------------------------------------------------
@@ -137,10 +138,15 @@ def odd_models(draw):
     return model
 
 
-def check_folder(tmp_path_factory, model):
+def check_folder(tmp_path_factory, model, block=3):
+    """``block``: entries per piece of text, small so that the pieces' seams are tested too."""
     d = tmp_path_factory.mktemp("tok")
+    texts_module.BLOCK, saved = block, texts_module.BLOCK
     report = {"merges": len(model.merges), "é": [1.5, None]}
-    save_folder(model, d, report)
+    try:
+        save_folder(model, d, report)
+    finally:
+        texts_module.BLOCK = saved
     want = plain_folder(model, report)
     assert sorted(os.listdir(d)) == sorted(want)
     for name, text in want.items():
@@ -152,7 +158,7 @@ def check_folder(tmp_path_factory, model):
 def test_a_native_models_folder_is_what_the_plain_writers_write(tmp_path_factory, model):
     if len(set(model.vocab.values())) == len(model.vocab):        # the fast path of tokenizer.json
         assert FolderTexts(model.vocab, model.merges).hf_vocab_and_merges(model) is not None
-    check_folder(tmp_path_factory, model)
+    check_folder(tmp_path_factory, model, block=1 + len(model.merges) % 5)
 
 
 @settings(max_examples=30, deadline=None)
@@ -175,7 +181,8 @@ def test_every_byte_value_and_the_empty_cases():
     assert gpt2_name_list([bytes(range(256))]) == [plain_gpt2(bytes(range(256)))]
     assert merges_hex_text([]) == "[]" and merges_hex_text([(b"\x00", b"\xff")]) == '[["00","ff"]]'
     texts = FolderTexts({}, [])
-    assert texts.vocab_json() == ("{}", []) and "".join(texts.merges_txt()) == "#version: 0.2\n"
+    pieces, dropped = texts.vocab_json()
+    assert "".join(pieces) == "{}" and dropped == [] and "".join(texts.merges_txt()) == "#version: 0.2\n"
 
 
 def test_the_folders_files_are_written_once_and_fsynced_once(tmp_path, monkeypatch):
