@@ -58,13 +58,35 @@ def _blocks(n: int) -> range:
     return range(0, n, BLOCK)
 
 
-def _json_item_pieces(keys: Sequence[str], values: Sequence[int], item_sep: str) -> Iterator[str]:
-    """The inside of a JSON object's text without its braces, in pieces: ``"key": value`` items
-    (keys already escaped), separated by ``item_sep``."""
+def _escaped(names: list[str]) -> list[str]:
+    """GPT-2 strings as JSON escapes them, without the quotes: only ``"`` and ``\\`` change (the
+    alphabet has no control character); the same list when nothing changes."""
+    if any(map(operator.contains, names, itertools.repeat('"'))) or \
+            any(map(operator.contains, names, itertools.repeat("\\"))):
+        return [encode_basestring(n)[1:-1] if '"' in n or "\\" in n else n for n in names]
+    return names
+
+
+def _json_item_pieces(tokens: Sequence[bytes], values: Sequence[int], item_sep: str, skip=()) -> Iterator[str]:
+    """The inside of a JSON object's text without its braces, in pieces: ``"gpt2 string": value``
+    items, separated by ``item_sep``; the entries at the positions in ``skip`` left out. The GPT-2
+    strings are made a block at a time (never all at once)."""
     sep = item_sep + '"'
-    for k in _blocks(len(keys)):
-        yield ('"' if k == 0 else sep) + sep.join(map('": '.join, zip(keys[k:k + BLOCK],
-                                                                    map(str, values[k:k + BLOCK]))))
+    first = True
+    for k in _blocks(len(tokens)):
+        block_tokens, block_values = tokens[k:k + BLOCK], values[k:k + BLOCK]
+        out = [i - k for i in skip if k <= i < k + BLOCK]
+        if out:
+            keep = [True] * len(block_tokens)
+            for i in out:
+                keep[i] = False
+            block_tokens = list(itertools.compress(block_tokens, keep))
+            block_values = list(itertools.compress(block_values, keep))
+            if not block_tokens:
+                continue
+        keys = _escaped(gpt2_name_list(block_tokens))
+        yield ('"' if first else sep) + sep.join(map('": '.join, zip(keys, map(str, block_values))))
+        first = False
 
 
 def merges_hex_pieces(merges: Sequence[tuple[bytes, bytes]]) -> Iterator[str]:
@@ -106,6 +128,17 @@ def _merge_lines(block: Sequence[tuple[bytes, bytes]]) -> str:
                                        map(_LEFT, map(decode, map(_RIGHT, block), repeat(None), repeat(table))))))
 
 
+def _gpt2_bytes(text: str) -> bytes | None:
+    """The bytes whose GPT-2 string is ``text``; None when a character is outside the alphabet."""
+    from .model import unicode_to_bytes
+
+    table = unicode_to_bytes()
+    try:
+        return bytes(map(table.__getitem__, text))
+    except KeyError:
+        return None
+
+
 class FolderTexts:
     """The texts of one model's files, sharing what they have in common (the GPT-2 strings).
 
@@ -125,23 +158,11 @@ class FolderTexts:
         self.ids = ids
         self.tokens = list(vocab.values()) if in_order else [vocab[i] for i in ids]
         self.merges = merges
-        self.names = gpt2_name_list(self.tokens)
         #: no two ids hold the same bytes (nor, then, the same GPT-2 string)
-        self.distinct = len(set(self.tokens)) == len(ids)
-        self._escaped: list[str] | None = None
-
-    @property
-    def escaped(self) -> list[str]:
-        """The GPT-2 strings as JSON escapes them, without the quotes (only ``"`` and ``\\\\`` change:
-        the alphabet has no control character); the same strings where nothing changes."""
-        if self._escaped is None:
-            names = self.names
-            if any(map(operator.contains, names, itertools.repeat('"'))) or \
-                    any(map(operator.contains, names, itertools.repeat("\\"))):
-                self._escaped = [encode_basestring(n)[1:-1] if '"' in n or "\\" in n else n for n in names]
-            else:
-                self._escaped = names
-        return self._escaped
+        self._token_set = set(self.tokens)
+        self.distinct = len(self._token_set) == len(ids)
+        #: merges.txt's lines, a text per block, once made (tokenizer.json's merges rewrite them)
+        self._merge_blocks: tuple[int, list] | None = None
 
     # ---- vocab.json + merges.txt -------------------------------------------------------------
 
@@ -152,10 +173,10 @@ class FolderTexts:
         if self.distinct:
             if not self.ids:
                 return ["{}"], []
-            return itertools.chain(["{\n"], _json_item_pieces(self.escaped, self.ids, ",\n"), ["\n}"]), []
+            return itertools.chain(["{\n"], _json_item_pieces(self.tokens, self.ids, ",\n"), ["\n}"]), []
         entries: dict[str, int] = {}
         dropped: list[bytes] = []
-        for i, key, token in zip(self.ids, self.names, self.tokens):
+        for i, key, token in zip(self.ids, gpt2_name_list(self.tokens), self.tokens):
             if key in entries:
                 dropped.append(token)
                 continue
@@ -165,10 +186,14 @@ class FolderTexts:
         return [_json_object_indent0(entries)], dropped
 
     def merges_txt(self) -> Iterator[str]:
-        """``merges.txt``'s text, in pieces."""
+        """``merges.txt``'s text, in pieces (kept, once all are made, for ``tokenizer.json``'s merges)."""
         yield "#version: 0.2\n"
-        for k in _blocks(len(self.merges)):
-            yield _merge_lines(self.merges[k:k + BLOCK]) + "\n"
+        made, block = [], BLOCK
+        for k in range(0, len(self.merges), block):
+            lines = _merge_lines(self.merges[k:k + block])
+            made.append(lines)
+            yield lines + "\n"
+        self._merge_blocks = (block, made)
 
     # ---- tokenizer.json ----------------------------------------------------------------------
 
@@ -181,7 +206,7 @@ class FolderTexts:
         n = len(self.ids)
         if not self.distinct or self.ids != list(range(n)):
             return None
-        tokens, names = self.tokens, self.names
+        tokens = self.tokens
         specials = list(dict.fromkeys(model.special_tokens))
         special_bytes = [s.encode("utf-8") for s in specials]
         special_id = {}
@@ -195,48 +220,49 @@ class FolderTexts:
             special_id[s] = i
         skipped = set(special_id.values())
         merges = self.merges
-        if merges:
-            try:
-                if len(set(merges)) != len(merges):
-                    return None
-            except TypeError:             # a pair given as a list: the plain path
-                return None
-            ordinary = set(tokens).difference(special_bytes)
-            if not ordinary.issuperset(itertools.chain.from_iterable(merges)):
-                return None
-            del ordinary
+        if merges and not self._hf_uses_every_merge(special_bytes):
+            return None
         # an ordinary token whose GPT-2 string is a special token's text keeps it (``dict.setdefault``)
-        index = dict(zip(names, self.ids)) if len(specials) > 16 else None
         added = []
         for s, i in sorted(special_id.items(), key=itemgetter(1)):
-            if index is not None:
-                j = index.get(s)
-            else:
-                try:
-                    j = names.index(s)
-                except ValueError:
-                    j = None
+            b = _gpt2_bytes(s)            # the bytes whose GPT-2 string is s, if any
+            j = tokens.index(b) if b is not None and b in self._token_set else None
             if j is None or j in skipped:
                 added.append(encode_basestring(s) + ": " + str(i))
-        del index
-        keys, values = self.escaped, self.ids
-        if skipped:
-            keep = [True] * n
-            for i in skipped:
-                keep[i] = False
-            keys = list(itertools.compress(keys, keep))
-            values = list(itertools.compress(values, keep))
-        vocab = itertools.chain(["{"], _json_item_pieces(keys, values, ", "),
-                                [(", " if keys else "") + ", ".join(added) if added else "", "}"])
+        some = n > len(skipped)           # ordinary tokens (the vocab is not the special tokens alone)
+        vocab = itertools.chain(["{"], _json_item_pieces(tokens, self.ids, ", ", skip=skipped),
+                                [(", " if some else "") + ", ".join(added) if added else "", "}"])
         return vocab, self._hf_merge_pieces(), special_id
+
+    def _hf_uses_every_merge(self, special_bytes: list[bytes]) -> bool:
+        """Whether ``formats.hf.usable_merges`` keeps every merge (no pair twice, every part an
+        ordinary token), checked without a set of the pairs when the layout is the native one (each
+        merge builds the token of its id, ids in merge order: the tokens being distinct, so are the
+        pairs)."""
+        merges, tokens = self.merges, self.tokens
+        parts = itertools.chain.from_iterable
+        try:
+            if not (all(map(self._token_set.__contains__, parts(merges)))
+                    and set(special_bytes).isdisjoint(parts(merges))):
+                return False
+            base = len(tokens) - len(merges)
+            native = base >= 256 and all(map(operator.eq, map(operator.add, map(_LEFT, merges), map(_RIGHT, merges)),
+                                             itertools.islice(tokens, base, None)))
+            return native or len(set(merges)) == len(merges)
+        except TypeError:                 # a pair given as a list: the plain path
+            return False
 
     def _hf_merge_pieces(self) -> Iterator[str]:
         """``tokenizer.json``'s merges, ``[["Ġ", "t"], ...]``: ``merges.txt``'s lines rewritten."""
         if not self.merges:
             yield "[]"
             return
-        for k in _blocks(len(self.merges)):
-            lines = _merge_lines(self.merges[k:k + BLOCK])
+        block, made = self._merge_blocks or (BLOCK, None)
+        self._merge_blocks = None          # (each block is freed once it is written)
+        for n, k in enumerate(range(0, len(self.merges), block)):
+            lines = made[n] if made is not None else _merge_lines(self.merges[k:k + block])
+            if made is not None:
+                made[n] = None
             if '"' in lines or "\\" in lines:
                 lines = lines.replace("\\", "\\\\").replace('"', '\\"')
             yield ('[["' if k == 0 else '"], ["') + lines.replace(" ", '", "').replace("\n", '"], ["')
