@@ -19,7 +19,6 @@ from ..runtime.memmon import phase
 from ..runtime.progress import progress_bar
 from ..runtime.workers import release_free_memory
 from ._engine import MergeEngine, hf_byte_rank, huge_pages
-from .units import RankMerger
 
 __all__ = ["MergeEngine", "Replay", "hf_byte_rank", "huge_pages", "replay_merges", "train_words"]
 
@@ -62,6 +61,8 @@ def replay_merges(symbols: np.ndarray, offsets: np.ndarray, merges: Sequence[tup
             new = ids[a + b] = len(tokens)
             tokens.append(a + b)
         steps.append((left, right, new))
+    from .units import RankMerger     # (only --init-from replays merges: a plain run never loads _units)
+
     merger = RankMerger(np.array([s[0] for s in steps], dtype=np.uint32),
                         np.array([s[1] for s in steps], dtype=np.uint32),
                         np.array([s[2] for s in steps], dtype=np.uint32))

@@ -23,7 +23,7 @@ HEAVY = {"psutil", "regex", "tqdm", "transformers", "tokenizers", "tiktoken", "d
 #: bpe_core modules a plain BPE run does not use
 NOT_FOR_BPE = {"bpe_core.encode", "bpe_core.methods.superbpe", "bpe_core.methods.supratok", "bpe_core.methods.curate",
                "bpe_core.methods.init_from", "bpe_core.reference", "bpe_core.export", "bpe_core.evaluate",
-               "bpe_core.runtime.profile"}
+               "bpe_core.runtime.profile", "bpe_core.engine.units"}
 
 
 def _modules_after(code: str, tmp_path) -> set[str]:
