@@ -3,11 +3,13 @@
 ``vocab.json``, ``merges.txt``, ``model.json`` and HF's ``tokenizer.json`` all list every token
 (as its GPT-2 string or its hex) and every merge. The plain way, a Python expression per token and
 per merge, cost more than the training itself on a small run (0.3 s of writing for 0.15 s of
-merges on 1 MB). Here each token's GPT-2 string is made once (``codecs.charmap_decode`` with the
-256-character table) and shared by the files; the long lists are ``str.join`` over ``map`` (the
-loop runs in C), and ``tokenizer.json``'s merges are ``merges.txt``'s lines rewritten by four
-``str.replace`` calls (a GPT-2 string holds neither a space nor a newline, and only ``"`` and
-``\\`` need a JSON escape: every other character of the alphabet is printable).
+merges on 1 MB). Here the GPT-2 strings of a block of tokens are one text: all their bytes mapped
+at once through a uint16 table of the 256 GPT-2 characters, a separator after each token, decoded
+as UTF-16 (``_gpt2_joined``; ``merges.txt``'s lines come out whole, space and newline included);
+a JSON object's items are one ``str.join`` over a list filled by slice assignments
+(``_interleaved``); ``tokenizer.json``'s merges are ``merges.txt``'s lines (made once) rewritten
+by four ``str.replace`` calls (a GPT-2 string holds neither a space nor a newline, and only ``"``
+and ``\\`` need a JSON escape: every other character of the alphabet is printable).
 
 The long lists come as pieces of :data:`BLOCK` entries that a writer writes one after another
 (``formats.model._write_pieces``): the whole text of a file is never held at once, nor a string per
@@ -50,8 +52,38 @@ def gpt2_name_list(tokens: Iterable[bytes]) -> list[str]:
     >>> gpt2_name_list([b" the", b"\\n", bytes([0, 255])])
     ['Ġthe', 'Ċ', 'Āÿ']
     """
-    return list(map(_LEFT, map(codecs.charmap_decode, tokens, itertools.repeat(None),
-                               itertools.repeat(_decoding_table()))))
+    tokens = tokens if isinstance(tokens, list) else list(tokens)
+    if len(tokens) < 64:
+        return list(map(_LEFT, map(codecs.charmap_decode, tokens, itertools.repeat(None),
+                                   itertools.repeat(_decoding_table()))))
+    return _gpt2_joined(tokens, (0,))[:-1].split("\0")         # (\0 is in no GPT-2 string)
+
+
+@lru_cache(maxsize=None)
+def _code_table():
+    """The GPT-2 characters' code points by byte value, uint16 (all below U+0200: one UTF-16 unit)."""
+    import numpy as np
+
+    return np.array([ord(c) for c in _decoding_table()], dtype=np.uint16)
+
+
+def _gpt2_joined(tokens: list[bytes], seps: tuple[int, ...]) -> str:
+    """The GPT-2 strings of ``tokens``, each followed by a separator character (the code points in
+    ``seps``, taken in turn; none of them a GPT-2 character): one text, made by mapping all the
+    bytes at once and decoding them as UTF-16 (no string per token)."""
+    import numpy as np
+
+    n = len(tokens)
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
+    blob = np.frombuffer(b"".join(tokens), dtype=np.uint8)
+    out = np.empty(blob.size + n, dtype="<u2")
+    ends = np.cumsum(lengths + 1) - 1            # where each token's separator goes
+    chars = np.ones(out.size, dtype=bool)
+    chars[ends] = False
+    out[chars] = _code_table()[blob]
+    for j, sep in enumerate(seps):
+        out[ends[j::len(seps)]] = sep
+    return out.tobytes().decode("utf-16-le")
 
 
 def _blocks(n: int) -> range:
@@ -60,11 +92,26 @@ def _blocks(n: int) -> range:
 
 def _escaped(names: list[str]) -> list[str]:
     """GPT-2 strings as JSON escapes them, without the quotes: only ``"`` and ``\\`` change (the
-    alphabet has no control character); the same list when nothing changes."""
-    if any(map(operator.contains, names, itertools.repeat('"'))) or \
-            any(map(operator.contains, names, itertools.repeat("\\"))):
-        return [encode_basestring(n)[1:-1] if '"' in n or "\\" in n else n for n in names]
-    return names
+    alphabet has no control character), done on all of them at once (``\\0`` is in no GPT-2 string);
+    the same list when nothing changes."""
+    joined = "\0".join(names)
+    if '"' not in joined and "\\" not in joined:
+        return names
+    return joined.replace("\\", "\\\\").replace('"', '\\"').split("\0")
+
+
+def _interleaved(keys: list[str], between: str, values: list[str], after: str) -> str:
+    """``key0 between value0 after key1 between value1 ...`` without the last ``after``: one
+    ``str.join`` over a list filled by slice assignments (no string or tuple per entry)."""
+    n = len(keys)
+    if not n:
+        return ""
+    parts: list = [after] * (4 * n)
+    parts[0::4] = keys
+    parts[1::4] = [between] * n
+    parts[2::4] = values
+    parts.pop()
+    return "".join(parts)
 
 
 def _json_item_pieces(tokens: Sequence[bytes], values: Sequence[int], item_sep: str, skip=()) -> Iterator[str]:
@@ -85,7 +132,7 @@ def _json_item_pieces(tokens: Sequence[bytes], values: Sequence[int], item_sep: 
             if not block_tokens:
                 continue
         keys = _escaped(gpt2_name_list(block_tokens))
-        yield ('"' if first else sep) + sep.join(map('": '.join, zip(keys, map(str, block_values))))
+        yield ('"' if first else sep) + _interleaved(keys, '": ', list(map(str, block_values)), sep)
         first = False
 
 
@@ -121,11 +168,10 @@ def token_hex_pieces(tokens: Sequence[bytes]) -> Iterator[str]:
 
 
 def _merge_lines(block: Sequence[tuple[bytes, bytes]]) -> str:
-    """``merges.txt``'s lines of ``block``, joined by newlines (no final newline)."""
-    table, repeat = _decoding_table(), itertools.repeat
-    decode = codecs.charmap_decode
-    return "\n".join(map(" ".join, zip(map(_LEFT, map(decode, map(_LEFT, block), repeat(None), repeat(table))),
-                                       map(_LEFT, map(decode, map(_RIGHT, block), repeat(None), repeat(table))))))
+    """``merges.txt``'s lines of ``block``, each with its newline."""
+    if len(block) < 32:
+        return _interleaved(gpt2_name_list(map(_LEFT, block)), " ", gpt2_name_list(map(_RIGHT, block)), "\n") + "\n"
+    return _gpt2_joined(list(itertools.chain.from_iterable(block)), (0x20, 0x0A))
 
 
 def _gpt2_bytes(text: str) -> bytes | None:
@@ -149,10 +195,12 @@ class FolderTexts:
 
     def __init__(self, vocab: dict[int, bytes], merges: Sequence[tuple[bytes, bytes]]):
         ids = list(vocab)
-        try:
-            in_order = all(map(operator.lt, ids, ids[1:]))
-        except TypeError:
-            in_order = False
+        in_order = ids == list(range(len(ids)))          # (what training makes: one C comparison)
+        if not in_order:
+            try:
+                in_order = all(map(operator.lt, ids, ids[1:]))
+            except TypeError:
+                in_order = False
         if not in_order:
             ids = sorted(vocab)
         self.ids = ids
@@ -192,7 +240,7 @@ class FolderTexts:
         for k in range(0, len(self.merges), block):
             lines = _merge_lines(self.merges[k:k + block])
             made.append(lines)
-            yield lines + "\n"
+            yield lines
         self._merge_blocks = (block, made)
 
     # ---- tokenizer.json ----------------------------------------------------------------------
@@ -241,9 +289,11 @@ class FolderTexts:
         pairs)."""
         merges, tokens = self.merges, self.tokens
         parts = itertools.chain.from_iterable
+        ordinary = self._token_set
+        removed = [b for b in special_bytes if b in ordinary]
+        ordinary.difference_update(removed)          # (for the check only: put back below)
         try:
-            if not (all(map(self._token_set.__contains__, parts(merges)))
-                    and set(special_bytes).isdisjoint(parts(merges))):
+            if not all(map(ordinary.__contains__, parts(merges))):
                 return False
             base = len(tokens) - len(merges)
             native = base >= 256 and all(map(operator.eq, map(operator.add, map(_LEFT, merges), map(_RIGHT, merges)),
@@ -251,6 +301,8 @@ class FolderTexts:
             return native or len(set(merges)) == len(merges)
         except TypeError:                 # a pair given as a list: the plain path
             return False
+        finally:
+            ordinary.update(removed)
 
     def _hf_merge_pieces(self) -> Iterator[str]:
         """``tokenizer.json``'s merges, ``[["Ġ", "t"], ...]``: ``merges.txt``'s lines rewritten."""
@@ -263,6 +315,7 @@ class FolderTexts:
             lines = made[n] if made is not None else _merge_lines(self.merges[k:k + block])
             if made is not None:
                 made[n] = None
+            lines = lines[:-1]
             if '"' in lines or "\\" in lines:
                 lines = lines.replace("\\", "\\\\").replace('"', '\\"')
             yield ('[["' if k == 0 else '"], ["') + lines.replace(" ", '", "').replace("\n", '"], ["')

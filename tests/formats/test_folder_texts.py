@@ -175,6 +175,22 @@ def test_an_ordinary_token_keeps_a_string_that_is_also_a_special_tokens_text(tmp
     check_folder(tmp_path_factory, model)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(max_size=5), max_size=300), st.permutations(range(256)))
+def test_the_gpt2_strings_and_merge_lines_made_at_once_are_the_plain_ones(tokens, order):
+    """The long lists take the path that maps all the bytes at once (64 tokens, 32 merges or more)."""
+    tokens = tokens + [bytes([b]) for b in order]
+    assert gpt2_name_list(tokens) == [plain_gpt2(t) for t in tokens]
+    merges = list(zip(tokens[::2], tokens[1::2]))
+    assert texts_module._merge_lines(merges) == "".join(f"{plain_gpt2(a)} {plain_gpt2(b)}\n" for a, b in merges)
+
+
+@settings(max_examples=10, deadline=None)
+@given(native_models())
+def test_a_folder_written_in_large_blocks_is_the_same(tmp_path_factory, model):
+    check_folder(tmp_path_factory, model, block=4096)
+
+
 def test_every_byte_value_and_the_empty_cases():
     every = [bytes([b]) for b in range(256)]
     assert gpt2_name_list(every) == [plain_gpt2(t) for t in every]
