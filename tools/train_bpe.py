@@ -250,7 +250,8 @@ def _inputs(args):
 
 
 def _check_paths(args):
-    """Check the inputs and every output path before any work; returns the inputs."""
+    """Check the inputs and every output path before any work; returns the sources found
+    (``corpus.inputs.expand_inputs``: the plan takes them instead of finding them again)."""
     from bpe_core.corpus.inputs import expand_inputs
 
     input_path = _inputs(args)
@@ -269,7 +270,7 @@ def _check_paths(args):
             check_not_an_input(path, inputs)
     for path in outputs:
         check_not_an_input(path, inputs)
-    return input_path
+    return sources
 
 
 def _train(args) -> int:
@@ -307,8 +308,8 @@ def _train(args) -> int:
     from bpe_core.runtime.memmon import phase
     from bpe_core.training import plan
 
-    _check_paths(args)
-    the_plan = plan(config)           # a budget that cannot fit fails here, before any work
+    sources = _check_paths(args)
+    the_plan = plan(config, sources)  # a budget that cannot fit fails here, before any work
     if args.plan:
         print(the_plan.describe())
         return 0
