@@ -183,6 +183,8 @@ def test_the_gpt2_strings_and_merge_lines_made_at_once_are_the_plain_ones(tokens
     assert gpt2_name_list(tokens) == [plain_gpt2(t) for t in tokens]
     merges = list(zip(tokens[::2], tokens[1::2]))
     assert texts_module._merge_lines(merges) == "".join(f"{plain_gpt2(a)} {plain_gpt2(b)}\n" for a, b in merges)
+    assert "".join(texts_module.token_hex_pieces(tokens)) == json.dumps([t.hex() for t in tokens], separators=(",", ":"))
+    assert merges_hex_text(merges) == json.dumps([[a.hex(), b.hex()] for a, b in merges], separators=(",", ":"))
 
 
 @settings(max_examples=10, deadline=None)
