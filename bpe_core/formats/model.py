@@ -16,16 +16,14 @@ import itertools
 import json
 import os
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ModelFormatError
 from ..pretok.patterns import pattern_name, resolve_pattern
 from ..runtime.atomic import atomic_write, publish_folder
 from . import registry
+from .texts import FolderTexts, bytes_to_unicode, merges_hex_pieces, token_hex_pieces, unicode_to_bytes
 
-if TYPE_CHECKING:
-    from .texts import FolderTexts
 
 MODEL_FILE = "model.json"
 VOCAB_FILE = "vocab.json"
@@ -69,31 +67,7 @@ class Model:
         return pattern_name(self.pattern)
 
 
-# ==== GPT-2 byte <-> unicode ===============================================================
-
-
-@lru_cache(maxsize=None)
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible map from the 256 byte values to printable characters.
-
-    >>> bytes_to_unicode()[ord(" ")], bytes_to_unicode()[ord("\\n")], bytes_to_unicode()[ord("a")]
-    ('Ġ', 'Ċ', 'a')
-    """
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    bs += list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
-@lru_cache(maxsize=None)
-def unicode_to_bytes() -> dict[str, int]:
-    return {c: b for b, c in bytes_to_unicode().items()}
+# ==== GPT-2 byte <-> unicode (the tables: formats.texts) ===============================
 
 
 def token_to_gpt2(token: bytes) -> str:
@@ -141,7 +115,7 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | None = None, *,
-               texts: "FolderTexts | None" = None, durable: bool = True) -> None:
+               texts: FolderTexts | None = None, durable: bool = True) -> None:
     """Write the native model file atomically (temp file + rename).
 
     ``files`` maps the names of sibling files (``vocab.json``, ``merges.txt``) to their sha256; the
@@ -173,8 +147,6 @@ def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | No
     # encoder (json.dumps) around the two long lists, which are hex strings (nothing to escape)
     # joined directly: the same bytes, without a list object per merge (less time, a lower peak).
     # (the long lists in pieces: formats.texts)
-    from .texts import merges_hex_pieces, token_hex_pieces
-
     _write_pieces(path, itertools.chain((_json_compact(head)[:-1], ',"vocab":'), token_hex_pieces(tokens),
                                         (',"merges":',), merges_hex_pieces(model.merges),
                                         (",", _json_compact(tail)[1:], "\n")), durable)
@@ -203,7 +175,7 @@ def _json_compact(doc: Any) -> str:
 
 def dump_folder(model: Model, folder: str | os.PathLike,
                 extra: dict[str, Any] | None = None,
-                names: dict[bytes, str] | None = None, *, texts: "FolderTexts | None" = None) -> list[bytes]:
+                names: dict[bytes, str] | None = None, *, texts: FolderTexts | None = None) -> list[bytes]:
     """Publish a model folder as one unit: ``vocab.json``, ``merges.txt``, ``model.json`` (holding
     their sha256) and the ``extra`` files (name -> text or bytes, e.g. ``train_report.json``, a list
     of them written one after another, or a function that returns one: called when that file is
@@ -218,8 +190,6 @@ def dump_folder(model: Model, folder: str | os.PathLike,
     ``formats.texts.FolderTexts`` when the caller has it (``names`` is no longer needed: the GPT-2
     strings are made once there).
     """
-    from .texts import FolderTexts
-
     if texts is None:
         texts = FolderTexts(model.vocab, model.merges)
     with publish_folder(folder, owned=FOLDER_FILES, last=MODEL_FILE) as tmp:
@@ -491,13 +461,11 @@ def dump_gpt2(vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]], folder
     Returns the token bytes that were left out that way. (``names`` is no longer needed: each
     token's GPT-2 string is made once, ``formats.texts``.)
     """
-    from .texts import FolderTexts
-
     dropped, _ = _write_gpt2(FolderTexts(vocab, merges), os.fspath(folder), vocab_name, merges_name)
     return dropped
 
 
-def _write_gpt2(texts: "FolderTexts", folder: str, vocab_name: str, merges_name: str,
+def _write_gpt2(texts: FolderTexts, folder: str, vocab_name: str, merges_name: str,
                 durable: bool = True) -> tuple[list[bytes], dict[str, str]]:
     """Write ``vocab.json`` and ``merges.txt`` from ``texts``; the bytes left out and each file's sha256."""
     pieces, dropped = texts.vocab_json()
@@ -506,18 +474,6 @@ def _write_gpt2(texts: "FolderTexts", folder: str, vocab_name: str, merges_name:
     sums[merges_name] = _write_pieces(os.path.join(folder, merges_name), texts.merges_txt(), durable,
                                       digest=True)
     return dropped, sums
-
-
-def _json_object_indent0(entries: dict[str, int]) -> str:
-    """``json.dumps(entries, ensure_ascii=False, indent=0)``, with the C encoder (an indent makes json
-    use its Python encoder): a flat object is ``{``, one ``"key": value`` a line, ``}``.
-
-    >>> d = {"a": 1, "\\"\\n": 2, "Ġé": 3}
-    >>> _json_object_indent0(d) == json.dumps(d, ensure_ascii=False, indent=0), _json_object_indent0({})
-    (True, '{}')
-    """
-    text = json.dumps(entries, ensure_ascii=False, separators=(",\n", ": "))
-    return "{\n" + text[1:-1] + "\n}" if entries else text
 
 
 def load_gpt2(vocab_path: str | os.PathLike, merges_path: str | os.PathLike,

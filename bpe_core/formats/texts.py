@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import codecs
 import itertools
+import json
 import operator
 from functools import lru_cache
 from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any, Iterable, Iterator, Sequence
 
-__all__ = ["BLOCK", "FolderTexts", "gpt2_name_list", "merges_hex_pieces", "merges_hex_text"]
+__all__ = ["BLOCK", "FolderTexts", "bytes_to_unicode", "gpt2_name_list", "merges_hex_pieces", "merges_hex_text",
+           "token_hex_pieces", "unicode_to_bytes"]
 
 #: Entries (tokens or merges) per piece of text.
 BLOCK = 4096
@@ -38,10 +40,32 @@ _LEFT, _RIGHT = itemgetter(0), itemgetter(1)
 
 
 @lru_cache(maxsize=None)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 byte values to printable characters.
+
+    >>> bytes_to_unicode()[ord(" ")], bytes_to_unicode()[ord("\\n")], bytes_to_unicode()[ord("a")]
+    ('Ġ', 'Ċ', 'a')
+    """
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    bs += list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+@lru_cache(maxsize=None)
+def unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
+@lru_cache(maxsize=None)
 def _decoding_table() -> str:
     """The 256 GPT-2 characters, byte value -> character (``codecs.charmap_decode``'s fast table)."""
-    from .model import bytes_to_unicode
-
     table = bytes_to_unicode()
     return "".join(table[b] for b in range(256))
 
@@ -84,6 +108,18 @@ def _gpt2_joined(tokens: list[bytes], seps: tuple[int, ...]) -> str:
     for j, sep in enumerate(seps):
         out[ends[j::len(seps)]] = sep
     return out.tobytes().decode("utf-16-le")
+
+
+def _json_object_indent0(entries: dict[str, int]) -> str:
+    """``json.dumps(entries, ensure_ascii=False, indent=0)``, with the C encoder (an indent makes json
+    use its Python encoder): a flat object is ``{``, one ``"key": value`` a line, ``}``.
+
+    >>> d = {"a": 1, "\\"\\n": 2, "Ġé": 3}
+    >>> _json_object_indent0(d) == json.dumps(d, ensure_ascii=False, indent=0), _json_object_indent0({})
+    (True, '{}')
+    """
+    text = json.dumps(entries, ensure_ascii=False, separators=(",\n", ": "))
+    return "{\n" + text[1:-1] + "\n}" if entries else text
 
 
 def _blocks(n: int) -> range:
@@ -176,8 +212,6 @@ def _merge_lines(block: Sequence[tuple[bytes, bytes]]) -> str:
 
 def _gpt2_bytes(text: str) -> bytes | None:
     """The bytes whose GPT-2 string is ``text``; None when a character is outside the alphabet."""
-    from .model import unicode_to_bytes
-
     table = unicode_to_bytes()
     try:
         return bytes(map(table.__getitem__, text))
@@ -229,8 +263,6 @@ class FolderTexts:
                 dropped.append(token)
                 continue
             entries[key] = i
-        from .model import _json_object_indent0
-
         return [_json_object_indent0(entries)], dropped
 
     def merges_txt(self) -> Iterator[str]:
