@@ -47,7 +47,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
-import numpy as np
+from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
 from ..errors import CorpusError
 from .chunks import cut_points, first_safe_cut
@@ -207,8 +207,9 @@ class TextRangeShard(InputShard):
         super().__init__(source, opts)
         self.start, self.end = start, end
 
-    def read(self) -> Block:
-        data = read_source(self.source.name, self.start, self.end, self.source.stamp)
+    def read(self, numpy: bool = True) -> Block:
+        """The block; its data a ``bytearray`` when not ``numpy`` (``read_source``)."""
+        data = read_source(self.source.name, self.start, self.end, self.source.stamp, numpy=numpy)
         first = self.start == 0
         return Block(data, None, first, int(first), self.source.index,
                      f"{self.source.name}[{self.start}:{self.end}]")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence, Tuple, Union
 
-import numpy as np
+from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
 from . import _pretok
 from ._pretok import word_byte_classes, word_char_flags
@@ -36,10 +36,10 @@ __all__ = ["PATTERN_IDS", "pretokenize", "pretoken_ends", "count_pretokens", "me
 PATTERN_IDS = dict(_pretok.PATTERN_IDS)
 
 # (arena uint8, offsets int64 [n_words + 1], counts int64 [n_words]), words sorted by bytes.
-CountArrays = Tuple[np.ndarray, np.ndarray, np.ndarray]
+CountArrays = Tuple["np.ndarray", "np.ndarray", "np.ndarray"]
 # CountArrays + ids (uint32 [n_pretokens]): the row of every pretoken, in text order.
-RecordedArrays = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-BufferLike = Union[bytes, bytearray, memoryview, np.ndarray]
+RecordedArrays = Tuple["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]
+BufferLike = Union[bytes, bytearray, memoryview, "np.ndarray"]
 
 
 # ==== Public ======================================================================================
@@ -122,7 +122,7 @@ def pretoken_ends(buf: BufferLike, pattern: str = "gpt2") -> np.ndarray:
 
 
 def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
-                    record: bool = False) -> Union[CountArrays, RecordedArrays]:
+                    record: bool = False, numpy: bool = True) -> Union[CountArrays, RecordedArrays]:
     """Count the pretokens of the ``[start, end)`` rows of ``spans``: a sorted word table.
 
     Each span (the text between two special tokens, say) is pre-tokenized on its own. Returns
@@ -138,7 +138,13 @@ def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
     >>> a, o, c, ids = count_pretokens(b"to be or not to be", np.array([[0, 18]]), record=True)
     >>> ids.tolist()
     [4, 0, 2, 1, 3, 0]
+
+    ``numpy=False`` (a named pattern, no ``record``): ``buf`` a ``bytes``-like object, ``spans`` a
+    ``(k, 2)`` int64 buffer (a cast ``memoryview``), the table in ``array.array`` (``"B"``, ``"q"``,
+    ``"q"``): numpy is not imported (a small run, ``pretok.counting``).
     """
+    if not numpy:
+        return _pretok.count_pretokens(buf, spans, _pretok.PATTERN_IDS[pattern_name(pattern)], numpy=False)
     view = _as_uint8(buf)
     spans = np.ascontiguousarray(spans, dtype=np.int64)
     if spans.size == 0:
