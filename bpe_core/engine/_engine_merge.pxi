@@ -230,20 +230,17 @@ cdef class MergeEngine:
                 self.cells[offsets[w + 1] - 1] |= END_BIT
         # 2. word records (end, count) and the block index
         nbytes = n_words * WORD_RECORD_BYTES
-        if self.plain and not (folder is not None and nbytes >= map_threshold):
+        map_words = folder is not None and nbytes >= map_threshold
+        rec_dtype = None if self.plain and not map_words else np.dtype([("count", "<i8"), ("end", "<u4")])
+        if rec_dtype is None:          # plain: the records written here, in an array.array's memory
             arr = prefault(array.clone(_U8, nbytes, False))
             recs = <WordRec*>(<array.array>arr).data.as_voidptr
             for w in range(n_words):
                 recs[w].count = counts[w]
                 recs[w].end = <uint32_t>offsets[w + 1]
             self._wrec_arr = arr
-            rec_dtype = None
-        else:
-            rec_dtype = np.dtype([("count", "<i8"), ("end", "<u4")])
+        elif map_words:
             assert rec_dtype.itemsize == WORD_RECORD_BYTES
-        if rec_dtype is None:
-            pass
-        elif folder is not None and nbytes >= map_threshold:
             out = _SpillFile(folder, "words")
             try:
                 for lo in range(0, n_words, 1 << 22):
@@ -258,13 +255,14 @@ cdef class MergeEngine:
                 raise
             self.mapped_bytes += nbytes
         else:
+            assert rec_dtype.itemsize == WORD_RECORD_BYTES
             arr = prefault(np.empty(n_words, dtype=rec_dtype))
             arr["count"] = np.asarray(counts)
             arr["end"] = np.asarray(offsets[1:])
             self._wrec_arr = arr
         cdef const uint8_t[::1] wview
         if n_words > 0:
-            wview = self._wrec_arr if self.plain and rec_dtype is None else self._wrec_arr.view(np.uint8)
+            wview = self._wrec_arr if rec_dtype is None else self._wrec_arr.view(np.uint8)
             self.wrec = <const WordRec*>&wview[0]
         else:
             self.wrec = NULL

@@ -89,8 +89,6 @@ def _count_chunk(task: tuple) -> ChunkCount:
     stamp)`` for a byte range of a plain file.
     """
     record = False
-    if len(task) == 5:        # (text range shard, specials, pattern, False, "plain"): see _count_plain
-        return _count_plain(task[0], task[1], task[2])
     if len(task) == 6:
         path, start, end, specials, pattern, stamp = task
         block = Block(read_range(path, start, end, stamp), None, start == 0, int(start == 0), 0,
@@ -116,9 +114,13 @@ def _count_chunk(task: tuple) -> ChunkCount:
                       block.begins_item, block.n_items, block.source, recorded=recorded)
 
 
-def _count_plain(shard: TextRangeShard, specials, pattern: str) -> ChunkCount:
+def _count_plain(task: tuple) -> ChunkCount:
     """Worker: ``_count_chunk`` of a plain file's byte range without numpy (a small run): the bytes
-    in a ``bytearray``, the spans and the table in ``array.array`` (``"B"``, ``"q"``, ``"q"``)."""
+    in a ``bytearray``, the spans and the table in ``array.array`` (``"B"``, ``"q"``, ``"q"``).
+
+    ``task`` is ``(shard, specials, pattern)``: a ``corpus.shards.TextRangeShard`` and a named pattern.
+    """
+    shard, specials, pattern = task
     block = shard.read(numpy=False)
     buf = block.data
     flat, n_specials = split_spans(buf, 0, len(buf), specials, numpy=False)
@@ -482,7 +484,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     # arrays are ``array.array`` (``_count_plain``); the numbers are the same.
     plain = (plain and PLAIN_SMALL_RUNS and not recording and len(shards) == 1
              and type(shards[0]) is TextRangeShard and pattern_name(pattern) is not None)
-    tasks = ((sh, list(specials), pattern, False, "plain") for sh in shards) if plain else \
+    tasks = ((sh, list(specials), pattern) for sh in shards) if plain else \
         ((sh, list(specials), pattern, recording)
          for sh in iter_tasks(sources, opts, max(1, (num_workers + 1) // 2), shards=shards))
     names = ", ".join(s.name for s in sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
@@ -556,7 +558,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
 
     try:
         workers = num_workers if any(not sh.lazy for sh in shards) else min(num_workers, len(shards))
-        run_ordered(_count_chunk, tasks, max(1, workers), absorb, max_in_flight=max(1, workers), may_submit=may_submit)
+        run_ordered(_count_plain if plain else _count_chunk, tasks, max(1, workers), absorb,
+                    max_in_flight=max(1, workers), may_submit=may_submit)
         if bar is not None:
             bar.close()
         for src in sources:
