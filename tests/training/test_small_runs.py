@@ -10,11 +10,13 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bpe_core import TrainConfig
 from bpe_core.formats import registry
 from bpe_core.training import train
 from paths import FIXTURES, TOOLS, package_parent
+from strategies import corpus_bytes
 
 #: never imported by ``import bpe_core`` (top-level names of third-party and heavy stdlib modules)
 HEAVY = {"psutil", "regex", "tqdm", "transformers", "tokenizers", "tiktoken", "dask", "distributed", "pyarrow",
@@ -193,3 +195,30 @@ def test_a_small_cli_run_writes_the_files_of_the_numpy_path_on_a_larger_corpus(t
     for key in cli:
         assert cli[key] == numpy[key], key
     assert {k: v for k, v in report.items() if k not in MEASURED} == numpy["train_report.json"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=corpus_bytes, specials=st.sampled_from([(), ("<|endoftext|>",)]), tie_break=st.sampled_from(["bytes", "hf"]),
+       vocab_size=st.integers(256, 330))
+def test_plain_and_numpy_counting_train_the_same_on_any_corpus(data, specials, tie_break, vocab_size, tmp_path,
+                                                              monkeypatch):
+    """Random, tie-heavy and invalid-UTF-8 corpora (only special tokens, one byte, empty spans
+    included): the run counted into array.array tables equals the numpy path's (merges, vocab, the
+    report's figures), or both refuse the corpus with the same error."""
+    from bpe_core.pretok import counting
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(data)
+    out, calls = [], []
+    real = counting._count_plain
+    monkeypatch.setattr(counting, "_count_plain", lambda task: calls.append(1) or real(task))
+    for plain in (True, False):
+        monkeypatch.setattr(counting, "PLAIN_SMALL_RUNS", plain)
+        try:
+            r = train(TrainConfig(input_path=str(corpus), vocab_size=max(vocab_size, 256 + len(specials)),
+                                  special_tokens=specials, tie_break=tie_break))
+            out.append((r.merges, r.vocab, {k: v for k, v in r.report.items() if k not in MEASURED}))
+        except Exception as exc:        # (an empty corpus is an error: the same one on both paths)
+            out.append(f"{type(exc).__name__}: {exc}")
+    assert out[0] == out[1]
+    assert len(calls) == (1 if data else 0)          # the first run counted without numpy
