@@ -192,8 +192,9 @@ def input_shards(source: Source, opts: ReadOptions) -> list[InputShard]:
     if source.kind == "jsonl":
         return [JsonlRangeShard(source, opts, s, e)
                 for s, e in _line_ranges(source.name, opts.chunk_bytes, source.stamp)]
-    # the cuts of chunks.file_chunks, through whichever filesystem holds the file
-    cuts = cut_points(functools.partial(read_source, source.name, stamp=source.stamp), source.size,
+    # the cuts of chunks.file_chunks, through whichever filesystem holds the file (the windows read
+    # in bytearrays: the cut rules are regex searches, and a small run imports no numpy)
+    cuts = cut_points(functools.partial(read_source, source.name, stamp=source.stamp, numpy=False), source.size,
                       opts.chunk_bytes, opts.special_tokens, opts.pattern, opts.inside_documents)
     return [TextRangeShard(source, opts, s, e) for s, e in zip(cuts[:-1], cuts[1:]) if e > s]
 
