@@ -43,7 +43,9 @@ class WordTable:
         >>> WordTable.from_counts({b"a": 2, b"bc": 3}).n_pretokens
         5
         """
-        return table_sums(self.offsets, self.counts)[0]
+        if isinstance(self.counts, array.array):
+            return table_sums(self.offsets, self.counts)[0]
+        return int(self.counts.sum())
 
     @property
     def one_byte_words(self) -> int:
@@ -52,7 +54,9 @@ class WordTable:
         >>> WordTable.from_counts({b"a": 2, b"bc": 3}).one_byte_words
         1
         """
-        return table_sums(self.offsets, self.counts)[2]
+        if isinstance(self.counts, array.array):
+            return table_sums(self.offsets, self.counts)[2]
+        return int(np.count_nonzero(np.diff(self.offsets) == 1))
 
     @classmethod
     def empty(cls) -> "WordTable":

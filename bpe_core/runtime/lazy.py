@@ -4,7 +4,7 @@
 besides (``docs/benchmarks.md``, "Small runs"). Modules on that run's path bind ``np`` to
 :data:`np` instead; the first attribute read imports numpy and copies its namespace into the
 proxy, so later reads are plain instance-dict lookups. A path that never reads an attribute of
-``np`` never imports numpy (``tests/training/test_small_run.py`` checks the training path).
+``np`` never imports numpy (``tests/training/test_small_runs.py`` checks the training path).
 
 >>> from bpe_core.runtime.lazy import np
 >>> int(np.arange(4).sum())
