@@ -120,7 +120,7 @@ def test_small_runs_are_the_same_as_runs_with_workers_and_small_chunks(tmp_path)
 # ==== The small run without numpy gives the files of the numpy path ================================
 
 #: report entries that are measurements of this run (seconds, memory, the plan made from them)
-MEASURED = {"seconds", "memory", "peak_rss_bytes", "plan", "merge_plan", "engine"}
+MEASURED = {"seconds", "memory", "peak_rss_bytes", "plan", "merge_plan"}
 
 
 def _folder(config: TrainConfig, folder, plain: bool, monkeypatch) -> dict:
