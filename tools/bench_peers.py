@@ -4,7 +4,7 @@ kitoken, bpe-openai) on real text: one thread (whole text to a list, to an array
 documents on all threads (list of lists, flat), decoding, and a corpus file to ``.npy``.
 
 Each work runs once untimed (warm-up, and the ids are checked), then ``--runs`` times, interleaved
-(run 1 of every peer, then run 2, ...), and the median MB/s of the input text is reported with ours / the best peer. The ids of every peer are
+(run 1 of every peer, then run 2, ..., every other round in reverse order), and the median MB/s of the input text is reported with ours / the best peer. The ids of every peer are
 checked against ``tiktoken`` on every document (a peer that differs is marked ``ids differ`` and
 left out of "best"). Peers that are not installed are named as skipped; ``pip install
 bpe_core[peers]`` installs them.
@@ -21,6 +21,9 @@ trained model folders on the same text, one thread, whole text to an array (``en
 with each model's speed relative to the first; ``--plain`` adds the plain path of the stage-aware
 models (``encode_python``: numpy and ``RankMerger`` per text piece, the path SupraTok took before
 its native one), whose ids the native ones are checked against. ``--vocab none`` runs only that.
+
+Ours also runs "1 thread, cold cache -> array": ``encode_to_numpy`` with a new encoder each run
+(an empty pretoken cache, as the first call of a process sees it).
 
 ``--against DIR`` adds our encoder from another built checkout (e.g. a copy of ``main`` built in
 place: its ``bpe_core`` folder is imported under the name ``bpe_core_against``) as the column
@@ -61,7 +64,7 @@ CORPORA = next((d for d in (os.path.join(REPO, "..", "shared", "corpora"), os.pa
 EOT = "<|endoftext|>"
 PEERS = ["tiktoken", "tokenizers", "fastokens", "tokie", "kitoken", "bpe_openai"]
 WORKS = ["1 thread, text -> list", "1 thread, text -> array", "batch, list of lists", "batch, flat",
-         "decode, 1 thread", "corpus file -> .npy"]
+         "decode, 1 thread", "corpus file -> .npy", "1 thread, cold cache -> array"]
 
 
 # ==== Inputs ===================================================================================
@@ -252,7 +255,10 @@ def make_adapter(name: str, enc, hf_json) -> dict:
 
 def ours_adapter(tok: Tokenizer) -> dict:
     n_threads = os.cpu_count() or 1
-    return {"list": tok.encode, "array": tok.encode_to_numpy,
+    def cold(text):
+        tok._idle.clear()                   # a new encoder: an empty pretoken cache
+        return tok.encode_to_numpy(text)
+    return {"list": tok.encode, "array": tok.encode_to_numpy, "cold": cold,
             "batch": lambda ds: tok.encode_batch(ds, num_threads=n_threads),
             "flat": lambda ds: tok.encode_batch_flat(ds, num_threads=n_threads),
             "decode": tok.decode}
@@ -322,6 +328,8 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict,
             jobs.append((WORKS[3], who, lambda ad=ad: ad["flat"](docs), doc_bytes, ("flat", want_docs)))
         if "decode" in ad:
             jobs.append((WORKS[4], who, lambda ad=ad: ad["decode"](ids), n_bytes, ("decode", text)))
+        if "cold" in ad:
+            jobs.append((WORKS[6], who, lambda ad=ad: ad["cold"](text), n_bytes, ("array", want_text)))
         if who in mine or "batch" in ad:
             out = os.path.join(tmp, f"{who}.npy")
             jobs.append((WORKS[5], who, lambda ad=ad, who=who, out=out: corpus_to_npy(
@@ -330,7 +338,8 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict,
     cpu = {(w, who): [] for w, who, *_ in jobs}
     same, failed = {}, {}
     for r in range(runs + 1):              # round 0 warms caches up and checks the ids, untimed
-        for work, who, fn, nb, chk in jobs:
+        # every other round runs the jobs in reverse order, so no one always follows the same work
+        for work, who, fn, nb, chk in (jobs if r % 2 == 0 else jobs[::-1]):
             if (work, who) in failed:
                 continue
             t0, c0 = time.perf_counter(), time.process_time()

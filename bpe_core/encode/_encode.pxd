@@ -103,6 +103,8 @@ cdef class Encoder:
     cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h) noexcept nogil
     cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                            const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil
+    cdef Py_ssize_t _cache_miss(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
+                                token_id_t* out) except -1 nogil
     cdef int _cache_grow(self) noexcept nogil
     cdef void _cache_clear(self) noexcept nogil
     cdef int _reserve_out(self, Py_ssize_t extra) except -1 nogil

@@ -722,8 +722,8 @@ cdef class Encoder:
 
         ``limit`` is the end of the readable buffer (8-byte loads never cross it). Each batch of
         ``BATCH`` pretokens is hashed and its slots prefetched before the first probe. A piece is
-        looked up in ``shared`` (during a batch job), then in this encoder's cache, then in
-        ``singles``; only a piece found nowhere is merged; what is not in this cache is added to it. ``starts``
+        looked up in this encoder's cache, then (``_cache_miss``) in ``shared`` (during a batch
+        job), then in ``singles``; only a piece found nowhere is merged. ``starts``
         (NULL, or room for ``count``): where each pretoken's ids start in ``out``.
         """
         cdef uint64_t hs[BATCH]
@@ -733,9 +733,7 @@ cdef class Encoder:
         cdef CacheSlot* sl
         cdef token_id_t* out
         cdef uint32_t n_ids
-        cdef const uint8_t* arena
         cdef bint has_shared = self.shared is not None
-        cdef bint has_singles = self.singles is not None
         if count <= 0:
             return 0
         self._reserve_out(ends[count - 1] - a)
@@ -751,10 +749,9 @@ cdef class Encoder:
                 if n >= 2 and n <= max_len:
                     w0s[j] = _load_head(s + q, n, limit)
                     hs[j] = _key_hash(s + q, n, w0s[j], limit)
-                    if has_shared:
+                    prefetch(&self.slots[hs[j] & self.cache_mask])
+                    if has_shared:          # (a batch job: the piece is most likely there)
                         prefetch(&self.shared.slots[hs[j] & self.shared.cache_mask])
-                    else:
-                        prefetch(&self.slots[hs[j] & self.cache_mask])
                 q = e
             q = p0
             for j in range(m):                      # 2. probe, emit
@@ -769,37 +766,50 @@ cdef class Encoder:
                     got = self._merge(s + q, n, out + self.out_n)
                     self.out_n += got
                 elif n >= 2:
-                    # the shared cache (a batch job), then our own, then the proven single tokens
-                    sl = NULL
-                    if has_shared:
-                        sl = self.shared._cache_find(s + q, n, w0s[j], hs[j])
-                        arena = self.shared.arena
-                    if sl == NULL:
-                        sl = self._cache_find(s + q, n, w0s[j], hs[j])
-                        arena = self.arena
+                    sl = self._cache_find(s + q, n, w0s[j], hs[j])
                     if sl != NULL:
                         n_ids = sl.meta & 0xFFF
                         if n_ids <= INLINE_IDS:
                             memcpy(out + self.out_n, sl.ids, INLINE_IDS * sizeof(token_id_t))
                         else:
-                            memcpy(out + self.out_n, arena + sl.off, n_ids * sizeof(token_id_t))
+                            memcpy(out + self.out_n, self.arena + sl.off, n_ids * sizeof(token_id_t))
                         self.out_n += n_ids
                     else:
-                        if has_singles:
-                            sl = self.singles._cache_find(s + q, n, w0s[j], hs[j])
-                        if sl != NULL:
-                            self.single_hits += 1
-                            out[self.out_n] = sl.ids[0]
-                            got = 1
-                        else:
-                            self.misses += 1
-                            got = self._merge(s + q, n, out + self.out_n)
-                        self._cache_insert(s + q, n, w0s[j], hs[j], out + self.out_n, got)
-                        self.out_n += got
+                        self.out_n += self._cache_miss(s + q, n, w0s[j], hs[j], out + self.out_n)
                 q = e
             p0 = q
             base += m
         return 0
+
+    cdef Py_ssize_t _cache_miss(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
+                                token_id_t* out) except -1 nogil:
+        """The ids of a piece not in this encoder's cache, to ``out`` (room for ``n + INLINE_IDS``);
+        returns their number. From the shared cache (a batch job; not copied into ours), else from
+        the proven single tokens or by merging, then remembered."""
+        cdef CacheSlot* sl
+        cdef uint32_t n_ids
+        cdef Py_ssize_t got
+        if self.shared is not None:
+            sl = self.shared._cache_find(p, n, w0, h)
+            if sl != NULL:
+                n_ids = sl.meta & 0xFFF
+                if n_ids <= INLINE_IDS:
+                    memcpy(out, sl.ids, INLINE_IDS * sizeof(token_id_t))
+                else:
+                    memcpy(out, self.shared.arena + sl.off, n_ids * sizeof(token_id_t))
+                return n_ids
+        sl = NULL
+        if self.singles is not None:
+            sl = self.singles._cache_find(p, n, w0, h)
+        if sl != NULL:
+            self.single_hits += 1
+            out[0] = sl.ids[0]
+            got = 1
+        else:
+            self.misses += 1
+            got = self._merge(p, n, out)
+        self._cache_insert(p, n, w0, h, out, got)
+        return got
 
     cdef Py_ssize_t _encode_span(self, int pattern_id, const uint8_t* s, Py_ssize_t a, Py_ssize_t b,
                                  bint closed, const uint8_t* limit) except -1 nogil:
