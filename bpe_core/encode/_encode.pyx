@@ -197,6 +197,28 @@ cdef inline Py_ssize_t _utf8_stable_end(const uint8_t* buf, Py_ssize_t s, Py_ssi
     return e
 
 
+cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, const uint8_t* arena, const uint8_t* p,
+                                  Py_ssize_t n, uint64_t w0, uint64_t h) noexcept nogil:
+    """The slot of a pretoken cache (``slots``, ``mask``, ``arena``) holding ``p[0:n]`` (head word
+    w0, hash h), or NULL (``Encoder._cache_find`` on the encoder's own cache)."""
+    cdef uint64_t slot = h & mask
+    cdef uint32_t want = <uint32_t>n << 12
+    cdef uint32_t n_ids
+    cdef CacheSlot* sl
+    while True:
+        sl = &slots[slot]
+        if sl.meta == 0:
+            return NULL
+        if sl.w0 == w0 and (sl.meta & 0xFFF000u) == want:
+            if n <= 8:
+                return sl
+            n_ids = sl.meta & 0xFFF
+            if memcmp(arena + sl.off + (n_ids * sizeof(token_id_t) if n_ids > INLINE_IDS else 0),
+                      p + 8, n - 8) == 0:
+                return sl
+        slot = (slot + 1) & mask
+
+
 # ==== Rank table =============================================================================
 
 
@@ -605,17 +627,7 @@ cdef class Encoder:
     cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0,
                                        uint64_t h) noexcept nogil:
         """The slot holding pretoken ``p[0:n]`` (head word w0, hash h), or NULL."""
-        cdef uint64_t slot = h & self.cache_mask
-        cdef uint32_t want = <uint32_t>n << 12
-        cdef CacheSlot* sl
-        while True:
-            sl = &self.slots[slot]
-            if sl.meta == 0:
-                return NULL
-            if sl.w0 == w0 and (sl.meta & 0xFFF000u) == want:
-                if n <= 8 or memcmp(self._slot_tail(sl), p + 8, n - 8) == 0:
-                    return sl
-            slot = (slot + 1) & self.cache_mask
+        return _find_slot(self.slots, self.cache_mask, self.arena, p, n, w0, h)
 
     cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                            const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil:
@@ -722,8 +734,8 @@ cdef class Encoder:
 
         ``limit`` is the end of the readable buffer (8-byte loads never cross it). Each batch of
         ``BATCH`` pretokens is hashed and its slots prefetched before the first probe. A piece is
-        looked up in this encoder's cache, then (``_cache_miss``) in ``shared`` (during a batch
-        job), then in ``singles``; only a piece found nowhere is merged. ``starts``
+        looked up in ``shared`` (during a batch job) and in this encoder's cache, then
+        (``_cache_miss``) in ``singles``; only a piece found nowhere is merged. ``starts``
         (NULL, or room for ``count``): where each pretoken's ids start in ``out``.
         """
         cdef uint64_t hs[BATCH]
@@ -734,6 +746,11 @@ cdef class Encoder:
         cdef token_id_t* out
         cdef uint32_t n_ids
         cdef bint has_shared = self.shared is not None
+        # the cache probed first: the shared one during a batch job (most pieces are there; ours
+        # is asked next, in _cache_miss), else ours (then refreshed after each miss: it may grow)
+        cdef CacheSlot* fslots = self.shared.slots if has_shared else self.slots
+        cdef uint64_t fmask = self.shared.cache_mask if has_shared else self.cache_mask
+        cdef const uint8_t* farena = self.shared.arena if has_shared else self.arena
         if count <= 0:
             return 0
         self._reserve_out(ends[count - 1] - a)
@@ -749,9 +766,7 @@ cdef class Encoder:
                 if n >= 2 and n <= max_len:
                     w0s[j] = _load_head(s + q, n, limit)
                     hs[j] = _key_hash(s + q, n, w0s[j], limit)
-                    prefetch(&self.slots[hs[j] & self.cache_mask])
-                    if has_shared:          # (a batch job: the piece is most likely there)
-                        prefetch(&self.shared.slots[hs[j] & self.shared.cache_mask])
+                    prefetch(&fslots[hs[j] & fmask])
                 q = e
             q = p0
             for j in range(m):                      # 2. probe, emit
@@ -766,16 +781,20 @@ cdef class Encoder:
                     got = self._merge(s + q, n, out + self.out_n)
                     self.out_n += got
                 elif n >= 2:
-                    sl = self._cache_find(s + q, n, w0s[j], hs[j])
+                    sl = _find_slot(fslots, fmask, farena, s + q, n, w0s[j], hs[j])
                     if sl != NULL:
                         n_ids = sl.meta & 0xFFF
                         if n_ids <= INLINE_IDS:
                             memcpy(out + self.out_n, sl.ids, INLINE_IDS * sizeof(token_id_t))
                         else:
-                            memcpy(out + self.out_n, self.arena + sl.off, n_ids * sizeof(token_id_t))
+                            memcpy(out + self.out_n, farena + sl.off, n_ids * sizeof(token_id_t))
                         self.out_n += n_ids
                     else:
                         self.out_n += self._cache_miss(s + q, n, w0s[j], hs[j], out + self.out_n)
+                        if not has_shared:
+                            fslots = self.slots
+                            fmask = self.cache_mask
+                            farena = self.arena
                 q = e
             p0 = q
             base += m
@@ -783,20 +802,21 @@ cdef class Encoder:
 
     cdef Py_ssize_t _cache_miss(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                                 token_id_t* out) except -1 nogil:
-        """The ids of a piece not in this encoder's cache, to ``out`` (room for ``n + INLINE_IDS``);
-        returns their number. From the shared cache (a batch job; not copied into ours), else from
-        the proven single tokens or by merging, then remembered."""
+        """The ids of a piece not in the cache probed first (``_emit_pieces``), to ``out`` (room for
+        ``n + INLINE_IDS``); returns their number. During a batch job that was the shared cache and
+        ours is asked next; then the proven single tokens, else the piece is merged; what was not
+        in ours is added to it."""
         cdef CacheSlot* sl
         cdef uint32_t n_ids
         cdef Py_ssize_t got
         if self.shared is not None:
-            sl = self.shared._cache_find(p, n, w0, h)
+            sl = self._cache_find(p, n, w0, h)
             if sl != NULL:
                 n_ids = sl.meta & 0xFFF
                 if n_ids <= INLINE_IDS:
                     memcpy(out, sl.ids, INLINE_IDS * sizeof(token_id_t))
                 else:
-                    memcpy(out, self.shared.arena + sl.off, n_ids * sizeof(token_id_t))
+                    memcpy(out, self.arena + sl.off, n_ids * sizeof(token_id_t))
                 return n_ids
         sl = NULL
         if self.singles is not None:
