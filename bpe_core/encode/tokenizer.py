@@ -55,8 +55,10 @@ _INT64_MAX = np.iinfo(np.int64).max
 # encode_batch starts a thread per this many bytes of text, up to num_threads (a smaller batch is
 # faster on one thread, whose encoder has seen it all).
 _BATCH_THREAD_BYTES = 1 << 18
-# The proven single-token pieces are looked up for pieces up to this many bytes (build_singles).
-_SINGLES_MAX_LEN = 256
+# Encoders look a cache miss up in the proven single tokens (``_encode.build_singles``, pieces up to
+# 256 bytes) before merging it. Off: on GPT-2 and cl100k a cold pass was no faster with them (the
+# probe of a 4 MiB table costs what merging a common word does; docs/encoding.md has the figures).
+_USE_SINGLES = False
 
 
 class Tokenizer:
@@ -144,7 +146,7 @@ class Tokenizer:
         # Every token's bytes back to back and the int of every id: decode and lists of ids (native).
         self._tokens = _encode.TokenTable(self._decoder)
         # The pieces proven to encode as one token, read by every encoder when its cache misses.
-        self._singles = _encode.build_singles(self._table, self._tokens, _SINGLES_MAX_LEN)
+        self._singles = _encode.build_singles(self._table, self._tokens) if _USE_SINGLES else None
 
     @classmethod
     def from_files(cls, vocab_path: str | os.PathLike, merges_path: str | os.PathLike,

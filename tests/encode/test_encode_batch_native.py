@@ -147,3 +147,27 @@ def test_custom_pattern_and_stage_free_paths_still_batch():
     assert custom.encode_batch(texts, 2) == [custom.encode(t) for t in texts]
     ids, offsets = custom.encode_batch_flat(texts, 2)
     assert _split(ids, offsets) == [custom.encode(t) for t in texts]
+
+
+def test_concurrent_batches_on_one_tokenizer(every_byte_a_thread):
+    """Python threads that each run batches (and one-thread calls) on one tokenizer at once: every
+    encoder is borrowed by one job at a time, so the ids stay exact."""
+    import threading
+
+    tok = _gpt2()
+    docs = [d for d in fixture_text("tinystories_sample.txt").split(EOT) if d]
+    want = gpt2_tiktoken().encode_batch(docs, allowed_special="all")
+    failures = []
+
+    def work(k):
+        for _ in range(3):
+            if tok.encode_batch(docs[k:] + docs[:k], 3) != want[k:] + want[:k]:
+                failures.append(k)
+            if tok.encode(docs[k]) != want[k]:
+                failures.append(-k)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []

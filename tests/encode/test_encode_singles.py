@@ -36,9 +36,14 @@ def adversarial_vocab(draw):
     return vocab, merges
 
 
-def _is_single(tok: Tokenizer, piece: bytes):
+def _singles(tok: Tokenizer):
+    """The proven single tokens of ``tok`` (built here: ``Tokenizer`` leaves them off by default)."""
+    return _encode.build_singles(tok._table, tok._tokens)
+
+
+def _is_single(tok: Tokenizer, piece: bytes, singles=None):
     """(ids, whether the piece was found in the singles table) with a fresh encoder."""
-    enc = _encode.Encoder(tok._table, singles=tok._singles)
+    enc = _encode.Encoder(tok._table, singles=singles if singles is not None else _singles(tok))
     ids = enc.encode_pieces(piece, np.array([len(piece)], np.int64)).tolist()
     return ids, enc.cache_info()["single_hits"] == 1
 
@@ -49,14 +54,15 @@ def test_singles_hold_exactly_the_tokens_the_merge_loop_makes_whole(model):
     vocab, merges = model
     tok = Tokenizer(vocab, merges, pattern=r"[abc]+")
     ids_of = reference.token_ids(vocab)
+    singles = _singles(tok)
     want_entries = 0
     for token in {b for b in vocab.values() if len(b) >= 2}:
         expected = [ids_of[p] for p in reference.encode_pretoken(token, merges)]
-        ids, hit = _is_single(tok, token)
+        ids, hit = _is_single(tok, token, singles)
         assert ids == expected
         assert hit == (expected == [ids_of[token]])
         want_entries += hit
-    assert tok._singles.cache_info()["entries"] == want_entries
+    assert singles.cache_info()["entries"] == want_entries
 
 
 @SETTINGS
@@ -70,7 +76,7 @@ def test_encoding_with_singles_equals_plain_merging(model, words):
     data = text.encode()
     spans = [m.span() for m in re.finditer(rb"[abc]+", data)]
     plain = _encode.Encoder(tok._table)               # no singles: every miss merges
-    with_singles = _encode.Encoder(tok._table, singles=tok._singles)
+    with_singles = _encode.Encoder(tok._table, singles=_singles(tok))
     for enc in (plain, with_singles, with_singles):   # cold, then warm
         got = []
         for s, e in spans:
@@ -88,34 +94,44 @@ def test_a_token_that_is_not_its_own_encoding_is_left_out():
     tok = Tokenizer(vocab, merges, pattern=r"[abc]+")
     assert _is_single(tok, b"abc") == ([97, 256], False)
     assert _is_single(tok, b"ab") == ([257], True) and _is_single(tok, b"bc") == ([256], True)
-    assert tok._singles.cache_info()["entries"] == 2
+    assert _singles(tok).cache_info()["entries"] == 2
     assert tok.encode("abc ab") == reference.encode("abc ab", vocab, merges, pattern=r"[abc]+")
 
 
 def test_gpt2_singles_and_a_cold_pass_match_tiktoken():
     tok = gpt2_tokenizer()
-    assert tok._singles.cache_info()["entries"] > 40_000
+    singles = _singles(tok)
+    assert singles.cache_info()["entries"] > 40_000
     want = gpt2_tiktoken()
     for name in FIXTURE_TEXTS:
         text = fixture_text(name)
-        enc = tok._new_encoder()                      # cold: every first sight goes to the singles
+        enc = _encode.Encoder(tok._table, singles=singles)   # cold: first sights go to the singles
         ids, _, _ = enc.encode_text(text.encode(), 0, len(text.encode()), tok._pattern_id, tok._special_table)
         assert ids.tolist() == want.encode(text, allowed_special="all")
         info = enc.cache_info()
         assert info["single_hits"] > 0 and info["misses"] > 0
 
 
-def test_trained_vocab_with_singles_matches_reference():
+def test_tokenizer_with_singles_matches_reference(monkeypatch):
+    from bpe_core.encode import tokenizer as tokenizer_mod
+
+    monkeypatch.setattr(tokenizer_mod, "_USE_SINGLES", True)
+    monkeypatch.setattr(tokenizer_mod, "_BATCH_THREAD_BYTES", 1)      # batches on threads
     vocab, merges, specials = small_model()
     tok = Tokenizer(vocab, merges, specials)
+    assert tok._singles is not None
     data = fixture_text("corpus.en").encode()[:20_000] + b"\xff\xfe caf\xe9"
     assert tok.encode(data) == reference.encode(data, tok.vocab, merges, specials)
+    texts = [data[:5000], b"", data[5000:9000]]
+    for _ in range(2):                                # cold threads, then a shared warm cache
+        assert tok.encode_batch(texts, 3) == [reference.encode(t, tok.vocab, merges, specials) for t in texts]
+    assert tok._encoder().cache_info()["single_hits"] > 0
 
 
 def test_build_singles_checks_its_arguments():
     tok = gpt2_tokenizer()
     other = Tokenizer({i: bytes([i]) for i in range(256)}, [])
     with pytest.raises(ValueError, match="same rank table"):
-        _encode.Encoder(tok._table, singles=other._singles)
+        _encode.Encoder(tok._table, singles=_singles(other))
     with pytest.raises(ValueError, match="max_len"):
         _encode.build_singles(tok._table, tok._tokens, 1)
