@@ -4,7 +4,7 @@ kitoken, bpe-openai) on real text: one thread (whole text to a list, to an array
 documents on all threads (list of lists, flat), decoding, and a corpus file to ``.npy``.
 
 Each work runs once untimed (warm-up, and the ids are checked), then ``--runs`` times, interleaved
-(run 1 of every peer, then run 2, ...), and the median MB/s of the input text is reported with ours / the best peer. The ids of every peer are
+(run 1 of every peer, then run 2, ..., every other round in reverse order), and the median MB/s of the input text is reported with ours / the best peer. The ids of every peer are
 checked against ``tiktoken`` on every document (a peer that differs is marked ``ids differ`` and
 left out of "best"). Peers that are not installed are named as skipped; ``pip install
 bpe_core[peers]`` installs them.
@@ -21,6 +21,14 @@ trained model folders on the same text, one thread, whole text to an array (``en
 with each model's speed relative to the first; ``--plain`` adds the plain path of the stage-aware
 models (``encode_python``: numpy and ``RankMerger`` per text piece, the path SupraTok took before
 its native one), whose ids the native ones are checked against. ``--vocab none`` runs only that.
+
+Ours also runs "1 thread, cold cache -> array": ``encode_to_numpy`` with a new encoder each run
+(an empty pretoken cache, as the first call of a process sees it).
+
+``--against DIR`` adds our encoder from another built checkout (e.g. a copy of ``main`` built in
+place: its ``bpe_core`` folder is imported under the name ``bpe_core_against``) as the column
+``before``, timed in the same interleaved rounds; it is never a peer for "best", and the last column
+gives ours / before.
 
 The machine is shared: quote medians and ratios, not single runs. A second table gives MB per
 CPU-second of the process (``time.process_time``, all its threads): on a loaded machine it shows the
@@ -56,7 +64,7 @@ CORPORA = next((d for d in (os.path.join(REPO, "..", "shared", "corpora"), os.pa
 EOT = "<|endoftext|>"
 PEERS = ["tiktoken", "tokenizers", "fastokens", "tokie", "kitoken", "bpe_openai"]
 WORKS = ["1 thread, text -> list", "1 thread, text -> array", "batch, list of lists", "batch, flat",
-         "decode, 1 thread", "corpus file -> .npy"]
+         "decode, 1 thread", "corpus file -> .npy", "1 thread, cold cache -> array"]
 
 
 # ==== Inputs ===================================================================================
@@ -84,12 +92,28 @@ def documents(text: str) -> list[str]:
 # ==== Vocabularies ================================================================================
 
 
-def gpt2_setup(tmp: str):
+def load_against(path: str):
+    """The ``Tokenizer`` class of another built checkout (``path``: its root or its ``bpe_core``
+    folder), imported as the package ``bpe_core_against`` beside this one."""
+    import importlib.util
+
+    root = path if os.path.exists(os.path.join(path, "encode")) else os.path.join(path, "bpe_core")
+    spec = importlib.util.spec_from_file_location("bpe_core_against", os.path.join(root, "__init__.py"),
+                                                  submodule_search_locations=[root])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bpe_core_against"] = module
+    spec.loader.exec_module(module)
+    from bpe_core_against.encode import Tokenizer as Against  # noqa: E402
+
+    return Against
+
+
+def gpt2_setup(tmp: str, cls=Tokenizer):
     """(ours, tiktoken encoding, tokenizer.json path, reason bpe-openai is skipped)."""
     import tiktoken
     import tiktoken.load
 
-    ours = Tokenizer.from_files(os.path.join(FIXTURES, "gpt2_vocab.json"), os.path.join(FIXTURES, "gpt2_merges.txt"), [EOT])
+    ours = cls.from_files(os.path.join(FIXTURES, "gpt2_vocab.json"), os.path.join(FIXTURES, "gpt2_merges.txt"), [EOT])
     merges = os.path.join(tmp, "merges.txt")
     with open(merges, "w", encoding="utf-8") as f:
         f.write("#version: 0.2\n" + open(os.path.join(FIXTURES, "gpt2_merges.txt"), encoding="utf-8").read())
@@ -108,7 +132,7 @@ def gpt2_setup(tmp: str):
     return ours, enc, hf_json, {"bpe_openai": "ships cl100k/o200k only, no GPT-2"}
 
 
-def cl100k_setup(tmp: str):
+def cl100k_setup(tmp: str, cls=Tokenizer):
     """cl100k from the ranks that bpe-openai ships (tiktoken would download them)."""
     import tiktoken
 
@@ -128,7 +152,7 @@ def cl100k_setup(tmp: str):
     enc = tiktoken.Encoding("cl100k_offline", pat_str=pat, mergeable_ranks=ranks, special_tokens=specials)
     vocab = {r: b for b, r in ranks.items()}
     vocab.update({i: s.encode() for s, i in specials.items()})      # tiktoken's ids for the specials
-    ours = Tokenizer(vocab, merges_from_ranks(ranks), list(specials), "cl100k")
+    ours = cls(vocab, merges_from_ranks(ranks), list(specials), "cl100k")
     return ours, enc, None, {"tokenizers": "no offline tokenizer.json for cl100k", "fastokens": "idem",
                              "tokie": "idem", "kitoken": "idem"}
 
@@ -231,7 +255,10 @@ def make_adapter(name: str, enc, hf_json) -> dict:
 
 def ours_adapter(tok: Tokenizer) -> dict:
     n_threads = os.cpu_count() or 1
-    return {"list": tok.encode, "array": tok.encode_to_numpy,
+    def cold(text):
+        tok._idle.clear()                   # a new encoder: an empty pretoken cache
+        return tok.encode_to_numpy(text)
+    return {"list": tok.encode, "array": tok.encode_to_numpy, "cold": cold,
             "batch": lambda ds: tok.encode_batch(ds, num_threads=n_threads),
             "flat": lambda ds: tok.encode_batch_flat(ds, num_threads=n_threads),
             "decode": tok.decode}
@@ -244,7 +271,10 @@ def corpus_to_npy(adapter: dict, path: str, out: str, ours: Tokenizer | None):
     """A corpus file to a flat .npy: ours with ``encode_corpus``; a peer reads the file, encodes its
     documents as a batch (flat when it can) and saves."""
     if ours is not None:
-        from bpe_core.encode.encode_corpus import encode_corpus
+        import importlib
+
+        package = type(ours).__module__.split(".")[0]        # bpe_core, or bpe_core_against
+        encode_corpus = importlib.import_module(package + ".encode.encode_corpus").encode_corpus
 
         encode_corpus(path, ours, out, num_workers=os.cpu_count() or 1, progress=False)
         return
@@ -270,7 +300,8 @@ def check(name, work, got, expected) -> bool:
     return got == expected
 
 
-def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict, runs: int, tmp: str) -> dict:
+def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict, runs: int, tmp: str,
+          before=None) -> dict:
     docs = documents(text)
     n_bytes = len(text.encode("utf-8"))
     doc_bytes = sum(len(d.encode("utf-8")) for d in docs)
@@ -281,6 +312,10 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict,
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     everyone = {"bpe_core": ours_adapter(ours), **peers}
+    mine = {"bpe_core": ours}
+    if before is not None:
+        everyone["before"] = ours_adapter(before)
+        mine["before"] = before
     jobs = []           # (work label, who, callable, bytes, check)
     for who, ad in everyone.items():
         if "list" in ad:
@@ -293,15 +328,18 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict,
             jobs.append((WORKS[3], who, lambda ad=ad: ad["flat"](docs), doc_bytes, ("flat", want_docs)))
         if "decode" in ad:
             jobs.append((WORKS[4], who, lambda ad=ad: ad["decode"](ids), n_bytes, ("decode", text)))
-        if who == "bpe_core" or "batch" in ad:
+        if "cold" in ad:
+            jobs.append((WORKS[6], who, lambda ad=ad: ad["cold"](text), n_bytes, ("array", want_text)))
+        if who in mine or "batch" in ad:
             out = os.path.join(tmp, f"{who}.npy")
             jobs.append((WORKS[5], who, lambda ad=ad, who=who, out=out: corpus_to_npy(
-                ad, path, out, ours if who == "bpe_core" else None), n_bytes, None))
+                ad, path, out, mine.get(who)), n_bytes, None))
     times = {(w, who): [] for w, who, *_ in jobs}
     cpu = {(w, who): [] for w, who, *_ in jobs}
     same, failed = {}, {}
     for r in range(runs + 1):              # round 0 warms caches up and checks the ids, untimed
-        for work, who, fn, nb, chk in jobs:
+        # every other round runs the jobs in reverse order, so no one always follows the same work
+        for work, who, fn, nb, chk in (jobs if r % 2 == 0 else jobs[::-1]):
             if (work, who) in failed:
                 continue
             t0, c0 = time.perf_counter(), time.process_time()
@@ -317,9 +355,10 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict,
             elif chk is not None:
                 same[(work, who)] = check(who, chk[0], got, chk[1])
             del got
-    if (WORKS[5], "bpe_core") in times:     # the .npy of ours holds the whole text's ids
-        saved = np.load(os.path.join(tmp, "bpe_core.npy"))
-        same[(WORKS[5], "bpe_core")] = saved.tolist() == want_text
+    for who in mine:                        # the .npy of ours holds the whole text's ids
+        if (WORKS[5], who) in times:
+            saved = np.load(os.path.join(tmp, f"{who}.npy"))
+            same[(WORKS[5], who)] = saved.tolist() == want_text
     return {"vocab": vocab, "corpus": corpus, "mb": n_bytes / 1e6, "docs": len(docs),
             "medians": {k: statistics.median(v) for k, v in times.items()},
             "cpu": {k: statistics.median(v) for k, v in cpu.items()}, "same": same, "failed": failed}
@@ -363,11 +402,12 @@ def bench_models(models: dict, corpus: str, text: str, runs: int, plain: bool) -
 
 
 def table(res: dict, peer_names: list[str], key: str = "medians") -> str:
-    cols = ["bpe_core"] + peer_names
+    against = any(who == "before" for _, who in res[key])
+    cols = ["bpe_core"] + (["before"] if against else []) + peer_names
     what = "MB/s (wall)" if key == "medians" else "MB per CPU-second (all threads of the process)"
     lines = [f"### {res['vocab']}, {res['corpus']} ({res['mb']:.1f} MB, {res['docs']} docs), {what}, medians",
-             "", "| work | " + " | ".join(cols) + " | best peer | ours/best |",
-             "|---" * (len(cols) + 3) + "|"]
+             "", "| work | " + " | ".join(cols) + " | best peer | ours/best |" + (" before/best | ours/before |" if against else ""),
+             "|---" * (len(cols) + 3 + 2 * against) + "|"]
     for work in WORKS:
         cells, best = [], None
         for who in cols:
@@ -377,11 +417,15 @@ def table(res: dict, peer_names: list[str], key: str = "medians") -> str:
                 continue
             ok = res["same"].get((work, who), True)
             cells.append(f"{m:.1f}" + ("" if ok else " (ids differ)"))
-            if who != "bpe_core" and ok and (best is None or m > best[1]):
+            if who not in ("bpe_core", "before") and ok and (best is None or m > best[1]):
                 best = (who, m)
         ours = res[key].get((work, "bpe_core"))
         ratio = f"{ours / best[1]:.2f}" if best and ours else "-"
-        lines.append(f"| {work} | " + " | ".join(cells) + f" | {best[0] if best else '-'} | {ratio} |")
+        row = f"| {work} | " + " | ".join(cells) + f" | {best[0] if best else '-'} | {ratio} |"
+        if against:
+            old = res[key].get((work, "before"))
+            row += (f" {old / best[1]:.2f} |" if best and old else " - |") + (f" {ours / old:.2f} |" if ours and old else " - |")
+        lines.append(row)
     for (work, who), why in res.get("failed", {}).items():
         lines.append(f"\n{who}, {work}: failed ({why})")
     return "\n".join(lines)
@@ -408,7 +452,10 @@ def main(argv=None) -> int:
     ap.add_argument("--peers", nargs="+", default=PEERS)
     ap.add_argument("--corpora", default=CORPORA, help="the folder of the corpora (NAME.txt or NAME.txt.xz)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--against", metavar="DIR",
+                    help="also time bpe_core from this built checkout (column 'before', never a peer)")
     args = ap.parse_args(argv)
+    against = load_against(args.against) if args.against else None
     models = {}
     for spec in args.models:
         name, sep, folder = spec.partition("=")
@@ -421,7 +468,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for vocab in [v for v in args.vocab if v != "none"]:
             try:
-                ours, enc, hf_json, skip = (gpt2_setup if vocab == "gpt2" else cl100k_setup)(tmp)
+                setup = gpt2_setup if vocab == "gpt2" else cl100k_setup
+                ours, enc, hf_json, skip = setup(tmp)
+                before = setup(tmp, against)[0] if against is not None else None
             except Exception as exc:
                 print(f"\n{vocab}: skipped ({exc})")
                 continue
@@ -429,7 +478,7 @@ def main(argv=None) -> int:
             for name, why in skipped.items():
                 print(f"{vocab}: {name} skipped ({why})")
             for corpus, text in cuts(args):
-                res = bench(vocab, corpus, text, ours, enc, peers, args.runs, tmp)
+                res = bench(vocab, corpus, text, ours, enc, peers, args.runs, tmp, before)
                 print("\n" + table(res, list(peers)), flush=True)
                 print("\n" + table(res, list(peers), "cpu"), flush=True)
                 results.append(res)

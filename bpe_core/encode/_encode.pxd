@@ -5,7 +5,7 @@
 # longest first). An Encoder owns one pretoken -> ids cache, an output buffer and the scratch of
 # one thread; it encodes whole texts (special tokens, the native pre-tokenizer of _pretok.pxd,
 # merging by rank) without the GIL, exactly as reference.encode.
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.vector cimport vector
 
 cimport cython
@@ -86,6 +86,12 @@ cdef class Encoder:
     cdef Py_ssize_t out_n
     cdef Py_ssize_t out_cap
     cdef int64_t* ends_buf
+    # read-only caches consulted around this encoder's own (never written while it encodes):
+    # ``shared``, the warmest encoder's cache, first during a batch job (BatchJob); ``singles``,
+    # the pieces proven to be one token (build_singles), after the own cache, before merging
+    cdef Encoder shared
+    cdef Encoder singles
+    cdef readonly int64_t single_hits
 
     cdef Py_ssize_t _merge_scan(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) noexcept nogil
     cdef Py_ssize_t _merge_heap(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
@@ -97,6 +103,8 @@ cdef class Encoder:
     cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h) noexcept nogil
     cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                            const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil
+    cdef Py_ssize_t _cache_miss(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
+                                token_id_t* out) except -1 nogil
     cdef int _cache_grow(self) noexcept nogil
     cdef void _cache_clear(self) noexcept nogil
     cdef int _reserve_out(self, Py_ssize_t extra) except -1 nogil
@@ -108,6 +116,25 @@ cdef class Encoder:
                           Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_bytes, bint open_end,
                           Py_ssize_t* stop, bint* done) except -1 nogil
     cdef object _take_out(self)
+    cdef int _absorb(self, Encoder other) noexcept nogil
+
+
+# A batch of documents encoded by several threads in one native job: each thread takes the next
+# document by an atomic counter and writes its ids to its own encoder's buffer; one copy at the end.
+@cython.final
+cdef class BatchJob:
+    cdef vector[const uint8_t*] ptrs
+    cdef vector[Py_ssize_t] sizes
+    cdef object keep                    # the documents (and bytes made of them) stay alive
+    cdef int pattern_id
+    cdef SpecialTable specials
+    cdef Py_ssize_t next_doc            # taken with an atomic fetch-add
+    cdef vector[int64_t] doc_n          # ids of each document
+    cdef vector[int64_t] doc_at         # where they start in their worker's buffer
+    cdef vector[int32_t] doc_who        # the worker that encoded it
+    cdef list workers                   # worker index -> Encoder
+    cdef readonly Py_ssize_t n_docs
+    cdef readonly int64_t n_bytes
 
 
 # SuperBPE's stage 2 (the "hf" and "units" splits). A pair of neighbouring stage-1 ids that no

@@ -197,6 +197,28 @@ cdef inline Py_ssize_t _utf8_stable_end(const uint8_t* buf, Py_ssize_t s, Py_ssi
     return e
 
 
+cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, const uint8_t* arena, const uint8_t* p,
+                                  Py_ssize_t n, uint64_t w0, uint64_t h) noexcept nogil:
+    """The slot of a pretoken cache (``slots``, ``mask``, ``arena``) holding ``p[0:n]`` (head word
+    w0, hash h), or NULL (``Encoder._cache_find`` on the encoder's own cache)."""
+    cdef uint64_t slot = h & mask
+    cdef uint32_t want = <uint32_t>n << 12
+    cdef uint32_t n_ids
+    cdef CacheSlot* sl
+    while True:
+        sl = &slots[slot]
+        if sl.meta == 0:
+            return NULL
+        if sl.w0 == w0 and (sl.meta & 0xFFF000u) == want:
+            if n <= 8:
+                return sl
+            n_ids = sl.meta & 0xFFF
+            if memcmp(arena + sl.off + (n_ids * sizeof(token_id_t) if n_ids > INLINE_IDS else 0),
+                      p + 8, n - 8) == 0:
+                return sl
+        slot = (slot + 1) & mask
+
+
 # ==== Rank table =============================================================================
 
 
@@ -379,6 +401,8 @@ cdef class Encoder:
         table: the ``RankTable``.
         max_entries: the cache holds at most this many pretokens, then is cleared whole.
         max_cached_len: pretokens longer than this (bytes, at most 4095) are not cached.
+        singles: the pieces proven to encode as one token (``build_singles`` over the same table),
+            looked up when a piece is not in the cache, before merging it; None: merge every miss.
 
     Equivalent to ``reference.encode_pretoken`` followed by ``reference.token_ids`` per pretoken,
     and to ``reference.encode`` for ``encode_text``.
@@ -404,12 +428,17 @@ cdef class Encoder:
         self.ends_buf = NULL
 
     def __init__(self, RankTable table not None, Py_ssize_t max_entries=1 << 18,
-                 Py_ssize_t max_cached_len=256):
+                 Py_ssize_t max_cached_len=256, Encoder singles=None):
         if max_entries < 1 or max_cached_len < 0:
             raise ValueError("max_entries must be positive and max_cached_len non-negative")
         if max_cached_len > 4095:
             raise ValueError("max_cached_len is at most 4095")
+        if singles is not None and singles.table is not table:
+            raise ValueError("singles must be built over the same rank table")
         self.table = table
+        self.shared = None
+        self.singles = singles
+        self.single_hits = 0
         self.max_entries = max_entries
         self.max_cached_len = max_cached_len
         self.n_entries = 0
@@ -598,17 +627,7 @@ cdef class Encoder:
     cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0,
                                        uint64_t h) noexcept nogil:
         """The slot holding pretoken ``p[0:n]`` (head word w0, hash h), or NULL."""
-        cdef uint64_t slot = h & self.cache_mask
-        cdef uint32_t want = <uint32_t>n << 12
-        cdef CacheSlot* sl
-        while True:
-            sl = &self.slots[slot]
-            if sl.meta == 0:
-                return NULL
-            if sl.w0 == w0 and (sl.meta & 0xFFF000u) == want:
-                if n <= 8 or memcmp(self._slot_tail(sl), p + 8, n - 8) == 0:
-                    return sl
-            slot = (slot + 1) & self.cache_mask
+        return _find_slot(self.slots, self.cache_mask, self.arena, p, n, w0, h)
 
     cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                            const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil:
@@ -714,7 +733,9 @@ cdef class Encoder:
         """Append the ids of the pretokens ``s[a:ends[0]]``, ``s[ends[0]:ends[1]]``, ... to ``out``.
 
         ``limit`` is the end of the readable buffer (8-byte loads never cross it). Each batch of
-        ``BATCH`` pretokens is hashed and its slots prefetched before the first probe. ``starts``
+        ``BATCH`` pretokens is hashed and its slots prefetched before the first probe. A piece is
+        looked up in ``shared`` (during a batch job) and in this encoder's cache, then
+        (``_cache_miss``) in ``singles``; only a piece found nowhere is merged. ``starts``
         (NULL, or room for ``count``): where each pretoken's ids start in ``out``.
         """
         cdef uint64_t hs[BATCH]
@@ -724,6 +745,12 @@ cdef class Encoder:
         cdef CacheSlot* sl
         cdef token_id_t* out
         cdef uint32_t n_ids
+        cdef bint has_shared = self.shared is not None
+        # the cache probed first: the shared one during a batch job (most pieces are there; ours
+        # is asked next, in _cache_miss), else ours (then refreshed after each miss: it may grow)
+        cdef CacheSlot* fslots = self.shared.slots if has_shared else self.slots
+        cdef uint64_t fmask = self.shared.cache_mask if has_shared else self.cache_mask
+        cdef const uint8_t* farena = self.shared.arena if has_shared else self.arena
         if count <= 0:
             return 0
         self._reserve_out(ends[count - 1] - a)
@@ -739,7 +766,7 @@ cdef class Encoder:
                 if n >= 2 and n <= max_len:
                     w0s[j] = _load_head(s + q, n, limit)
                     hs[j] = _key_hash(s + q, n, w0s[j], limit)
-                    prefetch(&self.slots[hs[j] & self.cache_mask])
+                    prefetch(&fslots[hs[j] & fmask])
                 q = e
             q = p0
             for j in range(m):                      # 2. probe, emit
@@ -754,23 +781,55 @@ cdef class Encoder:
                     got = self._merge(s + q, n, out + self.out_n)
                     self.out_n += got
                 elif n >= 2:
-                    sl = self._cache_find(s + q, n, w0s[j], hs[j])
+                    sl = _find_slot(fslots, fmask, farena, s + q, n, w0s[j], hs[j])
                     if sl != NULL:
                         n_ids = sl.meta & 0xFFF
                         if n_ids <= INLINE_IDS:
                             memcpy(out + self.out_n, sl.ids, INLINE_IDS * sizeof(token_id_t))
                         else:
-                            memcpy(out + self.out_n, self.arena + sl.off, n_ids * sizeof(token_id_t))
+                            memcpy(out + self.out_n, farena + sl.off, n_ids * sizeof(token_id_t))
                         self.out_n += n_ids
                     else:
-                        self.misses += 1
-                        got = self._merge(s + q, n, out + self.out_n)
-                        self._cache_insert(s + q, n, w0s[j], hs[j], out + self.out_n, got)
-                        self.out_n += got
+                        self.out_n += self._cache_miss(s + q, n, w0s[j], hs[j], out + self.out_n)
+                        if not has_shared:
+                            fslots = self.slots
+                            fmask = self.cache_mask
+                            farena = self.arena
                 q = e
             p0 = q
             base += m
         return 0
+
+    cdef Py_ssize_t _cache_miss(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
+                                token_id_t* out) except -1 nogil:
+        """The ids of a piece not in the cache probed first (``_emit_pieces``), to ``out`` (room for
+        ``n + INLINE_IDS``); returns their number. During a batch job that was the shared cache and
+        ours is asked next; then the proven single tokens, else the piece is merged; what was not
+        in ours is added to it."""
+        cdef CacheSlot* sl
+        cdef uint32_t n_ids
+        cdef Py_ssize_t got
+        if self.shared is not None:
+            sl = self._cache_find(p, n, w0, h)
+            if sl != NULL:
+                n_ids = sl.meta & 0xFFF
+                if n_ids <= INLINE_IDS:
+                    memcpy(out, sl.ids, INLINE_IDS * sizeof(token_id_t))
+                else:
+                    memcpy(out, self.arena + sl.off, n_ids * sizeof(token_id_t))
+                return n_ids
+        sl = NULL
+        if self.singles is not None:
+            sl = self.singles._cache_find(p, n, w0, h)
+        if sl != NULL:
+            self.single_hits += 1
+            out[0] = sl.ids[0]
+            got = 1
+        else:
+            self.misses += 1
+            got = self._merge(p, n, out)
+        self._cache_insert(p, n, w0, h, out, got)
+        return got
 
     cdef Py_ssize_t _encode_span(self, int pattern_id, const uint8_t* s, Py_ssize_t a, Py_ssize_t b,
                                  bint closed, const uint8_t* limit) except -1 nogil:
@@ -971,12 +1030,65 @@ cdef class Encoder:
         return self._take_out()
 
     def cache_info(self):
-        """``{"entries", "misses", "bytes"}`` of the pretoken cache (misses = pretokens merged)."""
+        """``{"entries", "misses", "single_hits", "bytes"}`` of the pretoken cache (misses =
+        pretokens merged; single_hits = misses of the cache found in ``singles`` instead)."""
         return {
             "entries": int(self.n_entries),
             "misses": int(self.misses),
+            "single_hits": int(self.single_hits),
             "bytes": int(self.arena_cap + sizeof(CacheSlot) * self.n_slots),
         }
+
+    def absorb_cache(self, Encoder other not None):
+        """Move ``other``'s cached pretokens into this encoder's cache (those it lacks), then
+        empty ``other``'s (its slots shrink back to the initial size): what a batch job's threads
+        learned beside the shared cache is kept for the next call. Both encoders share one rank
+        table and no other thread uses them meanwhile.
+
+        >>> t = RankTable(np.array([97], np.uint32), np.array([98], np.uint32),
+        ...               np.array([256], np.uint32), np.arange(256, dtype=np.uint32))
+        >>> a, b = Encoder(t), Encoder(t)
+        >>> _ = b.encode_text(b"ab abab", 0, 7, 0)
+        >>> a.absorb_cache(b); a.cache_info()["entries"] > 0 == b.cache_info()["entries"]
+        True
+        """
+        if other.table is not self.table:
+            raise ValueError("the encoders must share one rank table")
+        if other is self:
+            return
+        with nogil:
+            self._absorb(other)
+
+    cdef int _absorb(self, Encoder other) noexcept nogil:
+        cdef Py_ssize_t k, n, j
+        cdef uint8_t key[4096]
+        cdef uint64_t h
+        cdef uint32_t n_ids
+        cdef const CacheSlot* sl
+        cdef const token_id_t* ids
+        for k in range(other.n_slots):
+            sl = &other.slots[k]
+            if sl.meta == 0:
+                continue
+            n = sl.meta >> 12
+            n_ids = sl.meta & 0xFFF
+            for j in range(8):
+                key[j] = <uint8_t>(sl.w0 >> (8 * j))
+            if n > 8:
+                memcpy(key + 8, other._slot_tail(sl), n - 8)
+            h = _key_hash(key, n, sl.w0, key + (n if n > 8 else 8))
+            if self._cache_find(key, n, sl.w0, h) != NULL:
+                continue
+            if n_ids <= INLINE_IDS:
+                ids = &sl.ids[0]
+            else:
+                ids = <const token_id_t*>(other.arena + sl.off)
+            if self._cache_insert(key, n, sl.w0, h, ids, n_ids) < 0:
+                break
+        other._cache_clear()
+        if other.n_slots > MIN_SLOTS:
+            other._slots_alloc(MIN_SLOTS)     # (on failure the old, cleared slots stay)
+        return 0
 
     def clear_cache(self):
         """Drop every cached pretoken."""
@@ -1014,37 +1126,110 @@ cdef class Encoder:
         self.arena_size = self.arena_cap = other.arena_size
         self.n_entries = other.n_entries
 
-    def encode_many(self, texts, Py_ssize_t lo, Py_ssize_t hi, int pattern_id, SpecialTable specials=None):
-        """Encode the documents ``texts[lo:hi]`` one after the other in one call, without the GIL.
 
-        Args:
-            texts: a list of ``str`` (UTF-8, ``surrogateescape``) or bytes-like documents.
-            lo, hi: the documents to encode, ``0 <= lo <= hi <= len(texts)``.
-            pattern_id, specials: as ``encode_text``.
+# ==== Single tokens and batch jobs ===============================================================
 
-        Returns:
-            ``(ids, offsets)``: the uint32 ids of all the documents back to back, and int64
-            ``offsets`` (``hi - lo + 1`` entries): document ``k`` is ``ids[offsets[k]:offsets[k + 1]]``.
-            Each document is ``encode_text`` of it alone.
-        """
-        if not (0 <= lo <= hi <= len(texts)):
-            raise ValueError("need 0 <= lo <= hi <= len(texts)")
+
+def build_singles(RankTable table not None, TokenTable tokens not None, Py_ssize_t max_len=256):
+    """The pieces that encode as one token, proven by merging each: an ``Encoder`` whose cache
+    holds ``token bytes -> [id]`` for every token of 2 to ``max_len`` bytes that the merge loop
+    turns into exactly itself, and nothing else. It is read, never written, by the encoders it is
+    given to (``Encoder(..., singles=...)``), which look a piece up there when their own cache
+    misses, before merging it: on a cold cache most pieces of a text are single tokens.
+
+    A token is not always its own encoding (the merges may never build it from its bytes, or build
+    a different split first), hence the proof, not the vocabulary. Equivalent to
+    ``{b: [i] for i, b in vocab if reference.encode_pretoken(b) == [i]}``.
+
+    >>> t = RankTable(np.array([97, 256], np.uint32), np.array([98, 99], np.uint32),
+    ...               np.array([256, 257], np.uint32), np.arange(256, dtype=np.uint32))
+    >>> tt = TokenTable([bytes([i]) for i in range(256)] + [b"ab", b"abc", b"bc"])
+    >>> s = build_singles(t, tt); s.cache_info()["entries"]    # "bc" is never built
+    2
+    >>> s.encode_piece(b"abc"), Encoder(t, singles=s).encode_pieces(b"abcab", np.array([3, 5])).tolist()
+    ([257], [257, 256])
+    """
+    if max_len < 2 or max_len > 4095:
+        raise ValueError("max_len must lie in 2 .. 4095")
+    cdef Py_ssize_t i, n, got, count = 0
+    cdef const int64_t* offs = tokens.offsets.data()
+    cdef const uint8_t* data = tokens.data.data()
+    cdef const uint8_t* p
+    cdef vector[token_id_t] out
+    cdef uint64_t w0
+    for i in range(tokens.n):
+        n = offs[i + 1] - offs[i]
+        if tokens.valid[i] and 2 <= n <= max_len:
+            count += 1
+    cdef Encoder singles = Encoder(table, max_entries=max(count, 1) + 1, max_cached_len=max_len)
+    out.resize(max_len)
+    with nogil:
+        for i in range(tokens.n):
+            n = offs[i + 1] - offs[i]
+            if not tokens.valid[i] or n < 2 or n > max_len:
+                continue
+            p = data + offs[i]
+            got = singles._merge(p, n, out.data())
+            if got != 1 or out[0] != <token_id_t>i:
+                continue                    # not its own encoding (or not the canonical id)
+            w0 = _load_head(p, n, p + n)
+            singles._cache_insert(p, n, w0, _key_hash(p, n, w0, p + n), out.data(), 1)
+    return singles
+
+
+cdef extern from *:
+    """
+    #if defined(_MSC_VER)
+    #include <intrin.h>
+    static Py_ssize_t bpe_fetch_add(Py_ssize_t* p, Py_ssize_t v) {
+        return (Py_ssize_t)_InterlockedExchangeAdd64((volatile long long*)p, (long long)v);
+    }
+    #else
+    static Py_ssize_t bpe_fetch_add(Py_ssize_t* p, Py_ssize_t v) {
+        return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+    }
+    #endif
+    """
+    Py_ssize_t fetch_add "bpe_fetch_add"(Py_ssize_t* p, Py_ssize_t v) noexcept nogil
+
+
+cdef class BatchJob:
+    """Many documents encoded by several threads in one native job, then gathered by one copy.
+
+    Each thread calls :meth:`run` with an encoder of its own; without the GIL it takes the next
+    document by an atomic counter, encodes it whole (``Encoder.encode_text`` of it alone) into
+    its encoder's buffer and notes where. :meth:`collect` then copies every document's ids into
+    one uint32 array, in order. With ``shared`` (an encoder not used by any thread meanwhile), every
+    thread looks pieces up in that encoder's cache first (read-only: nobody writes it while the
+    job runs) and keeps what it merges in its own cache; ``Tokenizer`` moves those into the
+    shared one afterwards (``Encoder.absorb_cache``).
+
+    Args:
+        texts: a list of ``str`` (UTF-8, ``surrogateescape``) or bytes-like documents.
+        pattern_id, specials: as ``Encoder.encode_text``.
+
+    >>> t = RankTable(np.array([97], np.uint32), np.array([98], np.uint32),
+    ...               np.array([256], np.uint32), np.arange(256, dtype=np.uint32))
+    >>> job = BatchJob(["ab ab", "", b"abc"], 0)
+    >>> job.run(Encoder(t))
+    >>> ids, offsets = job.collect(); ids.tolist(), offsets.tolist()
+    ([256, 32, 256, 256, 99], [0, 3, 3, 5])
+    """
+
+    def __init__(self, texts, int pattern_id, SpecialTable specials=None):
         if pattern_id < 0 or pattern_id > 2:
             raise ValueError(f"unknown pattern id {pattern_id}")
-        cdef Py_ssize_t n_docs = hi - lo, k, size = 0, stop = 0
-        cdef bint done = True
-        cdef const Specials* sp = &specials.c if specials is not None else NULL
-        cdef vector[const uint8_t*] ptrs
-        cdef vector[Py_ssize_t] sizes
+        cdef Py_ssize_t n = len(texts), k, size = 0
         cdef const char* p = NULL
-        keep = []                           # the documents (and their bytes) stay alive while encoding
-        ptrs.resize(n_docs)
-        sizes.resize(n_docs)
-        for k in range(n_docs):
-            t = texts[lo + k]
+        cdef int64_t total = 0
+        keep = []
+        self.ptrs.resize(n)
+        self.sizes.resize(n)
+        for k in range(n):
+            t = texts[k]
             if isinstance(t, str):
                 p = PyUnicode_AsUTF8AndSize(t, &size)       # ASCII: no copy; else cached in t
-                if p == NULL:
+                if p == NULL:                               # lone surrogates
                     PyErr_Clear()
                     t = (<str>t).encode("utf-8", "surrogateescape")
                     p = PyBytes_AS_STRING(t)
@@ -1055,18 +1240,92 @@ cdef class Encoder:
                 p = PyBytes_AS_STRING(t)
                 size = PyBytes_GET_SIZE(t)
             keep.append(t)
-            ptrs[k] = <const uint8_t*>p
-            sizes[k] = size
-        offsets = np.empty(n_docs + 1, dtype=np.int64)
+            self.ptrs[k] = <const uint8_t*>p
+            self.sizes[k] = size
+            total += size
+        self.keep = keep
+        self.pattern_id = pattern_id
+        self.specials = specials
+        self.n_docs = n
+        self.n_bytes = total
+        self.next_doc = 0
+        self.doc_n.assign(n, 0)
+        self.doc_at.assign(n, 0)
+        self.doc_who.assign(n, -1)
+        self.workers = []
+
+    def run(self, Encoder enc not None, Encoder shared=None):
+        """Encode documents with ``enc`` until none is left (call once per thread, each with its
+        own encoder; ``shared``: a cache to read first, see the class). Releases the GIL."""
+        cdef Py_ssize_t k, stop = 0
+        cdef bint done = True
+        cdef int32_t who
+        cdef const Specials* sp = &self.specials.c if self.specials is not None else NULL
+        if shared is enc:
+            shared = None
+        if shared is not None and shared.table is not enc.table:
+            raise ValueError("the encoders must share one rank table")
+        who = <int32_t>len(self.workers)
+        self.workers.append(enc)
+        enc.out_n = 0
+        enc.shared = shared
+        try:
+            with nogil:
+                while True:
+                    k = fetch_add(&self.next_doc, 1)
+                    if k >= self.n_docs:
+                        break
+                    self.doc_who[k] = who
+                    self.doc_at[k] = enc.out_n
+                    if self.sizes[k] > 0:
+                        enc._encode_text(self.pattern_id, sp, self.ptrs[k], self.sizes[k], 0, self.sizes[k],
+                                         0, False, &stop, &done)
+                    self.doc_n[k] = enc.out_n - self.doc_at[k]
+        finally:
+            enc.shared = None
+
+    def collect(self):
+        """``(ids, offsets)`` after every :meth:`run` returned: uint32 ids of all documents back
+        to back, int64 offsets (``n_docs + 1``). The workers' buffers are emptied."""
+        cdef Py_ssize_t k, k0, n = self.n_docs
+        cdef int64_t total = 0
+        cdef int32_t who
+        cdef Encoder enc
+        cdef vector[token_id_t*] bufs
+        if n and self.next_doc < n:
+            raise RuntimeError("collect() before every document was encoded")
+        for k in range(n):
+            if self.doc_who[k] < 0:
+                raise RuntimeError("a document was not encoded (a worker failed)")
+        offsets = np.empty(n + 1, dtype=np.int64)
         cdef int64_t[::1] offs = offsets
         offs[0] = 0
-        self.out_n = 0
+        for k in range(n):
+            total += self.doc_n[k]
+            offs[k + 1] = total
+        ids = np.empty(total, dtype=np.uint32)
+        cdef uint32_t[::1] out = ids
+        for enc in self.workers:
+            bufs.push_back(enc.out_buf)
         with nogil:
-            for k in range(n_docs):
-                if sizes[k] > 0:
-                    self._encode_text(pattern_id, sp, ptrs[k], sizes[k], 0, sizes[k], 0, False, &stop, &done)
-                offs[k + 1] = self.out_n
-        return self._take_out(), offsets
+            k = 0
+            while k < n:                    # a run of documents of one worker is one copy
+                k0 = k
+                who = self.doc_who[k]
+                k += 1
+                while k < n and self.doc_who[k] == who and self.doc_at[k] == self.doc_at[k - 1] + self.doc_n[k - 1]:
+                    k += 1
+                if offs[k] > offs[k0]:
+                    memcpy(&out[offs[k0]], bufs[who] + self.doc_at[k0], (offs[k] - offs[k0]) * sizeof(token_id_t))
+        for enc in self.workers:
+            enc.out_n = 0
+            if enc.out_cap > (1 << 24):     # don't keep a huge buffer alive between calls
+                free(enc.out_buf)
+                enc.out_buf = NULL
+                enc.out_cap = 0
+        self.workers = []
+        self.keep = None
+        return ids, offsets
 
 
 # ==== Stage-aware encoding (SuperBPE) ===========================================================

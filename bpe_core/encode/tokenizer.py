@@ -52,8 +52,13 @@ _HOLD_BACK = 2
 # Integer arrays that decode_bytes reads as they are (other integer dtypes are widened to int64).
 _DECODE_DTYPES = (np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.int64))
 _INT64_MAX = np.iinfo(np.int64).max
-# encode_batch cuts its texts into runs of about this many bytes (more when there are few threads).
-_BATCH_RUN_BYTES = 1 << 20
+# encode_batch starts a thread per this many bytes of text, up to num_threads (a smaller batch is
+# faster on one thread, whose encoder has seen it all).
+_BATCH_THREAD_BYTES = 1 << 18
+# Encoders look a cache miss up in the proven single tokens (``_encode.build_singles``, pieces up to
+# 256 bytes) before merging it. Off: on GPT-2 and cl100k a cold pass was no faster with them (the
+# probe of a 4 MiB table costs what merging a common word does; docs/encoding.md has the figures).
+_USE_SINGLES = False
 
 
 class Tokenizer:
@@ -140,6 +145,8 @@ class Tokenizer:
         self._idle: list[_encode.Encoder] = []
         # Every token's bytes back to back and the int of every id: decode and lists of ids (native).
         self._tokens = _encode.TokenTable(self._decoder)
+        # The pieces proven to encode as one token, read by every encoder when its cache misses.
+        self._singles = _encode.build_singles(self._table, self._tokens) if _USE_SINGLES else None
 
     @classmethod
     def from_files(cls, vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
@@ -283,9 +290,10 @@ class Tokenizer:
         """Encode many texts: a list of id lists, or with ``flat=True`` ``(ids, offsets)`` as
         :meth:`encode_batch_flat`. Each text is encoded alone, exactly as :meth:`encode`.
 
-        The texts are cut into runs of documents; each run is one native call without the GIL
-        (``Encoder.encode_many``) on up to ``num_threads`` threads, each with an encoder whose
-        pretoken cache stays warm across calls. The lists are built once at the end.
+        The batch is one native job without the GIL (``_encode.BatchJob``): up to ``num_threads``
+        threads take the texts one at a time, read the warmest pretoken cache together (read-only)
+        beside one of their own, and the ids are gathered by one copy. The lists are built once at
+        the end.
 
         >>> vocab = {i: bytes([i]) for i in range(256)}
         >>> Tokenizer(vocab, []).encode_batch(["a", "bc"])
@@ -437,7 +445,7 @@ class Tokenizer:
         """The idle encoder used last (created if there is none), for inspection and tests; it is
         not borrowed, so it must not be used while other threads encode."""
         if not self._idle:
-            self._idle.append(_encode.Encoder(self._table))
+            self._idle.append(self._new_encoder())
         return self._idle[-1]
 
     def _borrow(self) -> "_encode.Encoder":
@@ -445,7 +453,22 @@ class Tokenizer:
         try:
             return self._idle.pop()        # atomic under the GIL
         except IndexError:
-            return _encode.Encoder(self._table)
+            return self._new_encoder()
+
+    def _new_encoder(self) -> "_encode.Encoder":
+        return _encode.Encoder(self._table, singles=self._singles)
+
+    def _borrow_warmest(self) -> "_encode.Encoder":
+        """The idle encoder whose cache holds the most pieces, borrowed (a new one if none)."""
+        idle = list(self._idle)
+        if idle:
+            best = max(idle, key=lambda e: e.cache_info()["entries"])
+            try:
+                self._idle.remove(best)     # atomic; another thread may have taken it meanwhile
+                return best
+            except ValueError:
+                pass
+        return self._borrow()
 
     def _warm_encoders(self, n: int) -> None:
         """Leave at least ``n`` encoders idle, each about as warm as the warmest: one whose cache
@@ -742,63 +765,71 @@ class Tokenizer:
         native = (self._pattern_id is not None and _NATIVE_PRETOKENIZER
                   and type(self).encode_to_numpy is Tokenizer.encode_to_numpy)
         if native:
-            table = self._special_table_for(specials)
-            runs = _batch_runs(texts, num_threads)
-            if num_threads > 1 and len(runs) > 1:
-                self._warm_encoders(min(num_threads, len(runs)))
+            return self._encode_job(texts, num_threads, self._special_table_for(specials))
+        # custom pattern or stage-aware model: text by text
+        if type(self).encode_to_numpy is not Tokenizer.encode_to_numpy:
+            num_threads = 1                 # a stage encoder need not be thread-safe
 
-            def work(run):
-                enc = self._borrow()
-                try:
-                    return enc.encode_many(texts, run[0], run[1], self._pattern_id, table)
-                finally:
-                    self._idle.append(enc)
-        else:                               # custom pattern or stage-aware model: text by text
-            runs = [(k, k + 1) for k in range(n)]
-            if type(self).encode_to_numpy is not Tokenizer.encode_to_numpy:
-                num_threads = 1             # a stage encoder need not be thread-safe
-
-            def work(run):
-                ids = self.encode_to_numpy(texts[run[0]], bool(specials)) if not isinstance(specials, frozenset) \
-                    else self.encode_to_numpy(texts[run[0]], allowed_special=specials)
-                return ids, np.array([0, len(ids)], dtype=np.int64)
-        if num_threads <= 1 or len(runs) <= 1:
-            parts = [work(run) for run in runs]
+        def work(k):
+            if isinstance(specials, frozenset):
+                return self.encode_to_numpy(texts[k], allowed_special=specials)
+            return self.encode_to_numpy(texts[k], bool(specials))
+        if num_threads <= 1 or n <= 1:
+            parts = [work(k) for k in range(n)]
         else:
             from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(min(num_threads, len(runs))) as pool:
-                parts = list(pool.map(work, runs))
-        if len(parts) == 1:
-            return parts[0]
-        if not parts:
-            return np.zeros(0, dtype=np.uint32), np.zeros(1, dtype=np.int64)
-        ids = np.concatenate([p[0] for p in parts])
-        offsets = np.empty(n + 1, dtype=np.int64)
-        offsets[0] = 0
-        base = 0
-        for (lo, hi), (p_ids, p_offs) in zip(runs, parts):
-            offsets[lo + 1:hi + 1] = p_offs[1:] + base
-            base += len(p_ids)
-        return ids, offsets
+            with ThreadPoolExecutor(min(num_threads, n)) as pool:
+                parts = list(pool.map(work, range(n)))
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        if n:
+            np.cumsum([len(p) for p in parts], out=offsets[1:])
+        ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+        return ids.astype(np.uint32, copy=False), offsets
 
+    def _encode_job(self, texts: list, num_threads: int, table) -> tuple[np.ndarray, np.ndarray]:
+        """A batch as one native job (``_encode.BatchJob``): up to ``num_threads`` threads (one
+        per ``_BATCH_THREAD_BYTES`` of text) take documents one at a time, without the GIL, and the
+        ids are gathered by one copy. With more than one thread, the warmest idle encoder's cache
+        is shared, read-only, by all of them; each keeps what it merges in a cache of its own,
+        moved into the shared one afterwards (``Encoder.absorb_cache``), so the next call starts
+        warm."""
+        job = _encode.BatchJob(texts, self._pattern_id, table)
+        n_workers = max(1, min(num_threads, job.n_docs, job.n_bytes // _BATCH_THREAD_BYTES))
+        if n_workers <= 1:
+            enc = self._borrow()
+            try:
+                job.run(enc)
+            finally:
+                self._idle.append(enc)
+            return job.collect()
+        import threading
 
-def _batch_runs(texts: list, num_threads: int) -> list[tuple[int, int]]:
-    """Cut a batch into runs of whole texts ``[lo, hi)``: about ``_BATCH_RUN_BYTES`` each, and at
-    least four per thread when the batch is large enough (runs of 256 KiB at least: a smaller batch
-    is faster on one thread, whose encoder has seen it all), so that threads
-    stay evenly busy."""
-    n = len(texts)
-    if n == 0:
-        return []
-    sizes = np.fromiter(map(len, texts), dtype=np.int64, count=n)
-    total = int(sizes.sum())
-    if num_threads <= 1:
-        return [(0, n)]
-    target = max(_BATCH_RUN_BYTES // 4, min(_BATCH_RUN_BYTES, total // (4 * num_threads)))
-    cuts = np.searchsorted(np.cumsum(sizes), np.arange(target, total, target), side="right")
-    bounds = np.unique(np.concatenate([[0], cuts, [n]]))
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        shared = self._borrow_warmest()
+        privates = [self._borrow() for _ in range(n_workers)]
+        reader = shared if shared.cache_info()["entries"] else None
+        errors: list[BaseException] = []
+
+        def work(enc):
+            try:
+                job.run(enc, reader)
+            except BaseException as exc:   # re-raised in the calling thread
+                errors.append(exc)
+        threads = [threading.Thread(target=work, args=(enc,), daemon=True) for enc in privates[1:]]
+        try:
+            for t in threads:
+                t.start()
+            work(privates[0])
+        finally:
+            for t in threads:
+                t.join()
+            for enc in privates:
+                shared.absorb_cache(enc)
+            self._idle.extend(privates)
+            self._idle.append(shared)       # last: the next one-thread call takes the warm one
+        if errors:
+            raise errors[0]
+        return job.collect()
 
 
 def _special_table(special_bytes: Sequence[bytes], ids: Sequence[int]) -> "_encode.SpecialTable | None":
@@ -847,15 +878,16 @@ class EncoderSpec:
         self.pattern_id = pattern_id
         self.tokenizer = tokenizer
         self._encoder = None
-        self._pool = None           # lend_from: the tokenizer's idle encoders and rank table
+        self._pool = None           # lend_from: the tokenizer's idle encoders, rank table, singles
         self._rank_table = None
+        self._singles = None
 
     def lend_from(self, tok: "Tokenizer", n: int = 1) -> None:
         """Take encoders from ``tok``'s idle ones (warm caches; ``n`` of them made about as warm as
         the warmest, ``Tokenizer._warm_encoders``) and give them back on :meth:`release`, in this
         process (a pickled spec does not carry them)."""
         if self.tokenizer is None:
-            self._pool, self._rank_table = tok._idle, tok._table
+            self._pool, self._rank_table, self._singles = tok._idle, tok._table, tok._singles
             if n > 1:
                 tok._warm_encoders(n)
 
@@ -866,12 +898,12 @@ class EncoderSpec:
         self._encoder = None
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k not in ("_encoder", "_pool", "_rank_table")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_encoder", "_pool", "_rank_table", "_singles")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._encoder = None
-        self._pool = self._rank_table = None
+        self._pool = self._rank_table = self._singles = None
 
     def __copy__(self):
         """A spec of its own for another thread: the same lender, no encoder yet."""
@@ -890,7 +922,7 @@ class EncoderSpec:
                 self._encoder = self._pool.pop()        # a lent, warm encoder
             except (AttributeError, IndexError):
                 table = self._rank_table if self._rank_table is not None else _encode.RankTable(*self.rank_arrays)
-                self._encoder = _encode.Encoder(table)
+                self._encoder = _encode.Encoder(table, singles=self._singles)
             self._table = _special_table(self.special_bytes, self.special_ids)
         yield from _iter_encode_native(self._encoder, buf, start, end, self.pattern_id, self._table)
 

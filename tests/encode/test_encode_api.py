@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from bpe_core import reference
 from bpe_core.encode import _encode
-from bpe_core.encode.tokenizer import Tokenizer, _batch_runs
+from bpe_core.encode.tokenizer import Tokenizer
 from encode_helpers import EOT, SETTINGS, gpt2_tiktoken, gpt2_tokenizer, small_model
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
@@ -208,17 +208,16 @@ def test_batches_equal_encode_of_each(texts, threads):
         [tok.encode_ordinary(t) for t in texts]
 
 
-def test_batches_of_many_runs_on_threads(monkeypatch):
-    """Small runs (so the batch is cut into many) give the same ids on any thread count, for str,
-    bytes, surrogate-escaped text and a custom pattern."""
+def test_batches_on_many_threads(monkeypatch):
+    """A thread per byte (so every thread count runs), the same ids for str, bytes,
+    surrogate-escaped text and a custom pattern."""
     from bpe_core.encode import tokenizer as tokenizer_mod
 
-    monkeypatch.setattr(tokenizer_mod, "_BATCH_RUN_BYTES", 64)
+    monkeypatch.setattr(tokenizer_mod, "_BATCH_THREAD_BYTES", 1)
     tok = gpt2_tokenizer()
     texts = [f"doc {i} é{'x' * (i % 37)} <|endoftext|> {i * 7919}" for i in range(300)]
     texts += [b"bytes \xff\xfe doc", "esc \udcff\udce2", "", bytearray(b"ba"), "ünïcödé " * 50]
     expected = [tok.encode(t) for t in texts]
-    assert len(_batch_runs(texts, 4)) > 8
     for threads in (1, 2, 4):
         assert tok.encode_batch(texts, threads) == expected
         ids, offsets = tok.encode_batch_flat(texts, threads)
@@ -227,14 +226,6 @@ def test_batches_of_many_runs_on_threads(monkeypatch):
     assert custom.encode_batch(texts[:20], 2) == [custom.encode(t) for t in texts[:20]]
     assert tok.encode_batch([]) == [] and tok.encode_batch_flat([])[1].tolist() == [0]
     assert tok.encode_batch(t for t in texts[:3]) == expected[:3]
-
-
-def test_batch_runs_cover_the_batch_in_order():
-    texts = ["a" * n for n in (0, 5, 100, 3, 70_000, 1, 200_000, 0)]
-    for threads in (1, 2, 8):
-        runs = _batch_runs(texts, threads)
-        assert runs[0][0] == 0 and runs[-1][1] == len(texts)
-        assert all(a < b for a, b in runs) and all(r[1] == s[0] for r, s in zip(runs, runs[1:]))
 
 
 def test_stage_aware_batches_and_specials(tmp_path):

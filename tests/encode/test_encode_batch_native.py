@@ -1,0 +1,173 @@
+"""The native batch (``_encode.BatchJob`` behind ``encode_batch`` / ``encode_batch_flat``): the ids of
+every text are ``encode(text)``'s (and tiktoken's on GPT-2) for any batch shape and thread count, with
+or without a shared read-only cache, and the caches the threads fill are kept for the next call."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bpe_core.encode import _encode
+from bpe_core.encode import tokenizer as tokenizer_mod
+from bpe_core.encode.tokenizer import Tokenizer
+from encode_helpers import EOT, SETTINGS, fixture_text, gpt2_tiktoken, small_model
+
+PIECES = ["<|endoftext|>", "<|endoftext|><|endoftext|>", "<|", " ", "  ", "\n", "\n\n", "a", "é", "'s", "1",
+          "123456", "\udcff", "\udce2\udc82", "hello", " world", "\t", "ünï", "😀"]
+DOC = st.lists(st.sampled_from(PIECES) | st.text(st.characters(blacklist_categories=("Cs",)), max_size=20),
+               max_size=25).map("".join)
+BATCH = st.lists(DOC | st.binary(max_size=40), max_size=12)
+
+
+def _gpt2():
+    """A GPT-2 tokenizer of this test's own (the tests change its idle encoders)."""
+    from encode_helpers import fixture_path
+
+    return Tokenizer.from_files(fixture_path("gpt2_vocab.json"), fixture_path("gpt2_merges.txt"), [EOT])
+
+
+GPT2 = _gpt2()
+
+
+def _split(ids, offsets):
+    return [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+@pytest.fixture
+def every_byte_a_thread(monkeypatch):
+    """A thread per byte of text, so num_threads threads run on the smallest batch."""
+    monkeypatch.setattr(tokenizer_mod, "_BATCH_THREAD_BYTES", 1)
+
+
+@SETTINGS
+@given(BATCH, st.integers(1, 9), st.sampled_from(["all", set(), {"<|endoftext|>"}]))
+def test_any_batch_any_threads_equals_encode(texts, threads, allowed):
+    saved = tokenizer_mod._BATCH_THREAD_BYTES
+    tokenizer_mod._BATCH_THREAD_BYTES = 1
+    try:
+        expected = [GPT2.encode(t, allowed_special=allowed) for t in texts]
+        assert GPT2.encode_batch(texts, threads, allowed_special=allowed) == expected
+        ids, offsets = GPT2.encode_batch_flat(texts, threads, allowed_special=allowed)
+        assert ids.dtype == np.uint32 and offsets.dtype == np.int64 and len(offsets) == len(texts) + 1
+        assert _split(ids, offsets) == expected
+        assert GPT2.encode_ordinary_batch(texts, threads) == [GPT2.encode_ordinary(t) for t in texts]
+    finally:
+        tokenizer_mod._BATCH_THREAD_BYTES = saved
+
+
+@SETTINGS
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=60), max_size=10), st.integers(1, 6))
+def test_batches_match_tiktoken(texts, threads):
+    saved = tokenizer_mod._BATCH_THREAD_BYTES
+    tokenizer_mod._BATCH_THREAD_BYTES = 1
+    try:
+        assert GPT2.encode_batch(texts, threads) == gpt2_tiktoken().encode_batch(texts, allowed_special="all")
+    finally:
+        tokenizer_mod._BATCH_THREAD_BYTES = saved
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_batch_shapes(every_byte_a_thread, threads):
+    tok = _gpt2()
+    text = fixture_text("tinystories_sample.txt")
+    docs = [d for d in text.split(EOT) if d]
+    huge = (fixture_text("corpus.en") + EOT) * 3 + "x" * 20_000           # specials inside, a long piece
+    shapes = [[], [""], ["", "", ""], ["one text"], docs[:1], docs[:threads - 1] or ["a"],
+              docs, [huge, "", huge[:1000]], [EOT] * 5, [huge[:77] for _ in range(40)]]
+    tt = gpt2_tiktoken()
+    for texts in shapes:
+        expected = tt.encode_batch(texts, allowed_special="all")
+        assert tok.encode_batch(texts, threads) == expected
+        ids, offsets = tok.encode_batch_flat(texts, threads)
+        assert _split(ids, offsets) == expected and offsets[0] == 0 and offsets[-1] == len(ids)
+
+
+def test_threads_share_the_warmest_cache_and_keep_what_they_learn(every_byte_a_thread):
+    tok = _gpt2()
+    docs = [d for d in fixture_text("tinystories_sample.txt").split(EOT) if d]
+    want = gpt2_tiktoken().encode_batch(docs, allowed_special="all")
+    assert tok.encode_batch(docs, 3) == want          # cold: 3 private caches, then one shared
+    entries = [e.cache_info()["entries"] for e in tok._idle]
+    assert len(tok._idle) == 4 and entries[:3] == [0, 0, 0] and entries[3] > 0   # the warm one last
+    warm = tok._idle[-1]
+    misses = sum(e.cache_info()["misses"] + e.cache_info()["single_hits"] for e in tok._idle)
+    assert tok.encode_batch(docs, 3) == want          # warm: every piece is found in the shared cache
+    assert sum(e.cache_info()["misses"] + e.cache_info()["single_hits"] for e in tok._idle) == misses
+    assert tok._idle[-1] is warm and [e.cache_info()["entries"] for e in tok._idle[:3]] == [0, 0, 0]
+    assert tok.encode(docs[0]) == want[0]             # a one-thread call takes the warm encoder
+    assert tok._idle[-1] is warm
+
+
+def test_a_warm_shared_cache_beside_new_text_gives_the_same_ids(every_byte_a_thread):
+    tok = _gpt2()
+    tok.encode(fixture_text("german.txt"))            # warm on other text
+    docs = [d for d in fixture_text("corpus.en").split("\n\n") if d]
+    assert tok.encode_batch(docs, 4) == gpt2_tiktoken().encode_batch(docs, allowed_special="all")
+
+
+def test_absorb_cache_keeps_ids_exact():
+    vocab, merges, specials = small_model()
+    tok = Tokenizer(vocab, merges, specials)
+    a, b = tok._new_encoder(), tok._new_encoder()
+    text = fixture_text("corpus.en").encode()
+    first, second = text[: len(text) // 2], text[len(text) // 2:]
+    b.encode_text(first, 0, len(first), tok._pattern_id)
+    a.encode_text(second, 0, len(second), tok._pattern_id)
+    n_a, n_b = a.cache_info()["entries"], b.cache_info()["entries"]
+    a.absorb_cache(b)
+    assert b.cache_info()["entries"] == 0 and n_a < a.cache_info()["entries"] <= n_a + n_b
+    misses = a.cache_info()["misses"] + a.cache_info()["single_hits"]
+    ids, _, _ = a.encode_text(text, 0, len(text), tok._pattern_id)
+    assert ids.tolist() == tok.encode(text)
+    assert a.cache_info()["misses"] + a.cache_info()["single_hits"] == misses   # all of it cached
+    with pytest.raises(ValueError, match="one rank table"):
+        a.absorb_cache(GPT2._new_encoder())
+
+
+def test_batch_job_contract():
+    t = GPT2._table
+    job = _encode.BatchJob(["a b", b"c"], 0)
+    with pytest.raises(RuntimeError, match="before every document"):
+        job.collect()
+    with pytest.raises(ValueError, match="one rank table"):
+        job.run(GPT2._new_encoder(), Tokenizer({i: bytes([i]) for i in range(256)}, [])._new_encoder())
+    job.run(_encode.Encoder(t))
+    ids, offsets = job.collect()
+    assert _split(ids, offsets) == [GPT2.encode("a b"), GPT2.encode("c")]
+    with pytest.raises(ValueError, match="pattern id"):
+        _encode.BatchJob([], 7)
+    ids, offsets = _encode.BatchJob([], 0).collect()
+    assert ids.size == 0 and offsets.tolist() == [0]
+
+
+def test_custom_pattern_and_stage_free_paths_still_batch():
+    custom = Tokenizer(GPT2.vocab, GPT2.merges, [EOT], pattern=r"\S+|\s+")
+    texts = ["a  b" + EOT, "", "ccc dd"]
+    assert custom.encode_batch(texts, 2) == [custom.encode(t) for t in texts]
+    ids, offsets = custom.encode_batch_flat(texts, 2)
+    assert _split(ids, offsets) == [custom.encode(t) for t in texts]
+
+
+def test_concurrent_batches_on_one_tokenizer(every_byte_a_thread):
+    """Python threads that each run batches (and one-thread calls) on one tokenizer at once: every
+    encoder is borrowed by one job at a time, so the ids stay exact."""
+    import threading
+
+    tok = _gpt2()
+    docs = [d for d in fixture_text("tinystories_sample.txt").split(EOT) if d]
+    want = gpt2_tiktoken().encode_batch(docs, allowed_special="all")
+    failures = []
+
+    def work(k):
+        for _ in range(3):
+            if tok.encode_batch(docs[k:] + docs[:k], 3) != want[k:] + want[:k]:
+                failures.append(k)
+            if tok.encode(docs[k]) != want[k]:
+                failures.append(-k)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
