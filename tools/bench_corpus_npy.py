@@ -2,7 +2,7 @@
 """Corpus file -> ``.npy``: this checkout against others, interleaved, in CPU-seconds, same bytes.
 
     python tools/bench_corpus_npy.py CORPUS --tokenizer DIR --root . /path/to/old/checkout
-        [--runs 3] [--workers 2] [--memory-limit 400M] [--cgroup 400M] [--work DIR] [--keep]
+        [--runs 3] [--workers 2] [--memory-limit 400M] [--cgroup 400M] [--work DIR] [--keep] [--doc-index]
 
 Each run is ``tools/encode_corpus.py`` of one checkout (``PYTHONPATH`` = that checkout, built in
 place) in a process of its own, the checkouts taking turns; with ``--cgroup BYTES`` inside a
@@ -44,6 +44,9 @@ def one_run(root: str, args, tag: str) -> dict:
     cmd = [sys.executable, os.path.join(root, "tools", "encode_corpus.py"), args.corpus, "--tokenizer",
            args.tokenizer, "--out", out, "--workers", str(args.workers), "--memory-limit", args.memory_limit,
            "--report", report, "--no-progress"]
+    idx = os.path.join(args.work, f"idx-{tag}.npy")
+    if args.doc_index:
+        cmd += ["--doc-index", idx]
     if args.cgroup:
         cmd = ["bash", args.in_cgroup, str(parse_bytes(args.cgroup))] + cmd
     env = dict(os.environ, PYTHONPATH=os.path.abspath(root))
@@ -62,10 +65,13 @@ def one_run(root: str, args, tag: str) -> dict:
            "peak_anon_mib": rep["memory"].get("peak_anon_bytes", 0) / 2**20,
            "peak_rss_mib": rep["memory"].get("peak_rss_bytes", 0) / 2**20,
            "spilled_mib": rep["memory"].get("spilled_ids_bytes", 0) / 2**20,
-           "cgroup_peak_mib": int(m.group(1)) if m else None, "sha256": sha256(out), "n_tokens": rep["n_tokens"],
+           "cgroup_peak_mib": int(m.group(1)) if m else None, "n_tokens": rep["n_tokens"],
+           "sha256": sha256(out) + (sha256(idx) if args.doc_index else ""),
            "workers": rep["num_workers"], "chunk_bytes": rep["plan"]["chunk_bytes"]}
     if not args.keep:
         os.unlink(out)
+        if args.doc_index:
+            os.unlink(idx)
     os.unlink(report)
     return res
 
@@ -88,6 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--in-cgroup", default=IN_CGROUP)
     ap.add_argument("--work", default=".")
     ap.add_argument("--keep", action="store_true", help="keep the .npy outputs")
+    ap.add_argument("--doc-index", action="store_true", help="also write (and compare) the document index")
     args = ap.parse_args(argv)
     runs: dict[str, list] = {r: [] for r in args.root}
     for k in range(args.runs):
@@ -102,16 +109,18 @@ def main(argv=None) -> int:
     print(f"corpus {args.corpus} ({size:.0f} MB), {args.workers} workers, --memory-limit {args.memory_limit}"
           + (f", cgroup {args.cgroup}" if args.cgroup else "") + f"; {args.runs} runs interleaved, medians; "
           f"load average {os.getloadavg()[0]:.1f}; outputs identical: {'yes' if len(shas) == 1 else 'NO'}")
-    print("| checkout | wall s | CPU s | MB/CPU-s | MB/s | assemble s | spilled MiB | peak anon MiB | cgroup peak MiB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| checkout | wall s | CPU s | MB/CPU-s | MB/s | cut s | assemble s | spilled MiB | peak anon MiB | cgroup peak MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     base = None
     for root, rs in runs.items():
         med = {k: statistics.median(r[k] for r in rs) for k in ("wall", "cpu", "mb_per_cpu_s", "mb_per_s", "assemble",
                                                                   "spilled_mib", "peak_anon_mib")}
+        med["cut"] = statistics.median(r["phases"].get("cut", 0.0) for r in rs)
         cg = [r["cgroup_peak_mib"] for r in rs if r["cgroup_peak_mib"] is not None]
         base = base or med
         print(f"| {root} | {med['wall']:.1f} | {med['cpu']:.1f} | {med['mb_per_cpu_s']:.1f} "
-              f"({med['mb_per_cpu_s'] / base['mb_per_cpu_s']:.2f}x) | {med['mb_per_s']:.1f} | {med['assemble']:.3f} | "
+              f"({med['mb_per_cpu_s'] / base['mb_per_cpu_s']:.2f}x) | {med['mb_per_s']:.1f} | {med['cut']:.3f} | "
+              f"{med['assemble']:.3f} | "
               f"{med['spilled_mib']:.0f} | {med['peak_anon_mib']:.0f} | {max(cg) if cg else '-'} |")
     return 0 if len(shas) == 1 else 1
 

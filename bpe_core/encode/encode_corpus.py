@@ -108,12 +108,13 @@ class _ChunkEncoder:
     (``ids_out.OrderedIds``: straight in while the chunk is the head, else held or spilled)."""
 
     def __init__(self, spec, output: OrderedIds, dtype: np.dtype, token_lengths: np.ndarray,
-                 want_doc_starts: bool = False, verify: bool = False, decode=None):
+                 want_doc_starts: bool = False, verify: bool = False, decode=None, sep_id=None):
         self.spec = spec
         self.output = output
         self.dtype = dtype
         self.token_lengths = token_lengths
         self.want_doc_starts = want_doc_starts
+        self.sep_id = sep_id
         self.verify = verify
         self.decode = decode
         self._local = threading.local()
@@ -122,7 +123,8 @@ class _ChunkEncoder:
     def __call__(self, task: tuple) -> tuple:
         """Encode one block into the output; returns ``(index, n_ids, n_bytes, begins_item,
         n_items, source, doc_starts)`` (``doc_starts``: the id offsets, within the block, where a
-        document given by ``Block.doc_ends`` starts; None unless asked for).
+        document given by ``Block.doc_ends`` starts (``want_doc_starts``), or where the separator
+        id stands (``sep_id``: a document starts after each); None unless asked for).
 
         Conservation: the ids of the block must stand for exactly its bytes (the sum of their token
         lengths), checked block by block as they are put.
@@ -144,6 +146,7 @@ class _ChunkEncoder:
         n_ids = n_bytes = 0
         head: list = []
         starts = [] if self.want_doc_starts and (block.doc_ends is not None or block.begins_item) else None
+        seps = [] if self.sep_id is not None else None
         for a, b in ranges:
             if starts is not None:
                 starts.append(n_ids)
@@ -153,11 +156,15 @@ class _ChunkEncoder:
                 if self.verify and n_ids < VERIFY_IDS:
                     head.append(out[:VERIFY_IDS - n_ids])
                 slot.put(out)
+                if seps is not None:
+                    seps.append(np.flatnonzero(ids == self.sep_id) + n_ids)
                 n_ids += len(ids)
         check_total(f"bytes of {block.label} (bytes the ids stand for vs bytes read)", n_bytes, len(buf))
         if self.verify:
             _verify_block(head, self.dtype, buf, self.decode, block.label, n_ids)
         doc_starts = np.asarray(starts, np.int64) if starts is not None else None
+        if seps is not None:
+            doc_starts = np.concatenate(seps).astype(np.int64) if seps else np.zeros(0, np.int64)
         return index, n_ids, n_bytes, block.begins_item, block.n_items, block.source, doc_starts
 
     def close(self) -> None:
@@ -519,7 +526,8 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                             lambda i: _spill_path(spill_dir, i))
         encoder = _ChunkEncoder(spec, output, dtype, _token_lengths(tok),
                                 want_doc_starts=doc_index is not None and not sep,
-                                verify=verify and not single_plain, decode=tok.decode_bytes)
+                                verify=verify and not single_plain, decode=tok.decode_bytes,
+                                sep_id=sep_id if doc_index is not None and sep else None)
         room = the_plan.memory_limit - the_plan.per_worker_bytes
         per_source = [0] * len(sources)
 
@@ -657,9 +665,23 @@ def _token_lengths(tok: Tokenizer) -> np.ndarray:
 
 def _write_doc_index(tmp: str, outputs: list[str], results: list, counts: list[int], sep_id, n_items: int) -> int:
     """The ``int64`` start offset of every document in the id array: 0 and after every separator id
-    (with a separator), or every item's first id (without). Returns the number of documents."""
+    (with a separator), or every item's first id (without). Returns the number of documents.
+
+    ``results``: ``(n_ids, lead, doc_starts)`` per chunk, ``counts`` its ids in the output (its
+    separator before it included). With a separator, ``doc_starts`` are the positions of the
+    separator id in the chunk's ids when the workers found them (``encode_corpus``); else (None)
+    the outputs are read back for them.
+    """
     if n_items == 0:
         starts_all = [np.zeros(0, np.int64)]
+    elif sep_id is not None and results and all(r[2] is not None for r in results):
+        starts_all = [np.zeros(1, np.int64)]
+        base = 0
+        for (n_ids, lead, seps), n in zip(results, counts):
+            if lead:
+                starts_all.append(np.array([base + 1], np.int64))
+            starts_all.append(seps + (base + lead + 1))
+            base += n
     elif sep_id is not None:
         starts_all = [np.zeros(1, np.int64)]
         base = 0
