@@ -85,6 +85,35 @@ def test_writer_puts_ids_and_copies_in_order(tmp_path_factory, pieces, shard_tok
     assert got == ids and all(p[0] in w.temps for p in pairs)
 
 
+@pytest.mark.parametrize("fails_after", [0, 1, 2])
+def test_spill_copy_falls_back_to_read_and_write(tmp_path, monkeypatch, fails_after):
+    """Without ``copy_file_range`` (EXDEV, ENOSYS), from the start or after part of a spill was
+    copied, the copy goes on by read and write from where it stopped."""
+    import errno
+
+    real, calls = os.copy_file_range, [0]
+
+    def flaky(src, dst, count, *a):
+        calls[0] += 1
+        if calls[0] > fails_after:
+            raise OSError(errno.EXDEV, "cross-device")
+        return real(src, dst, min(count, 6), *a)
+
+    monkeypatch.setattr(ids_out.os, "copy_file_range", flaky)
+    ids = np.arange(1000, dtype=np.uint16)
+    ids.tofile(tmp_path / "spill")
+    w = ids_out.IdsWriter(str(tmp_path / "ids.npy"), np.dtype(np.uint16), 300,
+                          shard_names=lambda k: str(tmp_path / f"s{k}.npy"))
+    w.write(ids[:7])
+    fd = os.open(tmp_path / "spill", os.O_RDONLY)
+    os.lseek(fd, 14, os.SEEK_SET)
+    w.copy(fd, ids.nbytes - 14)
+    os.close(fd)
+    pairs, sizes = w.finish()
+    assert sizes == [300, 300, 300, 100] and calls[0] > fails_after
+    assert np.concatenate([np.load(t) for t, _ in pairs]).tolist() == ids.tolist()
+
+
 @st.composite
 def schedules(draw):
     """Chunks (ids in pieces, begins an item, items) and a schedule of workers and the consumer."""
