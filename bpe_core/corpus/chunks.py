@@ -68,17 +68,25 @@ def _special_cut(buf, start: int, stop: int, rx: "re.Pattern[bytes]", maxlen: in
     return None
 
 
-def _newline_cut(buf, start: int, stop: int) -> int | None:
-    """The first safe cut inside a document at or after ``start``: after a safe newline, or before
-    the space between two letters."""
+def _newline_cut(buf, start: int, stop: int, newline_from: int | None = None, endpos: int | None = None) -> int | None:
+    """The first safe cut inside a document at or after ``start`` (and before ``stop``): after a safe
+    newline, or before the space between two letters.
+
+    Safe newlines are searched from ``newline_from`` (default ``start - 1``: a newline cut exactly
+    at ``start`` is not taken, as ``first_safe_cut`` has always done; ``start - 2`` takes it), spaces
+    from ``start - 1``, up to ``endpos`` (default ``stop``: the lookahead sees no byte at or past
+    it, so a cut in the last two bytes before ``stop`` can be missed; a windowed search passes the
+    end of what it read instead).
+    """
+    endpos = stop if endpos is None else endpos
     cands = []
-    m = _SAFE_NEWLINE.search(buf, max(0, start - 1), stop)
+    m = _SAFE_NEWLINE.search(buf, max(0, start - 1 if newline_from is None else newline_from), endpos)
     if m is not None:
         cands.append(m.start() + 2)
-    m = _SAFE_SPACE.search(buf, max(0, start - 1), stop)
+    m = _SAFE_SPACE.search(buf, max(0, start - 1), endpos)
     if m is not None:
         cands.append(m.end())
-    cands = [c for c in cands if c >= start]
+    cands = [c for c in cands if start <= c < stop]
     return min(cands) if cands else None
 
 
@@ -160,9 +168,22 @@ def cut_points(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes] =
     return _cuts(read, n, chunk_bytes, special_tokens, pattern, inside_documents)
 
 
+#: The first window the cut search reads after each target offset; it doubles while no safe cut is
+#: found in it (a long document without a safe point), so a cut costs a small read, not a chunk.
+CUT_WINDOW = 1 << 16
+
+
 def _cuts(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes], pattern: str | None,
-          inside_documents: bool) -> list[int]:
-    """The cut offsets of ``n`` bytes, where ``read(a, b)`` gives bytes ``[a, b)`` (a buffer)."""
+          inside_documents: bool, window: int = CUT_WINDOW) -> list[int]:
+    """The cut offsets of ``n`` bytes, where ``read(a, b)`` gives bytes ``[a, b)`` (a buffer).
+
+    Each cut is ``first_safe_cut(whole, target, n)`` of the whole content (``target``: the last cut
+    plus ``chunk_bytes``), found by reading windows ``[lo, hi)`` after the target, ``window`` bytes
+    first, doubling: a window holds the bytes that decide every cut in it (``maxlen + 2`` before
+    ``lo``, ``maxlen + 2`` after ``hi``), and a later window takes the cuts at its very start that
+    the match before it left out, so the result does not depend on ``window``
+    (``tests/corpus/test_cut_windows.py``).
+    """
     if chunk_bytes <= 0:
         raise ValueError("chunk_bytes must be positive")
     if n == 0:
@@ -172,30 +193,33 @@ def _cuts(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes], patte
     newline_ok = inside_documents and pattern in SAFE_CUT_PATTERNS
     cuts = [0]
     target = chunk_bytes
-    # Search windows grow so a long document does not cost a rescan per chunk.
     while target < n:
-        window = max(chunk_bytes, 1 << 16)
+        size = max(1, window)
         cut = None
         lo = target
         while cut is None and lo < n:
-            hi = min(n, lo + window)
-            # The bytes that decide a cut in [lo, hi): maxlen before (is a special start covered by
-            # an earlier one?) and maxlen + 1 after (the rest of a special token, the lookahead).
-            base = max(0, lo - maxlen - 1)
-            buf = read(base, min(n, hi + maxlen + 2))
+            hi = min(n, lo + size)
+            # The bytes that decide a cut in [lo, hi): maxlen + 2 before (is a special start covered
+            # by an earlier one? the byte before a newline) and maxlen + 2 after (the rest of a
+            # special token, the lookahead of a newline or a space).
+            base = max(0, lo - maxlen - 2)
+            top = min(n, hi + maxlen + 2)
+            buf = read(base, top)
             cands = []
             if rx is not None:
                 c = _special_cut(buf, lo - base, hi - base, rx, maxlen)
                 if c is not None:
                     cands.append(c + base)
             if newline_ok:
-                c = _newline_cut(buf, lo - base, hi - base)
+                # the first window searches newlines as first_safe_cut does (from lo - 1); a later one
+                # from lo - 2, so a newline cut at its very start (a match begun before it) counts
+                c = _newline_cut(buf, lo - base, hi - base, lo - base - (1 if lo == target else 2), top - base)
                 if c is not None and c + base < n:
                     cands.append(c + base)
             if cands:
                 cut = min(cands)
             lo = hi
-            window *= 2
+            size *= 2
         if cut is None or cut >= n:
             break
         if cut > cuts[-1]:

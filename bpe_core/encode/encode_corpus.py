@@ -13,25 +13,32 @@ Pipeline (see ``docs/encoding.md`` and ``docs/memory.md``); each step is a ``mem
 3. **encode.** Worker threads (``workers.run_ordered``; the encoder's core runs without the GIL)
    read their chunk with ``pread``, encode it in blocks of about 1 MiB with an encoder of their own
    (its own pretoken cache, one shared rank table; the tokenizer's idle encoders are lent first and
-   given back at the end, caches warm) and append the ids to a spill file of that
-   chunk. At most ``2 * workers`` chunks are in flight; a ``memmon.MemoryMonitor`` samples the RSS
-   and, while it is within one worker's share of the budget, no new chunk is handed out until an
-   earlier one is done. No worker processes: nothing re-imports the caller's script, and a signal
-   or an error stops the run within one chunk's time.
-4. **assemble.** Once the total is known, the ``.npy`` is created with
-   ``np.lib.format.open_memmap`` in a temp file beside the output and the spill files are copied
-   into it in chunk order. The result is identical for any worker count and chunk size. Peak disk
-   use is about twice the output size (spill files + output).
+   given back at the end, caches warm) and put the ids into the output through ``ids_out.OrderedIds``:
+   the chunk whose turn it is (every chunk before it done) writes straight into the ``.npy``'s temp
+   file beside the output (a 128-byte placeholder header first); a chunk that waits for its turn
+   holds its ids in memory up to :func:`_hold_bytes` and spills the rest to a file of its own,
+   copied in (``copy_file_range``) when its turn comes. At most ``2 * workers`` chunks are in
+   flight; a ``memmon.MemoryMonitor`` samples the RSS and, while it is within one worker's share of
+   the budget, no new chunk is handed out until an earlier one is done. No worker processes:
+   nothing re-imports the caller's script, and a signal or an error stops the run within one
+   chunk's time.
+4. **assemble.** Once the total is known, the real ``.npy`` header (the bytes
+   ``np.lib.format.open_memmap`` writes) replaces the placeholder. The result is identical for any
+   worker count, chunk size and hold bound. Peak disk use is about the output size (plus the
+   spills of the chunks waiting for their turn).
 5. **verify** (optional): a sample of chunks is decoded back and compared with the input.
-6. **write.** fsync, then the temp file is renamed onto the output: a run that is killed leaves no
-   file at the output path (only a hidden temp file and spill folder beside it, which the next run
-   removes). The ids and their document index, or the shards, the index and the manifest, are
-   published as one set (``runtime.atomic.publish_files``; shards get names of their own
-   generation, so the older set stays whole until the manifest's rename).
+6. **write.** One fsync of each file, then the temp file is renamed onto the output: a run that is
+   killed leaves no file at the output path (only hidden temp files and a spill folder beside it,
+   which the next run removes; shard temp files carry the output's temp prefix too). The ids and
+   their document index, or the shards, the index and the manifest, are published as one set
+   (``runtime.atomic.publish_files``; shards get names of their own generation, so the older set
+   stays whole until the manifest's rename).
 
 Conservation is checked at run time: the ids of each chunk stand for exactly its bytes (the sum of
-their token lengths), every byte of the input is encoded once, and the tokens written equal the sum
-over chunks; a mismatch raises ``workers.InternalError`` and nothing is written.
+their token lengths), every byte of the input is encoded once, each chunk's ids in the output are
+the ids its worker encoded, the tokens written equal the sum over chunks, and every output file
+holds its header and exactly the ids written to it; a mismatch raises ``workers.InternalError``
+and nothing is published.
 
 ``uint16`` is used when every id fits (vocab <= 65,536), else ``uint32``.
 """
@@ -70,6 +77,7 @@ from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import check_mode, make_progress
 from ..runtime.workers import FileStamp, check_total, run_ordered
 from . import _encode
+from .ids_out import IdsWriter, OrderedIds
 from .tokenizer import Tokenizer
 
 MiB = 1 << 20
@@ -96,34 +104,39 @@ def _spill_path(spill_dir: str, index: int) -> str:
 
 class _ChunkEncoder:
     """Encodes blocks on worker threads: one encoder per thread (each has its own pretoken cache),
-    one shared read-only rank table."""
+    one shared read-only rank table. The ids go to the output through ``output``
+    (``ids_out.OrderedIds``: straight in while the chunk is the head, else held or spilled)."""
 
-    def __init__(self, spec, spill_dir: str, dtype: np.dtype, token_lengths: np.ndarray,
-                 want_doc_starts: bool = False, verify: bool = False, decode=None):
+    def __init__(self, spec, output: OrderedIds, dtype: np.dtype, token_lengths: np.ndarray,
+                 want_doc_starts: bool = False, verify: bool = False, decode=None, sep_id=None):
         self.spec = spec
-        self.spill_dir = spill_dir
+        self.output = output
         self.dtype = dtype
         self.token_lengths = token_lengths
         self.want_doc_starts = want_doc_starts
+        self.sep_id = sep_id
         self.verify = verify
         self.decode = decode
         self._local = threading.local()
         self._specs: list = []              # each thread's spec, so close() can give back lent encoders
 
     def __call__(self, task: tuple) -> tuple:
-        """Encode one block into its spill file; returns ``(index, n_ids, n_bytes, begins_item,
+        """Encode one block into the output; returns ``(index, n_ids, n_bytes, begins_item,
         n_items, source, doc_starts)`` (``doc_starts``: the id offsets, within the block, where a
-        document given by ``Block.doc_ends`` starts; None unless asked for).
+        document given by ``Block.doc_ends`` starts (``want_doc_starts``), or where the separator
+        id stands (``sep_id``: a document starts after each); None unless asked for).
 
         Conservation: the ids of the block must stand for exactly its bytes (the sum of their token
-        lengths), checked block by block as they are written.
+        lengths), checked block by block as they are put.
         """
         index, piece = task
         spec = getattr(self._local, "spec", None)
         if spec is None:
             spec = self._local.spec = copy.copy(self.spec)     # its own encoder, built on first use
             self._specs.append(spec)
+        slot = self.output.open(index)
         block: Block = load(piece)
+        slot.start(block.begins_item)
         buf = block.data
         if block.doc_ends is None:
             ranges = [(0, len(buf))]
@@ -131,19 +144,27 @@ class _ChunkEncoder:
             ends = np.asarray(block.doc_ends).tolist()
             ranges = list(zip([0] + ends[:-1], ends))
         n_ids = n_bytes = 0
+        head: list = []
         starts = [] if self.want_doc_starts and (block.doc_ends is not None or block.begins_item) else None
-        with open(_spill_path(self.spill_dir, index), "wb") as out:
-            for a, b in ranges:
-                if starts is not None:
-                    starts.append(n_ids)
-                for ids in spec.iter_encode(buf, a, b) if b > a else ():
-                    n_bytes += _bytes_of(self.token_lengths, ids)
-                    ids.astype(self.dtype, copy=False).tofile(out)
-                    n_ids += len(ids)
+        seps = [] if self.sep_id is not None else None
+        for a, b in ranges:
+            if starts is not None:
+                starts.append(n_ids)
+            for ids in spec.iter_encode(buf, a, b) if b > a else ():
+                n_bytes += _bytes_of(self.token_lengths, ids)
+                out = ids.astype(self.dtype, copy=False)
+                if self.verify and n_ids < VERIFY_IDS:
+                    head.append(out[:VERIFY_IDS - n_ids])
+                slot.put(out)
+                if seps is not None:
+                    seps.append(np.flatnonzero(ids == self.sep_id) + n_ids)
+                n_ids += len(ids)
         check_total(f"bytes of {block.label} (bytes the ids stand for vs bytes read)", n_bytes, len(buf))
         if self.verify:
-            _verify_block(_spill_path(self.spill_dir, index), self.dtype, buf, self.decode, block.label)
+            _verify_block(head, self.dtype, buf, self.decode, block.label, n_ids)
         doc_starts = np.asarray(starts, np.int64) if starts is not None else None
+        if seps is not None:
+            doc_starts = np.concatenate(seps).astype(np.int64) if seps else np.zeros(0, np.int64)
         return index, n_ids, n_bytes, block.begins_item, block.n_items, block.source, doc_starts
 
     def close(self) -> None:
@@ -153,12 +174,27 @@ class _ChunkEncoder:
         self._local = threading.local()      # the other encoders and their caches go now
 
 
-def _verify_block(spill: str, dtype: np.dtype, buf, decode, label: str, max_ids: int = 1 << 20) -> None:
-    """Decode the first ids of a block back and compare them with its bytes."""
-    ids = np.fromfile(spill, dtype=dtype, count=max_ids)
+def _verify_block(head: list, dtype: np.dtype, buf, decode, label: str, n_ids: int) -> None:
+    """Decode the first ids of a block (``head``, up to ``VERIFY_IDS``) back and compare them with its bytes."""
+    ids = np.concatenate(head) if head else np.zeros(0, dtype)
     got = decode(ids)
-    if bytes(buf[:len(got)]) != got or (len(ids) < max_ids and len(got) != len(buf)):
+    if bytes(buf[:len(got)]) != got or (n_ids <= VERIFY_IDS and len(got) != len(buf)):
         raise VerifyError(f"{label}: ids do not decode back to the input")
+
+
+def _hold_bytes(chunk_bytes: int, max_in_flight: int) -> int:
+    """The bytes of ids a chunk that is not the head keeps in memory before it spills.
+
+    The plan gives the parent ``ENCODE_WINDOW_CHUNKS`` chunks for the cutting window, which the
+    encode phase of a plain file does not use (the cuts are made before it); one chunk of it is
+    shared by the at most ``max_in_flight`` chunks in flight. A chunk's ids take about half its
+    bytes (``uint16``, ~4 bytes a token) and a chunk that waits for its turn was usually half
+    encoded when the one before it finished, so most chunks spill nothing.
+
+    >>> _hold_bytes(64 << 20, 4) >> 20
+    16
+    """
+    return max(0, chunk_bytes // max(1, max_in_flight))
 
 
 # ==== Assemble ===============================================================================
@@ -465,7 +501,7 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
     commits: list = []
     bar = _progress(size if not any(s.kind == "iterator" or s.is_stdin for s in sources) else None, progress)
     monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
-    encoder = None
+    encoder = writer = output = None
     try:
         # made inside the try: a signal after it (the monitor's start takes a while) removes it
         spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
@@ -480,22 +516,32 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         spec = tok._encoder_spec()
         if hasattr(spec, "lend_from"):      # the workers use the tokenizer's warm encoders, then give them back
             spec.lend_from(tok, workers)
-        encoder = _ChunkEncoder(spec, spill_dir, dtype, _token_lengths(tok),
+        # The ids go straight into the output's temp file(s), in chunk order (ids_out).
+        generation = _next_generation(out_path) if shard_tokens is not None else None
+        writer = IdsWriter(out_path, dtype, shard_tokens, temps=temps,
+                           shard_names=lambda k: shard_paths(out_path, k + 1, generation)[k])
+        in_flight = 2 * workers
+        sep_bytes = np.array([sep_id], dtype=dtype).tobytes() if sep else None
+        output = OrderedIds(writer, sep_bytes, _hold_bytes(the_plan.chunk_bytes, in_flight),
+                            lambda i: _spill_path(spill_dir, i))
+        encoder = _ChunkEncoder(spec, output, dtype, _token_lengths(tok),
                                 want_doc_starts=doc_index is not None and not sep,
-                                verify=verify and not single_plain, decode=tok.decode_bytes)
+                                verify=verify and not single_plain, decode=tok.decode_bytes,
+                                sep_id=sep_id if doc_index is not None and sep else None)
         room = the_plan.memory_limit - the_plan.per_worker_bytes
         per_source = [0] * len(sources)
 
         def consume(result: tuple) -> None:
             i, n_ids, n_bytes, begins, n_items, source, starts = result
             lead = bool(sep) and begins and items[0] > 0       # the separator between two items
+            check_total(f"separators before chunk {i} (written vs expected)", output.done(i, n_items), lead)
             items[0] += n_items
             per_source[source] += n_bytes
             results.append((n_ids, lead, starts))
             bar.update(n_bytes)
 
         tasks = enumerate(iter_tasks(sources, opts, max(1, (workers + 1) // 2), shards=shards))
-        held = run_ordered(encoder, tasks, workers, consume, max_in_flight=2 * workers,
+        held = run_ordered(encoder, tasks, workers, consume, max_in_flight=in_flight,
                            may_submit=lambda n: monitor.sample() < room)
         encoder.close()
         for src in sources:
@@ -515,14 +561,12 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         total = sum(counts)
         n_bytes = sum(per_source) + len(sep) * sum(leads)
         enter("assemble")
-        outputs, sizes = _output_layout(out_path, total, shard_tokens)
-        tmps = []
-        for path in outputs:
-            tmp, _ = atomic_path(path)
-            temps.append(tmp)
-            tmps.append(tmp)
-            commits.append((tmp, path))
-        _assemble(tmps, sizes, spill_dir, counts, leads, dtype, sep_id)
+        # Conservation: tokens written = the sum over chunks (and the files hold what was written).
+        check_total("tokens written (output vs the sum over chunks)", writer.written // dtype.itemsize, total)
+        pairs, sizes = writer.finish()        # the real headers
+        commits.extend(pairs)
+        outputs = [final for _, final in pairs]
+        tmps = [tmp for tmp, _ in pairs]
         n_docs = None
         if doc_index is not None:
             tmp, _ = atomic_path(doc_index)
@@ -542,6 +586,8 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                             temps, commits)
         _publish(out_path, commits, shard_tokens, outputs)     # shards and index first, the manifest last
     except BaseException as exc:
+        if writer is not None:
+            writer.close()
         for tmp in temps:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -554,13 +600,16 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         bar.close()
         if encoder is not None:
             encoder.close()
+        if output is not None:
+            output.close()
         if spill_dir is not None:
             shutil.rmtree(spill_dir, ignore_errors=True)
         monitor.stop()
     t_end = time.perf_counter()
     seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
                for k, (name, t) in enumerate(marks)}
-    memory = dict(monitor.summary(), held_back_chunks=held)
+    memory = dict(monitor.summary(), held_back_chunks=held, max_held_ids_bytes=output.max_held,
+                  spilled_ids_bytes=output.spilled)
     scheduler.warn_exceeded(memory, "encoding")       # the measured peak above the budget: one line
     return EncodeResult(out_path, total, n_bytes, dtype.name, t_end - t0, workers, len(results), verified,
                         plan=the_plan.to_dict(), memory=memory, phase_seconds=seconds,
@@ -614,85 +663,25 @@ def _token_lengths(tok: Tokenizer) -> np.ndarray:
     return np.fromiter((0 if b is None else len(b) for b in decoder), dtype=np.int64, count=len(decoder))
 
 
-class _ShardWriter:
-    """Writes ids across one or more ``.npy`` files of known sizes, in order."""
-
-    def __init__(self, paths: list[str], sizes: list[int], dtype: np.dtype):
-        self.paths, self.sizes, self.dtype = paths, sizes, dtype
-        self.k = -1
-        self.left = 0
-        self.f = None
-        self.written = 0
-        self.offsets = []
-        for path, n in zip(paths, sizes):
-            arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
-            self.offsets.append(arr.offset)
-            del arr
-
-    def _next(self) -> None:
-        self._close()
-        self.k += 1
-        self.f = open(self.paths[self.k], "r+b")
-        self.f.seek(self.offsets[self.k])
-        self.left = self.sizes[self.k] * self.dtype.itemsize
-
-    def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while len(view):
-            while self.left == 0:
-                self._next()
-            n = min(self.left, len(view))
-            self.f.write(view[:n])
-            self.left -= n
-            self.written += n
-            view = view[n:]
-
-    def _close(self) -> None:
-        if self.f is not None:
-            self.f.flush()
-            os.fsync(self.f.fileno())
-            self.f.close()
-            self.f = None
-
-    def close(self) -> None:
-        self._close()
-
-
-def _assemble(tmps: list[str], sizes: list[int], spill_dir: str, counts: list[int], leads: list[bool],
-              dtype: np.dtype, sep_id) -> None:
-    """Create the ``.npy`` file(s) (headers via ``open_memmap``), then copy the spill files in order,
-    with the separator id before a chunk that starts an item after another.
-
-    The data is written through plain files rather than the memmap so the written pages do not
-    count in this process's RSS.
-    """
-    total = sum(counts)
-    writer = _ShardWriter(tmps, sizes, dtype)
-    sep = np.array([sep_id if sep_id is not None else 0], dtype=dtype).tobytes()
-    try:
-        for i, n in enumerate(counts):
-            if leads[i]:
-                writer.write(sep)
-            path = _spill_path(spill_dir, i)
-            with open(path, "rb") as f:
-                while True:
-                    data = f.read(COPY_BYTES)
-                    if not data:
-                        break
-                    writer.write(data)
-            os.unlink(path)
-    finally:
-        writer.close()
-    # Conservation: tokens written = the sum over chunks.
-    check_total("tokens written (output files vs the sum over chunks)", writer.written // dtype.itemsize, total)
-    check_total("tokens written (output files vs their sizes)", writer.written // dtype.itemsize, sum(sizes))
-
-
 def _write_doc_index(tmp: str, outputs: list[str], results: list, counts: list[int], sep_id, n_items: int) -> int:
     """The ``int64`` start offset of every document in the id array: 0 and after every separator id
-    (with a separator), or every item's first id (without). Returns the number of documents."""
+    (with a separator), or every item's first id (without). Returns the number of documents.
+
+    ``results``: ``(n_ids, lead, doc_starts)`` per chunk, ``counts`` its ids in the output (its
+    separator before it included). With a separator, ``doc_starts`` are the positions of the
+    separator id in the chunk's ids when the workers found them (``encode_corpus``); else (None)
+    the outputs are read back for them.
+    """
     if n_items == 0:
         starts_all = [np.zeros(0, np.int64)]
+    elif sep_id is not None and results and all(r[2] is not None for r in results):
+        starts_all = [np.zeros(1, np.int64)]
+        base = 0
+        for (n_ids, lead, seps), n in zip(results, counts):
+            if lead:
+                starts_all.append(np.array([base + 1], np.int64))
+            starts_all.append(seps + (base + lead + 1))
+            base += n
     elif sep_id is not None:
         starts_all = [np.zeros(1, np.int64)]
         base = 0

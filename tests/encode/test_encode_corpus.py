@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from paths import TOOLS
+import contextlib
 import importlib
 import os
 import random
@@ -251,7 +252,8 @@ def test_cli_report_has_plan_and_peak(tmp_path, tok_dir, capsys):
 def test_kill_9_leaves_no_output_file(tmp_path):
     """``kill -9`` in the middle of a run: nothing at the ``--out`` path (the temp file and spill
     folder are hidden names beside it). A custom pattern (the slower ``regex`` path) and 2 KB chunks
-    make a 3 MB run last about a second; the kill comes once the first spill file exists."""
+    make a 3 MB run last about a second; the kill comes once the output's temp file holds ids (one
+    worker writes them straight in)."""
     import signal
     import subprocess
     import time
@@ -272,9 +274,10 @@ def test_kill_9_leaves_no_output_file(tmp_path):
     deadline = time.monotonic() + 8
     try:
         while time.monotonic() < deadline and proc.poll() is None:
-            spills = [p for p in tmp_path.iterdir() if p.name.startswith(".ids.npy.spill-")]
-            if spills and any(spills[0].iterdir()):
-                break
+            temps = [p for p in tmp_path.iterdir() if p.name.startswith(".ids.npy.tmp-")]
+            with contextlib.suppress(OSError):
+                if temps and temps[0].stat().st_size > 4096:
+                    break
             time.sleep(0.002)
     finally:
         proc.send_signal(signal.SIGKILL)
