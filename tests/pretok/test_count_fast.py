@@ -183,3 +183,75 @@ def test_count_corpus_equals_counter(small_corpus, tmp_path_factory, data, worke
     if threshold == 0:
         assert report["spilled_runs"] > 0
     assert os.listdir(spill_dir) == []
+
+
+# ==== Memory: what the budget counts for a counting worker =========================================
+
+#: The short table's worst moment per distinct word: doubling at 3/4 full holds the old slots and
+#: the new (32 B / 0.75 + 2 * 32 B / 0.75); the end (slots at 3/8 full + a 32-byte key) is below it.
+WORST_BYTES_PER_WORD = 128
+
+# Run in a fresh interpreter, the input read from a file in one piece: in the test process, memory
+# freed by earlier work would be reused unseen.
+MEASURE = """
+import sys, numpy as np
+from bpe_core.pretok.pretokenize import count_pretokens
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+data = np.fromfile(sys.argv[1], dtype=np.uint8)
+count_pretokens(data[:4096], np.array([[0, 4096]]), "gpt2")  # first-call allocations
+open("/proc/self/clear_refs", "w").write("5")  # the peak starts again from the resident size
+base = status("VmRSS")
+table = count_pretokens(data, np.array([[0, len(data)]]), "gpt2")
+print(status("VmHWM") - base, len(table[2]))
+"""
+
+
+def _letters(i: int) -> bytes:
+    out = b""
+    while True:
+        out += bytes([97 + i % 26])
+        i //= 26
+        if i == 0:
+            return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+@pytest.mark.parametrize("kind", ["zipf", "distinct"])
+def test_count_memory_fits_the_budget_model(kind, tmp_path):
+    """The peak resident memory ``count_pretokens`` adds beyond its input (its tables, keys and the
+    sorted table it returns). On Zipf-like words (no more distinct ones than ``runtime.budget``
+    assumes natural text has) it stays within what the budget charges a counting worker beyond
+    its chunk: ``0.25 * chunk`` (scan buffers) + the front cache + the estimated distinct words
+    times ``CHUNK_TABLE_BYTES_PER_WORD``. On text where every word is new (more distinct words than
+    the estimate, which the budget cannot foresee) it stays within the structure's worst case per
+    distinct word."""
+    import subprocess
+    import sys
+
+    from bpe_core.runtime import budget
+
+    rng = np.random.default_rng(11)
+    if kind == "zipf":
+        vocab = [b" " + _letters(i) for i in range(40_000)]
+        ranks = np.minimum(rng.zipf(1.2, 1_500_000), len(vocab)) - 1
+        data = b"".join(vocab[i] for i in ranks.tolist())
+    else:
+        data = b"".join(b" " + _letters(i) for i in range(300_000))
+    path = tmp_path / "text.txt"
+    path.write_bytes(data)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(path)], cwd=root, capture_output=True,
+                         text=True, check=True).stdout.split()
+    peak, n_words = int(out[0]), int(out[1])
+    estimate = budget.unique_pretokens_estimate(len(data))
+    fixed = 0.25 * len(data) + budget.COUNT_FRONT_BYTES
+    if kind == "zipf":
+        assert n_words <= estimate
+        allowed = fixed + estimate * budget.CHUNK_TABLE_BYTES_PER_WORD
+    else:
+        assert n_words > estimate
+        allowed = fixed + n_words * WORST_BYTES_PER_WORD
+    assert peak <= allowed, (kind, len(data), n_words, estimate, peak, allowed)
