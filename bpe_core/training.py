@@ -38,8 +38,6 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Optional, Sequence
 
-import numpy as np
-
 from . import methods  # noqa: F401  (registers the methods)
 from .config import TrainConfig
 from .corpus import encode_specials
@@ -324,11 +322,11 @@ def count(inputs: Inputs, run: Run, executor: Any, monitor: MemoryMonitor) -> Co
                              memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
                              spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
                              spill_dir=config.spill_dir, check_words=_stop_when_unfit(run),
-                             read_options=_read_options(config), record=record)
+                             read_options=_read_options(config), record=record, plain=method.plain_tables)
         recorded = record or None
     size = report["input_bytes"] = report["corpus_bytes"]
     report["unique_pretokens"] = table.n_words
-    report["pretokens"] = int(table.counts.sum())
+    report["pretokens"] = table.n_pretokens
     return Counts(table, size, config, recorded)
 
 
@@ -371,9 +369,9 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
     if config.min_pretoken_count > 1:
         table = table.at_least(config.min_pretoken_count)
         report["unique_pretokens_kept"] = table.n_words
-    n_symbols = int(table.arena.size)
+    n_symbols = len(table.arena)
     if run.method.drops_single_byte_words:     # they hold no pair: the engine drops them
-        n_symbols -= int(np.count_nonzero(np.diff(table.offsets) == 1))
+        n_symbols -= table.one_byte_words
     merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols)
     report["merge_plan"] = {k: merge_plan.to_dict()[k] for k in
                             ("merge_bytes", "merge_file_bytes", "merge_mapped", "unique_pretokens",
@@ -386,6 +384,8 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         table = table.to_files(config.spill_dir or tempfile.gettempdir(),
                                drop_singletons=run.method.drops_single_byte_words)
         report["seconds"]["map_words"] = round(time.perf_counter() - tm, 3)
+    if not run.method.plain_tables:            # a small run's array.array table, as numpy views
+        table = table.as_numpy()
     extras: dict[str, Any] = {}
     if counts.recorded:
         extras["recorded"] = counts.recorded

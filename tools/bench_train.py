@@ -155,6 +155,9 @@ def measure(tool, path, vocab_size, workers, interval=0.05, checkout=None) -> di
 
 # bpe_core imports its trainer lazily: import the module that trains (it needs numpy and the kernels)
 TOOL_MODULES = {"bpe_core": "bpe_core.training", "hf": "tokenizers", "rustbpe": "rustbpe"}
+#: what a tool needs besides its module (bpe_core imports numpy only when a run needs it: any run
+#: larger than one chunk)
+TOOL_DEPENDENCIES = {"bpe_core": ["numpy"]}
 
 
 # ==== Small runs: the fixed costs of a whole process =========================================
@@ -303,12 +306,13 @@ def small_run(args, p) -> int:
 
 
 def missing(tool: str) -> str | None:
-    """Why ``tool`` cannot run here (its module does not import), or None when it can."""
-    try:
-        __import__(TOOL_MODULES[tool])
-        return None
-    except ImportError as exc:
-        return f"{TOOL_MODULES[tool]} does not import ({exc})"
+    """Why ``tool`` cannot run here (its module or a dependency does not import), or None when it can."""
+    for module in [*TOOL_DEPENDENCIES.get(tool, []), TOOL_MODULES[tool]]:
+        try:
+            __import__(module)
+        except ImportError as exc:
+            return f"{module} does not import ({exc})"
+    return None
 
 
 def main(argv=None) -> int:

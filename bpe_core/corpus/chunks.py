@@ -17,11 +17,13 @@ A user-supplied regex gets cut at document edges only.
 """
 from __future__ import annotations
 
+import array
+import itertools
 import os
 import re
 from typing import Sequence
 
-import numpy as np
+from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
 from ..runtime.workers import FileStamp, read_range
 from .specials import specials_regex
@@ -214,11 +216,17 @@ def text_spans(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> np
     return split_spans(buf, start, end, special_tokens)[0]
 
 
-def split_spans(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> tuple[np.ndarray, int]:
+def split_spans(buf, start: int, end: int, special_tokens: Sequence[bytes],
+                numpy: bool = True) -> tuple[np.ndarray | array.array, int]:
     """``text_spans`` and the number of special-token occurrences, in one scan.
+
+    Not ``numpy``: the spans are a flat int64 ``array.array`` (start, end, start, end, ...): no
+    numpy imported (a small run, ``pretok.counting``).
 
     >>> spans, n = split_spans(b"<|e|>ab<|e|><|e|>c", 0, 18, [b"<|e|>"]); spans.tolist(), n
     ([[5, 7], [17, 18]], 3)
+    >>> split_spans(b"<|e|>ab<|e|><|e|>c", 0, 18, [b"<|e|>"], numpy=False)[0].tolist()
+    [5, 7, 17, 18]
     """
     rx = specials_regex(list(special_tokens))
     spans = []
@@ -232,6 +240,8 @@ def split_spans(buf, start: int, end: int, special_tokens: Sequence[bytes]) -> t
             pos = m.end()
     if end > pos:
         spans.append((pos, end))
+    if not numpy:
+        return array.array("q", itertools.chain.from_iterable(spans)), n_specials
     return np.asarray(spans, dtype=np.int64).reshape(-1, 2), n_specials
 
 

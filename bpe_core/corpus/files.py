@@ -14,7 +14,7 @@ import os
 import stat
 import warnings
 
-import numpy as np
+from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
 from ..errors import BinaryInputWarning, CorpusError
 

@@ -23,7 +23,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Optional, Union
 
-import numpy as np
+from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
 from ..errors import BinaryInputWarning, CorpusError, InputChanged, MissingDependency
 from ..runtime.workers import FileStamp, read_range
@@ -108,8 +108,10 @@ def source_stamp(source: Union[str, os.PathLike]) -> Stamp:
     return UrlStamp.of(source) if is_url(source) else FileStamp.of(source)
 
 
-def read_source(source: str, start: int, end: int, stamp: Optional[Stamp] = None) -> np.ndarray:
-    """Bytes ``[start, end)`` of a local file or a URL as a fresh ``uint8`` array.
+def read_source(source: str, start: int, end: int, stamp: Optional[Stamp] = None,
+                numpy: bool = True) -> np.ndarray | bytearray:
+    """Bytes ``[start, end)`` of a local file or a URL as a fresh ``uint8`` array (a ``bytearray``
+    when not ``numpy``).
 
     Raises:
         InputChanged: fewer bytes than asked for, or the stamp no longer matches.
@@ -120,12 +122,12 @@ def read_source(source: str, start: int, end: int, stamp: Optional[Stamp] = None
     """
     if not is_url(source):
         try:
-            return read_range(source, start, end, stamp)
+            return read_range(source, start, end, stamp, numpy=numpy)
         except FileNotFoundError:
             raise CorpusError(source, f"no such file on this machine ({_host()}): on a cluster, the input must "
                                       f"be on a filesystem every worker sees at the same path, or a URL") from None
     if end <= start:
-        return np.zeros(0, np.uint8)
+        return np.zeros(0, np.uint8) if numpy else bytearray()
     fs, path = url_fs(source)
     try:
         data = fs.cat_file(path, start=start, end=end)
@@ -136,7 +138,7 @@ def read_source(source: str, start: int, end: int, stamp: Optional[Stamp] = None
                                    f"{end - start:,}; nothing was written")
     if stamp is not None:
         stamp.check()
-    return np.frombuffer(data, dtype=np.uint8).copy()
+    return np.frombuffer(data, dtype=np.uint8).copy() if numpy else bytearray(data)
 
 
 def _host() -> str:

@@ -47,7 +47,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
-import numpy as np
+from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
 from ..errors import CorpusError
 from .chunks import cut_points, first_safe_cut
@@ -192,8 +192,9 @@ def input_shards(source: Source, opts: ReadOptions) -> list[InputShard]:
     if source.kind == "jsonl":
         return [JsonlRangeShard(source, opts, s, e)
                 for s, e in _line_ranges(source.name, opts.chunk_bytes, source.stamp)]
-    # the cuts of chunks.file_chunks, through whichever filesystem holds the file
-    cuts = cut_points(functools.partial(read_source, source.name, stamp=source.stamp), source.size,
+    # the cuts of chunks.file_chunks, through whichever filesystem holds the file (the windows read
+    # in bytearrays: the cut rules are regex searches, and a small run imports no numpy)
+    cuts = cut_points(functools.partial(read_source, source.name, stamp=source.stamp, numpy=False), source.size,
                       opts.chunk_bytes, opts.special_tokens, opts.pattern, opts.inside_documents)
     return [TextRangeShard(source, opts, s, e) for s, e in zip(cuts[:-1], cuts[1:]) if e > s]
 
@@ -207,8 +208,9 @@ class TextRangeShard(InputShard):
         super().__init__(source, opts)
         self.start, self.end = start, end
 
-    def read(self) -> Block:
-        data = read_source(self.source.name, self.start, self.end, self.source.stamp)
+    def read(self, numpy: bool = True) -> Block:
+        """The block; its data a ``bytearray`` when not ``numpy`` (``read_source``)."""
+        data = read_source(self.source.name, self.start, self.end, self.source.stamp, numpy=numpy)
         first = self.start == 0
         return Block(data, None, first, int(first), self.source.index,
                      f"{self.source.name}[{self.start}:{self.end}]")

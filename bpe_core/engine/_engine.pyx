@@ -64,11 +64,19 @@ from libc.string cimport memcmp, memcpy
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 
+import array as _array
 import gc as _gc
 import os
 import tempfile
 
-import numpy as np
+from cpython cimport array
+
+from bpe_core.runtime.lazy import np  # numpy on first use (a small run never imports it)
+
+# Templates of the ``array.array`` memory of an engine built from ``array.array`` symbols (a small
+# run: no numpy imported): uint8, uint32.
+cdef array.array _U8 = _array.array("B")
+cdef array.array _U32 = _array.array("I")
 
 from bpe_core.runtime.memmon import prefault
 from bpe_core.engine._typedefs cimport (count_t, pack_pair, pair_id_t, pair_key_t, pair_left, pair_right,

@@ -141,6 +141,7 @@ cdef class MergeEngine:
     cdef uint32_t byte_rank[256]       # ... a byte's HF rank (the rank of a later token is its id)
     cdef public object mapped_bytes
     cdef public object fill_passes
+    cdef readonly bint plain           # built from array.array symbols: array.array memory, no numpy
 
     def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
                  int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
@@ -151,7 +152,13 @@ cdef class MergeEngine:
         cdef const uint8_t[::1] sym8
         cdef const token_id_t[::1] sym32
         cdef token_id_t[::1] given
-        is_bytes = getattr(symbols, "dtype", None) == np.uint8 or isinstance(symbols, (bytes, bytearray))
+        cdef WordRec* recs
+        # symbols in an array.array (a small run's table): the engine's own arrays are array.array
+        # too, and numpy is never imported
+        self.plain = isinstance(symbols, _array.array)
+        dtype = None if self.plain else getattr(symbols, "dtype", None)
+        is_bytes = (isinstance(symbols, (bytes, bytearray)) or (self.plain and symbols.typecode == "B")
+                    or (dtype is not None and dtype == np.uint8))
         if is_bytes:
             sym8 = symbols
             n_sym = sym8.shape[0]
@@ -222,11 +229,18 @@ cdef class MergeEngine:
             if offsets[w + 1] > offsets[w]:
                 self.cells[offsets[w + 1] - 1] |= END_BIT
         # 2. word records (end, count) and the block index
-        rec_dtype = np.dtype([("count", "<i8"), ("end", "<u4")])
-        assert rec_dtype.itemsize == WORD_RECORD_BYTES
-
         nbytes = n_words * WORD_RECORD_BYTES
-        if folder is not None and nbytes >= map_threshold:
+        map_words = folder is not None and nbytes >= map_threshold
+        rec_dtype = None if self.plain and not map_words else np.dtype([("count", "<i8"), ("end", "<u4")])
+        if rec_dtype is None:          # plain: the records written here, in an array.array's memory
+            arr = prefault(array.clone(_U8, nbytes, False))
+            recs = <WordRec*>(<array.array>arr).data.as_voidptr
+            for w in range(n_words):
+                recs[w].count = counts[w]
+                recs[w].end = <uint32_t>offsets[w + 1]
+            self._wrec_arr = arr
+        elif map_words:
+            assert rec_dtype.itemsize == WORD_RECORD_BYTES
             out = _SpillFile(folder, "words")
             try:
                 for lo in range(0, n_words, 1 << 22):
@@ -241,13 +255,14 @@ cdef class MergeEngine:
                 raise
             self.mapped_bytes += nbytes
         else:
+            assert rec_dtype.itemsize == WORD_RECORD_BYTES
             arr = prefault(np.empty(n_words, dtype=rec_dtype))
             arr["count"] = np.asarray(counts)
             arr["end"] = np.asarray(offsets[1:])
             self._wrec_arr = arr
         cdef const uint8_t[::1] wview
         if n_words > 0:
-            wview = self._wrec_arr.view(np.uint8)
+            wview = self._wrec_arr if rec_dtype is None else self._wrec_arr.view(np.uint8)
             self.wrec = <const WordRec*>&wview[0]
         else:
             self.wrec = NULL
@@ -797,7 +812,8 @@ cdef class MergeEngine:
             del buf
             self.mapped_bytes += total * 4
         else:
-            self._base_arr = prefault(np.empty(total, dtype=np.uint32))
+            self._base_arr = prefault(array.clone(_U32, total, False) if self.plain else
+                                      np.empty(total, dtype=np.uint32))
             if total > 0:
                 bview = self._base_arr
                 fill.assign(n_base, 0)
@@ -1413,7 +1429,8 @@ cdef class MergeEngine:
             bint compact=False):
         """Do up to ``n_merges`` merges; return the list of ``(left_id, right_id, new_id)``, or with
         ``compact`` a uint32 array of shape ``(n, 3)`` holding them (12 bytes a merge instead of a
-        tuple and three ints, ~100 bytes).
+        tuple and three ints, ~100 bytes); a flat ``array.array("I")`` of ``3 n`` items when the
+        engine was built from ``array.array`` symbols (``plain``: a small run, no numpy).
 
         It stops early when no pair is left or (``min_count``) the best pair counts less.
 
@@ -1457,6 +1474,11 @@ cdef class MergeEngine:
         if progress is not None:
             progress(done)
         cdef token_id_t[:, ::1] view
+        if compact and self.plain:
+            arr = array.clone(_U32, done * 3, False)
+            if done:
+                memcpy((<array.array>arr).data.as_voidptr, flat.data(), done * 3 * sizeof(token_id_t))
+            return arr
         if compact:
             arr = np.empty((done, 3), dtype=np.uint32)
             if done:
@@ -1616,7 +1638,9 @@ cdef class MergeEngine:
             "shares": shares,
             "words_in_ram": 0 if self.mapped_bytes and isinstance(self._wrec_arr, np.memmap) else
                             self.n_words * WORD_RECORD_BYTES,
-            "positions_in_ram": 0 if isinstance(self._base_arr, np.memmap) else int(self.base_start[self.n_base]) * 4,
+            "positions_in_ram": 0 if (not isinstance(self._base_arr, _array.array)
+                                      and isinstance(self._base_arr, np.memmap)) else
+                                int(self.base_start[self.n_base]) * 4,
             "mapped": int(self.mapped_bytes),
         }
         out["anon"] = (out["cells"] + out["block_index"] + out["pairs"] + out["pair_map"] + out["lists"]

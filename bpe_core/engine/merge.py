@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional, Sequence
 
-import numpy as np
+from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
 from ..corpus.specials import encode_specials
 from ..pretok.wordtable import WordTable
@@ -103,6 +103,7 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
                    fill_buffer_bytes=fill_buffer_bytes, tie_break=tie_break)
     init_steps: list = []
     if init_merges:
+        table = table.as_numpy()          # (--init-from replays merges with numpy)
         replay = replay_merges(table.arena, table.offsets, init_merges)
         engine = MergeEngine(replay.symbols, replay.offsets, table.counts, replay.tokens, **mapping)
         init_steps = replay.steps
@@ -121,8 +122,10 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
             last[0] = done
 
     phase("merge loop")
-    # the merges as a (n, 3) uint32 array of (left, right, new) ids: no tuple per merge
+    # the merges as a (n, 3) uint32 array of (left, right, new) ids: no tuple per merge (flat, in an
+    # array.array, from a small run's table: see MergeEngine.plain)
     steps = engine.run(n_merges, allowed=allowed, progress=tick if bar is not None else None, compact=True)
+    steps = steps if engine.plain else steps.reshape(-1)
     if bar is not None:
         bar.close()
     t2 = time.perf_counter()
@@ -135,12 +138,12 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
         vocab[len(vocab)] = s
     n_steps = len(init_steps) + len(steps)
     token = tokens.__getitem__
-    lefts = [s[0] for s in init_steps] + steps[:, 0].tolist()
-    rights = [s[1] for s in init_steps] + steps[:, 1].tolist()
+    lefts = [s[0] for s in init_steps] + steps[0::3].tolist()
+    rights = [s[1] for s in init_steps] + steps[1::3].tolist()
     merges: list[tuple[bytes, bytes]] = list(zip(map(token, lefts), map(token, rights)))
     del lefts, rights
     # a merge's token is tokens[new], the bytes left + right (the engine's own object: no copy)
-    news = [s[2] for s in init_steps] + steps[:, 2].tolist()
+    news = [s[2] for s in init_steps] + steps[2::3].tolist()
     vocab.update(zip(range(len(vocab), len(vocab) + n_steps), map(token, news)))
     del steps, news, tokens
     if report is not None:

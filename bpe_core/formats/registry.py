@@ -56,6 +56,8 @@ class Method:
             merge plan counts their symbols out and a mapped table leaves them out.
         supports_init: it can start from an existing BPE model (``TrainConfig.init_from``); its
             ``train`` then gets that model as ``init`` (``methods.init_from.InitModel``).
+        plain_tables: its ``train`` takes a word table of ``array.array`` (a small run's, counted
+            without numpy: ``pretok.wordtable``); others get the table as numpy arrays.
         records_pretokens: its ``train`` can use the row of every pretoken, recorded as the corpus
             is counted (``pretok.counting.count_corpus(record=)``), instead of reading it again; it
             then gets them as ``recorded`` (when the training could record them and
@@ -69,6 +71,7 @@ class Method:
     drops_single_byte_words: bool = False
     supports_init: bool = False
     records_pretokens: bool = False
+    plain_tables: bool = False
 
     def check_config(self, config: "TrainConfig") -> None:
         """Raise ``ValueError`` for options this method cannot run with (called by ``TrainConfig``)."""

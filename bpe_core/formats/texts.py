@@ -4,8 +4,9 @@
 (as its GPT-2 string or its hex) and every merge. The plain way, a Python expression per token and
 per merge, cost more than the training itself on a small run (0.3 s of writing for 0.15 s of
 merges on 1 MB). Here the GPT-2 strings of a block of tokens are one text: all their bytes mapped
-at once through a uint16 table of the 256 GPT-2 characters, a separator after each token, decoded
-as UTF-16 (``_gpt2_joined``; ``merges.txt``'s lines come out whole, space and newline included);
+at once by ``codecs.charmap_decode`` with the 256 GPT-2 characters as its table, a separator after
+each token (a byte value no token of the block holds, decoded as the separator: ``_gpt2_joined``;
+``merges.txt``'s lines come out whole, space and newline included);
 a JSON object's items are one ``str.join`` over a list filled by slice assignments
 (``_interleaved``); ``tokenizer.json``'s merges are ``merges.txt``'s lines (made once) rewritten
 by four ``str.replace`` calls (a GPT-2 string holds neither a space nor a newline, and only ``"``
@@ -83,31 +84,54 @@ def gpt2_name_list(tokens: Iterable[bytes]) -> list[str]:
     return _gpt2_joined(tokens, (0,))[:-1].split("\0")         # (\0 is in no GPT-2 string)
 
 
-@lru_cache(maxsize=None)
-def _code_table():
-    """The GPT-2 characters' code points by byte value, uint16 (all below U+0200: one UTF-16 unit)."""
-    import numpy as np
-
-    return np.array([ord(c) for c in _decoding_table()], dtype=np.uint16)
-
-
 def _gpt2_joined(tokens: list[bytes], seps: tuple[int, ...]) -> str:
     """The GPT-2 strings of ``tokens``, each followed by a separator character (the code points in
-    ``seps``, taken in turn; none of them a GPT-2 character): one text, made by mapping all the
-    bytes at once and decoding them as UTF-16 (no string per token)."""
-    import numpy as np
+    ``seps``, taken in turn; none of them a GPT-2 character): one text, made by one
+    ``codecs.charmap_decode`` of all the bytes (no string per token, no numpy).
 
-    n = len(tokens)
-    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
-    blob = np.frombuffer(b"".join(tokens), dtype=np.uint8)
-    out = np.empty(blob.size + n, dtype="<u2")
-    ends = np.cumsum(lengths + 1) - 1            # where each token's separator goes
-    chars = np.ones(out.size, dtype=bool)
-    chars[ends] = False
-    out[chars] = _code_table()[blob]
-    for j, sep in enumerate(seps):
-        out[ends[j::len(seps)]] = sep
-    return out.tobytes().decode("utf-16-le")
+    The tokens are joined with a mark after each: a byte value that occurs in none of them (one
+    per separator), which the decoding table maps to its separator. A block where fewer byte values
+    are free (the 256 single bytes are in the first block of a vocabulary) decodes token by token.
+
+    >>> _gpt2_joined([b" a", b"b", b"\\n"], (0x20, 0x0A))
+    'Ġa b\\nĊ '
+    """
+    if not tokens:
+        return ""
+    blob = b"".join(tokens)
+    free = _free_byte_values(blob, len(seps))
+    if free is None:
+        names = map(_LEFT, map(codecs.charmap_decode, tokens, itertools.repeat(None),
+                               itertools.repeat(_decoding_table())))
+        return "".join(itertools.chain.from_iterable(zip(names, itertools.cycle(map(chr, seps)))))
+    table = list(_decoding_table())
+    for b, sep in zip(free, seps):
+        table[b] = chr(sep)
+    marks = [bytes((b,)) for b in free]
+    joined = marks[0].join(tokens) + marks[0] if len(marks) == 1 else \
+        b"".join(itertools.chain.from_iterable(zip(tokens, itertools.cycle(marks))))
+    return codecs.charmap_decode(joined, None, "".join(table))[0]
+
+
+def _free_byte_values(blob: bytes, k: int) -> list[int] | None:
+    """``k`` byte values absent from ``blob`` (control bytes first: text rarely holds them), or
+    None when there are fewer than ``k``.
+
+    >>> _free_byte_values(b"abc", 2), _free_byte_values(bytes(range(256)), 1)
+    ([0, 1], None)
+    """
+    free: list[int] = []
+    for b in _MARK_ORDER:
+        if bytes((b,)) not in blob:
+            free.append(b)
+            if len(free) == k:
+                return free
+    return None
+
+
+#: The order in which byte values are tried as marks: those text holds least often first.
+_MARK_ORDER = (*range(0, 9), 11, 12, *range(14, 32), 127, *range(192, 194), *range(245, 256), *range(128, 192),
+               *range(194, 245), 9, 10, 13, *range(32, 127))
 
 
 def _json_object_indent0(entries: dict[str, int]) -> str:

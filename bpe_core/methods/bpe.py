@@ -18,6 +18,7 @@ class BPE(registry.Method):
     rereads_input = False          # one pass: the counted table is all it needs
     drops_single_byte_words = True  # the merge engine drops words of one byte (no pair in them)
     supports_init = True
+    plain_tables = True            # train_words takes a small run's array.array table (no numpy)
 
     def train(self, config, table, plan, progress=False, init=None) -> registry.MethodResult:
         report: dict = {"seconds": {}}

@@ -24,8 +24,15 @@ from libcpp.algorithm cimport sort
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython cimport array
 
-import numpy as np
+import array as _array
+
+from bpe_core.runtime.lazy import np  # numpy on first use (a small run never imports it)
+
+# Templates of the ``array.array`` outputs (``numpy=False``): uint8, int64.
+cdef array.array _U8 = _array.array("B")
+cdef array.array _I64 = _array.array("q")
 
 cdef extern from "_unicode_tables.h" nogil:
     const char* BPE_UT_REGEX_VERSION
@@ -1229,8 +1236,9 @@ cdef extern from *:
     void bpe_store_key16(uint8_t* p, uint64_t k0, uint64_t k1) noexcept nogil
 
 
-cdef object _counter_to_arrays(WordCounter* c):
-    """The words of a drained counter sorted by bytes, copied out as (arena, offsets, counts).
+cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
+    """The words of a drained counter sorted by bytes, copied out as (arena, offsets, counts):
+    numpy arrays, or ``array.array`` (``"B"``, ``"q"``, ``"q"``) when not ``numpy``.
 
     Each word becomes a 32-byte key (its heads byte-swapped, count, length; the short table is
     freed once they are made), the keys are sorted (``bpe_sort_words``: an MSD radix sort on the
@@ -1275,9 +1283,14 @@ cdef object _counter_to_arrays(WordCounter* c):
             status = bpe_sort_words[Entry, EntryLess](keys, n_words, longs, _entry_less)
         if status != 0:
             raise MemoryError("count_pretokens: cannot allocate the sort buffer of the table")
-        arena = np.empty(n_bytes, dtype=np.uint8)
-        offsets = np.empty(n_words + 1, dtype=np.int64)
-        counts = np.empty(n_words, dtype=np.int64)
+        if numpy:
+            arena = np.empty(n_bytes, dtype=np.uint8)
+            offsets = np.empty(n_words + 1, dtype=np.int64)
+            counts = np.empty(n_words, dtype=np.int64)
+        else:
+            arena = array.clone(_U8, n_bytes, False)
+            offsets = array.clone(_I64, n_words + 1, False)
+            counts = array.clone(_I64, n_words, False)
         arena_view = arena
         offsets_view = offsets
         counts_view = counts
@@ -1738,8 +1751,9 @@ def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] s
         free(cache_mem)
 
 
-cdef object _table_to_arrays(CountTable* t, bint presorted=False):
-    """Sort the entries by bytes (unless ``presorted``) and copy them out as (arena, offsets, counts).
+cdef object _table_to_arrays(CountTable* t, bint presorted=False, bint numpy=True):
+    """Sort the entries by bytes (unless ``presorted``) and copy them out as (arena, offsets, counts):
+    numpy arrays, or ``array.array`` (``"B"``, ``"q"``, ``"q"``) when not ``numpy``.
 
     The sort orders entry numbers by 24-byte keys (``bpe_sort_keys``), then the copy reads the
     entries in that order: the entries themselves are not moved.
@@ -1765,9 +1779,14 @@ cdef object _table_to_arrays(CountTable* t, bint presorted=False):
                 n_bytes += entries[i].length
         if status != 0:
             raise MemoryError("count_pretokens: cannot allocate the sort keys of the table")
-        arena = np.empty(n_bytes, dtype=np.uint8)
-        offsets = np.empty(n_words + 1, dtype=np.int64)
-        counts = np.empty(n_words, dtype=np.int64)
+        if numpy:
+            arena = np.empty(n_bytes, dtype=np.uint8)
+            offsets = np.empty(n_words + 1, dtype=np.int64)
+            counts = np.empty(n_words, dtype=np.int64)
+        else:
+            arena = array.clone(_U8, n_bytes, False)
+            offsets = array.clone(_I64, n_words + 1, False)
+            counts = array.clone(_I64, n_words, False)
         arena_view = arena
         offsets_view = offsets
         counts_view = counts
@@ -1879,7 +1898,7 @@ cdef object _record_to_arrays(CountTable* t, IdBuf* rec):
 
 
 def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id,
-                    bint record=False):
+                    bint record=False, bint numpy=True):
     """Count the pretokens of every ``[start, end)`` span of ``buf``: the sorted word table.
 
     Contract: each row of ``spans`` (int64, shape ``(k, 2)``, C order) is a text range of ``buf``
@@ -1904,11 +1923,16 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
     >>> ids.tolist(), [bytes(a[o[i]:o[i + 1]]) for i in ids]
     ([1, 0, 1], [b'a', b' a', b'a'])
 
+    ``numpy=False`` (not with ``record``): the three tables are ``array.array`` (``"B"``, ``"q"``,
+    ``"q"``) with the same items, and numpy is not imported (a small run, ``pretok.counting``).
+
     Plain equivalent: ``sorted(Counter(p for start, end in spans for p in
     pretokenize(buf[start:end], pattern)).items())``; with ``record``, ``ids`` is
     ``[row[p] for start, end in spans for p in pretokenize(buf[start:end], pattern)]``.
     """
     _check_pattern_id(pattern_id)
+    if record and not numpy:
+        raise ValueError("count_pretokens: record=True returns numpy arrays (numpy=False is not supported)")
     cdef Py_ssize_t n = buf.shape[0], k, start, end, i
     cdef const uint8_t* s = &buf[0] if n > 0 else NULL
     if spans.shape[1] != 2:
@@ -1958,7 +1982,7 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
                 _counter_drain(&counter)
         if status != 0:
             raise MemoryError("count_pretokens: out of memory growing the hash table")
-        return _counter_to_arrays(&counter)
+        return _counter_to_arrays(&counter, numpy)
     finally:
         _table_free(&table)
         _counter_free(&counter)
@@ -2198,3 +2222,72 @@ def word_byte_classes(const uint8_t[::1] arena, const int64_t[::1] offsets):
                 elif 0x21 <= c <= 0x7E:
                     ov[w, 2] += 1
     return out
+
+
+def table_sums(const int64_t[::1] offsets, const int64_t[::1] counts):
+    """The totals of a word table: ``(pretokens, text bytes, one-byte words)``.
+
+    Contract: ``offsets`` (int64, ``n_words + 1``) and ``counts`` (int64, ``n_words``) of a table
+    (``count_pretokens``); any buffer (numpy arrays, ``array.array``). Returns the sum of the
+    counts, the sum of ``len(word) * count`` (the bytes of text the table stands for), and the
+    number of words of one byte.
+
+    >>> table_sums(np.array([0, 1, 3, 6]), np.array([5, 2, 1]))
+    (8, 12, 1)
+
+    Plain equivalent: ``(int(counts.sum()), int(np.dot(np.diff(offsets), counts)),
+    int(np.count_nonzero(np.diff(offsets) == 1)))``.
+    """
+    cdef Py_ssize_t i, n = counts.shape[0]
+    cdef int64_t total = 0, covered = 0, single = 0, length
+    if offsets.shape[0] != n + 1:
+        raise ValueError(f"table_sums: {offsets.shape[0]} offsets for {n} words (n_words + 1 expected)")
+    with nogil:
+        for i in range(n):
+            length = offsets[i + 1] - offsets[i]
+            total += counts[i]
+            covered += length * counts[i]
+            single += length == 1
+    return int(total), int(covered), int(single)
+
+
+def drop_one_byte_words(const uint8_t[::1] arena, const int64_t[::1] offsets, const int64_t[::1] counts):
+    """The table without its words of one byte (they hold no pair), as ``array.array`` (``"B"``,
+    ``"q"``, ``"q"``); None when it has none.
+
+    >>> a, o, c = drop_one_byte_words(b"abcdef", np.array([0, 1, 3, 6]), np.array([5, 2, 1]))
+    >>> bytes(a), o.tolist(), c.tolist()
+    (b'bcdef', [0, 2, 5], [2, 1])
+
+    Plain equivalent: ``pretok.wordtable.WordTable.without_singletons`` (numpy masks).
+    """
+    cdef Py_ssize_t i, n = counts.shape[0], n_keep = 0, n_bytes = 0, k = 0, pos = 0, length
+    if offsets.shape[0] != n + 1:
+        raise ValueError(f"drop_one_byte_words: {offsets.shape[0]} offsets for {n} words")
+    if n and (offsets[0] != 0 or offsets[n] > arena.shape[0]):
+        raise ValueError("drop_one_byte_words: offsets outside the arena")
+    for i in range(n):
+        length = offsets[i + 1] - offsets[i]
+        if length != 1:
+            n_keep += 1
+            n_bytes += length
+    if n_keep == n:
+        return None
+    cdef array.array arena_out = array.clone(_U8, n_bytes, False)
+    cdef array.array offsets_out = array.clone(_I64, n_keep + 1, False)
+    cdef array.array counts_out = array.clone(_I64, n_keep, False)
+    cdef uint8_t* a = arena_out.data.as_uchars
+    cdef int64_t* o = <int64_t*>offsets_out.data.as_voidptr
+    cdef int64_t* c = <int64_t*>counts_out.data.as_voidptr
+    with nogil:
+        o[0] = 0
+        for i in range(n):
+            length = offsets[i + 1] - offsets[i]
+            if length != 1:
+                if length:
+                    memcpy(a + pos, &arena[offsets[i]], length)
+                pos += length
+                c[k] = counts[i]
+                k += 1
+                o[k] = pos
+    return arena_out, offsets_out, counts_out

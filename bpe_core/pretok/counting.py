@@ -8,6 +8,7 @@ across all three), and its totals are checked against what the workers counted.
 """
 from __future__ import annotations
 
+import array
 import copy
 import dataclasses
 import os
@@ -16,16 +17,17 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Union
 
-import numpy as np
+from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
 from ..corpus.readers import BadRecords
 from ..corpus.inputs import Source, expand_inputs
-from ..corpus.shards import Block, ReadOptions, iter_tasks, load, shard_blocks
+from ..corpus.shards import Block, ReadOptions, TextRangeShard, iter_tasks, load, shard_blocks
 from ..runtime.atomic import remove_stale_in
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
 from ..runtime.workers import check_total, read_range, release_free_memory, run_ordered
 from .patterns import pattern_name
+from ._pretok import table_sums
 from .pretokenize import count_pretokens, merge_counts, split_spans
 from .wordtable import WordTable
 
@@ -109,6 +111,30 @@ def _count_chunk(task: tuple) -> ChunkCount:
     n = len(buf)
     return ChunkCount((arena, offsets, counts), n, n_specials, n - text_bytes, int(counts.sum()),
                       block.begins_item, block.n_items, block.source, recorded=recorded)
+
+
+def _count_plain(task: tuple) -> ChunkCount:
+    """Worker: ``_count_chunk`` of a plain file's byte range without numpy (a small run): the bytes
+    in a ``bytearray``, the spans and the table in ``array.array`` (``"B"``, ``"q"``, ``"q"``).
+
+    ``task`` is ``(shard, specials, pattern)``: a ``corpus.shards.TextRangeShard`` and a named pattern.
+    """
+    shard, specials, pattern = task
+    block = shard.read(numpy=False)
+    buf = block.data
+    flat, n_specials = split_spans(buf, 0, len(buf), specials, numpy=False)
+    text_bytes = sum(flat[1::2]) - sum(flat[0::2])
+    if flat:
+        spans = memoryview(flat).cast("B").cast("q", (len(flat) // 2, 2))
+        arena, offsets, counts = count_pretokens(buf, spans, pattern, numpy=False)
+    else:
+        arena, offsets, counts = array.array("B"), array.array("q", [0]), array.array("q")
+    n_pretokens, covered, _ = table_sums(offsets, counts)
+    # Conservation: the pretokens of the text spans cover every byte of them, exactly once.
+    check_total(f"bytes of {block.label} (pretoken bytes vs text bytes)", covered, text_bytes)
+    n = len(buf)
+    return ChunkCount((arena, offsets, counts), n, n_specials, n - text_bytes, n_pretokens,
+                      block.begins_item, block.n_items, block.source)
 
 
 def _count_buffer(buf, label: str, specials, pattern: str) -> ChunkCount:
@@ -398,7 +424,9 @@ def covered_bytes(offsets: np.ndarray, counts: np.ndarray) -> int:
     """Sum over words of ``len(word) * count``: the bytes of text a table stands for."""
     if len(counts) == 0:
         return 0
-    return int(np.dot(np.diff(offsets), counts))
+    if not isinstance(counts, array.array):
+        return int(np.dot(np.diff(offsets), counts))
+    return table_sums(offsets, counts)[1]
 
 
 def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes], pattern: str, num_workers: int,
@@ -407,7 +435,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
                  per_worker_bytes: int = 0, spill_threshold_bytes: Optional[int] = None,
                  spill_dir: Optional[str] = None,
                  check_words: Optional[Callable[[int], None]] = None,
-                 read_options: Optional[ReadOptions] = None, record: Optional[list] = None) -> WordTable:
+                 read_options: Optional[ReadOptions] = None, record: Optional[list] = None,
+                 plain: bool = False) -> WordTable:
     """Count the pretokens of a corpus into one sorted word table.
 
     ``inputs`` is a path (a plain-text file, as before) or a list of ``corpus.inputs.Source``
@@ -436,6 +465,10 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     row of every pretoken in it, its text spans and size): SuperBPE's stage 2 lists its units from
     these instead of pre-tokenizing the file again (``superbpe.units_from_records``). Otherwise the
     list stays empty.
+
+    ``plain``: when the corpus is one byte range of a plain file (a small run) and the pattern a
+    named one, count it without numpy: the table's arrays are then ``array.array``
+    (``pretok.wordtable``), its numbers the same.
     """
     t0 = time.perf_counter()
     sources = expand_inputs(inputs, "text") if isinstance(inputs, (str, os.PathLike)) else list(inputs)
@@ -446,8 +479,13 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     shards = [sh for src in sources for sh in src.shards(opts)]
     recording = (record is not None and len(sources) == 1 and sources[0].plain_text and not sources[0].is_url
                  and pattern_name(pattern) is not None and all(sh.lazy for sh in shards))
-    tasks = ((sh, list(specials), pattern, recording)
-             for sh in iter_tasks(sources, opts, max(1, (num_workers + 1) // 2), shards=shards))
+    # A small run (the whole input one byte range of a plain file) counts without numpy: the table's
+    # arrays are ``array.array`` (``_count_plain``); the numbers are the same.
+    plain = (plain and PLAIN_SMALL_RUNS and not recording and len(shards) == 1
+             and type(shards[0]) is TextRangeShard and pattern_name(pattern) is not None)
+    tasks = ((sh, list(specials), pattern) for sh in shards) if plain else \
+        ((sh, list(specials), pattern, recording)
+         for sh in iter_tasks(sources, opts, max(1, (num_workers + 1) // 2), shards=shards))
     names = ", ".join(s.name for s in sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
     if report is not None:
         report["seconds"]["plan"] = round(report["seconds"].get("plan", 0) + time.perf_counter() - t0, 3)
@@ -466,7 +504,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
 
     def fold(tables: list) -> tuple:
         merged = merge_counts(tables)
-        check_total("pretoken counts after a fold", int(merged[2].sum()), sum(int(t[2].sum()) for t in tables))
+        check_total("pretoken counts after a fold", _n_pretokens(merged), sum(map(_n_pretokens, tables)))
         return merged
 
     def absorb(result: ChunkCount):
@@ -519,7 +557,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
 
     try:
         workers = num_workers if any(not sh.lazy for sh in shards) else min(num_workers, len(shards))
-        run_ordered(_count_chunk, tasks, max(1, workers), absorb, max_in_flight=max(1, workers), may_submit=may_submit)
+        run_ordered(_count_plain if plain else _count_chunk, tasks, max(1, workers), absorb,
+                    max_in_flight=max(1, workers), may_submit=may_submit)
         if bar is not None:
             bar.close()
         for src in sources:
@@ -528,7 +567,10 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         phase("merge counts")
         tm = time.perf_counter()
         runs = spill.runs() + [t for _, t in levels]
-        table = WordTable.from_arrays(merge_counts(runs)) if runs else WordTable.empty()
+        if plain and len(runs) == 1 and isinstance(runs[0][2], array.array):
+            table = WordTable(*runs[0])      # one sorted table, its words unique: merged already
+        else:
+            table = WordTable.from_arrays(merge_counts(runs)) if runs else WordTable.empty()
         merge_seconds += time.perf_counter() - tm
     finally:
         spill.cleanup()
@@ -537,7 +579,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     _check_sources(sources, shards, per_source, items_per_source)
     corpus_size = totals["bytes"] + totals["inserted"] * len(sep)
     check_total("pretokens (sum of the table's counts vs pretokens counted by the workers)",
-                int(table.counts.sum()), totals["pretokens"])
+                table.n_pretokens, totals["pretokens"])
     check_total(f"bytes of {names} (bytes the table covers vs text bytes)",
                 covered_bytes(table.offsets, table.counts), corpus_size - totals["special_bytes"])
     if report is not None:
@@ -579,12 +621,20 @@ def _check_sources(sources: Sequence[Source], shards: list, per_source: list, it
 
 
 FOLD_FANOUT = 4
+#: Count an input that is one byte range of a plain file without numpy (``_count_plain``: a small
+#: run never imports it); the tests turn it off to compare with the numpy path.
+PLAIN_SMALL_RUNS = True
 #: Spill folders are named ``bpe_core-spill-<pid>-*``: a later run removes those of a dead pid.
 SPILL_PREFIX = "bpe_core-spill-"
 
 
 def _table_bytes(table: tuple) -> int:
-    return int(sum(a.nbytes for a in table))
+    return int(sum(memoryview(a).nbytes for a in table))
+
+
+def _n_pretokens(table: tuple) -> int:
+    """The sum of a table's counts (numpy arrays or ``array.array``)."""
+    return int(table[2].sum()) if not isinstance(table[2], array.array) else sum(table[2])
 
 
 class Spill:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence, Tuple, Union
 
-import numpy as np
+from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
 from . import _pretok
 from ._pretok import word_byte_classes, word_char_flags
@@ -37,10 +37,10 @@ __all__ = ["PATTERN_IDS", "pretokenize", "pretoken_ends", "count_pretokens", "me
 PATTERN_IDS = dict(_pretok.PATTERN_IDS)
 
 # (arena uint8, offsets int64 [n_words + 1], counts int64 [n_words]), words sorted by bytes.
-CountArrays = Tuple[np.ndarray, np.ndarray, np.ndarray]
+CountArrays = Tuple["np.ndarray", "np.ndarray", "np.ndarray"]
 # CountArrays + ids (uint32 [n_pretokens]): the row of every pretoken, in text order.
-RecordedArrays = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-BufferLike = Union[bytes, bytearray, memoryview, np.ndarray]
+RecordedArrays = Tuple["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]
+BufferLike = Union[bytes, bytearray, memoryview, "np.ndarray"]
 
 
 # ==== Public ======================================================================================
@@ -106,8 +106,8 @@ def _special_spans(buf: bytes, specials: list[bytes]) -> np.ndarray:
     return np.array([m.span() for m in rx.finditer(buf)], dtype=np.int64).reshape(-1, 2)
 
 
-def split_spans(buf: BufferLike, start: int, end: int,
-                special_tokens: Sequence[bytes]) -> tuple[np.ndarray, int]:
+def split_spans(buf: BufferLike, start: int, end: int, special_tokens: Sequence[bytes],
+                numpy: bool = True) -> tuple[np.ndarray, int]:
     """The text spans of ``buf[start:end]`` between special tokens, and how many special tokens.
 
     The spans are int64 ``(k, 2)`` rows ``[start, end)``, non-empty, in order; the special tokens
@@ -119,11 +119,12 @@ def split_spans(buf: BufferLike, start: int, end: int,
     ([[5, 7], [17, 18]], 3)
 
     Equivalent to ``corpus.chunks.split_spans`` (the ``re`` alternation of the tokens, longest
-    first), which it falls back to for an empty token.
+    first), which it falls back to for an empty token, and when not ``numpy`` (a flat int64
+    ``array.array``, no numpy imported: a small run).
     """
     tokens = sorted(set(bytes(t) for t in special_tokens), key=lambda t: (-len(t), t))
-    if any(len(t) == 0 for t in tokens):
-        return _split_spans_regex(buf, start, end, tokens)
+    if not numpy or any(len(t) == 0 for t in tokens):
+        return _split_spans_regex(buf, start, end, tokens, numpy=numpy)
     view = _as_uint8(buf)
     found = _pretok.special_spans(view, start, end, tokens)
     n = len(found)
@@ -152,7 +153,7 @@ def pretoken_ends(buf: BufferLike, pattern: str = "gpt2") -> np.ndarray:
 
 
 def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
-                    record: bool = False) -> Union[CountArrays, RecordedArrays]:
+                    record: bool = False, numpy: bool = True) -> Union[CountArrays, RecordedArrays]:
     """Count the pretokens of the ``[start, end)`` rows of ``spans``: a sorted word table.
 
     Each span (the text between two special tokens, say) is pre-tokenized on its own. Returns
@@ -168,7 +169,13 @@ def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
     >>> a, o, c, ids = count_pretokens(b"to be or not to be", np.array([[0, 18]]), record=True)
     >>> ids.tolist()
     [4, 0, 2, 1, 3, 0]
+
+    ``numpy=False`` (a named pattern, no ``record``): ``buf`` a ``bytes``-like object, ``spans`` a
+    ``(k, 2)`` int64 buffer (a cast ``memoryview``), the table in ``array.array`` (``"B"``, ``"q"``,
+    ``"q"``): numpy is not imported (a small run, ``pretok.counting``).
     """
+    if not numpy:
+        return _pretok.count_pretokens(buf, spans, _pretok.PATTERN_IDS[pattern_name(pattern)], numpy=False)
     view = _as_uint8(buf)
     spans = np.ascontiguousarray(spans, dtype=np.int64)
     if spans.size == 0:

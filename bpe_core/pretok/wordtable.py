@@ -4,15 +4,22 @@
 their starts, ``counts`` (int64) their counts. Words are sorted by bytes, so two tables merge by a
 k-way merge and the table does not depend on worker count or chunking. This is also the mergeable
 count format for a cluster engine (see ``docs/formats.md``).
+
+The arrays are numpy arrays, or ``array.array`` (``"B"``, ``"q"``, ``"q"``) in the table of a small
+run (``pretok.counting``), which never imports numpy: what that run calls (``n_words``,
+``n_pretokens``, ``one_byte_words``, ``without_singletons``, ``mapped``) takes both; the rest
+works on :meth:`WordTable.as_numpy` (numpy views of the same memory).
 """
 from __future__ import annotations
 
+import array
 import os
 import tempfile
 from dataclasses import dataclass
 from typing import Mapping
 
-import numpy as np
+from ..runtime.lazy import np, numpy_loaded  # numpy on first use (a small run never imports it)
+from ._pretok import drop_one_byte_words, table_sums
 
 
 @dataclass
@@ -23,11 +30,33 @@ class WordTable:
 
     @property
     def n_words(self) -> int:
-        return int(self.counts.shape[0])
+        return len(self.counts)
 
     @property
     def nbytes(self) -> int:
-        return int(self.arena.nbytes + self.offsets.nbytes + self.counts.nbytes)
+        return sum(memoryview(a).nbytes for a in (self.arena, self.offsets, self.counts))
+
+    @property
+    def n_pretokens(self) -> int:
+        """The sum of the counts.
+
+        >>> WordTable.from_counts({b"a": 2, b"bc": 3}).n_pretokens
+        5
+        """
+        if isinstance(self.counts, array.array):
+            return table_sums(self.offsets, self.counts)[0]
+        return int(self.counts.sum())
+
+    @property
+    def one_byte_words(self) -> int:
+        """The number of words of one byte (they hold no pair).
+
+        >>> WordTable.from_counts({b"a": 2, b"bc": 3}).one_byte_words
+        1
+        """
+        if isinstance(self.counts, array.array):
+            return table_sums(self.offsets, self.counts)[2]
+        return int(np.count_nonzero(np.diff(self.offsets) == 1))
 
     @classmethod
     def empty(cls) -> "WordTable":
@@ -53,6 +82,18 @@ class WordTable:
         arena, offsets, counts = arrays
         return cls(np.asarray(arena, np.uint8), np.asarray(offsets, np.int64), np.asarray(counts, np.int64))
 
+    def as_numpy(self) -> "WordTable":
+        """The table with numpy arrays: itself, or views of its ``array.array`` memory (no copy).
+
+        >>> t = WordTable(array.array("B", b"ab"), array.array("q", [0, 2]), array.array("q", [3]))
+        >>> t.as_numpy().counts.dtype, t.as_numpy().to_dict()
+        (dtype('int64'), {b'ab': 3})
+        """
+        if not isinstance(self.counts, array.array):
+            return self
+        return WordTable(np.frombuffer(self.arena, np.uint8), np.frombuffer(self.offsets, np.int64),
+                         np.frombuffer(self.counts, np.int64))
+
     def to_dict(self) -> dict[bytes, int]:
         a = self.arena.tobytes()
         o = self.offsets
@@ -60,7 +101,7 @@ class WordTable:
 
     def symbols(self) -> np.ndarray:
         """The words as uint32 symbols (each byte is its own token id), same offsets."""
-        return self.arena.astype(np.uint32)
+        return self.as_numpy().arena.astype(np.uint32)
 
     def at_least(self, min_count: int) -> "WordTable":
         """Keep the words seen at least ``min_count`` times (this changes training results).
@@ -68,16 +109,25 @@ class WordTable:
         >>> WordTable.from_counts({b"a": 1, b"bb": 3}).at_least(2).to_dict()
         {b'bb': 3}
         """
-        return self._keep(self.counts >= min_count)
+        table = self.as_numpy()
+        return table._keep(table.counts >= min_count)
 
     def without_singletons(self) -> "WordTable":
-        """Drop words of one byte: they hold no pair, so they never change the merges."""
+        """Drop words of one byte: they hold no pair, so they never change the merges.
+
+        >>> t = WordTable(array.array("B", b"abcd"), array.array("q", [0, 1, 3, 4]), array.array("q", [1, 2, 3]))
+        >>> t.without_singletons().to_dict()
+        {b'bc': 2}
+        """
+        if isinstance(self.counts, array.array):       # a small run's table (no numpy)
+            kept = drop_one_byte_words(self.arena, self.offsets, self.counts)
+            return self if kept is None else WordTable(*kept)
         return self._keep(np.diff(self.offsets) > 1)
 
     @property
     def mapped(self) -> bool:
         """The arrays are memory-mapped files (see :meth:`to_files`)."""
-        return isinstance(self.offsets, np.memmap)
+        return numpy_loaded() and isinstance(self.offsets, np.memmap)
 
     def to_files(self, folder: str, drop_singletons: bool = False,
                  step: int = 1 << 20) -> "WordTable":
@@ -93,6 +143,8 @@ class WordTable:
         >>> m.mapped, m.to_dict()
         (True, {b'bc': 2, b'def': 1})
         """
+        if isinstance(self.counts, array.array):
+            return self.as_numpy().to_files(folder, drop_singletons, step)
         names = ("arena", "offsets", "counts")
         files = [tempfile.mkstemp(prefix=f"bpe_core-spill-{os.getpid()}-table-{n}-", dir=folder)
                  for n in names]

@@ -5,5 +5,6 @@
 - ``memmon``, ``profile``: memory of the process over time, phases, the profiling tool;
 - ``progress``: the one kind of progress reporter (bar, plain lines, JSON lines);
 - ``atomic``: temp file + rename outputs with the user's umask, stale temp files;
-- ``cli``: one-line errors and exit codes of the command-line tools.
+- ``cli``: one-line errors and exit codes of the command-line tools;
+- ``lazy``: numpy imported on first use (a small run never imports it).
 """

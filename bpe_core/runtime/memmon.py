@@ -22,6 +22,7 @@
 """
 from __future__ import annotations
 
+import array
 import contextlib
 import mmap
 import os
@@ -30,7 +31,7 @@ import threading
 import time
 from typing import Iterator, Optional, Sequence
 
-import numpy as np
+from .lazy import np  # numpy on first use (a small run never imports it)
 
 from .procmem import pid_exists, tree_pids
 
@@ -656,18 +657,27 @@ def prefault(arr: np.ndarray) -> np.ndarray:
     A hint: where the kernel or the platform has no such call, or the array is small, nothing
     happens. Only for arrays every byte of which is written next (it commits the pages now).
 
+    An ``array.array`` (a small run's engine, which never imports numpy) is taken too.
+
     >>> import numpy as np
     >>> a = prefault(np.empty(1 << 21, dtype=np.uint32)); a[:] = 7; int(a.sum()) == 7 << 21
     True
     """
-    if arr.nbytes < PREFAULT_MIN_BYTES or not arr.flags.c_contiguous:
+    if isinstance(arr, array.array):
+        address, n_items = arr.buffer_info()
+        nbytes = n_items * arr.itemsize
+    else:
+        if not arr.flags.c_contiguous:
+            return arr
+        address, nbytes = arr.ctypes.data, arr.nbytes
+    if nbytes < PREFAULT_MIN_BYTES:
         return arr
     fn = _madvise()
     if not fn:
         return arr
     page = mmap.PAGESIZE
-    start = -(-arr.ctypes.data // page) * page          # the first whole page
-    end = (arr.ctypes.data + arr.nbytes) // page * page
+    start = -(-address // page) * page          # the first whole page
+    end = (address + nbytes) // page * page
     if end > start:
         fn(start, end - start, MADV_POPULATE_WRITE)      # EINVAL on old kernels: ignored
     return arr

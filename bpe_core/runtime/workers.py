@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-import numpy as np
+from .lazy import np  # numpy on first use (a small run never imports it)
 
 from ..errors import InputChanged, InternalError, Terminated
 
@@ -83,8 +83,10 @@ class FileStamp:
             raise InputChanged(self.path, "changed while it was read (modified in place); nothing was written")
 
 
-def read_range(path: str, start: int, end: int, stamp: Optional[FileStamp] = None) -> np.ndarray:
-    """Bytes ``[start, end)`` of a file as a fresh ``uint8`` array, read with ``os.pread``.
+def read_range(path: str, start: int, end: int, stamp: Optional[FileStamp] = None,
+               numpy: bool = True) -> np.ndarray | bytearray:
+    """Bytes ``[start, end)`` of a file as a fresh ``uint8`` array (a ``bytearray`` when not
+    ``numpy``: a small run never imports numpy), read with ``os.pread``.
 
     Raises:
         InputChanged: fewer bytes than asked for (the file shrank), or ``stamp`` no longer matches.
@@ -94,7 +96,7 @@ def read_range(path: str, start: int, end: int, stamp: Optional[FileStamp] = Non
     b'ell'
     """
     n = end - start
-    out = np.empty(n, dtype=np.uint8)
+    out = np.empty(n, dtype=np.uint8) if numpy else bytearray(n)
     if n:
         fd = os.open(path, os.O_RDONLY)
         try:

@@ -10,11 +10,13 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bpe_core import TrainConfig
 from bpe_core.formats import registry
 from bpe_core.training import train
 from paths import FIXTURES, TOOLS, package_parent
+from strategies import corpus_bytes
 
 #: never imported by ``import bpe_core`` (top-level names of third-party and heavy stdlib modules)
 HEAVY = {"psutil", "regex", "tqdm", "transformers", "tokenizers", "tiktoken", "dask", "distributed", "pyarrow",
@@ -63,7 +65,8 @@ def test_a_small_plain_bpe_run_loads_only_what_it_uses(tmp_path):
                          "except SystemExit as e:\n    assert not e.code, e.code", tmp_path)
     for mods in (api, cli):
         assert "bpe_core.training" in mods and "bpe_core.methods.bpe" in mods
-        assert not _loaded(mods, HEAVY | NOT_FOR_BPE), _loaded(mods, HEAVY | NOT_FOR_BPE)
+        # numpy too (~14 MB and ~0.1 s of a 0.3 s run): the small run's tables are array.array
+        assert not _loaded(mods, HEAVY | NOT_FOR_BPE | {"numpy"}), _loaded(mods, HEAVY | NOT_FOR_BPE | {"numpy"})
     assert (tmp_path / "a" / "merges.txt").read_bytes() == (tmp_path / "c" / "merges.txt").read_bytes()
 
 
@@ -112,3 +115,110 @@ def test_small_runs_are_the_same_as_runs_with_workers_and_small_chunks(tmp_path)
                              num_workers=2, chunk_bytes=4096))
     assert many.report["n_chunks"] > 2
     assert one.merges == many.merges and one.vocab == many.vocab
+
+
+# ==== The small run without numpy gives the files of the numpy path ================================
+
+#: report entries that are measurements of this run (seconds, memory, the plan made from them)
+MEASURED = {"seconds", "memory", "peak_rss_bytes", "plan", "merge_plan"}
+
+
+def _folder(config: TrainConfig, folder, plain: bool, monkeypatch) -> dict:
+    """The files of the folder a run saves (``train_report.json`` without its measurements); asserts
+    which kind of table the run counted into."""
+    from bpe_core.pretok import counting
+
+    kinds = []
+    real = counting._count_plain
+
+    def spy(*args):
+        out = real(*args)
+        kinds.append(type(out.table[2]).__module__)
+        return out
+
+    monkeypatch.setattr(counting, "PLAIN_SMALL_RUNS", plain)
+    monkeypatch.setattr(counting, "_count_plain", spy)
+    result = train(config)
+    result.save(folder)
+    monkeypatch.undo()
+    if config.method == "bpe":
+        assert kinds == (["array"] if plain else []), kinds
+    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    report = json.loads(files.pop("train_report.json"))
+    files["train_report.json"] = {k: v for k, v in report.items() if k not in MEASURED}
+    return files
+
+
+SMALL_CONFIGS = {
+    "bpe": dict(vocab_size=700, special_tokens=("<|endoftext|>",)),
+    "bpe-hf": dict(vocab_size=700, special_tokens=("<|endoftext|>",), tie_break="hf"),
+    "bpe-no-specials": dict(vocab_size=600),
+    "bpe-two-specials-o200k": dict(vocab_size=600, special_tokens=("<|endoftext|>", "<|pad|>"), pattern="o200k"),
+    "bpe-min-count": dict(vocab_size=600, special_tokens=("<|endoftext|>",), min_pretoken_count=2),
+    "superbpe": dict(vocab_size=700, special_tokens=("<|endoftext|>",), method="superbpe"),
+    "supratok": dict(vocab_size=700, special_tokens=("<|endoftext|>",), method="supratok"),
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL_CONFIGS))
+def test_a_small_run_without_numpy_writes_the_files_of_the_numpy_path(name, tmp_path, monkeypatch):
+    """Every file of the folder (vocab.json, merges.txt, model.json, tokenizer.json, ...) and the
+    report's figures are byte-identical whether the one range of the plain file is counted into
+    array.array tables (no numpy) or numpy arrays."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes((FIXTURES / "corpus.en").read_bytes() + "\nnaïve café ½ 𝔘 \x00\x7f ab\r\n".encode())
+    config = TrainConfig(input_path=str(corpus), **SMALL_CONFIGS[name])
+    plain = _folder(config, tmp_path / "plain", True, monkeypatch)
+    numpy = _folder(config, tmp_path / "numpy", False, monkeypatch)
+    assert plain.keys() == numpy.keys()
+    for key in plain:
+        assert plain[key] == numpy[key], key
+
+
+def test_a_small_cli_run_writes_the_files_of_the_numpy_path_on_a_larger_corpus(tmp_path, monkeypatch):
+    """The CLI in a fresh process (numpy never imported there) and the numpy path in this one, on
+    ~100 KB of mixed text at a vocabulary the corpus cannot fill."""
+    text = (FIXTURES / "tinystories_sample.txt").read_bytes() + (FIXTURES / "german.txt").read_bytes()
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(text[:100_000])
+    out = tmp_path / "cli"
+    code = (f"import runpy, sys\nsys.argv = [{str(TOOLS / 'train_bpe.py')!r}, {str(corpus)!r}, '--vocab-size', "
+            f"'32000', '--out', {str(out)!r}, '--progress', 'none']\n"
+            "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\nassert 'numpy' not in sys.modules")
+    _modules_after(code, tmp_path)
+    numpy = _folder(TrainConfig(input_path=str(corpus), vocab_size=32000, special_tokens=("<|endoftext|>",)),
+                    tmp_path / "numpy", False, monkeypatch)
+    cli = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    report = json.loads(cli.pop("train_report.json"))
+    assert cli.keys() | {"train_report.json"} == numpy.keys()
+    for key in cli:
+        assert cli[key] == numpy[key], key
+    assert {k: v for k, v in report.items() if k not in MEASURED} == numpy["train_report.json"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=corpus_bytes, specials=st.sampled_from([(), ("<|endoftext|>",)]), tie_break=st.sampled_from(["bytes", "hf"]),
+       vocab_size=st.integers(256, 330))
+def test_plain_and_numpy_counting_train_the_same_on_any_corpus(data, specials, tie_break, vocab_size, tmp_path,
+                                                              monkeypatch):
+    """Random, tie-heavy and invalid-UTF-8 corpora (only special tokens, one byte, empty spans
+    included): the run counted into array.array tables equals the numpy path's (merges, vocab, the
+    report's figures), or both refuse the corpus with the same error."""
+    from bpe_core.pretok import counting
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(data)
+    out, calls = [], []
+    real = counting._count_plain
+    monkeypatch.setattr(counting, "_count_plain", lambda task: calls.append(1) or real(task))
+    for plain in (True, False):
+        monkeypatch.setattr(counting, "PLAIN_SMALL_RUNS", plain)
+        try:
+            r = train(TrainConfig(input_path=str(corpus), vocab_size=max(vocab_size, 256 + len(specials)),
+                                  special_tokens=specials, tie_break=tie_break))
+            out.append((r.merges, r.vocab, {k: v for k, v in r.report.items() if k not in MEASURED}))
+        except Exception as exc:        # (an empty corpus is an error: the same one on both paths)
+            out.append(f"{type(exc).__name__}: {exc}")
+    assert out[0] == out[1]
+    assert len(calls) == (1 if data else 0)          # the first run counted without numpy
