@@ -18,16 +18,28 @@ Times are the process's CPU time (``time.process_time``), so a shared, busy mach
 figures less than wall time would (caches and memory bandwidth are still shared); everything runs
 on one thread.
 
-and checks on the way that the native pretokens equal the regex ones. Usage::
+and checks on the way that the native pretokens equal the regex ones.
+
+``--against OLD.so`` measures another build of ``_pretok`` (a copy of an older
+``_pretok.cpython-*.so``) beside this one in the same process, runs of the two alternating, for the
+native columns only: ``split``, ``count`` and ``train`` (what a training worker does with a block:
+find the special tokens, ``<|endoftext|>``, then count the pretokens of the text between them; the
+old build with the ``regex`` search of ``corpus.chunks.split_spans``, the new with the native
+``pretokenize.split_spans``). Each is reported in GB/s per CPU-second and per wall second, old, new and
+new/old. Usage::
 
     python tools/bench_pretokenize.py                      # gpt2, 50 MB of en_train
     python tools/bench_pretokenize.py --patterns gpt2 cl100k o200k --en-mb 20 --runs 5
     python tools/bench_pretokenize.py --input /tmp/en_heldout.txt --patterns gpt2 cl100k o200k
     python tools/bench_pretokenize.py --input /tmp/en_heldout.txt --skip-regex --runs 7  # native only
+    python tools/bench_pretokenize.py --input /tmp/en_heldout.txt /tmp/ood_code.txt \
+        --patterns gpt2 cl100k o200k --against /tmp/old/_pretok.cpython-311-x86_64-linux-gnu.so --runs 7
 """
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
+import importlib.util
 import lzma
 import os
 
@@ -47,9 +59,10 @@ import regex
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bpe_core.corpus.chunks import split_spans as split_spans_regex  # noqa: E402
 from bpe_core.pretok import _pretok  # noqa: E402
 from bpe_core.pretok.patterns import PATTERNS  # noqa: E402
-from bpe_core.pretok.pretokenize import pretokenize  # noqa: E402
+from bpe_core.pretok.pretokenize import pretokenize, split_spans  # noqa: E402
 
 DEFAULT_CORPORA = ROOT.parent / "shared" / "corpora"
 
@@ -112,6 +125,70 @@ def bench_one(data: bytes, name: str, runs: int, skip_regex: bool = False) -> di
     }
 
 
+def load_build(path: str):
+    """Another build of ``_pretok`` (an ``.so`` file) as a module of its own, beside the current one."""
+    path = str(pathlib.Path(path).resolve())
+    loader = importlib.machinery.ExtensionFileLoader("_pretok", path)
+    spec = importlib.util.spec_from_file_location("_pretok", path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _times(fn) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one call."""
+    c, w = time.process_time(), time.perf_counter()
+    fn()
+    return time.process_time() - c, time.perf_counter() - w
+
+
+SPECIALS = [b"<|endoftext|>"]
+
+
+def bench_against(data: bytes, name: str, old, runs: int) -> dict:
+    """GB/s (CPU and wall) of split / count / train for the old build and this one, interleaved."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    pid = _pretok.PATTERN_IDS[name]
+    whole = np.array([[0, len(data)]], dtype=np.int64)
+    builds = {"old": old, "new": _pretok}
+    # Same results first: ends, table, and the training path's table.
+    ref = None
+    for key, mod in builds.items():
+        out = (mod.split_ends(buf, pid), mod.count_pretokens(buf, whole, pid),
+               mod.count_pretokens(buf, split_spans_regex(buf, 0, len(data), SPECIALS)[0], pid))
+        if ref is None:
+            ref = out
+        elif not (np.array_equal(out[0], ref[0]) and all(
+                np.array_equal(a, b) for t, u in zip(out[1:], ref[1:]) for a, b in zip(t, u))):
+            raise AssertionError(f"{name}: the two builds disagree")
+    spans_new = split_spans(buf, 0, len(data), SPECIALS)[0]
+    if not np.array_equal(spans_new, split_spans_regex(buf, 0, len(data), SPECIALS)[0]):
+        raise AssertionError("split_spans differs from split_spans_regex")
+    work = {
+        "split": {k: (lambda m=m: m.split_ends(buf, pid)) for k, m in builds.items()},
+        "count": {k: (lambda m=m: m.count_pretokens(buf, whole, pid)) for k, m in builds.items()},
+        "train": {"old": lambda: old.count_pretokens(
+                      buf, split_spans_regex(buf, 0, len(data), SPECIALS)[0], pid),
+                  "new": lambda: _pretok.count_pretokens(
+                      buf, split_spans(buf, 0, len(data), SPECIALS)[0], pid)},
+    }
+    out = {}
+    for col, fns in work.items():
+        for fn in fns.values():
+            fn()  # warm up
+        cpu = {k: [] for k in fns}
+        wall = {k: [] for k in fns}
+        for _ in range(runs):
+            for k, fn in fns.items():  # alternate the builds
+                c, w = _times(fn)
+                cpu[k].append(c)
+                wall[k].append(w)
+        for k in fns:
+            out[(col, k, "cpu")] = len(data) / 1e9 / statistics.median(cpu[k])
+            out[(col, k, "wall")] = len(data) / 1e9 / statistics.median(wall[k])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", default=str(DEFAULT_CORPORA), help="the shared corpora folder")
@@ -123,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="plain text files to run instead of the corpora (e.g. /tmp/en_heldout.txt)")
     parser.add_argument("--skip-regex", action="store_true",
                         help="measure only the native columns (the regex ones print nan)")
+    parser.add_argument("--against", default=None, metavar="OLD.so",
+                        help="another build of _pretok to measure beside this one (split, count, train)")
     args = parser.parse_args(argv)
 
     corpora = pathlib.Path(args.corpora)
@@ -139,6 +218,27 @@ def main(argv: list[str] | None = None) -> int:
             inputs += [(p.stem, p.read_bytes) for p in sorted((corpora / "multi").glob("*.txt"))]
         if args.only:
             inputs = [(k, load) for k, load in inputs if k in args.only]
+        if args.against:
+            old = load_build(args.against)
+            print(f"# GB/s on one core, old = {args.against}, new = {_pretok.__file__}; median of "
+                  f"{args.runs} alternating runs; regex {regex.__version__}, {os.cpu_count()} CPUs, "
+                  f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+            print(f"{'pattern':7} {'corpus':9} {'MB':>6}  " + "  ".join(
+                f"{c + ' ' + t:>23}" for c in ("split", "count", "train") for t in ("cpu", "wall")))
+            print(f"{'':7} {'':9} {'':>6}  " + "  ".join(f"{'old    new  new/old':>23}" for _ in range(6)))
+            for key, load in inputs:
+                data = load()
+                for name in args.patterns:
+                    r = bench_against(data, name, old, args.runs)
+                    cells = []
+                    for c in ("split", "count", "train"):
+                        for t in ("cpu", "wall"):
+                            a, b = r[(c, "old", t)], r[(c, "new", t)]
+                            cells.append(f"{a:6.3f} {b:6.3f} {b / a:7.2f}x")
+                    print(f"{name:7} {key:9} {len(data) / 1e6:6.1f}  " + "  ".join(f"{x:>23}" for x in cells),
+                          flush=True)
+            print(f"# load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+            return 0
         cols = ["MB", "regex", "regex+Counter", "findall", "split", "count", "list"]
         print(f"# MB/s of CPU time on one core, median of {args.runs} runs; regex {regex.__version__}, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)

@@ -46,6 +46,44 @@ cdef enum:
     BATCH = 32  # pretokens scanned ahead of their lookups
 
 
+# The plain count (see "The plain count" in _pretok.pyx): words of up to 16 bytes go through a
+# direct-mapped front cache into a short table with inline keys, longer words into a CountTable.
+cdef struct ShortSlot:  # 32 bytes: a word of up to 16 bytes, its count inline
+    uint64_t w0
+    uint64_t w1
+    int64_t count
+    uint64_t length  # 0: empty (a pretoken is never empty)
+
+
+cdef struct ShortTable:  # open addressing, linear probing, at most 3/4 full
+    ShortSlot* slots
+    Py_ssize_t mask  # number of slots - 1
+    Py_ssize_t n_words
+
+
+cdef struct FrontSlot:  # 32 bytes: a recent word and its counts not yet in its short slot
+    uint64_t w0
+    uint64_t w1
+    uint32_t length  # 0: empty
+    uint32_t idx     # its slot in the short table
+    int64_t pending
+
+
+cdef struct ShortPending:  # a front-cache miss waiting in a batch for its short-table lookup
+    uint64_t w0
+    uint64_t w1
+    uint64_t h
+    Py_ssize_t length
+    Py_ssize_t front  # its front slot
+
+
+cdef struct WordCounter:
+    FrontSlot* front
+    uint64_t front_mask
+    ShortTable short
+    CountTable long  # words of more than 16 bytes
+
+
 # One sorted word table (arena, offsets, counts) being read by merge_counts.
 cdef struct WordRun:
     const uint8_t* arena
@@ -64,10 +102,10 @@ cdef Py_ssize_t _next_o200k(const uint8_t* s, Py_ssize_t i, Py_ssize_t n) noexce
 cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, Py_ssize_t n,
                             int64_t* ends, Py_ssize_t cap) noexcept nogil
 
-# Counts the pretokens of s[i:n] into table (limit: the end of the buffer); 0, or -1 when out
-# of memory.
+# Counts the pretokens of s[i:n] into c (limit: the end of the buffer); 0, or -1 when out of
+# memory. Pending counts stay in c's front cache until _counter_drain.
 cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
-                     const uint8_t* limit, CountTable* table) noexcept nogil
+                     const uint8_t* limit, WordCounter* c) noexcept nogil
 
 # The body of a __getbuffer__ that lends C memory (a 1-d uint32 array of shape[0] items at data,
 # NULL when empty) to numpy, owned by owner (_pretok's record ids, _units' id lists).

@@ -19,7 +19,7 @@ the GIL around the ``noexcept nogil`` cores declared in ``_pretok.pxd``.
 """
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memchr, memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy, memset
 from libcpp.algorithm cimport sort
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
@@ -775,145 +775,225 @@ cdef int _flush(CountTable* t, const Pending* queue, Py_ssize_t n_pending) noexc
     return 0
 
 
-# A small direct-mapped cache in front of the table for pretokens of up to 16 bytes: a frequent
-# word (most pretokens are) is counted in it, in L2, without touching the table's slot array
-# (megabytes, a cache miss a probe). A slot holds the word's head words, its entry number and the
-# counts not yet added to that entry; a miss goes through the table, then takes the slot, adding
-# the counts of the word it evicts to that word's entry. Counts are sums: the order they are added
-# in changes nothing in the sorted table.
-cdef struct HotSlot:
-    uint64_t w0
-    uint64_t w1
-    uint32_t length  # 0: empty (a pretoken is never empty)
-    uint32_t idx     # entry number in the table
-    int64_t pending  # counts not yet in entries[idx].count
+# ---- The plain count: a front cache, a short table, a long table ----
+#
+# Words of up to 16 bytes (nearly every pretoken) are counted in two structures, words of more in
+# the CountTable above (``_table_add``: an entry that points back into the buffer).
+#
+# - The short table: open addressing with linear probing, each 32-byte slot holding a word's first
+#   16 bytes (zero-padded), its length and its count inline, so a lookup touches one cache line and
+#   follows no pointer. At most 3/4 full (a probe run of a few slots stays in a line or two, and
+#   the table holding every unique word is the largest thing a worker allocates); it doubles when a
+#   batch would pass that.
+# - The front cache: a small direct-mapped array (FRONT_SLOTS, in L2) in front of it. A slot holds
+#   a word's head words, its slot number in the short table and the counts not yet added there; a
+#   hit is an increment. A miss goes through the short table, then takes the front slot, and the
+#   word it evicts has its pending counts added to its short slot (a direct index, no lookup).
+#   Before the short table grows (its slot numbers change) and at the end, every pending count is
+#   added and the front cache emptied. Counts are sums: the order they arrive in changes nothing.
 
 
 cdef enum:
-    HOT_SLOTS = 16384  # at most (512 KiB)
+    FRONT_SLOTS = 32768  # at most (1 MiB); fewer for a small input
+    SHORT_MIN_SLOTS = 64
+    SHORT_START_SLOTS = 1 << 18  # at most, to begin with (8 MiB; a slot per 64 bytes of input)
 
 
-cdef inline Py_ssize_t _hot_index(uint64_t w0, uint64_t w1, Py_ssize_t length,
-                                  uint64_t mask) noexcept nogil:
+cdef inline Py_ssize_t _front_index(uint64_t w0, uint64_t w1, Py_ssize_t length,
+                                    uint64_t mask) noexcept nogil:
     return <Py_ssize_t>((((w0 ^ (w1 * 0xC2B2AE3D27D4EB4FULL)) + <uint64_t>length)
                          * 0x9E3779B97F4A7C15ULL) >> 40) & mask
 
 
-cdef struct HotCache:
-    HotSlot* slots
-    uint64_t mask
+cdef inline uint64_t _short_hash(uint64_t w0, uint64_t w1, Py_ssize_t length) noexcept nogil:
+    """``_hash`` of a word of up to 16 bytes (its head words say it all)."""
+    cdef uint64_t h = (w0 * 0x9E3779B97F4A7C15ULL) ^ ((w1 + <uint64_t>length) * 0xC2B2AE3D27D4EB4FULL)
+    h ^= h >> 32
+    h *= 0xD6E8FEB86659FD93ULL
+    h ^= h >> 32
+    return h
 
 
-cdef int _hot_init(HotCache* hot, Py_ssize_t n_bytes) noexcept nogil:
-    """A cache sized to the input (a small input, a small cache); 0, or -1 when out of memory."""
-    cdef Py_ssize_t n_slots = 64
-    while n_slots < HOT_SLOTS and n_slots < n_bytes // 32:
-        n_slots *= 2
-    hot.slots = <HotSlot*>calloc(n_slots, sizeof(HotSlot))
-    hot.mask = n_slots - 1
-    return 0 if hot.slots != NULL else -1
-
-
-cdef void _hot_drain(HotCache* hot, CountTable* t) noexcept nogil:
-    """Add every slot's pending counts to its entry (before the table is read)."""
-    cdef Py_ssize_t k
-    cdef HotSlot* slot
-    for k in range(<Py_ssize_t>hot.mask + 1):
-        slot = &hot.slots[k]
-        if slot.length != 0 and slot.pending != 0:
-            t.entries[slot.idx].count += slot.pending
-            slot.pending = 0
-
-
-cdef int _flush_hot(CountTable* t, const Pending* queue, Py_ssize_t n_pending,
-                    HotCache* hot) noexcept nogil:
-    """``_flush``, each word of up to 16 bytes then taking its slot of the hot cache."""
-    cdef Py_ssize_t k, e
-    cdef uint64_t slot
-    cdef HotSlot* h
-    _prefetch_entries(t, queue, n_pending)
-    for k in range(n_pending):
-        e = _table_add_id(t, &queue[k])
-        if e < 0:
-            return -1
-        if queue[k].length <= 16:
-            h = &hot.slots[_hot_index(queue[k].w0, queue[k].w1, queue[k].length, hot.mask)]
-            if h.pending != 0:
-                t.entries[h.idx].count += h.pending
-            h.w0 = queue[k].w0
-            h.w1 = queue[k].w1
-            h.length = <uint32_t>queue[k].length
-            h.idx = <uint32_t>e  # < 2**32 - 1: _table_add refuses more entries
-            h.pending = 0
+cdef int _counter_init(WordCounter* c, Py_ssize_t n_bytes) noexcept nogil:
+    """Structures sized to the input (a small input, small ones); 0, or -1 when out of memory."""
+    cdef Py_ssize_t n_front = 64, n_short = SHORT_MIN_SLOTS
+    while n_front < FRONT_SLOTS and n_front < n_bytes // 32:
+        n_front *= 2
+    while n_short < SHORT_START_SLOTS and n_short < n_bytes // 64:
+        n_short *= 2
+    c.front = <FrontSlot*>calloc(n_front, sizeof(FrontSlot))
+    c.front_mask = n_front - 1
+    c.short.slots = <ShortSlot*>bpe_table_alloc(n_short * sizeof(ShortSlot))
+    c.short.mask = n_short - 1
+    c.short.n_words = 0
+    if _table_init(&c.long, 64) != 0 or c.front == NULL or c.short.slots == NULL:
+        return -1
     return 0
 
 
-cdef int _count_span_hot(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
-                         const uint8_t* limit, CountTable* table, HotCache* hot) noexcept nogil:
-    """``_count_span`` through a hot cache (its pending counts stay in it: ``_hot_drain``).
+cdef void _counter_free(WordCounter* c) noexcept nogil:
+    free(c.front)
+    free(c.short.slots)
+    c.front = NULL
+    c.short.slots = NULL
+    _table_free(&c.long)
 
-    Each batch of ends is taken in two passes: the first reads each pretoken's head words and
-    requests its hot slot, the second looks them up, so the slots' cache misses overlap.
+
+cdef void _front_drain(WordCounter* c) noexcept nogil:
+    """Add every front slot's pending counts to its short slot and empty the front cache."""
+    cdef Py_ssize_t k
+    cdef FrontSlot* f
+    for k in range(<Py_ssize_t>c.front_mask + 1):
+        f = &c.front[k]
+        if f.pending != 0:
+            c.short.slots[f.idx].count += f.pending
+    memset(c.front, 0, (c.front_mask + 1) * sizeof(FrontSlot))
+
+
+cdef int _short_grow(WordCounter* c) noexcept nogil:
+    """Double the short table (the front cache is drained first: its slot numbers change)."""
+    cdef Py_ssize_t cap = (c.short.mask + 1) * 2, k, idx
+    cdef ShortSlot* old = c.short.slots
+    cdef ShortSlot* slots
+    if cap > (<Py_ssize_t>1 << 32):  # slot numbers are uint32 in the front cache
+        return -1
+    slots = <ShortSlot*>bpe_table_alloc(cap * sizeof(ShortSlot))
+    if slots == NULL:
+        return -1
+    _front_drain(c)
+    for k in range(c.short.mask + 1):
+        if old[k].length != 0:
+            idx = _short_hash(old[k].w0, old[k].w1, <Py_ssize_t>old[k].length) & (cap - 1)
+            while slots[idx].length != 0:
+                idx = (idx + 1) & (cap - 1)
+            slots[idx] = old[k]
+    free(old)
+    c.short.slots = slots
+    c.short.mask = cap - 1
+    return 0
+
+
+cdef int _flush_short(WordCounter* c, const ShortPending* queue, Py_ssize_t n_pending) noexcept nogil:
+    """Count a batch of front-cache misses in the short table; each word then takes its front slot.
+
+    The short slots were requested when the misses were found (and the evicted words' slots), so
+    the cache misses of a batch overlap.
     """
-    cdef Pending queue[BATCH]
+    cdef Py_ssize_t k, idx
+    cdef uint64_t mask
+    cdef ShortSlot* e
+    cdef FrontSlot* f
+    cdef const ShortPending* q
+    if 4 * (c.short.n_words + n_pending) > 3 * (c.short.mask + 1):  # at most 3/4 full
+        if _short_grow(c) != 0:
+            return -1
+    mask = c.short.mask
+    for k in range(n_pending):
+        q = &queue[k]
+        idx = q.h & mask
+        while True:
+            e = &c.short.slots[idx]
+            if e.length == 0:
+                e.w0 = q.w0
+                e.w1 = q.w1
+                e.length = q.length
+                e.count = 1
+                c.short.n_words += 1
+                break
+            if e.w0 == q.w0 and e.w1 == q.w1 and e.length == q.length:
+                e.count += 1
+                break
+            idx = (idx + 1) & mask
+        f = &c.front[q.front]
+        if f.pending != 0:
+            c.short.slots[f.idx].count += f.pending
+        f.w0 = q.w0
+        f.w1 = q.w1
+        f.length = <uint32_t>q.length
+        f.idx = <uint32_t>idx
+        f.pending = 0
+    return 0
+
+
+cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
+                     const uint8_t* limit, WordCounter* c) noexcept nogil:
+    """Count the pretokens of s[i:n] into c (its front cache keeps pending counts: ``_counter_drain``).
+
+    The ends come from ``_split_ends`` (its 64-byte windows), SCAN_CAP at a time, and each batch is
+    taken in two passes: the first reads each pretoken's head words and requests its front slot,
+    the second looks them up, so the slots' cache misses overlap. Misses queue for the short table
+    (``_flush_short``) BATCH at a time, each batch flushed when the next one is full (its slots were
+    requested a batch earlier); longer words queue for the long table (``_flush``).
+    """
+    cdef ShortPending queues[2][BATCH]
+    cdef ShortPending* queue = queues[0]
+    cdef ShortPending* older = queues[1]
+    cdef ShortPending* swap
+    cdef Py_ssize_t n_older = 0
+    cdef Pending long_queue[BATCH]
     cdef int64_t ends[SCAN_CAP]
     cdef uint64_t heads[2 * SCAN_CAP]
-    cdef Py_ssize_t slots[SCAN_CAP]
-    cdef Py_ssize_t k, got, length, start = i, first, n_pending = 0
-    cdef uint64_t w0, w1
-    cdef HotSlot* h
-    cdef Pending* q
+    cdef Py_ssize_t fronts[SCAN_CAP]
+    cdef Py_ssize_t k, got, length, start = i, first, n_pending = 0, n_long = 0
+    cdef uint64_t w0, w1, h
+    cdef FrontSlot* f
+    cdef ShortPending* q
     while i < n:
         first = start
         got = _split_ends(pattern_id, s, &i, n, ends, SCAN_CAP)
         for k in range(got):
             length = ends[k] - start
             _head16(s + start, length, limit, &heads[2 * k], &heads[2 * k + 1])
-            slots[k] = _hot_index(heads[2 * k], heads[2 * k + 1], length, hot.mask)
-            bpe_prefetch(&hot.slots[slots[k]])
+            fronts[k] = _front_index(heads[2 * k], heads[2 * k + 1], length, c.front_mask)
+            bpe_prefetch(&c.front[fronts[k]])
             start = ends[k]
         start = first
         for k in range(got):
             length = ends[k] - start
-            w0 = heads[2 * k]
-            w1 = heads[2 * k + 1]
             if length <= 16:
-                h = &hot.slots[slots[k]]
-                if h.w0 == w0 and h.w1 == w1 and h.length == length:
-                    h.pending += 1
-                    start = ends[k]
-                    continue
-                if h.pending != 0:  # the entry it will evict into (_flush_hot)
-                    bpe_prefetch(&table.entries[h.idx])
-            q = &queue[n_pending]
-            q.ptr = s + start
-            q.length = length
-            q.w0 = w0
-            q.w1 = w1
-            q.h = _hash(w0, w1, s + start, length)
-            bpe_prefetch(&table.slots[q.h & table.mask])
+                w0 = heads[2 * k]
+                w1 = heads[2 * k + 1]
+                f = &c.front[fronts[k]]
+                if f.w0 == w0 and f.w1 == w1 and f.length == length:
+                    f.pending += 1
+                else:
+                    if f.pending != 0:  # the short slot it will evict into (_flush_short)
+                        bpe_prefetch(&c.short.slots[f.idx])
+                    h = _short_hash(w0, w1, length)
+                    bpe_prefetch(&c.short.slots[h & c.short.mask])
+                    q = &queue[n_pending]
+                    q.w0 = w0
+                    q.w1 = w1
+                    q.h = h
+                    q.length = length
+                    q.front = fronts[k]
+                    n_pending += 1
+                    if n_pending == BATCH:
+                        # Flush the batch before this one: its slots have had a batch's time to
+                        # arrive; this one waits its turn.
+                        if _flush_short(c, older, n_older) != 0:
+                            return -1
+                        swap = older
+                        older = queue
+                        queue = swap
+                        n_older = n_pending
+                        n_pending = 0
+            else:
+                _pend(&long_queue[n_long], s + start, length, limit, &c.long)
+                n_long += 1
+                if n_long == BATCH:
+                    if _flush(&c.long, long_queue, n_long) != 0:
+                        return -1
+                    n_long = 0
             start = ends[k]
-            n_pending += 1
-            if n_pending == BATCH:
-                if _flush_hot(table, queue, n_pending, hot) != 0:
-                    return -1
-                n_pending = 0
-    return _flush_hot(table, queue, n_pending, hot)
-
-
-cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
-                     const uint8_t* limit, CountTable* table) noexcept nogil:
-    # The ends come from _split_ends (its 64-byte windows), SCAN_CAP at a time, then go through a
-    # hot cache of its own (count_pretokens shares one between its spans).
-    cdef HotCache hot
-    cdef int status
-    if _hot_init(&hot, n - i) != 0:
+    if _flush_short(c, older, n_older) != 0 or _flush_short(c, queue, n_pending) != 0:
         return -1
-    status = _count_span_hot(pattern_id, s, i, n, limit, table, &hot)
-    if status == 0:
-        _hot_drain(&hot, table)
-    free(hot.slots)
-    return status
+    return _flush(&c.long, long_queue, n_long)
+
+
+cdef void _counter_drain(WordCounter* c) noexcept nogil:
+    """Add the front cache's pending counts to the short table (before it is read)."""
+    _front_drain(c)
 
 
 # ---- Record mode: also the entry number of every pretoken, in text order ----
@@ -1078,6 +1158,163 @@ cdef extern from *:
     }
     """
     int bpe_sort_keys[E, L](uint32_t* order, size_t n, const E* e, L less) noexcept nogil
+
+
+cdef extern from *:
+    """
+    #include <algorithm>
+    #include <string.h>
+    /* A word of the plain count as a sort key: its first 16 bytes as big-endian words (integer order
+     * is byte order), its count, min(length, 17), and (a longer word) its entry in the long table. */
+    struct BpeWordKey { uint64_t k0, k1; int64_t count; uint32_t idx, len17; };
+    /* Python bytes order. Equal heads: a word of up to 16 bytes is decided by its length (its zero
+     * padding is all that differs); two longer words by the long table's less. */
+    template <class E, class L>
+    struct BpeWordLess {
+        const E* longs;
+        L less;
+        bool operator()(const BpeWordKey& a, const BpeWordKey& b) const {
+            if (a.k0 != b.k0) return a.k0 < b.k0;
+            if (a.k1 != b.k1) return a.k1 < b.k1;
+            if (a.len17 != b.len17 || a.len17 <= 16) return a.len17 < b.len17;
+            return (bool)less(longs[a.idx], longs[b.idx]);
+        }
+    };
+    static inline unsigned bpe_key_byte(const BpeWordKey& k, int d) {
+        return (unsigned)((d < 8 ? k.k0 >> (56 - 8 * d) : k.k1 >> (120 - 8 * d)) & 255u);
+    }
+    /* MSD radix sort on byte d.. of the heads (a counting pass and a scatter through tmp per level;
+     * a level every key agrees on costs one pass), std::sort for small groups and past the heads. */
+    template <class C>
+    static void bpe_radix_words(BpeWordKey* a, BpeWordKey* tmp, size_t n, int d, const C& less) {
+        size_t cnt[256], pos[256], p, i;
+        int b;
+        for (;;) {
+            if (n < 64 || d == 16) { std::sort(a, a + n, less); return; }
+            memset(cnt, 0, sizeof(cnt));
+            for (i = 0; i < n; i++) cnt[bpe_key_byte(a[i], d)]++;
+            if (cnt[bpe_key_byte(a[0], d)] == n) { d++; continue; }
+            break;
+        }
+        for (b = 0, p = 0; b < 256; b++) { pos[b] = p; p += cnt[b]; }
+        for (i = 0; i < n; i++) tmp[pos[bpe_key_byte(a[i], d)]++] = a[i];
+        memcpy(a, tmp, n * sizeof(BpeWordKey));
+        for (b = 0, p = 0; b < 256; b++) {
+            if (cnt[b] > 1) bpe_radix_words(a + p, tmp + p, cnt[b], d + 1, less);
+            p += cnt[b];
+        }
+    }
+    /* keys[0:n] in Python bytes order; 0, or -1 when out of memory (for the scatter buffer). */
+    template <class E, class L>
+    static int bpe_sort_words(BpeWordKey* keys, size_t n, const E* longs, L less) {
+        BpeWordLess<E, L> cmp = {longs, less};
+        BpeWordKey* tmp;
+        if (n < 64) { std::sort(keys, keys + n, cmp); return 0; }
+        tmp = (BpeWordKey*)malloc(n * sizeof(BpeWordKey));
+        if (tmp == NULL) return -1;
+        bpe_radix_words(keys, tmp, n, 0, cmp);
+        free(tmp);
+        return 0;
+    }
+    /* 16 bytes from two big-endian head words (the keys' k0, k1). */
+    static inline void bpe_store_key16(uint8_t* p, uint64_t k0, uint64_t k1) {
+    #if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
+        k0 = BPE_BSWAP64(k0);
+        k1 = BPE_BSWAP64(k1);
+    #endif
+        memcpy(p, &k0, 8);
+        memcpy(p + 8, &k1, 8);
+    }
+    """
+    struct BpeWordKey:
+        uint64_t k0
+        uint64_t k1
+        int64_t count
+        uint32_t idx
+        uint32_t len17
+    int bpe_sort_words[E, L](BpeWordKey* keys, size_t n, const E* longs, L less) noexcept nogil
+    void bpe_store_key16(uint8_t* p, uint64_t k0, uint64_t k1) noexcept nogil
+
+
+cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
+    """The words of a drained counter sorted by bytes, copied out as (arena, offsets, counts):
+    numpy arrays, or ``array.array`` (``"B"``, ``"q"``, ``"q"``) when not ``numpy``.
+
+    Each word becomes a 32-byte key (its heads byte-swapped, count, length; the short table is
+    freed once they are made), the keys are sorted (``bpe_sort_words``: an MSD radix sort on the
+    heads, comparisons only within small groups), then written out in order: a short word as its 16
+    head bytes at once (the next word overwrites the padding), a long one copied from the buffer.
+    """
+    cdef Py_ssize_t i, k = 0, n_short = c.short.n_words, n_long = c.long.n_entries
+    cdef Py_ssize_t n_words = n_short + n_long, n_bytes = 0, pos = 0, length
+    cdef ShortSlot* slots = c.short.slots
+    cdef Entry* longs = c.long.entries
+    cdef BpeWordKey* key
+    cdef uint8_t tmp[16]
+    cdef int status = 0
+    cdef uint8_t[::1] arena_view
+    cdef int64_t[::1] offsets_view
+    cdef int64_t[::1] counts_view
+    cdef uint8_t* out
+    cdef BpeWordKey* keys = <BpeWordKey*>malloc((n_words if n_words > 0 else 1) * sizeof(BpeWordKey))
+    if keys == NULL:
+        raise MemoryError("count_pretokens: cannot allocate the sort keys of the table")
+    try:
+        with nogil:
+            for i in range(c.short.mask + 1):
+                if slots[i].length != 0:
+                    keys[k].k0 = bpe_order64(slots[i].w0)
+                    keys[k].k1 = bpe_order64(slots[i].w1)
+                    keys[k].count = slots[i].count
+                    keys[k].idx = 0
+                    keys[k].len17 = <uint32_t>slots[i].length
+                    n_bytes += slots[i].length
+                    k += 1
+            free(c.short.slots)
+            c.short.slots = NULL
+            for i in range(n_long):
+                keys[k].k0 = bpe_order64(longs[i].w0)
+                keys[k].k1 = bpe_order64(longs[i].w1)
+                keys[k].count = longs[i].count
+                keys[k].idx = <uint32_t>i
+                keys[k].len17 = 17
+                n_bytes += longs[i].length
+                k += 1
+            status = bpe_sort_words[Entry, EntryLess](keys, n_words, longs, _entry_less)
+        if status != 0:
+            raise MemoryError("count_pretokens: cannot allocate the sort buffer of the table")
+        if numpy:
+            arena = np.empty(n_bytes, dtype=np.uint8)
+            offsets = np.empty(n_words + 1, dtype=np.int64)
+            counts = np.empty(n_words, dtype=np.int64)
+        else:
+            arena = array.clone(_U8, n_bytes, False)
+            offsets = array.clone(_I64, n_words + 1, False)
+            counts = array.clone(_I64, n_words, False)
+        arena_view = arena
+        offsets_view = offsets
+        counts_view = counts
+        out = &arena_view[0] if n_bytes > 0 else NULL
+        with nogil:
+            for i in range(n_words):
+                key = &keys[i]
+                offsets_view[i] = pos
+                counts_view[i] = key.count
+                if key.len17 <= 16:
+                    length = key.len17
+                    if pos + 16 <= n_bytes:
+                        bpe_store_key16(out + pos, key.k0, key.k1)
+                    else:
+                        bpe_store_key16(tmp, key.k0, key.k1)
+                        memcpy(out + pos, tmp, length)
+                else:
+                    length = longs[key.idx].length
+                    memcpy(out + pos, longs[key.idx].ptr, length)
+                pos += length
+            offsets_view[n_words] = pos
+        return arena, offsets, counts
+    finally:
+        free(keys)
 
 
 cdef inline int _word_cmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b,
@@ -1327,6 +1564,107 @@ def find_special(const uint8_t[::1] buf, const uint8_t[::1] token):
         spans[:, 0] = starts[:total]
         spans[:, 1] = spans[:, 0] + m
     return spans
+
+
+cdef Py_ssize_t _match_any(const uint8_t* s, Py_ssize_t i, Py_ssize_t end, const uint8_t** toks,
+                           const Py_ssize_t* lens, Py_ssize_t n_toks) noexcept nogil:
+    """The length of the first of the tokens (longest first) that occurs at s[i] within s[:end], or 0."""
+    cdef Py_ssize_t t
+    for t in range(n_toks):
+        if lens[t] <= end - i and s[i] == toks[t][0] and memcmp(s + i, toks[t], lens[t]) == 0:
+            return lens[t]
+    return 0
+
+
+cdef Py_ssize_t _find_specials(const uint8_t* s, Py_ssize_t end, const uint8_t** toks, const Py_ssize_t* lens, Py_ssize_t n_toks,
+                               const uint8_t* firsts, int64_t* found, Py_ssize_t cap,
+                               Py_ssize_t* pos) noexcept nogil:
+    """Up to cap occurrences (start, end pairs into found) of the tokens in s[*pos:end], left to
+    right, non-overlapping, the longest token at a position first: ``specials_regex(tokens).finditer``.
+    Advances *pos past the last one written (or to end); returns how many.
+
+    When every token starts with one byte (``<|...|>``), ``memchr`` finds the candidates; else
+    ``firsts`` (256 flags) is read byte by byte.
+    """
+    cdef Py_ssize_t i = pos[0], k = 0, m
+    cdef const uint8_t* hit
+    cdef uint8_t one = toks[0][0]
+    cdef bint single = True
+    for m in range(256):
+        if firsts[m] and m != one:
+            single = False
+    while k < cap and i < end:
+        if single:
+            hit = <const uint8_t*>memchr(s + i, one, end - i)
+            if hit == NULL:
+                i = end
+                break
+            i = hit - s
+        elif not firsts[s[i]]:
+            i += 1
+            continue
+        m = _match_any(s, i, end, toks, lens, n_toks)
+        if m > 0:
+            found[2 * k] = i
+            found[2 * k + 1] = i + m
+            k += 1
+            i += m
+        else:
+            i += 1
+    pos[0] = i
+    return k
+
+
+def special_spans(const uint8_t[::1] buf, Py_ssize_t start, Py_ssize_t end, tokens):
+    """The ``[start, end)`` spans of the special-token occurrences in ``buf[start:end]``, as an int64
+    ``(k, 2)`` array: left to right, non-overlapping, at each position the first of ``tokens`` (a
+    sequence of non-empty ``bytes``, longest first) that occurs there.
+
+    >>> special_spans(b"<s><s>x<s", 0, 9, [b"<s>x", b"<s>"]).tolist()
+    [[0, 3], [3, 7]]
+
+    Plain equivalent: ``[m.span() for m in corpus.specials.specials_regex(tokens).finditer(buf,
+    start, end)]`` (the regex alternation tries the tokens in the order given, longest first).
+    """
+    cdef Py_ssize_t n = buf.shape[0], n_toks = len(tokens), t, total = 0, got, cap = 256, pos = start
+    if not 0 <= start <= end <= n:
+        raise ValueError(f"special_spans: [{start}, {end}) is not inside the buffer of {n} bytes")
+    if n_toks == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    held = [bytes(tok) for tok in tokens]
+    cdef const uint8_t** toks = <const uint8_t**>malloc(n_toks * sizeof(uint8_t*))
+    cdef Py_ssize_t* lens = <Py_ssize_t*>malloc(n_toks * sizeof(Py_ssize_t))
+    cdef uint8_t firsts[256]
+    cdef int64_t[:, ::1] view
+    cdef const uint8_t* s = &buf[0] if n > 0 else NULL
+    try:
+        if toks == NULL or lens == NULL:
+            raise MemoryError("special_spans: out of memory")
+        memset(firsts, 0, 256)
+        for t in range(n_toks):
+            if len(held[t]) == 0:
+                raise ValueError("special_spans: a special token is empty")
+            if t > 0 and len(held[t]) > len(held[t - 1]):
+                raise ValueError("special_spans: the tokens must come longest first")
+            toks[t] = <const uint8_t*><char*>held[t]
+            lens[t] = len(held[t])
+            firsts[toks[t][0]] = 1
+        found = np.empty((cap, 2), dtype=np.int64)
+        while pos < end:
+            if total == cap:
+                cap *= 2
+                grown = np.empty((cap, 2), dtype=np.int64)
+                grown[:total] = found[:total]
+                found = grown
+            view = found
+            with nogil:
+                got = _find_specials(s, end, toks, lens, n_toks, firsts, &view[total, 0],
+                                     cap - total, &pos)
+            total += got
+        return found[:total].copy()
+    finally:
+        free(toks)
+        free(lens)
 
 
 def split_pieces(const uint8_t[::1] buf, int pattern_id, const int64_t[:, ::1] specials):
@@ -1604,23 +1942,24 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
             raise ValueError(f"span {k} = [{spans[k, 0]}, {spans[k, 1]}) is not inside the buffer"
                              f" of {n} bytes")
     cdef CountTable table
+    cdef WordCounter counter
     cdef IdBuf rec
-    cdef HotCache hot
-    cdef Py_ssize_t span_bytes
-    hot.slots = NULL
+    cdef Py_ssize_t span_bytes = 0
+    cdef int status = 0
     rec.data = NULL
     rec.n = 0
     rec.cap = 0
-    cdef int status = _table_init(&table, 1 << 14)
+    table.slots = NULL
+    table.entries = NULL
+    memset(&counter, 0, sizeof(WordCounter))
+    for k in range(spans.shape[0]):
+        span_bytes += spans[k, 1] - spans[k, 0]
     try:
-        if status != 0:
-            raise MemoryError("count_pretokens: cannot allocate the hash table")
         if record:
+            if _table_init(&table, 1 << 14) != 0:
+                raise MemoryError("count_pretokens: cannot allocate the hash table")
             # room for a pretoken per 4 bytes of the spans at the start (English: ~1 per 4.5): address
             # space only until written, and seldom a copy to grow
-            span_bytes = 0
-            for k in range(spans.shape[0]):
-                span_bytes += spans[k, 1] - spans[k, 0]
             if _ids_reserve(&rec, span_bytes // 4 + 1) != 0:
                 raise MemoryError("count_pretokens: cannot allocate the ids")
             with nogil:
@@ -1632,26 +1971,22 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
             if status != 0:
                 raise MemoryError("count_pretokens: out of memory growing the hash table or the ids")
             return _record_to_arrays(&table, &rec)
-        span_bytes = 0
-        for k in range(spans.shape[0]):
-            span_bytes += spans[k, 1] - spans[k, 0]
-        if _hot_init(&hot, span_bytes) != 0:
+        if _counter_init(&counter, span_bytes) != 0:
             raise MemoryError("count_pretokens: cannot allocate the hash table")
         with nogil:
             for k in range(spans.shape[0]):
-                status = _count_span_hot(pattern_id, s, spans[k, 0], spans[k, 1], s + n, &table,
-                                         &hot)
+                status = _count_span(pattern_id, s, spans[k, 0], spans[k, 1], s + n, &counter)
                 if status != 0:
                     break
             if status == 0:
-                _hot_drain(&hot, &table)
+                _counter_drain(&counter)
         if status != 0:
             raise MemoryError("count_pretokens: out of memory growing the hash table")
-        return _table_to_arrays(&table, False, numpy)
+        return _counter_to_arrays(&counter, numpy)
     finally:
         _table_free(&table)
+        _counter_free(&counter)
         free(rec.data)
-        free(hot.slots)
 
 
 cdef inline bint _run_less(WordRun* runs, Py_ssize_t a, Py_ssize_t b) noexcept nogil:

@@ -19,7 +19,6 @@ from typing import Callable, Optional, Sequence, Union
 
 from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
-from ..corpus.chunks import split_spans
 from ..corpus.readers import BadRecords
 from ..corpus.inputs import Source, expand_inputs
 from ..corpus.shards import Block, ReadOptions, TextRangeShard, iter_tasks, load, shard_blocks
@@ -29,7 +28,7 @@ from ..runtime.progress import progress_bar
 from ..runtime.workers import check_total, read_range, release_free_memory, run_ordered
 from .patterns import pattern_name
 from ._pretok import table_sums
-from .pretokenize import count_pretokens, merge_counts
+from .pretokenize import count_pretokens, merge_counts, split_spans
 from .wordtable import WordTable
 
 __all__ = ["ChunkCount", "Spill", "block_spans", "check_distributable", "combine_counts", "count_corpus",

@@ -26,11 +26,12 @@ from ..runtime.lazy import np  # numpy on first use (a small run never imports i
 
 from . import _pretok
 from ._pretok import word_byte_classes, word_char_flags
+from ..corpus.chunks import split_spans as _split_spans_regex
 from ..corpus.specials import encode_specials, specials_regex, split_on_specials
 from .patterns import pattern_name, regex_pieces, resolve_pattern
 
 __all__ = ["PATTERN_IDS", "pretokenize", "pretoken_ends", "count_pretokens", "merge_counts", "is_native",
-           "word_byte_classes", "word_char_flags"]
+           "split_spans", "word_byte_classes", "word_char_flags"]
 
 #: Pattern name -> the native scanner's id (for kernels that scan themselves, e.g. ``engine.units``).
 PATTERN_IDS = dict(_pretok.PATTERN_IDS)
@@ -103,6 +104,36 @@ def _special_spans(buf: bytes, specials: list[bytes]) -> np.ndarray:
         return _pretok.find_special(buf, specials[0])
     rx = specials_regex(specials)
     return np.array([m.span() for m in rx.finditer(buf)], dtype=np.int64).reshape(-1, 2)
+
+
+def split_spans(buf: BufferLike, start: int, end: int, special_tokens: Sequence[bytes],
+                numpy: bool = True) -> tuple[np.ndarray, int]:
+    """The text spans of ``buf[start:end]`` between special tokens, and how many special tokens.
+
+    The spans are int64 ``(k, 2)`` rows ``[start, end)``, non-empty, in order; the special tokens
+    are found left to right, longest first where they overlap, natively (``_pretok.special_spans``:
+    ``memchr`` for the first byte they share, then ``memcmp``). What a training worker asks of a
+    block before counting its pretokens.
+
+    >>> spans, n = split_spans(b"<|e|>ab<|e|><|e|>c", 0, 18, [b"<|e|>"]); spans.tolist(), n
+    ([[5, 7], [17, 18]], 3)
+
+    Equivalent to ``corpus.chunks.split_spans`` (the ``re`` alternation of the tokens, longest
+    first), which it falls back to for an empty token, and when not ``numpy`` (a flat int64
+    ``array.array``, no numpy imported: a small run).
+    """
+    tokens = sorted(set(bytes(t) for t in special_tokens), key=lambda t: (-len(t), t))
+    if not numpy or any(len(t) == 0 for t in tokens):
+        return _split_spans_regex(buf, start, end, tokens, numpy=numpy)
+    view = _as_uint8(buf)
+    found = _pretok.special_spans(view, start, end, tokens)
+    n = len(found)
+    bounds = np.empty((n + 1, 2), dtype=np.int64)
+    bounds[0, 0] = start
+    bounds[1:, 0] = found[:, 1]
+    bounds[:n, 1] = found[:, 0]
+    bounds[n, 1] = end
+    return bounds[bounds[:, 1] > bounds[:, 0]], n
 
 
 def pretoken_ends(buf: BufferLike, pattern: str = "gpt2") -> np.ndarray:

@@ -13,7 +13,7 @@ Memory model of training (constants below; measured on ``en_heldout`` 12.6 MB an
               -> 12.6 MB: 127 k (measured 101 k); 230 MB: 724 k (513 k); 15 GB: 9.3 M
     T(u)      the sorted word table of u words: u * (10 B of bytes + 8 B offset + 8 B count)
     worker    overhead + 1.25 * chunk (the chunk read into RAM + scan buffers)
-                       + U(chunk) * 74 B (the chunk's hash table of pretokens)
+                       + 1 MiB + U(chunk) * 114 B (the chunk's counter: front cache, tables, keys)
     parent    overhead + 2 * (T(U(input)) + 8 * T(U(chunk)))     while counting: the merged table,
               up to 8 partial tables before a fold, and the output of the fold (hence 2x)
     merge     overhead + 2 * T(U(input)) + 32 MiB + U(input) * (200 + vocab_size / 200) B
@@ -88,6 +88,13 @@ TABLE_BYTES_PER_WORD = WORD_BYTES + 16
 #: corpus with 43 MiB chunks (74 B, the figure before, let the counting phase exceed a 400M budget
 #: by 15 MiB).
 CHUNK_TABLE_BYTES_PER_WORD = WORD_BYTES + 104
+#: The counter's front cache (``_pretok.FRONT_SLOTS`` slots of 32 B), a fixed cost of a counting
+#: worker on top of its table. With it, the short table (32 B slots, at most 3/4 full, from a slot
+#: per 64 input bytes up to 8 MiB) and the sort keys, ``count_pretokens`` peaked at 12.0 MiB above
+#: its input on en_heldout (101 k words; 10.9 before) and 26.0 MiB on 64 MB of en_train (277 k
+#: words; 42.8 before, over this model's 38 MiB): inside ``U(chunk) * CHUNK_TABLE_BYTES_PER_WORD``
+#: plus this.
+COUNT_FRONT_BYTES = 1 * MiB
 #: A worker holds its chunk's mapped pages plus scan buffers.
 CHUNK_RSS_FACTOR = 1.25
 #: The parent folds partial tables every this many results (``trainer.count_corpus``).
@@ -573,8 +580,10 @@ def phase_seconds(input_bytes: int, workers: int, n_words: int, n_symbols: Optio
 
 
 def _train_worker(overhead: int, chunk: int) -> int:
-    """Peak RSS of a counting worker: overhead + mapped chunk + the chunk's pretoken hash table."""
-    return overhead + int(CHUNK_RSS_FACTOR * chunk) + unique_pretokens_estimate(chunk) * CHUNK_TABLE_BYTES_PER_WORD
+    """Peak RSS of a counting worker: overhead + mapped chunk + the chunk's pretoken hash table (and
+    the counter's front cache)."""
+    return (overhead + int(CHUNK_RSS_FACTOR * chunk) + COUNT_FRONT_BYTES
+            + unique_pretokens_estimate(chunk) * CHUNK_TABLE_BYTES_PER_WORD)
 
 
 def _train_parent(overhead: int, chunk: int, table: int) -> int:
