@@ -144,6 +144,10 @@ cdef class Stage2Scratch:
     cdef vector[uint8_t] char_digit
     cdef vector[int64_t] hard           # ... its hard boundaries (byte offsets, ascending) ...
     cdef vector[uint8_t] inner_cut      # ... and a cut before which of its stage-1 ids
+    cdef vector[uint32_t] pair_rank     # a window's pair lookups (``_look_up_pairs``): first rank,
+    cdef vector[token_id_t] pair_res    # result and crossable, of the pair ending at each id
+    cdef vector[uint8_t] pair_cross
+    cdef vector[int64_t] pair_cand      # the pairs that pass the filter
 
 
 # Decoding (``TokenTable.decode``) and lists of ids: the bytes of every token back to back (token
