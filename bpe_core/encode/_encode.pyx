@@ -1139,8 +1139,19 @@ cdef inline Py_ssize_t _utf8_char(const uint8_t* s, Py_ssize_t i, Py_ssize_t n, 
 
 
 cdef uint8_t _ASCII_FLAGS[128]
+# per ASCII byte (0 for the others): the PT_* flags it gives as a pretoken's first character
+# (PT_NUMERIC, PT_STARTS_SPACE = 2: ``_pretoken_flags`` shifts it onto PT_NUMERIC) and last one
+# (PT_ENDS_SPACE), and 1 for a digit (the second character after a space)
+cdef uint8_t _PT_FIRST[256]
+cdef uint8_t _PT_LAST[256]
+cdef uint8_t _PT_DIGIT[256]
+for _c in range(256):
+    _PT_FIRST[_c] = _PT_LAST[_c] = _PT_DIGIT[_c] = 0
 for _c in range(128):
     _ASCII_FLAGS[_c] = bpe_ut_flags(_c) & (BPE_UT_N | BPE_UT_S)
+    _PT_FIRST[_c] = (PT_NUMERIC if _ASCII_FLAGS[_c] & BPE_UT_N else 0) | (PT_STARTS_SPACE if _ASCII_FLAGS[_c] & BPE_UT_S else 0)
+    _PT_LAST[_c] = PT_ENDS_SPACE if _ASCII_FLAGS[_c] & BPE_UT_S else 0
+    _PT_DIGIT[_c] = 1 if _ASCII_FLAGS[_c] & BPE_UT_N else 0
 
 
 cdef inline uint16_t _char_flags(const uint8_t* s, Py_ssize_t i, Py_ssize_t e, Py_ssize_t* k) noexcept nogil:
@@ -1155,23 +1166,13 @@ cdef inline uint16_t _char_flags(const uint8_t* s, Py_ssize_t i, Py_ssize_t e, P
 
 cdef inline uint8_t _pretoken_flags(const uint8_t* s, Py_ssize_t a, Py_ssize_t e) noexcept nogil:
     """PT_* flags of the pretoken ``s[a:e]`` (``a < e``) of a named pattern, as ``superbpe.word_flags``
-    (``_pretoken_flags_any``); inline for what English text is made of: a pretoken whose first and
-    last bytes are ASCII (each a character of its own), and whose second byte is ASCII too when the
-    first is whitespace (the digit that may follow it)."""
-    cdef uint8_t c0 = s[a], u, f
-    if (c0 | s[e - 1]) < 0x80:
-        u = _ASCII_FLAGS[c0]
-        if not (u & BPE_UT_S):
-            return (PT_NUMERIC if u & BPE_UT_N else 0) | (PT_ENDS_SPACE if _ASCII_FLAGS[s[e - 1]] & BPE_UT_S else 0)
-        if e - a == 1:
-            return PT_STARTS_SPACE | PT_ENDS_SPACE
-        if s[a + 1] < 0x80:
-            f = PT_STARTS_SPACE
-            if _ASCII_FLAGS[s[a + 1]] & BPE_UT_N:
-                f |= PT_NUMERIC
-            if _ASCII_FLAGS[s[e - 1]] & BPE_UT_S:
-                f |= PT_ENDS_SPACE
-            return f
+    (``_pretoken_flags_any``); inline and without a branch on the text for what English is made
+    of: a pretoken whose first and last bytes are ASCII (each a character of its own), and whose
+    second byte is ASCII too when the first is whitespace (the digit that may follow it)."""
+    cdef uint8_t c0 = s[a], c1 = s[a + (e - a > 1)], cl = s[e - 1]
+    cdef uint8_t t0 = _PT_FIRST[c0]
+    if ((c0 | cl) < 0x80) & ((c1 < 0x80) | ((t0 & PT_STARTS_SPACE) == 0)):
+        return t0 | _PT_LAST[cl] | ((t0 >> 1) & _PT_DIGIT[c1] & (e - a > 1))
     return _pretoken_flags_any(s, a, e)
 
 
@@ -1797,7 +1798,7 @@ cdef Py_ssize_t _flush_segments(const XView* v, Stage2Scratch sc, token_id_t* ou
     cdef const token_id_t* results = sc.pair_res.data()
     cdef Py_ssize_t k = lo, nb, i, c, length, has
     cdef uint64_t bits
-    cdef token_id_t x0, x1
+    cdef token_id_t x0, x1, mask
     while k < hi:
         nb = hi - k if hi - k < 64 else 64
         bits = 0
@@ -1813,7 +1814,8 @@ cdef Py_ssize_t _flush_segments(const XView* v, Stage2Scratch sc, token_id_t* ou
                 x0 = out[seg]
                 x1 = out[seg + 1]
                 has = (length == 2) & (ranks[seg + 1 - lo] != NO_RANK)
-                out[w] = results[seg + 1 - lo] if has else x0
+                mask = (<token_id_t>0) - <token_id_t>has      # all ones when the pair merges
+                out[w] = (results[seg + 1 - lo] & mask) | (x0 & ~mask)
                 out[w + 1] = x1
                 w += length - has
             elif seg + 1 >= lo:
