@@ -1630,6 +1630,9 @@ cdef int _digit_group_cuts(const XView* v, Stage2Scratch sc, const uint8_t* s, P
 
 
 cdef enum:
+    STAGE_WINDOW = 1024      # pretokens a window of _stage_span (its pair arrays, ~17 bytes an id, stay in L1/L2)
+
+cdef enum:
     PROBE_AHEAD = 8          # pairs whose slot is asked for ahead of its probe (_look_up_pairs)
 
 
@@ -1724,7 +1727,7 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
     starts = sc.starts.data()
     w = seg = enc.out_n
     while p < b:
-        n = _split_ends(pattern_id, s, &p, b, ends, ENDS_CAP)
+        n = _split_ends(pattern_id, s, &p, b, ends, STAGE_WINDOW)
         if n == 0:
             continue
         first = enc.out_n                   # the window's first id (the unfinished segment before it)

@@ -1,11 +1,11 @@
 """The stage-aware encoder's stage 2 in passes (``_encode._stage_span``: every pair looked up, the
 unit cuts applied, then the segments visited cut by cut) equals the plain path
 (``StageAwareEncoder.encode_python`` / ``SupraTokEncoder.encode_python``) on long texts: many
-pretoken windows (4,096 pretokens each), segments and units that run across a window's end (short
-ones looked up again in the next window, long ones merged without lookups), the last segment of a
-text after a window's move-down, special tokens between spans, long runs of whitespace, many
-one-byte pretokens in a row and invalid UTF-8, for SuperBPE (``hf`` and ``units`` splits) and
-SupraTok models trained small here."""
+pretoken windows (``STAGE_WINDOW``, 1,024 pretokens each; the plain encoder's are 4,096),
+segments and units that run across a window's end (short ones looked up again in the next window,
+long ones merged without lookups), the last segment of a text after a window's move-down, special
+tokens between spans, long runs of whitespace, many one-byte pretokens in a row and invalid UTF-8,
+for SuperBPE (``hf`` and ``units`` splits) and SupraTok models trained small here."""
 import os
 import tempfile
 
@@ -23,7 +23,7 @@ from strategies import SPECIAL
 PIECES = [b"the", b" the", b" cat", b" sat", b" on", b" mat", b"  ", b" ", b"\n", b"\n\n", b"\t", b"1", b" 12",
           b"2024", b" 1234567", b".", b",", b"!!", b" 'll", b"'s", b"\r\n", " é".encode(), "日本".encode(),
           "\u3000".encode(), "٣٣".encode(), b"\xff", b"\xe2\x82", b"\x80"]
-WINDOW = 4096           # _encode.pyx ENDS_CAP: pretokens a window
+WINDOW = 1024           # _encode.pyx STAGE_WINDOW: pretokens a window of the stage-aware encoder
 
 
 def _train_all():
@@ -113,6 +113,6 @@ def test_one_byte_pretokens_and_invalid_utf8(name):
     _check(name, (b" the" + b"\xe2\x82") * WINDOW)
     _check(name, (SPECIAL.encode() + b" the cat") * 300)
     _check(name, b" the" * (3 * WINDOW) + b" 1234567" * 100)
-    for n in (WINDOW - 2, WINDOW - 1, WINDOW, WINDOW + 1):
+    for n in (WINDOW - 2, WINDOW - 1, WINDOW, WINDOW + 1, 4 * WINDOW - 1, 4 * WINDOW):
         for tail in (b" the", b" the the", b" the cat sat", b" the\n"):
             _check(name, b"," * n + tail + b" on the mat")
