@@ -123,8 +123,8 @@ cdef struct CrossSlot:
 @cython.final
 cdef class Stage2Table:
     cdef readonly RankMerger merger
-    cdef vector[uint64_t] filter        # a bit per hash of a crossable pair (a Bloom filter, one hash)
-    cdef int fshift                     # filter bit = pair hash >> fshift
+    cdef vector[uint64_t] filter        # 3 bits of one word per crossable pair (a blocked Bloom filter)
+    cdef int fshift                     # filter word = pair hash >> fshift (_filter_bits: its bits)
     cdef vector[CrossSlot] slots        # open addressing over the crossable pairs (16 bytes a slot)
     cdef uint64_t mask
     cdef int shift
