@@ -4,14 +4,20 @@
     python tools/bench_superbpe.py --train en_train_30MB.txt --vocab-size 8000 --text en_heldout.txt
     python tools/bench_superbpe.py --bpe bpe8k/ --superbpe sb8k/ --text en_heldout.txt
     python tools/bench_superbpe.py --train en_train.txt --vocab-size 32000 --no-encode
+    python tools/bench_superbpe.py --bpe bpe32k/ --superbpe sb32k/ --supratok st32k/ --text en30.txt \
+        --runs 5 --baseline main=../main-copy       # before/after in one run
 
 ``--train``: trains a BPE and a SuperBPE model of ``--vocab-size`` on the file (in this process,
 ``bpe_core.train``; default options, all cores) and prints the seconds of each and their phases (the
 ratio SuperBPE / BPE). Else ``--bpe`` / ``--superbpe`` name trained model folders.
 
-Encoding: each model's ``Tokenizer.load`` encodes the whole ``--text`` in one call
-(``encode_to_numpy``, one thread), ``--runs`` times interleaved; the median MB/s of each and the ratio
-SuperBPE / BPE are printed, with tokens and bytes per token. Results also go to ``--json``.
+Encoding: each model's ``Tokenizer.load`` (``--bpe``, ``--superbpe``, ``--supratok``; ``--methods``
+picks some) encodes the whole ``--text`` in one call (``encode_to_numpy``, one thread), once to warm
+the caches and then ``--runs`` times interleaved, in a worker process per checkout: this one and each
+``--baseline LABEL=ROOT`` (another checkout built in place, e.g. a copy of ``main``), so before and
+after are measured in the same run. Printed: MB per CPU-second of the encoding thread and MB/s
+(medians), each method's ratio to ``bpe`` of the same checkout, each checkout's ratio to the first,
+tokens, and whether the ids are identical across checkouts. Results also go to ``--json``.
 """
 from __future__ import annotations
 
@@ -53,30 +59,90 @@ def train_both(path: str, vocab_size: int, out: str, workers) -> dict:
     return reports
 
 
-def bench_encode(folders: dict[str, str], text_path: str, runs: int) -> dict:
+def _worker(folders: dict[str, str], text_path: str, text_bytes: int) -> int:
+    """``--worker``: load the models, then answer one line per method name read from stdin with the
+    thread CPU seconds, wall seconds, token count and a digest of the ids of one encode (JSON)."""
+    import hashlib
     with open(text_path, "rb") as f:
-        data = f.read()
+        data = f.read(text_bytes) if text_bytes > 0 else f.read()
     toks = {name: bpe_core.Tokenizer.load(folder) for name, folder in folders.items()}
-    times: dict[str, list[float]] = {name: [] for name in toks}
-    n_tokens = {}
-    for _ in range(runs):
-        for name, tok in toks.items():            # interleaved: drift hits both alike
-            t0 = time.perf_counter()
-            ids = tok.encode_to_numpy(data)
-            times[name].append(time.perf_counter() - t0)
-            n_tokens[name] = int(ids.size)
-    out = {}
-    mb = len(data) / 1e6
-    for name in toks:
-        med = statistics.median(times[name])
-        out[name] = {"mb_per_s": round(mb / med, 3), "seconds": [round(t, 3) for t in times[name]],
-                     "tokens": n_tokens[name], "bytes_per_token": round(len(data) / max(n_tokens[name], 1), 4)}
-        print(f"encode {name:8s}: {mb / med:7.2f} MB/s (median of {runs}), {n_tokens[name]:,} tokens, "
-              f"{len(data) / max(n_tokens[name], 1):.3f} bytes/token")
-    if "bpe" in out and "superbpe" in out:
-        ratio = out["superbpe"]["mb_per_s"] / out["bpe"]["mb_per_s"]
-        out["ratio"] = round(ratio, 3)
-        print(f"encode superbpe / bpe throughput: {ratio:.2f}")
+    print(json.dumps({"ready": bpe_core.__file__}), flush=True)
+    for line in sys.stdin:
+        name = line.strip()
+        if not name:
+            break
+        c0, t0 = time.thread_time(), time.perf_counter()
+        ids = toks[name].encode_to_numpy(data)
+        cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+        print(json.dumps({"cpu": cpu, "wall": wall, "tokens": int(ids.size),
+                          "digest": hashlib.sha1(ids.tobytes()).hexdigest()}), flush=True)
+    return 0
+
+
+def bench_encode(folders: dict[str, str], text_path: str, runs: int, roots: dict[str, str] | None = None,
+                 text_bytes: int = 0) -> dict:
+    """Encode the text with each model (one thread, ``encode_to_numpy``, whole text), ``runs`` times
+    interleaved after one warm-up each, in one worker process per checkout (``roots``: label -> a
+    checkout built in place; default this one); MB per CPU-second of the encoding thread and MB/s,
+    medians, ratios to ``bpe`` of the same checkout and to the first checkout, ids compared."""
+    import subprocess
+    roots = roots or {"this": os.path.join(HERE, "..")}
+    size = os.path.getsize(text_path) if text_bytes <= 0 else min(text_bytes, os.path.getsize(text_path))
+    mb = size / 1e6
+    args = [sys.executable, os.path.abspath(__file__), "--worker", "--text", text_path,
+            "--text-bytes", str(text_bytes)]
+    for name, folder in folders.items():
+        args += [f"--{name}", folder]
+    procs = {}
+    for label, root in roots.items():
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(root))
+        procs[label] = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                        cwd=os.path.abspath(root))
+        ready = json.loads(procs[label].stdout.readline())
+        print(f"{label}: {ready['ready']}", flush=True)
+
+    def ask(label, name):
+        procs[label].stdin.write(name + "\n")
+        procs[label].stdin.flush()
+        return json.loads(procs[label].stdout.readline())
+
+    got: dict = {(lb, n): [] for lb in roots for n in folders}
+    digests: dict = {}
+    for r in range(runs + 1):                      # run 0: warm-up (caches), not counted
+        for name in folders:                       # interleaved: drift hits every checkout alike
+            for label in roots:
+                x = ask(label, name)
+                digests.setdefault(name, set()).add(x["digest"])
+                if r:
+                    got[label, name].append(x)
+    for p in procs.values():
+        p.stdin.close()
+        p.wait()
+    out: dict = {"mb": round(mb, 3), "runs": runs, "load": os.getloadavg()}
+    first = next(iter(roots))
+    for label in roots:
+        for name in folders:
+            xs = got[label, name]
+            cpu = statistics.median(x["cpu"] for x in xs)
+            wall = statistics.median(x["wall"] for x in xs)
+            out.setdefault(label, {})[name] = {"mb_per_cpu_s": round(mb / cpu, 2), "mb_per_s": round(mb / wall, 2),
+                                               "cpu_s": [round(x["cpu"], 4) for x in xs], "tokens": xs[0]["tokens"]}
+    print(f"\n{mb:.1f} MB, one thread, medians of {runs} interleaved runs, load {out['load'][0]:.2f}")
+    print("| checkout | method | MB/CPU-s | MB/s | / bpe (CPU) | / bpe (wall) | / " + first + " | tokens |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label in roots:
+        res = out[label]
+        for name in folders:
+            x = res[name]
+            rb = x["mb_per_cpu_s"] / res["bpe"]["mb_per_cpu_s"] if "bpe" in res else float("nan")
+            rw = x["mb_per_s"] / res["bpe"]["mb_per_s"] if "bpe" in res else float("nan")
+            rf = x["mb_per_cpu_s"] / out[first][name]["mb_per_cpu_s"]
+            x["ratio_to_bpe"] = round(rb, 3)
+            print(f"| {label} | {name} | {x['mb_per_cpu_s']:.1f} | {x['mb_per_s']:.1f} | {rb:.3f} | {rw:.3f} | "
+                  f"{rf:.2f} | {x['tokens']:,} |")
+    same = {name: len(d) == 1 for name, d in digests.items()}
+    out["ids_identical"] = same
+    print("ids identical across checkouts: " + ", ".join(f"{n} {'yes' if v else 'NO'}" for n, v in same.items()))
     return out
 
 
@@ -88,6 +154,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, metavar="DIR", help="where --train writes the models (default: a temp folder)")
     p.add_argument("--bpe", default=None, metavar="DIR")
     p.add_argument("--superbpe", default=None, metavar="DIR")
+    p.add_argument("--supratok", default=None, metavar="DIR")
+    p.add_argument("--methods", default=None, metavar="NAMES",
+                   help="comma-separated models to encode, of those given (default: all given)")
+    p.add_argument("--baseline", action="append", default=[], metavar="LABEL=ROOT",
+                   help="also encode with the checkout ROOT (built in place; e.g. a copy of main), in the "
+                        "same interleaved run; repeatable")
+    p.add_argument("--text-bytes", type=int, default=0, metavar="N", help="encode only the first N bytes")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--text", default=None, metavar="FILE", help="text to encode (e.g. en_heldout.txt)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--no-encode", action="store_true")
@@ -101,11 +175,25 @@ def main(argv=None) -> int:
             results["train"] = train_both(args.train, args.vocab_size, out, args.workers)
             folders = {"bpe": os.path.join(out, "bpe"), "superbpe": os.path.join(out, "superbpe")}
         else:
-            folders = {k: v for k, v in (("bpe", args.bpe), ("superbpe", args.superbpe)) if v}
+            folders = {k: v for k, v in (("bpe", args.bpe), ("superbpe", args.superbpe),
+                                         ("supratok", args.supratok)) if v}
+        if args.methods:
+            want = args.methods.split(",")
+            missing = [m for m in want if m not in folders]
+            if missing:
+                p.error(f"--methods names models not given: {', '.join(missing)}")
+            folders = {m: folders[m] for m in want}
+        if args.worker:
+            return _worker(folders, args.text, args.text_bytes)
         if not args.no_encode:
             if not args.text or not folders:
-                p.error("encoding needs --text and models (--train, or --bpe / --superbpe)")
-            results["encode"] = bench_encode(folders, args.text, args.runs)
+                p.error("encoding needs --text and models (--train, or --bpe / --superbpe / --supratok)")
+            roots = {}
+            for spec in args.baseline:                # first, so "/ first" is this one over the baseline
+                label, _, root = spec.rpartition("=")
+                roots[label or "baseline"] = root
+            roots["this"] = os.path.join(HERE, "..")
+            results["encode"] = bench_encode(folders, args.text, args.runs, roots, args.text_bytes)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -150,8 +150,8 @@ cdef struct CrossSlot:
 @cython.final
 cdef class Stage2Table:
     cdef readonly RankMerger merger
-    cdef vector[uint64_t] filter        # a bit per hash of a crossable pair (a Bloom filter, one hash)
-    cdef int fshift                     # filter bit = pair hash >> fshift
+    cdef vector[uint64_t] filter        # 3 bits of one word per crossable pair (a blocked Bloom filter)
+    cdef int fshift                     # filter word = pair hash >> fshift (_filter_bits: its bits)
     cdef vector[CrossSlot] slots        # open addressing over the crossable pairs (16 bytes a slot)
     cdef uint64_t mask
     cdef int shift
@@ -171,6 +171,10 @@ cdef class Stage2Scratch:
     cdef vector[uint8_t] char_digit
     cdef vector[int64_t] hard           # ... its hard boundaries (byte offsets, ascending) ...
     cdef vector[uint8_t] inner_cut      # ... and a cut before which of its stage-1 ids
+    cdef vector[uint32_t] pair_rank     # a window's pair lookups (``_look_up_pairs``): first rank,
+    cdef vector[token_id_t] pair_res    # result and crossable, of the pair ending at each id
+    cdef vector[uint8_t] pair_cross
+    cdef vector[int64_t] pair_cand      # the pairs that pass the filter
 
 
 # Decoding (``TokenTable.decode``) and lists of ids: the bytes of every token back to back (token

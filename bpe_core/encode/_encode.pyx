@@ -96,6 +96,13 @@ cdef extern from *:
     #endif
         return w;
     }
+    /* the index of the lowest set bit of x (x != 0) */
+    #if defined(_MSC_VER)
+    #include <intrin.h>
+    static inline int bpe_enc_ctz64(uint64_t x) { unsigned long i; _BitScanForward64(&i, x); return (int)i; }
+    #else
+    static inline int bpe_enc_ctz64(uint64_t x) { return __builtin_ctzll(x); }
+    #endif
     #if defined(_MSC_VER)
     #include <xmmintrin.h>
     #define bpe_enc_prefetch(p) _mm_prefetch((const char*)(p), _MM_HINT_T0)
@@ -111,6 +118,7 @@ cdef extern from *:
     const uint64_t MUL3 "BPE_MUL3"
     uint64_t load_le64 "bpe_enc_load_le64"(const uint8_t* p) noexcept nogil
     void prefetch "bpe_enc_prefetch"(const void* p) noexcept nogil
+    int ctz64 "bpe_enc_ctz64"(uint64_t x) noexcept nogil
 
 
 cdef enum:
@@ -1390,8 +1398,19 @@ cdef inline Py_ssize_t _utf8_char(const uint8_t* s, Py_ssize_t i, Py_ssize_t n, 
 
 
 cdef uint8_t _ASCII_FLAGS[128]
+# per ASCII byte (0 for the others): the PT_* flags it gives as a pretoken's first character
+# (PT_NUMERIC, PT_STARTS_SPACE = 2: ``_pretoken_flags`` shifts it onto PT_NUMERIC) and last one
+# (PT_ENDS_SPACE), and 1 for a digit (the second character after a space)
+cdef uint8_t _PT_FIRST[256]
+cdef uint8_t _PT_LAST[256]
+cdef uint8_t _PT_DIGIT[256]
+for _c in range(256):
+    _PT_FIRST[_c] = _PT_LAST[_c] = _PT_DIGIT[_c] = 0
 for _c in range(128):
     _ASCII_FLAGS[_c] = bpe_ut_flags(_c) & (BPE_UT_N | BPE_UT_S)
+    _PT_FIRST[_c] = (PT_NUMERIC if _ASCII_FLAGS[_c] & BPE_UT_N else 0) | (PT_STARTS_SPACE if _ASCII_FLAGS[_c] & BPE_UT_S else 0)
+    _PT_LAST[_c] = PT_ENDS_SPACE if _ASCII_FLAGS[_c] & BPE_UT_S else 0
+    _PT_DIGIT[_c] = 1 if _ASCII_FLAGS[_c] & BPE_UT_N else 0
 
 
 cdef inline uint16_t _char_flags(const uint8_t* s, Py_ssize_t i, Py_ssize_t e, Py_ssize_t* k) noexcept nogil:
@@ -1405,6 +1424,18 @@ cdef inline uint16_t _char_flags(const uint8_t* s, Py_ssize_t i, Py_ssize_t e, P
 
 
 cdef inline uint8_t _pretoken_flags(const uint8_t* s, Py_ssize_t a, Py_ssize_t e) noexcept nogil:
+    """PT_* flags of the pretoken ``s[a:e]`` (``a < e``) of a named pattern, as ``superbpe.word_flags``
+    (``_pretoken_flags_any``); inline and without a branch on the text for what English is made
+    of: a pretoken whose first and last bytes are ASCII (each a character of its own), and whose
+    second byte is ASCII too when the first is whitespace (the digit that may follow it)."""
+    cdef uint8_t c0 = s[a], c1 = s[a + (e - a > 1)], cl = s[e - 1]
+    cdef uint8_t t0 = _PT_FIRST[c0]
+    if ((c0 | cl) < 0x80) & ((c1 < 0x80) | ((t0 & PT_STARTS_SPACE) == 0)):
+        return t0 | _PT_LAST[cl] | ((t0 >> 1) & _PT_DIGIT[c1] & (e - a > 1))
+    return _pretoken_flags_any(s, a, e)
+
+
+cdef uint8_t _pretoken_flags_any(const uint8_t* s, Py_ssize_t a, Py_ssize_t e) noexcept nogil:
     """PT_* flags of the pretoken ``s[a:e]`` (``a < e``) of a named pattern, as ``superbpe.word_flags``.
 
     In the named patterns (gpt2, cl100k, o200k) a pretoken that holds a digit is `` ?\p{N}+`` or
@@ -1540,8 +1571,8 @@ cdef class Stage2Table:
                             pairs.add((x << 32) | y)
         self.all_cross = all_cross
         self.n_cross = len(pairs)
-        self.shift = 60
-        while cap < <uint64_t>(2 * len(pairs) + 2):
+        self.shift = 60                 # at most 2/3 full: 16-byte slots, 24 bytes a pair
+        while 2 * cap < <uint64_t>(3 * len(pairs) + 3):
             cap <<= 1
             self.shift -= 1
         self.mask = cap - 1
@@ -1549,15 +1580,16 @@ cdef class Stage2Table:
         empty.res = 0
         empty.rank = NO_RANK
         self.slots.assign(cap, empty)
-        # the filter: about 16 bits per pair (~5% false hits), 2**15 .. 2**19 bits (4 .. 64 KiB)
-        fbits = 15
-        while fbits < 19 and (1 << fbits) < 16 * len(pairs):
+        # the filter: a blocked Bloom filter (3 bits of one 64-bit word per pair), about 6 bits per
+        # pair (~7% false hits), 2**12 .. 2**18 bits (0.5 .. 32 KiB): it stays in L1
+        fbits = 12
+        while fbits < 18 and (1 << fbits) < 6 * len(pairs):
             fbits += 1
-        self.fshift = 64 - fbits
+        self.fshift = 64 - (fbits - 6)
         self.filter.assign((1 << fbits) // 64, 0)
         for key in pairs:
-            h = (key * MUL1) >> self.fshift
-            self.filter[h >> 6] |= (<uint64_t>1) << (h & 63)
+            h = key * MUL1
+            self.filter[h >> self.fshift] |= _filter_bits(h)
             slot = (key * MUL2) >> self.shift
             while self.slots[slot].key != EMPTY_KEY:
                 slot = (slot + 1) & self.mask
@@ -1646,18 +1678,26 @@ cdef inline XView _xview(Stage2Table t) noexcept:
     return v
 
 
+cdef inline uint64_t _filter_bits(uint64_t h) noexcept nogil:
+    """The three bits a pair hash ``h`` sets in its filter word (from bits 26-43 of ``h``; the word
+    is chosen by the top bits)."""
+    return (((<uint64_t>1) << ((h >> 26) & 63)) | ((<uint64_t>1) << ((h >> 32) & 63))
+            | ((<uint64_t>1) << ((h >> 38) & 63)))
+
+
 cdef inline bint _cross(const XView* v, token_id_t a, token_id_t b, uint32_t* rank, token_id_t* res) noexcept nogil:
     """Whether ``(a, b)`` is crossable; ``rank`` gets its first rank (or NO_RANK; the LATER_RANKS
     flag stays set) and ``res`` the id it merges into."""
     cdef pair_key_t key = pack_pair(a, b)
-    cdef uint64_t slot, f
+    cdef uint64_t slot, f, h
     cdef int64_t r
     if v.all_cross:
         r = (<RankMerger>v.merger)._rank(a, b, -1, res)
         rank[0] = <uint32_t>r if r >= 0 else NO_RANK
         return True
-    f = (key * MUL1) >> v.fshift
-    if not (v.filter[f >> 6] >> (f & 63)) & 1:
+    f = key * MUL1
+    h = _filter_bits(f)
+    if (v.filter[f >> v.fshift] & h) != h:
         return False
     slot = (key * MUL2) >> v.shift
     while True:
@@ -1848,98 +1888,206 @@ cdef int _digit_group_cuts(const XView* v, Stage2Scratch sc, const uint8_t* s, P
     return 0
 
 
+cdef enum:
+    STAGE_WINDOW = 1024      # pretokens a window of _stage_span (its pair arrays, ~17 bytes an id, stay in L1/L2)
+
+cdef enum:
+    PROBE_AHEAD = 8          # pairs whose slot is asked for ahead of its probe (_look_up_pairs)
+
+
+cdef void _look_up_pairs(const XView* v, Stage2Scratch sc, const token_id_t* out, Py_ssize_t lo,
+                         Py_ssize_t hi) noexcept nogil:
+    """``_cross`` of every pair ``out[k - 1], out[k]`` for ``lo <= k < hi`` (``lo >= 1``), into
+    ``sc.pair_cross[k - lo]`` (0 or 1), ``sc.pair_rank`` and ``sc.pair_res`` (rank NO_RANK: no
+    merge; the result is then not set), with few branches on the answer: a pass tests every pair
+    against the filter and lists those that pass (no branch), a second probes the slots of the
+    listed ones (each asked for ``PROBE_AHEAD`` pairs ahead). About 40% of pairs are crossable, in
+    no order a branch predictor can learn: one branch on that per pair costs more than the lookups."""
+    cdef Py_ssize_t k, t, m = 0
+    cdef uint64_t key, f, h, slot
+    cdef uint32_t r
+    cdef uint8_t* cross = sc.pair_cross.data()
+    cdef uint32_t* ranks = sc.pair_rank.data()
+    cdef token_id_t* results = sc.pair_res.data()
+    cdef int64_t* cand = sc.pair_cand.data()
+    cdef token_id_t res = 0
+    if v.all_cross:
+        for k in range(lo, hi):
+            r = NO_RANK
+            cross[k - lo] = _cross(v, out[k - 1], out[k], &r, &res)
+            ranks[k - lo] = r
+            results[k - lo] = res
+        return
+    for k in range(lo, hi):
+        key = pack_pair(out[k - 1], out[k])
+        f = key * MUL1
+        h = _filter_bits(f)
+        cross[k - lo] = 0
+        ranks[k - lo] = NO_RANK
+        cand[m] = k
+        m += (v.filter[f >> v.fshift] & h) == h
+    for t in range(min(m, <Py_ssize_t>PROBE_AHEAD)):
+        k = cand[t]
+        prefetch(&v.slots[(pack_pair(out[k - 1], out[k]) * MUL2) >> v.shift])
+    for t in range(m):
+        if t + PROBE_AHEAD < m:
+            k = cand[t + PROBE_AHEAD]
+            prefetch(&v.slots[(pack_pair(out[k - 1], out[k]) * MUL2) >> v.shift])
+        k = cand[t]
+        key = pack_pair(out[k - 1], out[k])
+        slot = (key * MUL2) >> v.shift
+        while True:
+            if v.slots[slot].key == key:
+                cross[k - lo] = 1
+                ranks[k - lo] = v.slots[slot].rank
+                results[k - lo] = v.slots[slot].res
+                break
+            if v.slots[slot].key == EMPTY_KEY:
+                break
+            slot = (slot + 1) & v.mask
+
+
+cdef inline uint8_t _unit_joins(uint8_t fp, uint8_t fc, int split) noexcept nogil:
+    """1 when a unit goes on between two pretokens with flags ``fp`` and ``fc``: neither holds a
+    digit and (``SPLIT_HF``) they do not meet inside a run of whitespace."""
+    return ((((fp | fc) & PT_NUMERIC) == 0)
+            & ((split == SPLIT_UNITS) | ((fp & PT_ENDS_SPACE) == 0) | ((fc & PT_STARTS_SPACE) == 0)))
+
+
 cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_id, int split,
                      const uint8_t* s, Py_ssize_t a, Py_ssize_t b, const uint8_t* limit) except -1 nogil:
     """Encode the text ``s[a:b]`` (no special token in it): stage 1 per pretoken, then stage 2.
 
     Pretokens are scanned ``ENDS_CAP`` at a time and their stage-1 ids emitted (the ``Encoder`` and
-    its cache). Each pair of neighbouring ids is then a cut when it is not crossable
-    (``Stage2Table``) or, between two pretokens, when a unit ends there (flags of both; ``split``
-    SPLIT_HF or SPLIT_UNITS), or, with SPLIT_UNITS, inside a numeric pretoken between two digit
-    groups (``_digit_group_cuts``); each
-    segment between two cuts is merged and written back, compacted, in place (a segment of two ids
-    with the rank and result its pair's lookup gave). The unfinished segment at the end of a window
-    moves down to the written ids before the next window's ids are emitted after it.
+    its cache). Then, for the window, in passes with few branches on the data (``_look_up_pairs``):
+
+    1. every pair of neighbouring ids is looked up (``Stage2Table``: crossable, first rank, result);
+    2. between two pretokens, a crossable pair is a cut when a unit ends there (the flags of both,
+       computed for every pretoken; ``split`` SPLIT_HF or SPLIT_UNITS) and, with SPLIT_UNITS, the
+       pairs of a numeric pretoken between two digit groups are cuts (``_digit_group_cuts``);
+    3. the cuts, 64 ids to a bit mask, are visited in order (count trailing zeros), and each segment
+       between two cuts is merged and written back, compacted, in place: one id as it is, two ids
+       as their pair's lookup says (without a branch), more by ``_merge_segment``.
+
+    The unfinished segment at the end of a window moves down to the written ids before the next
+    window's ids are emitted after it (its pairs are looked up again with them when it is short).
     """
     cdef int64_t* ends = enc.ends_buf
     cdef int64_t* starts
-    cdef Py_ssize_t p = a, q = a, pa = a, fl_at = -1, fc_at = -1, n, j, k, k1, e, w, seg, i
+    cdef Py_ssize_t p = a, q = a, n, j, k, k1, e, w, seg, lo = 0, hi, first, t, length, open_at = -1
+    cdef uint32_t* pr_rank
+    cdef token_id_t* pr_res
+    cdef uint8_t* pr_cross
     cdef token_id_t* out
-    cdef token_id_t res = 0
-    cdef uint32_t rank = NO_RANK
-    cdef uint32_t seg_rk[SHORT_SEG]         # the current segment's pairs, as _cross gave them
-    cdef token_id_t seg_rs[SHORT_SEG]
-    cdef uint8_t fp, fc = 0, fl = 0
-    cdef bint have_prev = False, joined, inner
+    cdef uint8_t fc = 0, fl = 0
+    cdef bint have_prev = False
     if <Py_ssize_t>sc.starts.size() < ENDS_CAP + 1:
         sc.starts.resize(ENDS_CAP + 1)
     starts = sc.starts.data()
     w = seg = enc.out_n
     while p < b:
-        n = _split_ends(pattern_id, s, &p, b, ends, ENDS_CAP)
+        n = _split_ends(pattern_id, s, &p, b, ends, STAGE_WINDOW)
         if n == 0:
             continue
+        first = enc.out_n                   # the window's first id (the unfinished segment before it)
         enc._emit_pieces(s, q, ends, n, limit, starts)
         starts[n] = enc.out_n
         out = enc.out_buf
+        hi = enc.out_n
+        if not have_prev:
+            seg = first                     # no pair before the text's first id
+            lo = first + 1
+        elif first - seg <= SHORT_SEG:
+            lo = seg + 1                    # the unfinished segment's pairs again (short: cheap)
+        else:
+            lo = first                      # a long one merges without its pairs' lookups
+        if <Py_ssize_t>sc.pair_rank.size() < hi - lo + 1:
+            sc.pair_rank.resize(hi - lo + 1)
+            sc.pair_res.resize(hi - lo + 1)
+            sc.pair_cross.resize(hi - lo + 1)
+            sc.pair_cand.resize(hi - lo + 1)
+        pr_rank = sc.pair_rank.data()
+        pr_res = sc.pair_res.data()
+        pr_cross = sc.pair_cross.data()
+        # 1. the lookups
+        if hi > lo:
+            _look_up_pairs(v, sc, out, lo, hi)
+        # 2. where units end
         for j in range(n):
             e = ends[j]
             k = starts[j]
             k1 = starts[j + 1]
-            inner = False
-            if split == SPLIT_UNITS and k1 - k >= 2:
-                fc = _pretoken_flags(s, q, e)
-                fc_at = q
-                if fc & PT_NUMERIC:
-                    _digit_group_cuts(v, sc, s, q, e, out + k, k1 - k)
-                    inner = True
-            if not have_prev:
-                have_prev = True
-                k += 1
-            while k < k1:
-                joined = _cross(v, out[k - 1], out[k], &rank, &res)
-                if joined and k == starts[j]:
-                    # between two pretokens: a unit ends where one holds a digit or both meet
-                    # inside a run of whitespace (the flags of s[pa:q] may be known from before)
-                    fp = fl if fl_at == pa else _pretoken_flags(s, pa, q)
-                    if fc_at != q:
-                        fc = _pretoken_flags(s, q, e)
-                        fc_at = q
-                    fl = fc
-                    fl_at = q
-                    joined = ((fp | fc) & PT_NUMERIC) == 0 and (split == SPLIT_UNITS or
-                        (fp & PT_ENDS_SPACE) == 0 or (fc & PT_STARTS_SPACE) == 0)
-                elif joined and inner:
-                    joined = not sc.inner_cut[k - starts[j]]
-                if joined:
-                    i = k - seg - 1
-                    if i < SHORT_SEG:
-                        seg_rk[i] = rank
-                        seg_rs[i] = res
-                else:
-                    if k - seg == 1:
-                        out[w] = out[seg]
-                        w += 1
-                    elif k - seg == 2:
-                        if seg_rk[0] != NO_RANK:
-                            out[w] = seg_rs[0]   # the pair's first rank applies (nothing else can)
-                            w += 1
-                        else:                    # crossable, but no merge of its own
-                            out[w] = out[seg]
-                            out[w + 1] = out[seg + 1]
-                            w += 2
-                    else:
-                        w = _merge_segment(v, sc, out, seg, k, w, seg_rk, seg_rs)
-                    seg = k
-                k += 1
-            pa = q
+            fc = _pretoken_flags(s, q, e)
+            if have_prev:
+                pr_cross[k - lo] &= _unit_joins(fl, fc, split)
+            have_prev = True
+            if split == SPLIT_UNITS and fc & PT_NUMERIC and k1 - k >= 2:
+                _digit_group_cuts(v, sc, s, q, e, out + k, k1 - k)
+                for t in range(1, k1 - k):
+                    if sc.inner_cut[t]:
+                        pr_cross[k + t - lo] = 0
+            fl = fc
             q = e
+        # 3. the segments, cut by cut
+        w = _flush_segments(v, sc, out, lo, hi, seg, w, &seg)
+        open_at = seg + 1 - lo              # where the lookups of its pairs are (< 0: not looked up)
         if seg > w:                         # the unfinished segment moves down
-            memmove(out + w, out + seg, (enc.out_n - seg) * sizeof(token_id_t))
-            enc.out_n = w + (enc.out_n - seg)
+            memmove(out + w, out + seg, (hi - seg) * sizeof(token_id_t))
+            enc.out_n = w + (hi - seg)
             seg = w
-    enc.out_n = _merge_segment(v, sc, enc.out_buf, seg, enc.out_n, w, seg_rk, seg_rs)
+    # the last segment
+    out = enc.out_buf
+    hi = enc.out_n
+    length = hi - seg
+    if length <= 0:
+        enc.out_n = w
+    elif length == 1 or open_at < 0:        # one id, or a long segment (no lookups needed)
+        enc.out_n = _merge_segment(v, sc, out, seg, hi, w, sc.pair_rank.data(), sc.pair_res.data())
+    else:
+        enc.out_n = _merge_segment(v, sc, out, seg, hi, w, sc.pair_rank.data() + open_at,
+                                   sc.pair_res.data() + open_at)
     return 0
+
+
+cdef Py_ssize_t _flush_segments(const XView* v, Stage2Scratch sc, token_id_t* out, Py_ssize_t lo,
+                                Py_ssize_t hi, Py_ssize_t seg, Py_ssize_t w, Py_ssize_t* seg_out) noexcept nogil:
+    """Step 3 of ``_stage_span``: merge and write back (at ``out[w:]``) every segment that ends
+    before ``hi``: a cut before id ``c`` (``lo <= c < hi``) where ``sc.pair_cross[c - lo]`` is 0.
+    ``seg``: where the open segment starts (``lo - 1 <= seg``, or a long one further back).
+    Returns the new ``w``; ``seg_out`` gets the start of the segment left open at ``hi``."""
+    cdef const uint8_t* cross = sc.pair_cross.data()
+    cdef const uint32_t* ranks = sc.pair_rank.data()
+    cdef const token_id_t* results = sc.pair_res.data()
+    cdef Py_ssize_t k = lo, nb, i, c, length, has
+    cdef uint64_t bits
+    cdef token_id_t x0, x1, mask
+    while k < hi:
+        nb = hi - k if hi - k < 64 else 64
+        bits = 0
+        for i in range(nb):
+            bits |= (<uint64_t>(cross[k - lo + i] ^ 1)) << i
+        while bits:
+            c = k + ctz64(bits)
+            bits &= bits - 1
+            length = c - seg
+            if length <= 2 and seg + 1 >= lo:
+                # one id, or two: the pair's first rank applies or nothing does (out[seg + 1] is
+                # read and written back even for one id: it is out[c], or already consumed)
+                x0 = out[seg]
+                x1 = out[seg + 1]
+                has = (length == 2) & (ranks[seg + 1 - lo] != NO_RANK)
+                mask = (<token_id_t>0) - <token_id_t>has      # all ones when the pair merges
+                out[w] = (results[seg + 1 - lo] & mask) | (x0 & ~mask)
+                out[w + 1] = x1
+                w += length - has
+            elif seg + 1 >= lo:
+                w = _merge_segment(v, sc, out, seg, c, w, ranks + (seg + 1 - lo), results + (seg + 1 - lo))
+            else:                           # a long segment from an earlier window
+                w = _merge_segment(v, sc, out, seg, c, w, ranks, results)
+            seg = c
+        k += nb
+    seg_out[0] = seg
+    return w
 
 
 def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2Scratch scratch not None,
