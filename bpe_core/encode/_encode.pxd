@@ -24,8 +24,12 @@ cdef class RankTable:
     cdef int shift
     cdef readonly Py_ssize_t n_merges   # ranks are 0 .. n_merges - 1 (some may be unreachable)
     cdef readonly Py_ssize_t n_pairs    # pairs held (reachable merges, first rank of a pair kept)
+    # a pair's ranks after its first (the same pair merged again: rare), sorted by (key, rank)
+    cdef vector[pair_key_t] later_keys
+    cdef vector[uint32_t] later_ranks
 
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil
+    cdef uint32_t rank_after(self, token_id_t left, token_id_t right, uint32_t after) noexcept nogil
 
 
 # The special tokens as plain C data (pointers into a SpecialTable's vectors), sorted longest first.
@@ -80,7 +84,6 @@ cdef class Encoder:
     cdef vector[int64_t] nexts
     cdef vector[int64_t] prevs
     cdef vector[uint64_t] heap
-    cdef vector[uint64_t] deferred
     # output ids of the current call, and the pretoken ends being encoded
     cdef token_id_t* out_buf
     cdef Py_ssize_t out_n
@@ -96,8 +99,7 @@ cdef class Encoder:
     cdef Py_ssize_t _merge_scan(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) noexcept nogil
     cdef Py_ssize_t _merge_heap(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
     cdef Py_ssize_t _merge(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
-    cdef int _push(self, uint32_t rank, Py_ssize_t pos, uint32_t cur) except -1 nogil
-    cdef int _flush_deferred(self) except -1 nogil
+    cdef int _push(self, uint32_t rank, Py_ssize_t pos) except -1 nogil
     cdef int _slots_alloc(self, Py_ssize_t n_slots) noexcept nogil
     cdef const uint8_t* _slot_tail(self, const CacheSlot* sl) noexcept nogil
     cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h) noexcept nogil

@@ -10,11 +10,14 @@ without overlap (``aaa`` with ``(a, a)`` gives ``[aa, a]``); stop when no adjace
 Token ids are canonical by bytes (``reference.token_ids``: the smallest id holding the bytes), so a
 pair of ids names a pair of byte strings and ``RankTable`` can key on ids.
 
-Why "all occurrences, then the next rank" and not tiktoken's "one occurrence at a time": the two
-differ only when a merge creates a pair whose rank is *lower* than the merge being applied, which
-happens when two merges build the same bytes (``(a, bc)`` and ``(ab, c)``). The reference, our
-trainer and GPT-2's ``encoder.py`` apply a rank to the whole pretoken before looking at lower ranks,
-so both paths here do too: pairs of a lower rank created during a batch wait in ``deferred``.
+Why "all occurrences, then the next rank", and ranks only ever rising: this is the reference's
+replay (``reference.encode_pretoken``: every merge in rank order, once, to the whole pretoken, as
+training rewrote its words). It differs from "lowest rank present, repeat" (tiktoken, GPT-2's
+``encoder.py``) only when a merge creates a pair whose rank is *lower* than the merge being
+applied, which happens when two merges build the same bytes (``(a, bc)`` and ``(ab, c)``): the
+replay has passed that rank, so such a pair merges only at a later rank of the same pair (the
+same pair merged again, ``RankTable.rank_after``), or never. Vocabularies without two paths to a
+token (GPT-2's, cl100k) give the same ids either way.
 
 Two merge paths, the same result (tests run both on the same input):
 
@@ -50,6 +53,8 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from libcpp.algorithm cimport pop_heap, push_heap
+from libcpp.algorithm cimport sort as cpp_sort
+from libcpp.utility cimport pair as cpp_pair
 from libcpp.vector cimport vector
 
 cimport cython
@@ -240,8 +245,9 @@ cdef class RankTable:
         merged_ids: uint32, the canonical id of each merge's result.
         byte_ids: uint32[256], the id of each single-byte token.
 
-    When a pair occurs twice in the merges, its first (lowest) rank is kept, as
-    ``reference.encode`` does. The four arrays are all a ``RankTable`` needs, so worker processes
+    When a pair occurs twice in the merges, its first (lowest) rank is what ``rank_of`` gives;
+    the later ones are kept aside for ``rank_after`` (a pair made again after its first rank has
+    passed, as ``reference.encode`` replays the merges). The four arrays are all a ``RankTable`` needs, so worker processes
     receive them (``Tokenizer._encoder_spec``) instead of the vocabulary.
 
     >>> import numpy as np
@@ -256,6 +262,7 @@ cdef class RankTable:
         cdef Py_ssize_t n = lefts.shape[0], r, i
         cdef uint64_t cap = 16, slot
         cdef pair_key_t key
+        cdef vector[cpp_pair[pair_key_t, uint32_t]] later
         if rights.shape[0] != n or merged_ids.shape[0] != n:
             raise ValueError("lefts, rights and merged_ids must have the same length")
         if byte_ids.shape[0] != 256:
@@ -287,6 +294,13 @@ cdef class RankTable:
                     self.slot_keys[slot] = key
                     self.slot_ranks[slot] = <uint32_t>r
                     self.n_pairs += 1
+                else:                                   # the same pair again: kept aside
+                    later.push_back(cpp_pair[pair_key_t, uint32_t](key, <uint32_t>r))
+            if not later.empty():
+                cpp_sort(later.begin(), later.end())
+                for i in range(<Py_ssize_t>later.size()):
+                    self.later_keys.push_back(later[i].first)
+                    self.later_ranks.push_back(later[i].second)
 
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil:
         cdef pair_key_t key = pack_pair(left, right)
@@ -299,6 +313,34 @@ cdef class RankTable:
             if k == EMPTY_KEY:
                 return NO_RANK
             slot = (slot + 1) & self.slot_mask
+
+    cdef uint32_t rank_after(self, token_id_t left, token_id_t right, uint32_t after) noexcept nogil:
+        """The first rank > ``after`` that merges the pair, or NO_RANK: the rank at which the
+        reference's replay merges a pair made while rank ``after`` was applied."""
+        cdef uint32_t r = self.rank_of(left, right)
+        cdef pair_key_t key
+        cdef Py_ssize_t lo = 0, hi = <Py_ssize_t>self.later_keys.size(), mid
+        if r == NO_RANK or r > after:
+            return r
+        if hi == 0:
+            return NO_RANK
+        key = pack_pair(left, right)
+        while lo < hi:                              # the first (key, rank) >= (key, after + 1)
+            mid = (lo + hi) >> 1
+            if self.later_keys[mid] < key or (self.later_keys[mid] == key and self.later_ranks[mid] <= after):
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < <Py_ssize_t>self.later_keys.size() and self.later_keys[lo] == key:
+            return self.later_ranks[lo]
+        return NO_RANK
+
+    def lookup_after(self, token_id_t left, token_id_t right, uint32_t after):
+        """``(rank, merged_id)`` of the pair's first rank after ``after``, or None."""
+        cdef uint32_t r = self.rank_after(left, right, after)
+        if r == NO_RANK:
+            return None
+        return int(r), int(self.merged_ids[r])
 
     def lookup(self, token_id_t left, token_id_t right):
         """``(rank, merged_id)`` of the pair, or None when it is not a merge."""
@@ -512,6 +554,8 @@ cdef class Encoder:
             for j in range(w - 1):
                 if fresh[j] or fresh[j + 1]:
                     nrk[j] = self.table.rank_of(ntok[j], ntok[j + 1])
+                    if nrk[j] < r:          # made after its rank: the replay has passed it
+                        nrk[j] = self.table.rank_after(ntok[j], ntok[j + 1], r)
                 else:
                     nrk[j] = rk[old_at[j]]
             m = w
@@ -531,7 +575,6 @@ cdef class Encoder:
         self.nexts.resize(n)
         self.prevs.resize(n)
         self.heap.clear()
-        self.deferred.clear()
         cdef token_id_t* tok = self.toks.data()
         cdef uint32_t* prk = self.pair_ranks.data()
         cdef int64_t* nxt = self.nexts.data()
@@ -547,21 +590,11 @@ cdef class Encoder:
             if prk[i] != NO_RANK:
                 self.heap.push_back(~((<uint64_t>prk[i] << 32) | <uint64_t>i))
                 push_heap(self.heap.begin(), self.heap.end())
-        while True:
-            if self.heap.empty():
-                if self.deferred.empty():
-                    break
-                self._flush_deferred()
-                continue
+        while not self.heap.empty():
             top = ~self.heap.front()
             r = <uint32_t>(top >> 32)
             p = <Py_ssize_t>(top & 0xFFFFFFFFu)
-            if r != cur:
-                # A rank is done: pairs of lower rank created meanwhile may now compete.
-                if not self.deferred.empty():
-                    self._flush_deferred()
-                    continue
-                cur = r
+            cur = r
             pop_heap(self.heap.begin(), self.heap.end())
             self.heap.pop_back()
             if prk[p] != r:
@@ -574,14 +607,19 @@ cdef class Encoder:
                 prv[nq] = p
             prk[q] = NO_RANK
             # The pairs (p, nq) and (prv[p], p) are new.
+            # (a pair made after its rank has passed waits for its next rank: rank_after)
             nr = self.table.rank_of(tok[p], tok[nq]) if nq < n else NO_RANK
+            if nr < cur:
+                nr = self.table.rank_after(tok[p], tok[nq], cur)
             prk[p] = nr
-            self._push(nr, p, cur)
+            self._push(nr, p)
             pp = prv[p]
             if pp >= 0:
                 nr = self.table.rank_of(tok[pp], tok[p])
+                if nr < cur:
+                    nr = self.table.rank_after(tok[pp], tok[p], cur)
                 prk[pp] = nr
-                self._push(nr, pp, cur)
+                self._push(nr, pp)
         p = 0
         while p < n:
             out[m] = tok[p]
@@ -589,23 +627,11 @@ cdef class Encoder:
             p = nxt[p]
         return m
 
-    cdef int _push(self, uint32_t rank, Py_ssize_t pos, uint32_t cur) except -1 nogil:
+    cdef int _push(self, uint32_t rank, Py_ssize_t pos) except -1 nogil:
         if rank == NO_RANK:
             return 0
-        cdef uint64_t entry = ~((<uint64_t>rank << 32) | <uint64_t>pos)
-        if rank < cur:
-            self.deferred.push_back(entry)
-        else:
-            self.heap.push_back(entry)
-            push_heap(self.heap.begin(), self.heap.end())
-        return 0
-
-    cdef int _flush_deferred(self) except -1 nogil:
-        cdef size_t k
-        for k in range(self.deferred.size()):
-            self.heap.push_back(self.deferred[k])
-            push_heap(self.heap.begin(), self.heap.end())
-        self.deferred.clear()
+        self.heap.push_back(~((<uint64_t>rank << 32) | <uint64_t>pos))
+        push_heap(self.heap.begin(), self.heap.end())
         return 0
 
     cdef Py_ssize_t _merge(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil:

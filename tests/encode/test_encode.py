@@ -160,6 +160,32 @@ def test_duplicate_bytes_example():
     assert tok.token_id(b"abc") == 258
 
 
+
+def test_a_pair_made_after_its_rank_waits_for_its_next_rank():
+    """``abb`` is built twice, by ``(a, bb)`` (rank 2) and ``(ab, b)`` (rank 5); ``(abb, a)`` has ranks
+    3 and 6. In ``abba`` the replay makes ``abb`` at rank 5, after rank 3 has passed: the pair merges
+    at its next rank, 6. Without rank 6 it never merges (lowest-rank-first would merge it: ``abba``).
+    Found by hypothesis (test_encode_singles): both merge paths used to take rank 3 after rank 5."""
+    base = [(b"a", b"b"), (b"b", b"b"), (b"a", b"bb"), (b"abb", b"a"), (b"a", b"a"), (b"ab", b"b")]
+    for merges, want in [(base, [b"abb", b"a"]), (base + [(b"abb", b"a")], [b"abba"])]:
+        vocab = {i: bytes([i]) for i in range(256)}
+        for a, b in merges:
+            vocab[len(vocab)] = a + b
+        tok = Tokenizer(vocab, merges, pattern=r"[abc]+")
+        ids_of = reference.token_ids(vocab)
+        assert reference.encode_pretoken(b"abba", merges) == want
+        enc = tok._encoder()
+        for method in ("scan", "heap"):
+            assert enc.encode_piece(b"abba", method) == [ids_of[p] for p in want]
+        assert tok.encode("abba abba") == reference.encode("abba abba", vocab, merges, pattern=r"[abc]+")
+    table = tok._table
+    ab_b = (ids_of[b"abb"], ids_of[b"a"])
+    assert table.lookup(*ab_b) == (3, ids_of[b"abba"])
+    assert table.lookup_after(*ab_b, 2) == (3, ids_of[b"abba"])
+    assert table.lookup_after(*ab_b, 3) == (6, ids_of[b"abba"])
+    assert table.lookup_after(*ab_b, 6) is None
+
+
 # ==== Special tokens ===========================================================================
 
 
