@@ -14,6 +14,7 @@ A run of chosen files or tests stays in one process; ``-n 0`` runs the whole sui
 """
 import os
 import pathlib
+import signal
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -65,6 +66,14 @@ def pytest_cmdline_main(config):
         config.option.numprocesses = "auto"
         if config.option.dist == "no":
             config.option.dist = "loadfile"
+
+
+def pytest_configure(config):
+    """SIGINT deliverable in every test process and the tools it starts: a shell that starts the
+    suite as a background job (``cmd &`` in a script) hands it SIGINT ignored, which Python and the
+    tools keep (tools/_tool_start.py) -- and the tests that send a Ctrl-C would see it vanish."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser):

@@ -8,17 +8,22 @@ Per document (text between special tokens): the character-bigram entropy H; docu
 document (seeded, deterministic, independent of order). The output is written to a temp file and
 renamed. The report (documents and kept documents per bin, bytes kept) goes to stdout as JSON.
 """
-from __future__ import annotations
-
-import argparse
-import json
+import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
 import os
 import sys
 
+if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
 try:
-    import bpe_core  # noqa: F401
-except ImportError:  # a checkout built in place, not installed
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import _tool_start
+except ImportError:                       # run by path (runpy.run_path) with another folder first
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _tool_start
+
+_tool_start.begin(__name__)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
 
 from bpe_core.runtime.cli import ArgumentParser, check_out_file, run_main  # noqa: E402
 from bpe_core.corpus import check_input, warn_if_binary  # noqa: E402
@@ -52,4 +57,4 @@ def _run(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_tool_start.run(main))

@@ -16,37 +16,22 @@ ids, else ``uint32``). Document separators (special tokens) encode as their id. 
 to stderr, a one-line summary to stdout. Bad input, or a budget too small to fit one worker: one
 line on stderr, exit code 2, nothing written. ``--plan`` prints the memory plan and exits.
 """
-from __future__ import annotations
-
-import argparse
-import json
+import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
 import os
-import signal
 import sys
 
-
-def _early_exit(signum, frame):
-    """A signal while the modules below load or the options are read (about half a second): one
-    line and exit 130 / 143, not a traceback from inside an import (``main`` hands SIGINT back to
-    Python before the work; ``run_main`` handles SIGTERM during it). It exits at once (``os._exit``):
-    an exception raised here can land anywhere, and one raised while a dataclass is made came out as
-    "RuntimeError: Error calling __set_name__" (Python 3.11 wraps it), a traceback and exit 1.
-    Nothing has been written yet."""
-    what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
-    print(f"encode_corpus.py: {what} before it started", file=sys.stderr)
-    sys.stderr.flush()
-    sys.stdout.flush()
-    os._exit(128 + signum)
-
-
-if __name__ == "__main__":
-    signal.signal(signal.SIGINT, _early_exit)
-    signal.signal(signal.SIGTERM, _early_exit)
-
+if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
 try:
-    import bpe_core  # noqa: F401  (the installed package)
-except ImportError:  # a checkout built in place (python setup.py build_ext --inplace), not installed
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import _tool_start
+except ImportError:                       # run by path (runpy.run_path) with another folder first
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _tool_start
+
+_tool_start.begin(__name__)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
 
 from bpe_core.runtime.atomic import atomic_write  # noqa: E402
 from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,  # noqa: E402
@@ -117,10 +102,9 @@ def _positive(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: "list[str] | None" = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)      # (a Ctrl-C in here is still _early_exit's: one line, 130)
-    signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C: KeyboardInterrupt, run_main -> 130
+    args = build_parser().parse_args(argv)
     inputs = args.input[0] if len(args.input) == 1 else list(args.input)
 
     def check_paths() -> None:
@@ -204,4 +188,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_tool_start.run(main))

@@ -9,15 +9,19 @@
 DIR is what tools/train_bpe.py wrote (model.json) or a folder with GPT-2 vocab.json + merges.txt.
 The written paths go to stdout; bad input gives one line on stderr and exit code 2.
 """
-from __future__ import annotations
-
+import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
 import os
 import sys
 
+if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
 try:
-    import bpe_core  # noqa: F401  (the installed package)
-except ImportError:  # a checkout built in place, not installed
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import _tool_start
+except ImportError:                       # run by path (runpy.run_path) with another folder first
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _tool_start
+
+_tool_start.begin(__name__)
 
 from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
 from bpe_core.export import (FORMATS, HF_FILE, TIKTOKEN_FILE, check_exportable,  # noqa: E402
@@ -84,7 +88,7 @@ def _check_out(fmt: str, out: str) -> None:
         check_out_file(os.path.join(out, name))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: "list[str] | None" = None) -> int:
     args = build_parser().parse_args(argv)
 
     def body() -> int:
@@ -123,4 +127,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_tool_start.run(main))

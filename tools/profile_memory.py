@@ -10,16 +10,21 @@ Writes ``PREFIX.json`` (samples, phases with start/end, peak, budget, command, e
 ``BPE_CORE_PHASE_FILE``, which this tool sets. The exit code is the command's. The command's own
 output is left alone; this tool's summary line goes to stderr.
 """
-from __future__ import annotations
-
-import argparse
+import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
 import os
 import sys
 
+if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
 try:
-    import bpe_core  # noqa: F401  (the installed package)
-except ImportError:  # a checkout built in place, not installed
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import _tool_start
+except ImportError:                       # run by path (runpy.run_path) with another folder first
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _tool_start
+
+_tool_start.begin(__name__)
+
+import argparse  # noqa: E402
 
 from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_prefix  # noqa: E402
 from bpe_core.config import parse_size  # noqa: E402
@@ -62,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: "list[str] | None" = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if "--" in argv:
@@ -86,4 +91,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_tool_start.run(main))

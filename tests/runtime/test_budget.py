@@ -44,19 +44,24 @@ def write_corpus(path, n_bytes, seed=0):
 
 @pytest.fixture(scope="module")
 def big_corpus(tmp_path_factory):
-    return write_corpus(tmp_path_factory.mktemp("budget") / "big.txt", 600 << 20)
+    # 240 MiB: three times the room below, with the same plan as at 600 MiB (two workers, chunks
+    # of a few MB, no spill, a merge phase estimated over the budget); a fraction of the I/O
+    return write_corpus(tmp_path_factory.mktemp("budget") / "big.txt", 240 << 20)
 
 
 def test_small_budget_holds_and_merges_do_not_change(big_corpus, tmp_path):
     # The budget covers this process, whose size depends on what the test session imported (dask,
-    # pyarrow, transformers...): 200 MiB of room above it (the corpus is three times that).
+    # pyarrow, transformers...): 80 MiB of room above it (the corpus is three times that).
     import psutil
 
-    budget = psutil.Process().memory_info().rss + (200 << 20)
+    room = 80 << 20
+    budget = psutil.Process().memory_info().rss + room
     limited = bpe_core.train(bpe_core.TrainConfig(big_corpus, 1000, memory_limit=budget, num_workers=2))
     peak = limited.report["memory"]["peak_rss_bytes"]
     assert 0 < peak < budget, f"peak RSS {peak >> 20} MiB over the {budget >> 20} MiB budget"
-    assert limited.report["plan"]["memory_limit"] == budget
+    plan = limited.report["plan"]
+    assert plan["memory_limit"] == budget and plan["num_workers"] == 2
+    assert plan["chunk_bytes"] * 3 < room < os.path.getsize(big_corpus) // 2     # chunked, well inside the room
     unlimited = bpe_core.train(bpe_core.TrainConfig(big_corpus, 1000, num_workers=2, chunk_bytes=64 << 20))
     assert limited.merges == unlimited.merges and limited.vocab == unlimited.vocab
 
