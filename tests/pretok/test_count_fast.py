@@ -30,6 +30,7 @@ from bpe_core.corpus.chunks import split_spans as split_spans_regex
 from bpe_core.pretok import counting
 from bpe_core.pretok.patterns import PATTERNS
 from bpe_core.pretok.pretokenize import count_pretokens, split_spans
+from paths import package_parent
 
 NAMES = list(PATTERNS)  # gpt2, cl100k, o200k
 SPECIAL = b"<|endoftext|>"
@@ -242,9 +243,10 @@ def test_count_memory_fits_the_budget_model(kind, tmp_path):
         data = b"".join(b" " + _letters(i) for i in range(300_000))
     path = tmp_path / "text.txt"
     path.write_bytes(data)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(path)], cwd=root, capture_output=True,
-                         text=True, check=True).stdout.split()
+    # from tmp_path with the package this test imports (a clean clone's root holds the unbuilt source)
+    env = dict(os.environ, PYTHONPATH=package_parent())
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(path)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, check=True).stdout.split()
     peak, n_words = int(out[0]), int(out[1])
     estimate = budget.unique_pretokens_estimate(len(data))
     fixed = 0.25 * len(data) + budget.COUNT_FRONT_BYTES

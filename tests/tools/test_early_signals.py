@@ -50,11 +50,12 @@ runpy.run_path(script, run_name="__main__")
 '''
 
 #: The moments, in the order a run meets them. ``_tool_start`` is imported by the tool's first
-#: lines (the signal is held until its handler is in); numpy and bpe_core while the tool's imports
-#: run; ``parse_args`` reads the options; ``main`` is the tool's main before its first line;
+#: lines (the signal is held until its handler is in); argparse and bpe_core while the tool's imports
+#: run (not numpy: a small run never imports it); ``parse_args`` reads the options; ``main`` is the tool's main before its first line;
 #: ``run_main`` is entered just before the work (outside its try: ``_tool_start.run`` has it);
 #: ``_train`` is the work itself (``run_main``: "temporary files removed").
-MOMENTS = ["import:_tool_start", "import:numpy", "import:bpe_core.runtime.cli", "call:parse_args",
+MOMENTS = ["import:_tool_start", "import:argparse", "import:bpe_core.runtime.cli", "import:bpe_core.config",
+           "call:parse_args",
            "call:main", "call:run_main", "call:_train"]
 
 
