@@ -327,11 +327,32 @@ def test_empty_corpus_sharded_has_one_empty_shard(tmp_path, tok):
     assert (tmp_path / manifest["shards"][0]["path"]).read_bytes() == old_npy(tmp_path / "w.npy", [])
 
 
-@pytest.mark.parametrize("budget", [None, 260 << 20, 4 << 30])
+def _smallest_budget(input_bytes: int, vocab_size: int) -> int:
+    """The smallest budget (to 1 MiB) the encoding plan accepts for this process now: the plan counts
+    this process's RSS, which grows over a long pytest run, so a fixed figure is tight in one run and
+    refused in another."""
+    from bpe_core.errors import BudgetError
+    from bpe_core.runtime import budget as scheduler
+
+    lo, hi = 1 << 20, 16 << 30
+    while hi - lo > (1 << 20):
+        mid = (lo + hi) // 2
+        try:
+            scheduler.plan_encoding(input_bytes, vocab_size, mid, num_workers=2, chunk_bytes=2000)
+            hi = mid
+        except BudgetError:
+            lo = mid
+    return hi
+
+
+@pytest.mark.parametrize("budget", [None, "smallest", "smallest+64M", 4 << 30])
 def test_budgets_give_the_same_bytes(tmp_path, tok, budget):
-    """Under a budget the plan may give fewer workers or hold chunks back; the bytes are the same."""
+    """Under a budget the plan may give fewer workers or hold chunks back; the bytes are the same
+    (no budget, the smallest one the plan accepts (+8 MiB: the RSS moves), a little above, a large one)."""
     data = corpora(tmp_path)["specials"] * 20
     (tmp_path / "big.txt").write_bytes(data)
+    if isinstance(budget, str):
+        budget = _smallest_budget(len(data), tok.n_vocab) + (72 << 20 if budget.endswith("64M") else 8 << 20)
     ec.encode_corpus(tmp_path / "big.txt", tok, tmp_path / "ids.npy", num_workers=2, chunk_bytes=2000,
                      memory_limit=budget, progress=False)
     assert (tmp_path / "ids.npy").read_bytes() == old_npy(tmp_path / "w.npy", tok.encode(data))
