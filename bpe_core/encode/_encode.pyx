@@ -2247,6 +2247,20 @@ cdef class TokenTable:
         for i in range(self.n_ints):
             self.int_ptrs[i] = <PyObject*>self.ints[i]
 
+    def lengths(self):
+        """The byte length of every id as int64 (0 where the id is unused): what the corpus
+        encoder's conservation check sums, from the offsets (no pass over Python objects).
+
+        >>> TokenTable([b"a", None, b"bc"]).lengths().tolist()
+        [1, 0, 2]
+        """
+        out = np.empty(self.n, dtype=np.int64)
+        cdef int64_t[::1] o = out
+        cdef Py_ssize_t i
+        for i in range(self.n):
+            o[i] = self.offsets[i + 1] - self.offsets[i]
+        return out
+
     def decode(self, ids):
         """The bytes of ``ids`` (a list or tuple of ints, or a 1-D C-contiguous uint16, uint32 or
         int64 array), or None when an id is not in the table (the caller names it)."""

@@ -659,6 +659,9 @@ def _bytes_of(token_lengths: np.ndarray, ids: np.ndarray) -> int:
 
 def _token_lengths(tok: Tokenizer) -> np.ndarray:
     """Byte length of every id (0 for ids no token uses): what ``bytes encoded`` is summed from."""
+    table = getattr(tok, "_tokens", None)   # the native table of the token bytes: from its offsets
+    if table is not None and table.n == len(tok._decoder):
+        return table.lengths()
     decoder = tok._decoder                  # id -> bytes or None (one pass, no copy of the vocab)
     return np.fromiter((0 if b is None else len(b) for b in decoder), dtype=np.int64, count=len(decoder))
 

@@ -473,3 +473,24 @@ def test_a_signal_while_encoding_leaves_no_partial_output(tmp_path, sig, sharded
     assert r.returncode == 0, r.stderr
     assert leftovers(work) == []
     assert {n: (work / n).read_bytes() for n in os.listdir(work)} == want     # the same generation: g1
+
+
+@SETTINGS
+@given(st.lists(st.one_of(st.none(), st.binary(min_size=1, max_size=6)), min_size=1, max_size=40))
+def test_token_lengths_from_the_native_table_equal_the_decoder(entries):
+    """The conservation check's lengths (``TokenTable.lengths``, from the offsets) equal the byte
+    length of every id in the decoder, 0 for an unused id."""
+    from bpe_core.encode import _encode
+
+    want = [0 if b is None else len(b) for b in entries]
+    assert _encode.TokenTable(entries).lengths().tolist() == want
+
+
+def test_token_lengths_of_a_sparse_vocabulary(tok):
+    vocab = {i: bytes([i]) for i in range(256)}
+    vocab[400] = b"abc"                     # ids 256..399 unused
+    sparse = Tokenizer(vocab, [])
+    for t in (tok, sparse):
+        got = ec._token_lengths(t)
+        assert got.dtype == np.int64
+        assert got.tolist() == [0 if b is None else len(b) for b in t._decoder]
