@@ -1283,14 +1283,7 @@ cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
             status = bpe_sort_words[Entry, EntryLess](keys, n_words, longs, _entry_less)
         if status != 0:
             raise MemoryError("count_pretokens: cannot allocate the sort buffer of the table")
-        if numpy:
-            arena = np.empty(n_bytes, dtype=np.uint8)
-            offsets = np.empty(n_words + 1, dtype=np.int64)
-            counts = np.empty(n_words, dtype=np.int64)
-        else:
-            arena = array.clone(_U8, n_bytes, False)
-            offsets = array.clone(_I64, n_words + 1, False)
-            counts = array.clone(_I64, n_words, False)
+        arena, offsets, counts = _table_arrays(n_bytes, n_words, numpy)
         arena_view = arena
         offsets_view = offsets
         counts_view = counts
@@ -1779,14 +1772,7 @@ cdef object _table_to_arrays(CountTable* t, bint presorted=False, bint numpy=Tru
                 n_bytes += entries[i].length
         if status != 0:
             raise MemoryError("count_pretokens: cannot allocate the sort keys of the table")
-        if numpy:
-            arena = np.empty(n_bytes, dtype=np.uint8)
-            offsets = np.empty(n_words + 1, dtype=np.int64)
-            counts = np.empty(n_words, dtype=np.int64)
-        else:
-            arena = array.clone(_U8, n_bytes, False)
-            offsets = array.clone(_I64, n_words + 1, False)
-            counts = array.clone(_I64, n_words, False)
+        arena, offsets, counts = _table_arrays(n_bytes, n_words, numpy)
         arena_view = arena
         offsets_view = offsets
         counts_view = counts
@@ -1896,6 +1882,15 @@ cdef object _record_to_arrays(CountTable* t, IdBuf* rec):
         free(rank)
         free(moved)
 
+
+
+cdef tuple _table_arrays(Py_ssize_t n_bytes, Py_ssize_t n_words, bint numpy):
+    """The arena, offsets and counts of a sorted table, to be filled: numpy arrays, or
+    ``array.array`` on a small run (no numpy)."""
+    if numpy:
+        return (np.empty(n_bytes, dtype=np.uint8), np.empty(n_words + 1, dtype=np.int64),
+                np.empty(n_words, dtype=np.int64))
+    return array.clone(_U8, n_bytes, False), array.clone(_I64, n_words + 1, False), array.clone(_I64, n_words, False)
 
 def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id,
                     bint record=False, bint numpy=True):
