@@ -7,6 +7,7 @@ import os
 import tempfile
 
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures")
@@ -91,3 +92,18 @@ def corpus_names() -> list[str]:
     if os.path.isdir(multi):
         names += sorted(f"multi/{n}" for n in os.listdir(multi) if n.endswith(".txt"))
     return names
+
+
+@st.composite
+def merge_lists(draw, max_merges: int = 25):
+    """Random merge lists over a 3-letter alphabet, each merge joining two tokens made before it;
+    results may repeat bytes (two paths to one token, so a merge can make a pair whose rank has
+    passed, and the same pair may be merged again)."""
+    tokens = [b"a", b"b", b"c"]
+    merges = []
+    for _ in range(draw(st.integers(1, max_merges))):
+        a = draw(st.sampled_from(tokens))
+        b = draw(st.sampled_from(tokens))
+        merges.append((a, b))
+        tokens.append(a + b)
+    return merges

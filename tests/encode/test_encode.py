@@ -15,7 +15,7 @@ from bpe_core.encode import tokenizer as tokenizer_mod
 from bpe_core.formats.model import Model, dump_model
 from bpe_core.encode.tokenizer import Tokenizer, _utf8_stable_end
 from encode_helpers import (EOT, FIXTURE_TEXTS, SETTINGS, corpus_names, corpus_sample, fixture_text,
-                            gpt2_tiktoken, gpt2_tokenizer, small_model)
+                            gpt2_tiktoken, gpt2_tokenizer, merge_lists, small_model)
 
 # Text without lone surrogates (tiktoken replaces them; bpe_core keeps them as escaped bytes).
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)
@@ -116,14 +116,8 @@ def test_fixture_reference_vocab_matches_reference():
 
 @st.composite
 def random_merges(draw):
-    """Random merge lists over a 3-letter alphabet; results may repeat bytes (two paths to one token)."""
-    tokens = [b"a", b"b", b"c"]
-    merges = []
-    for _ in range(draw(st.integers(1, 25))):
-        a = draw(st.sampled_from(tokens))
-        b = draw(st.sampled_from(tokens))
-        merges.append((a, b))
-        tokens.append(a + b)
+    """Random merge lists (``merge_lists``) with a vocabulary holding every merge's result in rank order."""
+    merges = draw(merge_lists(25))
     vocab = {i: bytes([i]) for i in range(256)}
     for a, b in merges:
         vocab[len(vocab)] = a + b

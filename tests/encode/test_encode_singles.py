@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from bpe_core import reference
 from bpe_core.encode import _encode
 from bpe_core.encode.tokenizer import Tokenizer
-from encode_helpers import FIXTURE_TEXTS, SETTINGS, fixture_text, gpt2_tiktoken, gpt2_tokenizer, small_model
+from encode_helpers import (FIXTURE_TEXTS, SETTINGS, fixture_text, gpt2_tiktoken, gpt2_tokenizer, merge_lists,
+                            small_model)
 
 
 @st.composite
@@ -20,13 +21,7 @@ def adversarial_vocab(draw):
     """Random merges over a 3-letter alphabet (results may repeat bytes: two paths to one token, a
     merge whose parts are built only later, a token never built from its own bytes) plus vocabulary
     entries that no merge builds, in a shuffled id order (so a token's canonical id is not its rank)."""
-    tokens = [b"a", b"b", b"c"]
-    merges = []
-    for _ in range(draw(st.integers(1, 30))):
-        a = draw(st.sampled_from(tokens))
-        b = draw(st.sampled_from(tokens))
-        merges.append((a, b))
-        tokens.append(a + b)
+    merges = draw(merge_lists(30))
     extra = draw(st.lists(st.text("abc", min_size=2, max_size=6).map(str.encode), max_size=6))
     entries = [a + b for a, b in merges] + extra
     order = draw(st.permutations(range(len(entries))))
