@@ -27,7 +27,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-IN_CGROUP = os.path.join(HERE, "..", "..", "..", "shared", "bench", "in_cgroup.sh")
+IN_CGROUP = os.path.join(HERE, "..", "..", "shared", "bench", "in_cgroup.sh")   # ../shared beside the checkout
 
 
 def sha256(path: str) -> str:

@@ -6,7 +6,7 @@
 
 For each size: ``/work/shared/bench/synth_corpus.py`` writes ``WORK/cN.txt`` (kept if present), then
 ``tools/train_bpe.py cN.txt --vocab-size V --memory-limit LIMIT`` runs inside a fresh memory cgroup
-capped at ``--cap`` bytes (``/work/shared/bench/in_cgroup.sh``: cgroup v1, as root). The cap is the
+capped at ``--cap`` bytes (``../shared/bench/in_cgroup.sh``: cgroup v1, as root). The cap is the
 honest test of "a machine with that much RAM": anonymous memory beyond it is killed (exit 137);
 pages of mapped files are reclaimable and survive it. With ``--unlimited`` the same corpus is also
 trained without a limit and outside the cgroup, and the merges must be identical; with ``--encode``
@@ -30,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-BENCH = "/work/shared/bench"
+BENCH = os.path.join(os.path.dirname(ROOT), "shared", "bench")   # ../shared beside the checkout
 MiB = 1 << 20
 PHASES = [("pretokenize", "pretokenize", "pretokenize"), ("merge counts", "merge_counts", "merge_counts"),
           ("map words", "map_words", None), ("build words", "build_words", "build_words"),
