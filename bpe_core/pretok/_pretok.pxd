@@ -63,7 +63,7 @@ cdef struct ShortTable:  # open addressing, linear probing, at most 3/4 full
 
 cdef struct FrontSlot:  # 32 bytes: a recent word and its counts not yet in its short slot
     uint64_t w0
-    uint64_t w1
+    uint64_t w1      # bytes 8..14, the length in the top byte (the key of _count_front.h)
     uint32_t length  # 0: empty
     uint32_t idx     # its slot in the short table
     int64_t pending

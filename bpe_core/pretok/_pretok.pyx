@@ -17,7 +17,7 @@ scanners here give byte-identical pieces without decoding to ``str``:
 Only ``pretokenize.py`` imports this module; the Python functions below check inputs and release
 the GIL around the ``noexcept nogil`` cores declared in ``_pretok.pxd``.
 """
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memset
 from libcpp.algorithm cimport sort
@@ -51,6 +51,16 @@ cdef extern from "_unicode_tables.h" nogil:
 cdef extern from "_ascii_window.h" nogil:
     unsigned bpe_aw_class(uint8_t c)
     int bpe_ascii_window(int pattern, const uint8_t* s, int64_t i, int64_t* ends, int64_t* stop)
+
+# The counters' front-cache pass over a batch of pretokens (see the header).
+cdef extern from "_count_front.h" nogil:
+    ctypedef struct bpe_front_slot:
+        pass
+    enum:
+        BPE_SHORT_MAX
+    size_t bpe_front_count(const uint8_t* s, int64_t start, const int64_t* ends, size_t got,
+                           const uint8_t* limit, bpe_front_slot* front, uint64_t front_mask,
+                           uint64_t* keys, uint32_t* fronts, uint32_t* misses)
 
 # Small C helpers: little-endian loads, byte order, count-trailing-zeros, prefetch, table memory.
 cdef extern from *:
@@ -799,12 +809,6 @@ cdef enum:
     SHORT_START_SLOTS = 1 << 18  # at most, to begin with (8 MiB; a slot per 64 bytes of input)
 
 
-cdef inline Py_ssize_t _front_index(uint64_t w0, uint64_t w1, Py_ssize_t length,
-                                    uint64_t mask) noexcept nogil:
-    return <Py_ssize_t>((((w0 ^ (w1 * 0xC2B2AE3D27D4EB4FULL)) + <uint64_t>length)
-                         * 0x9E3779B97F4A7C15ULL) >> 40) & mask
-
-
 cdef inline uint64_t _short_hash(uint64_t w0, uint64_t w1, Py_ssize_t length) noexcept nogil:
     """``_hash`` of a word of up to 16 bytes (its head words say it all)."""
     cdef uint64_t h = (w0 * 0x9E3779B97F4A7C15ULL) ^ ((w1 + <uint64_t>length) * 0xC2B2AE3D27D4EB4FULL)
@@ -908,7 +912,7 @@ cdef int _flush_short(WordCounter* c, const ShortPending* queue, Py_ssize_t n_pe
         if f.pending != 0:
             c.short.slots[f.idx].count += f.pending
         f.w0 = q.w0
-        f.w1 = q.w1
+        f.w1 = q.w1 | (<uint64_t>q.length << 56)  # the key of bpe_front_count
         f.length = <uint32_t>q.length
         f.idx = <uint32_t>idx
         f.pending = 0
@@ -933,59 +937,55 @@ cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t 
     cdef Pending long_queue[BATCH]
     cdef int64_t ends[SCAN_CAP]
     cdef uint64_t heads[2 * SCAN_CAP]
-    cdef Py_ssize_t fronts[SCAN_CAP]
-    cdef Py_ssize_t k, got, length, start = i, first, n_pending = 0, n_long = 0
+    cdef uint32_t fronts[SCAN_CAP]
+    cdef uint32_t misses[SCAN_CAP]
+    cdef Py_ssize_t j, k, got, n_misses, length, start = i, n_pending = 0, n_long = 0
+    cdef int64_t a
     cdef uint64_t w0, w1, h
     cdef FrontSlot* f
     cdef ShortPending* q
     while i < n:
-        first = start
         got = _split_ends(pattern_id, s, &i, n, ends, SCAN_CAP)
-        for k in range(got):
-            length = ends[k] - start
-            _head16(s + start, length, limit, &heads[2 * k], &heads[2 * k + 1])
-            fronts[k] = _front_index(heads[2 * k], heads[2 * k + 1], length, c.front_mask)
-            bpe_prefetch(&c.front[fronts[k]])
-            start = ends[k]
-        start = first
-        for k in range(got):
-            length = ends[k] - start
-            if length <= 16:
+        n_misses = bpe_front_count(s, start, ends, got, limit, <bpe_front_slot*>c.front,
+                                   c.front_mask, heads, fronts, misses)
+        for j in range(n_misses):
+            k = misses[j]
+            a = ends[k - 1] if k > 0 else start
+            length = ends[k] - a
+            if length <= BPE_SHORT_MAX:
                 w0 = heads[2 * k]
-                w1 = heads[2 * k + 1]
+                w1 = heads[2 * k + 1] & 0x00FFFFFFFFFFFFFFULL  # without the length tag
                 f = &c.front[fronts[k]]
-                if f.w0 == w0 and f.w1 == w1 and f.length == length:
-                    f.pending += 1
-                else:
-                    if f.pending != 0:  # the short slot it will evict into (_flush_short)
-                        bpe_prefetch(&c.short.slots[f.idx])
-                    h = _short_hash(w0, w1, length)
-                    bpe_prefetch(&c.short.slots[h & c.short.mask])
-                    q = &queue[n_pending]
-                    q.w0 = w0
-                    q.w1 = w1
-                    q.h = h
-                    q.length = length
-                    q.front = fronts[k]
-                    n_pending += 1
-                    if n_pending == BATCH:
-                        # Flush the batch before this one: its slots have had a batch's time to
-                        # arrive; this one waits its turn.
-                        if _flush_short(c, older, n_older) != 0:
-                            return -1
-                        swap = older
-                        older = queue
-                        queue = swap
-                        n_older = n_pending
-                        n_pending = 0
+                if f.pending != 0:  # the short slot it will evict into (_flush_short)
+                    bpe_prefetch(&c.short.slots[f.idx])
+                h = _short_hash(w0, w1, length)
+                bpe_prefetch(&c.short.slots[h & c.short.mask])
+                q = &queue[n_pending]
+                q.w0 = w0
+                q.w1 = w1
+                q.h = h
+                q.length = length
+                q.front = fronts[k]
+                n_pending += 1
+                if n_pending == BATCH:
+                    # Flush the batch before this one: its slots have had a batch's time to
+                    # arrive; this one waits its turn.
+                    if _flush_short(c, older, n_older) != 0:
+                        return -1
+                    swap = older
+                    older = queue
+                    queue = swap
+                    n_older = n_pending
+                    n_pending = 0
             else:
-                _pend(&long_queue[n_long], s + start, length, limit, &c.long)
+                _pend(&long_queue[n_long], s + a, length, limit, &c.long)
                 n_long += 1
                 if n_long == BATCH:
                     if _flush(&c.long, long_queue, n_long) != 0:
                         return -1
                     n_long = 0
-            start = ends[k]
+        if got > 0:
+            start = ends[got - 1]
     if _flush_short(c, older, n_older) != 0 or _flush_short(c, queue, n_pending) != 0:
         return -1
     return _flush(&c.long, long_queue, n_long)
@@ -1183,37 +1183,64 @@ cdef extern from *:
     static inline unsigned bpe_key_byte(const BpeWordKey& k, int d) {
         return (unsigned)((d < 8 ? k.k0 >> (56 - 8 * d) : k.k1 >> (120 - 8 * d)) & 255u);
     }
-    /* MSD radix sort on byte d.. of the heads (a counting pass and a scatter through tmp per level;
-     * a level every key agrees on costs one pass), std::sort for small groups and past the heads. */
+    /* MSD radix sort on byte d.. of the heads: a counting pass and a scatter per level (a level every
+     * key agrees on costs one pass), std::sort for small groups and past the heads. The scatters go
+     * back and forth between the keys and tmp (no copy back): bpe_radix_in sorts a[0:n] in place
+     * with tmp[0:n] as scratch, bpe_radix_to sorts src[0:n] into dst[0:n] (src is scratch). */
+    template <class C> static void bpe_radix_to(BpeWordKey* src, BpeWordKey* dst, size_t n, int d, const C& less);
+    /* The level of byte d (or the first after it where the keys differ) of a[0:n] counted into cnt;
+     * its byte index, or 16 when the keys agree on every byte left. */
+    static inline int bpe_radix_level(const BpeWordKey* a, size_t n, int d, size_t* cnt) {
+        size_t i;
+        for (; d < 16; d++) {
+            memset(cnt, 0, 256 * sizeof(size_t));
+            for (i = 0; i < n; i++) cnt[bpe_key_byte(a[i], d)]++;
+            if (cnt[bpe_key_byte(a[0], d)] != n) break;
+        }
+        return d;
+    }
     template <class C>
-    static void bpe_radix_words(BpeWordKey* a, BpeWordKey* tmp, size_t n, int d, const C& less) {
+    static void bpe_radix_in(BpeWordKey* a, BpeWordKey* tmp, size_t n, int d, const C& less) {
         size_t cnt[256], pos[256], p, i;
         int b;
-        for (;;) {
-            if (n < 64 || d == 16) { std::sort(a, a + n, less); return; }
-            memset(cnt, 0, sizeof(cnt));
-            for (i = 0; i < n; i++) cnt[bpe_key_byte(a[i], d)]++;
-            if (cnt[bpe_key_byte(a[0], d)] == n) { d++; continue; }
-            break;
-        }
+        if (n < 64 || (d = bpe_radix_level(a, n, d, cnt)) == 16) { std::sort(a, a + n, less); return; }
         for (b = 0, p = 0; b < 256; b++) { pos[b] = p; p += cnt[b]; }
         for (i = 0; i < n; i++) tmp[pos[bpe_key_byte(a[i], d)]++] = a[i];
-        memcpy(a, tmp, n * sizeof(BpeWordKey));
         for (b = 0, p = 0; b < 256; b++) {
-            if (cnt[b] > 1) bpe_radix_words(a + p, tmp + p, cnt[b], d + 1, less);
+            if (cnt[b] == 1) a[p] = tmp[p];
+            else if (cnt[b] > 1) bpe_radix_to(tmp + p, a + p, cnt[b], d + 1, less);
             p += cnt[b];
         }
     }
-    /* keys[0:n] in Python bytes order; 0, or -1 when out of memory (for the scatter buffer). */
+    template <class C>
+    static void bpe_radix_to(BpeWordKey* src, BpeWordKey* dst, size_t n, int d, const C& less) {
+        size_t cnt[256], pos[256], p, i;
+        int b;
+        if (n < 64 || (d = bpe_radix_level(src, n, d, cnt)) == 16) {
+            memcpy(dst, src, n * sizeof(BpeWordKey));
+            std::sort(dst, dst + n, less);
+            return;
+        }
+        for (b = 0, p = 0; b < 256; b++) { pos[b] = p; p += cnt[b]; }
+        for (i = 0; i < n; i++) dst[pos[bpe_key_byte(src[i], d)]++] = src[i];
+        for (b = 0, p = 0; b < 256; b++) {
+            if (cnt[b] > 1) bpe_radix_in(dst + p, src + p, cnt[b], d + 1, less);
+            p += cnt[b];
+        }
+    }
+    /* keys[0:n] in Python bytes order, with tmp[0:n] as scratch (NULL: allocated here); 0, or -1
+     * when out of memory. */
     template <class E, class L>
-    static int bpe_sort_words(BpeWordKey* keys, size_t n, const E* longs, L less) {
+    static int bpe_sort_words(BpeWordKey* keys, size_t n, const E* longs, L less, BpeWordKey* tmp) {
         BpeWordLess<E, L> cmp = {longs, less};
-        BpeWordKey* tmp;
+        BpeWordKey* own = NULL;
         if (n < 64) { std::sort(keys, keys + n, cmp); return 0; }
-        tmp = (BpeWordKey*)malloc(n * sizeof(BpeWordKey));
-        if (tmp == NULL) return -1;
-        bpe_radix_words(keys, tmp, n, 0, cmp);
-        free(tmp);
+        if (tmp == NULL) {
+            tmp = own = (BpeWordKey*)malloc(n * sizeof(BpeWordKey));
+            if (tmp == NULL) return -1;
+        }
+        bpe_radix_in(keys, tmp, n, 0, cmp);
+        free(own);
         return 0;
     }
     /* 16 bytes from two big-endian head words (the keys' k0, k1). */
@@ -1232,7 +1259,7 @@ cdef extern from *:
         int64_t count
         uint32_t idx
         uint32_t len17
-    int bpe_sort_words[E, L](BpeWordKey* keys, size_t n, const E* longs, L less) noexcept nogil
+    int bpe_sort_words[E, L](BpeWordKey* keys, size_t n, const E* longs, L less, BpeWordKey* tmp) noexcept nogil
     void bpe_store_key16(uint8_t* p, uint64_t k0, uint64_t k1) noexcept nogil
 
 
@@ -1240,38 +1267,53 @@ cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
     """The words of a drained counter sorted by bytes, copied out as (arena, offsets, counts):
     numpy arrays, or ``array.array`` (``"B"``, ``"q"``, ``"q"``) when not ``numpy``.
 
-    Each word becomes a 32-byte key (its heads byte-swapped, count, length; the short table is
-    freed once they are made), the keys are sorted (``bpe_sort_words``: an MSD radix sort on the
-    heads, comparisons only within small groups), then written out in order: a short word as its 16
-    head bytes at once (the next word overwrites the padding), a long one copied from the buffer.
+    Each word becomes a 32-byte key (its heads byte-swapped, count, length), written over the short
+    table's own slots (a key per slot, packed to the front: the slots are 32 bytes too, and a key
+    never lands past the slot it comes from), the long table's words after them; the keys are
+    sorted (``bpe_sort_words``: an MSD radix sort on the heads, comparisons only within small groups)
+    with the table's free slots after the keys as scratch where there are enough, then written out in
+    order: a short word as its 16 head bytes at once (the next word overwrites the padding), a long
+    one copied from the buffer. Fewer free slots than keys: the keys or the scratch are allocated.
     """
     cdef Py_ssize_t i, k = 0, n_short = c.short.n_words, n_long = c.long.n_entries
     cdef Py_ssize_t n_words = n_short + n_long, n_bytes = 0, pos = 0, length
+    cdef Py_ssize_t n_slots = c.short.mask + 1
     cdef ShortSlot* slots = c.short.slots
+    cdef ShortSlot slot
     cdef Entry* longs = c.long.entries
     cdef BpeWordKey* key
+    cdef BpeWordKey* keys = <BpeWordKey*>slots
+    cdef BpeWordKey* scratch = NULL
     cdef uint8_t tmp[16]
     cdef int status = 0
     cdef uint8_t[::1] arena_view
     cdef int64_t[::1] offsets_view
     cdef int64_t[::1] counts_view
     cdef uint8_t* out
-    cdef BpeWordKey* keys = <BpeWordKey*>malloc((n_words if n_words > 0 else 1) * sizeof(BpeWordKey))
+    with nogil:
+        # The short words' keys over their own slots, packed to the front (no branch per slot:
+        # every slot writes a key where the next word's key goes, only a word moves on).
+        for i in range(n_slots):
+            slot = slots[i]
+            keys[k].k0 = bpe_order64(slot.w0)
+            keys[k].k1 = bpe_order64(slot.w1)
+            keys[k].count = slot.count
+            keys[k].idx = 0
+            keys[k].len17 = <uint32_t>slot.length
+            n_bytes += <Py_ssize_t>slot.length
+            k += slot.length != 0
+        if n_words > n_slots:  # more long words than free slots: the keys move out
+            keys = <BpeWordKey*>malloc(n_words * sizeof(BpeWordKey))
+            if keys != NULL:
+                memcpy(keys, slots, n_short * sizeof(BpeWordKey))
+                free(c.short.slots)
+                c.short.slots = NULL
+        elif 2 * n_words <= n_slots:
+            scratch = keys + n_words
     if keys == NULL:
         raise MemoryError("count_pretokens: cannot allocate the sort keys of the table")
     try:
         with nogil:
-            for i in range(c.short.mask + 1):
-                if slots[i].length != 0:
-                    keys[k].k0 = bpe_order64(slots[i].w0)
-                    keys[k].k1 = bpe_order64(slots[i].w1)
-                    keys[k].count = slots[i].count
-                    keys[k].idx = 0
-                    keys[k].len17 = <uint32_t>slots[i].length
-                    n_bytes += slots[i].length
-                    k += 1
-            free(c.short.slots)
-            c.short.slots = NULL
             for i in range(n_long):
                 keys[k].k0 = bpe_order64(longs[i].w0)
                 keys[k].k1 = bpe_order64(longs[i].w1)
@@ -1280,7 +1322,7 @@ cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
                 keys[k].len17 = 17
                 n_bytes += longs[i].length
                 k += 1
-            status = bpe_sort_words[Entry, EntryLess](keys, n_words, longs, _entry_less)
+            status = bpe_sort_words[Entry, EntryLess](keys, n_words, longs, _entry_less, scratch)
         if status != 0:
             raise MemoryError("count_pretokens: cannot allocate the sort buffer of the table")
         arena, offsets, counts = _table_arrays(n_bytes, n_words, numpy)
@@ -1307,7 +1349,8 @@ cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
             offsets_view[n_words] = pos
         return arena, offsets, counts
     finally:
-        free(keys)
+        if c.short.slots == NULL:  # the keys were moved out
+            free(keys)
 
 
 cdef inline int _word_cmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b,
