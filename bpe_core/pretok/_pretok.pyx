@@ -974,6 +974,7 @@ cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t 
                     bpe_prefetch(&c.short.slots[f.idx])
                 h = _short_hash(w0, w1, length)
                 bpe_prefetch(&c.short.slots[h & c.short.mask])
+                bpe_prefetch(&c.short.slots[(h + 1) & c.short.mask])  # its probe's next slot
                 q = &queue[n_pending]
                 q.w0 = w0
                 q.w1 = w1
