@@ -626,7 +626,7 @@ cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, P
 
 
 cdef enum:
-    SCAN_CAP = 256  # pretoken ends the counters scan ahead of hashing them (2 KiB: stays in L1)
+    SCAN_CAP = 128  # pretoken ends the counters scan ahead of hashing them (1 KiB: stays in L1)
 
 
 cdef uint64_t _HEAD_MASKS[17][2]  # [min(length, 16)] -> the masks of the two head words
