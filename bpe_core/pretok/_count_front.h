@@ -4,17 +4,20 @@
  * A front slot holds a word of up to BPE_SHORT_MAX (15) bytes keyed by two words: its first 8 bytes
  * (zero-padded, little-endian) and the next 7 with its length in the top byte (the 16th byte of
  * such a word is padding, so this is one-to-one; a longer word's top byte gets bit 4 set, so it
- * matches no slot). bpe_front_count takes a batch of pretoken ends in two passes: the first loads
- * each pretoken's key and requests its front slot (so the slots' cache misses overlap), the second
- * compares each with its slot and counts a hit in place, without a branch: every pretoken writes
- * its number to the miss list, and only a miss moves the list on. The misses (new words, evicted
- * words, longer words) go back to the caller with their keys.
+ * matches no slot). A batch of pretokens is taken in two passes: the first keys each pretoken as
+ * the scanner finds it (bpe_cf_window inside a 64-byte window, straight from its start mask;
+ * bpe_cf_key after the exact scanner) and requests its front slot, so the slots' cache misses
+ * overlap with the scanning; the second (bpe_front_hits) compares each with its slot and counts a
+ * hit in place, without a branch: every pretoken writes its number to the miss list, and only a
+ * miss moves the list on. The misses (new words, evicted words, longer words) go back to the caller
+ * with their keys.
  */
 #ifndef BPE_COUNT_FRONT_H
 #define BPE_COUNT_FRONT_H
 
 #include <stdint.h>
 #include <string.h>
+#include "_ascii_window.h"
 
 enum { BPE_SHORT_MAX = 15 };
 
@@ -69,37 +72,55 @@ static inline uint64_t bpe_cf_index(uint64_t w0, uint64_t w1, uint64_t mask) {
 #define bpe_cf_prefetch(p) __builtin_prefetch((const void*)(p))
 #endif
 
-/* Count the pretokens s[start:ends[0]], s[ends[0]:ends[1]], ... s[ends[got-2]:ends[got-1]] that hit
- * their front slot (pending += 1); write the numbers k of the others to misses, in order, and
- * return how many. keys[2k], keys[2k+1] are pretoken k's key, fronts[k] its front slot. Reads 16
- * bytes at a pretoken's start when they lie before limit (the end of the buffer). */
-static inline size_t bpe_front_count(const uint8_t* s, int64_t start, const int64_t* ends, size_t got,
-                                     const uint8_t* limit, bpe_front_slot* front, uint64_t front_mask,
-                                     uint64_t* keys, uint32_t* fronts, uint32_t* misses) {
-    size_t k, n_misses = 0;
-    const uint8_t* p = s + start;
-    for (k = 0; k < got; k++) {
-        const uint8_t* e = s + ends[k];
-        uint64_t length = (uint64_t)(e - p), m = length < 16 ? length : 16, w0, w1, f;
-        if (p + 16 <= limit) {
-            w0 = bpe_cf_load_le64(p);
-            w1 = bpe_cf_load_le64(p + 8);
-        } else {
-            uint8_t tmp[16];
-            memset(tmp, 0, 16);
-            memcpy(tmp, p, (size_t)m);
-            w0 = bpe_cf_load_le64(tmp);
-            w1 = bpe_cf_load_le64(tmp + 8);
-        }
-        w0 &= bpe_cf_masks[m][0];
-        w1 = (w1 & bpe_cf_masks[m][1]) | bpe_cf_masks[m][2];
-        f = bpe_cf_index(w0, w1, front_mask);
-        bpe_cf_prefetch(front + f);
-        keys[2 * k] = w0;
-        keys[2 * k + 1] = w1;
-        fronts[k] = (uint32_t)f;
-        p = e;
+/* Pretoken k = p[0:length]: its key into keys[2k], keys[2k+1], its front slot into fronts[k] (and
+ * requested). Reads 16 bytes at p when they lie before limit (the end of the buffer). */
+static inline __attribute__((always_inline)) void bpe_cf_key(
+        const uint8_t* p, uint64_t length, const uint8_t* limit, const bpe_front_slot* front,
+        uint64_t front_mask, uint64_t* keys, uint32_t* fronts, size_t k) {
+    uint64_t m = length < 16 ? length : 16, w0, w1, f;
+    if (p + 16 <= limit) {
+        w0 = bpe_cf_load_le64(p);
+        w1 = bpe_cf_load_le64(p + 8);
+    } else {
+        uint8_t tmp[16];
+        memset(tmp, 0, 16);
+        memcpy(tmp, p, (size_t)m);
+        w0 = bpe_cf_load_le64(tmp);
+        w1 = bpe_cf_load_le64(tmp + 8);
     }
+    w0 &= bpe_cf_masks[m][0];
+    w1 = (w1 & bpe_cf_masks[m][1]) | bpe_cf_masks[m][2];
+    f = bpe_cf_index(w0, w1, front_mask);
+    bpe_cf_prefetch(front + f);
+    keys[2 * k] = w0;
+    keys[2 * k + 1] = w1;
+    fronts[k] = (uint32_t)f;
+}
+
+/* The pretokens a 64-byte window proves at s[i] (bpe_aw_starts, needs i + 64 <= the span's end),
+ * keyed as they are found (no pass over their ends): ends, keys and front slots from k on; the new
+ * k (at most 62 more). Inlined with a constant pattern. */
+static inline __attribute__((always_inline)) size_t bpe_cf_window(
+        int pattern, const uint8_t* s, int64_t i, int64_t* stop, const uint8_t* limit,
+        const bpe_front_slot* front, uint64_t front_mask, int64_t* ends, uint64_t* keys,
+        uint32_t* fronts, size_t k) {
+    uint64_t starts = bpe_aw_starts(pattern, s, i, stop);
+    int64_t a = i;
+    while (starts) {
+        int64_t b = i + bpe_aw_ctz(starts);
+        starts &= starts - 1;
+        bpe_cf_key(s + a, (uint64_t)(b - a), limit, front, front_mask, keys, fronts, k);
+        ends[k++] = b;
+        a = b;
+    }
+    return k;
+}
+
+/* The second pass over keyed pretokens 0..got-1: count the hits in their front slots (pending += 1),
+ * the numbers k of the misses into misses, in order; how many. */
+static inline size_t bpe_front_hits(const uint64_t* keys, const uint32_t* fronts, size_t got,
+                                    bpe_front_slot* front, uint32_t* misses) {
+    size_t k, n_misses = 0;
     for (k = 0; k < got; k++) {
         bpe_front_slot* f = front + fronts[k];
         uint64_t hit = (uint64_t)((f->w0 == keys[2 * k]) & (f->w1 == keys[2 * k + 1]));

@@ -58,9 +58,14 @@ cdef extern from "_count_front.h" nogil:
         pass
     enum:
         BPE_SHORT_MAX
-    size_t bpe_front_count(const uint8_t* s, int64_t start, const int64_t* ends, size_t got,
-                           const uint8_t* limit, bpe_front_slot* front, uint64_t front_mask,
-                           uint64_t* keys, uint32_t* fronts, uint32_t* misses)
+    void bpe_cf_key(const uint8_t* p, uint64_t length, const uint8_t* limit,
+                    const bpe_front_slot* front, uint64_t front_mask, uint64_t* keys,
+                    uint32_t* fronts, size_t k)
+    size_t bpe_cf_window(int pattern, const uint8_t* s, int64_t i, int64_t* stop,
+                         const uint8_t* limit, const bpe_front_slot* front, uint64_t front_mask,
+                         int64_t* ends, uint64_t* keys, uint32_t* fronts, size_t k)
+    size_t bpe_front_hits(const uint64_t* keys, const uint32_t* fronts, size_t got,
+                          bpe_front_slot* front, uint32_t* misses)
 
 # Small C helpers: little-endian loads, byte order, count-trailing-zeros, prefetch, table memory.
 cdef extern from *:
@@ -933,13 +938,79 @@ cdef int _flush_short(WordCounter* c, const ShortPending* queue, Py_ssize_t n_pe
     return 0
 
 
+cdef Py_ssize_t _key_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, Py_ssize_t n,
+                          const uint8_t* limit, const WordCounter* c, int64_t* ends, uint64_t* keys,
+                          uint32_t* fronts) noexcept nogil:
+    """``_split_ends`` (same ends, SCAN_CAP or up to 62 more), each pretoken keyed for the front cache
+    as it is found (``bpe_cf_window``, ``bpe_cf_key``): its key and front slot (requested)."""
+    cdef Py_ssize_t i = pos[0], a
+    cdef size_t n_ends = 0, k
+    cdef int64_t stop = 0
+    cdef const bpe_front_slot* front = <const bpe_front_slot*>c.front
+    cdef uint64_t mask = c.front_mask
+    if pattern_id == PATTERN_GPT2:
+        while i < n and n_ends < SCAN_CAP:
+            if _WINDOWS and i >= stop and n - i >= 64:
+                k = bpe_cf_window(PATTERN_GPT2, s, i, &stop, limit, front, mask, ends, keys, fronts, n_ends)
+                if k > n_ends:
+                    n_ends = k
+                    i = ends[n_ends - 1]
+                    continue
+            a = i
+            if _ascii_letter(s[i]):  # as in _split_ends
+                i = _run_letters(s, i + 1, n)
+            elif s[i] == SPACE and i + 1 < n and _ascii_letter(s[i + 1]):
+                i = _run_letters(s, i + 2, n)
+            else:
+                i = _end_gpt2(s, i, n)
+            bpe_cf_key(s + a, i - a, limit, front, mask, keys, fronts, n_ends)
+            ends[n_ends] = i
+            n_ends += 1
+    elif pattern_id == PATTERN_CL100K:
+        while i < n and n_ends < SCAN_CAP:
+            if _WINDOWS and i >= stop and n - i >= 64:
+                k = bpe_cf_window(PATTERN_CL100K, s, i, &stop, limit, front, mask, ends, keys, fronts,
+                                  n_ends)
+                if k > n_ends:
+                    n_ends = k
+                    i = ends[n_ends - 1]
+                    continue
+            a = i
+            if _ascii_letter(s[i]):
+                i = _run_letters(s, i + 1, n)
+            elif s[i] == SPACE and i + 1 < n and _ascii_letter(s[i + 1]):
+                i = _run_letters(s, i + 2, n)
+            else:
+                i = _end_cl100k(s, i, n)
+            bpe_cf_key(s + a, i - a, limit, front, mask, keys, fronts, n_ends)
+            ends[n_ends] = i
+            n_ends += 1
+    else:
+        while i < n and n_ends < SCAN_CAP:
+            if _WINDOWS and i >= stop and n - i >= 64:
+                k = bpe_cf_window(PATTERN_O200K, s, i, &stop, limit, front, mask, ends, keys, fronts,
+                                  n_ends)
+                if k > n_ends:
+                    n_ends = k
+                    i = ends[n_ends - 1]
+                    continue
+            a = i
+            i = _end_o200k(s, i, n)
+            bpe_cf_key(s + a, i - a, limit, front, mask, keys, fronts, n_ends)
+            ends[n_ends] = i
+            n_ends += 1
+    pos[0] = i
+    return n_ends
+
+
 cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
                      const uint8_t* limit, WordCounter* c) noexcept nogil:
     """Count the pretokens of s[i:n] into c (its front cache keeps pending counts: ``_counter_drain``).
 
-    The ends come from ``_split_ends`` (its 64-byte windows), SCAN_CAP at a time, and each batch is
-    taken in two passes: the first reads each pretoken's head words and requests its front slot,
-    the second looks them up, so the slots' cache misses overlap. Misses queue for the short table
+    The pretokens come from ``_key_ends`` (``_split_ends`` keying each pretoken for the front cache
+    as it is found, and requesting its front slot), SCAN_CAP or a few more at a time, and are looked
+    up in a second pass (``bpe_front_hits``), so the slots' cache misses overlap with the scanning
+    and with each other. Misses queue for the short table
     (``_flush_short``) BATCH at a time, each batch flushed when the next one is full (its slots were
     requested a batch earlier); longer words queue for the long table (``_flush``).
     """
@@ -949,19 +1020,18 @@ cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t 
     cdef ShortPending* swap
     cdef Py_ssize_t n_older = 0
     cdef Pending long_queue[BATCH]
-    cdef int64_t ends[SCAN_CAP]
-    cdef uint64_t heads[2 * SCAN_CAP]
-    cdef uint32_t fronts[SCAN_CAP]
-    cdef uint32_t misses[SCAN_CAP]
+    cdef int64_t ends[SCAN_CAP + 64]
+    cdef uint64_t heads[2 * (SCAN_CAP + 64)]
+    cdef uint32_t fronts[SCAN_CAP + 64]
+    cdef uint32_t misses[SCAN_CAP + 64]
     cdef Py_ssize_t j, k, got, n_misses, length, start = i, n_pending = 0, n_long = 0
     cdef int64_t a
     cdef uint64_t w0, w1, h
     cdef FrontSlot* f
     cdef ShortPending* q
     while i < n:
-        got = _split_ends(pattern_id, s, &i, n, ends, SCAN_CAP)
-        n_misses = bpe_front_count(s, start, ends, got, limit, <bpe_front_slot*>c.front,
-                                   c.front_mask, heads, fronts, misses)
+        got = _key_ends(pattern_id, s, &i, n, limit, c, ends, heads, fronts)
+        n_misses = bpe_front_hits(heads, fronts, got, <bpe_front_slot*>c.front, misses)
         for j in range(n_misses):
             k = misses[j]
             a = ends[k - 1] if k > 0 else start
