@@ -904,6 +904,7 @@ cdef int _flush_short(WordCounter* c, const ShortPending* queue, Py_ssize_t n_pe
     """
     cdef Py_ssize_t k, idx
     cdef uint64_t mask
+    cdef bint empty
     cdef ShortSlot* e
     cdef FrontSlot* f
     cdef const ShortPending* q
@@ -914,22 +915,24 @@ cdef int _flush_short(WordCounter* c, const ShortPending* queue, Py_ssize_t n_pe
     for k in range(n_pending):
         q = &queue[k]
         idx = q.h & mask
-        while True:
-            e = &c.short.slots[idx]
-            if e.length == 0:
-                e.w0 = q.w0
-                e.w1 = q.w1
-                e.length = q.length
-                e.count = 1
-                c.short.n_words += 1
-                break
-            if e.w0 == q.w0 and e.w1 == q.w1 and e.length == q.length:
-                e.count += 1
-                break
-            idx = (idx + 1) & mask
+        e = &c.short.slots[idx]
+        empty = e.length == 0
+        if not (empty or (e.w0 == q.w0 and e.w1 == q.w1 and e.length == q.length)):
+            while True:  # the first slot holds another word: probe on
+                idx = (idx + 1) & mask
+                e = &c.short.slots[idx]
+                empty = e.length == 0
+                if empty or (e.w0 == q.w0 and e.w1 == q.w1 and e.length == q.length):
+                    break
+        # The word's slot, empty or its own: the same writes either way (no branch on which; an
+        # empty slot's count is 0).
+        e.w0 = q.w0
+        e.w1 = q.w1
+        e.length = q.length
+        e.count += 1
+        c.short.n_words += empty
         f = &c.front[q.front]
-        if f.pending != 0:
-            c.short.slots[f.idx].count += f.pending
+        c.short.slots[f.idx].count += f.pending  # the evicted word's counts (an empty slot: 0 to slot 0)
         f.w0 = q.w0
         f.w1 = q.w1 | (<uint64_t>q.length << 56)  # the key of bpe_front_count
         f.length = <uint32_t>q.length
