@@ -1043,8 +1043,7 @@ cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t 
                 w0 = heads[2 * k]
                 w1 = heads[2 * k + 1] & 0x00FFFFFFFFFFFFFFULL  # without the length tag
                 f = &c.front[fronts[k]]
-                if f.pending != 0:  # the short slot it will evict into (_flush_short)
-                    bpe_prefetch(&c.short.slots[f.idx])
+                bpe_prefetch(&c.short.slots[f.idx])  # where its evicted word's counts go (_flush_short)
                 h = _short_hash(w0, w1, length)
                 bpe_prefetch(&c.short.slots[h & c.short.mask])
                 bpe_prefetch(&c.short.slots[(h + 1) & c.short.mask])  # its probe's next slot
