@@ -806,8 +806,8 @@ cdef int _flush(CountTable* t, const Pending* queue, Py_ssize_t n_pending) noexc
 
 # ---- The plain count: a front cache, a short table, a long table ----
 #
-# Words of up to 16 bytes (nearly every pretoken) are counted in two structures, words of more in
-# the CountTable above (``_table_add``: an entry that points back into the buffer).
+# Words of up to 15 bytes (BPE_SHORT_MAX, nearly every pretoken) are counted in two structures, words
+# of 16 or more in the CountTable above (``_table_add``: an entry that points back into the buffer).
 #
 # - The short table: open addressing with linear probing, each 32-byte slot holding a word's first
 #   16 bytes (zero-padded), its length and its count inline, so a lookup touches one cache line and
@@ -815,8 +815,8 @@ cdef int _flush(CountTable* t, const Pending* queue, Py_ssize_t n_pending) noexc
 #   the table holding every unique word is the largest thing a worker allocates); it doubles when a
 #   batch would pass that.
 # - The front cache: a small direct-mapped array (FRONT_SLOTS, in L2) in front of it. A slot holds
-#   a word's head words, its slot number in the short table and the counts not yet added there; a
-#   hit is an increment. A miss goes through the short table, then takes the front slot, and the
+#   a word's key (its head words, the length in the top byte: _count_front.h), its slot number in
+#   the short table and the counts not yet added there; a hit is an increment. A miss goes through the short table, then takes the front slot, and the
 #   word it evicts has its pending counts added to its short slot (a direct index, no lookup).
 #   Before the short table grows (its slot numbers change) and at the end, every pending count is
 #   added and the front cache emptied. Counts are sums: the order they arrive in changes nothing.
@@ -829,7 +829,7 @@ cdef enum:
 
 
 cdef inline uint64_t _short_hash(uint64_t w0, uint64_t w1, Py_ssize_t length) noexcept nogil:
-    """``_hash`` of a word of up to 16 bytes (its head words say it all)."""
+    """``_hash`` of a word of up to 16 bytes (its head words say it all; the short table's are up to 15)."""
     cdef uint64_t h = (w0 * 0x9E3779B97F4A7C15ULL) ^ ((w1 + <uint64_t>length) * 0xC2B2AE3D27D4EB4FULL)
     h ^= h >> 32
     h *= 0xD6E8FEB86659FD93ULL
