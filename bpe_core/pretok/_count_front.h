@@ -74,7 +74,7 @@ static inline uint64_t bpe_cf_index(uint64_t w0, uint64_t w1, uint64_t mask) {
 
 /* Pretoken k = p[0:length]: its key into keys[2k], keys[2k+1], its front slot into fronts[k] (and
  * requested). Reads 16 bytes at p when they lie before limit (the end of the buffer). */
-static inline __attribute__((always_inline)) void bpe_cf_key(
+BPE_AW_INLINE void bpe_cf_key(
         const uint8_t* p, uint64_t length, const uint8_t* limit, const bpe_front_slot* front,
         uint64_t front_mask, uint64_t* keys, uint32_t* fronts, size_t k) {
     uint64_t m = length < 16 ? length : 16, w0, w1, f;
@@ -100,7 +100,7 @@ static inline __attribute__((always_inline)) void bpe_cf_key(
 /* The pretokens a 64-byte window proves at s[i] (bpe_aw_starts, needs i + 64 <= the span's end),
  * keyed as they are found (no pass over their ends): ends, keys and front slots from k on; the new
  * k (at most 62 more). Inlined with a constant pattern. */
-static inline __attribute__((always_inline)) size_t bpe_cf_window(
+BPE_AW_INLINE size_t bpe_cf_window(
         int pattern, const uint8_t* s, int64_t i, int64_t* stop, const uint8_t* limit,
         const bpe_front_slot* front, uint64_t front_mask, int64_t* ends, uint64_t* keys,
         uint32_t* fronts, size_t k) {
