@@ -94,48 +94,55 @@ static inline unsigned bpe_aw_class(uint8_t c) {
     return f;
 }
 
+#if defined(_MSC_VER)
+#define BPE_AW_INLINE static __forceinline
+#else
+#define BPE_AW_INLINE static inline __attribute__((always_inline))
+#endif
+
 #if defined(BPE_AW_SSE2)
 static inline uint64_t bpe_aw_mm(__m128i m, int k) {
     return (uint64_t)(uint32_t)_mm_movemask_epi8(m) << (16 * k);
 }
+/* Bytes of v in [lo, lo + n) (n < 128), as 0xFF: one add and one signed compare (the range moved
+ * to the bottom of the signed bytes, -128..-128+n). */
+static inline __m128i bpe_aw_range(__m128i v, int lo, int n) {
+    return _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8((char)(0x80 - lo))),
+                          _mm_set1_epi8((char)(n - 128)));
+}
 #endif
 
-static inline void bpe_aw_classify(const uint8_t* p, bpe_aw_masks* m) {
+/* The masks of the window at p that `pattern` reads (a constant where this is inlined: gpt2 needs
+ * no up, crlf, slash; cl100k no up, slash); hi (bytes >= 0x80) is given. */
+BPE_AW_INLINE void bpe_aw_classify(int pattern, const uint8_t* p, uint64_t hi, bpe_aw_masks* m) {
 #if defined(BPE_AW_SSE2)
     int k;
     memset(m, 0, sizeof(*m));
+    m->hi = hi;
     for (k = 0; k < 4; k++) {
         __m128i v = _mm_loadu_si128((const __m128i*)(p + 16 * k));
-        __m128i low = _mm_or_si128(v, _mm_set1_epi8(0x20));
-        /* Signed compares: bytes >= 0x80 are negative, so in none of these ranges. */
-        __m128i let = _mm_and_si128(_mm_cmpgt_epi8(low, _mm_set1_epi8(0x60)),
-                                    _mm_cmplt_epi8(low, _mm_set1_epi8(0x7B)));
-        __m128i up = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8(0x40)),
-                                   _mm_cmplt_epi8(v, _mm_set1_epi8(0x5B)));
-        __m128i dig = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8(0x2F)),
-                                    _mm_cmplt_epi8(v, _mm_set1_epi8(0x3A)));
         __m128i sp = _mm_cmpeq_epi8(v, _mm_set1_epi8(0x20));
-        __m128i ws = _mm_or_si128(sp, _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8(0x08)),
-                                                    _mm_cmplt_epi8(v, _mm_set1_epi8(0x0E))));
-        __m128i crlf = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x0A)),
-                                    _mm_cmpeq_epi8(v, _mm_set1_epi8(0x0D)));
-        m->hi |= bpe_aw_mm(v, k);
-        m->let |= bpe_aw_mm(let, k);
-        m->up |= bpe_aw_mm(up, k);
-        m->dig |= bpe_aw_mm(dig, k);
-        m->ws |= bpe_aw_mm(ws, k);
+        m->let |= bpe_aw_mm(bpe_aw_range(_mm_or_si128(v, _mm_set1_epi8(0x20)), 0x61, 26), k);
+        m->dig |= bpe_aw_mm(bpe_aw_range(v, 0x30, 10), k);
+        m->ws |= bpe_aw_mm(_mm_or_si128(sp, bpe_aw_range(v, 0x09, 5)), k);
         m->sp |= bpe_aw_mm(sp, k);
-        m->crlf |= bpe_aw_mm(crlf, k);
         m->apos |= bpe_aw_mm(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x27)), k);
-        m->slash |= bpe_aw_mm(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x2F)), k);
+        if (pattern != BPE_AW_GPT2)
+            m->crlf |= bpe_aw_mm(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x0A)),
+                                              _mm_cmpeq_epi8(v, _mm_set1_epi8(0x0D))), k);
+        if (pattern == BPE_AW_O200K) {
+            m->up |= bpe_aw_mm(bpe_aw_range(v, 0x41, 26), k);
+            m->slash |= bpe_aw_mm(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x2F)), k);
+        }
     }
 #else
     int k;
+    (void)pattern;
     memset(m, 0, sizeof(*m));
+    m->hi = hi;
     for (k = 0; k < 64; k++) {
         unsigned f = bpe_aw_class(p[k]);
         uint64_t b = (uint64_t)1 << k;
-        if (p[k] >= 0x80) m->hi |= b;
         if (f & 1) m->let |= b;
         if (f & 2) m->up |= b;
         if (f & 4) m->dig |= b;
@@ -181,12 +188,13 @@ static inline uint64_t bpe_aw_high(const uint8_t* p) {
 #endif
 }
 
-static inline int bpe_ascii_window(int pattern, const uint8_t* s, int64_t i, int64_t* ends,
-                                   int64_t* stop) {
+/* The pretoken starts in (i, i + 64) that the 64 bytes at s[i] prove, as a mask (bit k: byte i + k;
+ * 0: nothing proven); see the contract above. Inlined with a constant pattern. */
+BPE_AW_INLINE uint64_t bpe_aw_starts(int pattern, const uint8_t* s, int64_t i, int64_t* stop) {
     const uint8_t* w = s + i;
     bpe_aw_masks m;
     uint64_t let, dig, ws, oth, starts, x, valid, hi = bpe_aw_high(w);
-    int lim = 63, q = 64, k = 0, a, e;
+    int lim = 63, q = 64, a, e;
     *stop = 0;
     if (hi) {
         q = bpe_aw_ctz(hi);
@@ -198,7 +206,7 @@ static inline int bpe_ascii_window(int pattern, const uint8_t* s, int64_t i, int
         *stop = i + q + 1;
         lim = q - 1;  /* a start at p needs byte p + 1 known */
     }
-    bpe_aw_classify(w, &m);
+    bpe_aw_classify(pattern, w, hi, &m);
     let = m.let;
     dig = m.dig;
     ws = m.ws;
@@ -307,12 +315,26 @@ static inline int bpe_ascii_window(int pattern, const uint8_t* s, int64_t i, int
     }
     if (lim < 2) return 0;
     valid = (((uint64_t)1 << lim) - 1) & ~(uint64_t)1;
-    starts &= valid;
+    return starts & valid;
+}
+
+/* The starts of a window as pretoken ends (a start is the end of the pretoken before it): how many. */
+static inline int bpe_aw_write(uint64_t starts, int64_t i, int64_t* ends) {
+    int k = 0;
     while (starts) {
         ends[k++] = i + bpe_aw_ctz(starts);
         starts &= starts - 1;
     }
     return k;
+}
+
+static inline int bpe_ascii_window(int pattern, const uint8_t* s, int64_t i, int64_t* ends,
+                                   int64_t* stop) {
+    uint64_t starts;
+    if (pattern == BPE_AW_GPT2) starts = bpe_aw_starts(BPE_AW_GPT2, s, i, stop);
+    else if (pattern == BPE_AW_CL100K) starts = bpe_aw_starts(BPE_AW_CL100K, s, i, stop);
+    else starts = bpe_aw_starts(BPE_AW_O200K, s, i, stop);
+    return bpe_aw_write(starts, i, ends);
 }
 
 #endif

@@ -46,9 +46,9 @@ cdef enum:
     BATCH = 32  # pretokens scanned ahead of their lookups
 
 
-# The plain count (see "The plain count" in _pretok.pyx): words of up to 16 bytes go through a
+# The plain count (see "The plain count" in _pretok.pyx): words of up to 15 bytes go through a
 # direct-mapped front cache into a short table with inline keys, longer words into a CountTable.
-cdef struct ShortSlot:  # 32 bytes: a word of up to 16 bytes, its count inline
+cdef struct ShortSlot:  # 32 bytes: a word of up to 15 bytes, its count inline
     uint64_t w0
     uint64_t w1
     int64_t count
@@ -63,7 +63,7 @@ cdef struct ShortTable:  # open addressing, linear probing, at most 3/4 full
 
 cdef struct FrontSlot:  # 32 bytes: a recent word and its counts not yet in its short slot
     uint64_t w0
-    uint64_t w1
+    uint64_t w1      # bytes 8..14, the length in the top byte (the key of _count_front.h)
     uint32_t length  # 0: empty
     uint32_t idx     # its slot in the short table
     int64_t pending
@@ -81,7 +81,7 @@ cdef struct WordCounter:
     FrontSlot* front
     uint64_t front_mask
     ShortTable short
-    CountTable long  # words of more than 16 bytes
+    CountTable long  # words of 16 bytes or more
 
 
 # One sorted word table (arena, offsets, counts) being read by merge_counts.

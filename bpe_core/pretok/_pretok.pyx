@@ -17,7 +17,7 @@ scanners here give byte-identical pieces without decoding to ``str``:
 Only ``pretokenize.py`` imports this module; the Python functions below check inputs and release
 the GIL around the ``noexcept nogil`` cores declared in ``_pretok.pxd``.
 """
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memset
 from libcpp.algorithm cimport sort
@@ -51,6 +51,21 @@ cdef extern from "_unicode_tables.h" nogil:
 cdef extern from "_ascii_window.h" nogil:
     unsigned bpe_aw_class(uint8_t c)
     int bpe_ascii_window(int pattern, const uint8_t* s, int64_t i, int64_t* ends, int64_t* stop)
+
+# The counters' front-cache pass over a batch of pretokens (see the header).
+cdef extern from "_count_front.h" nogil:
+    ctypedef struct bpe_front_slot:
+        pass
+    enum:
+        BPE_SHORT_MAX
+    void bpe_cf_key(const uint8_t* p, uint64_t length, const uint8_t* limit,
+                    const bpe_front_slot* front, uint64_t front_mask, uint64_t* keys,
+                    uint32_t* fronts, size_t k)
+    size_t bpe_cf_window(int pattern, const uint8_t* s, int64_t i, int64_t* stop,
+                         const uint8_t* limit, const bpe_front_slot* front, uint64_t front_mask,
+                         int64_t* ends, uint64_t* keys, uint32_t* fronts, size_t k)
+    size_t bpe_front_hits(const uint64_t* keys, const uint32_t* fronts, size_t got,
+                          bpe_front_slot* front, uint32_t* misses)
 
 # Small C helpers: little-endian loads, byte order, count-trailing-zeros, prefetch, table memory.
 cdef extern from *:
@@ -97,6 +112,19 @@ cdef extern from *:
     #include <stdlib.h>
     #include <sys/mman.h>
     #endif
+    /* Zeroed memory aligned to cache lines (64 bytes) where posix_memalign is (else calloc's
+     * alignment: only slower). Free with free(). */
+    static void* bpe_lines_alloc(size_t size) {
+    #if defined(_MSC_VER)
+        return calloc(size ? size : 1, 1);
+    #else
+        void* p = NULL;
+        size = (size + 63) / 64 * 64;
+        if (posix_memalign(&p, 64, size ? size : 64) != 0) return NULL;
+        memset(p, 0, size);
+        return p;
+    #endif
+    }
     static void* bpe_table_alloc(size_t size) {
     #if defined(__linux__) && defined(MADV_HUGEPAGE)
         const size_t huge = (size_t)2 << 20;
@@ -117,6 +145,7 @@ cdef extern from *:
     int bpe_ctz64(uint64_t w) noexcept nogil
     void bpe_prefetch(const void* p) noexcept nogil
     void* bpe_table_alloc(size_t size) noexcept nogil
+    void* bpe_lines_alloc(size_t size) noexcept nogil
 
 
 # The table the scanners were built from (see tools/gen_unicode_tables.py).
@@ -602,7 +631,7 @@ cdef Py_ssize_t _split_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, P
 
 
 cdef enum:
-    SCAN_CAP = 256  # pretoken ends the counters scan ahead of hashing them (2 KiB: stays in L1)
+    SCAN_CAP = 128  # pretoken ends the counters scan ahead of hashing them (1 KiB: stays in L1)
 
 
 cdef uint64_t _HEAD_MASKS[17][2]  # [min(length, 16)] -> the masks of the two head words
@@ -777,8 +806,8 @@ cdef int _flush(CountTable* t, const Pending* queue, Py_ssize_t n_pending) noexc
 
 # ---- The plain count: a front cache, a short table, a long table ----
 #
-# Words of up to 16 bytes (nearly every pretoken) are counted in two structures, words of more in
-# the CountTable above (``_table_add``: an entry that points back into the buffer).
+# Words of up to 15 bytes (BPE_SHORT_MAX, nearly every pretoken) are counted in two structures, words
+# of 16 or more in the CountTable above (``_table_add``: an entry that points back into the buffer).
 #
 # - The short table: open addressing with linear probing, each 32-byte slot holding a word's first
 #   16 bytes (zero-padded), its length and its count inline, so a lookup touches one cache line and
@@ -786,8 +815,8 @@ cdef int _flush(CountTable* t, const Pending* queue, Py_ssize_t n_pending) noexc
 #   the table holding every unique word is the largest thing a worker allocates); it doubles when a
 #   batch would pass that.
 # - The front cache: a small direct-mapped array (FRONT_SLOTS, in L2) in front of it. A slot holds
-#   a word's head words, its slot number in the short table and the counts not yet added there; a
-#   hit is an increment. A miss goes through the short table, then takes the front slot, and the
+#   a word's key (its head words, the length in the top byte: _count_front.h), its slot number in
+#   the short table and the counts not yet added there; a hit is an increment. A miss goes through the short table, then takes the front slot, and the
 #   word it evicts has its pending counts added to its short slot (a direct index, no lookup).
 #   Before the short table grows (its slot numbers change) and at the end, every pending count is
 #   added and the front cache emptied. Counts are sums: the order they arrive in changes nothing.
@@ -799,14 +828,8 @@ cdef enum:
     SHORT_START_SLOTS = 1 << 18  # at most, to begin with (8 MiB; a slot per 64 bytes of input)
 
 
-cdef inline Py_ssize_t _front_index(uint64_t w0, uint64_t w1, Py_ssize_t length,
-                                    uint64_t mask) noexcept nogil:
-    return <Py_ssize_t>((((w0 ^ (w1 * 0xC2B2AE3D27D4EB4FULL)) + <uint64_t>length)
-                         * 0x9E3779B97F4A7C15ULL) >> 40) & mask
-
-
 cdef inline uint64_t _short_hash(uint64_t w0, uint64_t w1, Py_ssize_t length) noexcept nogil:
-    """``_hash`` of a word of up to 16 bytes (its head words say it all)."""
+    """``_hash`` of a word of up to 16 bytes (its head words say it all; the short table's are up to 15)."""
     cdef uint64_t h = (w0 * 0x9E3779B97F4A7C15ULL) ^ ((w1 + <uint64_t>length) * 0xC2B2AE3D27D4EB4FULL)
     h ^= h >> 32
     h *= 0xD6E8FEB86659FD93ULL
@@ -821,7 +844,7 @@ cdef int _counter_init(WordCounter* c, Py_ssize_t n_bytes) noexcept nogil:
         n_front *= 2
     while n_short < SHORT_START_SLOTS and n_short < n_bytes // 64:
         n_short *= 2
-    c.front = <FrontSlot*>calloc(n_front, sizeof(FrontSlot))
+    c.front = <FrontSlot*>bpe_lines_alloc(n_front * sizeof(FrontSlot))  # a slot never straddles two lines
     c.front_mask = n_front - 1
     c.short.slots = <ShortSlot*>bpe_table_alloc(n_short * sizeof(ShortSlot))
     c.short.mask = n_short - 1
@@ -881,6 +904,7 @@ cdef int _flush_short(WordCounter* c, const ShortPending* queue, Py_ssize_t n_pe
     """
     cdef Py_ssize_t k, idx
     cdef uint64_t mask
+    cdef bint empty
     cdef ShortSlot* e
     cdef FrontSlot* f
     cdef const ShortPending* q
@@ -891,37 +915,105 @@ cdef int _flush_short(WordCounter* c, const ShortPending* queue, Py_ssize_t n_pe
     for k in range(n_pending):
         q = &queue[k]
         idx = q.h & mask
-        while True:
-            e = &c.short.slots[idx]
-            if e.length == 0:
-                e.w0 = q.w0
-                e.w1 = q.w1
-                e.length = q.length
-                e.count = 1
-                c.short.n_words += 1
-                break
-            if e.w0 == q.w0 and e.w1 == q.w1 and e.length == q.length:
-                e.count += 1
-                break
-            idx = (idx + 1) & mask
+        e = &c.short.slots[idx]
+        empty = e.length == 0
+        if not (empty or (e.w0 == q.w0 and e.w1 == q.w1 and e.length == q.length)):
+            while True:  # the first slot holds another word: probe on
+                idx = (idx + 1) & mask
+                e = &c.short.slots[idx]
+                empty = e.length == 0
+                if empty or (e.w0 == q.w0 and e.w1 == q.w1 and e.length == q.length):
+                    break
+        # The word's slot, empty or its own: the same writes either way (no branch on which; an
+        # empty slot's count is 0).
+        e.w0 = q.w0
+        e.w1 = q.w1
+        e.length = q.length
+        e.count += 1
+        c.short.n_words += empty
         f = &c.front[q.front]
-        if f.pending != 0:
-            c.short.slots[f.idx].count += f.pending
+        c.short.slots[f.idx].count += f.pending  # the evicted word's counts (an empty slot: 0 to slot 0)
         f.w0 = q.w0
-        f.w1 = q.w1
+        f.w1 = q.w1 | (<uint64_t>q.length << 56)  # the key of bpe_front_count
         f.length = <uint32_t>q.length
         f.idx = <uint32_t>idx
         f.pending = 0
     return 0
 
 
+cdef Py_ssize_t _key_ends(int pattern_id, const uint8_t* s, Py_ssize_t* pos, Py_ssize_t n,
+                          const uint8_t* limit, const WordCounter* c, int64_t* ends, uint64_t* keys,
+                          uint32_t* fronts) noexcept nogil:
+    """``_split_ends`` (same ends, SCAN_CAP or up to 62 more), each pretoken keyed for the front cache
+    as it is found (``bpe_cf_window``, ``bpe_cf_key``): its key and front slot (requested)."""
+    cdef Py_ssize_t i = pos[0], a
+    cdef size_t n_ends = 0, k
+    cdef int64_t stop = 0
+    cdef const bpe_front_slot* front = <const bpe_front_slot*>c.front
+    cdef uint64_t mask = c.front_mask
+    if pattern_id == PATTERN_GPT2:
+        while i < n and n_ends < SCAN_CAP:
+            if _WINDOWS and i >= stop and n - i >= 64:
+                k = bpe_cf_window(PATTERN_GPT2, s, i, &stop, limit, front, mask, ends, keys, fronts, n_ends)
+                if k > n_ends:
+                    n_ends = k
+                    i = ends[n_ends - 1]
+                    continue
+            a = i
+            if _ascii_letter(s[i]):  # as in _split_ends
+                i = _run_letters(s, i + 1, n)
+            elif s[i] == SPACE and i + 1 < n and _ascii_letter(s[i + 1]):
+                i = _run_letters(s, i + 2, n)
+            else:
+                i = _end_gpt2(s, i, n)
+            bpe_cf_key(s + a, i - a, limit, front, mask, keys, fronts, n_ends)
+            ends[n_ends] = i
+            n_ends += 1
+    elif pattern_id == PATTERN_CL100K:
+        while i < n and n_ends < SCAN_CAP:
+            if _WINDOWS and i >= stop and n - i >= 64:
+                k = bpe_cf_window(PATTERN_CL100K, s, i, &stop, limit, front, mask, ends, keys, fronts,
+                                  n_ends)
+                if k > n_ends:
+                    n_ends = k
+                    i = ends[n_ends - 1]
+                    continue
+            a = i
+            if _ascii_letter(s[i]):
+                i = _run_letters(s, i + 1, n)
+            elif s[i] == SPACE and i + 1 < n and _ascii_letter(s[i + 1]):
+                i = _run_letters(s, i + 2, n)
+            else:
+                i = _end_cl100k(s, i, n)
+            bpe_cf_key(s + a, i - a, limit, front, mask, keys, fronts, n_ends)
+            ends[n_ends] = i
+            n_ends += 1
+    else:
+        while i < n and n_ends < SCAN_CAP:
+            if _WINDOWS and i >= stop and n - i >= 64:
+                k = bpe_cf_window(PATTERN_O200K, s, i, &stop, limit, front, mask, ends, keys, fronts,
+                                  n_ends)
+                if k > n_ends:
+                    n_ends = k
+                    i = ends[n_ends - 1]
+                    continue
+            a = i
+            i = _end_o200k(s, i, n)
+            bpe_cf_key(s + a, i - a, limit, front, mask, keys, fronts, n_ends)
+            ends[n_ends] = i
+            n_ends += 1
+    pos[0] = i
+    return n_ends
+
+
 cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
                      const uint8_t* limit, WordCounter* c) noexcept nogil:
     """Count the pretokens of s[i:n] into c (its front cache keeps pending counts: ``_counter_drain``).
 
-    The ends come from ``_split_ends`` (its 64-byte windows), SCAN_CAP at a time, and each batch is
-    taken in two passes: the first reads each pretoken's head words and requests its front slot,
-    the second looks them up, so the slots' cache misses overlap. Misses queue for the short table
+    The pretokens come from ``_key_ends`` (``_split_ends`` keying each pretoken for the front cache
+    as it is found, and requesting its front slot), SCAN_CAP or a few more at a time, and are looked
+    up in a second pass (``bpe_front_hits``), so the slots' cache misses overlap with the scanning
+    and with each other. Misses queue for the short table
     (``_flush_short``) BATCH at a time, each batch flushed when the next one is full (its slots were
     requested a batch earlier); longer words queue for the long table (``_flush``).
     """
@@ -931,61 +1023,56 @@ cdef int _count_span(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t 
     cdef ShortPending* swap
     cdef Py_ssize_t n_older = 0
     cdef Pending long_queue[BATCH]
-    cdef int64_t ends[SCAN_CAP]
-    cdef uint64_t heads[2 * SCAN_CAP]
-    cdef Py_ssize_t fronts[SCAN_CAP]
-    cdef Py_ssize_t k, got, length, start = i, first, n_pending = 0, n_long = 0
+    cdef int64_t ends[SCAN_CAP + 64]
+    cdef uint64_t heads[2 * (SCAN_CAP + 64)]
+    cdef uint32_t fronts[SCAN_CAP + 64]
+    cdef uint32_t misses[SCAN_CAP + 64]
+    cdef Py_ssize_t j, k, got, n_misses, length, start = i, n_pending = 0, n_long = 0
+    cdef int64_t a
     cdef uint64_t w0, w1, h
     cdef FrontSlot* f
     cdef ShortPending* q
     while i < n:
-        first = start
-        got = _split_ends(pattern_id, s, &i, n, ends, SCAN_CAP)
-        for k in range(got):
-            length = ends[k] - start
-            _head16(s + start, length, limit, &heads[2 * k], &heads[2 * k + 1])
-            fronts[k] = _front_index(heads[2 * k], heads[2 * k + 1], length, c.front_mask)
-            bpe_prefetch(&c.front[fronts[k]])
-            start = ends[k]
-        start = first
-        for k in range(got):
-            length = ends[k] - start
-            if length <= 16:
+        got = _key_ends(pattern_id, s, &i, n, limit, c, ends, heads, fronts)
+        n_misses = bpe_front_hits(heads, fronts, got, <bpe_front_slot*>c.front, misses)
+        for j in range(n_misses):
+            k = misses[j]
+            a = ends[k - 1] if k > 0 else start
+            length = ends[k] - a
+            if length <= BPE_SHORT_MAX:
                 w0 = heads[2 * k]
-                w1 = heads[2 * k + 1]
+                w1 = heads[2 * k + 1] & 0x00FFFFFFFFFFFFFFULL  # without the length tag
                 f = &c.front[fronts[k]]
-                if f.w0 == w0 and f.w1 == w1 and f.length == length:
-                    f.pending += 1
-                else:
-                    if f.pending != 0:  # the short slot it will evict into (_flush_short)
-                        bpe_prefetch(&c.short.slots[f.idx])
-                    h = _short_hash(w0, w1, length)
-                    bpe_prefetch(&c.short.slots[h & c.short.mask])
-                    q = &queue[n_pending]
-                    q.w0 = w0
-                    q.w1 = w1
-                    q.h = h
-                    q.length = length
-                    q.front = fronts[k]
-                    n_pending += 1
-                    if n_pending == BATCH:
-                        # Flush the batch before this one: its slots have had a batch's time to
-                        # arrive; this one waits its turn.
-                        if _flush_short(c, older, n_older) != 0:
-                            return -1
-                        swap = older
-                        older = queue
-                        queue = swap
-                        n_older = n_pending
-                        n_pending = 0
+                bpe_prefetch(&c.short.slots[f.idx])  # where its evicted word's counts go (_flush_short)
+                h = _short_hash(w0, w1, length)
+                bpe_prefetch(&c.short.slots[h & c.short.mask])
+                bpe_prefetch(&c.short.slots[(h + 1) & c.short.mask])  # its probe's next slot
+                q = &queue[n_pending]
+                q.w0 = w0
+                q.w1 = w1
+                q.h = h
+                q.length = length
+                q.front = fronts[k]
+                n_pending += 1
+                if n_pending == BATCH:
+                    # Flush the batch before this one: its slots have had a batch's time to
+                    # arrive; this one waits its turn.
+                    if _flush_short(c, older, n_older) != 0:
+                        return -1
+                    swap = older
+                    older = queue
+                    queue = swap
+                    n_older = n_pending
+                    n_pending = 0
             else:
-                _pend(&long_queue[n_long], s + start, length, limit, &c.long)
+                _pend(&long_queue[n_long], s + a, length, limit, &c.long)
                 n_long += 1
                 if n_long == BATCH:
                     if _flush(&c.long, long_queue, n_long) != 0:
                         return -1
                     n_long = 0
-            start = ends[k]
+        if got > 0:
+            start = ends[got - 1]
     if _flush_short(c, older, n_older) != 0 or _flush_short(c, queue, n_pending) != 0:
         return -1
     return _flush(&c.long, long_queue, n_long)
@@ -1183,37 +1270,64 @@ cdef extern from *:
     static inline unsigned bpe_key_byte(const BpeWordKey& k, int d) {
         return (unsigned)((d < 8 ? k.k0 >> (56 - 8 * d) : k.k1 >> (120 - 8 * d)) & 255u);
     }
-    /* MSD radix sort on byte d.. of the heads (a counting pass and a scatter through tmp per level;
-     * a level every key agrees on costs one pass), std::sort for small groups and past the heads. */
+    /* MSD radix sort on byte d.. of the heads: a counting pass and a scatter per level (a level every
+     * key agrees on costs one pass), std::sort for small groups and past the heads. The scatters go
+     * back and forth between the keys and tmp (no copy back): bpe_radix_in sorts a[0:n] in place
+     * with tmp[0:n] as scratch, bpe_radix_to sorts src[0:n] into dst[0:n] (src is scratch). */
+    template <class C> static void bpe_radix_to(BpeWordKey* src, BpeWordKey* dst, size_t n, int d, const C& less);
+    /* The level of byte d (or the first after it where the keys differ) of a[0:n] counted into cnt;
+     * its byte index, or 16 when the keys agree on every byte left. */
+    static inline int bpe_radix_level(const BpeWordKey* a, size_t n, int d, size_t* cnt) {
+        size_t i;
+        for (; d < 16; d++) {
+            memset(cnt, 0, 256 * sizeof(size_t));
+            for (i = 0; i < n; i++) cnt[bpe_key_byte(a[i], d)]++;
+            if (cnt[bpe_key_byte(a[0], d)] != n) break;
+        }
+        return d;
+    }
     template <class C>
-    static void bpe_radix_words(BpeWordKey* a, BpeWordKey* tmp, size_t n, int d, const C& less) {
+    static void bpe_radix_in(BpeWordKey* a, BpeWordKey* tmp, size_t n, int d, const C& less) {
         size_t cnt[256], pos[256], p, i;
         int b;
-        for (;;) {
-            if (n < 64 || d == 16) { std::sort(a, a + n, less); return; }
-            memset(cnt, 0, sizeof(cnt));
-            for (i = 0; i < n; i++) cnt[bpe_key_byte(a[i], d)]++;
-            if (cnt[bpe_key_byte(a[0], d)] == n) { d++; continue; }
-            break;
-        }
+        if (n < 64 || (d = bpe_radix_level(a, n, d, cnt)) == 16) { std::sort(a, a + n, less); return; }
         for (b = 0, p = 0; b < 256; b++) { pos[b] = p; p += cnt[b]; }
         for (i = 0; i < n; i++) tmp[pos[bpe_key_byte(a[i], d)]++] = a[i];
-        memcpy(a, tmp, n * sizeof(BpeWordKey));
         for (b = 0, p = 0; b < 256; b++) {
-            if (cnt[b] > 1) bpe_radix_words(a + p, tmp + p, cnt[b], d + 1, less);
+            if (cnt[b] == 1) a[p] = tmp[p];
+            else if (cnt[b] > 1) bpe_radix_to(tmp + p, a + p, cnt[b], d + 1, less);
             p += cnt[b];
         }
     }
-    /* keys[0:n] in Python bytes order; 0, or -1 when out of memory (for the scatter buffer). */
+    template <class C>
+    static void bpe_radix_to(BpeWordKey* src, BpeWordKey* dst, size_t n, int d, const C& less) {
+        size_t cnt[256], pos[256], p, i;
+        int b;
+        if (n < 64 || (d = bpe_radix_level(src, n, d, cnt)) == 16) {
+            memcpy(dst, src, n * sizeof(BpeWordKey));
+            std::sort(dst, dst + n, less);
+            return;
+        }
+        for (b = 0, p = 0; b < 256; b++) { pos[b] = p; p += cnt[b]; }
+        for (i = 0; i < n; i++) dst[pos[bpe_key_byte(src[i], d)]++] = src[i];
+        for (b = 0, p = 0; b < 256; b++) {
+            if (cnt[b] > 1) bpe_radix_in(dst + p, src + p, cnt[b], d + 1, less);
+            p += cnt[b];
+        }
+    }
+    /* keys[0:n] in Python bytes order, with tmp[0:n] as scratch (NULL: allocated here); 0, or -1
+     * when out of memory. */
     template <class E, class L>
-    static int bpe_sort_words(BpeWordKey* keys, size_t n, const E* longs, L less) {
+    static int bpe_sort_words(BpeWordKey* keys, size_t n, const E* longs, L less, BpeWordKey* tmp) {
         BpeWordLess<E, L> cmp = {longs, less};
-        BpeWordKey* tmp;
+        BpeWordKey* own = NULL;
         if (n < 64) { std::sort(keys, keys + n, cmp); return 0; }
-        tmp = (BpeWordKey*)malloc(n * sizeof(BpeWordKey));
-        if (tmp == NULL) return -1;
-        bpe_radix_words(keys, tmp, n, 0, cmp);
-        free(tmp);
+        if (tmp == NULL) {
+            tmp = own = (BpeWordKey*)malloc(n * sizeof(BpeWordKey));
+            if (tmp == NULL) return -1;
+        }
+        bpe_radix_in(keys, tmp, n, 0, cmp);
+        free(own);
         return 0;
     }
     /* 16 bytes from two big-endian head words (the keys' k0, k1). */
@@ -1232,7 +1346,7 @@ cdef extern from *:
         int64_t count
         uint32_t idx
         uint32_t len17
-    int bpe_sort_words[E, L](BpeWordKey* keys, size_t n, const E* longs, L less) noexcept nogil
+    int bpe_sort_words[E, L](BpeWordKey* keys, size_t n, const E* longs, L less, BpeWordKey* tmp) noexcept nogil
     void bpe_store_key16(uint8_t* p, uint64_t k0, uint64_t k1) noexcept nogil
 
 
@@ -1240,38 +1354,53 @@ cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
     """The words of a drained counter sorted by bytes, copied out as (arena, offsets, counts):
     numpy arrays, or ``array.array`` (``"B"``, ``"q"``, ``"q"``) when not ``numpy``.
 
-    Each word becomes a 32-byte key (its heads byte-swapped, count, length; the short table is
-    freed once they are made), the keys are sorted (``bpe_sort_words``: an MSD radix sort on the
-    heads, comparisons only within small groups), then written out in order: a short word as its 16
-    head bytes at once (the next word overwrites the padding), a long one copied from the buffer.
+    Each word becomes a 32-byte key (its heads byte-swapped, count, length), written over the short
+    table's own slots (a key per slot, packed to the front: the slots are 32 bytes too, and a key
+    never lands past the slot it comes from), the long table's words after them; the keys are
+    sorted (``bpe_sort_words``: an MSD radix sort on the heads, comparisons only within small groups)
+    with the table's free slots after the keys as scratch where there are enough, then written out in
+    order: a short word as its 16 head bytes at once (the next word overwrites the padding), a long
+    one copied from the buffer. Fewer free slots than keys: the keys or the scratch are allocated.
     """
     cdef Py_ssize_t i, k = 0, n_short = c.short.n_words, n_long = c.long.n_entries
     cdef Py_ssize_t n_words = n_short + n_long, n_bytes = 0, pos = 0, length
+    cdef Py_ssize_t n_slots = c.short.mask + 1
     cdef ShortSlot* slots = c.short.slots
+    cdef ShortSlot slot
     cdef Entry* longs = c.long.entries
     cdef BpeWordKey* key
+    cdef BpeWordKey* keys = <BpeWordKey*>slots
+    cdef BpeWordKey* scratch = NULL
     cdef uint8_t tmp[16]
     cdef int status = 0
     cdef uint8_t[::1] arena_view
     cdef int64_t[::1] offsets_view
     cdef int64_t[::1] counts_view
     cdef uint8_t* out
-    cdef BpeWordKey* keys = <BpeWordKey*>malloc((n_words if n_words > 0 else 1) * sizeof(BpeWordKey))
+    with nogil:
+        # The short words' keys over their own slots, packed to the front (no branch per slot:
+        # every slot writes a key where the next word's key goes, only a word moves on).
+        for i in range(n_slots):
+            slot = slots[i]
+            keys[k].k0 = bpe_order64(slot.w0)
+            keys[k].k1 = bpe_order64(slot.w1)
+            keys[k].count = slot.count
+            keys[k].idx = 0
+            keys[k].len17 = <uint32_t>slot.length
+            n_bytes += <Py_ssize_t>slot.length
+            k += slot.length != 0
+        if n_words > n_slots:  # more long words than free slots: the keys move out
+            keys = <BpeWordKey*>malloc(n_words * sizeof(BpeWordKey))
+            if keys != NULL:
+                memcpy(keys, slots, n_short * sizeof(BpeWordKey))
+                free(c.short.slots)
+                c.short.slots = NULL
+        elif 2 * n_words <= n_slots:
+            scratch = keys + n_words
     if keys == NULL:
         raise MemoryError("count_pretokens: cannot allocate the sort keys of the table")
     try:
         with nogil:
-            for i in range(c.short.mask + 1):
-                if slots[i].length != 0:
-                    keys[k].k0 = bpe_order64(slots[i].w0)
-                    keys[k].k1 = bpe_order64(slots[i].w1)
-                    keys[k].count = slots[i].count
-                    keys[k].idx = 0
-                    keys[k].len17 = <uint32_t>slots[i].length
-                    n_bytes += slots[i].length
-                    k += 1
-            free(c.short.slots)
-            c.short.slots = NULL
             for i in range(n_long):
                 keys[k].k0 = bpe_order64(longs[i].w0)
                 keys[k].k1 = bpe_order64(longs[i].w1)
@@ -1280,7 +1409,7 @@ cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
                 keys[k].len17 = 17
                 n_bytes += longs[i].length
                 k += 1
-            status = bpe_sort_words[Entry, EntryLess](keys, n_words, longs, _entry_less)
+            status = bpe_sort_words[Entry, EntryLess](keys, n_words, longs, _entry_less, scratch)
         if status != 0:
             raise MemoryError("count_pretokens: cannot allocate the sort buffer of the table")
         arena, offsets, counts = _table_arrays(n_bytes, n_words, numpy)
@@ -1307,7 +1436,8 @@ cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
             offsets_view[n_words] = pos
         return arena, offsets, counts
     finally:
-        free(keys)
+        if c.short.slots == NULL:  # the keys were moved out
+            free(keys)
 
 
 cdef inline int _word_cmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b,

@@ -1,8 +1,9 @@
 """The plain count's fast path against plain Python: ``regex`` pieces summed by a ``Counter``.
 
-``count_pretokens`` counts words of up to 16 bytes through a direct-mapped front cache into a short
-table with inline keys (slot numbers change when it doubles), longer words into the long table,
-and sorts 32-byte keys by an MSD radix sort on their first 16 bytes. The training path finds the
+``count_pretokens`` counts words of up to 15 bytes through a direct-mapped front cache (keyed with
+the length in the top byte of the second word) into a short table with inline keys (slot numbers
+change when it doubles), longer words into the long table, and sorts 32-byte keys (written over the
+short table's slots) by an MSD radix sort on their first 16 bytes. The training path finds the
 special tokens natively (``pretokenize.split_spans``). Each piece is checked here against the
 plain definitions: ``corpus.chunks.split_spans`` (the ``re`` alternation) and ``regex.findall``
 per span, counted by a ``Counter``, sorted as Python ``bytes``; and ``count_corpus`` (chunks,
@@ -138,6 +139,24 @@ def test_many_distinct_words(name, seed, n_spans):
     bounds = np.concatenate([[0], cuts, [len(data)]])
     spans = np.stack([bounds[:-1], bounds[1:]], axis=1).astype(np.int64)
     assert table_items(count_pretokens(data, spans, name)) == reference_counts(data, spans, name)
+
+
+TAILS = [bytes([c]) for c in (0, 1, 2, 5, 8, 0x0E, 0x0F, 0x10, 0x11, 0x1F, 0x7F)]  # "other", not \s
+
+
+@settings(max_examples=40)
+@given(st.lists(st.tuples(st.integers(0, 17), st.lists(st.sampled_from(TAILS), max_size=4)),
+                min_size=1, max_size=60),
+       st.sampled_from([b"!", b"x", b"\x01", b"\x00"]), st.integers(1, 3))
+def test_keys_with_the_length_in_the_top_byte(words, fill, repeats):
+    """Words of up to 21 bytes ending in bytes 0x00..0x1F, several times over: the front cache keys a
+    word of up to 15 bytes with its length in the byte after it (``_count_front.h``), a word of 16
+    or more with bit 4 set there (it goes to the long table); no word may be taken for another
+    (``a!!..!\x0f`` of 16 bytes against the 15 bytes before it, NULs against padding)."""
+    data = b"\n".join(fill * n + b"".join(tail) for n, tail in words) * repeats
+    spans = np.array([[0, len(data)]], dtype=np.int64)
+    for name in NAMES:
+        assert table_items(count_pretokens(data, spans, name)) == reference_counts(data, spans, name)
 
 
 @pytest.mark.parametrize("name", NAMES)
