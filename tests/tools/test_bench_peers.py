@@ -3,11 +3,13 @@
 import importlib.util
 import json
 import random
+import signal
+import subprocess
 import sys
 
 import pytest
 
-from paths import TOOLS
+from paths import TOOLS, package_parent
 
 sys.path.insert(0, str(TOOLS))
 import bench_peers  # noqa: E402
@@ -75,3 +77,25 @@ def test_trained_vocab_needs_a_model_folder(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         bench_peers.main(["--vocab", f"trained:{tmp_path}"])
     assert exc.value.code == 2 and "not a model folder" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(folders):
+    """A Ctrl-C while the benchmark runs: one line on stderr, exit 130, no traceback (every bench_*
+    script ends with ``_tool_start.run_bench``). Run by path with the package this test imported
+    (the script puts its own checkout first, which a clean clone has not built)."""
+    model, corpora = folders
+    script = str(TOOLS / "bench_peers.py")
+    argv = [script, "--vocab", f"trained:{model}", "--corpus", "tiny", "--corpora", str(corpora),
+            "--runs", "1000000", "--peers", "none"]
+    code = (f"import sys, runpy; sys.path.insert(0, {package_parent()!r}); import bpe_core; "
+            f"sys.argv = {argv!r}; runpy.run_path({script!r}, run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-u", "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()              # printed by main(): the run is under way
+        assert first.startswith("# bench_peers:"), (first, proc.stderr.read())
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err == "bench_peers.py: interrupted\n", (proc.returncode, err)
