@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from paths import TOOLS
-import contextlib
 import importlib
 import os
 import random
@@ -251,12 +250,13 @@ def test_cli_report_has_plan_and_peak(tmp_path, tok_dir, capsys):
 
 def test_kill_9_leaves_no_output_file(tmp_path):
     """``kill -9`` in the middle of a run: nothing at the ``--out`` path (the temp file and spill
-    folder are hidden names beside it). A custom pattern (the slower ``regex`` path) and 2 KB chunks
-    make a 3 MB run last about a second; the kill comes once the output's temp file holds ids (one
-    worker writes them straight in)."""
+    folder are hidden names beside it). A custom pattern (the ``regex`` path) and 4 KB chunks, one
+    worker writing straight into the temp file; the run kills itself once that file holds 16 KB of
+    ids (``robust_helpers.child_signal_while_writing``: a kill from outside raced the run's end)."""
     import signal
-    import subprocess
-    import time
+
+    from robust_helpers import NOT_REACHED
+    from tool_runner import call_in_child
 
     vocab, merges, specials = small_model()
     d = tmp_path / "tok"
@@ -264,24 +264,14 @@ def test_kill_9_leaves_no_output_file(tmp_path):
     dump_model(Model(vocab=vocab, merges=merges, special_tokens=specials, pattern=r"\w+|\s+|[^\w\s]+"),
                d / "model.json")
     text = fixture_text("corpus.en").encode()
-    data = (text + EOT.encode()) * max(1, (3 << 20) // (len(text) + len(EOT)))
+    data = (text + EOT.encode()) * max(1, (256 << 10) // (len(text) + len(EOT)))
     (tmp_path / "in.txt").write_bytes(data)
     out = tmp_path / "ids.npy"
-    tool = str(TOOLS / "encode_corpus.py")
-    proc = subprocess.Popen([sys.executable, tool, str(tmp_path / "in.txt"), "--tokenizer", str(d), "--out",
-                             str(out), "--workers", "1", "--chunk-size", "4k", "--no-progress"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 8
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            temps = [p for p in tmp_path.iterdir() if p.name.startswith(".ids.npy.tmp-")]
-            with contextlib.suppress(OSError):
-                if temps and temps[0].stat().st_size > 4096:
-                    break
-            time.sleep(0.002)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    args = [tmp_path / "in.txt", "--tokenizer", d, "--out", out, "--workers", "1", "--chunk-size", "4k", "--no-progress"]
+    r = call_in_child("robust_helpers", "child_signal_while_writing", str(TOOLS / "encode_corpus.py"),
+                      [str(a) for a in args], 16 << 10, "SIGKILL", cwd=tmp_path)
+    assert r.returncode != NOT_REACHED, "the run ended before its temp file held 16 KB of ids"
+    assert r.returncode == -signal.SIGKILL, r.stderr
     assert not out.exists()
-    assert all(p.name.startswith(".ids.npy.") for p in tmp_path.iterdir() if p.name not in ("in.txt", "tok"))
+    left = [p.name for p in tmp_path.iterdir() if p.name not in ("in.txt", "tok")]
+    assert left and all(n.startswith(".ids.npy.") for n in left), left      # the temp file is there, hidden
