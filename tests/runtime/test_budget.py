@@ -88,8 +88,13 @@ def test_min_pretoken_count_prunes_and_says_it_changes_results(tmp_path):
     assert (b"z", b"q") in full.merges and (b"z", b"q") not in pruned.merges
 
 
+@pytest.fixture(scope="module")
+def kill_corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("kill") / "c.txt", 4 << 20, seed=1)
+
+
 @pytest.mark.parametrize("kill_at", ["pretokenize", "merge loop", "publish"])
-def test_kill_9_leaves_no_half_written_file(tmp_path, kill_at):
+def test_kill_9_leaves_no_half_written_file(tmp_path, kill_corpus, kill_at):
     """SIGKILL as the run enters a phase, or just before it puts its output folder in place: no
     target path holds a partial file. The run kills itself at that point
     (``robust_helpers.child_signal_at_phase``): a kill sent from outside once the phase showed in the
@@ -98,10 +103,9 @@ def test_kill_9_leaves_no_half_written_file(tmp_path, kill_at):
     from robust_helpers import NOT_REACHED
     from tool_runner import call_in_child
 
-    corpus = write_corpus(tmp_path / "c.txt", 4 << 20, seed=1)
     out = tmp_path / "out"
     r = call_in_child("robust_helpers", "child_signal_at_phase", str(TRAIN),
-                      [str(corpus), "--vocab-size", "3000", "--out", str(out), "--no-progress", "--workers", "2"],
+                      [str(kill_corpus), "--vocab-size", "3000", "--out", str(out), "--no-progress", "--workers", "2"],
                       kill_at, "SIGKILL", cwd=tmp_path)
     assert r.returncode != NOT_REACHED, f"the run ended without reaching {kill_at!r}"
     assert r.returncode == -signal.SIGKILL, r.stderr
