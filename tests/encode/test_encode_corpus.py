@@ -275,3 +275,38 @@ def test_kill_9_leaves_no_output_file(tmp_path):
     assert not out.exists()
     left = [p.name for p in tmp_path.iterdir() if p.name not in ("in.txt", "tok")]
     assert left and all(n.startswith(".ids.npy.") for n in left), left      # the temp file is there, hidden
+
+
+# ==== Start-up of a small run ==================================================================
+
+
+def test_a_small_run_starts_no_monitor_thread_and_makes_a_spill_folder_only_to_spill(tmp_path, monkeypatch):
+    """Up to ``SMALL_INPUT_BYTES`` the memory monitor runs without its sampling thread (still sampled
+    at the start, before each chunk and at the end); above, with it. The spill folder is made when a
+    chunk first spills, and removed at the end: a run that does not spill makes none. Same ids."""
+    from bpe_core.runtime import memmon
+
+    vocab, merges, specials = small_model()
+    tok = Tokenizer(vocab, merges, specials)
+    text = fixture_text("corpus.en").encode()
+    path = tmp_path / "in.txt"
+    path.write_bytes((text[:3000] + EOT.encode()) * 40)
+    started, made = [], []
+    real_start, real_mkdtemp = memmon.MemoryMonitor.start, ec.tempfile.mkdtemp
+    monkeypatch.setattr(memmon.MemoryMonitor, "start",
+                        lambda self, thread=True: started.append(thread) or real_start(self, thread))
+    monkeypatch.setattr(ec.tempfile, "mkdtemp", lambda *a, **k: made.append(real_mkdtemp(*a, **k)) or made[-1])
+
+    want = tok.encode(path.read_bytes())
+    r = ec.encode_corpus(path, tok, tmp_path / "a.npy", num_workers=2, progress=False)
+    assert r.memory["spilled_ids_bytes"] == 0
+    assert started == [False] and made == [] and r.memory["n_samples"] >= 2
+    assert np.load(tmp_path / "a.npy").tolist() == want
+
+    monkeypatch.setattr(ec, "SMALL_INPUT_BYTES", 1000)
+    monkeypatch.setattr(ec, "_hold_bytes", lambda c, n: 4)        # a chunk that waits spills at once
+    r = ec.encode_corpus(path, tok, tmp_path / "b.npy", num_workers=2, chunk_bytes=4096, progress=False)
+    assert started == [False, True] and r.memory["spilled_ids_bytes"] > 0
+    assert len(made) == 1 and os.path.basename(made[0]).startswith(f".b.npy.spill-{os.getpid()}-")
+    assert not os.path.exists(made[0]) and np.load(tmp_path / "b.npy").tolist() == want
+    assert sorted(os.listdir(tmp_path)) == ["a.npy", "b.npy", "in.txt"]
