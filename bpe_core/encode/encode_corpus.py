@@ -216,19 +216,29 @@ def _verify_block(head: list, dtype: np.dtype, buf, decode, label: str, n_ids: i
         raise VerifyError(f"{label}: ids do not decode back to the input")
 
 
-def _hold_bytes(chunk_bytes: int, max_in_flight: int) -> int:
-    """The bytes of ids a chunk that is not the head keeps in memory before it spills.
+def _hold_bytes(window_bytes: int, max_in_flight: int) -> int:
+    """The bytes of ids a chunk that is not the head keeps in memory before it spills:
+    ``window_bytes`` shared by the at most ``max_in_flight`` chunks in flight.
 
-    The plan gives the parent ``ENCODE_WINDOW_CHUNKS`` chunks for the cutting window, which the
-    encode phase of a plain file does not use (the cuts are made before it); one chunk of it is
-    shared by the at most ``max_in_flight`` chunks in flight. A chunk's ids take about half its
-    bytes (``uint16``, ~4 bytes a token) and a chunk that waits for its turn was usually half
-    encoded when the one before it finished, so most chunks spill nothing.
+    The plan gives the parent ``ENCODE_WINDOW_CHUNKS`` chunks for the cutting window. Plain files
+    are cut before the encode phase, which leaves that whole window to the held ids
+    (:func:`_hold_window`); streamed inputs are cut while it runs, so their chunks share one chunk of
+    it. A chunk's ids take about half its bytes (``uint16``, ~4 bytes a token) and a chunk that waits
+    for its turn was usually half encoded when the one before it finished, so most chunks spill
+    nothing (with one chunk of window, the second of two 1 MiB chunks spilled half its ids: a spill
+    folder, a file, a copy and 5 % of the wall time of a 5 MB run).
 
     >>> _hold_bytes(64 << 20, 4) >> 20
     16
     """
-    return max(0, chunk_bytes // max(1, max_in_flight))
+    return max(0, window_bytes // max(1, max_in_flight))
+
+
+def _hold_window(chunk_bytes: int, sources: list[Source]) -> int:
+    """The parent's bytes for held ids: the plan's whole cutting window when every input is a
+    plain file (cut before encoding), else one chunk of it (readers fill the rest as they go)."""
+    plain = all(src.plain_text for src in sources)
+    return chunk_bytes * (scheduler.ENCODE_WINDOW_CHUNKS if plain else 1)
 
 
 # ==== Assemble ===============================================================================
@@ -556,7 +566,8 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                            shard_names=lambda k: shard_paths(out_path, k + 1, generation)[k])
         in_flight = 2 * workers
         sep_bytes = np.array([sep_id], dtype=dtype).tobytes() if sep else None
-        output = OrderedIds(writer, sep_bytes, _hold_bytes(the_plan.chunk_bytes, in_flight), spill_dir.file)
+        output = OrderedIds(writer, sep_bytes, _hold_bytes(_hold_window(the_plan.chunk_bytes, sources), in_flight),
+                            spill_dir.file)
         encoder = _ChunkEncoder(spec, output, dtype, _token_lengths(tok),
                                 want_doc_starts=doc_index is not None and not sep,
                                 verify=verify and not single_plain, decode=tok.decode_bytes,

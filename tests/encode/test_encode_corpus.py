@@ -310,3 +310,21 @@ def test_a_small_run_starts_no_monitor_thread_and_makes_a_spill_folder_only_to_s
     assert len(made) == 1 and os.path.basename(made[0]).startswith(f".b.npy.spill-{os.getpid()}-")
     assert not os.path.exists(made[0]) and np.load(tmp_path / "b.npy").tolist() == want
     assert sorted(os.listdir(tmp_path)) == ["a.npy", "b.npy", "in.txt"]
+
+
+def test_held_ids_use_the_whole_cutting_window_for_plain_files_only(tmp_path):
+    """Plain files are cut before encoding: their waiting chunks share the plan's whole cutting
+    window (``ENCODE_WINDOW_CHUNKS`` chunks); a compressed input is cut while it is encoded, so its
+    chunks share one chunk of it."""
+    import gzip
+
+    from bpe_core.runtime.budget import ENCODE_WINDOW_CHUNKS
+
+    (tmp_path / "a.txt").write_bytes(b"x")
+    with gzip.open(tmp_path / "b.txt.gz", "wb") as f:
+        f.write(b"x")
+    plain, packed = ec._sources([str(tmp_path / "a.txt")]), ec._sources([str(tmp_path / "b.txt.gz")])
+    assert ENCODE_WINDOW_CHUNKS >= 2
+    assert ec._hold_window(1 << 20, plain) == ENCODE_WINDOW_CHUNKS << 20
+    assert ec._hold_window(1 << 20, packed) == ec._hold_window(1 << 20, plain + packed) == 1 << 20
+    assert ec._hold_bytes(ec._hold_window(1 << 20, plain), 4) == (ENCODE_WINDOW_CHUNKS << 20) // 4
