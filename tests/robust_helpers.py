@@ -73,3 +73,139 @@ def read_outputs(out_dir) -> tuple[bytes, bytes, dict]:
     out_dir = pathlib.Path(out_dir)
     return ((out_dir / "merges.txt").read_bytes(), (out_dir / "model.json").read_bytes(),
             json.loads((out_dir / "train_report.json").read_text()))
+
+
+# ==== Signals at a known point ================================================================
+# A test that signals a running tool from outside races it: on a loaded machine the run can end
+# before the signal lands (or before the test sees the moment it waits for). These run the tool in a
+# forked child (``tool_runner.call_in_child``) that signals itself at a point of the run, so the kill
+# lands where the test says, every time, without a large input to make the run last.
+
+NOT_REACHED = 3           # the child's exit code when the run ended before the point was reached
+
+
+def child_signal_while_writing(script: str, args: list, after_bytes: int, sig: str = "SIGKILL") -> int:
+    """Run ``script`` (``tools/encode_corpus.py``) with ``args``; once the output's temp file holds at
+    least ``after_bytes`` bytes of ids (``ids_out.IdsWriter.write``, after the write), send ``sig``
+    to this process. Returns the run's exit code, or :data:`NOT_REACHED` if it ended first."""
+    import runpy
+    import signal
+    import sys
+
+    from bpe_core.encode import ids_out
+
+    real = ids_out.IdsWriter.write
+
+    def write(self, data):
+        real(self, data)
+        if self.written >= after_bytes and all(os.path.getsize(f[0]) > after_bytes for f in self.files):
+            os.kill(os.getpid(), getattr(signal, sig))
+
+    ids_out.IdsWriter.write = write
+    sys.argv = [str(script), *map(str, args)]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return NOT_REACHED if code == 0 else code
+    return NOT_REACHED
+
+
+def child_signal_at_phase(script: str, args: list, at: str, sig: str = "SIGKILL") -> int:
+    """Run ``script`` (a tool) with ``args``, sending ``sig`` to this process as the run enters the
+    phase ``at`` (``memmon.phase``: a listener beside the memory monitors sees each phase as it
+    starts), or, with ``at="publish"``, just before its first ``os.replace`` or ``os.rename`` (an output
+    being put in place). Returns the run's exit code, or :data:`NOT_REACHED` if it ended first."""
+    import runpy
+    import signal
+    import sys
+
+    from bpe_core.runtime import memmon
+
+    def fire():
+        os.kill(os.getpid(), getattr(signal, sig))
+
+    class AtPhase:
+        def _enter_phase(self, name, now):
+            if name == at:
+                fire()
+
+    if at == "publish":
+        def firing(real):
+            def call(*a, **k):
+                fire()
+                return real(*a, **k)
+            return call
+
+        os.replace, os.rename = firing(os.replace), firing(os.rename)
+    else:
+        with memmon._MONITORS_LOCK:
+            memmon._MONITORS.append(AtPhase())
+    sys.argv = [str(script), *map(str, args)]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return NOT_REACHED if code == 0 else code
+    return NOT_REACHED
+
+
+def truncate_input(path) -> None:
+    """The input cut to 4 KB."""
+    os.truncate(path, 4096)
+
+
+def rewrite_input(path) -> None:
+    """Same size, other bytes, a later mtime."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        for offset in (st.st_size // 3, st.st_size - 5000):
+            f.seek(offset)
+            f.write(b"Z" * 4096)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+CHANGES = {"truncate": truncate_input, "rewrite": rewrite_input}
+
+
+def child_change_input(script: str, args: list, path: str, change: str, at: str) -> int:
+    """Run ``script`` with ``args``; the input ``path`` is changed (:data:`CHANGES`) while it runs:
+    as the run enters the phase ``at`` (``memmon.phase``), or with ``at="write"`` at the first ids
+    the encoder writes. Returns the run's exit code, or :data:`NOT_REACHED` if the point never came
+    (the change was not made)."""
+    import runpy
+    import sys
+
+    from bpe_core.encode import ids_out
+    from bpe_core.runtime import memmon
+
+    done = []
+
+    def fire():
+        if not done:
+            done.append(True)
+            CHANGES[change](path)
+
+    if at == "write":
+        real = ids_out.IdsWriter.write
+
+        def write(self, data):
+            fire()
+            return real(self, data)
+
+        ids_out.IdsWriter.write = write
+    else:
+        class AtPhase:
+            def _enter_phase(self, name, now):
+                if name == at:
+                    fire()
+
+        with memmon._MONITORS_LOCK:
+            memmon._MONITORS.append(AtPhase())
+    sys.argv = [str(script), *map(str, args)]
+    code = 0
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code if done else NOT_REACHED

@@ -67,16 +67,19 @@ def _early_exit(signum, frame):
     os._exit(128 + signum)
 
 
-def begin(name: str) -> None:
+def begin(name: str, find_package: bool = True) -> None:
     """In a tool run as a script (``name == "__main__"``): the early handler for SIGINT and SIGTERM,
     then the two signals unblocked (one that came meanwhile is handled now); then ``bpe_core`` on
-    the path, the installed package else this checkout's."""
+    the path, the installed package else this checkout's (not with ``find_package=False``: the
+    ``bench_*`` scripts put their own checkout first, to time it rather than the installed one)."""
     if name == "__main__":              # (imported, e.g. by a test: the importer's handlers stay)
         for signum in _SIGNALS:
             if _signal.getsignal(signum) != _signal.SIG_IGN:
                 _signal.signal(signum, _early_exit)
     if hasattr(_signal, "pthread_sigmask"):
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, _SIGNALS)
+    if not find_package:
+        return
     try:
         import bpe_core  # noqa: F401  (the installed package)
     except ImportError:                 # a checkout built in place, not installed
@@ -96,3 +99,16 @@ def run(main) -> int:
     finally:                            # the run is over: a late SIGTERM is not "before it started"
         if _signal.getsignal(_signal.SIGTERM) is _early_exit:
             _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)
+
+
+def run_bench(main) -> int:
+    """``run(main)`` for a ``bench_*`` script: Ctrl-C is one line and 130 as in every tool, and a
+    SIGTERM during the run is one line and 143 raised as ``SystemExit``, so its temporary folders are
+    removed on the way out (a benchmark has no ``run_main`` to take SIGTERM over)."""
+    def _terminated(signum, frame):
+        _say("terminated (SIGTERM)")
+        raise SystemExit(128 + signum)
+
+    if _signal.getsignal(_signal.SIGTERM) is _early_exit:
+        _signal.signal(_signal.SIGTERM, _terminated)
+    return run(main)

@@ -15,15 +15,27 @@ stdout with the load average.
 """
 from __future__ import annotations
 
+import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
+import os
+import sys
+
+if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
+try:
+    import _tool_start
+except ImportError:                       # run by path (runpy.run_path) with another folder first
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _tool_start
+
+_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+
 import argparse
 import hashlib
 import json
-import os
 import re
 import resource
 import statistics
 import subprocess
-import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -126,4 +138,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_tool_start.run_bench(main))

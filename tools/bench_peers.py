@@ -5,16 +5,22 @@ documents on all threads (list of lists, flat), decoding, and a corpus file to `
 
 Each work runs once untimed (warm-up, and the ids are checked), then ``--runs`` times, interleaved
 (run 1 of every peer, then run 2, ..., every other round in reverse order), and the median MB/s of the input text is reported with ours / the best peer. The ids of every peer are
-checked against ``tiktoken`` on every document (a peer that differs is marked ``ids differ`` and
+checked against ``tiktoken`` (for a trained vocabulary: ``bpe_core.reference``) on every document (a peer that differs is marked ``ids differ`` and
 left out of "best"). Peers that are not installed are named as skipped; ``pip install
 bpe_core[peers]`` installs them.
 
 Vocabularies: GPT-2 from ``tests/fixtures`` (``gpt2_vocab.json`` + ``gpt2_merges.txt``), and
 cl100k when its ranks can be read offline (``bpe-openai`` ships them; tiktoken itself downloads).
+``--vocab trained:DIR`` is a BPE model folder written by ``tools/train_bpe.py``: ours loads it
+(``Tokenizer.load``), the HF-format peers its ``tokenizer.json`` (exported into a temp folder when
+the folder has none), tiktoken an ``Encoding`` built from our tiktoken export (``bpe_core.export``:
+ranks = our ids); a peer that cannot load it is named as skipped with the reason. Its ids are checked
+against ``bpe_core.reference`` (the plain-Python merge loop, memoized per pretoken:
+:class:`ReferenceIds`), not against tiktoken, on every document.
 
 Usage::
 
-    python tools/bench_peers.py --mb 10 --runs 5 --corpus en_heldout ood_code [--vocab gpt2 cl100k]
+    python tools/bench_peers.py --mb 10 --runs 5 --corpus en_heldout ood_code [--vocab gpt2 cl100k trained:DIR]
 
 ``--models NAME=DIR ...`` (e.g. ``bpe=bpe32k/ superbpe=sb32k/ supratok=st32k/``) adds a table of
 trained model folders on the same text, one thread, whole text to an array (``encode_to_numpy``),
@@ -36,15 +42,27 @@ work done, where wall time mostly shows the scheduler (for the batch works it su
 """
 from __future__ import annotations
 
+import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
+import os
+import sys
+
+if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
+try:
+    import _tool_start
+except ImportError:                       # run by path (runpy.run_path) with another folder first
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _tool_start
+
+_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+
 import argparse
 import base64
 import gzip
 import importlib.util
 import json
 import lzma
-import os
 import statistics
-import sys
 import tempfile
 import time
 
@@ -157,6 +175,111 @@ def cl100k_setup(tmp: str, cls=Tokenizer):
                              "tokie": "idem", "kitoken": "idem"}
 
 
+TRAINED = "trained:"
+
+
+def trained_setup(folder: str, tmp: str, cls=Tokenizer):
+    """A BPE model folder of ``tools/train_bpe.py``: (ours, tiktoken encoding or None, tokenizer.json
+    path, reasons for the skipped peers, the reference ids)."""
+    from bpe_core.export import export, load_tiktoken_encoding
+    from bpe_core.formats import load_model, registry
+
+    model = load_model(folder)
+    if registry.get(model.method).stage_aware:     # the reference twin here is one merge list by rank
+        raise ValueError(f"{folder} is a {model.method} model, which encodes in stages; the reference here "
+                         f"is plain BPE (compare trained models of other methods with --models)")
+    ours = cls.load(folder)
+    skip = {"bpe_openai": "ships cl100k/o200k only, loads no other vocabulary"}
+    hf_json = os.path.join(folder, "tokenizer.json")
+    if not os.path.exists(hf_json):
+        hf_json = export(model, "hf", os.path.join(tmp, "trained_tokenizer.json"))[0]
+    enc = None
+    if importlib.util.find_spec("tiktoken"):
+        try:
+            ranks = export(model, "tiktoken", os.path.join(tmp, "trained.tiktoken"))[0]
+            enc = load_tiktoken_encoding(ranks)
+        except ValueError as exc:          # refused: duplicate token bytes (one id per token needed)
+            skip["tiktoken"] = f"no tiktoken export: {str(exc)[:100]}"
+    return ours, enc, hf_json, skip, ReferenceIds(model)
+
+
+class ReferenceIds:
+    """``bpe_core.reference.encode`` of a BPE model, with tiktoken's ``encode`` / ``encode_batch``
+    signature (the ids every peer is checked against), memoized per pretoken.
+
+    ``reference.encode_pretoken`` replays every merge whose concatenation occurs in the pretoken (the
+    others cannot apply), so giving it only those merges, found from the pretoken's substrings, is
+    the same function; pretokens longer than ``max_substrings`` get the whole list.
+    """
+
+    def __init__(self, model, max_substrings: int = 256):
+        from bpe_core.corpus.specials import encode_specials
+        from bpe_core.reference import token_ids
+
+        self.merges = list(model.merges)
+        self.ids_of = token_ids(model.vocab)
+        self.specials = encode_specials(model.special_tokens)
+        self.pattern = model.pattern
+        self.max_substrings = max_substrings
+        self.by_bytes: dict[bytes, list[int]] = {}
+        for rank, (left, right) in enumerate(self.merges):
+            self.by_bytes.setdefault(left + right, []).append(rank)
+        self.cache: dict[bytes, list[int]] = {}
+
+    def pretoken_ids(self, pretoken: bytes) -> list[int]:
+        from bpe_core.reference import encode_pretoken
+
+        got = self.cache.get(pretoken)
+        if got is None:
+            n = len(pretoken)
+            if n > self.max_substrings:
+                merges = self.merges
+            else:
+                ranks = sorted({r for i in range(n) for j in range(i + 2, n + 1)
+                                for r in self.by_bytes.get(pretoken[i:j], ())})
+                merges = [self.merges[r] for r in ranks]
+            got = self.cache[pretoken] = [self.ids_of[p] for p in encode_pretoken(pretoken, merges)]
+        return got
+
+    def encode(self, text, allowed_special="all") -> list[int]:
+        from bpe_core.corpus.specials import split_on_specials
+        from bpe_core.reference import pretokenize
+
+        data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+        out: list[int] = []
+        for piece, is_special in split_on_specials(data, self.specials):
+            if is_special:
+                out.append(self.ids_of[piece])
+                continue
+            for pretoken in pretokenize(piece, self.pattern):
+                out.extend(self.pretoken_ids(pretoken))
+        return out
+
+    def encode_batch(self, texts, allowed_special="all") -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+
+def vocab_setup(vocab: str, tmp: str, cls=Tokenizer):
+    """(ours, tiktoken encoding or None, tokenizer.json path, skipped peers, the ids to check
+    against) for a ``--vocab`` value."""
+    if vocab.startswith(TRAINED):
+        return trained_setup(vocab[len(TRAINED):], tmp, cls)
+    ours, enc, hf_json, skip = (gpt2_setup if vocab == "gpt2" else cl100k_setup)(tmp, cls)
+    return ours, enc, hf_json, skip, enc
+
+
+def vocab_arg(value: str) -> str:
+    """``gpt2``, ``cl100k``, ``none`` or ``trained:DIR`` with a model folder (argparse type)."""
+    if value in ("gpt2", "cl100k", "none"):
+        return value
+    if value.startswith(TRAINED):
+        folder = value[len(TRAINED):]
+        if not os.path.isfile(os.path.join(folder, "model.json")):
+            raise argparse.ArgumentTypeError(f"{value!r}: {folder!r} is not a model folder (no model.json)")
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: choose gpt2, cl100k, none or trained:DIR")
+
+
 def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     """The merge list of a rank table: each token of two or more bytes is the merge of the two parts
     that tiktoken's BPE over the lower ranks leaves (the usual conversion)."""
@@ -203,6 +326,8 @@ def load_peers(names, enc, hf_json, skip: dict) -> tuple[dict, dict]:
 def make_adapter(name: str, enc, hf_json) -> dict:
     n_threads = os.cpu_count() or 1
     if name == "tiktoken":
+        if enc is None:
+            raise RuntimeError("no tiktoken encoding of this vocabulary")
         return {"list": lambda t: enc.encode(t, allowed_special="all"),
                 "array": lambda t: enc.encode_to_numpy(t, allowed_special="all"),
                 "batch": lambda ds: enc.encode_batch(ds, num_threads=n_threads, allowed_special="all"),
@@ -288,6 +413,19 @@ def corpus_to_npy(adapter: dict, path: str, out: str, ours: Tokenizer | None):
     np.save(out, ids.astype(np.uint16) if ids.size and ids.max() < 65536 else ids)
 
 
+def settle() -> None:
+    """Free what the last work left, outside the timing: the collector, then glibc's free heap
+    (``malloc_trim``, what ``run_ordered`` calls after its threads). Without it the corpus row of
+    whoever ran after a list work paid for trimming that list's memory (~10 MB of int objects):
+    with two copies of the same code, "ours / before" read 0.7 on that row and 1.0 on the others."""
+    import gc
+
+    from bpe_core.runtime.workers import release_free_memory
+
+    gc.collect()
+    release_free_memory()
+
+
 def check(name, work, got, expected) -> bool:
     if work in ("list", "array"):
         return list(np.asarray(got).tolist()) == expected
@@ -300,13 +438,15 @@ def check(name, work, got, expected) -> bool:
     return got == expected
 
 
-def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict, runs: int, tmp: str,
+def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, want, peers: dict, runs: int, tmp: str,
           before=None) -> dict:
+    """Every work of everyone, interleaved; ``want`` gives the ids to check against (``encode`` and
+    ``encode_batch`` as tiktoken's: tiktoken itself, or :class:`ReferenceIds`)."""
     docs = documents(text)
     n_bytes = len(text.encode("utf-8"))
     doc_bytes = sum(len(d.encode("utf-8")) for d in docs)
-    want_text = enc.encode(text, allowed_special="all")
-    want_docs = enc.encode_batch(docs, allowed_special="all")
+    want_text = want.encode(text, allowed_special="all")
+    want_docs = want.encode_batch(docs, allowed_special="all")
     ids = np.array(want_text, dtype=np.uint32).tolist()
     path = os.path.join(tmp, f"{corpus}.txt")
     with open(path, "w", encoding="utf-8") as f:
@@ -355,6 +495,7 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, enc, peers: dict,
             elif chk is not None:
                 same[(work, who)] = check(who, chk[0], got, chk[1])
             del got
+            settle()                        # untimed: the next work does not pay for this one's garbage
     for who in mine:                        # the .npy of ours holds the whole text's ids
         if (WORKS[5], who) in times:
             saved = np.load(os.path.join(tmp, f"{who}.npy"))
@@ -445,7 +586,10 @@ def main(argv=None) -> int:
     ap.add_argument("--mb", type=float, default=10.0, help="MB of each corpus (a cut of its start)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--corpus", nargs="+", default=["en_heldout", "ood_code"])
-    ap.add_argument("--vocab", nargs="+", default=["gpt2", "cl100k"], choices=["gpt2", "cl100k", "none"])
+    ap.add_argument("--vocab", nargs="+", default=["gpt2", "cl100k"], type=vocab_arg,
+                    metavar="{gpt2,cl100k,none,trained:DIR}",
+                    help="vocabularies: GPT-2, cl100k, none (only --models), or a BPE model folder "
+                         "of tools/train_bpe.py (trained:DIR; its ids checked against bpe_core.reference)")
     ap.add_argument("--models", nargs="+", default=[], metavar="NAME=DIR",
                     help="trained model folders to compare on the same text (one thread, to an array)")
     ap.add_argument("--plain", action="store_true", help="with --models: also the stage-aware plain path")
@@ -468,9 +612,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for vocab in [v for v in args.vocab if v != "none"]:
             try:
-                setup = gpt2_setup if vocab == "gpt2" else cl100k_setup
-                ours, enc, hf_json, skip = setup(tmp)
-                before = setup(tmp, against)[0] if against is not None else None
+                ours, enc, hf_json, skip, want = vocab_setup(vocab, tmp)
+                before = vocab_setup(vocab, tmp, against)[0] if against is not None else None
             except Exception as exc:
                 print(f"\n{vocab}: skipped ({exc})")
                 continue
@@ -478,7 +621,7 @@ def main(argv=None) -> int:
             for name, why in skipped.items():
                 print(f"{vocab}: {name} skipped ({why})")
             for corpus, text in cuts(args):
-                res = bench(vocab, corpus, text, ours, enc, peers, args.runs, tmp, before)
+                res = bench(vocab, corpus, text, ours, want, peers, args.runs, tmp, before)
                 print("\n" + table(res, list(peers)), flush=True)
                 print("\n" + table(res, list(peers), "cpu"), flush=True)
                 results.append(res)
@@ -495,4 +638,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_tool_start.run_bench(main))

@@ -24,10 +24,22 @@ adds the candidate rules, the schedule and the thresholds (docs/supratok.md, "Th
 """
 from __future__ import annotations
 
-import argparse
-import json
+import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
 import os
 import sys
+
+if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
+try:
+    import _tool_start
+except ImportError:                       # run by path (runpy.run_path) with another folder first
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _tool_start
+
+_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+
+import argparse
+import json
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -338,4 +350,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_tool_start.run_bench(main))

@@ -82,6 +82,11 @@ from .tokenizer import Tokenizer
 
 MiB = 1 << 20
 COPY_BYTES = scheduler.ENCODE_COPY_BYTES      # spill -> output copy block
+#: Inputs up to this size are encoded without the memory monitor's sampling thread: such a run lasts
+#: a few of its 50 ms intervals, so the thread would add a sample or two (starting and joining it
+#: cost 1 ms of CPU and up to 10 ms of wall on a loaded machine). The RSS is still sampled before
+#: every chunk is handed out (the budget guard), at the start and at the end.
+SMALL_INPUT_BYTES = 8 * MiB
 
 
 # ==== Cut ====================================================================================
@@ -100,6 +105,35 @@ def iter_chunks(path: str, chunk_bytes: int, special_tokens, pattern: str, insid
 
 def _spill_path(spill_dir: str, index: int) -> str:
     return os.path.join(spill_dir, f"chunk-{index:08d}.bin")
+
+
+class _SpillFolder:
+    """The run's spill folder (``.<out>.spill-<pid>-*`` beside the output), made when the first chunk
+    spills: most runs never spill, and a folder made and removed costs two directory updates (a few
+    ms of wall on a loaded disk). After :meth:`remove` no folder is made any more (a worker still
+    running when the run fails gets an error, not a new folder that nothing removes)."""
+
+    def __init__(self, folder: str, out_path: str):
+        self.folder = folder
+        self.prefix = "." + os.path.basename(out_path) + f".spill-{os.getpid()}-"
+        self.path: str | None = None
+        self.removed = False
+        self.lock = threading.Lock()
+
+    def file(self, index: int) -> str:
+        """The spill file of chunk ``index`` (the folder is made on the first call)."""
+        with self.lock:
+            if self.path is None:
+                if self.removed:
+                    raise RuntimeError("the run's spill folder is gone (the run is ending)")
+                self.path = tempfile.mkdtemp(dir=self.folder, prefix=self.prefix)
+            return _spill_path(self.path, index)
+
+    def remove(self) -> None:
+        with self.lock:
+            self.removed = True
+            if self.path is not None:
+                shutil.rmtree(self.path, ignore_errors=True)
 
 
 class _ChunkEncoder:
@@ -182,19 +216,29 @@ def _verify_block(head: list, dtype: np.dtype, buf, decode, label: str, n_ids: i
         raise VerifyError(f"{label}: ids do not decode back to the input")
 
 
-def _hold_bytes(chunk_bytes: int, max_in_flight: int) -> int:
-    """The bytes of ids a chunk that is not the head keeps in memory before it spills.
+def _hold_bytes(window_bytes: int, max_in_flight: int) -> int:
+    """The bytes of ids a chunk that is not the head keeps in memory before it spills:
+    ``window_bytes`` shared by the at most ``max_in_flight`` chunks in flight.
 
-    The plan gives the parent ``ENCODE_WINDOW_CHUNKS`` chunks for the cutting window, which the
-    encode phase of a plain file does not use (the cuts are made before it); one chunk of it is
-    shared by the at most ``max_in_flight`` chunks in flight. A chunk's ids take about half its
-    bytes (``uint16``, ~4 bytes a token) and a chunk that waits for its turn was usually half
-    encoded when the one before it finished, so most chunks spill nothing.
+    The plan gives the parent ``ENCODE_WINDOW_CHUNKS`` chunks for the cutting window. Plain files
+    are cut before the encode phase, which leaves that whole window to the held ids
+    (:func:`_hold_window`); streamed inputs are cut while it runs, so their chunks share one chunk of
+    it. A chunk's ids take about half its bytes (``uint16``, ~4 bytes a token) and a chunk that waits
+    for its turn was usually half encoded when the one before it finished, so most chunks spill
+    nothing (with one chunk of window, the second of two 1 MiB chunks spilled half its ids: a spill
+    folder, a file, a copy and 5 % of the wall time of a 5 MB run).
 
     >>> _hold_bytes(64 << 20, 4) >> 20
     16
     """
-    return max(0, chunk_bytes // max(1, max_in_flight))
+    return max(0, window_bytes // max(1, max_in_flight))
+
+
+def _hold_window(chunk_bytes: int, sources: list[Source]) -> int:
+    """The parent's bytes for held ids: the plan's whole cutting window when every input is a
+    plain file (cut before encoding), else one chunk of it (readers fill the rest as they go)."""
+    plain = all(src.plain_text for src in sources)
+    return chunk_bytes * (scheduler.ENCODE_WINDOW_CHUNKS if plain else 1)
 
 
 # ==== Assemble ===============================================================================
@@ -503,9 +547,9 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
     monitor = MemoryMonitor(interval=monitor_interval, budget=the_plan.memory_limit)
     encoder = writer = output = None
     try:
-        # made inside the try: a signal after it (the monitor's start takes a while) removes it
-        spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
-        monitor.start()
+        # made inside the try (the folder itself on the first spill): a signal after it removes it
+        spill_dir = _SpillFolder(folder, out_path)
+        monitor.start(thread=size > SMALL_INPUT_BYTES)
         enter("cut")
         shards = [sh for src in sources for sh in src.shards(opts)]
         enter("encode")
@@ -522,8 +566,8 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                            shard_names=lambda k: shard_paths(out_path, k + 1, generation)[k])
         in_flight = 2 * workers
         sep_bytes = np.array([sep_id], dtype=dtype).tobytes() if sep else None
-        output = OrderedIds(writer, sep_bytes, _hold_bytes(the_plan.chunk_bytes, in_flight),
-                            lambda i: _spill_path(spill_dir, i))
+        output = OrderedIds(writer, sep_bytes, _hold_bytes(_hold_window(the_plan.chunk_bytes, sources), in_flight),
+                            spill_dir.file)
         encoder = _ChunkEncoder(spec, output, dtype, _token_lengths(tok),
                                 want_doc_starts=doc_index is not None and not sep,
                                 verify=verify and not single_plain, decode=tok.decode_bytes,
@@ -603,7 +647,7 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         if output is not None:
             output.close()
         if spill_dir is not None:
-            shutil.rmtree(spill_dir, ignore_errors=True)
+            spill_dir.remove()
         monitor.stop()
     t_end = time.perf_counter()
     seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)

@@ -290,17 +290,25 @@ class MemoryMonitor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._active = False               # started and not stopped (with or without the thread)
 
     # ---- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> "MemoryMonitor":
-        """Take a first sample and start the sampling thread."""
-        if self._thread is not None:
+    def start(self, thread: bool = True) -> "MemoryMonitor":
+        """Take a first sample and start the sampling thread.
+
+        ``thread=False``: no thread; the samples are this one, the caller's :meth:`sample` calls
+        and the last one at :meth:`stop` (phases are still recorded). For a run too short for the
+        thread to take more than a sample or two, which costs more to start and join than it
+        samples (``encode_corpus`` on a small input)."""
+        if self._thread is not None or self._active:
             raise RuntimeError("monitor already started")
         self._stop.clear()
         self.sample()
-        self._thread = threading.Thread(target=self._run, name="bpe_core-memmon", daemon=True)
-        self._thread.start()
+        self._active = True
+        if thread:
+            self._thread = threading.Thread(target=self._run, name="bpe_core-memmon", daemon=True)
+            self._thread.start()
         with _MONITORS_LOCK:
             _MONITORS.append(self)
         return self
@@ -310,11 +318,13 @@ class MemoryMonitor:
         with _MONITORS_LOCK:
             if self in _MONITORS:
                 _MONITORS.remove(self)
-        if self._thread is None:
+        if not self._active:
             return
-        self._stop.set()
-        self._thread.join()
-        self._thread = None
+        self._active = False
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
         self.sample()
 
     def __enter__(self) -> "MemoryMonitor":
@@ -325,7 +335,7 @@ class MemoryMonitor:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        return self._active
 
     # ---- sampling ---------------------------------------------------------------------------
 

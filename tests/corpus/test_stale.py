@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -13,7 +12,6 @@ import importlib
 from bpe_core.runtime.atomic import remove_stale, remove_stale_in
 from bpe_core.encode.tokenizer import Tokenizer
 from bpe_core.pretok import counting
-from paths import package_parent
 
 
 def dead_pid() -> int:
@@ -36,26 +34,27 @@ def test_leftovers_of_a_dead_writer_go_at_once_and_a_live_writers_stay(tmp_path)
 
 
 def test_encode_after_sigkill_leaves_nothing_behind(tmp_path):
-    """Kill encode_corpus hard mid-run, then run it again: only the output remains."""
+    """Kill encode_corpus hard mid-run (2 workers: its temp file holds ids, chunks may hold or
+    spill), then run it again: only the output remains. The run kills itself once its temp file
+    holds 64 KB of ids (``robust_helpers.child_signal_while_writing``: a kill from outside, sent when
+    a hidden file appeared, raced the run's end)."""
+    from robust_helpers import ENCODE, NOT_REACHED
+    from tool_runner import call_in_child
+
     corpus = tmp_path / "in.txt"
-    corpus.write_bytes(b"hello world, some text to encode.<|endoftext|>" * 400_000)
+    corpus.write_bytes(b"hello world, some text to encode.<|endoftext|>" * 40_000)
     tok_dir = tmp_path / "tok"
     from bpe_core.formats.model import dump_folder
     result = bpe_core.train(bpe_core.TrainConfig(corpus, 300, special_tokens=("<|endoftext|>",)))
     tok_dir.mkdir()
     dump_folder(result.model, tok_dir)
-    script = (f"import bpe_core; bpe_core.encode_corpus({str(corpus)!r}, {str(tok_dir)!r}, "
-              f"{str(tmp_path / 'ids.npy')!r}, num_workers=2, chunk_bytes=1 << 16, progress=False)")
-    # run outside the checkout, with this process's package (a clean clone's root holds unbuilt source)
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path,
-                            env=dict(os.environ, PYTHONPATH=package_parent()))
-    deadline = time.time() + 60
-    # its spill or temp file (".ids.npy.spill-<pid>-*", ".ids.npy.tmp-<pid>-*") shows it is mid-run
-    while time.time() < deadline and proc.poll() is None and \
-            not any(n.startswith(".ids.npy.") for n in os.listdir(tmp_path)):
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL, "the run ended before it was killed: nothing was tested"
+    args = [corpus, "--tokenizer", tok_dir, "--out", tmp_path / "ids.npy", "--workers", "2",
+            "--chunk-size", "64k", "--no-progress"]
+    r = call_in_child("robust_helpers", "child_signal_while_writing", str(ENCODE), [str(a) for a in args],
+                      64 << 10, "SIGKILL", cwd=tmp_path)
+    assert r.returncode != NOT_REACHED, "the run ended before its temp file held 64 KB of ids"
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert any(n.startswith(".ids.npy.tmp-") for n in os.listdir(tmp_path))      # what the kill left
     ec = importlib.import_module("bpe_core.encode.encode_corpus")
     r = ec.encode_corpus(corpus, tok_dir, tmp_path / "ids.npy", num_workers=1, progress=False)
     assert sorted(os.listdir(tmp_path)) == ["ids.npy", "in.txt", "tok"]

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from paths import TOOLS
-import contextlib
 import importlib
 import os
 import random
@@ -251,12 +250,13 @@ def test_cli_report_has_plan_and_peak(tmp_path, tok_dir, capsys):
 
 def test_kill_9_leaves_no_output_file(tmp_path):
     """``kill -9`` in the middle of a run: nothing at the ``--out`` path (the temp file and spill
-    folder are hidden names beside it). A custom pattern (the slower ``regex`` path) and 2 KB chunks
-    make a 3 MB run last about a second; the kill comes once the output's temp file holds ids (one
-    worker writes them straight in)."""
+    folder are hidden names beside it). A custom pattern (the ``regex`` path) and 4 KB chunks, one
+    worker writing straight into the temp file; the run kills itself once that file holds 16 KB of
+    ids (``robust_helpers.child_signal_while_writing``: a kill from outside raced the run's end)."""
     import signal
-    import subprocess
-    import time
+
+    from robust_helpers import NOT_REACHED
+    from tool_runner import call_in_child
 
     vocab, merges, specials = small_model()
     d = tmp_path / "tok"
@@ -264,24 +264,67 @@ def test_kill_9_leaves_no_output_file(tmp_path):
     dump_model(Model(vocab=vocab, merges=merges, special_tokens=specials, pattern=r"\w+|\s+|[^\w\s]+"),
                d / "model.json")
     text = fixture_text("corpus.en").encode()
-    data = (text + EOT.encode()) * max(1, (3 << 20) // (len(text) + len(EOT)))
+    data = (text + EOT.encode()) * max(1, (256 << 10) // (len(text) + len(EOT)))
     (tmp_path / "in.txt").write_bytes(data)
     out = tmp_path / "ids.npy"
-    tool = str(TOOLS / "encode_corpus.py")
-    proc = subprocess.Popen([sys.executable, tool, str(tmp_path / "in.txt"), "--tokenizer", str(d), "--out",
-                             str(out), "--workers", "1", "--chunk-size", "4k", "--no-progress"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 8
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            temps = [p for p in tmp_path.iterdir() if p.name.startswith(".ids.npy.tmp-")]
-            with contextlib.suppress(OSError):
-                if temps and temps[0].stat().st_size > 4096:
-                    break
-            time.sleep(0.002)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    args = [tmp_path / "in.txt", "--tokenizer", d, "--out", out, "--workers", "1", "--chunk-size", "4k", "--no-progress"]
+    r = call_in_child("robust_helpers", "child_signal_while_writing", str(TOOLS / "encode_corpus.py"),
+                      [str(a) for a in args], 16 << 10, "SIGKILL", cwd=tmp_path)
+    assert r.returncode != NOT_REACHED, "the run ended before its temp file held 16 KB of ids"
+    assert r.returncode == -signal.SIGKILL, r.stderr
     assert not out.exists()
-    assert all(p.name.startswith(".ids.npy.") for p in tmp_path.iterdir() if p.name not in ("in.txt", "tok"))
+    left = [p.name for p in tmp_path.iterdir() if p.name not in ("in.txt", "tok")]
+    assert left and all(n.startswith(".ids.npy.") for n in left), left      # the temp file is there, hidden
+
+
+# ==== Start-up of a small run ==================================================================
+
+
+def test_a_small_run_starts_no_monitor_thread_and_makes_a_spill_folder_only_to_spill(tmp_path, monkeypatch):
+    """Up to ``SMALL_INPUT_BYTES`` the memory monitor runs without its sampling thread (still sampled
+    at the start, before each chunk and at the end); above, with it. The spill folder is made when a
+    chunk first spills, and removed at the end: a run that does not spill makes none. Same ids."""
+    from bpe_core.runtime import memmon
+
+    vocab, merges, specials = small_model()
+    tok = Tokenizer(vocab, merges, specials)
+    text = fixture_text("corpus.en").encode()
+    path = tmp_path / "in.txt"
+    path.write_bytes((text[:3000] + EOT.encode()) * 40)
+    started, made = [], []
+    real_start, real_mkdtemp = memmon.MemoryMonitor.start, ec.tempfile.mkdtemp
+    monkeypatch.setattr(memmon.MemoryMonitor, "start",
+                        lambda self, thread=True: started.append(thread) or real_start(self, thread))
+    monkeypatch.setattr(ec.tempfile, "mkdtemp", lambda *a, **k: made.append(real_mkdtemp(*a, **k)) or made[-1])
+
+    want = tok.encode(path.read_bytes())
+    r = ec.encode_corpus(path, tok, tmp_path / "a.npy", num_workers=2, progress=False)
+    assert r.memory["spilled_ids_bytes"] == 0
+    assert started == [False] and made == [] and r.memory["n_samples"] >= 2
+    assert np.load(tmp_path / "a.npy").tolist() == want
+
+    monkeypatch.setattr(ec, "SMALL_INPUT_BYTES", 1000)
+    monkeypatch.setattr(ec, "_hold_bytes", lambda c, n: 4)        # a chunk that waits spills at once
+    r = ec.encode_corpus(path, tok, tmp_path / "b.npy", num_workers=2, chunk_bytes=4096, progress=False)
+    assert started == [False, True] and r.memory["spilled_ids_bytes"] > 0
+    assert len(made) == 1 and os.path.basename(made[0]).startswith(f".b.npy.spill-{os.getpid()}-")
+    assert not os.path.exists(made[0]) and np.load(tmp_path / "b.npy").tolist() == want
+    assert sorted(os.listdir(tmp_path)) == ["a.npy", "b.npy", "in.txt"]
+
+
+def test_held_ids_use_the_whole_cutting_window_for_plain_files_only(tmp_path):
+    """Plain files are cut before encoding: their waiting chunks share the plan's whole cutting
+    window (``ENCODE_WINDOW_CHUNKS`` chunks); a compressed input is cut while it is encoded, so its
+    chunks share one chunk of it."""
+    import gzip
+
+    from bpe_core.runtime.budget import ENCODE_WINDOW_CHUNKS
+
+    (tmp_path / "a.txt").write_bytes(b"x")
+    with gzip.open(tmp_path / "b.txt.gz", "wb") as f:
+        f.write(b"x")
+    plain, packed = ec._sources([str(tmp_path / "a.txt")]), ec._sources([str(tmp_path / "b.txt.gz")])
+    assert ENCODE_WINDOW_CHUNKS >= 2
+    assert ec._hold_window(1 << 20, plain) == ENCODE_WINDOW_CHUNKS << 20
+    assert ec._hold_window(1 << 20, packed) == ec._hold_window(1 << 20, plain + packed) == 1 << 20
+    assert ec._hold_bytes(ec._hold_window(1 << 20, plain), 4) == (ENCODE_WINDOW_CHUNKS << 20) // 4

@@ -10,6 +10,8 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -316,3 +318,24 @@ def test_free_page_reporting_reads_the_balloon_features(tmp_path, monkeypatch):
     assert memmon.free_page_reporting() == 9
     monkeypatch.setattr(memmon, "BALLOON_DIR", str(tmp_path / "none"))
     assert memmon.free_page_reporting() is None       # no balloon driver
+
+
+def test_a_monitor_without_its_thread_samples_at_start_stop_and_when_asked(monkeypatch):
+    """``start(thread=False)`` (``encode_corpus`` on a small input): no sampling thread, the samples
+    are the first, the caller's and the last; phases are still heard; stop ends it as with the thread."""
+    monkeypatch.delenv(PHASE_FILE_ENV, raising=False)
+    before = {t.name for t in threading.enumerate()}
+    mon = MemoryMonitor(interval=0.001).start(thread=False)
+    assert mon.running and {t.name for t in threading.enumerate()} == before
+    time.sleep(0.03)                        # a thread would have taken ~30 samples by now
+    phase("work")
+    assert mon.sample() > 0
+    mon.stop()
+    assert not mon.running and len(mon.samples) == 3 and mon.phase_name == "work"
+    assert mon.summary()["peak_by_phase"]["work"] > 0
+    mon.stop()                              # a second stop is a no-op
+    assert len(mon.samples) == 3
+    again = MemoryMonitor().start(thread=False)
+    with pytest.raises(RuntimeError):
+        again.start()
+    again.stop()

@@ -270,3 +270,20 @@ def test_docstring_examples():
     for test in finder.find(scheduler):
         runner.run(test)
     assert runner.failures == 0
+
+
+def test_plan_to_dict_is_asdict():
+    """``Plan.to_dict`` copies its fields shallowly (``asdict``'s deep copy cost 0.3 ms a run): the
+    same dict as ``asdict``, for an encoding and a training plan (a field that holds more than
+    numbers, strings, the notes and a flat dict must be copied there too)."""
+    import dataclasses
+
+    from bpe_core.runtime.budget import plan_encoding, plan_training
+
+    for p in (plan_encoding(1 << 20, 50257, 1 << 30, 2, 4 << 30, per_worker_overhead=1 << 26, parent_overhead=1 << 26),
+              plan_training(64 << 20, 1 << 30, 2, 4 << 30, vocab_size=32000)):
+        want = dict(dataclasses.asdict(p), notes=list(p.notes), merge_fits=p.merge_fits)
+        got = p.to_dict()
+        assert got == want and list(got) == list(want)
+        got["phase_seconds"]["x"] = 1
+        assert "x" not in p.phase_seconds
