@@ -138,4 +138,4 @@ def test_a_key_at_the_end_of_the_buffer(n):
         enc = _encode.Encoder(table)
         for _ in range(2):
             assert enc.encode_pieces(data, _ends(parts)).tolist() == want, name
-        assert enc.cache_info()["misses"] == 1
+        assert enc.cache_info()["misses"] == 2          # the piece and b" ", once each
