@@ -192,13 +192,17 @@ cdef inline uint64_t _load_head(const uint8_t* p, Py_ssize_t n, const uint8_t* l
 
 
 cdef inline uint64_t _key_hash(const uint8_t* p, Py_ssize_t n, uint64_t w0, const uint8_t* limit) noexcept nogil:
-    """Hash of the pretoken p[0:n] whose head word is w0 (multiply-xorshift, 8 bytes a step)."""
+    """Hash of the pretoken p[0:n] whose head word is w0 (multiply-xorshift, 8 bytes a step).
+
+    Its top bits are what depends on every key bit (a product's high bits): a cache slot is
+    ``h >> shift`` (Fibonacci hashing), so a short key costs two multiplies and no final mix.
+    """
     cdef uint64_t h = (w0 ^ (<uint64_t>n * MUL3)) * MUL1
     cdef Py_ssize_t k = 8
     while k < n:
         h = _mix(h ^ _load_head(p + k, n - k, limit)) * MUL1
         k += 8
-    return _mix(h)
+    return h
 
 
 cdef inline Py_ssize_t _utf8_stable_end(const uint8_t* buf, Py_ssize_t s, Py_ssize_t e) noexcept nogil:
@@ -241,9 +245,10 @@ cdef inline Py_ssize_t _utf8_stable_end(const uint8_t* buf, Py_ssize_t s, Py_ssi
     return e
 
 
-cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, const uint8_t* arena, const uint8_t* p,
-                                  Py_ssize_t n, uint64_t w0, uint64_t h, const uint8_t* limit) noexcept nogil:
-    """The slot of a pretoken cache (``slots``, ``mask``, ``arena``) holding ``p[0:n]`` (``n >= 1``,
+cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, int shift, const uint8_t* arena,
+                                  const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
+                                  const uint8_t* limit) noexcept nogil:
+    """The slot of a pretoken cache (``slots``, ``mask``, ``shift``, ``arena``) holding ``p[0:n]`` (``n >= 1``,
     head word w0, hash h; ``limit``: the end of the readable bytes at p), or NULL.
 
     A hit on a short key is one compare of the head word and one of the length; a longer key
@@ -251,7 +256,7 @@ cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, const uint8_t
     bytes past its end, ``ARENA_SLACK``). An empty slot (w0 0, meta 0) never matches the
     length of a key of ``n >= 1`` bytes, so the miss test comes after the match test.
     """
-    cdef uint64_t slot = h & mask
+    cdef uint64_t slot = h >> shift
     cdef uint32_t want = <uint32_t>n << 12
     cdef uint32_t meta, n_ids
     cdef CacheSlot* sl
@@ -689,6 +694,10 @@ cdef class Encoder:
         self.slots = <CacheSlot*>((<uintptr_t>mem + 63) & ~(<uintptr_t>63))
         self.n_slots = n_slots
         self.cache_mask = <uint64_t>(n_slots - 1)
+        self.cache_shift = 64
+        while n_slots > 1:
+            n_slots >>= 1
+            self.cache_shift -= 1
         return 0
 
     cdef const uint8_t* _slot_tail(self, const CacheSlot* sl) noexcept nogil:
@@ -699,7 +708,7 @@ cdef class Encoder:
     cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0,
                                        uint64_t h) noexcept nogil:
         """The slot holding pretoken ``p[0:n]`` (head word w0, hash h), or NULL."""
-        return _find_slot(self.slots, self.cache_mask, self.arena, p, n, w0, h, p + n)
+        return _find_slot(self.slots, self.cache_mask, self.cache_shift, self.arena, p, n, w0, h, p + n)
 
     cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                            const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil:
@@ -726,7 +735,7 @@ cdef class Encoder:
                 return -1
             self.arena = grown
             self.arena_cap = cap
-        slot = h & self.cache_mask
+        slot = h >> self.cache_shift
         while self.slots[slot].meta != 0:
             slot = (slot + 1) & self.cache_mask
         sl = &self.slots[slot]
@@ -771,7 +780,7 @@ cdef class Encoder:
                     key[j] = <uint8_t>(old[k].w0 >> (8 * j))
                 memcpy(key + 8, self._slot_tail(&old[k]), n - 8)
                 h = _key_hash(key, n, old[k].w0, key + n)
-            slot = h & self.cache_mask
+            slot = h >> self.cache_shift
             while self.slots[slot].meta != 0:
                 slot = (slot + 1) & self.cache_mask
             self.slots[slot] = old[k]
@@ -828,6 +837,7 @@ cdef class Encoder:
         # is asked next, in _cache_miss), else ours (then refreshed after each miss: it may grow)
         cdef CacheSlot* fslots = self.shared.slots if has_shared else self.slots
         cdef uint64_t fmask = self.shared.cache_mask if has_shared else self.cache_mask
+        cdef int fshift = self.shared.cache_shift if has_shared else self.cache_shift
         cdef const uint8_t* farena = self.shared.arena if has_shared else self.arena
         if count <= 0:
             return 0
@@ -844,7 +854,7 @@ cdef class Encoder:
                 if n >= 1 and n <= max_len:
                     w0s[j] = _load_head(s + q, n, limit)
                     hs[j] = _key_hash(s + q, n, w0s[j], limit)
-                    prefetch(&fslots[hs[j] & fmask])
+                    prefetch(&fslots[hs[j] >> fshift])
                 q = e
             q = p0
             for j in range(m):                      # 2. probe, emit
@@ -855,7 +865,7 @@ cdef class Encoder:
                 if n > max_len:
                     n_out += self._merge(s + q, n, out + n_out)
                 elif n >= 1:
-                    sl = _find_slot(fslots, fmask, farena, s + q, n, w0s[j], hs[j], limit)
+                    sl = _find_slot(fslots, fmask, fshift, farena, s + q, n, w0s[j], hs[j], limit)
                     if sl != NULL:
                         n_ids = sl.meta & 0xFFF
                         if n_ids <= INLINE_IDS:
@@ -868,6 +878,7 @@ cdef class Encoder:
                         if not has_shared:
                             fslots = self.slots
                             fmask = self.cache_mask
+                            fshift = self.cache_shift
                             farena = self.arena
                 q = e
             p0 = q
