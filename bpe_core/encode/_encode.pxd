@@ -71,6 +71,7 @@ cdef class Encoder:
     cdef CacheSlot* slots               # slots_mem aligned to 64 bytes
     cdef Py_ssize_t n_slots             # a power of two
     cdef uint64_t cache_mask
+    cdef int cache_shift                # slot of hash h: h >> cache_shift (64 - log2(n_slots))
     cdef uint8_t* arena
     cdef Py_ssize_t arena_size
     cdef Py_ssize_t arena_cap

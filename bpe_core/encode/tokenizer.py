@@ -796,13 +796,15 @@ class Tokenizer:
         warm."""
         job = _encode.BatchJob(texts, self._pattern_id, table)
         n_workers = max(1, min(num_threads, job.n_docs, job.n_bytes // _BATCH_THREAD_BYTES))
+        # The ids lie in the workers' buffers until ``collect`` copies them: it runs before the
+        # encoders go back to the idle pool (a thread that borrows one resets its buffer).
         if n_workers <= 1:
             enc = self._borrow()
             try:
                 job.run(enc)
+                return job.collect()
             finally:
                 self._idle.append(enc)
-            return job.collect()
         import threading
 
         shared = self._borrow_warmest()
@@ -816,20 +818,27 @@ class Tokenizer:
             except BaseException as exc:   # re-raised in the calling thread
                 errors.append(exc)
         threads = [threading.Thread(target=work, args=(enc,), daemon=True) for enc in privates[1:]]
+        ran = False
+        result = None
         try:
             for t in threads:
                 t.start()
             work(privates[0])
+            ran = True
         finally:
             for t in threads:
                 t.join()
-            for enc in privates:
-                shared.absorb_cache(enc)
-            self._idle.extend(privates)
-            self._idle.append(shared)       # last: the next one-thread call takes the warm one
+            try:
+                if ran and not errors:
+                    result = job.collect()
+            finally:
+                for enc in privates:
+                    shared.absorb_cache(enc)
+                self._idle.extend(privates)
+                self._idle.append(shared)   # last: the next one-thread call takes the warm one
         if errors:
             raise errors[0]
-        return job.collect()
+        return result
 
 
 def _special_table(special_bytes: Sequence[bytes], ids: Sequence[int]) -> "_encode.SpecialTable | None":
