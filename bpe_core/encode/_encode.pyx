@@ -263,6 +263,7 @@ cdef class RankTable:
         cdef uint64_t cap = 16, slot
         cdef pair_key_t key
         cdef vector[cpp_pair[pair_key_t, uint32_t]] later
+        cdef RankSlot empty
         if rights.shape[0] != n or merged_ids.shape[0] != n:
             raise ValueError("lefts, rights and merged_ids must have the same length")
         if byte_ids.shape[0] != 256:
@@ -274,8 +275,10 @@ cdef class RankTable:
             cap <<= 1
             self.shift -= 1
         self.slot_mask = cap - 1
-        self.slot_keys.assign(cap, EMPTY_KEY)
-        self.slot_ranks.assign(cap, NO_RANK)
+        empty.key = EMPTY_KEY
+        empty.rank = NO_RANK
+        empty.unused = 0
+        self.slots.assign(cap, empty)
         self.merged_ids.assign(n, 0)
         for i in range(256):
             self.byte_ids[i] = byte_ids[i]
@@ -288,11 +291,11 @@ cdef class RankTable:
                     continue
                 key = pack_pair(lefts[r], rights[r])
                 slot = (key * MUL1) >> self.shift
-                while self.slot_keys[slot] != EMPTY_KEY and self.slot_keys[slot] != key:
+                while self.slots[slot].key != EMPTY_KEY and self.slots[slot].key != key:
                     slot = (slot + 1) & self.slot_mask
-                if self.slot_keys[slot] == EMPTY_KEY:   # first rank of a pair wins
-                    self.slot_keys[slot] = key
-                    self.slot_ranks[slot] = <uint32_t>r
+                if self.slots[slot].key == EMPTY_KEY:   # first rank of a pair wins
+                    self.slots[slot].key = key
+                    self.slots[slot].rank = <uint32_t>r
                     self.n_pairs += 1
                 else:                                   # the same pair again: kept aside
                     later.push_back(cpp_pair[pair_key_t, uint32_t](key, <uint32_t>r))
@@ -304,13 +307,20 @@ cdef class RankTable:
 
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil:
         cdef pair_key_t key = pack_pair(left, right)
-        cdef uint64_t slot = (key * MUL1) >> self.shift
-        cdef pair_key_t k
+        return self.rank_at(self.slot_of(key), key)
+
+    cdef const RankSlot* slot_of(self, pair_key_t key) noexcept nogil:
+        """The home slot of ``key`` (where its probe starts): prefetch it, then ``rank_at``."""
+        return self.slots.data() + ((key * MUL1) >> self.shift)
+
+    cdef uint32_t rank_at(self, const RankSlot* sl, pair_key_t key) noexcept nogil:
+        """The rank of ``key`` probing from its home slot ``sl`` (``slot_of``), or NO_RANK."""
+        cdef const RankSlot* base = self.slots.data()
+        cdef uint64_t slot = <uint64_t>(sl - base)
         while True:
-            k = self.slot_keys[slot]
-            if k == key:
-                return self.slot_ranks[slot]
-            if k == EMPTY_KEY:
+            if base[slot].key == key:
+                return base[slot].rank
+            if base[slot].key == EMPTY_KEY:
                 return NO_RANK
             slot = (slot + 1) & self.slot_mask
 
@@ -513,20 +523,30 @@ cdef class Encoder:
     # ---- merging one pretoken ----------------------------------------------------------------
 
     cdef Py_ssize_t _merge_scan(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) noexcept nogil:
-        """Merge ``piece[0:n]`` (n <= SHORT_PIECE) by repeated min-rank scans; ids to ``out``."""
+        """Merge ``piece[0:n]`` (n <= SHORT_PIECE) by repeated min-rank scans; ids to ``out``.
+
+        Each round rewrites ``tok`` and ``rk`` in place (position ``w`` is written from positions
+        ``>= w`` only, so nothing is read after it is overwritten): no copy per round.
+        """
         cdef token_id_t tok[SHORT_PIECE]
         cdef uint32_t rk[SHORT_PIECE]
-        cdef token_id_t ntok[SHORT_PIECE]
-        cdef uint32_t nrk[SHORT_PIECE]
         cdef Py_ssize_t old_at[SHORT_PIECE]
         cdef bint fresh[SHORT_PIECE]
+        cdef pair_key_t keys[SHORT_PIECE]
+        cdef const RankSlot* homes[SHORT_PIECE]
         cdef Py_ssize_t m = n, i, w, j
         cdef uint32_t r
         cdef token_id_t new_id
         for i in range(m):
             tok[i] = self.table.byte_ids[piece[i]]
+        # Every pair's home slot is found and prefetched before the first probe, so the probes'
+        # cache misses overlap instead of following one another.
         for i in range(m - 1):
-            rk[i] = self.table.rank_of(tok[i], tok[i + 1])
+            keys[i] = pack_pair(tok[i], tok[i + 1])
+            homes[i] = self.table.slot_of(keys[i])
+            prefetch(homes[i])
+        for i in range(m - 1):
+            rk[i] = self.table.rank_at(homes[i], keys[i])
         while m > 1:
             # 1. The lowest rank present.
             r = NO_RANK
@@ -535,33 +555,36 @@ cdef class Encoder:
                     r = rk[i]
             if r == NO_RANK:
                 break
-            # 2. Merge every occurrence, left to right, without overlap.
+            # 2. Merge every occurrence, left to right, without overlap (tok[w] from tok[i], w <= i).
             new_id = self.table.merged_ids[r]
             w = 0
             i = 0
             while i < m:
                 if i + 1 < m and rk[i] == r:
-                    ntok[w] = new_id
+                    tok[w] = new_id
                     fresh[w] = True
                     i += 2
                 else:
-                    ntok[w] = tok[i]
+                    tok[w] = tok[i]
                     fresh[w] = False
                     old_at[w] = i
                     i += 1
                 w += 1
-            # 3. Only pairs touching a merged token change; the others keep their rank.
+            # 3. Only pairs touching a merged token change (prefetched, then probed); the others
+            #    keep their rank, rk[j] from rk[old_at[j]] with old_at[j] >= j, not yet rewritten.
             for j in range(w - 1):
                 if fresh[j] or fresh[j + 1]:
-                    nrk[j] = self.table.rank_of(ntok[j], ntok[j + 1])
-                    if nrk[j] < r:          # made after its rank: the replay has passed it
-                        nrk[j] = self.table.rank_after(ntok[j], ntok[j + 1], r)
+                    keys[j] = pack_pair(tok[j], tok[j + 1])
+                    homes[j] = self.table.slot_of(keys[j])
+                    prefetch(homes[j])
+            for j in range(w - 1):
+                if fresh[j] or fresh[j + 1]:
+                    rk[j] = self.table.rank_at(homes[j], keys[j])
+                    if rk[j] < r:           # made after its rank: the replay has passed it
+                        rk[j] = self.table.rank_after(tok[j], tok[j + 1], r)
                 else:
-                    nrk[j] = rk[old_at[j]]
+                    rk[j] = rk[old_at[j]]
             m = w
-            memcpy(tok, ntok, m * sizeof(token_id_t))
-            if m > 1:
-                memcpy(rk, nrk, (m - 1) * sizeof(uint32_t))
         memcpy(out, tok, m * sizeof(token_id_t))
         return m
 
