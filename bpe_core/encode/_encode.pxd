@@ -14,12 +14,12 @@ from bpe_core.engine._typedefs cimport pair_key_t, token_id_t
 from bpe_core.engine._units cimport RankEntry, RankMerger
 
 
-# One pair of the rank table, 16 bytes (four per cache line): a probe reads one line, the key and
-# its rank together (they were two arrays, two cache misses per probe of a merge).
+# One pair of the rank table, 16 bytes (four per cache line): a probe reads one line, the key, its
+# first rank and the id it merges into together (they were two arrays, two cache misses a probe).
 cdef struct RankSlot:
     pair_key_t key
     uint32_t rank
-    uint32_t unused
+    token_id_t merged           # the id the pair merges into at that rank
 
 
 @cython.final
@@ -37,7 +37,7 @@ cdef class RankTable:
 
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil
     cdef const RankSlot* slot_of(self, pair_key_t key) noexcept nogil
-    cdef uint32_t rank_at(self, const RankSlot* sl, pair_key_t key) noexcept nogil
+    cdef const RankSlot* find_at(self, const RankSlot* sl, pair_key_t key) noexcept nogil
     cdef uint32_t rank_after(self, token_id_t left, token_id_t right, uint32_t after) noexcept nogil
 
 

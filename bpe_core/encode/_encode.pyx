@@ -277,7 +277,7 @@ cdef class RankTable:
         self.slot_mask = cap - 1
         empty.key = EMPTY_KEY
         empty.rank = NO_RANK
-        empty.unused = 0
+        empty.merged = 0
         self.slots.assign(cap, empty)
         self.merged_ids.assign(n, 0)
         for i in range(256):
@@ -296,6 +296,7 @@ cdef class RankTable:
                 if self.slots[slot].key == EMPTY_KEY:   # first rank of a pair wins
                     self.slots[slot].key = key
                     self.slots[slot].rank = <uint32_t>r
+                    self.slots[slot].merged = merged_ids[r]
                     self.n_pairs += 1
                 else:                                   # the same pair again: kept aside
                     later.push_back(cpp_pair[pair_key_t, uint32_t](key, <uint32_t>r))
@@ -307,21 +308,22 @@ cdef class RankTable:
 
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil:
         cdef pair_key_t key = pack_pair(left, right)
-        return self.rank_at(self.slot_of(key), key)
+        cdef const RankSlot* sl = self.find_at(self.slot_of(key), key)
+        return sl.rank if sl != NULL else NO_RANK
 
     cdef const RankSlot* slot_of(self, pair_key_t key) noexcept nogil:
-        """The home slot of ``key`` (where its probe starts): prefetch it, then ``rank_at``."""
+        """The home slot of ``key`` (where its probe starts): prefetch it, then ``find_at``."""
         return self.slots.data() + ((key * MUL1) >> self.shift)
 
-    cdef uint32_t rank_at(self, const RankSlot* sl, pair_key_t key) noexcept nogil:
-        """The rank of ``key`` probing from its home slot ``sl`` (``slot_of``), or NO_RANK."""
+    cdef const RankSlot* find_at(self, const RankSlot* sl, pair_key_t key) noexcept nogil:
+        """The slot of ``key`` probing from its home slot ``sl`` (``slot_of``), or NULL."""
         cdef const RankSlot* base = self.slots.data()
         cdef uint64_t slot = <uint64_t>(sl - base)
         while True:
             if base[slot].key == key:
-                return base[slot].rank
+                return &base[slot]
             if base[slot].key == EMPTY_KEY:
-                return NO_RANK
+                return NULL
             slot = (slot + 1) & self.slot_mask
 
     cdef uint32_t rank_after(self, token_id_t left, token_id_t right, uint32_t after) noexcept nogil:
@@ -525,66 +527,70 @@ cdef class Encoder:
     cdef Py_ssize_t _merge_scan(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) noexcept nogil:
         """Merge ``piece[0:n]`` (n <= SHORT_PIECE) by repeated min-rank scans; ids to ``out``.
 
-        Each round rewrites ``tok`` and ``rk`` in place (position ``w`` is written from positions
-        ``>= w`` only, so nothing is read after it is overwritten): no copy per round.
+        A round is one pass: it merges every occurrence of the lowest rank ``r`` left to right,
+        looks up only the pairs that touch a merged token (the others keep their rank) and finds
+        the next round's lowest rank on the way. ``tok`` and ``rk`` are rewritten in place: output
+        position ``w`` comes from positions ``>= w``, and the rank kept for an unchanged pair,
+        ``rk[at - 1]``, is read before anything at or after ``w - 1`` is written. ``rk[m - 1]`` is
+        ``NO_RANK``, a sentinel that never equals ``r``. Every pair's rank-table slot is prefetched
+        before the first probe, so the probes of a rare piece overlap their cache misses.
         """
         cdef token_id_t tok[SHORT_PIECE]
         cdef uint32_t rk[SHORT_PIECE]
-        cdef Py_ssize_t old_at[SHORT_PIECE]
-        cdef bint fresh[SHORT_PIECE]
         cdef pair_key_t keys[SHORT_PIECE]
         cdef const RankSlot* homes[SHORT_PIECE]
-        cdef Py_ssize_t m = n, i, w, j
-        cdef uint32_t r
-        cdef token_id_t new_id
+        cdef const RankSlot* sl
+        cdef Py_ssize_t m = n, i, w, at
+        cdef uint32_t r = NO_RANK, nr, low
+        cdef token_id_t t, new_id
+        cdef bint merged, last_merged
         for i in range(m):
             tok[i] = self.table.byte_ids[piece[i]]
-        # Every pair's home slot is found and prefetched before the first probe, so the probes'
-        # cache misses overlap instead of following one another.
+        if m <= 1:
+            memcpy(out, tok, m * sizeof(token_id_t))
+            return m
         for i in range(m - 1):
             keys[i] = pack_pair(tok[i], tok[i + 1])
             homes[i] = self.table.slot_of(keys[i])
             prefetch(homes[i])
         for i in range(m - 1):
-            rk[i] = self.table.rank_at(homes[i], keys[i])
-        while m > 1:
-            # 1. The lowest rank present.
-            r = NO_RANK
-            for i in range(m - 1):
-                if rk[i] < r:
-                    r = rk[i]
-            if r == NO_RANK:
-                break
-            # 2. Merge every occurrence, left to right, without overlap (tok[w] from tok[i], w <= i).
+            sl = self.table.find_at(homes[i], keys[i])
+            rk[i] = sl.rank if sl != NULL else NO_RANK
+            if rk[i] < r:
+                r = rk[i]
+        rk[m - 1] = NO_RANK
+        while r != NO_RANK:
             new_id = self.table.merged_ids[r]
+            low = NO_RANK
+            last_merged = False
             w = 0
             i = 0
             while i < m:
-                if i + 1 < m and rk[i] == r:
-                    tok[w] = new_id
-                    fresh[w] = True
+                at = i
+                if rk[i] == r:                  # (never at m - 1: the sentinel)
+                    t = new_id
+                    merged = True
                     i += 2
                 else:
-                    tok[w] = tok[i]
-                    fresh[w] = False
-                    old_at[w] = i
+                    t = tok[i]
+                    merged = False
                     i += 1
+                if w > 0:                       # the pair (w - 1, w)
+                    if merged or last_merged:
+                        nr = self.table.rank_of(tok[w - 1], t)
+                        if nr < r:              # made after its rank: the replay has passed it
+                            nr = self.table.rank_after(tok[w - 1], t, r)
+                    else:
+                        nr = rk[at - 1]         # both unchanged: the old pair (at - 1, at)
+                    rk[w - 1] = nr
+                    if nr < low:
+                        low = nr
+                tok[w] = t
+                last_merged = merged
                 w += 1
-            # 3. Only pairs touching a merged token change (prefetched, then probed); the others
-            #    keep their rank, rk[j] from rk[old_at[j]] with old_at[j] >= j, not yet rewritten.
-            for j in range(w - 1):
-                if fresh[j] or fresh[j + 1]:
-                    keys[j] = pack_pair(tok[j], tok[j + 1])
-                    homes[j] = self.table.slot_of(keys[j])
-                    prefetch(homes[j])
-            for j in range(w - 1):
-                if fresh[j] or fresh[j + 1]:
-                    rk[j] = self.table.rank_at(homes[j], keys[j])
-                    if rk[j] < r:           # made after its rank: the replay has passed it
-                        rk[j] = self.table.rank_after(tok[j], tok[j + 1], r)
-                else:
-                    rk[j] = rk[old_at[j]]
             m = w
+            rk[m - 1] = NO_RANK
+            r = low
         memcpy(out, tok, m * sizeof(token_id_t))
         return m
 
