@@ -527,23 +527,23 @@ cdef class Encoder:
     cdef Py_ssize_t _merge_scan(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) noexcept nogil:
         """Merge ``piece[0:n]`` (n <= SHORT_PIECE) by repeated min-rank scans; ids to ``out``.
 
-        A round is one pass: it merges every occurrence of the lowest rank ``r`` left to right,
-        looks up only the pairs that touch a merged token (the others keep their rank) and finds
-        the next round's lowest rank on the way. ``tok`` and ``rk`` are rewritten in place: output
-        position ``w`` comes from positions ``>= w``, and the rank kept for an unchanged pair,
-        ``rk[at - 1]``, is read before anything at or after ``w - 1`` is written. ``rk[m - 1]`` is
-        ``NO_RANK``, a sentinel that never equals ``r``. Every pair's rank-table slot is prefetched
-        before the first probe, so the probes of a rare piece overlap their cache misses.
+        One merge a step, as the heap path: the leftmost pair of the lowest rank ``r`` is merged,
+        the tail moves down one place and the two pairs that touch the new token are looked up (a
+        pair made with a rank below ``r`` has been passed by the replay: ``rank_after``). This is
+        the reference's "every occurrence of ``r``, left to right, then the next rank": a pair that
+        a merge makes never has rank ``r`` (its token is longer than either part of ``r``'s pair,
+        and ids are canonical by bytes), so the next occurrence of ``r`` is the next one the
+        reference merges. A step costs a scan of the ranks and a short move, not a rewrite of the
+        piece. Every pair's rank-table slot is prefetched before the first probe, so the probes of
+        a rare piece overlap their cache misses.
         """
         cdef token_id_t tok[SHORT_PIECE]
         cdef uint32_t rk[SHORT_PIECE]
         cdef pair_key_t keys[SHORT_PIECE]
         cdef const RankSlot* homes[SHORT_PIECE]
         cdef const RankSlot* sl
-        cdef Py_ssize_t m = n, i, w, at
-        cdef uint32_t r = NO_RANK, nr, low
-        cdef token_id_t t, new_id
-        cdef bint merged, last_merged
+        cdef Py_ssize_t m = n, i, j
+        cdef uint32_t r, nr
         for i in range(m):
             tok[i] = self.table.byte_ids[piece[i]]
         if m <= 1:
@@ -556,41 +556,32 @@ cdef class Encoder:
         for i in range(m - 1):
             sl = self.table.find_at(homes[i], keys[i])
             rk[i] = sl.rank if sl != NULL else NO_RANK
-            if rk[i] < r:
-                r = rk[i]
         rk[m - 1] = NO_RANK
-        while r != NO_RANK:
-            new_id = self.table.merged_ids[r]
-            low = NO_RANK
-            last_merged = False
-            w = 0
+        while m > 1:
+            r = NO_RANK                         # 1. the leftmost lowest rank
             i = 0
-            while i < m:
-                at = i
-                if rk[i] == r:                  # (never at m - 1: the sentinel)
-                    t = new_id
-                    merged = True
-                    i += 2
-                else:
-                    t = tok[i]
-                    merged = False
-                    i += 1
-                if w > 0:                       # the pair (w - 1, w)
-                    if merged or last_merged:
-                        nr = self.table.rank_of(tok[w - 1], t)
-                        if nr < r:              # made after its rank: the replay has passed it
-                            nr = self.table.rank_after(tok[w - 1], t, r)
-                    else:
-                        nr = rk[at - 1]         # both unchanged: the old pair (at - 1, at)
-                    rk[w - 1] = nr
-                    if nr < low:
-                        low = nr
-                tok[w] = t
-                last_merged = merged
-                w += 1
-            m = w
+            for j in range(m - 1):
+                if rk[j] < r:
+                    r = rk[j]
+                    i = j
+            if r == NO_RANK:
+                break
+            tok[i] = self.table.merged_ids[r]   # 2. merge it; the tail moves down one place
+            for j in range(i + 1, m - 1):
+                tok[j] = tok[j + 1]
+                rk[j] = rk[j + 1]
+            m -= 1
             rk[m - 1] = NO_RANK
-            r = low
+            if i + 1 < m:                       # 3. the pairs around the new token
+                nr = self.table.rank_of(tok[i], tok[i + 1])
+                if nr < r:                      # made after its rank: the replay has passed it
+                    nr = self.table.rank_after(tok[i], tok[i + 1], r)
+                rk[i] = nr
+            if i > 0:
+                nr = self.table.rank_of(tok[i - 1], tok[i])
+                if nr < r:
+                    nr = self.table.rank_after(tok[i - 1], tok[i], r)
+                rk[i - 1] = nr
         memcpy(out, tok, m * sizeof(token_id_t))
         return m
 
