@@ -144,9 +144,10 @@ def test_random_merge_lists_match_reference_on_both_paths(model, text):
 @SETTINGS
 @given(random_merges(), st.text("ab", min_size=1, max_size=24) | st.text("abc", min_size=1, max_size=12))
 def test_scan_rounds_match_reference_on_short_pieces(model, text):
-    """``_merge_scan`` rewrites its arrays in place in one pass a round (rank kept for an unchanged
-    pair, the next round's lowest rank found on the way): short runs over two letters make adjacent,
-    overlapping and repeated merges in one round, and pairs made after their rank has passed."""
+    """``_merge_scan`` merges one pair a step (the leftmost of the lowest rank, the tail moved down,
+    the two pairs around the new token looked up): short runs over two letters make adjacent,
+    overlapping and repeated occurrences of one rank, and pairs made after their rank has passed.
+    Fails when the rightmost lowest rank is taken, or when a round's kept rank is read one place off."""
     vocab, merges = model
     tok = Tokenizer(vocab, merges, pattern=r"[abc]+")
     ids_of = reference.token_ids(vocab)
