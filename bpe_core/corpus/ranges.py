@@ -109,9 +109,10 @@ def source_stamp(source: Union[str, os.PathLike]) -> Stamp:
 
 
 def read_source(source: str, start: int, end: int, stamp: Optional[Stamp] = None,
-                numpy: bool = True) -> np.ndarray | bytearray:
+                numpy: bool = True, out=None) -> np.ndarray | bytearray:
     """Bytes ``[start, end)`` of a local file or a URL as a fresh ``uint8`` array (a ``bytearray``
-    when not ``numpy``).
+    when not ``numpy``); a local file is read into ``out`` when it is long enough
+    (``runtime.workers.read_range``).
 
     Raises:
         InputChanged: fewer bytes than asked for, or the stamp no longer matches.
@@ -122,7 +123,7 @@ def read_source(source: str, start: int, end: int, stamp: Optional[Stamp] = None
     """
     if not is_url(source):
         try:
-            return read_range(source, start, end, stamp, numpy=numpy)
+            return read_range(source, start, end, stamp, numpy=numpy, out=out)
         except FileNotFoundError:
             raise CorpusError(source, f"no such file on this machine ({_host()}): on a cluster, the input must "
                                       f"be on a filesystem every worker sees at the same path, or a URL") from None

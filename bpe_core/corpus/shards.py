@@ -208,9 +208,10 @@ class TextRangeShard(InputShard):
         super().__init__(source, opts)
         self.start, self.end = start, end
 
-    def read(self, numpy: bool = True) -> Block:
-        """The block; its data a ``bytearray`` when not ``numpy`` (``read_source``)."""
-        data = read_source(self.source.name, self.start, self.end, self.source.stamp, numpy=numpy)
+    def read(self, numpy: bool = True, out=None) -> Block:
+        """The block; its data a ``bytearray`` when not ``numpy`` (``read_source``), a view of
+        ``out`` when that buffer is long enough (the caller's, reused from block to block)."""
+        data = read_source(self.source.name, self.start, self.end, self.source.stamp, numpy=numpy, out=out)
         first = self.start == 0
         return Block(data, None, first, int(first), self.source.index,
                      f"{self.source.name}[{self.start}:{self.end}]")

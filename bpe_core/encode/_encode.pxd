@@ -14,10 +14,17 @@ from bpe_core.engine._typedefs cimport pair_key_t, token_id_t
 from bpe_core.engine._units cimport RankEntry, RankMerger
 
 
+# One pair of the rank table, 16 bytes (four per cache line): a probe reads one line, the key, its
+# first rank and the id it merges into together (they were two arrays, two cache misses a probe).
+cdef struct RankSlot:
+    pair_key_t key
+    uint32_t rank
+    token_id_t merged           # the id the pair merges into at that rank
+
+
 @cython.final
 cdef class RankTable:
-    cdef vector[pair_key_t] slot_keys   # open addressing; EMPTY_KEY marks a free slot
-    cdef vector[uint32_t] slot_ranks
+    cdef vector[RankSlot] slots         # open addressing; key EMPTY_KEY marks a free slot
     cdef vector[token_id_t] merged_ids  # rank -> id of the token the merge builds
     cdef token_id_t byte_ids[256]       # byte value -> id of its single-byte token
     cdef uint64_t slot_mask
@@ -29,6 +36,8 @@ cdef class RankTable:
     cdef vector[uint32_t] later_ranks
 
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil
+    cdef const RankSlot* slot_of(self, pair_key_t key) noexcept nogil
+    cdef const RankSlot* find_at(self, const RankSlot* sl, pair_key_t key) noexcept nogil
     cdef uint32_t rank_after(self, token_id_t left, token_id_t right, uint32_t after) noexcept nogil
 
 

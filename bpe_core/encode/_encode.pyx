@@ -306,6 +306,7 @@ cdef class RankTable:
         cdef uint64_t cap = 16, slot
         cdef pair_key_t key
         cdef vector[cpp_pair[pair_key_t, uint32_t]] later
+        cdef RankSlot empty
         if rights.shape[0] != n or merged_ids.shape[0] != n:
             raise ValueError("lefts, rights and merged_ids must have the same length")
         if byte_ids.shape[0] != 256:
@@ -317,8 +318,10 @@ cdef class RankTable:
             cap <<= 1
             self.shift -= 1
         self.slot_mask = cap - 1
-        self.slot_keys.assign(cap, EMPTY_KEY)
-        self.slot_ranks.assign(cap, NO_RANK)
+        empty.key = EMPTY_KEY
+        empty.rank = NO_RANK
+        empty.merged = 0
+        self.slots.assign(cap, empty)
         self.merged_ids.assign(n, 0)
         for i in range(256):
             self.byte_ids[i] = byte_ids[i]
@@ -331,11 +334,12 @@ cdef class RankTable:
                     continue
                 key = pack_pair(lefts[r], rights[r])
                 slot = (key * MUL1) >> self.shift
-                while self.slot_keys[slot] != EMPTY_KEY and self.slot_keys[slot] != key:
+                while self.slots[slot].key != EMPTY_KEY and self.slots[slot].key != key:
                     slot = (slot + 1) & self.slot_mask
-                if self.slot_keys[slot] == EMPTY_KEY:   # first rank of a pair wins
-                    self.slot_keys[slot] = key
-                    self.slot_ranks[slot] = <uint32_t>r
+                if self.slots[slot].key == EMPTY_KEY:   # first rank of a pair wins
+                    self.slots[slot].key = key
+                    self.slots[slot].rank = <uint32_t>r
+                    self.slots[slot].merged = merged_ids[r]
                     self.n_pairs += 1
                 else:                                   # the same pair again: kept aside
                     later.push_back(cpp_pair[pair_key_t, uint32_t](key, <uint32_t>r))
@@ -347,14 +351,22 @@ cdef class RankTable:
 
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil:
         cdef pair_key_t key = pack_pair(left, right)
-        cdef uint64_t slot = (key * MUL1) >> self.shift
-        cdef pair_key_t k
+        cdef const RankSlot* sl = self.find_at(self.slot_of(key), key)
+        return sl.rank if sl != NULL else NO_RANK
+
+    cdef const RankSlot* slot_of(self, pair_key_t key) noexcept nogil:
+        """The home slot of ``key`` (where its probe starts): prefetch it, then ``find_at``."""
+        return self.slots.data() + ((key * MUL1) >> self.shift)
+
+    cdef const RankSlot* find_at(self, const RankSlot* sl, pair_key_t key) noexcept nogil:
+        """The slot of ``key`` probing from its home slot ``sl`` (``slot_of``), or NULL."""
+        cdef const RankSlot* base = self.slots.data()
+        cdef uint64_t slot = <uint64_t>(sl - base)
         while True:
-            k = self.slot_keys[slot]
-            if k == key:
-                return self.slot_ranks[slot]
-            if k == EMPTY_KEY:
-                return NO_RANK
+            if base[slot].key == key:
+                return &base[slot]
+            if base[slot].key == EMPTY_KEY:
+                return NULL
             slot = (slot + 1) & self.slot_mask
 
     cdef uint32_t rank_after(self, token_id_t left, token_id_t right, uint32_t after) noexcept nogil:
@@ -556,55 +568,63 @@ cdef class Encoder:
     # ---- merging one pretoken ----------------------------------------------------------------
 
     cdef Py_ssize_t _merge_scan(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) noexcept nogil:
-        """Merge ``piece[0:n]`` (n <= SHORT_PIECE) by repeated min-rank scans; ids to ``out``."""
+        """Merge ``piece[0:n]`` (n <= SHORT_PIECE) by repeated min-rank scans; ids to ``out``.
+
+        One merge a step, as the heap path: the leftmost pair of the lowest rank ``r`` is merged,
+        the tail moves down one place and the two pairs that touch the new token are looked up (a
+        pair made with a rank below ``r`` has been passed by the replay: ``rank_after``). This is
+        the reference's "every occurrence of ``r``, left to right, then the next rank": a pair that
+        a merge makes never has rank ``r`` (its token is longer than either part of ``r``'s pair,
+        and ids are canonical by bytes), so the next occurrence of ``r`` is the next one the
+        reference merges. A step costs a scan of the ranks and a short move, not a rewrite of the
+        piece. Every pair's rank-table slot is prefetched before the first probe, so the probes of
+        a rare piece overlap their cache misses.
+        """
         cdef token_id_t tok[SHORT_PIECE]
         cdef uint32_t rk[SHORT_PIECE]
-        cdef token_id_t ntok[SHORT_PIECE]
-        cdef uint32_t nrk[SHORT_PIECE]
-        cdef Py_ssize_t old_at[SHORT_PIECE]
-        cdef bint fresh[SHORT_PIECE]
-        cdef Py_ssize_t m = n, i, w, j
-        cdef uint32_t r
-        cdef token_id_t new_id
+        cdef pair_key_t keys[SHORT_PIECE]
+        cdef const RankSlot* homes[SHORT_PIECE]
+        cdef const RankSlot* sl
+        cdef Py_ssize_t m = n, i, j
+        cdef uint32_t r, nr
         for i in range(m):
             tok[i] = self.table.byte_ids[piece[i]]
+        if m <= 1:
+            memcpy(out, tok, m * sizeof(token_id_t))
+            return m
         for i in range(m - 1):
-            rk[i] = self.table.rank_of(tok[i], tok[i + 1])
+            keys[i] = pack_pair(tok[i], tok[i + 1])
+            homes[i] = self.table.slot_of(keys[i])
+            prefetch(homes[i])
+        for i in range(m - 1):
+            sl = self.table.find_at(homes[i], keys[i])
+            rk[i] = sl.rank if sl != NULL else NO_RANK
+        rk[m - 1] = NO_RANK
         while m > 1:
-            # 1. The lowest rank present.
-            r = NO_RANK
-            for i in range(m - 1):
-                if rk[i] < r:
-                    r = rk[i]
+            r = NO_RANK                         # 1. the leftmost lowest rank
+            i = 0
+            for j in range(m - 1):
+                if rk[j] < r:
+                    r = rk[j]
+                    i = j
             if r == NO_RANK:
                 break
-            # 2. Merge every occurrence, left to right, without overlap.
-            new_id = self.table.merged_ids[r]
-            w = 0
-            i = 0
-            while i < m:
-                if i + 1 < m and rk[i] == r:
-                    ntok[w] = new_id
-                    fresh[w] = True
-                    i += 2
-                else:
-                    ntok[w] = tok[i]
-                    fresh[w] = False
-                    old_at[w] = i
-                    i += 1
-                w += 1
-            # 3. Only pairs touching a merged token change; the others keep their rank.
-            for j in range(w - 1):
-                if fresh[j] or fresh[j + 1]:
-                    nrk[j] = self.table.rank_of(ntok[j], ntok[j + 1])
-                    if nrk[j] < r:          # made after its rank: the replay has passed it
-                        nrk[j] = self.table.rank_after(ntok[j], ntok[j + 1], r)
-                else:
-                    nrk[j] = rk[old_at[j]]
-            m = w
-            memcpy(tok, ntok, m * sizeof(token_id_t))
-            if m > 1:
-                memcpy(rk, nrk, (m - 1) * sizeof(uint32_t))
+            tok[i] = self.table.merged_ids[r]   # 2. merge it; the tail moves down one place
+            for j in range(i + 1, m - 1):
+                tok[j] = tok[j + 1]
+                rk[j] = rk[j + 1]
+            m -= 1
+            rk[m - 1] = NO_RANK
+            if i + 1 < m:                       # 3. the pairs around the new token
+                nr = self.table.rank_of(tok[i], tok[i + 1])
+                if nr < r:                      # made after its rank: the replay has passed it
+                    nr = self.table.rank_after(tok[i], tok[i + 1], r)
+                rk[i] = nr
+            if i > 0:
+                nr = self.table.rank_of(tok[i - 1], tok[i])
+                if nr < r:
+                    nr = self.table.rank_after(tok[i - 1], tok[i], r)
+                rk[i - 1] = nr
         memcpy(out, tok, m * sizeof(token_id_t))
         return m
 

@@ -64,7 +64,7 @@ from ..corpus import check_input, file_chunks
 from ..corpus.readers import BadRecords
 from ..corpus.inputs import Source, expand_inputs
 from ..corpus.ranges import is_url, read_source
-from ..corpus.shards import Block, ReadOptions, iter_tasks, load, shard_blocks
+from ..corpus.shards import Block, ReadOptions, TextRangeShard, iter_tasks, load, shard_blocks
 from ..errors import CorpusError, MissingDependency, VerifyError
 from ..pretok.counting import check_distributable, private_shard, shard_weights
 from ..pretok.patterns import pattern_name
@@ -169,7 +169,7 @@ class _ChunkEncoder:
             spec = self._local.spec = copy.copy(self.spec)     # its own encoder, built on first use
             self._specs.append(spec)
         slot = self.output.open(index)
-        block: Block = load(piece)
+        block: Block = self._read(piece)
         slot.start(block.begins_item)
         buf = block.data
         if block.doc_ends is None:
@@ -200,6 +200,19 @@ class _ChunkEncoder:
         if seps is not None:
             doc_starts = np.concatenate(seps).astype(np.int64) if seps else np.zeros(0, np.int64)
         return index, n_ids, n_bytes, block.begins_item, block.n_items, block.source, doc_starts
+
+    def _read(self, task) -> Block:
+        """The task's block. A byte range of a plain file is read into this thread's buffer, reused
+        from chunk to chunk (nothing keeps a block's bytes after its call): a fresh array per
+        chunk had its pages faulted in and zeroed, ~4% of the CPU time of a 1.5 GB run."""
+        if not isinstance(task, TextRangeShard):
+            return load(task)
+        n = task.end - task.start
+        buf = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < n:
+            self._local.buf = None           # the old one goes before the new one is made
+            buf = self._local.buf = np.empty(n + (n >> 6), dtype=np.uint8)
+        return task.read(out=buf)
 
     def close(self) -> None:
         for spec in self._specs:             # lent encoders go back to the tokenizer, still warm

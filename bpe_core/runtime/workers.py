@@ -84,9 +84,11 @@ class FileStamp:
 
 
 def read_range(path: str, start: int, end: int, stamp: Optional[FileStamp] = None,
-               numpy: bool = True) -> np.ndarray | bytearray:
+               numpy: bool = True, out: Optional[np.ndarray] = None) -> np.ndarray | bytearray:
     """Bytes ``[start, end)`` of a file as a fresh ``uint8`` array (a ``bytearray`` when not
-    ``numpy``: a small run never imports numpy), read with ``os.pread``.
+    ``numpy``: a small run never imports numpy), read with ``os.pread``; or into the start of
+    ``out`` (a uint8 array or bytearray the caller reuses, at least ``end - start`` long: the view
+    ``out[:end - start]`` is returned; a shorter one is ignored).
 
     Raises:
         InputChanged: fewer bytes than asked for (the file shrank), or ``stamp`` no longer matches.
@@ -94,9 +96,14 @@ def read_range(path: str, start: int, end: int, stamp: Optional[FileStamp] = Non
     >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(b"hello")
     >>> read_range(p, 1, 4).tobytes()
     b'ell'
+    >>> buf = np.zeros(8, np.uint8); read_range(p, 0, 5, out=buf).tobytes(), buf[:6].tobytes()
+    (b'hello', b'hello\\x00')
     """
     n = end - start
-    out = np.empty(n, dtype=np.uint8) if numpy else bytearray(n)
+    if out is not None and len(out) >= n:   # a buffer of the caller's, reused: no fresh pages to fault in
+        out = out[:n]
+    else:
+        out = np.empty(n, dtype=np.uint8) if numpy else bytearray(n)
     if n:
         fd = os.open(path, os.O_RDONLY)
         try:

@@ -141,6 +141,21 @@ def test_random_merge_lists_match_reference_on_both_paths(model, text):
     assert tok.encode(text) == expected
 
 
+@SETTINGS
+@given(random_merges(), st.text("ab", min_size=1, max_size=24) | st.text("abc", min_size=1, max_size=12))
+def test_scan_rounds_match_reference_on_short_pieces(model, text):
+    """``_merge_scan`` merges one pair a step (the leftmost of the lowest rank, the tail moved down,
+    the two pairs around the new token looked up): short runs over two letters make adjacent,
+    overlapping and repeated occurrences of one rank, and pairs made after their rank has passed.
+    Fails when the rightmost lowest rank is taken, or when a round's kept rank is read one place off."""
+    vocab, merges = model
+    tok = Tokenizer(vocab, merges, pattern=r"[abc]+")
+    ids_of = reference.token_ids(vocab)
+    data = text.encode()
+    expected = [ids_of[p] for p in reference.encode_pretoken(data, merges)]
+    assert tok._encoder().encode_piece(data, "scan") == expected
+
+
 def test_duplicate_bytes_example():
     # (a, b) -> ab, (b, c) -> bc, (a, bc) -> abc, (ab, c) -> abc again, (abc, a) at a rank between.
     vocab = {i: bytes([i]) for i in range(256)}
