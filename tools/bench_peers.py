@@ -569,7 +569,24 @@ def table(res: dict, peer_names: list[str], key: str = "medians") -> str:
         lines.append(row)
     for (work, who), why in res.get("failed", {}).items():
         lines.append(f"\n{who}, {work}: failed ({why})")
+    if key == "medians":
+        lines.append("\nids identical to the reference on every document: " + "; ".join(
+            f"{who} {'yes' if all(ok for (w, h), ok in res['same'].items() if h == who) else 'NO'}"
+            for who in cols if any(h == who for _, h in res["same"])))
     return "\n".join(lines)
+
+
+def versions(names) -> str:
+    """``bpe_core X, fastokens Y, ...``: the installed version of ours and of each peer asked for."""
+    from importlib import metadata
+    dist = {"bpe_openai": "bpe-openai"}
+    out = []
+    for name in ["bpe_core"] + list(names):
+        try:
+            out.append(f"{name} {metadata.version(dist.get(name, name))}")
+        except metadata.PackageNotFoundError:
+            out.append(f"{name} (not installed)")
+    return ", ".join(out)
 
 
 def cuts(args):
@@ -608,6 +625,7 @@ def main(argv=None) -> int:
         models[name] = folder
     print(f"# bench_peers: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
           f"{args.runs} interleaved runs, --mb {args.mb}")
+    print(f"# versions: {versions(args.peers)}")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for vocab in [v for v in args.vocab if v != "none"]:

@@ -63,6 +63,9 @@ def test_trained_vocab_runs_every_row_with_ids_checked(folders, tmp_path, capsys
     printed = capsys.readouterr().out
     assert "bpe_openai skipped (ships cl100k/o200k only" in printed
     assert "no_such_peer skipped (not installed)" in printed
+    assert "no_such_peer (not installed)" in printed.splitlines()[1]     # the versions line
+    assert printed.splitlines()[1].startswith("# versions: bpe_core ")
+    assert "ids identical to the reference on every document: bpe_core yes" in printed
     [res] = json.loads(out.read_text())
     assert res["vocab"] == f"trained:{model}" and res["corpus"] == "tiny"
     ours = {k.split(" / ")[0]: v for k, v in res["same"].items() if k.endswith(" / bpe_core")}
