@@ -1267,17 +1267,27 @@ cdef extern from *:
             return (bool)less(longs[a.idx], longs[b.idx]);
         }
     };
-    static inline unsigned bpe_key_byte(const BpeWordKey& k, int d) {
+    /* A short word (up to 15 bytes) as a 24-byte sort key: its first 15 bytes (zero-padded) as
+     * big-endian words with its length as the 16th byte, and its count. Two short words never have
+     * the same key, and integer order is Python bytes order (equal padded bytes: the shorter word,
+     * whose padding is all that differs, has the smaller length). */
+    struct BpeShortKey { uint64_t k0, k1; int64_t count; };
+    struct BpeShortLess {
+        bool operator()(const BpeShortKey& a, const BpeShortKey& b) const {
+            return a.k0 < b.k0 || (a.k0 == b.k0 && a.k1 < b.k1);
+        }
+    };
+    template <class K> static inline unsigned bpe_key_byte(const K& k, int d) {
         return (unsigned)((d < 8 ? k.k0 >> (56 - 8 * d) : k.k1 >> (120 - 8 * d)) & 255u);
     }
     /* MSD radix sort on byte d.. of the heads: a counting pass and a scatter per level (a level every
      * key agrees on costs one pass), std::sort for small groups and past the heads. The scatters go
      * back and forth between the keys and tmp (no copy back): bpe_radix_in sorts a[0:n] in place
      * with tmp[0:n] as scratch, bpe_radix_to sorts src[0:n] into dst[0:n] (src is scratch). */
-    template <class C> static void bpe_radix_to(BpeWordKey* src, BpeWordKey* dst, size_t n, int d, const C& less);
+    template <class K, class C> static void bpe_radix_to(K* src, K* dst, size_t n, int d, const C& less);
     /* The level of byte d (or the first after it where the keys differ) of a[0:n] counted into cnt;
      * its byte index, or 16 when the keys agree on every byte left. */
-    static inline int bpe_radix_level(const BpeWordKey* a, size_t n, int d, size_t* cnt) {
+    template <class K> static inline int bpe_radix_level(const K* a, size_t n, int d, size_t* cnt) {
         size_t i;
         for (; d < 16; d++) {
             memset(cnt, 0, 256 * sizeof(size_t));
@@ -1286,8 +1296,8 @@ cdef extern from *:
         }
         return d;
     }
-    template <class C>
-    static void bpe_radix_in(BpeWordKey* a, BpeWordKey* tmp, size_t n, int d, const C& less) {
+    template <class K, class C>
+    static void bpe_radix_in(K* a, K* tmp, size_t n, int d, const C& less) {
         size_t cnt[256], pos[256], p, i;
         int b;
         if (n < 64 || (d = bpe_radix_level(a, n, d, cnt)) == 16) { std::sort(a, a + n, less); return; }
@@ -1299,12 +1309,12 @@ cdef extern from *:
             p += cnt[b];
         }
     }
-    template <class C>
-    static void bpe_radix_to(BpeWordKey* src, BpeWordKey* dst, size_t n, int d, const C& less) {
+    template <class K, class C>
+    static void bpe_radix_to(K* src, K* dst, size_t n, int d, const C& less) {
         size_t cnt[256], pos[256], p, i;
         int b;
         if (n < 64 || (d = bpe_radix_level(src, n, d, cnt)) == 16) {
-            memcpy(dst, src, n * sizeof(BpeWordKey));
+            memcpy(dst, src, n * sizeof(K));
             std::sort(dst, dst + n, less);
             return;
         }
@@ -1314,6 +1324,20 @@ cdef extern from *:
             if (cnt[b] > 1) bpe_radix_in(dst + p, src + p, cnt[b], d + 1, less);
             p += cnt[b];
         }
+    }
+    /* keys[0:n] (short words) in Python bytes order, with tmp[0:n] as scratch (NULL: allocated
+     * here); 0, or -1 when out of memory. */
+    static int bpe_sort_short(BpeShortKey* keys, size_t n, BpeShortKey* tmp) {
+        BpeShortLess cmp;
+        BpeShortKey* own = NULL;
+        if (n < 64) { std::sort(keys, keys + n, cmp); return 0; }
+        if (tmp == NULL) {
+            tmp = own = (BpeShortKey*)malloc(n * sizeof(BpeShortKey));
+            if (tmp == NULL) return -1;
+        }
+        bpe_radix_in(keys, tmp, n, 0, cmp);
+        free(own);
+        return 0;
     }
     /* keys[0:n] in Python bytes order, with tmp[0:n] as scratch (NULL: allocated here); 0, or -1
      * when out of memory. */
@@ -1346,7 +1370,12 @@ cdef extern from *:
         int64_t count
         uint32_t idx
         uint32_t len17
+    struct BpeShortKey:
+        uint64_t k0
+        uint64_t k1
+        int64_t count
     int bpe_sort_words[E, L](BpeWordKey* keys, size_t n, const E* longs, L less, BpeWordKey* tmp) noexcept nogil
+    int bpe_sort_short(BpeShortKey* keys, size_t n, BpeShortKey* tmp) noexcept nogil
     void bpe_store_key16(uint8_t* p, uint64_t k0, uint64_t k1) noexcept nogil
 
 
@@ -1354,23 +1383,32 @@ cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
     """The words of a drained counter sorted by bytes, copied out as (arena, offsets, counts):
     numpy arrays, or ``array.array`` (``"B"``, ``"q"``, ``"q"``) when not ``numpy``.
 
-    Each word becomes a 32-byte key (its heads byte-swapped, count, length), written over the short
-    table's own slots (a key per slot, packed to the front: the slots are 32 bytes too, and a key
-    never lands past the slot it comes from), the long table's words after them; the keys are
-    sorted (``bpe_sort_words``: an MSD radix sort on the heads, comparisons only within small groups)
-    with the table's free slots after the keys as scratch where there are enough, then written out in
-    order: a short word as its 16 head bytes at once (the next word overwrites the padding), a long
-    one copied from the buffer. Fewer free slots than keys: the keys or the scratch are allocated.
+    Each short word becomes a 24-byte key (``BpeShortKey``: its heads byte-swapped with its length
+    as the 16th byte, unique, so integer order is bytes order; and its count), written over the
+    short table's own slots (a key per slot, packed to the front: the slots are 32 bytes, and a key
+    never lands past the slot it comes from); the long table's words become 32-byte keys
+    (``BpeWordKey``) after them where the table has room (else allocated). Each kind is sorted on
+    its own (an MSD radix sort on the heads, comparisons only within small groups; the short keys'
+    scratch is the table's free slots where there are enough), and the two sorted lists are merged
+    as they are written out: a short word goes before a long one when its padded first 15 bytes
+    are at most the long word's first 15 (it is then smaller, or a prefix of it). A short word is
+    written as its 16 head bytes at once (the next word overwrites the rest), a long one copied
+    from the buffer.
     """
-    cdef Py_ssize_t i, k = 0, n_short = c.short.n_words, n_long = c.long.n_entries
-    cdef Py_ssize_t n_words = n_short + n_long, n_bytes = 0, pos = 0, length
+    cdef Py_ssize_t i, j, k = 0, n_short = c.short.n_words, n_long = c.long.n_entries
+    cdef Py_ssize_t n_words = n_short + n_long, n_bytes = 0, pos = 0, length, w = 0
     cdef Py_ssize_t n_slots = c.short.mask + 1
+    cdef size_t room = <size_t>n_slots * sizeof(ShortSlot), used
     cdef ShortSlot* slots = c.short.slots
     cdef ShortSlot slot
     cdef Entry* longs = c.long.entries
-    cdef BpeWordKey* key
-    cdef BpeWordKey* keys = <BpeWordKey*>slots
-    cdef BpeWordKey* scratch = NULL
+    cdef BpeShortKey* skey
+    cdef BpeShortKey* skeys = <BpeShortKey*>slots
+    cdef BpeShortKey* scratch = NULL
+    cdef BpeWordKey* lkey
+    cdef BpeWordKey* lkeys = NULL
+    cdef bint own_lkeys = False
+    cdef uint64_t s15 = 0, l15 = 0
     cdef uint8_t tmp[16]
     cdef int status = 0
     cdef uint8_t[::1] arena_view
@@ -1382,34 +1420,35 @@ cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
         # every slot writes a key where the next word's key goes, only a word moves on).
         for i in range(n_slots):
             slot = slots[i]
-            keys[k].k0 = bpe_order64(slot.w0)
-            keys[k].k1 = bpe_order64(slot.w1)
-            keys[k].count = slot.count
-            keys[k].idx = 0
-            keys[k].len17 = <uint32_t>slot.length
+            skeys[k].k0 = bpe_order64(slot.w0)
+            skeys[k].k1 = bpe_order64(slot.w1) | slot.length
+            skeys[k].count = slot.count
             n_bytes += <Py_ssize_t>slot.length
             k += slot.length != 0
-        if n_words > n_slots:  # more long words than free slots: the keys move out
-            keys = <BpeWordKey*>malloc(n_words * sizeof(BpeWordKey))
-            if keys != NULL:
-                memcpy(keys, slots, n_short * sizeof(BpeWordKey))
-                free(c.short.slots)
-                c.short.slots = NULL
-        elif 2 * n_words <= n_slots:
-            scratch = keys + n_words
-    if keys == NULL:
+        used = <size_t>n_short * sizeof(BpeShortKey)
+        if n_long > 0:  # the long keys after the short ones where they fit
+            if used + <size_t>n_long * sizeof(BpeWordKey) <= room:
+                lkeys = <BpeWordKey*>(<uint8_t*>slots + used)
+                used += <size_t>n_long * sizeof(BpeWordKey)
+            else:
+                lkeys = <BpeWordKey*>malloc(n_long * sizeof(BpeWordKey))
+                own_lkeys = True
+        if used + <size_t>n_short * sizeof(BpeShortKey) <= room:
+            scratch = <BpeShortKey*>(<uint8_t*>slots + used)
+    if n_long > 0 and lkeys == NULL:
         raise MemoryError("count_pretokens: cannot allocate the sort keys of the table")
     try:
         with nogil:
             for i in range(n_long):
-                keys[k].k0 = bpe_order64(longs[i].w0)
-                keys[k].k1 = bpe_order64(longs[i].w1)
-                keys[k].count = longs[i].count
-                keys[k].idx = <uint32_t>i
-                keys[k].len17 = 17
+                lkeys[i].k0 = bpe_order64(longs[i].w0)
+                lkeys[i].k1 = bpe_order64(longs[i].w1)
+                lkeys[i].count = longs[i].count
+                lkeys[i].idx = <uint32_t>i
+                lkeys[i].len17 = 17
                 n_bytes += longs[i].length
-                k += 1
-            status = bpe_sort_words[Entry, EntryLess](keys, n_words, longs, _entry_less, scratch)
+            status = bpe_sort_short(skeys, n_short, scratch)
+            if status == 0:
+                status = bpe_sort_words[Entry, EntryLess](lkeys, n_long, longs, _entry_less, NULL)
         if status != 0:
             raise MemoryError("count_pretokens: cannot allocate the sort buffer of the table")
         arena, offsets, counts = _table_arrays(n_bytes, n_words, numpy)
@@ -1418,26 +1457,38 @@ cdef object _counter_to_arrays(WordCounter* c, bint numpy=True):
         counts_view = counts
         out = &arena_view[0] if n_bytes > 0 else NULL
         with nogil:
-            for i in range(n_words):
-                key = &keys[i]
-                offsets_view[i] = pos
-                counts_view[i] = key.count
-                if key.len17 <= 16:
-                    length = key.len17
+            i = 0
+            j = 0
+            if n_long > 0:  # the first 15 bytes of the next long word (l15) and of the next short one
+                l15 = lkeys[0].k1 >> 8
+            while w < n_words:
+                offsets_view[w] = pos
+                if i < n_short and (j == n_long or skeys[i].k0 < lkeys[j].k0 or (
+                        skeys[i].k0 == lkeys[j].k0 and (skeys[i].k1 >> 8) <= l15)):
+                    skey = &skeys[i]
+                    counts_view[w] = skey.count
+                    length = <Py_ssize_t>(skey.k1 & 255)
                     if pos + 16 <= n_bytes:
-                        bpe_store_key16(out + pos, key.k0, key.k1)
+                        bpe_store_key16(out + pos, skey.k0, skey.k1)
                     else:
-                        bpe_store_key16(tmp, key.k0, key.k1)
+                        bpe_store_key16(tmp, skey.k0, skey.k1)
                         memcpy(out + pos, tmp, length)
+                    i += 1
                 else:
-                    length = longs[key.idx].length
-                    memcpy(out + pos, longs[key.idx].ptr, length)
+                    lkey = &lkeys[j]
+                    counts_view[w] = lkey.count
+                    length = longs[lkey.idx].length
+                    memcpy(out + pos, longs[lkey.idx].ptr, length)
+                    j += 1
+                    if j < n_long:
+                        l15 = lkeys[j].k1 >> 8
                 pos += length
+                w += 1
             offsets_view[n_words] = pos
         return arena, offsets, counts
     finally:
-        if c.short.slots == NULL:  # the keys were moved out
-            free(keys)
+        if own_lkeys:
+            free(lkeys)
 
 
 cdef inline int _word_cmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b,

@@ -2,8 +2,9 @@
 
 ``count_pretokens`` counts words of up to 15 bytes through a direct-mapped front cache (keyed with
 the length in the top byte of the second word) into a short table with inline keys (slot numbers
-change when it doubles), longer words into the long table, and sorts 32-byte keys (written over the
-short table's slots) by an MSD radix sort on their first 16 bytes. The training path finds the
+change when it doubles), longer words into the long table, and sorts the short words as 24-byte keys
+(written over the short table's slots; the length in the 16th byte) and the long words as 32-byte
+keys, each by an MSD radix sort on their first 16 bytes, merging the two lists as it writes them out. The training path finds the
 special tokens natively (``pretokenize.split_spans``). Each piece is checked here against the
 plain definitions: ``corpus.chunks.split_spans`` (the ``re`` alternation) and ``regex.findall``
 per span, counted by a ``Counter``, sorted as Python ``bytes``; and ``count_corpus`` (chunks,
@@ -154,6 +155,26 @@ def test_keys_with_the_length_in_the_top_byte(words, fill, repeats):
     or more with bit 4 set there (it goes to the long table); no word may be taken for another
     (``a!!..!\x0f`` of 16 bytes against the 15 bytes before it, NULs against padding)."""
     data = b"\n".join(fill * n + b"".join(tail) for n, tail in words) * repeats
+    spans = np.array([[0, len(data)]], dtype=np.int64)
+    for name in NAMES:
+        assert table_items(count_pretokens(data, spans, name)) == reference_counts(data, spans, name)
+
+
+SORT_BYTES = [b"\x00", b"\x01", b"\x05", b"\x0f", b"\x10", b"\x11", b"!"]  # "other": one piece per run
+
+
+@settings(max_examples=60)
+@given(st.lists(st.lists(st.sampled_from(SORT_BYTES), min_size=1, max_size=20).map(b"".join),
+                min_size=1, max_size=120),
+       st.integers(0, 70))
+def test_short_and_long_words_in_bytes_order(words, pad):
+    """Short words (up to 15 bytes, sorted with their length as the 16th key byte) and long words
+    (16 or more, sorted apart) merged in bytes order: words equal in their first 15 bytes once
+    padded with NULs (a short word and the long words it begins, or a long word whose 16th byte is a
+    small number, the same as a short word's length tag), above and below 64 words (the radix sort's
+    small groups)."""
+    extra = [b"\x01" + b"\x00" * k + bytes([t]) for k in range(pad % 18) for t in (0, 1, 5, 15, 16)]
+    data = b"\n".join(words + extra)
     spans = np.array([[0, len(data)]], dtype=np.int64)
     for name in NAMES:
         assert table_items(count_pretokens(data, spans, name)) == reference_counts(data, spans, name)
