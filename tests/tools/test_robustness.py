@@ -137,7 +137,16 @@ def test_a_signal_at_any_moment_ends_the_run_cleanly(big_corpus, tokenizer_dir, 
     assert "Traceback" not in stderr and len(stderr_lines(stderr)) <= 1, stderr
     if rc != 0:
         assert len(stderr_lines(stderr)) == 1, "an interrupted run says so in one line"
-    _assert_clean(out, tmpdir, finished=rc == 0)
+    done = {"train": {"vocab.json", "merges.txt", "model.json", "train_report.json"}, "encode": {"ids.npy"}}[kind]
+    # A signal that lands after the output's one-step publish but before the tool returns (seen once
+    # under load at 3.0 s) still exits with its code: the output is then whole, never a part of it.
+    finished = rc == 0 or done <= set(os.listdir(out))
+    _assert_clean(out, tmpdir, finished=finished)
+    if finished:
+        if kind == "train":
+            json.loads((out / "model.json").read_text()), json.loads((out / "train_report.json").read_text())
+        else:
+            assert np.load(out / "ids.npy").size > 0
     _assert_no_children(children)
 
 
