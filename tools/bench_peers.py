@@ -456,20 +456,28 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, want, peers: dict
     if before is not None:
         everyone["before"] = ours_adapter(before)
         mine["before"] = before
+    # Each call gets str objects of its own, made untimed: CPython keeps a str's UTF-8 once a tool
+    # asks for it, so a shared str would let whoever runs after that tool read it for free.
+    fresh = {}
+
+    def refresh():
+        fresh["text"] = text.encode("utf-8").decode("utf-8")
+        fresh["docs"] = [d.encode("utf-8").decode("utf-8") for d in docs]
+
     jobs = []           # (work label, who, callable, bytes, check)
     for who, ad in everyone.items():
         if "list" in ad:
-            jobs.append((WORKS[0], who, lambda ad=ad: ad["list"](text), n_bytes, ("list", want_text)))
+            jobs.append((WORKS[0], who, lambda ad=ad: ad["list"](fresh["text"]), n_bytes, ("list", want_text)))
         if "array" in ad:
-            jobs.append((WORKS[1], who, lambda ad=ad: ad["array"](text), n_bytes, ("array", want_text)))
+            jobs.append((WORKS[1], who, lambda ad=ad: ad["array"](fresh["text"]), n_bytes, ("array", want_text)))
         if "batch" in ad:
-            jobs.append((WORKS[2], who, lambda ad=ad: ad["batch"](docs), doc_bytes, ("batch", want_docs)))
+            jobs.append((WORKS[2], who, lambda ad=ad: ad["batch"](fresh["docs"]), doc_bytes, ("batch", want_docs)))
         if "flat" in ad:
-            jobs.append((WORKS[3], who, lambda ad=ad: ad["flat"](docs), doc_bytes, ("flat", want_docs)))
+            jobs.append((WORKS[3], who, lambda ad=ad: ad["flat"](fresh["docs"]), doc_bytes, ("flat", want_docs)))
         if "decode" in ad:
             jobs.append((WORKS[4], who, lambda ad=ad: ad["decode"](ids), n_bytes, ("decode", text)))
         if "cold" in ad:
-            jobs.append((WORKS[6], who, lambda ad=ad: ad["cold"](text), n_bytes, ("array", want_text)))
+            jobs.append((WORKS[6], who, lambda ad=ad: ad["cold"](fresh["text"]), n_bytes, ("array", want_text)))
         if who in mine or "batch" in ad:
             out = os.path.join(tmp, f"{who}.npy")
             jobs.append((WORKS[5], who, lambda ad=ad, who=who, out=out: corpus_to_npy(
@@ -482,6 +490,7 @@ def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, want, peers: dict
         for work, who, fn, nb, chk in (jobs if r % 2 == 0 else jobs[::-1]):
             if (work, who) in failed:
                 continue
+            refresh()
             t0, c0 = time.perf_counter(), time.process_time()
             try:
                 got = fn()
