@@ -128,6 +128,7 @@ cdef class Encoder:
                           Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_bytes, bint open_end,
                           Py_ssize_t* stop, bint* done) except -1 nogil
     cdef object _take_out(self)
+    cdef object _take_counted(self, const int64_t[::1] lengths, bint narrow, int64_t* n_bytes)
     cdef int _absorb(self, Encoder other) noexcept nogil
 
 

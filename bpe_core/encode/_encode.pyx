@@ -47,6 +47,7 @@ not thread-safe (it owns the cache and scratch buffers); ``Tokenizer`` keeps one
 """
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.exc cimport PyErr_Clear
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
@@ -1019,6 +1020,49 @@ cdef class Encoder:
             self.out_cap = 0
         return result
 
+    cdef object _take_counted(self, const int64_t[::1] lengths, bint narrow, int64_t* n_bytes):
+        """``_take_out`` fused with the corpus encoder's conservation sum and its narrowing: one
+        pass over the ids writes them as uint16 (``narrow``) or uint32 into the new array and sums
+        ``lengths[id]`` of each. ``n_bytes[0]`` is the sum, or -1 when an id is outside ``lengths``
+        (the caller's check then fails; the ids are still all copied, narrowed modulo 2**16). Narrowing needs ``len(lengths) <= 65536``, so every id it
+        keeps fits."""
+        cdef Py_ssize_t k, n = self.out_n, m = lengths.shape[0]
+        cdef int64_t total = 0
+        cdef uint32_t x
+        cdef bint bad = False
+        cdef const token_id_t* src = self.out_buf
+        cdef const int64_t* lens = &lengths[0] if m else NULL
+        cdef uint16_t* d16 = NULL
+        cdef uint32_t* d32 = NULL
+        cdef uint16_t[::1] v16
+        cdef uint32_t[::1] v32
+        result = np.empty(n, dtype=np.uint16 if narrow else np.uint32)
+        if n:
+            if narrow:
+                v16 = result
+                d16 = &v16[0]
+            else:
+                v32 = result
+                d32 = &v32[0]
+            with nogil:
+                for k in range(n):
+                    x = src[k]
+                    if x < <uint64_t>m:
+                        total += lens[x]
+                    else:
+                        bad = True
+                    if narrow:
+                        d16[k] = <uint16_t>x
+                    else:
+                        d32[k] = x
+        n_bytes[0] = -1 if bad else total
+        self.out_n = 0
+        if self.out_cap > (1 << 24):     # don't keep a huge buffer alive between calls
+            free(self.out_buf)
+            self.out_buf = NULL
+            self.out_cap = 0
+        return result
+
     # ---- Python entry points -----------------------------------------------------------------
 
     def encode_text(self, const uint8_t[::1] buf not None, Py_ssize_t start, Py_ssize_t end,
@@ -1058,6 +1102,39 @@ cdef class Encoder:
                 self._encode_text(pattern_id, sp, &buf[0], n_buf, start, end, max_bytes, open_end,
                                   &stop, &done)
         return self._take_out(), stop, done
+
+    def encode_counted(self, const uint8_t[::1] buf not None, Py_ssize_t start, Py_ssize_t end,
+                       int pattern_id, SpecialTable specials, Py_ssize_t max_bytes,
+                       const int64_t[::1] lengths not None, bint narrow=False):
+        """:meth:`encode_text` (a closed end) for the corpus encoder, with the ids' byte count
+        in the same pass: ``(ids, stop, done, n_bytes)``. ``ids`` are uint16 when ``narrow``
+        (then ``len(lengths) <= 65536``), else uint32; ``n_bytes`` is ``lengths[ids].sum()``, or
+        -1 when an id is outside ``lengths`` (``sum_lengths``' contract).
+
+        >>> t = RankTable(np.array([97], np.uint32), np.array([98], np.uint32),
+        ...               np.array([256], np.uint32), np.arange(256, dtype=np.uint32))
+        >>> lengths = np.array([1] * 256 + [2], np.int64)
+        >>> ids, stop, done, n = Encoder(t).encode_counted(b"abc ab", 0, 6, 0, None, 0, lengths, True)
+        >>> ids.tolist(), ids.dtype.name, stop, done, n
+        ([256, 99, 32, 256], 'uint16', 6, True, 6)
+        """
+        cdef Py_ssize_t n_buf = buf.shape[0], stop = start
+        cdef bint done = True
+        cdef int64_t n_bytes = 0
+        cdef const Specials* sp = &specials.c if specials is not None else NULL
+        if not (0 <= start <= end <= n_buf):
+            raise ValueError("need 0 <= start <= end <= len(buf)")
+        if pattern_id < 0 or pattern_id > 2:
+            raise ValueError(f"unknown pattern id {pattern_id}")
+        if narrow and lengths.shape[0] > (1 << 16):
+            raise ValueError("narrow needs a table of at most 65536 ids")
+        self.out_n = 0
+        if end > start:
+            with nogil:
+                self._encode_text(pattern_id, sp, &buf[0], n_buf, start, end, max_bytes, False,
+                                  &stop, &done)
+        ids = self._take_counted(lengths, narrow, &n_bytes)
+        return ids, stop, done, n_bytes
 
     def encode_piece(self, const uint8_t[::1] piece, str method="auto"):
         """Token ids of one pretoken (no cache): ``method`` is ``auto``, ``scan`` or ``heap``.
@@ -2240,6 +2317,50 @@ def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2
                 enc.out_n += 1
             pos = me
     return enc._take_out()
+
+
+# ==== The UTF-8 of a str =========================================================================
+
+@cython.final
+cdef class Utf8View:
+    """A read-only buffer over the UTF-8 that CPython keeps in a ``str`` (see :func:`utf8_of`);
+    it holds the ``str``, so the bytes stay valid while the view lives."""
+    cdef object text
+    cdef const char* p
+    cdef Py_ssize_t n
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, <void*>self.p, self.n, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __len__(self):
+        return self.n
+
+
+def utf8_of(str text not None):
+    """The UTF-8 of ``text`` with ``surrogateescape``, as a buffer: ``text.encode("utf-8",
+    "surrogateescape")`` without the copy where CPython has it already. An ASCII ``str`` is its own
+    UTF-8 (no copy); another ``str`` gets its UTF-8 made once and kept inside it
+    (``PyUnicode_AsUTF8AndSize``, as tiktoken's binding reads a ``str``), so encoding the same text
+    again reads it for free. A ``str`` with a lone surrogate has no strict UTF-8: its
+    ``surrogateescape`` bytes are returned, as before.
+
+    >>> bytes(utf8_of("hi é")), bytes(utf8_of("a\\udcff")), len(utf8_of("€"))
+    (b'hi \\xc3\\xa9', b'a\\xff', 3)
+    """
+    cdef Py_ssize_t size = 0
+    cdef const char* p = PyUnicode_AsUTF8AndSize(text, &size)
+    cdef Utf8View view
+    if p == NULL:                                   # lone surrogates: no strict UTF-8
+        PyErr_Clear()
+        return text.encode("utf-8", "surrogateescape")
+    view = Utf8View.__new__(Utf8View)
+    view.text = text
+    view.p = p
+    view.n = size
+    return view
 
 
 # ==== Bytes the ids stand for ====================================================================

@@ -926,6 +926,11 @@ class EncoderSpec:
         if self.tokenizer is not None or not _NATIVE_PRETOKENIZER:
             yield from self.tokenizer._iter_encode(buf, start, end)
             return
+        self._ready()
+        yield from _iter_encode_native(self._encoder, buf, start, end, self.pattern_id, self._table)
+
+    def _ready(self) -> None:
+        """This spec's encoder (lent and warm, or new) and special table, on first use."""
         if self._encoder is None:
             try:
                 self._encoder = self._pool.pop()        # a lent, warm encoder
@@ -933,7 +938,36 @@ class EncoderSpec:
                 table = self._rank_table if self._rank_table is not None else _encode.RankTable(*self.rank_arrays)
                 self._encoder = _encode.Encoder(table, singles=self._singles)
             self._table = _special_table(self.special_bytes, self.special_ids)
-        yield from _iter_encode_native(self._encoder, buf, start, end, self.pattern_id, self._table)
+
+    def iter_encode_counted(self, buf, start: int, end: int, lengths: np.ndarray, narrow: bool):
+        """:meth:`iter_encode` for the corpus encoder: yields ``(ids, n_bytes)``, the ids as uint16
+        (``narrow``) or uint32 and ``lengths[ids].sum()`` (-1 when an id is outside ``lengths``),
+        made in one native pass over the ids (``Encoder.encode_counted``). Without the native
+        pre-tokenizer, :meth:`iter_encode`'s blocks with the sum and the narrowing done apart."""
+        if self.tokenizer is not None or not _NATIVE_PRETOKENIZER:
+            yield from _counted(self.iter_encode(buf, start, end), lengths, narrow)
+            return
+        self._ready()
+        enc, pattern_id, table = self._encoder, self.pattern_id, self._table
+        pos, block = start, _BLOCK_BYTES
+        while pos < end:
+            ids, stop, done, n_bytes = enc.encode_counted(buf, pos, end, pattern_id, table, block, lengths, narrow)
+            if len(ids):
+                yield ids, n_bytes
+            if done:
+                return
+            block = 2 * block if stop == pos else _BLOCK_BYTES
+            pos = stop
+
+
+def _counted(blocks, lengths: np.ndarray, narrow: bool):
+    """``(ids, n_bytes)`` of uint32 id ``blocks``, apart: the plain twin of ``Encoder.encode_counted``."""
+    for ids in blocks:
+        if ids.size and int(ids.max()) >= len(lengths):
+            n_bytes = -1
+        else:
+            n_bytes = int(lengths[ids].sum())
+        yield (ids.astype(np.uint16) if narrow else ids), n_bytes
 
 
 def _as_bytes(text: str | bytes) -> bytes:
