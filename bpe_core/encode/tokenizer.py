@@ -269,7 +269,10 @@ class Tokenizer:
         >>> Tokenizer(vocab, []).encode_to_numpy("hi")
         array([104, 105], dtype=uint32)
         """
-        data = _as_bytes(text)
+        if type(text) is str and self._pattern_id is not None and _NATIVE_PRETOKENIZER:
+            data = _encode.utf8_of(text)    # the str's own UTF-8, no copy (ASCII, or made before)
+        else:
+            data = _as_bytes(text)
         specials = self._select_specials(specials, allowed_special, disallowed_special, (data,))
         if len(data) <= _BLOCK_BYTES and self._pattern_id is not None and _NATIVE_PRETOKENIZER:
             enc = self._borrow()            # one native call, no generator (encode_batch's many docs)
