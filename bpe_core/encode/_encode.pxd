@@ -149,6 +149,9 @@ cdef class BatchJob:
     cdef readonly Py_ssize_t n_docs
     cdef readonly int64_t n_bytes
 
+    cdef bint _one_run(self, int64_t total)
+    cdef void _release_workers(self)
+
 
 # SuperBPE's stage 2 (the "hf" and "units" splits). A pair of neighbouring stage-1 ids that no
 # stage-2 merge can ever join is a cut: what lies between two cuts (a segment) merges on its own.

@@ -1,5 +1,5 @@
 """Type stubs for the compiled encoder core (bpe_core/_encode.pyx)."""
-from typing import Any, Sequence
+from typing import Any, Sequence, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +44,10 @@ class BatchJob:
     n_bytes: int
     def __init__(self, texts: Sequence[Any], pattern_id: int, specials: SpecialTable | None = None) -> None: ...
     def run(self, enc: Encoder, shared: Encoder | None = None) -> None: ...
-    def collect(self) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]: ...
+    @overload
+    def collect(self, lists: None = None) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]: ...
+    @overload
+    def collect(self, lists: TokenTable) -> list[list[int]]: ...
 
 class TokenTable:
     n: int

@@ -66,6 +66,32 @@ from bpe_core.pretok._pretok cimport _split_ends
 from bpe_core.engine._typedefs cimport pack_pair, pair_key_t, token_id_t
 from bpe_core.engine._units cimport RankEntry, RankMerger
 
+cdef extern from *:
+    """
+    /* A list of n slots left unset (PyList_New callocs them): the caller sets every slot before
+       the list is seen by anyone, the cyclic collector included (it is untracked meanwhile). */
+    static PyObject* bpe_list_unset(Py_ssize_t n) {
+        PyObject* op = PyList_New(0);
+        PyObject** items;
+        if (op == NULL)
+            return op;
+        PyObject_GC_UnTrack(op);
+        if (n == 0)
+            return op;
+        items = (PyObject**)PyMem_Malloc((size_t)n * sizeof(PyObject*));
+        if (items == NULL) {
+            Py_DECREF(op);
+            return PyErr_NoMemory();
+        }
+        ((PyListObject*)op)->ob_item = items;
+        ((PyListObject*)op)->allocated = n;
+        Py_SET_SIZE(op, n);
+        return op;
+    }
+    """
+    PyObject* list_unset "bpe_list_unset"(Py_ssize_t n)
+
+
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
     PyObject* list_new "PyList_New"(Py_ssize_t n)
@@ -1467,27 +1493,52 @@ cdef class BatchJob:
         finally:
             enc.shared = None
 
-    def collect(self):
+    def collect(self, TokenTable lists=None):
         """``(ids, offsets)`` after every :meth:`run` returned: uint32 ids of all documents back
-        to back, int64 offsets (``n_docs + 1``). The workers' buffers are emptied."""
-        cdef Py_ssize_t k, k0, n = self.n_docs
+        to back, int64 offsets (``n_docs + 1``). The workers' buffers are emptied. One worker's
+        buffer becomes ``ids`` itself (no copy; the encoder starts a new one).
+
+        With ``lists`` (the tokenizer's ``TokenTable``): the list of each document's ids instead,
+        built straight from the workers' buffers (no flat copy in between); equal to
+        ``lists.split_lists(*collect())``.
+        """
+        cdef Py_ssize_t k, k0, n = self.n_docs, built = 0
         cdef int64_t total = 0
         cdef int32_t who
         cdef Encoder enc
         cdef vector[token_id_t*] bufs
+        cdef list out
         if n and self.next_doc < n:
             raise RuntimeError("collect() before every document was encoded")
         for k in range(n):
             if self.doc_who[k] < 0:
                 raise RuntimeError("a document was not encoded (a worker failed)")
+        if lists is not None:
+            for enc in self.workers:
+                bufs.push_back(enc.out_buf)
+            out = [None] * n
+            try:
+                for k in range(n):
+                    out[k] = lists._list(bufs[self.doc_who[k]] + self.doc_at[k] if self.doc_n[k] else NULL,
+                                         self.doc_n[k])          # untracked while the batch is built
+                    built = k + 1
+            finally:
+                for k in range(built):
+                    gc_track(<PyObject*>out[k])
+                self._release_workers()
+            return out
         offsets = np.empty(n + 1, dtype=np.int64)
         cdef int64_t[::1] offs = offsets
         offs[0] = 0
         for k in range(n):
             total += self.doc_n[k]
             offs[k + 1] = total
+        if len(self.workers) == 1 and total > 0 and self._one_run(total):
+            ids = _hand_over(<Encoder>self.workers[0], total)
+            self._release_workers()
+            return ids, offsets
         ids = np.empty(total, dtype=np.uint32)
-        cdef uint32_t[::1] out = ids
+        cdef uint32_t[::1] flat = ids
         for enc in self.workers:
             bufs.push_back(enc.out_buf)
         with nogil:
@@ -1499,7 +1550,22 @@ cdef class BatchJob:
                 while k < n and self.doc_who[k] == who and self.doc_at[k] == self.doc_at[k - 1] + self.doc_n[k - 1]:
                     k += 1
                 if offs[k] > offs[k0]:
-                    memcpy(&out[offs[k0]], bufs[who] + self.doc_at[k0], (offs[k] - offs[k0]) * sizeof(token_id_t))
+                    memcpy(&flat[offs[k0]], bufs[who] + self.doc_at[k0], (offs[k] - offs[k0]) * sizeof(token_id_t))
+        self._release_workers()
+        return ids, offsets
+
+    cdef bint _one_run(self, int64_t total):
+        """Whether the ids lie in worker 0's buffer in document order from its start (one worker)."""
+        cdef Py_ssize_t k
+        cdef int64_t at = 0
+        for k in range(self.n_docs):
+            if self.doc_who[k] != 0 or self.doc_at[k] != at:
+                return False
+            at += self.doc_n[k]
+        return at == total and (<Encoder>self.workers[0]).out_n == total
+
+    cdef void _release_workers(self):
+        cdef Encoder enc
         for enc in self.workers:
             enc.out_n = 0
             if enc.out_cap > (1 << 24):     # don't keep a huge buffer alive between calls
@@ -1508,7 +1574,35 @@ cdef class BatchJob:
                 enc.out_cap = 0
         self.workers = []
         self.keep = None
-        return ids, offsets
+
+
+@cython.final
+cdef class _OwnedIds:
+    """A malloc'ed uint32 buffer handed over from an encoder, freed with the last array over it."""
+    cdef token_id_t* p
+    cdef Py_ssize_t n
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, <void*>self.p, self.n * sizeof(token_id_t), 0, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __dealloc__(self):
+        free(self.p)
+
+
+cdef object _hand_over(Encoder enc, Py_ssize_t n):
+    """The first ``n`` ids of ``enc``'s buffer as a uint32 array that owns the buffer (trimmed to
+    ``n``); the encoder starts a new buffer on its next call."""
+    cdef _OwnedIds owner = _OwnedIds.__new__(_OwnedIds)
+    cdef token_id_t* trimmed = <token_id_t*>realloc(enc.out_buf, n * sizeof(token_id_t))
+    owner.p = trimmed if trimmed != NULL else enc.out_buf
+    owner.n = n
+    enc.out_buf = NULL
+    enc.out_cap = 0
+    enc.out_n = 0
+    return np.frombuffer(owner, dtype=np.uint32)
 
 
 # ==== Stage-aware encoding (SuperBPE) ===========================================================
@@ -2490,7 +2584,9 @@ cdef class TokenTable:
         """The ids as a Python list of ints (one pass; ids below ``max_ints`` share their object)."""
         if ids.shape[0] == 0:
             return []
-        return self._list(&ids[0], ids.shape[0])
+        out = self._list(&ids[0], ids.shape[0])
+        gc_track(<PyObject*>out)
+        return out
 
     def split_lists(self, const uint32_t[::1] ids not None, const int64_t[::1] offsets not None):
         """``[ids[offsets[k]:offsets[k + 1]] as a list for each k]``.
@@ -2509,11 +2605,8 @@ cdef class TokenTable:
         out = [None] * max(m, 0)
         try:
             for k in range(m):
-                if offsets[k + 1] > offsets[k]:
-                    item = self._list(&ids[offsets[k]], offsets[k + 1] - offsets[k])
-                else:
-                    item = []
-                gc_untrack(<PyObject*>item)
+                item = self._list(&ids[offsets[k]] if offsets[k + 1] > offsets[k] else NULL,
+                                  offsets[k + 1] - offsets[k])                          # untracked
                 out[k] = item
                 built = k + 1
         finally:
@@ -2522,9 +2615,11 @@ cdef class TokenTable:
         return out
 
     cdef object _list(self, const uint32_t* p, Py_ssize_t n):
-        cdef PyObject* lst = list_new(n)
+        """The ids as a new list, its slots written once (not zeroed first); the list comes back
+        untracked by the cyclic collector (the caller tracks it)."""
+        cdef PyObject* lst = list_unset(n)
         cdef PyObject* o
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, j
         cdef uint32_t v
         if lst == NULL:
             raise MemoryError()
@@ -2536,6 +2631,8 @@ cdef class TokenTable:
             else:
                 o = long_from_u32(v)
                 if o == NULL:
+                    for j in range(i, n):       # the unset slots, so the list can be freed
+                        list_set(lst, j, NULL)
                     decref(lst)
                     raise MemoryError()
             list_set(lst, i, o)

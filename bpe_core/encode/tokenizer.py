@@ -304,6 +304,8 @@ class Tokenizer:
         """
         texts = texts if isinstance(texts, list) else list(texts)
         specials = self._select_specials(True, allowed_special, disallowed_special, texts)
+        if not flat and self._native_batch():
+            return self._encode_job(texts, num_threads, self._special_table_for(specials), lists=True)
         ids, offsets = self._encode_flat(texts, num_threads, specials)
         return (ids, offsets) if flat else self._tokens.split_lists(ids, offsets)
 
@@ -667,6 +669,9 @@ class Tokenizer:
         >>> Tokenizer(vocab, [], ["<s>"]).encode_ordinary_batch(["<s>", "a"])
         [[60, 115, 62], [97]]
         """
+        if not flat and self._native_batch():
+            texts = texts if isinstance(texts, list) else list(texts)
+            return self._encode_job(texts, num_threads, self._special_table_for(False), lists=True)
         ids, offsets = self._encode_flat(texts, num_threads, False)
         return (ids, offsets) if flat else self._tokens.split_lists(ids, offsets)
 
@@ -761,13 +766,16 @@ class Tokenizer:
                                                       [self._special_tokens[s] for s in chosen])
         return table
 
+    def _native_batch(self) -> bool:
+        """Whether a batch is one native job (a named pattern, not a stage-aware model)."""
+        return (self._pattern_id is not None and _NATIVE_PRETOKENIZER
+                and type(self).encode_to_numpy is Tokenizer.encode_to_numpy)
+
     def _encode_flat(self, texts, num_threads: int, specials) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, offsets)`` of many texts (see :meth:`encode_batch_flat`)."""
         texts = texts if isinstance(texts, list) else list(texts)
         n = len(texts)
-        native = (self._pattern_id is not None and _NATIVE_PRETOKENIZER
-                  and type(self).encode_to_numpy is Tokenizer.encode_to_numpy)
-        if native:
+        if self._native_batch():
             return self._encode_job(texts, num_threads, self._special_table_for(specials))
         # custom pattern or stage-aware model: text by text
         if type(self).encode_to_numpy is not Tokenizer.encode_to_numpy:
@@ -790,14 +798,15 @@ class Tokenizer:
         ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
         return ids.astype(np.uint32, copy=False), offsets
 
-    def _encode_job(self, texts: list, num_threads: int, table) -> tuple[np.ndarray, np.ndarray]:
+    def _encode_job(self, texts: list, num_threads: int, table, lists: bool = False):
         """A batch as one native job (``_encode.BatchJob``): up to ``num_threads`` threads (one
         per ``_BATCH_THREAD_BYTES`` of text) take documents one at a time, without the GIL, and the
         ids are gathered by one copy. With more than one thread, the warmest idle encoder's cache
         is shared, read-only, by all of them; each keeps what it merges in a cache of its own,
         moved into the shared one afterwards (``Encoder.absorb_cache``), so the next call starts
-        warm."""
+        warm. ``lists``: a list of id lists, built from the workers' buffers (no flat copy)."""
         job = _encode.BatchJob(texts, self._pattern_id, table)
+        tokens = self._tokens if lists else None
         n_workers = max(1, min(num_threads, job.n_docs, job.n_bytes // _BATCH_THREAD_BYTES))
         # The ids lie in the workers' buffers until ``collect`` copies them: it runs before the
         # encoders go back to the idle pool (a thread that borrows one resets its buffer).
@@ -805,7 +814,7 @@ class Tokenizer:
             enc = self._borrow()
             try:
                 job.run(enc)
-                return job.collect()
+                return job.collect(tokens)
             finally:
                 self._idle.append(enc)
         import threading
@@ -833,7 +842,7 @@ class Tokenizer:
                 t.join()
             try:
                 if ran and not errors:
-                    result = job.collect()
+                    result = job.collect(tokens)
             finally:
                 for enc in privates:
                     shared.absorb_cache(enc)

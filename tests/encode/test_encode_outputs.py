@@ -212,3 +212,90 @@ def test_str_input_edge_cases(gpt2):
     assert gpt2.encode_to_numpy(long).tolist() == gpt2.encode_to_numpy(_old_bytes(long)).tolist()
     with pytest.raises(ValueError, match="disallowed special"):
         gpt2.encode("é" + EOT, allowed_special=set(), disallowed_special="all")
+
+
+# ---- batches: lists straight from the workers' buffers, one worker's buffer handed over ---------
+
+DOCS = st.lists(st.one_of(st.binary(max_size=60), st.text(max_size=30),
+                          st.sampled_from(["", " the cat", EOT, "\udcff é"])), max_size=40)
+
+
+def _job(tok, docs, n_workers, specials=True):
+    job = _encode.BatchJob(docs, tok._pattern_id, tok._special_table_for(specials))
+    encs = [_encode.Encoder(tok._borrow().table) for _ in range(n_workers)]
+    import threading
+    threads = [threading.Thread(target=job.run, args=(e,)) for e in encs[1:]]
+    for t in threads:
+        t.start()
+    job.run(encs[0])
+    for t in threads:
+        t.join()
+    return job, encs
+
+
+def _want(tok, docs, specials=True):
+    return [tok.encode_to_numpy(d, specials).tolist() for d in docs]
+
+
+@SETTINGS
+@given(docs=DOCS, n_workers=st.sampled_from([1, 2, 3]))
+def test_collect_lists_equal_split_lists_of_the_flat_ids(gpt2, docs, n_workers):
+    import gc
+    want = _want(gpt2, docs)
+    job, _ = _job(gpt2, docs, n_workers)
+    got = job.collect(gpt2._tokens)
+    assert got == want
+    assert all(type(x) is list and gc.is_tracked(x) for x in got)
+    job, _ = _job(gpt2, docs, n_workers)
+    ids, offsets = job.collect()
+    assert gpt2._tokens.split_lists(ids, offsets) == want
+    assert ids.dtype == np.uint32 and ids.flags.writeable and ids.flags.c_contiguous
+
+
+@SETTINGS
+@given(docs=DOCS)
+def test_a_handed_over_buffer_outlives_its_encoder_and_the_next_job(gpt2, docs):
+    want = _want(gpt2, docs)
+    job, (enc,) = _job(gpt2, docs, 1)
+    ids, offsets = job.collect()
+    flat = [i for w in want for i in w]
+    assert ids.tolist() == flat and offsets[-1] == len(flat)
+    copy = ids.copy()
+    other = ["zzz " * 50, "qq"] * 3                      # the same encoder writes a new buffer
+    job2 = _encode.BatchJob(other, gpt2._pattern_id, None)
+    job2.run(enc)
+    ids2, _ = job2.collect()
+    del job, job2, enc
+    import gc
+    gc.collect()
+    assert ids.tolist() == copy.tolist()                 # the first job's ids, untouched
+    assert ids2.tolist() == [i for d in other for i in gpt2.encode_to_numpy(d, False).tolist()]
+    if len(ids):
+        ids[0] = 7                                       # writable, as np.empty's was
+        assert ids[0] == 7
+
+
+def test_batch_api_lists_equal_the_flat_api(gpt2):
+    docs = ["hello world", "", "é " * 300, EOT + " x", b"\xff\xfe"] * 200
+    for threads in (1, 2, 4):
+        flat_ids, offsets = gpt2.encode_batch_flat(docs, num_threads=threads)
+        want = gpt2._tokens.split_lists(flat_ids, offsets)
+        assert gpt2.encode_batch(docs, num_threads=threads) == want
+        assert gpt2.encode_ordinary_batch(docs, num_threads=threads) == [gpt2.encode_ordinary(d) for d in docs]
+
+
+def test_lists_built_without_zeroing_survive_a_collection_midway():
+    """``_list`` leaves slots unset until written: the lists are untracked meanwhile, so a
+    collection while a batch is built (forced here by a tiny threshold) never sees them."""
+    import gc
+    t = _encode.TokenTable([bytes([i]) for i in range(256)], max_ints=16)   # ids >= 16: new ints
+    ids = (np.arange(5000, dtype=np.uint32) * 7) % 256
+    old = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        lists = t.split_lists(ids, np.arange(0, 5001, 5, dtype=np.int64))
+        one = t.to_list(ids)
+    finally:
+        gc.set_threshold(*old)
+    assert one == ids.tolist() and gc.is_tracked(one)
+    assert [x for l in lists for x in l] == ids.tolist()
