@@ -193,11 +193,24 @@ def test_encode_of_a_str_equals_encode_of_its_bytes(gpt2, text, specials):
     assert gpt2.encode_ordinary(text) == gpt2.encode_ordinary(data)
 
 
+def test_utf8_of_reads_only_what_costs_nothing():
+    """ASCII: a view of the str itself; other text: encoded (bytes), unless CPython kept its UTF-8."""
+    import ctypes
+    assert type(_encode.utf8_of("plain ascii")).__name__ == "Utf8View"
+    fresh = "".join(["caf", "é ", "€"])
+    assert type(_encode.utf8_of(fresh)) is bytes and bytes(_encode.utf8_of(fresh)) == fresh.encode()
+    get = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_void_p]
+    assert get(fresh, None)                              # CPython makes and keeps its UTF-8
+    view = _encode.utf8_of(fresh)
+    assert type(view).__name__ == "Utf8View" and bytes(view) == fresh.encode()
+
+
 def test_utf8_view_keeps_its_str_alive():
     import gc
-    view = _encode.utf8_of("".join(["é€ "] * 1000))
+    view = _encode.utf8_of("".join(["abc "] * 1000))
     gc.collect()
-    assert bytes(view) == "é€ ".encode() * 1000
+    assert bytes(view) == b"abc " * 1000
     with pytest.raises((BufferError, TypeError)):
         memoryview(view)[0:1] = b"x"                     # read-only
     assert bytes(_encode.utf8_of("")) == b""
