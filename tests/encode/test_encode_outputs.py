@@ -235,7 +235,9 @@ DOCS = st.lists(st.one_of(st.binary(max_size=60), st.text(max_size=30),
 
 def _job(tok, docs, n_workers, specials=True):
     job = _encode.BatchJob(docs, tok._pattern_id, tok._special_table_for(specials))
-    encs = [_encode.Encoder(tok._borrow().table) for _ in range(n_workers)]
+    lent = tok._borrow()
+    tok._idle.append(lent)
+    encs = [_encode.Encoder(lent.table, max_entries=1 << 10) for _ in range(n_workers)]   # small caches
     import threading
     threads = [threading.Thread(target=job.run, args=(e,)) for e in encs[1:]]
     for t in threads:
