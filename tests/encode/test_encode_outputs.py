@@ -223,8 +223,10 @@ def test_str_input_edge_cases(gpt2):
     assert gpt2.encode_to_numpy(S("hello")).tolist() == gpt2.encode_to_numpy(b"x").tolist()
     long = ("caf\u00e9 \udcff naïve " * 120_000)           # over one native block: the generator path
     assert gpt2.encode_to_numpy(long).tolist() == gpt2.encode_to_numpy(_old_bytes(long)).tolist()
-    with pytest.raises(ValueError, match="disallowed special"):
-        gpt2.encode("é" + EOT, allowed_special=set(), disallowed_special="all")
+    for text in ("é" + EOT, "x" + EOT):                  # read by encode, and in place (ASCII)
+        with pytest.raises(ValueError, match="disallowed special"):
+            gpt2.encode(text, allowed_special=set(), disallowed_special="all")
+        assert gpt2.encode(text, allowed_special=set(), disallowed_special=()) == gpt2.encode_ordinary(text)
 
 
 # ---- batches: lists straight from the workers' buffers, one worker's buffer handed over ---------
