@@ -128,6 +128,7 @@ cdef class Encoder:
                           Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_bytes, bint open_end,
                           Py_ssize_t* stop, bint* done) except -1 nogil
     cdef object _take_out(self)
+    cdef object _take_counted(self, const int64_t[::1] lengths, bint narrow, int64_t* n_bytes)
     cdef int _absorb(self, Encoder other) noexcept nogil
 
 
@@ -147,6 +148,9 @@ cdef class BatchJob:
     cdef list workers                   # worker index -> Encoder
     cdef readonly Py_ssize_t n_docs
     cdef readonly int64_t n_bytes
+
+    cdef bint _one_run(self, int64_t total)
+    cdef void _release_workers(self)
 
 
 # SuperBPE's stage 2 (the "hf" and "units" splits). A pair of neighbouring stage-1 ids that no

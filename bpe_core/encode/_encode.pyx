@@ -47,6 +47,7 @@ not thread-safe (it owns the cache and scratch buffers); ``Tokenizer`` keeps one
 """
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.exc cimport PyErr_Clear
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
@@ -64,6 +65,57 @@ import numpy as np
 from bpe_core.pretok._pretok cimport _split_ends
 from bpe_core.engine._typedefs cimport pack_pair, pair_key_t, token_id_t
 from bpe_core.engine._units cimport RankEntry, RankMerger
+
+cdef extern from *:
+    """
+    /* A list of n slots left unset (PyList_New callocs them): the caller sets every slot before
+       the list is seen by anyone, the cyclic collector included (it is untracked meanwhile). */
+    static PyObject* bpe_list_unset(Py_ssize_t n) {
+        PyObject* op = PyList_New(0);
+        PyObject** items;
+        if (op == NULL)
+            return op;
+        PyObject_GC_UnTrack(op);
+        if (n == 0)
+            return op;
+        items = (PyObject**)PyMem_Malloc((size_t)n * sizeof(PyObject*));
+        if (items == NULL) {
+            Py_DECREF(op);
+            return PyErr_NoMemory();
+        }
+        ((PyListObject*)op)->ob_item = items;
+        ((PyListObject*)op)->allocated = n;
+        Py_SET_SIZE(op, n);
+        return op;
+    }
+    """
+    PyObject* list_unset "bpe_list_unset"(Py_ssize_t n)
+
+
+cdef extern from *:
+    """
+    /* The UTF-8 of a str when it costs nothing: an ASCII str is its own UTF-8; another str has it
+       only if CPython made and kept it before (PyUnicode_AsUTF8 and friends). NULL otherwise. */
+    static const char* bpe_utf8_if_free(PyObject* s, Py_ssize_t* n) {
+    #if PY_VERSION_HEX < 0x030C0000
+        if (PyUnicode_READY(s) < 0) {
+            PyErr_Clear();
+            return NULL;
+        }
+    #endif
+        if (PyUnicode_IS_ASCII(s)) {
+            *n = PyUnicode_GET_LENGTH(s);
+            return (const char*)PyUnicode_DATA(s);
+        }
+        if (PyUnicode_IS_COMPACT(s) && ((PyCompactUnicodeObject*)s)->utf8 != NULL) {
+            *n = ((PyCompactUnicodeObject*)s)->utf8_length;
+            return ((PyCompactUnicodeObject*)s)->utf8;
+        }
+        return NULL;
+    }
+    """
+    const char* utf8_if_free "bpe_utf8_if_free"(object s, Py_ssize_t* n)
+
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size)
@@ -162,6 +214,7 @@ cdef extern from *:
 cdef enum:
     SHORT_PIECE = 128          # longest piece merged by the linear scan; longer ones use the heap
     INLINE_IDS = 4             # ids held in the cache slot itself
+    HAND_OVER_IDS = 1 << 16    # outputs this long are handed over, not copied (``_take_out``)
     BATCH = 16                 # pretokens hashed and prefetched ahead of their probes
     ENDS_CAP = 4096            # pretoken ends scanned ahead (32 KiB of int64: stays in L1/L2)
     HOLD_BACK = 2              # pretokens held back at an open end (see _encode_span)
@@ -1007,11 +1060,58 @@ cdef class Encoder:
         return 0
 
     cdef object _take_out(self):
-        """The ids written so far as a new uint32 ndarray; keeps the buffer unless it is huge."""
+        """The ids written so far as a new uint32 ndarray; keeps the buffer unless it is huge. From
+        ``HAND_OVER_IDS`` ids on, the buffer itself becomes the array (no copy; the next call
+        starts a new one)."""
+        if self.out_n >= HAND_OVER_IDS:
+            return _hand_over(self, self.out_n)
         result = np.empty(self.out_n, dtype=np.uint32)
         cdef uint32_t[::1] view = result
         if self.out_n:
             memcpy(&view[0], self.out_buf, self.out_n * sizeof(token_id_t))
+        self.out_n = 0
+        if self.out_cap > (1 << 24):     # don't keep a huge buffer alive between calls
+            free(self.out_buf)
+            self.out_buf = NULL
+            self.out_cap = 0
+        return result
+
+    cdef object _take_counted(self, const int64_t[::1] lengths, bint narrow, int64_t* n_bytes):
+        """``_take_out`` fused with the corpus encoder's conservation sum and its narrowing: one
+        pass over the ids writes them as uint16 (``narrow``) or uint32 into the new array and sums
+        ``lengths[id]`` of each. ``n_bytes[0]`` is the sum, or -1 when an id is outside ``lengths``
+        (the caller's check then fails; the ids are still all copied, narrowed modulo 2**16). Narrowing needs ``len(lengths) <= 65536``, so every id it
+        keeps fits."""
+        cdef Py_ssize_t k, n = self.out_n, m = lengths.shape[0]
+        cdef int64_t total = 0
+        cdef uint32_t x
+        cdef bint bad = False
+        cdef const token_id_t* src = self.out_buf
+        cdef const int64_t* lens = &lengths[0] if m else NULL
+        cdef uint16_t* d16 = NULL
+        cdef uint32_t* d32 = NULL
+        cdef uint16_t[::1] v16
+        cdef uint32_t[::1] v32
+        result = np.empty(n, dtype=np.uint16 if narrow else np.uint32)
+        if n:
+            if narrow:
+                v16 = result
+                d16 = &v16[0]
+            else:
+                v32 = result
+                d32 = &v32[0]
+            with nogil:
+                for k in range(n):
+                    x = src[k]
+                    if x < <uint64_t>m:
+                        total += lens[x]
+                    else:
+                        bad = True
+                    if narrow:
+                        d16[k] = <uint16_t>x
+                    else:
+                        d32[k] = x
+        n_bytes[0] = -1 if bad else total
         self.out_n = 0
         if self.out_cap > (1 << 24):     # don't keep a huge buffer alive between calls
             free(self.out_buf)
@@ -1058,6 +1158,39 @@ cdef class Encoder:
                 self._encode_text(pattern_id, sp, &buf[0], n_buf, start, end, max_bytes, open_end,
                                   &stop, &done)
         return self._take_out(), stop, done
+
+    def encode_counted(self, const uint8_t[::1] buf not None, Py_ssize_t start, Py_ssize_t end,
+                       int pattern_id, SpecialTable specials, Py_ssize_t max_bytes,
+                       const int64_t[::1] lengths not None, bint narrow=False):
+        """:meth:`encode_text` (a closed end) for the corpus encoder, with the ids' byte count
+        in the same pass: ``(ids, stop, done, n_bytes)``. ``ids`` are uint16 when ``narrow``
+        (then ``len(lengths) <= 65536``), else uint32; ``n_bytes`` is ``lengths[ids].sum()``, or
+        -1 when an id is outside ``lengths`` (``sum_lengths``' contract).
+
+        >>> t = RankTable(np.array([97], np.uint32), np.array([98], np.uint32),
+        ...               np.array([256], np.uint32), np.arange(256, dtype=np.uint32))
+        >>> lengths = np.array([1] * 256 + [2], np.int64)
+        >>> ids, stop, done, n = Encoder(t).encode_counted(b"abc ab", 0, 6, 0, None, 0, lengths, True)
+        >>> ids.tolist(), ids.dtype.name, stop, done, n
+        ([256, 99, 32, 256], 'uint16', 6, True, 6)
+        """
+        cdef Py_ssize_t n_buf = buf.shape[0], stop = start
+        cdef bint done = True
+        cdef int64_t n_bytes = 0
+        cdef const Specials* sp = &specials.c if specials is not None else NULL
+        if not (0 <= start <= end <= n_buf):
+            raise ValueError("need 0 <= start <= end <= len(buf)")
+        if pattern_id < 0 or pattern_id > 2:
+            raise ValueError(f"unknown pattern id {pattern_id}")
+        if narrow and lengths.shape[0] > (1 << 16):
+            raise ValueError("narrow needs a table of at most 65536 ids")
+        self.out_n = 0
+        if end > start:
+            with nogil:
+                self._encode_text(pattern_id, sp, &buf[0], n_buf, start, end, max_bytes, False,
+                                  &stop, &done)
+        ids = self._take_counted(lengths, narrow, &n_bytes)
+        return ids, stop, done, n_bytes
 
     def encode_piece(self, const uint8_t[::1] piece, str method="auto"):
         """Token ids of one pretoken (no cache): ``method`` is ``auto``, ``scan`` or ``heap``.
@@ -1390,27 +1523,52 @@ cdef class BatchJob:
         finally:
             enc.shared = None
 
-    def collect(self):
+    def collect(self, TokenTable lists=None):
         """``(ids, offsets)`` after every :meth:`run` returned: uint32 ids of all documents back
-        to back, int64 offsets (``n_docs + 1``). The workers' buffers are emptied."""
-        cdef Py_ssize_t k, k0, n = self.n_docs
+        to back, int64 offsets (``n_docs + 1``). The workers' buffers are emptied. One worker's
+        buffer becomes ``ids`` itself (no copy; the encoder starts a new one).
+
+        With ``lists`` (the tokenizer's ``TokenTable``): the list of each document's ids instead,
+        built straight from the workers' buffers (no flat copy in between); equal to
+        ``lists.split_lists(*collect())``.
+        """
+        cdef Py_ssize_t k, k0, n = self.n_docs, built = 0
         cdef int64_t total = 0
         cdef int32_t who
         cdef Encoder enc
         cdef vector[token_id_t*] bufs
+        cdef list out
         if n and self.next_doc < n:
             raise RuntimeError("collect() before every document was encoded")
         for k in range(n):
             if self.doc_who[k] < 0:
                 raise RuntimeError("a document was not encoded (a worker failed)")
+        if lists is not None:
+            for enc in self.workers:
+                bufs.push_back(enc.out_buf)
+            out = [None] * n
+            try:
+                for k in range(n):
+                    out[k] = lists._list(bufs[self.doc_who[k]] + self.doc_at[k] if self.doc_n[k] else NULL,
+                                         self.doc_n[k])          # untracked while the batch is built
+                    built = k + 1
+            finally:
+                for k in range(built):
+                    gc_track(<PyObject*>out[k])
+                self._release_workers()
+            return out
         offsets = np.empty(n + 1, dtype=np.int64)
         cdef int64_t[::1] offs = offsets
         offs[0] = 0
         for k in range(n):
             total += self.doc_n[k]
             offs[k + 1] = total
+        if len(self.workers) == 1 and total > 0 and self._one_run(total):
+            ids = _hand_over(<Encoder>self.workers[0], total)
+            self._release_workers()
+            return ids, offsets
         ids = np.empty(total, dtype=np.uint32)
-        cdef uint32_t[::1] out = ids
+        cdef uint32_t[::1] flat = ids
         for enc in self.workers:
             bufs.push_back(enc.out_buf)
         with nogil:
@@ -1422,7 +1580,22 @@ cdef class BatchJob:
                 while k < n and self.doc_who[k] == who and self.doc_at[k] == self.doc_at[k - 1] + self.doc_n[k - 1]:
                     k += 1
                 if offs[k] > offs[k0]:
-                    memcpy(&out[offs[k0]], bufs[who] + self.doc_at[k0], (offs[k] - offs[k0]) * sizeof(token_id_t))
+                    memcpy(&flat[offs[k0]], bufs[who] + self.doc_at[k0], (offs[k] - offs[k0]) * sizeof(token_id_t))
+        self._release_workers()
+        return ids, offsets
+
+    cdef bint _one_run(self, int64_t total):
+        """Whether the ids lie in worker 0's buffer in document order from its start (one worker)."""
+        cdef Py_ssize_t k
+        cdef int64_t at = 0
+        for k in range(self.n_docs):
+            if self.doc_who[k] != 0 or self.doc_at[k] != at:
+                return False
+            at += self.doc_n[k]
+        return at == total and (<Encoder>self.workers[0]).out_n == total
+
+    cdef void _release_workers(self):
+        cdef Encoder enc
         for enc in self.workers:
             enc.out_n = 0
             if enc.out_cap > (1 << 24):     # don't keep a huge buffer alive between calls
@@ -1431,7 +1604,35 @@ cdef class BatchJob:
                 enc.out_cap = 0
         self.workers = []
         self.keep = None
-        return ids, offsets
+
+
+@cython.final
+cdef class _OwnedIds:
+    """A malloc'ed uint32 buffer handed over from an encoder, freed with the last array over it."""
+    cdef token_id_t* p
+    cdef Py_ssize_t n
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, <void*>self.p, self.n * sizeof(token_id_t), 0, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __dealloc__(self):
+        free(self.p)
+
+
+cdef object _hand_over(Encoder enc, Py_ssize_t n):
+    """The first ``n`` ids of ``enc``'s buffer as a uint32 array that owns the buffer (trimmed to
+    ``n``); the encoder starts a new buffer on its next call."""
+    cdef _OwnedIds owner = _OwnedIds.__new__(_OwnedIds)
+    cdef token_id_t* trimmed = <token_id_t*>realloc(enc.out_buf, n * sizeof(token_id_t))
+    owner.p = trimmed if trimmed != NULL else enc.out_buf
+    owner.n = n
+    enc.out_buf = NULL
+    enc.out_cap = 0
+    enc.out_n = 0
+    return np.frombuffer(owner, dtype=np.uint32)
 
 
 # ==== Stage-aware encoding (SuperBPE) ===========================================================
@@ -2242,6 +2443,49 @@ def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2
     return enc._take_out()
 
 
+# ==== The UTF-8 of a str =========================================================================
+
+@cython.final
+cdef class Utf8View:
+    """A read-only buffer over the UTF-8 that CPython keeps in a ``str`` (see :func:`utf8_of`);
+    it holds the ``str``, so the bytes stay valid while the view lives."""
+    cdef object text
+    cdef const char* p
+    cdef Py_ssize_t n
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, <void*>self.p, self.n, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __len__(self):
+        return self.n
+
+
+def utf8_of(str text not None):
+    """The UTF-8 of ``text`` with ``surrogateescape``, as a buffer: ``text.encode("utf-8",
+    "surrogateescape")`` without the copy where the ``str`` holds it already. An ASCII ``str`` is
+    its own UTF-8 (no copy); another ``str`` whose UTF-8 CPython made and kept before
+    (``PyUnicode_AsUTF8``) is read there. Any other ``str`` is encoded as before: making and
+    keeping its UTF-8 (``PyUnicode_AsUTF8AndSize``, as tiktoken's binding does) cost ~30% more CPU
+    than ``encode`` for a ``str`` seen once, and doubles its memory.
+
+    >>> bytes(utf8_of("hi é")), bytes(utf8_of("a\\udcff")), len(utf8_of("€")), type(utf8_of("ab")).__name__
+    (b'hi \\xc3\\xa9', b'a\\xff', 3, 'Utf8View')
+    """
+    cdef Py_ssize_t size = 0
+    cdef const char* p = utf8_if_free(text, &size)
+    cdef Utf8View view
+    if p == NULL:                                   # no UTF-8 kept (or lone surrogates)
+        return text.encode("utf-8", "surrogateescape")
+    view = Utf8View.__new__(Utf8View)
+    view.text = text
+    view.p = p
+    view.n = size
+    return view
+
+
 # ==== Bytes the ids stand for ====================================================================
 
 @cython.boundscheck(False)
@@ -2369,7 +2613,9 @@ cdef class TokenTable:
         """The ids as a Python list of ints (one pass; ids below ``max_ints`` share their object)."""
         if ids.shape[0] == 0:
             return []
-        return self._list(&ids[0], ids.shape[0])
+        out = self._list(&ids[0], ids.shape[0])
+        gc_track(<PyObject*>out)
+        return out
 
     def split_lists(self, const uint32_t[::1] ids not None, const int64_t[::1] offsets not None):
         """``[ids[offsets[k]:offsets[k + 1]] as a list for each k]``.
@@ -2388,11 +2634,8 @@ cdef class TokenTable:
         out = [None] * max(m, 0)
         try:
             for k in range(m):
-                if offsets[k + 1] > offsets[k]:
-                    item = self._list(&ids[offsets[k]], offsets[k + 1] - offsets[k])
-                else:
-                    item = []
-                gc_untrack(<PyObject*>item)
+                item = self._list(&ids[offsets[k]] if offsets[k + 1] > offsets[k] else NULL,
+                                  offsets[k + 1] - offsets[k])                          # untracked
                 out[k] = item
                 built = k + 1
         finally:
@@ -2401,9 +2644,11 @@ cdef class TokenTable:
         return out
 
     cdef object _list(self, const uint32_t* p, Py_ssize_t n):
-        cdef PyObject* lst = list_new(n)
+        """The ids as a new list, its slots written once (not zeroed first); the list comes back
+        untracked by the cyclic collector (the caller tracks it)."""
+        cdef PyObject* lst = list_unset(n)
         cdef PyObject* o
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, j
         cdef uint32_t v
         if lst == NULL:
             raise MemoryError()
@@ -2415,6 +2660,8 @@ cdef class TokenTable:
             else:
                 o = long_from_u32(v)
                 if o == NULL:
+                    for j in range(i, n):       # the unset slots, so the list can be freed
+                        list_set(lst, j, NULL)
                     decref(lst)
                     raise MemoryError()
             list_set(lst, i, o)

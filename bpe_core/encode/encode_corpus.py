@@ -181,18 +181,28 @@ class _ChunkEncoder:
         head: list = []
         starts = [] if self.want_doc_starts and (block.doc_ends is not None or block.begins_item) else None
         seps = [] if self.sep_id is not None else None
+        narrow = self.dtype == np.uint16
+        counted = getattr(spec, "iter_encode_counted", None)
         for a, b in ranges:
             if starts is not None:
                 starts.append(n_ids)
-            for ids in spec.iter_encode(buf, a, b) if b > a else ():
-                n_bytes += _bytes_of(self.token_lengths, ids)
-                out = ids.astype(self.dtype, copy=False)
+            if b <= a:
+                continue
+            if counted is not None:     # ids narrowed and their bytes summed in one native pass
+                blocks = counted(buf, a, b, self.token_lengths, narrow)
+            else:
+                blocks = ((ids.astype(self.dtype, copy=False), _bytes_of(self.token_lengths, ids))
+                          for ids in spec.iter_encode(buf, a, b))
+            for out, block_bytes in blocks:
+                if block_bytes < 0:     # an id outside the table: refuse before writing it
+                    check_total(f"bytes of {block.label} (an id outside the vocabulary)", block_bytes, len(buf))
+                n_bytes += block_bytes
                 if self.verify and n_ids < VERIFY_IDS:
                     head.append(out[:VERIFY_IDS - n_ids])
                 slot.put(out)
                 if seps is not None:
-                    seps.append(np.flatnonzero(ids == self.sep_id) + n_ids)
-                n_ids += len(ids)
+                    seps.append(np.flatnonzero(out == self.sep_id) + n_ids)
+                n_ids += len(out)
         check_total(f"bytes of {block.label} (bytes the ids stand for vs bytes read)", n_bytes, len(buf))
         if self.verify:
             _verify_block(head, self.dtype, buf, self.decode, block.label, n_ids)

@@ -269,7 +269,10 @@ class Tokenizer:
         >>> Tokenizer(vocab, []).encode_to_numpy("hi")
         array([104, 105], dtype=uint32)
         """
-        data = _as_bytes(text)
+        if type(text) is str and self._pattern_id is not None and _NATIVE_PRETOKENIZER:
+            data = _encode.utf8_of(text)    # the str's own UTF-8, no copy (ASCII, or made before)
+        else:
+            data = _as_bytes(text)
         specials = self._select_specials(specials, allowed_special, disallowed_special, (data,))
         if len(data) <= _BLOCK_BYTES and self._pattern_id is not None and _NATIVE_PRETOKENIZER:
             enc = self._borrow()            # one native call, no generator (encode_batch's many docs)
@@ -301,6 +304,8 @@ class Tokenizer:
         """
         texts = texts if isinstance(texts, list) else list(texts)
         specials = self._select_specials(True, allowed_special, disallowed_special, texts)
+        if not flat and self._native_batch():
+            return self._encode_job(texts, num_threads, self._special_table_for(specials), lists=True)
         ids, offsets = self._encode_flat(texts, num_threads, specials)
         return (ids, offsets) if flat else self._tokens.split_lists(ids, offsets)
 
@@ -664,6 +669,9 @@ class Tokenizer:
         >>> Tokenizer(vocab, [], ["<s>"]).encode_ordinary_batch(["<s>", "a"])
         [[60, 115, 62], [97]]
         """
+        if not flat and self._native_batch():
+            texts = texts if isinstance(texts, list) else list(texts)
+            return self._encode_job(texts, num_threads, self._special_table_for(False), lists=True)
         ids, offsets = self._encode_flat(texts, num_threads, False)
         return (ids, offsets) if flat else self._tokens.split_lists(ids, offsets)
 
@@ -758,13 +766,16 @@ class Tokenizer:
                                                       [self._special_tokens[s] for s in chosen])
         return table
 
+    def _native_batch(self) -> bool:
+        """Whether a batch is one native job (a named pattern, not a stage-aware model)."""
+        return (self._pattern_id is not None and _NATIVE_PRETOKENIZER
+                and type(self).encode_to_numpy is Tokenizer.encode_to_numpy)
+
     def _encode_flat(self, texts, num_threads: int, specials) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, offsets)`` of many texts (see :meth:`encode_batch_flat`)."""
         texts = texts if isinstance(texts, list) else list(texts)
         n = len(texts)
-        native = (self._pattern_id is not None and _NATIVE_PRETOKENIZER
-                  and type(self).encode_to_numpy is Tokenizer.encode_to_numpy)
-        if native:
+        if self._native_batch():
             return self._encode_job(texts, num_threads, self._special_table_for(specials))
         # custom pattern or stage-aware model: text by text
         if type(self).encode_to_numpy is not Tokenizer.encode_to_numpy:
@@ -787,14 +798,15 @@ class Tokenizer:
         ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
         return ids.astype(np.uint32, copy=False), offsets
 
-    def _encode_job(self, texts: list, num_threads: int, table) -> tuple[np.ndarray, np.ndarray]:
+    def _encode_job(self, texts: list, num_threads: int, table, lists: bool = False):
         """A batch as one native job (``_encode.BatchJob``): up to ``num_threads`` threads (one
         per ``_BATCH_THREAD_BYTES`` of text) take documents one at a time, without the GIL, and the
         ids are gathered by one copy. With more than one thread, the warmest idle encoder's cache
         is shared, read-only, by all of them; each keeps what it merges in a cache of its own,
         moved into the shared one afterwards (``Encoder.absorb_cache``), so the next call starts
-        warm."""
+        warm. ``lists``: a list of id lists, built from the workers' buffers (no flat copy)."""
         job = _encode.BatchJob(texts, self._pattern_id, table)
+        tokens = self._tokens if lists else None
         n_workers = max(1, min(num_threads, job.n_docs, job.n_bytes // _BATCH_THREAD_BYTES))
         # The ids lie in the workers' buffers until ``collect`` copies them: it runs before the
         # encoders go back to the idle pool (a thread that borrows one resets its buffer).
@@ -802,7 +814,7 @@ class Tokenizer:
             enc = self._borrow()
             try:
                 job.run(enc)
-                return job.collect()
+                return job.collect(tokens)
             finally:
                 self._idle.append(enc)
         import threading
@@ -830,7 +842,7 @@ class Tokenizer:
                 t.join()
             try:
                 if ran and not errors:
-                    result = job.collect()
+                    result = job.collect(tokens)
             finally:
                 for enc in privates:
                     shared.absorb_cache(enc)
@@ -926,6 +938,11 @@ class EncoderSpec:
         if self.tokenizer is not None or not _NATIVE_PRETOKENIZER:
             yield from self.tokenizer._iter_encode(buf, start, end)
             return
+        self._ready()
+        yield from _iter_encode_native(self._encoder, buf, start, end, self.pattern_id, self._table)
+
+    def _ready(self) -> None:
+        """This spec's encoder (lent and warm, or new) and special table, on first use."""
         if self._encoder is None:
             try:
                 self._encoder = self._pool.pop()        # a lent, warm encoder
@@ -933,7 +950,36 @@ class EncoderSpec:
                 table = self._rank_table if self._rank_table is not None else _encode.RankTable(*self.rank_arrays)
                 self._encoder = _encode.Encoder(table, singles=self._singles)
             self._table = _special_table(self.special_bytes, self.special_ids)
-        yield from _iter_encode_native(self._encoder, buf, start, end, self.pattern_id, self._table)
+
+    def iter_encode_counted(self, buf, start: int, end: int, lengths: np.ndarray, narrow: bool):
+        """:meth:`iter_encode` for the corpus encoder: yields ``(ids, n_bytes)``, the ids as uint16
+        (``narrow``) or uint32 and ``lengths[ids].sum()`` (-1 when an id is outside ``lengths``),
+        made in one native pass over the ids (``Encoder.encode_counted``). Without the native
+        pre-tokenizer, :meth:`iter_encode`'s blocks with the sum and the narrowing done apart."""
+        if self.tokenizer is not None or not _NATIVE_PRETOKENIZER:
+            yield from _counted(self.iter_encode(buf, start, end), lengths, narrow)
+            return
+        self._ready()
+        enc, pattern_id, table = self._encoder, self.pattern_id, self._table
+        pos, block = start, _BLOCK_BYTES
+        while pos < end:
+            ids, stop, done, n_bytes = enc.encode_counted(buf, pos, end, pattern_id, table, block, lengths, narrow)
+            if len(ids):
+                yield ids, n_bytes
+            if done:
+                return
+            block = 2 * block if stop == pos else _BLOCK_BYTES
+            pos = stop
+
+
+def _counted(blocks, lengths: np.ndarray, narrow: bool):
+    """``(ids, n_bytes)`` of uint32 id ``blocks``, apart: the plain twin of ``Encoder.encode_counted``."""
+    for ids in blocks:
+        if ids.size and int(ids.max()) >= len(lengths):
+            n_bytes = -1
+        else:
+            n_bytes = int(lengths[ids].sum())
+        yield (ids.astype(np.uint16) if narrow else ids), n_bytes
 
 
 def _as_bytes(text: str | bytes) -> bytes:
