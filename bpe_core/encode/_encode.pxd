@@ -32,6 +32,7 @@ cdef class RankTable:
     cdef readonly bint narrow           # words is used (else slots)
     cdef vector[token_id_t] merged_ids  # rank -> id of the token the merge builds
     cdef token_id_t byte_ids[256]       # byte value -> id of its single-byte token
+    cdef vector[uint32_t] byte_ranks    # (byte << 8) | byte -> the first rank of the two bytes' pair
     cdef uint64_t slot_mask
     cdef int shift
     cdef readonly Py_ssize_t n_merges   # ranks are 0 .. n_merges - 1 (some may be unreachable)

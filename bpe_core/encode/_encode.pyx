@@ -386,6 +386,10 @@ cdef class RankTable:
                     if key != EMPTY_KEY:
                         self.words[slot] = _narrow_key(key) | self.slots[slot].rank
                 self.slots = vector[RankSlot]()
+            # every pair of two bytes, looked up directly (a merge loop's first lookups; 256 KiB)
+            self.byte_ranks.resize(65536)
+            for i in range(65536):
+                self.byte_ranks[i] = self.rank_of(self.byte_ids[i >> 8], self.byte_ids[i & 0xFF])
 
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil:
         cdef pair_key_t key = pack_pair(left, right)
@@ -632,13 +636,11 @@ cdef class Encoder:
         a merge makes never has rank ``r`` (its token is longer than either part of ``r``'s pair,
         and ids are canonical by bytes), so the next occurrence of ``r`` is the next one the
         reference merges. A step costs a scan of the ranks and a short move, not a rewrite of the
-        piece. Every pair's rank-table slot is prefetched before the first probe, so the probes of
-        a rare piece overlap their cache misses.
+        piece. The first ranks, of pairs of two bytes, are read from ``RankTable.byte_ranks``
+        (indexed by the two bytes: no hash, no probe).
         """
         cdef token_id_t tok[SHORT_PIECE]
         cdef uint32_t rk[SHORT_PIECE]
-        cdef pair_key_t keys[SHORT_PIECE]
-        cdef uint64_t homes[SHORT_PIECE]
         cdef Py_ssize_t m = n, i, j
         cdef uint32_t r, nr
         for i in range(m):
@@ -647,11 +649,7 @@ cdef class Encoder:
             memcpy(out, tok, m * sizeof(token_id_t))
             return m
         for i in range(m - 1):
-            keys[i] = pack_pair(tok[i], tok[i + 1])
-            homes[i] = self.table.home_of(keys[i])
-            self.table.prefetch_home(homes[i])
-        for i in range(m - 1):
-            rk[i] = self.table.rank_at(homes[i], keys[i])
+            rk[i] = self.table.byte_ranks[(<uint32_t>piece[i] << 8) | piece[i + 1]]
         rk[m - 1] = NO_RANK
         while m > 1:
             r = NO_RANK                         # 1. the leftmost lowest rank
