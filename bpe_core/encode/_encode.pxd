@@ -14,8 +14,9 @@ from bpe_core.engine._typedefs cimport pair_key_t, token_id_t
 from bpe_core.engine._units cimport RankEntry, RankMerger
 
 
-# One pair of the rank table, 16 bytes (four per cache line): a probe reads one line, the key, its
-# first rank and the id it merges into together (they were two arrays, two cache misses a probe).
+# One pair of the rank table's wide layout, 16 bytes (four per cache line): a probe reads one line,
+# the key, its first rank and the id it merges into together. Tables whose ids and ranks fit use
+# the narrow layout instead (RankTable.words, 8 bytes a slot).
 cdef struct RankSlot:
     pair_key_t key
     uint32_t rank
@@ -24,9 +25,14 @@ cdef struct RankSlot:
 
 @cython.final
 cdef class RankTable:
-    cdef vector[RankSlot] slots         # open addressing; key EMPTY_KEY marks a free slot
+    cdef vector[RankSlot] slots         # open addressing; key EMPTY_KEY marks a free slot (the wide
+                                        # layout: ids or ranks too large for ``words``)
+    cdef vector[uint64_t] words         # the narrow layout, 8 bytes a slot: (left << 43) | (right << 22)
+                                        # | rank, all ones free (ids < 2^21 - 1, ranks < 2^22 - 1)
+    cdef readonly bint narrow           # words is used (else slots)
     cdef vector[token_id_t] merged_ids  # rank -> id of the token the merge builds
     cdef token_id_t byte_ids[256]       # byte value -> id of its single-byte token
+    cdef vector[uint32_t] byte_ranks    # (byte << 8) | byte -> the first rank of the two bytes' pair
     cdef uint64_t slot_mask
     cdef int shift
     cdef readonly Py_ssize_t n_merges   # ranks are 0 .. n_merges - 1 (some may be unreachable)
@@ -36,8 +42,9 @@ cdef class RankTable:
     cdef vector[uint32_t] later_ranks
 
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil
-    cdef const RankSlot* slot_of(self, pair_key_t key) noexcept nogil
-    cdef const RankSlot* find_at(self, const RankSlot* sl, pair_key_t key) noexcept nogil
+    cdef uint64_t home_of(self, pair_key_t key) noexcept nogil
+    cdef void prefetch_home(self, uint64_t slot) noexcept nogil
+    cdef uint32_t rank_at(self, uint64_t slot, pair_key_t key) noexcept nogil
     cdef uint32_t rank_after(self, token_id_t left, token_id_t right, uint32_t after) noexcept nogil
 
 

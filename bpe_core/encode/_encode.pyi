@@ -7,6 +7,7 @@ import numpy.typing as npt
 class RankTable:
     n_merges: int
     n_pairs: int
+    narrow: bool
     def __init__(self, lefts: npt.NDArray[np.uint32], rights: npt.NDArray[np.uint32],
                  merged_ids: npt.NDArray[np.uint32], byte_ids: npt.NDArray[np.uint32]) -> None: ...
     def lookup(self, left: int, right: int) -> tuple[int, int] | None: ...

@@ -331,6 +331,17 @@ cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, int shift, co
 # ==== Rank table =============================================================================
 
 
+cdef enum:
+    NARROW_ID = 0x1FFFFF       # ids below this fit the narrow rank slot (21 bits; all ones: free)
+    NARROW_RANK = 0x3FFFFF     # ranks below this fit it (22 bits)
+
+
+cdef inline uint64_t _narrow_key(pair_key_t key) noexcept nogil:
+    """A pair's narrow slot without its rank: ``(left << 43) | (right << 22)``."""
+    return ((key >> 32) << 43) | ((key & 0x1FFFFF) << 22)
+
+
+
 cdef class RankTable:
     """Pair of token ids -> (merge rank, id of the merged token), in an open-addressing table.
 
@@ -340,6 +351,11 @@ cdef class RankTable:
             in the vocabulary) and is skipped.
         merged_ids: uint32, the canonical id of each merge's result.
         byte_ids: uint32[256], the id of each single-byte token.
+
+    The slots are one 64-bit word each, ``(left << 43) | (right << 22) | rank`` (``narrow``),
+    when every id is below 2^21 - 1 and every rank below 2^22 - 1 (all real vocabularies): half
+    the bytes of the 16-byte ``RankSlot`` layout kept for larger ones, so more of the table stays
+    in cache (a miss of the merge loop is two dependent lookups a merge).
 
     When a pair occurs twice in the merges, its first (lowest) rank is what ``rank_of`` gives;
     the later ones are kept aside for ``rank_after`` (a pair made again after its first rank has
@@ -401,25 +417,68 @@ cdef class RankTable:
                 for i in range(<Py_ssize_t>later.size()):
                     self.later_keys.push_back(later[i].first)
                     self.later_ranks.push_back(later[i].second)
+            # The narrow layout (8 bytes a slot, the same positions) when every id and rank fits;
+            # the wide slots are then dropped.
+            # A query pair is made of byte ids and merged ids only: those must fit too (a larger
+            # id would alias a stored pair once truncated).
+            self.narrow = n < <Py_ssize_t>NARROW_RANK
+            for i in range(256):
+                if byte_ids[i] >= NARROW_ID:
+                    self.narrow = False
+            for r in range(n):
+                if merged_ids[r] >= NARROW_ID:
+                    self.narrow = False
+            for slot in range(cap):
+                key = self.slots[slot].key
+                if key != EMPTY_KEY and ((key >> 32) >= NARROW_ID or (key & 0xFFFFFFFFu) >= NARROW_ID):
+                    self.narrow = False
+            if self.narrow:
+                self.words.assign(cap, EMPTY_KEY)
+                for slot in range(cap):
+                    key = self.slots[slot].key
+                    if key != EMPTY_KEY:
+                        self.words[slot] = _narrow_key(key) | self.slots[slot].rank
+                self.slots = vector[RankSlot]()
+            # every pair of two bytes, looked up directly (a merge loop's first lookups; 256 KiB)
+            self.byte_ranks.resize(65536)
+            for i in range(65536):
+                self.byte_ranks[i] = self.rank_of(self.byte_ids[i >> 8], self.byte_ids[i & 0xFF])
 
     cdef uint32_t rank_of(self, token_id_t left, token_id_t right) noexcept nogil:
         cdef pair_key_t key = pack_pair(left, right)
-        cdef const RankSlot* sl = self.find_at(self.slot_of(key), key)
-        return sl.rank if sl != NULL else NO_RANK
+        return self.rank_at(self.home_of(key), key)
 
-    cdef const RankSlot* slot_of(self, pair_key_t key) noexcept nogil:
-        """The home slot of ``key`` (where its probe starts): prefetch it, then ``find_at``."""
-        return self.slots.data() + ((key * MUL1) >> self.shift)
+    cdef uint64_t home_of(self, pair_key_t key) noexcept nogil:
+        """The home slot of ``key`` (where its probe starts): ``prefetch_home`` it, then ``rank_at``."""
+        return (key * MUL1) >> self.shift
 
-    cdef const RankSlot* find_at(self, const RankSlot* sl, pair_key_t key) noexcept nogil:
-        """The slot of ``key`` probing from its home slot ``sl`` (``slot_of``), or NULL."""
-        cdef const RankSlot* base = self.slots.data()
-        cdef uint64_t slot = <uint64_t>(sl - base)
+    cdef void prefetch_home(self, uint64_t slot) noexcept nogil:
+        if self.narrow:
+            prefetch(self.words.data() + slot)
+        else:
+            prefetch(self.slots.data() + slot)
+
+    cdef uint32_t rank_at(self, uint64_t slot, pair_key_t key) noexcept nogil:
+        """The first rank of ``key`` probing from its home slot (``home_of``), or NO_RANK."""
+        cdef const RankSlot* base
+        cdef const uint64_t* words
+        cdef uint64_t want, w
+        if self.narrow:
+            words = self.words.data()
+            want = _narrow_key(key)
+            while True:
+                w = words[slot]
+                if (w & ~(<uint64_t>NARROW_RANK)) == want:
+                    return <uint32_t>(w & NARROW_RANK)
+                if w == EMPTY_KEY:
+                    return NO_RANK
+                slot = (slot + 1) & self.slot_mask
+        base = self.slots.data()
         while True:
             if base[slot].key == key:
-                return &base[slot]
+                return base[slot].rank
             if base[slot].key == EMPTY_KEY:
-                return NULL
+                return NO_RANK
             slot = (slot + 1) & self.slot_mask
 
     cdef uint32_t rank_after(self, token_id_t left, token_id_t right, uint32_t after) noexcept nogil:
@@ -630,14 +689,11 @@ cdef class Encoder:
         a merge makes never has rank ``r`` (its token is longer than either part of ``r``'s pair,
         and ids are canonical by bytes), so the next occurrence of ``r`` is the next one the
         reference merges. A step costs a scan of the ranks and a short move, not a rewrite of the
-        piece. Every pair's rank-table slot is prefetched before the first probe, so the probes of
-        a rare piece overlap their cache misses.
+        piece. The first ranks, of pairs of two bytes, are read from ``RankTable.byte_ranks``
+        (indexed by the two bytes: no hash, no probe).
         """
         cdef token_id_t tok[SHORT_PIECE]
         cdef uint32_t rk[SHORT_PIECE]
-        cdef pair_key_t keys[SHORT_PIECE]
-        cdef const RankSlot* homes[SHORT_PIECE]
-        cdef const RankSlot* sl
         cdef Py_ssize_t m = n, i, j
         cdef uint32_t r, nr
         for i in range(m):
@@ -646,12 +702,7 @@ cdef class Encoder:
             memcpy(out, tok, m * sizeof(token_id_t))
             return m
         for i in range(m - 1):
-            keys[i] = pack_pair(tok[i], tok[i + 1])
-            homes[i] = self.table.slot_of(keys[i])
-            prefetch(homes[i])
-        for i in range(m - 1):
-            sl = self.table.find_at(homes[i], keys[i])
-            rk[i] = sl.rank if sl != NULL else NO_RANK
+            rk[i] = self.table.byte_ranks[(<uint32_t>piece[i] << 8) | piece[i + 1]]
         rk[m - 1] = NO_RANK
         while m > 1:
             r = NO_RANK                         # 1. the leftmost lowest rank

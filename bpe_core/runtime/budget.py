@@ -147,6 +147,8 @@ WORKER_THREAD_OVERHEAD = 8 * MiB
 
 #: Rank table, vocab and merges of a ``Tokenizer``, per vocabulary entry.
 TOKENIZER_BYTES_PER_TOKEN = 256
+#: ... plus the rank table's direct table of the 65,536 two-byte pairs (``RankTable.byte_ranks``).
+RANK_TABLE_FIXED_BYTES = 256 * KiB
 #: The encoder's pretoken -> ids cache (``_encode.Encoder``: 2**18 entries, ~96 B each).
 ENCODE_CACHE_BYTES = 24 * MiB
 #: Per-batch buffers (1 MiB of text -> piece ends int64, ids uint32, dtype copy).
@@ -825,12 +827,14 @@ def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: i
 
 def _encode_worker(overhead: int, vocab_size: int, chunk: int) -> int:
     """Peak RSS of an encoding worker: tokenizer, pretoken cache, batch buffers, mapped chunk."""
-    return overhead + vocab_size * TOKENIZER_BYTES_PER_TOKEN + ENCODE_CACHE_BYTES + ENCODE_BATCH_BYTES + chunk
+    return (overhead + vocab_size * TOKENIZER_BYTES_PER_TOKEN + RANK_TABLE_FIXED_BYTES + ENCODE_CACHE_BYTES
+            + ENCODE_BATCH_BYTES + chunk)
 
 
 def _encode_parent(overhead: int, vocab_size: int, chunk: int) -> int:
     """Peak RSS of the encoding parent: tokenizer, the cutting window, the copy buffer."""
-    return overhead + vocab_size * TOKENIZER_BYTES_PER_TOKEN + ENCODE_WINDOW_CHUNKS * chunk + ENCODE_COPY_BYTES
+    return (overhead + vocab_size * TOKENIZER_BYTES_PER_TOKEN + RANK_TABLE_FIXED_BYTES + ENCODE_WINDOW_CHUNKS * chunk
+            + ENCODE_COPY_BYTES)
 
 
 def _encode_peak(workers: int, vocab_size: int, chunk: int, wo: int, po: int) -> int:
