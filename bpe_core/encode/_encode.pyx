@@ -139,21 +139,24 @@ cdef extern from *:
         return a == b;
     }
     /* An output buffer grown to cap bytes (used: bytes to keep); NULL when out of memory (old is
-       then still valid). From 2 MiB up on Linux the buffer is 2 MiB aligned and advised to use
-       transparent huge pages (as numpy does for its large arrays): a fresh buffer then faults in
-       a few 2 MiB pages instead of a 4 KiB page each 1,024 ids (~5 us a fault here: a fresh
-       encoder's first 5 MB of code cost +40%). */
+       then still valid). With huge, from 2 MiB up on Linux, the buffer is 2 MiB aligned and
+       advised to use transparent huge pages (as numpy does for its large arrays): a new buffer then faults in
+       a few 2 MiB pages instead of a 4 KiB page each 1,024 ids (with the reservation of
+       BatchJob.run, a new encoder's first 5 MB of code: 19 ms instead of 24; reused: 17). Only
+       for a buffer that will be filled (a batch worker's share): a huge page is committed whole,
+       and the encoders of encode_corpus reserve far more than they write (peak anonymous memory
+       of its budget tests 202 -> 373 MiB when every buffer was advised). */
     #if defined(__linux__)
     #include <sys/mman.h>
     #endif
-    static void* bpe_enc_grow_buffer(void* old, size_t used, size_t cap) {
+    static void* bpe_enc_grow_buffer(void* old, size_t used, size_t cap, int huge) {
     #if defined(__linux__) && defined(MADV_HUGEPAGE)
-        const size_t huge = (size_t)2 << 20;
-        if (cap >= huge) {
+        const size_t page = (size_t)2 << 20;
+        if (huge && cap >= page) {
             void* p = NULL;
-            if (posix_memalign(&p, huge, cap) != 0)
+            if (posix_memalign(&p, page, cap) != 0)
                 return NULL;
-            madvise(p, cap & ~(huge - 1), MADV_HUGEPAGE);
+            madvise(p, cap & ~(page - 1), MADV_HUGEPAGE);
             if (used)
                 memcpy(p, old, used);
             free(old);
@@ -181,7 +184,7 @@ cdef extern from *:
                                          const uint8_t* limit) noexcept nogil
     void prefetch "bpe_enc_prefetch"(const void* p) noexcept nogil
     int ctz64 "bpe_enc_ctz64"(uint64_t x) noexcept nogil
-    void* grow_buffer "bpe_enc_grow_buffer"(void* old, size_t used, size_t cap) noexcept nogil
+    void* grow_buffer "bpe_enc_grow_buffer"(void* old, size_t used, size_t cap, int huge) noexcept nogil
 
 
 cdef enum:
@@ -840,14 +843,16 @@ cdef class Encoder:
 
     # ---- encoding runs of pretokens ----------------------------------------------------------
 
-    cdef int _reserve_out(self, Py_ssize_t extra) except -1 nogil:
-        """Room for ``extra`` more ids, plus INLINE_IDS of slack (cache hits copy a whole slot)."""
+    cdef int _reserve_out(self, Py_ssize_t extra, bint huge=False) except -1 nogil:
+        """Room for ``extra`` more ids, plus INLINE_IDS of slack (cache hits copy a whole slot);
+        ``huge``: the room will be filled, use huge pages (``grow_buffer``)."""
         cdef Py_ssize_t need = self.out_n + extra + INLINE_IDS, cap
         cdef token_id_t* grown
         if need <= self.out_cap:
             return 0
         cap = max(2 * self.out_cap, need, <Py_ssize_t>4096)
-        grown = <token_id_t*>grow_buffer(self.out_buf, self.out_n * sizeof(token_id_t), cap * sizeof(token_id_t))
+        grown = <token_id_t*>grow_buffer(self.out_buf, self.out_n * sizeof(token_id_t), cap * sizeof(token_id_t),
+                                         huge)
         if grown == NULL:
             with gil:
                 raise MemoryError()
@@ -1408,7 +1413,7 @@ cdef class BatchJob:
             with nogil:
                 # its share of the ids, guessed at one per 3 bytes (_emit_pieces reserves what it
                 # needs on top): a new encoder's buffer is made once, not grown by copies
-                enc._reserve_out(min(self.n_bytes // (3 * n_workers), <int64_t>RESERVE_MAX))
+                enc._reserve_out(min(self.n_bytes // (3 * n_workers), <int64_t>RESERVE_MAX), True)
                 while True:
                     k = fetch_add(&self.next_doc, 1)
                     if k >= self.n_docs:
