@@ -144,8 +144,8 @@ cdef extern from *:
        a few 2 MiB pages instead of a 4 KiB page each 1,024 ids (with the reservation of
        BatchJob.run, a new encoder's first 5 MB of code: 19 ms instead of 24; reused: 17). Only
        for a buffer that will be filled (a batch worker's share): a huge page is committed whole,
-       and the encoders of encode_corpus reserve far more than they write (peak anonymous memory
-       of its budget tests 202 -> 373 MiB when every buffer was advised). */
+       and the other paths (encode_corpus's bounded memory among them) reserve more than they
+       write. */
     #if defined(__linux__)
     #include <sys/mman.h>
     #endif
