@@ -126,7 +126,7 @@ cdef class Encoder:
                                 token_id_t* out) except -1 nogil
     cdef int _cache_grow(self) noexcept nogil
     cdef void _cache_clear(self) noexcept nogil
-    cdef int _reserve_out(self, Py_ssize_t extra) except -1 nogil
+    cdef int _reserve_out(self, Py_ssize_t extra, bint huge=*) except -1 nogil
     cdef int _emit_pieces(self, const uint8_t* s, Py_ssize_t a, const int64_t* ends, Py_ssize_t count,
                           const uint8_t* limit, int64_t* starts) except -1 nogil
     cdef Py_ssize_t _encode_span(self, int pattern_id, const uint8_t* s, Py_ssize_t a, Py_ssize_t b,

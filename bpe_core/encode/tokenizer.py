@@ -826,7 +826,7 @@ class Tokenizer:
 
         def work(enc):
             try:
-                job.run(enc, reader)
+                job.run(enc, reader, n_workers)
             except BaseException as exc:   # re-raised in the calling thread
                 errors.append(exc)
         threads = [threading.Thread(target=work, args=(enc,), daemon=True) for enc in privates[1:]]

@@ -141,6 +141,23 @@ def test_batch_job_contract():
     assert ids.size == 0 and offsets.tolist() == [0]
 
 
+@pytest.mark.parametrize("n_workers", [1, 3])
+def test_reserved_and_grown_worker_buffers_keep_every_id(n_workers):
+    """A worker reserves its share of the ids first (one per 3 bytes; from 2 MiB up the buffer is
+    2 MiB aligned, with huge pages advised) and grows it, keeping what it holds, when a document
+    has more: on a byte vocabulary every byte is an id, three times the reservation."""
+    t = Tokenizer({i: bytes([i]) for i in range(256)}, [])._table
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for size in (3 << 20, 5, 1 << 20, 0)]
+    job = _encode.BatchJob(docs, 0)
+    job.run(_encode.Encoder(t), None, n_workers)
+    ids, offsets = job.collect()
+    assert offsets.tolist() == [0, 3 << 20, (3 << 20) + 5, (4 << 20) + 5, (4 << 20) + 5]
+    assert np.array_equal(ids, np.frombuffer(b"".join(docs), np.uint8).astype(np.uint32))
+    with pytest.raises(ValueError, match="n_workers"):
+        _encode.BatchJob(docs, 0).run(_encode.Encoder(t), None, 0)
+
+
 def test_custom_pattern_and_stage_free_paths_still_batch():
     custom = Tokenizer(GPT2.vocab, GPT2.merges, [EOT], pattern=r"\S+|\s+")
     texts = ["a  b" + EOT, "", "ccc dd"]
