@@ -70,7 +70,11 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)
+if __name__ == "__main__" or importlib.util.find_spec("bpe_core") is None:
+    # Run as a script: this checkout first (it is what is timed). Imported (a test): sys.path is
+    # left alone; a checkout put first there is what Dask's spawned workers would import, unbuilt
+    # in a fresh clone (their count tasks then never came back: test_cluster hung after this one).
+    sys.path.insert(0, REPO)
 
 from bpe_core.encode import Tokenizer  # noqa: E402
 from bpe_core.pretok.patterns import GPT2_PATTERN  # noqa: E402

@@ -102,3 +102,12 @@ def test_ctrl_c_is_one_line_and_exit_130(folders):
     finally:
         proc.kill()
     assert proc.returncode == 130 and err == "bench_peers.py: interrupted\n", (proc.returncode, err)
+
+
+def test_importing_it_leaves_sys_path_alone():
+    """Imported (as here), the script must not put its checkout first on ``sys.path``: Dask's spawned
+    workers take the parent's path, and in a fresh clone that checkout is unbuilt source (a later
+    cluster test in the same pytest worker then waited for ever on tasks that never came back)."""
+    before = list(sys.path)
+    importlib.reload(bench_peers)
+    assert sys.path == before
