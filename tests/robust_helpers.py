@@ -84,13 +84,26 @@ def read_outputs(out_dir) -> tuple[bytes, bytes, dict]:
 NOT_REACHED = 3           # the child's exit code when the run ended before the point was reached
 
 
+def _run_as_main(script, args: list) -> int:
+    """Run ``script`` with ``args`` as ``__main__`` in this process; its exit code, or
+    :data:`NOT_REACHED` when it ended with 0 (the signal it was to send never came)."""
+    import runpy
+    import sys
+
+    sys.argv = [str(script), *map(str, args)]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return NOT_REACHED if code == 0 else code
+    return NOT_REACHED
+
+
 def child_signal_while_writing(script: str, args: list, after_bytes: int, sig: str = "SIGKILL") -> int:
     """Run ``script`` (``tools/encode_corpus.py``) with ``args``; once the output's temp file holds at
     least ``after_bytes`` bytes of ids (``ids_out.IdsWriter.write``, after the write), send ``sig``
     to this process. Returns the run's exit code, or :data:`NOT_REACHED` if it ended first."""
-    import runpy
     import signal
-    import sys
 
     from bpe_core.encode import ids_out
 
@@ -102,13 +115,7 @@ def child_signal_while_writing(script: str, args: list, after_bytes: int, sig: s
             os.kill(os.getpid(), getattr(signal, sig))
 
     ids_out.IdsWriter.write = write
-    sys.argv = [str(script), *map(str, args)]
-    try:
-        runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        return NOT_REACHED if code == 0 else code
-    return NOT_REACHED
+    return _run_as_main(script, args)
 
 
 def child_signal_at_phase(script: str, args: list, at: str, sig: str = "SIGKILL") -> int:
@@ -116,9 +123,7 @@ def child_signal_at_phase(script: str, args: list, at: str, sig: str = "SIGKILL"
     phase ``at`` (``memmon.phase``: a listener beside the memory monitors sees each phase as it
     starts), or, with ``at="publish"``, just before its first ``os.replace`` or ``os.rename`` (an output
     being put in place). Returns the run's exit code, or :data:`NOT_REACHED` if it ended first."""
-    import runpy
     import signal
-    import sys
 
     from bpe_core.runtime import memmon
 
@@ -141,13 +146,7 @@ def child_signal_at_phase(script: str, args: list, at: str, sig: str = "SIGKILL"
     else:
         with memmon._MONITORS_LOCK:
             memmon._MONITORS.append(AtPhase())
-    sys.argv = [str(script), *map(str, args)]
-    try:
-        runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        return NOT_REACHED if code == 0 else code
-    return NOT_REACHED
+    return _run_as_main(script, args)
 
 
 def truncate_input(path) -> None:
