@@ -312,6 +312,28 @@ def test_a_small_run_starts_no_monitor_thread_and_makes_a_spill_folder_only_to_s
     assert sorted(os.listdir(tmp_path)) == ["a.npy", "b.npy", "in.txt"]
 
 
+@pytest.mark.parametrize("delta", [-1, 0, 1])
+def test_the_small_input_threshold_changes_only_the_sampling_thread(tmp_path, monkeypatch, delta):
+    """Around ``SMALL_INPUT_BYTES`` (the input one byte below, at, one byte above it) the run is
+    the same: the same ids as the whole text's, and the sampling thread only above the threshold."""
+    from bpe_core.runtime import memmon
+
+    vocab, merges, specials = small_model()
+    tok = Tokenizer(vocab, merges, specials)
+    path = tmp_path / "in.txt"
+    path.write_bytes((fixture_text("corpus.en").encode()[:2000] + EOT.encode()) * 7)
+    size = os.path.getsize(path)
+    started = []
+    real_start = memmon.MemoryMonitor.start
+    monkeypatch.setattr(memmon.MemoryMonitor, "start",
+                        lambda self, thread=True: started.append(thread) or real_start(self, thread))
+    monkeypatch.setattr(ec, "SMALL_INPUT_BYTES", size - delta)
+    r = ec.encode_corpus(path, tok, tmp_path / "ids.npy", num_workers=2, chunk_bytes=4096, progress=False)
+    assert started == [delta > 0]
+    assert np.load(tmp_path / "ids.npy").tolist() == tok.encode(path.read_bytes())
+    assert r.n_bytes == size
+
+
 def test_held_ids_use_the_whole_cutting_window_for_plain_files_only(tmp_path):
     """Plain files are cut before encoding: their waiting chunks share the plan's whole cutting
     window (``ENCODE_WINDOW_CHUNKS`` chunks); a compressed input is cut while it is encoded, so its
