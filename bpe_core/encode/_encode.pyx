@@ -638,6 +638,16 @@ cdef bint _find_special(const Specials* sp, const uint8_t* s, Py_ssize_t pos, Py
 # ==== Encoder ================================================================================
 
 
+cdef inline void _out_taken(Encoder enc) noexcept:
+    """The ids were taken out of ``enc``'s buffer: empty it, and free it when huge (not kept alive
+    between calls)."""
+    enc.out_n = 0
+    if enc.out_cap > (1 << 24):
+        free(enc.out_buf)
+        enc.out_buf = NULL
+        enc.out_cap = 0
+
+
 cdef class Encoder:
     """Encodes text: special tokens, pre-tokenization, merging by rank, with a pretoken -> ids cache.
 
@@ -1151,11 +1161,7 @@ cdef class Encoder:
         cdef uint32_t[::1] view = result
         if self.out_n:
             memcpy(&view[0], self.out_buf, self.out_n * sizeof(token_id_t))
-        self.out_n = 0
-        if self.out_cap > (1 << 24):     # don't keep a huge buffer alive between calls
-            free(self.out_buf)
-            self.out_buf = NULL
-            self.out_cap = 0
+        _out_taken(self)
         return result
 
     cdef object _take_counted(self, const int64_t[::1] lengths, bint narrow, int64_t* n_bytes):
@@ -1194,11 +1200,7 @@ cdef class Encoder:
                     else:
                         d32[k] = x
         n_bytes[0] = -1 if bad else total
-        self.out_n = 0
-        if self.out_cap > (1 << 24):     # don't keep a huge buffer alive between calls
-            free(self.out_buf)
-            self.out_buf = NULL
-            self.out_cap = 0
+        _out_taken(self)
         return result
 
     # ---- Python entry points -----------------------------------------------------------------
