@@ -323,7 +323,10 @@ class MemoryMonitor:
         self._active = False
         if self._thread is not None:
             self._stop.set()
-            self._thread.join()
+            try:
+                self._thread.join()
+            except RuntimeError:        # a signal ended start() before the thread ran: it never
+                pass                    # will, or sees the stop at once (a daemon either way)
             self._thread = None
         self.sample()
 

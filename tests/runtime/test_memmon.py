@@ -339,3 +339,24 @@ def test_a_monitor_without_its_thread_samples_at_start_stop_and_when_asked(monke
     with pytest.raises(RuntimeError):
         again.start()
     again.stop()
+
+
+def test_stop_after_a_signal_ended_start_before_its_thread_ran(monkeypatch):
+    """A SIGTERM inside ``Thread.start`` (seen: encode_corpus killed at 0.2 s on a loaded machine)
+    leaves a thread object that never started; ``stop`` in the caller's cleanup must not raise
+    "cannot join thread before it is started" over the run's one-line exit."""
+    import threading
+
+    from bpe_core.errors import Terminated
+    from bpe_core.runtime import memmon
+
+    def interrupted(self):
+        raise Terminated()
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    mon = memmon.MemoryMonitor()
+    with pytest.raises(Terminated):
+        mon.start()
+    monkeypatch.undo()
+    mon.stop()                                   # no RuntimeError
+    assert mon._thread is None and mon.samples
