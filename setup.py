@@ -41,10 +41,11 @@ MOD_NAMES = sorted(
     os.path.relpath(os.path.splitext(p)[0], HERE).replace(os.sep, ".")
     for p in glob.glob(os.path.join(HERE, "bpe_core", "**", "_*.pyx"), recursive=True)
 )
+#: Folders of the kernels (their headers, e.g. ``pretok/_unicode_tables.h``, are found from any of
+#: them): all of them, also when BPE_CORE_MODULES builds one (``_encode`` includes pretok's headers).
+KERNEL_DIRS = sorted({os.path.join(HERE, *m.split(".")[:-1]) for m in MOD_NAMES})
 if os.environ.get("BPE_CORE_MODULES"):       # short names: BPE_CORE_MODULES=_engine,_pretok
     MOD_NAMES = [m for m in MOD_NAMES if m.rsplit(".", 1)[1] in os.environ["BPE_CORE_MODULES"].split(",")]
-#: Folders of the kernels (their headers, e.g. ``pretok/_unicode_tables.h``, are found from any of them).
-KERNEL_DIRS = sorted({os.path.join(HERE, *m.split(".")[:-1]) for m in MOD_NAMES})
 
 DEBUG = _flag("BPE_CORE_CYTHON_DEBUG")
 TRACE = _flag("BPE_CORE_CYTHON_TRACE")

@@ -1383,12 +1383,28 @@ cdef class Encoder:
             self._absorb(other)
 
     cdef int _absorb(self, Encoder other) noexcept nogil:
-        cdef Py_ssize_t k, n, j
+        cdef Py_ssize_t k, n, j, want
         cdef uint8_t key[4096]
         cdef uint64_t h
         cdef uint32_t n_ids
         cdef const CacheSlot* sl
         cdef const token_id_t* ids
+        cdef uint8_t* grown
+        # Room first, for all of ``other``'s entries at once. ``other``'s slots are walked in their
+        # order, i.e. by hash: into a table smaller than ``other``'s, those keys all land at its
+        # start, one cluster that every probe walks (quadratic; absorbing 62k GPT-2 pieces into a
+        # fresh encoder took 0.16 s, 2.5 us a piece, 3x the batch that had learnt them). In a
+        # table at least as large, keys in hash order spread over the whole of it.
+        want = min(self.n_entries + other.n_entries, self.max_entries)
+        while 3 * want > 2 * self.n_slots:
+            if self._cache_grow() < 0:
+                break
+        want = self.arena_size + other.arena_size
+        if want > self.arena_cap and want <= ARENA_MAX:
+            grown = <uint8_t*>realloc(self.arena, want + ARENA_SLACK)
+            if grown != NULL:
+                self.arena = grown
+                self.arena_cap = want
         for k in range(other.n_slots):
             sl = &other.slots[k]
             if sl.meta == 0:

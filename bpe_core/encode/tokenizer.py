@@ -844,10 +844,14 @@ class Tokenizer:
                 if ran and not errors:
                     result = job.collect(tokens)
             finally:
-                for enc in privates:
-                    shared.absorb_cache(enc)
-                self._idle.extend(privates)
-                self._idle.append(shared)   # last: the next one-thread call takes the warm one
+                # What the threads learnt goes into one cache: the shared one, or when that was
+                # empty (a first call) the fullest private one, whose entries then stay in place.
+                keep = shared if reader is not None else max(privates, key=lambda e: e.cache_info()["entries"])
+                rest = [enc for enc in [shared, *privates] if enc is not keep]
+                for enc in rest:
+                    keep.absorb_cache(enc)
+                self._idle.extend(rest)
+                self._idle.append(keep)     # last: the next one-thread call takes the warm one
         if errors:
             raise errors[0]
         return result

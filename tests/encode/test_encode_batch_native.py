@@ -125,6 +125,36 @@ def test_absorb_cache_keeps_ids_exact():
         a.absorb_cache(GPT2._new_encoder())
 
 
+def test_absorb_into_a_fresh_encoder_reserves_room_and_keeps_every_entry():
+    """A large cache absorbed by a fresh encoder (slots far smaller than the source's: its room is
+    reserved at once, as a first batch call's does) keeps every entry, and they give the ids."""
+    text = (fixture_text("corpus.en") + fixture_text("german.txt") + fixture_text("tinystories_sample.txt")).encode()
+    big, fresh = GPT2._new_encoder(), GPT2._new_encoder()
+    big.encode_text(text, 0, len(text), GPT2._pattern_id)
+    n = big.cache_info()["entries"]
+    assert n > 4096 and fresh.cache_info()["bytes"] < big.cache_info()["bytes"]
+    fresh.absorb_cache(big)
+    assert fresh.cache_info()["entries"] == n and big.cache_info()["entries"] == 0
+    misses = fresh.cache_info()["misses"]
+    ids, _, _ = fresh.encode_text(text, 0, len(text), GPT2._pattern_id)
+    assert ids.tolist() == GPT2.encode_ordinary(text) and fresh.cache_info()["misses"] == misses
+
+
+def test_a_cold_batch_keeps_the_fullest_thread_cache(every_byte_a_thread):
+    """A first multi-thread call (no warm cache to share) keeps what its threads learnt in one of
+    their own caches, last in the idle list; the next call finds every piece there."""
+    tok = _gpt2()
+    docs = [d for d in fixture_text("tinystories_sample.txt").split(EOT) if d]
+    want = gpt2_tiktoken().encode_batch(docs, allowed_special="all")
+    assert tok.encode_ordinary_batch(docs, 2) == want
+    kept = tok._idle[-1]
+    assert [e.cache_info()["entries"] for e in tok._idle[:-1]] == [0, 0]
+    assert kept.cache_info()["misses"] > 0          # one of the two threads' (the shared one missed nothing)
+    misses = sum(e.cache_info()["misses"] for e in tok._idle)
+    assert tok.encode_batch(docs, 2) == want
+    assert sum(e.cache_info()["misses"] for e in tok._idle) == misses
+
+
 def test_batch_job_contract():
     t = GPT2._table
     job = _encode.BatchJob(["a b", b"c"], 0)
