@@ -1,44 +1,47 @@
-#!/usr/bin/env python
-"""bpe_core's encoder beside every installed peer (tiktoken, HF tokenizers, fastokens, tokie,
-kitoken, bpe-openai) on real text: one thread (whole text to a list, to an array), a batch of
-documents on all threads (list of lists, flat), decoding, and a corpus file to ``.npy``.
+"""bpe_core's encoder beside every installed exact encoder (tiktoken, HF tokenizers, fastokens,
+snaptokens, tokie, splintr-rs, tuetoken, riptoken, tokendagger, kitoken, bpe-openai) on real text,
+cold and warm: one thread (whole text to a list, to an array), a batch of documents on all threads
+(list of lists, flat), decoding, and a corpus file to ``.npy``.
 
-Each work runs once untimed (warm-up, and the ids are checked), then ``--runs`` times, interleaved
-(run 1 of every peer, then run 2, ..., every other round in reverse order), and the median MB/s of the input text is reported with ours / the best peer. The ids of every peer are
-checked against ``tiktoken`` (for a trained vocabulary: ``bpe_core.reference``) on every document (a peer that differs is marked ``ids differ`` and
-left out of "best"). Peers that are not installed are named as skipped; ``pip install
-bpe_core[peers]`` installs them.
+One library per process: each measurement is a fresh process that loads one tokenizer, makes the
+first call (**cold**: what a script that loads a tokenizer and encodes once sees) and then
+``--warm`` more calls of the same work (**warm**: their median). ``--runs`` rounds of every
+(library, work) process, interleaved (every other round in reverse order); the tables give the
+medians over the rounds in MB per CPU-second of the process (``time.process_time``, all its threads:
+the work done, which a loaded machine does not blur) and in MB/s of wall time, with ours / the best
+peer in each row. Load time (not in any row) is printed apart.
+
+The ids of every call are checked against ``tiktoken`` (for a trained vocabulary:
+``bpe_core.reference``, :class:`ReferenceIds`) on every document: a peer that differs anywhere is
+marked ``ids differ`` and left out of "best", and the line "ids identical ..." names it. Peers that are
+not installed, or cannot load the vocabulary, are named as skipped; ``pip install bpe_core[peers]``
+installs them (tokendagger builds from source and needs the PCRE2 headers: ``libpcre2-dev``).
 
 Vocabularies: GPT-2 from ``tests/fixtures`` (``gpt2_vocab.json`` + ``gpt2_merges.txt``), and
 cl100k when its ranks can be read offline (``bpe-openai`` ships them; tiktoken itself downloads).
 ``--vocab trained:DIR`` is a BPE model folder written by ``tools/train_bpe.py``: ours loads it
 (``Tokenizer.load``), the HF-format peers its ``tokenizer.json`` (exported into a temp folder when
-the folder has none), tiktoken an ``Encoding`` built from our tiktoken export (``bpe_core.export``:
-ranks = our ids); a peer that cannot load it is named as skipped with the reason. Its ids are checked
-against ``bpe_core.reference`` (the plain-Python merge loop, memoized per pretoken:
-:class:`ReferenceIds`), not against tiktoken, on every document.
+the folder has none), the tiktoken-format peers our tiktoken export (``bpe_core.export``: ranks = our
+ids); a peer that cannot load it is named as skipped with the reason.
 
 Usage::
 
-    python tools/bench_peers.py --mb 10 --runs 5 --corpus en_heldout ood_code [--vocab gpt2 cl100k trained:DIR]
+    python tools/bench_peers.py --mb 5 --runs 5 --corpus en_heldout ood_code [--vocab gpt2 cl100k trained:DIR]
+
+``--works list array batch flat`` limits the works (default: all six); ``--peers`` the peers.
 
 ``--models NAME=DIR ...`` (e.g. ``bpe=bpe32k/ superbpe=sb32k/ supratok=st32k/``) adds a table of
 trained model folders on the same text, one thread, whole text to an array (``encode_to_numpy``),
-with each model's speed relative to the first; ``--plain`` adds the plain path of the stage-aware
-models (``encode_python``: numpy and ``RankMerger`` per text piece, the path SupraTok took before
-its native one), whose ids the native ones are checked against. ``--vocab none`` runs only that.
-
-Ours also runs "1 thread, cold cache -> array": ``encode_to_numpy`` with a new encoder each run
-(an empty pretoken cache, as the first call of a process sees it).
+in this process, with each model's speed relative to the first; ``--plain`` adds the plain path of
+the stage-aware models (``encode_python``), whose ids the native ones are checked against.
+``--vocab none`` runs only that.
 
 ``--against DIR`` adds our encoder from another built checkout (e.g. a copy of ``main`` built in
 place: its ``bpe_core`` folder is imported under the name ``bpe_core_against``) as the column
-``before``, timed in the same interleaved rounds; it is never a peer for "best", and the last column
-gives ours / before.
+``before``, measured in the same interleaved rounds; it is never a peer for "best", and the last
+column gives ours / before.
 
-The machine is shared: quote medians and ratios, not single runs. A second table gives MB per
-CPU-second of the process (``time.process_time``, all its threads): on a loaded machine it shows the
-work done, where wall time mostly shows the scheduler (for the batch works it sums the threads).
+The machine is shared: quote medians and ratios measured in the same run, not single runs.
 """
 from __future__ import annotations
 
@@ -62,7 +65,9 @@ import gzip
 import importlib.util
 import json
 import lzma
+import pickle
 import statistics
+import subprocess
 import tempfile
 import time
 
@@ -70,11 +75,13 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+# A measuring child imports the bpe_core its parent imported (the parent names its folder here).
+PACKAGE_ENV = "BPE_CORE_BENCH_PACKAGE"
 if __name__ == "__main__" or importlib.util.find_spec("bpe_core") is None:
     # Run as a script: this checkout first (it is what is timed). Imported (a test): sys.path is
     # left alone; a checkout put first there is what Dask's spawned workers would import, unbuilt
     # in a fresh clone (their count tasks then never came back: test_cluster hung after this one).
-    sys.path.insert(0, REPO)
+    sys.path.insert(0, os.environ.get(PACKAGE_ENV) or REPO)
 
 from bpe_core.encode import Tokenizer  # noqa: E402
 from bpe_core.pretok.patterns import GPT2_PATTERN  # noqa: E402
@@ -84,9 +91,19 @@ FIXTURES = os.path.join(REPO, "tests", "fixtures")
 CORPORA = next((d for d in (os.path.join(REPO, "..", "shared", "corpora"), os.path.join(REPO, "..", "..", "shared", "corpora"))
                 if os.path.isdir(d)), os.path.join(REPO, "..", "shared", "corpora"))
 EOT = "<|endoftext|>"
-PEERS = ["tiktoken", "tokenizers", "fastokens", "tokie", "kitoken", "bpe_openai"]
-WORKS = ["1 thread, text -> list", "1 thread, text -> array", "batch, list of lists", "batch, flat",
-         "decode, 1 thread", "corpus file -> .npy", "1 thread, cold cache -> array"]
+PEERS = ["tiktoken", "tokenizers", "fastokens", "snaptokens", "tokie", "splintr", "tuetoken", "riptoken",
+         "tokendagger", "kitoken", "bpe_openai"]
+#: import name -> distribution name, where they differ (versions, ``pip install``)
+DISTRIBUTIONS = {"bpe_openai": "bpe-openai", "splintr": "splintr-rs"}
+#: work key -> row label
+WORK_LABELS = {"list": "1 thread, text -> list", "array": "1 thread, text -> array",
+               "batch": "batch, list of lists", "flat": "batch, flat", "decode": "decode, 1 thread",
+               "corpus": "corpus file -> .npy"}
+WORKS = list(WORK_LABELS.values())
+PHASES = ("cold", "warm")
+#: the peers that read a tiktoken ranks file (the others read a tokenizer.json)
+RANKS_PEERS = {"tiktoken", "riptoken", "splintr", "tokendagger"}
+CANNOT_LOAD = "cannot load the vocabulary"
 
 
 # ==== Inputs ===================================================================================
@@ -112,13 +129,15 @@ def documents(text: str) -> list[str]:
 
 
 # ==== Vocabularies ================================================================================
+#
+# The parent writes each vocabulary once into files (a "setup": our tokenizer's arguments, a
+# tiktoken ranks file, a tokenizer.json, the pattern and special tokens) that every measuring child
+# loads from; the parent alone holds the reference ids.
 
 
 def load_against(path: str):
     """The ``Tokenizer`` class of another built checkout (``path``: its root or its ``bpe_core``
     folder), imported as the package ``bpe_core_against`` beside this one."""
-    import importlib.util
-
     root = path if os.path.exists(os.path.join(path, "encode")) else os.path.join(path, "bpe_core")
     spec = importlib.util.spec_from_file_location("bpe_core_against", os.path.join(root, "__init__.py"),
                                                   submodule_search_locations=[root])
@@ -130,17 +149,38 @@ def load_against(path: str):
     return Against
 
 
-def gpt2_setup(tmp: str, cls=Tokenizer):
-    """(ours, tiktoken encoding, tokenizer.json path, reason bpe-openai is skipped)."""
+def dump_ranks(ranks: dict[bytes, int], path: str) -> str:
+    """A tiktoken ranks file (``base64 rank`` per line)."""
+    with open(path, "wb") as f:
+        for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+            f.write(base64.b64encode(token) + b" %d\n" % rank)
+    return path
+
+
+def load_ranks(path: str) -> dict[bytes, int]:
+    """The ranks of a tiktoken ranks file (plain or ``.gz``), read without tiktoken."""
+    opener = gzip.open if path.endswith(".gz") else open
+    ranks = {}
+    with opener(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                tok, rank = line.split()
+                ranks[base64.b64decode(tok)] = int(rank)
+    return ranks
+
+
+def gpt2_setup(tmp: str) -> tuple[dict, object]:
+    """(the setup of GPT-2, the tiktoken encoding that gives the reference ids)."""
     import tiktoken
     import tiktoken.load
 
-    ours = cls.from_files(os.path.join(FIXTURES, "gpt2_vocab.json"), os.path.join(FIXTURES, "gpt2_merges.txt"), [EOT])
-    merges = os.path.join(tmp, "merges.txt")
+    merges = os.path.join(tmp, "gpt2_merges.txt")
     with open(merges, "w", encoding="utf-8") as f:
         f.write("#version: 0.2\n" + open(os.path.join(FIXTURES, "gpt2_merges.txt"), encoding="utf-8").read())
     ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(merges, os.path.join(FIXTURES, "gpt2_vocab.json"))
-    enc = tiktoken.Encoding("gpt2_fixture", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={EOT: 50256})
+    specials = {EOT: 50256}
+    enc = tiktoken.Encoding("gpt2_fixture", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
+    ours = Tokenizer.from_files(os.path.join(FIXTURES, "gpt2_vocab.json"), os.path.join(FIXTURES, "gpt2_merges.txt"), [EOT])
     hf_json = None
     if importlib.util.find_spec("tokenizers"):
         from tokenizers import Tokenizer as HF, decoders, models, pre_tokenizers
@@ -151,10 +191,16 @@ def gpt2_setup(tmp: str, cls=Tokenizer):
         hf.add_special_tokens([EOT])
         hf_json = os.path.join(tmp, "gpt2_tokenizer.json")
         hf.save(hf_json)
-    return ours, enc, hf_json, {"bpe_openai": "ships cl100k/o200k only, no GPT-2"}
+    setup = {"ours": _ours_args(ours, tmp, "gpt2"), "ranks": dump_ranks(ranks, os.path.join(tmp, "gpt2.tiktoken")),
+             "pat_str": GPT2_PATTERN, "specials": specials, "hf_json": hf_json,
+             "skip": {"bpe_openai": "ships cl100k/o200k only, no GPT-2"}}
+    return setup, enc
 
 
-def cl100k_setup(tmp: str, cls=Tokenizer):
+CL100K_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+
+
+def cl100k_setup(tmp: str) -> tuple[dict, object]:
     """cl100k from the ranks that bpe-openai ships (tiktoken would download them)."""
     import tiktoken
 
@@ -162,49 +208,56 @@ def cl100k_setup(tmp: str, cls=Tokenizer):
     if spec is None:
         raise RuntimeError("no offline cl100k ranks: tiktoken downloads them and bpe-openai is not installed")
     path = os.path.join(os.path.dirname(spec.origin), "data", "cl100k_base.tiktoken.gz")
-    ranks = {}
-    with gzip.open(path, "rt", encoding="ascii") as f:
-        for line in f:
-            if line.strip():
-                tok, rank = line.split()
-                ranks[base64.b64decode(tok)] = int(rank)
-    pat = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+    ranks = load_ranks(path)
     specials = {EOT: 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259, "<|fim_suffix|>": 100260,
                 "<|endofprompt|>": 100276}
-    enc = tiktoken.Encoding("cl100k_offline", pat_str=pat, mergeable_ranks=ranks, special_tokens=specials)
+    enc = tiktoken.Encoding("cl100k_offline", pat_str=CL100K_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
     vocab = {r: b for b, r in ranks.items()}
     vocab.update({i: s.encode() for s, i in specials.items()})      # tiktoken's ids for the specials
-    ours = cls(vocab, merges_from_ranks(ranks), list(specials), "cl100k")
-    return ours, enc, None, {"tokenizers": "no offline tokenizer.json for cl100k", "fastokens": "idem",
-                             "tokie": "idem", "kitoken": "idem"}
+    ours = Tokenizer(vocab, merges_from_ranks(ranks), list(specials), "cl100k")
+    no_json = "no offline tokenizer.json for cl100k"
+    setup = {"ours": _ours_args(ours, tmp, "cl100k"), "ranks": dump_ranks(ranks, os.path.join(tmp, "cl100k.tiktoken")),
+             "pat_str": CL100K_PATTERN, "specials": specials, "hf_json": None,
+             "skip": {name: no_json for name in ("tokenizers", "fastokens", "snaptokens", "tokie", "tuetoken", "kitoken")}}
+    return setup, enc
+
+
+def _ours_args(tok: Tokenizer, tmp: str, name: str) -> dict:
+    """What a child builds our tokenizer from: its constructor's arguments, pickled."""
+    path = os.path.join(tmp, f"{name}.ours.pickle")
+    with open(path, "wb") as f:
+        pickle.dump(tok.__reduce__()[1], f)
+    return {"args": path}
 
 
 TRAINED = "trained:"
 
 
-def trained_setup(folder: str, tmp: str, cls=Tokenizer):
-    """A BPE model folder of ``tools/train_bpe.py``: (ours, tiktoken encoding or None, tokenizer.json
-    path, reasons for the skipped peers, the reference ids)."""
-    from bpe_core.export import export, load_tiktoken_encoding
+def trained_setup(folder: str, tmp: str) -> tuple[dict, "ReferenceIds"]:
+    """A BPE model folder of ``tools/train_bpe.py``: (its setup, the reference ids)."""
+    from bpe_core.export import export
     from bpe_core.formats import load_model, registry
 
     model = load_model(folder)
     if registry.get(model.method).stage_aware:     # the reference twin here is one merge list by rank
         raise ValueError(f"{folder} is a {model.method} model, which encodes in stages; the reference here "
                          f"is plain BPE (compare trained models of other methods with --models)")
-    ours = cls.load(folder)
     skip = {"bpe_openai": "ships cl100k/o200k only, loads no other vocabulary"}
     hf_json = os.path.join(folder, "tokenizer.json")
     if not os.path.exists(hf_json):
         hf_json = export(model, "hf", os.path.join(tmp, "trained_tokenizer.json"))[0]
-    enc = None
-    if importlib.util.find_spec("tiktoken"):
-        try:
-            ranks = export(model, "tiktoken", os.path.join(tmp, "trained.tiktoken"))[0]
-            enc = load_tiktoken_encoding(ranks)
-        except ValueError as exc:          # refused: duplicate token bytes (one id per token needed)
-            skip["tiktoken"] = f"no tiktoken export: {str(exc)[:100]}"
-    return ours, enc, hf_json, skip, ReferenceIds(model)
+    ranks = pat_str = specials = None
+    try:
+        ranks, sidecar = export(model, "tiktoken", os.path.join(tmp, "trained.tiktoken"))
+        with open(sidecar, encoding="utf-8") as f:
+            meta = json.load(f)
+        pat_str, specials = meta["pat_str"], meta["special_tokens"]
+    except ValueError as exc:          # refused: duplicate token bytes (one id per token needed)
+        for name in RANKS_PEERS:
+            skip[name] = f"no tiktoken export: {str(exc)[:100]}"
+    setup = {"ours": {"folder": os.path.abspath(folder)}, "ranks": ranks, "pat_str": pat_str, "specials": specials,
+             "hf_json": hf_json, "skip": skip}
+    return setup, ReferenceIds(model)
 
 
 class ReferenceIds:
@@ -263,13 +316,14 @@ class ReferenceIds:
         return [self.encode(t) for t in texts]
 
 
-def vocab_setup(vocab: str, tmp: str, cls=Tokenizer):
-    """(ours, tiktoken encoding or None, tokenizer.json path, skipped peers, the ids to check
-    against) for a ``--vocab`` value."""
+def vocab_setup(vocab: str, tmp: str) -> tuple[dict, object]:
+    """(the setup of a ``--vocab`` value, the encoder that gives the reference ids: ``encode`` and
+    ``encode_batch`` as tiktoken's)."""
+    sub = os.path.join(tmp, "vocab_" + str(abs(hash(vocab))))
+    os.makedirs(sub, exist_ok=True)
     if vocab.startswith(TRAINED):
-        return trained_setup(vocab[len(TRAINED):], tmp, cls)
-    ours, enc, hf_json, skip = (gpt2_setup if vocab == "gpt2" else cl100k_setup)(tmp, cls)
-    return ours, enc, hf_json, skip, enc
+        return trained_setup(vocab[len(TRAINED):], sub)
+    return (gpt2_setup if vocab == "gpt2" else cl100k_setup)(sub)
 
 
 def vocab_arg(value: str) -> str:
@@ -307,35 +361,71 @@ def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     return merges
 
 
-# ==== Peers ===================================================================================
+# ==== Adapters (in a measuring child) ===============================================================
+#
+# An adapter maps each work it can do to a callable: ``list`` / ``array`` (whole text, special
+# tokens allowed), ``batch`` / ``flat`` (documents, on all threads), ``decode`` (ids -> str).
 
 
-def load_peers(names, enc, hf_json, skip: dict) -> tuple[dict, dict]:
-    """name -> adapter (a dict of work -> callable), and name -> reason for the skipped."""
-    peers, skipped = {}, {}
-    for name in names:
-        if name in skip:
-            skipped[name] = skip[name]
-            continue
-        if importlib.util.find_spec(name) is None:
-            skipped[name] = "not installed"
-            continue
-        try:
-            peers[name] = make_adapter(name, enc, hf_json)
-        except Exception as exc:           # a peer that cannot load this vocab is named, not fatal
-            skipped[name] = f"cannot load the vocab: {type(exc).__name__}: {str(exc)[:80]}"
-    return peers, skipped
+def ours_adapter(tok, n_threads: int) -> dict:
+    return {"list": tok.encode, "array": tok.encode_to_numpy,
+            "batch": lambda ds: tok.encode_batch(ds, num_threads=n_threads),
+            "flat": lambda ds: tok.encode_batch_flat(ds, num_threads=n_threads),
+            "decode": tok.decode}
 
 
-def make_adapter(name: str, enc, hf_json) -> dict:
-    n_threads = os.cpu_count() or 1
+def load_ours(setup: dict, cls):
+    """Our tokenizer (``cls``: this checkout's ``Tokenizer``, or the ``--against`` one's)."""
+    if "folder" in setup["ours"]:
+        return cls.load(setup["ours"]["folder"])
+    with open(setup["ours"]["args"], "rb") as f:
+        return cls(*pickle.load(f))
+
+
+def _flat_u64(pair) -> tuple[np.ndarray, np.ndarray]:
+    ids, offs = pair
+    return np.frombuffer(ids, np.uint32), np.frombuffer(offs, np.uint64)
+
+
+def make_adapter(name: str, setup: dict, n_threads: int) -> dict:
+    """The adapter of peer ``name`` on this setup (raises when it cannot load the vocabulary)."""
+    specials = setup["specials"] or {}
+    if name in RANKS_PEERS:
+        if setup["ranks"] is None:
+            raise RuntimeError("no tiktoken ranks of this vocabulary")
+        ranks = load_ranks(setup["ranks"])
     if name == "tiktoken":
-        if enc is None:
-            raise RuntimeError("no tiktoken encoding of this vocabulary")
+        import tiktoken
+
+        enc = tiktoken.Encoding("bench", pat_str=setup["pat_str"], mergeable_ranks=ranks, special_tokens=specials)
         return {"list": lambda t: enc.encode(t, allowed_special="all"),
                 "array": lambda t: enc.encode_to_numpy(t, allowed_special="all"),
                 "batch": lambda ds: enc.encode_batch(ds, num_threads=n_threads, allowed_special="all"),
-                "decode": lambda ids: enc.decode(ids)}
+                "decode": enc.decode}
+    if name == "riptoken":
+        import riptoken
+
+        core = riptoken.CoreBPE(ranks, specials, setup["pat_str"])
+        allowed = set(specials)
+        return {"list": lambda t: core.encode(t, allowed),
+                "batch": lambda ds: core.encode_batch(ds, allowed),          # rayon: all cores
+                "decode": lambda ids: core.decode_bytes(ids).decode("utf-8", "replace")}
+    if name == "splintr":
+        import splintr
+
+        with open(setup["ranks"], "rb") as f:
+            sp = splintr.Tokenizer.from_bytes(f.read(), setup["pat_str"], specials)
+        return {"list": sp.encode_with_special,
+                "batch": sp.encode_batch_with_special,                       # rayon: all cores
+                "flat": lambda ds: _flat_u64(sp.encode_batch_flat(ds)),     # (documents hold no special)
+                "decode": sp.decode}
+    if name == "tokendagger":
+        import tokendagger
+
+        td = tokendagger.Encoding("bench", pat_str=setup["pat_str"], mergeable_ranks=ranks, special_tokens=specials)
+        return {"list": lambda t: td.encode(t, allowed_special="all"),
+                "batch": lambda ds: td.encode_batch(ds, num_threads=n_threads, allowed_special="all"),
+                "decode": td.decode}
     if name == "bpe_openai":
         import bpe_openai
 
@@ -343,7 +433,8 @@ def make_adapter(name: str, enc, hf_json) -> dict:
         return {"list": lambda t: bo.encode(t, allowed_special="all"),
                 "array": lambda t: bo.encode_to_numpy(t, allowed_special="all"),
                 "batch": lambda ds: bo.encode_batch(ds, num_threads=n_threads, allowed_special="all"),
-                "decode": lambda ids: bo.decode(ids)}
+                "decode": bo.decode}
+    hf_json = setup["hf_json"]
     if hf_json is None:
         raise RuntimeError("no tokenizer.json")
     if name == "tokenizers":
@@ -353,18 +444,27 @@ def make_adapter(name: str, enc, hf_json) -> dict:
         # (no whole-text work: HF keeps offsets and strings per token and crawls on a 5 MB sequence)
         return {"batch": lambda ds: [e.ids for e in hf.encode_batch(ds, add_special_tokens=False)],
                 "decode": lambda ids: hf.decode(ids, skip_special_tokens=False)}
-    if name == "fastokens":
-        import fastokens
-
-        ft = fastokens.Tokenizer.from_file(hf_json)
-
-        def flat(ds):
-            ids, offs = ft.encode_batch_flat(ds)
-            return np.frombuffer(ids, np.uint32), np.frombuffer(offs, np.uint64)
+    if name in ("fastokens", "snaptokens"):          # snaptokens is a fork of fastokens: one API
+        module = importlib.import_module(name)
+        ft = module.Tokenizer.from_file(hf_json)
         return {"list": lambda t: ft.encode(t).ids,
                 "batch": lambda ds: [e.ids for e in ft.encode_batch(ds)],
-                "flat": flat,
+                "flat": lambda ds: _flat_u64(ft.encode_batch_flat(ds)),
                 "decode": lambda ids: ft.decode(ids)}
+    if name == "tuetoken":
+        import tuetoken
+
+        auto = tuetoken.AutoTokenizer.from_file(hf_json)     # its special-token-aware wrapper
+        core = auto._core
+
+        def flat(ds):
+            got = core.encode_ordinary_to_buffer(ds, num_threads=n_threads)
+            return got["data"], got["offsets"]
+        # (no whole text -> array: its array encoder, encode_to_bytes, reads special tokens as text)
+        return {"list": lambda t: auto.encode(t, add_special_tokens=False),
+                "batch": lambda ds: core.encode_special_batch(ds, num_threads=n_threads),
+                "flat": flat,
+                "decode": lambda ids: core.decode(ids)}
     if name == "tokie":
         import tokie
 
@@ -379,143 +479,195 @@ def make_adapter(name: str, enc, hf_json) -> dict:
         return {"list": lambda t: kt.encode(t, True),
                 "batch": lambda ds: kt.encode_all(ds, True),
                 "decode": lambda ids: kt.decode(ids, True).decode("utf-8", "replace")}
-    raise ValueError(name)
+    raise ValueError(f"unknown peer {name!r}")
 
 
-def ours_adapter(tok: Tokenizer) -> dict:
-    n_threads = os.cpu_count() or 1
-    def cold(text):
-        tok._idle.clear()                   # a new encoder: an empty pretoken cache
-        return tok.encode_to_numpy(text)
-    return {"list": tok.encode, "array": tok.encode_to_numpy, "cold": cold,
-            "batch": lambda ds: tok.encode_batch(ds, num_threads=n_threads),
-            "flat": lambda ds: tok.encode_batch_flat(ds, num_threads=n_threads),
-            "decode": tok.decode}
-
-
-# ==== Measuring ================================================================================
-
-
-def corpus_to_npy(adapter: dict, path: str, out: str, ours: Tokenizer | None):
+def corpus_to_npy(adapter: dict, path: str, out: str, ours, n_threads: int):
     """A corpus file to a flat .npy: ours with ``encode_corpus``; a peer reads the file, encodes its
     documents as a batch (flat when it can) and saves."""
     if ours is not None:
-        import importlib
-
         package = type(ours).__module__.split(".")[0]        # bpe_core, or bpe_core_against
         encode_corpus = importlib.import_module(package + ".encode.encode_corpus").encode_corpus
 
-        encode_corpus(path, ours, out, num_workers=os.cpu_count() or 1, progress=False)
+        encode_corpus(path, ours, out, num_workers=n_threads, progress=False)
         return
     with open(path, encoding="utf-8") as f:
         text = f.read()
     docs = [d + EOT for d in text.split(EOT)]
-    if "flat" in adapter:
-        ids = adapter["flat"](docs)[0]
-    else:
-        ids = np.fromiter((i for d in adapter["batch"](docs) for i in d), dtype=np.uint32)
+    docs[-1] = docs[-1][: -len(EOT)]
+    if "batch" not in adapter:
+        raise RuntimeError("no batch encoder")
+    ids = np.fromiter((i for d in adapter["batch"](docs) for i in d), dtype=np.uint32)
     np.save(out, ids.astype(np.uint16) if ids.size and ids.max() < 65536 else ids)
 
 
-def settle() -> None:
-    """Free what the last work left, outside the timing: the collector, then glibc's free heap
-    (``malloc_trim``, what ``run_ordered`` calls after its threads). Without it the corpus row of
-    whoever ran after a list work paid for trimming that list's memory (~10 MB of int objects):
-    with two copies of the same code, "ours / before" read 0.7 on that row and 1.0 on the others."""
-    import gc
-
-    from bpe_core.runtime.workers import release_free_memory
-
-    gc.collect()
-    release_free_memory()
+# ==== The measuring child =============================================================================
 
 
-def check(name, work, got, expected) -> bool:
+def check(work: str, got, want: dict) -> bool:
+    """Whether ``got`` (the output of ``work``) holds the reference ids of every document."""
     if work in ("list", "array"):
-        return list(np.asarray(got).tolist()) == expected
+        got = np.asarray(got, dtype=np.int64)
+        return got.shape == want["text"].shape and bool(np.array_equal(got, want["text"]))
     if work == "batch":
-        return [list(x) for x in got] == expected
+        offs = want["offsets"]
+        if len(got) != len(offs) - 1:
+            return False
+        flat = np.fromiter((i for d in got for i in d), dtype=np.int64)
+        lens = np.fromiter((len(d) for d in got), dtype=np.int64, count=len(got))
+        return bool(np.array_equal(flat, want["docs"]) and np.array_equal(np.cumsum(lens), offs[1:]))
     if work == "flat":
         ids, offs = got
-        offs = np.asarray(offs, dtype=np.int64)
-        return all(ids[a:b].tolist() == e for a, b, e in zip(offs[:-1], offs[1:], expected)) and len(offs) == len(expected) + 1
-    return got == expected
+        return (len(offs) == len(want["offsets"]) and bool(np.array_equal(np.asarray(offs, np.int64), want["offsets"]))
+                and bool(np.array_equal(np.asarray(ids, np.int64), want["docs"])))
+    if work == "decode":
+        return got == want["decoded"]
+    if work == "corpus":
+        return bool(np.array_equal(np.load(got).astype(np.int64), want["text"]))
+    raise ValueError(work)
 
 
-def bench(vocab: str, corpus: str, text: str, ours: Tokenizer, want, peers: dict, runs: int, tmp: str,
-          before=None) -> dict:
-    """Every work of everyone, interleaved; ``want`` gives the ids to check against (``encode`` and
-    ``encode_batch`` as tiktoken's: tiktoken itself, or :class:`ReferenceIds`)."""
+def child(spec: dict) -> dict:
+    """One library, one work: load, the first (cold) call, then ``warm`` more; the ids of each
+    checked. Returns the timings (wall and process CPU seconds), the load time and ``same``."""
+    n_threads = spec["threads"]
+    with open(spec["setup"]) as f:
+        setup = json.load(f)
+    text_path = spec["text"]
+    with open(text_path, encoding="utf-8") as f:
+        text = f.read()
+    docs = documents(text)
+    data = np.load(spec["want"])
+    want = {"text": data["text"], "docs": data["docs"], "offsets": data["offsets"], "decoded": text}
+    who, work = spec["who"], spec["work"]
+    t0 = time.perf_counter()
+    ours = None
+    if who in ("bpe_core", "before"):
+        cls = load_against(spec["against"]) if who == "before" else Tokenizer
+        ours = load_ours(setup, cls)
+        adapter = ours_adapter(ours, n_threads)
+    else:
+        try:
+            adapter = make_adapter(who, setup, n_threads)
+        except Exception as exc:       # a peer that cannot load this vocab is named, not fatal
+            return {"error": f"{CANNOT_LOAD}: {type(exc).__name__}: {str(exc)[:100]}"}
+    load_s = time.perf_counter() - t0
+    if work == "corpus":
+        out = os.path.join(spec["tmp"], f"{who}.npy")
+        fn = lambda: (corpus_to_npy(adapter, text_path, out, ours, n_threads), out)[1]  # noqa: E731
+        if ours is None and "batch" not in adapter:
+            return {"unsupported": True}
+    elif work not in adapter:
+        return {"unsupported": True}
+    else:
+        call = adapter[work]
+        ids = want["text"].tolist() if work == "decode" else None
+        # Each call gets str objects of its own, made untimed: CPython keeps a str's UTF-8 once
+        # a tool asks for it, so a str used twice would be read for free the second time.
+        fresh = {}
+
+        def refresh():
+            fresh["arg"] = (ids if work == "decode" else text.encode("utf-8").decode("utf-8") if work in ("list", "array")
+                            else [d.encode("utf-8").decode("utf-8") for d in docs])
+        fn = lambda: call(fresh["arg"])  # noqa: E731
+    walls, cpus, same = [], [], True
+    for k in range(spec["warm"] + 1):
+        if work not in ("corpus",):
+            refresh()
+        t0, c0 = time.perf_counter(), time.process_time()
+        got = fn()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        same = same and check(work, got, want)
+        del got
+    return {"load_s": load_s, "wall": walls, "cpu": cpus, "same": same}
+
+
+def run_child(spec: dict, tmp: str) -> dict:
+    """``child(spec)`` in a fresh process (this script, ``--child``), which imports the bpe_core this
+    process imported. A child that fails gives ``{"error": its last line of stderr}``."""
+    import bpe_core
+
+    path = os.path.join(tmp, "child.json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    env = dict(os.environ)
+    env[PACKAGE_ENV] = os.path.dirname(os.path.dirname(os.path.abspath(bpe_core.__file__)))
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", path], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        err = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return {"error": err[:200]}
+    return json.loads(lines[-1])
+
+
+# ==== The parent ==================================================================================
+
+
+def bench(vocab: str, corpus: str, text: str, setup: dict, want, peers: list[str], works: list[str], runs: int,
+          warm: int, tmp: str, against: str | None = None) -> dict:
+    """Every (library, work) in a process of its own, ``runs`` interleaved rounds; ``want`` gives the
+    reference ids (``encode`` and ``encode_batch`` as tiktoken's: tiktoken itself, or
+    :class:`ReferenceIds`)."""
     docs = documents(text)
     n_bytes = len(text.encode("utf-8"))
     doc_bytes = sum(len(d.encode("utf-8")) for d in docs)
-    want_text = want.encode(text, allowed_special="all")
     want_docs = want.encode_batch(docs, allowed_special="all")
-    ids = np.array(want_text, dtype=np.uint32).tolist()
-    path = os.path.join(tmp, f"{corpus}.txt")
-    with open(path, "w", encoding="utf-8") as f:
+    offsets = np.zeros(len(docs) + 1, np.int64)
+    np.cumsum([len(d) for d in want_docs], out=offsets[1:])
+    sub = os.path.join(tmp, f"{abs(hash((vocab, corpus)))}")
+    os.makedirs(sub, exist_ok=True)
+    text_path = os.path.join(sub, f"{corpus}.txt")
+    with open(text_path, "w", encoding="utf-8") as f:
         f.write(text)
-    everyone = {"bpe_core": ours_adapter(ours), **peers}
-    mine = {"bpe_core": ours}
-    if before is not None:
-        everyone["before"] = ours_adapter(before)
-        mine["before"] = before
-    # Each call gets str objects of its own, made untimed: CPython keeps a str's UTF-8 once a tool
-    # asks for it, so a shared str would let whoever runs after that tool read it for free.
-    fresh = {}
-
-    def refresh():
-        fresh["text"] = text.encode("utf-8").decode("utf-8")
-        fresh["docs"] = [d.encode("utf-8").decode("utf-8") for d in docs]
-
-    jobs = []           # (work label, who, callable, bytes, check)
-    for who, ad in everyone.items():
-        if "list" in ad:
-            jobs.append((WORKS[0], who, lambda ad=ad: ad["list"](fresh["text"]), n_bytes, ("list", want_text)))
-        if "array" in ad:
-            jobs.append((WORKS[1], who, lambda ad=ad: ad["array"](fresh["text"]), n_bytes, ("array", want_text)))
-        if "batch" in ad:
-            jobs.append((WORKS[2], who, lambda ad=ad: ad["batch"](fresh["docs"]), doc_bytes, ("batch", want_docs)))
-        if "flat" in ad:
-            jobs.append((WORKS[3], who, lambda ad=ad: ad["flat"](fresh["docs"]), doc_bytes, ("flat", want_docs)))
-        if "decode" in ad:
-            jobs.append((WORKS[4], who, lambda ad=ad: ad["decode"](ids), n_bytes, ("decode", text)))
-        if "cold" in ad:
-            jobs.append((WORKS[6], who, lambda ad=ad: ad["cold"](fresh["text"]), n_bytes, ("array", want_text)))
-        if who in mine or "batch" in ad:
-            out = os.path.join(tmp, f"{who}.npy")
-            jobs.append((WORKS[5], who, lambda ad=ad, who=who, out=out: corpus_to_npy(
-                ad, path, out, mine.get(who)), n_bytes, None))
-    times = {(w, who): [] for w, who, *_ in jobs}
-    cpu = {(w, who): [] for w, who, *_ in jobs}
-    same, failed = {}, {}
-    for r in range(runs + 1):              # round 0 warms caches up and checks the ids, untimed
-        # every other round runs the jobs in reverse order, so no one always follows the same work
-        for work, who, fn, nb, chk in (jobs if r % 2 == 0 else jobs[::-1]):
-            if (work, who) in failed:
+    want_path = os.path.join(sub, "want.npz")
+    np.savez(want_path, text=np.array(want.encode(text, allowed_special="all"), np.int64),
+             docs=np.fromiter((i for d in want_docs for i in d), np.int64), offsets=offsets)
+    setup_path = os.path.join(sub, "setup.json")
+    with open(setup_path, "w") as f:
+        json.dump(setup, f)
+    everyone = ["bpe_core"] + (["before"] if against else []) + peers
+    jobs = [(work, who) for who in everyone for work in works]
+    res = {"vocab": vocab, "corpus": corpus, "mb": n_bytes / 1e6, "docs": len(docs), "peers": peers,
+           "wall": {}, "cpu": {}, "same": {}, "failed": {}, "load": {}}
+    samples = {}
+    for r in range(runs):
+        for work, who in (jobs if r % 2 == 0 else jobs[::-1]):
+            if (work, who) in res["failed"] or (work, who, "unsupported") in samples:
                 continue
-            refresh()
-            t0, c0 = time.perf_counter(), time.process_time()
-            try:
-                got = fn()
-            except Exception as exc:        # e.g. a peer's own limit on tokens per call: named, left out
-                failed[(work, who)] = f"{type(exc).__name__}: {str(exc)[:100]}"
-                del times[(work, who)], cpu[(work, who)]
+            spec = {"who": who, "work": work, "setup": setup_path, "text": text_path, "want": want_path,
+                    "warm": warm, "threads": os.cpu_count() or 1, "against": against, "tmp": sub}
+            got = run_child(spec, sub)
+            if got.get("unsupported"):
+                samples[(work, who, "unsupported")] = True
                 continue
-            if r:
-                times[(work, who)].append(nb / 1e6 / (time.perf_counter() - t0))
-                cpu[(work, who)].append(nb / 1e6 / max(time.process_time() - c0, 1e-9))
-            elif chk is not None:
-                same[(work, who)] = check(who, chk[0], got, chk[1])
-            del got
-            settle()                        # untimed: the next work does not pay for this one's garbage
-    for who in mine:                        # the .npy of ours holds the whole text's ids
-        if (WORKS[5], who) in times:
-            saved = np.load(os.path.join(tmp, f"{who}.npy"))
-            same[(WORKS[5], who)] = saved.tolist() == want_text
-    return {"vocab": vocab, "corpus": corpus, "mb": n_bytes / 1e6, "docs": len(docs),
-            "medians": {k: statistics.median(v) for k, v in times.items()},
-            "cpu": {k: statistics.median(v) for k, v in cpu.items()}, "same": same, "failed": failed}
+            if "error" in got:          # e.g. a peer's own limit on tokens per call: named, left out
+                for w in (works if got["error"].startswith(CANNOT_LOAD) else [work]):
+                    res["failed"][(w, who)] = got["error"]
+                continue
+            nb = doc_bytes if work in ("batch", "flat") else n_bytes
+            s = samples.setdefault((work, who), {"cold": ([], []), "warm": ([], []), "load": []})
+            s["cold"][0].append(nb / 1e6 / max(got["wall"][0], 1e-9))
+            s["cold"][1].append(nb / 1e6 / max(got["cpu"][0], 1e-9))
+            if len(got["wall"]) > 1:
+                s["warm"][0].append(nb / 1e6 / max(statistics.median(got["wall"][1:]), 1e-9))
+                s["warm"][1].append(nb / 1e6 / max(statistics.median(got["cpu"][1:]), 1e-9))
+            s["load"].append(got["load_s"])
+            res["same"][(WORK_LABELS[work], who)] = res["same"].get((WORK_LABELS[work], who), True) and got["same"]
+    for key, s in samples.items():
+        if len(key) == 3:
+            continue
+        work, who = key
+        for phase in PHASES:
+            walls, cpus = s[phase]
+            if walls:
+                res["wall"][(WORK_LABELS[work], who, phase)] = statistics.median(walls)
+                res["cpu"][(WORK_LABELS[work], who, phase)] = statistics.median(cpus)
+        res["load"].setdefault(who, []).extend(s["load"])
+    res["failed"] = {(WORK_LABELS[w], who): why for (w, who), why in res["failed"].items()}
+    res["load"] = {who: statistics.median(v) for who, v in res["load"].items()}
+    return res
 
 
 def bench_models(models: dict, corpus: str, text: str, runs: int, plain: bool) -> str:
@@ -555,48 +707,59 @@ def bench_models(models: dict, corpus: str, text: str, runs: int, plain: bool) -
     return "\n".join(lines)
 
 
-def table(res: dict, peer_names: list[str], key: str = "medians") -> str:
-    against = any(who == "before" for _, who in res[key])
-    cols = ["bpe_core"] + (["before"] if against else []) + peer_names
-    what = "MB/s (wall)" if key == "medians" else "MB per CPU-second (all threads of the process)"
+def table(res: dict, key: str = "cpu") -> str:
+    """The rows (work, cold / warm) of one vocabulary and corpus: everyone's median, the best exact
+    peer, ours / best (and with ``--against``: before / best, ours / before)."""
+    against = any(who == "before" for _, who, _ in res[key])
+    cols = ["bpe_core"] + (["before"] if against else []) + [p for p in res["peers"]
+                                                             if any(w == p for _, w, _ in res[key])]
+    what = "MB/s (wall)" if key == "wall" else "MB per CPU-second (all threads of the process)"
     lines = [f"### {res['vocab']}, {res['corpus']} ({res['mb']:.1f} MB, {res['docs']} docs), {what}, medians",
              "", "| work | " + " | ".join(cols) + " | best peer | ours/best |" + (" before/best | ours/before |" if against else ""),
              "|---" * (len(cols) + 3 + 2 * against) + "|"]
     for work in WORKS:
-        cells, best = [], None
-        for who in cols:
-            m = res[key].get((work, who))
-            if m is None:
-                cells.append("-")
+        for phase in PHASES:
+            if not any((work, who, phase) in res[key] for who in cols):
                 continue
-            ok = res["same"].get((work, who), True)
-            cells.append(f"{m:.1f}" + ("" if ok else " (ids differ)"))
-            if who not in ("bpe_core", "before") and ok and (best is None or m > best[1]):
-                best = (who, m)
-        ours = res[key].get((work, "bpe_core"))
-        ratio = f"{ours / best[1]:.2f}" if best and ours else "-"
-        row = f"| {work} | " + " | ".join(cells) + f" | {best[0] if best else '-'} | {ratio} |"
-        if against:
-            old = res[key].get((work, "before"))
-            row += (f" {old / best[1]:.2f} |" if best and old else " - |") + (f" {ours / old:.2f} |" if ours and old else " - |")
-        lines.append(row)
+            cells, best = [], None
+            for who in cols:
+                m = res[key].get((work, who, phase))
+                if m is None:
+                    cells.append("-")
+                    continue
+                ok = res["same"].get((work, who), True)
+                cells.append(f"{m:.1f}" + ("" if ok else " (ids differ)"))
+                if who not in ("bpe_core", "before") and ok and (best is None or m > best[1]):
+                    best = (who, m)
+            ours = res[key].get((work, "bpe_core", phase))
+            ratio = f"{ours / best[1]:.2f}" if best and ours else "-"
+            row = f"| {work}, {phase} | " + " | ".join(cells) + f" | {best[0] if best else '-'} | {ratio} |"
+            if against:
+                old = res[key].get((work, "before", phase))
+                row += (f" {old / best[1]:.2f} |" if best and old else " - |") + (f" {ours / old:.2f} |" if ours and old else " - |")
+            lines.append(row)
     for (work, who), why in res.get("failed", {}).items():
         lines.append(f"\n{who}, {work}: failed ({why})")
-    if key == "medians":
-        lines.append("\nids identical to the reference on every document: " + "; ".join(
-            f"{who} {'yes' if all(ok for (w, h), ok in res['same'].items() if h == who) else 'NO'}"
-            for who in cols if any(h == who for _, h in res["same"])))
+    if key == "cpu":
+        reference = "bpe_core.reference" if res["vocab"].startswith(TRAINED) else "tiktoken"
+        verdicts = []
+        for who in cols:
+            mine = [(w, ok) for (w, h), ok in res["same"].items() if h == who]
+            if mine:
+                bad = [w for w, ok in mine if not ok]
+                verdicts.append(f"{who} {'yes' if not bad else 'NO (' + ', '.join(bad) + ')'}")
+        lines.append(f"\nids identical to {reference} on every document: " + "; ".join(verdicts))
+        lines.append("load, seconds (median): " + ", ".join(f"{who} {s:.2f}" for who, s in res["load"].items()))
     return "\n".join(lines)
 
 
 def versions(names) -> str:
     """``bpe_core X, fastokens Y, ...``: the installed version of ours and of each peer asked for."""
     from importlib import metadata
-    dist = {"bpe_openai": "bpe-openai"}
     out = []
     for name in ["bpe_core"] + list(names):
         try:
-            out.append(f"{name} {metadata.version(dist.get(name, name))}")
+            out.append(f"{name} {metadata.version(DISTRIBUTIONS.get(name, name))}")
         except metadata.PackageNotFoundError:
             out.append(f"{name} (not installed)")
     return ", ".join(out)
@@ -614,12 +777,14 @@ def cuts(args):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=10.0, help="MB of each corpus (a cut of its start)")
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5, help="rounds: fresh processes per library and work")
+    ap.add_argument("--warm", type=int, default=3, help="calls after the first (cold) one in each process")
     ap.add_argument("--corpus", nargs="+", default=["en_heldout", "ood_code"])
     ap.add_argument("--vocab", nargs="+", default=["gpt2", "cl100k"], type=vocab_arg,
                     metavar="{gpt2,cl100k,none,trained:DIR}",
                     help="vocabularies: GPT-2, cl100k, none (only --models), or a BPE model folder "
                          "of tools/train_bpe.py (trained:DIR; its ids checked against bpe_core.reference)")
+    ap.add_argument("--works", nargs="+", default=list(WORK_LABELS), choices=list(WORK_LABELS))
     ap.add_argument("--models", nargs="+", default=[], metavar="NAME=DIR",
                     help="trained model folders to compare on the same text (one thread, to an array)")
     ap.add_argument("--plain", action="store_true", help="with --models: also the stage-aware plain path")
@@ -629,44 +794,49 @@ def main(argv=None) -> int:
     ap.add_argument("--against", metavar="DIR",
                     help="also time bpe_core from this built checkout (column 'before', never a peer)")
     args = ap.parse_args(argv)
-    against = load_against(args.against) if args.against else None
     models = {}
     for spec in args.models:
         name, sep, folder = spec.partition("=")
         if not sep or not os.path.isdir(folder):
             ap.error(f"--models wants NAME=DIR with an existing folder, got {spec!r}")
         models[name] = folder
-    print(f"# bench_peers: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
-          f"{args.runs} interleaved runs, --mb {args.mb}")
-    print(f"# versions: {versions(args.peers)}")
+    against = os.path.abspath(args.against) if args.against else None
+    print(f"# bench_peers: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, {args.runs} interleaved "
+          f"rounds of one process per library and work (1 cold call, {args.warm} warm), --mb {args.mb}", flush=True)
+    print(f"# versions: {versions(args.peers)}", flush=True)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for vocab in [v for v in args.vocab if v != "none"]:
             try:
-                ours, enc, hf_json, skip, want = vocab_setup(vocab, tmp)
-                before = vocab_setup(vocab, tmp, against)[0] if against is not None else None
+                setup, want = vocab_setup(vocab, tmp)
             except Exception as exc:
                 print(f"\n{vocab}: skipped ({exc})")
                 continue
-            peers, skipped = load_peers(args.peers, enc, hf_json, skip)
-            for name, why in skipped.items():
-                print(f"{vocab}: {name} skipped ({why})")
+            peers = []
+            for name in args.peers:
+                why = setup["skip"].get(name) or (None if importlib.util.find_spec(name) else "not installed")
+                if why:
+                    print(f"{vocab}: {name} skipped ({why})")
+                else:
+                    peers.append(name)
             for corpus, text in cuts(args):
-                res = bench(vocab, corpus, text, ours, want, peers, args.runs, tmp, before)
-                print("\n" + table(res, list(peers)), flush=True)
-                print("\n" + table(res, list(peers), "cpu"), flush=True)
+                res = bench(vocab, corpus, text, setup, want, peers, args.works, args.runs, args.warm, tmp, against)
+                print("\n" + table(res, "cpu"), flush=True)
+                print("\n" + table(res, "wall"), flush=True)
                 results.append(res)
         if models:
             for corpus, text in cuts(args):
                 print("\n" + bench_models(models, corpus, text, args.runs, args.plain), flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([{**r, "medians": {" / ".join(k): v for k, v in r["medians"].items()},
-                        "cpu": {" / ".join(k): v for k, v in r["cpu"].items()},
-                        "same": {" / ".join(k): v for k, v in r["same"].items()},
-                        "failed": {" / ".join(k): v for k, v in r["failed"].items()}} for r in results], f, indent=1)
+            json.dump([{**r, **{k: {" / ".join(key): v for key, v in r[k].items()} for k in ("wall", "cpu", "same", "failed")}}
+                       for r in results], f, indent=1)
     return 0
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        with open(sys.argv[2]) as f:
+            print(json.dumps(child(json.load(f))))
+        sys.exit(0)
     sys.exit(_tool_start.run_bench(main))

@@ -1,5 +1,6 @@
-"""``tools/bench_peers.py --vocab trained:DIR``: the wiring of a trained model folder into every row
-(no timing is asserted: speed belongs to the benchmark), and its reference ids."""
+"""``tools/bench_peers.py``: the wiring of a trained model folder into every row, cold and warm, one
+process per library and work (no timing is asserted: speed belongs to the benchmark), the ids check
+and the reference ids."""
 import importlib.util
 import json
 import random
@@ -59,21 +60,42 @@ def test_trained_vocab_runs_every_row_with_ids_checked(folders, tmp_path, capsys
     out = tmp_path / "res.json"
     peers = ["tiktoken", "tokenizers", "bpe_openai", "no_such_peer"]
     assert bench_peers.main(["--vocab", f"trained:{model}", "--corpus", "tiny", "--corpora", str(corpora),
-                             "--mb", "1", "--runs", "1", "--peers", *peers, "--json", str(out)]) == 0
+                             "--mb", "1", "--runs", "1", "--warm", "1", "--peers", *peers, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "bpe_openai skipped (ships cl100k/o200k only" in printed
     assert "no_such_peer skipped (not installed)" in printed
     assert "no_such_peer (not installed)" in printed.splitlines()[1]     # the versions line
     assert printed.splitlines()[1].startswith("# versions: bpe_core ")
-    assert "ids identical to the reference on every document: bpe_core yes" in printed
+    assert "ids identical to bpe_core.reference on every document: bpe_core yes" in printed
     [res] = json.loads(out.read_text())
     assert res["vocab"] == f"trained:{model}" and res["corpus"] == "tiny"
     ours = {k.split(" / ")[0]: v for k, v in res["same"].items() if k.endswith(" / bpe_core")}
     assert set(ours) == set(bench_peers.WORKS) and all(ours.values()), ours
+    for work in bench_peers.WORKS:                # every row of ours, cold and warm, in both tables
+        for phase in bench_peers.PHASES:
+            assert f"| {work}, {phase} | " in printed
+            assert res["cpu"][f"{work} / bpe_core / {phase}"] > 0 and res["wall"][f"{work} / bpe_core / {phase}"] > 0
     for peer in ("tiktoken", "tokenizers"):      # loaded from our exports, and exact on this text
         if importlib.util.find_spec(peer):
             theirs = [v for k, v in res["same"].items() if k.endswith(" / " + peer)]
             assert theirs and all(theirs), res["same"]
+
+
+def test_the_ids_check_catches_any_difference():
+    """``check``: the reference ids of the whole text and of every document, in each work's shape;
+    one id changed, one document moved across a boundary or one missing is a difference."""
+    import numpy as np
+
+    docs = [[1, 2, 3], [], [4, 5]]
+    want = {"text": np.array([1, 2, 3, 9, 4, 5]), "docs": np.array([1, 2, 3, 4, 5]),
+            "offsets": np.array([0, 3, 3, 5]), "decoded": "abc"}
+    assert bench_peers.check("list", [1, 2, 3, 9, 4, 5], want) and bench_peers.check("array", np.array([1, 2, 3, 9, 4, 5], np.uint32), want)
+    assert not bench_peers.check("list", [1, 2, 3, 9, 4, 6], want) and not bench_peers.check("list", [1, 2, 3, 9, 4], want)
+    assert bench_peers.check("batch", docs, want)
+    assert not bench_peers.check("batch", [[1, 2], [3], [4, 5]], want) and not bench_peers.check("batch", docs[:2], want)
+    assert bench_peers.check("flat", (np.array([1, 2, 3, 4, 5], np.uint32), np.array([0, 3, 3, 5], np.uint64)), want)
+    assert not bench_peers.check("flat", (np.array([1, 2, 3, 4, 5], np.uint32), np.array([0, 2, 3, 5])), want)
+    assert bench_peers.check("decode", "abc", want) and not bench_peers.check("decode", "abd", want)
 
 
 def test_trained_vocab_needs_a_model_folder(tmp_path, capsys):
