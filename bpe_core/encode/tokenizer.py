@@ -274,12 +274,14 @@ class Tokenizer:
         else:
             data = _as_bytes(text)
         specials = self._select_specials(specials, allowed_special, disallowed_special, (data,))
-        if len(data) <= _BLOCK_BYTES and self._pattern_id is not None and _NATIVE_PRETOKENIZER:
+        if self._pattern_id is not None and _NATIVE_PRETOKENIZER:
             enc = self._borrow()            # one native call, no generator (encode_batch's many docs)
             try:
-                ids, _, _ = enc.encode_text(data, 0, len(data), self._pattern_id,
-                                            self._special_table_for(specials))
-                return ids
+                if len(data) <= _BLOCK_BYTES:
+                    return enc.encode_text(data, 0, len(data), self._pattern_id, self._special_table_for(specials))[0]
+                # a long text: block by block (bounded scratch) into one array
+                return enc.encode_whole(data, 0, len(data), self._pattern_id, self._special_table_for(specials),
+                                        _BLOCK_BYTES)
             finally:
                 self._idle.append(enc)
         parts = list(self._iter_encode(data, 0, len(data), specials))

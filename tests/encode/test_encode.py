@@ -74,6 +74,37 @@ def test_long_pieces_match_tiktoken():
         assert tok.encode(text) == enc.encode(text)
 
 
+@SETTINGS
+@given(SPECIAL_HEAVY | TEXT, st.integers(1, 64), st.booleans())
+def test_encode_whole_equals_one_encode_text(text, block, specials):
+    """``Encoder.encode_whole`` (a long text block by block into one array) gives the ids of one
+    ``encode_text`` call over the whole range, for any block size: the window cuts, the retry of a
+    pretoken longer than the block, special tokens across a cut."""
+    tok = gpt2_tokenizer()
+    data = ("x" + text + "y").encode("utf-8", "surrogateescape")
+    table = tok._special_table_for(specials)
+    want = tok._new_encoder().encode_text(data, 1, len(data) - 1, tok._pattern_id, table)[0]
+    got = tok._new_encoder().encode_whole(data, 1, len(data) - 1, tok._pattern_id, table, block)
+    assert got.dtype == np.uint32 and got.tolist() == want.tolist()
+
+
+def test_a_text_longer_than_a_block_is_one_array_with_tiktokens_ids():
+    """Over ``_BLOCK_BYTES`` (here 2.3 MB: the reserved buffer in huge pages, handed over whole),
+    whole text to an array and to a list give tiktoken's ids; bad arguments are refused."""
+    text = fixture_text("corpus.en") + EOT + fixture_text("german.txt") + EOT
+    text = text * (2_300_000 // len(text.encode()) + 1)
+    assert len(text.encode()) > 2 * tokenizer_mod._BLOCK_BYTES
+    tok = gpt2_tokenizer()
+    want = gpt2_tiktoken().encode(text, allowed_special="all")
+    ids = tok.encode_to_numpy(text)
+    assert ids.dtype == np.uint32 and ids.tolist() == want and tok.encode(text) == want
+    enc = tok._new_encoder()
+    with pytest.raises(ValueError, match="block"):
+        enc.encode_whole(b"ab", 0, 2, tok._pattern_id, None, 0)
+    with pytest.raises(ValueError, match="start <= end"):
+        enc.encode_whole(b"ab", 1, 3, tok._pattern_id)
+
+
 # ==== Exact against the reference (vocabs we train) ===========================================
 
 
