@@ -415,6 +415,7 @@ def make_adapter(name: str, setup: dict, n_threads: int) -> dict:
 
         with open(setup["ranks"], "rb") as f:
             sp = splintr.Tokenizer.from_bytes(f.read(), setup["pat_str"], specials)
+        # (no whole text -> array: its array encoder, encode_flat, reads special tokens as text)
         return {"list": sp.encode_with_special,
                 "batch": sp.encode_batch_with_special,                       # rayon: all cores
                 "flat": lambda ds: _flat_u64(sp.encode_batch_flat(ds)),     # (documents hold no special)
@@ -448,6 +449,7 @@ def make_adapter(name: str, setup: dict, n_threads: int) -> dict:
         module = importlib.import_module(name)
         ft = module.Tokenizer.from_file(hf_json)
         return {"list": lambda t: ft.encode(t).ids,
+                "array": lambda t: np.frombuffer(ft.encode_batch_flat([t])[0], np.uint32),   # its array path
                 "batch": lambda ds: [e.ids for e in ft.encode_batch(ds)],
                 "flat": lambda ds: _flat_u64(ft.encode_batch_flat(ds)),
                 "decode": lambda ids: ft.decode(ids)}
