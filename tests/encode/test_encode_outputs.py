@@ -172,6 +172,29 @@ def test_utf8_of_equals_surrogateescape(text):
     assert bytes(_encode.utf8_of(text)) == want        # again: the UTF-8 kept in the str
 
 
+# ASCII runs of every length between code points of each width (the converter takes 8, 4 or 2
+# ASCII code points at a time, by the str's kind), and surrogates anywhere.
+MIXED_TEXTS = st.lists(st.one_of(st.text(alphabet="ab \n", max_size=19), SURROGATE_TEXTS,
+                                 st.sampled_from(["ÿ", "é", "\x80", "€", "\uffff", "😀", "\U0010ffff", "\udcff"])),
+                       max_size=12).map("".join)
+
+
+@SETTINGS
+@given(text=MIXED_TEXTS)
+def test_encode_utf8_equals_surrogateescape(text):
+    """``_encode.encode_utf8`` (what ``utf8_of`` and the batch job use for a str without kept
+    UTF-8) gives CPython's bytes, or its error, for strs of each kind (latin-1, UCS-2, UCS-4)."""
+    for t in (text, text + "ÿ", text + "€", text + "😀"):
+        try:
+            want = _old_bytes(t)
+        except UnicodeEncodeError as e:
+            with pytest.raises(UnicodeEncodeError) as got:
+                _encode.encode_utf8(t)
+            assert (got.value.start, got.value.end) == (e.start, e.end)
+            continue
+        assert _encode.encode_utf8(t) == want
+
+
 @SETTINGS
 @given(text=SURROGATE_TEXTS, specials=st.booleans())
 def test_encode_of_a_str_equals_encode_of_its_bytes(gpt2, text, specials):
