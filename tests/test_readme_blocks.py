@@ -5,7 +5,8 @@ Each block runs in a fresh temporary folder that holds the packaged sample
 for "your text":
 
 - ```` ```bash ```` blocks run with ``bash -e``; ``python`` is this interpreter and ``tools/`` is the
-  repository's tools folder (what a newcomer gets in the clone root); ``bpe-core X`` runs as
+  repository's tools folder (what a newcomer gets in the clone root), ``benchmarks/`` its
+  benchmarks folder; ``bpe-core X`` runs as
   ``python -m bpe_core X`` (the same command, whether or not the console script is installed
   here); to keep the test fast, a
   ``--vocab-size N`` above ``VOCAB_CAP`` runs as ``VOCAB_CAP`` (the 133 KB sample runs out of pairs
@@ -94,6 +95,8 @@ def _shell(code: str) -> str:
     (``python`` is this interpreter: ``_env``)."""
     code = re.sub(r"--vocab-size (\d+)", lambda m: f"--vocab-size {min(int(m.group(1)), VOCAB_CAP)}", code)
     code = re.sub(r"(?<![\w./-])bpe-core (\w+)", _command, code)
+    benchmarks = ROOT / "benchmarks" if (ROOT / "benchmarks").is_dir() else ROOT / "tools"
+    code = re.sub(r"(?<![\w./-])benchmarks/", str(benchmarks) + "/", code)
     return re.sub(r"(?<![\w./-])tools/", str(ROOT / "tools") + "/", code)
 
 
@@ -118,9 +121,11 @@ def test_every_block_says_what_it_is():
 
 
 def test_blocks_are_found():
-    """The extraction sees the README's blocks (a regex that found nothing would pass anything)."""
+    """The extraction sees the blocks of the README and the pages (a regex that found nothing would
+    pass anything)."""
     readme = [b for b in RUNNABLE if b[0] == "README.md"]
-    assert any(b[2] == "python" for b in readme) and sum(b[2] == "bash" for b in readme) >= 3
+    assert any(b[2] == "python" for b in readme) and any(b[2] == "bash" for b in readme)
+    assert sum(b[2] == "bash" for b in RUNNABLE if b[0].startswith("docs/")) >= 3
 
 
 @pytest.mark.parametrize("block", [b for b in RUNNABLE if b[2] == "bash"], ids=_ids)
