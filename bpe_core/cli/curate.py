@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Entropy curation of a training corpus (SupraTok section 3.2).
 
     python tools/curate.py corpus.txt --out curated.txt [--seed 0]
@@ -8,30 +7,21 @@ Per document (text between special tokens): the character-bigram entropy H; docu
 document (seeded, deterministic, independent of order). The output is written to a temp file and
 renamed. The report (documents and kept documents per bin, bytes kept) goes to stdout as JSON.
 """
-import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
+import argparse
+import json
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+from bpe_core.runtime.cli import ArgumentParser, check_out_file, run_main
+from bpe_core.corpus import check_input, warn_if_binary
+from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN
 
-_tool_start.begin(__name__)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-
-from bpe_core.runtime.cli import ArgumentParser, check_out_file, run_main  # noqa: E402
-from bpe_core.corpus import check_input, warn_if_binary  # noqa: E402
-from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN  # noqa: E402
+#: The name in its messages (``bpe-core curate`` when run as that: ``main(prog=...)``).
+PROG = "curate.py"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="curate.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", metavar="INPUT", help="corpus (documents separated by the special token)")
     p.add_argument("--out", required=True, metavar="FILTERED", help="output file for the kept documents")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the keep/drop hash (default 0)")
@@ -40,9 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_main(lambda: _run(args), "curate.py")
+def main(argv=None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
+    return run_main(lambda: _run(args), prog)
 
 
 def _run(args) -> int:
@@ -55,6 +45,3 @@ def _run(args) -> int:
     print(json.dumps({"output": os.path.abspath(args.out), **report.to_dict()}, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(_tool_start.run(main))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Encode a whole corpus into one flat ``.npy`` of token ids.
 
     python tools/encode_corpus.py corpus.txt [more inputs...] --tokenizer tok/ --out ids.npy
@@ -16,37 +15,30 @@ ids, else ``uint32``). Document separators (special tokens) encode as their id. 
 to stderr, a one-line summary to stdout. Bad input, or a budget too small to fit one worker: one
 line on stderr, exit code 2, nothing written. ``--plan`` prints the memory plan and exits.
 """
-import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
+import argparse
+import json
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
-
-_tool_start.begin(__name__)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-
-from bpe_core.runtime.atomic import atomic_write  # noqa: E402
-from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,  # noqa: E402
+from bpe_core.runtime.atomic import atomic_write
+from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,
                                 check_out_file, check_out_prefix, chunk_size, local_input_files, run_main)
-from bpe_core.formats.model import folder_files  # noqa: E402
-from bpe_core.runtime.cli import memory_size  # noqa: E402
-from bpe_core.config import parse_size  # noqa: E402
-from bpe_core.corpus.inputs import expand_inputs  # noqa: E402
-from bpe_core.corpus.ranges import is_url  # noqa: E402
-from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
-from bpe_core.encode.tokenizer import Tokenizer  # noqa: E402
+from bpe_core.formats.model import folder_files
+from bpe_core.runtime.cli import memory_size
+from bpe_core.config import parse_size
+from bpe_core.corpus.inputs import expand_inputs
+from bpe_core.corpus.ranges import is_url
+from bpe_core.runtime.progress import add_progress_flag
+from bpe_core.encode.tokenizer import Tokenizer
+
+from ._start import rerun_command
+
+#: The name in its messages (``bpe-core encode`` when run as that: ``main(prog=...)``).
+PROG = "encode_corpus.py"
 
 
-def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="encode_corpus.py",
+def build_parser(prog: str = PROG) -> ArgumentParser:
+    p = ArgumentParser(prog=prog,
                        description="Encode a whole file into one flat .npy of token ids (bounded memory, "
                                    "identical for any worker count).")
     p.add_argument("input", nargs="+", metavar="INPUT",
@@ -102,9 +94,9 @@ def _positive(text: str) -> int:
     return value
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: "list[str] | None" = None, prog: str = PROG) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     inputs = args.input[0] if len(args.input) == 1 else list(args.input)
 
     def check_paths() -> None:
@@ -140,9 +132,9 @@ def main(argv: "list[str] | None" = None) -> int:
             check_out_prefix(args.profile_memory)
             check_paths()
             prefix, rest = split_flag(argv)
-            r = profile_command([sys.executable, os.path.abspath(__file__), *rest], prefix, budget=budget)
+            r = profile_command(rerun_command("encode", prog, rest), prefix, budget=budget)
             return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
-        return run_main(profiled, "encode_corpus.py")
+        return run_main(profiled, prog)
 
     def body() -> int:
         from bpe_core.encode.encode_corpus import VerifyError, encode_corpus, plan
@@ -164,7 +156,7 @@ def main(argv: "list[str] | None" = None) -> int:
                                    text_field=args.text_field, text_column=args.text_column,
                                    skip_bad_records=args.skip_bad_records, cluster=args.cluster)
         except VerifyError as exc:
-            print(f"encode_corpus.py: verify failed: {exc}", file=sys.stderr)
+            print(f"{prog}: verify failed: {exc}", file=sys.stderr)
             return 1
         if args.report:
             with atomic_write(args.report, "w", encoding="utf-8") as f:
@@ -172,9 +164,9 @@ def main(argv: "list[str] | None" = None) -> int:
                 f.write("\n")
         for note in result.plan["notes"]:
             if "workers asked for" in note:   # --workers capped to what the cores and budget can use
-                print(f"encode_corpus.py: note: {note}", file=sys.stderr)
+                print(f"{prog}: note: {note}", file=sys.stderr)
         if result.bad_records.get("skipped"):
-            print(f"encode_corpus.py: note: skipped {result.bad_records['skipped']:,} bad record(s) "
+            print(f"{prog}: note: skipped {result.bad_records['skipped']:,} bad record(s) "
                   f"(--skip-bad-records); first: {result.bad_records['examples'][0]}", file=sys.stderr)
         print(result.summary())
         if result.shards:
@@ -184,8 +176,5 @@ def main(argv: "list[str] | None" = None) -> int:
             print(f"{args.doc_index}: {result.n_documents:,} document start(s)")
         return 0
 
-    return run_main(body, "encode_corpus.py")
+    return run_main(body, prog)
 
-
-if __name__ == "__main__":
-    sys.exit(_tool_start.run(main))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Evaluate tokenizers on text files: bytes/token, characters/token, round trip, the share of tokens
 that cross a word boundary, and the longest tokens.
 
@@ -10,31 +9,22 @@ Every model is encoded by the encoder that reproduces its training (stage-aware 
 ``--sweep-transition`` trains one SuperBPE tokenizer per transition point (plus plain BPE) on
 ``--train`` and evaluates each.
 """
-import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
+import argparse
+import json
 import os
 import sys
+import tempfile
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+from bpe_core.runtime.atomic import atomic_write
+from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main
+from bpe_core.corpus import check_input
 
-_tool_start.begin(__name__)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import tempfile  # noqa: E402
-
-from bpe_core.runtime.atomic import atomic_write  # noqa: E402
-from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
-from bpe_core.corpus import check_input  # noqa: E402
+#: The name in its messages (``bpe-core evaluate`` when run as that: ``main(prog=...)``).
+PROG = "evaluate.py"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="evaluate.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokenizer", nargs="+", default=[], metavar="DIR", help="tokenizer folders: model.json (what train_bpe.py wrote), or GPT-2 vocab.json + merges.txt")
     p.add_argument("--text", nargs="+", required=True, metavar="FILE", help="text files to encode")
     p.add_argument("--max-bytes", type=int, default=None, metavar="N", help="use the first N bytes of each file")
@@ -54,9 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_main(lambda: _run(args), "evaluate.py")
+def main(argv=None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
+    return run_main(lambda: _run(args), prog)
 
 
 def _run(args) -> int:
@@ -136,6 +126,3 @@ def _run(args) -> int:
         tmp.cleanup()
     return 0 if all(s.round_trip for s in scores) else 1
 
-
-if __name__ == "__main__":
-    sys.exit(_tool_start.run(main))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Export a trained tokenizer to HF ``tokenizers``, tiktoken or GPT-2 files.
 
     python tools/export_tokenizer.py tok/ --format hf --out tokenizer.json
@@ -9,29 +8,21 @@
 DIR is what tools/train_bpe.py wrote (model.json) or a folder with GPT-2 vocab.json + merges.txt.
 The written paths go to stdout; bad input gives one line on stderr and exit code 2.
 """
-import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
-
-_tool_start.begin(__name__)
-
-from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
-from bpe_core.export import (FORMATS, HF_FILE, TIKTOKEN_FILE, check_exportable,  # noqa: E402
+from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main
+from bpe_core.export import (FORMATS, HF_FILE, TIKTOKEN_FILE, check_exportable,
                              check_tiktoken_compatible, export, export_caveats)
-from bpe_core.corpus import check_input  # noqa: E402
-from bpe_core.formats.model import MERGES_FILE, VOCAB_FILE, load_any  # noqa: E402
+from bpe_core.corpus import check_input
+from bpe_core.formats.model import MERGES_FILE, VOCAB_FILE, load_any
+
+#: The name in its messages (``bpe-core export`` when run as that: ``main(prog=...)``).
+PROG = "export_tokenizer.py"
 
 
-def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="export_tokenizer.py", description="Export a trained tokenizer.")
+def build_parser(prog: str = PROG) -> ArgumentParser:
+    p = ArgumentParser(prog=prog, description="Export a trained tokenizer.")
     p.add_argument("model", metavar="DIR", help="folder with model.json (or the file), or GPT-2 vocab.json + merges.txt")
     p.add_argument("--format", required=True, choices=FORMATS + ("transformers",),
                    help="hf: tokenizer.json; tiktoken: ranks + sidecar .json; gpt2: vocab.json + merges.txt; "
@@ -48,12 +39,12 @@ def build_parser() -> ArgumentParser:
     return p
 
 
-def _check_hf(model, text_path, max_docs) -> None:
+def _check_hf(model, text_path, max_docs, prog: str = PROG) -> None:
     """Print how the written tokenizer.json agrees with bpe_core's own encoder (stderr)."""
     try:
         import tokenizers  # noqa: F401
     except ImportError:
-        print("export_tokenizer.py: note: HF tokenizers is not installed, so the export was not compared "
+        print(f"{prog}: note: HF tokenizers is not installed, so the export was not compared "
               "with bpe_core's ids", file=sys.stderr)
         return
     from bpe_core.evaluate import hf_agreement, split_documents
@@ -63,7 +54,7 @@ def _check_hf(model, text_path, max_docs) -> None:
     with open(text_path, "rb") as f:
         data = f.read(64 << 20)
     agree = hf_agreement(model, split_documents(data, model), max_docs)
-    print(f"export_tokenizer.py: {agree.line()} on {os.path.basename(text_path)}", file=sys.stderr)
+    print(f"{prog}: {agree.line()} on {os.path.basename(text_path)}", file=sys.stderr)
 
 
 def _check_out(fmt: str, out: str) -> None:
@@ -88,8 +79,8 @@ def _check_out(fmt: str, out: str) -> None:
         check_out_file(os.path.join(out, name))
 
 
-def main(argv: "list[str] | None" = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: "list[str] | None" = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
 
     def body() -> int:
         if not os.path.exists(args.model):
@@ -110,21 +101,18 @@ def main(argv: "list[str] | None" = None) -> int:
         else:
             paths = export(model, args.format, args.out)
         if args.format == "hf":
-            _check_hf(model, args.check_text, args.check_docs)
+            _check_hf(model, args.check_text, args.check_docs, prog)
         for caveat in export_caveats(model, args.format):
-            print(f"export_tokenizer.py: note: {caveat}", file=sys.stderr)
+            print(f"{prog}: note: {caveat}", file=sys.stderr)
         if args.format == "tiktoken":
             witnesses = check_tiktoken_compatible(model, limit=3)
             if witnesses:
                 shown = ", ".join(repr(t) for t, _ in witnesses)
-                print(f"export_tokenizer.py: warning: tiktoken's rank-by-bytes rule differs from the merge "
+                print(f"{prog}: warning: tiktoken's rank-by-bytes rule differs from the merge "
                       f"list on some tokens (e.g. {shown}); see docs/formats.md", file=sys.stderr)
         for p in paths:
             print(p)
         return 0
 
-    return run_main(body, "export_tokenizer.py")
+    return run_main(body, prog)
 
-
-if __name__ == "__main__":
-    sys.exit(_tool_start.run(main))

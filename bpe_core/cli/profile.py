@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Profile the memory of any command: RSS of its process tree over time, with phase labels.
 
     python tools/profile_memory.py --out runs/train8k -- \\
@@ -10,24 +9,15 @@ Writes ``PREFIX.json`` (samples, phases with start/end, peak, budget, command, e
 ``BPE_CORE_PHASE_FILE``, which this tool sets. The exit code is the command's. The command's own
 output is left alone; this tool's summary line goes to stderr.
 """
-import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
+import argparse
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_prefix
+from bpe_core.config import parse_size
 
-_tool_start.begin(__name__)
-
-import argparse  # noqa: E402
-
-from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_prefix  # noqa: E402
-from bpe_core.config import parse_size  # noqa: E402
+#: The name in its messages (``bpe-core profile`` when run as that: ``main(prog=...)``).
+PROG = "profile_memory.py"
 
 
 def _interval(text: str) -> float:
@@ -47,9 +37,9 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="profile_memory.py",
+        prog=prog,
         usage="%(prog)s [--interval SECONDS] [--budget SIZE] [--no-plot] --out PREFIX -- COMMAND ...",
         description="Run COMMAND, sample the RSS of its process tree, write PREFIX.json and PREFIX.png.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -67,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: "list[str] | None" = None, prog: str = PROG) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(prog)
     if "--" in argv:
         at = argv.index("--")
         opts, cmd = argv[:at], argv[at + 1:]
@@ -89,6 +79,3 @@ def main(argv: "list[str] | None" = None) -> int:
                              plot=not args.no_plot)
     return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
 
-
-if __name__ == "__main__":
-    sys.exit(_tool_start.run(main))

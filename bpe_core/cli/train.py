@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Train a byte-level BPE tokenizer.
 
     python tools/train_bpe.py corpus.txt --vocab-size 32000 --out tok/
@@ -9,37 +8,29 @@ tokens), and ``train_report.json`` (sizes, seconds per phase, peak memory). The 
 one unit (written in a temp folder that then replaces it in one step): an interrupted run leaves the
 older model whole, or no folder where there was none (docs/formats.md, "Output sets").
 """
-import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
+import argparse
+import dataclasses
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
-
-_tool_start.begin(__name__)
-
-import argparse  # noqa: E402
-
-from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,  # noqa: E402
+from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,
                                 check_out_dir, check_out_prefix, check_work_dir, chunk_size,
                                 local_input_files, run_main)
-from bpe_core.runtime.cli import memory_size  # noqa: E402
-from bpe_core.config import TrainConfig  # noqa: E402
-import dataclasses  # noqa: E402
-from bpe_core.corpus import CorpusError  # noqa: E402
-from bpe_core.formats import registry  # noqa: E402
-from bpe_core.formats.folder import save_folder  # noqa: E402
-from bpe_core.formats.model import FOLDER_FILES, folder_files  # noqa: E402
-from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN  # noqa: E402
-from bpe_core.pretok.patterns import is_pattern_name, pattern_name, pattern_names  # noqa: E402
-from bpe_core.runtime.progress import add_progress_flag  # noqa: E402
+from bpe_core.runtime.cli import memory_size
+from bpe_core.config import TrainConfig
+from bpe_core.corpus import CorpusError
+from bpe_core.formats import registry
+from bpe_core.formats.folder import save_folder
+from bpe_core.formats.model import FOLDER_FILES, folder_files
+from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN
+from bpe_core.pretok.patterns import is_pattern_name, pattern_name, pattern_names
+from bpe_core.runtime.progress import add_progress_flag
 
-SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "data", "sample.txt")
+from ._start import rerun_command
+
+#: The name in its messages (``bpe-core train`` when run as that: ``main(prog=...)``).
+PROG = "train_bpe.py"
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "sample.txt")
 
 
 def _default_input() -> str:
@@ -54,9 +45,9 @@ def _default_input() -> str:
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = ArgumentParser(
-        prog="train_bpe.py",
+        prog=prog,
         description="Train a byte-level BPE tokenizer (exact, deterministic, any worker count).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Output files: vocab.json, merges.txt (GPT-2 form), model.json (native), train_report.json; "
@@ -209,9 +200,10 @@ def _transition(text: str) -> "float | int":
     return value if value <= 1 else int(value)
 
 
-def main(argv: "list[str] | None" = None) -> int:
+def main(argv: "list[str] | None" = None, prog: str = PROG) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
+    args.prog = prog
     if args.profile_memory:
         def profiled() -> int:
             from bpe_core.runtime.profile import profile_command, split_flag
@@ -219,11 +211,11 @@ def main(argv: "list[str] | None" = None) -> int:
             check_out_prefix(args.profile_memory)
             _check_paths(args)                  # the run's own paths too, before it starts
             prefix, rest = split_flag(argv)
-            r = profile_command([sys.executable, os.path.abspath(__file__), *rest], prefix,
+            r = profile_command(rerun_command("train", prog, rest), prefix,
                                 budget=args.memory_limit)
             return r.exit_code if r.exit_code >= 0 else 128 - r.exit_code
-        return run_main(profiled, "train_bpe.py")
-    return run_main(lambda: _train(args), "train_bpe.py")
+        return run_main(profiled, prog)
+    return run_main(lambda: _train(args), prog)
 
 
 def _inputs(args):
@@ -307,14 +299,14 @@ def _train(args) -> int:
         raise CliError(f"{names}: no text to train on (the input is empty)")
     bad = report.get("bad_records") or {}
     if bad.get("skipped"):
-        print(f"train_bpe.py: note: skipped {bad['skipped']:,} bad record(s) (--skip-bad-records); first: "
+        print(f"{args.prog}: note: skipped {bad['skipped']:,} bad record(s) (--skip-bad-records); first: "
               f"{bad['examples'][0]}", file=sys.stderr)
     init = report.get("init_from")
     if init is not None and init["ids"] != "kept":
-        print(f"train_bpe.py: note: {args.init_from}: ids follow bpe_core's layout (bytes 0-255, special "
+        print(f"{args.prog}: note: {args.init_from}: ids follow bpe_core's layout (bytes 0-255, special "
               f"tokens, then the merges in order), not the init files' ids", file=sys.stderr)
     if report["merges"] < report["merges_requested"]:
-        print(f"train_bpe.py: warning: {input_path}: only {report['merges']} merges were possible "
+        print(f"{args.prog}: warning: {input_path}: only {report['merges']} merges were possible "
               f"(asked for {report['merges_requested']}): the corpus has no more pairs; "
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
     phase("write")
@@ -322,15 +314,15 @@ def _train(args) -> int:
     dropped = save_folder(result.model, out, report)       # + HF's tokenizer.json for plain BPE
     if registry.get(args.method).stage_aware:
         name = registry.get(args.method).name
-        print("train_bpe.py: note: vocab.json/merges.txt hold one merge list; tools that load them "
+        print(f"{args.prog}: note: vocab.json/merges.txt hold one merge list; tools that load them "
               f"(HF tokenizers) apply it without the {name} method's stages, so their ids can differ from "
               f"bpe_core's stage-aware encoder (model.json); see docs/{name}.md", file=sys.stderr)
     if dropped:
-        print(f"train_bpe.py: note: {len(dropped)} merge(s) rebuilt bytes that an earlier token already "
+        print(f"{args.prog}: note: {len(dropped)} merge(s) rebuilt bytes that an earlier token already "
               f"has; vocab.json lists each string once (the smaller id)", file=sys.stderr)
     for note in report["plan"]["notes"]:
         if "workers asked for" in note:       # --workers capped to what the cores and budget can use
-            print(f"train_bpe.py: note: {note}", file=sys.stderr)
+            print(f"{args.prog}: note: {note}", file=sys.stderr)
     secs = report["seconds"]
     # the method may name its own phases (SupraTok: documents, passes, statistics, final count)
     phases = report.get("summary_phases") or [["pre-tokenize", "pretokenize"], ["merges", "merge_loop"]]
@@ -342,6 +334,3 @@ def _train(args) -> int:
             print(os.path.join(out, name))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(_tool_start.run(main))
