@@ -4,11 +4,10 @@ Each block runs in a fresh temporary folder that holds the packaged sample
 (``bpe_core/data/sample.txt``) as ``corpus.txt`` and ``heldout.txt``, the names the examples use
 for "your text":
 
-- ```` ```bash ```` blocks run with ``bash -e``; ``python`` is this interpreter and ``tools/`` is the
-  repository's tools folder (what a newcomer gets in the clone root), ``benchmarks/`` its
-  benchmarks folder; ``bpe-core X`` runs as
-  ``python -m bpe_core X`` (the same command, whether or not the console script is installed
-  here); to keep the test fast, a
+- ```` ```bash ```` blocks run with ``bash -e``; ``python`` is this interpreter and ``tools/``
+  (``benchmarks/``, ``scripts/``) is the repository's folder (what a newcomer gets in the clone
+  root); ``bpe-core X`` runs as ``python -m bpe_core X`` (the same command, whether or not the
+  console script is installed here); to keep the test fast, a
   ``--vocab-size N`` above ``VOCAB_CAP`` runs as ``VOCAB_CAP`` (the 133 KB sample runs out of pairs
   near 8,400 anyway), the one change made to a block;
 - ```` ```python ```` blocks run twice: as a script file (no ``if __name__ == "__main__":`` guard)
@@ -79,25 +78,12 @@ def _env() -> dict:
     return env
 
 
-#: Until ``python -m bpe_core`` exists in this checkout: each subcommand's tool in ``tools/``.
-_TOOLS = {"train": "train_bpe", "encode": "encode_corpus", "export": "export_tokenizer",
-          "profile": "profile_memory", "evaluate": "evaluate", "curate": "curate"}
-
-
-def _command(m: "re.Match") -> str:
-    if (ROOT / "bpe_core" / "__main__.py").exists():
-        return f"python -m bpe_core {m.group(1)}"
-    return f"python tools/{_TOOLS[m.group(1)]}.py"
-
-
 def _shell(code: str) -> str:
-    """The block with ``tools/`` as the repository's and ``bpe-core`` as this interpreter's command
-    (``python`` is this interpreter: ``_env``)."""
+    """The block with ``tools/``, ``benchmarks/``, ``scripts/`` as the repository's and ``bpe-core``
+    as this interpreter's command (``python`` is this interpreter: ``_env``)."""
     code = re.sub(r"--vocab-size (\d+)", lambda m: f"--vocab-size {min(int(m.group(1)), VOCAB_CAP)}", code)
-    code = re.sub(r"(?<![\w./-])bpe-core (\w+)", _command, code)
-    benchmarks = ROOT / "benchmarks" if (ROOT / "benchmarks").is_dir() else ROOT / "tools"
-    code = re.sub(r"(?<![\w./-])benchmarks/", str(benchmarks) + "/", code)
-    return re.sub(r"(?<![\w./-])tools/", str(ROOT / "tools") + "/", code)
+    code = re.sub(r"(?<![\w./-])bpe-core (?=\w)", "python -m bpe_core ", code)
+    return re.sub(r"(?<![\w./-])(tools|benchmarks|scripts)/", lambda m: str(ROOT / m.group(1)) + "/", code)
 
 
 def _check(proc, page, line, how):

@@ -17,11 +17,6 @@ MARKER = "<!-- cli-reference -->"
 PAGE = "cli.md"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-#: Until ``bpe_core.cli`` exists: each subcommand's parser from its tool in ``tools/``.
-_TOOLS = {"train": "train_bpe", "encode": "encode_corpus", "export": "export_tokenizer",
-          "profile": "profile_memory", "evaluate": "evaluate", "curate": "curate"}
-
-
 def subcommands(parser: argparse.ArgumentParser) -> "list[tuple[str, str, argparse.ArgumentParser]]":
     """``(name, one-line help, parser)`` of every subcommand of ``parser``, in the order ``--help``
     lists them."""
@@ -42,26 +37,10 @@ def load_parsers() -> "tuple[str, str, list[tuple[str, str, argparse.ArgumentPar
     """``(prog, description, subcommands)`` of the installed command line."""
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    try:
-        from bpe_core.cli import build_parser
-    except ImportError:
-        return "bpe-core", "", _tool_parsers()
+    from bpe_core.cli import build_parser
+
     parser = build_parser()
     return parser.prog, parser.description or "", subcommands(parser)
-
-
-def _tool_parsers():
-    import importlib
-
-    tools = os.path.join(ROOT, "tools")
-    if tools not in sys.path:
-        sys.path.insert(0, tools)
-    found = []
-    for name, module in _TOOLS.items():
-        parser = importlib.import_module(module).build_parser()
-        parser.prog = f"bpe-core {name}"
-        found.append((name, (parser.description or "").split("\n")[0], parser))
-    return found
 
 
 def _cell(text: str) -> str:
