@@ -62,6 +62,10 @@ SLOWEST_BYTES_PER_SECOND = 256 << 10
 CONNECT_SECONDS = 10.0
 #: The most seconds closing the client, or a local cluster, may take.
 CLOSE_SECONDS = 10.0
+#: A test hook (``tests/runtime/test_cluster_faults.py``): a folder. When it is set where the client
+#: runs, each task of ``map`` / ``map_reduce`` (not the combines) first writes ``started-<pid>-...``
+#: there, then waits for a file ``go`` in it: a fault can be made at a known phase of a run.
+TASK_GATE_ENV = "BPE_CORE_TEST_TASK_GATE"
 
 
 class Executor:
@@ -168,6 +172,8 @@ class DaskExecutor(Executor):
         self.n_tasks = 0
         self._no_worker_since: Optional[float] = None
         self._next_check = 0.0
+        self._last_progress = time.monotonic()
+        self._gate = os.environ.get(TASK_GATE_ENV) or None
         self.warm()
 
     def warm(self) -> None:
@@ -204,10 +210,12 @@ class DaskExecutor(Executor):
         with _cluster_calls(self):
             return self.client.scatter(obj, broadcast=True, hash=False, timeout=self.timeout)
 
-    def _submit(self, fn, *args, name: str, priority: int = 0):
+    def _submit(self, fn, *args, name: str, priority: int = 0, leaf: bool = True):
         self.n_tasks += 1
         import uuid
 
+        if leaf and self._gate:
+            fn, args = _gated, (self._gate, fn, *args)
         with _cluster_calls(self):
             return self.client.submit(fn, *args, key=f"{name}-{uuid.uuid4().hex}", priority=priority, pure=False)
 
@@ -222,7 +230,7 @@ class DaskExecutor(Executor):
         """
         return self.timeout + max((_task_bytes(t) for t in tasks), default=0) / SLOWEST_BYTES_PER_SECOND
 
-    def _watch(self, last_progress: float, stall: float) -> None:
+    def _watch(self, stall: float) -> None:
         """Raise ``ClusterError`` when the cluster cannot finish the work (checked once a second)."""
         now = time.monotonic()
         if now < self._next_check:
@@ -236,15 +244,18 @@ class DaskExecutor(Executor):
             if now - self._no_worker_since > self.timeout:
                 if n is None:
                     raise self._lost_scheduler()
-                raise ClusterError(f"every worker of the Dask cluster at {self.address} is gone (none for "
-                                   f"{self.timeout:g} s); the run stopped and wrote nothing: start workers "
-                                   f"(dask worker {self.address}) and run again")
-        else:
-            self._no_worker_since = None
-        if now - last_progress > stall:
+                raise self._workers_gone(f" (none for {self.timeout:g} s)")
+            return                 # (the stall below is about workers that are there)
+        if self._no_worker_since is not None:       # workers again: their tasks start now
+            self._no_worker_since, self._last_progress = None, now
+        if now - self._last_progress > stall:
             raise ClusterError(f"no task finished for {stall:.0f} s on the Dask cluster at {self.address} "
                                f"({n} worker(s) connected); the run stopped and wrote nothing: check the "
                                f"workers, or give slow tasks longer with --cluster-timeout")
+
+    def _workers_gone(self, how_long: str = "") -> ClusterError:
+        return ClusterError(f"every worker of the Dask cluster at {self.address} is gone{how_long}; the run "
+                            f"stopped and wrote nothing: start workers (dask worker {self.address}) and run again")
 
     def _lost_scheduler(self) -> ClusterError:
         return ClusterError(f"lost the Dask scheduler at {self.address}; the run stopped and wrote nothing: "
@@ -259,17 +270,17 @@ class DaskExecutor(Executor):
         with _cluster_calls(self):
             done = as_completed(futures)
         del futures[:]              # as_completed holds them until they finish; then they may go
-        last = time.monotonic()
+        self._last_progress = time.monotonic()
         while True:
             batch = done.next_batch(block=False)
             if not batch:
                 if done.is_empty():
                     return
-                self._watch(last, stall)
+                self._watch(stall)
                 with done.thread_condition:
                     done.thread_condition.wait(timeout=0.1)
                 continue
-            last = time.monotonic()
+            self._last_progress = time.monotonic()
             for fut in batch:
                 if fut.status != "finished":
                     self._raise_for(fut)
@@ -296,8 +307,14 @@ class DaskExecutor(Executor):
             if type(exc).__name__ == "KilledWorker":
                 raise ClusterError(f"a task kept losing its worker, Dask gave up: {exc}") from None
             raise exc
-        if fut.status == "cancelled":
-            raise self._lost_scheduler()
+        if fut.status == "cancelled":     # the scheduler went, or data the task needed went with its workers
+            n = self._count_workers() if self.client.status in ("running", "newly-created") else None
+            if n is None:
+                raise self._lost_scheduler()
+            if n == 0:
+                raise self._workers_gone()
+            raise ClusterError(f"a task on the Dask cluster at {self.address} was cancelled: data it needed "
+                               f"was lost with its worker(s); the run stopped and wrote nothing: run again")
         raise ClusterError(f"a task on the Dask cluster at {self.address} ended as {fut.status!r}")
 
     def map_reduce(self, fn, tasks, combine, shared=(), on_done=None):
@@ -310,7 +327,7 @@ class DaskExecutor(Executor):
         level, depth = list(leaves), 0
         while len(level) > 1:
             depth += 1
-            level = [self._submit(combine, level[i:i + FANOUT], name=f"combine{depth}", priority=depth)
+            level = [self._submit(combine, level[i:i + FANOUT], name=f"combine{depth}", priority=depth, leaf=False)
                      for i in range(0, len(level), FANOUT)]
         root = level[0]
         del level
@@ -397,6 +414,18 @@ def _cluster_calls(ex: "DaskExecutor") -> Iterator[None]:
         what = str(exc).splitlines()[0][:200] if str(exc) else ""
         raise ClusterError(f"the Dask cluster at {ex.address} failed: {type(exc).__name__}"
                            f"{': ' + what if what else ''}") from None
+
+
+def _gated(gate: str, fn: Callable, *args) -> Any:
+    """``fn(*args)`` once the file ``go`` exists in ``gate`` (:data:`TASK_GATE_ENV`, tests only);
+    it says it started first."""
+    import uuid
+
+    with open(os.path.join(gate, f"started-{os.getpid()}-{uuid.uuid4().hex[:8]}"), "w"):
+        pass
+    while not os.path.exists(os.path.join(gate, "go")):
+        time.sleep(0.02)
+    return fn(*args)
 
 
 def _task_bytes(task: Any) -> int:
@@ -556,7 +585,8 @@ def deferred_signals() -> Iterator[None]:
         pending.append(signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
-        old[sig] = signal.signal(sig, hold)
+        if signal.getsignal(sig) != signal.SIG_IGN:    # an ignored one stays ignored (a background job),
+            old[sig] = signal.signal(sig, hold)       # and so in the worker processes started meanwhile
     try:
         yield
     finally:
@@ -566,7 +596,7 @@ def deferred_signals() -> Iterator[None]:
             signal.raise_signal(pending[0])
 
 
-def _check_reachable(address: str, timeout: float = CONNECT_SECONDS) -> None:
+def _check_reachable(address: str, timeout: Optional[float] = None) -> None:
     """Fail within ``timeout`` seconds, in one line, unless a Dask scheduler answers at a ``tcp://``
     address: nothing listening (Dask itself retries until its timeout), something that says nothing
     (Dask would wait for ever), or something whose first bytes are not Dask's framing (an HTTP
@@ -585,6 +615,7 @@ def _check_reachable(address: str, timeout: float = CONNECT_SECONDS) -> None:
     import socket
     import struct
 
+    timeout = CONNECT_SECONDS if timeout is None else timeout
     deadline = time.monotonic() + timeout
     try:
         sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
@@ -623,6 +654,25 @@ def _check_reachable(address: str, timeout: float = CONNECT_SECONDS) -> None:
         raise ClusterError(not_dask.format("it answers HTTP"))
     if len(got) < 8 or not 0 < struct.unpack("<Q", got[:8])[0] <= 1 << 16 or b"pickle-protocol" not in got:
         raise ClusterError(not_dask.format("its reply is not Dask's protocol"))
+
+
+@contextlib.contextmanager
+def _quiet_client_logs() -> Iterator[None]:
+    """Dask's loggers in this process at CRITICAL for the block: a lost scheduler or worker is the
+    one ``ClusterError`` the caller gets, not also the client's ERROR logs with their tracebacks
+    (its reconnection cancelled on close: 47 lines). Levels are restored after."""
+    import logging
+
+    names = ["distributed"] + [n for n in list(logging.root.manager.loggerDict) if n.startswith("distributed.")]
+    saved = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        if n == "distributed" or saved[n] != logging.NOTSET:
+            logging.getLogger(n).setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for n, level in saved.items():
+            logging.getLogger(n).setLevel(level)
 
 
 @contextlib.contextmanager
@@ -763,10 +813,14 @@ def open_executor(spec: Any = None, num_workers: int = 1, announce: Optional[Cal
     else:
         raise ValueError(f"cluster: {text!r}: expected a scheduler address such as tcp://host:8786")
     try:
-        link = _dashboard_link(ex.client)
-        if announce is not None and link:
-            announce(f"dask dashboard: {link}")
-        yield ex
+        with _quiet_client_logs():
+            link = _dashboard_link(ex.client)
+            if announce is not None and link:
+                announce(f"dask dashboard: {link}")
+            try:
+                yield ex
+            finally:
+                ex.close()
     finally:
         ex.close()
 
