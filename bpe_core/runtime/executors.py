@@ -56,7 +56,9 @@ SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 #: after losing every worker), and the base of how long it may go without a task finishing
 #: (``DaskExecutor.stall_seconds``); ``--cluster-timeout`` / ``cluster_timeout=`` set it.
 CLUSTER_TIMEOUT = 30.0
-#: The slowest a task is assumed to read its input: a task's share of the no-progress bound.
+#: The no-progress bound (``DaskExecutor.stall_seconds``): this many timeouts, plus the largest
+#: task's bytes at the slowest rate a task is assumed to read its input.
+STALL_TIMEOUTS = 4
 SLOWEST_BYTES_PER_SECOND = 256 << 10
 #: The most seconds a scheduler address may take to answer as a scheduler.
 CONNECT_SECONDS = 10.0
@@ -220,15 +222,18 @@ class DaskExecutor(Executor):
             return self.client.submit(fn, *args, key=f"{name}-{uuid.uuid4().hex}", priority=priority, pure=False)
 
     def stall_seconds(self, tasks: Sequence = ()) -> float:
-        """How long the run may go without a task finishing: ``timeout`` plus the largest task's
-        bytes read at :data:`SLOWEST_BYTES_PER_SECOND`.
+        """How long the run may go without a task finishing while workers are connected:
+        :data:`STALL_TIMEOUTS` times ``timeout`` plus the largest task's bytes read at
+        :data:`SLOWEST_BYTES_PER_SECOND` (a safety net: a lost scheduler or lost workers are
+        caught sooner; this catches workers that are there but do nothing, e.g. paused).
 
         >>> ex = DaskExecutor.__new__(DaskExecutor)
         >>> ex.timeout = 30.0
         >>> ex.stall_seconds([]), ex.stall_seconds([(0, _Sized(64 << 20))])
-        (30.0, 286.0)
+        (120.0, 376.0)
         """
-        return self.timeout + max((_task_bytes(t) for t in tasks), default=0) / SLOWEST_BYTES_PER_SECOND
+        largest = max((_task_bytes(t) for t in tasks), default=0)
+        return STALL_TIMEOUTS * self.timeout + largest / SLOWEST_BYTES_PER_SECOND
 
     def _watch(self, stall: float) -> None:
         """Raise ``ClusterError`` when the cluster cannot finish the work (checked once a second)."""

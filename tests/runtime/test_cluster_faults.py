@@ -511,3 +511,34 @@ def test_local_workers_killed_mid_run(tmp_path, corpus, reference, runs, tool):
     else:
         _one_line(code, err, 75)
         _nothing_written(tmp_path)
+
+
+# ==== Workers there, but no task finishes ===========================================================
+
+
+def _echo(x):
+    return x
+
+
+def test_no_task_finishing_is_one_error_within_the_stall_bound(tmp_path, monkeypatch):
+    """Workers connected but every task stuck (here: held by the gate): ``ClusterError`` after
+    ``stall_seconds`` (4 timeouts for tasks that read nothing), not a wait for ever."""
+    import logging
+
+    import distributed
+
+    monkeypatch.setenv(TASK_GATE_ENV, str(tmp_path))
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                       dashboard_address=None, silence_logs=logging.CRITICAL)
+    client = distributed.Client(cluster)
+    try:
+        with open_executor(client, timeout=0.5) as ex:
+            assert ex.stall_seconds([1, 2]) == 2.0
+            t0 = time.monotonic()
+            with pytest.raises(ClusterError, match=r"no task finished for 2 s .* \(1 worker\(s\) connected\)"):
+                ex.map(_echo, [1, 2])
+            assert 2.0 <= time.monotonic() - t0 < 2.0 + 10
+    finally:
+        (tmp_path / "go").touch()
+        client.close()
+        cluster.close()
