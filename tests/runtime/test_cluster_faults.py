@@ -529,7 +529,7 @@ def test_no_task_finishing_is_one_error_within_the_stall_bound(tmp_path, monkeyp
 
     monkeypatch.setenv(TASK_GATE_ENV, str(tmp_path))
     cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                       dashboard_address=None, silence_logs=logging.CRITICAL)
+                                       dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
     client = distributed.Client(cluster)
     try:
         with open_executor(client, timeout=0.5) as ex:
