@@ -45,7 +45,7 @@ _MAX_SPARSE_ID = 1 << 24
 _BLOCK_BYTES = 1 << 20
 # encode_iterable encodes its buffer once it holds this many bytes.
 _STREAM_FLUSH_BYTES = 1 << 16
-# Named patterns use the native scanner; False runs ``regex`` (tools/bench_encode.py compares both).
+# Named patterns use the native scanner; False runs ``regex`` (benchmarks/bench_encode.py compares both).
 _NATIVE_PRETOKENIZER = True
 # Pretokens held back at the open end of a text: everything before them is final (docs/encoding.md).
 _HOLD_BACK = 2
