@@ -701,6 +701,10 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+#: The module each worker process of a local cluster runs as it starts (SIGINT ignored there).
+LOCAL_WORKER_PRELOAD = "bpe_core.runtime.local_worker"
+
+
 #: What a worker process says when it finds itself started while the calling script was imported.
 NO_MAIN_GUARD = ("cluster='local:N' starts worker processes that import the calling script again: "
                  "put the code that runs under `if __name__ == \"__main__\":` (docs/cluster.md)")
@@ -738,9 +742,10 @@ def open_executor(spec: Any = None, num_workers: int = 1, announce: Optional[Cal
     default): how long to wait for a first worker, and the base of every later wait
     (:class:`DaskExecutor`). ``cluster_options`` go to ``LocalCluster`` (tests turn the dashboard off).
 
-    A local cluster's worker processes start with SIGINT blocked: a Ctrl-C that reaches the whole
-    process group (a terminal's) is this process's alone to act on -- it stops the run and closes
-    the cluster -- instead of a ``KeyboardInterrupt`` traceback from every worker.
+    A local cluster's worker processes start with SIGINT blocked, then ignore it
+    (:data:`LOCAL_WORKER_PRELOAD`): a Ctrl-C that reaches the whole process group (a terminal's) is
+    this process's alone to act on -- it stops the run and closes the cluster -- instead of a
+    ``KeyboardInterrupt`` traceback from every worker.
 
     Raises:
         ValueError: a spec that is none of these. MissingDependency: Dask is not installed.
@@ -776,7 +781,8 @@ def open_executor(spec: Any = None, num_workers: int = 1, announce: Optional[Cal
         # CRITICAL: a task's error reaches the client as itself (one line from the tool); the
         # workers' and nannies' ERROR logs of it would add a traceback on stderr.
         options = dict(n_workers=int(n) if n else (os.cpu_count() or 1), threads_per_worker=1, processes=True,
-                       host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
+                       host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL,
+                       preload=[LOCAL_WORKER_PRELOAD])
         options.update(cluster_options)
         ex = None
         try:
