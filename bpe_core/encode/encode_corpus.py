@@ -867,9 +867,10 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
             shards = [sh for src in sources for sh in src.shards(opts)]
             weights = shard_weights(shards)
             enter("encode")
-            spec = ex.share(tok._encoder_spec())
-            lengths = ex.share(_token_lengths(tok))
-            vocab = ex.share([tok.vocab.get(i, b"") for i in range(tok.n_vocab)]) if verify and not single_plain \
+            spec = ex.share(tok._encoder_spec(), recomputable=True)
+            lengths = ex.share(_token_lengths(tok), recomputable=True)
+            vocab = ex.share([tok.vocab.get(i, b"") for i in range(tok.n_vocab)], recomputable=True) \
+                if verify and not single_plain \
                 else None
             want_starts = doc_index is not None and not sep
             results = ex.map(encode_source_shard, list(enumerate(shards)),
@@ -1161,9 +1162,10 @@ def encode_to_parts(input_path, tokenizer, out_url: str, cluster=None, num_worke
         with open_executor(cluster, the_plan.num_workers, announce=announce, timeout=cluster_timeout) as ex:
             shards = [sh for src in sources for sh in src.shards(opts)]
             weights = shard_weights(shards)
-            spec = ex.share(tok._encoder_spec())
-            lengths = ex.share(_token_lengths(tok))
-            vocab = ex.share([tok.vocab.get(i, b"") for i in range(tok.n_vocab)]) if verify else None
+            spec = ex.share(tok._encoder_spec(), recomputable=True)
+            lengths = ex.share(_token_lengths(tok), recomputable=True)
+            vocab = ex.share([tok.vocab.get(i, b"") for i in range(tok.n_vocab)], recomputable=True) \
+                if verify else None
             results = ex.map(encode_shard_to_url, list(enumerate(shards)),
                              shared=(spec, lengths, out_url, dtype.str, sep_id, vocab),
                              on_done=lambda task: bar.update(weights[id(task[1])]))

@@ -8,8 +8,9 @@ changes:
   result, which the caller receives;
 - ``map(fn, tasks, shared=())``: ``fn(task, *shared)`` for every task, the (small) results back in
   task order;
-- ``share(obj)``: ship a large read-only object once (a word table), not once per task; pass what it
-  returns in ``shared``.
+- ``share(obj, recomputable=False)``: ship a large read-only object once (a word table), not once
+  per task; pass what it returns in ``shared``. ``recomputable`` (an object of a few MB: a
+  tokenizer's tables): a worker lost with it costs a recomputation, never the run.
 
 ``fn`` and ``combine`` must be top-level functions of the package (a cluster pickles them by
 reference); tasks are small descriptions (``corpus.shards.Shard``: an input, a byte range, a stamp).
@@ -77,8 +78,11 @@ class Executor:
     remote = False
     n_workers = 1
 
-    def share(self, obj: Any) -> Any:
-        """A handle to ``obj`` for ``shared=``: shipped once to each worker, not once per task."""
+    def share(self, obj: Any, recomputable: bool = False) -> Any:
+        """A handle to ``obj`` for ``shared=``: shipped once to each worker, not once per task.
+
+        ``recomputable``: for an object of a few MB (a tokenizer's tables), kept where a lost worker
+        cannot take the only copy (on a cluster: inside a task the scheduler can run again)."""
         return obj
 
     def map_reduce(self, fn: Callable, tasks: Sequence, combine: Callable[[list], Any], shared: Sequence = (),
@@ -208,8 +212,17 @@ class DaskExecutor(Executor):
                                f"{self.timeout:g} s: start workers (dask worker {self.address}), or give "
                                f"them longer with --cluster-timeout ({type(exc).__name__})") from None
 
-    def share(self, obj):
+    def share(self, obj, recomputable: bool = False):
+        """``recomputable``: the object travels inside a task (the scheduler holds its bytes), so
+        when the worker holding the only copy is lost -- Dask's active memory manager drops the
+        extra copies of a broadcast -- the scheduler computes it again and the run goes on.
+        Otherwise it is scattered to every worker (nothing kept on the scheduler: for large
+        tables; the local clusters started here keep every copy, their memory manager is off)."""
+        import uuid
+
         with _cluster_calls(self):
+            if recomputable:
+                return self.client.submit(_value, obj, key=f"shared-{uuid.uuid4().hex}", pure=False)
             return self.client.scatter(obj, broadcast=True, hash=False, timeout=self.timeout)
 
     def _submit(self, fn, *args, name: str, priority: int = 0, leaf: bool = True):
@@ -318,8 +331,9 @@ class DaskExecutor(Executor):
                 raise self._lost_scheduler()
             if n == 0:
                 raise self._workers_gone()
-            raise ClusterError(f"a task on the Dask cluster at {self.address} was cancelled: data it needed "
-                               f"was lost with its worker(s); the run stopped and wrote nothing: run again")
+            why = getattr(getattr(getattr(fut, "_state", None), "exception", None), "reason", None) or "unknown"
+            raise ClusterError(f"a task on the Dask cluster at {self.address} was cancelled (Dask: {why}); the "
+                               f"run stopped and wrote nothing: run again")
         raise ClusterError(f"a task on the Dask cluster at {self.address} ended as {fut.status!r}")
 
     def map_reduce(self, fn, tasks, combine, shared=(), on_done=None):
@@ -419,6 +433,11 @@ def _cluster_calls(ex: "DaskExecutor") -> Iterator[None]:
         what = str(exc).splitlines()[0][:200] if str(exc) else ""
         raise ClusterError(f"the Dask cluster at {ex.address} failed: {type(exc).__name__}"
                            f"{': ' + what if what else ''}") from None
+
+
+def _value(obj: Any) -> Any:
+    """The task of ``DaskExecutor.share(obj, recomputable=True)``."""
+    return obj
 
 
 def _gated(gate: str, fn: Callable, *args) -> Any:
@@ -554,7 +573,9 @@ def _quiet_workers():
     """A config context for starting a ``LocalCluster`` (its nannies copy the config they see)."""
     import dask
 
-    settings: dict = {}
+    # The active memory manager drops all but one copy of a scattered table; with the worker
+    # holding it the table is lost (it cannot be computed again) and so is the run.
+    settings: dict = {"distributed.scheduler.active-memory-manager.start": False}
     if os.environ.get(PROFILE_ENV) is None:
         settings["distributed.worker.profile.enabled"] = False
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
