@@ -213,6 +213,19 @@ class Run:
             time.sleep(0.02)
         raise AssertionError("no task started")
 
+    def workers_spawned(self, n: int = 2, timeout: float = 90) -> None:
+        """Once ``n`` worker processes of a local cluster exist (they are still starting)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                kids = psutil.Process(self.proc.pid).children(recursive=True)
+                if sum("--multiprocessing-fork" in " ".join(k.cmdline()) for k in kids) >= n:
+                    return
+            except psutil.Error:
+                pass
+            time.sleep(0.01)
+        raise AssertionError("the worker processes did not start")
+
     def go(self) -> None:
         (self.gate / "go").touch()
 
@@ -442,18 +455,24 @@ def _ignore_sigint():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@pytest.mark.parametrize("tool, send", [
-    ("train", "group"),
-    pytest.param("train", "parent", marks=slow),
-    pytest.param("encode", "group", marks=slow),
-    pytest.param("encode", "parent", marks=slow),
+@pytest.mark.parametrize("tool, send, when", [
+    ("train", "group", "tasks"),
+    ("train", "group", "start"),
+    pytest.param("train", "parent", "tasks", marks=slow),
+    pytest.param("encode", "group", "tasks", marks=slow),
+    pytest.param("encode", "group", "start", marks=slow),
+    pytest.param("encode", "parent", "tasks", marks=slow),
 ])
-def test_ctrl_c_with_a_local_cluster_is_one_line(tmp_path, corpus, reference, runs, tool, send):
+def test_ctrl_c_with_a_local_cluster_is_one_line(tmp_path, corpus, reference, runs, tool, send, when):
     """SIGINT to the whole process group (a terminal's Ctrl-C) or to the tool alone, while the
-    workers run tasks: one line, 130, no worker's KeyboardInterrupt traceback, no process left."""
+    workers run tasks or while they start (import): one line, 130, no worker's KeyboardInterrupt
+    traceback, no process left."""
     r = _train(runs, tmp_path, corpus, "local:2") if tool == "train" else \
         _encode(runs, tmp_path, corpus, reference, "local:2")
-    r.started()
+    if when == "tasks":
+        r.started()
+    else:
+        r.workers_spawned()
     (_signal_group if send == "group" else _signal_parent)(r)
     code, err, seconds = r.wait()
     _one_line(code, err, 130, "interrupted")
