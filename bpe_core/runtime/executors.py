@@ -791,68 +791,65 @@ def open_executor(spec: Any = None, num_workers: int = 1, announce: Optional[Cal
         text = os.environ.get(SCHEDULER_ENV, "")
         if not text:
             raise ValueError(f"cluster: no scheduler address given and {SCHEDULER_ENV} is not set")
-    if text == "local" or text.startswith("local:"):
-        import logging
+    with _quiet_client_logs():      # Dask's ERROR logs of a lost scheduler or worker: the one line says it
+        if text == "local" or text.startswith("local:"):
+            import logging
 
-        n = text.partition(":")[2]
-        distributed = _distributed()
-        _check_not_bootstrapping()
-        # CRITICAL: a task's error reaches the client as itself (one line from the tool); the
-        # workers' and nannies' ERROR logs of it would add a traceback on stderr.
-        options = dict(n_workers=int(n) if n else (os.cpu_count() or 1), threads_per_worker=1, processes=True,
-                       host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL,
-                       preload=[LOCAL_WORKER_PRELOAD])
-        options.update(cluster_options)
-        ex = None
-        try:
-            with deferred_signals():       # a signal held back is raised here, ex then closed below
-                try:
-                    with _quiet_workers(), _sigint_blocked():
-                        cluster = distributed.LocalCluster(**options)
-                except Exception as exc:   # noqa: BLE001  (Dask raises RuntimeError, AssertionError, ...)
-                    raise ClusterError(f"could not start {options['n_workers']} local worker processes "
-                                       f"({type(exc).__name__}: {exc}); if this is a script: "
-                                       f"{NO_MAIN_GUARD}") from None
-                try:
-                    client = distributed.Client(cluster, timeout=f"{CONNECT_SECONDS:g}s")
-                except BaseException:
-                    cluster.close(timeout=CLOSE_SECONDS)
-                    raise
-                ex = DaskExecutor(client, cluster, timeout=seconds)
-            ex.wait_for_workers()
-        except BaseException:
-            if ex is not None:
+            n = text.partition(":")[2]
+            distributed = _distributed()
+            _check_not_bootstrapping()
+            # CRITICAL: a task's error reaches the client as itself (one line from the tool); the
+            # workers' and nannies' ERROR logs of it would add a traceback on stderr.
+            options = dict(n_workers=int(n) if n else (os.cpu_count() or 1), threads_per_worker=1, processes=True,
+                           host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL,
+                           preload=[LOCAL_WORKER_PRELOAD])
+            options.update(cluster_options)
+            ex = None
+            try:
+                with deferred_signals():       # a signal held back is raised here, ex then closed below
+                    try:
+                        with _quiet_workers(), _sigint_blocked():
+                            cluster = distributed.LocalCluster(**options)
+                    except Exception as exc:   # noqa: BLE001  (Dask raises RuntimeError, AssertionError, ...)
+                        raise ClusterError(f"could not start {options['n_workers']} local worker processes "
+                                           f"({type(exc).__name__}: {exc}); if this is a script: "
+                                           f"{NO_MAIN_GUARD}") from None
+                    try:
+                        client = distributed.Client(cluster, timeout=f"{CONNECT_SECONDS:g}s")
+                    except BaseException:
+                        cluster.close(timeout=CLOSE_SECONDS)
+                        raise
+                    ex = DaskExecutor(client, cluster, timeout=seconds)
+                ex.wait_for_workers()
+            except BaseException:
+                if ex is not None:
+                    ex.close()
+                raise
+        elif "://" in text:
+            distributed = _distributed()
+            _check_reachable(text)
+            try:
+                client = distributed.Client(text, timeout=f"{CONNECT_SECONDS:g}s")
+            except Exception as exc:           # noqa: BLE001  (not a Dask scheduler: any error of its reply)
+                what = str(exc).splitlines()[0][:200] if str(exc) else ""
+                raise ClusterError(f"cannot reach the Dask scheduler at {text}: {type(exc).__name__}"
+                                   f"{': ' + what if what else ''} (is it the scheduler's address, not the "
+                                   "dashboard's?)") from None
+            ex = DaskExecutor(client, own_client=True, timeout=seconds)
+            try:
+                ex.wait_for_workers()
+            except BaseException:
                 ex.close()
-            raise
-    elif "://" in text:
-        distributed = _distributed()
-        _check_reachable(text)
+                raise
+        else:
+            raise ValueError(f"cluster: {text!r}: expected a scheduler address such as tcp://host:8786")
         try:
-            client = distributed.Client(text, timeout=f"{CONNECT_SECONDS:g}s")
-        except Exception as exc:           # noqa: BLE001  (not a Dask scheduler: any error of its reply)
-            what = str(exc).splitlines()[0][:200] if str(exc) else ""
-            raise ClusterError(f"cannot reach the Dask scheduler at {text}: {type(exc).__name__}"
-                               f"{': ' + what if what else ''} (is it the scheduler's address, not the "
-                               "dashboard's?)") from None
-        ex = DaskExecutor(client, own_client=True, timeout=seconds)
-        try:
-            ex.wait_for_workers()
-        except BaseException:
-            ex.close()
-            raise
-    else:
-        raise ValueError(f"cluster: {text!r}: expected a scheduler address such as tcp://host:8786")
-    try:
-        with _quiet_client_logs():
             link = _dashboard_link(ex.client)
             if announce is not None and link:
                 announce(f"dask dashboard: {link}")
-            try:
-                yield ex
-            finally:
-                ex.close()
-    finally:
-        ex.close()
+            yield ex
+        finally:
+            ex.close()
 
 
 # Doctest helpers (top-level so a cluster could pickle them too).
