@@ -401,8 +401,9 @@ class DaskExecutor(Executor):
         with deferred_signals():        # a close cut short leaves Dask's atexit hook ~10 s of waiting
             if self._own_client:
                 self._own_client = False
+                lost = self.client.status not in ("running", "newly-created")
                 with contextlib.suppress(Exception):     # a lost scheduler: nothing left to tell it
-                    self.client.close(timeout=CLOSE_SECONDS)
+                    self.client.close(timeout=1 if lost else CLOSE_SECONDS)
             if self._cluster is not None:
                 cluster, self._cluster = self._cluster, None
                 with contextlib.suppress(Exception):
@@ -684,7 +685,8 @@ def _check_reachable(address: str, timeout: Optional[float] = None) -> None:
 def _quiet_client_logs() -> Iterator[None]:
     """Dask's loggers in this process at CRITICAL for the block: a lost scheduler or worker is the
     one ``ClusterError`` the caller gets, not also the client's ERROR logs with their tracebacks
-    (its reconnection cancelled on close: 47 lines). Levels are restored after."""
+    (its reconnection cancelled on close: 47 lines). Levels are restored after a block that ends
+    well; after an error they stay (the client's reconnection may still log as it gives up)."""
     import logging
 
     names = ["distributed"] + [n for n in list(logging.root.manager.loggerDict) if n.startswith("distributed.")]
@@ -692,11 +694,9 @@ def _quiet_client_logs() -> Iterator[None]:
     for n in names:
         if n == "distributed" or saved[n] != logging.NOTSET:
             logging.getLogger(n).setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for n, level in saved.items():
-            logging.getLogger(n).setLevel(level)
+    yield
+    for n, level in saved.items():
+        logging.getLogger(n).setLevel(level)
 
 
 @contextlib.contextmanager
@@ -791,6 +791,8 @@ def open_executor(spec: Any = None, num_workers: int = 1, announce: Optional[Cal
         text = os.environ.get(SCHEDULER_ENV, "")
         if not text:
             raise ValueError(f"cluster: no scheduler address given and {SCHEDULER_ENV} is not set")
+    if text == "local" or text.startswith("local:") or "://" in text:
+        _distributed()              # imported (its logging set up) before its loggers are quieted
     with _quiet_client_logs():      # Dask's ERROR logs of a lost scheduler or worker: the one line says it
         if text == "local" or text.startswith("local:"):
             import logging
