@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from bpe_core import TrainConfig
 from bpe_core.encode.tokenizer import Tokenizer
 from bpe_core.formats.model import load_model
-from bpe_core.formats.remote import CODE_FILE, remote_code
+from bpe_core.formats.remote import CODE_FILE, dump_remote, remote_code
 from bpe_core.training import train
 from paths import FIXTURES, TESTS, package_parent
 from strategies import ALPHABET, SPECIAL
@@ -30,9 +30,10 @@ pytest.importorskip("transformers")
 
 PAD = "<|pad|>"
 METHODS = ("bpe", "superbpe", "supratok")
-#: The folders the child loads: (method, trust_remote_code).
+#: The folders the child loads: (folder, trust_remote_code); ``*-export``: ``--format transformers``.
 LOADS = {"bpe": ("bpe", False), "bpe-remote": ("bpe", True), "superbpe": ("superbpe", True),
-         "supratok": ("supratok", True)}
+         "supratok": ("supratok", True), "bpe-export": ("bpe-export", True),
+         "superbpe-export": ("superbpe-export", True)}
 PYTHONS = [pytest.param(sys.executable, id="this-python")]
 if os.environ.get("BPE_CORE_TRANSFORMERS_PYTHON"):
     PYTHONS.append(pytest.param(os.environ["BPE_CORE_TRANSFORMERS_PYTHON"], id="other-python"))
@@ -60,7 +61,8 @@ adversarial_text = st.lists(PIECES, max_size=30).map("".join)
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """One training folder per method (a small vocabulary on the fixture corpus, two specials)."""
+    """One training folder per method (a small vocabulary on the fixture corpus, two specials), and
+    the ``--format transformers`` export of two of them."""
     root = tmp_path_factory.mktemp("loaders")
     corpus = root / "c.txt"
     data = (FIXTURES / "corpus.en").read_text(encoding="utf-8")
@@ -71,6 +73,9 @@ def folders(tmp_path_factory):
                                    special_tokens=(SPECIAL, PAD), num_workers=1, progress=False))
         result.save(root / method / "tok")
         out[method] = root / method / "tok"
+    for method in ("bpe", "superbpe"):
+        dump_remote(load_model(out[method]), root / method / "export")     # (export_transformers)
+        out[method + "-export"] = root / method / "export"
     return out
 
 
@@ -130,8 +135,9 @@ def test_each_folder_loads_with_the_expected_class(child, folders):
     _, version, classes = child
     fast = "TokenizersBackend" if int(version.split(".")[0]) >= 5 else "PreTrainedTokenizerFast"
     assert classes == {"bpe": fast, "bpe-remote": fast, "superbpe": "BpeCoreTokenizer",
-                       "supratok": "BpeCoreTokenizer"}
-    for method in ("superbpe", "supratok"):       # the folder carries the remote module, as bpe_core has it
+                       "supratok": "BpeCoreTokenizer", "bpe-export": "BpeCoreTokenizer",
+                       "superbpe-export": "BpeCoreTokenizer"}
+    for method in ("superbpe", "supratok", "superbpe-export"):   # the remote module, as bpe_core has it
         assert (folders[method] / CODE_FILE).read_text(encoding="utf-8") == remote_code()
         config = json.loads((folders[method] / "tokenizer_config.json").read_text(encoding="utf-8"))
         assert "model_file" not in config and config["auto_map"]["AutoTokenizer"][0].endswith(".BpeCoreTokenizer")
