@@ -93,19 +93,6 @@ class BpeCoreTokenizer(PreTrainedTokenizer):
         ids = [self._id_of_str[t] for t in tokens]
         return self._tok.decode_bytes(ids).decode("utf-8", "replace")
 
-    def _decode(self, token_ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces: Optional[bool] = None,
-                **kwargs) -> str:
-        """The text of the ids' bytes, decoded once as a whole (no spaces put around special
-        tokens, a character cut by a special token is not replaced twice); as bpe_core decodes."""
-        ids = [token_ids] if isinstance(token_ids, int) else [int(i) for i in token_ids]
-        if skip_special_tokens:
-            skip = set(self.all_special_ids)
-            ids = [i for i in ids if i not in skip]
-        text = self._tok.decode_bytes(ids).decode("utf-8", "replace")
-        if clean_up_tokenization_spaces is None:
-            clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
-        return self.clean_up_tokenization(text) if clean_up_tokenization_spaces else text
-
     def save_vocabulary(self, save_directory: str, filename_prefix: Optional[str] = None) -> tuple[str]:
         name = (filename_prefix + "-" if filename_prefix else "") + MODEL_FILE
         path = os.path.join(save_directory, name)

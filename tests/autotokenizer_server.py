@@ -9,7 +9,8 @@ that is not the model folders' (they are loaded by absolute or relative path).
 Requests (one JSON object a line on stdin):
 
 - ``{"load": {name: [folder, trust_remote_code]}}`` -> ``{name: class name}``;
-- ``{"texts": [...]}`` -> ``{name: [{"ids", "encode", "decode", "decode_skip"} per text]}``.
+- ``{"texts": [...]}`` -> ``{name: [{"ids", "encode", "decode", "decode_skip"} per text]}``;
+- ``{"decode": [ids, ...]}`` -> ``{name: [decoded text per list of ids]}``.
 
 The first line written is ``{"version": transformers.__version__}``; an error is
 ``{"error": traceback}``.
@@ -33,6 +34,8 @@ def main() -> None:
                 for name, (folder, remote) in request["load"].items():
                     tokenizers[name] = AutoTokenizer.from_pretrained(folder, trust_remote_code=remote)
                     reply[name] = type(tokenizers[name]).__name__
+            elif "decode" in request:
+                reply = {name: [tok.decode(ids) for ids in request["decode"]] for name, tok in tokenizers.items()}
             else:
                 reply = {}
                 for name, tok in tokenizers.items():

@@ -160,6 +160,17 @@ def test_adversarial_text_gives_our_ids(child, ours, texts):
     check_texts(child, ours, texts)
 
 
+@settings(deadline=None)
+@given(st.lists(st.lists(st.one_of(st.integers(0, 257), st.integers(258, 699)), max_size=12), min_size=1, max_size=6))
+def test_any_ids_decode_as_ours(child, ours, batch):
+    """Ids that no encoding gave (special tokens inside a character, cut characters): the text of
+    their bytes, as bpe_core decodes it."""
+    ask, version, _ = child
+    reply = ask({"decode": batch})
+    for name, texts in reply.items():
+        assert texts == [ours[name].decode_bytes(ids).decode("utf-8", "replace") for ids in batch], name
+
+
 def test_stage_aware_folder_of_older_runs_is_replaced_whole(folders, tmp_path):
     """Retraining a SuperBPE folder as plain BPE takes the remote module away with the old model
     (it is one of the folder's own files)."""
