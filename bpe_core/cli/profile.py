@@ -5,7 +5,7 @@
 
 Writes ``PREFIX.json`` (samples, phases with start/end, peak, budget, command, exit code) and
 ``PREFIX.png`` (RSS in MiB over time, the budget line, the phases shaded; needs matplotlib:
-``pip install "bpe_core[plot]"``). bpe_core processes label their phases through the file named by
+``pip install matplotlib``). bpe_core processes label their phases through the file named by
 ``BPE_CORE_PHASE_FILE``, which this tool sets. The exit code is the command's. The command's own
 output is left alone; this tool's summary line goes to stderr.
 """
