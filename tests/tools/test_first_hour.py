@@ -53,7 +53,7 @@ def test_readme_setup_is_two_commands_and_ci_runs_the_second():
     second exactly."""
     first, second = _setup_commands()
     assert first.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install . && ")
-    assert "tools/train_bpe.py" in first and "\n" not in first and "\n" not in second
+    assert "bpe-core train " in first and "\n" not in first and "\n" not in second
     assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1] == second
     assert 'pip install ".[test]"' in second and second.endswith("pytest")
 
