@@ -79,6 +79,27 @@ def pytest_cmdline_main(config):
 _TMP: dict = {}
 #: pytest's ``tmp_path`` folders, inside the run's folder (removed with it, never litter).
 _BASETEMP = "pytest"
+#: Caches the libraries keep in the temporary folder on purpose, across runs (Dask's scratch root,
+#: tiktoken's download cache): removed with the run's folder, not litter of a test.
+_CACHES = {"dask-scratch-space", "data-gym-cache"}
+#: Where every test process notes the folders ``tempfile.mkdtemp`` made directly in ``TMPDIR``
+#: (folder, test), so litter is named with the test that made it.
+_MADE = ".mkdtemp-by-test"
+
+
+def _note_mkdtemp(own: str) -> None:
+    """``tempfile.mkdtemp`` (and ``TemporaryDirectory``) of this process note their folder and the
+    running test in ``own/_MADE`` when the folder is made directly in ``own``."""
+    made = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        path = made(*args, **kwargs)
+        if os.path.dirname(os.path.abspath(path)) == own:
+            test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+            with open(os.path.join(own, _MADE), "a", encoding="utf-8") as f:
+                f.write(f"{os.path.basename(path)}\t{test}\n")
+        return path
+    tempfile.mkdtemp = mkdtemp
 
 
 @pytest.hookimpl(tryfirst=True)             # before pytest's tmp_path factory reads --basetemp
@@ -89,7 +110,10 @@ def pytest_configure(config):
     And the run's own temporary folder (the module docstring)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if hasattr(config, "workerinput") or _TMP:  # an xdist worker: its TMPDIR is the main process's
+    if hasattr(config, "workerinput"):         # an xdist worker: its TMPDIR is the main process's
+        _note_mkdtemp(os.environ["TMPDIR"])
+        return
+    if _TMP:
         return
     own = tempfile.mkdtemp(prefix="bpe_core-tests-")
     _TMP.update(own=own, outer=os.environ.get("TMPDIR"))
@@ -97,6 +121,7 @@ def pytest_configure(config):
     tempfile.tempdir = None                     # (gettempdir() reads TMPDIR again)
     if config.option.basetemp is None:
         config.option.basetemp = os.path.join(own, _BASETEMP)
+    _note_mkdtemp(own)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -104,8 +129,13 @@ def pytest_sessionfinish(session, exitstatus):
     own = _TMP.get("own")
     if own is None or hasattr(session.config, "workerinput"):
         return
-    left = sorted(set(os.listdir(own)) - {_BASETEMP}) if os.path.isdir(own) else []
+    left = sorted(set(os.listdir(own)) - {_BASETEMP, _MADE} - _CACHES) if os.path.isdir(own) else []
     if left:
+        made = {}
+        if os.path.exists(os.path.join(own, _MADE)):
+            with open(os.path.join(own, _MADE), encoding="utf-8") as f:
+                made = dict(line.rstrip("\n").split("\t", 1) for line in f if "\t" in line)
+        left = [f"{name} ({made[name]})" if name in made else name for name in left]
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         line = (f"the tests left {len(left)} temporary file(s) or folder(s) in TMPDIR (a mkdtemp() never "
                 f"removed, a stale temp file; use tmp_path): {', '.join(left[:10])}")

@@ -1,6 +1,6 @@
 """Encode a whole corpus into one flat ``.npy`` of token ids.
 
-    python tools/encode_corpus.py corpus.txt [more inputs...] --tokenizer tok/ --out ids.npy
+    bpe-core encode corpus.txt [more inputs...] --tokenizer tok/ --out ids.npy
                                   [--workers N] [--memory-limit 8G] [--verify] [--plan] [--report run.json]
                                   [--format auto|text|jsonl|parquet] [--text-field F] [--text-column C]
                                   [--skip-bad-records] [--no-separator] [--doc-index idx.npy]

@@ -1,8 +1,8 @@
 """Evaluate tokenizers on text files: bytes/token, characters/token, round trip, the share of tokens
 that cross a word boundary, and the longest tokens.
 
-    python tools/evaluate.py --tokenizer tok_bpe/ tok_superbpe/ --text heldout.txt code.txt
-    python tools/evaluate.py --sweep-transition 0.1 0.25 0.4 0.6 0.9 --train train.txt \\
+    bpe-core evaluate --tokenizer tok_bpe/ tok_superbpe/ --text heldout.txt code.txt
+    bpe-core evaluate --sweep-transition 0.1 0.25 0.4 0.6 0.9 --train train.txt \\
         --vocab-size 8000 --text heldout.txt
 
 Every model is encoded by the encoder that reproduces its training (stage-aware for SuperBPE).

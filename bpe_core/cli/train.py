@@ -1,6 +1,6 @@
 """Train a byte-level BPE tokenizer.
 
-    python tools/train_bpe.py corpus.txt --vocab-size 32000 --out tok/
+    bpe-core train corpus.txt --vocab-size 32000 --out tok/
 
 Writes into the output folder: ``vocab.json`` + ``merges.txt`` (GPT-2 byte-to-unicode convention,
 loadable by HF ``tokenizers``), ``model.json`` (the native model: exact bytes, pattern, special
@@ -52,7 +52,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Output files: vocab.json, merges.txt (GPT-2 form), model.json (native), train_report.json; "
                "for plain BPE also tokenizer.json + tokenizer_config.json (HF: AutoTokenizer.from_pretrained).\n"
-               "Example: python tools/train_bpe.py corpus.txt --vocab-size 32000 --out tok/",
+               "Example: bpe-core train corpus.txt --vocab-size 32000 --out tok/ (in a clone: python tools/train_bpe.py ...)",
     )
     p.add_argument("input", nargs="*", default=None, metavar="INPUT",
                    help="training corpus: files (plain text, or gzip/xz/zstd/bzip2-compressed; JSON Lines; "

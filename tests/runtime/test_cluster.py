@@ -370,7 +370,7 @@ def test_input_changed_on_a_worker_reaches_the_client(client, tmp_path):
 
 def test_missing_dask_is_one_clear_line(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "distributed", None)
-    with pytest.raises(MissingDependency, match=r"bpe_core\[cluster\]"):
+    with pytest.raises(MissingDependency, match=r'pip install "dask\[distributed\]" fsspec'):
         with open_executor("local:2"):
             pass
     path = tmp_path / "c.txt"

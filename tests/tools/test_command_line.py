@@ -191,3 +191,15 @@ def test_a_cluster_larger_than_the_cores_gets_a_note(folder, tmp_path):
     r = run_tool(TOOLS / "encode_corpus.py", folder / "corpus.txt", "--tokenizer", folder / "tok", "--out",
                  tmp_path / "i.npy", "--plan", "--cluster", f"local:{cores + 2}")
     assert r.returncode == 0 and f"note: local:{cores + 2} starts" in r.stderr, r.stderr
+
+
+def test_bpe_core_train_profile_memory_reruns_the_same_command(folder, tmp_path):
+    """``--profile-memory`` reruns the command under the profiler (``_start.rerun``): the same
+    package, the default budget drawn (a budgeted command), the messages of ``bpe-core train``."""
+    r = _bpe_core("train", folder / "corpus.txt", "--vocab-size", "300", "--out", "tok", "--no-progress",
+                  "--profile-memory", "prof", "--workers", "64", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "prof.json").read_text(encoding="utf-8"))
+    assert report["exit_code"] == 0 and report["budget_source"] == "default"
+    assert (tmp_path / "tok" / "merges.txt").read_bytes() == (folder / "tok" / "merges.txt").read_bytes()
+    assert "bpe-core train: note: 64 workers asked for" in r.stderr, r.stderr
