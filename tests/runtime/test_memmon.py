@@ -10,6 +10,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -229,8 +230,9 @@ def test_split_flag_for_the_tools():
     assert profile.split_flag(["a", "--", "--profile-memory", "p"]) == (None, ["a", "--", "--profile-memory", "p"])
 
 
-def test_docstring_examples(monkeypatch):
+def test_docstring_examples(monkeypatch, tmp_path):
     monkeypatch.delenv(PHASE_FILE_ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))       # the examples' mkdtemp() folders
     runner = doctest.DocTestRunner()
     for module in (memmon, profile):
         for test in doctest.DocTestFinder().find(module):
