@@ -57,7 +57,7 @@ _INT64_MAX = np.iinfo(np.int64).max
 _BATCH_THREAD_BYTES = 1 << 18
 # Encoders look a cache miss up in the proven single tokens (``_encode.build_singles``, pieces up to
 # 256 bytes) before merging it. Off: on GPT-2 and cl100k a cold pass was no faster with them (the
-# probe of a 4 MiB table costs what merging a common word does; docs/encoding.md has the figures).
+# probe of a 4 MiB table costs what merging a common word does; CHANGELOG.md, "Encoding", has the figures).
 _USE_SINGLES = False
 
 
