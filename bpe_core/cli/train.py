@@ -59,8 +59,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "Parquet), directories (recursive, sorted), glob patterns, or - for stdin; "
                         "default: the small sample corpus shipped in the package")
     p.add_argument("--vocab-size", type=count, default=32000, metavar="N",
-                   help="vocabulary size: 256 bytes + special tokens + merges, e.g. 32000 or 32K "
-                        "(= 32,768: K = 1024, as in every size) (default: 32000)")
+                   help="vocabulary size: 256 bytes + special tokens + merges, e.g. 32000 or 32k "
+                        "(k = 1,000; 32Ki = 32,768) (default: 32000)")
     p.add_argument("--out", default="bpe_tokenizer", metavar="DIR",
                    help="output folder, made by the run; the folder above it must exist "
                         "(default: ./bpe_tokenizer)")

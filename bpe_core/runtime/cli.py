@@ -156,22 +156,25 @@ def chunk_size(text: str) -> int:
 
 
 def count(text: str) -> int:
-    """A count (``--vocab-size``): a whole number, or one with a unit as every size takes (``32K`` =
-    32,768: K = 1024, M, G), refused in one line otherwise. The command checks its range.
+    """A count (``--vocab-size``): a whole number, or one with a unit -- ``k`` = 1,000 and ``M`` =
+    1,000,000 (a "32k vocabulary" is 32,000 tokens), ``Ki`` = 1,024 and ``Mi`` = 1,048,576 for powers of
+    two -- refused in one line otherwise (a count has no bytes: ``8KB``). The command checks its range.
+    Sizes of memory (``--memory-limit 8G``) are binary; counts are not.
 
-    >>> count("32000"), count("32k"), count("1.5K"), count("1M")
-    (32000, 32768, 1536, 1048576)
+    >>> count("32000"), count("32k"), count("32K"), count("1.5k"), count("32Ki"), count("1M")
+    (32000, 32000, 32000, 1500, 32768, 1000000)
     """
     text = str(text).strip()
-    if re.fullmatch(r"[0-9]+", text):
-        return int(text)
-    try:
-        value = parse_size(text)
-    except ValueError:
-        value = None
-    if value is None or text[-1:].lower() == "b":       # (a count has no bytes: "8KB", "2GiB")
-        raise argparse.ArgumentTypeError(f"invalid count {text!r} (examples: 32000, 32K)")
-    return value
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)\s*([kKmM])?(i?)", text)
+    if m is None or (m.group(3) and not m.group(2)):
+        raise argparse.ArgumentTypeError(f"invalid count {text!r} (examples: 32000, 32k, 32Ki)")
+    unit = {None: 1, "k": 1000, "m": 1000 ** 2}[m.group(2) and m.group(2).lower()]
+    if m.group(3):
+        unit = {1000: 1024, 1000 ** 2: 1024 ** 2}[unit]
+    number = float(m.group(1)) * unit if "." in m.group(1) else int(m.group(1)) * unit
+    if number != int(number):
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: not a whole number")
+    return int(number)
 
 
 def cluster_note(spec, cores: int | None = None) -> str | None:

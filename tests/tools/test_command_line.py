@@ -4,7 +4,7 @@
   ``--version``, ``--help`` listing every command, each subcommand carrying every option of its
   tool (``tools/*.py`` are wrappers over the same modules);
 - the same name for the same idea (``--chunk-size``; train keeps ``--chunk-bytes`` as a hidden
-  alias), counts and sizes read the same way (``32K``, ``8G``), the same rule for a missing folder
+  alias), counts and sizes take units (``32k`` = 32,000 tokens, ``8G`` = 8 GiB), the same rule for a missing folder
   above an output in every command (an error naming it, nothing made), and a note when a requested
   parallelism exceeds the cores (``--cluster local:N`` as ``--workers N``).
 """
@@ -132,23 +132,24 @@ def test_chunk_size_is_the_name_and_chunk_bytes_a_hidden_alias():
 def test_counts_take_the_units_sizes_take():
     from bpe_core.cli import evaluate, train
 
-    assert [count(x) for x in ("300", "32k", "32K", "1M")] == [300, 32768, 32768, 1 << 20]
-    for bad in ("32KB", "x", "-5", "1.5.2"):
+    assert [count(x) for x in ("300", "32k", "32K", "1M", "32Ki", "1Mi", "1.5k")] == [
+        300, 32000, 32000, 10 ** 6, 32768, 1 << 20, 1500]
+    for bad in ("32KB", "x", "-5", "1.5.2", "1.0005k", "5i", "2G"):
         with pytest.raises(argparse.ArgumentTypeError, match="invalid count"):
             count(bad)
-    assert train.build_parser().parse_args(["--vocab-size", "32k"]).vocab_size == 32768
-    assert evaluate.build_parser().parse_args(["--text", "t", "--vocab-size", "8K"]).vocab_size == 8192
+    assert train.build_parser().parse_args(["--vocab-size", "32k"]).vocab_size == 32000
+    assert evaluate.build_parser().parse_args(["--text", "t", "--vocab-size", "8Ki"]).vocab_size == 8192
 
 
 def test_vocab_size_with_a_unit_trains_that_size(folder, tmp_path):
-    r = run_tool(TOOLS / "train_bpe.py", folder / "corpus.txt", "--vocab-size", "1K", "--out", tmp_path / "k",
+    r = run_tool(TOOLS / "train_bpe.py", folder / "corpus.txt", "--vocab-size", "1k", "--out", tmp_path / "k",
                  "--no-progress")
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "k" / "train_report.json").read_text(encoding="utf-8"))
-    assert report["merges_requested"] == 1024 - 257
+    assert report["merges_requested"] == 1000 - 257
     r = run_tool(TOOLS / "train_bpe.py", folder / "corpus.txt", "--vocab-size", "1KB", "--out", tmp_path / "b")
     assert r.returncode == 2 and r.stderr.strip() == ("train_bpe.py: error: argument --vocab-size: invalid count "
-                                                      "'1KB' (examples: 32000, 32K) (see --help)"), r.stderr
+                                                      "'1KB' (examples: 32000, 32k, 32Ki) (see --help)"), r.stderr
 
 
 def _outputs(folder, missing):
