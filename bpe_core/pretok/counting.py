@@ -22,7 +22,7 @@ from ..runtime.lazy import np  # numpy on first use (a small run never imports i
 from ..corpus.readers import BadRecords
 from ..corpus.inputs import Source, expand_inputs
 from ..corpus.shards import Block, ReadOptions, TextRangeShard, iter_tasks, load, shard_blocks
-from ..runtime.atomic import remove_stale_in
+from ..runtime.atomic import named, remove_stale_in
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
 from ..runtime.workers import check_total, read_range, release_free_memory, run_ordered
@@ -660,10 +660,16 @@ class Spill:
             folder = self.folder or tempfile.gettempdir()
             remove_stale_in(folder, [SPILL_PREFIX])          # what a killed run left
             self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{os.getpid()}-", dir=folder)
-        for arena, offsets, counts in tables:
+        for table in tables:
+            # a small run's table is ``array.array`` (``_count_plain``): numpy views of the same
+            # buffers (no copy), so both kinds spill alike
+            arena, offsets, counts = (np.asarray(a) for a in table)
             base = os.path.join(self._dir.name, f"run{self.n_runs:05d}")
             for name, arr in (("arena", arena), ("offsets", offsets), ("counts", counts)):
-                np.save(f"{base}.{name}.npy", arr)
+                try:
+                    np.save(f"{base}.{name}.npy", arr)
+                except OSError as exc:          # a full disk names the spill file, not just "No space"
+                    raise named(exc, f"{base}.{name}.npy") from None
             self.paths.append(base)
             self.sums.append(int(counts.sum()))
             self.n_runs += 1
