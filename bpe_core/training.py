@@ -52,6 +52,7 @@ from .pretok.counting import check_distributable, count_corpus, count_sources_on
 from .pretok.patterns import resolve_pattern
 from .pretok.wordtable import WordTable
 from .runtime import budget
+from .runtime.atomic import naming
 from .runtime.executors import open_executor
 from .runtime.memmon import MemoryMonitor, phase
 
@@ -220,7 +221,7 @@ def _spooled(config: TrainConfig, sources: list[Source]):
     folder = tempfile.mkdtemp(prefix="bpe_core-spool-", dir=config.spill_dir)
     try:
         path = os.path.join(folder, "corpus.txt")
-        with open(path, "wb") as f:
+        with naming(path), open(path, "wb") as f:          # a full disk names the spooled file
             n = spool(sources, opts, f)
         info = {"inputs": [s.describe() for s in sources], "spooled_bytes": n,
                 "bad_records": opts.bad.to_dict()}
@@ -381,8 +382,9 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         # the merge loop changes stays in RAM. The table in RAM is dropped here.
         phase("map words")
         tm = time.perf_counter()
-        table = table.to_files(config.spill_dir or tempfile.gettempdir(),
-                               drop_singletons=run.method.drops_single_byte_words)
+        with naming(config.spill_dir or tempfile.gettempdir()):      # a full disk names the folder
+            table = table.to_files(config.spill_dir or tempfile.gettempdir(),
+                                   drop_singletons=run.method.drops_single_byte_words)
         report["seconds"]["map_words"] = round(time.perf_counter() - tm, 3)
     if not run.method.plain_tables:            # a small run's array.array table, as numpy views
         table = table.as_numpy()

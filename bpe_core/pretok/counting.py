@@ -22,7 +22,7 @@ from ..runtime.lazy import np  # numpy on first use (a small run never imports i
 from ..corpus.readers import BadRecords
 from ..corpus.inputs import Source, expand_inputs
 from ..corpus.shards import Block, ReadOptions, TextRangeShard, iter_tasks, load, shard_blocks
-from ..runtime.atomic import named, remove_stale_in
+from ..runtime.atomic import DISK_FULL, named, remove_stale_in
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
 from ..runtime.workers import check_total, read_range, release_free_memory, run_ordered
@@ -669,7 +669,7 @@ class Spill:
                 try:
                     np.save(f"{base}.{name}.npy", arr)
                 except OSError as exc:          # a full disk names the spill file, not just "No space"
-                    raise named(exc, f"{base}.{name}.npy") from None
+                    raise named(exc, f"{base}.{name}.npy") if exc.errno in DISK_FULL else exc from None
             self.paths.append(base)
             self.sums.append(int(counts.sum()))
             self.n_runs += 1

@@ -272,6 +272,26 @@ def named(exc: OSError, path: str | os.PathLike) -> OSError:
     return type(exc)(exc.errno, exc.strerror or str(exc), os.fspath(path))
 
 
+@contextlib.contextmanager
+def naming(folder: str | os.PathLike | None) -> Iterator[None]:
+    """Inside the block, a full disk (``DISK_FULL``: ``ENOSPC`` from a write into a spill or temp
+    folder names no file) is raised naming ``folder`` (:func:`named`): the tools print ``FOLDER: No
+    space left on device`` instead of the bare reason. Other errors, and ``folder`` None, pass as they are.
+
+    >>> with naming("/spill"):
+    ...     raise OSError(28, "No space left on device")
+    Traceback (most recent call last):
+    ...
+    OSError: [Errno 28] No space left on device: '/spill'
+    """
+    try:
+        yield
+    except OSError as exc:
+        if folder is None or exc.errno not in DISK_FULL:
+            raise
+        raise named(exc, folder) from None
+
+
 # ==== Sets of files published as one unit ====================================================
 
 
