@@ -26,6 +26,7 @@ never by order of arrival.
 """
 from __future__ import annotations
 
+import array
 import contextlib
 import dataclasses
 import os
@@ -54,6 +55,7 @@ from .pretok.wordtable import WordTable
 from .runtime import budget
 from .runtime.atomic import naming
 from .runtime.executors import open_executor
+from .runtime.lazy import np  # numpy on first use (a small run never imports it)
 from .runtime.memmon import MemoryMonitor, phase
 
 __all__ = ["TrainResult", "plan", "train", "train_bpe", "train_from_iterator"]
@@ -373,7 +375,7 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
     n_symbols = len(table.arena)
     if run.method.drops_single_byte_words:     # they hold no pair: the engine drops them
         n_symbols -= table.one_byte_words
-    merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols)
+    merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols, longest_pretoken=_longest(table))
     report["merge_plan"] = {k: merge_plan.to_dict()[k] for k in
                             ("merge_bytes", "merge_file_bytes", "merge_mapped", "unique_pretokens",
                              "symbols", "phase_seconds")}
@@ -395,6 +397,16 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         extras["init"] = run.init
     counts.recorded = None          # the plan holds the only reference now
     return MergePlan(table, merge_plan, config, extras)
+
+
+def _longest(table) -> int:
+    """The bytes of the longest word of a table (numpy arrays or a small run's ``array.array``)."""
+    offsets = table.offsets
+    if len(offsets) < 2:
+        return 0
+    if isinstance(offsets, array.array):
+        return max(b - a for a, b in zip(offsets, offsets[1:]))
+    return int(np.diff(np.asarray(offsets)).max())
 
 
 # ---- stage 4: the method's merges -----------------------------------------------------------------

@@ -145,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--forbid", action="append", default=None, metavar="TEXT",
                    help='no stage-2 token contains TEXT (repeatable; default: ": ")')
     g.add_argument("--max-token-bytes", type=int, default=None, metavar="N",
-                   help="guardrail: no stage-2 token longer than N bytes")
+                   help="guardrail: no stage-2 token longer than N bytes; with --method bpe, no token "
+                        "longer than N bytes at all (off by default: a corpus of one repeated byte then "
+                        "builds tokens as long as its longest run; docs/memory.md)")
     g.add_argument("--max-nonalnum", type=int, default=None, metavar="N",
                    help="guardrail: at most N characters per stage-2 token that are neither "
                         "alphanumeric nor whitespace (keeps table rules and URL prefixes out)")

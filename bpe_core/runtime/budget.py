@@ -119,6 +119,19 @@ ENGINE_WORD_BYTES = 12
 PAIRS_PER_SQRT_SYMBOL = 450
 ENGINE_PAIR_BYTES = 80
 DEFAULT_VOCAB_SIZE = 32000
+#: The longest pretoken (text without whitespace: one word of the engine) costs, per byte, beyond
+#: the per-symbol figures above: the two shares' tables of the sites of one merge (a merge of a word
+#: of one repeated byte has a site at every other position: 268 MiB at 20 MB of ``a``), and the
+#: word's bytes in the counted table and its copy. Negligible on ordinary text (pretokens of tens
+#: of bytes); on 20 MB of ``a`` it is the difference between the plan (376 MiB) and the peak (885 MiB).
+LONG_WORD_BYTES_PER_BYTE = 26
+#: The bytes of the tokens merges build are held about 3 times in the merge phase (the engine's
+#: token table, the vocabulary, the merges) and about 8 times while the model folder is written
+#: (the model, each token's GPT-2 string, the JSON and hex texts): 1,327 MiB peak writing 164 MiB
+#: of tokens. Ordinary text builds a few MB of tokens; a run of one repeated byte builds tokens as
+#: long as the run (``methods.bpe.TokenBytesGuard`` stops the run when they outgrow the budget).
+TOKEN_BYTES_MERGING = 3
+TOKEN_BYTES_WRITING = 8
 #: Old per-word figure, kept for reference: the engine before the compact layout (20 B per position).
 ENGINE_BYTES_PER_WORD = 200
 ENGINE_VOCAB_DIVISOR = 200
@@ -258,8 +271,9 @@ class Plan:
     vocab_size: int = 0
     budget_source: str = BUDGET_FROM_FLAG
     budget_why: str = ""
+    longest_pretoken: int = 0
 
-    def with_count(self, unique_pretokens: int, symbols: Optional[int] = None) -> "Plan":
+    def with_count(self, unique_pretokens: int, symbols: Optional[int] = None, longest_pretoken: int = 0) -> "Plan":
         """This training plan made again with the real number of unique pretokens (known during and
         after counting) and, after counting, of the symbols the engine will hold; the workers and
         chunk size kept: the one budget check of a run (it also decides whether the merge phase
@@ -272,7 +286,7 @@ class Plan:
                              num_workers=self.num_workers, chunk_bytes=self.chunk_bytes,
                              per_worker_overhead=self.worker_overhead, parent_overhead=self.parent_overhead,
                              vocab_size=self.vocab_size, unique_pretokens=unique_pretokens, symbols=symbols,
-                             budget_source=(self.budget_source, self.budget_why))
+                             budget_source=(self.budget_source, self.budget_why), longest_pretoken=longest_pretoken)
 
     @property
     def merge_fits(self) -> bool:
@@ -649,7 +663,7 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                   chunk_bytes: Optional[int] = None, per_worker_overhead: Optional[int] = None, *,
                   parent_overhead: Optional[int] = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
                   unique_pretokens: Optional[int] = None, symbols: Optional[int] = None,
-                  budget_source: Optional[tuple[str, str]] = None) -> Plan:
+                  budget_source: Optional[tuple[str, str]] = None, longest_pretoken: int = 0) -> Plan:
     """Plan a training run: workers, chunk size and spilling under ``memory_limit``.
 
     The merge phase must fit (it needs every unique pretoken in RAM). The counting phase then gets
@@ -706,11 +720,12 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
         words = int(unique_pretokens)
     table = words * TABLE_BYTES_PER_WORD
     n_symbols = symbols_estimate(words) if symbols is None else int(symbols)
+    long_word = LONG_WORD_BYTES_PER_BYTE * int(longest_pretoken)      # the longest pretoken, held whole
     merge_phase_mem = merge_phase(words, vocab_size, n_symbols, po, mapped=False)
-    mapped = merge_phase_mem["anon"] > memory_limit
+    mapped = merge_phase_mem["anon"] + long_word > memory_limit
     if mapped:
         merge_phase_mem = merge_phase(words, vocab_size, n_symbols, po, mapped=True)
-    merge = merge_phase_mem["anon"]
+    merge = merge_phase_mem["anon"] + long_word
 
     max_workers = cores
     if num_workers is not None:
@@ -740,7 +755,7 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
         need = max(merge, count_floor)
         if exact or merge < count_floor:
             msg = _budget_message("training", input_bytes, memory_limit, need, merge, count_floor, words,
-                                  vocab_size, limit_words)
+                                  vocab_size, limit_words, longest_pretoken if long_word * 4 > merge else 0)
         else:
             msg = (f"memory limit {limit_words} is too small for training on "
                    f"{fmt_bytes(input_bytes)}: counting needs ~{fmt_bytes(count_floor)} with one worker and "
@@ -792,11 +807,12 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                 merge_mapped=mapped, merge_file_bytes=merge_phase_mem["file"],
                 fill_buffer_bytes=merge_phase_mem["fill"] or FILL_BUFFER_BYTES,
                 phase_seconds=phase_seconds(input_bytes, workers, words, n_symbols, vocab_size, mapped),
-                vocab_size=vocab_size, budget_source=source, budget_why=why)
+                vocab_size=vocab_size, budget_source=source, budget_why=why, longest_pretoken=int(longest_pretoken))
 
 
 def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: int, count: int,
-                    words: int, vocab_size: int | None = None, limit_words: str | None = None) -> str:
+                    words: int, vocab_size: int | None = None, limit_words: str | None = None,
+                    longest: int = 0) -> str:
     """The one-line reason of a :class:`BudgetError`.
 
     The merge engine's tables grow with the unique pretokens and with the requested vocabulary, so a
@@ -812,7 +828,10 @@ def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: i
                 f"sizes its tables for the vocabulary asked for: ~{fmt_bytes(merge)} for "
                 f"{fmt_count(words)} unique pretokens, above the memory limit of {fmt_bytes(limit)}; "
                 f"ask for a smaller --vocab-size")
-    if merge >= count:
+    if merge >= count and longest:
+        why = (f"the merge phase needs ~{fmt_bytes(merge)}, much of it for the longest pretoken: "
+               f"{longest:,} bytes without a break (no whitespace), which the merge engine holds whole")
+    elif merge >= count:
         vocab = f"a vocabulary of {vocab_size:,} over " if vocab_size is not None else ""
         why = (f"the merge phase needs ~{fmt_bytes(merge)} (the merge tables for {vocab}"
                f"{fmt_count(words)} unique pretokens)")
