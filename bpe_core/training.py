@@ -83,10 +83,45 @@ class TrainResult:
         parent folders made. ``bpe_core.load(folder)``, ``Tokenizer.load(folder)`` and, for plain
         BPE, ``transformers.AutoTokenizer.from_pretrained(folder)`` read it back; returns the folder.
         """
+        self.publish(folder)
+        return os.fspath(folder)
+
+    def publish(self, folder: str | os.PathLike) -> list[bytes]:
+        """:meth:`save`, with the writing inside the memory monitor: the report's peaks
+        (``memory``: ``peak_anon_bytes``, ``peak_anon_by_phase["write"]``, ...) then cover the whole run,
+        writing included (``train_report.json`` is written last, with them), and a writing peak
+        above the budget warns as the merge phase's does. Returns the token bytes ``vocab.json``
+        left out (``formats.folder.save_folder``)."""
         from .formats.folder import save_folder
 
-        save_folder(self.model, folder, self.report)
-        return os.fspath(folder)
+        memory = self.report.get("memory") or {}
+        with MemoryMonitor(interval=0.05, budget=memory.get("budget_bytes")) as monitor:
+            phase("write")
+
+            def final_report() -> dict[str, Any]:
+                _add_peaks(memory, monitor.summary())
+                self.report["memory"] = memory
+                return self.report
+            dropped = save_folder(self.model, folder, final_report)
+        before = memory.get("budget_exceeded")
+        _add_peaks(memory, monitor.summary())
+        if not before:
+            budget.warn_exceeded(memory, "training")       # the writing went above the budget
+        return dropped
+
+
+def _add_peaks(memory: dict, later: dict) -> None:
+    """Fold a later monitor's ``summary()`` (the writing) into a run's ``memory`` report."""
+    for key in ("peak_anon_bytes", "peak_file_bytes", "peak_rss_bytes"):
+        memory[key] = max(int(memory.get(key) or 0), int(later.get(key) or 0))
+    for key in ("peak_anon_by_phase", "peak_file_by_phase", "peak_by_phase"):
+        phases = memory.setdefault(key, {})
+        for name, value in (later.get(key) or {}).items():
+            phases[name] = max(int(phases.get(name, 0)), int(value))
+    limit = memory.get("budget_bytes")
+    if limit:
+        excess = max(0, int(memory["peak_anon_bytes"]) - int(limit))
+        memory["budget_exceeded"], memory["budget_excess_bytes"] = excess > 0, excess
 
 
 def peak_rss_bytes() -> dict[str, int]:

@@ -33,7 +33,6 @@ from bpe_core.config import TrainConfig  # noqa: E402
 import dataclasses  # noqa: E402
 from bpe_core.corpus import CorpusError  # noqa: E402
 from bpe_core.formats import registry  # noqa: E402
-from bpe_core.formats.folder import save_folder  # noqa: E402
 from bpe_core.formats.model import FOLDER_FILES, folder_files  # noqa: E402
 from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN  # noqa: E402
 from bpe_core.pretok.patterns import is_pattern_name, pattern_name, pattern_names  # noqa: E402
@@ -321,7 +320,7 @@ def _train(args) -> int:
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
     phase("write")
     # the whole folder in one step: a run killed at any point leaves the older model or this one
-    dropped = save_folder(result.model, out, report)       # + HF's tokenizer.json for plain BPE
+    dropped = result.publish(out)       # + HF's tokenizer.json for plain BPE; the report's peaks include the writing
     if registry.get(args.method).stage_aware:
         name = registry.get(args.method).name
         print("train_bpe.py: note: vocab.json/merges.txt hold one merge list; tools that load them "
