@@ -576,6 +576,10 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         monitor.start(thread=size > SMALL_INPUT_BYTES)
         enter("cut")
         shards = [sh for src in sources for sh in src.shards(opts)]
+        # a stretch the cutter could not cut (no whitespace: maybe one pretoken) that the budget
+        # cannot encode at once: one line now, before any work (not an OOM kill later)
+        scheduler.check_uncut(the_plan, [(sh.source.name, sh.start, sh.end) for sh in shards
+                                         if isinstance(sh, TextRangeShard)])
         enter("encode")
         results: list[tuple] = []
         items = [0]

@@ -932,8 +932,52 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
                 memory_limit=memory_limit, available=available, cpu_count=cores, worker_overhead=wo,
                 parent_overhead=po, per_worker_bytes=_encode_worker(wo, vocab_size, chunk),
                 parent_bytes=_encode_parent(po, vocab_size, chunk), count_bytes=peak, merge_bytes=0,
-                peak_bytes=peak,
+                peak_bytes=peak, vocab_size=vocab_size,
                 notes=tuple(notes), budget_source=source, budget_why=why)
+
+
+#: Encoding holds, per byte of a pretoken merged at once (``_encode`` ``_merge_heap``: ids, pair
+#: ranks, two links, heap entries, the output), up to this many bytes: 50 MB of letters without
+#: whitespace (one pretoken) held 1.76 GiB (37 B per byte).
+ENCODE_LONG_PIECE_BYTES = 40
+
+
+def check_uncut(plan: Plan, stretches: list[tuple[str, int, int]]) -> None:
+    """Refuse, before encoding, a stretch of text that could not be cut into chunks and is too long
+    for the budget. ``stretches``: ``(name, start, end)`` of the chunks the cutter made (byte ranges
+    of plain files). Chunks are cut only where no pretoken crosses (``corpus.chunks``), so a chunk
+    much longer than ``plan.chunk_bytes`` is a stretch without whitespace or newline: it may be one
+    pretoken, which the encoder merges whole (``ENCODE_LONG_PIECE_BYTES`` per byte). When that does
+    not fit beside the plan, one :class:`BudgetError` names the stretch and a budget that holds it.
+
+    >>> p = plan_encoding(60 << 20, 50257, 500 << 20, 2, 8 << 30, per_worker_overhead=8 << 20,
+    ...                   parent_overhead=60 << 20)
+    >>> check_uncut(p, [("let.txt", 0, 1 << 20)])        # an ordinary chunk: nothing to say
+    >>> try:
+    ...     check_uncut(p, [("let.txt", 0, 50_000_000)])
+    ... except BudgetError as e:
+    ...     print(str(e)[:63])
+    let.txt: bytes 0-50,000,000 have no place to cut (no whitespace
+    """
+    if not stretches:
+        return
+    name, start, end = max(stretches, key=lambda t: t[2] - t[1])
+    n = end - start
+    if n <= 2 * max(plan.chunk_bytes, 1):
+        return
+    if plan.peak_bytes + ENCODE_LONG_PIECE_BYTES * n <= plan.memory_limit:
+        return
+    # The budget to name: a larger budget plans more workers and larger chunks, so name the one
+    # that holds the stretch beside the largest plan (all cores, the largest chunks): any budget from
+    # there up works (the plan's peak stops growing), the run at the named budget included.
+    largest = plan_encoding(plan.input_bytes, plan.vocab_size, 1 << 50, plan.cpu_count, plan.available,
+                            per_worker_overhead=plan.worker_overhead, parent_overhead=plan.parent_overhead)
+    need = max(plan.peak_bytes, largest.peak_bytes) + ENCODE_LONG_PIECE_BYTES * n
+    raise BudgetError(f"{name}: bytes {start:,}-{end:,} have no place to cut (no whitespace or newline: one "
+                      f"pretoken, or text such as minified JSON); encoding them at once may need "
+                      f"~{fmt_bytes(ENCODE_LONG_PIECE_BYTES * n)} beside the plan's {fmt_bytes(plan.peak_bytes)}, "
+                      f"over the memory limit of {fmt_bytes(plan.memory_limit)}; the smallest budget that works is "
+                      f"--memory-limit {fmt_size(suggested_budget(need))}", suggested_budget(need))
 
 
 # ==== Miscellaneous =========================================================================
