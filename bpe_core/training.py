@@ -376,8 +376,12 @@ def _stop_when_unfit(run: Run):
         try:
             run.plan.with_count(n_words)
         except BudgetError as exc:
+            # a lower bound: more unique pretokens may follow (the exact figure comes after counting)
             raise BudgetError(f"stopped while counting: {n_words:,} unique pretokens so far already need more "
-                              f"than the budget; {exc}", exc.min_budget) from None
+                              f"than the budget; " + str(exc).replace("the smallest budget that works is",
+                                                                      "the smallest budget that works is at least")
+                              + " (more may follow: a run at that budget names the exact figure after counting)",
+                              exc.min_budget) from None
     return check_words
 
 

@@ -761,7 +761,9 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                    f"{fmt_bytes(input_bytes)}: counting needs ~{fmt_bytes(count_floor)} with one worker and "
                    f"the smallest chunks, and the merge phase ~{fmt_bytes(merge)} for ~{fmt_count(words)} "
                    f"unique pretokens (estimated from the input size); the smallest budget that works is "
-                   f"--memory-limit {fmt_size(suggested_budget(need))}")
+                   f"at least --memory-limit {fmt_size(suggested_budget(need))} (an estimate: with more unique "
+                   f"pretokens or longer ones, a run at that budget stops when counting ends and names the "
+                   f"exact figure)")
         raise BudgetError(msg + _beyond_cgroup(suggested_budget(need), source), suggested_budget(need))
     # Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
     spill = _train_count_peak(1, lo1, table, wo, po) > memory_limit
