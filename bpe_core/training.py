@@ -423,6 +423,7 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         # the merge loop changes stays in RAM. The table in RAM is dropped here.
         phase("map words")
         tm = time.perf_counter()
+        budget.refuse_memory_folder(config.spill_dir or tempfile.gettempdir())   # tmpfs saves no memory
         with naming(config.spill_dir or tempfile.gettempdir()):      # a full disk names the folder
             table = table.to_files(config.spill_dir or tempfile.gettempdir(),
                                    drop_singletons=run.method.drops_single_byte_words)

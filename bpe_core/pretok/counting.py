@@ -23,6 +23,7 @@ from ..corpus.readers import BadRecords
 from ..corpus.inputs import Source, expand_inputs
 from ..corpus.shards import Block, ReadOptions, TextRangeShard, iter_tasks, load, shard_blocks
 from ..runtime.atomic import DISK_FULL, named, remove_stale_in
+from ..runtime.budget import refuse_memory_folder
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
 from ..runtime.workers import check_total, read_range, release_free_memory, run_ordered
@@ -658,6 +659,7 @@ class Spill:
             return tables
         if self._dir is None:
             folder = self.folder or tempfile.gettempdir()
+            refuse_memory_folder(folder)                      # a spill on tmpfs saves no memory
             remove_stale_in(folder, [SPILL_PREFIX])          # what a killed run left
             self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{os.getpid()}-", dir=folder)
         for table in tables:

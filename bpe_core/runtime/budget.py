@@ -982,6 +982,19 @@ def check_uncut(plan: Plan, stretches: list[tuple[str, int, int]]) -> None:
                       f"--memory-limit {fmt_size(suggested_budget(need))}", suggested_budget(need))
 
 
+def refuse_memory_folder(folder: str, what: str = "the spill folder") -> None:
+    """Raise :class:`BudgetError` (one line) when ``folder`` is on tmpfs or ramfs: files there are
+    memory (charged to the memory cgroup, never written back), so spilling there to stay within the
+    budget would not (a 300M run spilling to a tmpfs --spill-dir peaked at 1.15x its budget).
+    Called when a run is about to spill, not before: a run that never spills may use any folder."""
+    from .cgroup import in_memory_folder
+
+    if in_memory_folder(folder):
+        raise BudgetError(f"{folder}: {what} is on tmpfs (its files are memory): the run must spill to keep "
+                          f"within --memory-limit, and spilling there would not; give --spill-dir a folder on "
+                          f"disk (or TMPDIR), or a larger --memory-limit", 0)
+
+
 # ==== Miscellaneous =========================================================================
 
 

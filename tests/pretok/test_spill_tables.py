@@ -4,6 +4,9 @@ ranges), at every threshold from "spill everything" to "spill nothing": the tabl
 without spilling counts, and a full disk in the spill folder names the file."""
 import array
 import errno
+import os
+import shutil
+import tempfile
 
 import numpy as np
 import pytest
@@ -69,3 +72,24 @@ def test_full_spill_folder_names_the_file(tmp_path, monkeypatch):
         spill.offer([(np.zeros(1, np.uint8), np.array([0, 1]), np.array([1]))])
     spill.cleanup()
     assert info.value.errno == errno.ENOSPC and str(tmp_path) in info.value.filename
+
+
+def test_a_spill_folder_on_tmpfs_is_refused_when_the_run_spills(tmp_path):
+    """Files on tmpfs are memory: spilling there would not keep the budget. One BudgetError line,
+    only once the run spills (a run that never spills may use any folder)."""
+    from bpe_core.errors import BudgetError
+    from bpe_core.runtime.cgroup import mount_fstype
+
+    shm = "/dev/shm"
+    if not os.path.isdir(shm) or mount_fstype(shm) != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm")
+    folder = tempfile.mkdtemp(dir=shm, prefix="bpe_core-test-")
+    try:
+        path = tmp_path / "c.txt"
+        path.write_bytes(b"low lower lowest newer wider " * 50)
+        assert _table(path, 64, 1 << 30, folder, plain=True) == _table(path, 64, None, folder, plain=False)
+        with pytest.raises(BudgetError, match=f"{folder}: the spill folder is on tmpfs"):
+            _table(path, 64, 1, folder, plain=True)
+        assert os.listdir(folder) == []
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
