@@ -414,7 +414,9 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
     n_symbols = len(table.arena)
     if run.method.drops_single_byte_words:     # they hold no pair: the engine drops them
         n_symbols -= table.one_byte_words
-    merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols, longest_pretoken=_longest(table))
+    longest, sites = _longest(table)
+    merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols, longest_pretoken=longest,
+                                     longest_pair_sites=sites)
     report["merge_plan"] = {k: merge_plan.to_dict()[k] for k in
                             ("merge_bytes", "merge_file_bytes", "merge_mapped", "unique_pretokens",
                              "symbols", "phase_seconds")}
@@ -439,14 +441,32 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
     return MergePlan(table, merge_plan, config, extras)
 
 
-def _longest(table) -> int:
-    """The bytes of the longest word of a table (numpy arrays or a small run's ``array.array``)."""
+def _longest(table, window: int = 16 << 20) -> tuple[int, int]:
+    """``(bytes, pair sites)`` of the longest word of a table (numpy arrays or a small run's
+    ``array.array``): its length, and the occurrences of its most frequent byte pair (counted in
+    windows of ``window`` bytes: a word may be GBs long). Both 0 for words of under 4 KiB (the plan's
+    per-word figures hold them).
+
+    >>> from bpe_core.pretok.wordtable import WordTable
+    >>> _longest(WordTable.from_counts({b"ab": 3, b"a" * 5000 + b"b" * 10: 1}), window=1000)
+    (5010, 4999)
+    """
     offsets = table.offsets
     if len(offsets) < 2:
-        return 0
+        return 0, 0
     if isinstance(offsets, array.array):
-        return max(b - a for a, b in zip(offsets, offsets[1:]))
-    return int(np.diff(np.asarray(offsets)).max())
+        k = max(range(len(offsets) - 1), key=lambda i: offsets[i + 1] - offsets[i])
+    else:
+        k = int(np.argmax(np.diff(np.asarray(offsets))))
+    start, end = int(offsets[k]), int(offsets[k + 1])
+    if end - start < 4096:
+        return end - start, 0
+    counts = np.zeros(1 << 16, np.int64)
+    arena = table.arena
+    for a in range(start, end - 1, window):
+        w = np.frombuffer(memoryview(arena)[a:min(end, a + window + 1)], np.uint8).astype(np.int32)
+        counts += np.bincount((w[:-1] << 8) | w[1:], minlength=1 << 16)
+    return end - start, int(counts.max())
 
 
 # ---- stage 4: the method's merges -----------------------------------------------------------------

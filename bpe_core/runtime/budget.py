@@ -119,12 +119,15 @@ ENGINE_WORD_BYTES = 12
 PAIRS_PER_SQRT_SYMBOL = 450
 ENGINE_PAIR_BYTES = 80
 DEFAULT_VOCAB_SIZE = 32000
-#: The longest pretoken (text without whitespace: one word of the engine) costs, per byte, beyond
-#: the per-symbol figures above: the two shares' tables of the sites of one merge (a merge of a word
-#: of one repeated byte has a site at every other position: 268 MiB at 20 MB of ``a``), and the
-#: word's bytes in the counted table and its copy. Negligible on ordinary text (pretokens of tens
-#: of bytes); on 20 MB of ``a`` it is the difference between the plan (376 MiB) and the peak (885 MiB).
-LONG_WORD_BYTES_PER_BYTE = 26
+#: The longest pretoken (text without whitespace: one word of the engine) costs, beyond the
+#: per-symbol figures above, its bytes in the counted table and its copy (2 B per byte) and the two
+#: shares' tables of the sites of one merge: ``NEAR_BYTES_PER_SITE`` per occurrence of its most
+#: frequent byte pair (no later pair in the word occurs more often: a new pair holds the new token,
+#: which occurs as often as the pair it was made of). 20 MB of ``a``: 20 M sites, 268 MiB of tables
+#: (the plan said 376 MiB, the peak was 885 MiB); 50 MB of random letters: 18 k, nothing to speak of.
+#: Negligible on ordinary text (pretokens of tens of bytes).
+LONG_WORD_BYTES_PER_BYTE = 2
+NEAR_BYTES_PER_SITE = 14
 #: The bytes of the tokens merges build are held about 3 times in the merge phase (the engine's
 #: token table, the vocabulary, the merges) and about 8 times while the model folder is written
 #: (the model, each token's GPT-2 string, the JSON and hex texts): 1,327 MiB peak writing 164 MiB
@@ -272,8 +275,10 @@ class Plan:
     budget_source: str = BUDGET_FROM_FLAG
     budget_why: str = ""
     longest_pretoken: int = 0
+    longest_pair_sites: int = 0
 
-    def with_count(self, unique_pretokens: int, symbols: Optional[int] = None, longest_pretoken: int = 0) -> "Plan":
+    def with_count(self, unique_pretokens: int, symbols: Optional[int] = None, longest_pretoken: int = 0,
+                   longest_pair_sites: int = 0) -> "Plan":
         """This training plan made again with the real number of unique pretokens (known during and
         after counting) and, after counting, of the symbols the engine will hold; the workers and
         chunk size kept: the one budget check of a run (it also decides whether the merge phase
@@ -286,7 +291,8 @@ class Plan:
                              num_workers=self.num_workers, chunk_bytes=self.chunk_bytes,
                              per_worker_overhead=self.worker_overhead, parent_overhead=self.parent_overhead,
                              vocab_size=self.vocab_size, unique_pretokens=unique_pretokens, symbols=symbols,
-                             budget_source=(self.budget_source, self.budget_why), longest_pretoken=longest_pretoken)
+                             budget_source=(self.budget_source, self.budget_why), longest_pretoken=longest_pretoken,
+                             longest_pair_sites=longest_pair_sites)
 
     @property
     def merge_fits(self) -> bool:
@@ -663,7 +669,8 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                   chunk_bytes: Optional[int] = None, per_worker_overhead: Optional[int] = None, *,
                   parent_overhead: Optional[int] = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
                   unique_pretokens: Optional[int] = None, symbols: Optional[int] = None,
-                  budget_source: Optional[tuple[str, str]] = None, longest_pretoken: int = 0) -> Plan:
+                  budget_source: Optional[tuple[str, str]] = None, longest_pretoken: int = 0,
+                  longest_pair_sites: int = 0) -> Plan:
     """Plan a training run: workers, chunk size and spilling under ``memory_limit``.
 
     The merge phase must fit (it needs every unique pretoken in RAM). The counting phase then gets
@@ -720,7 +727,8 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
         words = int(unique_pretokens)
     table = words * TABLE_BYTES_PER_WORD
     n_symbols = symbols_estimate(words) if symbols is None else int(symbols)
-    long_word = LONG_WORD_BYTES_PER_BYTE * int(longest_pretoken)      # the longest pretoken, held whole
+    # the longest pretoken, held whole, and the site tables of a merge inside it
+    long_word = LONG_WORD_BYTES_PER_BYTE * int(longest_pretoken) + NEAR_BYTES_PER_SITE * int(longest_pair_sites)
     merge_phase_mem = merge_phase(words, vocab_size, n_symbols, po, mapped=False)
     mapped = merge_phase_mem["anon"] + long_word > memory_limit
     if mapped:
@@ -755,7 +763,7 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
         need = max(merge, count_floor)
         if exact or merge < count_floor:
             msg = _budget_message("training", input_bytes, memory_limit, need, merge, count_floor, words,
-                                  vocab_size, limit_words, longest_pretoken if long_word * 4 > merge else 0)
+                                  vocab_size, limit_words, longest_pretoken if 2 * longest_pretoken > n_symbols else 0)
         else:
             msg = (f"memory limit {limit_words} is too small for training on "
                    f"{fmt_bytes(input_bytes)}: counting needs ~{fmt_bytes(count_floor)} with one worker and "
@@ -809,7 +817,8 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                 merge_mapped=mapped, merge_file_bytes=merge_phase_mem["file"],
                 fill_buffer_bytes=merge_phase_mem["fill"] or FILL_BUFFER_BYTES,
                 phase_seconds=phase_seconds(input_bytes, workers, words, n_symbols, vocab_size, mapped),
-                vocab_size=vocab_size, budget_source=source, budget_why=why, longest_pretoken=int(longest_pretoken))
+                vocab_size=vocab_size, budget_source=source, budget_why=why, longest_pretoken=int(longest_pretoken),
+                longest_pair_sites=int(longest_pair_sites))
 
 
 def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: int, count: int,

@@ -77,15 +77,19 @@ def test_the_guard_stops_when_tokens_outgrow_the_budget():
     assert isinstance(TokenBytesGuard.for_run(Config, plan, 744), TokenBytesGuard)
 
 
-def test_a_long_pretoken_is_named_when_the_merge_phase_does_not_fit():
-    plan = budget.plan_training(5_000_000, 200 << 20, 2, parent_overhead=40 << 20, per_worker_overhead=8 << 20,
+@pytest.mark.parametrize("sites", [1850, 4_999_999], ids=["letters", "one-byte"])
+def test_a_long_pretoken_is_named_when_the_merge_phase_does_not_fit(sites):
+    """5 MB in one pretoken: its pair sites (a merge of ``aa`` has one at every byte) cost the site
+    tables; the refusal names the pretoken, and the budget it names works."""
+    count = dict(symbols=5_000_000, longest_pretoken=5_000_000, longest_pair_sites=sites)
+    plan = budget.plan_training(5_000_000, 120 << 20, 2, parent_overhead=40 << 20, per_worker_overhead=8 << 20,
                                 vocab_size=1000)
     with pytest.raises(BudgetError, match=r"the merge phase needs ~.*the longest pretoken: 5,000,000 bytes "
                                           r"without a break") as info:
-        plan.with_count(1, symbols=5_000_000, longest_pretoken=5_000_000)
+        plan.with_count(1, **count)
     fits = budget.plan_training(5_000_000, info.value.min_budget, 2, parent_overhead=40 << 20,
                                 per_worker_overhead=8 << 20, vocab_size=1000)
-    assert fits.with_count(1, symbols=5_000_000, longest_pretoken=5_000_000).merge_fits   # the named budget works
+    assert fits.with_count(1, **count).merge_fits   # the named budget works
 
 
 def test_tool_under_a_small_budget_is_one_line(tmp_path):
