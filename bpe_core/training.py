@@ -441,10 +441,11 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
     return MergePlan(table, merge_plan, config, extras)
 
 
-def _longest(table, window: int = 16 << 20) -> tuple[int, int]:
+def _longest(table, window: int = 1 << 20) -> tuple[int, int]:
     """``(bytes, pair sites)`` of the longest word of a table (numpy arrays or a small run's
-    ``array.array``): its length, and the occurrences of its most frequent byte pair (counted in
-    windows of ``window`` bytes: a word may be GBs long). Both 0 for words of under 4 KiB (the plan's
+    ``array.array``): its length, and the occurrences of its most frequent byte pair, counted in
+    windows of ``window`` bytes (a word may be GBs long, and the budget holds a few MiB here: 16 MiB
+    windows as int32 took 200 MiB beside a 50 MB word). Sites 0 for words under 4 KiB (the plan's
     per-word figures hold them).
 
     >>> from bpe_core.pretok.wordtable import WordTable
@@ -464,8 +465,8 @@ def _longest(table, window: int = 16 << 20) -> tuple[int, int]:
     counts = np.zeros(1 << 16, np.int64)
     arena = table.arena
     for a in range(start, end - 1, window):
-        w = np.frombuffer(memoryview(arena)[a:min(end, a + window + 1)], np.uint8).astype(np.int32)
-        counts += np.bincount((w[:-1] << 8) | w[1:], minlength=1 << 16)
+        w = np.frombuffer(memoryview(arena)[a:min(end, a + window + 1)], np.uint8)
+        counts += np.bincount((w[:-1].astype(np.uint16) << 8) | w[1:], minlength=1 << 16)   # 2 B per byte
     return end - start, int(counts.max())
 
 
