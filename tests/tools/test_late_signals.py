@@ -1,5 +1,5 @@
 """SIGTERM and Ctrl-C near the end of a run tell the truth (``runtime.cli.run_main``,
-``tools/_tool_start.py``): before the output is published, "terminated (SIGTERM); temporary files
+``bpe_core/cli/_start.py``): before the output is published, "terminated (SIGTERM); temporary files
 removed" / "interrupted; ..." and nothing at the output path; after it is published, "output
 complete (PATH); terminated (SIGTERM) after publishing" with the output whole; after the run
 ended, "output complete; terminated (SIGTERM) after the run ended". The exit code is always the
@@ -64,7 +64,7 @@ def _signal_at(tmp_path, name, args, at, signum):
 
 # (moment, what the line says): the ids are published inside ``_publish`` (publish_files);
 # ``warn_exceeded`` runs after it, inside the tool body; ``_run`` returns inside run_main;
-# ``run_main`` returns inside _tool_start.run.
+# ``run_main`` returns inside _start.run.
 ENCODE_MOMENTS = [
     ("call:_publish", "terminated (SIGTERM); temporary files removed"),
     ("call:warn_exceeded", "output complete ({ids}); terminated (SIGTERM) after publishing"),
