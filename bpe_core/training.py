@@ -360,7 +360,8 @@ def count(inputs: Inputs, run: Run, executor: Any, monitor: MemoryMonitor) -> Co
                              memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
                              spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
                              spill_dir=config.spill_dir, check_words=_stop_when_unfit(run),
-                             read_options=_read_options(config), record=record, plain=method.plain_tables)
+                             read_options=_read_options(config), record=record, plain=method.plain_tables,
+                             check_stretches=lambda ranges: budget.check_uncut(the_plan, ranges))
         recorded = record or None
     size = report["input_bytes"] = report["corpus_bytes"]
     report["unique_pretokens"] = table.n_words

@@ -437,7 +437,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
                  spill_dir: Optional[str] = None,
                  check_words: Optional[Callable[[int], None]] = None,
                  read_options: Optional[ReadOptions] = None, record: Optional[list] = None,
-                 plain: bool = False) -> WordTable:
+                 plain: bool = False,
+                 check_stretches: Optional[Callable[[list], None]] = None) -> WordTable:
     """Count the pretokens of a corpus into one sorted word table.
 
     ``inputs`` is a path (a plain-text file, as before) or a list of ``corpus.inputs.Source``
@@ -470,6 +471,10 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     ``plain``: when the corpus is one byte range of a plain file (a small run) and the pattern a
     named one, count it without numpy: the table's arrays are then ``array.array``
     (``pretok.wordtable``), its numbers the same.
+
+    ``check_stretches(ranges)``: called with the ``(name, start, end)`` chunks of plain files once
+    they are cut, before any is read (it raises to refuse a chunk the budget cannot hold,
+    ``budget.check_uncut``).
     """
     t0 = time.perf_counter()
     sources = expand_inputs(inputs, "text") if isinstance(inputs, (str, os.PathLike)) else list(inputs)
@@ -478,6 +483,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     opts.pattern, opts.inside_documents = pattern_name(pattern), True
     sep = opts.sep
     shards = [sh for src in sources for sh in src.shards(opts)]
+    if check_stretches is not None:     # the byte ranges of plain files, before any is read
+        check_stretches([(sh.source.name, sh.start, sh.end) for sh in shards if isinstance(sh, TextRangeShard)])
     recording = (record is not None and len(sources) == 1 and sources[0].plain_text and not sources[0].is_url
                  and pattern_name(pattern) is not None and all(sh.lazy for sh in shards))
     # A small run (the whole input one byte range of a plain file) counts without numpy: the table's

@@ -953,6 +953,24 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
 ENCODE_LONG_PIECE_BYTES = 40
 
 
+#: Counting (training) holds a chunk it cannot cut about 3 times (the block read, the pretoken's
+#: bytes in the chunk's table, the table in the parent): 50 MB of letters peaked at 123 MB.
+COUNT_LONG_PIECE_BYTES = 3
+
+
+def _refuse_uncut_counting(plan: Plan, name: str, start: int, end: int) -> None:
+    """:func:`check_uncut` for training: the stretch does not fit the counting phase."""
+    n = end - start
+    need = plan.count_bytes + COUNT_LONG_PIECE_BYTES * n
+    raise BudgetError(f"{name}: bytes {start:,}-{end:,} have no place to cut (no whitespace or newline: one "
+                      f"pretoken, or text such as minified JSON); counting them at once may need "
+                      f"~{fmt_bytes(COUNT_LONG_PIECE_BYTES * n)} beside the plan's {fmt_bytes(plan.count_bytes)}, "
+                      f"over the memory limit of {fmt_bytes(plan.memory_limit)}; the smallest budget that works is "
+                      f"at least --memory-limit {fmt_size(suggested_budget(need))} (counting only: the merge phase "
+                      f"is planned when counting ends, and one pretoken that long needs more)",
+                      suggested_budget(need))
+
+
 def check_uncut(plan: Plan, stretches: list[tuple[str, int, int]]) -> None:
     """Refuse, before encoding, a stretch of text that could not be cut into chunks and is too long
     for the budget. ``stretches``: ``(name, start, end)`` of the chunks the cutter made (byte ranges
@@ -976,11 +994,15 @@ def check_uncut(plan: Plan, stretches: list[tuple[str, int, int]]) -> None:
     n = end - start
     if n <= 2 * max(plan.chunk_bytes, 1):
         return
-    if plan.peak_bytes + ENCODE_LONG_PIECE_BYTES * n <= plan.memory_limit:
+    per_byte = COUNT_LONG_PIECE_BYTES if plan.kind == "train" else ENCODE_LONG_PIECE_BYTES
+    base = plan.count_bytes if plan.kind == "train" else plan.peak_bytes
+    if base + per_byte * n <= plan.memory_limit:
         return
     # The budget to name: a larger budget plans more workers and larger chunks, so name the one
     # that holds the stretch beside the largest plan (all cores, the largest chunks): any budget from
     # there up works (the plan's peak stops growing), the run at the named budget included.
+    if plan.kind == "train":
+        _refuse_uncut_counting(plan, name, start, end)
     largest = plan_encoding(plan.input_bytes, plan.vocab_size, 1 << 50, plan.cpu_count, plan.available,
                             per_worker_overhead=plan.worker_overhead, parent_overhead=plan.parent_overhead)
     need = max(plan.peak_bytes, largest.peak_bytes) + ENCODE_LONG_PIECE_BYTES * n

@@ -7,6 +7,7 @@ OOM kill), and the tool exits 2.
 import os
 import tempfile
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -108,3 +109,35 @@ def test_tool_under_a_small_budget_is_one_line(tmp_path):
     assert r.returncode == 0, r.stderr
     merges = bpe_core.load(tmp_path / "tok").merges
     assert max(len(a + b) for a, b in merges) == 4096
+
+
+def test_letters_without_whitespace_refuse_in_one_line_and_the_named_budgets_work(tmp_path):
+    """3 MB of letters with no whitespace (one pretoken, one chunk): a small budget is refused in one
+    line, before counting (the plan, or the chunk that cannot be cut: lower bounds) or after it (the
+    merge phase, naming the pretoken); following the named budgets, each larger, at most three
+    refusals, the last run trains with the merges of a run without a limit."""
+    rng = np.random.default_rng(1)
+    corpus = tmp_path / "letters.txt"
+    corpus.write_bytes(np.frombuffer(b"abcdefgh", np.uint8)[rng.integers(0, 8, 3_000_000)].tobytes())
+    cfg = dict(input_path=str(corpus), vocab_size=300, special_tokens=(), num_workers=1)
+    want = bpe_core.train(bpe_core.TrainConfig(**cfg)).merges
+    limit, refusals = 20 << 20, []
+    while True:
+        try:
+            got = bpe_core.train(bpe_core.TrainConfig(**cfg, memory_limit=limit)).merges
+            break
+        except BudgetError as exc:
+            refusals.append(str(exc))
+            assert exc.min_budget > limit and len(refusals) <= 3, refusals
+            limit = exc.min_budget
+    assert got == want
+    assert refusals and all("at least" in r or "3,000,000 bytes without a break" in r for r in refusals), refusals
+
+
+def test_a_chunk_that_cannot_be_cut_is_refused_before_counting():
+    plan = budget.plan_training(50_000_000, 60 << 20, 2, parent_overhead=20 << 20, per_worker_overhead=8 << 20,
+                                vocab_size=300)
+    budget.check_uncut(plan, [("let.txt", 0, plan.chunk_bytes)])          # an ordinary chunk
+    with pytest.raises(BudgetError, match=r"let.txt: bytes 0-50,000,000 have no place to cut .* counting them "
+                                          r"at once .* at least --memory-limit \d+M \(counting only"):
+        budget.check_uncut(plan, [("let.txt", 0, 50_000_000)])
