@@ -99,10 +99,12 @@ class TrainResult:
             phase("write")
 
             def final_report() -> dict[str, Any]:
+                monitor.sample()         # the model files are written: one sample now, however short the writing
                 _add_peaks(memory, monitor.summary())
                 self.report["memory"] = memory
                 return self.report
             dropped = save_folder(self.model, folder, final_report)
+            monitor.sample()
         before = memory.get("budget_exceeded")
         _add_peaks(memory, monitor.summary())
         if not before:
