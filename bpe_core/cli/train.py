@@ -128,8 +128,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "different strings")
     g.add_argument("--keep-encoded", action="store_true",
                    help="let stage-2 text that looks like encoded binary (uuencode) count; "
-                        "default: they count for nothing in stage 2, so no such junk tokens are "
-                        "learned (stage 1 is unaffected)")
+                        "default: they count for nothing in stage 2 (SupraTok: pass 2), so no such "
+                        "junk tokens are learned (stage 1 is unaffected)")
     g.add_argument("--max-words", type=int, default=4, metavar="N",
                    help="stage-2 tokens span at most N words (default: 4)")
     g.add_argument("--forbid", action="append", default=None, metavar="TEXT",
