@@ -20,7 +20,6 @@ from bpe_core.runtime.cli import cluster_seconds, memory_size
 from bpe_core.config import TrainConfig
 from bpe_core.corpus import CorpusError
 from bpe_core.formats import registry
-from bpe_core.formats.folder import save_folder
 from bpe_core.formats.model import FOLDER_FILES, folder_files
 from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN
 from bpe_core.pretok.patterns import is_pattern_name, pattern_name, pattern_names
@@ -143,7 +142,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--forbid", action="append", default=None, metavar="TEXT",
                    help='no stage-2 token contains TEXT (repeatable; default: ": ")')
     g.add_argument("--max-token-bytes", type=int, default=None, metavar="N",
-                   help="guardrail: no stage-2 token longer than N bytes")
+                   help="guardrail: no stage-2 token longer than N bytes; with --method bpe, no token "
+                        "longer than N bytes at all (off by default: a corpus of one repeated byte then "
+                        "builds tokens as long as its longest run; docs/memory.md)")
     g.add_argument("--max-nonalnum", type=int, default=None, metavar="N",
                    help="guardrail: at most N characters per stage-2 token that are neither "
                         "alphanumeric nor whitespace (keeps table rules and URL prefixes out)")
@@ -322,7 +323,7 @@ def _train(args) -> int:
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
     phase("write")
     # the whole folder in one step: a run killed at any point leaves the older model or this one
-    dropped = save_folder(result.model, out, report)       # + HF's tokenizer.json for plain BPE
+    dropped = result.publish(out)       # + HF's tokenizer.json for plain BPE; the report's peaks include the writing
     if registry.get(args.method).stage_aware:
         name = registry.get(args.method).name
         print(f"{args.prog}: note: vocab.json/merges.txt hold one merge list; tools that load them "
