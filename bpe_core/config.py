@@ -13,7 +13,7 @@ from .corpus.specials import DEFAULT_SPECIAL_TOKEN
 from .formats import registry
 from .pretok.patterns import pattern_name, resolve_pattern
 from .runtime.budget import parse_size
-from .runtime.executors import check_cluster_spec
+from .runtime.executors import check_cluster_spec, cluster_timeout
 from .runtime.progress import check_mode
 
 
@@ -62,13 +62,17 @@ class TrainConfig:
             ``": "``), no run of more than ``max_digits`` digits (default 3; None: no cap), and
             optional guardrails: a byte cap and a cap on characters that are neither alphanumeric
             nor whitespace (keeps table rules and URL prefixes out of the vocabulary).
+            ``max_token_bytes`` also applies to plain BPE (``method="bpe"``): a pair whose token
+            would be longer never merges (None, the default: any length).
         stage2_duplicates: let stage 2 merge a pair whose bytes are already a token (it then
             spends an id on bytes another id has). Default False: such pairs are never merged, so
             the V ids of a SuperBPE model are V different strings.
         stage2_skip_encoded: the units of stage-2 regions that look like encoded binary
             (uuencode: little whitespace, much ASCII punctuation, digits; ``reference.looks_encoded``
             on the region, docs/superbpe.md) count for nothing in stage 2 (default True), so the
-            vocabulary holds no such junk. Stage 1 and plain BPE are unaffected.
+            vocabulary holds no such junk. SupraTok's pass 2 follows the same rule (a unit counts
+            for nothing when most of its bytes lie in such regions; docs/supratok.md). Stage 1,
+            SupraTok's pass 1 and plain BPE are unaffected.
         progress: progress on stderr: ``False``/``"none"`` (default), ``True``/``"auto"`` (a tqdm bar
             on a terminal, else a plain line every 10 s or 10 %), ``"bar"``, ``"plain"`` or
             ``"json"`` (JSON lines); see ``bpe_core.progress``.
@@ -99,6 +103,10 @@ class TrainConfig:
             executor. The merges are the same wherever it runs (``docs/cluster.md``). With a
             cluster (or an fsspec URL as ``input_path``: ``s3://``, ``gs://``, ``hf://``, ...) the
             workers read their own shards of the input.
+        cluster_timeout: seconds a cluster run waits for a worker when none is connected (at the
+            start, or after losing every worker), and the base of how long it may go without a task
+            finishing; past it the run stops with ``ClusterError`` (default: 30,
+            ``runtime.executors.CLUSTER_TIMEOUT``; ``docs/cluster.md``, "When the cluster fails").
         tie_break: which pair wins among pairs of equal count: ``"bytes"`` (default, CS336: the
             greatest ``(left_bytes, right_bytes)``) or ``"hf"`` (HF ``tokenizers``' BpeTrainer: the
             smallest pair of ids in HF's order, so the merges are HF's on the same pre-tokenization
@@ -149,6 +157,7 @@ class TrainConfig:
     text_column: str = "text"
     skip_bad_records: bool = False
     cluster: Any = None
+    cluster_timeout: Optional[float] = None
     init_from: Optional[str] = None
     tie_break: str = "bytes"
 
@@ -202,6 +211,8 @@ class TrainConfig:
         if self.chunk_bytes is not None and self.chunk_bytes < 1:
             raise ValueError("chunk_bytes must be >= 1")
         check_cluster_spec(self.cluster)
+        if self.cluster_timeout is not None:
+            object.__setattr__(self, "cluster_timeout", cluster_timeout(self.cluster_timeout))
 
     @classmethod
     def field_names(cls) -> list[str]:
