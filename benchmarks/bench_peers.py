@@ -738,8 +738,14 @@ def table(res: dict, key: str = "cpu") -> str:
                 old = res[key].get((work, "before", phase))
                 row += (f" {old / best[1]:.2f} |" if best and old else " - |") + (f" {ours / old:.2f} |" if ours and old else " - |")
             lines.append(row)
+    said = set()
     for (work, who), why in res.get("failed", {}).items():
-        lines.append(f"\n{who}, {work}: failed ({why})")
+        if why.startswith(CANNOT_LOAD):     # one line for the peer, not one per work
+            if who not in said:
+                lines.append(f"\n{who}: {why}")
+            said.add(who)
+        else:
+            lines.append(f"\n{who}, {work}: failed ({why})")
     if key == "cpu":
         reference = "bpe_core.reference" if res["vocab"].startswith(TRAINED) else "tiktoken"
         verdicts = []
