@@ -28,6 +28,7 @@ import os
 from .encode.tokenizer import Tokenizer
 from .formats import registry
 from .formats.hf import hf_tokenizer_json, special_ids, unique_ids, usable_merges
+from .formats.patterns_compat import portable_pattern
 from .formats.model import MERGES_FILE, VOCAB_FILE, Model, check_model, dump_gpt2
 from .runtime.atomic import atomic_write
 
@@ -134,7 +135,7 @@ def dump_tiktoken(model: Model, path: str | os.PathLike) -> str:
         "format": "bpe_core.tiktoken",
         "version": 1,
         "name": os.path.splitext(os.path.basename(path))[0],
-        "pat_str": model.pattern,
+        "pat_str": portable_pattern(model.pattern or "gpt2", "fancy-regex"),
         "special_tokens": specials,
         "explicit_n_vocab": len(ids) + len(specials),
     }
