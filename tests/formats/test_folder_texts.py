@@ -148,6 +148,9 @@ def check_folder(tmp_path_factory, model, block=3):
     finally:
         texts_module.BLOCK = saved
     want = plain_folder(model, report)
+    if not report["hf_files"]["written"]:     # HF's files failed their check (formats.exactness): left out
+        assert report["hf_files"]["why"].startswith("tokenizer.json, tokenizer_config.json left out: ")
+        del want["tokenizer.json"], want["tokenizer_config.json"]
     assert sorted(os.listdir(d)) == sorted(want)
     for name, text in want.items():
         assert (d / name).read_bytes() == text.encode("utf-8"), name

@@ -199,3 +199,12 @@ def test_refused_in_one_line(pattern, what, engine):
     msg = str(info.value)
     assert "\n" not in msg and repr(pattern) in msg
     assert what in msg
+
+
+def test_ascii_case_table():
+    """The fast table of ASCII case variants is what ``regex`` itself takes under (?i)."""
+    from bpe_core.formats.patterns_compat import _case_variants, _case_variants_slow
+
+    for cp in range(128):
+        c = chr(cp)
+        assert sorted(_case_variants(c)) == sorted(_case_variants_slow(c)), c
