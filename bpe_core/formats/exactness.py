@@ -263,7 +263,8 @@ def check_export_files(model: Model, fmt: str, folder: str, docs: Sequence[bytes
     encoder: exact by construction)."""
     names = sorted(os.listdir(folder))
     t0 = time.perf_counter()
-    hf_files = [n for n in names if _is_hf_json(os.path.join(folder, n))]
+    # hf: the one file written (any name); transformers: a tokenizer.json it wraps, if any
+    hf_files = names[:1] if fmt == "hf" else [n for n in names if _is_hf_json(os.path.join(folder, n))]
     if fmt in ("hf", "transformers") and hf_files:
         name = hf_files[0]
         with open(os.path.join(folder, name), encoding="utf-8") as f:

@@ -58,6 +58,8 @@ LOADERS = {
     "gpt2": ("tokenizers",),
     "transformers": tuple(AUTO_PYTHONS),
 }
+#: documents of the training input each export is checked on (and compared again here)
+MATRIX_DOCS = 150
 CELLS = [(m, p, f, ld) for m in METHODS for p in PATTERNS for f in LOADERS for ld in LOADERS[f]]
 
 
@@ -89,7 +91,7 @@ def corpus_text(big: bool) -> str:
 
 
 def heldout_documents() -> list[bytes]:
-    docs = generated_documents(2, 60)
+    docs = generated_documents(2, 40)
     for name in ("german.txt", "address.txt", "tinystories_sample.txt"):
         docs += [d for d in (FIXTURES / name).read_text(encoding="utf-8").split(SPECIAL) if d.strip()]
     return [d.encode("utf-8") for d in docs]
@@ -144,14 +146,14 @@ def build_matrix(tmp: str, big: bool = False) -> dict:
     for method in METHODS:
         for pname, pattern in PATTERNS.items():
             model = train_model(method, pattern, corpus, vocab_size)
-            docs = sample_documents([corpus], [SPECIAL], max_docs=400)
+            docs = sample_documents([corpus], [SPECIAL], max_docs=MATRIX_DOCS)
             encode = load_model_encoder(model)[1]
             for fmt in LOADERS:
                 root = os.path.join(tmp, method, pname, fmt)
                 os.makedirs(root)
                 cells[method, pname, fmt] = (export_cell(model, fmt, root, docs, "the training input"),
                                              model, encode)
-    texts = sample_documents([corpus], [SPECIAL], max_docs=400) + heldout_documents()
+    texts = sample_documents([corpus], [SPECIAL], max_docs=MATRIX_DOCS) + heldout_documents()
     return {"cells": cells, "texts": [t.decode("utf-8", "replace") for t in texts],
             "auto": {name: autotokenizer_ids(tmp, cells, texts, python, name) for name, python in AUTO_PYTHONS.items()}}
 
