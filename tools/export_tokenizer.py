@@ -1,136 +1,24 @@
 #!/usr/bin/env python3
-"""Export a trained tokenizer to HF ``tokenizers``, tiktoken or GPT-2 files.
+"""Export a trained tokenizer to HF tokenizers, tiktoken, GPT-2 files or transformers: ``bpe-core export`` of a checkout (``python tools/export_tokenizer.py --help``).
 
-    python tools/export_tokenizer.py tok/ --format hf --out tokenizer.json
-    python tools/export_tokenizer.py tok/ --format tiktoken --out tok.tiktoken   # + tok.tiktoken.json
-    python tools/export_tokenizer.py tok/ --format gpt2 --out gpt2_dir/
-    python tools/export_tokenizer.py tok/ --format transformers --out hf_dir/   # AutoTokenizer, exact ids
-
-DIR is what tools/train_bpe.py wrote (model.json) or a folder with GPT-2 vocab.json + merges.txt.
-Every export is loaded with the library users load it with and checked on a sample of the
-training input (or --check-text FILE): other ids than bpe_core on any document means exit 2 and
-nothing written, unless --allow-inexact. The written paths go to stdout; bad input gives one line
-on stderr and exit code 2.
+The code is ``bpe_core.cli.export``; this file starts it the signal-safe way (``bpe_core/cli/_start.py``).
 """
 import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
 try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+    from bpe_core.cli import _start
+except ImportError:                       # a checkout built in place, not installed
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from bpe_core.cli import _start
 
-_tool_start.begin(__name__)
+_start.begin(__name__)
 
-from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main  # noqa: E402
-from bpe_core.export import (FORMATS, HF_FILE, TIKTOKEN_FILE, check_exportable,  # noqa: E402
-                             check_tiktoken_compatible, export_caveats, export_checked, inexact_hint)
-from bpe_core.formats.exactness import MAX_DOCS, InexactExport, documents_for  # noqa: E402
-from bpe_core.corpus import check_input  # noqa: E402
-from bpe_core.formats.model import MERGES_FILE, REPORT_FILE, VOCAB_FILE, load_any  # noqa: E402
-
-
-def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="export_tokenizer.py", description="Export a trained tokenizer.")
-    p.add_argument("model", metavar="DIR", help="folder with model.json (or the file), or GPT-2 vocab.json + merges.txt")
-    p.add_argument("--format", required=True, choices=FORMATS + ("transformers",),
-                   help="hf: tokenizer.json; tiktoken: ranks + sidecar .json; gpt2: vocab.json + merges.txt; "
-                        "transformers: a folder AutoTokenizer.from_pretrained(DIR, trust_remote_code=True) "
-                        "loads, backed by bpe_core (the exact ids, stage-aware for SuperBPE)")
-    p.add_argument("--out", required=True, metavar="PATH", help="output file (hf, tiktoken) or folder (gpt2)")
-    p.add_argument("--check-text", default=None, metavar="FILE",
-                   help="check the export on documents drawn across FILE (default: a sample across the "
-                        "training input named in train_report.json, else bpe_core's built-in check text): "
-                        "the written files are loaded with the library users load them with (HF "
-                        "tokenizers, tiktoken) and must give bpe_core's ids on every document")
-    p.add_argument("--check-docs", type=int, default=MAX_DOCS, metavar="N",
-                   help=f"check on at most N documents (default {MAX_DOCS:,}; at most 4 MB)")
-    p.add_argument("--allow-inexact", action="store_true",
-                   help="write an export whose ids differ from bpe_core's on some checked documents "
-                        "(the share identical is printed); default: such an export is refused, exit 2")
-    return p
-
-
-def _report_input(model_path: str):
-    """The training input that train_report.json beside the model names (None when absent)."""
-    import json
-
-    folder = model_path if os.path.isdir(model_path) else os.path.dirname(os.path.abspath(model_path))
-    try:
-        with open(os.path.join(folder, REPORT_FILE), encoding="utf-8") as f:
-            return json.load(f).get("input_path")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _check_out(fmt: str, out: str) -> None:
-    """Every file the export writes can be written (checked before any work)."""
-    if fmt in ("gpt2", "transformers"):
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise CliError(f"{out}: exists and is not a directory")
-        if not os.path.isdir(out):
-            check_out_file(out)                      # the folder that will hold it
-            return
-        names = [VOCAB_FILE, MERGES_FILE] if fmt == "gpt2" else ["model.json", "tokenizer_config.json",
-                                                                 "tokenization_bpe_core.py"]
-    else:
-        if not os.path.isdir(out):
-            names = [out] + ([out + ".json"] if fmt == "tiktoken" else [])
-            for path in names:
-                check_out_file(path)
-            return
-        base = HF_FILE if fmt == "hf" else TIKTOKEN_FILE
-        names = [base] + ([base + ".json"] if fmt == "tiktoken" else [])
-    for name in names:
-        check_out_file(os.path.join(out, name))
-
-
-def main(argv: "list[str] | None" = None) -> int:
-    args = build_parser().parse_args(argv)
-
-    def body() -> int:
-        if not os.path.exists(args.model):
-            raise CliError(f"{args.model}: no such file or directory")
-        _check_out(args.format, args.out)
-        if args.check_text is not None:
-            check_input(args.check_text)
-        model = load_any(args.model)
-        check_exportable(model, args.format, args.model)      # an export that would misrepresent it: refused
-        if args.format == "transformers":
-            try:
-                import bpe_core.transformers_tokenizer  # noqa: F401
-            except ImportError:
-                raise CliError("--format transformers needs the transformers package (pip install transformers)") from None
-        docs, on, note = documents_for(model, args.check_text, _report_input(args.model), args.check_docs)
-        try:
-            paths, result = export_checked(model, args.format, args.out, docs, on, args.allow_inexact,
-                                           hint=inexact_hint(model, args.format))
-        except InexactExport as exc:
-            raise CliError(str(exc)) from None
-        if note and not result.exact_by_construction:
-            print(f"export_tokenizer.py: note: {note}", file=sys.stderr)
-        if result.exact:
-            print(f"export_tokenizer.py: {result.line()}", file=sys.stderr)
-        else:
-            print(f"export_tokenizer.py: warning: written with --allow-inexact: {result.line()}", file=sys.stderr)
-        for caveat in export_caveats(model, args.format):
-            print(f"export_tokenizer.py: note: {caveat}", file=sys.stderr)
-        if args.format == "tiktoken":
-            witnesses = check_tiktoken_compatible(model, limit=3)
-            if witnesses:
-                shown = ", ".join(repr(t) for t, _ in witnesses)
-                print(f"export_tokenizer.py: warning: tiktoken's rank-by-bytes rule differs from the merge "
-                      f"list on some tokens (e.g. {shown}); see docs/formats.md", file=sys.stderr)
-        for p in paths:
-            print(p)
-        return 0
-
-    return run_main(body, "export_tokenizer.py")
-
+from bpe_core.cli.export import *  # noqa: E402,F401,F403  (imported, e.g. by a test: the command's names)
+from bpe_core.cli.export import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(_tool_start.run(main))
+    sys.exit(_start.run(main))
