@@ -1,7 +1,11 @@
 """Export a trained model to the formats other tools load.
 
+Every export is checked before it is published (:func:`export_checked`, ``formats.exactness``):
+the files are loaded with the library users load them with and must give bpe_core's ids on the
+user's text, else nothing is written (unless ``allow_inexact``).
+
 - **HF** ``tokenizer.json``: a ByteLevel BPE model; the pre-tokenizer is ``Split`` with the model's
-  exact regex (``behavior: isolated``) followed by ``ByteLevel`` with ``use_regex: false`` (bytes to
+  regex as Oniguruma reads it with the same meaning (``formats.patterns_compat``; ``behavior: isolated``) followed by ``ByteLevel`` with ``use_regex: false`` (bytes to
   GPT-2 characters only); special tokens are added tokens (``special: true``, not normalized); a
   ByteLevel decoder. ``tokenizers.Tokenizer.from_file`` loads it.
 - **tiktoken**: a ranks file (``base64(token) rank`` per line, what ``tiktoken.load.load_tiktoken_bpe``
@@ -221,7 +225,7 @@ def dump_gpt2_files(model: Model, folder: str | os.PathLike) -> list[bytes]:
 
 def export_checked(model: Model, fmt: str, out: str | os.PathLike, docs: Sequence[bytes] | None = None,
                    on: str = "", allow_inexact: bool = False,
-                   hint: str = "") -> tuple[list[str], "Exactness"]:
+                   hint: str | None = None) -> tuple[list[str], "Exactness"]:
     """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``, ``transformers``) only if
     the library a user loads it with gives bpe_core's ids on ``docs`` (``on``: what they are, for
     messages; default: ``formats.exactness.builtin_documents``). Returns the paths written and the
@@ -231,8 +235,8 @@ def export_checked(model: Model, fmt: str, out: str | os.PathLike, docs: Sequenc
     (``formats.exactness.check_export_files``), then published as one unit
     (``runtime.atomic.publish_files``). Any differing document raises
     :class:`~bpe_core.formats.exactness.InexactExport` (one line: the count, a differing document's
-    start, ``hint``) and writes nothing -- unless ``allow_inexact``: then the files are published
-    and the result says the rate. Without the loading library installed nothing can be checked:
+    start, ``hint``: by default :func:`inexact_hint`) and writes nothing -- unless ``allow_inexact``:
+    then the files are published and the result says the rate. Without the loading library installed nothing can be checked:
     the export is refused unless ``allow_inexact`` (then written unchecked, said in the result).
     """
     import shutil
@@ -246,6 +250,8 @@ def export_checked(model: Model, fmt: str, out: str | os.PathLike, docs: Sequenc
         raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS + ('transformers',))})")
     check_model(model)
     check_exportable(model, fmt, out)
+    if hint is None:
+        hint = inexact_hint(model, fmt)
     if docs is None:
         docs, on = builtin_documents(), "bpe_core's built-in check text"
     if fmt in ("hf", "tiktoken"):
@@ -313,30 +319,21 @@ def inexact_hint(model: Model, fmt: str) -> str:
     return "--format transformers runs bpe_core's own encoder"
 
 
-def export(model: Model, fmt: str, out: str | os.PathLike) -> list[str]:
-    """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``); returns the paths written.
+def export(model: Model, fmt: str, out: str | os.PathLike, docs: Sequence[bytes] | None = None,
+           allow_inexact: bool = False) -> list[str]:
+    """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``, ``transformers``); returns
+    the paths written.
 
     The model is checked first (``formats.model.check_model``: known method, stages, ids in range, the
     merge chain); a bad one raises :class:`~bpe_core.errors.ModelFormatError` and writes nothing. An
     export that would misrepresent it (:func:`check_exportable`: SupraTok's hf and tiktoken, tiktoken
-    with duplicate token bytes) raises ``ValueError`` and writes nothing.
+    with duplicate token bytes) raises ``ValueError`` and writes nothing. Then the written files are
+    loaded with the library users load them with and must give bpe_core's ids on ``docs`` (default:
+    ``formats.exactness.builtin_documents``; :func:`export_checked`), else
+    :class:`~bpe_core.formats.exactness.InexactExport` and nothing written, unless ``allow_inexact``.
 
     ``out`` is the file for ``hf`` and ``tiktoken`` (a folder gets the default file name) and the
-    folder for ``gpt2``.
+    folder for ``gpt2`` and ``transformers``.
     """
-    out = os.fspath(out)
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
-    check_model(model)
-    check_exportable(model, fmt, out)
-    if fmt == "hf":
-        path = os.path.join(out, HF_FILE) if os.path.isdir(out) else out
-        dump_hf(model, path)
-        return [path]
-    if fmt == "tiktoken":
-        path = os.path.join(out, TIKTOKEN_FILE) if os.path.isdir(out) else out
-        return [path, dump_tiktoken(model, path)]
-    if fmt == "gpt2":
-        dump_gpt2_files(model, out)
-        return [os.path.join(out, VOCAB_FILE), os.path.join(out, MERGES_FILE)]
-    raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    on = "" if docs is None else "the documents given"
+    return export_checked(model, fmt, out, docs, on, allow_inexact)[0]
