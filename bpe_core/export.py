@@ -29,12 +29,12 @@ import base64
 import contextlib
 import json
 import os
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from .formats.exactness import Exactness
 
-from .encode.tokenizer import Tokenizer
+from .encode.tokenizer import Tokenizer, model_encoder
 from .formats import registry
 from .formats.hf import hf_tokenizer_json, special_ids, unique_ids, usable_merges
 from .formats.patterns_compat import PatternNotPortable, portable_pattern
@@ -225,7 +225,8 @@ def dump_gpt2_files(model: Model, folder: str | os.PathLike) -> list[bytes]:
 
 def export_checked(model: Model, fmt: str, out: str | os.PathLike, docs: Sequence[bytes] | None = None,
                    on: str = "", allow_inexact: bool = False,
-                   hint: str | None = None) -> tuple[list[str], "Exactness"]:
+                   hint: str | None = None,
+                   write_transformers: "Callable[[Model, str], object] | None" = None) -> tuple[list[str], "Exactness"]:
     """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``, ``transformers``) only if
     the library a user loads it with gives bpe_core's ids on ``docs`` (``on``: what they are, for
     messages; default: ``formats.exactness.builtin_documents``). Returns the paths written and the
@@ -238,6 +239,8 @@ def export_checked(model: Model, fmt: str, out: str | os.PathLike, docs: Sequenc
     start, ``hint``: by default :func:`inexact_hint`) and writes nothing -- unless ``allow_inexact``:
     then the files are published and the result says the rate. Without the loading library installed nothing can be checked:
     the export is refused unless ``allow_inexact`` (then written unchecked, said in the result).
+    ``write_transformers``: ``transformers_tokenizer.export_transformers`` for the ``transformers``
+    format (a module beside this one, which needs ``transformers``).
     """
     import shutil
     import tempfile
@@ -272,15 +275,16 @@ def export_checked(model: Model, fmt: str, out: str | os.PathLike, docs: Sequenc
             elif fmt == "gpt2":
                 dump_gpt2_files(model, tmp)
             else:
-                from .transformers_tokenizer import export_transformers
-
-                export_transformers(model, tmp)
+                if write_transformers is None:
+                    raise ValueError("the transformers format needs its writer "
+                                     "(transformers_tokenizer.export_transformers)")
+                write_transformers(model, tmp)
         except ValueError as exc:           # name the user's path, not the temp folder
             if type(exc) is not ValueError:
                 raise
             raise ValueError(str(exc).replace(os.path.join(tmp, base or ""), out).replace(tmp, final_dir)) from None
         try:
-            result = check_export_files(model, fmt, tmp, docs, on)
+            result = check_export_files(model_encoder(model), fmt, tmp, docs, on)
         except ImportError as exc:
             result = Exactness(fmt, on, 0, 0, notes=[f"not checked: {exc.name or exc} is not installed"])
             if not allow_inexact:

@@ -80,9 +80,12 @@ class TrainResult:
         parent folders made. ``bpe_core.load(folder)``, ``Tokenizer.load(folder)`` and, for plain
         BPE, ``transformers.AutoTokenizer.from_pretrained(folder)`` read it back; returns the folder.
         """
+        from .encode.tokenizer import model_encoder
+        from .formats.exactness import hf_folder_check
         from .formats.folder import save_folder
 
-        save_folder(self.model, folder, self.report)
+        # HF's files only when HF tokenizers gives these ids (on the built-in check text)
+        save_folder(self.model, folder, self.report, hf_check=hf_folder_check(model_encoder(self.model)))
         return os.fspath(folder)
 
 

@@ -91,15 +91,16 @@ def main(argv: "list[str] | None" = None, prog: str = PROG) -> int:
             check_input(args.check_text)
         model = load_any(args.model)
         check_exportable(model, args.format, args.model)      # an export that would misrepresent it: refused
+        write_transformers = None
         if args.format == "transformers":
             try:
-                import bpe_core.transformers_tokenizer  # noqa: F401
+                from bpe_core.transformers_tokenizer import export_transformers as write_transformers
             except ImportError:
                 raise CliError("--format transformers needs the transformers package (pip install transformers)") from None
         docs, on, note = documents_for(model, args.check_text, _report_input(args.model), args.check_docs)
         try:
             paths, result = export_checked(model, args.format, args.out, docs, on, args.allow_inexact,
-                                           hint=inexact_hint(model, args.format))
+                                           hint=inexact_hint(model, args.format), write_transformers=write_transformers)
         except InexactExport as exc:
             raise CliError(str(exc)) from None
         if note and not result.exact_by_construction:

@@ -26,8 +26,14 @@ from typing import Callable, Iterable, Optional, Sequence
 from ..corpus.specials import encode_specials
 from .model import Model
 
+#: bpe_core's encoder for a model (the one that reproduces its training: stage-aware for SuperBPE
+#: and SupraTok), given by the caller -- ``export.model_encoder`` -- since the encoder is a layer
+#: above this one
+Encode = Callable[[bytes], "Sequence[int]"]
+
 __all__ = ["MAX_BYTES", "MAX_DOCS", "Exactness", "InexactExport", "builtin_documents", "check_export_files",
-           "check_tokenizer_json", "documents_for", "input_files", "load_tiktoken_files", "sample_documents"]
+           "check_tokenizer_json", "documents_for", "hf_folder_check", "input_files", "load_tiktoken_files",
+           "sample_documents"]
 
 #: the most documents and bytes a check encodes (about a second for HF ``tokenizers``)
 MAX_DOCS = 1000
@@ -200,20 +206,9 @@ def builtin_documents() -> list[bytes]:
 # ==== the checks ================================================================================
 
 
-def _ours(model: Model) -> Callable[[bytes], list[int]]:
-    from ..evaluate import load_model_encoder
-
-    if not model.pattern:       # a Model made without a pattern: GPT-2's, as its exports use
-        import dataclasses
-
-        model = dataclasses.replace(model, pattern="gpt2")
-    return load_model_encoder(model)[1]
-
-
-def _compare(what: str, on: str, model: Model, docs: Sequence[bytes],
+def _compare(what: str, on: str, encode: Encode, docs: Sequence[bytes],
              encode_batch: Callable[[list[str]], list[list[int]]], loader: str, t0: float) -> Exactness:
     """Encode ``docs`` (as UTF-8 text, invalid bytes as U+FFFD: the libraries take text) both ways."""
-    encode = _ours(model)
     texts = [d.decode("utf-8", "replace") for d in docs]
     theirs = encode_batch(texts)
     differing, example = 0, None
@@ -226,10 +221,10 @@ def _compare(what: str, on: str, model: Model, docs: Sequence[bytes],
                      time.perf_counter() - t0, loader)
 
 
-def check_tokenizer_json(model: Model, text: str, docs: Sequence[bytes], on: str,
+def check_tokenizer_json(encode: Encode, text: str, docs: Sequence[bytes], on: str,
                          what: str = "tokenizer.json") -> Exactness:
     """Load ``text`` (a ``tokenizer.json``) with ``tokenizers.Tokenizer.from_str`` and compare its
-    ids with bpe_core's on ``docs``. Needs HF ``tokenizers``."""
+    ids with bpe_core's (``encode``) on ``docs``. Needs HF ``tokenizers``."""
     import tokenizers
 
     t0 = time.perf_counter()
@@ -238,7 +233,7 @@ def check_tokenizer_json(model: Model, text: str, docs: Sequence[bytes], on: str
     def batch(texts):
         return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
 
-    return _compare(what, on, model, docs, batch, f"tokenizers {tokenizers.__version__}", t0)
+    return _compare(what, on, encode, docs, batch, f"tokenizers {tokenizers.__version__}", t0)
 
 
 def load_tiktoken_files(ranks_path: str, sidecar_path: str, name: Optional[str] = None):
@@ -254,7 +249,7 @@ def load_tiktoken_files(ranks_path: str, sidecar_path: str, name: Optional[str] 
                              special_tokens=meta["special_tokens"])
 
 
-def check_export_files(model: Model, fmt: str, folder: str, docs: Sequence[bytes], on: str) -> Exactness:
+def check_export_files(encode: Encode, fmt: str, folder: str, docs: Sequence[bytes], on: str) -> Exactness:
     """Check the files of a ``fmt`` export written into ``folder`` (not yet published) with the
     library a user loads them with: ``tokenizer.json`` with HF ``tokenizers``; the tiktoken ranks
     and sidecar with ``tiktoken``; GPT-2 ``vocab.json`` + ``merges.txt`` with
@@ -268,7 +263,7 @@ def check_export_files(model: Model, fmt: str, folder: str, docs: Sequence[bytes
     if fmt in ("hf", "transformers") and hf_files:
         name = hf_files[0]
         with open(os.path.join(folder, name), encoding="utf-8") as f:
-            return check_tokenizer_json(model, f.read(), docs, on, what=name if fmt == "hf" else f"{fmt} {name}")
+            return check_tokenizer_json(encode, f.read(), docs, on, what=name if fmt == "hf" else f"{fmt} {name}")
     if fmt == "transformers":
         return Exactness("the transformers folder", on, 0, 0, exact_by_construction=True)
     if fmt == "tiktoken":
@@ -276,7 +271,7 @@ def check_export_files(model: Model, fmt: str, folder: str, docs: Sequence[bytes
         enc = load_tiktoken_files(os.path.join(folder, ranks), os.path.join(folder, ranks + ".json"))
         import tiktoken
 
-        return _compare("the tiktoken files", on, model, docs, lambda texts: enc.encode_ordinary_batch(texts),
+        return _compare("the tiktoken files", on, encode, docs, lambda texts: enc.encode_ordinary_batch(texts),
                         f"tiktoken {tiktoken.__version__}", t0)
     if fmt == "gpt2":
         import tokenizers
@@ -286,7 +281,7 @@ def check_export_files(model: Model, fmt: str, folder: str, docs: Sequence[bytes
         def batch(texts):
             return [e.ids for e in tok.encode_batch(texts)]
 
-        return _compare("vocab.json + merges.txt", on, model, docs, batch,
+        return _compare("vocab.json + merges.txt", on, encode, docs, batch,
                         f"tokenizers {tokenizers.__version__} ByteLevelBPETokenizer", t0)
     raise ValueError(f"unknown format {fmt!r}")
 
@@ -329,12 +324,43 @@ def documents_for(model: Model, check_text: "str | None" = None, input_path=None
     not the user's text: ``check_text`` (a file) when given, else a sample across the training
     input (:func:`input_files`), else :func:`builtin_documents`."""
     if check_text is not None:
-        return (sample_documents([check_text], model.special_tokens, max_docs=max_docs),
-                f"{os.path.basename(check_text)} ({max_docs:,} documents at most, drawn across it)", "")
-    paths, why = input_files(input_path)
-    if paths:
-        name = os.path.basename(paths[0]) + (f" and {len(paths) - 1} more file(s)" if len(paths) > 1 else "")
-        return (sample_documents(paths, model.special_tokens, max_docs=max_docs),
-                f"the training input {name} (a sample across it)", "")
+        docs = sample_documents([check_text], model.special_tokens, max_docs=max_docs)
+        if docs:
+            return docs, f"{os.path.basename(check_text)} ({max_docs:,} documents at most, drawn across it)", ""
+        why = f"{check_text} holds no text"
+    else:
+        paths, why = input_files(input_path)
+        if paths:
+            name = os.path.basename(paths[0]) + (f" and {len(paths) - 1} more file(s)" if len(paths) > 1 else "")
+            docs = sample_documents(paths, model.special_tokens, max_docs=max_docs)
+            if docs:
+                return docs, f"the training input {name} (a sample across it)", ""
+            why = "the training input holds no text"
     return (builtin_documents(), "bpe_core's built-in check text",
             f"{why}, so the check ran on bpe_core's built-in check text; give --check-text FILE to check on yours")
+
+
+def hf_folder_check(encode: Encode, docs: Optional[Sequence[bytes]] = None, on: str = "",
+                    allow_inexact: bool = False):
+    """The check ``formats.folder.save_folder`` runs on a model folder's ``tokenizer.json`` before
+    writing it: a function ``(model, text) -> (write, facts)`` -- whether to write HF's files, and
+    what the report says of them (``hf_files``: the check's result and cost, why they are left out).
+    ``encode``: bpe_core's encoder for the model; ``docs``: the documents to check on (default
+    :func:`builtin_documents`)."""
+    if docs is None:
+        docs, on = builtin_documents(), "bpe_core's built-in check text"
+
+    def check(model: Model, text: str) -> tuple[bool, dict]:
+        try:
+            result = check_tokenizer_json(encode, text, docs, on)
+        except ImportError:
+            return False, {"why": "HF tokenizers is not installed, so they could not be checked"}
+        except Exception as exc:  # noqa: BLE001  (any failure of the library means: not loadable)
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            return False, {"why": f"HF tokenizers cannot load this tokenizer.json ({first})"}
+        facts: dict = {"check": result.as_dict()}
+        if not result.exact:
+            facts["why"] = result.line()
+        return result.exact or allow_inexact, facts
+
+    return check

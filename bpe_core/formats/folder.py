@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional
 
 from .hf import HF_TOKENIZER_FILE, hf_file_makers
 from .model import REPORT_FILE, Model, dump_folder
@@ -23,27 +23,28 @@ __all__ = ["save_folder"]
 
 
 def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[str, Any]] = None,
-                docs: Optional[Sequence[bytes]] = None, on: str = "", allow_inexact: bool = False) -> list[bytes]:
+                hf_check: Optional[Callable[[Model, str], tuple[bool, dict]]] = None) -> list[bytes]:
     """Publish ``model``'s folder (see the module docstring); parent folders are made. Returns the
     token bytes ``vocab.json`` left out (``formats.model.dump_gpt2``).
 
-    HF's files are written only when HF ``tokenizers`` loads ``tokenizer.json`` and gives bpe_core's
-    ids on every document of ``docs`` (``on``: what they are; default: the built-in check text,
-    ``formats.exactness.builtin_documents``), or with ``allow_inexact`` (the rate then goes into the
-    report); else the folder is written without them. ``report["hf_files"]`` (when a report is
-    given) says which and why, with the check's result and cost.
+    ``hf_check(model, text) -> (write, facts)`` decides on HF's files from the text of
+    ``tokenizer.json`` (``formats.exactness.hf_folder_check``: loaded with HF ``tokenizers`` and
+    compared with bpe_core's ids on the user's text; every caller in the package passes one): when
+    ``write`` is false the folder is written without them. ``report["hf_files"]`` (when a report is
+    given) says which were written, with the check's ``facts`` (its result and cost, why not).
 
     >>> import os, tempfile
     >>> m = Model(vocab={**{i: bytes([i]) for i in range(256)}, 256: b"<|endoftext|>", 257: b"ab"},
     ...           merges=[(b"a", b"b")], special_tokens=["<|endoftext|>"])
     >>> d = os.path.join(tempfile.mkdtemp(), "a", "tok")
-    >>> save_folder(m, d, {"merges": 1}); sorted(os.listdir(d))
+    >>> save_folder(m, d, {"merges": 1}, hf_check=lambda model, text: (False, {"why": "a test"}))
     []
-    ['merges.txt', 'model.json', 'tokenizer.json', 'tokenizer_config.json', 'train_report.json', 'vocab.json']
+    >>> sorted(os.listdir(d))
+    ['merges.txt', 'model.json', 'train_report.json', 'vocab.json']
     """
     texts = FolderTexts(model.vocab, model.merges)   # each token's GPT-2 string, made once for all files
     extra: dict[str, Any] = {}
-    hf = checked_hf_files(model, texts, docs, on, allow_inexact)
+    hf = _hf_files(model, texts, hf_check)
     if hf is not None:
         extra.update(hf[0])
         if report is not None:
@@ -55,39 +56,25 @@ def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[s
     return dump_folder(model, folder, extra=extra, texts=texts)
 
 
-def checked_hf_files(model: Model, texts: FolderTexts, docs: Optional[Sequence[bytes]] = None, on: str = "",
-                     allow_inexact: bool = False) -> "tuple[dict[str, Any], dict[str, Any]] | None":
-    """HF's files of a model folder after the check (:func:`save_folder`): ``(files, facts)``, the
-    files to write (none when the check fails) and what the report says of them; None for a method
-    that has no HF files (a stage-aware one)."""
+def _hf_files(model: Model, texts: FolderTexts, hf_check) -> "tuple[dict[str, Any], dict[str, Any]] | None":
+    """HF's files of a model folder after ``hf_check``: ``(files, facts)``; None for a method that has
+    no HF files (a stage-aware one)."""
     makers = hf_file_makers(model, texts=texts)
     if not makers:
         return None
-    from .exactness import builtin_documents, check_tokenizer_json
+    if hf_check is None:                         # (a caller that checked them itself)
+        return dict(makers), {"written": True, "files": list(makers)}
     from .patterns_compat import PatternNotPortable
 
-    if docs is None:
-        docs, on = builtin_documents(), "bpe_core's built-in check text"
     names = ", ".join(makers)
     try:
         text = "".join(makers[HF_TOKENIZER_FILE]())
     except PatternNotPortable as exc:
         return {}, {"written": False, "files": [], "why": f"{names} left out: {exc}"}
-    try:
-        result = check_tokenizer_json(model, text, docs, on)
-    except ImportError:
-        return {}, {"written": False, "files": [],
-                    "why": f"{names} left out: HF tokenizers is not installed, so they could not be checked"}
-    except Exception as exc:  # noqa: BLE001  (any failure of the library means: not loadable)
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        return {}, {"written": False, "files": [],
-                    "why": f"{names} left out: HF tokenizers cannot load this tokenizer.json ({first})"}
-    facts: dict[str, Any] = {"check": result.as_dict()}
-    if not result.exact and not allow_inexact:
-        facts.update(written=False, files=[], why=f"{names} left out: {result.line()}")
-        return {}, facts
+    write, facts = hf_check(model, text)
+    if "why" in facts:
+        facts["why"] = f"{names} {'written with allow_inexact' if write else 'left out'}: {facts['why']}"
+    if not write:
+        return {}, {"written": False, "files": [], **facts}
     files = {HF_TOKENIZER_FILE: text, **{n: m for n, m in makers.items() if n != HF_TOKENIZER_FILE}}
-    facts.update(written=True, files=list(files))
-    if not result.exact:
-        facts["why"] = f"{names} written with allow_inexact: {result.line()}"
-    return files, facts
+    return files, {"written": True, "files": list(files), **facts}

@@ -12,8 +12,9 @@ import pytest
 
 from paths import FIXTURES, TOOLS
 from bpe_core.export import export_checked
-from bpe_core.formats.exactness import (InexactExport, builtin_documents, documents_for, input_files,
-                                        sample_documents)
+from bpe_core.encode.tokenizer import model_encoder
+from bpe_core.formats.exactness import (InexactExport, builtin_documents, documents_for, hf_folder_check,
+                                        input_files, sample_documents)
 from bpe_core.formats.folder import save_folder
 from bpe_core.formats.model import Model, dump_folder
 from bpe_core.pretok.patterns import resolve_pattern
@@ -88,14 +89,16 @@ def test_the_folder_is_written_without_an_inexact_tokenizer_json(tmp_path, monke
 
     monkeypatch.setattr(compat, "portable_pattern", lambda p, engine: resolve_pattern(p))
     report: dict = {}
-    save_folder(digit_model(), tmp_path / "tok", report, [b"1234567", b"12 45"], "t.txt")
+    check = hf_folder_check(model_encoder(digit_model()), [b"1234567", b"12 45"], "t.txt")
+    save_folder(digit_model(), tmp_path / "tok", report, hf_check=check)
     names = set(os.listdir(tmp_path / "tok"))
     assert "tokenizer.json" not in names and "tokenizer_config.json" not in names and "model.json" in names
     facts = json.loads((tmp_path / "tok" / "train_report.json").read_text())["hf_files"]
     assert facts["written"] is False and "on 1 of 2 documents" in facts["why"]
     assert facts["check"]["seconds"] >= 0 and facts["check"]["loader"].startswith("tokenizers")
     report = {}
-    save_folder(digit_model(), tmp_path / "tok2", report, [b"1234567", b"12 45"], "t.txt", allow_inexact=True)
+    check = hf_folder_check(model_encoder(digit_model()), [b"1234567", b"12 45"], "t.txt", allow_inexact=True)
+    save_folder(digit_model(), tmp_path / "tok2", report, hf_check=check)
     assert "tokenizer.json" in os.listdir(tmp_path / "tok2") and report["hf_files"]["check"]["identical_share"] == 0.5
 
 
@@ -118,3 +121,11 @@ def test_superbpe_like_refusal_names_the_exact_formats(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "50.0% identical" in err and (out / "vocab.json").exists()
     assert model.pattern == resolve_pattern("gpt2")
+
+
+def test_an_empty_check_text_checks_on_the_builtin_text(tmp_path):
+    """Zero documents prove nothing: the built-in text stands in, and the note says why."""
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"\n\n  \n")
+    docs, on, note = documents_for(digit_model(), str(empty))
+    assert docs == builtin_documents() and "holds no text" in note and "built-in" in on

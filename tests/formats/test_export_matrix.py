@@ -26,9 +26,9 @@ import pytest
 
 from paths import FIXTURES, package_parent
 from bpe_core.config import TrainConfig
-from bpe_core.evaluate import load_model_encoder
+from bpe_core.encode.tokenizer import model_encoder
 from bpe_core.export import export_checked, inexact_hint, load_tiktoken_encoding
-from bpe_core.formats.exactness import InexactExport, sample_documents
+from bpe_core.formats.exactness import hf_folder_check, sample_documents
 from bpe_core.formats.folder import save_folder
 from bpe_core.training import train
 
@@ -109,6 +109,14 @@ class Cell:
     refusal: str = ""
 
 
+def write_transformers():
+    try:
+        from bpe_core.transformers_tokenizer import export_transformers
+    except ImportError:
+        return None
+    return export_transformers
+
+
 def train_model(method: str, pattern: str, path: str, vocab_size: int):
     extra = {} if method == "bpe" else {"transition": vocab_size - 150}
     if method == "supratok":
@@ -122,7 +130,7 @@ def export_cell(model, fmt: str, root: str, docs, on: str) -> Cell:
     if fmt == "folder":
         out = os.path.join(root, "folder")
         report: dict = {}
-        save_folder(model, out, report, docs, on)
+        save_folder(model, out, report, hf_check=hf_folder_check(model_encoder(model), docs, on))
         hf = report.get("hf_files")
         if hf is None or not hf["written"]:
             why = hf["why"] if hf else "a stage-aware method: the folder has no tokenizer.json"
@@ -130,7 +138,8 @@ def export_cell(model, fmt: str, root: str, docs, on: str) -> Cell:
         return Cell(out, [os.path.join(out, n) for n in hf["files"]])
     out = os.path.join(root, {"hf": "tokenizer.json", "tiktoken": "tok.tiktoken"}.get(fmt, fmt))
     try:
-        paths, result = export_checked(model, fmt, out, docs, on, hint=inexact_hint(model, fmt))
+        paths, result = export_checked(model, fmt, out, docs, on, hint=inexact_hint(model, fmt),
+                                       write_transformers=write_transformers())
     except ValueError as exc:             # InexactExport, or a pattern with no rewrite, or a format refusal
         return Cell(out, refusal=str(exc))
     assert result.exact
@@ -147,7 +156,7 @@ def build_matrix(tmp: str, big: bool = False) -> dict:
         for pname, pattern in PATTERNS.items():
             model = train_model(method, pattern, corpus, vocab_size)
             docs = sample_documents([corpus], [SPECIAL], max_docs=MATRIX_DOCS)
-            encode = load_model_encoder(model)[1]
+            encode = model_encoder(model)
             for fmt in LOADERS:
                 root = os.path.join(tmp, method, pname, fmt)
                 os.makedirs(root)
