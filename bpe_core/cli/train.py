@@ -24,8 +24,6 @@ from bpe_core.config import TrainConfig
 from bpe_core.corpus import CorpusError
 from bpe_core.formats import registry
 from bpe_core.formats.folder import save_folder
-from bpe_core.encode.tokenizer import model_encoder
-from bpe_core.formats.exactness import documents_for, hf_folder_check
 from bpe_core.corpus import check_input
 from bpe_core.formats.model import FOLDER_FILES, folder_files
 from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN
@@ -324,8 +322,12 @@ def _train(args) -> int:
               f"(asked for {report['merges_requested']}): the corpus has no more pairs; "
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
     phase("write")
-    # HF's files are checked on the user's text first (a sample across the input, or --check-text)
+    # HF's files are checked on the user's text first (a sample across the input, or --check-text);
+    # the encoder (numpy with it) is loaded for that only
+    from bpe_core.formats.exactness import documents_for, hf_folder_check
+
     docs, on, check_note = documents_for(result.model, args.check_text, input_path)
+    from bpe_core.encode.tokenizer import model_encoder
     # the whole folder in one step: a run killed at any point leaves the older model or this one
     dropped = save_folder(result.model, out, report,      # + HF's files for plain BPE, when they pass
                           hf_check=hf_folder_check(model_encoder(result.model), docs, on, args.allow_inexact))
