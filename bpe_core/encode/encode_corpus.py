@@ -1234,7 +1234,7 @@ def _fs_of(url: str):
     try:
         import fsspec
     except ImportError:
-        raise MissingDependency(f"{url}: writing to a URL needs fsspec: pip install 'bpe_core[cluster]'") from None
+        raise MissingDependency(f"{url}: writing to a URL needs fsspec: pip install fsspec") from None
     fs, root = fsspec.core.url_to_fs(url)
     return fs, root.rstrip("/")
 

@@ -4,9 +4,12 @@
 - ``vocab.json`` + ``merges.txt`` (GPT-2's layout) and ``model.json`` (the native model, with
   their sha256);
 - ``tokenizer.json`` + ``tokenizer_config.json`` (HF's layout, ``formats.hf``) when HF encodes
-  the model exactly (plain BPE), checked on the user's text first (``formats.exactness``): else the
-  folder is written without them and the report says why;
+  the model exactly (plain BPE), checked on the user's text first (``formats.exactness``):
   ``transformers.AutoTokenizer.from_pretrained(folder)`` then loads it;
+  otherwise (a stage-aware method, or a ``tokenizer.json`` that failed its check: the report says
+  why) ``tokenizer_config.json`` + ``tokenization_bpe_core.py`` (``formats.remote``):
+  ``AutoTokenizer.from_pretrained(folder, trust_remote_code=True)`` loads a tokenizer that runs
+  bpe_core's own encoder, with bpe_core's ids;
 - ``train_report.json`` when a report is given.
 """
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Callable, Optional
 
 from .hf import HF_TOKENIZER_FILE, hf_file_makers
 from .model import REPORT_FILE, Model, dump_folder
+from .remote import remote_file_makers
 from .texts import FolderTexts
 
 __all__ = ["save_folder"]
@@ -39,8 +43,8 @@ def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[s
     >>> d = os.path.join(tempfile.mkdtemp(), "a", "tok")
     >>> save_folder(m, d, {"merges": 1}, hf_check=lambda model, text: (False, {"why": "a test"}))
     []
-    >>> sorted(os.listdir(d))
-    ['merges.txt', 'model.json', 'train_report.json', 'vocab.json']
+    >>> sorted(os.listdir(d))         # (the remote-code files instead: formats.remote)
+    ['merges.txt', 'model.json', 'tokenization_bpe_core.py', 'tokenizer_config.json', 'train_report.json', 'vocab.json']
     """
     texts = FolderTexts(model.vocab, model.merges)   # each token's GPT-2 string, made once for all files
     extra: dict[str, Any] = {}
@@ -49,6 +53,8 @@ def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[s
         extra.update(hf[0])
         if report is not None:
             report["hf_files"] = hf[1]
+    if HF_TOKENIZER_FILE not in extra:          # no exact tokenizer.json: transformers runs bpe_core
+        extra.update(remote_file_makers(model))
     if report is not None:
         extra[REPORT_FILE] = json.dumps(report, indent=2) + "\n"
     parent = os.path.dirname(os.path.abspath(os.fspath(folder)))

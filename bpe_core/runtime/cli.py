@@ -50,41 +50,27 @@ def _probe(folder: str) -> OSError | None:
 
 def check_out_dir(path: str) -> str:
     """Check, before any work, that the output folder can be published (``atomic.publish_folder``):
-    a writable folder, or absent with a writable folder to go into. Missing parent folders are
-    made; ``path`` itself is not: it appears, whole, when the run publishes it. What a killed run
-    left beside it is cleaned up. A folder that cannot be made is named by the existing folder
-    above it that refuses (``--out imm/tok/``: ``imm``), not by the one to create."""
+    a writable folder, or absent in a writable folder. The folder above it must exist, as for
+    every output of every command (``check_out_file``): a missing one is an error naming it, not
+    made (a mistyped path is not created). ``path`` itself appears, whole, when the run publishes
+    it. What a killed run left beside it is cleaned up. A folder that cannot be written is named
+    (``--out imm/tok/``: ``imm``)."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise CliError(f"{path}: exists and is not a directory")
     parent = os.path.dirname(os.path.abspath(path))
-    missing = _missing_parent(path)
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as exc:
-        raise CliError(f"{missing or parent}: cannot create the output folder {path} in it "
-                       f"({exc.strerror or exc})") from None
+    if not os.path.isdir(parent):
+        raise CliError(f"{path}: folder {parent} does not exist")
     exc = _probe(path if os.path.isdir(path) else parent)
     if exc is not None and os.path.isdir(path):
         raise CliError(f"{path}: output folder is not writable ({exc.strerror or exc})")
     if exc is not None:
-        raise CliError(f"{missing or parent}: cannot create the output folder {path} in it "
-                       f"({exc.strerror or exc})")
+        shown = os.path.dirname(os.path.normpath(path)) or "."
+        raise CliError(f"{shown}: cannot create the output folder {path} in it ({exc.strerror or exc})")
     recover_folder(path)
     if os.path.isdir(path):
         for name in ("model.json", "vocab.json", "merges.txt", "train_report.json"):
             remove_stale(os.path.join(path, name))       # what an older version's killed run left
     return path
-
-
-def _missing_parent(path: str) -> str | None:
-    """The deepest existing folder above ``path`` when ``path`` does not exist yet (None if it does)."""
-    path = os.path.abspath(path) if os.path.isabs(path) else os.path.normpath(path)
-    if os.path.exists(path):
-        return None
-    parent = os.path.dirname(path)
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    return parent or "."
 
 
 def local_input_files(sources) -> list[str]:
@@ -167,6 +153,46 @@ def chunk_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text}: chunks smaller than {MIN_CLI_CHUNK_BYTES >> 10} KiB only "
                                          f"slow the run down; give at least 4K (or leave it to the plan)")
     return value
+
+
+def count(text: str) -> int:
+    """A count (``--vocab-size``): a whole number, or one with a unit -- ``k`` = 1,000 and ``M`` =
+    1,000,000 (a "32k vocabulary" is 32,000 tokens), ``Ki`` = 1,024 and ``Mi`` = 1,048,576 for powers of
+    two -- refused in one line otherwise (a count has no bytes: ``8KB``). The command checks its range.
+    Sizes of memory (``--memory-limit 8G``) are binary; counts are not.
+
+    >>> count("32000"), count("32k"), count("32K"), count("1.5k"), count("32Ki"), count("1M")
+    (32000, 32000, 32000, 1500, 32768, 1000000)
+    """
+    text = str(text).strip()
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)\s*([kKmM])?(i?)", text)
+    if m is None or (m.group(3) and not m.group(2)):
+        raise argparse.ArgumentTypeError(f"invalid count {text!r} (examples: 32000, 32k, 32Ki)")
+    unit = {None: 1, "k": 1000, "m": 1000 ** 2}[m.group(2) and m.group(2).lower()]
+    if m.group(3):
+        unit = {1000: 1024, 1000 ** 2: 1024 ** 2}[unit]
+    number = float(m.group(1)) * unit if "." in m.group(1) else int(m.group(1)) * unit
+    if number != int(number):
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: not a whole number")
+    return int(number)
+
+
+def cluster_note(spec, cores: int | None = None) -> str | None:
+    """The note for ``--cluster local:N`` when N is more than this machine's cores (the worker
+    processes then share them: each count is slower, the result the same), as ``--workers`` has.
+
+    >>> cluster_note("local:4", cores=2)
+    'local:4 starts 4 worker processes, 2 cores: they share the cores (the results are the same)'
+    >>> cluster_note("local:2", cores=2), cluster_note("tcp://h:8786", cores=2), cluster_note(None, cores=1)
+    (None, None, None)
+    """
+    if not isinstance(spec, str) or not spec.strip().startswith("local:"):
+        return None
+    n = spec.strip().partition(":")[2]
+    cores = cores or os.cpu_count() or 1
+    if not n.isdigit() or int(n) <= cores:
+        return None
+    return f"{spec.strip()} starts {int(n)} worker processes, {cores} cores: they share the cores (the results are the same)"
 
 
 def memory_size(text: str, error: type = argparse.ArgumentTypeError) -> int:

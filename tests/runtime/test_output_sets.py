@@ -196,6 +196,7 @@ def test_a_run_stopped_while_it_writes_a_new_folder_leaves_no_folder_that_loads(
     snaps, _ = models
     _, new = corpora
     out = tmp_path / "fresh" / "tok"
+    out.parent.mkdir()                      # (the folder above an output must exist)
     r = run_child(tmp_path, TRAIN, train_args(new, out, 320))
     assert r.returncode == 0
     n_calls = calls(tmp_path)

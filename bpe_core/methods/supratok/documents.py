@@ -7,12 +7,12 @@ from typing import Callable, Optional, Sequence
 
 
 from ...corpus.chunks import file_chunks, split_spans
-from ...engine.units import UnitCounter, WordIndex
+from ...engine.units import ENCODED_MARK, UnitCounter, WordIndex
 from ...errors import InputChanged
 from ...pretok.patterns import pattern_name
 from ...pretok.pretokenize import pretoken_ends
 from ...pretok.wordtable import WordTable
-from ..superbpe import numeric_mask
+from ..superbpe import ENDS_SPACE, STARTS_SPACE, looks_encoded_counts, numeric_mask
 from ...runtime.workers import FileStamp, read_range, run_ordered
 from .script import guess_suffix_language
 
@@ -30,9 +30,36 @@ def is_heldout(doc: bytes, fraction: float) -> bool:
     return zlib.crc32(doc) < fraction * 2 ** 32
 
 
+def encoded_units(ids: np.ndarray, bounds: np.ndarray, flags: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Which units ``ids[bounds[k]:bounds[k+1]]`` of one document look like encoded data (bool per
+    unit), by SuperBPE's rule for its default split: a *region* is the text between the document's
+    edges and the places where two pretokens meet inside a run of whitespace, and a region looks
+    encoded by ``reference.looks_encoded`` on its bytes (``classes``: ``superbpe.word_classes``;
+    ``flags``: ``superbpe.word_flags``). SupraTok's units are cut only at numbers, so one unit can
+    span several regions: it counts as encoded when more than half of its bytes lie in regions that
+    look encoded. Plain twin: ``reference.supratok.supratok_units``.
+    """
+    f = flags[ids]
+    rstart = np.zeros(ids.size, dtype=bool)
+    rstart[0] = True
+    rstart[1:] = ((f[:-1] & ENDS_SPACE) > 0) & ((f[1:] & STARTS_SPACE) > 0)
+    c = classes[ids].astype(np.int64)
+    sums = np.add.reduceat(c, np.flatnonzero(rstart), axis=0)
+    enc_region = looks_encoded_counts(sums[:, 0], sums[:, 1], sums[:, 2], sums[:, 3], sums[:, 4])
+    if not enc_region.any():
+        return np.zeros(bounds.size - 1, dtype=bool)
+    enc_word = enc_region[np.cumsum(rstart) - 1]
+    n_bytes = np.add.reduceat(c[:, 0], bounds[:-1])
+    enc_bytes = np.add.reduceat(np.where(enc_word, c[:, 0], 0), bounds[:-1])
+    return 2 * enc_bytes > n_bytes
+
+
 def _docs_chunk(task: tuple) -> tuple:
-    """Worker: training units, held-out documents, document frequencies and language words."""
-    path, start, end, specials, pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp = task
+    """Worker: training units, held-out documents, document frequencies and language words. With
+    ``classes`` the units that look like encoded data (:func:`encoded_units`) end with
+    ``ENCODED_MARK`` (pass 2 gives them no weight; ``superbpe.stage2_table`` takes the mark off)."""
+    (path, start, end, specials, pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp,
+     flags, classes) = task
     n_sids = int(sid.max()) + 1 if sid.size else 0
     buf = read_range(path, start, end, stamp)
     spans, _ = split_spans(buf, 0, len(buf), specials)
@@ -56,7 +83,13 @@ def _docs_chunk(task: tuple) -> tuple:
         num = numeric[ids]
         cut = np.flatnonzero(num[1:] | num[:-1]) + 1
         bounds = np.concatenate(([0], cut, [ids.size])).astype(np.int64)
-        counter.add_units(ids.astype(np.uint32), bounds, 1, keep_below)
+        ids32 = ids.astype(np.uint32)
+        if classes is not None and ids.size:
+            enc = encoded_units(ids, bounds, flags, classes)
+            if enc.any():
+                ids32 = np.insert(ids32, bounds[1:][enc], np.uint32(ENCODED_MARK))
+                bounds = bounds + np.concatenate(([0], np.cumsum(enc)))
+        counter.add_units(ids32, bounds, 1, keep_below)
         u = np.unique(sid[ids])
         df[u[u >= 0]] += 1
         if script_aware:
@@ -71,17 +104,20 @@ def _docs_chunk(task: tuple) -> tuple:
 
 def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequence[bytes], pattern: str,
                     num_workers: int, chunk_bytes: int, sample_fraction: float, heldout: float,
-                    script_aware: bool, on_bytes: Optional[Callable[[int], None]] = None) -> dict:
+                    script_aware: bool, on_bytes: Optional[Callable[[int], None]] = None,
+                    flags: Optional[np.ndarray] = None, classes: Optional[np.ndarray] = None) -> dict:
     """One pass over the corpus: training units (deduplicated, sampled), held-out documents as word-id
     arrays (sorted, so the result does not depend on chunking), word document frequencies.
-    ``on_bytes(n)`` hears of each chunk of ``n`` bytes done (a progress bar)."""
+    ``on_bytes(n)`` hears of each chunk of ``n`` bytes done (a progress bar). With ``flags`` and
+    ``classes`` (``superbpe.word_flags``, ``superbpe.word_classes``) the training units that look
+    like encoded data carry ``ENCODED_MARK`` (:func:`encoded_units`)."""
     stamp = FileStamp.of(path)
     chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False, stamp=stamp)
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
     index = WordIndex(table.arena, table.offsets)
     numeric = numeric_mask(table)
-    tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp)
-             for s, e in chunks]
+    tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp,
+              flags, classes) for s, e in chunks]
     total = UnitCounter()
     out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64),
            "held": [], "n_train_docs": 0, "lang": {}, "lang_docs": {}}
