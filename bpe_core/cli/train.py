@@ -23,7 +23,6 @@ from bpe_core.runtime.cli import memory_size
 from bpe_core.config import TrainConfig
 from bpe_core.corpus import CorpusError
 from bpe_core.formats import registry
-from bpe_core.formats.folder import save_folder
 from bpe_core.corpus import check_input
 from bpe_core.formats.model import FOLDER_FILES, folder_files
 from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN
@@ -143,7 +142,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--forbid", action="append", default=None, metavar="TEXT",
                    help='no stage-2 token contains TEXT (repeatable; default: ": ")')
     g.add_argument("--max-token-bytes", type=int, default=None, metavar="N",
-                   help="guardrail: no stage-2 token longer than N bytes")
+                   help="guardrail: no stage-2 token longer than N bytes; with --method bpe, no token "
+                        "longer than N bytes at all (off by default: a corpus of one repeated byte then "
+                        "builds tokens as long as its longest run; docs/memory.md)")
     g.add_argument("--max-nonalnum", type=int, default=None, metavar="N",
                    help="guardrail: at most N characters per stage-2 token that are neither "
                         "alphanumeric nor whitespace (keeps table rules and URL prefixes out)")
@@ -335,8 +336,8 @@ def _train(args) -> int:
     docs, on, check_note = documents_for(result.model, args.check_text, input_path)
     from bpe_core.encode.tokenizer import model_encoder
     # the whole folder in one step: a run killed at any point leaves the older model or this one
-    dropped = save_folder(result.model, out, report,      # + HF's files for plain BPE, when they pass
-                          hf_check=hf_folder_check(model_encoder(result.model), docs, on, args.allow_inexact))
+    # + HF's files for plain BPE, when they pass; the report's peaks include the writing (and the check)
+    dropped = result.publish(out, hf_check=hf_folder_check(model_encoder(result.model), docs, on, args.allow_inexact))
     hf = report.get("hf_files")
     if hf is not None:
         if check_note and hf.get("check") and not hf["check"]["exact"]:

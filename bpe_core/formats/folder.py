@@ -26,10 +26,13 @@ from .texts import FolderTexts
 __all__ = ["save_folder"]
 
 
-def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[str, Any]] = None,
+def save_folder(model: Model, folder: str | os.PathLike,
+                report: Optional[dict[str, Any] | Callable[[], dict[str, Any]]] = None,
                 hf_check: Optional[Callable[[Model, str], tuple[bool, dict]]] = None) -> list[bytes]:
     """Publish ``model``'s folder (see the module docstring); parent folders are made. Returns the
-    token bytes ``vocab.json`` left out (``formats.model.dump_gpt2``).
+    token bytes ``vocab.json`` left out (``formats.model.dump_gpt2``). ``report``: a dict, or a
+    function that returns it, called when ``train_report.json`` is written (after the model files:
+    ``TrainResult.publish`` puts the writing's memory peak in it).
 
     ``hf_check(model, text) -> (write, facts)`` decides on HF's files from the text of
     ``tokenizer.json`` (``formats.exactness.hf_folder_check``: loaded with HF ``tokenizers`` and
@@ -49,14 +52,22 @@ def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[s
     texts = FolderTexts(model.vocab, model.merges)   # each token's GPT-2 string, made once for all files
     extra: dict[str, Any] = {}
     hf = _hf_files(model, texts, hf_check)
+    facts = None
     if hf is not None:
         extra.update(hf[0])
-        if report is not None:
-            report["hf_files"] = hf[1]
+        facts = hf[1]
     if HF_TOKENIZER_FILE not in extra:          # no exact tokenizer.json: transformers runs bpe_core
         extra.update(remote_file_makers(model))
-    if report is not None:
-        extra[REPORT_FILE] = json.dumps(report, indent=2) + "\n"
+
+    def with_facts(doc: dict[str, Any]) -> str:
+        if facts is not None:
+            doc["hf_files"] = facts
+        return json.dumps(doc, indent=2) + "\n"
+
+    if callable(report):
+        extra[REPORT_FILE] = lambda: with_facts(report())      # made when written (last)
+    elif report is not None:
+        extra[REPORT_FILE] = with_facts(report)
     parent = os.path.dirname(os.path.abspath(os.fspath(folder)))
     os.makedirs(parent, exist_ok=True)
     return dump_folder(model, folder, extra=extra, texts=texts)

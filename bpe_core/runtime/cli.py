@@ -6,14 +6,16 @@ import argparse
 import contextlib
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 import warnings
 from typing import Callable
 
 from ..errors import (BinaryInputWarning, BudgetWarning, CorpusError, InternalError, MissingDependency, ModelFormatError,
                       Terminated)
-from .atomic import output_problem, recover_folder, remove_stale
+from .atomic import PUBLISHED, output_problem, recover_folder, remove_stale
 from .budget import parse_size
 from .workers import terminate_on_sigterm
 
@@ -244,20 +246,121 @@ def run_main(fn: Callable[[], int], prog: str | None = None) -> int:
 
     Exit codes: 0 done; 2 bad input, a budget that cannot fit, an input that changed while read;
     70 an internal error (a conservation check failed: nothing was written); 130 Ctrl-C; 143 SIGTERM.
-    SIGTERM is handled like Ctrl-C (``workers.terminate_on_sigterm``): temp and spill files are
-    removed on the way out.
+
+    Signals (main thread; see :class:`_Signals`): while ``fn`` runs, SIGTERM raises
+    :class:`Terminated` and Ctrl-C ``KeyboardInterrupt``, so temp and spill files are removed on the
+    way out ("terminated (SIGTERM); temporary files removed", 143; "interrupted; ...", 130). Once
+    the run has published its output (``atomic.PUBLISHED`` grew), a signal does not undo it: the line
+    says "output complete (PATH); terminated (SIGTERM) after publishing" (or "interrupted after
+    publishing"), and the exit code is still the signal's (143 / 130). A signal after ``fn`` returned
+    is held and reported the same way when ``run_main`` returns: never an exit without a line.
     """
     prog = prog or os.path.basename(sys.argv[0] or "bpe_core")
-    with warnings.catch_warnings(), terminate_on_sigterm():
+    global last_exit
+    last_exit = None
+    with warnings.catch_warnings():
         warnings.showwarning = _one_line_warnings(prog)
         if os.environ.get("BPE_CORE_DEBUG"):
-            return fn()          # full tracebacks while debugging
-        return _run(fn, prog)
+            with terminate_on_sigterm():
+                return fn()          # full tracebacks while debugging
+        signals = _Signals()
+        with signals:
+            rc = last_exit = _run(fn, prog, signals)
+        rc = _late(prog, rc, signals)        # (the handlers are back: a signal now is the caller's)
+        last_exit = rc
+        return rc
 
 
-def _run(fn: Callable[[], int], prog: str) -> int:
+#: The exit code of the last :func:`run_main` of this process (None while it runs): the tools'
+#: launcher (``tools/_tool_start.py``) reads it to tell a signal after the run from one before it.
+last_exit: int | None = None
+
+
+class _Signals:
+    """SIGINT / SIGTERM handlers for one :func:`run_main`: they raise (``KeyboardInterrupt`` /
+    :class:`Terminated`) while ``armed`` (the tool body runs), and are only recorded once
+    :func:`_run` disarms them (the body returned or raised): what the run says and returns is then
+    decided without an exception landing in the middle of it. Outside the main thread, nothing."""
+
+    def __init__(self):
+        self.armed = True
+        self.late: list[int] = []
+        self.published = len(PUBLISHED)
+        self._old: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(s) != signal.SIG_IGN:      # a signal the shell ignores stays ignored
+                    self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self._old.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        return False
+
+    def _handle(self, signum, frame):
+        if not self.armed:
+            self.late.append(signum)
+            return
+        if signum == signal.SIGTERM:
+            raise Terminated()
+        raise KeyboardInterrupt()
+
+    def outputs(self) -> list[str]:
+        """What this run published, in order (``atomic.PUBLISHED`` since the run began)."""
+        return PUBLISHED[self.published:]
+
+
+def _after_publishing(prog: str, signum: int, outputs: list[str]) -> int:
+    """The line and exit code of a signal that came after the run published ``outputs``."""
+    what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+    if not outputs:                      # a run that publishes nothing (--plan, a report on stdout)
+        print(f"{prog}: run complete; {what} after it ended", file=sys.stderr)
+        return 128 + signum
+    shown = ", ".join(outputs[:3]) + (f" and {len(outputs) - 3} more" if len(outputs) > 3 else "")
+    print(f"{prog}: output complete ({shown}); {what} after publishing", file=sys.stderr)
+    return 128 + signum
+
+
+def _run(fn: Callable[[], int], prog: str, signals: _Signals) -> int:
     try:
-        return fn()
+        try:
+            rc = fn()
+        finally:
+            signals.armed = False        # from here on a signal is recorded, not raised
+    except Terminated:
+        if signals.outputs():
+            return _after_publishing(prog, signal.SIGTERM, signals.outputs())
+        print(f"{prog}: terminated (SIGTERM); temporary files removed", file=sys.stderr)
+        return 143
+    except KeyboardInterrupt:
+        if signals.outputs():
+            return _after_publishing(prog, signal.SIGINT, signals.outputs())
+        print(f"{prog}: interrupted; temporary files removed", file=sys.stderr)
+        return 130
+    except BaseException as exc:
+        return _report(exc, prog)
+    return rc
+
+
+def _late(prog: str, rc: int, signals: _Signals) -> int:
+    """The line and exit code of a signal that came after the tool body returned (if any)."""
+    if signals.late:
+        signum = signals.late[0]
+        if rc == 0:
+            return _after_publishing(prog, signum, signals.outputs())
+        what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+        print(f"{prog}: {what} after the error above", file=sys.stderr)
+        return 128 + signum
+    return rc
+
+
+def _report(exc: BaseException, prog: str) -> int:
+    """One line on stderr for an error of the tool body, and its exit code (re-raises the others)."""
+    try:
+        raise exc
     except (CliError, CorpusError, ModelFormatError, MissingDependency) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
@@ -267,12 +370,6 @@ def _run(fn: Callable[[], int], prog: str) -> int:
     except ValueError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    except Terminated:
-        print(f"{prog}: terminated (SIGTERM); temporary files removed", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; temporary files removed", file=sys.stderr)
-        return 130
     except OSError as exc:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
