@@ -122,7 +122,16 @@ def run_one(tool: str, path: str, vocab_size: int, workers: int | None) -> dict:
     else:
         raise ValueError(tool)
     module = sys.modules["bpe_core"].__file__ if "bpe_core" in sys.modules else None
-    return {"tool": tool, "seconds": time.perf_counter() - t0, "size": n, "module": module}
+    return {"tool": tool, "seconds": time.perf_counter() - t0, "size": n, "module": module, "cpu": cpu_seconds()}
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process, its threads and the children it has waited for
+    (the pre-tokenization workers): the whole run's CPU time, read at its end."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 # ==== Driver =================================================================================
@@ -334,7 +343,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tools", default="bpe_core,hf,rustbpe")
     p.add_argument("--workers", type=int, default=None, help="bpe_core workers (default: all cores)")
-    p.add_argument("--method", nargs="+", default=["bpe"], choices=["bpe", "superbpe"],
+    p.add_argument("--method", nargs="+", default=["bpe"], choices=["bpe", "superbpe", "supratok"],
                    help="bpe_core methods to run (default: bpe); each is timed against plain BPE")
     p.add_argument("--against", nargs="+", default=[], metavar="DIR",
                    help="other bpe_core checkouts (built in place) to time in the same loop, each against "
@@ -404,14 +413,17 @@ def main(argv=None) -> int:
                 res["vocab_size"] = vocab_size
                 runs.append(res)
                 print(f"  vocab {vocab_size} run {r + 1} {tool:18s} {res['wall']:7.2f}s  "
+                      f"CPU {res.get('cpu', float('nan')):7.2f}s  "
                       f"peak RSS {res['peak_rss'] / 2**20:7.0f} MiB", file=sys.stderr)
-    print(f"\n| vocab | tool | median wall s | median peak RSS MiB | time / bpe_core | per round |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n| vocab | tool | median wall s | median CPU s | median peak RSS MiB | time / bpe_core | per round "
+          f"| CPU / bpe_core, per round | peak RSS / bpe_core, per round |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for vocab_size in args.vocab_size:
         med = {}
         for tool in tools:
             rs = [x for x in runs if x["tool"] == tool and x["vocab_size"] == vocab_size]
-            med[tool] = (statistics.median(x["wall"] for x in rs), statistics.median(x["peak_rss"] for x in rs))
+            med[tool] = (statistics.median(x["wall"] for x in rs), statistics.median(x["peak_rss"] for x in rs),
+                         statistics.median(x.get("cpu", float("nan")) for x in rs))
         for tool in tools:
             base_tool = "bpe_core" + (tool[tool.index("@"):] if "@" in tool else "")
             base = med.get(base_tool, (None,))[0]
@@ -422,7 +434,14 @@ def main(argv=None) -> int:
             theirs = [x["wall"] for x in runs if x["tool"] == base_tool and x["vocab_size"] == vocab_size]
             paired = (f"{statistics.median(a / b for a, b in zip(mine, theirs)):.2f}x"
                       if base and len(mine) == len(theirs) else "-")
-            print(f"| {vocab_size} | {tool} | {med[tool][0]:.2f} | {med[tool][1] / 2**20:.0f} | {ratio} | {paired} |")
+            mine_runs = [x for x in runs if x["tool"] == tool and x["vocab_size"] == vocab_size]
+            base_runs = [x for x in runs if x["tool"] == base_tool and x["vocab_size"] == vocab_size]
+            cpu_paired, rss_paired = (
+                f"{statistics.median(a[key] / b[key] for a, b in zip(mine_runs, base_runs)):.2f}x"
+                if base and len(mine_runs) == len(base_runs) and all(b.get(key) for b in base_runs) else "-"
+                for key in ("cpu", "peak_rss"))
+            print(f"| {vocab_size} | {tool} | {med[tool][0]:.2f} | {med[tool][2]:.2f} | {med[tool][1] / 2**20:.0f} | "
+                  f"{ratio} | {paired} | {cpu_paired} | {rss_paired} |")
     for i, d in enumerate(args.against, 1):
         print(f"@{i}: {os.path.abspath(d)}")
     if args.json:

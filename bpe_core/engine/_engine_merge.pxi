@@ -132,6 +132,9 @@ cdef class MergeEngine:
     cdef vector[pair_id_t] born        # pairs made in this merge (or the build)
     cdef public uint32_t n_steps
     cdef public count_t last_count       # the count of the pair the last step merged
+    cdef bint halt_existing              # (``run(stop_before_existing=)``) see ``stopped_before``
+    cdef public tuple stopped_before     # the pair ``(left_id, right_id)`` whose merge would have
+                                         # rebuilt an existing token, when ``run`` stopped before it
     cdef public int64_t n_pops
     cdef public int64_t n_rescans
     cdef public int64_t n_compactions
@@ -1410,6 +1413,10 @@ cdef class MergeEngine:
         merged = self.token_bytes(a) + self.token_bytes(b)
         existing = self.tok_ids.get(merged)
         fresh = existing is None
+        if not fresh and self.halt_existing:
+            self._push(self.pair_counts[pid], pid)          # back in the heap: the state is unchanged
+            self.stopped_before = (a, b)
+            return False
         if fresh:
             new_tok = self._add_token(merged)
         else:
@@ -1426,13 +1433,16 @@ cdef class MergeEngine:
         return True
 
     def run(self, Py_ssize_t n_merges, allowed=None, progress=None, Py_ssize_t every=256, count_t min_count=0,
-            bint compact=False):
+            bint compact=False, bint stop_before_existing=False):
         """Do up to ``n_merges`` merges; return the list of ``(left_id, right_id, new_id)``, or with
         ``compact`` a uint32 array of shape ``(n, 3)`` holding them (12 bytes a merge instead of a
         tuple and three ints, ~100 bytes); a flat ``array.array("I")`` of ``3 n`` items when the
         engine was built from ``array.array`` symbols (``plain``: a small run, no numpy).
 
-        It stops early when no pair is left or (``min_count``) the best pair counts less.
+        It stops early when no pair is left or (``min_count``) the best pair counts less, or
+        (``stop_before_existing``) before a merge whose bytes are those of a token that exists (an
+        allowed pair: its id pair is then ``stopped_before``, else that is None; the engine is as
+        before that step, and ``step`` makes that merge).
 
         ``progress(n_done)`` is called every ``every`` merges and at the end; pending signals are
         handled as often (a SIGINT raises ``KeyboardInterrupt`` within ``every`` merges).
@@ -1451,6 +1461,8 @@ cdef class MergeEngine:
         cdef bint collecting = _gc.isenabled()
         if collecting:
             _gc.disable()
+        self.stopped_before = None
+        self.halt_existing = stop_before_existing
         self._start_worker()
         try:
             while done < n_merges:
@@ -1468,6 +1480,7 @@ cdef class MergeEngine:
                     if progress is not None:
                         progress(done)
         finally:
+            self.halt_existing = False
             self._stop_worker()
             if collecting:
                 _gc.enable()

@@ -7,14 +7,18 @@ from typing import Callable, Optional, Sequence
 
 
 from ...corpus.chunks import file_chunks, split_spans
-from ...engine.units import UnitCounter, WordIndex
+from ...engine.units import UnitCounter, WordIndex, chunk_unit_stream
 from ...errors import InputChanged
 from ...pretok.patterns import pattern_name
-from ...pretok.pretokenize import pretoken_ends
+from ...pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from ...pretok.wordtable import WordTable
 from ..superbpe import numeric_mask
 from ...runtime.workers import FileStamp, read_range, run_ordered
-from .script import guess_suffix_language
+from .script import FI_MARKER, TR_MARKER, guess_suffix_language, marker_words
+
+#: Native patterns whose letter runs are whole pretokens (``script.marker_words``): with them the
+#: language guess reads only the documents with 3 marked pretokens of one language or more.
+LETTER_RUN_PATTERNS = ("gpt2", "cl100k")
 
 
 # ==== Documents: units, held-out split, document frequencies =======================================
@@ -69,21 +73,77 @@ def _docs_chunk(task: tuple) -> tuple:
     return data, starts, counts, counter.n_seen, counter.n_kept, df, held, n_train, (lang_counts, lang_docs)
 
 
+def _docs_chunk_scan(task: tuple) -> tuple:
+    """Worker: ``_docs_chunk`` when no document is held out, by one native scan of the chunk
+    (``chunk_unit_stream``: the units and every pretoken's word id, document by document) instead of
+    a loop over its documents; the language guess decodes only the documents that may pass it
+    (all of them without ``markers``). Document frequencies are not counted (None): only pass 3 reads
+    them, and it needs held-out documents. The same units, counts and language words (tested)."""
+    path, start, end, specials, pattern_id, keep_below, script_aware, index, flags, markers, n_words, stamp = task
+    buf = read_range(path, start, end, stamp)
+    spans, _ = split_spans(buf, 0, len(buf), specials)
+    ends = np.zeros(spans.shape[0], dtype=np.int64)
+    ids, bounds, _, _, missing = chunk_unit_stream(buf, spans, pattern_id, index, flags, span_ends=ends)
+    if missing:
+        raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
+                                 "counted earlier; nothing was written")
+    counter = UnitCounter()
+    counter.add_units(ids, bounds, 1, keep_below)
+    data, starts, counts = counter.to_arrays()
+    n_seen, n_kept = counter.n_seen, counter.n_kept
+    del counter, bounds
+    lang_counts: dict[str, np.ndarray] = {}
+    lang_docs: dict[str, int] = {}
+    if script_aware and spans.shape[0]:
+        firsts = np.concatenate(([0], ends[:-1]))
+        if markers is not None:          # the documents that hold 3 marked words of a language or more
+            marked = markers[ids]
+            tr = np.concatenate(([0], np.cumsum(marked & TR_MARKER, dtype=np.int64)))
+            fi = np.concatenate(([0], np.cumsum((marked & FI_MARKER) >> 1, dtype=np.int64)))
+            docs = np.flatnonzero((tr[ends] - tr[firsts] >= 3) | (fi[ends] - fi[firsts] >= 3))
+            del marked, tr, fi
+        else:
+            docs = np.arange(spans.shape[0])
+        lang_ids: dict[str, list[np.ndarray]] = {}
+        for k in docs.tolist():
+            lang = guess_suffix_language(buf[spans[k, 0]:spans[k, 1]].tobytes().decode("utf-8", "surrogateescape"))
+            if lang is not None:
+                lang_ids.setdefault(lang, []).append(ids[firsts[k]:ends[k]])
+                lang_docs[lang] = lang_docs.get(lang, 0) + 1
+        lang_counts = {k: np.bincount(np.concatenate(v), minlength=n_words) for k, v in lang_ids.items()}
+    return data, starts, counts, n_seen, n_kept, None, [], spans.shape[0], (lang_counts, lang_docs)
+
+
 def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequence[bytes], pattern: str,
                     num_workers: int, chunk_bytes: int, sample_fraction: float, heldout: float,
-                    script_aware: bool, on_bytes: Optional[Callable[[int], None]] = None) -> dict:
+                    script_aware: bool, on_bytes: Optional[Callable[[int], None]] = None,
+                    force_loop: bool = False) -> dict:
     """One pass over the corpus: training units (deduplicated, sampled), held-out documents as word-id
     arrays (sorted, so the result does not depend on chunking), word document frequencies.
-    ``on_bytes(n)`` hears of each chunk of ``n`` bytes done (a progress bar)."""
+    ``on_bytes(n)`` hears of each chunk of ``n`` bytes done (a progress bar).
+
+    Without held-out documents (``heldout`` 0) and with a native pattern, each chunk is one native
+    scan (``_docs_chunk_scan``), and the document frequencies are not counted (``"df"`` is None:
+    only pass 3 reads them, and it needs held-out documents); else a loop over the documents
+    (``_docs_chunk``, also with ``force_loop``: the plain twin the tests compare it with)."""
     stamp = FileStamp.of(path)
-    chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False, stamp=stamp)
+    name = pattern_name(pattern)
+    chunks = file_chunks(path, chunk_bytes, specials, name, inside_documents=False, stamp=stamp)
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
     index = WordIndex(table.arena, table.offsets)
     numeric = numeric_mask(table)
-    tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp)
-             for s, e in chunks]
+    scan = heldout <= 0 and name in PATTERN_IDS and not force_loop
+    if scan:        # no held-out documents: one native scan a chunk (_docs_chunk_scan)
+        markers = marker_words(table) if script_aware and name in LETTER_RUN_PATTERNS else None
+        worker = _docs_chunk_scan
+        tasks = [(path, s, e, list(specials), PATTERN_IDS[name], keep_below, script_aware, index,
+                  numeric.astype(np.uint8), markers, table.n_words, stamp) for s, e in chunks]
+    else:
+        worker = _docs_chunk
+        tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp)
+                 for s, e in chunks]
     total = UnitCounter()
-    out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64),
+    out = {"seen": 0, "kept": 0, "df": None if scan else np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64),
            "held": [], "n_train_docs": 0, "lang": {}, "lang_docs": {}}
 
     sizes = iter([e - s for s, e in chunks])
@@ -95,7 +155,8 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
         total.add_table(data, starts, counts)
         out["seen"] += n_seen
         out["kept"] += n_kept
-        out["df"] += df
+        if df is not None:
+            out["df"] += df
         out["held"].extend(held)
         out["n_train_docs"] += n_train
         for k, v in lang[0].items():
@@ -103,7 +164,7 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
         for k, v in lang[1].items():
             out["lang_docs"][k] = out["lang_docs"].get(k, 0) + v
 
-    run_ordered(_docs_chunk, tasks, min(num_workers, len(tasks)), absorb)
+    run_ordered(worker, tasks, min(num_workers, len(tasks)), absorb)
     stamp.check()
     out["held"].sort(key=lambda a: (a.size, a.tobytes()))
     out["units"] = total.to_arrays()

@@ -20,6 +20,7 @@ from ...runtime.memmon import phase
 from ...runtime.progress import progress_bar
 from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
                         resolve_transition, stage2_table)
+from ..superbpe.stage2 import stage2_merges
 from .documents import count_documents
 from .script import (STOPWORDS_EN, ScriptGate, TAU_BE, normalize_hamza, script_gate_from_table, sigmoid, supercategory)
 from .stats import NgramStats, flatten_units, word_classes
@@ -212,6 +213,16 @@ def _ticker(bar) -> Optional[Callable[[int], None]]:
     return tick
 
 
+def _blank(token: bytes) -> bool:
+    """Stage-1 tokens of whitespace only: the ones pass 2's merges rebuild (``"\\n" + "\\n"``), whose
+    boundaries ``stage2_merges(rebuilds=True)`` keeps from the start.
+
+    >>> _blank(b"\\n\\n"), _blank(b" the"), _blank(b"")
+    (True, False, False)
+    """
+    return token.isspace()
+
+
 def _close(bar) -> None:
     if bar is not None:
         bar.close()
@@ -364,24 +375,32 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     phase("merge loop")
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
     usyms, uoffs, ucnts, _ = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
-    engine2 = MergeEngine(usyms, uoffs, ucnts, tokens)
-    del usyms, uoffs, ucnts
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware, config.pass2_cross)
     bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")
     # Pass 2 may merge again a pair pass 1 merged, met across pretokens ("\n" + "\n" of "\n\nI", which
     # GPT-2 cuts in two): the stage-aware encoder needs that merge, and refusing it (as SuperBPE's
     # stage 2 does) cost 0.8% more tokens (docs/supratok_exports.md). Its id holds bytes a smaller id
     # holds; no encoder emits it and every export lists the bytes once, under the smaller id.
-    steps2 = engine2.run(n_total - len(steps1), allowed=rule.allows, progress=_ticker(bar))
+    # The engine runs on the pieces of the units as SuperBPE's stage 2 does (stage2_merges: the units
+    # cut where no merge can reach, deduplicated), with the boundaries beside rebuilt tokens kept
+    # (rebuilds: whitespace tokens from the start); the same merges as the engine on the whole units.
+    result = stage2_merges(usyms, uoffs, ucnts, ucnts, tokens, n_total - len(steps1), rule.allows, bounded=True,
+                           rebuilds=True, guard_tokens=_blank, threads=plan.num_workers)
+    del usyms, uoffs, ucnts
+    steps2 = result.steps
+    if bar is not None:
+        bar.update(len(steps2))
     _close(bar)
-    all_tokens = engine2.tokens()
+    all_tokens = result.tokens
     merges = [(all_tokens[a], all_tokens[b]) for a, b, _ in list(steps1) + list(steps2)]
     n1 = len(steps1)
     n2 = len(steps2)
-    _, f_offs, f_counts = engine2.words()
-    info["pass2_engine_tokens"] = int((np.diff(f_offs) * f_counts).sum())
-    report["engine"] = engine2.stats()
-    del engine2, f_offs, f_counts          # pass 3 and the final count need only the merges
+    info["pass2_engine_tokens"] = result.final_tokens
+    info["pass2_cut"] = result.info
+    report["engine"] = result.engine_stats
+    for k, v in result.seconds.items():
+        seconds[f"pass2_{k}"] = v
+    del result              # pass 3 and the final count need only the merges
     info["pass1_merges"], info["pass2_merges"] = n1, n2
     info["pass2_cross_merges"] = sum(1 for a, b in merges[n1:] if pretoken_ends(a + b, pattern).size > 1)
     t4 = time.perf_counter()
