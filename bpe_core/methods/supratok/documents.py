@@ -37,7 +37,7 @@ def is_heldout(doc: bytes, fraction: float) -> bool:
 def _docs_chunk(task: tuple) -> tuple:
     """Worker: training units, held-out documents, document frequencies and language words."""
     path, start, end, specials, pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp = task
-    n_sids = int(sid.max()) + 1 if sid.size else 0
+    n_sids = (int(sid.max()) + 1 if sid.size else 0) if sid is not None else 0
     buf = read_range(path, start, end, stamp)
     spans, _ = split_spans(buf, 0, len(buf), specials)
     counter = UnitCounter()
@@ -61,8 +61,9 @@ def _docs_chunk(task: tuple) -> tuple:
         cut = np.flatnonzero(num[1:] | num[:-1]) + 1
         bounds = np.concatenate(([0], cut, [ids.size])).astype(np.int64)
         counter.add_units(ids.astype(np.uint32), bounds, 1, keep_below)
-        u = np.unique(sid[ids])
-        df[u[u >= 0]] += 1
+        if sid is not None:
+            u = np.unique(sid[ids])
+            df[u[u >= 0]] += 1
         if script_aware:
             lang = guess_suffix_language(doc.decode("utf-8", "surrogateescape"))
             if lang is not None:
@@ -70,7 +71,8 @@ def _docs_chunk(task: tuple) -> tuple:
                 lang_docs[lang] = lang_docs.get(lang, 0) + 1
     data, starts, counts = counter.to_arrays()
     lang_counts = {k: np.bincount(np.concatenate(v), minlength=len(numeric)) for k, v in lang_ids.items()}
-    return data, starts, counts, counter.n_seen, counter.n_kept, df, held, n_train, (lang_counts, lang_docs)
+    return (data, starts, counts, counter.n_seen, counter.n_kept, df if sid is not None else None, held, n_train,
+            (lang_counts, lang_docs))
 
 
 def _docs_chunk_scan(task: tuple) -> tuple:
@@ -125,7 +127,8 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
     Without held-out documents (``heldout`` 0) and with a native pattern, each chunk is one native
     scan (``_docs_chunk_scan``), and the document frequencies are not counted (``"df"`` is None:
     only pass 3 reads them, and it needs held-out documents); else a loop over the documents
-    (``_docs_chunk``, also with ``force_loop``: the plain twin the tests compare it with)."""
+    (``_docs_chunk``, also with ``force_loop``: the plain twin the tests compare it with). ``sid``
+    (the words' statistic ids) is needed for the document frequencies only: None counts none."""
     stamp = FileStamp.of(path)
     name = pattern_name(pattern)
     chunks = file_chunks(path, chunk_bytes, specials, name, inside_documents=False, stamp=stamp)
@@ -143,7 +146,8 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
         tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp)
                  for s, e in chunks]
     total = UnitCounter()
-    out = {"seen": 0, "kept": 0, "df": None if scan else np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64),
+    count_df = not scan and sid is not None
+    out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64) if count_df else None,
            "held": [], "n_train_docs": 0, "lang": {}, "lang_docs": {}}
 
     sizes = iter([e - s for s, e in chunks])

@@ -296,7 +296,10 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     phase("supratok documents")
     bar = progress_bar(progress, total=os.path.getsize(config.input_path), desc="supratok documents", unit="B",
                        unit_scale=True)
-    sid, surfaces = word_classes(table, normalize=script_aware)
+    # the words' statistic ids serve the n-gram statistics (seeds, pass 3) and pass 3's document
+    # frequencies; neither runs: not made (a decode of every word)
+    use_seeds = config.pass2_cross == "seeds"
+    sid, surfaces = word_classes(table, normalize=script_aware) if use_seeds or heldout > 0 else (None, [])
     budget_share = max(plan.memory_limit - plan.parent_overhead - 3 * table.nbytes, 64 << 20)
     need = int(table.counts.sum() * 2) * STAGE2_BYTES_PER_SYMBOL
     fraction = 1.0 if need <= budget_share else budget_share / need
@@ -337,7 +340,6 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     phase("supratok statistics")
     # n-gram statistics serve the seeds (pass2_cross "seeds") and pass 3 (which needs held-out
     # documents: without them every gain is 0 and nothing is accepted); neither: none are counted
-    use_seeds = config.pass2_cross == "seeds"
     run_pass3 = config.supratok_rounds > 0 and bool(held)
     seeds: list[tuple[int, ...]] = []
     features: list = []
