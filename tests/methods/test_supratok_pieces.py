@@ -52,15 +52,16 @@ RULES = [None, Stage2Rules(distinct=False).allows, Stage2Rules(max_words=1, dist
 
 @settings(max_examples=200, deadline=None)
 @given(units_st, st.integers(0, 40), st.integers(1, 12), st.sampled_from(range(len(RULES))),
-       st.sampled_from([None, bytes.isspace, lambda t: True]), st.integers(1, 2))
-@example([(list(b"ab ab") + [AB, ord(" ")] + list(b"ab"), 3), ([AB] + list(b" ab"), 2)], 6, 2, 0, None, 1)
+       st.sampled_from([None, bytes.isspace, lambda t: True]), st.integers(1, 2),
+       st.sampled_from([None, bytes.isspace, lambda t: True]))
+@example([(list(b"ab ab") + [AB, ord(" ")] + list(b"ab"), 3), ([AB] + list(b" ab"), 2)], 6, 2, 0, None, 1, None)
 @example([(list(b"abc"), 3), ([AB, ord("c")], 3), (list(b"cab"), 3), ([ord("c"), AB], 3), (list(b"c:"), 5)],
-         2, 4, 0, None, 2)
-def test_rebuilding_merges_on_pieces_equal_whole_units(units, n, cut, rule, guess, threads):
+         2, 4, 0, None, 2, None)
+def test_rebuilding_merges_on_pieces_equal_whole_units(units, n, cut, rule, guess, threads, spare):
     symbols, offsets, weights = as_arrays(units)
     steps, tokens, final = whole_units(symbols, offsets, weights, n, RULES[rule])
     got = stage2_merges(symbols, offsets, weights, weights, TOKENS, n, RULES[rule], bounded=True, cut=cut,
-                        rebuilds=True, guard_tokens=guess, threads=threads)
+                        rebuilds=True, guard_tokens=guess, threads=threads, spare_tokens=spare)
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert got.tokens == tokens
     assert got.final_tokens == final
@@ -78,6 +79,19 @@ def test_a_rebuild_beside_a_cut_boundary_grows_the_guard_and_starts_again():
     assert steps[0] == (ord("a"), ord("b"), AB) and tuple(steps[1][:2]) != (ord("x"), ord("y"))
     assert any(new == AB for _, _, new in steps)                # a merge rebuilt "ab"
     assert got.info["restarts"] >= 1 and got.info["cuts"][-1]["guarded_tokens"] >= 2
+
+
+def test_the_pairs_of_a_rebuilt_token_are_not_pruned():
+    # ("c", "d") makes "cd" beside "ab" (a pair of count 2, below the cut 3: pruned unless spared);
+    # ("a", "b") then rebuilds "ab" beside "cd": ("ab", "cd") counts 5 and goes before ("x", "y")
+    units = [([AB, ord("c"), ord("d")], 2), (list(b"abcd"), 3), (list(b"ab"), 2), (list(b"xy"), 4)]
+    symbols, offsets, weights = as_arrays(units)
+    steps, tokens, final = whole_units(symbols, offsets, weights, 4, None)
+    assert [tuple(s[:2]) for s in steps][2:] == [(AB, len(TOKENS)), (ord("x"), ord("y"))]
+    got = stage2_merges(symbols, offsets, weights, weights, TOKENS, 4, None, bounded=True, cut=3, rebuilds=True,
+                        guard_tokens=lambda t: True)       # (nothing cut: only the pruning is at stake)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.info["restarts"] == 1                       # "ab" was not spared in the first run
 
 
 def test_rebuilds_keep_the_units():

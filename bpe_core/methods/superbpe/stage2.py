@@ -171,7 +171,8 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                   map_threshold: int = MAP_THRESHOLD, threads: int = 1,
                   sketch_size: Optional[int] = None,
                   regenerate: Optional[Callable[[], tuple]] = None,
-                  rebuilds: bool = False, guard_tokens: Optional[Callable[[bytes], bool]] = None) -> Stage2Result:
+                  rebuilds: bool = False, guard_tokens: Optional[Callable[[bytes], bool]] = None,
+                  spare_tokens: Optional[Callable[[bytes], bool]] = None) -> Stage2Result:
     """Stage 2's merges on units of stage-1 tokens (``symbols``/``offsets``, ``weights`` for the
     engine, ``counts`` for the final token count), equal to one engine run on the whole units.
 
@@ -222,7 +223,10 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     token (``run(stop_before_existing=)``) and, when that merge would need a boundary cut so far,
     marks it and starts again from the first merge on the pieces cut anew (a replay by rank is not
     the loop's rewriting once tokens are rebuilt); a lower cut starts again from the first merge
-    too. Pairs are never pruned (a rebuilt token makes a pair count more after its merge).
+    too. A rebuilt token makes its pairs count more after the merges that made them, so the pairs of
+    a token that may be rebuilt are never pruned (``MergeEngine(prune_spare=)``): those of the
+    tokens ``spare_tokens(bytes)`` marks (a guess), and of each token rebuilt in a run so far (a
+    rebuild of a token not spared from the start of the run starts it again, sparing that token).
 
     ``regenerate``: a function that lists the same units again (``(symbols, offsets, weights,
     counts)``, as given). With it the units are let go once they are cut (the lists given are
@@ -266,6 +270,10 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     tokens = list(tokens)
     tried = []
     edges = _Edges(tokens, guard_tokens) if rebuilds and bounded else None
+    spared: set = set()           # tokens rebuilt so far (rebuilds: their pairs are never pruned)
+
+    def spare(token: bytes) -> bool:
+        return token in spared or (spare_tokens is not None and spare_tokens(token))
     initial_tokens = list(tokens)
     if edges is not None and regenerate is not None:
         raise ValueError("stage2_merges: rebuilds starts again from the units; they are kept (no regenerate)")
@@ -317,9 +325,8 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         # than when its merge made it: one below the cut is forgotten (a small pair map)
         # the pieces' symbols become the engine's cells (donate: no copy, 4 bytes a symbol less)
         engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
-                             map_threshold=map_threshold,
-                             prune_below=cut if bounded and edges is None else 0, threads=threads,
-                             donate=True)
+                             map_threshold=map_threshold, prune_below=cut if bounded else 0, threads=threads,
+                             donate=True, prune_spare=spare if edges is not None else None)
         del data, starts
         t3 = time.perf_counter()
         phase("merge loop")
@@ -334,9 +341,13 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                 if engine.stopped_before is None:
                     break
                 left, right = engine.stopped_before
-                rebuilt = engine.tokens().index(engine.token_bytes(left) + engine.token_bytes(right))
-                if not edges.rebuild(left, right, rebuilt):
-                    again = True         # a boundary it needs was cut: the pieces again, from the first merge
+                merged = engine.token_bytes(left) + engine.token_bytes(right)
+                was_spared = spare(merged)
+                spared.add(merged)
+                if not edges.rebuild(left, right, engine.tokens().index(merged)) or not was_spared:
+                    # a boundary it needs was cut, or pairs of the token were pruned: the pieces
+                    # again (the guard grown), and the merges from the first, sparing the token
+                    again = True
                     break
                 step = engine.step(allowed, cut)        # the merge it stopped before (guarded: exact)
                 edges.follow([step])

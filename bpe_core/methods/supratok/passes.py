@@ -223,6 +223,20 @@ def _blank(token: bytes) -> bool:
     return token.isspace()
 
 
+_MARKS = frozenset(b" \t\n\r\x0b\x0c!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def _blank_marks(token: bytes) -> bool:
+    """Tokens of whitespace, maybe with ASCII punctuation: the ones pass 2's merges rebuild
+    (``".\\n" + "\\n"`` after ``"." + "\\n\\n"``), whose pairs ``stage2_merges(rebuilds=True)`` never
+    prunes.
+
+    >>> _blank_marks(b".\\n\\n"), _blank_marks(b"  "), _blank_marks(b"..."), _blank_marks(b" a")
+    (True, True, False, False)
+    """
+    return not token.strip() or (any(c in b" \t\n\r\x0b\x0c" for c in token) and _MARKS.issuperset(token))
+
+
 def _close(bar) -> None:
     if bar is not None:
         bar.close()
@@ -387,7 +401,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     # cut where no merge can reach, deduplicated), with the boundaries beside rebuilt tokens kept
     # (rebuilds: whitespace tokens from the start); the same merges as the engine on the whole units.
     result = stage2_merges(usyms, uoffs, ucnts, ucnts, tokens, n_total - len(steps1), rule.allows, bounded=True,
-                           rebuilds=True, guard_tokens=_blank, threads=plan.num_workers)
+                           rebuilds=True, guard_tokens=_blank, spare_tokens=_blank_marks, threads=plan.num_workers)
     del usyms, uoffs, ucnts
     steps2 = result.steps
     if bar is not None:
