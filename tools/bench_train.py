@@ -5,8 +5,10 @@
     python tools/bench_train.py /tmp/en_train.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe
 
 With ``--method`` bpe_core runs once per method (``bpe_core`` is plain BPE, ``bpe_core:superbpe``
-SuperBPE with its defaults), interleaved with the other tools, and the table gives each one's time
-over plain BPE's.
+SuperBPE and ``bpe_core:supratok`` SupraTok with their defaults), interleaved with the other tools,
+and the table gives each one's time, CPU time and peak RSS over plain BPE's:
+
+    python tools/bench_train.py en60.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe supratok
 
 ``--against DIR [DIR ...]``: other checkouts of bpe_core (built in place) run in the same interleaved
 loop (``PYTHONPATH=DIR``), their rows marked ``@1``, ``@2``..., each timed against its own plain BPE:
@@ -15,8 +17,11 @@ loop (``PYTHONPATH=DIR``), their rows marked ``@1``, ``@2``..., each timed again
 
 Each training runs in a fresh subprocess; runs are interleaved (A B C A B C ...) so drift on a
 noisy machine hits every tool alike. For each run the parent samples the RSS of the whole process
-tree (psutil, every 50 ms). Printed per vocab size: median wall seconds, median peak RSS, and the
-ratio of each tool's time to bpe_core's (> 1 means bpe_core is faster).
+tree (psutil, every 50 ms), and the run reports its CPU seconds (user + system of the process, its
+threads and the worker processes it waited for). Printed per vocab size: median wall seconds, CPU
+seconds and peak RSS, the ratio of each tool's time to bpe_core's (> 1 means bpe_core is faster),
+and per round (each run over plain BPE's of the same round, the median of those) the time, CPU and
+peak RSS ratios: on a shared machine the CPU ratio is the steadier one.
 
 ``--small-run``: the fixed costs of a small training run, measured on the whole process: the CLI
 (``tools/train_bpe.py FILE --vocab-size V --out DIR``, imports, plan, count, merges and the output

@@ -1252,16 +1252,17 @@ cdef class MergeEngine:
 
     cdef void _worker_loop(self) noexcept nogil:
         """The second thread (``threads=2``, while ``run`` runs): wait for a posted merge, do the
-        second share, say it is done; spin a while between merges, then nap."""
+        second share, say it is done; spin a short while between merges, yield a few times, then
+        nap (a spin or a yield is CPU time spent waiting)."""
         cdef uint32_t seen = self.job_done
         cdef int64_t spins
         while True:
             spins = 0
             while bpe_load_acquire(&self.job_posted) == seen:
                 spins += 1
-                if spins < SPIN_PAUSES:
+                if spins < WORKER_PAUSES:
                     bpe_pause()
-                elif spins < 40 * SPIN_PAUSES:
+                elif spins < WORKER_PAUSES + WORKER_YIELDS:
                     bpe_yield()         # a core shared with this thread's poster gets it back
                 else:
                     bpe_nap()
