@@ -68,7 +68,9 @@ class TrainConfig:
         stage2_skip_encoded: the units of stage-2 regions that look like encoded binary
             (uuencode: little whitespace, much ASCII punctuation, digits; ``reference.looks_encoded``
             on the region, docs/superbpe.md) count for nothing in stage 2 (default True), so the
-            vocabulary holds no such junk. Stage 1 and plain BPE are unaffected.
+            vocabulary holds no such junk. SupraTok's pass 2 follows the same rule (a unit counts
+            for nothing when most of its bytes lie in such regions; docs/supratok.md). Stage 1,
+            SupraTok's pass 1 and plain BPE are unaffected.
         progress: progress on stderr: ``False``/``"none"`` (default), ``True``/``"auto"`` (a tqdm bar
             on a terminal, else a plain line every 10 s or 10 %), ``"bar"``, ``"plain"`` or
             ``"json"`` (JSON lines); see ``bpe_core.progress``.

@@ -1,32 +1,39 @@
 """A ``transformers`` tokenizer backed by bpe_core: the ids that bpe_core's own encoder gives (the
-stage-aware one for SuperBPE, which reproduces training), inside ``transformers``.
+stage-aware one for SuperBPE and SupraTok, which reproduces training), inside ``transformers``.
 
 ``export_transformers(model, folder)`` (``tools/export_tokenizer.py --format transformers``) writes
-``model.json``, ``tokenizer_config.json`` and ``tokenization_bpe_core.py`` (a copy of this file);
-then::
+``model.json``, ``tokenizer_config.json`` and ``tokenization_bpe_core.py`` (a copy of this file;
+``formats.remote``), and a training folder of a stage-aware method carries the last two beside its
+``model.json``; then::
 
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
 
-loads :class:`BpeCoreTokenizer`. It needs ``transformers`` and ``bpe_core`` installed where it
-runs. Encoding, decoding, batches, special tokens (split out by ``transformers`` before bpe_core sees
-the text, as bpe_core does itself) and ``save_pretrained`` work as for any slow tokenizer.
+loads :class:`BpeCoreTokenizer`, from any working folder, on ``transformers`` 4.40+ and 5.x. It
+needs ``transformers`` and ``bpe_core`` installed where it runs. Encoding, decoding, batches,
+special tokens (split out by ``transformers`` before bpe_core sees the text, as bpe_core does
+itself) and ``save_pretrained`` work as for any slow tokenizer.
 
-This file imports bpe_core by absolute name only: ``transformers`` copies it into the folder and
-loads it from there as a module of its own.
+This file imports bpe_core by absolute name only: ``transformers`` copies it into its module cache
+and loads it from there as a module of its own. The bpe_core imports sit in a ``try`` block:
+``transformers`` then does not ask for a package named ``bpe_core`` on its own, and a missing
+bpe_core is one line saying what to install.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from typing import Optional
 
 from transformers import PreTrainedTokenizer
 
-from bpe_core.encode.tokenizer import Tokenizer
-from bpe_core.formats.model import dump_model, load_any, token_to_gpt2
-from bpe_core.runtime.atomic import atomic_write
+try:
+    from bpe_core.encode.tokenizer import Tokenizer
+    from bpe_core.formats.model import dump_model, load_any, token_to_gpt2
+    from bpe_core.formats.remote import dump_remote
+except ImportError as _exc:               # (transformers' check of the module's imports skips try blocks)
+    raise ImportError(f"tokenization_bpe_core.py: this tokenizer runs bpe_core's own encoder, and bpe_core "
+                      f"cannot be imported here ({_exc}); install bpe_core in this Python environment "
+                      f"(pip install . in a checkout of bpe_core)") from None
 
 MODEL_FILE = "model.json"
 CODE_FILE = "tokenization_bpe_core.py"
@@ -43,7 +50,10 @@ class BpeCoreTokenizer(PreTrainedTokenizer):
     vocab_files_names = {"model_file": MODEL_FILE}
     model_input_names = ["input_ids", "attention_mask"]
 
-    def __init__(self, model_file: str, **kwargs):
+    def __init__(self, model_file: Optional[str] = None, **kwargs):
+        if model_file is None or not os.path.isfile(model_file):
+            raise FileNotFoundError(f"BpeCoreTokenizer: no {MODEL_FILE} (got {model_file!r}): the folder given to "
+                                    f"from_pretrained must hold the model's {MODEL_FILE}")
         self._model = load_any(model_file)
         self._tok = Tokenizer.load(model_file)
         specials = {s.encode("utf-8"): s for s in self._model.special_tokens}
@@ -92,25 +102,6 @@ class BpeCoreTokenizer(PreTrainedTokenizer):
 
 def export_transformers(model, folder: str | os.PathLike) -> list[str]:
     """Write a folder ``AutoTokenizer.from_pretrained(folder, trust_remote_code=True)`` loads:
-    ``model.json``, ``tokenizer_config.json`` and ``tokenization_bpe_core.py``; returns the paths."""
-    folder = os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
-    model_path = os.path.join(folder, MODEL_FILE)
-    dump_model(model, model_path)
-    code_path = os.path.join(folder, CODE_FILE)
-    with open(__file__, encoding="utf-8") as src, atomic_write(code_path, "w", encoding="utf-8") as dst:
-        shutil.copyfileobj(src, dst)
-    config = {
-        "tokenizer_class": CLASS_NAME,
-        "auto_map": {"AutoTokenizer": [f"{CODE_FILE[:-3]}.{CLASS_NAME}", None]},
-        "model_file": MODEL_FILE,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": 1 << 60,
-    }
-    if model.special_tokens:
-        config["eos_token"] = config["pad_token"] = model.special_tokens[0]
-    config_path = os.path.join(folder, "tokenizer_config.json")
-    with atomic_write(config_path, "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=1)
-        f.write("\n")
-    return [model_path, config_path, code_path]
+    ``model.json``, ``tokenizer_config.json`` and ``tokenization_bpe_core.py``, published as one
+    unit (``formats.remote.dump_remote``); returns the paths."""
+    return dump_remote(model, folder)

@@ -71,7 +71,7 @@ def pytest_cmdline_main(config):
 def pytest_configure(config):
     """SIGINT deliverable in every test process and the tools it starts: a shell that starts the
     suite as a background job (``cmd &`` in a script) hands it SIGINT ignored, which Python and the
-    tools keep (tools/_tool_start.py) -- and the tests that send a Ctrl-C would see it vanish."""
+    tools keep (bpe_core/cli/_start.py) -- and the tests that send a Ctrl-C would see it vanish."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 

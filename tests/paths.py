@@ -5,6 +5,8 @@ import pathlib
 TESTS = pathlib.Path(__file__).resolve().parent
 REPO = TESTS.parent
 TOOLS = REPO / "tools"
+BENCHMARKS = REPO / "benchmarks"
+SCRIPTS = REPO / "scripts"
 FIXTURES = TESTS / "fixtures"
 #: ``../shared/corpora`` beside the checkout (developer machines, CI); a user's clone has none.
 CORPORA = REPO.parent / "shared" / "corpora"

@@ -26,6 +26,8 @@ LAYERS = [
     ("training", "export", "transformers_tokenizer"),
     ("evaluate",),
     ("__init__",),
+    ("cli",),           # the command line: any part of the package, through its public names
+    ("__main__",),
 ]
 LAYER_OF = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 #: The plain twins: they may use only these parts of the package (the definitions of the semantics).

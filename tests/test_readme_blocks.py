@@ -4,8 +4,10 @@ Each block runs in a fresh temporary folder that holds the packaged sample
 (``bpe_core/data/sample.txt``) as ``corpus.txt`` and ``heldout.txt``, the names the examples use
 for "your text":
 
-- ```` ```bash ```` blocks run with ``bash -e``; ``python`` is this interpreter and ``tools/`` is the
-  repository's tools folder (what a newcomer gets in the clone root); to keep the test fast, a
+- ```` ```bash ```` blocks run with ``bash -e``; ``python`` is this interpreter and ``tools/``
+  (``benchmarks/``, ``scripts/``) is the repository's folder (what a newcomer gets in the clone
+  root); ``bpe-core X`` runs as ``python -m bpe_core X`` (the same command, whether or not the
+  console script is installed here); to keep the test fast, a
   ``--vocab-size N`` above ``VOCAB_CAP`` runs as ``VOCAB_CAP`` (the 133 KB sample runs out of pairs
   near 8,400 anyway), the one change made to a block;
 - ```` ```python ```` blocks run twice: as a script file (no ``if __name__ == "__main__":`` guard)
@@ -77,9 +79,11 @@ def _env() -> dict:
 
 
 def _shell(code: str) -> str:
-    """The block with ``tools/`` as the repository's (``python`` is this interpreter: ``_env``)."""
+    """The block with ``tools/``, ``benchmarks/``, ``scripts/`` as the repository's and ``bpe-core``
+    as this interpreter's command (``python`` is this interpreter: ``_env``)."""
     code = re.sub(r"--vocab-size (\d+)", lambda m: f"--vocab-size {min(int(m.group(1)), VOCAB_CAP)}", code)
-    return re.sub(r"(?<![\w./-])tools/", str(ROOT / "tools") + "/", code)
+    code = re.sub(r"(?<![\w./-])bpe-core (?=\w)", "python -m bpe_core ", code)
+    return re.sub(r"(?<![\w./-])(tools|benchmarks|scripts)/", lambda m: str(ROOT / m.group(1)) + "/", code)
 
 
 def _check(proc, page, line, how):
@@ -103,9 +107,11 @@ def test_every_block_says_what_it_is():
 
 
 def test_blocks_are_found():
-    """The extraction sees the README's blocks (a regex that found nothing would pass anything)."""
+    """The extraction sees the blocks of the README and the pages (a regex that found nothing would
+    pass anything)."""
     readme = [b for b in RUNNABLE if b[0] == "README.md"]
-    assert any(b[2] == "python" for b in readme) and sum(b[2] == "bash" for b in readme) >= 3
+    assert any(b[2] == "python" for b in readme) and any(b[2] == "bash" for b in readme)
+    assert sum(b[2] == "bash" for b in RUNNABLE if b[0].startswith("docs/")) >= 3
 
 
 @pytest.mark.parametrize("block", [b for b in RUNNABLE if b[2] == "bash"], ids=_ids)

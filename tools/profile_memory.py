@@ -1,94 +1,24 @@
 #!/usr/bin/env python3
-"""Profile the memory of any command: RSS of its process tree over time, with phase labels.
+"""Profile the memory of any command: ``bpe-core profile`` of a checkout (``python tools/profile_memory.py --help``).
 
-    python tools/profile_memory.py --out runs/train8k -- \\
-        python tools/train_bpe.py corpus.txt --vocab-size 8000 --memory-limit 1G
-
-Writes ``PREFIX.json`` (samples, phases with start/end, peak, budget, command, exit code) and
-``PREFIX.png`` (RSS in MiB over time, the budget line, the phases shaded; needs matplotlib:
-``pip install "bpe_core[plot]"``). bpe_core processes label their phases through the file named by
-``BPE_CORE_PHASE_FILE``, which this tool sets. The exit code is the command's. The command's own
-output is left alone; this tool's summary line goes to stderr.
+The code is ``bpe_core.cli.profile``; this file starts it the signal-safe way (``bpe_core/cli/_start.py``).
 """
 import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one line, exit 130 / 143)
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in (tools/_tool_start.py)
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
 try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+    from bpe_core.cli import _start
+except ImportError:                       # a checkout built in place, not installed
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from bpe_core.cli import _start
 
-_tool_start.begin(__name__)
+_start.begin(__name__)
 
-import argparse  # noqa: E402
-
-from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_prefix  # noqa: E402
-from bpe_core.config import parse_size  # noqa: E402
-
-
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="profile_memory.py",
-        usage="%(prog)s [--interval SECONDS] [--budget SIZE] [--no-plot] --out PREFIX -- COMMAND ...",
-        description="Run COMMAND, sample the RSS of its process tree, write PREFIX.json and PREFIX.png.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Example: python tools/profile_memory.py --out run -- python tools/train_bpe.py c.txt "
-               "--memory-limit 1G",
-    )
-    p.add_argument("--out", required=True, metavar="PREFIX",
-                   help="output path without extension: PREFIX.json and PREFIX.png")
-    p.add_argument("--interval", type=_interval, default=0.1, metavar="SECONDS",
-                   help="seconds between samples (default: 0.1)")
-    p.add_argument("--budget", type=_size, default=None, metavar="SIZE",
-                   help="memory limit drawn as a line, e.g. 8G (default: the command's --memory-limit, "
-                        "if any)")
-    p.add_argument("--no-plot", action="store_true", help="write the JSON only")
-    return p
-
-
-def main(argv: "list[str] | None" = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    if "--" in argv:
-        at = argv.index("--")
-        opts, cmd = argv[:at], argv[at + 1:]
-    else:
-        opts, cmd = argv, []
-    args = parser.parse_args(opts)           # --help exits 0 here; bad flags exit 2 with one line
-    if not cmd:
-        parser.error("give the command to profile after --")
-    try:                                     # before the command runs, not after
-        check_out_prefix(args.out, (".json",) if args.no_plot else (".json", ".png"))
-    except CliError as exc:
-        parser.error(str(exc))
-
-    from bpe_core.runtime.profile import profile_command
-
-    result = profile_command(cmd, args.out, interval=args.interval, budget=args.budget,
-                             plot=not args.no_plot)
-    return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
-
+from bpe_core.cli.profile import *  # noqa: E402,F401,F403  (imported, e.g. by a test: the command's names)
+from bpe_core.cli.profile import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(_tool_start.run(main))
+    sys.exit(_start.run(main))

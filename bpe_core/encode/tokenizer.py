@@ -45,7 +45,7 @@ _MAX_SPARSE_ID = 1 << 24
 _BLOCK_BYTES = 1 << 20
 # encode_iterable encodes its buffer once it holds this many bytes.
 _STREAM_FLUSH_BYTES = 1 << 16
-# Named patterns use the native scanner; False runs ``regex`` (tools/bench_encode.py compares both).
+# Named patterns use the native scanner; False runs ``regex`` (benchmarks/bench_encode.py compares both).
 _NATIVE_PRETOKENIZER = True
 # Pretokens held back at the open end of a text: everything before them is final (docs/encoding.md).
 _HOLD_BACK = 2
@@ -57,7 +57,7 @@ _INT64_MAX = np.iinfo(np.int64).max
 _BATCH_THREAD_BYTES = 1 << 18
 # Encoders look a cache miss up in the proven single tokens (``_encode.build_singles``, pieces up to
 # 256 bytes) before merging it. Off: on GPT-2 and cl100k a cold pass was no faster with them (the
-# probe of a 4 MiB table costs what merging a common word does; docs/encoding.md has the figures).
+# probe of a 4 MiB table costs what merging a common word does; CHANGELOG.md, "Encoding", has the figures).
 _USE_SINGLES = False
 
 

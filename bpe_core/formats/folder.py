@@ -5,6 +5,9 @@
   their sha256);
 - ``tokenizer.json`` + ``tokenizer_config.json`` (HF's layout, ``formats.hf``) when HF encodes
   the model exactly (plain BPE): ``transformers.AutoTokenizer.from_pretrained(folder)`` then loads it;
+  otherwise (a stage-aware method) ``tokenizer_config.json`` + ``tokenization_bpe_core.py``
+  (``formats.remote``): ``AutoTokenizer.from_pretrained(folder, trust_remote_code=True)`` loads a
+  tokenizer that runs bpe_core's own encoder, with bpe_core's ids;
 - ``train_report.json`` when a report is given.
 """
 from __future__ import annotations
@@ -13,8 +16,9 @@ import json
 import os
 from typing import Any, Optional
 
-from .hf import hf_file_makers
+from .hf import HF_TOKENIZER_FILE, hf_file_makers
 from .model import REPORT_FILE, Model, dump_folder
+from .remote import remote_file_makers
 from .texts import FolderTexts
 
 __all__ = ["save_folder"]
@@ -34,6 +38,8 @@ def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[s
     """
     texts = FolderTexts(model.vocab, model.merges)   # each token's GPT-2 string, made once for all files
     extra: dict[str, Any] = dict(hf_file_makers(model, texts=texts))     # made as they are written
+    if HF_TOKENIZER_FILE not in extra:          # no exact tokenizer.json: transformers runs bpe_core
+        extra.update(remote_file_makers(model))
     if report is not None:
         extra[REPORT_FILE] = json.dumps(report, indent=2) + "\n"
     parent = os.path.dirname(os.path.abspath(os.fspath(folder)))

@@ -74,7 +74,8 @@ def hf_tokenizer_json(model: Model, names: dict[bytes, str] | None = None) -> di
     can express; see :func:`export_caveats`).
     """
     doc, vocab, pairs, names = _hf_parts(model, names)
-    doc["model"].update(vocab=vocab, merges=[[names[a], names[b]] for a, b in pairs])
+    # each merge as the string "left right" (HF tokenizers 0.19 reads no pairs; see formats.texts)
+    doc["model"].update(vocab=vocab, merges=[f"{names[a]} {names[b]}" for a, b in pairs])
     return doc
 
 
@@ -107,7 +108,7 @@ def _hf_pieces(model: Model, names: dict[bytes, str] | None, end: str,
     vocab_text = json.dumps(vocab, ensure_ascii=False)
     del vocab, doc                        # (each part is freed once it is text: a lower peak)
     quote = encode_basestring             # json's own string encoder (ensure_ascii=False)
-    merges = "[" + ", ".join([f"[{quote(names[a])}, {quote(names[b])}]" for a, b in pairs]) + "]"
+    merges = "[" + ", ".join([quote(f"{names[a]} {names[b]}") for a, b in pairs]) + "]"
     del pairs
     return [head[:-2], ', "vocab": ', vocab_text, ', "merges": ', merges, "}}" + end]
 

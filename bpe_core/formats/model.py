@@ -33,7 +33,8 @@ REPORT_FILE = "train_report.json"
 #: the folder that a run does not write belongs to the older model and goes with it; every other
 #: file there is carried over. To add a file to the set, write it in :func:`dump_folder` (or pass
 #: it in ``extra``) and list its name here.
-FOLDER_FILES = (MODEL_FILE, VOCAB_FILE, MERGES_FILE, REPORT_FILE, "tokenizer.json", "tokenizer_config.json")
+FOLDER_FILES = (MODEL_FILE, VOCAB_FILE, MERGES_FILE, REPORT_FILE, "tokenizer.json", "tokenizer_config.json",
+                "tokenization_bpe_core.py")
 FORMAT_NAME = "bpe_core.model"
 FORMAT_VERSION = 1
 

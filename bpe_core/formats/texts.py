@@ -361,7 +361,9 @@ class FolderTexts:
             ordinary.update(removed)
 
     def _hf_merge_pieces(self) -> Iterator[str]:
-        """``tokenizer.json``'s merges, ``[["Ġ", "t"], ...]``: ``merges.txt``'s lines rewritten."""
+        """``tokenizer.json``'s merges, ``["Ġ t", ...]``: ``merges.txt``'s lines as JSON strings (the
+        form every HF ``tokenizers`` reads: 0.19, which ``transformers`` 4.40-4.44 need, does not
+        read pairs ``[["Ġ", "t"], ...]``; a GPT-2 token string holds no space)."""
         if not self.merges:
             yield "[]"
             return
@@ -374,5 +376,5 @@ class FolderTexts:
             lines = lines[:-1]
             if '"' in lines or "\\" in lines:
                 lines = lines.replace("\\", "\\\\").replace('"', '\\"')
-            yield ('[["' if k == 0 else '"], ["') + lines.replace(" ", '", "').replace("\n", '"], ["')
-        yield '"]]'
+            yield ('["' if k == 0 else '", "') + lines.replace("\n", '", "')
+        yield '"]'

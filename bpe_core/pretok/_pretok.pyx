@@ -8,7 +8,7 @@ scanners here give byte-identical pieces without decoding to ``str``:
   surrogates, nothing above U+10FFFF), or else one byte, which ``surrogateescape`` turns into
   U+DC80..U+DCFF: a lone surrogate, "other" to every class.
 - Its classes (``\\p{L}``, ``\\p{N}``, ``\\s``, o200k's case classes, and what ``(?i:s)`` etc.
-  match) come from ``_unicode_tables.h``, probed from ``regex`` by ``tools/gen_unicode_tables.py``.
+  match) come from ``_unicode_tables.h``, probed from ``regex`` by ``scripts/gen_unicode_tables.py``.
 - Each ``_end_<pattern>`` tries the alternatives of its pattern in order, reproducing the
   backtracking that matters (a whitespace run gives its last character back to ``(?!\\S)``; o200k's
   ``[U]*[W]+`` ends at the last W of the U-run), so each character is looked at a bounded number of
@@ -148,7 +148,7 @@ cdef extern from *:
     void* bpe_lines_alloc(size_t size) noexcept nogil
 
 
-# The table the scanners were built from (see tools/gen_unicode_tables.py).
+# The table the scanners were built from (see scripts/gen_unicode_tables.py).
 TABLES_REGEX_VERSION = BPE_UT_REGEX_VERSION.decode("ascii")
 TABLES_UNICODE_VERSION = BPE_UT_UNICODE_VERSION.decode("ascii")
 TABLES_DIGEST = BPE_UT_DIGEST.decode("ascii")

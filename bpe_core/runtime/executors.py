@@ -275,7 +275,7 @@ async def _warm_worker() -> None:
 
 
 def worker_cpu_seconds() -> float:
-    """User + system CPU seconds of this process so far (``tools/bench_cluster.py`` runs it on
+    """User + system CPU seconds of this process so far (``benchmarks/bench_cluster.py`` runs it on
     each worker before and after a phase)."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime

@@ -35,6 +35,8 @@ from .workers import terminate_on_sigterm
 MiB = 1 << 20
 #: Tools that plan to a memory budget: without ``--memory-limit`` they use the default one.
 BUDGETED_TOOLS = ("train_bpe.py", "encode_corpus.py")
+#: The same as subcommands: ``bpe-core train``, ``python -m bpe_core encode``.
+BUDGETED_COMMANDS = ("train", "encode")
 PLOT_HINT = 'pip install "bpe_core[plot]"'
 
 
@@ -94,7 +96,7 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
     if budget is None:
         budget = budget_from_command(cmd)
         budget_source = "--memory-limit" if budget is not None else None
-    if budget is None and any(os.path.basename(c) in BUDGETED_TOOLS for c in cmd):
+    if budget is None and _budgeted(cmd):
         budget, budget_source = default_memory_limit(), "default"      # what the tool plans with
 
     fd, phase_path = tempfile.mkstemp(prefix="bpe_core-phases-", suffix=".txt")
@@ -188,6 +190,20 @@ def budget_from_command(cmd: Sequence[str]) -> Optional[int]:
             except ValueError:
                 return None
     return None
+
+
+def _budgeted(cmd: Sequence[str]) -> bool:
+    """Whether ``cmd`` runs a command that plans to a memory budget (``train_bpe.py``, ``bpe-core
+    train``, ``python -m bpe_core encode``).
+
+    >>> _budgeted(["bpe-core", "train", "c.txt"]), _budgeted(["python", "-m", "bpe_core", "encode"])
+    (True, True)
+    >>> _budgeted(["python", "tools/train_bpe.py"]), _budgeted(["bpe-core", "export"]), _budgeted(["ls"])
+    (True, False, False)
+    """
+    names = [os.path.basename(c) for c in cmd]
+    return any(n in BUDGETED_TOOLS for n in names) or any(
+        a in ("bpe-core", "bpe_core") and b in BUDGETED_COMMANDS for a, b in zip(names, names[1:]))
 
 
 def split_flag(argv: Sequence[str], flag: str = "--profile-memory") -> tuple[Optional[str], list[str]]:

@@ -69,7 +69,7 @@ def plain_tokenizer_json(model):
         if (a, b) in seen or a not in ids or b not in ids:
             continue
         seen.add((a, b))
-        merges.append([plain_gpt2(a), plain_gpt2(b)])
+        merges.append(f"{plain_gpt2(a)} {plain_gpt2(b)}")     # (the string form: tokenizers 0.19 reads it)
     doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
                {"type": "Split", "pattern": {"Regex": hf.hf_split_pattern(model)}, "behavior": "Isolated",

@@ -3,7 +3,8 @@ BPE it holds HF's ``tokenizer.json`` + ``tokenizer_config.json``, so
 ``transformers.AutoTokenizer.from_pretrained(folder)`` and
 ``tokenizers.Tokenizer.from_file(folder/tokenizer.json)`` give bpe_core's ids on held-out text;
 ``TrainResult.save`` and ``Tokenizer.save`` write the same folder; a stage-aware model's folder
-has no HF files (HF cannot reproduce its stages)."""
+has no ``tokenizer.json`` (HF cannot reproduce its stages) but the remote-code files that
+``AutoTokenizer(trust_remote_code=True)`` loads (tests/formats/test_loaders.py)."""
 import json
 import sys
 
@@ -58,9 +59,11 @@ def test_the_api_writes_the_same_folder(folder, tmp_path):
         assert (tmp_path / "tok" / name).read_bytes() == (folder / name).read_bytes(), name
 
 
-def test_a_stage_aware_folder_has_no_hf_files(tmp_path):
+def test_a_stage_aware_folder_has_no_tokenizer_json(tmp_path):
     out = tmp_path / "sb"
     assert cli.main([str(FIXTURES / "corpus.en"), "--vocab-size", "700", "--method", "superbpe", "--out", str(out),
                      "--no-progress"]) == 0
     assert (out / "model.json").is_file()
-    assert not (out / "tokenizer.json").exists() and not (out / "tokenizer_config.json").exists()
+    assert not (out / "tokenizer.json").exists()
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "BpeCoreTokenizer" and (out / "tokenization_bpe_core.py").is_file()

@@ -375,7 +375,7 @@ def test_hf_export_is_loaded_back_before_it_is_written(tmp_path, monkeypatch, ca
 
     def broken(model):
         doc = real(model)
-        doc["model"]["merges"].append(["Ġnot_a_token", "x"])
+        doc["model"]["merges"].append("Ġnot_a_token x")
         return doc
 
     monkeypatch.setattr(ex, "hf_tokenizer_json", broken)

@@ -46,10 +46,15 @@ for folder, model_dir, out2 in zip(runs[0::3], runs[1::3], runs[2::3]):
 print(json.dumps(out))
 '''
 METHODS = ["superbpe", "bpe"]
+#: This interpreter, and another one (e.g. a venv with the other major of transformers) when
+#: BPE_CORE_TRANSFORMERS_PYTHON names it (tests/formats/test_loaders.py).
+PYTHONS = [pytest.param(sys.executable, id="this-python")]
+if os.environ.get("BPE_CORE_TRANSFORMERS_PYTHON"):
+    PYTHONS.append(pytest.param(os.environ["BPE_CORE_TRANSFORMERS_PYTHON"], id="other-python"))
 
 
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory, fixtures_dir):
+@pytest.fixture(scope="module", params=PYTHONS)
+def loaded(request, tmp_path_factory, fixtures_dir):
     # Both methods' folders are trained and exported by the tools (forked by tool_runner), then
     # loaded by transformers in one fresh interpreter (one import of transformers for both).
     tmp_path = tmp_path_factory.mktemp("transformers")
@@ -71,7 +76,7 @@ def loaded(tmp_path_factory, fixtures_dir):
     env = dict(os.environ, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     # (run outside the checkout: from the repository root, its unbuilt bpe_core/ would shadow the
     # installed package, as for any script a user runs there)
-    r = subprocess.run([sys.executable, "-c", SCRIPT, str(heldout), *runs], capture_output=True, text=True,
+    r = subprocess.run([request.param, "-c", SCRIPT, str(heldout), *runs], capture_output=True, text=True,
                        env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     res = __import__("json").loads(r.stdout.strip().splitlines()[-1])

@@ -77,7 +77,7 @@ def test_hf_merges_and_vocab_are_the_pair_by_pair_ones(model):
     ids = hf.unique_ids(model)
     assert hf.usable_merges(model, ids) == _plain_usable(model, ids)
     doc = hf.hf_tokenizer_json(model)
-    assert doc["model"]["merges"] == [[_plain_gpt2(a), _plain_gpt2(b)] for a, b in _plain_usable(model, ids)]
+    assert doc["model"]["merges"] == [f"{_plain_gpt2(a)} {_plain_gpt2(b)}" for a, b in _plain_usable(model, ids)]
     assert all(doc["model"]["vocab"][_plain_gpt2(b)] == i for b, i in ids.items())
     assert hf.hf_tokenizer_text(model) == json.dumps(doc, ensure_ascii=False)       # tokenizer.json's text
 

@@ -127,9 +127,12 @@ def test_gpt2_export_is_written_with_a_note(supratok_dir, tmp_path, capsys):
 
 
 def test_training_folder_has_no_tokenizer_json(supratok_dir):
-    # HF's tokenizer.json is written beside model.json only for a method HF encodes exactly
+    # HF's tokenizer.json is written beside model.json only for a method HF encodes exactly; a
+    # SupraTok folder loads through the remote-code class instead (tests/formats/test_loaders.py)
     names = set(os.listdir(supratok_dir))
-    assert "model.json" in names and "tokenizer.json" not in names and "tokenizer_config.json" not in names
+    assert "model.json" in names and "tokenizer.json" not in names
+    config = json.loads((supratok_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["tokenizer_class"] == "BpeCoreTokenizer" and "tokenization_bpe_core.py" in names
 
 
 def _model_with_repeats() -> Model:

@@ -13,12 +13,13 @@ import bpe_core
 from bpe_core.methods.superbpe import Stage2Rules
 from bpe_core.methods.supratok.passes import SeedRule
 from bpe_core.reference import supratok as reference_supratok
-from paths import REPO, TOOLS
+from paths import BENCHMARKS, REPO, TOOLS
 from strategies import SPECIAL
 
 from test_supratok import phrase_docs, small_options, train_bytes
 
 sys.path.insert(0, str(TOOLS))
+sys.path.insert(0, str(BENCHMARKS))
 import bench_supratok  # noqa: E402
 
 

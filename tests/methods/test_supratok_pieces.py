@@ -157,6 +157,11 @@ WORDS = [b" the", b" cat", b" 12", b"\n", b"\n\n", b" ", b",", b" ve", b" bir", 
          b"'ve", b" i\xc3\xa7in", b" myo\xcc\x88s", b"\xc2\xa0ile", b"<|endoftext|>"]
 
 
+#: lines that look like encoded data (uuencode): their units are marked with ``skip_encoded``
+ENCODED = [b"M9&]R(&5X86UP;&4@=&AE(&EN<'5T(&UA>2!B92!C;W)R=7!T960@8GD@=&AE\n",
+           b"M(&EN<'5T(&UA>2!B92!C;W)R=7!T960@8GD@=&AE(&EN<'5T(&UA>2!B92!C\n"]
+
+
 def _table(text: bytes, pattern: str) -> WordTable:
     """The word table of every pretoken of ``text`` (between ``<|endoftext|>``)."""
     spans, _ = split_spans(text, 0, len(text), [b"<|endoftext|>"])
@@ -168,21 +173,24 @@ def _table(text: bytes, pattern: str) -> WordTable:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(WORDS), max_size=120), st.sampled_from(["gpt2", "cl100k", "o200k"]),
-       st.sampled_from([1.0, 0.5]), st.integers(20, 400))
-@example([b" ve", b" bir", b" bu", b" ve", b"<|endoftext|>", b" the"], "gpt2", 1.0, 64)
-@example([b"\tjoka", b" ja", b" ole", b" jot\xe2\x84\xaaa", b" oli", b"<|endoftext|>"], "cl100k", 1.0, 64)
-def test_documents_by_the_scan_equal_the_loop(tmp_path_factory, words, pattern, fraction, chunk):
+@given(st.lists(st.sampled_from(WORDS + ENCODED), max_size=120), st.sampled_from(["gpt2", "cl100k", "o200k"]),
+       st.sampled_from([1.0, 0.5]), st.integers(20, 400), st.booleans())
+@example([b" ve", b" bir", b" bu", b" ve", b"<|endoftext|>", b" the"], "gpt2", 1.0, 64, False)
+@example([b"\tjoka", b" ja", b" ole", b" jot\xe2\x84\xaaa", b" oli", b"<|endoftext|>"], "cl100k", 1.0, 64, False)
+@example([b" the", b"\n", ENCODED[0], ENCODED[0], b"\n", b" 12", ENCODED[1], b"<|endoftext|>", ENCODED[0], b" cat"],
+         "gpt2", 1.0, 400, True)
+def test_documents_by_the_scan_equal_the_loop(tmp_path_factory, words, pattern, fraction, chunk, skip_encoded):
+    from bpe_core.methods.superbpe import word_classes, word_flags
+    from bpe_core.pretok.patterns import resolve_pattern
+
     path = tmp_path_factory.mktemp("docs") / "corpus.txt"
     text = b"".join(words) + b" the"
     path.write_bytes(text)
     table = _table(text, pattern)
-    from bpe_core.pretok.patterns import resolve_pattern
-
-    rx = resolve_pattern(pattern)
-    args = (str(path), table, None, [b"<|endoftext|>"], rx, 2, chunk, fraction, 0.0, True)
-    scan = count_documents(*args)
-    loop = count_documents(*args, force_loop=True)
+    args = (str(path), table, None, [b"<|endoftext|>"], resolve_pattern(pattern), 2, chunk, fraction, 0.0, True)
+    marks = dict(flags=word_flags(table), classes=word_classes(table)) if skip_encoded else {}
+    scan = count_documents(*args, **marks)
+    loop = count_documents(*args, force_loop=True, **marks)
     for a, b in zip(scan["units"], loop["units"]):
         assert np.array_equal(a, b)
     assert (scan["seen"], scan["kept"], scan["n_train_docs"]) == (loop["seen"], loop["kept"], loop["n_train_docs"])

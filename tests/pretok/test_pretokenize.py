@@ -94,9 +94,9 @@ def as_table(counter: Counter) -> tuple:
 
 
 def test_unicode_tables_regenerate_identically():
-    """tools/gen_unicode_tables.py, run in memory on the installed regex, gives the committed header."""
+    """scripts/gen_unicode_tables.py, run in memory on the installed regex, gives the committed header."""
     spec = importlib.util.spec_from_file_location("gen_unicode_tables",
-                                                  ROOT / "tools" / "gen_unicode_tables.py")
+                                                  ROOT / "scripts" / "gen_unicode_tables.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     committed = (ROOT / "bpe_core" / "pretok" / "_unicode_tables.h").read_text(encoding="ascii")
@@ -106,7 +106,7 @@ def test_unicode_tables_regenerate_identically():
     assert strip(fresh) == strip(committed), (
         f"regex {regex.__version__} gives other Unicode tables than the committed ones "
         f"(from regex {_pretok.TABLES_REGEX_VERSION}); supported: {gen.REGEX_VERSION_RANGE}. "
-        "Regenerate with tools/gen_unicode_tables.py and re-run these tests.")
+        "Regenerate with scripts/gen_unicode_tables.py and re-run these tests.")
     assert _pretok.TABLES_DIGEST in committed
 
 

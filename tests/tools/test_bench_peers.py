@@ -1,4 +1,4 @@
-"""``tools/bench_peers.py --vocab trained:DIR``: the wiring of a trained model folder into every row
+"""``benchmarks/bench_peers.py --vocab trained:DIR``: the wiring of a trained model folder into every row
 (no timing is asserted: speed belongs to the benchmark), and its reference ids."""
 import importlib.util
 import json
@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from paths import TOOLS, package_parent
+from paths import BENCHMARKS, TOOLS, package_parent
 
 sys.path.insert(0, str(TOOLS))
+sys.path.insert(0, str(BENCHMARKS))
 import bench_peers  # noqa: E402
 import train_bpe  # noqa: E402
 
@@ -84,10 +85,10 @@ def test_trained_vocab_needs_a_model_folder(tmp_path, capsys):
 
 def test_ctrl_c_is_one_line_and_exit_130(folders):
     """A Ctrl-C while the benchmark runs: one line on stderr, exit 130, no traceback (every bench_*
-    script ends with ``_tool_start.run_bench``). Run by path with the package this test imported
+    script ends with ``_start.run_bench``). Run by path with the package this test imported
     (the script puts its own checkout first, which a clean clone has not built)."""
     model, corpora = folders
-    script = str(TOOLS / "bench_peers.py")
+    script = str(BENCHMARKS / "bench_peers.py")
     argv = [script, "--vocab", f"trained:{model}", "--corpus", "tiny", "--corpora", str(corpora),
             "--runs", "1000000", "--peers", "none"]
     code = (f"import sys, runpy; sys.path.insert(0, {package_parent()!r}); import bpe_core; "

@@ -1,12 +1,12 @@
-"""``tools/bench_train.py --small-run``: the max RSS it reports is the measured process's own (not the
+"""``benchmarks/bench_train.py --small-run``: the max RSS it reports is the measured process's own (not the
 benchmark's, which a forked child would inherit in ``ru_maxrss``), and a bad ``--against`` is one
 line, exit 2."""
 import subprocess
 import sys
 
-from paths import TOOLS
+from paths import BENCHMARKS
 
-sys.path.insert(0, str(TOOLS))
+sys.path.insert(0, str(BENCHMARKS))
 import bench_train  # noqa: E402
 
 
@@ -22,6 +22,6 @@ def test_max_rss_is_the_command_s_own_not_the_benchmark_s():
 
 
 def test_a_bad_against_folder_is_one_line(tmp_path):
-    r = subprocess.run([sys.executable, str(TOOLS / "bench_train.py"), "--small-run", "--against", str(tmp_path)],
+    r = subprocess.run([sys.executable, str(BENCHMARKS / "bench_train.py"), "--small-run", "--against", str(tmp_path)],
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 2 and "no tools/train_bpe.py there" in r.stderr and "Traceback" not in r.stderr

@@ -140,9 +140,9 @@ def test_a_budget_that_cannot_fit_says_which_one_would(corpus_file, tmp_path):
 
 
 def test_bench_train_names_a_tool_it_cannot_run_instead_of_an_empty_table(corpus_file, tmp_path):
-    """``tools/bench_train.py``: a mistyped tool, or a bpe_core that does not import (a Python without
+    """``benchmarks/bench_train.py``: a mistyped tool, or a bpe_core that does not import (a Python without
     the package), is one line naming the problem (exit 2), not an empty table or a traceback."""
-    bench = [str(ROOT / "tools" / "bench_train.py"), str(corpus_file), "--repeats", "1"]
+    bench = [str(ROOT / "benchmarks" / "bench_train.py"), str(corpus_file), "--repeats", "1"]
     r = subprocess.run([sys.executable, *bench, "--tools", "bpe_core,rustbp"], capture_output=True, text=True)
     assert r.returncode == 2 and "unknown tool rustbp" in r.stderr and "Traceback" not in r.stderr
     # bpe_core not importable (as under a Python without its dependencies): a numpy that fails to import

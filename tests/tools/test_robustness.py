@@ -110,7 +110,7 @@ def test_a_signal_at_any_moment_ends_the_run_cleanly(big_corpus, tokenizer_dir, 
     # with exit 1 and the bare line "KeyboardInterrupt", or Python's "Fatal Python error:
     # init_import_site" while it imports site, or -- while it compiles the script -- Python's
     # traceback whose one frame is the script at "line 0": no line of the tool ran; seen on a loaded
-    # machine. From the tool's first line on, tools/_tool_start.py has it: one line, 130;
+    # machine. From the tool's first line on, bpe_core/cli/_start.py has it: one line, 130;
     # test_early_signals.py sends it at exact moments.)
     line_0 = f'File "{_command(kind, big_corpus, out, tokenizer_dir)[1]}", line 0, in <module>'
     startup_interrupt = sig == "SIGINT" and (

@@ -7,12 +7,12 @@ from typing import Callable, Optional, Sequence
 
 
 from ...corpus.chunks import file_chunks, split_spans
-from ...engine.units import UnitCounter, WordIndex, chunk_unit_stream
+from ...engine.units import ENCODED_MARK, UnitCounter, WordIndex, chunk_unit_stream
 from ...errors import InputChanged
 from ...pretok.patterns import pattern_name
 from ...pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from ...pretok.wordtable import WordTable
-from ..superbpe import numeric_mask
+from ..superbpe import ENDS_SPACE, STARTS_SPACE, looks_encoded_counts, numeric_mask
 from ...runtime.workers import FileStamp, read_range, run_ordered
 from .script import FI_MARKER, TR_MARKER, guess_suffix_language, marker_words
 
@@ -34,9 +34,42 @@ def is_heldout(doc: bytes, fraction: float) -> bool:
     return zlib.crc32(doc) < fraction * 2 ** 32
 
 
+def encoded_units(ids: np.ndarray, bounds: np.ndarray, flags: np.ndarray, classes: np.ndarray,
+                  doc_starts: Optional[np.ndarray] = None) -> np.ndarray:
+    """Which units ``ids[bounds[k]:bounds[k+1]]`` of one document look like encoded data (bool per
+    unit), by SuperBPE's rule for its default split: a *region* is the text between the document's
+    edges and the places where two pretokens meet inside a run of whitespace, and a region looks
+    encoded by ``reference.looks_encoded`` on its bytes (``classes``: ``superbpe.word_classes``;
+    ``flags``: ``superbpe.word_flags``). SupraTok's units are cut only at numbers, so one unit can
+    span several regions: it counts as encoded when more than half of its bytes lie in regions that
+    look encoded. Plain twin: ``reference.supratok.supratok_units``.
+
+    ``doc_starts``: ``ids`` are several documents' (a chunk's), each starting at one of these
+    positions (a region starts there too); units never cross them. Default: one document.
+    """
+    f = flags[ids]
+    rstart = np.zeros(ids.size, dtype=bool)
+    rstart[0] = True
+    rstart[1:] = ((f[:-1] & ENDS_SPACE) > 0) & ((f[1:] & STARTS_SPACE) > 0)
+    if doc_starts is not None:
+        rstart[doc_starts[doc_starts < ids.size]] = True
+    c = classes[ids].astype(np.int64)
+    sums = np.add.reduceat(c, np.flatnonzero(rstart), axis=0)
+    enc_region = looks_encoded_counts(sums[:, 0], sums[:, 1], sums[:, 2], sums[:, 3], sums[:, 4])
+    if not enc_region.any():
+        return np.zeros(bounds.size - 1, dtype=bool)
+    enc_word = enc_region[np.cumsum(rstart) - 1]
+    n_bytes = np.add.reduceat(c[:, 0], bounds[:-1])
+    enc_bytes = np.add.reduceat(np.where(enc_word, c[:, 0], 0), bounds[:-1])
+    return 2 * enc_bytes > n_bytes
+
+
 def _docs_chunk(task: tuple) -> tuple:
-    """Worker: training units, held-out documents, document frequencies and language words."""
-    path, start, end, specials, pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp = task
+    """Worker: training units, held-out documents, document frequencies and language words. With
+    ``classes`` the units that look like encoded data (:func:`encoded_units`) end with
+    ``ENCODED_MARK`` (pass 2 gives them no weight; ``superbpe.stage2_table`` takes the mark off)."""
+    (path, start, end, specials, pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp,
+     flags, classes) = task
     n_sids = (int(sid.max()) + 1 if sid.size else 0) if sid is not None else 0
     buf = read_range(path, start, end, stamp)
     spans, _ = split_spans(buf, 0, len(buf), specials)
@@ -60,7 +93,13 @@ def _docs_chunk(task: tuple) -> tuple:
         num = numeric[ids]
         cut = np.flatnonzero(num[1:] | num[:-1]) + 1
         bounds = np.concatenate(([0], cut, [ids.size])).astype(np.int64)
-        counter.add_units(ids.astype(np.uint32), bounds, 1, keep_below)
+        ids32 = ids.astype(np.uint32)
+        if classes is not None and ids.size:
+            enc = encoded_units(ids, bounds, flags, classes)
+            if enc.any():
+                ids32 = np.insert(ids32, bounds[1:][enc], np.uint32(ENCODED_MARK))
+                bounds = bounds + np.concatenate(([0], np.cumsum(enc)))
+        counter.add_units(ids32, bounds, 1, keep_below)
         if sid is not None:
             u = np.unique(sid[ids])
             df[u[u >= 0]] += 1
@@ -79,18 +118,30 @@ def _docs_chunk_scan(task: tuple) -> tuple:
     """Worker: ``_docs_chunk`` when no document is held out, by one native scan of the chunk
     (``chunk_unit_stream``: the units and every pretoken's word id, document by document) instead of
     a loop over its documents; the language guess decodes only the documents that may pass it
-    (all of them without ``markers``). Document frequencies are not counted (None): only pass 3 reads
-    them, and it needs held-out documents. The same units, counts and language words (tested)."""
-    path, start, end, specials, pattern_id, keep_below, script_aware, index, flags, markers, n_words, stamp = task
+    (all of them without ``markers``); with ``classes`` the units that look encoded are marked as
+    there (``encoded_units`` on the chunk's documents at once). Document frequencies are not
+    counted (None): only pass 3 reads them, and it needs held-out documents. The same units, counts
+    and language words (tested)."""
+    (path, start, end, specials, pattern_id, keep_below, script_aware, index, numeric, markers, n_words, stamp,
+     flags, classes) = task
     buf = read_range(path, start, end, stamp)
     spans, _ = split_spans(buf, 0, len(buf), specials)
     ends = np.zeros(spans.shape[0], dtype=np.int64)
-    ids, bounds, _, _, missing = chunk_unit_stream(buf, spans, pattern_id, index, flags, span_ends=ends)
+    ids, bounds, _, _, missing = chunk_unit_stream(buf, spans, pattern_id, index, numeric, span_ends=ends)
     if missing:
         raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
                                  "counted earlier; nothing was written")
     counter = UnitCounter()
-    counter.add_units(ids, bounds, 1, keep_below)
+    if classes is not None and ids.size:           # the units that look encoded end with ENCODED_MARK
+        enc = encoded_units(ids, bounds, flags, classes, doc_starts=np.concatenate(([0], ends[:-1])))
+        if enc.any():
+            counter.add_units(np.insert(ids, bounds[1:][enc], np.uint32(ENCODED_MARK)),
+                              bounds + np.concatenate(([0], np.cumsum(enc))), 1, keep_below)
+        else:
+            counter.add_units(ids, bounds, 1, keep_below)
+        del enc
+    else:
+        counter.add_units(ids, bounds, 1, keep_below)
     data, starts, counts = counter.to_arrays()
     n_seen, n_kept = counter.n_seen, counter.n_kept
     del counter, bounds
@@ -119,10 +170,13 @@ def _docs_chunk_scan(task: tuple) -> tuple:
 def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequence[bytes], pattern: str,
                     num_workers: int, chunk_bytes: int, sample_fraction: float, heldout: float,
                     script_aware: bool, on_bytes: Optional[Callable[[int], None]] = None,
+                    flags: Optional[np.ndarray] = None, classes: Optional[np.ndarray] = None,
                     force_loop: bool = False) -> dict:
     """One pass over the corpus: training units (deduplicated, sampled), held-out documents as word-id
     arrays (sorted, so the result does not depend on chunking), word document frequencies.
-    ``on_bytes(n)`` hears of each chunk of ``n`` bytes done (a progress bar).
+    ``on_bytes(n)`` hears of each chunk of ``n`` bytes done (a progress bar). With ``flags`` and
+    ``classes`` (``superbpe.word_flags``, ``superbpe.word_classes``) the training units that look
+    like encoded data carry ``ENCODED_MARK`` (:func:`encoded_units`).
 
     Without held-out documents (``heldout`` 0) and with a native pattern, each chunk is one native
     scan (``_docs_chunk_scan``), and the document frequencies are not counted (``"df"`` is None:
@@ -140,11 +194,11 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
         markers = marker_words(table) if script_aware and name in LETTER_RUN_PATTERNS else None
         worker = _docs_chunk_scan
         tasks = [(path, s, e, list(specials), PATTERN_IDS[name], keep_below, script_aware, index,
-                  numeric.astype(np.uint8), markers, table.n_words, stamp) for s, e in chunks]
+                  numeric.astype(np.uint8), markers, table.n_words, stamp, flags, classes) for s, e in chunks]
     else:
         worker = _docs_chunk
-        tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp)
-                 for s, e in chunks]
+        tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp,
+                  flags, classes) for s, e in chunks]
     total = UnitCounter()
     count_df = not scan and sid is not None
     out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64) if count_df else None,

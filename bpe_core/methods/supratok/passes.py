@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ...corpus.specials import encode_specials
 from ...engine.merge import MergeEngine
+from ...engine.units import strip_marks
 from ...formats.model import Model
 from ...pretok.patterns import resolve_pattern
 from ...pretok.pretokenize import pretoken_ends
@@ -19,7 +20,8 @@ from ...pretok.wordtable import WordTable
 from ...runtime.memmon import phase
 from ...runtime.progress import progress_bar
 from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
-                        resolve_transition, stage2_table)
+                        resolve_transition, stage2_table, word_flags)
+from ..superbpe import word_classes as byte_classes
 from ..superbpe.stage2 import stage2_merges
 from .documents import count_documents
 from .script import (STOPWORDS_EN, ScriptGate, TAU_BE, normalize_hamza, script_gate_from_table, sigmoid, supercategory)
@@ -317,9 +319,14 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     budget_share = max(plan.memory_limit - plan.parent_overhead - 3 * table.nbytes, 64 << 20)
     need = int(table.counts.sum() * 2) * STAGE2_BYTES_PER_SYMBOL
     fraction = 1.0 if need <= budget_share else budget_share / need
+    # units of text that looks like encoded data (uuencode) are marked: pass 2 gives them no weight,
+    # as SuperBPE's stage 2 (stage2_skip_encoded, on by default), so the vocabulary learns no such junk
+    skip_encoded = config.stage2_skip_encoded
     docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers, plan.chunk_bytes,
                            fraction, heldout, script_aware,
-                           on_bytes=bar.update if bar is not None else None)
+                           on_bytes=bar.update if bar is not None else None,
+                           flags=word_flags(table) if skip_encoded else None,
+                           classes=byte_classes(table) if skip_encoded else None)
     _close(bar)
     numeric = numeric_mask(table)
     held = docs["held"]
@@ -359,6 +366,8 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     features: list = []
     if use_seeds or run_pass3:
         data, starts, ucounts = docs["units"]
+        if skip_encoded:            # the statistics see every unit, marked or not (on copies: marks stay)
+            data, starts, _ = strip_marks(np.array(data, dtype=np.uint32), np.array(starts, dtype=np.int64))
         seq, weights = flatten_units(data, starts, sid, ucounts, dtype=np.int32)
         raw, _ = flatten_units(data, starts, np.arange(table.n_words), ucounts, dtype=np.int32)
         max_n = max(config.seed_max_n, config.span_max_n)
@@ -390,7 +399,13 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     # ---- pass 2: seeded cross-boundary merges on the units
     phase("merge loop")
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
-    usyms, uoffs, ucnts, _ = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
+    usyms, uoffs, ucnts, uenc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
+    info["skip_encoded"] = bool(skip_encoded)
+    info["encoded_units"] = int(ucnts[uenc].sum())
+    info["encoded_tokens"] = int((np.diff(uoffs)[uenc] * ucnts[uenc]).sum())     # pass-1 tokens in them
+    if uenc.any():
+        ucnts = np.where(uenc, 0, ucnts)
+    del uenc
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware, config.pass2_cross)
     bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")
     # Pass 2 may merge again a pair pass 1 merged, met across pretokens ("\n" + "\n" of "\n\nI", which
@@ -400,6 +415,7 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     # The engine runs on the pieces of the units as SuperBPE's stage 2 does (stage2_merges: the units
     # cut where no merge can reach, deduplicated), with the boundaries beside rebuilt tokens kept
     # (rebuilds: whitespace tokens from the start); the same merges as the engine on the whole units.
+    # (Its loop stops below the cut, at least 1: a pair seen only in weightless units is never merged.)
     result = stage2_merges(usyms, uoffs, ucnts, ucnts, tokens, n_total - len(steps1), rule.allows, bounded=True,
                            rebuilds=True, guard_tokens=_blank, spare_tokens=_blank_marks, threads=plan.num_workers)
     del usyms, uoffs, ucnts

@@ -4,8 +4,8 @@ check that each run is exact (merges.txt and model.json byte-identical to the un
 pretoken totals) or refuses with exit 2 and one line naming a budget (which is then run too).
 
     xz -dc /work/shared/corpora/en_train.txt.xz > /tmp/en_train.txt
-    python tools/bench_budget.py /tmp/en_train.txt --vocab-size 32000
-    python tools/bench_budget.py corpus.txt --vocab-size 8000 --budgets 100M 200M 400M 1G
+    python benchmarks/bench_budget.py /tmp/en_train.txt --vocab-size 32000
+    python benchmarks/bench_budget.py corpus.txt --vocab-size 8000 --budgets 100M 200M 400M 1G
 
 Without ``--budgets`` the sweep is found by a first run with ``--memory-limit 1M``: the budget it
 names is M (if a run at M is refused again after counting, with the exact need, M becomes that one);
@@ -23,15 +23,13 @@ import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one li
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "cli"))
+import _start as _tool_start  # (by path, not as bpe_core.cli._start: this checkout's bpe_core is put first below)
+del sys.path[0]
 
-_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+_tool_start.begin(__name__)
 
 import argparse
 import json
@@ -42,7 +40,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TRAIN = os.path.join(HERE, "train_bpe.py")
+TRAIN = os.path.join(HERE, "..", "tools", "train_bpe.py")
 MiB = 1 << 20
 _NAMED = re.compile(r"--memory-limit (\d+(?:\.\d+)?)([KMGT]?)")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """SuperBPE against plain BPE: training time and stage-aware encoding throughput, side by side.
 
-    python tools/bench_superbpe.py --train en_train_30MB.txt --vocab-size 8000 --text en_heldout.txt
-    python tools/bench_superbpe.py --bpe bpe8k/ --superbpe sb8k/ --text en_heldout.txt
-    python tools/bench_superbpe.py --train en_train.txt --vocab-size 32000 --no-encode
-    python tools/bench_superbpe.py --bpe bpe32k/ --superbpe sb32k/ --supratok st32k/ --text en30.txt \
+    python benchmarks/bench_superbpe.py --train en_train_30MB.txt --vocab-size 8000 --text en_heldout.txt
+    python benchmarks/bench_superbpe.py --bpe bpe8k/ --superbpe sb8k/ --text en_heldout.txt
+    python benchmarks/bench_superbpe.py --train en_train.txt --vocab-size 32000 --no-encode
+    python benchmarks/bench_superbpe.py --bpe bpe32k/ --superbpe sb32k/ --supratok st32k/ --text en30.txt \
         --runs 5 --baseline main=../main-copy       # before/after in one run
 
 ``--train``: trains a BPE and a SuperBPE model of ``--vocab-size`` on the file (in this process,
@@ -25,15 +25,13 @@ import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one li
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "cli"))
+import _start as _tool_start  # (by path, not as bpe_core.cli._start: this checkout's bpe_core is put first below)
+del sys.path[0]
 
-_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+_tool_start.begin(__name__)
 
 import argparse
 import json

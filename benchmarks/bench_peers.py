@@ -20,7 +20,7 @@ against ``bpe_core.reference`` (the plain-Python merge loop, memoized per pretok
 
 Usage::
 
-    python tools/bench_peers.py --mb 10 --runs 5 --corpus en_heldout ood_code [--vocab gpt2 cl100k trained:DIR]
+    python benchmarks/bench_peers.py --mb 10 --runs 5 --corpus en_heldout ood_code [--vocab gpt2 cl100k trained:DIR]
 
 ``--models NAME=DIR ...`` (e.g. ``bpe=bpe32k/ superbpe=sb32k/ supratok=st32k/``) adds a table of
 trained model folders on the same text, one thread, whole text to an array (``encode_to_numpy``),
@@ -46,15 +46,13 @@ import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one li
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "cli"))
+import _start as _tool_start  # (by path, not as bpe_core.cli._start: this checkout's bpe_core is put first below)
+del sys.path[0]
 
-_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+_tool_start.begin(__name__)
 
 import argparse
 import base64

@@ -28,11 +28,11 @@ old build with the ``regex`` search of ``corpus.chunks.split_spans``, the new wi
 ``pretokenize.split_spans``). Each is reported in GB/s per CPU-second and per wall second, old, new and
 new/old. Usage::
 
-    python tools/bench_pretokenize.py                      # gpt2, 50 MB of en_train
-    python tools/bench_pretokenize.py --patterns gpt2 cl100k o200k --en-mb 20 --runs 5
-    python tools/bench_pretokenize.py --input /tmp/en_heldout.txt --patterns gpt2 cl100k o200k
-    python tools/bench_pretokenize.py --input /tmp/en_heldout.txt --skip-regex --runs 7  # native only
-    python tools/bench_pretokenize.py --input /tmp/en_heldout.txt /tmp/ood_code.txt \
+    python benchmarks/bench_pretokenize.py                      # gpt2, 50 MB of en_train
+    python benchmarks/bench_pretokenize.py --patterns gpt2 cl100k o200k --en-mb 20 --runs 5
+    python benchmarks/bench_pretokenize.py --input /tmp/en_heldout.txt --patterns gpt2 cl100k o200k
+    python benchmarks/bench_pretokenize.py --input /tmp/en_heldout.txt --skip-regex --runs 7  # native only
+    python benchmarks/bench_pretokenize.py --input /tmp/en_heldout.txt /tmp/ood_code.txt \
         --patterns gpt2 cl100k o200k --against /tmp/old/_pretok.cpython-311-x86_64-linux-gnu.so --runs 7
 """
 from __future__ import annotations
@@ -41,15 +41,13 @@ import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one li
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "cli"))
+import _start as _tool_start  # (by path, not as bpe_core.cli._start: this checkout's bpe_core is put first below)
+del sys.path[0]
 
-_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+_tool_start.begin(__name__)
 
 import argparse
 import importlib.machinery

@@ -1,19 +1,19 @@
 #!/usr/bin/env python3
 """Benchmark BPE training: bpe_core against HF ``tokenizers`` and ``rustbpe`` on the same file.
 
-    python tools/bench_train.py /tmp/en_train.txt --vocab-size 10000 32000 --repeats 3
-    python tools/bench_train.py /tmp/en_train.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe
+    python benchmarks/bench_train.py /tmp/en_train.txt --vocab-size 10000 32000 --repeats 3
+    python benchmarks/bench_train.py /tmp/en_train.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe
 
 With ``--method`` bpe_core runs once per method (``bpe_core`` is plain BPE, ``bpe_core:superbpe``
 SuperBPE and ``bpe_core:supratok`` SupraTok with their defaults), interleaved with the other tools,
 and the table gives each one's time, CPU time and peak RSS over plain BPE's:
 
-    python tools/bench_train.py en60.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe supratok
+    python benchmarks/bench_train.py en60.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe supratok
 
 ``--against DIR [DIR ...]``: other checkouts of bpe_core (built in place) run in the same interleaved
 loop (``PYTHONPATH=DIR``), their rows marked ``@1``, ``@2``..., each timed against its own plain BPE:
 
-    python tools/bench_train.py en_train.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe --against ../old
+    python benchmarks/bench_train.py en_train.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe --against ../old
 
 Each training runs in a fresh subprocess; runs are interleaved (A B C A B C ...) so drift on a
 noisy machine hits every tool alike. For each run the parent samples the RSS of the whole process
@@ -34,7 +34,7 @@ on a busy machine the ratio to it is steadier than the seconds) and the peers th
 run their own ``tools/train_bpe.py``. Children run without ``PYTHONDONTWRITEBYTECODE`` (the
 bytecode of an installed package is cached; a first, unmeasured run of each writes it):
 
-    python tools/bench_train.py --small-run --repeats 7 --against ../old_checkout
+    python benchmarks/bench_train.py --small-run --repeats 7 --against ../old_checkout
 
 "per round" is the median of each round's time over plain BPE's in the same round (the runs are
 interleaved, so a slow spell of a shared machine hits both): steadier than the ratio of the medians
@@ -52,15 +52,13 @@ import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one li
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "cli"))
+import _start as _tool_start  # (by path, not as bpe_core.cli._start: this checkout's bpe_core is put first below)
+del sys.path[0]
 
-_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+_tool_start.begin(__name__)
 
 import argparse
 import json
@@ -282,7 +280,7 @@ def small_run(args, p) -> int:
         cmds: dict[str, tuple[list[str], dict]] = {"numpy import (reference)": ([sys.executable, "-c", "import numpy"], env)}
         # the package this process imported (the installed one, or this checkout built in place)
         own = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["bpe_core"].__file__)))
-        checkouts = [(own, "bpe_core CLI", os.path.join(HERE, "train_bpe.py"))] + [
+        checkouts = [(own, "bpe_core CLI", os.path.join(HERE, "..", "tools", "train_bpe.py"))] + [
             (os.path.abspath(d), f"bpe_core CLI @{i}", os.path.join(os.path.abspath(d), "tools", "train_bpe.py"))
             for i, d in enumerate(args.against, 1)]
         for checkout, name, tool in checkouts:

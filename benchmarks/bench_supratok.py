@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """SupraTok's open choices, measured: a grid of SupraTok settings next to BPE and SuperBPE.
 
-    python tools/bench_supratok.py --train en20.txt --vocab-size 32000 --grid full \\
+    python benchmarks/bench_supratok.py --train en20.txt --vocab-size 32000 --grid full \\
         --heldout en_heldout.txt --code ood_code.txt --multi ../shared/corpora/multi/parallel \\
         --out runs/ --jsonl grid.jsonl
-    python tools/bench_supratok.py --train en60.txt --vocab-size 100000 --rows bpe,superbpe,paper,best ...
-    python tools/bench_supratok.py --table grid.jsonl            # the markdown table of what is done
-    python tools/bench_supratok.py --list                        # the rows and their settings
+    python benchmarks/bench_supratok.py --train en60.txt --vocab-size 100000 --rows bpe,superbpe,paper,best ...
+    python benchmarks/bench_supratok.py --table grid.jsonl            # the markdown table of what is done
+    python benchmarks/bench_supratok.py --list                        # the rows and their settings
 
 Each row trains one model on ``--train`` (``bpe_core.train``, in this process, ``--workers``
 pre-tokenization processes), writes it under ``--out/<vocab>/<row>`` and scores it with its own
@@ -28,15 +28,13 @@ import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one li
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "cli"))
+import _start as _tool_start  # (by path, not as bpe_core.cli._start: this checkout's bpe_core is put first below)
+del sys.path[0]
 
-_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+_tool_start.begin(__name__)
 
 import argparse
 import json

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Corpus file -> ``.npy``: this checkout against others, interleaved, in CPU-seconds, same bytes.
 
-    python tools/bench_corpus_npy.py CORPUS --tokenizer DIR --root . /path/to/old/checkout
+    python benchmarks/bench_corpus_npy.py CORPUS --tokenizer DIR --root . /path/to/old/checkout
         [--runs 3] [--workers 2] [--memory-limit 400M] [--cgroup 400M] [--work DIR] [--keep] [--doc-index]
 
 Each run is ``tools/encode_corpus.py`` of one checkout (``PYTHONPATH`` = that checkout, built in
@@ -19,15 +19,13 @@ import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one li
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "cli"))
+import _start as _tool_start  # (by path, not as bpe_core.cli._start: this checkout's bpe_core is put first below)
+del sys.path[0]
 
-_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+_tool_start.begin(__name__)
 
 import argparse
 import hashlib

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Encoding throughput: bpe_core against tiktoken and HF ``tokenizers`` on the same ranks.
 
-    python tools/bench_encode.py [--corpora DIR] [--work DIR] [--skip-corpus] [--vocab32k DIR]
+    python benchmarks/bench_encode.py [--corpora DIR] [--work DIR] [--skip-corpus] [--vocab32k DIR]
                                  [--runs 3] [--root CHECKOUT]
 
 Tokenizers: the GPT-2 fixture vocab, and a 32k vocab trained on en_train (by HF ``tokenizers``'
@@ -25,15 +25,13 @@ import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one li
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "cli"))
+import _start as _tool_start  # (by path, not as bpe_core.cli._start: this checkout's bpe_core is put first below)
+del sys.path[0]
 
-_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+_tool_start.begin(__name__)
 
 import argparse
 import json
@@ -185,7 +183,7 @@ def whole_file(en_train: str, model_dir: str, work: str, n_cores: int, memory_li
     import psutil
 
     out = os.path.join(work, "en_train_ids.npy")
-    cmd = [sys.executable, os.path.join(HERE, "encode_corpus.py"), en_train, "--tokenizer", model_dir,
+    cmd = [sys.executable, os.path.join(HERE, "..", "tools", "encode_corpus.py"), en_train, "--tokenizer", model_dir,
            "--out", out, "--workers", str(n_cores), "--memory-limit", memory_limit, "--no-progress"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Scale benchmark: synthesize N GB, train and encode it inside a memory cgroup, print the table.
 
-    python tools/bench_scale.py --gb 1 4 15 --work /work/big --memory-limit 2G --cap 2684354560
-    python tools/bench_scale.py --gb 1 --work /work/big --memory-limit 2G --unlimited --encode
+    python benchmarks/bench_scale.py --gb 1 4 15 --work /work/big --memory-limit 2G --cap 2684354560
+    python benchmarks/bench_scale.py --gb 1 --work /work/big --memory-limit 2G --unlimited --encode
 
 For each size: ``/work/shared/bench/synth_corpus.py`` writes ``WORK/cN.txt`` (kept if present), then
 ``tools/train_bpe.py cN.txt --vocab-size V --memory-limit LIMIT`` runs inside a fresh memory cgroup
@@ -24,15 +24,13 @@ import _signal  # noqa: I001  (first: a Ctrl-C or SIGTERM from here on is one li
 import os
 import sys
 
-if hasattr(_signal, "pthread_sigmask"):   # held until _tool_start's handler is in
+if hasattr(_signal, "pthread_sigmask"):   # held until _start's handler is in
     _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM))
-try:
-    import _tool_start
-except ImportError:                       # run by path (runpy.run_path) with another folder first
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _tool_start
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bpe_core", "cli"))
+import _start as _tool_start  # (by path, not as bpe_core.cli._start: this checkout's bpe_core is put first below)
+del sys.path[0]
 
-_tool_start.begin(__name__, find_package=False)      # (this checkout's bpe_core is put first below)
+_tool_start.begin(__name__)
 
 import argparse
 import json
@@ -69,7 +67,7 @@ def cgroup(cap: int | None, cmd: list[str]) -> list[str]:
 
 def train(corpus: str, out: str, vocab: int, limit: str | None, cap: int | None, spill: str) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, os.path.join(HERE, "train_bpe.py"), corpus, "--vocab-size", str(vocab), "--out", out,
+    cmd = [sys.executable, os.path.join(HERE, "..", "tools", "train_bpe.py"), corpus, "--vocab-size", str(vocab), "--out", out,
            "--spill-dir", spill, "--no-progress"]
     if limit:
         cmd += ["--memory-limit", limit]
@@ -153,7 +151,7 @@ def main(argv=None) -> int:
                   f"merges identical: {'yes' if same else 'NO'}")
         if a.encode:
             ids = os.path.join(a.work, f"ids{gb:g}.npy")
-            rc, wall, err = timed(cgroup(cap, [sys.executable, os.path.join(HERE, "encode_corpus.py"), corpus,
+            rc, wall, err = timed(cgroup(cap, [sys.executable, os.path.join(HERE, "..", "tools", "encode_corpus.py"), corpus,
                                                "--tokenizer", out, "--out", ids, "--memory-limit", a.memory_limit,
                                                "--verify", "--no-progress"]))
             cg = [ln for ln in err.splitlines() if ln.startswith("cgroup peak")]
