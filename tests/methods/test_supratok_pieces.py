@@ -1,8 +1,8 @@
 """SupraTok's pass 2 on pieces and its documents by a native scan: the same result as the plain ways.
 
 - ``stage2_merges(rebuilds=True)``: merges that rebuild an existing token's bytes (rules without
-  ``distinct``) are still those of one engine run on the whole units, for any first cut and guard
-  (restarts from the first merge included);
+  ``distinct``) are still those of one engine run on the whole units, for any first cut, guard and
+  spared tokens (restarts from the first merge included, with the units listed again);
 - ``MergeEngine.run(stop_before_existing=True)`` stops before such a merge, and ``step`` makes it;
 - ``cut_pieces(guard=)`` never cuts beside a guarded symbol (against plain Python);
 - ``chunk_unit_stream(span_ends=)`` says where each span's word ids end;
@@ -94,11 +94,31 @@ def test_the_pairs_of_a_rebuilt_token_are_not_pruned():
     assert got.info["restarts"] == 1                       # "ab" was not spared in the first run
 
 
-def test_rebuilds_keep_the_units():
-    symbols, offsets, weights = as_arrays([(list(b"ab"), 2)])
-    with pytest.raises(ValueError, match="regenerate"):
-        stage2_merges([symbols], [offsets], [weights], [weights], TOKENS, 1, None, rebuilds=True,
-                      regenerate=lambda: None)
+@settings(max_examples=60, deadline=None)
+@given(units_st, st.integers(0, 40), st.integers(1, 12), st.sampled_from([None, bytes.isspace]))
+@example([(list(b"abc"), 3), ([AB, ord("c")], 3), (list(b"cab"), 3), ([ord("c"), AB], 3), (list(b"xy"), 5)], 2, 4,
+         None)
+def test_rebuilds_let_the_units_go_and_list_them_again_to_start_again(units, n, cut, guess):
+    """``regenerate`` with ``rebuilds``: the units are let go once cut and listed again for each run
+    that starts again from the first merge (a guard grown, a token spared, a lower cut)."""
+    symbols, offsets, weights = as_arrays(units)
+    steps, tokens, final = whole_units(symbols, offsets, weights, n, None)
+    calls = []
+
+    def listed():
+        return [symbols.copy()], [offsets.copy()], [weights.copy()], [weights.copy()]
+
+    def again():
+        calls.append(1)
+        return listed()
+
+    given_units = listed()
+    got = stage2_merges(*given_units, TOKENS, n, None, bounded=True, cut=cut, rebuilds=True, guard_tokens=guess,
+                        regenerate=again)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final
+    assert all(lst == [] for lst in given_units)
+    assert len(calls) == got.info["restarts"]
 
 
 @settings(max_examples=100, deadline=None)

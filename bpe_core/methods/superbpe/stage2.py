@@ -282,8 +282,6 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     def spare(token: bytes) -> bool:
         return token in spared or (spare_tokens is not None and spare_tokens(token))
     initial_tokens = list(tokens)
-    if edges is not None and regenerate is not None:
-        raise ValueError("stage2_merges: rebuilds starts again from the units; they are kept (no regenerate)")
     t1 = time.perf_counter()
     seconds["sketch"] += t1 - t0
     while True:

@@ -406,6 +406,16 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     if uenc.any():
         ucnts = np.where(uenc, 0, ucnts)
     del uenc
+
+    def listed_again():
+        """The same units again (stage2_merges lets them go once they are cut; a run that starts again
+        from the first merge lists them again)."""
+        syms, offs, cnts, enc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
+        cnts = np.where(enc, 0, cnts) if enc.any() else cnts
+        return [syms], [offs], [cnts], [cnts]
+
+    units = ([usyms], [uoffs], [ucnts], [ucnts])
+    del usyms, uoffs, ucnts
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware, config.pass2_cross)
     bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")
     # Pass 2 may merge again a pair pass 1 merged, met across pretokens ("\n" + "\n" of "\n\nI", which
@@ -416,9 +426,10 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     # cut where no merge can reach, deduplicated), with the boundaries beside rebuilt tokens kept
     # (rebuilds: whitespace tokens from the start); the same merges as the engine on the whole units.
     # (Its loop stops below the cut, at least 1: a pair seen only in weightless units is never merged.)
-    result = stage2_merges(usyms, uoffs, ucnts, ucnts, tokens, n_total - len(steps1), rule.allows, bounded=True,
-                           rebuilds=True, guard_tokens=_blank, spare_tokens=_blank_marks, threads=plan.num_workers)
-    del usyms, uoffs, ucnts
+    result = stage2_merges(*units, tokens, n_total - len(steps1), rule.allows, bounded=True, rebuilds=True,
+                           guard_tokens=_blank, spare_tokens=_blank_marks, threads=plan.num_workers,
+                           regenerate=listed_again)
+    del units
     steps2 = result.steps
     if bar is not None:
         bar.update(len(steps2))
