@@ -19,6 +19,8 @@ from .script import FI_MARKER, TR_MARKER, guess_suffix_language, marker_words
 #: Native patterns whose letter runs are whole pretokens (``script.marker_words``): with them the
 #: language guess reads only the documents with 3 marked pretokens of one language or more.
 LETTER_RUN_PATTERNS = ("gpt2", "cl100k")
+#: ``_docs_chunk_scan`` marks the encoded units of about this many pretokens at a time
+SCAN_BLOCK = 1 << 16
 
 
 # ==== Documents: units, held-out split, document frequencies =======================================
@@ -132,14 +134,23 @@ def _docs_chunk_scan(task: tuple) -> tuple:
         raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
                                  "counted earlier; nothing was written")
     counter = UnitCounter()
-    if classes is not None and ids.size:           # the units that look encoded end with ENCODED_MARK
-        enc = encoded_units(ids, bounds, flags, classes, doc_starts=np.concatenate(([0], ends[:-1])))
-        if enc.any():
-            counter.add_units(np.insert(ids, bounds[1:][enc], np.uint32(ENCODED_MARK)),
-                              bounds + np.concatenate(([0], np.cumsum(enc))), 1, keep_below)
-        else:
-            counter.add_units(ids, bounds, 1, keep_below)
-        del enc
+    firsts = np.concatenate(([0], ends[:-1]))
+    if classes is not None and ids.size:
+        # the units that look encoded end with ENCODED_MARK; a block of documents at a time (the
+        # byte classes of every pretoken of a chunk at once took 40 bytes a pretoken), in text order
+        cuts = np.unique(np.searchsorted(ends, np.arange(SCAN_BLOCK, ids.size, SCAN_BLOCK), side="left"))
+        for d0, d1 in zip(np.concatenate(([0], cuts + 1)).tolist(), np.concatenate((cuts + 1, [ends.size])).tolist()):
+            if d1 <= d0:
+                continue
+            a, b = int(firsts[d0]), int(ends[d1 - 1])
+            u0, u1 = np.searchsorted(bounds, [a, b])
+            part, pb = ids[a:b], bounds[u0:u1 + 1] - a
+            enc = encoded_units(part, pb, flags, classes, doc_starts=firsts[d0:d1] - a)
+            if enc.any():
+                part = np.insert(part, pb[1:][enc], np.uint32(ENCODED_MARK))
+                pb = pb + np.concatenate(([0], np.cumsum(enc)))
+            counter.add_units(part, pb, 1, keep_below)
+        del part, pb, enc
     else:
         counter.add_units(ids, bounds, 1, keep_below)
     data, starts, counts = counter.to_arrays()
@@ -148,12 +159,11 @@ def _docs_chunk_scan(task: tuple) -> tuple:
     lang_counts: dict[str, np.ndarray] = {}
     lang_docs: dict[str, int] = {}
     if script_aware and spans.shape[0]:
-        firsts = np.concatenate(([0], ends[:-1]))
         if markers is not None:          # the documents that hold 3 marked words of a language or more
-            marked = markers[ids]
-            tr = np.concatenate(([0], np.cumsum(marked & TR_MARKER, dtype=np.int64)))
-            fi = np.concatenate(([0], np.cumsum((marked & FI_MARKER) >> 1, dtype=np.int64)))
-            docs = np.flatnonzero((tr[ends] - tr[firsts] >= 3) | (fi[ends] - fi[firsts] >= 3))
+            marked = markers[ids]        # (every document holds a pretoken: its span is not empty)
+            tr = np.add.reduceat(marked & TR_MARKER, firsts, dtype=np.int32)
+            fi = np.add.reduceat((marked & FI_MARKER) >> 1, firsts, dtype=np.int32)
+            docs = np.flatnonzero((tr >= 3) | (fi >= 3))
             del marked, tr, fi
         else:
             docs = np.arange(spans.shape[0])
