@@ -3,7 +3,7 @@
 check that each run is exact (merges.txt and model.json byte-identical to the unlimited run, same
 pretoken totals) or refuses with exit 2 and one line naming a budget (which is then run too).
 
-    xz -dc /work/shared/corpora/en_train.txt.xz > /tmp/en_train.txt
+    xz -dc ../shared/corpora/en_train.txt.xz > /tmp/en_train.txt
     python benchmarks/bench_budget.py /tmp/en_train.txt --vocab-size 32000
     python benchmarks/bench_budget.py corpus.txt --vocab-size 8000 --budgets 100M 200M 400M 1G
 

@@ -6,7 +6,7 @@
 
 Each run is ``tools/encode_corpus.py`` of one checkout (``PYTHONPATH`` = that checkout, built in
 place) in a process of its own, the checkouts taking turns; with ``--cgroup BYTES`` inside a
-fresh memory cgroup of that size (``../shared/bench/in_cgroup.sh``, root and cgroup v1). Per run:
+fresh memory cgroup of that size (``benchmarks/in_cgroup.sh``, root and cgroup v1). Per run:
 wall seconds, CPU seconds (user + system of the process tree, ``RUSAGE_CHILDREN``), MB per
 CPU-second, the phases of ``--report`` (``assemble``: the copy into the ``.npy`` before), the
 peak anonymous memory the run sampled and the cgroup's peak. The outputs of every checkout must
@@ -37,7 +37,7 @@ import subprocess
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-IN_CGROUP = os.path.join(HERE, "..", "..", "shared", "bench", "in_cgroup.sh")   # ../shared beside the checkout
+IN_CGROUP = os.path.join(HERE, "in_cgroup.sh")
 
 
 def sha256(path: str) -> str:

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Scale benchmark: synthesize N GB, train and encode it inside a memory cgroup, print the table.
 
-    python benchmarks/bench_scale.py --gb 1 4 15 --work /work/big --memory-limit 2G --cap 2684354560
-    python benchmarks/bench_scale.py --gb 1 --work /work/big --memory-limit 2G --unlimited --encode
+    python benchmarks/bench_scale.py --gb 1 4 15 --work big/ --memory-limit 2G --cap 2684354560
+    python benchmarks/bench_scale.py --gb 1 --work big/ --memory-limit 2G --unlimited --encode
 
-For each size: ``/work/shared/bench/synth_corpus.py`` writes ``WORK/cN.txt`` (kept if present), then
+For each size: ``benchmarks/synth_corpus.py`` writes ``WORK/cN.txt`` (kept if present), then
 ``tools/train_bpe.py cN.txt --vocab-size V --memory-limit LIMIT`` runs inside a fresh memory cgroup
-capped at ``--cap`` bytes (``../shared/bench/in_cgroup.sh``: cgroup v1, as root). The cap is the
+capped at ``--cap`` bytes (``benchmarks/in_cgroup.sh``: cgroup v1, as root). The cap is the
 honest test of "a machine with that much RAM": anonymous memory beyond it is killed (exit 137);
 pages of mapped files are reclaimable and survive it. With ``--unlimited`` the same corpus is also
 trained without a limit and outside the cgroup, and the merges must be identical; with ``--encode``
@@ -40,7 +40,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-BENCH = os.path.join(os.path.dirname(ROOT), "shared", "bench")   # ../shared beside the checkout
+BENCH = HERE                            # synth_corpus.py and in_cgroup.sh, beside this script
 MiB = 1 << 20
 PHASES = [("pretokenize", "pretokenize", "pretokenize"), ("merge counts", "merge_counts", "merge_counts"),
           ("map words", "map_words", None), ("build words", "build_words", "build_words"),
@@ -118,8 +118,10 @@ def table(gb: float, res: dict, cap: int | None) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gb", type=float, nargs="+", default=[1.0])
-    ap.add_argument("--work", default="/work/big", help="folder for corpora, outputs and spill files")
-    ap.add_argument("--source", default="/work/shared/corpora/en_train.txt.xz")
+    ap.add_argument("--work", default=os.path.join(ROOT, "bench_out", "scale"),
+                    help="folder for corpora, outputs and spill files (default: bench_out/scale in the checkout)")
+    ap.add_argument("--source", default=os.path.join(os.path.dirname(ROOT), "shared", "corpora", "en_train.txt.xz"),
+                    help="the text the corpora are synthesized from (default: ../shared/corpora/en_train.txt.xz)")
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--memory-limit", default="2G")
     ap.add_argument("--cap", type=int, default=2684354560, help="cgroup cap in bytes (0: no cgroup)")

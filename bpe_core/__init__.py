@@ -54,7 +54,7 @@ from . import methods  # noqa: E402,F401  (names the training methods; each is i
 
 __version__ = "0.1.0"
 
-__all__ = ["TrainConfig", "Model", "TrainResult", "Tokenizer", "encode_corpus", "load", "pretokenize",
+__all__ = ["TrainConfig", "Model", "TrainResult", "Tokenizer", "encode_corpus", "load", "load_ids", "pretokenize",
            "train", "train_bpe", "train_from_iterator", "__version__"]
 
 #: The public names, each imported from its module when first used (``import bpe_core`` alone does
@@ -65,6 +65,7 @@ _LAZY = {
     "Tokenizer": ("encode.tokenizer", "Tokenizer"),
     "Model": ("formats.model", "Model"),
     "load": ("formats.model", "load_model"),
+    "load_ids": ("formats.ids", "load_ids"),
     "pretokenize": ("pretok.pretokenize", "pretokenize"),
     "TrainResult": ("training", "TrainResult"),
     "train": ("training", "train"),

@@ -62,6 +62,8 @@ class TrainConfig:
             ``": "``), no run of more than ``max_digits`` digits (default 3; None: no cap), and
             optional guardrails: a byte cap and a cap on characters that are neither alphanumeric
             nor whitespace (keeps table rules and URL prefixes out of the vocabulary).
+            ``max_token_bytes`` also applies to plain BPE (``method="bpe"``): a pair whose token
+            would be longer never merges (None, the default: any length).
         stage2_duplicates: let stage 2 merge a pair whose bytes are already a token (it then
             spends an id on bytes another id has). Default False: such pairs are never merged, so
             the V ids of a SuperBPE model are V different strings.

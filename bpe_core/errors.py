@@ -70,7 +70,7 @@ class ClusterError(OSError):
 
 class MissingDependency(ImportError):
     """An optional dependency is not installed; the message names the extra that brings it
-    (``pip install 'bpe_core[cluster]'``). The tools report it as one line, exit code 2."""
+    (``pip install "dask[distributed]" fsspec``). The tools report it as one line, exit code 2."""
 
 
 class InternalError(RuntimeError):

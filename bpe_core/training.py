@@ -26,6 +26,7 @@ never by order of arrival.
 """
 from __future__ import annotations
 
+import array
 import contextlib
 import dataclasses
 import os
@@ -52,7 +53,9 @@ from .pretok.counting import check_distributable, count_corpus, count_sources_on
 from .pretok.patterns import resolve_pattern
 from .pretok.wordtable import WordTable
 from .runtime import budget
+from .runtime.atomic import naming
 from .runtime.executors import open_executor
+from .runtime.lazy import np  # numpy on first use (a small run never imports it)
 from .runtime.memmon import MemoryMonitor, phase
 
 __all__ = ["TrainResult", "plan", "train", "train_bpe", "train_from_iterator"]
@@ -80,10 +83,47 @@ class TrainResult:
         parent folders made. ``bpe_core.load(folder)``, ``Tokenizer.load(folder)`` and, for plain
         BPE, ``transformers.AutoTokenizer.from_pretrained(folder)`` read it back; returns the folder.
         """
+        self.publish(folder)
+        return os.fspath(folder)
+
+    def publish(self, folder: str | os.PathLike) -> list[bytes]:
+        """:meth:`save`, with the writing inside the memory monitor: the report's peaks
+        (``memory``: ``peak_anon_bytes``, ``peak_anon_by_phase["write"]``, ...) then cover the whole run,
+        writing included (``train_report.json`` is written last, with them), and a writing peak
+        above the budget warns as the merge phase's does. Returns the token bytes ``vocab.json``
+        left out (``formats.folder.save_folder``)."""
         from .formats.folder import save_folder
 
-        save_folder(self.model, folder, self.report)
-        return os.fspath(folder)
+        memory = self.report.get("memory") or {}
+        with MemoryMonitor(interval=0.05, budget=memory.get("budget_bytes")) as monitor:
+            phase("write")
+
+            def final_report() -> dict[str, Any]:
+                monitor.sample()         # the model files are written: one sample now, however short the writing
+                _add_peaks(memory, monitor.summary())
+                self.report["memory"] = memory
+                return self.report
+            dropped = save_folder(self.model, folder, final_report)
+            monitor.sample()
+        before = memory.get("budget_exceeded")
+        _add_peaks(memory, monitor.summary())
+        if not before:
+            budget.warn_exceeded(memory, "training")       # the writing went above the budget
+        return dropped
+
+
+def _add_peaks(memory: dict, later: dict) -> None:
+    """Fold a later monitor's ``summary()`` (the writing) into a run's ``memory`` report."""
+    for key in ("peak_anon_bytes", "peak_file_bytes", "peak_rss_bytes"):
+        memory[key] = max(int(memory.get(key) or 0), int(later.get(key) or 0))
+    for key in ("peak_anon_by_phase", "peak_file_by_phase", "peak_by_phase"):
+        phases = memory.setdefault(key, {})
+        for name, value in (later.get(key) or {}).items():
+            phases[name] = max(int(phases.get(name, 0)), int(value))
+    limit = memory.get("budget_bytes")
+    if limit:
+        excess = max(0, int(memory["peak_anon_bytes"]) - int(limit))
+        memory["budget_exceeded"], memory["budget_excess_bytes"] = excess > 0, excess
 
 
 def peak_rss_bytes() -> dict[str, int]:
@@ -220,7 +260,7 @@ def _spooled(config: TrainConfig, sources: list[Source]):
     folder = tempfile.mkdtemp(prefix="bpe_core-spool-", dir=config.spill_dir)
     try:
         path = os.path.join(folder, "corpus.txt")
-        with open(path, "wb") as f:
+        with naming(path), open(path, "wb") as f:          # a full disk names the spooled file
             n = spool(sources, opts, f)
         info = {"inputs": [s.describe() for s in sources], "spooled_bytes": n,
                 "bad_records": opts.bad.to_dict()}
@@ -322,7 +362,8 @@ def count(inputs: Inputs, run: Run, executor: Any, monitor: MemoryMonitor) -> Co
                              memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
                              spill_threshold_bytes=the_plan.spill_threshold_bytes or None,
                              spill_dir=config.spill_dir, check_words=_stop_when_unfit(run),
-                             read_options=_read_options(config), record=record, plain=method.plain_tables)
+                             read_options=_read_options(config), record=record, plain=method.plain_tables,
+                             check_stretches=lambda ranges: budget.check_uncut(the_plan, ranges))
         recorded = record or None
     size = report["input_bytes"] = report["corpus_bytes"]
     report["unique_pretokens"] = table.n_words
@@ -338,8 +379,12 @@ def _stop_when_unfit(run: Run):
         try:
             run.plan.with_count(n_words)
         except BudgetError as exc:
+            # a lower bound: more unique pretokens may follow (the exact figure comes after counting)
             raise BudgetError(f"stopped while counting: {n_words:,} unique pretokens so far already need more "
-                              f"than the budget; {exc}", exc.min_budget) from None
+                              f"than the budget; " + str(exc).replace("the smallest budget that works is",
+                                                                      "the smallest budget that works is at least")
+                              + " (more may follow: a run at that budget names the exact figure after counting)",
+                              exc.min_budget) from None
     return check_words
 
 
@@ -372,7 +417,9 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
     n_symbols = len(table.arena)
     if run.method.drops_single_byte_words:     # they hold no pair: the engine drops them
         n_symbols -= table.one_byte_words
-    merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols)
+    longest, sites = _longest(table)
+    merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols, longest_pretoken=longest,
+                                     longest_pair_sites=sites)
     report["merge_plan"] = {k: merge_plan.to_dict()[k] for k in
                             ("merge_bytes", "merge_file_bytes", "merge_mapped", "unique_pretokens",
                              "symbols", "phase_seconds")}
@@ -381,8 +428,10 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         # the merge loop changes stays in RAM. The table in RAM is dropped here.
         phase("map words")
         tm = time.perf_counter()
-        table = table.to_files(config.spill_dir or tempfile.gettempdir(),
-                               drop_singletons=run.method.drops_single_byte_words)
+        budget.refuse_memory_folder(config.spill_dir or tempfile.gettempdir())   # tmpfs saves no memory
+        with naming(config.spill_dir or tempfile.gettempdir()):      # a full disk names the folder
+            table = table.to_files(config.spill_dir or tempfile.gettempdir(),
+                                   drop_singletons=run.method.drops_single_byte_words)
         report["seconds"]["map_words"] = round(time.perf_counter() - tm, 3)
     if not run.method.plain_tables:            # a small run's array.array table, as numpy views
         table = table.as_numpy()
@@ -393,6 +442,35 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         extras["init"] = run.init
     counts.recorded = None          # the plan holds the only reference now
     return MergePlan(table, merge_plan, config, extras)
+
+
+def _longest(table, window: int = 1 << 20) -> tuple[int, int]:
+    """``(bytes, pair sites)`` of the longest word of a table (numpy arrays or a small run's
+    ``array.array``): its length, and the occurrences of its most frequent byte pair, counted in
+    windows of ``window`` bytes (a word may be GBs long, and the budget holds a few MiB here: 16 MiB
+    windows as int32 took 200 MiB beside a 50 MB word). Sites 0 for words under 4 KiB (the plan's
+    per-word figures hold them).
+
+    >>> from bpe_core.pretok.wordtable import WordTable
+    >>> _longest(WordTable.from_counts({b"ab": 3, b"a" * 5000 + b"b" * 10: 1}), window=1000)
+    (5010, 4999)
+    """
+    offsets = table.offsets
+    if len(offsets) < 2:
+        return 0, 0
+    if isinstance(offsets, array.array):
+        k = max(range(len(offsets) - 1), key=lambda i: offsets[i + 1] - offsets[i])
+    else:
+        k = int(np.argmax(np.diff(np.asarray(offsets))))
+    start, end = int(offsets[k]), int(offsets[k + 1])
+    if end - start < 4096:
+        return end - start, 0
+    counts = np.zeros(1 << 16, np.int64)
+    arena = table.arena
+    for a in range(start, end - 1, window):
+        w = np.frombuffer(memoryview(arena)[a:min(end, a + window + 1)], np.uint8)
+        counts += np.bincount((w[:-1].astype(np.uint16) << 8) | w[1:], minlength=1 << 16)   # 2 B per byte
+    return end - start, int(counts.max())
 
 
 # ---- stage 4: the method's merges -----------------------------------------------------------------

@@ -11,10 +11,17 @@ pytest-xdist is installed (the ``test`` extra has it): one worker per core, each
 worker (``--dist loadfile``: a module's fixtures -- trained models, a Dask cluster -- are made once).
 A run of chosen files or tests stays in one process; ``-n 0`` runs the whole suite in one process,
 ``-n N`` picks the count.
+
+Temporary files: the run gets a folder of its own (``TMPDIR`` for the test processes and every
+process they start, and pytest's ``tmp_path`` folders inside it), removed at the end. What a test
+leaves there outside ``tmp_path`` -- a ``mkdtemp()`` never removed, a stale ``.tmp-`` file -- is
+named at the end and fails the run: a full ``pytest`` leaves nothing in ``$TMPDIR``.
 """
 import os
 import pathlib
+import shutil
 import signal
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -68,12 +75,88 @@ def pytest_cmdline_main(config):
             config.option.dist = "loadfile"
 
 
+#: The run's own temporary folder and the ``TMPDIR`` it replaced (the main process only).
+_TMP: dict = {}
+#: pytest's ``tmp_path`` folders, inside the run's folder (removed with it, never litter).
+_BASETEMP = "pytest"
+#: Caches the libraries keep in the temporary folder on purpose, across runs (Dask's scratch root,
+#: tiktoken's download cache): removed with the run's folder, not litter of a test.
+_CACHES = {"dask-scratch-space", "data-gym-cache"}
+#: Where every test process notes the folders ``tempfile.mkdtemp`` made directly in ``TMPDIR``
+#: (folder, test), so litter is named with the test that made it.
+_MADE = ".mkdtemp-by-test"
+
+
+def _note_mkdtemp(own: str) -> None:
+    """``tempfile.mkdtemp`` (and ``TemporaryDirectory``) of this process note their folder and the
+    running test in ``own/_MADE`` when the folder is made directly in ``own``."""
+    made = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        path = made(*args, **kwargs)
+        if os.path.dirname(os.path.abspath(path)) == own:
+            test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+            with open(os.path.join(own, _MADE), "a", encoding="utf-8") as f:
+                f.write(f"{os.path.basename(path)}\t{test}\n")
+        return path
+    tempfile.mkdtemp = mkdtemp
+
+
+@pytest.hookimpl(tryfirst=True)             # before pytest's tmp_path factory reads --basetemp
 def pytest_configure(config):
     """SIGINT deliverable in every test process and the tools it starts: a shell that starts the
     suite as a background job (``cmd &`` in a script) hands it SIGINT ignored, which Python and the
-    tools keep (bpe_core/cli/_start.py) -- and the tests that send a Ctrl-C would see it vanish."""
+    tools keep (bpe_core/cli/_start.py) -- and the tests that send a Ctrl-C would see it vanish.
+    And the run's own temporary folder (the module docstring)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if hasattr(config, "workerinput"):         # an xdist worker: its TMPDIR is the main process's
+        _note_mkdtemp(os.environ["TMPDIR"])
+        return
+    if _TMP:
+        return
+    own = tempfile.mkdtemp(prefix="bpe_core-tests-")
+    _TMP.update(own=own, outer=os.environ.get("TMPDIR"))
+    os.environ["TMPDIR"] = own
+    tempfile.tempdir = None                     # (gettempdir() reads TMPDIR again)
+    if config.option.basetemp is None:
+        config.option.basetemp = os.path.join(own, _BASETEMP)
+    _note_mkdtemp(own)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """What the run left in its temporary folder outside ``tmp_path``: named, and the run fails."""
+    own = _TMP.get("own")
+    if own is None or hasattr(session.config, "workerinput"):
+        return
+    left = sorted(set(os.listdir(own)) - {_BASETEMP, _MADE} - _CACHES) if os.path.isdir(own) else []
+    if left:
+        made = {}
+        if os.path.exists(os.path.join(own, _MADE)):
+            with open(os.path.join(own, _MADE), encoding="utf-8") as f:
+                made = dict(line.rstrip("\n").split("\t", 1) for line in f if "\t" in line)
+        left = [f"{name} ({made[name]})" if name in made else name for name in left]
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        line = (f"the tests left {len(left)} temporary file(s) or folder(s) in TMPDIR (a mkdtemp() never "
+                f"removed, a stale temp file; use tmp_path): {', '.join(left[:10])}")
+        if reporter is not None:
+            reporter.write_sep("-", "temporary files left behind", red=True)
+            reporter.write_line(line, red=True)
+        if session.exitstatus == 0:
+            session.exitstatus = 1
+
+
+def pytest_unconfigure(config):
+    own = _TMP.pop("own", None)
+    if own is None:
+        return
+    shutil.rmtree(own, ignore_errors=True)
+    outer = _TMP.pop("outer", None)
+    if outer is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = outer
+    tempfile.tempdir = None
 
 
 def pytest_addoption(parser):

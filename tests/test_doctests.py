@@ -1,12 +1,14 @@
 """Every docstring example in the package runs and prints what it says (``doctest`` over each module).
 
 Examples that read the repository's own fixtures find them beside the package (``tests/fixtures``),
-so this runs from a checkout, as the rest of the suite does.
+so this runs from a checkout, as the rest of the suite does. The examples make their temporary
+folders as a user would (``tempfile.mkdtemp()``); here they go into the test's ``tmp_path``.
 """
 import doctest
 import importlib
 import pathlib
 import pkgutil
+import tempfile
 
 import pytest
 
@@ -17,7 +19,9 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(bpe_core.__path__, "bpe_c
 
 
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name):
+def test_docstring_examples(name, tmp_path, monkeypatch):
+    # the examples' tempfile.mkdtemp() folders go into this test's own folder, removed with it
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     try:
         module = importlib.import_module(name)
     except ImportError as exc:          # an optional extra (transformers, dask) not installed

@@ -74,9 +74,20 @@ def _say(line: str) -> None:
 
 
 def _early_exit(signum, frame):
-    """One line, then exit 130 (SIGINT) / 143 (SIGTERM) at once, without unwinding."""
-    _say("terminated (SIGTERM) before it started" if signum == _signal.SIGTERM else "interrupted before it started")
+    """One line, then exit 130 (SIGINT) / 143 (SIGTERM) at once, without unwinding. After the run
+    (``run_main`` has returned: ``runtime.cli.last_exit``) the line says how it ended, not "before it
+    started"."""
+    _say(_line(signum, "before it started"))
     os._exit(128 + signum)
+
+
+def _line(signum, when: str) -> str:
+    """What a signal ended; after ``run_main`` returned (``cli.last_exit``), that the run had ended."""
+    what = "terminated (SIGTERM)" if signum == _signal.SIGTERM else "interrupted"
+    rc = getattr(sys.modules.get("bpe_core.runtime.cli"), "last_exit", None)
+    if rc is None:
+        return f"{what} {when}".rstrip()
+    return f"{'output complete' if rc == 0 else f'exit {rc} above'}; {what} after the run ended"
 
 
 def block() -> None:
@@ -105,11 +116,12 @@ def run(main) -> int:
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
         return main()
     except KeyboardInterrupt:
-        _say("interrupted")
+        _say(_line(_signal.SIGINT, ""))
         return 128 + _signal.SIGINT
-    finally:                            # the run is over: a late SIGTERM is not "before it started"
-        if _signal.getsignal(_signal.SIGTERM) is _early_exit:
-            _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)
+    finally:                            # the run is over: a late signal says so (cli.last_exit), exit 130 / 143
+        for signum in _SIGNALS:
+            if _signal.getsignal(signum) not in (_signal.SIG_IGN, None):
+                _signal.signal(signum, _early_exit)
 
 
 def run_bench(main) -> int:

@@ -1,6 +1,6 @@
 """Entropy curation of a training corpus (SupraTok section 3.2).
 
-    python tools/curate.py corpus.txt --out curated.txt [--seed 0]
+    bpe-core curate corpus.txt --out curated.txt [--seed 0]
 
 Per document (text between special tokens): the character-bigram entropy H; documents with H < 3.0,
 3.0 <= H <= 4.5 and H > 4.5 are kept with probability 10%, 50% and 90%, decided by a keyed hash of the

@@ -1,6 +1,6 @@
 """Encode a whole corpus into one flat ``.npy`` of token ids.
 
-    python tools/encode_corpus.py corpus.txt [more inputs...] --tokenizer tok/ --out ids.npy
+    bpe-core encode corpus.txt [more inputs...] --tokenizer tok/ --out ids.npy
                                   [--workers N] [--memory-limit 8G] [--verify] [--plan] [--report run.json]
                                   [--format auto|text|jsonl|parquet] [--text-field F] [--text-column C]
                                   [--skip-bad-records] [--no-separator] [--doc-index idx.npy]
@@ -22,7 +22,8 @@ import sys
 
 from bpe_core.runtime.atomic import atomic_write
 from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,
-                                check_out_file, check_out_prefix, chunk_size, local_input_files, run_main)
+                                check_out_file, check_out_prefix, chunk_size, cluster_note, local_input_files,
+                                run_main)
 from bpe_core.formats.model import folder_files
 from bpe_core.runtime.cli import memory_size
 from bpe_core.config import parse_size
@@ -72,7 +73,7 @@ def build_parser(prog: str = PROG) -> ArgumentParser:
     p.add_argument("--report", default=None, metavar="PATH",
                    help="write a JSON report (plan, peak RSS per phase, seconds per phase) to PATH")
     p.add_argument("--cluster", nargs="?", const="env", default=None, metavar="SPEC",
-                   help="encode on a Dask cluster (pip install 'bpe_core[cluster]'): local:N starts N "
+                   help="encode on a Dask cluster (pip install 'dask[distributed]'): local:N starts N "
                         "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
                         "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL; --out must be on "
                         "a filesystem the workers share. Same ids as on one machine (docs/cluster.md)")
@@ -145,6 +146,9 @@ def main(argv: "list[str] | None" = None, prog: str = PROG) -> int:
         tok = Tokenizer.load(args.tokenizer)
         the_plan = plan(inputs, tok, args.workers, limit, chunk, args.input_format,
                         args.text_column)             # a budget that cannot fit fails here
+        note = cluster_note(args.cluster)
+        if note:
+            print(f"{prog}: note: {note}", file=sys.stderr)
         if args.plan:
             print(the_plan.describe())
             return 0

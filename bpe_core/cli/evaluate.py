@@ -1,8 +1,8 @@
 """Evaluate tokenizers on text files: bytes/token, characters/token, round trip, the share of tokens
 that cross a word boundary, and the longest tokens.
 
-    python tools/evaluate.py --tokenizer tok_bpe/ tok_superbpe/ --text heldout.txt code.txt
-    python tools/evaluate.py --sweep-transition 0.1 0.25 0.4 0.6 0.9 --train train.txt \\
+    bpe-core evaluate --tokenizer tok_bpe/ tok_superbpe/ --text heldout.txt code.txt
+    bpe-core evaluate --sweep-transition 0.1 0.25 0.4 0.6 0.9 --train train.txt \\
         --vocab-size 8000 --text heldout.txt
 
 Every model is encoded by the encoder that reproduces its training (stage-aware for SuperBPE).
@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 from bpe_core.runtime.atomic import atomic_write
-from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main
+from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, count, run_main
 from bpe_core.corpus import check_input
 
 #: The name in its messages (``bpe-core evaluate`` when run as that: ``main(prog=...)``).
@@ -32,7 +32,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--sweep-transition", nargs="+", type=float, default=None, metavar="T",
                    help="train SuperBPE at these transitions (fractions or sizes) and plain BPE on --train")
     p.add_argument("--train", default=None, metavar="FILE", help="training corpus for --sweep-transition")
-    p.add_argument("--vocab-size", type=int, default=8000, help="vocabulary size for --sweep-transition")
+    p.add_argument("--vocab-size", type=count, default=8000, metavar="N",
+                   help="vocabulary size for --sweep-transition, e.g. 8000 or 8K (= 8,192) (default: 8000)")
     p.add_argument("--without-uuencode", action="store_true",
                    help="also score each file without its full uuencode lines ('M' and 60 characters of "
                         "0x21-0x60: the encoded binaries some corpora carry), as a file of its own")

@@ -1,9 +1,9 @@
 """Export a trained tokenizer to HF ``tokenizers``, tiktoken or GPT-2 files.
 
-    python tools/export_tokenizer.py tok/ --format hf --out tokenizer.json
-    python tools/export_tokenizer.py tok/ --format tiktoken --out tok.tiktoken   # + tok.tiktoken.json
-    python tools/export_tokenizer.py tok/ --format gpt2 --out gpt2_dir/
-    python tools/export_tokenizer.py tok/ --format transformers --out hf_dir/   # AutoTokenizer, exact ids
+    bpe-core export tok/ --format hf --out tokenizer.json
+    bpe-core export tok/ --format tiktoken --out tok.tiktoken   # + tok.tiktoken.json
+    bpe-core export tok/ --format gpt2 --out gpt2_dir/
+    bpe-core export tok/ --format transformers --out hf_dir/   # AutoTokenizer, exact ids
 
 DIR is what tools/train_bpe.py wrote (model.json) or a folder with GPT-2 vocab.json + merges.txt.
 The written paths go to stdout; bad input gives one line on stderr and exit code 2.

@@ -1,11 +1,11 @@
 """Profile the memory of any command: RSS of its process tree over time, with phase labels.
 
-    python tools/profile_memory.py --out runs/train8k -- \\
-        python tools/train_bpe.py corpus.txt --vocab-size 8000 --memory-limit 1G
+    bpe-core profile --out runs/train8k -- \\
+        bpe-core train corpus.txt --vocab-size 8000 --memory-limit 1G
 
 Writes ``PREFIX.json`` (samples, phases with start/end, peak, budget, command, exit code) and
 ``PREFIX.png`` (RSS in MiB over time, the budget line, the phases shaded; needs matplotlib:
-``pip install "bpe_core[plot]"``). bpe_core processes label their phases through the file named by
+``pip install matplotlib``). bpe_core processes label their phases through the file named by
 ``BPE_CORE_PHASE_FILE``, which this tool sets. The exit code is the command's. The command's own
 output is left alone; this tool's summary line goes to stderr.
 """
@@ -43,7 +43,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         usage="%(prog)s [--interval SECONDS] [--budget SIZE] [--no-plot] --out PREFIX -- COMMAND ...",
         description="Run COMMAND, sample the RSS of its process tree, write PREFIX.json and PREFIX.png.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Example: python tools/profile_memory.py --out run -- python tools/train_bpe.py c.txt "
+        epilog="Example: bpe-core profile --out run -- bpe-core train c.txt "
                "--memory-limit 1G",
     )
     p.add_argument("--out", required=True, metavar="PREFIX",

@@ -1,6 +1,6 @@
 """Train a byte-level BPE tokenizer.
 
-    python tools/train_bpe.py corpus.txt --vocab-size 32000 --out tok/
+    bpe-core train corpus.txt --vocab-size 32000 --out tok/
 
 Writes into the output folder: ``vocab.json`` + ``merges.txt`` (GPT-2 byte-to-unicode convention,
 loadable by HF ``tokenizers``), ``model.json`` (the native model: exact bytes, pattern, special
@@ -14,13 +14,12 @@ import os
 import sys
 
 from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,
-                                check_out_dir, check_out_prefix, check_work_dir, chunk_size,
-                                local_input_files, run_main)
+                                check_out_dir, check_out_prefix, check_work_dir, chunk_size, cluster_note,
+                                count, local_input_files, run_main)
 from bpe_core.runtime.cli import memory_size
 from bpe_core.config import TrainConfig
 from bpe_core.corpus import CorpusError
 from bpe_core.formats import registry
-from bpe_core.formats.folder import save_folder
 from bpe_core.formats.model import FOLDER_FILES, folder_files
 from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN
 from bpe_core.pretok.patterns import is_pattern_name, pattern_name, pattern_names
@@ -52,16 +51,18 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Output files: vocab.json, merges.txt (GPT-2 form), model.json (native), train_report.json; "
                "for plain BPE also tokenizer.json + tokenizer_config.json (HF: AutoTokenizer.from_pretrained).\n"
-               "Example: python tools/train_bpe.py corpus.txt --vocab-size 32000 --out tok/",
+               "Example: bpe-core train corpus.txt --vocab-size 32000 --out tok/ (in a clone: python tools/train_bpe.py ...)",
     )
     p.add_argument("input", nargs="*", default=None, metavar="INPUT",
                    help="training corpus: files (plain text, or gzip/xz/zstd/bzip2-compressed; JSON Lines; "
                         "Parquet), directories (recursive, sorted), glob patterns, or - for stdin; "
                         "default: the small sample corpus shipped in the package")
-    p.add_argument("--vocab-size", type=int, default=32000, metavar="N",
-                   help="vocabulary size: 256 bytes + special tokens + merges (default: 32000)")
+    p.add_argument("--vocab-size", type=count, default=32000, metavar="N",
+                   help="vocabulary size: 256 bytes + special tokens + merges, e.g. 32000 or 32k "
+                        "(k = 1,000; 32Ki = 32,768) (default: 32000)")
     p.add_argument("--out", default="bpe_tokenizer", metavar="DIR",
-                   help="output folder, created if missing (default: ./bpe_tokenizer)")
+                   help="output folder, made by the run; the folder above it must exist "
+                        "(default: ./bpe_tokenizer)")
     p.add_argument("--special-token", action="append", dest="special_tokens", metavar="TOK",
                    help=f"a special token, split out before counting and never merged; repeat for "
                         f"several (default: {DEFAULT_SPECIAL_TOKEN})")
@@ -73,9 +74,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "text it does not match becomes pretokens of its own")
     p.add_argument("--workers", "--num-workers", type=int, default=None, dest="num_workers", metavar="N",
                    help="pre-tokenization worker threads (default: one per CPU core; capped at the cores)")
-    p.add_argument("--chunk-bytes", type=chunk_size, default=None, metavar="SIZE",
+    p.add_argument("--chunk-size", type=chunk_size, default=None, dest="chunk_bytes", metavar="SIZE",
                    help="target chunk size for pre-tokenization, at least 4K, e.g. 64M (default: chosen "
                         "from the input)")
+    p.add_argument("--chunk-bytes", type=chunk_size, dest="chunk_bytes", help=argparse.SUPPRESS)  # the old name
     p.add_argument("--memory-limit", type=memory_size, default=None, metavar="SIZE",
                    help="RAM budget for the whole process tree, e.g. 8G or 500M (default: 8G, or 80%% of "
                         "the RAM available or of the memory cgroup's room when less); the run plans "
@@ -89,7 +91,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="folder for sorted runs of the pretoken table when it outgrows the budget "
                         "(default: the system temp folder)")
     p.add_argument("--cluster", nargs="?", const="env", default=None, metavar="SPEC",
-                   help="count on a Dask cluster (pip install 'bpe_core[cluster]'): local:N starts N "
+                   help="count on a Dask cluster (pip install 'dask[distributed]'): local:N starts N "
                         "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
                         "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL (s3://, gs://, "
                         "hf://, ...). Same merges as on one machine (docs/cluster.md)")
@@ -136,7 +138,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--forbid", action="append", default=None, metavar="TEXT",
                    help='no stage-2 token contains TEXT (repeatable; default: ": ")')
     g.add_argument("--max-token-bytes", type=int, default=None, metavar="N",
-                   help="guardrail: no stage-2 token longer than N bytes")
+                   help="guardrail: no stage-2 token longer than N bytes; with --method bpe, no token "
+                        "longer than N bytes at all (off by default: a corpus of one repeated byte then "
+                        "builds tokens as long as its longest run; docs/memory.md)")
     g.add_argument("--max-nonalnum", type=int, default=None, metavar="N",
                    help="guardrail: at most N characters per stage-2 token that are neither "
                         "alphanumeric nor whitespace (keeps table rules and URL prefixes out)")
@@ -286,6 +290,9 @@ def _train(args) -> int:
 
     sources = _check_paths(args)
     the_plan = plan(config, sources)  # a budget that cannot fit fails here, before any work
+    note = cluster_note(args.cluster)
+    if note:
+        print(f"{args.prog}: note: {note}", file=sys.stderr)
     if args.plan:
         print(the_plan.describe())
         return 0
@@ -311,7 +318,7 @@ def _train(args) -> int:
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
     phase("write")
     # the whole folder in one step: a run killed at any point leaves the older model or this one
-    dropped = save_folder(result.model, out, report)       # + HF's tokenizer.json for plain BPE
+    dropped = result.publish(out)       # + HF's tokenizer.json for plain BPE; the report's peaks include the writing
     if registry.get(args.method).stage_aware:
         name = registry.get(args.method).name
         print(f"{args.prog}: note: vocab.json/merges.txt hold one merge list; tools that load them "

@@ -171,6 +171,9 @@ def cut_points(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes] =
 #: The first window the cut search reads after each target offset; it doubles while no safe cut is
 #: found in it (a long document without a safe point), so a cut costs a small read, not a chunk.
 CUT_WINDOW = 1 << 16
+#: The windows double up to this size, then slide: a stretch with no cut (2 GB of letters without
+#: whitespace) is read in windows of this size, not in one read as large as itself.
+CUT_WINDOW_MAX = 16 << 20
 
 
 def _cuts(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes], pattern: str | None,
@@ -179,7 +182,7 @@ def _cuts(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes], patte
 
     Each cut is ``first_safe_cut(whole, target, n)`` of the whole content (``target``: the last cut
     plus ``chunk_bytes``), found by reading windows ``[lo, hi)`` after the target, ``window`` bytes
-    first, doubling: a window holds the bytes that decide every cut in it (``maxlen + 2`` before
+    first, doubling up to ``CUT_WINDOW_MAX``: a window holds the bytes that decide every cut in it (``maxlen + 2`` before
     ``lo``, ``maxlen + 2`` after ``hi``), and a later window takes the cuts at its very start that
     the match before it left out, so the result does not depend on ``window``
     (``tests/corpus/test_cut_windows.py``).
@@ -219,7 +222,7 @@ def _cuts(read, n: int, chunk_bytes: int, special_tokens: Sequence[bytes], patte
             if cands:
                 cut = min(cands)
             lo = hi
-            size *= 2
+            size = min(size * 2, max(window, CUT_WINDOW_MAX))
         if cut is None or cut >= n:
             break
         if cut > cuts[-1]:

@@ -56,7 +56,7 @@ def url_fs(url: str):
     try:
         import fsspec
     except ImportError:
-        raise MissingDependency(f"{url}: reading a URL needs fsspec: pip install 'bpe_core[cluster]'") from None
+        raise MissingDependency(f"{url}: reading a URL needs fsspec: pip install fsspec") from None
     try:
         return fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as exc:       # an unknown protocol, or its package missing

@@ -70,9 +70,7 @@ def need_module(name: str, path: str):
     try:
         return importlib.import_module(name)
     except ImportError:
-        extra = EXTRAS.get(name, name)
-        raise CorpusError(path, f"reading this file needs the {name} module: pip install 'bpe_core[{extra}]' "
-                                f"(or pip install {name})") from None
+        raise CorpusError(path, f"reading this file needs the {name} module: pip install {name}") from None
 
 
 @dataclass

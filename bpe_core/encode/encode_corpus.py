@@ -69,6 +69,7 @@ from ..errors import CorpusError, MissingDependency, VerifyError
 from ..pretok.counting import check_distributable, private_shard, shard_weights
 from ..pretok.patterns import pattern_name
 from ..runtime import budget as scheduler
+from ..formats.ids import dump_doc_index
 from ..formats.model import folder_files
 from ..runtime.atomic import (DISK_FULL, atomic_path, named, output_problem, publish_files, recover_files,
                               remove_stale)
@@ -575,6 +576,10 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         monitor.start(thread=size > SMALL_INPUT_BYTES)
         enter("cut")
         shards = [sh for src in sources for sh in src.shards(opts)]
+        # a stretch the cutter could not cut (no whitespace: maybe one pretoken) that the budget
+        # cannot encode at once: one line now, before any work (not an OOM kill later)
+        scheduler.check_uncut(the_plan, [(sh.source.name, sh.start, sh.end) for sh in shards
+                                         if isinstance(sh, TextRangeShard)])
         enter("encode")
         results: list[tuple] = []
         items = [0]
@@ -770,15 +775,8 @@ def _write_doc_index(tmp: str, outputs: list[str], results: list, counts: list[i
                 starts_all.append(starts + base)
             base += n
     index = np.concatenate(starts_all) if starts_all else np.zeros(0, np.int64)
-    _save_npy(tmp, index)
+    dump_doc_index(tmp, index, outputs)     # + the trailer naming the ids it indexes (formats.ids)
     return int(len(index))
-
-
-def _save_npy(path: str, arr: np.ndarray) -> None:
-    with open(path, "wb") as f:
-        np.lib.format.write_array(f, arr)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _verify(tmp: str, input_path: str, tok: Tokenizer, chunks, counts, max_chunks: int = 8,
@@ -1234,7 +1232,7 @@ def _fs_of(url: str):
     try:
         import fsspec
     except ImportError:
-        raise MissingDependency(f"{url}: writing to a URL needs fsspec: pip install 'bpe_core[cluster]'") from None
+        raise MissingDependency(f"{url}: writing to a URL needs fsspec: pip install fsspec") from None
     fs, root = fsspec.core.url_to_fs(url)
     return fs, root.rstrip("/")
 

@@ -16,6 +16,7 @@ from ..corpus.specials import encode_specials
 from ..pretok.wordtable import WordTable
 from ..runtime.budget import FILL_BUFFER_BYTES
 from ..runtime.memmon import phase
+from ..runtime.atomic import naming
 from ..runtime.progress import progress_bar
 from ..runtime.workers import release_free_memory
 from ._engine import MergeEngine, hf_byte_rank, huge_pages
@@ -102,15 +103,16 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
     mapping = dict(spill_dir=spill_dir, map_threshold=0 if spill_dir is not None else 1 << 62,
                    fill_buffer_bytes=fill_buffer_bytes, tie_break=tie_break)
     init_steps: list = []
-    if init_merges:
-        table = table.as_numpy()          # (--init-from replays merges with numpy)
-        replay = replay_merges(table.arena, table.offsets, init_merges)
-        engine = MergeEngine(replay.symbols, replay.offsets, table.counts, replay.tokens, **mapping)
-        init_steps = replay.steps
-        n_merges -= len(init_steps)
-    else:
-        engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)],
-                             **mapping)
+    with naming(spill_dir):               # a full spill folder is named (the engine's mapped arrays)
+        if init_merges:
+            table = table.as_numpy()          # (--init-from replays merges with numpy)
+            replay = replay_merges(table.arena, table.offsets, init_merges)
+            engine = MergeEngine(replay.symbols, replay.offsets, table.counts, replay.tokens, **mapping)
+            init_steps = replay.steps
+            n_merges -= len(init_steps)
+        else:
+            engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)],
+                                 **mapping)
     del table
     t1 = time.perf_counter()
     bar = progress_bar(progress, total=n_merges, desc="merges", unit="merge")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .hf import HF_TOKENIZER_FILE, hf_file_makers
 from .model import REPORT_FILE, Model, dump_folder
@@ -24,9 +24,12 @@ from .texts import FolderTexts
 __all__ = ["save_folder"]
 
 
-def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[str, Any]] = None) -> list[bytes]:
+def save_folder(model: Model, folder: str | os.PathLike,
+                report: Optional[dict[str, Any] | Callable[[], dict[str, Any]]] = None) -> list[bytes]:
     """Publish ``model``'s folder (see the module docstring); parent folders are made. Returns the
-    token bytes ``vocab.json`` left out (``formats.model.dump_gpt2``).
+    token bytes ``vocab.json`` left out (``formats.model.dump_gpt2``). ``report``: a dict, or a
+    function that returns it, called when ``train_report.json`` is written (after the model files:
+    ``TrainResult.publish`` puts the writing's memory peak in it).
 
     >>> import os, tempfile
     >>> m = Model(vocab={**{i: bytes([i]) for i in range(256)}, 256: b"<|endoftext|>", 257: b"ab"},
@@ -40,7 +43,9 @@ def save_folder(model: Model, folder: str | os.PathLike, report: Optional[dict[s
     extra: dict[str, Any] = dict(hf_file_makers(model, texts=texts))     # made as they are written
     if HF_TOKENIZER_FILE not in extra:          # no exact tokenizer.json: transformers runs bpe_core
         extra.update(remote_file_makers(model))
-    if report is not None:
+    if callable(report):
+        extra[REPORT_FILE] = lambda: json.dumps(report(), indent=2) + "\n"      # made when written (last)
+    elif report is not None:
         extra[REPORT_FILE] = json.dumps(report, indent=2) + "\n"
     parent = os.path.dirname(os.path.abspath(os.fspath(folder)))
     os.makedirs(parent, exist_ok=True)

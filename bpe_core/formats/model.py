@@ -281,6 +281,13 @@ def load_model(path: str | os.PathLike) -> Model:
     for name in ("vocab", "merges", "pattern"):
         if name not in doc:
             raise bad(name, "is missing")
+    if "method" not in doc and isinstance(doc.get("stages"), list) and any(
+            not isinstance(st, dict) or st.get("name", "bpe") != "bpe" for st in doc["stages"]):
+        # a model of another method (SuperBPE, SupraTok) with its method field lost: read as plain
+        # BPE it would encode differently, without a word; only plain BPE stages may go without it
+        raise bad("method", "is missing, and the model has stages other than plain BPE's: only a plain BPE "
+                            "model may leave it out "
+                            "(add \"method\": \"superbpe\" or the method that wrote it)")
     method = doc.get("method", "bpe")
     if not isinstance(method, str) or method not in registry.names():
         raise bad("method", f"must be one of {', '.join(registry.names())}, got {method!r}")

@@ -2,12 +2,76 @@
 from __future__ import annotations
 
 import tempfile
+from typing import Optional
 
 from ..engine.merge import train_words
+from ..errors import BudgetError
 from ..formats import registry
-from ..runtime.budget import FILL_BUFFER_BYTES
+from ..runtime.budget import (FILL_BUFFER_BYTES, TOKEN_BYTES_MERGING, TOKEN_BYTES_WRITING, fmt_bytes, fmt_size,
+                              suggested_budget)
 
-__all__ = ["BPE"]
+__all__ = ["BPE", "TokenBytesGuard"]
+
+
+class TokenBytesGuard:
+    """The merge engine's ``allowed(left, right)`` for plain BPE: ``max_token_bytes`` (no token longer
+    than that; None: any length) and the budget for the bytes of the tokens the merges build.
+
+    A corpus of one repeated byte (or any long pretoken of few distinct pairs) builds tokens as long
+    as its longest pretoken: 20 MB of ``a`` make 164 MiB of tokens in 31 merges, ~1.3 GiB while the
+    model folder is written. The guard adds up the bytes of each merge's token; when the merge phase
+    (``merge_bytes`` + ``TOKEN_BYTES_MERGING`` x tokens) or the writing (``parent_overhead`` +
+    ``TOKEN_BYTES_WRITING`` x tokens) would pass ``memory_limit``, it stops the run with a
+    :class:`BudgetError` (one line) rather than let it be killed. It never changes a merge that fits.
+
+    >>> g = TokenBytesGuard(max_token_bytes=3)
+    >>> g(b"ab", b"c"), g(b"ab", b"cd"), g.total
+    (True, False, 3)
+    """
+
+    def __init__(self, max_token_bytes: Optional[int] = None, memory_limit: Optional[int] = None,
+                 merge_bytes: int = 0, parent_overhead: int = 0, longest_pretoken: int = 0):
+        self.max_token_bytes = max_token_bytes
+        self.memory_limit = memory_limit
+        self.merge_bytes = merge_bytes
+        self.parent_overhead = parent_overhead
+        self.longest = longest_pretoken
+        self.total = 0
+        self.n_merges = 0
+
+    def __call__(self, left: bytes, right: bytes) -> bool:
+        n = len(left) + len(right)
+        if self.max_token_bytes is not None and n > self.max_token_bytes:
+            return False
+        self.total += n
+        self.n_merges += 1
+        if self.memory_limit is not None:
+            need = max(self.merge_bytes + TOKEN_BYTES_MERGING * self.total,
+                       self.parent_overhead + TOKEN_BYTES_WRITING * self.total)
+            if need > self.memory_limit:
+                raise BudgetError(
+                    f"memory limit {fmt_bytes(self.memory_limit)} is too small for the tokens this corpus builds: "
+                    f"after {self.n_merges:,} merges they hold {fmt_bytes(self.total)} (its longest pretoken is "
+                    f"{self.longest:,} bytes without a break, and merges build tokens as long as that), and "
+                    f"merging and writing them needs ~{fmt_bytes(need)}; give --max-token-bytes N (no token "
+                    f"longer than N bytes: a different vocabulary), or a budget of at least --memory-limit "
+                    f"{fmt_size(suggested_budget(need))} (a lower bound: later merges may build more)",
+                    suggested_budget(need))
+        return True
+
+    @classmethod
+    def for_run(cls, config, plan, n_merges: int) -> Optional["TokenBytesGuard"]:
+        """The guard a run needs (None when no token can outgrow the budget: ``n_merges`` tokens of at
+        most the longest pretoken's bytes fit, and no ``max_token_bytes``)."""
+        limit = getattr(plan, "memory_limit", None)
+        longest = getattr(plan, "longest_pretoken", 0) or 0
+        cap = config.max_token_bytes
+        merge_bytes, po = getattr(plan, "merge_bytes", 0), getattr(plan, "parent_overhead", 0)
+        bound = n_merges * longest
+        if cap is None and (limit is None or max(merge_bytes + TOKEN_BYTES_MERGING * bound,
+                                                  po + TOKEN_BYTES_WRITING * bound) <= limit):
+            return None
+        return cls(cap, limit, merge_bytes, po, longest)
 
 
 class BPE(registry.Method):
@@ -24,8 +88,11 @@ class BPE(registry.Method):
         report: dict = {"seconds": {}}
         # The plan (made with the real counts) says whether the engine's read-only arrays are mapped.
         mapped = getattr(plan, "merge_mapped", False)
+        n_merges = config.vocab_size - 256 - len(config.special_tokens)
+        guard = TokenBytesGuard.for_run(config, plan, n_merges)
         vocab, merges = train_words(table, config.vocab_size, config.special_tokens, progress=progress,
                                     report=report, init_merges=init.merges if init is not None else None,
+                                    allowed=guard,
                                     spill_dir=(config.spill_dir or tempfile.gettempdir()) if mapped else None,
                                     fill_buffer_bytes=getattr(plan, "fill_buffer_bytes", FILL_BUFFER_BYTES),
                                     tie_break=config.tie_break)

@@ -22,7 +22,8 @@ from ..runtime.lazy import np  # numpy on first use (a small run never imports i
 from ..corpus.readers import BadRecords
 from ..corpus.inputs import Source, expand_inputs
 from ..corpus.shards import Block, ReadOptions, TextRangeShard, iter_tasks, load, shard_blocks
-from ..runtime.atomic import remove_stale_in
+from ..runtime.atomic import DISK_FULL, named, remove_stale_in
+from ..runtime.budget import refuse_memory_folder
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
 from ..runtime.workers import check_total, read_range, release_free_memory, run_ordered
@@ -436,7 +437,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
                  spill_dir: Optional[str] = None,
                  check_words: Optional[Callable[[int], None]] = None,
                  read_options: Optional[ReadOptions] = None, record: Optional[list] = None,
-                 plain: bool = False) -> WordTable:
+                 plain: bool = False,
+                 check_stretches: Optional[Callable[[list], None]] = None) -> WordTable:
     """Count the pretokens of a corpus into one sorted word table.
 
     ``inputs`` is a path (a plain-text file, as before) or a list of ``corpus.inputs.Source``
@@ -469,6 +471,10 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     ``plain``: when the corpus is one byte range of a plain file (a small run) and the pattern a
     named one, count it without numpy: the table's arrays are then ``array.array``
     (``pretok.wordtable``), its numbers the same.
+
+    ``check_stretches(ranges)``: called with the ``(name, start, end)`` chunks of plain files once
+    they are cut, before any is read (it raises to refuse a chunk the budget cannot hold,
+    ``budget.check_uncut``).
     """
     t0 = time.perf_counter()
     sources = expand_inputs(inputs, "text") if isinstance(inputs, (str, os.PathLike)) else list(inputs)
@@ -477,6 +483,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     opts.pattern, opts.inside_documents = pattern_name(pattern), True
     sep = opts.sep
     shards = [sh for src in sources for sh in src.shards(opts)]
+    if check_stretches is not None:     # the byte ranges of plain files, before any is read
+        check_stretches([(sh.source.name, sh.start, sh.end) for sh in shards if isinstance(sh, TextRangeShard)])
     recording = (record is not None and len(sources) == 1 and sources[0].plain_text and not sources[0].is_url
                  and pattern_name(pattern) is not None and all(sh.lazy for sh in shards))
     # A small run (the whole input one byte range of a plain file) counts without numpy: the table's
@@ -658,12 +666,19 @@ class Spill:
             return tables
         if self._dir is None:
             folder = self.folder or tempfile.gettempdir()
+            refuse_memory_folder(folder)                      # a spill on tmpfs saves no memory
             remove_stale_in(folder, [SPILL_PREFIX])          # what a killed run left
             self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{os.getpid()}-", dir=folder)
-        for arena, offsets, counts in tables:
+        for table in tables:
+            # a small run's table is ``array.array`` (``_count_plain``): numpy views of the same
+            # buffers (no copy), so both kinds spill alike
+            arena, offsets, counts = (np.asarray(a) for a in table)
             base = os.path.join(self._dir.name, f"run{self.n_runs:05d}")
             for name, arr in (("arena", arena), ("offsets", offsets), ("counts", counts)):
-                np.save(f"{base}.{name}.npy", arr)
+                try:
+                    np.save(f"{base}.{name}.npy", arr)
+                except OSError as exc:          # a full disk names the spill file, not just "No space"
+                    raise named(exc, f"{base}.{name}.npy") if exc.errno in DISK_FULL else exc from None
             self.paths.append(base)
             self.sums.append(int(counts.sum()))
             self.n_runs += 1

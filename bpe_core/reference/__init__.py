@@ -180,13 +180,14 @@ def best_pair(pairs: Counter, tie_break: str = "bytes", ranks: dict[bytes, int] 
 
 def train_on_counts(pretoken_counts: dict[bytes, int], vocab_size: int,
                     special_tokens: Sequence[str | bytes] = (),
-                    init_merges: Sequence[tuple[bytes, bytes]] = (), tie_break: str = "bytes"
-                    ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+                    init_merges: Sequence[tuple[bytes, bytes]] = (), tie_break: str = "bytes",
+                    max_token_bytes: int | None = None) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """BPE on counted pretokens, recounting every pair after every merge.
 
     ``init_merges``: start from an existing model's merges (``--init-from``): they are the first
     merges, each pretoken starts as their encoding (``encode_pretoken``), and the loop goes on.
     ``tie_break``: ``"bytes"`` (CS336) or ``"hf"`` (HF ``tokenizers``), see ``best_pair``.
+    ``max_token_bytes``: a pair whose token would be longer never competes (``--max-token-bytes``).
     """
     specials = encode_specials(special_tokens)
     vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}
@@ -199,7 +200,8 @@ def train_on_counts(pretoken_counts: dict[bytes, int], vocab_size: int,
     for pretoken, count in pretoken_counts.items():
         key = tuple(encode_pretoken(pretoken, merges))
         words[key] = words.get(key, 0) + count
-    merge_loop(words, vocab, merges, vocab_size, tie_break=tie_break)
+    allowed = None if max_token_bytes is None else (lambda a, b: len(a) + len(b) <= max_token_bytes)
+    merge_loop(words, vocab, merges, vocab_size, allowed, tie_break=tie_break)
     return vocab, merges
 
 
@@ -232,7 +234,8 @@ def merge_loop(words: dict[tuple[bytes, ...], int], vocab: dict[int, bytes], mer
 
 def train_bpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[str | bytes] = (),
                          pattern: str = "gpt2", init_merges: Sequence[tuple[bytes, bytes]] = (),
-                         tie_break: str = "bytes") -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+                         tie_break: str = "bytes", max_token_bytes: int | None = None
+                         ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Train on an in-memory corpus (from ``init_merges`` on, when given).
 
     >>> data = b"ab ba"     # (a, b), (' ', b), (b, a) all count 1
@@ -240,7 +243,7 @@ def train_bpe_from_bytes(data: bytes, vocab_size: int, special_tokens: Sequence[
     ([(b'b', b'a')], [(b'a', b'b')])
     """
     return train_on_counts(count_pretokens(data, special_tokens, pattern), vocab_size, special_tokens,
-                           init_merges, tie_break)
+                           init_merges, tie_break, max_token_bytes)
 
 
 def train_bpe(input_path: str | os.PathLike, vocab_size: int, special_tokens: Sequence[str | bytes] = (),

@@ -30,6 +30,17 @@ import threading
 from typing import IO, Iterable, Iterator, Sequence
 
 
+#: The outputs this process has published, in order (:func:`atomic_write`, :func:`atomic_path`'s
+#: ``commit``, :func:`publish_files`, :func:`publish_folder`): ``cli.run_main`` tells a signal that
+#: came after its run published from one before ("output complete; interrupted after publishing").
+PUBLISHED: list[str] = []
+
+
+class FolderTaken(OSError):
+    """Another run published the output folder while this one was writing it (two runs started
+    together into a fresh ``--out``): that run owns the folder, this run's files are discarded."""
+
+
 def _read_umask_by_setting() -> int:
     """The umask, read by setting it and putting it back (under a lock: not thread-safe otherwise)."""
     with _UMASK_LOCK:
@@ -109,6 +120,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        PUBLISHED.append(path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -130,6 +142,7 @@ def atomic_path(path: str | os.PathLike) -> tuple[str, callable]:
 
     def commit() -> None:
         os.replace(tmp, path)
+        PUBLISHED.append(path)
 
     return tmp, commit
 
@@ -259,6 +272,26 @@ def named(exc: OSError, path: str | os.PathLike) -> OSError:
     return type(exc)(exc.errno, exc.strerror or str(exc), os.fspath(path))
 
 
+@contextlib.contextmanager
+def naming(folder: str | os.PathLike | None) -> Iterator[None]:
+    """Inside the block, a full disk (``DISK_FULL``: ``ENOSPC`` from a write into a spill or temp
+    folder names no file) is raised naming ``folder`` (:func:`named`): the tools print ``FOLDER: No
+    space left on device`` instead of the bare reason. Other errors, and ``folder`` None, pass as they are.
+
+    >>> with naming("/spill"):
+    ...     raise OSError(28, "No space left on device")
+    Traceback (most recent call last):
+    ...
+    OSError: [Errno 28] No space left on device: '/spill'
+    """
+    try:
+        yield
+    except OSError as exc:
+        if folder is None or exc.errno not in DISK_FULL:
+            raise
+        raise named(exc, folder) from None
+
+
 # ==== Sets of files published as one unit ====================================================
 
 
@@ -370,6 +403,7 @@ def publish_files(pairs: Sequence[tuple[str, str]], key: str | os.PathLike | Non
                 os.unlink(path)
         if journal is not None:
             os.unlink(journal)
+        PUBLISHED.append(key)
 
 
 def recover_files(key: str | os.PathLike) -> list[str]:
@@ -566,7 +600,15 @@ def publish_folder(target: str | os.PathLike, owned: Iterable[str] = (), last: s
         _fsync_dir(tmp)
         with signals_held():
             if not exists:
-                os.rename(tmp, target)
+                try:
+                    os.rename(tmp, target)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(target):
+                        raise
+                    # another run, started with this one, published the folder first: it owns it
+                    raise FolderTaken(exc.errno, "another run published this output folder while this one was "
+                                      "writing it and owns it now; this run's files were discarded (run again "
+                                      "to replace it)", target) from None
             else:
                 try:
                     swapped = exchange(tmp, target)
@@ -587,6 +629,7 @@ def publish_folder(target: str | os.PathLike, owned: Iterable[str] = (), last: s
                     os.rename(tmp, target)
                     shutil.rmtree(aside, ignore_errors=True)
         _fsync_dir(parent)
+        PUBLISHED.append(target)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise named(exc, target) from None

@@ -119,6 +119,22 @@ ENGINE_WORD_BYTES = 12
 PAIRS_PER_SQRT_SYMBOL = 450
 ENGINE_PAIR_BYTES = 80
 DEFAULT_VOCAB_SIZE = 32000
+#: The longest pretoken (text without whitespace: one word of the engine) costs, beyond the
+#: per-symbol figures above, its bytes in the counted table and its copy (2 B per byte) and the two
+#: shares' tables of the sites of one merge: ``NEAR_BYTES_PER_SITE`` per occurrence of its most
+#: frequent byte pair (no later pair in the word occurs more often: a new pair holds the new token,
+#: which occurs as often as the pair it was made of). 20 MB of ``a``: 20 M sites, 268 MiB of tables
+#: (the plan said 376 MiB, the peak was 885 MiB); 50 MB of random letters: 18 k, nothing to speak of.
+#: Negligible on ordinary text (pretokens of tens of bytes).
+LONG_WORD_BYTES_PER_BYTE = 2
+NEAR_BYTES_PER_SITE = 14
+#: The bytes of the tokens merges build are held about 3 times in the merge phase (the engine's
+#: token table, the vocabulary, the merges) and about 8 times while the model folder is written
+#: (the model, each token's GPT-2 string, the JSON and hex texts): 1,327 MiB peak writing 164 MiB
+#: of tokens. Ordinary text builds a few MB of tokens; a run of one repeated byte builds tokens as
+#: long as the run (``methods.bpe.TokenBytesGuard`` stops the run when they outgrow the budget).
+TOKEN_BYTES_MERGING = 3
+TOKEN_BYTES_WRITING = 8
 #: Old per-word figure, kept for reference: the engine before the compact layout (20 B per position).
 ENGINE_BYTES_PER_WORD = 200
 ENGINE_VOCAB_DIVISOR = 200
@@ -258,8 +274,11 @@ class Plan:
     vocab_size: int = 0
     budget_source: str = BUDGET_FROM_FLAG
     budget_why: str = ""
+    longest_pretoken: int = 0
+    longest_pair_sites: int = 0
 
-    def with_count(self, unique_pretokens: int, symbols: Optional[int] = None) -> "Plan":
+    def with_count(self, unique_pretokens: int, symbols: Optional[int] = None, longest_pretoken: int = 0,
+                   longest_pair_sites: int = 0) -> "Plan":
         """This training plan made again with the real number of unique pretokens (known during and
         after counting) and, after counting, of the symbols the engine will hold; the workers and
         chunk size kept: the one budget check of a run (it also decides whether the merge phase
@@ -272,7 +291,8 @@ class Plan:
                              num_workers=self.num_workers, chunk_bytes=self.chunk_bytes,
                              per_worker_overhead=self.worker_overhead, parent_overhead=self.parent_overhead,
                              vocab_size=self.vocab_size, unique_pretokens=unique_pretokens, symbols=symbols,
-                             budget_source=(self.budget_source, self.budget_why))
+                             budget_source=(self.budget_source, self.budget_why), longest_pretoken=longest_pretoken,
+                             longest_pair_sites=longest_pair_sites)
 
     @property
     def merge_fits(self) -> bool:
@@ -649,7 +669,8 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                   chunk_bytes: Optional[int] = None, per_worker_overhead: Optional[int] = None, *,
                   parent_overhead: Optional[int] = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
                   unique_pretokens: Optional[int] = None, symbols: Optional[int] = None,
-                  budget_source: Optional[tuple[str, str]] = None) -> Plan:
+                  budget_source: Optional[tuple[str, str]] = None, longest_pretoken: int = 0,
+                  longest_pair_sites: int = 0) -> Plan:
     """Plan a training run: workers, chunk size and spilling under ``memory_limit``.
 
     The merge phase must fit (it needs every unique pretoken in RAM). The counting phase then gets
@@ -706,11 +727,13 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
         words = int(unique_pretokens)
     table = words * TABLE_BYTES_PER_WORD
     n_symbols = symbols_estimate(words) if symbols is None else int(symbols)
+    # the longest pretoken, held whole, and the site tables of a merge inside it
+    long_word = LONG_WORD_BYTES_PER_BYTE * int(longest_pretoken) + NEAR_BYTES_PER_SITE * int(longest_pair_sites)
     merge_phase_mem = merge_phase(words, vocab_size, n_symbols, po, mapped=False)
-    mapped = merge_phase_mem["anon"] > memory_limit
+    mapped = merge_phase_mem["anon"] + long_word > memory_limit
     if mapped:
         merge_phase_mem = merge_phase(words, vocab_size, n_symbols, po, mapped=True)
-    merge = merge_phase_mem["anon"]
+    merge = merge_phase_mem["anon"] + long_word
 
     max_workers = cores
     if num_workers is not None:
@@ -740,13 +763,15 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
         need = max(merge, count_floor)
         if exact or merge < count_floor:
             msg = _budget_message("training", input_bytes, memory_limit, need, merge, count_floor, words,
-                                  vocab_size, limit_words)
+                                  vocab_size, limit_words, longest_pretoken if 2 * longest_pretoken > n_symbols else 0)
         else:
             msg = (f"memory limit {limit_words} is too small for training on "
                    f"{fmt_bytes(input_bytes)}: counting needs ~{fmt_bytes(count_floor)} with one worker and "
                    f"the smallest chunks, and the merge phase ~{fmt_bytes(merge)} for ~{fmt_count(words)} "
                    f"unique pretokens (estimated from the input size); the smallest budget that works is "
-                   f"--memory-limit {fmt_size(suggested_budget(need))}")
+                   f"at least --memory-limit {fmt_size(suggested_budget(need))} (an estimate: with more unique "
+                   f"pretokens or longer ones, a run at that budget stops when counting ends and names the "
+                   f"exact figure)")
         raise BudgetError(msg + _beyond_cgroup(suggested_budget(need), source), suggested_budget(need))
     # Is there room for the whole table beside one worker with the smallest chunk? If not, spill.
     spill = _train_count_peak(1, lo1, table, wo, po) > memory_limit
@@ -792,11 +817,13 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
                 merge_mapped=mapped, merge_file_bytes=merge_phase_mem["file"],
                 fill_buffer_bytes=merge_phase_mem["fill"] or FILL_BUFFER_BYTES,
                 phase_seconds=phase_seconds(input_bytes, workers, words, n_symbols, vocab_size, mapped),
-                vocab_size=vocab_size, budget_source=source, budget_why=why)
+                vocab_size=vocab_size, budget_source=source, budget_why=why, longest_pretoken=int(longest_pretoken),
+                longest_pair_sites=int(longest_pair_sites))
 
 
 def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: int, count: int,
-                    words: int, vocab_size: int | None = None, limit_words: str | None = None) -> str:
+                    words: int, vocab_size: int | None = None, limit_words: str | None = None,
+                    longest: int = 0) -> str:
     """The one-line reason of a :class:`BudgetError`.
 
     The merge engine's tables grow with the unique pretokens and with the requested vocabulary, so a
@@ -812,7 +839,10 @@ def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: i
                 f"sizes its tables for the vocabulary asked for: ~{fmt_bytes(merge)} for "
                 f"{fmt_count(words)} unique pretokens, above the memory limit of {fmt_bytes(limit)}; "
                 f"ask for a smaller --vocab-size")
-    if merge >= count:
+    if merge >= count and longest:
+        why = (f"the merge phase needs ~{fmt_bytes(merge)}, much of it for the longest pretoken: "
+               f"{longest:,} bytes without a break (no whitespace), which the merge engine holds whole")
+    elif merge >= count:
         vocab = f"a vocabulary of {vocab_size:,} over " if vocab_size is not None else ""
         why = (f"the merge phase needs ~{fmt_bytes(merge)} (the merge tables for {vocab}"
                f"{fmt_count(words)} unique pretokens)")
@@ -913,8 +943,87 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
                 memory_limit=memory_limit, available=available, cpu_count=cores, worker_overhead=wo,
                 parent_overhead=po, per_worker_bytes=_encode_worker(wo, vocab_size, chunk),
                 parent_bytes=_encode_parent(po, vocab_size, chunk), count_bytes=peak, merge_bytes=0,
-                peak_bytes=peak,
+                peak_bytes=peak, vocab_size=vocab_size,
                 notes=tuple(notes), budget_source=source, budget_why=why)
+
+
+#: Encoding holds, per byte of a pretoken merged at once (``_encode`` ``_merge_heap``: ids, pair
+#: ranks, two links, heap entries, the output), up to this many bytes: 50 MB of letters without
+#: whitespace (one pretoken) held 1.76 GiB (37 B per byte).
+ENCODE_LONG_PIECE_BYTES = 40
+
+
+#: Counting (training) holds a chunk it cannot cut about 3 times (the block read, the pretoken's
+#: bytes in the chunk's table, the table in the parent): 50 MB of letters peaked at 123 MB.
+COUNT_LONG_PIECE_BYTES = 3
+
+
+def _refuse_uncut_counting(plan: Plan, name: str, start: int, end: int) -> None:
+    """:func:`check_uncut` for training: the stretch does not fit the counting phase."""
+    n = end - start
+    need = plan.count_bytes + COUNT_LONG_PIECE_BYTES * n
+    raise BudgetError(f"{name}: bytes {start:,}-{end:,} have no place to cut (no whitespace or newline: one "
+                      f"pretoken, or text such as minified JSON); counting them at once may need "
+                      f"~{fmt_bytes(COUNT_LONG_PIECE_BYTES * n)} beside the plan's {fmt_bytes(plan.count_bytes)}, "
+                      f"over the memory limit of {fmt_bytes(plan.memory_limit)}; the smallest budget that works is "
+                      f"at least --memory-limit {fmt_size(suggested_budget(need))} (counting only: the merge phase "
+                      f"is planned when counting ends, and one pretoken that long needs more)",
+                      suggested_budget(need))
+
+
+def check_uncut(plan: Plan, stretches: list[tuple[str, int, int]]) -> None:
+    """Refuse, before encoding, a stretch of text that could not be cut into chunks and is too long
+    for the budget. ``stretches``: ``(name, start, end)`` of the chunks the cutter made (byte ranges
+    of plain files). Chunks are cut only where no pretoken crosses (``corpus.chunks``), so a chunk
+    much longer than ``plan.chunk_bytes`` is a stretch without whitespace or newline: it may be one
+    pretoken, which the encoder merges whole (``ENCODE_LONG_PIECE_BYTES`` per byte). When that does
+    not fit beside the plan, one :class:`BudgetError` names the stretch and a budget that holds it.
+
+    >>> p = plan_encoding(60 << 20, 50257, 500 << 20, 2, 8 << 30, per_worker_overhead=8 << 20,
+    ...                   parent_overhead=60 << 20)
+    >>> check_uncut(p, [("let.txt", 0, 1 << 20)])        # an ordinary chunk: nothing to say
+    >>> try:
+    ...     check_uncut(p, [("let.txt", 0, 50_000_000)])
+    ... except BudgetError as e:
+    ...     print(str(e)[:63])
+    let.txt: bytes 0-50,000,000 have no place to cut (no whitespace
+    """
+    if not stretches:
+        return
+    name, start, end = max(stretches, key=lambda t: t[2] - t[1])
+    n = end - start
+    if n <= 2 * max(plan.chunk_bytes, 1):
+        return
+    per_byte = COUNT_LONG_PIECE_BYTES if plan.kind == "train" else ENCODE_LONG_PIECE_BYTES
+    base = plan.count_bytes if plan.kind == "train" else plan.peak_bytes
+    if base + per_byte * n <= plan.memory_limit:
+        return
+    # The budget to name: a larger budget plans more workers and larger chunks, so name the one
+    # that holds the stretch beside the largest plan (all cores, the largest chunks): any budget from
+    # there up works (the plan's peak stops growing), the run at the named budget included.
+    if plan.kind == "train":
+        _refuse_uncut_counting(plan, name, start, end)
+    largest = plan_encoding(plan.input_bytes, plan.vocab_size, 1 << 50, plan.cpu_count, plan.available,
+                            per_worker_overhead=plan.worker_overhead, parent_overhead=plan.parent_overhead)
+    need = max(plan.peak_bytes, largest.peak_bytes) + ENCODE_LONG_PIECE_BYTES * n
+    raise BudgetError(f"{name}: bytes {start:,}-{end:,} have no place to cut (no whitespace or newline: one "
+                      f"pretoken, or text such as minified JSON); encoding them at once may need "
+                      f"~{fmt_bytes(ENCODE_LONG_PIECE_BYTES * n)} beside the plan's {fmt_bytes(plan.peak_bytes)}, "
+                      f"over the memory limit of {fmt_bytes(plan.memory_limit)}; the smallest budget that works is "
+                      f"--memory-limit {fmt_size(suggested_budget(need))}", suggested_budget(need))
+
+
+def refuse_memory_folder(folder: str, what: str = "the spill folder") -> None:
+    """Raise :class:`BudgetError` (one line) when ``folder`` is on tmpfs or ramfs: files there are
+    memory (charged to the memory cgroup, never written back), so spilling there to stay within the
+    budget would not (a 300M run spilling to a tmpfs --spill-dir peaked at 1.15x its budget).
+    Called when a run is about to spill, not before: a run that never spills may use any folder."""
+    from .cgroup import in_memory_folder
+
+    if in_memory_folder(folder):
+        raise BudgetError(f"{folder}: {what} is on tmpfs (its files are memory): the run must spill to keep "
+                          f"within --memory-limit, and spilling there would not; give --spill-dir a folder on "
+                          f"disk (or TMPDIR), or a larger --memory-limit", 0)
 
 
 # ==== Miscellaneous =========================================================================

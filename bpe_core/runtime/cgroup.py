@@ -192,4 +192,42 @@ def cgroup_memory(own_bytes: int = 0) -> Optional[CgroupMemory]:
     return parse_cgroup_memory(proc_cgroup, mountinfo, _read_text, own_bytes)
 
 
-__all__ = ["CgroupMemory", "UNLIMITED", "cgroup_memory", "parse_cgroup_memory"]
+#: Filesystems whose files are memory: pages written there are shared memory, charged to the
+#: process's cgroup and never written back (a spill there saves no RAM).
+MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "devtmpfs")
+
+
+def mount_fstype(path: str, mountinfo: Optional[str] = None) -> Optional[str]:
+    r"""The filesystem type of the mount holding ``path`` (the longest mount point above its real
+    path, from ``/proc/self/mountinfo``); None where it cannot be told.
+
+    >>> info = ("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+    ...         "30 22 0:25 / /tmp rw - tmpfs tmpfs rw\n")
+    >>> mount_fstype("/tmp/spill", info), mount_fstype("/tmpx", info), mount_fstype("/home", info)
+    ('tmpfs', 'ext4', 'ext4')
+    """
+    if mountinfo is None:
+        mountinfo = _read_text("/proc/self/mountinfo")
+        if mountinfo is None:
+            return None
+        path = os.path.realpath(path)
+    best, fstype = -1, None
+    for line in mountinfo.splitlines():
+        head, sep, tail = line.partition(" - ")
+        fields = head.split()
+        if not sep or len(fields) < 5 or not tail.split():
+            continue
+        point = _unescape(fields[4])
+        inside = path == point or point == "/" or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, fstype = len(point), tail.split()[0]
+    return fstype
+
+
+def in_memory_folder(path: str) -> bool:
+    """Whether files in ``path`` live in memory (tmpfs, ramfs: :data:`MEMORY_FILESYSTEMS`)."""
+    return mount_fstype(path) in MEMORY_FILESYSTEMS
+
+
+__all__ = ["CgroupMemory", "MEMORY_FILESYSTEMS", "UNLIMITED", "cgroup_memory", "in_memory_folder", "mount_fstype",
+           "parse_cgroup_memory"]

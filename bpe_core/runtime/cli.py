@@ -6,14 +6,16 @@ import argparse
 import contextlib
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 import warnings
 from typing import Callable
 
 from ..errors import (BinaryInputWarning, BudgetWarning, CorpusError, InternalError, MissingDependency, ModelFormatError,
                       Terminated)
-from .atomic import output_problem, recover_folder, remove_stale
+from .atomic import PUBLISHED, output_problem, recover_folder, remove_stale
 from .budget import parse_size
 from .workers import terminate_on_sigterm
 
@@ -50,41 +52,27 @@ def _probe(folder: str) -> OSError | None:
 
 def check_out_dir(path: str) -> str:
     """Check, before any work, that the output folder can be published (``atomic.publish_folder``):
-    a writable folder, or absent with a writable folder to go into. Missing parent folders are
-    made; ``path`` itself is not: it appears, whole, when the run publishes it. What a killed run
-    left beside it is cleaned up. A folder that cannot be made is named by the existing folder
-    above it that refuses (``--out imm/tok/``: ``imm``), not by the one to create."""
+    a writable folder, or absent in a writable folder. The folder above it must exist, as for
+    every output of every command (``check_out_file``): a missing one is an error naming it, not
+    made (a mistyped path is not created). ``path`` itself appears, whole, when the run publishes
+    it. What a killed run left beside it is cleaned up. A folder that cannot be written is named
+    (``--out imm/tok/``: ``imm``)."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise CliError(f"{path}: exists and is not a directory")
     parent = os.path.dirname(os.path.abspath(path))
-    missing = _missing_parent(path)
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as exc:
-        raise CliError(f"{missing or parent}: cannot create the output folder {path} in it "
-                       f"({exc.strerror or exc})") from None
+    if not os.path.isdir(parent):
+        raise CliError(f"{path}: folder {parent} does not exist")
     exc = _probe(path if os.path.isdir(path) else parent)
     if exc is not None and os.path.isdir(path):
         raise CliError(f"{path}: output folder is not writable ({exc.strerror or exc})")
     if exc is not None:
-        raise CliError(f"{missing or parent}: cannot create the output folder {path} in it "
-                       f"({exc.strerror or exc})")
+        shown = os.path.dirname(os.path.normpath(path)) or "."
+        raise CliError(f"{shown}: cannot create the output folder {path} in it ({exc.strerror or exc})")
     recover_folder(path)
     if os.path.isdir(path):
         for name in ("model.json", "vocab.json", "merges.txt", "train_report.json"):
             remove_stale(os.path.join(path, name))       # what an older version's killed run left
     return path
-
-
-def _missing_parent(path: str) -> str | None:
-    """The deepest existing folder above ``path`` when ``path`` does not exist yet (None if it does)."""
-    path = os.path.abspath(path) if os.path.isabs(path) else os.path.normpath(path)
-    if os.path.exists(path):
-        return None
-    parent = os.path.dirname(path)
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    return parent or "."
 
 
 def local_input_files(sources) -> list[str]:
@@ -169,6 +157,46 @@ def chunk_size(text: str) -> int:
     return value
 
 
+def count(text: str) -> int:
+    """A count (``--vocab-size``): a whole number, or one with a unit -- ``k`` = 1,000 and ``M`` =
+    1,000,000 (a "32k vocabulary" is 32,000 tokens), ``Ki`` = 1,024 and ``Mi`` = 1,048,576 for powers of
+    two -- refused in one line otherwise (a count has no bytes: ``8KB``). The command checks its range.
+    Sizes of memory (``--memory-limit 8G``) are binary; counts are not.
+
+    >>> count("32000"), count("32k"), count("32K"), count("1.5k"), count("32Ki"), count("1M")
+    (32000, 32000, 32000, 1500, 32768, 1000000)
+    """
+    text = str(text).strip()
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)\s*([kKmM])?(i?)", text)
+    if m is None or (m.group(3) and not m.group(2)):
+        raise argparse.ArgumentTypeError(f"invalid count {text!r} (examples: 32000, 32k, 32Ki)")
+    unit = {None: 1, "k": 1000, "m": 1000 ** 2}[m.group(2) and m.group(2).lower()]
+    if m.group(3):
+        unit = {1000: 1024, 1000 ** 2: 1024 ** 2}[unit]
+    number = float(m.group(1)) * unit if "." in m.group(1) else int(m.group(1)) * unit
+    if number != int(number):
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: not a whole number")
+    return int(number)
+
+
+def cluster_note(spec, cores: int | None = None) -> str | None:
+    """The note for ``--cluster local:N`` when N is more than this machine's cores (the worker
+    processes then share them: each count is slower, the result the same), as ``--workers`` has.
+
+    >>> cluster_note("local:4", cores=2)
+    'local:4 starts 4 worker processes, 2 cores: they share the cores (the results are the same)'
+    >>> cluster_note("local:2", cores=2), cluster_note("tcp://h:8786", cores=2), cluster_note(None, cores=1)
+    (None, None, None)
+    """
+    if not isinstance(spec, str) or not spec.strip().startswith("local:"):
+        return None
+    n = spec.strip().partition(":")[2]
+    cores = cores or os.cpu_count() or 1
+    if not n.isdigit() or int(n) <= cores:
+        return None
+    return f"{spec.strip()} starts {int(n)} worker processes, {cores} cores: they share the cores (the results are the same)"
+
+
 def memory_size(text: str, error: type = argparse.ArgumentTypeError) -> int:
     """``--memory-limit``: a positive size (``budget.parse_size``), refused in one line otherwise
     (``error``: argparse's, for ``type=``; ``CliError`` where the tool parses it itself).
@@ -218,20 +246,121 @@ def run_main(fn: Callable[[], int], prog: str | None = None) -> int:
 
     Exit codes: 0 done; 2 bad input, a budget that cannot fit, an input that changed while read;
     70 an internal error (a conservation check failed: nothing was written); 130 Ctrl-C; 143 SIGTERM.
-    SIGTERM is handled like Ctrl-C (``workers.terminate_on_sigterm``): temp and spill files are
-    removed on the way out.
+
+    Signals (main thread; see :class:`_Signals`): while ``fn`` runs, SIGTERM raises
+    :class:`Terminated` and Ctrl-C ``KeyboardInterrupt``, so temp and spill files are removed on the
+    way out ("terminated (SIGTERM); temporary files removed", 143; "interrupted; ...", 130). Once
+    the run has published its output (``atomic.PUBLISHED`` grew), a signal does not undo it: the line
+    says "output complete (PATH); terminated (SIGTERM) after publishing" (or "interrupted after
+    publishing"), and the exit code is still the signal's (143 / 130). A signal after ``fn`` returned
+    is held and reported the same way when ``run_main`` returns: never an exit without a line.
     """
     prog = prog or os.path.basename(sys.argv[0] or "bpe_core")
-    with warnings.catch_warnings(), terminate_on_sigterm():
+    global last_exit
+    last_exit = None
+    with warnings.catch_warnings():
         warnings.showwarning = _one_line_warnings(prog)
         if os.environ.get("BPE_CORE_DEBUG"):
-            return fn()          # full tracebacks while debugging
-        return _run(fn, prog)
+            with terminate_on_sigterm():
+                return fn()          # full tracebacks while debugging
+        signals = _Signals()
+        with signals:
+            rc = last_exit = _run(fn, prog, signals)
+        rc = _late(prog, rc, signals)        # (the handlers are back: a signal now is the caller's)
+        last_exit = rc
+        return rc
 
 
-def _run(fn: Callable[[], int], prog: str) -> int:
+#: The exit code of the last :func:`run_main` of this process (None while it runs): the tools'
+#: launcher (``tools/_tool_start.py``) reads it to tell a signal after the run from one before it.
+last_exit: int | None = None
+
+
+class _Signals:
+    """SIGINT / SIGTERM handlers for one :func:`run_main`: they raise (``KeyboardInterrupt`` /
+    :class:`Terminated`) while ``armed`` (the tool body runs), and are only recorded once
+    :func:`_run` disarms them (the body returned or raised): what the run says and returns is then
+    decided without an exception landing in the middle of it. Outside the main thread, nothing."""
+
+    def __init__(self):
+        self.armed = True
+        self.late: list[int] = []
+        self.published = len(PUBLISHED)
+        self._old: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(s) != signal.SIG_IGN:      # a signal the shell ignores stays ignored
+                    self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self._old.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        return False
+
+    def _handle(self, signum, frame):
+        if not self.armed:
+            self.late.append(signum)
+            return
+        if signum == signal.SIGTERM:
+            raise Terminated()
+        raise KeyboardInterrupt()
+
+    def outputs(self) -> list[str]:
+        """What this run published, in order (``atomic.PUBLISHED`` since the run began)."""
+        return PUBLISHED[self.published:]
+
+
+def _after_publishing(prog: str, signum: int, outputs: list[str]) -> int:
+    """The line and exit code of a signal that came after the run published ``outputs``."""
+    what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+    if not outputs:                      # a run that publishes nothing (--plan, a report on stdout)
+        print(f"{prog}: run complete; {what} after it ended", file=sys.stderr)
+        return 128 + signum
+    shown = ", ".join(outputs[:3]) + (f" and {len(outputs) - 3} more" if len(outputs) > 3 else "")
+    print(f"{prog}: output complete ({shown}); {what} after publishing", file=sys.stderr)
+    return 128 + signum
+
+
+def _run(fn: Callable[[], int], prog: str, signals: _Signals) -> int:
     try:
-        return fn()
+        try:
+            rc = fn()
+        finally:
+            signals.armed = False        # from here on a signal is recorded, not raised
+    except Terminated:
+        if signals.outputs():
+            return _after_publishing(prog, signal.SIGTERM, signals.outputs())
+        print(f"{prog}: terminated (SIGTERM); temporary files removed", file=sys.stderr)
+        return 143
+    except KeyboardInterrupt:
+        if signals.outputs():
+            return _after_publishing(prog, signal.SIGINT, signals.outputs())
+        print(f"{prog}: interrupted; temporary files removed", file=sys.stderr)
+        return 130
+    except BaseException as exc:
+        return _report(exc, prog)
+    return rc
+
+
+def _late(prog: str, rc: int, signals: _Signals) -> int:
+    """The line and exit code of a signal that came after the tool body returned (if any)."""
+    if signals.late:
+        signum = signals.late[0]
+        if rc == 0:
+            return _after_publishing(prog, signum, signals.outputs())
+        what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+        print(f"{prog}: {what} after the error above", file=sys.stderr)
+        return 128 + signum
+    return rc
+
+
+def _report(exc: BaseException, prog: str) -> int:
+    """One line on stderr for an error of the tool body, and its exit code (re-raises the others)."""
+    try:
+        raise exc
     except (CliError, CorpusError, ModelFormatError, MissingDependency) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
@@ -241,12 +370,6 @@ def _run(fn: Callable[[], int], prog: str) -> int:
     except ValueError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    except Terminated:
-        print(f"{prog}: terminated (SIGTERM); temporary files removed", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; temporary files removed", file=sys.stderr)
-        return 130
     except OSError as exc:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)

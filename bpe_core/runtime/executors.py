@@ -48,7 +48,7 @@ __all__ = ["DaskExecutor", "Executor", "FANOUT", "LocalExecutor", "check_cluster
 #: Results combined per combine step (the fan-in of the reduction tree).
 FANOUT = 4
 #: The optional dependencies a cluster run needs (the ``cluster`` extra).
-CLUSTER_EXTRA = "pip install 'bpe_core[cluster]'  (dask[distributed], fsspec)"
+CLUSTER_EXTRA = "pip install \"dask[distributed]\" fsspec  (bpe_core's cluster extra)"
 #: The environment variable naming a running scheduler (Dask's own name for it).
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 

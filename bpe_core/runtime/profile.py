@@ -37,7 +37,7 @@ MiB = 1 << 20
 BUDGETED_TOOLS = ("train_bpe.py", "encode_corpus.py")
 #: The same as subcommands: ``bpe-core train``, ``python -m bpe_core encode``.
 BUDGETED_COMMANDS = ("train", "encode")
-PLOT_HINT = 'pip install "bpe_core[plot]"'
+PLOT_HINT = "pip install matplotlib"
 
 
 @dataclass

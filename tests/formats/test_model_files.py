@@ -133,6 +133,19 @@ def test_superbpe_stage_without_merges(tmp_path):
         load_model(tmp_path)
 
 
+def test_model_without_method_loads_only_as_plain_bpe(tmp_path):
+    """A model file without ``method`` is plain BPE; one with stages (SuperBPE's) is refused, not
+    read as plain BPE (it would encode differently)."""
+    dump_model(trained_model("bpe"), tmp_path / "model.json")
+    want = Tokenizer.load(tmp_path).encode("the cat sat")
+    edit_model(tmp_path / "model.json", lambda d: d.pop("method"))
+    assert load_model(tmp_path).method == "bpe" and Tokenizer.load(tmp_path).encode("the cat sat") == want
+    dump_model(trained_model("superbpe"), tmp_path / "model.json")
+    edit_model(tmp_path / "model.json", lambda d: d.pop("method"))
+    with pytest.raises(ModelFormatError, match=r"model.json: field 'method' is missing, and the model has stages other than plain BPE's"):
+        Tokenizer.load(tmp_path)
+
+
 def test_deep_nesting_and_binary_junk(tmp_path):
     path = tmp_path / "model.json"
     path.write_text("[" * 100_000 + "]" * 100_000)

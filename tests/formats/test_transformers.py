@@ -66,6 +66,7 @@ def loaded(request, tmp_path_factory, fixtures_dir):
     runs = []
     for method in METHODS:
         tok = tmp_path / method / "tok"
+        tok.parent.mkdir()                  # (the folder above an output must exist)
         r = run_tool(ROOT / "tools" / "train_bpe.py", corpus, "--vocab-size", "800", "--method", method,
                      "--out", tok, "--no-progress", timeout=300)
         assert r.returncode == 0, r.stderr

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import json
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,7 @@ import pytest
 from bpe_core.encode.tokenizer import Tokenizer
 from bpe_core.formats.model import Model, dump_folder, load_model
 from bpe_core.runtime import atomic
+from paths import package_parent
 from robust_helpers import ENCODE, TRAIN, leftovers, stderr_lines
 from tool_runner import call_in_child
 
@@ -62,7 +64,7 @@ def child_main(tool_path, args, kill_at, sig, full_disk, count_file) -> int:
         def full(*a, **k):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         fm.dump_model = full
-        ec._save_npy = full
+        ec.dump_doc_index = full
     os.environ.pop("BPE_CORE_DEBUG", None)
     sys.argv = [str(tool_path), *map(str, args)]
     code = 0
@@ -196,6 +198,7 @@ def test_a_run_stopped_while_it_writes_a_new_folder_leaves_no_folder_that_loads(
     snaps, _ = models
     _, new = corpora
     out = tmp_path / "fresh" / "tok"
+    out.parent.mkdir()                      # (the folder above an output must exist)
     r = run_child(tmp_path, TRAIN, train_args(new, out, 320))
     assert r.returncode == 0
     n_calls = calls(tmp_path)
@@ -325,6 +328,35 @@ def test_a_killed_pair_is_finished_by_the_next_encode_run(tmp_path, corpora, enc
     assert r.returncode == -signal.SIGKILL and journal(tmp_path)
     assert run_child(tmp_path, ENCODE, args(old)).returncode == 0
     assert read_pair(tmp_path) == want["old"] and journal(tmp_path) == [] and leftovers(tmp_path) == []
+
+
+def test_load_ids_finishes_a_killed_pair_and_refuses_a_mixed_one(tmp_path, corpora, encoded):
+    """SIGKILL between the two renames (ids.npy renamed, idx.npy not): ``np.load`` would pair the new
+    ids with the old index; ``bpe_core.load_ids`` finishes the journal first and reads the new pair.
+    A pair from two runs with no journal to finish is refused, naming the index."""
+    import bpe_core
+
+    want, tok = encoded
+    old, new = corpora
+    ids, idx = tmp_path / "ids.npy", tmp_path / "idx.npy"
+    args = lambda corpus: encode_args(corpus, tok, ids, idx)   # noqa: E731
+    assert run_child(tmp_path, ENCODE, args(old)).returncode == 0
+    got_ids, got_idx = bpe_core.load_ids(ids, idx)
+    assert (got_ids.tolist(), got_idx.tolist()) == want["old"]
+    saved_old_index = idx.read_bytes()
+    r = run_child(tmp_path, ENCODE, args(new), kill_at=2)         # after the first rename
+    assert r.returncode == -signal.SIGKILL and journal(tmp_path)
+    assert np.load(ids).tolist() == want["new"][0] and np.load(idx).tolist() == want["old"][1]   # the hazard
+    got_ids, got_idx = bpe_core.load_ids(ids, idx)
+    assert (got_ids.tolist(), got_idx.tolist()) == want["new"] and journal(tmp_path) == []
+    assert leftovers(tmp_path) == []
+    idx.write_bytes(saved_old_index)                              # an index of the other run
+    with pytest.raises(bpe_core.errors.CorpusError, match=f"{idx}: is not the document index of {ids}"):
+        bpe_core.load_ids(ids, idx)
+    np.save(idx, np.array(want["new"][1], np.int64))              # an index without a trailer
+    with pytest.raises(bpe_core.errors.CorpusError, match="records no ids file"):
+        bpe_core.load_ids(ids, idx)
+    assert bpe_core.load_ids(ids, idx, check=False)[1].tolist() == want["new"][1]
 
 
 def test_a_full_disk_while_encoding_keeps_the_old_set_and_names_the_output(tmp_path, corpora, encoded):
@@ -495,3 +527,53 @@ def test_publish_files_holds_signals_until_the_set_is_renamed(tmp_path):
     finally:
         os.replace = real
     assert sorted(os.listdir(tmp_path)) == ["a", "b", "c"]
+
+
+def test_two_runs_into_a_fresh_folder_the_loser_says_another_run_owns_it(tmp_path):
+    """Two runs started together into a fresh ``--out``: the first to publish owns the folder; the
+    other's rename fails, and it says so (not ``.tok.new-PID-xxx: Directory not empty``), leaving
+    the winner's model whole and no temp folder."""
+    tok = tmp_path / "tok"
+    with pytest.raises(atomic.FolderTaken) as info:
+        with atomic.publish_folder(tok) as loser:
+            (pathlib.Path(loser) / "model.json").write_text("loser")
+            with atomic.publish_folder(tok) as winner:              # the other run, finishing first
+                (pathlib.Path(winner) / "model.json").write_text("winner")
+    assert info.value.filename == str(tok) and "another run published this output folder" in str(info.value)
+    assert (tok / "model.json").read_text() == "winner" and leftovers(tmp_path) == []
+
+
+def test_the_loser_of_two_training_runs_is_one_line(tmp_path, corpora):
+    """The same through train_bpe.py: exit 2, one line naming the folder; the winner's model loads."""
+    old, new = corpora
+    out = tmp_path / "tok"
+    r = run_child(tmp_path, TRAIN, train_args(old, out, 300))
+    assert r.returncode == 0
+    shutil.move(out, tmp_path / "winner")
+    env = dict(os.environ, PYTHONPATH=package_parent())
+    env.pop("BPE_CORE_DEBUG", None)
+    code = subprocess.run(
+        [sys.executable, "-c", LOSER, str(TRAIN), str(tmp_path / "winner"), str(out), *map(str, train_args(new, out, 300))],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
+    assert code.returncode == 2, code.stderr
+    assert stderr_lines(code.stderr) == [f"train_bpe.py: error: {out}: another run published this output folder "
+                                         "while this one was writing it and owns it now; this run's files were "
+                                         "discarded (run again to replace it)"]
+    assert (out / "model.json").read_bytes() == (tmp_path / "winner" / "model.json").read_bytes()
+    assert leftovers(tmp_path) == []
+
+
+# The loser: as it renames its folder into place, the winner's folder appears there first.
+LOSER = r'''
+import os, runpy, shutil, sys
+script, winner, out = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.argv = [script, *sys.argv[4:]]
+sys.path[0] = os.path.dirname(script)
+real = os.rename
+def rename(a, b, *k, **kw):
+    if os.path.abspath(b) == os.path.abspath(out) and ".new-" in a and not os.path.exists(out):
+        shutil.copytree(winner, out)
+    return real(a, b, *k, **kw)
+os.rename = rename
+runpy.run_path(script, run_name="__main__")
+'''

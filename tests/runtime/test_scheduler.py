@@ -75,7 +75,7 @@ def plan_or_error(fn, input_bytes, budget, cores, **kw):
         assert exc.min_budget > budget
         assert "smallest budget" in str(exc)
         # the budget in the message is one a user can type, and it works
-        typed = parse_size(str(exc).rsplit("--memory-limit ", 1)[1])
+        typed = parse_size(str(exc).rsplit("--memory-limit ", 1)[1].split()[0].rstrip(",;"))
         assert typed >= exc.min_budget - (1 << 20)
         plan = fn(input_bytes, exc.min_budget, cores, **kw)
         fn(input_bytes, typed, cores, **kw)

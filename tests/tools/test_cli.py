@@ -36,7 +36,7 @@ def test_help_explains_every_option():
     r = run_cli("--help")
     assert r.returncode == 0
     for flag in ["--vocab-size", "--out", "--special-token", "--no-special-tokens", "--pattern", "--workers",
-                 "--memory-limit", "--chunk-bytes", "--no-progress"]:
+                 "--memory-limit", "--chunk-size", "--no-progress"]:
         assert flag in r.stdout
 
 
