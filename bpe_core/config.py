@@ -13,7 +13,7 @@ from .corpus.specials import DEFAULT_SPECIAL_TOKEN
 from .formats import registry
 from .pretok.patterns import pattern_name, resolve_pattern
 from .runtime.budget import parse_size
-from .runtime.executors import check_cluster_spec
+from .runtime.executors import check_cluster_spec, cluster_timeout
 from .runtime.progress import check_mode
 
 
@@ -103,6 +103,10 @@ class TrainConfig:
             executor. The merges are the same wherever it runs (``docs/cluster.md``). With a
             cluster (or an fsspec URL as ``input_path``: ``s3://``, ``gs://``, ``hf://``, ...) the
             workers read their own shards of the input.
+        cluster_timeout: seconds a cluster run waits for a worker when none is connected (at the
+            start, or after losing every worker), and the base of how long it may go without a task
+            finishing; past it the run stops with ``ClusterError`` (default: 30,
+            ``runtime.executors.CLUSTER_TIMEOUT``; ``docs/cluster.md``, "When the cluster fails").
         tie_break: which pair wins among pairs of equal count: ``"bytes"`` (default, CS336: the
             greatest ``(left_bytes, right_bytes)``) or ``"hf"`` (HF ``tokenizers``' BpeTrainer: the
             smallest pair of ids in HF's order, so the merges are HF's on the same pre-tokenization
@@ -153,6 +157,7 @@ class TrainConfig:
     text_column: str = "text"
     skip_bad_records: bool = False
     cluster: Any = None
+    cluster_timeout: Optional[float] = None
     init_from: Optional[str] = None
     tie_break: str = "bytes"
 
@@ -206,6 +211,8 @@ class TrainConfig:
         if self.chunk_bytes is not None and self.chunk_bytes < 1:
             raise ValueError("chunk_bytes must be >= 1")
         check_cluster_spec(self.cluster)
+        if self.cluster_timeout is not None:
+            object.__setattr__(self, "cluster_timeout", cluster_timeout(self.cluster_timeout))
 
     @classmethod
     def field_names(cls) -> list[str]:

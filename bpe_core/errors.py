@@ -2,7 +2,8 @@
 
 The command-line tools turn them into one line on stderr (``runtime.cli.run_main``): the user's
 mistakes (:class:`CorpusError`, :class:`ModelFormatError`, :class:`BudgetError`, any ``ValueError``)
-exit 2, :class:`InternalError` exits 70, Ctrl-C 130 and :class:`Terminated` (SIGTERM) 143.
+exit 2, :class:`InternalError` exits 70, :class:`ClusterError` 75 (a temporary failure: running
+again may succeed), Ctrl-C 130 and :class:`Terminated` (SIGTERM) 143.
 
 >>> str(CorpusError("corpus.txt", "no such file"))
 'corpus.txt: no such file'
@@ -63,9 +64,11 @@ class BudgetError(ValueError):
 
 
 class ClusterError(OSError):
-    """The cluster could not run the work: the scheduler cannot be reached, or a task kept losing
-    its worker (Dask gives up after ``distributed.scheduler.allowed-failures`` losses). An
-    ``OSError``: the environment failed, not the input; the tools report it as one line."""
+    """The cluster could not run the work: the scheduler cannot be reached, is not a Dask scheduler
+    or was lost; no worker joined, or every worker is gone; no task finished within the bound; or a
+    task kept losing its worker (Dask gives up after ``distributed.scheduler.allowed-failures``
+    losses). An ``OSError``: the environment failed, not the input; the tools report it as one line
+    with exit code 75 (``EX_TEMPFAIL``)."""
 
 
 class MissingDependency(ImportError):

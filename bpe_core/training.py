@@ -190,8 +190,8 @@ def train(config: TrainConfig) -> TrainResult:
     with prepare_inputs(config, method) as inputs:                     # spooled or curated when asked
         run = start(inputs, method)                                    # plan, init model, report head
         with MemoryMonitor(interval=0.05, budget=run.plan.memory_limit) as monitor, \
-                open_executor(config.cluster, run.plan.num_workers,
-                              announce=_announcer(config.progress)) as executor:
+                open_executor(config.cluster, run.plan.num_workers, announce=_announcer(config.progress),
+                              timeout=config.cluster_timeout) as executor:
             counts = count(inputs, run, executor, monitor)             # the WordTable, totals checked
             merge_plan = plan_merges(counts, run)                      # the merge phase fits, or stop
             learned = learn(merge_plan, run, executor)                 # the method's merges

@@ -99,13 +99,17 @@ def block() -> None:
 def begin(name: str) -> None:
     """In a command run as a script (``name == "__main__"``): the early handler for SIGINT and
     SIGTERM, then the two signals unblocked (one that came meanwhile is handled now). Imported (e.g.
-    a wrapper by a test): the importer's handlers stay, and the signals are unblocked."""
+    a wrapper by a test): the importer's handlers stay, and the signals are unblocked. Imported
+    as ``__mp_main__`` (a worker process of ``--cluster local:N`` re-imports the command's script):
+    SIGINT stays blocked, as the worker was started (``runtime.executors``: a Ctrl-C is the command's
+    to act on, not its workers')."""
     if name == "__main__":
         for signum in _SIGNALS:
             if _signal.getsignal(signum) != _signal.SIG_IGN:
                 _signal.signal(signum, _early_exit)
     if hasattr(_signal, "pthread_sigmask"):
-        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, _SIGNALS)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK,
+                                (_signal.SIGTERM,) if name == "__mp_main__" else _SIGNALS)
 
 
 def run(main) -> int:

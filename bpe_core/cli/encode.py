@@ -25,7 +25,7 @@ from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, che
                                 check_out_file, check_out_prefix, chunk_size, cluster_note, local_input_files,
                                 run_main)
 from bpe_core.formats.model import folder_files
-from bpe_core.runtime.cli import memory_size
+from bpe_core.runtime.cli import cluster_seconds, memory_size
 from bpe_core.config import parse_size
 from bpe_core.corpus.inputs import expand_inputs
 from bpe_core.corpus.ranges import is_url
@@ -77,6 +77,10 @@ def build_parser(prog: str = PROG) -> ArgumentParser:
                         "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
                         "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL; --out must be on "
                         "a filesystem the workers share. Same ids as on one machine (docs/cluster.md)")
+    p.add_argument("--cluster-timeout", type=cluster_seconds, default=None, metavar="SECONDS",
+                   help="with --cluster: how long to wait for a worker when none is connected, and the base "
+                        "of how long the run may go without a task finishing; past it the run stops in one "
+                        "line, exit 75 (default: 30)")
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
@@ -158,7 +162,8 @@ def main(argv: "list[str] | None" = None, prog: str = PROG) -> int:
                                    separator=not args.no_separator, doc_index=args.doc_index,
                                    shard_tokens=args.shard_tokens, input_format=args.input_format,
                                    text_field=args.text_field, text_column=args.text_column,
-                                   skip_bad_records=args.skip_bad_records, cluster=args.cluster)
+                                   skip_bad_records=args.skip_bad_records, cluster=args.cluster,
+                                   cluster_timeout=args.cluster_timeout)
         except VerifyError as exc:
             print(f"{prog}: verify failed: {exc}", file=sys.stderr)
             return 1

@@ -16,7 +16,7 @@ import sys
 from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,
                                 check_out_dir, check_out_prefix, check_work_dir, chunk_size, cluster_note,
                                 count, local_input_files, run_main)
-from bpe_core.runtime.cli import memory_size
+from bpe_core.runtime.cli import cluster_seconds, memory_size
 from bpe_core.config import TrainConfig
 from bpe_core.corpus import CorpusError
 from bpe_core.formats import registry
@@ -95,6 +95,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
                         "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL (s3://, gs://, "
                         "hf://, ...). Same merges as on one machine (docs/cluster.md)")
+    p.add_argument("--cluster-timeout", type=cluster_seconds, default=None, metavar="SECONDS",
+                   help="with --cluster: how long to wait for a worker when none is connected, and the base "
+                        "of how long the run may go without a task finishing; past it the run stops in one "
+                        "line, exit 75 (default: 30)")
     p.add_argument("--profile-memory", default=None, metavar="PREFIX",
                    help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
                         "(RSS over time with phases and the budget line)")
@@ -282,6 +286,7 @@ def _train(args) -> int:
                              progress=args.progress, input_format=args.input_format,
                              text_field=args.text_field, text_column=args.text_column,
                              skip_bad_records=args.skip_bad_records, cluster=args.cluster,
+                             cluster_timeout=args.cluster_timeout,
                              init_from=args.init_from, tie_break=args.tie_break)
     except ValueError as exc:
         raise CliError(str(exc)) from None

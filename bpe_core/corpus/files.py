@@ -9,9 +9,11 @@ when the start of a file does not look like text; a byte-level tokenizer takes a
 from __future__ import annotations
 
 import codecs
+import io
 import mmap
 import os
 import stat
+import sys
 import warnings
 
 from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
@@ -67,6 +69,57 @@ def compressed_format(head: bytes) -> tuple[str, str] | None:
 
 #: Names of standard input as a path; the tools read it as ``-`` (a pipe has no size to plan with).
 STDIN_PATHS = ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
+
+
+#: The line a run prints on stderr when it reads the corpus from a terminal (``open_stdin``).
+TERMINAL_HINT = "reading the corpus from the terminal; end with Ctrl-D"
+
+
+def stdin_problem() -> str | None:
+    """Why standard input cannot be read as the corpus, or None: closed (``0<&-``: Python has no
+    ``sys.stdin``; or descriptor 0 closed since).
+
+    >>> stdin_problem() is None or isinstance(stdin_problem(), str)
+    True
+    """
+    closed = "standard input is closed: pipe the corpus in, or give a file instead of -"
+    if sys.stdin is None or getattr(sys.stdin, "closed", False):
+        return closed
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, ValueError, OSError):       # a stream without a descriptor (a test's)
+        return None
+    try:
+        os.fstat(fd)
+    except OSError:                                     # descriptor 0 closed under Python
+        return closed
+    return None
+
+
+def open_stdin(name: str = "-"):
+    """Standard input's binary stream, to read the corpus from.
+
+    On a terminal it says so first on stderr (:data:`TERMINAL_HINT`): a run that waits for text
+    typed in is otherwise indistinguishable from a hung one; and the text ends at the first Ctrl-D.
+
+    Raises:
+        CorpusError: ``stdin_problem`` (closed standard input, a folder).
+    """
+    problem = stdin_problem()
+    if problem is not None:
+        raise CorpusError(name, problem)
+    try:
+        tty = os.isatty(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):
+        tty = False
+    stream = getattr(sys.stdin, "buffer", sys.stdin)
+    if not tty:
+        return stream
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-") else "bpe_core"
+    print(f"{prog}: {TERMINAL_HINT}", file=sys.stderr, flush=True)
+    # What is typed, read to the first end of input: a terminal gives more after a Ctrl-D, so the
+    # buffered reads that fill a whole piece would ask for a second one.
+    return io.BufferedReader(io.BytesIO(stream.read()))
 
 
 def check_input(path: str | os.PathLike, compressed_ok: bool = False) -> int:

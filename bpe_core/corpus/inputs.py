@@ -51,7 +51,7 @@ from typing import Any, Optional, Sequence, Union
 
 from ..errors import CorpusError
 from ..runtime.workers import FileStamp
-from .files import check_input, warn_if_binary
+from .files import check_input, stdin_problem, warn_if_binary
 from .ranges import UrlStamp, expand_url, is_url, read_source, warn_if_binary_source
 from .readers import compression_of, file_head, is_dataset
 from .shards import InputShard, ReadOptions, input_shards
@@ -164,7 +164,8 @@ def expand_inputs(specs: Union[str, os.PathLike, Any, Sequence[Any]], input_form
 
     Raises:
         CorpusError: a file that is missing, unreadable, not a regular file or compressed in a
-            format not read here; a pattern or directory with no file; stdin given twice.
+            format not read here; a pattern or directory with no file; stdin given twice, or
+            closed (``files.stdin_problem``).
         ValueError: an unknown ``input_format``.
     """
     if input_format not in FORMATS:
@@ -186,6 +187,9 @@ def expand_inputs(specs: Union[str, os.PathLike, Any, Sequence[Any]], input_form
             n_stdin += 1
             if n_stdin > 1:
                 raise CorpusError(STDIN, "standard input is given twice")
+            problem = stdin_problem()
+            if problem is not None:
+                raise CorpusError(STDIN, problem)
             out.append(Source(STDIN, "jsonl" if input_format == "jsonl" else "text"))
             continue
         if is_url(spec):

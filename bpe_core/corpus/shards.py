@@ -51,6 +51,7 @@ from ..runtime.lazy import np  # numpy on first use (a small run never imports i
 
 from ..errors import CorpusError
 from .chunks import cut_points, first_safe_cut
+from .files import open_stdin
 from .readers import (BadRecords, compression_of, dataset_documents, decompressed_pieces, is_dataset,
                       iterator_documents, jsonl_documents, line_of, need_module, parquet_column,
                       parquet_row_group_documents)
@@ -274,7 +275,7 @@ class StreamShard(InputShard):
     def iter_blocks(self) -> Iterator[Block]:
         src = self.source
         if src.is_stdin:
-            raw = sys.stdin.buffer
+            raw = open_stdin()                    # a closed one: one line; a terminal: a hint
             head = raw.peek(16)[:16] if hasattr(raw, "peek") else b""
             compression = compression_of(head, "<stdin>")
             yield from self._blocks(raw, compression, "<stdin>")

@@ -484,7 +484,7 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                   separator: bool = True, doc_index: str | os.PathLike | None = None,
                   shard_tokens: int | None = None, input_format: str = "auto", text_field: str = "text",
                   text_column: str = "text", skip_bad_records: bool = False,
-                  cluster=None) -> EncodeResult:
+                  cluster=None, cluster_timeout: float | None = None) -> EncodeResult:
     """Encode a corpus into one flat ``.npy`` of token ids (see the module docstring).
 
     Args:
@@ -522,6 +522,9 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
             without a cluster (``docs/inputs.md``). An fsspec URL as ``out_path``
             (``s3://bucket/ids/``) gets sharded outputs and a manifest instead
             (:func:`encode_to_parts`, read back by :func:`load_sharded_ids`).
+        cluster_timeout: the cluster's bound in seconds (``runtime.executors.open_executor``):
+            how long to wait for a worker when none is connected, and the base of how long the run
+            may go without a task finishing; past it: ``ClusterError``, nothing written.
 
     Returns:
         An ``EncodeResult`` with the plan (``plan.to_dict()``) and the sampled peak RSS.
@@ -551,12 +554,14 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
                              "available (write to a local or shared path for them)")
         return encode_to_parts(input_path, tokenizer, os.fspath(out_path), cluster, num_workers, memory_limit,
                                chunk_bytes, progress, verify=verify, input_format=input_format,
-                               text_field=text_field, text_column=text_column, skip_bad_records=skip_bad_records)
+                               text_field=text_field, text_column=text_column, skip_bad_records=skip_bad_records,
+                               cluster_timeout=cluster_timeout)
     if cluster is not None:
         return encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers, memory_limit, chunk_bytes,
                                  verify, progress, monitor_interval, separator=separator, doc_index=doc_index,
                                  shard_tokens=shard_tokens, input_format=input_format, text_field=text_field,
-                                 text_column=text_column, skip_bad_records=skip_bad_records)
+                                 text_column=text_column, skip_bad_records=skip_bad_records,
+                                 cluster_timeout=cluster_timeout)
     enter("plan")
     (out_path, sources, tok, doc_index, size, the_plan, dtype, sep, sep_id, opts,
      single_plain) = _prepare(input_path, tokenizer, out_path, num_workers, memory_limit, chunk_bytes, progress,
@@ -814,7 +819,7 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
                       progress: bool | str = True, monitor_interval: float = 0.05, *, separator: bool = True,
                       doc_index=None, shard_tokens: int | None = None, input_format: str = "auto",
                       text_field: str = "text", text_column: str = "text",
-                      skip_bad_records: bool = False) -> EncodeResult:
+                      skip_bad_records: bool = False, cluster_timeout: float | None = None) -> EncodeResult:
     """``encode_corpus`` on a cluster for every input it takes on one machine (many files, compressed
     files, JSON Lines, Parquet; not standard input or iterators, which a worker cannot read).
 
@@ -855,14 +860,15 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
         spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
         monitor.start()
         enter("cluster start")
-        with open_executor(cluster, the_plan.num_workers, announce=announce) as ex:
+        with open_executor(cluster, the_plan.num_workers, announce=announce, timeout=cluster_timeout) as ex:
             enter("cut")
             shards = [sh for src in sources for sh in src.shards(opts)]
             weights = shard_weights(shards)
             enter("encode")
-            spec = ex.share(tok._encoder_spec())
-            lengths = ex.share(_token_lengths(tok))
-            vocab = ex.share([tok.vocab.get(i, b"") for i in range(tok.n_vocab)]) if verify and not single_plain \
+            spec = ex.share(tok._encoder_spec(), recomputable=True)
+            lengths = ex.share(_token_lengths(tok), recomputable=True)
+            vocab = ex.share([tok.vocab.get(i, b"") for i in range(tok.n_vocab)], recomputable=True) \
+                if verify and not single_plain \
                 else None
             want_starts = doc_index is not None and not sep
             results = ex.map(encode_source_shard, list(enumerate(shards)),
@@ -1111,7 +1117,7 @@ def encode_to_parts(input_path, tokenizer, out_url: str, cluster=None, num_worke
                     memory_limit: int | None = None, chunk_bytes: int | None = None,
                     progress: bool | str = True, *, verify: bool = False, input_format: str = "auto",
                     text_field: str = "text", text_column: str = "text",
-                    skip_bad_records: bool = False) -> EncodeResult:
+                    skip_bad_records: bool = False, cluster_timeout: float | None = None) -> EncodeResult:
     """Encode into sharded outputs at an fsspec URL (``s3://bucket/ids/``): one ``part-NNNNNN.npy``
     per input shard (``Source.shards``: any input ``encode_corpus`` takes but standard input and
     iterators), written by the task that encoded it, then ``manifest.json`` (written last by the
@@ -1151,12 +1157,13 @@ def encode_to_parts(input_path, tokenizer, out_url: str, cluster=None, num_worke
     announce = None if progress in (False, None, "none") else (lambda line: print(line, file=sys.stderr, flush=True))
     shards: list = []
     try:
-        with open_executor(cluster, the_plan.num_workers, announce=announce) as ex:
+        with open_executor(cluster, the_plan.num_workers, announce=announce, timeout=cluster_timeout) as ex:
             shards = [sh for src in sources for sh in src.shards(opts)]
             weights = shard_weights(shards)
-            spec = ex.share(tok._encoder_spec())
-            lengths = ex.share(_token_lengths(tok))
-            vocab = ex.share([tok.vocab.get(i, b"") for i in range(tok.n_vocab)]) if verify else None
+            spec = ex.share(tok._encoder_spec(), recomputable=True)
+            lengths = ex.share(_token_lengths(tok), recomputable=True)
+            vocab = ex.share([tok.vocab.get(i, b"") for i in range(tok.n_vocab)], recomputable=True) \
+                if verify else None
             results = ex.map(encode_shard_to_url, list(enumerate(shards)),
                              shared=(spec, lengths, out_url, dtype.str, sep_id, vocab),
                              on_done=lambda task: bar.update(weights[id(task[1])]))

@@ -13,14 +13,18 @@ import threading
 import warnings
 from typing import Callable
 
-from ..errors import (BinaryInputWarning, BudgetWarning, CorpusError, InternalError, MissingDependency, ModelFormatError,
-                      Terminated)
+from ..errors import (BinaryInputWarning, BudgetWarning, ClusterError, CorpusError, InternalError, MissingDependency,
+                      ModelFormatError, Terminated)
 from .atomic import PUBLISHED, output_problem, recover_folder, remove_stale
 from .budget import parse_size
 from .workers import terminate_on_sigterm
 
 #: The smallest ``--chunk-bytes`` / ``--chunk-size`` the tools take (the API takes any positive size).
 MIN_CLI_CHUNK_BYTES = 4 << 10
+
+
+#: The exit code of a run the cluster could not carry out (sysexits' temporary failure: run it again).
+EX_TEMPFAIL = 75
 
 
 class CliError(Exception):
@@ -213,6 +217,20 @@ def memory_size(text: str, error: type = argparse.ArgumentTypeError) -> int:
     return value
 
 
+def cluster_seconds(text: str) -> float:
+    """``--cluster-timeout``: a positive number of seconds (``executors.cluster_timeout``).
+
+    >>> cluster_seconds("45")
+    45.0
+    """
+    from .executors import cluster_timeout
+
+    try:
+        return cluster_timeout(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("cluster_timeout: ", "")) from None
+
+
 def add_input_flags(p) -> None:
     """The options of the inputs, for tools/train_bpe.py and tools/encode_corpus.py (docs/inputs.md)."""
     g = p.add_argument_group("inputs (docs/inputs.md)")
@@ -245,7 +263,10 @@ def run_main(fn: Callable[[], int], prog: str | None = None) -> int:
     """Run a tool body; map user errors to one stderr line and exit code 2.
 
     Exit codes: 0 done; 2 bad input, a budget that cannot fit, an input that changed while read;
-    70 an internal error (a conservation check failed: nothing was written); 130 Ctrl-C; 143 SIGTERM.
+    70 an internal error (a conservation check failed: nothing was written); 75 (``EX_TEMPFAIL``) the
+    cluster failed (``errors.ClusterError``: the scheduler cannot be reached or was lost, no worker
+    joined or every worker is gone, a task kept losing its worker; nothing was written, running
+    again may succeed); 130 Ctrl-C; 143 SIGTERM.
 
     Signals (main thread; see :class:`_Signals`): while ``fn`` runs, SIGTERM raises
     :class:`Terminated` and Ctrl-C ``KeyboardInterrupt``, so temp and spill files are removed on the
@@ -367,6 +388,9 @@ def _report(exc: BaseException, prog: str) -> int:
     except InternalError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 70
+    except ClusterError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EX_TEMPFAIL
     except ValueError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

@@ -79,7 +79,7 @@ def test_not_a_scheduler_is_a_cluster_error():
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     try:
-        with pytest.raises(ClusterError, match="cannot reach the Dask scheduler"):
+        with pytest.raises(ClusterError, match="is not a Dask scheduler: it answers HTTP"):
             with open_executor(f"tcp://127.0.0.1:{server.getsockname()[1]}", timeout="3s"):
                 pass
     finally:
