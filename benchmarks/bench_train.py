@@ -5,8 +5,10 @@
     python benchmarks/bench_train.py /tmp/en_train.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe
 
 With ``--method`` bpe_core runs once per method (``bpe_core`` is plain BPE, ``bpe_core:superbpe``
-SuperBPE with its defaults), interleaved with the other tools, and the table gives each one's time
-over plain BPE's.
+SuperBPE and ``bpe_core:supratok`` SupraTok with their defaults), interleaved with the other tools,
+and the table gives each one's time, CPU time and peak RSS over plain BPE's:
+
+    python benchmarks/bench_train.py en60.txt --vocab-size 32000 --tools bpe_core --method bpe superbpe supratok
 
 ``--against DIR [DIR ...]``: other checkouts of bpe_core (built in place) run in the same interleaved
 loop (``PYTHONPATH=DIR``), their rows marked ``@1``, ``@2``..., each timed against its own plain BPE:
@@ -15,8 +17,11 @@ loop (``PYTHONPATH=DIR``), their rows marked ``@1``, ``@2``..., each timed again
 
 Each training runs in a fresh subprocess; runs are interleaved (A B C A B C ...) so drift on a
 noisy machine hits every tool alike. For each run the parent samples the RSS of the whole process
-tree (psutil, every 50 ms). Printed per vocab size: median wall seconds, median peak RSS, and the
-ratio of each tool's time to bpe_core's (> 1 means bpe_core is faster).
+tree (psutil, every 50 ms), and the run reports its CPU seconds (user + system of the process, its
+threads and the worker processes it waited for). Printed per vocab size: median wall seconds, CPU
+seconds and peak RSS, the ratio of each tool's time to bpe_core's (> 1 means bpe_core is faster),
+and per round (each run over plain BPE's of the same round, the median of those) the time, CPU and
+peak RSS ratios: on a shared machine the CPU ratio is the steadier one.
 
 ``--small-run``: the fixed costs of a small training run, measured on the whole process: the CLI
 (``tools/train_bpe.py FILE --vocab-size V --out DIR``, imports, plan, count, merges and the output
@@ -120,7 +125,16 @@ def run_one(tool: str, path: str, vocab_size: int, workers: int | None) -> dict:
     else:
         raise ValueError(tool)
     module = sys.modules["bpe_core"].__file__ if "bpe_core" in sys.modules else None
-    return {"tool": tool, "seconds": time.perf_counter() - t0, "size": n, "module": module}
+    return {"tool": tool, "seconds": time.perf_counter() - t0, "size": n, "module": module, "cpu": cpu_seconds()}
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process, its threads and the children it has waited for
+    (the pre-tokenization workers): the whole run's CPU time, read at its end."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 # ==== Driver =================================================================================
@@ -332,7 +346,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tools", default="bpe_core,hf,rustbpe")
     p.add_argument("--workers", type=int, default=None, help="bpe_core workers (default: all cores)")
-    p.add_argument("--method", nargs="+", default=["bpe"], choices=["bpe", "superbpe"],
+    p.add_argument("--method", nargs="+", default=["bpe"], choices=["bpe", "superbpe", "supratok"],
                    help="bpe_core methods to run (default: bpe); each is timed against plain BPE")
     p.add_argument("--against", nargs="+", default=[], metavar="DIR",
                    help="other bpe_core checkouts (built in place) to time in the same loop, each against "
@@ -402,14 +416,17 @@ def main(argv=None) -> int:
                 res["vocab_size"] = vocab_size
                 runs.append(res)
                 print(f"  vocab {vocab_size} run {r + 1} {tool:18s} {res['wall']:7.2f}s  "
+                      f"CPU {res.get('cpu', float('nan')):7.2f}s  "
                       f"peak RSS {res['peak_rss'] / 2**20:7.0f} MiB", file=sys.stderr)
-    print(f"\n| vocab | tool | median wall s | median peak RSS MiB | time / bpe_core | per round |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n| vocab | tool | median wall s | median CPU s | median peak RSS MiB | time / bpe_core | per round "
+          f"| CPU / bpe_core, per round | peak RSS / bpe_core, per round |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for vocab_size in args.vocab_size:
         med = {}
         for tool in tools:
             rs = [x for x in runs if x["tool"] == tool and x["vocab_size"] == vocab_size]
-            med[tool] = (statistics.median(x["wall"] for x in rs), statistics.median(x["peak_rss"] for x in rs))
+            med[tool] = (statistics.median(x["wall"] for x in rs), statistics.median(x["peak_rss"] for x in rs),
+                         statistics.median(x.get("cpu", float("nan")) for x in rs))
         for tool in tools:
             base_tool = "bpe_core" + (tool[tool.index("@"):] if "@" in tool else "")
             base = med.get(base_tool, (None,))[0]
@@ -420,7 +437,14 @@ def main(argv=None) -> int:
             theirs = [x["wall"] for x in runs if x["tool"] == base_tool and x["vocab_size"] == vocab_size]
             paired = (f"{statistics.median(a / b for a, b in zip(mine, theirs)):.2f}x"
                       if base and len(mine) == len(theirs) else "-")
-            print(f"| {vocab_size} | {tool} | {med[tool][0]:.2f} | {med[tool][1] / 2**20:.0f} | {ratio} | {paired} |")
+            mine_runs = [x for x in runs if x["tool"] == tool and x["vocab_size"] == vocab_size]
+            base_runs = [x for x in runs if x["tool"] == base_tool and x["vocab_size"] == vocab_size]
+            cpu_paired, rss_paired = (
+                f"{statistics.median(a[key] / b[key] for a, b in zip(mine_runs, base_runs)):.2f}x"
+                if base and len(mine_runs) == len(base_runs) and all(b.get(key) for b in base_runs) else "-"
+                for key in ("cpu", "peak_rss"))
+            print(f"| {vocab_size} | {tool} | {med[tool][0]:.2f} | {med[tool][2]:.2f} | {med[tool][1] / 2**20:.0f} | "
+                  f"{ratio} | {paired} | {cpu_paired} | {rss_paired} |")
     for i, d in enumerate(args.against, 1):
         print(f"@{i}: {os.path.abspath(d)}")
     if args.json:

@@ -1,7 +1,11 @@
 """Export a trained model to the formats other tools load.
 
+Every export is checked before it is published (:func:`export_checked`, ``formats.exactness``):
+the files are loaded with the library users load them with and must give bpe_core's ids on the
+user's text, else nothing is written (unless ``allow_inexact``).
+
 - **HF** ``tokenizer.json``: a ByteLevel BPE model; the pre-tokenizer is ``Split`` with the model's
-  exact regex (``behavior: isolated``) followed by ``ByteLevel`` with ``use_regex: false`` (bytes to
+  regex as Oniguruma reads it with the same meaning (``formats.patterns_compat``; ``behavior: isolated``) followed by ``ByteLevel`` with ``use_regex: false`` (bytes to
   GPT-2 characters only); special tokens are added tokens (``special: true``, not normalized); a
   ByteLevel decoder. ``tokenizers.Tokenizer.from_file`` loads it.
 - **tiktoken**: a ranks file (``base64(token) rank`` per line, what ``tiktoken.load.load_tiktoken_bpe``
@@ -22,12 +26,18 @@ Every file is written atomically. Ids are never renumbered. Two caveats, both me
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from .encode.tokenizer import Tokenizer
+if TYPE_CHECKING:
+    from .formats.exactness import Exactness
+
+from .encode.tokenizer import Tokenizer, model_encoder
 from .formats import registry
 from .formats.hf import hf_tokenizer_json, special_ids, unique_ids, usable_merges
+from .formats.patterns_compat import PatternNotPortable, portable_pattern
 from .formats.model import MERGES_FILE, VOCAB_FILE, Model, check_model, dump_gpt2
 from .runtime.atomic import atomic_write
 
@@ -94,7 +104,14 @@ def check_exportable(model: Model, fmt: str, name: str | os.PathLike) -> None:
 def dump_hf(model: Model, path: str | os.PathLike) -> None:
     """Write HF ``tokenizer.json`` atomically, after HF ``tokenizers`` (when installed) has loaded
     the exact text once: a document it cannot load is never written (ValueError naming ``path``)."""
-    text = json.dumps(hf_tokenizer_json(model), ensure_ascii=False) + "\n"
+    _write_hf(model, path)
+
+
+def _write_hf(model: Model, path: str | os.PathLike) -> None:
+    try:
+        text = json.dumps(hf_tokenizer_json(model), ensure_ascii=False) + "\n"
+    except PatternNotPortable as exc:
+        raise ValueError(f"{os.fspath(path)}: {exc}; nothing was written") from None
     try:
         import tokenizers
     except ImportError:
@@ -125,6 +142,10 @@ def dump_tiktoken(model: Model, path: str | os.PathLike) -> str:
     """
     path = os.fspath(path)
     check_exportable(model, "tiktoken", path)
+    try:
+        pat_str = portable_pattern(model.pattern or "gpt2", "fancy-regex")
+    except PatternNotPortable as exc:
+        raise ValueError(f"{path}: {exc}; nothing was written") from None
     ids = unique_ids(model)
     with atomic_write(path, "w", encoding="ascii") as f:
         for b, i in sorted(ids.items(), key=lambda kv: kv[1]):
@@ -134,7 +155,7 @@ def dump_tiktoken(model: Model, path: str | os.PathLike) -> str:
         "format": "bpe_core.tiktoken",
         "version": 1,
         "name": os.path.splitext(os.path.basename(path))[0],
-        "pat_str": model.pattern,
+        "pat_str": pat_str,
         "special_tokens": specials,
         "explicit_n_vocab": len(ids) + len(specials),
     }
@@ -202,30 +223,121 @@ def dump_gpt2_files(model: Model, folder: str | os.PathLike) -> list[bytes]:
     return dump_gpt2(model.vocab, model.merges, folder)
 
 
-def export(model: Model, fmt: str, out: str | os.PathLike) -> list[str]:
-    """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``); returns the paths written.
+def export_checked(model: Model, fmt: str, out: str | os.PathLike, docs: Sequence[bytes] | None = None,
+                   on: str = "", allow_inexact: bool = False,
+                   hint: str | None = None,
+                   write_transformers: "Callable[[Model, str], object] | None" = None) -> tuple[list[str], "Exactness"]:
+    """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``, ``transformers``) only if
+    the library a user loads it with gives bpe_core's ids on ``docs`` (``on``: what they are, for
+    messages; default: ``formats.exactness.builtin_documents``). Returns the paths written and the
+    check's result.
+
+    The files are written into a temp folder beside ``out``, loaded from there and checked
+    (``formats.exactness.check_export_files``), then published as one unit
+    (``runtime.atomic.publish_files``). Any differing document raises
+    :class:`~bpe_core.formats.exactness.InexactExport` (one line: the count, a differing document's
+    start, ``hint``: by default :func:`inexact_hint`) and writes nothing -- unless ``allow_inexact``:
+    then the files are published and the result says the rate. Without the loading library installed nothing can be checked:
+    the export is refused unless ``allow_inexact`` (then written unchecked, said in the result).
+    ``write_transformers``: ``transformers_tokenizer.export_transformers`` for the ``transformers``
+    format (a module beside this one, which needs ``transformers``).
+    """
+    import shutil
+    import tempfile
+
+    from .formats.exactness import Exactness, InexactExport, builtin_documents, check_export_files
+    from .runtime.atomic import publish_files
+
+    out = os.fspath(out)
+    if fmt not in FORMATS + ("transformers",):
+        raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS + ('transformers',))})")
+    check_model(model)
+    check_exportable(model, fmt, out)
+    if hint is None:
+        hint = inexact_hint(model, fmt)
+    if docs is None:
+        docs, on = builtin_documents(), "bpe_core's built-in check text"
+    if fmt in ("hf", "tiktoken"):
+        final_dir, base = (out, HF_FILE if fmt == "hf" else TIKTOKEN_FILE) if os.path.isdir(out) else \
+            (os.path.dirname(os.path.abspath(out)), os.path.basename(out))
+    else:
+        final_dir, base = out, None
+    made = [] if os.path.isdir(final_dir) else [final_dir]     # removed again when nothing is written
+    os.makedirs(final_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=final_dir, prefix=f".export.tmp-{os.getpid()}-")
+    published = False
+    try:
+        try:
+            if fmt == "hf":
+                _write_hf(model, os.path.join(tmp, base))
+            elif fmt == "tiktoken":
+                dump_tiktoken(model, os.path.join(tmp, base))
+            elif fmt == "gpt2":
+                dump_gpt2_files(model, tmp)
+            else:
+                if write_transformers is None:
+                    raise ValueError("the transformers format needs its writer "
+                                     "(transformers_tokenizer.export_transformers)")
+                write_transformers(model, tmp)
+        except ValueError as exc:           # name the user's path, not the temp folder
+            if type(exc) is not ValueError:
+                raise
+            raise ValueError(str(exc).replace(os.path.join(tmp, base or ""), out).replace(tmp, final_dir)) from None
+        try:
+            result = check_export_files(model_encoder(model), fmt, tmp, docs, on)
+        except ImportError as exc:
+            result = Exactness(fmt, on, 0, 0, notes=[f"not checked: {exc.name or exc} is not installed"])
+            if not allow_inexact:
+                raise InexactExport(f"{out}: the {fmt} export cannot be checked ({exc.name or exc} is not "
+                                    f"installed); nothing was written (--allow-inexact writes it unchecked)") from None
+        if not result.exact and not allow_inexact:
+            raise InexactExport(f"{out}: {result.line()}; nothing was written"
+                                + (f" ({hint})" if hint else "") + " (--allow-inexact writes it anyway, with this rate)")
+        names = sorted(os.listdir(tmp))
+        if base is not None:     # the sidecar last: it marks the set complete
+            names.sort(key=lambda n: n != base)
+        pairs = [(os.path.join(tmp, n), os.path.join(final_dir, n)) for n in names]
+        publish_files(pairs)
+        published = True
+        return [p for _, p in pairs], result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not published and made:
+            with contextlib.suppress(OSError):
+                os.rmdir(made[0])
+
+
+def inexact_hint(model: Model, fmt: str) -> str:
+    """What to use instead of an inexact ``fmt`` export of ``model`` (for the refusal's line).
+
+    >>> inexact_hint(Model(vocab={}, merges=[], method="superbpe"), "tiktoken")
+    "a superbpe model's exact formats are its folder (model.json: Tokenizer.load) and --format transformers (AutoTokenizer with trust_remote_code)"
+    """
+    method = registry.get(model.method)
+    if method.stage_aware:
+        return (f"a {method.name} model's exact formats are its folder (model.json: Tokenizer.load) and "
+                f"--format transformers (AutoTokenizer with trust_remote_code)")
+    if fmt == "gpt2":
+        return ("vocab.json + merges.txt carry no pattern, so loaders split with GPT-2's; --format hf "
+                "carries the model's own")
+    return "--format transformers runs bpe_core's own encoder"
+
+
+def export(model: Model, fmt: str, out: str | os.PathLike, docs: Sequence[bytes] | None = None,
+           allow_inexact: bool = False) -> list[str]:
+    """Write ``model`` in format ``fmt`` (``hf``, ``tiktoken``, ``gpt2``, ``transformers``); returns
+    the paths written.
 
     The model is checked first (``formats.model.check_model``: known method, stages, ids in range, the
     merge chain); a bad one raises :class:`~bpe_core.errors.ModelFormatError` and writes nothing. An
     export that would misrepresent it (:func:`check_exportable`: SupraTok's hf and tiktoken, tiktoken
-    with duplicate token bytes) raises ``ValueError`` and writes nothing.
+    with duplicate token bytes) raises ``ValueError`` and writes nothing. Then the written files are
+    loaded with the library users load them with and must give bpe_core's ids on ``docs`` (default:
+    ``formats.exactness.builtin_documents``; :func:`export_checked`), else
+    :class:`~bpe_core.formats.exactness.InexactExport` and nothing written, unless ``allow_inexact``.
 
     ``out`` is the file for ``hf`` and ``tiktoken`` (a folder gets the default file name) and the
-    folder for ``gpt2``.
+    folder for ``gpt2`` and ``transformers``.
     """
-    out = os.fspath(out)
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
-    check_model(model)
-    check_exportable(model, fmt, out)
-    if fmt == "hf":
-        path = os.path.join(out, HF_FILE) if os.path.isdir(out) else out
-        dump_hf(model, path)
-        return [path]
-    if fmt == "tiktoken":
-        path = os.path.join(out, TIKTOKEN_FILE) if os.path.isdir(out) else out
-        return [path, dump_tiktoken(model, path)]
-    if fmt == "gpt2":
-        dump_gpt2_files(model, out)
-        return [os.path.join(out, VOCAB_FILE), os.path.join(out, MERGES_FILE)]
-    raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    on = "" if docs is None else "the documents given"
+    return export_checked(model, fmt, out, docs, on, allow_inexact)[0]

@@ -86,13 +86,19 @@ class TrainResult:
         self.publish(folder)
         return os.fspath(folder)
 
-    def publish(self, folder: str | os.PathLike) -> list[bytes]:
+    def publish(self, folder: str | os.PathLike, hf_check: Any = None) -> list[bytes]:
         """:meth:`save`, with the writing inside the memory monitor: the report's peaks
         (``memory``: ``peak_anon_bytes``, ``peak_anon_by_phase["write"]``, ...) then cover the whole run,
         writing included (``train_report.json`` is written last, with them), and a writing peak
         above the budget warns as the merge phase's does. Returns the token bytes ``vocab.json``
-        left out (``formats.folder.save_folder``)."""
+        left out (``formats.folder.save_folder``). ``hf_check``: the check of HF's files
+        (``formats.exactness.hf_folder_check``; default: on the built-in check text)."""
+        from .encode.tokenizer import model_encoder
+        from .formats.exactness import hf_folder_check
         from .formats.folder import save_folder
+
+        if hf_check is None:         # HF's files only when HF tokenizers gives these ids
+            hf_check = hf_folder_check(model_encoder(self.model))
 
         memory = self.report.get("memory") or {}
         with MemoryMonitor(interval=0.05, budget=memory.get("budget_bytes")) as monitor:
@@ -103,7 +109,7 @@ class TrainResult:
                 _add_peaks(memory, monitor.summary())
                 self.report["memory"] = memory
                 return self.report
-            dropped = save_folder(self.model, folder, final_report)
+            dropped = save_folder(self.model, folder, final_report, hf_check=hf_check)
             monitor.sample()
         before = memory.get("budget_exceeded")
         _add_peaks(memory, monitor.summary())

@@ -6,16 +6,20 @@
     bpe-core export tok/ --format transformers --out hf_dir/   # AutoTokenizer, exact ids
 
 DIR is what tools/train_bpe.py wrote (model.json) or a folder with GPT-2 vocab.json + merges.txt.
-The written paths go to stdout; bad input gives one line on stderr and exit code 2.
+Every export is loaded with the library users load it with and checked on a sample of the
+training input (or --check-text FILE): other ids than bpe_core on any document means exit 2 and
+nothing written, unless --allow-inexact. The written paths go to stdout; bad input gives one line
+on stderr and exit code 2.
 """
 import os
 import sys
 
 from bpe_core.runtime.cli import ArgumentParser, CliError, check_out_file, run_main
 from bpe_core.export import (FORMATS, HF_FILE, TIKTOKEN_FILE, check_exportable,
-                             check_tiktoken_compatible, export, export_caveats)
+                             check_tiktoken_compatible, export_caveats, export_checked, inexact_hint)
 from bpe_core.corpus import check_input
-from bpe_core.formats.model import MERGES_FILE, VOCAB_FILE, load_any
+from bpe_core.formats.exactness import MAX_DOCS, InexactExport, documents_for
+from bpe_core.formats.model import MERGES_FILE, REPORT_FILE, VOCAB_FILE, load_any
 
 #: The name in its messages (``bpe-core export`` when run as that: ``main(prog=...)``).
 PROG = "export_tokenizer.py"
@@ -30,31 +34,28 @@ def build_parser(prog: str = PROG) -> ArgumentParser:
                         "loads, backed by bpe_core (the exact ids, stage-aware for SuperBPE)")
     p.add_argument("--out", required=True, metavar="PATH", help="output file (hf, tiktoken) or folder (gpt2)")
     p.add_argument("--check-text", default=None, metavar="FILE",
-                   help="hf: encode FILE's documents (split on the special tokens, else at blank lines) "
-                        "with the written tokenizer.json and with bpe_core, and print the share of "
-                        "documents with identical ids and the token-count gap (default: the packaged "
-                        "sample text; needs HF tokenizers)")
-    p.add_argument("--check-docs", type=int, default=2000, metavar="N",
-                   help="check at most the first N documents (default 2000)")
+                   help="check the export on documents drawn across FILE (default: a sample across the "
+                        "training input named in train_report.json, else bpe_core's built-in check text): "
+                        "the written files are loaded with the library users load them with (HF "
+                        "tokenizers, tiktoken) and must give bpe_core's ids on every document")
+    p.add_argument("--check-docs", type=int, default=MAX_DOCS, metavar="N",
+                   help=f"check on at most N documents (default {MAX_DOCS:,}; at most 2 MB)")
+    p.add_argument("--allow-inexact", action="store_true",
+                   help="write an export whose ids differ from bpe_core's on some checked documents "
+                        "(the share identical is printed); default: such an export is refused, exit 2")
     return p
 
 
-def _check_hf(model, text_path, max_docs, prog: str = PROG) -> None:
-    """Print how the written tokenizer.json agrees with bpe_core's own encoder (stderr)."""
+def _report_input(model_path: str):
+    """The training input that train_report.json beside the model names (None when absent)."""
+    import json
+
+    folder = model_path if os.path.isdir(model_path) else os.path.dirname(os.path.abspath(model_path))
     try:
-        import tokenizers  # noqa: F401
-    except ImportError:
-        print(f"{prog}: note: HF tokenizers is not installed, so the export was not compared "
-              "with bpe_core's ids", file=sys.stderr)
-        return
-    from bpe_core.evaluate import hf_agreement, split_documents
-    if text_path is None:
-        from importlib.resources import files
-        text_path = str(files("bpe_core") / "data" / "sample.txt")
-    with open(text_path, "rb") as f:
-        data = f.read(64 << 20)
-    agree = hf_agreement(model, split_documents(data, model), max_docs)
-    print(f"{prog}: {agree.line()} on {os.path.basename(text_path)}", file=sys.stderr)
+        with open(os.path.join(folder, REPORT_FILE), encoding="utf-8") as f:
+            return json.load(f).get("input_path")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _check_out(fmt: str, out: str) -> None:
@@ -90,18 +91,24 @@ def main(argv: "list[str] | None" = None, prog: str = PROG) -> int:
             check_input(args.check_text)
         model = load_any(args.model)
         check_exportable(model, args.format, args.model)      # an export that would misrepresent it: refused
+        write_transformers = None
         if args.format == "transformers":
             try:
-                from bpe_core.transformers_tokenizer import export_transformers
+                from bpe_core.transformers_tokenizer import export_transformers as write_transformers
             except ImportError:
                 raise CliError("--format transformers needs the transformers package (pip install transformers)") from None
-            from bpe_core.formats.model import check_model
-            check_model(model)
-            paths = export_transformers(model, args.out)
+        docs, on, note = documents_for(model, args.check_text, _report_input(args.model), args.check_docs)
+        try:
+            paths, result = export_checked(model, args.format, args.out, docs, on, args.allow_inexact,
+                                           hint=inexact_hint(model, args.format), write_transformers=write_transformers)
+        except InexactExport as exc:
+            raise CliError(str(exc)) from None
+        if note and not result.exact_by_construction:
+            print(f"{prog}: note: {note}", file=sys.stderr)
+        if result.exact:
+            print(f"{prog}: {result.line()}", file=sys.stderr)
         else:
-            paths = export(model, args.format, args.out)
-        if args.format == "hf":
-            _check_hf(model, args.check_text, args.check_docs, prog)
+            print(f"{prog}: warning: written with --allow-inexact: {result.line()}", file=sys.stderr)
         for caveat in export_caveats(model, args.format):
             print(f"{prog}: note: {caveat}", file=sys.stderr)
         if args.format == "tiktoken":

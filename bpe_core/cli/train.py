@@ -4,7 +4,10 @@
 
 Writes into the output folder: ``vocab.json`` + ``merges.txt`` (GPT-2 byte-to-unicode convention,
 loadable by HF ``tokenizers``), ``model.json`` (the native model: exact bytes, pattern, special
-tokens), and ``train_report.json`` (sizes, seconds per phase, peak memory). The folder is published as
+tokens), and ``train_report.json`` (sizes, seconds per phase, peak memory); for plain BPE also HF's
+``tokenizer.json`` + ``tokenizer_config.json`` when, loaded with HF ``tokenizers``, they give the
+same ids on a sample across the training input (or ``--check-text FILE``), else the report says why
+they are left out. The folder is published as
 one unit (written in a temp folder that then replaces it in one step): an interrupted run leaves the
 older model whole, or no folder where there was none (docs/formats.md, "Output sets").
 """
@@ -20,6 +23,7 @@ from bpe_core.runtime.cli import cluster_seconds, memory_size
 from bpe_core.config import TrainConfig
 from bpe_core.corpus import CorpusError
 from bpe_core.formats import registry
+from bpe_core.corpus import check_input
 from bpe_core.formats.model import FOLDER_FILES, folder_files
 from bpe_core.corpus.specials import DEFAULT_SPECIAL_TOKEN
 from bpe_core.pretok.patterns import is_pattern_name, pattern_name, pattern_names
@@ -178,6 +182,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="curate the input by character-bigram entropy before training (any method; "
                         "see tools/curate.py)")
     s.add_argument("--entropy-seed", type=int, default=0, metavar="S", help="seed of --entropy-filter (default 0)")
+    p.add_argument("--check-text", default=None, metavar="FILE",
+                   help="check tokenizer.json on documents drawn across FILE before writing it (default: a "
+                        "sample across the training input); on other ids than bpe_core it is left out")
+    p.add_argument("--allow-inexact", action="store_true",
+                   help="write tokenizer.json even where it gives other ids than bpe_core on some checked "
+                        "documents (the share identical goes into train_report.json)")
     add_input_flags(p)
     add_progress_flag(p)
     return p
@@ -294,6 +304,8 @@ def _train(args) -> int:
     from bpe_core.training import plan
 
     sources = _check_paths(args)
+    if args.check_text is not None:
+        check_input(args.check_text)
     the_plan = plan(config, sources)  # a budget that cannot fit fails here, before any work
     note = cluster_note(args.cluster)
     if note:
@@ -322,8 +334,25 @@ def _train(args) -> int:
               f"(asked for {report['merges_requested']}): the corpus has no more pairs; "
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
     phase("write")
+    # HF's files are checked on the user's text first (a sample across the input, or --check-text);
+    # the encoder (numpy with it) is loaded for that only
+    from bpe_core.formats.exactness import documents_for, hf_folder_check
+
+    docs, on, check_note = documents_for(result.model, args.check_text, input_path)
+    from bpe_core.encode.tokenizer import model_encoder
     # the whole folder in one step: a run killed at any point leaves the older model or this one
-    dropped = result.publish(out)       # + HF's tokenizer.json for plain BPE; the report's peaks include the writing
+    # + HF's files for plain BPE, when they pass; the report's peaks include the writing (and the check)
+    dropped = result.publish(out, hf_check=hf_folder_check(model_encoder(result.model), docs, on, args.allow_inexact))
+    hf = report.get("hf_files")
+    if hf is not None:
+        if check_note and hf.get("check") and not hf["check"]["exact"]:
+            print(f"{args.prog}: note: {check_note}", file=sys.stderr)
+        if not hf["written"]:
+            print(f"{args.prog}: note: {hf['why']}; the rest of the folder is complete (model.json gives the "
+                  f"exact ids: Tokenizer.load, bpe-core export --format transformers)", file=sys.stderr)
+        elif not hf["check"]["exact"]:
+            print(f"{args.prog}: warning: {hf['why']}", file=sys.stderr)
+        # (exact: said in train_report.json only, with the documents checked and the cost)
     if registry.get(args.method).stage_aware:
         name = registry.get(args.method).name
         print(f"{args.prog}: note: vocab.json/merges.txt hold one merge list; tools that load them "

@@ -22,7 +22,7 @@ Semantics (the same as ``reference.encode``; see ``docs/encoding.md``):
 from __future__ import annotations
 
 import os
-from typing import AbstractSet, Collection, Iterable, Iterator, Sequence
+from typing import AbstractSet, Callable, Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 import regex
@@ -30,13 +30,14 @@ import regex
 from ..corpus.specials import encode_specials, specials_regex
 from ..errors import ModelFormatError
 from ..formats import registry
+from ..formats.exactness import hf_folder_check
 from ..formats.folder import save_folder
 from ..formats.model import MODEL_FILE, Model, check_model, load_any, load_gpt2
 from ..pretok.patterns import pattern_name, regex_pieces, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from . import _encode
 
-__all__ = ["Tokenizer", "TwoStageEncoder"]
+__all__ = ["Tokenizer", "TwoStageEncoder", "model_encoder"]
 
 _NO_ID = 0xFFFFFFFF
 # Token ids below this are accepted however sparse the vocab (see Tokenizer.__init__).
@@ -217,7 +218,8 @@ class Tokenizer:
                 raise ModelFormatError(shown, "cannot hold these ids: a model file has ids 0-255 for the bytes, "
                                               "then the special tokens, then one id per merge in order")
             check_model(model, shown)
-        save_folder(model, folder)
+        # HF's files only when HF tokenizers gives these ids (on the built-in check text)
+        save_folder(model, folder, hf_check=hf_folder_check(self.encode))
         return folder
 
     def __reduce__(self):
@@ -1182,3 +1184,17 @@ class StageAwareSpec:
         if self._tok is None:
             self._tok = StageAwareTokenizer(self.model)
         yield self._tok.encode_to_numpy(bytes(buf[start:end]))
+
+
+def model_encoder(model: Model) -> "Callable[[bytes], list[int]]":
+    """bpe_core's encode function for ``model``: the one that reproduces its training
+    (:class:`StageAwareTokenizer` for a stage-aware method), what an export is checked against.
+    A model made without a pattern encodes with GPT-2's, as its exports do.
+
+    >>> vocab = {i: bytes([i]) for i in range(256)}; vocab[256] = b"ab"
+    >>> model_encoder(Model(vocab=vocab, merges=[(b"a", b"b")]))(b"abc")
+    [256, 99]
+    """
+    if registry.get(model.method).stage_aware:
+        return StageAwareTokenizer(model).encode
+    return Tokenizer(model.vocab, model.merges, model.special_tokens, model.pattern or "gpt2").encode

@@ -148,4 +148,7 @@ cdef enum:
     PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
     BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)
     SPIN_PAUSES = 2000      # a thread waiting for the other spins this long, then yields its core
+    WORKER_PAUSES = 400     # the second thread, between merges, spins this long, yields its core
+    WORKER_YIELDS = 16      # ... this many times, then naps (20 us at a time): a spin or a yield is
+                            # CPU time, and most merges run on one thread (fewer than PAR_MIN_SITES)
 

@@ -45,6 +45,10 @@ cdef class MergeEngine:
             ever makes bytes an existing token has (SuperBPE's ``distinct`` rule) and steps never ask
             for a ``min_count`` below it: then a pair's count never rises after the merge that made
             it, so such a pair can never be merged. 0 (the default): keep every pair.
+        prune_spare: with ``prune_below``, ``f(token_bytes) -> bool`` for every token (those given,
+            then each new one as it is made): a pair whose left or right token it marks is never
+            forgotten (a merge that rebuilds such a token's bytes may make its pairs count more:
+            SupraTok's pass 2, ``superbpe.stage2_merges(rebuilds=True)``).
         threads: 2 runs ``run``'s merges of many sites on two threads (one native thread more, while
             ``run`` runs); the result is the same as on one (``_apply_merge``). ``step`` alone always
             uses one. The build counts and lists the windows on two threads too, when there are at
@@ -127,11 +131,16 @@ cdef class MergeEngine:
     cdef count_t floor_count           # pairs below it are kept out of the heap (see _pop_best)
     cdef int64_t heap_batch            # about how many pairs are let in at a time
     cdef count_t prune_below           # new pairs counting less are forgotten (see __init__)
+    cdef vector[uint8_t] spare         # per token id: its pairs are never forgotten (``prune_spare``)
+    cdef object spare_fn
     cdef int64_t n_pruned
     cdef vector[pair_id_t] free_pids   # ids of forgotten pairs, given to new ones
     cdef vector[pair_id_t] born        # pairs made in this merge (or the build)
     cdef public uint32_t n_steps
     cdef public count_t last_count       # the count of the pair the last step merged
+    cdef bint halt_existing              # (``run(stop_before_existing=)``) see ``stopped_before``
+    cdef public tuple stopped_before     # the pair ``(left_id, right_id)`` whose merge would have
+                                         # rebuilt an existing token, when ``run`` stopped before it
     cdef public int64_t n_pops
     cdef public int64_t n_rescans
     cdef public int64_t n_compactions
@@ -146,7 +155,8 @@ cdef class MergeEngine:
     def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
                  int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
                  int64_t fill_buffer_bytes=256 << 20, count_t prune_below=0, int threads=1,
-                 int64_t build_par_min=BUILD_PAR_MIN, bint donate=False, str tie_break="bytes"):
+                 int64_t build_par_min=BUILD_PAR_MIN, bint donate=False, str tie_break="bytes",
+                 prune_spare=None):
         cdef int64_t n_words = counts.shape[0]
         cdef int64_t i, w, n_sym
         cdef const uint8_t[::1] sym8
@@ -183,6 +193,9 @@ cdef class MergeEngine:
         self.tok_ids = {}
         for tok in tokens:
             self._add_token(tok)
+        if prune_spare is not None and prune_below > 0:
+            for tok in tokens:
+                self.spare.push_back(1 if prune_spare(tok) else 0)
         if tie_break not in ("bytes", "hf"):
             raise ValueError(f"unknown tie_break {tie_break!r} (bytes, hf)")
         self.tie_hf = tie_break == "hf"
@@ -290,6 +303,7 @@ cdef class MergeEngine:
         self.heap_batch = max(heap_batch, 1)
         self.prune_below = max(prune_below, 0)
         self.n_pruned = 0
+        self.spare_fn = prune_spare if self.prune_below > 0 else None
         cdef vector[uint64_t] base_len
         # The pair id of every window, kept from the count pass for the fill pass (which then does
         # not hash each window again) while the position lists are small enough to stay in RAM:
@@ -1005,6 +1019,11 @@ cdef class MergeEngine:
             i = child
         self.heap[i] = e
 
+    cdef inline bint _spared(self, uint64_t key) noexcept nogil:
+        """Whether ``prune_spare`` marks the left or the right token of the pair ``key``."""
+        cdef token_id_t a = pair_left(key), b = pair_right(key)
+        return (a < self.spare.size() and self.spare[a]) or (b < self.spare.size() and self.spare[b])
+
     cdef void _heapify(self) noexcept nogil:
         """The pairs whose count rose in this merge get a heap entry; with ``prune_below``, the pairs
         this merge made that count less are forgotten first (their ids are given to later pairs; none
@@ -1015,7 +1034,7 @@ cdef class MergeEngine:
         if self.prune_below > 0:
             for k in range(self.born.size()):
                 pid = self.born[k]
-                if self.pair_counts[pid] < self.prune_below:
+                if self.pair_counts[pid] < self.prune_below and not self._spared(self.pair_keys[pid]):
                     self.pair_map.remove(self.pair_keys[pid])
                     self._list_free(pid)
                     self.pair_counts[pid] = 0
@@ -1107,7 +1126,7 @@ cdef class MergeEngine:
             if found >= 0:
                 pid = <pair_id_t>found
                 self.pair_counts[pid] += e.delta
-            elif e.delta <= 0 or e.delta < self.prune_below:
+            elif e.delta <= 0 or (e.delta < self.prune_below and not self._spared(e.key)):
                 if e.added and self.prune_below > 0:
                     self.n_pruned += 1
                 continue
@@ -1233,16 +1252,17 @@ cdef class MergeEngine:
 
     cdef void _worker_loop(self) noexcept nogil:
         """The second thread (``threads=2``, while ``run`` runs): wait for a posted merge, do the
-        second share, say it is done; spin a while between merges, then nap."""
+        second share, say it is done; spin a short while between merges, yield a few times, then
+        nap (a spin or a yield is CPU time spent waiting)."""
         cdef uint32_t seen = self.job_done
         cdef int64_t spins
         while True:
             spins = 0
             while bpe_load_acquire(&self.job_posted) == seen:
                 spins += 1
-                if spins < SPIN_PAUSES:
+                if spins < WORKER_PAUSES:
                     bpe_pause()
-                elif spins < 40 * SPIN_PAUSES:
+                elif spins < WORKER_PAUSES + WORKER_YIELDS:
                     bpe_yield()         # a core shared with this thread's poster gets it back
                 else:
                     bpe_nap()
@@ -1410,8 +1430,15 @@ cdef class MergeEngine:
         merged = self.token_bytes(a) + self.token_bytes(b)
         existing = self.tok_ids.get(merged)
         fresh = existing is None
+        if not fresh and self.halt_existing:
+            self._push(self.pair_counts[pid], pid)          # back in the heap: the state is unchanged
+            self.stopped_before = (a, b)
+            return False
         if fresh:
             new_tok = self._add_token(merged)
+            if self.spare_fn is not None:
+                self.spare.resize(new_tok + 1, 0)
+                self.spare[new_tok] = 1 if self.spare_fn(merged) else 0
         else:
             new_tok = existing           # canonical: same bytes, same symbol
         self.n_steps += 1
@@ -1426,13 +1453,16 @@ cdef class MergeEngine:
         return True
 
     def run(self, Py_ssize_t n_merges, allowed=None, progress=None, Py_ssize_t every=256, count_t min_count=0,
-            bint compact=False):
+            bint compact=False, bint stop_before_existing=False):
         """Do up to ``n_merges`` merges; return the list of ``(left_id, right_id, new_id)``, or with
         ``compact`` a uint32 array of shape ``(n, 3)`` holding them (12 bytes a merge instead of a
         tuple and three ints, ~100 bytes); a flat ``array.array("I")`` of ``3 n`` items when the
         engine was built from ``array.array`` symbols (``plain``: a small run, no numpy).
 
-        It stops early when no pair is left or (``min_count``) the best pair counts less.
+        It stops early when no pair is left or (``min_count``) the best pair counts less, or
+        (``stop_before_existing``) before a merge whose bytes are those of a token that exists (an
+        allowed pair: its id pair is then ``stopped_before``, else that is None; the engine is as
+        before that step, and ``step`` makes that merge).
 
         ``progress(n_done)`` is called every ``every`` merges and at the end; pending signals are
         handled as often (a SIGINT raises ``KeyboardInterrupt`` within ``every`` merges).
@@ -1451,6 +1481,8 @@ cdef class MergeEngine:
         cdef bint collecting = _gc.isenabled()
         if collecting:
             _gc.disable()
+        self.stopped_before = None
+        self.halt_existing = stop_before_existing
         self._start_worker()
         try:
             while done < n_merges:
@@ -1468,6 +1500,7 @@ cdef class MergeEngine:
                     if progress is not None:
                         progress(done)
         finally:
+            self.halt_existing = False
             self._stop_worker()
             if collecting:
                 _gc.enable()

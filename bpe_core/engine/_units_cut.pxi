@@ -200,15 +200,21 @@ cdef class _PieceTable:
 
     def add(self, const sym_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
             const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int64_t lo, int64_t hi,
-            const uint8_t[::1] keep=None, _PieceTable upper=None):
-        """Cut sequences ``lo:hi`` and count their pieces (by ``levels``, or by the bitmap ``keep``);
-        with ``upper``, the pieces whose hash has its top bit set are counted there instead (so two
-        threads can then join their tables half by half: ``cut_pieces``)."""
+            const uint8_t[::1] keep=None, _PieceTable upper=None, const uint8_t[::1] guard=None):
+        """Cut sequences ``lo:hi`` and count their pieces (by ``levels``, or by the bitmap ``keep``;
+        never beside a symbol that ``guard`` marks, see ``cut_pieces``); with ``upper``, the pieces
+        whose hash has its top bit set are counted there instead (so two threads can then join their
+        tables half by half: ``cut_pieces``)."""
         cdef int64_t u, k, a, b, start, n
         cdef uint64_t h, smask = 0, slot
         cdef bint by_bits = keep is not None, split = upper is not None
         cdef const uint8_t* kb = NULL
+        cdef const uint8_t* gb = NULL
+        cdef uint64_t n_guard = 0
         cdef int side, r
+        if guard is not None and guard.shape[0] > 0:
+            gb = &guard[0]
+            n_guard = guard.shape[0]
         if by_bits:
             kb = &keep[0]
             smask = (<uint64_t>keep.shape[0] << 3) - 1
@@ -236,6 +242,9 @@ cdef class _PieceTable:
                 start = a
                 for k in range(a, b):
                     if k + 1 < b:
+                        if gb != NULL and ((symbols[k] < n_guard and (gb[symbols[k]] & GUARD_LEFT))
+                                           or (symbols[k + 1] < n_guard and (gb[symbols[k + 1]] & GUARD_RIGHT))):
+                            continue
                         if by_bits:             # a 512 KiB bitmap: it stays in the CPU's cache
                             slot = _sketch_slot(((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1, smask)
                             if (kb[slot >> 3] >> (slot & 7)) & 1:
@@ -429,9 +438,16 @@ cdef int64_t _insert_into(_PieceTable t, const int64_t* qstart, const int64_t* q
                           t.data, t.starts, t.wsum, t.csum)
 
 
+#: ``cut_pieces(guard=)`` bits: never cut after a symbol marked ``GUARD_LEFT`` (the window whose left
+#: symbol it is stays whole), nor before one marked ``GUARD_RIGHT``.
+cdef enum:
+    GUARD_LEFT = 1
+    GUARD_RIGHT = 2
+
+
 def cut_pieces(const sym_t[::1] symbols, const int64_t[::1] offsets, const uint32_t[::1] levels,
                const int64_t[::1] weights, const int64_t[::1] counts, uint32_t min_level, int threads=1,
-               const uint8_t[::1] keep=None):
+               const uint8_t[::1] keep=None, const uint8_t[::1] guard=None):
     """Cut every sequence after each position whose level is below ``min_level`` and count the
     distinct pieces of two or more symbols: returns ``(data, starts, piece_weights, piece_counts,
     single_count)`` (pieces in first-seen order, those of two symbols after the others, each kind
@@ -451,6 +467,15 @@ def cut_pieces(const sym_t[::1] symbols, const int64_t[::1] offsets, const uint3
     counters (``np.packbits(sketch >= min_level, bitorder="little")``): a window is
     kept whole when its pair's counter has its bit set, cut otherwise (``min_level`` is then unused).
 
+    ``guard`` (uint8 per symbol id; ids past its end are unmarked): a window whose left symbol has
+    bit 1 (``GUARD_LEFT``) or whose right symbol has bit 2 (``GUARD_RIGHT``) is kept whole whatever
+    its level or counter:
+
+    >>> d, s, w, c, one = cut_pieces(syms, np.array([0, 3, 6]), np.array([9, 1, 0, 9, 1, 0], np.uint32),
+    ...                              np.array([2, 1]), np.array([2, 1]), 2, guard=np.array([0, 0, 0, 0, 0, 0, 0, 2], np.uint8))
+    >>> d.tolist(), s.tolist(), w.tolist(), c.tolist(), one      # [5 6 7], [5 6 | 8]: 7 is GUARD_RIGHT
+    ([5, 6, 7, 5, 6], [0, 3, 5], [2, 1], [2, 1], 1)
+
     With ``threads=2`` each half of the sequences is cut on its own thread into two tables of its own,
     one for the pieces whose hash has its top bit clear and one for the rest; then one thread joins
     the two halves' first tables and the other their second tables (no piece is in both; the pieces
@@ -463,14 +488,16 @@ def cut_pieces(const sym_t[::1] symbols, const int64_t[::1] offsets, const uint3
     if keep is None and (levels is None or levels.shape[0] != n_sym):
         raise ValueError("cut_pieces: one level per symbol, or a keep bitmap, is needed")
     parts = _halves(threads, symbols, offsets, weights, counts)
-    return cut_pieces_parts(parts, min_level, keep=keep, levels=[levels] * len(parts) if keep is None else None)
+    return cut_pieces_parts(parts, min_level, keep=keep, levels=[levels] * len(parts) if keep is None else None,
+                            guard=guard)
 
 
-def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=None, levels=None):
+def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=None, levels=None,
+                     const uint8_t[::1] guard=None):
     """:func:`cut_pieces` over the sequences of one or two parts ``(symbols, offsets, weights,
     counts)`` (each part's offsets are positions in its own symbols; ``levels``: one array per part,
-    when there is no ``keep``), one thread per part: the pieces of ``cut_pieces`` on the parts joined,
-    with the same weights and counts (tested)."""
+    when there is no ``keep``; ``guard`` as there), one thread per part: the pieces of ``cut_pieces``
+    on the parts joined, with the same weights and counts (tested)."""
     cdef int64_t n_sym = sum(int(p[0].shape[0]) for p in parts)
     cdef int n_parts = len(parts)
     if n_parts < 1 or n_parts > 2:
@@ -487,7 +514,7 @@ def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=Non
     if n_parts == 1:
         sym, off, w, c = parts[0]
         table = _PieceTable(n_sym)
-        table.add(sym, off, lv[0], w, c, min_level, 0, len(off) - 1, keep)
+        table.add(sym, off, lv[0], w, c, min_level, 0, len(off) - 1, keep, None, guard)
         return table.to_arrays()
     from concurrent.futures import ThreadPoolExecutor
     # the left tables take the right ones' pieces in (absorb): room for that from the start (their
@@ -495,7 +522,7 @@ def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=Non
     cdef _PieceTable left = _PieceTable(n_sym // 2), left_up = _PieceTable(n_sym // 2)
     cdef _PieceTable right = _PieceTable(n_sym // 4), right_up = _PieceTable(n_sym // 4)
     with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-pieces") as ex:
-        jobs = [ex.submit(t.add, sym, off, lv[i], w, c, min_level, 0, len(off) - 1, keep, up)
+        jobs = [ex.submit(t.add, sym, off, lv[i], w, c, min_level, 0, len(off) - 1, keep, up, guard)
                 for i, (t, up, (sym, off, w, c)) in enumerate(zip((left, right), (left_up, right_up), parts))]
         for j in jobs:
             j.result()

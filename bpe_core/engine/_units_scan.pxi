@@ -40,7 +40,7 @@ cdef inline void _flush_region(vector[uint32_t]& rdata, vector[int64_t]& rbounds
 def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
                       const uint8_t[::1] flags, uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False,
                       const int32_t[:, ::1] word_classes=None, const uint32_t[::1] seg_symbols=None,
-                      const int64_t[::1] seg_offsets=None):
+                      const int64_t[::1] seg_offsets=None, int64_t[::1] span_ends=None):
     """Scan the text spans of a chunk with a native pattern and list its units: every unit in text
     order (not deduplicated), as
     ``(ids uint32, bounds int64, n_seen, n_kept, n_missing)`` (unit ``k`` is ``ids[bounds[k]:bounds[k+1]]``;
@@ -76,6 +76,16 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     starting with it. ``n_missing`` counts pretokens missing from ``index`` (0 when the word table
     was counted from the same text).
 
+    ``span_ends`` (int64, one per span; no sample, no ``word_classes``): filled with where each
+    span's ids end in the output, so span ``k``'s ids are ``ids[span_ends[k - 1]:span_ends[k]]``
+    (with ``seg_symbols=None``: the word id of every pretoken of the span, in order):
+
+    >>> ends = np.zeros(2, np.int64)
+    >>> ids, bounds, _, _, _ = chunk_unit_stream(np.frombuffer(b" a b a b", np.uint8),
+    ...     np.array([[0, 4], [4, 8]]), 0, idx, np.zeros(2, np.uint8), span_ends=ends)
+    >>> ids.tolist(), ends.tolist()
+    ([0, 1, 0, 1], [2, 4])
+
     Plain equivalent: ``superbpe._units_of`` with the Python scanner (``pretoken_ends``), and
     ``reference.superbpe_units`` on word ids; with ``word_classes``,
     ``reference.superbpe_units(with_regions=True)`` and ``looks_encoded`` per region; with
@@ -94,6 +104,10 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
         seg_off = &seg_offsets[0]
         seg_sym = &seg_symbols[0] if seg_symbols.shape[0] > 0 else &_NO_SEG
     cdef bint regions = word_classes is not None
+    cdef bint want_ends = span_ends is not None
+    if want_ends and (span_ends.shape[0] != spans.shape[0] or regions
+                      or keep_below != 0xFFFFFFFFFFFFFFFFu):
+        raise ValueError("span_ends: one per span, with no sample and no word_classes")
     cdef vector[uint32_t] rdata, tmp
     cdef vector[int64_t] rbounds
     cdef int64_t r_n = 0, r_ws = 0, r_punct = 0, r_alnum = 0, r_digit = 0
@@ -200,6 +214,8 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                 prev = f
             if direct:
                 _unit_span_end(&st, out_ids, out_bounds, regions)
+                if want_ends:
+                    span_ends[k] = out_ids.size()
             elif regions:
                 if unit.size() > 0:
                     rdata.insert(rdata.end(), unit.begin(), unit.end())

@@ -1,8 +1,8 @@
 """HF's files for a model: ``tokenizer.json`` (a ByteLevel BPE model of HF ``tokenizers``) and
 ``tokenizer_config.json`` (what ``transformers.AutoTokenizer`` reads beside it).
 
-``tokenizer.json``: the pre-tokenizer is ``Split`` with the model's exact regex (``behavior:
-isolated``) followed by ``ByteLevel`` with ``use_regex: false`` (bytes to GPT-2 characters only);
+``tokenizer.json``: the pre-tokenizer is ``Split`` with the model's regex as Oniguruma reads it with
+the same meaning (``formats.patterns_compat``; ``behavior: isolated``) followed by ``ByteLevel`` with ``use_regex: false`` (bytes to GPT-2 characters only);
 special tokens are added tokens (``special: true``, not normalized); a ByteLevel decoder. For a
 model whose method encodes in stages (SuperBPE, SupraTok) the split is the method's closest one and
 ids can differ (``Method.export_caveats``); for plain BPE the ids are bpe_core's.
@@ -164,8 +164,18 @@ def _hf_doc(model: Model, specials: dict[str, int]) -> dict[str, Any]:
 
 
 def hf_split_pattern(model: Model) -> str:
-    """The regex of the HF ``Split``: the method's own (``Method.hf_split_pattern``), else the model's."""
-    return registry.get(model.method).hf_split_pattern(model) or model.pattern
+    """The regex of the HF ``Split``: the method's own (``Method.hf_split_pattern``), else the model's,
+    rewritten for Oniguruma with the same meaning (``formats.patterns_compat``: possessive
+    ``{n,m}+`` as an atomic group, ``$``, ``(?i)``, ...).
+
+    Raises:
+        PatternNotPortable: (a ``ValueError``) no rewrite with the same meaning is known.
+    """
+    from .patterns_compat import portable_pattern
+
+    # (a Model made without a pattern encodes with GPT-2's, as Tokenizer's default)
+    pattern = registry.get(model.method).hf_split_pattern(model) or model.pattern or "gpt2"
+    return portable_pattern(pattern, "oniguruma")
 
 
 def hf_tokenizer_config(model: Model) -> dict[str, Any]:

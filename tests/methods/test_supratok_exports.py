@@ -117,10 +117,15 @@ def test_inexact_formats_are_refused_in_one_line(supratok_dir, tmp_path, capsys,
     assert not os.path.exists(out)
 
 
-def test_gpt2_export_is_written_with_a_note(supratok_dir, tmp_path, capsys):
+def test_gpt2_export_is_refused_where_inexact_and_written_with_a_note_when_allowed(supratok_dir, tmp_path, capsys):
+    # checked on the training input (or the built-in check text): other ids than bpe_core
     rc = export_cli.main([str(supratok_dir), "--format", "gpt2", "--out", str(tmp_path / "g")])
     err = capsys.readouterr().err
-    assert rc == 0 and "SupraTok" in err and "--format transformers" in err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "other ids than bpe_core" in err
+    assert "--format transformers" in err and not os.path.exists(tmp_path / "g")
+    rc = export_cli.main([str(supratok_dir), "--format", "gpt2", "--out", str(tmp_path / "g"), "--allow-inexact"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "SupraTok" in err and "--format transformers" in err and "% identical" in err
     with open(tmp_path / "g" / "vocab.json", encoding="utf-8") as f:
         ids = json.load(f)
     assert len(set(ids.values())) == len(ids)          # each string once, each id once

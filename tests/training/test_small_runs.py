@@ -63,11 +63,27 @@ def test_a_small_plain_bpe_run_loads_only_what_it_uses(tmp_path):
                          f"'--vocab-size', '400', '--out', {str(tmp_path / 'c')!r}, '--progress', 'none']\n"
                          "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
                          "except SystemExit as e:\n    assert not e.code, e.code", tmp_path)
+    # Writing the folder checks its tokenizer.json on text (formats.exactness): HF tokenizers loads it
+    # and bpe_core's encoder (numpy with it) gives the ids to compare with. Training itself, up to
+    # the write, loads neither (test_the_training_of_a_small_run_loads_no_encoder).
+    check = {"tokenizers", "bpe_core.encode", "numpy", "regex"}
     for mods in (api, cli):
         assert "bpe_core.training" in mods and "bpe_core.methods.bpe" in mods
-        # numpy too (~14 MB and ~0.1 s of a 0.3 s run): the small run's tables are array.array
-        assert not _loaded(mods, HEAVY | NOT_FOR_BPE | {"numpy"}), _loaded(mods, HEAVY | NOT_FOR_BPE | {"numpy"})
+        assert check <= {m.split(".")[0] if m.split(".")[0] != "bpe_core" else ".".join(m.split(".")[:2])
+                         for m in mods}
+        unexpected = _loaded(mods, (HEAVY | NOT_FOR_BPE | {"numpy"}) - check)
+        assert not [m for m in unexpected if not any(m == c or m.startswith(c + ".") for c in check)], unexpected
     assert (tmp_path / "a" / "merges.txt").read_bytes() == (tmp_path / "c" / "merges.txt").read_bytes()
+
+
+def test_the_training_of_a_small_run_loads_no_encoder(tmp_path):
+    """numpy (~14 MB and ~0.1 s of a 0.3 s run), the encoder and HF tokenizers wait for the
+    folder's check: training a small run uses array.array tables only."""
+    corpus = FIXTURES / "corpus.en"
+    mods = _modules_after(f"import bpe_core\nr = bpe_core.train(bpe_core.TrainConfig(input_path={str(corpus)!r}, "
+                          f"vocab_size=400, special_tokens=('<|endoftext|>',)))", tmp_path)
+    assert "bpe_core.training" in mods
+    assert not _loaded(mods, HEAVY | NOT_FOR_BPE | {"numpy"}), _loaded(mods, HEAVY | NOT_FOR_BPE | {"numpy"})
 
 
 def test_the_registry_names_every_method_and_imports_each_when_asked(tmp_path, monkeypatch):
@@ -120,7 +136,9 @@ def test_small_runs_are_the_same_as_runs_with_workers_and_small_chunks(tmp_path)
 # ==== The small run without numpy gives the files of the numpy path ================================
 
 #: report entries that are measurements of this run (seconds, memory, the plan made from them)
-MEASURED = {"seconds", "memory", "peak_rss_bytes", "plan", "merge_plan"}
+#: (hf_files: the check of tokenizer.json, its cost and the text it ran on -- the API's save checks
+#: on the built-in text, the command on the training input)
+MEASURED = {"seconds", "memory", "peak_rss_bytes", "plan", "merge_plan", "hf_files"}
 
 
 def _folder(config: TrainConfig, folder, plain: bool, monkeypatch) -> dict:
@@ -185,7 +203,12 @@ def test_a_small_cli_run_writes_the_files_of_the_numpy_path_on_a_larger_corpus(t
     code = (f"import runpy, sys\nsys.argv = [{str(TOOLS / 'train_bpe.py')!r}, {str(corpus)!r}, '--vocab-size', "
             f"'32000', '--out', {str(out)!r}, '--progress', 'none']\n"
             "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-            "except SystemExit as e:\n    assert not e.code, e.code\nassert 'numpy' not in sys.modules")
+            "except SystemExit as e:\n    assert not e.code, e.code\nassert seen == [False], seen")
+    # numpy is not imported up to the check of tokenizer.json (which loads the encoder)
+    code = ("import sys, bpe_core.cli.train, bpe_core.formats.exactness as x\nassert 'numpy' not in sys.modules\n"
+            "seen = []\nreal = x.documents_for\n"
+            "def spy(*a, **k):\n    seen.append('numpy' in sys.modules)\n    return real(*a, **k)\n"
+            "x.documents_for = spy\n") + code
     _modules_after(code, tmp_path)
     numpy = _folder(TrainConfig(input_path=str(corpus), vocab_size=32000, special_tokens=("<|endoftext|>",)),
                     tmp_path / "numpy", False, monkeypatch)

@@ -29,6 +29,17 @@ MAP_THRESHOLD = 64 << 20
 STAGE2_MAP_THRESHOLD = 256 << 20
 
 
+#: The stage-2 engine splits a merge between its two threads (``threads=2``) only from this many
+#: sites (the engine's default: 64): the second thread then naps between the few large merges instead
+#: of spinning through the many small ones, and the first does not wait for it to wake on small ones.
+#: Measured at 32k on 60 MB of en_train (SuperBPE, 2 cores under load): CPU 3.6-3.9 s at 64,
+#: 3.2-3.4 s here, 3.0-3.2 s on one thread; wall 9.4-14.2 s, 7.6-9.1 s, 8.1-11.5 s.
+STAGE2_PAR_MIN_SITES = 4096
+
+#: ``cut_pieces(guard=)``'s bits: no cut after a stage-1 token marked GUARD_LEFT, nor before one
+#: marked GUARD_RIGHT (``stage2_merges(rebuilds=True)``)
+GUARD_LEFT, GUARD_RIGHT = 1, 2
+
 #: The first cut of stage 2 (:func:`stage2_merges`): the count of the distinct stage-1 pair at this
 #: rank (times the number of stage-2 merges) when the pairs are sorted by count. Measured on en_train:
 #: the last stage-2 merge counts 179 (30 MB, 8k) and 220 (230 MB, 32k), the pair at rank 2.5 x merges
@@ -166,7 +177,9 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                   cut: Optional[int] = None, spill_dir: Optional[str] = None,
                   map_threshold: int = MAP_THRESHOLD, threads: int = 1,
                   sketch_size: Optional[int] = None,
-                  regenerate: Optional[Callable[[], tuple]] = None) -> Stage2Result:
+                  regenerate: Optional[Callable[[], tuple]] = None,
+                  rebuilds: bool = False, guard_tokens: Optional[Callable[[bytes], bool]] = None,
+                  spare_tokens: Optional[Callable[[bytes], bool]] = None) -> Stage2Result:
     """Stage 2's merges on units of stage-1 tokens (``symbols``/``offsets``, ``weights`` for the
     engine, ``counts`` for the final token count), equal to one engine run on the whole units.
 
@@ -202,6 +215,25 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     :func:`first_cut`; tests force others). ``threads``: 2 counts the pairs and cuts the pieces on two
     threads (the same result). ``sketch_size``: log2 of the number of counters (default
     :func:`sketch_bits`; tests force tiny sketches full of collisions).
+
+    **Merges that rebuild a token's bytes** (``rebuilds``, with ``bounded``: rules without
+    ``distinct``, SupraTok's pass 2). The engine gives such a merge the existing token's id, so that
+    token then also ends (or starts) with other stage-1 tokens than before, and a pair beside it may
+    count more than any one stage-1 pair at its boundary. The bound above holds for every pair whose
+    left token has one last stage-1 token and whose right token has one first stage-1 token (their
+    sets are followed merge by merge: a merge's token ends as its right part does and starts as its
+    left part does; one that rebuilds a token adds to that token's sets); the other boundaries
+    are never cut: a window whose left stage-1 token ends a token of several last ones is kept
+    whole, as is one whose right stage-1 token starts a token of several first ones
+    (``cut_pieces(guard=)``). ``guard_tokens(bytes)`` marks stage-1 tokens so from the start (a guess:
+    whitespace, where rebuilt tokens are met); the engine stops before each merge that rebuilds a
+    token (``run(stop_before_existing=)``) and, when that merge would need a boundary cut so far,
+    marks it and starts again from the first merge on the pieces cut anew (a replay by rank is not
+    the loop's rewriting once tokens are rebuilt); a lower cut starts again from the first merge
+    too. A rebuilt token makes its pairs count more after the merges that made them, so the pairs of
+    a token that may be rebuilt are never pruned (``MergeEngine(prune_spare=)``): those of the
+    tokens ``spare_tokens(bytes)`` marks (a guess), and of each token rebuilt in a run so far (a
+    rebuild of a token not spared from the start of the run starts it again, sparing that token).
 
     ``regenerate``: a function that lists the same units again (``(symbols, offsets, weights,
     counts)``, as given). With it the units are let go once they are cut (the lists given are
@@ -244,6 +276,12 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     steps: list = []
     tokens = list(tokens)
     tried = []
+    edges = _Edges(tokens, guard_tokens) if rebuilds and bounded else None
+    spared: set = set()           # tokens rebuilt so far (rebuilds: their pairs are never pruned)
+
+    def spare(token: bytes) -> bool:
+        return token in spared or (spare_tokens is not None and spare_tokens(token))
+    initial_tokens = list(tokens)
     t1 = time.perf_counter()
     seconds["sketch"] += t1 - t0
     while True:
@@ -261,16 +299,20 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
             released = False
         # (a counter holds at most SKETCH_MAX: a cut above it keeps every capped counter's windows)
         keep = np.packbits(sketch >= min(cut, SKETCH_MAX), bitorder="little")
+        guard = edges.guard if edges is not None and cut > 1 else None
         if parts is not None:
-            data, starts, piece_weights, piece_counts, singles = cut_pieces_parts(parts, cut, keep=keep)
+            data, starts, piece_weights, piece_counts, singles = cut_pieces_parts(parts, cut, keep=keep, guard=guard)
         else:
             data, starts, piece_weights, piece_counts, singles = cut_pieces(symbols, offsets, None, weights, counts,
-                                                                            cut, threads=threads, keep=keep)
+                                                                            cut, threads=threads, keep=keep,
+                                                                            guard=guard)
         pieces_tokens = int((np.diff(starts) * piece_counts).sum()) + int(singles)
         if pieces_tokens != units_tokens:
             raise InternalError(f"stage 2's pieces at cut {cut} hold {pieces_tokens} stage-1 tokens, "
                                 f"the units {units_tokens}")
         tried.append({"cut": cut, "pieces": int(piece_weights.size), "symbols": int(data.size)})
+        if edges is not None:
+            tried[-1]["guarded_tokens"] = edges.n_guarded()
         if regenerate is not None:      # cut: let the units go (the build and loop reuse the memory)
             parts = symbols = offsets = weights = counts = None
             for lst in given:
@@ -289,24 +331,106 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         # the pieces' symbols become the engine's cells (donate: no copy, 4 bytes a symbol less)
         engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
                              map_threshold=map_threshold, prune_below=cut if bounded else 0, threads=threads,
-                             donate=True)
+                             donate=True, prune_spare=spare if edges is not None else None)
+        engine.par_min_sites = STAGE2_PAR_MIN_SITES
         del data, starts
         t3 = time.perf_counter()
         phase("merge loop")
-        steps += engine.run(n_merges - len(steps), allowed=allowed, min_count=cut)
+        again = False
+        if edges is None or cut <= 1:
+            steps += engine.run(n_merges - len(steps), allowed=allowed, min_count=cut)
+        else:
+            while len(steps) < n_merges:
+                done = engine.run(n_merges - len(steps), allowed=allowed, min_count=cut, stop_before_existing=True)
+                edges.follow(done)
+                steps += done
+                if engine.stopped_before is None:
+                    break
+                left, right = engine.stopped_before
+                merged = engine.token_bytes(left) + engine.token_bytes(right)
+                was_spared = spare(merged)
+                spared.add(merged)
+                if not edges.rebuild(left, right, engine.tokens().index(merged)) or not was_spared:
+                    # a boundary it needs was cut, or pairs of the token were pruned: the pieces
+                    # again (the guard grown), and the merges from the first, sparing the token
+                    again = True
+                    break
+                step = engine.step(allowed, cut)        # the merge it stopped before (guarded: exact)
+                edges.follow([step])
+                steps.append(step)
         tokens = engine.tokens()
         t1 = time.perf_counter()
         seconds["cut"] += t2 - t0       # the cut and the replay
         seconds["build"] += t3 - t2
         seconds["loop"] += t1 - t3
-        if len(steps) >= n_merges or cut <= 1:
+        if not again and (len(steps) >= n_merges or cut <= 1):
             break
         del engine
-        cut = max(1, cut // 4)
+        if not again:
+            cut = max(1, cut // 4)
+        if edges is not None:            # (no replay by rank once tokens are rebuilt: from the first merge)
+            steps, tokens = [], list(initial_tokens)
+            edges.reset()
     final_tokens = engine.weighted_length(piece_counts) + int(singles)
     info = {"cuts": tried, "restarts": len(tried) - 1}
     return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
                         {k: round(v, 3) for k, v in seconds.items()})
+
+
+class _Edges:
+    """:func:`stage2_merges` with ``rebuilds``: for every token id, the stage-1 tokens its
+    occurrences can end with (``last``) and start with (``first``), followed merge by merge, and the
+    ``guard`` of ``cut_pieces`` (``GUARD_LEFT``: a stage-1 token that ends a token of several last
+    ones; ``GUARD_RIGHT``: one that starts a token of several first ones). The guard only grows
+    (``reset`` starts the sets again for a run from the first merge, keeping it)."""
+
+    def __init__(self, tokens: Sequence[bytes], guess: Optional[Callable[[bytes], bool]]):
+        self.n_initial = len(tokens)
+        self.guard = np.zeros(self.n_initial, dtype=np.uint8)
+        if guess is not None:
+            for i, t in enumerate(tokens):
+                if guess(t):
+                    self.guard[i] = GUARD_LEFT | GUARD_RIGHT
+        self.reset()
+
+    def reset(self) -> None:
+        self.last: dict[int, frozenset] = {}       # ids made or rebuilt by merges (else: the id itself)
+        self.first: dict[int, frozenset] = {}
+        self.n_tokens = self.n_initial
+
+    def n_guarded(self) -> int:
+        return int(np.count_nonzero(self.guard))
+
+    def _last(self, t: int) -> frozenset:
+        return self.last.get(t) or frozenset((t,))
+
+    def _first(self, t: int) -> frozenset:
+        return self.first.get(t) or frozenset((t,))
+
+    def follow(self, steps) -> None:
+        """Merges the engine made (fresh tokens, or rebuilt ones that ``rebuild`` allowed)."""
+        for left, right, new in steps:
+            if new < self.n_tokens:
+                continue            # a rebuilt token: ``rebuild`` took its sets in
+            self.n_tokens = new + 1
+            self.last[new] = self._last(right)
+            self.first[new] = self._first(left)
+
+    def rebuild(self, left: int, right: int, t: int) -> bool:
+        """The merge ``(left, right)`` rebuilds the token ``t``: take in its new last and first
+        stage-1 tokens; True when every boundary they need was kept (the guard covers them),
+        False when the guard grew (the pieces must be cut again)."""
+        last = self._last(t) | self._last(right)
+        first = self._first(t) | self._first(left)
+        self.last[t], self.first[t] = last, first
+        grew = False
+        for ids, bit in ((last, GUARD_LEFT), (first, GUARD_RIGHT)):
+            if len(ids) > 1:
+                for i in ids:
+                    if not self.guard[i] & bit:
+                        self.guard[i] |= bit
+                        grew = True
+        return not grew
 
 
 def unit_weights(encoded: list, counts: list) -> list:

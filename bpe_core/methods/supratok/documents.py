@@ -7,14 +7,20 @@ from typing import Callable, Optional, Sequence
 
 
 from ...corpus.chunks import file_chunks, split_spans
-from ...engine.units import ENCODED_MARK, UnitCounter, WordIndex
+from ...engine.units import ENCODED_MARK, UnitCounter, WordIndex, chunk_unit_stream
 from ...errors import InputChanged
 from ...pretok.patterns import pattern_name
-from ...pretok.pretokenize import pretoken_ends
+from ...pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from ...pretok.wordtable import WordTable
 from ..superbpe import ENDS_SPACE, STARTS_SPACE, looks_encoded_counts, numeric_mask
 from ...runtime.workers import FileStamp, read_range, run_ordered
-from .script import guess_suffix_language
+from .script import FI_MARKER, TR_MARKER, guess_suffix_language, marker_words
+
+#: Native patterns whose letter runs are whole pretokens (``script.marker_words``): with them the
+#: language guess reads only the documents with 3 marked pretokens of one language or more.
+LETTER_RUN_PATTERNS = ("gpt2", "cl100k")
+#: ``_docs_chunk_scan`` marks the encoded units of about this many pretokens at a time
+SCAN_BLOCK = 1 << 16
 
 
 # ==== Documents: units, held-out split, document frequencies =======================================
@@ -30,7 +36,8 @@ def is_heldout(doc: bytes, fraction: float) -> bool:
     return zlib.crc32(doc) < fraction * 2 ** 32
 
 
-def encoded_units(ids: np.ndarray, bounds: np.ndarray, flags: np.ndarray, classes: np.ndarray) -> np.ndarray:
+def encoded_units(ids: np.ndarray, bounds: np.ndarray, flags: np.ndarray, classes: np.ndarray,
+                  doc_starts: Optional[np.ndarray] = None) -> np.ndarray:
     """Which units ``ids[bounds[k]:bounds[k+1]]`` of one document look like encoded data (bool per
     unit), by SuperBPE's rule for its default split: a *region* is the text between the document's
     edges and the places where two pretokens meet inside a run of whitespace, and a region looks
@@ -38,11 +45,16 @@ def encoded_units(ids: np.ndarray, bounds: np.ndarray, flags: np.ndarray, classe
     ``flags``: ``superbpe.word_flags``). SupraTok's units are cut only at numbers, so one unit can
     span several regions: it counts as encoded when more than half of its bytes lie in regions that
     look encoded. Plain twin: ``reference.supratok.supratok_units``.
+
+    ``doc_starts``: ``ids`` are several documents' (a chunk's), each starting at one of these
+    positions (a region starts there too); units never cross them. Default: one document.
     """
     f = flags[ids]
     rstart = np.zeros(ids.size, dtype=bool)
     rstart[0] = True
     rstart[1:] = ((f[:-1] & ENDS_SPACE) > 0) & ((f[1:] & STARTS_SPACE) > 0)
+    if doc_starts is not None:
+        rstart[doc_starts[doc_starts < ids.size]] = True
     c = classes[ids].astype(np.int64)
     sums = np.add.reduceat(c, np.flatnonzero(rstart), axis=0)
     enc_region = looks_encoded_counts(sums[:, 0], sums[:, 1], sums[:, 2], sums[:, 3], sums[:, 4])
@@ -60,7 +72,7 @@ def _docs_chunk(task: tuple) -> tuple:
     ``ENCODED_MARK`` (pass 2 gives them no weight; ``superbpe.stage2_table`` takes the mark off)."""
     (path, start, end, specials, pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp,
      flags, classes) = task
-    n_sids = int(sid.max()) + 1 if sid.size else 0
+    n_sids = (int(sid.max()) + 1 if sid.size else 0) if sid is not None else 0
     buf = read_range(path, start, end, stamp)
     spans, _ = split_spans(buf, 0, len(buf), specials)
     counter = UnitCounter()
@@ -90,8 +102,9 @@ def _docs_chunk(task: tuple) -> tuple:
                 ids32 = np.insert(ids32, bounds[1:][enc], np.uint32(ENCODED_MARK))
                 bounds = bounds + np.concatenate(([0], np.cumsum(enc)))
         counter.add_units(ids32, bounds, 1, keep_below)
-        u = np.unique(sid[ids])
-        df[u[u >= 0]] += 1
+        if sid is not None:
+            u = np.unique(sid[ids])
+            df[u[u >= 0]] += 1
         if script_aware:
             lang = guess_suffix_language(doc.decode("utf-8", "surrogateescape"))
             if lang is not None:
@@ -99,27 +112,106 @@ def _docs_chunk(task: tuple) -> tuple:
                 lang_docs[lang] = lang_docs.get(lang, 0) + 1
     data, starts, counts = counter.to_arrays()
     lang_counts = {k: np.bincount(np.concatenate(v), minlength=len(numeric)) for k, v in lang_ids.items()}
-    return data, starts, counts, counter.n_seen, counter.n_kept, df, held, n_train, (lang_counts, lang_docs)
+    return (data, starts, counts, counter.n_seen, counter.n_kept, df if sid is not None else None, held, n_train,
+            (lang_counts, lang_docs))
+
+
+def _docs_chunk_scan(task: tuple) -> tuple:
+    """Worker: ``_docs_chunk`` when no document is held out, by one native scan of the chunk
+    (``chunk_unit_stream``: the units and every pretoken's word id, document by document) instead of
+    a loop over its documents; the language guess decodes only the documents that may pass it
+    (all of them without ``markers``); with ``classes`` the units that look encoded are marked as
+    there (``encoded_units`` on the chunk's documents at once). Document frequencies are not
+    counted (None): only pass 3 reads them, and it needs held-out documents. The same units, counts
+    and language words (tested)."""
+    (path, start, end, specials, pattern_id, keep_below, script_aware, index, numeric, markers, n_words, stamp,
+     flags, classes) = task
+    buf = read_range(path, start, end, stamp)
+    spans, _ = split_spans(buf, 0, len(buf), specials)
+    ends = np.zeros(spans.shape[0], dtype=np.int64)
+    ids, bounds, _, _, missing = chunk_unit_stream(buf, spans, pattern_id, index, numeric, span_ends=ends)
+    if missing:
+        raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
+                                 "counted earlier; nothing was written")
+    counter = UnitCounter()
+    firsts = np.concatenate(([0], ends[:-1]))
+    if classes is not None and ids.size:
+        # the units that look encoded end with ENCODED_MARK; a block of documents at a time (the
+        # byte classes of every pretoken of a chunk at once took 40 bytes a pretoken), in text order
+        cuts = np.unique(np.searchsorted(ends, np.arange(SCAN_BLOCK, ids.size, SCAN_BLOCK), side="left"))
+        for d0, d1 in zip(np.concatenate(([0], cuts + 1)).tolist(), np.concatenate((cuts + 1, [ends.size])).tolist()):
+            if d1 <= d0:
+                continue
+            a, b = int(firsts[d0]), int(ends[d1 - 1])
+            u0, u1 = np.searchsorted(bounds, [a, b])
+            part, pb = ids[a:b], bounds[u0:u1 + 1] - a
+            enc = encoded_units(part, pb, flags, classes, doc_starts=firsts[d0:d1] - a)
+            if enc.any():
+                part = np.insert(part, pb[1:][enc], np.uint32(ENCODED_MARK))
+                pb = pb + np.concatenate(([0], np.cumsum(enc)))
+            counter.add_units(part, pb, 1, keep_below)
+        del part, pb, enc
+    else:
+        counter.add_units(ids, bounds, 1, keep_below)
+    data, starts, counts = counter.to_arrays()
+    n_seen, n_kept = counter.n_seen, counter.n_kept
+    del counter, bounds
+    lang_counts: dict[str, np.ndarray] = {}
+    lang_docs: dict[str, int] = {}
+    if script_aware and spans.shape[0]:
+        if markers is not None:          # the documents that hold 3 marked words of a language or more
+            marked = markers[ids]        # (every document holds a pretoken: its span is not empty)
+            tr = np.add.reduceat(marked & TR_MARKER, firsts, dtype=np.int32)
+            fi = np.add.reduceat((marked & FI_MARKER) >> 1, firsts, dtype=np.int32)
+            docs = np.flatnonzero((tr >= 3) | (fi >= 3))
+            del marked, tr, fi
+        else:
+            docs = np.arange(spans.shape[0])
+        lang_ids: dict[str, list[np.ndarray]] = {}
+        for k in docs.tolist():
+            lang = guess_suffix_language(buf[spans[k, 0]:spans[k, 1]].tobytes().decode("utf-8", "surrogateescape"))
+            if lang is not None:
+                lang_ids.setdefault(lang, []).append(ids[firsts[k]:ends[k]])
+                lang_docs[lang] = lang_docs.get(lang, 0) + 1
+        lang_counts = {k: np.bincount(np.concatenate(v), minlength=n_words) for k, v in lang_ids.items()}
+    return data, starts, counts, n_seen, n_kept, None, [], spans.shape[0], (lang_counts, lang_docs)
 
 
 def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequence[bytes], pattern: str,
                     num_workers: int, chunk_bytes: int, sample_fraction: float, heldout: float,
                     script_aware: bool, on_bytes: Optional[Callable[[int], None]] = None,
-                    flags: Optional[np.ndarray] = None, classes: Optional[np.ndarray] = None) -> dict:
+                    flags: Optional[np.ndarray] = None, classes: Optional[np.ndarray] = None,
+                    force_loop: bool = False) -> dict:
     """One pass over the corpus: training units (deduplicated, sampled), held-out documents as word-id
     arrays (sorted, so the result does not depend on chunking), word document frequencies.
     ``on_bytes(n)`` hears of each chunk of ``n`` bytes done (a progress bar). With ``flags`` and
     ``classes`` (``superbpe.word_flags``, ``superbpe.word_classes``) the training units that look
-    like encoded data carry ``ENCODED_MARK`` (:func:`encoded_units`)."""
+    like encoded data carry ``ENCODED_MARK`` (:func:`encoded_units`).
+
+    Without held-out documents (``heldout`` 0) and with a native pattern, each chunk is one native
+    scan (``_docs_chunk_scan``), and the document frequencies are not counted (``"df"`` is None:
+    only pass 3 reads them, and it needs held-out documents); else a loop over the documents
+    (``_docs_chunk``, also with ``force_loop``: the plain twin the tests compare it with). ``sid``
+    (the words' statistic ids) is needed for the document frequencies only: None counts none."""
     stamp = FileStamp.of(path)
-    chunks = file_chunks(path, chunk_bytes, specials, pattern_name(pattern), inside_documents=False, stamp=stamp)
+    name = pattern_name(pattern)
+    chunks = file_chunks(path, chunk_bytes, specials, name, inside_documents=False, stamp=stamp)
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
     index = WordIndex(table.arena, table.offsets)
     numeric = numeric_mask(table)
-    tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp,
-              flags, classes) for s, e in chunks]
+    scan = heldout <= 0 and name in PATTERN_IDS and not force_loop
+    if scan:        # no held-out documents: one native scan a chunk (_docs_chunk_scan)
+        markers = marker_words(table) if script_aware and name in LETTER_RUN_PATTERNS else None
+        worker = _docs_chunk_scan
+        tasks = [(path, s, e, list(specials), PATTERN_IDS[name], keep_below, script_aware, index,
+                  numeric.astype(np.uint8), markers, table.n_words, stamp, flags, classes) for s, e in chunks]
+    else:
+        worker = _docs_chunk
+        tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp,
+                  flags, classes) for s, e in chunks]
     total = UnitCounter()
-    out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64),
+    count_df = not scan and sid is not None
+    out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64) if count_df else None,
            "held": [], "n_train_docs": 0, "lang": {}, "lang_docs": {}}
 
     sizes = iter([e - s for s, e in chunks])
@@ -131,7 +223,8 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
         total.add_table(data, starts, counts)
         out["seen"] += n_seen
         out["kept"] += n_kept
-        out["df"] += df
+        if df is not None:
+            out["df"] += df
         out["held"].extend(held)
         out["n_train_docs"] += n_train
         for k, v in lang[0].items():
@@ -139,7 +232,7 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
         for k, v in lang[1].items():
             out["lang_docs"][k] = out["lang_docs"].get(k, 0) + v
 
-    run_ordered(_docs_chunk, tasks, min(num_workers, len(tasks)), absorb)
+    run_ordered(worker, tasks, min(num_workers, len(tasks)), absorb)
     stamp.check()
     out["held"].sort(key=lambda a: (a.size, a.tobytes()))
     out["units"] = total.to_arrays()

@@ -22,6 +22,7 @@ from ...runtime.progress import progress_bar
 from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
                         resolve_transition, stage2_table, word_flags)
 from ..superbpe import word_classes as byte_classes
+from ..superbpe.stage2 import stage2_merges
 from .documents import count_documents
 from .script import (STOPWORDS_EN, ScriptGate, TAU_BE, normalize_hamza, script_gate_from_table, sigmoid, supercategory)
 from .stats import NgramStats, flatten_units, word_classes
@@ -214,6 +215,30 @@ def _ticker(bar) -> Optional[Callable[[int], None]]:
     return tick
 
 
+def _blank(token: bytes) -> bool:
+    """Stage-1 tokens of whitespace only: the ones pass 2's merges rebuild (``"\\n" + "\\n"``), whose
+    boundaries ``stage2_merges(rebuilds=True)`` keeps from the start.
+
+    >>> _blank(b"\\n\\n"), _blank(b" the"), _blank(b"")
+    (True, False, False)
+    """
+    return token.isspace()
+
+
+_MARKS = frozenset(b" \t\n\r\x0b\x0c!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def _blank_marks(token: bytes) -> bool:
+    """Tokens of whitespace, maybe with ASCII punctuation: the ones pass 2's merges rebuild
+    (``".\\n" + "\\n"`` after ``"." + "\\n\\n"``), whose pairs ``stage2_merges(rebuilds=True)`` never
+    prunes.
+
+    >>> _blank_marks(b".\\n\\n"), _blank_marks(b"  "), _blank_marks(b"..."), _blank_marks(b" a")
+    (True, True, False, False)
+    """
+    return not token.strip() or (any(c in b" \t\n\r\x0b\x0c" for c in token) and _MARKS.issuperset(token))
+
+
 def _close(bar) -> None:
     if bar is not None:
         bar.close()
@@ -287,7 +312,10 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     phase("supratok documents")
     bar = progress_bar(progress, total=os.path.getsize(config.input_path), desc="supratok documents", unit="B",
                        unit_scale=True)
-    sid, surfaces = word_classes(table, normalize=script_aware)
+    # the words' statistic ids serve the n-gram statistics (seeds, pass 3) and pass 3's document
+    # frequencies; neither runs: not made (a decode of every word)
+    use_seeds = config.pass2_cross == "seeds"
+    sid, surfaces = word_classes(table, normalize=script_aware) if use_seeds or heldout > 0 else (None, [])
     budget_share = max(plan.memory_limit - plan.parent_overhead - 3 * table.nbytes, 64 << 20)
     need = int(table.counts.sum() * 2) * STAGE2_BYTES_PER_SYMBOL
     fraction = 1.0 if need <= budget_share else budget_share / need
@@ -333,7 +361,6 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     phase("supratok statistics")
     # n-gram statistics serve the seeds (pass2_cross "seeds") and pass 3 (which needs held-out
     # documents: without them every gain is 0 and nothing is accepted); neither: none are counted
-    use_seeds = config.pass2_cross == "seeds"
     run_pass3 = config.supratok_rounds > 0 and bool(held)
     seeds: list[tuple[int, ...]] = []
     features: list = []
@@ -378,26 +405,45 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     info["encoded_tokens"] = int((np.diff(uoffs)[uenc] * ucnts[uenc]).sum())     # pass-1 tokens in them
     if uenc.any():
         ucnts = np.where(uenc, 0, ucnts)
-    engine2 = MergeEngine(usyms, uoffs, ucnts, tokens)
-    del usyms, uoffs, ucnts, uenc
+    del uenc
+
+    def listed_again():
+        """The same units again (stage2_merges lets them go once they are cut; a run that starts again
+        from the first merge lists them again)."""
+        syms, offs, cnts, enc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
+        cnts = np.where(enc, 0, cnts) if enc.any() else cnts
+        return [syms], [offs], [cnts], [cnts]
+
+    units = ([usyms], [uoffs], [ucnts], [ucnts])
+    del usyms, uoffs, ucnts
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware, config.pass2_cross)
     bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")
     # Pass 2 may merge again a pair pass 1 merged, met across pretokens ("\n" + "\n" of "\n\nI", which
     # GPT-2 cuts in two): the stage-aware encoder needs that merge, and refusing it (as SuperBPE's
     # stage 2 does) cost 0.8% more tokens (docs/supratok_exports.md). Its id holds bytes a smaller id
     # holds; no encoder emits it and every export lists the bytes once, under the smaller id.
-    # (min_count 1: a pair seen only in weightless units is never merged)
-    steps2 = engine2.run(n_total - len(steps1), allowed=rule.allows, progress=_ticker(bar),
-                         min_count=1 if skip_encoded else 0)
+    # The engine runs on the pieces of the units as SuperBPE's stage 2 does (stage2_merges: the units
+    # cut where no merge can reach, deduplicated), with the boundaries beside rebuilt tokens kept
+    # (rebuilds: whitespace tokens from the start); the same merges as the engine on the whole units.
+    # (Its loop stops below the cut, at least 1: a pair seen only in weightless units is never merged.)
+    result = stage2_merges(*units, tokens, n_total - len(steps1), rule.allows, bounded=True, rebuilds=True,
+                           guard_tokens=_blank, spare_tokens=_blank_marks, threads=plan.num_workers,
+                           regenerate=listed_again)
+    del units
+    steps2 = result.steps
+    if bar is not None:
+        bar.update(len(steps2))
     _close(bar)
-    all_tokens = engine2.tokens()
+    all_tokens = result.tokens
     merges = [(all_tokens[a], all_tokens[b]) for a, b, _ in list(steps1) + list(steps2)]
     n1 = len(steps1)
     n2 = len(steps2)
-    _, f_offs, f_counts = engine2.words()
-    info["pass2_engine_tokens"] = int((np.diff(f_offs) * f_counts).sum())
-    report["engine"] = engine2.stats()
-    del engine2, f_offs, f_counts          # pass 3 and the final count need only the merges
+    info["pass2_engine_tokens"] = result.final_tokens
+    info["pass2_cut"] = result.info
+    report["engine"] = result.engine_stats
+    for k, v in result.seconds.items():
+        seconds[f"pass2_{k}"] = v
+    del result              # pass 3 and the final count need only the merges
     info["pass1_merges"], info["pass2_merges"] = n1, n2
     info["pass2_cross_merges"] = sum(1 for a, b in merges[n1:] if pretoken_ends(a + b, pattern).size > 1)
     t4 = time.perf_counter()

@@ -94,6 +94,35 @@ def guess_suffix_language(text: str) -> Optional[str]:
     return "tr" if tr > fi else "fi"
 
 
+#: ``marker_words`` bits: the word is a Turkish / a Finnish function word of ``guess_suffix_language``
+TR_MARKER, FI_MARKER = 1, 2
+
+
+def marker_words(table: WordTable) -> np.ndarray:
+    """Per word of ``table`` (uint8): ``TR_MARKER`` / ``FI_MARKER`` when the word, stripped of
+    whitespace and lower-cased, is one of the function words :func:`guess_suffix_language` counts.
+
+    With a pattern whose letter runs are whole pretokens (GPT-2's, cl100k's: a leading space or one
+    other character aside), each whitespace-separated word of a document that the guess counts is a
+    pretoken marked here, so a document with fewer than 3 marked pretokens of either language is
+    never guessed (``documents``: only the others are decoded and guessed).
+
+    >>> t = WordTable.from_counts({b" ve": 1, b"Ja": 1, b" the": 1, b"\\tJOKA": 1})
+    >>> words = [t.arena[t.offsets[i]:t.offsets[i + 1]].tobytes() for i in range(t.n_words)]
+    >>> dict(zip(words, marker_words(t).tolist())) == {b" ve": 1, b"Ja": 2, b" the": 0, b"\\tJOKA": 2}
+    True
+    """
+    out = np.zeros(table.n_words, dtype=np.uint8)
+    longest = max(len(w.encode()) for w in _TR_MARKERS | _FI_MARKERS)
+    offsets = np.asarray(table.offsets, dtype=np.int64)
+    short = np.flatnonzero(np.diff(offsets) <= 4 * longest)       # (any whitespace around it, and upper case)
+    raw = table.arena.tobytes() if short.size else b""
+    for w in short.tolist():
+        text = raw[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape").strip().lower()
+        out[w] = (TR_MARKER if text in _TR_MARKERS else 0) | (FI_MARKER if text in _FI_MARKERS else 0)
+    return out
+
+
 def mine_suffixes(word_counts: dict[str, int], top: int = 200, min_stem: int = 3) -> list[str]:
     """The ``top`` most frequent word endings of 2..4 letters (with a stem of ``min_stem`` letters
     or more left), counted over words weighted by their counts.
