@@ -298,6 +298,9 @@ class DaskExecutor(Executor):
                 continue
             self._last_progress = time.monotonic()
             for fut in batch:
+                if fut.status in ("lost", "pending"):   # its result went with a worker after it finished:
+                    done.add(fut)                       # the scheduler computes it again; wait for that
+                    continue
                 if fut.status != "finished":
                     self._raise_for(fut)
                 if on_done is not None:

@@ -35,8 +35,17 @@ def subcommands(parser: argparse.ArgumentParser) -> "list[tuple[str, str, argpar
 
 def load_parsers() -> "tuple[str, str, list[tuple[str, str, argparse.ArgumentParser]]]":
     """``(prog, description, subcommands)`` of the installed command line."""
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
+    try:
+        import bpe_core  # noqa: F401  (the first on the path: installed, or a checkout built in place)
+    except ImportError:  # a source checkout without its built extensions came first (`python -m mkdocs` in
+        # the clone's root after `pip install .`): the installed package has the same parsers
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
+        for name in [m for m in sys.modules if m == "bpe_core" or m.startswith("bpe_core.")]:
+            del sys.modules[name]
+        try:
+            import bpe_core  # noqa: F401
+        except ImportError:  # not installed: the checkout (built in place, or its one-line hint)
+            sys.path.insert(0, ROOT)
     from bpe_core.cli import build_parser
 
     parser = build_parser()
