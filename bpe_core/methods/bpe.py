@@ -7,7 +7,8 @@ from typing import Optional
 from ..engine.merge import train_words
 from ..errors import BudgetError
 from ..formats import registry
-from ..runtime.budget import (FILL_BUFFER_BYTES, TOKEN_BYTES_MERGING, TOKEN_BYTES_WRITING, fmt_bytes, fmt_size,
+from ..runtime.budget import (FILL_BUFFER_BYTES, GPT2_NARROW_BYTES, TOKEN_BYTES_MERGING, TOKEN_BYTES_WRITING,
+                               TOKEN_BYTES_WRITING_WIDE, fmt_bytes, fmt_size,
                               suggested_budget)
 
 __all__ = ["BPE", "TokenBytesGuard"]
@@ -18,15 +19,16 @@ class TokenBytesGuard:
     than that; None: any length) and the budget for the bytes of the tokens the merges build.
 
     A corpus of one repeated byte (or any long pretoken of few distinct pairs) builds tokens as long
-    as its longest pretoken: 20 MB of ``a`` make 164 MiB of tokens in 31 merges, ~1.3 GiB while the
+    as its longest pretoken: 20 MB of ``a`` make 164 MiB of tokens in 31 merges, ~2.2 GiB while the
     model folder is written. The guard adds up the bytes of each merge's token; when the merge phase
     (``merge_bytes`` + ``TOKEN_BYTES_MERGING`` x tokens) or the writing (``parent_overhead`` +
-    ``TOKEN_BYTES_WRITING`` x tokens) would pass ``memory_limit``, it stops the run with a
+    ``TOKEN_BYTES_WRITING`` x printable ASCII bytes + ``TOKEN_BYTES_WRITING_WIDE`` x the others: their
+    GPT-2 characters take 2 bytes) would pass ``memory_limit``, it stops the run with a
     :class:`BudgetError` (one line) rather than let it be killed. It never changes a merge that fits.
 
     >>> g = TokenBytesGuard(max_token_bytes=3)
-    >>> g(b"ab", b"c"), g(b"ab", b"cd"), g.total
-    (True, False, 3)
+    >>> g(b"ab", b"c"), g(b"ab", b"cd"), g(b"\\0", b"\\0"), g.total, g.wide
+    (True, False, True, 5, 2)
     """
 
     def __init__(self, max_token_bytes: Optional[int] = None, memory_limit: Optional[int] = None,
@@ -37,6 +39,7 @@ class TokenBytesGuard:
         self.parent_overhead = parent_overhead
         self.longest = longest_pretoken
         self.total = 0
+        self.wide = 0                  # bytes among them whose GPT-2 character is not printable ASCII
         self.n_merges = 0
 
     def __call__(self, left: bytes, right: bytes) -> bool:
@@ -44,10 +47,12 @@ class TokenBytesGuard:
         if self.max_token_bytes is not None and n > self.max_token_bytes:
             return False
         self.total += n
+        self.wide += len(left.translate(None, GPT2_NARROW_BYTES)) + len(right.translate(None, GPT2_NARROW_BYTES))
         self.n_merges += 1
         if self.memory_limit is not None:
-            need = max(self.merge_bytes + TOKEN_BYTES_MERGING * self.total,
-                       self.parent_overhead + TOKEN_BYTES_WRITING * self.total)
+            need = int(max(self.merge_bytes + TOKEN_BYTES_MERGING * self.total,
+                           self.parent_overhead + TOKEN_BYTES_WRITING * (self.total - self.wide)
+                           + TOKEN_BYTES_WRITING_WIDE * self.wide))
             if need > self.memory_limit:
                 raise BudgetError(
                     f"memory limit {fmt_bytes(self.memory_limit)} is too small for the tokens this corpus builds: "
@@ -69,7 +74,7 @@ class TokenBytesGuard:
         merge_bytes, po = getattr(plan, "merge_bytes", 0), getattr(plan, "parent_overhead", 0)
         bound = n_merges * longest
         if cap is None and (limit is None or max(merge_bytes + TOKEN_BYTES_MERGING * bound,
-                                                  po + TOKEN_BYTES_WRITING * bound) <= limit):
+                                                  po + TOKEN_BYTES_WRITING_WIDE * bound) <= limit):
             return None
         return cls(cap, limit, merge_bytes, po, longest)
 

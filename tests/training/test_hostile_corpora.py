@@ -78,6 +78,24 @@ def test_the_guard_stops_when_tokens_outgrow_the_budget():
     assert isinstance(TokenBytesGuard.for_run(Config, plan, 744), TokenBytesGuard)
 
 
+def test_the_guard_weighs_bytes_whose_gpt2_character_is_wide():
+    """Writing holds a byte whose GPT-2 character is not printable ASCII (NUL is ``Ā``) in 2 bytes:
+    the same token bytes of NUL pass a budget that those of ``a`` fit."""
+    w, ww = budget.TOKEN_BYTES_WRITING, budget.TOKEN_BYTES_WRITING_WIDE
+    assert ww > w
+    n = 1 << 20
+    limit = (w + ww) * n // 2           # between the two needs of 1 MiB of tokens
+
+    def guard():
+        return TokenBytesGuard(None, memory_limit=limit, merge_bytes=0, parent_overhead=0, longest_pretoken=n)
+    g = guard()
+    assert g(b"a" * (n // 2), b"a" * (n // 2)) and g.wide == 0
+    with pytest.raises(BudgetError, match="too small for the tokens"):
+        guard()(b"\0" * (n // 2), b"\0" * (n // 2))
+    g = guard()
+    assert g(b"a" * (n // 2), bytes([0xFF]) * 10) and g.wide == 10
+
+
 @pytest.mark.parametrize("sites", [1850, 4_999_999], ids=["letters", "one-byte"])
 def test_a_long_pretoken_is_named_when_the_merge_phase_does_not_fit(sites):
     """5 MB in one pretoken: its pair sites (a merge of ``aa`` has one at every byte) cost the site
