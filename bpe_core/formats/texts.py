@@ -36,6 +36,10 @@ __all__ = ["BLOCK", "FolderTexts", "bytes_to_unicode", "gpt2_name_list", "merges
 
 #: Entries (tokens or merges) per piece of text.
 BLOCK = 4096
+#: Tokens this long on average (a corpus of one repeated byte builds tokens as long as the run) are
+#: mapped and escaped one by one: joining them into one text and splitting it again copies each
+#: several times (50 MB of ``a``: ~20 s of 80 writing a folder of 600 MB of tokens).
+LONG_TOKEN_BYTES = 1024
 
 _LEFT, _RIGHT = itemgetter(0), itemgetter(1)
 
@@ -78,7 +82,7 @@ def gpt2_name_list(tokens: Iterable[bytes]) -> list[str]:
     ['Ġthe', 'Ċ', 'Āÿ']
     """
     tokens = tokens if isinstance(tokens, list) else list(tokens)
-    if len(tokens) < 64:
+    if len(tokens) < 64 or sum(map(len, tokens)) >= LONG_TOKEN_BYTES * len(tokens):
         return list(map(_LEFT, map(codecs.charmap_decode, tokens, itertools.repeat(None),
                                    itertools.repeat(_decoding_table()))))
     return _gpt2_joined(tokens, (0,))[:-1].split("\0")         # (\0 is in no GPT-2 string)
@@ -154,6 +158,10 @@ def _escaped(names: list[str]) -> list[str]:
     """GPT-2 strings as JSON escapes them, without the quotes: only ``"`` and ``\\`` change (the
     alphabet has no control character), done on all of them at once (``\\0`` is in no GPT-2 string);
     the same list when nothing changes."""
+    if sum(map(len, names)) >= LONG_TOKEN_BYTES * len(names):      # long names: no copy of those kept
+        if not any('"' in n or "\\" in n for n in names):
+            return names
+        return [n.replace("\\", "\\\\").replace('"', '\\"') if '"' in n or "\\" in n else n for n in names]
     joined = "\0".join(names)
     if '"' not in joined and "\\" not in joined:
         return names

@@ -9,6 +9,7 @@ import io
 import json
 import os
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from bpe_core.formats import hf
@@ -229,3 +230,33 @@ def test_the_folders_files_are_written_once_and_fsynced_once(tmp_path, monkeypat
     inodes = {os.stat(tmp_path / "tok" / n).st_ino for n in os.listdir(tmp_path / "tok")}
     files = [i for i in synced if i in inodes]
     assert sorted(files) == sorted(inodes)            # each file once
+
+
+@settings(max_examples=20, deadline=None)
+@given(native_models(), st.sampled_from([0, 1, 2]))
+def test_a_folder_of_long_tokens_is_the_same(tmp_path_factory, model, long_bytes):
+    """Tokens of ``LONG_TOKEN_BYTES`` or more on average are mapped and escaped one by one (lowered
+    here so that random models take either path): the same files."""
+    texts_module.LONG_TOKEN_BYTES, saved = long_bytes, texts_module.LONG_TOKEN_BYTES
+    try:
+        check_folder(tmp_path_factory, model, block=4096)
+    finally:
+        texts_module.LONG_TOKEN_BYTES = saved
+
+
+@pytest.mark.parametrize("byte", [b"a", b'"', b"\\", b"\0"])
+def test_the_folder_of_one_repeated_byte_is_the_same(tmp_path_factory, byte):
+    """What one repeated byte trains (tokens doubling to 256 KiB, then joined): long tokens at the
+    default threshold, with the JSON escapes."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    vocab[256] = b"<|endoftext|>"
+    merges, token = [], byte
+    for _ in range(18):
+        merges.append((token, token))
+        token += token
+        vocab[len(vocab)] = token
+    merges.append((token, byte * 3))
+    vocab[len(vocab)] = token + byte * 3
+    model = Model(vocab=vocab, merges=merges, special_tokens=["<|endoftext|>"], pattern="gpt2")
+    assert sum(map(len, vocab.values())) >= texts_module.LONG_TOKEN_BYTES * len(vocab)
+    check_folder(tmp_path_factory, model, block=4096)
