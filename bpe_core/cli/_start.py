@@ -112,9 +112,16 @@ def begin(name: str) -> None:
                                 (_signal.SIGTERM,) if name == "__mp_main__" else _SIGNALS)
 
 
+#: True once a command of bpe_core runs (``run``): its own code, not a user's script, started any
+#: local cluster (the executor then leaves out the hint about a missing ``__main__`` guard).
+in_command = False
+
+
 def run(main) -> int:
     """``main()`` with SIGINT handed back to Python; a ``KeyboardInterrupt`` that ``run_main`` did
     not turn into its line (one while the options are read) is one line and 130 here."""
+    global in_command
+    in_command = True
     try:
         if _signal.getsignal(_signal.SIGINT) is _early_exit:
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)

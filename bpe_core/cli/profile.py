@@ -76,6 +76,6 @@ def main(argv: "list[str] | None" = None, prog: str = PROG) -> int:
     from bpe_core.runtime.profile import profile_command
 
     result = profile_command(cmd, args.out, interval=args.interval, budget=args.budget,
-                             plot=not args.no_plot)
+                             plot=not args.no_plot, prog=prog[:-3] if prog.endswith(".py") else prog)
     return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
 

@@ -732,6 +732,27 @@ NO_MAIN_GUARD = ("cluster='local:N' starts worker processes that import the call
                  "put the code that runs under `if __name__ == \"__main__\":` (docs/cluster.md)")
 
 
+def _script_hint() -> str:
+    """What a failed local cluster start adds: the ``__main__``-guard hint, unless a command of
+    bpe_core (``bpe-core``, ``tools/*.py``) is what runs -- its workers never re-run a user's script.
+
+    >>> import sys, types
+    >>> saved = sys.modules.get("bpe_core.cli._start")
+    >>> sys.modules["bpe_core.cli._start"] = types.SimpleNamespace(in_command=True)
+    >>> _script_hint()
+    ''
+    >>> sys.modules["bpe_core.cli._start"] = types.SimpleNamespace(in_command=False)
+    >>> _script_hint().startswith("; if this is a script: ")
+    True
+    >>> if saved is None: del sys.modules["bpe_core.cli._start"]
+    ... else: sys.modules["bpe_core.cli._start"] = saved
+    """
+    start = sys.modules.get("bpe_core.cli._start")
+    if start is not None and getattr(start, "in_command", False):
+        return ""
+    return f"; if this is a script: {NO_MAIN_GUARD}"
+
+
 def _check_not_bootstrapping() -> None:
     """In a worker process that is still importing the calling script (no ``__main__`` guard),
     stop it with one line rather than start a cluster of its own (which fails with pages of
@@ -817,8 +838,7 @@ def open_executor(spec: Any = None, num_workers: int = 1, announce: Optional[Cal
                             cluster = distributed.LocalCluster(**options)
                     except Exception as exc:   # noqa: BLE001  (Dask raises RuntimeError, AssertionError, ...)
                         raise ClusterError(f"could not start {options['n_workers']} local worker processes "
-                                           f"({type(exc).__name__}: {exc}); if this is a script: "
-                                           f"{NO_MAIN_GUARD}") from None
+                                           f"({type(exc).__name__}: {exc}){_script_hint()}") from None
                     try:
                         client = distributed.Client(cluster, timeout=f"{CONNECT_SECONDS:g}s")
                     except BaseException:

@@ -56,7 +56,7 @@ class ProfileResult:
 
 def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
                     budget: Optional[int] = None, *, env: Optional[dict] = None,
-                    plot: bool = True, quiet: bool = False) -> ProfileResult:
+                    plot: bool = True, quiet: bool = False, prog: str = "profile_memory") -> ProfileResult:
     """Run ``cmd``, sample the RSS of its process tree, write ``out_prefix.json`` and ``.png``.
 
     Args:
@@ -108,7 +108,7 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
         try:
             proc = subprocess.Popen(cmd, env=child_env)
         except OSError as exc:
-            print(f"profile_memory: error: cannot run {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"{prog}: error: cannot run {cmd[0]}: {exc.strerror or exc}", file=sys.stderr)
             exit_code, samples, peak, peak_time, t_end = 127, [], 0, t0, time.time()
             peak_anon = 0
         else:
@@ -144,14 +144,14 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
         try:
             png_path = write_plot(data, out_prefix + ".png")
         except ImportError:
-            print(f"profile_memory: note: matplotlib is not installed, so no {out_prefix}.png; "
+            print(f"{prog}: note: matplotlib is not installed, so no {out_prefix}.png; "
                   f"to get the plot: {PLOT_HINT}", file=sys.stderr)
     if not quiet:
         over = ""
         if budget:
             over = f" of the {_mib(budget):,.0f} MiB budget" + (" (OVER BUDGET)" if peak > budget else "")
         outputs = json_path + (f", {png_path}" if png_path else "")
-        print(f"profile_memory: peak RSS {_mib(peak):,.0f} MiB{over}, {data['wall_seconds']:.1f} s, "
+        print(f"{prog}: peak RSS {_mib(peak):,.0f} MiB{over}, {data['wall_seconds']:.1f} s, "
               f"exit code {exit_code} -> {outputs}", file=sys.stderr)
     return ProfileResult(exit_code, peak, json_path, png_path, data)
 

@@ -204,3 +204,11 @@ def test_bpe_core_train_profile_memory_reruns_the_same_command(folder, tmp_path)
     assert report["exit_code"] == 0 and report["budget_source"] == "default"
     assert (tmp_path / "tok" / "merges.txt").read_bytes() == (folder / "tok" / "merges.txt").read_bytes()
     assert "bpe-core train: note: 64 workers asked for" in r.stderr, r.stderr
+
+
+def test_profile_speaks_as_the_command_it_was_run_as(tmp_path):
+    """``bpe-core profile`` names itself so in its lines; ``tools/profile_memory.py`` keeps its name."""
+    r = _bpe_core("profile", "--no-plot", "--out", tmp_path / "p", "--", sys.executable, "-c", "pass", cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr.startswith("bpe-core profile: peak RSS"), r.stderr
+    r = run_tool(TOOLS / "profile_memory.py", "--no-plot", "--out", tmp_path / "q", "--", sys.executable, "-c", "pass")
+    assert r.returncode == 0 and r.stderr.startswith("profile_memory: peak RSS"), r.stderr
