@@ -25,7 +25,7 @@ from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, che
                                 check_out_file, check_out_prefix, chunk_size, cluster_note, local_input_files,
                                 run_main)
 from bpe_core.formats.model import folder_files
-from bpe_core.runtime.cli import cluster_seconds, memory_size
+from bpe_core.runtime.cli import add_cluster_flags, memory_size
 from bpe_core.config import parse_size
 from bpe_core.corpus.inputs import expand_inputs
 from bpe_core.corpus.ranges import is_url
@@ -72,18 +72,10 @@ def build_parser(prog: str = PROG) -> ArgumentParser:
                         "one .npy")
     p.add_argument("--report", default=None, metavar="PATH",
                    help="write a JSON report (plan, peak RSS per phase, seconds per phase) to PATH")
-    p.add_argument("--cluster", nargs="?", const="env", default=None, metavar="SPEC",
-                   help="encode on a Dask cluster (pip install 'dask[distributed]'): local:N starts N "
-                        "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
-                        "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL; --out must be on "
-                        "a filesystem the workers share. Same ids as on one machine (docs/cluster.md)")
-    p.add_argument("--cluster-timeout", type=cluster_seconds, default=None, metavar="SECONDS",
-                   help="with --cluster: how long to wait for a worker when none is connected, and the base "
-                        "of how long the run may go without a task finishing; past it the run stops in one "
-                        "line, exit 75 (default: 30)")
-    p.add_argument("--profile-memory", default=None, metavar="PREFIX",
-                   help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
-                        "(RSS over time with phases and the budget line)")
+    add_cluster_flags(p, "encode on a Dask cluster (pip install 'dask[distributed]'): local:N starts N "
+                         "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
+                         "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL; --out must be on "
+                         "a filesystem the workers share. Same ids as on one machine (docs/cluster.md)")
     add_input_flags(p)
     add_progress_flag(p)
     return p

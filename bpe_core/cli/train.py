@@ -19,7 +19,7 @@ import sys
 from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, check_not_an_input,
                                 check_out_dir, check_out_prefix, check_work_dir, chunk_size, cluster_note,
                                 count, local_input_files, run_main)
-from bpe_core.runtime.cli import cluster_seconds, memory_size
+from bpe_core.runtime.cli import add_cluster_flags, memory_size
 from bpe_core.config import TrainConfig
 from bpe_core.corpus import CorpusError
 from bpe_core.formats import registry
@@ -94,18 +94,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--spill-dir", default=None, metavar="DIR",
                    help="folder for sorted runs of the pretoken table when it outgrows the budget "
                         "(default: the system temp folder)")
-    p.add_argument("--cluster", nargs="?", const="env", default=None, metavar="SPEC",
-                   help="count on a Dask cluster (pip install 'dask[distributed]'): local:N starts N "
-                        "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
-                        "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL (s3://, gs://, "
-                        "hf://, ...). Same merges as on one machine (docs/cluster.md)")
-    p.add_argument("--cluster-timeout", type=cluster_seconds, default=None, metavar="SECONDS",
-                   help="with --cluster: how long to wait for a worker when none is connected, and the base "
-                        "of how long the run may go without a task finishing; past it the run stops in one "
-                        "line, exit 75 (default: 30)")
-    p.add_argument("--profile-memory", default=None, metavar="PREFIX",
-                   help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
-                        "(RSS over time with phases and the budget line)")
+    add_cluster_flags(p, "count on a Dask cluster (pip install 'dask[distributed]'): local:N starts N "
+                         "worker processes here; tcp://host:8786 uses a running scheduler; no value: the "
+                         "one in DASK_SCHEDULER_ADDRESS. INPUT may then be an fsspec URL (s3://, gs://, "
+                         "hf://, ...). Same merges as on one machine (docs/cluster.md)")
     p.add_argument("--init-from", default=None, metavar="DIR",
                    help="start from an existing BPE tokenizer: a bpe_core folder (model.json) or GPT-2 "
                         "vocab.json + merges.txt; bpe continues its merges up to --vocab-size, superbpe "

@@ -217,6 +217,19 @@ def memory_size(text: str, error: type = argparse.ArgumentTypeError) -> int:
     return value
 
 
+def add_cluster_flags(p: argparse.ArgumentParser, cluster_help: str) -> None:
+    """``--cluster`` (its help: ``cluster_help``), ``--cluster-timeout`` and ``--profile-memory``, the
+    same in every command that can run on a cluster (train, encode)."""
+    p.add_argument("--cluster", nargs="?", const="env", default=None, metavar="SPEC", help=cluster_help)
+    p.add_argument("--cluster-timeout", type=cluster_seconds, default=None, metavar="SECONDS",
+                   help="with --cluster: how long to wait for a worker when none is connected, and the base "
+                        "of how long the run may go without a task finishing; past it the run stops in one "
+                        "line, exit 75 (default: 30)")
+    p.add_argument("--profile-memory", default=None, metavar="PREFIX",
+                   help="sample the RSS of the process tree and write PREFIX.json and PREFIX.png "
+                        "(RSS over time with phases and the budget line)")
+
+
 def cluster_seconds(text: str) -> float:
     """``--cluster-timeout``: a positive number of seconds (``executors.cluster_timeout``).
 
