@@ -70,7 +70,7 @@ def _clean():
 def _kernel_sources_mtime():
     """The newest change to what the generated ``.cpp`` files depend on in this repository."""
     paths = [os.path.abspath(__file__)]
-    for pattern in ("*.pyx", "*.pxd", "*.pxi", "*.h"):   # .pxi: included by _engine and _units
+    for pattern in ("*.pyx", "*.pxd", "*.pxi", "*.h"):   # .pxi: the parts a .pyx includes
         paths += glob.glob(os.path.join(HERE, "bpe_core", "**", pattern), recursive=True)
     return max(os.path.getmtime(p) for p in paths)
 

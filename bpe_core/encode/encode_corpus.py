@@ -65,7 +65,7 @@ from ..corpus.readers import BadRecords
 from ..corpus.inputs import Source, expand_inputs
 from ..corpus.ranges import is_url, read_source
 from ..corpus.shards import Block, ReadOptions, TextRangeShard, iter_tasks, load, shard_blocks
-from ..errors import CorpusError, MissingDependency, VerifyError
+from ..errors import CorpusError, VerifyError
 from ..pretok.counting import check_distributable, private_shard, shard_weights
 from ..pretok.patterns import pattern_name
 from ..runtime import budget as scheduler
@@ -79,6 +79,8 @@ from ..runtime.progress import check_mode, make_progress
 from ..runtime.workers import FileStamp, check_total, run_ordered
 from . import _encode
 from .ids_out import IdsWriter, OrderedIds
+from .sharded_parts import (MANIFEST, MANIFEST_FORMAT, fix_lead as _fix_lead, fs_of as _fs_of,
+                            load_sharded_ids, npy_length as _npy_length, part_name as _part_name)
 from .tokenizer import Tokenizer
 
 MiB = 1 << 20
@@ -1104,15 +1106,6 @@ def _pwrite_file(path: str, offset: int, data: bytes) -> None:
         os.close(fd)
 
 
-#: The manifest of sharded ids (``encode_to_parts``): written last, so its presence means complete.
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = "bpe_core.sharded_ids/1"
-
-
-def _part_name(index: int) -> str:
-    return f"part-{index:06d}.npy"
-
-
 def encode_to_parts(input_path, tokenizer, out_url: str, cluster=None, num_workers: int | None = None,
                     memory_limit: int | None = None, chunk_bytes: int | None = None,
                     progress: bool | str = True, *, verify: bool = False, input_format: str = "auto",
@@ -1225,33 +1218,6 @@ def _describe_inputs(inputs):
     return os.fspath(inputs)
 
 
-def _fix_lead(fs, path: str, lead: bool, sep_id, dtype: np.dtype) -> None:
-    """Add or drop the separator id at the start of a part (``encode_to_parts``, rare)."""
-    with fs.open(path, "rb") as f:
-        ids = np.load(f, allow_pickle=False)
-    ids = np.concatenate([np.array([sep_id], dtype), ids]) if lead else ids[1:]
-    out = io.BytesIO()
-    np.save(out, ids)
-    fs.pipe_file(path, out.getvalue())
-
-
-def _fs_of(url: str):
-    try:
-        import fsspec
-    except ImportError:
-        raise MissingDependency(f"{url}: writing to a URL needs fsspec: pip install fsspec") from None
-    fs, root = fsspec.core.url_to_fs(url)
-    return fs, root.rstrip("/")
-
-
-def _npy_length(fs, path: str) -> int:
-    with fs.open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        shape, _, _ = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
-                       else np.lib.format.read_array_header_2_0(f))
-    return int(shape[0])
-
-
 def encode_shard_to_url(task: tuple, spec, token_lengths: np.ndarray, out_url: str, dtype: str, sep_id,
                         vocab=None) -> dict:
     """Task: encode one shard of ``corpus.shards`` (``(index, shard)``) into its own
@@ -1276,30 +1242,6 @@ def encode_shard_to_url(task: tuple, spec, token_lengths: np.ndarray, out_url: s
     fs, root = _fs_of(out_url)
     fs.pipe_file(f"{root}/{_part_name(index)}", out.getvalue())
     return r
-
-
-def load_sharded_ids(url: str) -> np.ndarray:
-    """The ids that ``encode_to_parts`` wrote at ``url``, concatenated in manifest order.
-
-    Raises:
-        CorpusError: no manifest (the run did not finish), or a part that is not what it lists.
-    """
-    fs, root = _fs_of(url)
-    try:
-        manifest = json.loads(fs.cat_file(f"{root}/{MANIFEST}"))
-    except FileNotFoundError:
-        raise CorpusError(url, f"no {MANIFEST}: not a finished sharded output") from None
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise CorpusError(url, f"{MANIFEST}: not a {MANIFEST_FORMAT} manifest")
-    arrays = []
-    for part in manifest["parts"]:
-        with fs.open(f"{root}/{part['path']}", "rb") as f:
-            arr = np.load(f, allow_pickle=False)
-        if arr.shape != (part["n_tokens"],) or arr.dtype != np.dtype(manifest["dtype"]):
-            raise CorpusError(url, f"{part['path']}: {arr.shape[0]:,} {arr.dtype} ids, the manifest says "
-                                   f"{part['n_tokens']:,} {manifest['dtype']}")
-        arrays.append(arr)
-    return np.concatenate(arrays) if arrays else np.zeros(0, np.dtype(manifest["dtype"]))
 
 
 #: Per thread: (the shared spec it was made from, this thread's own copy with its encoder and cache).

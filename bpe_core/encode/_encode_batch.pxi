@@ -1,0 +1,275 @@
+# _encode.pyx, part 6 of 10 (``include``d: compiled into the module as if written there).
+# Single tokens (build_singles), the batch job (BatchJob) and the hand-over of owned ids.
+
+# ==== Single tokens and batch jobs ===============================================================
+
+
+def build_singles(RankTable table not None, TokenTable tokens not None, Py_ssize_t max_len=256):
+    """The pieces that encode as one token, proven by merging each: an ``Encoder`` whose cache
+    holds ``token bytes -> [id]`` for every token of 2 to ``max_len`` bytes that the merge loop
+    turns into exactly itself, and nothing else. It is read, never written, by the encoders it is
+    given to (``Encoder(..., singles=...)``), which look a piece up there when their own cache
+    misses, before merging it: on a cold cache most pieces of a text are single tokens.
+
+    A token is not always its own encoding (the merges may never build it from its bytes, or build
+    a different split first), hence the proof, not the vocabulary. Equivalent to
+    ``{b: [i] for i, b in vocab if reference.encode_pretoken(b) == [i]}``.
+
+    >>> t = RankTable(np.array([97, 256], np.uint32), np.array([98, 99], np.uint32),
+    ...               np.array([256, 257], np.uint32), np.arange(256, dtype=np.uint32))
+    >>> tt = TokenTable([bytes([i]) for i in range(256)] + [b"ab", b"abc", b"bc"])
+    >>> s = build_singles(t, tt); s.cache_info()["entries"]    # "bc" is never built
+    2
+    >>> s.encode_piece(b"abc"), Encoder(t, singles=s).encode_pieces(b"abcab", np.array([3, 5])).tolist()
+    ([257], [257, 256])
+    """
+    if max_len < 2 or max_len > 4095:
+        raise ValueError("max_len must lie in 2 .. 4095")
+    cdef Py_ssize_t i, n, got, count = 0
+    cdef const int64_t* offs = tokens.offsets.data()
+    cdef const uint8_t* data = tokens.data.data()
+    cdef const uint8_t* p
+    cdef vector[token_id_t] out
+    cdef uint64_t w0
+    for i in range(tokens.n):
+        n = offs[i + 1] - offs[i]
+        if tokens.valid[i] and 2 <= n <= max_len:
+            count += 1
+    cdef Encoder singles = Encoder(table, max_entries=max(count, 1) + 1, max_cached_len=max_len)
+    out.resize(max_len)
+    with nogil:
+        for i in range(tokens.n):
+            n = offs[i + 1] - offs[i]
+            if not tokens.valid[i] or n < 2 or n > max_len:
+                continue
+            p = data + offs[i]
+            got = singles._merge(p, n, out.data())
+            if got != 1 or out[0] != <token_id_t>i:
+                continue                    # not its own encoding (or not the canonical id)
+            w0 = _load_head(p, n, p + n)
+            singles._cache_insert(p, n, w0, _key_hash(p, n, w0, p + n), out.data(), 1)
+    return singles
+
+
+cdef extern from *:
+    """
+    #if defined(_MSC_VER)
+    #include <intrin.h>
+    static Py_ssize_t bpe_fetch_add(Py_ssize_t* p, Py_ssize_t v) {
+        return (Py_ssize_t)_InterlockedExchangeAdd64((volatile long long*)p, (long long)v);
+    }
+    #else
+    static Py_ssize_t bpe_fetch_add(Py_ssize_t* p, Py_ssize_t v) {
+        return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+    }
+    #endif
+    """
+    Py_ssize_t fetch_add "bpe_fetch_add"(Py_ssize_t* p, Py_ssize_t v) noexcept nogil
+
+
+cdef class BatchJob:
+    """Many documents encoded by several threads in one native job, then gathered by one copy.
+
+    Each thread calls :meth:`run` with an encoder of its own; without the GIL it takes the next
+    document by an atomic counter, encodes it whole (``Encoder.encode_text`` of it alone) into
+    its encoder's buffer and notes where. :meth:`collect` then copies every document's ids into
+    one uint32 array, in order. With ``shared`` (an encoder not used by any thread meanwhile), every
+    thread looks pieces up in that encoder's cache first (read-only: nobody writes it while the
+    job runs) and keeps what it merges in its own cache; ``Tokenizer`` moves those into the
+    shared one afterwards (``Encoder.absorb_cache``).
+
+    Args:
+        texts: a list of ``str`` (UTF-8, ``surrogateescape``) or bytes-like documents.
+        pattern_id, specials: as ``Encoder.encode_text``.
+
+    >>> t = RankTable(np.array([97], np.uint32), np.array([98], np.uint32),
+    ...               np.array([256], np.uint32), np.arange(256, dtype=np.uint32))
+    >>> job = BatchJob(["ab ab", "", b"abc"], 0)
+    >>> job.run(Encoder(t))
+    >>> ids, offsets = job.collect(); ids.tolist(), offsets.tolist()
+    ([256, 32, 256, 256, 99], [0, 3, 3, 5])
+    """
+
+    def __init__(self, texts, int pattern_id, SpecialTable specials=None):
+        if pattern_id < 0 or pattern_id > 2:
+            raise ValueError(f"unknown pattern id {pattern_id}")
+        cdef Py_ssize_t n = len(texts), k, size = 0
+        cdef const char* p = NULL
+        cdef int64_t total = 0
+        keep = []
+        self.ptrs.resize(n)
+        self.sizes.resize(n)
+        for k in range(n):
+            t = texts[k]
+            if isinstance(t, str):
+                p = utf8_if_free(t, &size)                  # ASCII, or UTF-8 kept: no copy
+                if p == NULL:
+                    t = _encode_utf8(<str>t)
+                    p = PyBytes_AS_STRING(t)
+                    size = PyBytes_GET_SIZE(t)
+            else:
+                if not isinstance(t, bytes):
+                    t = bytes(t)
+                p = PyBytes_AS_STRING(t)
+                size = PyBytes_GET_SIZE(t)
+            keep.append(t)
+            self.ptrs[k] = <const uint8_t*>p
+            self.sizes[k] = size
+            total += size
+        self.keep = keep
+        self.pattern_id = pattern_id
+        self.specials = specials
+        self.n_docs = n
+        self.n_bytes = total
+        self.next_doc = 0
+        self.doc_n.assign(n, 0)
+        self.doc_at.assign(n, 0)
+        self.doc_who.assign(n, -1)
+        self.workers = []
+
+    def run(self, Encoder enc not None, Encoder shared=None, Py_ssize_t n_workers=1):
+        """Encode documents with ``enc`` until none is left (call once per thread, each with its
+        own encoder; ``shared``: a cache to read first, see the class; ``n_workers``: the threads
+        running the job, each reserves room for its share of the ids first). Releases the GIL."""
+        cdef Py_ssize_t k, stop = 0
+        cdef bint done = True
+        cdef int32_t who
+        cdef const Specials* sp = &self.specials.c if self.specials is not None else NULL
+        if n_workers < 1:
+            raise ValueError("n_workers must be positive")
+        if shared is enc:
+            shared = None
+        if shared is not None and shared.table is not enc.table:
+            raise ValueError("the encoders must share one rank table")
+        who = <int32_t>len(self.workers)
+        self.workers.append(enc)
+        enc.out_n = 0
+        enc.shared = shared
+        try:
+            with nogil:
+                # its share of the ids, guessed at one per 3 bytes (_emit_pieces reserves what it
+                # needs on top): a new encoder's buffer is made once, not grown by copies
+                enc._reserve_out(min(self.n_bytes // (3 * n_workers), <int64_t>RESERVE_MAX), True)
+                while True:
+                    k = fetch_add(&self.next_doc, 1)
+                    if k >= self.n_docs:
+                        break
+                    self.doc_who[k] = who
+                    self.doc_at[k] = enc.out_n
+                    if self.sizes[k] > 0:
+                        enc._encode_text(self.pattern_id, sp, self.ptrs[k], self.sizes[k], 0, self.sizes[k],
+                                         0, False, &stop, &done)
+                    self.doc_n[k] = enc.out_n - self.doc_at[k]
+        finally:
+            enc.shared = None
+
+    def collect(self, TokenTable lists=None):
+        """``(ids, offsets)`` after every :meth:`run` returned: uint32 ids of all documents back
+        to back, int64 offsets (``n_docs + 1``). The workers' buffers are emptied. One worker's
+        buffer becomes ``ids`` itself (no copy; the encoder starts a new one).
+
+        With ``lists`` (the tokenizer's ``TokenTable``): the list of each document's ids instead,
+        built straight from the workers' buffers (no flat copy in between); equal to
+        ``lists.split_lists(*collect())``.
+        """
+        cdef Py_ssize_t k, k0, n = self.n_docs, built = 0
+        cdef int64_t total = 0
+        cdef int32_t who
+        cdef Encoder enc
+        cdef vector[token_id_t*] bufs
+        cdef list out
+        if n and self.next_doc < n:
+            raise RuntimeError("collect() before every document was encoded")
+        for k in range(n):
+            if self.doc_who[k] < 0:
+                raise RuntimeError("a document was not encoded (a worker failed)")
+        if lists is not None:
+            for enc in self.workers:
+                bufs.push_back(enc.out_buf)
+            out = [None] * n
+            try:
+                for k in range(n):
+                    out[k] = lists._list(bufs[self.doc_who[k]] + self.doc_at[k] if self.doc_n[k] else NULL,
+                                         self.doc_n[k])          # untracked while the batch is built
+                    built = k + 1
+            finally:
+                for k in range(built):
+                    gc_track(<PyObject*>out[k])
+                self._release_workers()
+            return out
+        offsets = np.empty(n + 1, dtype=np.int64)
+        cdef int64_t[::1] offs = offsets
+        offs[0] = 0
+        for k in range(n):
+            total += self.doc_n[k]
+            offs[k + 1] = total
+        if len(self.workers) == 1 and total > 0 and self._one_run(total):
+            ids = _hand_over(<Encoder>self.workers[0], total)
+            self._release_workers()
+            return ids, offsets
+        ids = np.empty(total, dtype=np.uint32)
+        cdef uint32_t[::1] flat = ids
+        for enc in self.workers:
+            bufs.push_back(enc.out_buf)
+        with nogil:
+            k = 0
+            while k < n:                    # a run of documents of one worker is one copy
+                k0 = k
+                who = self.doc_who[k]
+                k += 1
+                while k < n and self.doc_who[k] == who and self.doc_at[k] == self.doc_at[k - 1] + self.doc_n[k - 1]:
+                    k += 1
+                if offs[k] > offs[k0]:
+                    memcpy(&flat[offs[k0]], bufs[who] + self.doc_at[k0], (offs[k] - offs[k0]) * sizeof(token_id_t))
+        self._release_workers()
+        return ids, offsets
+
+    cdef bint _one_run(self, int64_t total):
+        """Whether the ids lie in worker 0's buffer in document order from its start (one worker)."""
+        cdef Py_ssize_t k
+        cdef int64_t at = 0
+        for k in range(self.n_docs):
+            if self.doc_who[k] != 0 or self.doc_at[k] != at:
+                return False
+            at += self.doc_n[k]
+        return at == total and (<Encoder>self.workers[0]).out_n == total
+
+    cdef void _release_workers(self):
+        cdef Encoder enc
+        for enc in self.workers:
+            enc.out_n = 0
+            if enc.out_cap > (1 << 24):     # don't keep a huge buffer alive between calls
+                free(enc.out_buf)
+                enc.out_buf = NULL
+                enc.out_cap = 0
+        self.workers = []
+        self.keep = None
+
+
+@cython.final
+cdef class _OwnedIds:
+    """A malloc'ed uint32 buffer handed over from an encoder, freed with the last array over it."""
+    cdef token_id_t* p
+    cdef Py_ssize_t n
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, <void*>self.p, self.n * sizeof(token_id_t), 0, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __dealloc__(self):
+        free(self.p)
+
+
+cdef object _hand_over(Encoder enc, Py_ssize_t n):
+    """The first ``n`` ids of ``enc``'s buffer as a uint32 array that owns the buffer (trimmed to
+    ``n``); the encoder starts a new buffer on its next call."""
+    cdef _OwnedIds owner = _OwnedIds.__new__(_OwnedIds)
+    cdef token_id_t* trimmed = <token_id_t*>realloc(enc.out_buf, n * sizeof(token_id_t))
+    owner.p = trimmed if trimmed != NULL else enc.out_buf
+    owner.n = n
+    enc.out_buf = NULL
+    enc.out_cap = 0
+    enc.out_n = 0
+    return np.frombuffer(owner, dtype=np.uint32)

@@ -1,0 +1,106 @@
+# _encode.pyx, part 2 of 10 (``include``d: compiled into the module as if written there).
+# Hashing of a pretoken and the probe for its slot in the encoder's cache.
+
+# ==== Hashing ================================================================================
+
+
+cdef inline uint64_t _mix(uint64_t h) noexcept nogil:
+    h ^= h >> 31
+    h *= MUL2
+    h ^= h >> 29
+    return h
+
+
+cdef inline uint64_t _load_head(const uint8_t* p, Py_ssize_t n, const uint8_t* limit) noexcept nogil:
+    """The first ``min(n, 8)`` bytes at p, zero-padded, little-endian; never reads at or past limit."""
+    cdef uint64_t w = 0
+    cdef Py_ssize_t k, m = n if n < 8 else 8
+    if p + 8 <= limit:
+        return load_le64(p) & HEAD_MASKS[m]
+    for k in range(m):
+        w |= (<uint64_t>p[k]) << (8 * k)
+    return w
+
+
+cdef inline uint64_t _key_hash(const uint8_t* p, Py_ssize_t n, uint64_t w0, const uint8_t* limit) noexcept nogil:
+    """Hash of the pretoken p[0:n] whose head word is w0 (multiply-xorshift, 8 bytes a step).
+
+    Its top bits are what depends on every key bit (a product's high bits): a cache slot is
+    ``h >> shift`` (Fibonacci hashing), so a short key costs two multiplies and no final mix.
+    """
+    cdef uint64_t h = (w0 ^ (<uint64_t>n * MUL3)) * MUL1
+    cdef Py_ssize_t k = 8
+    while k < n:
+        h = _mix(h ^ _load_head(p + k, n - k, limit)) * MUL1
+        k += 8
+    return h
+
+
+cdef inline Py_ssize_t _utf8_stable_end(const uint8_t* buf, Py_ssize_t s, Py_ssize_t e) noexcept nogil:
+    """The largest ``c <= e`` such that decoding ``buf[s:c]`` cannot change when bytes follow.
+
+    Equivalent to ``tokenizer._utf8_stable_end``: only an unfinished but so far valid multi-byte
+    sequence at the very end is left out.
+    """
+    cdef Py_ssize_t k, i
+    cdef uint8_t x, second, lo, hi
+    cdef int need
+    for k in range(1, 4):
+        i = e - k
+        if i < s:
+            return e
+        x = buf[i]
+        if x < 0x80:
+            return e
+        if x < 0xC0:
+            continue                    # continuation byte: look further back
+        if x < 0xC2 or x > 0xF4:
+            return e                    # never starts a valid sequence
+        need = 2 if x < 0xE0 else (3 if x < 0xF0 else 4)
+        if k >= need:
+            return e                    # complete (or invalid: then final anyway)
+        if k >= 2:
+            second = buf[i + 1]
+            lo, hi = 0x80, 0xBF
+            if x == 0xE0:
+                lo = 0xA0
+            elif x == 0xED:
+                hi = 0x9F
+            elif x == 0xF0:
+                lo = 0x90
+            elif x == 0xF4:
+                hi = 0x8F
+            if second < lo or second > hi:
+                return e
+        return i
+    return e
+
+
+cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, int shift, const uint8_t* arena,
+                                  const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
+                                  const uint8_t* limit) noexcept nogil:
+    """The slot of a pretoken cache (``slots``, ``mask``, ``shift``, ``arena``) holding ``p[0:n]`` (``n >= 1``,
+    head word w0, hash h; ``limit``: the end of the readable bytes at p), or NULL.
+
+    A hit on a short key is one compare of the head word and one of the length; a longer key
+    compares its tail 8 bytes at a time, out of line (``tail_equal``: the arena keeps 8 readable
+    bytes past its end, ``ARENA_SLACK``). An empty slot (w0 0, meta 0) never matches the
+    length of a key of ``n >= 1`` bytes, so the miss test comes after the match test.
+    """
+    cdef uint64_t slot = h >> shift
+    cdef uint32_t want = <uint32_t>n << 12
+    cdef uint32_t meta, n_ids
+    cdef CacheSlot* sl
+    while True:
+        sl = &slots[slot]
+        meta = sl.meta
+        if sl.w0 == w0 and (meta & 0xFFF000u) == want:
+            if n <= 8:
+                return sl
+            n_ids = meta & 0xFFF
+            if tail_equal(arena + sl.off + (n_ids * sizeof(token_id_t) if n_ids > INLINE_IDS else 0),
+                          p + 8, n - 8, limit):
+                return sl
+        elif meta == 0:
+            return NULL
+        slot = (slot + 1) & mask

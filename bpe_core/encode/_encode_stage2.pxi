@@ -1,0 +1,495 @@
+# _encode.pyx, part 8 of 10 (``include``d: compiled into the module as if written there).
+# Stage-aware encoding (SuperBPE), part two: the merge across pretokens (XView, segments, digit
+# groups) and encode_stage_aware.
+
+cdef struct XView:
+    # Stage2Table as plain C data (the hot loop reads it without touching the object)
+    const uint64_t* filter
+    int fshift
+    const CrossSlot* slots
+    uint64_t mask
+    int shift
+    bint all_cross
+    void* merger                        # the RankMerger (borrowed)
+    const uint32_t* lengths             # bytes of each id (n_lengths of them)
+    Py_ssize_t n_lengths
+
+
+cdef inline XView _xview(Stage2Table t) noexcept:
+    cdef XView v
+    v.filter = t.filter.data()
+    v.fshift = t.fshift
+    v.slots = t.slots.data()
+    v.mask = t.mask
+    v.shift = t.shift
+    v.all_cross = t.all_cross
+    v.merger = <void*>t.merger
+    v.lengths = t.lengths.data()
+    v.n_lengths = <Py_ssize_t>t.lengths.size()
+    return v
+
+
+cdef inline uint64_t _filter_bits(uint64_t h) noexcept nogil:
+    """The three bits a pair hash ``h`` sets in its filter word (from bits 26-43 of ``h``; the word
+    is chosen by the top bits)."""
+    return (((<uint64_t>1) << ((h >> 26) & 63)) | ((<uint64_t>1) << ((h >> 32) & 63))
+            | ((<uint64_t>1) << ((h >> 38) & 63)))
+
+
+cdef inline bint _cross(const XView* v, token_id_t a, token_id_t b, uint32_t* rank, token_id_t* res) noexcept nogil:
+    """Whether ``(a, b)`` is crossable; ``rank`` gets its first rank (or NO_RANK; the LATER_RANKS
+    flag stays set) and ``res`` the id it merges into."""
+    cdef pair_key_t key = pack_pair(a, b)
+    cdef uint64_t slot, f, h
+    cdef int64_t r
+    if v.all_cross:
+        r = (<RankMerger>v.merger)._rank(a, b, -1, res)
+        rank[0] = <uint32_t>r if r >= 0 else NO_RANK
+        return True
+    f = key * MUL1
+    h = _filter_bits(f)
+    if (v.filter[f >> v.fshift] & h) != h:
+        return False
+    slot = (key * MUL2) >> v.shift
+    while True:
+        if v.slots[slot].key == key:
+            rank[0] = v.slots[slot].rank
+            res[0] = v.slots[slot].res
+            return True
+        if v.slots[slot].key == EMPTY_KEY:
+            return False
+        slot = (slot + 1) & v.mask
+
+
+cdef inline uint32_t _rank_after(const XView* v, token_id_t a, token_id_t b, int64_t after,
+                                 token_id_t* res) noexcept nogil:
+    """The first rank > ``after`` that merges ``(a, b)`` (``res``: its result), or NO_RANK
+    (``RankMerger._rank``, from the table)."""
+    cdef uint32_t r = NO_RANK
+    cdef int64_t r2
+    if v.all_cross:
+        r2 = (<RankMerger>v.merger)._rank(a, b, after, res)
+        return <uint32_t>r2 if r2 >= 0 else NO_RANK
+    if not _cross(v, a, b, &r, res) or r == NO_RANK:
+        return NO_RANK
+    if <int64_t>(r & ~LATER_RANKS) > after:
+        return r & ~LATER_RANKS
+    if r & LATER_RANKS:                     # the same pair merged again (rare): the chain
+        r2 = (<RankMerger>v.merger)._rank(a, b, after, res)
+        return <uint32_t>r2 if r2 >= 0 else NO_RANK
+    return NO_RANK
+
+
+cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m, const uint32_t* rk0,
+                             const token_id_t* rs0) noexcept nogil:
+    """Merge ``tok[0:m]`` (``m <= SHORT_SEG``) in place by repeated min-rank scans; the new length.
+
+    ``RankMerger._merge`` without a heap: take the lowest rank scheduled, merge its pairs left to
+    right without overlap, give each pair that touches a merged token its first rank after the one
+    applied (the others keep theirs), repeat. The heap version pops the same ranks in the same
+    position order, and its stale entries never apply (a rank names one pair, and a merged token
+    is never its own left part), so both give the same result (tested against it).
+
+    ``rk0, rs0``: what ``_cross`` gave for each pair ``tok[i], tok[i + 1]`` (its first rank, with
+    the LATER_RANKS flag, and result).
+    """
+    cdef uint32_t rk[SHORT_SEG]
+    cdef token_id_t rs[SHORT_SEG]
+    cdef Py_ssize_t old_at[SHORT_SEG]
+    cdef bint fresh[SHORT_SEG]
+    cdef Py_ssize_t i, w, j
+    cdef uint32_t r, r1, r2
+    cdef token_id_t t, res = 0
+    if m == 3:                              # the common case, unrolled: the lower rank first
+        r1 = rk0[0] if rk0[0] == NO_RANK else rk0[0] & ~LATER_RANKS
+        r2 = rk0[1] if rk0[1] == NO_RANK else rk0[1] & ~LATER_RANKS
+        if r1 == NO_RANK and r2 == NO_RANK:
+            return 3
+        if r1 <= r2:                        # (a tie: the same pair twice, the left one wins)
+            t = rs0[0]
+            r = _rank_after(v, t, tok[2], r1, &res)
+            if r != NO_RANK:
+                tok[0] = res
+                return 1
+            tok[0] = t
+            tok[1] = tok[2]
+            return 2
+        t = rs0[1]
+        r = _rank_after(v, tok[0], t, r2, &res)
+        if r != NO_RANK:
+            tok[0] = res
+            return 1
+        tok[1] = t
+        return 2
+    for i in range(m - 1):
+        rk[i] = rk0[i] if rk0[i] == NO_RANK else rk0[i] & ~LATER_RANKS
+        rs[i] = rs0[i]
+    while m > 1:
+        r = NO_RANK
+        for i in range(m - 1):
+            if rk[i] < r:
+                r = rk[i]
+        if r == NO_RANK:
+            break
+        # in place: position w <= i is written after i is read; a pair kept moves down (old_at >= j)
+        w = 0
+        i = 0
+        while i < m:
+            if i + 1 < m and rk[i] == r:
+                tok[w] = rs[i]
+                fresh[w] = True
+                i += 2
+            else:
+                tok[w] = tok[i]
+                fresh[w] = False
+                old_at[w] = i
+                i += 1
+            w += 1
+        for j in range(w - 1):
+            if fresh[j] or fresh[j + 1]:
+                rk[j] = _rank_after(v, tok[j], tok[j + 1], r, &rs[j])
+            else:
+                rk[j] = rk[old_at[j]]
+                rs[j] = rs[old_at[j]]
+        m = w
+    return m
+
+
+cdef class Stage2Scratch:
+    """The scratch of one thread's stage-2 merging (``encode_stage_aware``)."""
+
+
+cdef Py_ssize_t _merge_segment(const XView* v, Stage2Scratch sc, token_id_t* out, Py_ssize_t a,
+                               Py_ssize_t b, Py_ssize_t w, const uint32_t* rk0,
+                               const token_id_t* rs0) noexcept nogil:
+    """Stage-2 merge the segment ``out[a:b]`` and write it at ``out[w:]`` (``w <= a``); returns the
+    new ``w``. Up to ``SHORT_SEG`` ids: ``_merge_short`` (``rk0, rs0``: its pairs' lookups);
+    longer: ``RankMerger._merge`` (a heap)."""
+    cdef Py_ssize_t n = b - a, m
+    if n <= 0:
+        return w
+    if n == 1:
+        out[w] = out[a]
+        return w + 1
+    if n <= SHORT_SEG:
+        m = _merge_short(v, out + a, n, rk0, rs0)
+    else:
+        m = (<RankMerger>v.merger)._merge(out + a, n, sc.nxt, sc.prv, sc.heap)
+    if w != a:
+        memmove(out + w, out + a, m * sizeof(token_id_t))
+    return w + m
+
+
+cdef int _digit_group_cuts(const XView* v, Stage2Scratch sc, const uint8_t* s, Py_ssize_t q,
+                           Py_ssize_t e, const token_id_t* toks, Py_ssize_t n_toks) except -1 nogil:
+    """``sc.inner_cut[t]`` = 1 where the ``"units"`` split cuts the numeric pretoken ``s[q:e]``
+    before its stage-1 id ``toks[t]`` (``t >= 1``), as ``superbpe.words.numeric_cuts``: at a byte
+    offset between digits and other characters, or between groups of three digits counted from the
+    right inside a run of digits (characters decoded as Python's UTF-8 decoder with
+    ``surrogateescape`` does, ``\p{N}`` from the Unicode tables)."""
+    cdef Py_ssize_t i = q, k = 0, nc = 0, j, c, first, h = 0, nh, t
+    cdef int64_t pos = 0
+    cdef token_id_t x
+    cdef uint8_t digit
+    cdef uint8_t* cut
+    # (values go through plain locals: Cython passes a conditional expression to push_back or a
+    # vector item by a reference to a temporary)
+    sc.char_offs.clear()
+    sc.char_digit.clear()
+    sc.hard.clear()
+    while i < e:
+        sc.char_offs.push_back(i - q)
+        digit = 0
+        if _char_flags(s, i, e, &k) & BPE_UT_N:
+            digit = 1
+        sc.char_digit.push_back(digit)
+        i += k
+    nc = <Py_ssize_t>sc.char_offs.size()
+    i = 0
+    while i < nc:
+        if not sc.char_digit[i]:
+            i += 1
+            continue
+        j = i
+        while j < nc and sc.char_digit[j]:
+            j += 1
+        if i > 0:
+            sc.hard.push_back(sc.char_offs[i])
+        first = i + ((j - i) % 3 if (j - i) % 3 else 3)
+        c = first
+        while c < j:
+            sc.hard.push_back(sc.char_offs[c])
+            c += 3
+        if j < nc:
+            sc.hard.push_back(sc.char_offs[j])
+        i = j
+    if <Py_ssize_t>sc.inner_cut.size() < n_toks:
+        sc.inner_cut.resize(n_toks)
+    cut = sc.inner_cut.data()
+    nh = <Py_ssize_t>sc.hard.size()
+    for t in range(n_toks):
+        if t > 0:
+            while h < nh and sc.hard[h] < pos:
+                h += 1
+            cut[t] = 0
+            if h < nh and sc.hard[h] == pos:
+                cut[t] = 1
+        x = toks[t]
+        pos += v.lengths[x] if <Py_ssize_t>x < v.n_lengths else 0
+    return 0
+
+
+cdef enum:
+    STAGE_WINDOW = 1024      # pretokens a window of _stage_span (its pair arrays, ~17 bytes an id, stay in L1/L2)
+
+cdef enum:
+    PROBE_AHEAD = 8          # pairs whose slot is asked for ahead of its probe (_look_up_pairs)
+
+
+cdef void _look_up_pairs(const XView* v, Stage2Scratch sc, const token_id_t* out, Py_ssize_t lo,
+                         Py_ssize_t hi) noexcept nogil:
+    """``_cross`` of every pair ``out[k - 1], out[k]`` for ``lo <= k < hi`` (``lo >= 1``), into
+    ``sc.pair_cross[k - lo]`` (0 or 1), ``sc.pair_rank`` and ``sc.pair_res`` (rank NO_RANK: no
+    merge; the result is then not set), with few branches on the answer: a pass tests every pair
+    against the filter and lists those that pass (no branch), a second probes the slots of the
+    listed ones (each asked for ``PROBE_AHEAD`` pairs ahead). About 40% of pairs are crossable, in
+    no order a branch predictor can learn: one branch on that per pair costs more than the lookups."""
+    cdef Py_ssize_t k, t, m = 0
+    cdef uint64_t key, f, h, slot
+    cdef uint32_t r
+    cdef uint8_t* cross = sc.pair_cross.data()
+    cdef uint32_t* ranks = sc.pair_rank.data()
+    cdef token_id_t* results = sc.pair_res.data()
+    cdef int64_t* cand = sc.pair_cand.data()
+    cdef token_id_t res = 0
+    if v.all_cross:
+        for k in range(lo, hi):
+            r = NO_RANK
+            cross[k - lo] = _cross(v, out[k - 1], out[k], &r, &res)
+            ranks[k - lo] = r
+            results[k - lo] = res
+        return
+    for k in range(lo, hi):
+        key = pack_pair(out[k - 1], out[k])
+        f = key * MUL1
+        h = _filter_bits(f)
+        cross[k - lo] = 0
+        ranks[k - lo] = NO_RANK
+        cand[m] = k
+        m += (v.filter[f >> v.fshift] & h) == h
+    for t in range(min(m, <Py_ssize_t>PROBE_AHEAD)):
+        k = cand[t]
+        prefetch(&v.slots[(pack_pair(out[k - 1], out[k]) * MUL2) >> v.shift])
+    for t in range(m):
+        if t + PROBE_AHEAD < m:
+            k = cand[t + PROBE_AHEAD]
+            prefetch(&v.slots[(pack_pair(out[k - 1], out[k]) * MUL2) >> v.shift])
+        k = cand[t]
+        key = pack_pair(out[k - 1], out[k])
+        slot = (key * MUL2) >> v.shift
+        while True:
+            if v.slots[slot].key == key:
+                cross[k - lo] = 1
+                ranks[k - lo] = v.slots[slot].rank
+                results[k - lo] = v.slots[slot].res
+                break
+            if v.slots[slot].key == EMPTY_KEY:
+                break
+            slot = (slot + 1) & v.mask
+
+
+cdef inline uint8_t _unit_joins(uint8_t fp, uint8_t fc, int split) noexcept nogil:
+    """1 when a unit goes on between two pretokens with flags ``fp`` and ``fc``: neither holds a
+    digit and (``SPLIT_HF``) they do not meet inside a run of whitespace."""
+    return ((((fp | fc) & PT_NUMERIC) == 0)
+            & ((split == SPLIT_UNITS) | ((fp & PT_ENDS_SPACE) == 0) | ((fc & PT_STARTS_SPACE) == 0)))
+
+
+cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_id, int split,
+                     const uint8_t* s, Py_ssize_t a, Py_ssize_t b, const uint8_t* limit) except -1 nogil:
+    """Encode the text ``s[a:b]`` (no special token in it): stage 1 per pretoken, then stage 2.
+
+    Pretokens are scanned ``ENDS_CAP`` at a time and their stage-1 ids emitted (the ``Encoder`` and
+    its cache). Then, for the window, in passes with few branches on the data (``_look_up_pairs``):
+
+    1. every pair of neighbouring ids is looked up (``Stage2Table``: crossable, first rank, result);
+    2. between two pretokens, a crossable pair is a cut when a unit ends there (the flags of both,
+       computed for every pretoken; ``split`` SPLIT_HF or SPLIT_UNITS) and, with SPLIT_UNITS, the
+       pairs of a numeric pretoken between two digit groups are cuts (``_digit_group_cuts``);
+    3. the cuts, 64 ids to a bit mask, are visited in order (count trailing zeros), and each segment
+       between two cuts is merged and written back, compacted, in place: one id as it is, two ids
+       as their pair's lookup says (without a branch), more by ``_merge_segment``.
+
+    The unfinished segment at the end of a window moves down to the written ids before the next
+    window's ids are emitted after it (its pairs are looked up again with them when it is short).
+    """
+    cdef int64_t* ends = enc.ends_buf
+    cdef int64_t* starts
+    cdef Py_ssize_t p = a, q = a, n, j, k, k1, e, w, seg, lo = 0, hi, first, t, length, open_at = -1
+    cdef uint32_t* pr_rank
+    cdef token_id_t* pr_res
+    cdef uint8_t* pr_cross
+    cdef token_id_t* out
+    cdef uint8_t fc = 0, fl = 0
+    cdef bint have_prev = False
+    if <Py_ssize_t>sc.starts.size() < ENDS_CAP + 1:
+        sc.starts.resize(ENDS_CAP + 1)
+    starts = sc.starts.data()
+    w = seg = enc.out_n
+    while p < b:
+        n = _split_ends(pattern_id, s, &p, b, ends, STAGE_WINDOW)
+        if n == 0:
+            continue
+        first = enc.out_n                   # the window's first id (the unfinished segment before it)
+        enc._emit_pieces(s, q, ends, n, limit, starts)
+        starts[n] = enc.out_n
+        out = enc.out_buf
+        hi = enc.out_n
+        if not have_prev:
+            seg = first                     # no pair before the text's first id
+            lo = first + 1
+        elif first - seg <= SHORT_SEG:
+            lo = seg + 1                    # the unfinished segment's pairs again (short: cheap)
+        else:
+            lo = first                      # a long one merges without its pairs' lookups
+        if <Py_ssize_t>sc.pair_rank.size() < hi - lo + 1:
+            sc.pair_rank.resize(hi - lo + 1)
+            sc.pair_res.resize(hi - lo + 1)
+            sc.pair_cross.resize(hi - lo + 1)
+            sc.pair_cand.resize(hi - lo + 1)
+        pr_rank = sc.pair_rank.data()
+        pr_res = sc.pair_res.data()
+        pr_cross = sc.pair_cross.data()
+        # 1. the lookups
+        if hi > lo:
+            _look_up_pairs(v, sc, out, lo, hi)
+        # 2. where units end
+        for j in range(n):
+            e = ends[j]
+            k = starts[j]
+            k1 = starts[j + 1]
+            fc = _pretoken_flags(s, q, e)
+            if have_prev:
+                pr_cross[k - lo] &= _unit_joins(fl, fc, split)
+            have_prev = True
+            if split == SPLIT_UNITS and fc & PT_NUMERIC and k1 - k >= 2:
+                _digit_group_cuts(v, sc, s, q, e, out + k, k1 - k)
+                for t in range(1, k1 - k):
+                    if sc.inner_cut[t]:
+                        pr_cross[k + t - lo] = 0
+            fl = fc
+            q = e
+        # 3. the segments, cut by cut
+        w = _flush_segments(v, sc, out, lo, hi, seg, w, &seg)
+        open_at = seg + 1 - lo              # where the lookups of its pairs are (< 0: not looked up)
+        if seg > w:                         # the unfinished segment moves down
+            memmove(out + w, out + seg, (hi - seg) * sizeof(token_id_t))
+            enc.out_n = w + (hi - seg)
+            seg = w
+    # the last segment
+    out = enc.out_buf
+    hi = enc.out_n
+    length = hi - seg
+    if length <= 0:
+        enc.out_n = w
+    elif length == 1 or open_at < 0:        # one id, or a long segment (no lookups needed)
+        enc.out_n = _merge_segment(v, sc, out, seg, hi, w, sc.pair_rank.data(), sc.pair_res.data())
+    else:
+        enc.out_n = _merge_segment(v, sc, out, seg, hi, w, sc.pair_rank.data() + open_at,
+                                   sc.pair_res.data() + open_at)
+    return 0
+
+
+cdef Py_ssize_t _flush_segments(const XView* v, Stage2Scratch sc, token_id_t* out, Py_ssize_t lo,
+                                Py_ssize_t hi, Py_ssize_t seg, Py_ssize_t w, Py_ssize_t* seg_out) noexcept nogil:
+    """Step 3 of ``_stage_span``: merge and write back (at ``out[w:]``) every segment that ends
+    before ``hi``: a cut before id ``c`` (``lo <= c < hi``) where ``sc.pair_cross[c - lo]`` is 0.
+    ``seg``: where the open segment starts (``lo - 1 <= seg``, or a long one further back).
+    Returns the new ``w``; ``seg_out`` gets the start of the segment left open at ``hi``."""
+    cdef const uint8_t* cross = sc.pair_cross.data()
+    cdef const uint32_t* ranks = sc.pair_rank.data()
+    cdef const token_id_t* results = sc.pair_res.data()
+    cdef Py_ssize_t k = lo, nb, i, c, length, has
+    cdef uint64_t bits
+    cdef token_id_t x0, x1, mask
+    while k < hi:
+        nb = hi - k if hi - k < 64 else 64
+        bits = 0
+        for i in range(nb):
+            bits |= (<uint64_t>(cross[k - lo + i] ^ 1)) << i
+        while bits:
+            c = k + ctz64(bits)
+            bits &= bits - 1
+            length = c - seg
+            if length <= 2 and seg + 1 >= lo:
+                # one id, or two: the pair's first rank applies or nothing does (out[seg + 1] is
+                # read and written back even for one id: it is out[c], or already consumed)
+                x0 = out[seg]
+                x1 = out[seg + 1]
+                has = (length == 2) & (ranks[seg + 1 - lo] != NO_RANK)
+                mask = (<token_id_t>0) - <token_id_t>has      # all ones when the pair merges
+                out[w] = (results[seg + 1 - lo] & mask) | (x0 & ~mask)
+                out[w + 1] = x1
+                w += length - has
+            elif seg + 1 >= lo:
+                w = _merge_segment(v, sc, out, seg, c, w, ranks + (seg + 1 - lo), results + (seg + 1 - lo))
+            else:                           # a long segment from an earlier window
+                w = _merge_segment(v, sc, out, seg, c, w, ranks, results)
+            seg = c
+        k += nb
+    seg_out[0] = seg
+    return w
+
+
+def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2Scratch scratch not None,
+                       const uint8_t[::1] buf not None, int pattern_id, SpecialTable specials,
+                       str split="hf"):
+    """Encode a whole text with a SuperBPE model (the ``"hf"`` or ``"units"`` stage-2 split; SupraTok's
+    is ``"units"``), without the GIL.
+
+    Args:
+        enc: an ``Encoder`` over the model's stage-1 merges (its ``RankTable``).
+        stage2: a ``Stage2Table`` over the stage-2 ``RankMerger`` (canonical ids).
+        scratch: this thread's ``Stage2Scratch``.
+        buf: the text; special tokens (``specials``, may be None) become their id and end units.
+        pattern_id: the named pattern (``PATTERN_IDS``).
+        split: ``"hf"`` or ``"units"`` (which needs ``stage2`` built with ``token_lengths``).
+
+    Returns:
+        uint32 ids. Equivalent to ``superbpe.StageAwareEncoder.encode_python`` and
+        ``reference.encode_superbpe(..., split=split)``.
+    """
+    cdef Py_ssize_t n_buf = buf.shape[0], pos = 0, ms = 0, me = 0
+    cdef token_id_t mid = 0
+    cdef const Specials* sp = &specials.c if specials is not None else NULL
+    cdef const uint8_t* s
+    cdef bint found
+    cdef XView v = _xview(stage2)
+    cdef int split_id
+    if pattern_id < 0 or pattern_id > 2:
+        raise ValueError(f"unknown pattern id {pattern_id}")
+    if split == "hf":
+        split_id = SPLIT_HF
+    elif split == "units":
+        split_id = SPLIT_UNITS
+        if v.n_lengths == 0:
+            raise ValueError("the 'units' split needs a Stage2Table built with token_lengths")
+    else:
+        raise ValueError(f"the native stage-aware encoder has no split {split!r} (hf, units)")
+    enc.out_n = 0
+    if n_buf == 0:
+        return enc._take_out()
+    s = &buf[0]
+    with nogil:
+        while pos < n_buf:
+            found = sp != NULL and _find_special(sp, s, pos, n_buf, n_buf, &ms, &me, &mid)
+            if not found:
+                ms = me = n_buf
+            if ms > pos:
+                _stage_span(enc, &v, scratch, pattern_id, split_id, s, pos, ms, s + n_buf)
+            if found:
+                enc._reserve_out(1)
+                enc.out_buf[enc.out_n] = mid
+                enc.out_n += 1
+            pos = me
+    return enc._take_out()

@@ -1,0 +1,154 @@
+# _pretok.pyx, part 10 of 11 (``include``d: compiled into the module as if written there).
+# merge_counts: a k-way merge of count tables sorted by bytes.
+
+cdef inline bint _run_less(WordRun* runs, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """Heap order: the run whose current word is smaller (ties: the lower run index)."""
+    cdef WordRun* x = &runs[a]
+    cdef WordRun* y = &runs[b]
+    cdef int r = _word_cmp(x.arena + x.offsets[x.pos], x.offsets[x.pos + 1] - x.offsets[x.pos],
+                           y.arena + y.offsets[y.pos], y.offsets[y.pos + 1] - y.offsets[y.pos])
+    return r < 0 or (r == 0 and a < b)
+
+
+cdef void _sift_down(WordRun* runs, Py_ssize_t* heap, Py_ssize_t size, Py_ssize_t i) noexcept nogil:
+    cdef Py_ssize_t child, top
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            return
+        if child + 1 < size and _run_less(runs, heap[child + 1], heap[child]):
+            child += 1
+        if not _run_less(runs, heap[child], heap[i]):
+            return
+        top = heap[i]
+        heap[i] = heap[child]
+        heap[child] = top
+        i = child
+
+
+cdef void _merge_runs(WordRun* runs, Py_ssize_t n_runs, Py_ssize_t* heap, uint8_t* arena,
+                      int64_t* offsets, int64_t* counts, Py_ssize_t* n_words,
+                      Py_ssize_t* n_bytes) noexcept nogil:
+    """k-way merge of sorted word runs, summing the counts of equal words.
+
+    With ``arena == NULL`` it only measures: *n_words and *n_bytes of the merged table.
+    """
+    cdef Py_ssize_t size = 0, r, w = 0, nb = 0, length
+    cdef const uint8_t* word
+    cdef const uint8_t* prev = NULL
+    cdef Py_ssize_t prev_length = -1
+    cdef WordRun* run
+    for r in range(n_runs):
+        runs[r].pos = 0
+        if runs[r].n_words > 0:
+            heap[size] = r
+            size += 1
+    for r in range(size // 2 - 1, -1, -1):
+        _sift_down(runs, heap, size, r)
+    while size > 0:
+        run = &runs[heap[0]]
+        word = run.arena + run.offsets[run.pos]
+        length = run.offsets[run.pos + 1] - run.offsets[run.pos]
+        if prev_length >= 0 and _word_cmp(word, length, prev, prev_length) == 0:
+            if arena != NULL:
+                counts[w - 1] += run.counts[run.pos]
+        else:
+            if arena != NULL:
+                offsets[w] = nb
+                counts[w] = run.counts[run.pos]
+                memcpy(arena + nb, word, length)
+            w += 1
+            nb += length
+            prev = word
+            prev_length = length
+        run.pos += 1
+        if run.pos == run.n_words:
+            size -= 1
+            heap[0] = heap[size]
+        _sift_down(runs, heap, size, 0)
+    if arena != NULL:
+        offsets[w] = nb
+    n_words[0] = w
+    n_bytes[0] = nb
+
+
+cdef bint _run_is_sorted(WordRun* run) noexcept nogil:
+    """Offsets start at 0, never decrease, and words are strictly increasing (unique, sorted)."""
+    cdef Py_ssize_t i
+    if run.offsets[0] != 0:
+        return False
+    for i in range(run.n_words):
+        if run.offsets[i + 1] < run.offsets[i]:
+            return False
+        if i > 0 and _word_cmp(run.arena + run.offsets[i - 1], run.offsets[i] - run.offsets[i - 1],
+                               run.arena + run.offsets[i], run.offsets[i + 1] - run.offsets[i]) >= 0:
+            return False
+    return True
+
+
+def merge_counts(tables):
+    """Sum sorted word tables into one sorted word table (a k-way merge, no Python object per word).
+
+    Contract: ``tables`` is a sequence of ``(arena, offsets, counts)`` as ``count_pretokens``
+    returns them (uint8, int64, int64; each sorted by bytes, words unique). Returns one such table
+    holding every word of any input with the sum of its counts. Raises ``ValueError`` on a table
+    that is malformed or not sorted.
+
+    >>> t1 = (np.frombuffer(b"ab", np.uint8), np.array([0, 1, 2]), np.array([1, 2]))
+    >>> t2 = (np.frombuffer(b"bc", np.uint8), np.array([0, 1, 2]), np.array([5, 1]))
+    >>> a, o, c = merge_counts([t1, t2])
+    >>> bytes(a), o.tolist(), c.tolist()
+    (b'abc', [0, 1, 2, 3], [1, 7, 1])
+
+    Plain equivalent: ``sorted(sum((Counter(dict(rows(t))) for t in tables), Counter()).items())``.
+    """
+    cdef Py_ssize_t n_runs = len(tables), r, n_words = 0, n_bytes = 0
+    cdef const uint8_t[::1] arena_view
+    cdef const int64_t[::1] offsets_view
+    cdef const int64_t[::1] counts_view
+    keep = []  # the memoryviews stay alive while C pointers into them are used
+    cdef WordRun* runs = <WordRun*>calloc(n_runs + 1, sizeof(WordRun))
+    cdef Py_ssize_t* heap = <Py_ssize_t*>calloc(n_runs + 1, sizeof(Py_ssize_t))
+    cdef bint ok
+    cdef uint8_t[::1] out_arena
+    cdef int64_t[::1] out_offsets
+    cdef int64_t[::1] out_counts
+    cdef uint8_t* arena_ptr
+    try:
+        if runs == NULL or heap == NULL:
+            raise MemoryError("merge_counts: cannot allocate the merge heap")
+        for r, table in enumerate(tables):
+            arena, offsets, counts = table
+            arena_view = np.ascontiguousarray(arena, dtype=np.uint8)
+            offsets_view = np.ascontiguousarray(offsets, dtype=np.int64)
+            counts_view = np.ascontiguousarray(counts, dtype=np.int64)
+            if offsets_view.shape[0] != counts_view.shape[0] + 1:
+                raise ValueError(f"table {r}: offsets must have len(counts) + 1 entries")
+            if offsets_view[offsets_view.shape[0] - 1] != arena_view.shape[0]:
+                raise ValueError(f"table {r}: offsets[-1] must equal len(arena)")
+            keep.append((arena_view, offsets_view, counts_view))
+            runs[r].arena = &arena_view[0] if arena_view.shape[0] > 0 else <const uint8_t*>heap
+            runs[r].offsets = &offsets_view[0]
+            runs[r].counts = &counts_view[0] if counts_view.shape[0] > 0 else NULL
+            runs[r].n_words = counts_view.shape[0]
+            with nogil:
+                ok = _run_is_sorted(&runs[r])
+            if not ok:
+                raise ValueError(f"table {r} is not sorted by bytes with unique words")
+        with nogil:
+            _merge_runs(runs, n_runs, heap, NULL, NULL, NULL, &n_words, &n_bytes)
+        arena_out = np.empty(n_bytes, dtype=np.uint8)
+        offsets_out = np.empty(n_words + 1, dtype=np.int64)
+        counts_out = np.empty(n_words, dtype=np.int64)
+        out_arena = arena_out
+        out_offsets = offsets_out
+        out_counts = counts_out
+        # A non-NULL arena pointer switches the merge to writing, even when there are no bytes.
+        arena_ptr = &out_arena[0] if n_bytes > 0 else <uint8_t*>heap
+        with nogil:
+            _merge_runs(runs, n_runs, heap, arena_ptr, &out_offsets[0],
+                        &out_counts[0] if n_words > 0 else NULL, &n_words, &n_bytes)
+        return arena_out, offsets_out, counts_out
+    finally:
+        free(runs)
+        free(heap)
