@@ -25,7 +25,7 @@ from bpe_core.runtime.cli import (ArgumentParser, CliError, add_input_flags, che
                                 check_out_file, check_out_prefix, chunk_size, cluster_note, local_input_files,
                                 run_main)
 from bpe_core.formats.model import folder_files
-from bpe_core.runtime.cli import add_cluster_flags, memory_size
+from bpe_core.runtime.cli import add_cluster_flags, count, memory_size
 from bpe_core.config import parse_size
 from bpe_core.corpus.inputs import expand_inputs
 from bpe_core.corpus.ranges import is_url
@@ -66,8 +66,8 @@ def build_parser(prog: str = PROG) -> ArgumentParser:
                         "token's id goes between them, as in the .txt holding the same documents)")
     p.add_argument("--doc-index", default=None, metavar="IDX.npy",
                    help="also write the start offset of every document in the id array (int64 .npy)")
-    p.add_argument("--shard-tokens", type=_positive, default=None, metavar="N",
-                   help="write shards of N tokens (OUT-g1-00000.npy, ...: each run a new generation) and "
+    p.add_argument("--shard-tokens", type=_positive_count, default=None, metavar="N",
+                   help="write shards of N tokens, e.g. 100M (M = 1,000,000) (OUT-g1-00000.npy, ...: each run a new generation) and "
                         "OUT.manifest.json, written last, instead of "
                         "one .npy")
     p.add_argument("--report", default=None, metavar="PATH",
@@ -81,11 +81,9 @@ def build_parser(prog: str = PROG) -> ArgumentParser:
     return p
 
 
-def _positive(text: str) -> int:
-    try:
-        value = parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _positive_count(text: str) -> int:
+    """``--shard-tokens``: a count (``runtime.cli.count``: ``100M`` = 100,000,000) of at least 1."""
+    value = count(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text}: give a positive number")
     return value

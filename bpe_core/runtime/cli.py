@@ -162,21 +162,20 @@ def chunk_size(text: str) -> int:
 
 
 def count(text: str) -> int:
-    """A count (``--vocab-size``): a whole number, or one with a unit -- ``k`` = 1,000 and ``M`` =
-    1,000,000 (a "32k vocabulary" is 32,000 tokens), ``Ki`` = 1,024 and ``Mi`` = 1,048,576 for powers of
-    two -- refused in one line otherwise (a count has no bytes: ``8KB``). The command checks its range.
-    Sizes of memory (``--memory-limit 8G``) are binary; counts are not.
+    """A count (``--vocab-size``, ``--shard-tokens``): a whole number, or one with a unit -- ``k`` =
+    1,000, ``M`` = 1,000,000 and ``G`` = 1,000,000,000 (a "32k vocabulary" is 32,000 tokens), ``Ki``,
+    ``Mi``, ``Gi`` for powers of two -- refused in one line otherwise (a count has no bytes: ``8KB``).
+    The command checks its range. Sizes of memory (``--memory-limit 8G``) are binary; counts are not.
 
-    >>> count("32000"), count("32k"), count("32K"), count("1.5k"), count("32Ki"), count("1M")
-    (32000, 32000, 32000, 1500, 32768, 1000000)
+    >>> count("32000"), count("32k"), count("32K"), count("1.5k"), count("32Ki"), count("1M"), count("1G")
+    (32000, 32000, 32000, 1500, 32768, 1000000, 1000000000)
     """
     text = str(text).strip()
-    m = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)\s*([kKmM])?(i?)", text)
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)\s*([kKmMgG])?(i?)", text)
     if m is None or (m.group(3) and not m.group(2)):
         raise argparse.ArgumentTypeError(f"invalid count {text!r} (examples: 32000, 32k, 32Ki)")
-    unit = {None: 1, "k": 1000, "m": 1000 ** 2}[m.group(2) and m.group(2).lower()]
-    if m.group(3):
-        unit = {1000: 1024, 1000 ** 2: 1024 ** 2}[unit]
+    power = {None: 0, "k": 1, "m": 2, "g": 3}[m.group(2) and m.group(2).lower()]
+    unit = (1024 if m.group(3) else 1000) ** power
     number = float(m.group(1)) * unit if "." in m.group(1) else int(m.group(1)) * unit
     if number != int(number):
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: not a whole number")

@@ -134,7 +134,7 @@ def test_counts_take_the_units_sizes_take():
 
     assert [count(x) for x in ("300", "32k", "32K", "1M", "32Ki", "1Mi", "1.5k")] == [
         300, 32000, 32000, 10 ** 6, 32768, 1 << 20, 1500]
-    for bad in ("32KB", "x", "-5", "1.5.2", "1.0005k", "5i", "2G"):
+    for bad in ("32KB", "x", "-5", "1.5.2", "1.0005k", "5i", "2T"):
         with pytest.raises(argparse.ArgumentTypeError, match="invalid count"):
             count(bad)
     assert train.build_parser().parse_args(["--vocab-size", "32k"]).vocab_size == 32000
@@ -212,3 +212,16 @@ def test_profile_speaks_as_the_command_it_was_run_as(tmp_path):
     assert r.returncode == 0 and r.stderr.startswith("bpe-core profile: peak RSS"), r.stderr
     r = run_tool(TOOLS / "profile_memory.py", "--no-plot", "--out", tmp_path / "q", "--", sys.executable, "-c", "pass")
     assert r.returncode == 0 and r.stderr.startswith("profile_memory: peak RSS"), r.stderr
+
+
+def test_shard_tokens_is_a_count():
+    from bpe_core.cli import encode
+
+    def shard(text):
+        return encode.build_parser().parse_args(["c.txt", "--tokenizer", "t", "--out", "o.npy",
+                                                 "--shard-tokens", text]).shard_tokens
+
+    assert [shard(x) for x in ("9000", "100M", "1G", "64Ki")] == [9000, 10 ** 8, 10 ** 9, 65536]
+    for bad in ("0", "1e9", "2GB"):
+        with pytest.raises(SystemExit):
+            shard(bad)
