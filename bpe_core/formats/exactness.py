@@ -263,7 +263,8 @@ def check_export_files(encode: Encode, fmt: str, folder: str, docs: Sequence[byt
     if fmt in ("hf", "transformers") and hf_files:
         name = hf_files[0]
         with open(os.path.join(folder, name), encoding="utf-8") as f:
-            return check_tokenizer_json(encode, f.read(), docs, on, what=name if fmt == "hf" else f"{fmt} {name}")
+            return check_tokenizer_json(encode, f.read(), docs, on,
+                                       what="the HF tokenizer.json" if fmt == "hf" else f"{fmt} {name}")
     if fmt == "transformers":
         return Exactness("the transformers folder", on, 0, 0, exact_by_construction=True)
     if fmt == "tiktoken":
