@@ -218,3 +218,64 @@ def test_concurrent_batches_on_one_tokenizer(every_byte_a_thread):
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_flat_ids_gathered_by_each_worker():
+    """``prepare_flat`` then ``gather`` by each worker (in any order) gives what ``collect`` alone
+    gives; out of order or from a stranger it refuses."""
+    t = GPT2._table
+    docs = [d for d in fixture_text("tinystories_sample.txt").split(EOT) if d] + ["", "x"]
+    want = [GPT2.encode(d) for d in docs]
+    for order in ([0, 1, 2], [2, 0, 1]):
+        job = _encode.BatchJob(docs, GPT2._pattern_id)
+        encs = [_encode.Encoder(t) for _ in range(3)]
+        for k, enc in enumerate(encs):            # one after another: documents 0.. to the first
+            job.run(enc, None, 3)
+        with pytest.raises(RuntimeError, match="before prepare_flat"):
+            job.gather(encs[0])
+        job.prepare_flat()
+        with pytest.raises(ValueError, match="not a worker"):
+            job.gather(_encode.Encoder(t))
+        job.gather(encs[order[0]])
+        with pytest.raises(RuntimeError, match="gathered"):
+            job.collect()
+        for k in order[1:]:
+            job.gather(encs[k])
+        ids, offsets = job.collect()
+        assert _split(ids, offsets) == want
+    with pytest.raises(RuntimeError, match="before every document"):
+        _encode.BatchJob(["a"], 0).prepare_flat()
+
+
+def test_flat_batch_on_threads_spans_huge_pages(every_byte_a_thread):
+    """More than 2 MiB of flat ids (the array is made of huge pages) from several threads: every id
+    in its place (a byte vocabulary: the ids are the bytes)."""
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for size in (1 << 20, 3, 0, 700_000, 1 << 19)]
+    for threads in (2, 3):
+        ids, offsets = tok.encode_batch_flat(docs, threads)
+        assert np.array_equal(ids, np.frombuffer(b"".join(docs), np.uint8).astype(np.uint32))
+        assert np.array_equal(np.diff(offsets), [len(d) for d in docs])
+
+
+def test_a_failed_flat_gather_raises_and_returns_the_encoders(every_byte_a_thread, monkeypatch):
+    """When making the flat ids fails (the barrier's action), every thread stops at the barrier,
+    the error reaches the caller, and the encoders go back to the idle pool; the next call works."""
+    import threading
+
+    tok = _gpt2()
+    docs = [d for d in fixture_text("tinystories_sample.txt").split(EOT) if d]
+
+    class FailingBarrier(threading.Barrier):
+        def __init__(self, parties, action=None, timeout=None):
+            def fail():
+                raise MemoryError("no room for the flat ids")
+            super().__init__(parties, action=fail, timeout=timeout)
+    monkeypatch.setattr(threading, "Barrier", FailingBarrier)
+    with pytest.raises(MemoryError, match="no room"):
+        tok.encode_batch_flat(docs, 3)
+    assert len(tok._idle) == 4
+    monkeypatch.undo()
+    ids, offsets = tok.encode_batch_flat(docs, 3)
+    assert _split(ids, offsets) == gpt2_tiktoken().encode_batch(docs, allowed_special="all")
