@@ -155,13 +155,9 @@ cdef class BatchJob:
     cdef list workers                   # worker index -> Encoder
     cdef readonly Py_ssize_t n_docs
     cdef readonly int64_t n_bytes
-    cdef object flat_ids                # prepare_flat: the flat ids, filled by gather
-    cdef object flat_offsets
-    cdef Py_ssize_t n_gathered          # workers whose ids gather copied (under the GIL)
 
     cdef bint _one_run(self, int64_t total)
     cdef void _release_workers(self)
-    cdef void _copy_runs(self, token_id_t** bufs, uint32_t* flat, const int64_t* offs, int32_t only) noexcept nogil
 
 
 # SuperBPE's stage 2 (the "hf" and "units" splits). A pair of neighbouring stage-1 ids that no

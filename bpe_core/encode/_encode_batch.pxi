@@ -183,13 +183,6 @@ cdef class BatchJob:
         for k in range(n):
             if self.doc_who[k] < 0:
                 raise RuntimeError("a document was not encoded (a worker failed)")
-        if self.flat_ids is not None and lists is None:
-            if self.n_gathered < len(self.workers):
-                raise RuntimeError("collect() before every worker's ids were gathered")
-            ids, offsets = self.flat_ids, self.flat_offsets
-            self.flat_ids = self.flat_offsets = None
-            self._release_workers()
-            return ids, offsets
         if lists is not None:
             for enc in self.workers:
                 bufs.push_back(enc.out_buf)
@@ -214,80 +207,22 @@ cdef class BatchJob:
             ids = _hand_over(<Encoder>self.workers[0], total)
             self._release_workers()
             return ids, offsets
-        ids = _new_ids(total)
+        ids = np.empty(total, dtype=np.uint32)
         cdef uint32_t[::1] flat = ids
         for enc in self.workers:
             bufs.push_back(enc.out_buf)
         with nogil:
-            self._copy_runs(bufs.data(), &flat[0] if total else NULL, &offs[0], -1)
+            k = 0
+            while k < n:                    # a run of documents of one worker is one copy
+                k0 = k
+                who = self.doc_who[k]
+                k += 1
+                while k < n and self.doc_who[k] == who and self.doc_at[k] == self.doc_at[k - 1] + self.doc_n[k - 1]:
+                    k += 1
+                if offs[k] > offs[k0]:
+                    memcpy(&flat[offs[k0]], bufs[who] + self.doc_at[k0], (offs[k] - offs[k0]) * sizeof(token_id_t))
         self._release_workers()
         return ids, offsets
-
-    def prepare_flat(self):
-        """Before :meth:`gather`, once every :meth:`run` returned: make the flat ids (left unset)
-        and their offsets, which each worker then copies its own documents into (in parallel);
-        :meth:`collect` returns them. What ``collect`` alone does with one copying thread.
-
-        >>> t = RankTable(np.array([97], np.uint32), np.array([98], np.uint32),
-        ...               np.array([256], np.uint32), np.arange(256, dtype=np.uint32))
-        >>> job, a, b = BatchJob(["ab ab", "", b"abc"], 0), Encoder(t), Encoder(t)
-        >>> job.run(a, None, 2); job.run(b, None, 2)        # b finds nothing left to encode
-        >>> job.prepare_flat(); job.gather(b); job.gather(a)
-        >>> ids, offsets = job.collect(); ids.tolist(), offsets.tolist()
-        ([256, 32, 256, 256, 99], [0, 3, 3, 5])
-        """
-        cdef Py_ssize_t k, n = self.n_docs
-        cdef int64_t total = 0
-        if n and self.next_doc < n:
-            raise RuntimeError("prepare_flat() before every document was encoded")
-        offsets = np.empty(n + 1, dtype=np.int64)
-        cdef int64_t[::1] offs = offsets
-        offs[0] = 0
-        for k in range(n):
-            total += self.doc_n[k]
-            offs[k + 1] = total
-        self.flat_ids = _new_ids(total)
-        self.flat_offsets = offsets
-        self.n_gathered = 0
-
-    def gather(self, Encoder enc not None):
-        """Copy the ids of the documents ``enc`` encoded into the flat ids of :meth:`prepare_flat`
-        (without the GIL: each worker's thread copies its own, at once)."""
-        cdef int32_t who = 0
-        cdef uint32_t[::1] flat
-        cdef const int64_t[::1] offs
-        cdef vector[token_id_t*] bufs
-        cdef Encoder worker
-        if self.flat_ids is None:
-            raise RuntimeError("gather() before prepare_flat()")
-        for worker in self.workers:
-            if worker is enc:
-                break
-            who += 1
-        else:
-            raise ValueError("not a worker of this job")
-        for worker in self.workers:
-            bufs.push_back(worker.out_buf)
-        flat = self.flat_ids
-        offs = self.flat_offsets
-        with nogil:
-            self._copy_runs(bufs.data(), &flat[0] if flat.shape[0] else NULL, &offs[0], who)
-        self.n_gathered += 1
-
-    cdef void _copy_runs(self, token_id_t** bufs, uint32_t* flat, const int64_t* offs, int32_t only) noexcept nogil:
-        """Copy the documents' ids from the workers' buffers to ``flat`` at ``offs``; ``only``: the
-        documents of that worker alone (-1: all); ``bufs``: each worker's buffer. A run of
-        documents that lie back to back in one worker's buffer is one copy."""
-        cdef Py_ssize_t k = 0, k0, n = self.n_docs
-        cdef int32_t who
-        while k < n:
-            k0 = k
-            who = self.doc_who[k]
-            k += 1
-            while k < n and self.doc_who[k] == who and self.doc_at[k] == self.doc_at[k - 1] + self.doc_n[k - 1]:
-                k += 1
-            if offs[k] > offs[k0] and (only < 0 or who == only):
-                memcpy(flat + offs[k0], bufs[who] + self.doc_at[k0], (offs[k] - offs[k0]) * sizeof(token_id_t))
 
     cdef bint _one_run(self, int64_t total):
         """Whether the ids lie in worker 0's buffer in document order from its start (one worker)."""
@@ -325,24 +260,6 @@ cdef class _OwnedIds:
 
     def __dealloc__(self):
         free(self.p)
-
-
-cdef object _new_ids(Py_ssize_t n):
-    """An uninitialised uint32 array of ``n`` ids that owns its buffer; from 2 MiB on, the buffer
-    is 2 MiB aligned and advised to be huge pages (``grow_buffer``): the flat ids of a batch on
-    several threads are written once, and 4 KiB pages cost a fault each (5 MB of text, 1.2M ids:
-    ~450 faults a call in a fresh ``np.empty``, whose large arrays numpy advises huge only from
-    their first aligned 2 MiB)."""
-    cdef _OwnedIds owner = _OwnedIds.__new__(_OwnedIds)
-    cdef size_t size = max(n, 1) * sizeof(token_id_t)
-    cdef size_t page = 2 << 20
-    if size >= page:
-        size = (size + page - 1) & ~(page - 1)      # whole huge pages (the last one too)
-    owner.p = <token_id_t*>grow_buffer(NULL, 0, size, True)
-    if owner.p == NULL:
-        raise MemoryError()
-    owner.n = n
-    return np.frombuffer(owner, dtype=np.uint32)
 
 
 cdef object _hand_over(Encoder enc, Py_ssize_t n):

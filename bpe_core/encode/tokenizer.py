@@ -805,8 +805,7 @@ class Tokenizer:
     def _encode_job(self, texts: list, num_threads: int, table, lists: bool = False):
         """A batch as one native job (``_encode.BatchJob``): up to ``num_threads`` threads (one
         per ``_BATCH_THREAD_BYTES`` of text) take documents one at a time, without the GIL, and the
-        ids are gathered by one copy (flat ids: each thread copies its own documents' ids into the
-        array once all are done). With more than one thread, the warmest idle encoder's cache
+        ids are gathered by one copy. With more than one thread, the warmest idle encoder's cache
         is shared, read-only, by all of them; each keeps what it merges in a cache of its own,
         moved into the shared one afterwards (``Encoder.absorb_cache``), so the next call starts
         warm. ``lists``: a list of id lists, built from the workers' buffers (no flat copy)."""
@@ -828,22 +827,12 @@ class Tokenizer:
         privates = [self._borrow() for _ in range(n_workers)]
         reader = shared if shared.cache_info()["entries"] else None
         errors: list[BaseException] = []
-        # Flat ids: when every thread is done, the last one makes the array (prepare_flat), and each
-        # copies its own documents into it, at once (gather), instead of one copying them all.
-        barrier = None if lists else threading.Barrier(n_workers, action=job.prepare_flat)
 
         def work(enc):
             try:
                 job.run(enc, reader, n_workers)
-                if barrier is not None:
-                    barrier.wait()
-                    job.gather(enc)
-            except threading.BrokenBarrierError:
-                pass                        # another thread failed: its error is raised
             except BaseException as exc:   # re-raised in the calling thread
                 errors.append(exc)
-                if barrier is not None:
-                    barrier.abort()
         threads = [threading.Thread(target=work, args=(enc,), daemon=True) for enc in privates[1:]]
         ran = False
         result = None
