@@ -267,6 +267,27 @@ def test_encode_corpus_with_a_superbpe_model(sb_dir, tmp_path):
     assert res.n_tokens == len(np.load(out))
 
 
+
+def test_corpus_spec_lends_the_tokenizer_to_threads_and_encodes_in_place(sb_dir):
+    """The corpus encoder's threads share the loaded tokenizer (no tables built per thread); a
+    pickled spec builds its own; the ids of a range of any byte buffer equal ``encode``."""
+    import copy
+    import pickle
+    tok = bpe_core.Tokenizer.load(sb_dir / "tok")
+    assert tok._native_stage
+    data = (sb_dir / "c.txt").read_bytes()[:3000]
+    spec = tok._encoder_spec()
+    spec.lend_from(tok, 2)
+    twin = copy.copy(spec)
+    assert twin._tok is tok and spec._tok is tok
+    far = pickle.loads(pickle.dumps(spec))
+    assert far._tok is None
+    want = tok.encode(data[100:2900])
+    for buf in (data, bytearray(data), np.frombuffer(data, np.uint8), memoryview(data)):
+        for s in (twin, far):
+            assert np.concatenate(list(s.iter_encode(buf, 100, 2900))).tolist() == want
+    assert far._tok is not tok and far._tok is not None
+
 # ==== The "hf" split as one regex (the HF export) ==============================================
 
 split_text = st.lists(st.sampled_from(list("ab é,.'-") + ["  ", "\n", "\n\n", " \n", "\t", "\u00a0", "\r\n",
