@@ -73,6 +73,9 @@ class Stage2Scratch:
 
 def encode_stage_aware(enc: Encoder, stage2: Stage2Table, scratch: Stage2Scratch, buf: Any, pattern_id: int,
                        specials: SpecialTable | None, split: str = "hf") -> npt.NDArray[np.uint32]: ...
+def encode_stage_aware_flat(enc: Encoder, stage2: Stage2Table, scratch: Stage2Scratch, bufs: list[Any],
+                            pattern_id: int, specials: SpecialTable | None,
+                            split: str = "hf") -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]: ...
 
 class Utf8View:
     def __len__(self) -> int: ...

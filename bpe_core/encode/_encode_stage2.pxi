@@ -441,6 +441,39 @@ cdef Py_ssize_t _flush_segments(const XView* v, Stage2Scratch sc, token_id_t* ou
     return w
 
 
+cdef int _stage_text(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_id, int split_id,
+                     const Specials* sp, const uint8_t* s, Py_ssize_t n_buf) except -1 nogil:
+    """Encode the whole text ``s[:n_buf]`` (special tokens ``sp``, may be NULL) after the ids
+    already in ``enc``'s buffer (``encode_stage_aware``'s loop: spans between special tokens)."""
+    cdef Py_ssize_t pos = 0, ms = 0, me = 0
+    cdef token_id_t mid = 0
+    cdef bint found
+    while pos < n_buf:
+        found = sp != NULL and _find_special(sp, s, pos, n_buf, n_buf, &ms, &me, &mid)
+        if not found:
+            ms = me = n_buf
+        if ms > pos:
+            _stage_span(enc, v, sc, pattern_id, split_id, s, pos, ms, s + n_buf)
+        if found:
+            enc._reserve_out(1)
+            enc.out_buf[enc.out_n] = mid
+            enc.out_n += 1
+        pos = me
+    return 0
+
+
+cdef int _split_id(str split, const XView* v) except -1:
+    """SPLIT_HF or SPLIT_UNITS for the name ``split`` (ValueError for another, or for "units"
+    without token lengths)."""
+    if split == "hf":
+        return SPLIT_HF
+    if split == "units":
+        if v.n_lengths == 0:
+            raise ValueError("the 'units' split needs a Stage2Table built with token_lengths")
+        return SPLIT_UNITS
+    raise ValueError(f"the native stage-aware encoder has no split {split!r} (hf, units)")
+
+
 def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2Scratch scratch not None,
                        const uint8_t[::1] buf not None, int pattern_id, SpecialTable specials,
                        str split="hf"):
@@ -459,37 +492,61 @@ def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2
         uint32 ids. Equivalent to ``superbpe.StageAwareEncoder.encode_python`` and
         ``reference.encode_superbpe(..., split=split)``.
     """
-    cdef Py_ssize_t n_buf = buf.shape[0], pos = 0, ms = 0, me = 0
-    cdef token_id_t mid = 0
+    cdef Py_ssize_t n_buf = buf.shape[0]
     cdef const Specials* sp = &specials.c if specials is not None else NULL
-    cdef const uint8_t* s
-    cdef bint found
     cdef XView v = _xview(stage2)
     cdef int split_id
     if pattern_id < 0 or pattern_id > 2:
         raise ValueError(f"unknown pattern id {pattern_id}")
-    if split == "hf":
-        split_id = SPLIT_HF
-    elif split == "units":
-        split_id = SPLIT_UNITS
-        if v.n_lengths == 0:
-            raise ValueError("the 'units' split needs a Stage2Table built with token_lengths")
-    else:
-        raise ValueError(f"the native stage-aware encoder has no split {split!r} (hf, units)")
+    split_id = _split_id(split, &v)
     enc.out_n = 0
     if n_buf == 0:
         return enc._take_out()
-    s = &buf[0]
     with nogil:
-        while pos < n_buf:
-            found = sp != NULL and _find_special(sp, s, pos, n_buf, n_buf, &ms, &me, &mid)
-            if not found:
-                ms = me = n_buf
-            if ms > pos:
-                _stage_span(enc, &v, scratch, pattern_id, split_id, s, pos, ms, s + n_buf)
-            if found:
-                enc._reserve_out(1)
-                enc.out_buf[enc.out_n] = mid
-                enc.out_n += 1
-            pos = me
+        _stage_text(enc, &v, scratch, pattern_id, split_id, sp, &buf[0], n_buf)
     return enc._take_out()
+
+
+def encode_stage_aware_flat(Encoder enc not None, Stage2Table stage2 not None, Stage2Scratch scratch not None,
+                            list bufs not None, int pattern_id, SpecialTable specials, str split="hf"):
+    """``encode_stage_aware`` of each text of ``bufs`` (UTF-8 buffers: ``bytes``, ``utf8_of``'s
+    views), back to back in one array: ``(ids, offsets)``, text ``k`` is
+    ``ids[offsets[k]:offsets[k + 1]]`` (int64 offsets, ``len(bufs) + 1``). One buffer of ids and one
+    array made for the whole run (no array per text), the GIL released once.
+
+    >>> from bpe_core.engine.units import RankMerger
+    >>> t = Stage2Table(RankMerger(np.array([32], np.uint32), np.array([97], np.uint32), np.array([256], np.uint32)))
+    >>> none = np.zeros(0, np.uint32)
+    >>> enc = Encoder(RankTable(none, none, none, np.arange(256, dtype=np.uint32)))
+    >>> ids, offs = encode_stage_aware_flat(enc, t, Stage2Scratch(), [b"x a", b"", b" a"], 0, None)
+    >>> ids.tolist(), offs.tolist()
+    ([120, 256, 256], [0, 2, 2, 3])
+    """
+    cdef Py_ssize_t n = len(bufs), k
+    cdef const Specials* sp = &specials.c if specials is not None else NULL
+    cdef XView v = _xview(stage2)
+    cdef int split_id
+    cdef const uint8_t[::1] mv
+    cdef vector[const uint8_t*] ptrs
+    cdef vector[Py_ssize_t] lens
+    if pattern_id < 0 or pattern_id > 2:
+        raise ValueError(f"unknown pattern id {pattern_id}")
+    split_id = _split_id(split, &v)
+    offsets = np.empty(n + 1, dtype=np.int64)
+    cdef int64_t[::1] offs = offsets
+    ptrs.resize(n)
+    lens.resize(n)
+    held = []                           # the views stay open while their bytes are read
+    for k in range(n):
+        mv = bufs[k]
+        held.append(mv)
+        lens[k] = mv.shape[0]
+        ptrs[k] = &mv[0] if mv.shape[0] else NULL
+    enc.out_n = 0
+    with nogil:
+        for k in range(n):
+            offs[k] = enc.out_n
+            if lens[k]:
+                _stage_text(enc, &v, scratch, pattern_id, split_id, sp, ptrs[k], lens[k])
+        offs[n] = enc.out_n
+    return enc._take_out(), offsets

@@ -793,10 +793,7 @@ class Tokenizer:
         def work_run(r):
             return [work(k) for k in r]
         if getattr(self, "_native_stage", False) and not isinstance(specials, frozenset):
-            many = self._stage.native.encode_many     # one borrowed encoder a run, no per-text checks
-
-            def work_run(r):                # noqa: F811
-                return many([texts[k] for k in r], bool(specials))
+            return self._encode_flat_stage(texts, num_threads, bool(specials))
         n_threads = min(num_threads, n, max(1, sum(map(len, texts)) // _BATCH_THREAD_BYTES))
         if n_threads <= 1:
             parts = work_run(range(n))
@@ -813,6 +810,30 @@ class Tokenizer:
             np.cumsum([len(p) for p in parts], out=offsets[1:])
         ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
         return ids.astype(np.uint32, copy=False), offsets
+
+    def _encode_flat_stage(self, texts: list, num_threads: int, specials: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``_encode_flat`` with the native stage-aware encoder: runs of texts, each one native call
+        (``TwoStageEncoder.encode_flat``: its ids back to back), on up to ``num_threads`` threads."""
+        flat = self._stage.native.encode_flat
+        n = len(texts)
+        n_threads = min(num_threads, n, max(1, sum(map(len, texts)) // _BATCH_THREAD_BYTES))
+        if n_threads <= 1:
+            return flat(texts, specials)
+        from concurrent.futures import ThreadPoolExecutor
+
+        # runs of texts, a few per thread (the threads take them in turn: a long text delays one run)
+        step = -(-n // (8 * n_threads))
+        with ThreadPoolExecutor(n_threads) as pool:
+            runs = list(pool.map(lambda a: flat(texts[a:a + step], specials), range(0, n, step)))
+        offsets = np.empty(n + 1, dtype=np.int64)
+        offsets[0] = 0
+        at = k = 0
+        for ids, offs in runs:
+            m = len(offs) - 1
+            np.add(offs[1:], at, out=offsets[k + 1:k + 1 + m])
+            k += m
+            at += len(ids)
+        return (np.concatenate([ids for ids, _ in runs]) if len(runs) > 1 else runs[0][0]), offsets
 
     def _encode_job(self, texts: list, num_threads: int, table, lists: bool = False):
         """A batch as one native job (``_encode.BatchJob``): up to ``num_threads`` threads (one
@@ -1121,6 +1142,31 @@ class TwoStageEncoder:
         try:
             return [_encode.encode_stage_aware(enc, stage2, scratch, _encode.utf8_of(t) if type(t) is str else _as_bytes(t),
                                                pattern_id, table, split) for t in texts]
+        finally:
+            self._idle_scratch.append(scratch)
+            self._tok._idle.append(enc)
+
+
+    def encode_flat(self, texts: Sequence[str | bytes], specials: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode` of each text back to back: ``(ids, offsets)`` as
+        :meth:`Tokenizer.encode_batch_flat`, one native call for the run (no array per text).
+
+        >>> from bpe_core.engine.units import RankMerger
+        >>> vocab = {i: bytes([i]) for i in range(256)} | {256: b" a", 257: b" a a"}
+        >>> m2 = RankMerger(np.array([256], np.uint32), np.array([256], np.uint32), np.array([257], np.uint32))
+        >>> ids, offsets = TwoStageEncoder(vocab, [(b" ", b"a")], [], "gpt2", m2).encode_flat([" a a", b"", "1"])
+        >>> ids.tolist(), offsets.tolist()
+        ([257, 49], [0, 1, 1, 2])
+        """
+        bufs = [_encode.utf8_of(t) if type(t) is str else t if type(t) is bytes else _as_bytes(t) for t in texts]
+        enc = self._tok._borrow()
+        try:
+            scratch = self._idle_scratch.pop()
+        except IndexError:
+            scratch = _encode.Stage2Scratch()
+        try:
+            return _encode.encode_stage_aware_flat(enc, self._stage2, scratch, bufs, self._tok._pattern_id,
+                                                   self._tok._special_table if specials else None, self._split)
         finally:
             self._idle_scratch.append(scratch)
             self._tok._idle.append(enc)

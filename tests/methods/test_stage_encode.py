@@ -71,8 +71,8 @@ BATCH_TEXTS = st.lists(st.one_of(text, text.map(lambda b: b.decode("utf-8", "sur
 @settings(max_examples=25, deadline=None)
 @given(texts=BATCH_TEXTS, threads=st.integers(1, 4))
 def test_stage_aware_batches_equal_encode(texts, threads):
-    """The batches of a stage-aware model (runs of texts on threads, each run one borrowed native
-    encoder: ``TwoStageEncoder.encode_many``) give each text's own ids, str and bytes alike."""
+    """The batches of a stage-aware model (runs of texts on threads, each run one native call into
+    one buffer: ``TwoStageEncoder.encode_flat``) give each text's own ids, str and bytes alike."""
     from bpe_core.encode import tokenizer as tokenizer_mod
 
     saved = tokenizer_mod._BATCH_THREAD_BYTES
@@ -86,9 +86,16 @@ def test_stage_aware_batches_equal_encode(texts, threads):
         ids, offsets = tok.encode_batch_flat(texts, threads)
         assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == want
         assert [a.tolist() for a in tok._stage.native.encode_many(texts)] == want
+        ids, offsets = tok._stage.native.encode_flat([bytearray(_b(t)) for t in texts] + [memoryview(b"")], False)
+        assert offsets.dtype == np.int64 and len(offsets) == len(texts) + 2 and offsets[-1] == offsets[-2] == len(ids)
+        assert [ids[a:b].tolist() for a, b in zip(offsets[:-2], offsets[1:-1])] == [tok.encode_ordinary(t) for t in texts]
         assert [tok.encode_to_numpy(t).tolist() for t in texts] == want
     finally:
         tokenizer_mod._BATCH_THREAD_BYTES = saved
+
+
+def _b(t):
+    return t.encode("utf-8", "surrogateescape") if isinstance(t, str) else t
 
 
 _STAGE_TOKENIZERS = []
