@@ -201,6 +201,7 @@ cdef class Stage2Scratch:
     cdef vector[token_id_t] pair_res    # result and crossable, of the pair ending at each id
     cdef vector[uint8_t] pair_cross
     cdef vector[int64_t] pair_cand      # the pairs that pass the filter
+    cdef vector[uint64_t] pair_key      # ... and their keys (pack_pair)
 
 
 # Decoding (``TokenTable.decode``) and lists of ids: the bytes of every token back to back (token

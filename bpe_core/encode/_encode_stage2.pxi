@@ -261,6 +261,7 @@ cdef void _look_up_pairs(const XView* v, Stage2Scratch sc, const token_id_t* out
     cdef uint32_t* ranks = sc.pair_rank.data()
     cdef token_id_t* results = sc.pair_res.data()
     cdef int64_t* cand = sc.pair_cand.data()
+    cdef uint64_t* keys = sc.pair_key.data()
     cdef token_id_t res = 0
     if v.all_cross:
         for k in range(lo, hi):
@@ -276,16 +277,15 @@ cdef void _look_up_pairs(const XView* v, Stage2Scratch sc, const token_id_t* out
         cross[k - lo] = 0
         ranks[k - lo] = NO_RANK
         cand[m] = k
+        keys[m] = key
         m += (v.filter[f >> v.fshift] & h) == h
     for t in range(min(m, <Py_ssize_t>PROBE_AHEAD)):
-        k = cand[t]
-        prefetch(&v.slots[(pack_pair(out[k - 1], out[k]) * MUL2) >> v.shift])
+        prefetch(&v.slots[(keys[t] * MUL2) >> v.shift])
     for t in range(m):
         if t + PROBE_AHEAD < m:
-            k = cand[t + PROBE_AHEAD]
-            prefetch(&v.slots[(pack_pair(out[k - 1], out[k]) * MUL2) >> v.shift])
+            prefetch(&v.slots[(keys[t + PROBE_AHEAD] * MUL2) >> v.shift])
         k = cand[t]
-        key = pack_pair(out[k - 1], out[k])
+        key = keys[t]
         slot = (key * MUL2) >> v.shift
         while True:
             if v.slots[slot].key == key:
@@ -357,6 +357,7 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
             sc.pair_res.resize(hi - lo + 1)
             sc.pair_cross.resize(hi - lo + 1)
             sc.pair_cand.resize(hi - lo + 1)
+            sc.pair_key.resize(hi - lo + 1)
         pr_rank = sc.pair_rank.data()
         pr_res = sc.pair_res.data()
         pr_cross = sc.pair_cross.data()
@@ -400,6 +401,30 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
     return 0
 
 
+cdef extern from *:
+    """
+    #if defined(__SSE2__) || defined(_M_X64)
+    #include <emmintrin.h>
+    #endif
+    /* bit i set where p[i] == 0, for i < n (n <= 64): 16 bytes a compare with SSE2 */
+    static inline uint64_t bpe_enc_zero_bytes_mask(const uint8_t* p, Py_ssize_t n) {
+        uint64_t bits = 0;
+        Py_ssize_t i = 0;
+    #if defined(__SSE2__) || defined(_M_X64)
+        const __m128i zero = _mm_setzero_si128();
+        for (; i + 16 <= n; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i*)(p + i));
+            bits |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, zero)) << i;
+        }
+    #endif
+        for (; i < n; i++)
+            bits |= (uint64_t)(p[i] == 0) << i;
+        return bits;
+    }
+    """
+    uint64_t _zero_bytes_mask "bpe_enc_zero_bytes_mask"(const uint8_t* p, Py_ssize_t n) noexcept nogil
+
+
 cdef Py_ssize_t _flush_segments(const XView* v, Stage2Scratch sc, token_id_t* out, Py_ssize_t lo,
                                 Py_ssize_t hi, Py_ssize_t seg, Py_ssize_t w, Py_ssize_t* seg_out) noexcept nogil:
     """Step 3 of ``_stage_span``: merge and write back (at ``out[w:]``) every segment that ends
@@ -414,9 +439,7 @@ cdef Py_ssize_t _flush_segments(const XView* v, Stage2Scratch sc, token_id_t* ou
     cdef token_id_t x0, x1, mask
     while k < hi:
         nb = hi - k if hi - k < 64 else 64
-        bits = 0
-        for i in range(nb):
-            bits |= (<uint64_t>(cross[k - lo + i] ^ 1)) << i
+        bits = _zero_bytes_mask(cross + (k - lo), nb)
         while bits:
             c = k + ctz64(bits)
             bits &= bits - 1
