@@ -280,6 +280,24 @@ cdef extern from *:
     #endif
         return realloc(old, cap);
     }
+    /* size zeroed bytes for a cache's slot table; from 2 MiB up on Linux 2 MiB aligned and advised
+       to use transparent huge pages. Its probes land at random: a 4 MiB table over 4 KiB pages is
+       1,024 pages, which with the text and the ids streaming past overflow the TLB, and under
+       virtualisation a TLB miss walks two page tables. Freed with free. */
+    static void* bpe_enc_calloc_huge(size_t size) {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        const size_t page = (size_t)2 << 20;
+        if (size >= page) {
+            void* p = NULL;
+            if (posix_memalign(&p, page, size) != 0)
+                return NULL;
+            madvise(p, size & ~(page - 1), MADV_HUGEPAGE);
+            memset(p, 0, size);
+            return p;
+        }
+    #endif
+        return calloc(size, 1);
+    }
     #if defined(_MSC_VER)
     #include <xmmintrin.h>
     #define bpe_enc_prefetch(p) _mm_prefetch((const char*)(p), _MM_HINT_T0)
@@ -300,6 +318,7 @@ cdef extern from *:
     void prefetch "bpe_enc_prefetch"(const void* p) noexcept nogil
     int ctz64 "bpe_enc_ctz64"(uint64_t x) noexcept nogil
     void* grow_buffer "bpe_enc_grow_buffer"(void* old, size_t used, size_t cap, int huge) noexcept nogil
+    void* calloc_huge "bpe_enc_calloc_huge"(size_t size) noexcept nogil
 
 
 cdef enum:
@@ -308,9 +327,13 @@ cdef enum:
     LIST_AHEAD = 16            # TokenTable._list prefetches the int of the id this many places on
     HAND_OVER_IDS = 1 << 16    # outputs this long are handed over, not copied (``_take_out``)
     BATCH = 16                 # pretokens hashed and prefetched ahead of their probes
+    LOOKAHEAD = 16             # _emit_pieces hashes and prefetches the piece this many places on
+    RING = 32                  # its ring of hashes (a power of two above LOOKAHEAD)
+    RING_MASK = RING - 1
     ENDS_CAP = 4096            # pretoken ends scanned ahead (32 KiB of int64: stays in L1/L2)
     HOLD_BACK = 2              # pretokens held back at an open end (see _encode_span)
     MIN_SLOTS = 4096
     ARENA_MAX = 16 << 20       # the cache is cleared when its arena would outgrow this
     RESERVE_MAX = 1 << 24      # ids a batch worker reserves at most before its first document
+    TEXT_KEEP = 64 << 20       # an encoder keeps a UTF-8 scratch (encode_all) up to this many bytes
     ARENA_SLACK = 8            # readable bytes past arena_cap (a key tail is compared 8 bytes at once)
