@@ -18,7 +18,8 @@ not installed, or cannot load the vocabulary, are named as skipped; ``pip instal
 installs them (tokendagger builds from source and needs the PCRE2 headers: ``libpcre2-dev``).
 
 Vocabularies: GPT-2 from ``tests/fixtures`` (``gpt2_vocab.json`` + ``gpt2_merges.txt``), and
-cl100k when its ranks can be read offline (``bpe-openai`` ships them; tiktoken itself downloads).
+cl100k when its ranks can be read offline (``bpe-openai`` ships them; tiktoken itself downloads);
+the HF-format peers read a cl100k ``tokenizer.json`` written from those ranks (``cl100k_hf_json``).
 ``--vocab trained:DIR`` is a BPE model folder written by ``tools/train_bpe.py``: ours loads it
 (``Tokenizer.load``), the HF-format peers its ``tokenizer.json`` (exported into a temp folder when
 the folder has none), the tiktoken-format peers our tiktoken export (``bpe_core.export``: ranks = our
@@ -212,12 +213,58 @@ def cl100k_setup(tmp: str) -> tuple[dict, object]:
     enc = tiktoken.Encoding("cl100k_offline", pat_str=CL100K_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
     vocab = {r: b for b, r in ranks.items()}
     vocab.update({i: s.encode() for s, i in specials.items()})      # tiktoken's ids for the specials
-    ours = Tokenizer(vocab, merges_from_ranks(ranks), list(specials), "cl100k")
-    no_json = "no offline tokenizer.json for cl100k"
+    merges = merges_from_ranks(ranks)
+    ours = Tokenizer(vocab, merges, list(specials), "cl100k")
     setup = {"ours": _ours_args(ours, tmp, "cl100k"), "ranks": dump_ranks(ranks, os.path.join(tmp, "cl100k.tiktoken")),
-             "pat_str": CL100K_PATTERN, "specials": specials, "hf_json": None,
-             "skip": {name: no_json for name in ("tokenizers", "fastokens", "snaptokens", "tokie", "tuetoken", "kitoken")}}
+             "pat_str": CL100K_PATTERN, "specials": specials, "hf_json": None, "skip": {}}
+    try:
+        setup["hf_json"] = cl100k_hf_json(ranks, merges, specials, os.path.join(tmp, "cl100k_tokenizer.json"))
+    except Exception as exc:         # (no tokenizers, or it cannot read the pattern): the HF peers are skipped
+        why = f"no cl100k tokenizer.json: {str(exc)[:100]}"
+        setup["skip"] = {name: why for name in ("tokenizers", "fastokens", "snaptokens", "tokie", "tuetoken", "kitoken")}
     return setup, enc
+
+
+def cl100k_hf_json(ranks: dict[bytes, int], merges, specials: dict[str, int], path: str) -> str:
+    """A ``tokenizer.json`` of cl100k for the HF-format peers, written offline: byte-level BPE over
+    tiktoken's ranks (ids = ranks) and ``merges_from_ranks``, the split regex of
+    ``formats.patterns_compat.to_oniguruma`` (cl100k's possessive ``{1,3}+`` and ``$`` read as
+    tiktoken reads them), the special tokens at tiktoken's ids. Each peer's ids are still checked
+    against tiktoken's on every document."""
+    from tokenizers import Regex, Tokenizer as HF, decoders, models, pre_tokenizers
+
+    from bpe_core.formats.patterns_compat import to_oniguruma
+
+    def name(token: bytes) -> str:
+        return "".join(BYTE_CHARS[b] for b in token)
+
+    hf = HF(models.BPE({name(t): r for t, r in ranks.items()}, [(name(a), name(b)) for a, b in merges]))
+    hf.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(to_oniguruma(CL100K_PATTERN)), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    hf.decoder = decoders.ByteLevel()
+    doc = json.loads(hf.to_str())
+    doc["added_tokens"] = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+                            "normalized": False, "special": True} for s, i in sorted(specials.items(), key=lambda kv: kv[1])]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+    return path
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's printable stand-in character of each byte (the byte-level alphabet of tokenizer.json)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+BYTE_CHARS = _byte_chars()
 
 
 def _ours_args(tok: Tokenizer, tmp: str, name: str) -> dict:
