@@ -196,6 +196,8 @@ def gpt2_setup(tmp: str) -> tuple[dict, object]:
     return setup, enc
 
 
+#: cl100k's split regex as the HF hub's cl100k ``tokenizer.json`` files spell it (no possessives)
+CL100K_HF_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 
 
@@ -227,20 +229,18 @@ def cl100k_setup(tmp: str) -> tuple[dict, object]:
 
 def cl100k_hf_json(ranks: dict[bytes, int], merges, specials: dict[str, int], path: str) -> str:
     """A ``tokenizer.json`` of cl100k for the HF-format peers, written offline: byte-level BPE over
-    tiktoken's ranks (ids = ranks) and ``merges_from_ranks``, the split regex of
-    ``formats.patterns_compat.to_oniguruma`` (cl100k's possessive ``{1,3}+`` and ``$`` read as
-    tiktoken reads them), the special tokens at tiktoken's ids. Each peer's ids are still checked
+    tiktoken's ranks (ids = ranks) and ``merges_from_ranks``, the split regex cl100k's
+    ``tokenizer.json`` on the HF hub carries (``CL100K_HF_PATTERN``: the one fastokens recognises
+    and scans natively), the special tokens at tiktoken's ids. Each peer's ids are still checked
     against tiktoken's on every document."""
     from tokenizers import Regex, Tokenizer as HF, decoders, models, pre_tokenizers
-
-    from bpe_core.formats.patterns_compat import to_oniguruma
 
     def name(token: bytes) -> str:
         return "".join(BYTE_CHARS[b] for b in token)
 
     hf = HF(models.BPE({name(t): r for t, r in ranks.items()}, [(name(a), name(b)) for a, b in merges]))
     hf.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(to_oniguruma(CL100K_PATTERN)), behavior="isolated"),
+        pre_tokenizers.Split(Regex(CL100K_HF_PATTERN), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     hf.decoder = decoders.ByteLevel()
     doc = json.loads(hf.to_str())
@@ -291,6 +291,7 @@ def trained_setup(folder: str, tmp: str) -> tuple[dict, "ReferenceIds"]:
     hf_json = os.path.join(folder, "tokenizer.json")
     if not os.path.exists(hf_json):
         hf_json = export(model, "hf", os.path.join(tmp, "trained_tokenizer.json"))[0]
+    hf_json = byte_level_form(hf_json, model.pattern, os.path.join(tmp, "trained_tokenizer_bytelevel.json"))
     ranks = pat_str = specials = None
     try:
         ranks, sidecar = export(model, "tiktoken", os.path.join(tmp, "trained.tiktoken"))
@@ -303,6 +304,21 @@ def trained_setup(folder: str, tmp: str) -> tuple[dict, "ReferenceIds"]:
     setup = {"ours": {"folder": os.path.abspath(folder)}, "ranks": ranks, "pat_str": pat_str, "specials": specials,
              "hf_json": hf_json, "skip": skip}
     return setup, ReferenceIds(model)
+
+
+def byte_level_form(hf_json: str, pattern: str | None, path: str) -> str:
+    """For a GPT-2-pattern model: a copy of its ``tokenizer.json`` whose pre-tokenizer is the
+    ``ByteLevel`` one with its own regex (GPT-2's, the form HF's trainers write and fastokens scans
+    natively) instead of our export's ``Split`` + ``ByteLevel``; the same pretokens. Any other
+    pattern: ``hf_json`` itself."""
+    if pattern not in (None, "gpt2", GPT2_PATTERN):
+        return hf_json
+    with open(hf_json, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+    return path
 
 
 class ReferenceIds:
