@@ -349,8 +349,8 @@ cdef class Encoder:
                           const uint8_t* limit, int64_t* starts) except -1 nogil:
         """Append the ids of the pretokens ``s[a:ends[0]]``, ``s[ends[0]:ends[1]]``, ... to ``out``.
 
-        ``limit`` is the end of the readable buffer (8-byte loads never cross it). Each batch of
-        ``BATCH`` pretokens is hashed and its slots prefetched before the first probe. A piece is
+        ``limit`` is the end of the readable buffer (8-byte loads never cross it). The piece
+        ``LOOKAHEAD`` places on is hashed and its slot prefetched while this one is probed. A piece is
         looked up in ``shared`` (during a batch job) and in this encoder's cache, then
         (``_cache_miss``) in ``singles``; only a piece found nowhere is merged. ``starts``
         (NULL, or room for ``count``): where each pretoken's ids start in ``out``.

@@ -73,8 +73,8 @@ cdef extern from *:
 
 cdef extern from *:
     """
-    /* The UTF-8 of a str's code points (PEP 393 kind 1, 2 or 4), sixteen (SSE2: kinds 1 and 2) or
-       eight / four / two code points at a time while they are ASCII, in one pass into a bytes object of the worst-case size (the
+    /* The UTF-8 of a str's code points (PEP 393 kind 1, 2 or 4), sixteen (SSE2) or eight / four /
+       two code points at a time while they are ASCII, in one pass into a bytes object of the worst-case size (the
        pages past what is written are never touched), shrunk at the end (in place: mremap for a
        large one). CPython's own encoder takes one code point at a time: on 5 MB of English held-out
        text (a UCS-2 str) it took about a fifth of ``encode_to_numpy``'s time. (Two passes, the
@@ -171,6 +171,24 @@ cdef extern from *:
                 BPE_UTF8_SLOW(s[i]);
         } else {
             const uint32_t* s = (const uint32_t*)data;
+    #if defined(BPE_UTF8_SSE2)
+            /* 16 code points a step while they are ASCII: four loads, a test, two packs, one store */
+            const __m128i high = _mm_set1_epi32((int)0xFFFFFF80u);
+            for (; i + 16 <= n; i += 16) {
+                __m128i a = _mm_loadu_si128((const __m128i*)(s + i));
+                __m128i b = _mm_loadu_si128((const __m128i*)(s + i + 4));
+                __m128i c = _mm_loadu_si128((const __m128i*)(s + i + 8));
+                __m128i d = _mm_loadu_si128((const __m128i*)(s + i + 12));
+                __m128i t = _mm_and_si128(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d)), high);
+                if (_mm_movemask_epi8(_mm_cmpeq_epi32(t, _mm_setzero_si128())) == 0xFFFF) {
+                    _mm_storeu_si128((__m128i*)o, _mm_packus_epi16(_mm_packs_epi32(a, b), _mm_packs_epi32(c, d)));
+                    o += 16;
+                } else {
+                    for (j = 0; j < 16; j++)
+                        BPE_UTF8_SLOW(s[i + j]);
+                }
+            }
+    #endif
             for (; i + 2 <= n; i += 2) {
                 memcpy(&w, s + i, 8);
                 if (!(w & 0xFFFFFF80FFFFFF80ULL)) {
@@ -359,7 +377,6 @@ cdef enum:
     INLINE_IDS = 4             # ids held in the cache slot itself
     LIST_AHEAD = 16            # TokenTable._list prefetches the int of the id this many places on
     HAND_OVER_IDS = 1 << 16    # outputs this long are handed over, not copied (``_take_out``)
-    BATCH = 16                 # pretokens hashed and prefetched ahead of their probes
     LOOKAHEAD = 16             # _emit_pieces hashes and prefetches the piece this many places on
     RING = 32                  # its ring of hashes (a power of two above LOOKAHEAD)
     RING_MASK = RING - 1
