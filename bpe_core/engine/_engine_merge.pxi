@@ -163,6 +163,7 @@ cdef class MergeEngine:
         cdef const token_id_t[::1] sym32
         cdef token_id_t[::1] given
         cdef WordRec* recs
+        cdef uint8_t spare_it
         # symbols in an array.array (a small run's table): the engine's own arrays are array.array
         # too, and numpy is never imported
         self.plain = isinstance(symbols, _array.array)
@@ -195,7 +196,8 @@ cdef class MergeEngine:
             self._add_token(tok)
         if prune_spare is not None and prune_below > 0:
             for tok in tokens:
-                self.spare.push_back(1 if prune_spare(tok) else 0)
+                spare_it = 1 if prune_spare(tok) else 0     # (a plain local: see ``_step_ids``)
+                self.spare.push_back(spare_it)
         if tie_break not in ("bytes", "hf"):
             raise ValueError(f"unknown tie_break {tie_break!r} (bytes, hf)")
         self.tie_hf = tie_break == "hf"
@@ -1402,6 +1404,7 @@ cdef class MergeEngine:
         cdef pair_id_t pid
         cdef token_id_t a, b, new_tok
         cdef int8_t verdict
+        cdef uint8_t spare_it
         cdef bint fresh
         if self.oom:
             raise MemoryError("the merge engine ran out of memory earlier")
@@ -1437,8 +1440,12 @@ cdef class MergeEngine:
         if fresh:
             new_tok = self._add_token(merged)
             if self.spare_fn is not None:
+                # (a plain local, as ``verdict`` above: a conditional expression assigned to a
+                # vector element wrote the byte through a pointer to a dead temporary, so a new
+                # token was spared or not at random; valgrind: uninitialised values in ``_spared``)
+                spare_it = 1 if self.spare_fn(merged) else 0
                 self.spare.resize(new_tok + 1, 0)
-                self.spare[new_tok] = 1 if self.spare_fn(merged) else 0
+                self.spare[new_tok] = spare_it
         else:
             new_tok = existing           # canonical: same bytes, same symbol
         self.n_steps += 1
