@@ -326,14 +326,13 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
             data, starts = merger.merge_many(data, starts)
         t2 = time.perf_counter()
         phase("stage-2 build")
-        # with bounded (distinct) no merge rebuilds a token's bytes, so a new pair never counts more
-        # than when its merge made it: one below the cut is forgotten (a small pair map). With
-        # rebuilds nothing is forgotten: sparing the pairs of rebuilt tokens (prune_spare) read pair
-        # keys the engine had not written (valgrind), and gave other merges in ~5% of processes
-        # (tests/methods/test_supratok_pieces.py); SupraTok's pass 2 pruned few pairs anyway.
+        # with bounded no pair a merge makes counts more later than when its merge made it, unless a
+        # merge rebuilds one of its tokens (rebuilds): one below the cut is forgotten (a small pair
+        # map), except the pairs of spared tokens (prune_spare: a rebuild of a token not spared from
+        # the start of the run starts it again, sparing it)
         # the pieces' symbols become the engine's cells (donate: no copy, 4 bytes a symbol less)
         engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
-                             map_threshold=map_threshold, prune_below=cut if bounded and edges is None else 0, threads=threads,
+                             map_threshold=map_threshold, prune_below=cut if bounded else 0, threads=threads,
                              donate=True, prune_spare=spare if edges is not None else None)
         engine.par_min_sites = STAGE2_PAR_MIN_SITES
         del data, starts
@@ -351,7 +350,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                     break
                 left, right = engine.stopped_before
                 merged = engine.token_bytes(left) + engine.token_bytes(right)
-                was_spared = True       # (with rebuilds no pair is pruned: see below)
+                was_spared = spare(merged)
                 spared.add(merged)
                 if not edges.rebuild(left, right, engine.tokens().index(merged)) or not was_spared:
                     # a boundary it needs was cut, or pairs of the token were pruned: the pieces
