@@ -340,10 +340,10 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         phase("merge loop")
         again = False
         if edges is None or cut <= 1:
-            steps += engine.run(n_merges - len(steps), allowed=allowed, min_count=cut)
+            steps += _run_legs(engine, n_merges - len(steps), allowed, cut, threads)
         else:
             while len(steps) < n_merges:
-                done = engine.run(n_merges - len(steps), allowed=allowed, min_count=cut, stop_before_existing=True)
+                done = _run_legs(engine, n_merges - len(steps), allowed, cut, threads, stop_before_existing=True)
                 edges.follow(done)
                 steps += done
                 if engine.stopped_before is None:
@@ -377,6 +377,24 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     info = {"cuts": tried, "restarts": len(tried) - 1}
     return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
                         {k: round(v, 3) for k, v in seconds.items()})
+
+
+def _run_legs(engine: MergeEngine, n: int, allowed, cut: int, threads: int, stop_before_existing: bool = False):
+    """``engine.run(n, allowed, min_count=cut)`` in two legs, the same merges: with ``threads`` 2,
+    the merges of pairs that count ``STAGE2_PAR_MIN_SITES`` or more run with the second thread (a
+    pair counts at least as many sites as it has in pieces of weight 1 or more; only such merges
+    run on two threads), the rest on one thread (``run(one_thread=)``: an idle second thread spins,
+    yields and naps between merges). ``run`` stops before the first pair that counts less than its
+    ``min_count`` with the state as it was (``allowed`` is not asked of it), so the second leg goes
+    on as one run would. A stop before a rebuilding merge (``stop_before_existing``) ends the legs."""
+    done = []
+    par = STAGE2_PAR_MIN_SITES
+    if threads >= 2 and cut < par:
+        done = engine.run(n, allowed=allowed, min_count=par, stop_before_existing=stop_before_existing)
+        if engine.stopped_before is not None or len(done) >= n:
+            return done
+    return done + engine.run(n - len(done), allowed=allowed, min_count=cut, stop_before_existing=stop_before_existing,
+                             one_thread=threads >= 2 and cut < par)
 
 
 class _Edges:
