@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 from .hf import HF_TOKENIZER_FILE, hf_file_makers
 from .model import REPORT_FILE, Model, dump_folder
 from .remote import remote_file_makers
-from .texts import FolderTexts
+from .texts import FolderTexts, join_pieces
 
 __all__ = ["save_folder"]
 
@@ -85,7 +85,7 @@ def _hf_files(model: Model, texts: FolderTexts, hf_check) -> "tuple[dict[str, An
 
     names = ", ".join(makers)
     try:
-        text = "".join(makers[HF_TOKENIZER_FILE]())
+        text = join_pieces(makers[HF_TOKENIZER_FILE]())
     except PatternNotPortable as exc:
         return {}, {"written": False, "files": [], "why": f"{names} left out: {exc}"}
     write, facts = hf_check(model, text)
