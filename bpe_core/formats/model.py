@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import ModelFormatError
 from ..pretok.patterns import pattern_name, resolve_pattern
@@ -187,7 +187,8 @@ def _json_compact(doc: Any) -> str:
 
 def dump_folder(model: Model, folder: str | os.PathLike,
                 extra: dict[str, Any] | None = None,
-                names: dict[bytes, str] | None = None, *, texts: FolderTexts | None = None) -> list[bytes]:
+                names: dict[bytes, str] | None = None, *, texts: FolderTexts | None = None,
+                early: Callable[[str], Callable[[], dict[str, Any]]] | None = None) -> list[bytes]:
     """Publish a model folder as one unit: ``vocab.json``, ``merges.txt``, ``model.json`` (holding
     their sha256) and the ``extra`` files (name -> text or bytes, e.g. ``train_report.json``, a list
     of them written one after another, or a function that returns one: called when that file is
@@ -200,15 +201,19 @@ def dump_folder(model: Model, folder: str | os.PathLike,
 
     Returns the token bytes ``vocab.json`` left out (see :func:`dump_gpt2`). ``texts``: the model's
     ``formats.texts.FolderTexts`` when the caller has it (``names`` is no longer needed: the GPT-2
-    strings are made once there).
+    strings are made once there). ``early(tmp)``: called with the private folder before the model
+    files are written (it may write files there and start work on them); what it returns is called
+    after them and gives more extra files, written before ``extra``'s.
     """
     if texts is None:
         texts = FolderTexts(model.vocab, model.merges)
     with publish_folder(folder, owned=FOLDER_FILES, last=MODEL_FILE) as tmp:
         # plain writes: the folder is private until publish_folder fsyncs it and swaps it in
+        later = early(tmp) if early is not None else None
         dropped, sums = _write_gpt2(texts, tmp, VOCAB_FILE, MERGES_FILE, durable=False)
         dump_model(model, os.path.join(tmp, MODEL_FILE), files=sums, texts=texts, durable=False)
-        for name, data in (extra or {}).items():
+        files = {**(later() if later is not None else {}), **(extra or {})}
+        for name, data in files.items():
             if os.path.basename(name) != name or name in (MODEL_FILE, VOCAB_FILE, MERGES_FILE):
                 raise ValueError(f"{name!r}: not a name for an extra file of a model folder")
             if callable(data):          # made now: one long text at a time, not all of them at once

@@ -273,7 +273,7 @@ def test_the_pieces_of_long_tokens_are_the_plain_texts(tokens, long_bytes, piece
 
 
 @pytest.mark.parametrize("byte", [b"a", b'"', b"\\", b"\0"])
-def test_the_folder_of_one_repeated_byte_is_the_same(tmp_path_factory, byte):
+def test_the_folder_of_one_repeated_byte_is_the_same(tmp_path_factory, monkeypatch, byte):
     """What one repeated byte trains (tokens doubling to 256 KiB, then joined): long tokens at the
     default threshold, with the JSON escapes."""
     vocab = {i: bytes([i]) for i in range(256)}
@@ -287,4 +287,9 @@ def test_the_folder_of_one_repeated_byte_is_the_same(tmp_path_factory, byte):
     vocab[len(vocab)] = token + byte * 3
     model = Model(vocab=vocab, merges=merges, special_tokens=["<|endoftext|>"], pattern="gpt2")
     assert sum(map(len, vocab.values())) >= texts_module.LONG_TOKEN_BYTES * len(vocab)
+    import bpe_core.formats.exactness as exactness
+
+    monkeypatch.setattr(texts_module, "PIECE_BYTES", 100_000)                # (slices of tokens up to 256 KiB)
+    if byte == b"a":                  # (its tokenizer.json loaded by the check's child process: a large file's path)
+        monkeypatch.setattr(exactness, "SEPARATE_CHECK_BYTES", 0)
     check_folder(tmp_path_factory, model, block=4096)
