@@ -277,13 +277,14 @@ _CHILD = """if True:
 
 
 def start_tokenizer_file_check(encode: Encode, path: str, docs: Sequence[bytes], on: str,
-                               what: str = "tokenizer.json", separate: Optional[bool] = None
-                               ) -> Callable[[], Exactness]:
+                               what: str = "tokenizer.json", separate: Optional[bool] = None,
+                               mine: Optional[list[list[int]]] = None) -> Callable[[], Exactness]:
     """Begin :func:`check_tokenizer_file`; returns the function that waits for its result (raises
     what loading raised: ``ImportError`` when HF ``tokenizers`` is not installed, any other error when
     it cannot load the file). ``separate``: load it in a child process (default: for a file of
     :data:`SEPARATE_CHECK_BYTES` or more), so that the caller writes its other files meanwhile. The
-    child loads the same file with the same library; the ids are compared here, with bpe_core's."""
+    child loads the same file with the same library; the ids are compared here, with bpe_core's
+    (``mine``: bpe_core's ids of ``docs``, when the caller made them already)."""
     t0 = time.perf_counter()
     if separate is None:
         separate = os.path.getsize(path) >= SEPARATE_CHECK_BYTES
@@ -293,7 +294,8 @@ def start_tokenizer_file_check(encode: Encode, path: str, docs: Sequence[bytes],
 
         tok = tokenizers.Tokenizer.from_file(path)
         theirs = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
-        result = _compare_ids(what, on, encode, docs, texts, theirs, f"tokenizers {tokenizers.__version__}", t0)
+        result = _compare_ids(what, on, encode, docs, texts, theirs, f"tokenizers {tokenizers.__version__}", t0,
+                              mine)
         return lambda: result
     import pickle
     import subprocess
@@ -309,7 +311,7 @@ def start_tokenizer_file_check(encode: Encode, path: str, docs: Sequence[bytes],
 
     def wait() -> Exactness:
         try:
-            mine = [list(encode(t.encode("utf-8"))) for t in texts]      # (while the child loads)
+            own = mine if mine is not None else [list(encode(t.encode("utf-8"))) for t in texts]  # (while it loads)
             feeder.join()
         finally:
             if proc.poll() is None:         # (an error or a signal here: the child goes too)
@@ -323,7 +325,7 @@ def start_tokenizer_file_check(encode: Encode, path: str, docs: Sequence[bytes],
             raise ImportError(value)
         if kind != "ids":
             raise RuntimeError(value if name != "exit" else f"the check's process exited {value}")
-        return _compare_ids(what, on, encode, docs, texts, value, f"tokenizers {name}", t0, mine)
+        return _compare_ids(what, on, encode, docs, texts, value, f"tokenizers {name}", t0, own)
 
     def cancel() -> None:
         if proc.poll() is None:
@@ -454,17 +456,26 @@ class FolderCheck:
     """:func:`hf_folder_check`'s check: ``check(model, path) -> (write, facts)``, where ``path`` is the
     written ``tokenizer.json`` (loaded with ``tokenizers.Tokenizer.from_file``, as a user loads it);
     ``check.start(model, path)`` begins it and returns the function that waits for ``(write, facts)``
-    (a large file is loaded in a child process meanwhile: :func:`start_tokenizer_file_check`)."""
+    (a large file is loaded in a child process meanwhile: :func:`start_tokenizer_file_check`).
+
+    bpe_core's ids of the documents are made here, once, and the encoder is not kept: the folder is
+    written without it in memory (a vocabulary of long tokens: its token table is another copy of
+    every token's bytes)."""
 
     def __init__(self, encode: Encode, docs: Sequence[bytes], on: str, allow_inexact: bool = False):
-        self.encode, self.docs, self.on, self.allow_inexact = encode, docs, on, allow_inexact
+        self.docs, self.on, self.allow_inexact = docs, on, allow_inexact
+        self.mine = [list(encode(t.encode("utf-8"))) for t in _texts(docs)]
+        self.encode = self._encoded
+
+    def _encoded(self, data: bytes) -> list[int]:
+        raise AssertionError("FolderCheck compares the ids it made at its start")   # (mine is always given)
 
     def __call__(self, model: Model, path: str) -> tuple[bool, dict]:
         return self.start(model, path)()
 
     def start(self, model: Model, path: str) -> Callable[[], tuple[bool, dict]]:
         try:
-            wait = start_tokenizer_file_check(self.encode, path, self.docs, self.on)
+            wait = start_tokenizer_file_check(self.encode, path, self.docs, self.on, mine=self.mine)
         except Exception as exc:  # noqa: BLE001  (failed at once: the same facts, later)
             failed = exc
             return lambda: self._facts(None, failed)
