@@ -60,6 +60,27 @@ def test_one_repeated_byte_builds_tokens_as_long_as_the_run(byte):
     assert capped == slow_capped and max(len(a + b) for a, b in capped[1]) <= 1000
 
 
+@pytest.mark.parametrize("byte", [b"a", b"\0"])
+def test_a_megabyte_of_one_byte_trains_the_reference_merges_and_a_folder_hf_reads(tmp_path, byte):
+    """1 MB of one byte through the tool at the default budget (tokens up to 1 MB long: the folder's
+    long-token writers, the HF check): the reference trainer's merges, and HF ``tokenizers`` reads
+    the published ``tokenizer.json`` with bpe_core's ids."""
+    tokenizers = pytest.importorskip("tokenizers")
+    data = byte * 1_000_000
+    corpus = tmp_path / "one.txt"
+    corpus.write_bytes(data)
+    r = tool(TRAIN, corpus, "--vocab-size", "1000", "--out", tmp_path / "tok", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    model = bpe_core.load(tmp_path / "tok")
+    _, merges = reference.train_bpe_from_bytes(data, 1000, [])
+    assert model.merges == merges and len(merges) == 25 and max(len(a + b) for a, b in merges) == len(data)
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json"))
+    ours = bpe_core.Tokenizer.load(tmp_path / "tok")
+    for text in (data[:30_000], data[:12_345] + b" x"):
+        assert hf.encode(text.decode("latin-1" if byte == b"\0" else "ascii"), add_special_tokens=False).ids == \
+            ours.encode(text)
+
+
 def test_the_guard_stops_when_tokens_outgrow_the_budget():
     guard = TokenBytesGuard(None, memory_limit=100 << 20, merge_bytes=50 << 20, parent_overhead=20 << 20,
                             longest_pretoken=10_000_000)
