@@ -263,7 +263,7 @@ SEPARATE_CHECK_BYTES = 64 << 20
 #: The child: load the file with HF ``tokenizers`` (nothing of bpe_core), encode the texts, give the ids.
 _CHILD = """if True:
     import pickle, sys
-    path, texts = pickle.load(sys.stdin.buffer)
+    sys.path[:], path, texts = pickle.load(sys.stdin.buffer)      # (this process's modules: the same tokenizers)
     try:
         import tokenizers
         tok = tokenizers.Tokenizer.from_file(path)
@@ -305,7 +305,7 @@ def start_tokenizer_file_check(encode: Encode, path: str, docs: Sequence[bytes],
     proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     got: list = []
-    feeder = threading.Thread(target=lambda: got.append(proc.communicate(pickle.dumps((path, texts)))[0]),
+    feeder = threading.Thread(target=lambda: got.append(proc.communicate(pickle.dumps((sys.path, path, texts)))[0]),
                               daemon=True)
     feeder.start()
 

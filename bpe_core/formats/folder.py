@@ -19,7 +19,7 @@ import os
 from typing import Any, Callable, Optional
 
 from .hf import HF_TOKENIZER_FILE, hf_file_makers
-from .model import REPORT_FILE, Model, _write_pieces, dump_folder
+from .model import REPORT_FILE, Model, dump_folder, write_pieces
 from .remote import remote_file_makers
 from .texts import FolderTexts
 
@@ -88,7 +88,7 @@ def _hf_files(model: Model, texts: FolderTexts, hf_check, tmp: str, hf: dict[str
     names = ", ".join(makers)
     path = os.path.join(tmp, HF_TOKENIZER_FILE)
     try:
-        _write_pieces(path, makers[HF_TOKENIZER_FILE](), durable=False)
+        write_pieces(path, makers[HF_TOKENIZER_FILE](), durable=False)
     except PatternNotPortable as exc:
         if os.path.exists(path):
             os.remove(path)

@@ -157,12 +157,12 @@ def dump_model(model: Model, path: str | os.PathLike, files: dict[str, str] | No
     # encoder (json.dumps) around the two long lists, which are hex strings (nothing to escape)
     # joined directly: the same bytes, without a list object per merge (less time, a lower peak).
     # (the long lists in pieces: formats.texts)
-    _write_pieces(path, itertools.chain((_json_compact(head)[:-1], ',"vocab":'), token_hex_pieces(tokens),
+    write_pieces(path, itertools.chain((_json_compact(head)[:-1], ',"vocab":'), token_hex_pieces(tokens),
                                         (',"merges":',), merges_hex_pieces(model.merges),
                                         (",", _json_compact(tail)[1:], "\n")), durable)
 
 
-def _write_pieces(path: str | os.PathLike, pieces, durable: bool = True, digest: bool = False,
+def write_pieces(path: str | os.PathLike, pieces, durable: bool = True, digest: bool = False,
                   big: bool = False) -> str | None:
     """Write ``pieces`` (str, as UTF-8, or bytes) one after another into ``path``: through
     :func:`~bpe_core.runtime.atomic.atomic_write` when ``durable``, else a plain write. Returns the
@@ -219,7 +219,7 @@ def dump_folder(model: Model, folder: str | os.PathLike,
             if callable(data):          # made now: one long text at a time, not all of them at once
                 data = data()
             # text, bytes, or pieces of them written in order
-            _write_pieces(os.path.join(tmp, name), [data] if isinstance(data, (str, bytes)) else data, durable=False)
+            write_pieces(os.path.join(tmp, name), [data] if isinstance(data, (str, bytes)) else data, durable=False)
             del data
     return dropped
 
@@ -494,9 +494,9 @@ def _write_gpt2(texts: FolderTexts, folder: str, vocab_name: str, merges_name: s
     """Write ``vocab.json`` and ``merges.txt`` from ``texts``; the bytes left out and each file's sha256."""
     pieces, dropped = texts.vocab_json()
     big = texts.n_bytes >= BIG_DIGEST_BYTES           # (each file holds every token's bytes, or nearly)
-    sums = {vocab_name: _write_pieces(os.path.join(folder, vocab_name), itertools.chain(pieces, ("\n",)), durable,
+    sums = {vocab_name: write_pieces(os.path.join(folder, vocab_name), itertools.chain(pieces, ("\n",)), durable,
                                       digest=True, big=big)}
-    sums[merges_name] = _write_pieces(os.path.join(folder, merges_name), texts.merges_txt(), durable,
+    sums[merges_name] = write_pieces(os.path.join(folder, merges_name), texts.merges_txt(), durable,
                                       digest=True, big=big)
     return dropped, sums
 

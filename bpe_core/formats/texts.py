@@ -13,7 +13,7 @@ by four ``str.replace`` calls (a GPT-2 string holds neither a space nor a newlin
 and ``\\`` need a JSON escape: every other character of the alphabet is printable).
 
 The long lists come as pieces of :data:`BLOCK` entries that a writer writes one after another
-(``formats.model._write_pieces``): the whole text of a file is never held at once, nor a string per
+(``formats.model.write_pieces``): the whole text of a file is never held at once, nor a string per
 entry of the whole list (a lower peak than one ``json.dumps``). A block of long tokens
 (:data:`LONG_TOKEN_BYTES` or more on average: what a corpus of one repeated byte builds) is written
 token by token, and each token in slices of :data:`PIECE_BYTES` of its bytes (hex made by
