@@ -262,12 +262,14 @@ SEPARATE_CHECK_BYTES = 64 << 20
 
 #: The child: load the file with HF ``tokenizers`` (nothing of bpe_core), encode the texts, give the ids.
 _CHILD = """if True:
-    import pickle, sys
+    import pickle, sys, time
     sys.path[:], path, texts = pickle.load(sys.stdin.buffer)      # (this process's modules: the same tokenizers)
     try:
+        t0 = time.perf_counter()
         import tokenizers
         tok = tokenizers.Tokenizer.from_file(path)
-        out = ("ids", tokenizers.__version__, [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)])
+        ids = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+        out = ("ids", (tokenizers.__version__, time.perf_counter() - t0), ids)
     except ImportError as exc:
         out = ("import", type(exc).__name__, str(exc))
     except BaseException as exc:
@@ -325,7 +327,9 @@ def start_tokenizer_file_check(encode: Encode, path: str, docs: Sequence[bytes],
             raise ImportError(value)
         if kind != "ids":
             raise RuntimeError(value if name != "exit" else f"the check's process exited {value}")
-        return _compare_ids(what, on, encode, docs, texts, value, f"tokenizers {name}", t0, own)
+        version, seconds = name           # (the check's cost: the child's load and encoding, not the wait)
+        return _compare_ids(what, on, encode, docs, texts, value, f"tokenizers {version}", time.perf_counter() - seconds,
+                            own)
 
     def cancel() -> None:
         if proc.poll() is None:
