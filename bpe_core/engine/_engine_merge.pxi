@@ -1314,7 +1314,15 @@ cdef class MergeEngine:
                 positions.push_back(self.base[q])
             for q in range(n_added):
                 positions.push_back(added[q])
-            sort(positions.begin(), positions.end())
+            # The initial list is in position order, and the added one mostly is (its sites come
+            # in position order from each share): merged in O(n) then; sorted only when it is not.
+            # (One repeated byte: 50 M positions, sorted already, took 12% of the run in sort.)
+            if not is_sorted(positions.begin() + (s1 - s0), positions.end()):
+                sort(positions.begin() + (s1 - s0), positions.end())
+            if not is_sorted(positions.begin(), positions.begin() + (s1 - s0)):
+                sort(positions.begin(), positions.end())
+            elif not is_sorted(positions.begin(), positions.end()):
+                inplace_merge(positions.begin(), positions.begin() + (s1 - s0), positions.end())
             m = positions.size()
             if par:
                 lo = 0
