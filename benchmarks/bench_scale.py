@@ -107,7 +107,11 @@ def fmt_mib(n) -> str:
 
 def table(gb, res: dict, cap: int | None, wc_cpu: float | None = None) -> str:
     r = res["report"]
-    cpu = r.get("cpu_seconds", {})
+    cpu = dict(r.get("cpu_seconds", {}))
+    folds = r.get("fold_cpu_seconds", 0.0)     # folds while counting: merge counts' work, not the scan's
+    if cpu and folds:
+        cpu["pretokenize"] = cpu.get("pretokenize", 0.0) - folds
+        cpu["merge counts"] = cpu.get("merge counts", 0.0) + folds
     mem = r["memory"]
     plan, mplan = r["plan"], r.get("merge_plan", {})
     pred_s = mplan.get("phase_seconds") or plan.get("phase_seconds", {})
