@@ -69,10 +69,15 @@ def child_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+MAJOR_FAULTS = [0]     # major page faults (pages read from disk) of the last timed command's tree
+
+
 def timed(cmd: list[str], env: dict | None = None) -> tuple[int, float, str, float]:
     """Exit status, wall seconds, stderr and CPU seconds (user + system of the command's tree)."""
     t0, c0 = time.perf_counter(), child_cpu()
+    f0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_majflt
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    MAJOR_FAULTS[0] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_majflt - f0
     return proc.returncode, time.perf_counter() - t0, proc.stderr, child_cpu() - c0
 
 
@@ -95,7 +100,7 @@ def train(corpus: str, out: str, vocab: int, limit: str | None, cap: int | None,
         cmd += ["--memory-limit", limit]
     env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout))
     rc, wall, err, cpu = timed(cgroup(cap, cmd), env)
-    res = {"rc": rc, "wall": wall, "cpu": cpu, "stderr": err.strip().splitlines()[-3:]}
+    res = {"rc": rc, "wall": wall, "cpu": cpu, "major_faults": MAJOR_FAULTS[0], "stderr": err.strip().splitlines()[-3:]}
     if rc == 0:
         res["report"] = json.load(open(os.path.join(out, "train_report.json")))
     return res
@@ -136,7 +141,8 @@ def table(gb, res: dict, cap: int | None, wc_cpu: float | None = None) -> str:
                  f"{fmt_mib(mem['peak_anon_bytes'])} | {fmt_mib(mem['peak_file_bytes'])} | | |")
     cg = [ln for ln in res["stderr"] if ln.startswith("cgroup peak")]
     if cap is not None:
-        lines.append(f"\ncgroup cap {cap / MiB:,.0f} MiB: {cg[0] if cg else 'no cgroup line'}")
+        lines.append(f"\ncgroup cap {cap / MiB:,.0f} MiB: {cg[0] if cg else 'no cgroup line'}; "
+                     f"{res.get('major_faults', 0):,} major page faults (pages read back from disk)")
     eng = r["engine"]["memory"]
     n_sym = max(1, mplan.get("symbols", 1))
     lines.append(f"engine: {eng['anon'] / n_sym:.2f} B anon per symbol ({eng['anon'] / max(1, r['unique_pretokens']):.0f} "

@@ -145,7 +145,9 @@ class ReadBuffers:
     (True, True)
     """
 
-    #: a new buffer is rounded up to this many bytes (chunks cut at pretoken boundaries differ a little)
+    #: a new buffer has room for this share more than its chunk, rounded up to ``GRAIN`` bytes: chunks
+    #: cut at pretoken boundaries differ a little in size, and a page never written is no memory
+    SLACK = 1 / 16
     GRAIN = 1 << 20
 
     def __init__(self):
@@ -162,7 +164,8 @@ class ReadBuffers:
                 buf = self._free.pop()
                 if len(buf) >= n:
                     return buf
-        return np.empty(-(-max(n, 1) // self.GRAIN) * self.GRAIN, dtype=np.uint8)
+        want = max(n, 1) + int(n * self.SLACK)
+        return np.empty(-(-want // self.GRAIN) * self.GRAIN, dtype=np.uint8)
 
     def give(self, buf) -> None:
         with self._lock:

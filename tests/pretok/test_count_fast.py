@@ -307,7 +307,7 @@ def test_reused_read_buffers_hold_no_stale_bytes(small_corpus, monkeypatch):
     taken = []
 
     class Dirty(counting.ReadBuffers):
-        GRAIN = 1
+        GRAIN, SLACK = 1, 0
 
         def take(self, n):
             buf = super().take(n)
