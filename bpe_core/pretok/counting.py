@@ -138,8 +138,9 @@ class ReadBuffers:
     (2 MiB with transparent huge pages) before ``pread`` copies the text over it: on 1 GB of text
     that zeroing was ~10% of the counting's CPU. A worker takes a buffer, reads its chunk into it,
     and gives it back when the chunk is counted (nothing it returns points into it), so there are at
-    most as many buffers as chunks being read at once: what the plan's per-worker bytes already hold.
-    Dropping the object (or :meth:`clear`) frees them.
+    most as many buffers as chunks being read at once: what the plan's per-worker bytes already hold
+    while the workers count. An idle worker's buffer is not in the plan: ``count_corpus`` frees the
+    free ones (:meth:`clear`) before the parent's large folds and spills, and when counting ends.
 
     >>> bufs = ReadBuffers(); a = bufs.take(10); bufs.give(a); bufs.take(5) is a, len(a) >= 10
     (True, True)
@@ -604,11 +605,17 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
             if not full:
                 break
             lv = min(full)
+            if lv > 0:
+                # A fold of folded tables (every FOLD_FANOUT ** 2 chunks) is the parent's peak: the
+                # read buffers of idle workers are not in the plan's figure for it, so they go back
+                # first (the next chunks read into new ones). A fold of chunk tables keeps them.
+                buffers.clear()
             group = [t for l2, t in levels if l2 == lv]
             levels = [(l2, t) for l2, t in levels if l2 != lv] + [(lv + 1, fold(group))]
         if spill.threshold is not None and sum(_table_bytes(t) for _, t in levels) > spill.threshold:
             # Over the threshold: merge everything in RAM into one table; it goes to disk if it is
             # still over, else it stays, as one table of the top level. Nothing is dropped.
+            buffers.clear()
             top = max(lv for lv, _ in levels)
             merged = fold([t for _, t in levels]) if len(levels) > 1 else levels[0][1]
             levels = [(top + 1, t) for t in spill.offer([merged])]
