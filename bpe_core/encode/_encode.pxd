@@ -155,9 +155,12 @@ cdef class BatchJob:
     cdef list workers                   # worker index -> Encoder
     cdef readonly Py_ssize_t n_docs
     cdef readonly int64_t n_bytes
+    cdef vector[Py_ssize_t] order       # the order documents are taken in (when ``ordered``)
+    cdef readonly bint ordered          # big documents first (several workers), else in order
 
     cdef bint _one_run(self, int64_t total)
     cdef void _release_workers(self)
+    cdef void _order_big_first(self, Py_ssize_t n_workers)
 
 
 # SuperBPE's stage 2 (the "hf" and "units" splits). A pair of neighbouring stage-1 ids that no

@@ -1,6 +1,9 @@
 # _encode.pyx, part 6 of 10 (``include``d: compiled into the module as if written there).
 # Single tokens (build_singles), the batch job (BatchJob) and the hand-over of owned ids.
 
+cdef enum:
+    BIG_SHARE = 64      # several threads take the documents over 1/64 of a share first (BatchJob)
+
 # ==== Single tokens and batch jobs ===============================================================
 
 
@@ -71,7 +74,8 @@ cdef class BatchJob:
     """Many documents encoded by several threads in one native job, then gathered by one copy.
 
     Each thread calls :meth:`run` with an encoder of its own; without the GIL it takes the next
-    document by an atomic counter, encodes it whole (``Encoder.encode_text`` of it alone) into
+    document by an atomic counter (with several threads, the large documents first: see
+    ``_order_big_first``), encodes it whole (``Encoder.encode_text`` of it alone) into
     its encoder's buffer and notes where. :meth:`collect` then copies every document's ids into
     one uint32 array, in order. With ``shared`` (an encoder not used by any thread meanwhile), every
     thread looks pieces up in that encoder's cache first (read-only: nobody writes it while the
@@ -141,6 +145,8 @@ cdef class BatchJob:
             shared = None
         if shared is not None and shared.table is not enc.table:
             raise ValueError("the encoders must share one rank table")
+        if n_workers > 1 and not self.ordered:
+            self._order_big_first(n_workers)   # (the first thread, holding the GIL throughout)
         who = <int32_t>len(self.workers)
         self.workers.append(enc)
         enc.out_n = 0
@@ -154,6 +160,8 @@ cdef class BatchJob:
                     k = fetch_add(&self.next_doc, 1)
                     if k >= self.n_docs:
                         break
+                    if self.ordered:
+                        k = self.order[k]
                     self.doc_who[k] = who
                     self.doc_at[k] = enc.out_n
                     if self.sizes[k] > 0:
@@ -223,6 +231,32 @@ cdef class BatchJob:
                     memcpy(&flat[offs[k0]], bufs[who] + self.doc_at[k0], (offs[k] - offs[k0]) * sizeof(token_id_t))
         self._release_workers()
         return ids, offsets
+
+    cdef void _order_big_first(self, Py_ssize_t n_workers):
+        """Take the documents larger than ``1 / BIG_SHARE`` of a worker's share of the bytes first,
+        largest first, then the others in order: a thread that takes a large document last runs
+        on alone (the first 5 MB of held-out English end in a 126 kB document, 2.5% of the text,
+        which the last thread to take a document took alone, and one thread idled meanwhile); so
+        the threads end within one small document of each other. Greedy two-thread schedules of
+        per-document encode times measured on one thread put the end at 1.023x (warm) and 1.029x
+        (cold) the even split in document order, 1.000x large first; on 5 MB of Python code,
+        whose large files lie early, both were within 0.2%."""
+        cdef Py_ssize_t k, n = self.n_docs
+        cdef int64_t big = self.n_bytes // (n_workers * BIG_SHARE)
+        cdef vector[cpp_pair[int64_t, Py_ssize_t]] bigs
+        for k in range(n):
+            if self.sizes[k] > big:
+                bigs.push_back(cpp_pair[int64_t, Py_ssize_t](-self.sizes[k], k))
+        if bigs.empty():
+            return                                  # in order (each thread checks again: O(n))
+        cpp_sort(bigs.begin(), bigs.end())          # largest first (equal sizes in order)
+        self.order.reserve(n)
+        for k in range(<Py_ssize_t>bigs.size()):
+            self.order.push_back(bigs[k].second)
+        for k in range(n):
+            if self.sizes[k] <= big:
+                self.order.push_back(k)
+        self.ordered = True
 
     cdef bint _one_run(self, int64_t total):
         """Whether the ids lie in worker 0's buffer in document order from its start (one worker)."""

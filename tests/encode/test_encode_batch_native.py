@@ -218,3 +218,25 @@ def test_concurrent_batches_on_one_tokenizer(every_byte_a_thread):
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_several_workers_take_the_large_documents_first():
+    """With several workers the documents over 1/64 of a worker's share are taken first, largest
+    first (``ordered``), the rest in order; one worker keeps document order. The ids are the same."""
+    t = GPT2._table
+    small = [f"doc {k} " * 3 for k in range(200)]
+    docs = small[:50] + ["big " * 2000] + small[50:] + ["bigger " * 3000]
+    want = [GPT2.encode(d) for d in docs]
+    for n_workers, ordered in ((1, False), (2, True), (3, True)):
+        job = _encode.BatchJob(docs, GPT2._pattern_id)
+        for _ in range(n_workers):                  # one after another: the first takes them all
+            job.run(_encode.Encoder(t), None, n_workers)
+        assert job.ordered is ordered
+        ids, offsets = job.collect()
+        assert _split(ids, offsets) == want
+        job = _encode.BatchJob(docs, GPT2._pattern_id)
+        job.run(_encode.Encoder(t), None, n_workers)
+        assert job.collect(GPT2._tokens) == want
+    job = _encode.BatchJob(small, GPT2._pattern_id)   # none large: document order
+    job.run(_encode.Encoder(t), None, 2)
+    assert not job.ordered and _split(*job.collect()) == [GPT2.encode(d) for d in small]

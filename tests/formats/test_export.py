@@ -2,12 +2,9 @@
 from __future__ import annotations
 
 from paths import TOOLS
-import atexit
 import functools
 import os
-import shutil
 import sys
-import tempfile
 
 import pytest
 from hypothesis import given
@@ -29,8 +26,6 @@ sys.path.insert(0, str(TOOLS))
 import export_tokenizer as cli  # noqa: E402
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
-_HYP_ROOT = tempfile.mkdtemp(prefix="bpe_core_export_")
-atexit.register(shutil.rmtree, _HYP_ROOT, True)
 
 
 def gpt2_model() -> Model:
@@ -79,9 +74,9 @@ def test_hf_and_tiktoken_exports_give_identical_ids(tmp_root, which):
 
 @SETTINGS
 @given(st.lists(TEXT | st.sampled_from([EOT, EOT + EOT, " " * 3, "\n\n"]), max_size=6).map("".join))
-def test_exports_match_on_hypothesis_text(text):
+def test_exports_match_on_hypothesis_text(tmp_root, text):
     for which in ("gpt2", "trained"):
-        ours, hf, tt = exported(which, _HYP_ROOT)
+        ours, hf, tt = exported(which, tmp_root)
         want = ours.encode(text)
         assert hf.encode(text, add_special_tokens=False).ids == want
         assert tt.encode(text, allowed_special="all") == want

@@ -65,6 +65,43 @@ def test_stage_aware_tokenizer_uses_the_native_path():
     assert tok.encode_ordinary(data) == StageAwareEncoder(r.model).encode_ordinary(data.encode()).tolist()
 
 
+BATCH_TEXTS = st.lists(st.one_of(text, text.map(lambda b: b.decode("utf-8", "surrogateescape"))), max_size=12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(texts=BATCH_TEXTS, threads=st.integers(1, 4))
+def test_stage_aware_batches_equal_encode(texts, threads):
+    """The batches of a stage-aware model (runs of texts on threads, each run one borrowed native
+    encoder: ``TwoStageEncoder.encode_many``) give each text's own ids, str and bytes alike."""
+    from bpe_core.encode import tokenizer as tokenizer_mod
+
+    saved = tokenizer_mod._BATCH_THREAD_BYTES
+    tokenizer_mod._BATCH_THREAD_BYTES = 1           # a thread per byte: threads on the smallest batch
+    try:
+        tok = _stage_tokenizer()
+        assert tok._native_stage
+        want = [tok.encode(t) for t in texts]
+        assert tok.encode_batch(texts, threads) == want
+        assert tok.encode_ordinary_batch(texts, threads) == [tok.encode_ordinary(t) for t in texts]
+        ids, offsets = tok.encode_batch_flat(texts, threads)
+        assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == want
+        assert [a.tolist() for a in tok._stage.native.encode_many(texts)] == want
+        assert [tok.encode_to_numpy(t).tolist() for t in texts] == want
+    finally:
+        tokenizer_mod._BATCH_THREAD_BYTES = saved
+
+
+_STAGE_TOKENIZERS = []
+
+
+def _stage_tokenizer():
+    if not _STAGE_TOKENIZERS:
+        with tempfile.TemporaryDirectory() as d:
+            bpe_core.formats.model.dump_folder(_model("gpt2").model, d)
+            _STAGE_TOKENIZERS.append(bpe_core.Tokenizer.load(d))
+    return _STAGE_TOKENIZERS[0]
+
+
 # ---- stage 2 by segments (encode._encode.Stage2Table, _merge_short) ---------------------------
 
 from bpe_core.encode import _encode  # noqa: E402
