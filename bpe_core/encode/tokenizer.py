@@ -10,6 +10,12 @@ Semantics (the same as ``reference.encode``; see ``docs/encoding.md``):
 4. Each pretoken is merged by rank in the Cython core (``_encode.Encoder``); ids are canonical by
    bytes (when two ids hold the same bytes, the smaller one).
 
+This module holds ``Tokenizer`` (construction, loading, encoding, its encoders, the stream and
+regex paths), ``EncoderSpec`` and the stage-aware classes; ``Tokenizer`` takes the rest of its
+methods from its parts: ``tokenizer_decode`` (decoding, the vocabulary properties),
+``tokenizer_specials`` (which special tokens a call recognises) and ``tokenizer_batch`` (the
+native batch job).
+
 >>> from bpe_core.reference import train_bpe_from_bytes
 >>> vocab, merges = train_bpe_from_bytes(b"low low low lower<|endoftext|>", 262, ["<|endoftext|>"])
 >>> tok = Tokenizer(vocab, merges, ["<|endoftext|>"])
@@ -36,6 +42,9 @@ from ..formats.model import MODEL_FILE, Model, check_model, load_any, load_gpt2
 from ..pretok.patterns import pattern_name, regex_pieces, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from . import _encode
+from .tokenizer_batch import BatchMixin
+from .tokenizer_decode import DecodeMixin
+from .tokenizer_specials import SpecialsMixin, as_bytes as _as_bytes, special_table as _special_table
 
 __all__ = ["Tokenizer", "TwoStageEncoder", "model_encoder"]
 
@@ -50,19 +59,13 @@ _STREAM_FLUSH_BYTES = 1 << 16
 _NATIVE_PRETOKENIZER = True
 # Pretokens held back at the open end of a text: everything before them is final (docs/encoding.md).
 _HOLD_BACK = 2
-# Integer arrays that decode_bytes reads as they are (other integer dtypes are widened to int64).
-_DECODE_DTYPES = (np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.int64))
-_INT64_MAX = np.iinfo(np.int64).max
-# encode_batch starts a thread per this many bytes of text, up to num_threads (a smaller batch is
-# faster on one thread, whose encoder has seen it all).
-_BATCH_THREAD_BYTES = 1 << 18
 # Encoders look a cache miss up in the proven single tokens (``_encode.build_singles``, pieces up to
 # 256 bytes) before merging it. Off: on GPT-2 and cl100k a cold pass was no faster with them (the
 # probe of a 4 MiB table costs what merging a common word does; CHANGELOG.md, "Encoding", has the figures).
 _USE_SINGLES = False
 
 
-class Tokenizer:
+class Tokenizer(BatchMixin, DecodeMixin, SpecialsMixin):
     """A byte-level BPE tokenizer: vocabulary, ordered merges, special tokens and split pattern.
 
     Args:
@@ -351,102 +354,9 @@ class Tokenizer:
         for ids in self._iter_encode(data, 0, len(data), True):
             yield from ids.tolist()
 
-    # ==== Decoding ==============================================================================
+    # ==== Decoding and the vocabulary: DecodeMixin (tokenizer_decode) ===========================
 
-    def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        """The exact bytes of the ids (a list, a tuple, a 1-D integer array or any iterable).
-
-        One native pass over a table of all the tokens' bytes, into one preallocated ``bytes``
-        (``_encode.TokenTable``). An id that is not in the vocabulary raises ``ValueError``.
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, []).decode_bytes([0xE2, 0x82])
-        b'\\xe2\\x82'
-        """
-        if isinstance(ids, np.ndarray):
-            arr = ids
-            if arr.ndim == 1 and arr.dtype.kind in "iu":
-                if arr.dtype not in _DECODE_DTYPES:
-                    if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:
-                        arr = None          # the plain path below names the id
-                    else:
-                        arr = arr.astype(np.int64)
-                if arr is not None:
-                    out = self._tokens.decode(np.ascontiguousarray(arr))
-                    if out is not None:
-                        return out
-        else:
-            if not isinstance(ids, (list, tuple)):
-                ids = list(ids)
-            out = self._tokens.decode(ids)
-            if out is not None:
-                return out
-        # An unknown id (or an array of another kind): the plain path, which names the bad ids.
-        if isinstance(ids, np.ndarray):
-            if ids.size and ids.dtype.kind == "i" and ids.min() < 0:
-                raise ValueError(f"unknown token id(s) {ids[ids < 0][:5].tolist()} (ids are 0..{len(self._decoder) - 1})")
-            ids = ids.tolist()
-        elif not isinstance(ids, (list, tuple)):
-            ids = list(ids)
-        table = self._decoder
-        try:
-            if ids and min(ids) < 0:        # a negative index would silently pick a token from the end
-                raise IndexError
-            return b"".join([table[i] for i in ids])
-        except (IndexError, TypeError):
-            bad = [i for i in ids if not (isinstance(i, (int, np.integer)) and 0 <= i < len(table))
-                   or table[i] is None]
-            raise ValueError(f"unknown token id(s) {bad[:5]} (ids are 0..{len(table) - 1})") from None
-
-    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
-        """Decode to text; bytes that are not valid UTF-8 become U+FFFD (``errors="replace"``).
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, []).decode([104, 0xFF])
-        'h\\ufffd'
-        """
-        return self.decode_bytes(ids).decode("utf-8", errors=errors)
-
-    def decode_single_token_bytes(self, token: int) -> bytes:
-        """The bytes of one id."""
-        return self.decode_bytes([token])
-
-    # ==== Miscellaneous =========================================================================
-
-    @property
-    def n_vocab(self) -> int:
-        """One more than the largest id."""
-        return len(self._decoder)
-
-    @property
-    def max_token_value(self) -> int:
-        return len(self._decoder) - 1
-
-    @property
-    def vocab(self) -> dict[int, bytes]:
-        return dict(self._vocab)
-
-    @property
-    def merges(self) -> list[tuple[bytes, bytes]]:
-        return list(self._merges)
-
-    @property
-    def special_tokens(self) -> dict[str, int]:
-        """Special token string -> id."""
-        return dict(self._special_tokens)
-
-    @property
-    def pattern(self) -> str:
-        """The pre-tokenization regex string."""
-        return self._pattern
-
-    def token_id(self, token: bytes) -> int | None:
-        """The (smallest) id holding these bytes, or None."""
-        return self._ids_of.get(bytes(token))
-
-    def cache_info(self) -> dict:
-        """Statistics of the pretoken cache of the encoder used last."""
-        return self._encoder().cache_info()
+    # ==== The special-token choice: SpecialsMixin (tokenizer_specials) ==========================
 
     # ==== Private ===============================================================================
 
@@ -663,112 +573,7 @@ class Tokenizer:
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         return s + np.cumsum(lengths)
 
-    # ==== Batches, and the rest of tiktoken's API ===============================================
-
-    def encode_ordinary_batch(self, texts: Sequence[str | bytes], num_threads: int = 8, *,
-                              flat: bool = False):
-        """:meth:`encode_batch` with special-token strings as plain text (``encode_ordinary``).
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, [], ["<s>"]).encode_ordinary_batch(["<s>", "a"])
-        [[60, 115, 62], [97]]
-        """
-        if not flat and self._native_batch():
-            texts = texts if isinstance(texts, list) else list(texts)
-            return self._encode_job(texts, num_threads, self._special_table_for(False), lists=True)
-        ids, offsets = self._encode_flat(texts, num_threads, False)
-        return (ids, offsets) if flat else self._tokens.split_lists(ids, offsets)
-
-    def encode_batch_flat(self, texts: Sequence[str | bytes], num_threads: int = 8, *,
-                          allowed_special: AbstractSet[str] | str = "all",
-                          disallowed_special: Collection[str] | str = ()) -> tuple[np.ndarray, np.ndarray]:
-        """Encode many texts into one flat array: ``(ids, offsets)``, uint32 ids back to back and
-        int64 offsets (``len(texts) + 1``); text ``k`` is ``ids[offsets[k]:offsets[k + 1]]``.
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> ids, offsets = Tokenizer(vocab, []).encode_batch_flat(["a", "", "bc"])
-        >>> ids.tolist(), offsets.tolist()
-        ([97, 98, 99], [0, 1, 1, 3])
-        """
-        return self.encode_batch(texts, num_threads, allowed_special=allowed_special,
-                                 disallowed_special=disallowed_special, flat=True)
-
-    def decode_bytes_batch(self, batch: Iterable[Iterable[int]]) -> list[bytes]:
-        """:meth:`decode_bytes` of each sequence of ids.
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, []).decode_bytes_batch([[104, 105], []])
-        [b'hi', b'']
-        """
-        return [self.decode_bytes(ids) for ids in batch]
-
-    def decode_batch(self, batch: Iterable[Iterable[int]], errors: str = "replace") -> list[str]:
-        """:meth:`decode` of each sequence of ids.
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, []).decode_batch([[104, 105], [0xFF]])
-        ['hi', '\\ufffd']
-        """
-        return [self.decode_bytes(ids).decode("utf-8", errors=errors) for ids in batch]
-
-    def decode_tokens_bytes(self, tokens: Iterable[int]) -> list[bytes]:
-        """The bytes of each id, as a list (tiktoken's ``decode_tokens_bytes``)."""
-        return [self.decode_bytes([t]) for t in tokens]
-
-    @property
-    def special_tokens_set(self) -> set[str]:
-        """The special tokens (tiktoken's ``special_tokens_set``)."""
-        return set(self._special_tokens)
-
-    def _select_specials(self, specials: bool, allowed_special, disallowed_special, texts):
-        """Which special tokens to recognise: False (none), True (all) or a frozenset of some.
-
-        ``allowed_special`` and ``disallowed_special`` as tiktoken: strings that are not special
-        tokens of this tokenizer are ignored in ``allowed_special``; any ``disallowed_special``
-        string found in one of ``texts`` raises ``ValueError``.
-        """
-        if not specials:
-            return False
-        if not disallowed_special and isinstance(allowed_special, str) and allowed_special == "all":
-            return bool(self._special_tokens)           # the default, without building sets
-        if allowed_special == "all":
-            allowed = set(self._special_tokens)
-        elif isinstance(allowed_special, str):
-            raise ValueError(f"allowed_special must be 'all' or a set of strings, not {allowed_special!r}")
-        else:
-            allowed = set(allowed_special) & set(self._special_tokens)
-        if disallowed_special == "all":
-            disallowed = set(self._special_tokens) - allowed
-        elif isinstance(disallowed_special, str):
-            raise ValueError(f"disallowed_special must be 'all' or a collection of strings, not {disallowed_special!r}")
-        else:
-            disallowed = set(disallowed_special)
-        if disallowed:
-            rx = regex.compile(b"|".join(regex.escape(_as_bytes(d)) for d in sorted(disallowed)))
-            for text in texts:
-                m = rx.search(_as_bytes(text))
-                if m:
-                    token = m.group().decode("utf-8", "surrogateescape")
-                    raise ValueError(f"the text holds the disallowed special token {token!r}: allow it "
-                                     f"(allowed_special) to encode it as a special token, or leave it "
-                                     f"out of disallowed_special to encode it as plain text")
-        if len(allowed) == len(self._special_tokens):
-            return bool(allowed)
-        return frozenset(allowed) if allowed else False
-
-    def _special_table_for(self, specials) -> "_encode.SpecialTable | None":
-        """The native matcher for ``_select_specials``'s answer (subsets are built once)."""
-        if specials is True:
-            return self._special_table
-        if not specials:
-            return None
-        tables = self.__dict__.setdefault("_subset_tables", {})
-        table = tables.get(specials)
-        if table is None:
-            chosen = sorted(specials)
-            table = tables[specials] = _special_table([s.encode("utf-8") for s in chosen],
-                                                      [self._special_tokens[s] for s in chosen])
-        return table
+    # ==== Batches (the native job and the other batch methods: BatchMixin, tokenizer_batch) =====
 
     def _native_batch(self) -> bool:
         """Whether a batch is one native job (a named pattern, not a stage-aware model)."""
@@ -801,69 +606,6 @@ class Tokenizer:
             np.cumsum([len(p) for p in parts], out=offsets[1:])
         ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
         return ids.astype(np.uint32, copy=False), offsets
-
-    def _encode_job(self, texts: list, num_threads: int, table, lists: bool = False):
-        """A batch as one native job (``_encode.BatchJob``): up to ``num_threads`` threads (one
-        per ``_BATCH_THREAD_BYTES`` of text) take documents one at a time, without the GIL, and the
-        ids are gathered by one copy. With more than one thread, the warmest idle encoder's cache
-        is shared, read-only, by all of them; each keeps what it merges in a cache of its own,
-        moved into the shared one afterwards (``Encoder.absorb_cache``), so the next call starts
-        warm. ``lists``: a list of id lists, built from the workers' buffers (no flat copy)."""
-        job = _encode.BatchJob(texts, self._pattern_id, table)
-        tokens = self._tokens if lists else None
-        n_workers = max(1, min(num_threads, job.n_docs, job.n_bytes // _BATCH_THREAD_BYTES))
-        # The ids lie in the workers' buffers until ``collect`` copies them: it runs before the
-        # encoders go back to the idle pool (a thread that borrows one resets its buffer).
-        if n_workers <= 1:
-            enc = self._borrow()
-            try:
-                job.run(enc)
-                return job.collect(tokens)
-            finally:
-                self._idle.append(enc)
-        import threading
-
-        shared = self._borrow_warmest()
-        privates = [self._borrow() for _ in range(n_workers)]
-        reader = shared if shared.cache_info()["entries"] else None
-        errors: list[BaseException] = []
-
-        def work(enc):
-            try:
-                job.run(enc, reader, n_workers)
-            except BaseException as exc:   # re-raised in the calling thread
-                errors.append(exc)
-        threads = [threading.Thread(target=work, args=(enc,), daemon=True) for enc in privates[1:]]
-        ran = False
-        result = None
-        try:
-            for t in threads:
-                t.start()
-            work(privates[0])
-            ran = True
-        finally:
-            for t in threads:
-                t.join()
-            try:
-                if ran and not errors:
-                    result = job.collect(tokens)
-            finally:
-                # What the threads learnt goes into one cache: the shared one, or when that was
-                # empty (a first call) the fullest private one, whose entries then stay in place.
-                keep = shared if reader is not None else max(privates, key=lambda e: e.cache_info()["entries"])
-                rest = [enc for enc in [shared, *privates] if enc is not keep]
-                for enc in rest:
-                    keep.absorb_cache(enc)
-                self._idle.extend(rest)
-                self._idle.append(keep)     # last: the next one-thread call takes the warm one
-        if errors:
-            raise errors[0]
-        return result
-
-
-def _special_table(special_bytes: Sequence[bytes], ids: Sequence[int]) -> "_encode.SpecialTable | None":
-    """The native special-token matcher (None when there are no special tokens)."""
-    return _encode.SpecialTable(list(special_bytes), list(ids)) if special_bytes else None
 
 
 def _iter_encode_native(enc: "_encode.Encoder", buf, start: int, end: int, pattern_id: int,
@@ -988,12 +730,6 @@ def _counted(blocks, lengths: np.ndarray, narrow: bool):
         else:
             n_bytes = int(lengths[ids].sum())
         yield (ids.astype(np.uint16) if narrow else ids), n_bytes
-
-
-def _as_bytes(text: str | bytes) -> bytes:
-    if isinstance(text, str):
-        return text.encode("utf-8", "surrogateescape")
-    return bytes(text)
 
 
 def _utf8_stable_end(buf, s: int, e: int) -> int:
