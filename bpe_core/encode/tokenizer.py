@@ -12,9 +12,10 @@ Semantics (the same as ``reference.encode``; see ``docs/encoding.md``):
 
 This module holds ``Tokenizer`` (construction, loading, encoding, its encoders, the stream and
 regex paths), ``EncoderSpec`` and the stage-aware classes; ``Tokenizer`` takes the rest of its
-methods from its parts: ``tokenizer_decode`` (decoding, the vocabulary properties),
-``tokenizer_specials`` (which special tokens a call recognises) and ``tokenizer_batch`` (the
-native batch job).
+methods from its parts: ``tokenizer_files`` (GPT-2 files in, the model folder out),
+``tokenizer_decode`` (decoding, the vocabulary properties), ``tokenizer_specials`` (which special
+tokens a call recognises), ``tokenizer_batch`` (the native batch job) and ``tokenizer_pool`` (the
+idle encoders and their warm caches).
 
 >>> from bpe_core.reference import train_bpe_from_bytes
 >>> vocab, merges = train_bpe_from_bytes(b"low low low lower<|endoftext|>", 262, ["<|endoftext|>"])
@@ -36,14 +37,14 @@ import regex
 from ..corpus.specials import encode_specials, specials_regex
 from ..errors import ModelFormatError
 from ..formats import registry
-from ..formats.exactness import hf_folder_check
-from ..formats.folder import save_folder
-from ..formats.model import MODEL_FILE, Model, check_model, load_any, load_gpt2
+from ..formats.model import Model, load_any
 from ..pretok.patterns import pattern_name, regex_pieces, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from . import _encode
 from .tokenizer_batch import BatchMixin
 from .tokenizer_decode import DecodeMixin
+from .tokenizer_files import FilesMixin
+from .tokenizer_pool import EncoderPoolMixin
 from .tokenizer_specials import SpecialsMixin, as_bytes as _as_bytes, special_table as _special_table
 
 __all__ = ["Tokenizer", "TwoStageEncoder", "model_encoder"]
@@ -65,7 +66,7 @@ _HOLD_BACK = 2
 _USE_SINGLES = False
 
 
-class Tokenizer(BatchMixin, DecodeMixin, SpecialsMixin):
+class Tokenizer(FilesMixin, BatchMixin, DecodeMixin, SpecialsMixin, EncoderPoolMixin):
     """A byte-level BPE tokenizer: vocabulary, ordered merges, special tokens and split pattern.
 
     Args:
@@ -152,26 +153,7 @@ class Tokenizer(BatchMixin, DecodeMixin, SpecialsMixin):
         # The pieces proven to encode as one token, read by every encoder when its cache misses.
         self._singles = _encode.build_singles(self._table, self._tokens) if _USE_SINGLES else None
 
-    @classmethod
-    def from_files(cls, vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
-                   special_tokens: Sequence[str] | None = None, pattern: str = "gpt2") -> "Tokenizer":
-        """Load GPT-2 style ``vocab.json`` + ``merges.txt`` (byte-to-unicode form).
-
-        The two files must belong together (``formats.model.load_gpt2``: each merge builds from earlier
-        tokens a token of ``vocab.json``, and no ordinary token lacks its merge); otherwise
-        :class:`~bpe_core.errors.ModelFormatError` names the file and line.
-
-        >>> import json, os, tempfile; d = tempfile.mkdtemp()
-        >>> from bpe_core.formats.model import bytes_to_unicode; b2u = bytes_to_unicode()
-        >>> raw = {b2u[b]: b for b in range(256)}; raw.update({"Ġt": 256, "Ġth": 257, "<|endoftext|>": 258})
-        >>> _ = open(os.path.join(d, "vocab.json"), "w", encoding="utf-8").write(json.dumps(raw))
-        >>> _ = open(os.path.join(d, "merges.txt"), "w", encoding="utf-8").write("#version: 0.2\\nĠ t\\nĠt h\\n")
-        >>> tok = Tokenizer.from_files(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"), ["<|endoftext|>"])
-        >>> tok.encode(" the<|endoftext|>")          # " th" (257), "e" (101), the special token
-        [257, 101, 258]
-        """
-        vocab, merges = load_gpt2(vocab_path, merges_path, special_tokens)
-        return cls(vocab, merges, special_tokens, pattern)
+    # from_files (GPT-2 files) and save (the model folder): FilesMixin, tokenizer_files
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Tokenizer":
@@ -194,36 +176,6 @@ class Tokenizer(BatchMixin, DecodeMixin, SpecialsMixin):
 
     #: HF-style name for :meth:`load`: ``Tokenizer.from_pretrained("tok/")``.
     from_pretrained = load
-
-    def save(self, folder: str | os.PathLike) -> str:
-        """Write a model folder that :meth:`load` reads back (``vocab.json`` + ``merges.txt``,
-        ``model.json`` and, for plain BPE, HF's ``tokenizer.json`` + ``tokenizer_config.json``:
-        ``formats.folder.save_folder``, as ``tools/train_bpe.py --out`` writes it, published whole),
-        creating the folder if needed; returns the folder. The ids must have the layout of a
-        trained model (bytes 0-255, the special tokens, then one id per merge): otherwise
-        :class:`~bpe_core.errors.ModelFormatError` says what is off and nothing is written.
-
-        >>> import os, tempfile
-        >>> vocab = {i: bytes([i]) for i in range(256)}; vocab[256] = b"<|endoftext|>"; vocab[257] = b"ab"
-        >>> tok = Tokenizer(vocab, [(b"a", b"b")], ["<|endoftext|>"])
-        >>> Tokenizer.load(tok.save(os.path.join(tempfile.mkdtemp(), "tok"))).encode("abab<|endoftext|>")
-        [257, 257, 256]
-        """
-        folder = os.fspath(folder)
-        model = getattr(self, "_model", None)
-        if model is None:
-            model = Model(vocab=dict(self._vocab), merges=list(self._merges),
-                          special_tokens=list(self._special_tokens), pattern=self._pattern)
-            shown = os.path.join(folder, MODEL_FILE)
-            layout = ([bytes([i]) for i in range(256)] + [s.encode("utf-8") for s in model.special_tokens]
-                      + [a + b for a, b in model.merges])
-            if len(model.vocab) != len(layout) or any(model.vocab.get(i) != b for i, b in enumerate(layout)):
-                raise ModelFormatError(shown, "cannot hold these ids: a model file has ids 0-255 for the bytes, "
-                                              "then the special tokens, then one id per merge in order")
-            check_model(model, shown)
-        # HF's files only when HF tokenizers gives these ids (on the built-in check text)
-        save_folder(model, folder, hf_check=hf_folder_check(self.encode))
-        return folder
 
     def __reduce__(self):
         specials = list(self._special_tokens)
@@ -358,51 +310,7 @@ class Tokenizer(BatchMixin, DecodeMixin, SpecialsMixin):
 
     # ==== The special-token choice: SpecialsMixin (tokenizer_specials) ==========================
 
-    # ==== Private ===============================================================================
-
-    def _encoder(self) -> "_encode.Encoder":
-        """The idle encoder used last (created if there is none), for inspection and tests; it is
-        not borrowed, so it must not be used while other threads encode."""
-        if not self._idle:
-            self._idle.append(self._new_encoder())
-        return self._idle[-1]
-
-    def _borrow(self) -> "_encode.Encoder":
-        """An encoder for this call alone; give it back with ``self._idle.append(enc)``."""
-        try:
-            return self._idle.pop()        # atomic under the GIL
-        except IndexError:
-            return self._new_encoder()
-
-    def _new_encoder(self) -> "_encode.Encoder":
-        return _encode.Encoder(self._table, singles=self._singles)
-
-    def _borrow_warmest(self) -> "_encode.Encoder":
-        """The idle encoder whose cache holds the most pieces, borrowed (a new one if none)."""
-        idle = list(self._idle)
-        if idle:
-            best = max(idle, key=lambda e: e.cache_info()["entries"])
-            try:
-                self._idle.remove(best)     # atomic; another thread may have taken it meanwhile
-                return best
-            except ValueError:
-                pass
-        return self._borrow()
-
-    def _warm_encoders(self, n: int) -> None:
-        """Leave at least ``n`` encoders idle, each about as warm as the warmest: one whose cache
-        holds under half the warmest's entries gets a copy of it (``Encoder.copy_cache_from``), so
-        the threads of a batch or of ``encode_corpus`` do not start cold beside a warm one. The
-        encoders are borrowed while copied (no other thread uses them)."""
-        got = [self._borrow() for _ in range(max(n, 1))]
-        try:
-            sizes = [e.cache_info()["entries"] for e in got]
-            best = max(range(len(got)), key=sizes.__getitem__)
-            for k, e in enumerate(got):
-                if 2 * sizes[k] < sizes[best]:
-                    e.copy_cache_from(got[best])
-        finally:
-            self._idle.extend(got)
+    # ==== Private (the idle encoders: EncoderPoolMixin, tokenizer_pool) ========================
 
     def _encoder_spec(self) -> "EncoderSpec":
         """What worker processes need to encode like this tokenizer (see ``EncoderSpec``)."""
