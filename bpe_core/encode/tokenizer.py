@@ -14,8 +14,9 @@ This module holds ``Tokenizer`` (construction, loading, encoding, its encoders, 
 regex paths), ``EncoderSpec`` and the stage-aware classes; ``Tokenizer`` takes the rest of its
 methods from its parts: ``tokenizer_files`` (GPT-2 files in, the model folder out),
 ``tokenizer_decode`` (decoding, the vocabulary properties), ``tokenizer_specials`` (which special
-tokens a call recognises), ``tokenizer_batch`` (the native batch job) and ``tokenizer_pool`` (the
-idle encoders and their warm caches).
+tokens a call recognises), ``tokenizer_batch`` (the native batch job), ``tokenizer_pool`` (the
+idle encoders and their warm caches) and ``tokenizer_open_end`` (what is final at the open end of
+a stream).
 
 >>> from bpe_core.reference import train_bpe_from_bytes
 >>> vocab, merges = train_bpe_from_bytes(b"low low low lower<|endoftext|>", 262, ["<|endoftext|>"])
@@ -44,6 +45,7 @@ from . import _encode
 from .tokenizer_batch import BatchMixin
 from .tokenizer_decode import DecodeMixin
 from .tokenizer_files import FilesMixin
+from .tokenizer_open_end import OpenEndMixin, utf8_stable_end as _utf8_stable_end  # noqa: F401 (tests import it here)
 from .tokenizer_pool import EncoderPoolMixin
 from .tokenizer_specials import SpecialsMixin, as_bytes as _as_bytes, special_table as _special_table
 
@@ -58,15 +60,13 @@ _BLOCK_BYTES = 1 << 20
 _STREAM_FLUSH_BYTES = 1 << 16
 # Named patterns use the native scanner; False runs ``regex`` (benchmarks/bench_encode.py compares both).
 _NATIVE_PRETOKENIZER = True
-# Pretokens held back at the open end of a text: everything before them is final (docs/encoding.md).
-_HOLD_BACK = 2
 # Encoders look a cache miss up in the proven single tokens (``_encode.build_singles``, pieces up to
 # 256 bytes) before merging it. Off: on GPT-2 and cl100k a cold pass was no faster with them (the
 # probe of a 4 MiB table costs what merging a common word does; CHANGELOG.md, "Encoding", has the figures).
 _USE_SINGLES = False
 
 
-class Tokenizer(FilesMixin, BatchMixin, DecodeMixin, SpecialsMixin, EncoderPoolMixin):
+class Tokenizer(FilesMixin, BatchMixin, DecodeMixin, SpecialsMixin, EncoderPoolMixin, OpenEndMixin):
     """A byte-level BPE tokenizer: vocabulary, ordered merges, special tokens and split pattern.
 
     Args:
@@ -319,23 +319,6 @@ class Tokenizer(FilesMixin, BatchMixin, DecodeMixin, SpecialsMixin, EncoderPoolM
         return EncoderSpec(self._rank_arrays, self._special_bytes, ids, self._pattern_id,
                            None if native else self)
 
-    def _decided_end(self, data: bytes) -> int:
-        """For a buffer whose continuation is unknown: the end of the part whose special-token
-        matches are final (a match starting at ``s`` is decided when ``s + longest <= len``).
-
-        The returned end never cuts a decided special token.
-        """
-        n = len(data)
-        if self._specials_rx is None:
-            return n
-        decided = n - self._max_special_len + 1
-        end = max(decided, 0)
-        for m in self._specials_rx.finditer(data):
-            if m.start() >= decided:
-                break
-            end = max(end, m.end())
-        return end
-
     def _iter_encode(self, buf, start: int, end: int, specials: bool = True, final: bool = True):
         """Encode ``buf[start:end]`` in bounded batches; yields uint32 arrays.
 
@@ -434,26 +417,6 @@ class Tokenizer(FilesMixin, BatchMixin, DecodeMixin, SpecialsMixin, EncoderPoolM
         if e > pos:
             pos = add_text(pos, e, open_end)
         return pos
-
-    def _text_ends(self, buf, s: int, e: int, open_end: bool):
-        """Pretoken ends of text ``buf[s:e]`` (no special tokens in it), as absolute offsets.
-
-        Returns ``(ends, resume)``. With ``open_end`` the text may continue after ``e``: an unfinished UTF-8 character and the
-        last ``_HOLD_BACK`` pretokens are left out, and ``resume`` is where the next call starts.
-        """
-        if open_end:
-            if self._pattern_name is None:
-                return np.zeros(0, dtype=np.int64), s
-            e = _utf8_stable_end(buf, s, e)
-        if e <= s:
-            return np.zeros(0, dtype=np.int64), s
-        ends = self._pretoken_ends(buf, s, e)
-        if open_end:
-            keep = len(ends) - _HOLD_BACK
-            if keep <= 0:
-                return np.zeros(0, dtype=np.int64), s
-            return ends[:keep], int(ends[keep - 1])
-        return ends, e
 
     def _pretoken_ends(self, buf, s: int, e: int):
         """Pre-tokenize ``buf[s:e]``: absolute end offsets.
@@ -638,39 +601,6 @@ def _counted(blocks, lengths: np.ndarray, narrow: bool):
         else:
             n_bytes = int(lengths[ids].sum())
         yield (ids.astype(np.uint16) if narrow else ids), n_bytes
-
-
-def _utf8_stable_end(buf, s: int, e: int) -> int:
-    """The largest ``c <= e`` such that decoding ``buf[s:c]`` cannot change when bytes follow.
-
-    Only an unfinished but so far valid multi-byte sequence at the very end can change (a following
-    continuation byte completes it); it is left out.
-
-    >>> _utf8_stable_end(b"a\\xe2\\x82", 0, 3), _utf8_stable_end(b"a\\xe2\\x82\\xac", 0, 4)
-    (1, 4)
-    """
-    for k in (1, 2, 3):
-        i = e - k
-        if i < s:
-            return e
-        x = buf[i]
-        if x < 0x80:
-            return e
-        if x < 0xC0:
-            continue                    # continuation byte: look further back
-        if x < 0xC2 or x > 0xF4:
-            return e                    # never starts a valid sequence
-        need = 2 if x < 0xE0 else 3 if x < 0xF0 else 4
-        if k >= need:
-            return e                    # complete (or invalid: then final anyway)
-        if k >= 2:
-            second = buf[i + 1]
-            lo, hi = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF),
-                      0xF4: (0x80, 0x8F)}.get(x, (0x80, 0xBF))
-            if not lo <= second <= hi:
-                return e
-        return i
-    return e
 
 
 # ==== Stage-aware models (SuperBPE, SupraTok) ===================================================
