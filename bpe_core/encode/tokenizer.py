@@ -10,6 +10,14 @@ Semantics (the same as ``reference.encode``; see ``docs/encoding.md``):
 4. Each pretoken is merged by rank in the Cython core (``_encode.Encoder``); ids are canonical by
    bytes (when two ids hold the same bytes, the smaller one).
 
+This module holds ``Tokenizer`` (construction, loading, encoding, its encoders, the stream and
+regex paths), ``EncoderSpec`` and the stage-aware classes; ``Tokenizer`` takes the rest of its
+methods from its parts: ``tokenizer_files`` (GPT-2 files in, the model folder out),
+``tokenizer_decode`` (decoding, the vocabulary properties), ``tokenizer_specials`` (which special
+tokens a call recognises), ``tokenizer_batch`` (the native batch job), ``tokenizer_pool`` (the
+idle encoders and their warm caches) and ``tokenizer_open_end`` (what is final at the open end of
+a stream).
+
 >>> from bpe_core.reference import train_bpe_from_bytes
 >>> vocab, merges = train_bpe_from_bytes(b"low low low lower<|endoftext|>", 262, ["<|endoftext|>"])
 >>> tok = Tokenizer(vocab, merges, ["<|endoftext|>"])
@@ -30,12 +38,17 @@ import regex
 from ..corpus.specials import encode_specials, specials_regex
 from ..errors import ModelFormatError
 from ..formats import registry
-from ..formats.exactness import hf_folder_check
-from ..formats.folder import save_folder
-from ..formats.model import MODEL_FILE, Model, check_model, load_any, load_gpt2
+from ..formats.model import Model, load_any
 from ..pretok.patterns import pattern_name, regex_pieces, resolve_pattern
 from ..pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from . import _encode
+from . import tokenizer_batch as batch_part      # its _BATCH_THREAD_BYTES also sets the stage-aware batches' threads
+from .tokenizer_batch import BatchMixin
+from .tokenizer_decode import DecodeMixin
+from .tokenizer_files import FilesMixin
+from .tokenizer_open_end import OpenEndMixin, utf8_stable_end as _utf8_stable_end  # noqa: F401 (tests import it here)
+from .tokenizer_pool import EncoderPoolMixin
+from .tokenizer_specials import SpecialsMixin, as_bytes as _as_bytes, special_table as _special_table
 
 __all__ = ["Tokenizer", "TwoStageEncoder", "model_encoder"]
 
@@ -48,21 +61,13 @@ _BLOCK_BYTES = 1 << 20
 _STREAM_FLUSH_BYTES = 1 << 16
 # Named patterns use the native scanner; False runs ``regex`` (benchmarks/bench_encode.py compares both).
 _NATIVE_PRETOKENIZER = True
-# Pretokens held back at the open end of a text: everything before them is final (docs/encoding.md).
-_HOLD_BACK = 2
-# Integer arrays that decode_bytes reads as they are (other integer dtypes are widened to int64).
-_DECODE_DTYPES = (np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.int64))
-_INT64_MAX = np.iinfo(np.int64).max
-# encode_batch starts a thread per this many bytes of text, up to num_threads (a smaller batch is
-# faster on one thread, whose encoder has seen it all).
-_BATCH_THREAD_BYTES = 1 << 18
 # Encoders look a cache miss up in the proven single tokens (``_encode.build_singles``, pieces up to
 # 256 bytes) before merging it. Off: on GPT-2 and cl100k a cold pass was no faster with them (the
 # probe of a 4 MiB table costs what merging a common word does; CHANGELOG.md, "Encoding", has the figures).
 _USE_SINGLES = False
 
 
-class Tokenizer:
+class Tokenizer(FilesMixin, BatchMixin, DecodeMixin, SpecialsMixin, EncoderPoolMixin, OpenEndMixin):
     """A byte-level BPE tokenizer: vocabulary, ordered merges, special tokens and split pattern.
 
     Args:
@@ -149,26 +154,7 @@ class Tokenizer:
         # The pieces proven to encode as one token, read by every encoder when its cache misses.
         self._singles = _encode.build_singles(self._table, self._tokens) if _USE_SINGLES else None
 
-    @classmethod
-    def from_files(cls, vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
-                   special_tokens: Sequence[str] | None = None, pattern: str = "gpt2") -> "Tokenizer":
-        """Load GPT-2 style ``vocab.json`` + ``merges.txt`` (byte-to-unicode form).
-
-        The two files must belong together (``formats.model.load_gpt2``: each merge builds from earlier
-        tokens a token of ``vocab.json``, and no ordinary token lacks its merge); otherwise
-        :class:`~bpe_core.errors.ModelFormatError` names the file and line.
-
-        >>> import json, os, tempfile; d = tempfile.mkdtemp()
-        >>> from bpe_core.formats.model import bytes_to_unicode; b2u = bytes_to_unicode()
-        >>> raw = {b2u[b]: b for b in range(256)}; raw.update({"Ġt": 256, "Ġth": 257, "<|endoftext|>": 258})
-        >>> _ = open(os.path.join(d, "vocab.json"), "w", encoding="utf-8").write(json.dumps(raw))
-        >>> _ = open(os.path.join(d, "merges.txt"), "w", encoding="utf-8").write("#version: 0.2\\nĠ t\\nĠt h\\n")
-        >>> tok = Tokenizer.from_files(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"), ["<|endoftext|>"])
-        >>> tok.encode(" the<|endoftext|>")          # " th" (257), "e" (101), the special token
-        [257, 101, 258]
-        """
-        vocab, merges = load_gpt2(vocab_path, merges_path, special_tokens)
-        return cls(vocab, merges, special_tokens, pattern)
+    # from_files (GPT-2 files) and save (the model folder): FilesMixin, tokenizer_files
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Tokenizer":
@@ -191,36 +177,6 @@ class Tokenizer:
 
     #: HF-style name for :meth:`load`: ``Tokenizer.from_pretrained("tok/")``.
     from_pretrained = load
-
-    def save(self, folder: str | os.PathLike) -> str:
-        """Write a model folder that :meth:`load` reads back (``vocab.json`` + ``merges.txt``,
-        ``model.json`` and, for plain BPE, HF's ``tokenizer.json`` + ``tokenizer_config.json``:
-        ``formats.folder.save_folder``, as ``tools/train_bpe.py --out`` writes it, published whole),
-        creating the folder if needed; returns the folder. The ids must have the layout of a
-        trained model (bytes 0-255, the special tokens, then one id per merge): otherwise
-        :class:`~bpe_core.errors.ModelFormatError` says what is off and nothing is written.
-
-        >>> import os, tempfile
-        >>> vocab = {i: bytes([i]) for i in range(256)}; vocab[256] = b"<|endoftext|>"; vocab[257] = b"ab"
-        >>> tok = Tokenizer(vocab, [(b"a", b"b")], ["<|endoftext|>"])
-        >>> Tokenizer.load(tok.save(os.path.join(tempfile.mkdtemp(), "tok"))).encode("abab<|endoftext|>")
-        [257, 257, 256]
-        """
-        folder = os.fspath(folder)
-        model = getattr(self, "_model", None)
-        if model is None:
-            model = Model(vocab=dict(self._vocab), merges=list(self._merges),
-                          special_tokens=list(self._special_tokens), pattern=self._pattern)
-            shown = os.path.join(folder, MODEL_FILE)
-            layout = ([bytes([i]) for i in range(256)] + [s.encode("utf-8") for s in model.special_tokens]
-                      + [a + b for a, b in model.merges])
-            if len(model.vocab) != len(layout) or any(model.vocab.get(i) != b for i, b in enumerate(layout)):
-                raise ModelFormatError(shown, "cannot hold these ids: a model file has ids 0-255 for the bytes, "
-                                              "then the special tokens, then one id per merge in order")
-            check_model(model, shown)
-        # HF's files only when HF tokenizers gives these ids (on the built-in check text)
-        save_folder(model, folder, hf_check=hf_folder_check(self.encode))
-        return folder
 
     def __reduce__(self):
         specials = list(self._special_tokens)
@@ -347,111 +303,11 @@ class Tokenizer:
         for ids in self._iter_encode(data, 0, len(data), True):
             yield from ids.tolist()
 
-    # ==== Decoding ==============================================================================
+    # ==== Decoding and the vocabulary: DecodeMixin (tokenizer_decode) ===========================
 
-    def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        """The exact bytes of the ids (a list, a tuple, a 1-D integer array or any iterable).
+    # ==== The special-token choice: SpecialsMixin (tokenizer_specials) ==========================
 
-        One native pass over a table of all the tokens' bytes, into one preallocated ``bytes``
-        (``_encode.TokenTable``). An id that is not in the vocabulary raises ``ValueError``.
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, []).decode_bytes([0xE2, 0x82])
-        b'\\xe2\\x82'
-        """
-        if isinstance(ids, np.ndarray):
-            arr = ids
-            if arr.ndim == 1 and arr.dtype.kind in "iu":
-                if arr.dtype not in _DECODE_DTYPES:
-                    if arr.dtype.kind == "u" and arr.size and arr.max() > _INT64_MAX:
-                        arr = None          # the plain path below names the id
-                    else:
-                        arr = arr.astype(np.int64)
-                if arr is not None:
-                    out = self._tokens.decode(np.ascontiguousarray(arr))
-                    if out is not None:
-                        return out
-        else:
-            if not isinstance(ids, (list, tuple)):
-                ids = list(ids)
-            out = self._tokens.decode(ids)
-            if out is not None:
-                return out
-        # An unknown id (or an array of another kind): the plain path, which names the bad ids.
-        if isinstance(ids, np.ndarray):
-            if ids.size and ids.dtype.kind == "i" and ids.min() < 0:
-                raise ValueError(f"unknown token id(s) {ids[ids < 0][:5].tolist()} (ids are 0..{len(self._decoder) - 1})")
-            ids = ids.tolist()
-        elif not isinstance(ids, (list, tuple)):
-            ids = list(ids)
-        table = self._decoder
-        try:
-            if ids and min(ids) < 0:        # a negative index would silently pick a token from the end
-                raise IndexError
-            return b"".join([table[i] for i in ids])
-        except (IndexError, TypeError):
-            bad = [i for i in ids if not (isinstance(i, (int, np.integer)) and 0 <= i < len(table))
-                   or table[i] is None]
-            raise ValueError(f"unknown token id(s) {bad[:5]} (ids are 0..{len(table) - 1})") from None
-
-    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
-        """Decode to text; bytes that are not valid UTF-8 become U+FFFD (``errors="replace"``).
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, []).decode([104, 0xFF])
-        'h\\ufffd'
-        """
-        return self.decode_bytes(ids).decode("utf-8", errors=errors)
-
-    def decode_single_token_bytes(self, token: int) -> bytes:
-        """The bytes of one id."""
-        return self.decode_bytes([token])
-
-    # ==== Miscellaneous =========================================================================
-
-    @property
-    def n_vocab(self) -> int:
-        """One more than the largest id."""
-        return len(self._decoder)
-
-    @property
-    def max_token_value(self) -> int:
-        return len(self._decoder) - 1
-
-    @property
-    def vocab(self) -> dict[int, bytes]:
-        return dict(self._vocab)
-
-    @property
-    def merges(self) -> list[tuple[bytes, bytes]]:
-        return list(self._merges)
-
-    @property
-    def special_tokens(self) -> dict[str, int]:
-        """Special token string -> id."""
-        return dict(self._special_tokens)
-
-    @property
-    def pattern(self) -> str:
-        """The pre-tokenization regex string."""
-        return self._pattern
-
-    def token_id(self, token: bytes) -> int | None:
-        """The (smallest) id holding these bytes, or None."""
-        return self._ids_of.get(bytes(token))
-
-    def cache_info(self) -> dict:
-        """Statistics of the pretoken cache of the encoder used last."""
-        return self._encoder().cache_info()
-
-    # ==== Private ===============================================================================
-
-    def _encoder(self) -> "_encode.Encoder":
-        """The idle encoder used last (created if there is none), for inspection and tests; it is
-        not borrowed, so it must not be used while other threads encode."""
-        if not self._idle:
-            self._idle.append(self._new_encoder())
-        return self._idle[-1]
+    # ==== Private (the idle encoders: EncoderPoolMixin, tokenizer_pool) ========================
 
     def _encode_all(self, data, specials, tokens: "_encode.TokenTable | None" = None):
         """``data`` (a ``str``, or bytes) encoded in one native call (``Encoder.encode_all``: block
@@ -462,66 +318,12 @@ class Tokenizer:
         finally:
             self._idle.append(enc)
 
-    def _borrow(self) -> "_encode.Encoder":
-        """An encoder for this call alone; give it back with ``self._idle.append(enc)``."""
-        try:
-            return self._idle.pop()        # atomic under the GIL
-        except IndexError:
-            return self._new_encoder()
-
-    def _new_encoder(self) -> "_encode.Encoder":
-        return _encode.Encoder(self._table, singles=self._singles)
-
-    def _borrow_warmest(self) -> "_encode.Encoder":
-        """The idle encoder whose cache holds the most pieces, borrowed (a new one if none)."""
-        idle = list(self._idle)
-        if idle:
-            best = max(idle, key=lambda e: e.cache_info()["entries"])
-            try:
-                self._idle.remove(best)     # atomic; another thread may have taken it meanwhile
-                return best
-            except ValueError:
-                pass
-        return self._borrow()
-
-    def _warm_encoders(self, n: int) -> None:
-        """Leave at least ``n`` encoders idle, each about as warm as the warmest: one whose cache
-        holds under half the warmest's entries gets a copy of it (``Encoder.copy_cache_from``), so
-        the threads of a batch or of ``encode_corpus`` do not start cold beside a warm one. The
-        encoders are borrowed while copied (no other thread uses them)."""
-        got = [self._borrow() for _ in range(max(n, 1))]
-        try:
-            sizes = [e.cache_info()["entries"] for e in got]
-            best = max(range(len(got)), key=sizes.__getitem__)
-            for k, e in enumerate(got):
-                if 2 * sizes[k] < sizes[best]:
-                    e.copy_cache_from(got[best])
-        finally:
-            self._idle.extend(got)
-
     def _encoder_spec(self) -> "EncoderSpec":
         """What worker processes need to encode like this tokenizer (see ``EncoderSpec``)."""
         ids = [self._ids_of[b] for b in self._special_bytes]
         native = self._pattern_id is not None
         return EncoderSpec(self._rank_arrays, self._special_bytes, ids, self._pattern_id,
                            None if native else self)
-
-    def _decided_end(self, data: bytes) -> int:
-        """For a buffer whose continuation is unknown: the end of the part whose special-token
-        matches are final (a match starting at ``s`` is decided when ``s + longest <= len``).
-
-        The returned end never cuts a decided special token.
-        """
-        n = len(data)
-        if self._specials_rx is None:
-            return n
-        decided = n - self._max_special_len + 1
-        end = max(decided, 0)
-        for m in self._specials_rx.finditer(data):
-            if m.start() >= decided:
-                break
-            end = max(end, m.end())
-        return end
 
     def _iter_encode(self, buf, start: int, end: int, specials: bool = True, final: bool = True):
         """Encode ``buf[start:end]`` in bounded batches; yields uint32 arrays.
@@ -622,26 +424,6 @@ class Tokenizer:
             pos = add_text(pos, e, open_end)
         return pos
 
-    def _text_ends(self, buf, s: int, e: int, open_end: bool):
-        """Pretoken ends of text ``buf[s:e]`` (no special tokens in it), as absolute offsets.
-
-        Returns ``(ends, resume)``. With ``open_end`` the text may continue after ``e``: an unfinished UTF-8 character and the
-        last ``_HOLD_BACK`` pretokens are left out, and ``resume`` is where the next call starts.
-        """
-        if open_end:
-            if self._pattern_name is None:
-                return np.zeros(0, dtype=np.int64), s
-            e = _utf8_stable_end(buf, s, e)
-        if e <= s:
-            return np.zeros(0, dtype=np.int64), s
-        ends = self._pretoken_ends(buf, s, e)
-        if open_end:
-            keep = len(ends) - _HOLD_BACK
-            if keep <= 0:
-                return np.zeros(0, dtype=np.int64), s
-            return ends[:keep], int(ends[keep - 1])
-        return ends, e
-
     def _pretoken_ends(self, buf, s: int, e: int):
         """Pre-tokenize ``buf[s:e]``: absolute end offsets.
 
@@ -668,112 +450,7 @@ class Tokenizer:
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         return s + np.cumsum(lengths)
 
-    # ==== Batches, and the rest of tiktoken's API ===============================================
-
-    def encode_ordinary_batch(self, texts: Sequence[str | bytes], num_threads: int = 8, *,
-                              flat: bool = False):
-        """:meth:`encode_batch` with special-token strings as plain text (``encode_ordinary``).
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, [], ["<s>"]).encode_ordinary_batch(["<s>", "a"])
-        [[60, 115, 62], [97]]
-        """
-        if not flat and self._native_batch():
-            texts = texts if isinstance(texts, list) else list(texts)
-            return self._encode_job(texts, num_threads, self._special_table_for(False), lists=True)
-        ids, offsets = self._encode_flat(texts, num_threads, False)
-        return (ids, offsets) if flat else self._tokens.split_lists(ids, offsets)
-
-    def encode_batch_flat(self, texts: Sequence[str | bytes], num_threads: int = 8, *,
-                          allowed_special: AbstractSet[str] | str = "all",
-                          disallowed_special: Collection[str] | str = ()) -> tuple[np.ndarray, np.ndarray]:
-        """Encode many texts into one flat array: ``(ids, offsets)``, uint32 ids back to back and
-        int64 offsets (``len(texts) + 1``); text ``k`` is ``ids[offsets[k]:offsets[k + 1]]``.
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> ids, offsets = Tokenizer(vocab, []).encode_batch_flat(["a", "", "bc"])
-        >>> ids.tolist(), offsets.tolist()
-        ([97, 98, 99], [0, 1, 1, 3])
-        """
-        return self.encode_batch(texts, num_threads, allowed_special=allowed_special,
-                                 disallowed_special=disallowed_special, flat=True)
-
-    def decode_bytes_batch(self, batch: Iterable[Iterable[int]]) -> list[bytes]:
-        """:meth:`decode_bytes` of each sequence of ids.
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, []).decode_bytes_batch([[104, 105], []])
-        [b'hi', b'']
-        """
-        return [self.decode_bytes(ids) for ids in batch]
-
-    def decode_batch(self, batch: Iterable[Iterable[int]], errors: str = "replace") -> list[str]:
-        """:meth:`decode` of each sequence of ids.
-
-        >>> vocab = {i: bytes([i]) for i in range(256)}
-        >>> Tokenizer(vocab, []).decode_batch([[104, 105], [0xFF]])
-        ['hi', '\\ufffd']
-        """
-        return [self.decode_bytes(ids).decode("utf-8", errors=errors) for ids in batch]
-
-    def decode_tokens_bytes(self, tokens: Iterable[int]) -> list[bytes]:
-        """The bytes of each id, as a list (tiktoken's ``decode_tokens_bytes``)."""
-        return [self.decode_bytes([t]) for t in tokens]
-
-    @property
-    def special_tokens_set(self) -> set[str]:
-        """The special tokens (tiktoken's ``special_tokens_set``)."""
-        return set(self._special_tokens)
-
-    def _select_specials(self, specials: bool, allowed_special, disallowed_special, texts):
-        """Which special tokens to recognise: False (none), True (all) or a frozenset of some.
-
-        ``allowed_special`` and ``disallowed_special`` as tiktoken: strings that are not special
-        tokens of this tokenizer are ignored in ``allowed_special``; any ``disallowed_special``
-        string found in one of ``texts`` raises ``ValueError``.
-        """
-        if not specials:
-            return False
-        if not disallowed_special and isinstance(allowed_special, str) and allowed_special == "all":
-            return bool(self._special_tokens)           # the default, without building sets
-        if allowed_special == "all":
-            allowed = set(self._special_tokens)
-        elif isinstance(allowed_special, str):
-            raise ValueError(f"allowed_special must be 'all' or a set of strings, not {allowed_special!r}")
-        else:
-            allowed = set(allowed_special) & set(self._special_tokens)
-        if disallowed_special == "all":
-            disallowed = set(self._special_tokens) - allowed
-        elif isinstance(disallowed_special, str):
-            raise ValueError(f"disallowed_special must be 'all' or a collection of strings, not {disallowed_special!r}")
-        else:
-            disallowed = set(disallowed_special)
-        if disallowed:
-            rx = regex.compile(b"|".join(regex.escape(_as_bytes(d)) for d in sorted(disallowed)))
-            for text in texts:
-                m = rx.search(_as_bytes(text))
-                if m:
-                    token = m.group().decode("utf-8", "surrogateescape")
-                    raise ValueError(f"the text holds the disallowed special token {token!r}: allow it "
-                                     f"(allowed_special) to encode it as a special token, or leave it "
-                                     f"out of disallowed_special to encode it as plain text")
-        if len(allowed) == len(self._special_tokens):
-            return bool(allowed)
-        return frozenset(allowed) if allowed else False
-
-    def _special_table_for(self, specials) -> "_encode.SpecialTable | None":
-        """The native matcher for ``_select_specials``'s answer (subsets are built once)."""
-        if specials is True:
-            return self._special_table
-        if not specials:
-            return None
-        tables = self.__dict__.setdefault("_subset_tables", {})
-        table = tables.get(specials)
-        if table is None:
-            chosen = sorted(specials)
-            table = tables[specials] = _special_table([s.encode("utf-8") for s in chosen],
-                                                      [self._special_tokens[s] for s in chosen])
-        return table
+    # ==== Batches (the native job and the other batch methods: BatchMixin, tokenizer_batch) =====
 
     def _native_batch(self) -> bool:
         """Whether a batch is one native job (a named pattern, not a stage-aware model)."""
@@ -799,7 +476,7 @@ class Tokenizer:
             return [work(k) for k in r]
         if getattr(self, "_native_stage", False) and not isinstance(specials, frozenset):
             return self._encode_flat_stage(texts, num_threads, bool(specials))
-        n_threads = min(num_threads, n, max(1, sum(map(len, texts)) // _BATCH_THREAD_BYTES))
+        n_threads = min(num_threads, n, max(1, sum(map(len, texts)) // batch_part._BATCH_THREAD_BYTES))
         if n_threads <= 1:
             parts = work_run(range(n))
         else:
@@ -821,7 +498,7 @@ class Tokenizer:
         (``TwoStageEncoder.encode_flat``: its ids back to back), on up to ``num_threads`` threads."""
         flat = self._stage.native.encode_flat
         n = len(texts)
-        n_threads = min(num_threads, n, max(1, sum(map(len, texts)) // _BATCH_THREAD_BYTES))
+        n_threads = min(num_threads, n, max(1, sum(map(len, texts)) // batch_part._BATCH_THREAD_BYTES))
         if n_threads <= 1:
             return flat(texts, specials)
         from concurrent.futures import ThreadPoolExecutor
@@ -839,69 +516,6 @@ class Tokenizer:
             k += m
             at += len(ids)
         return (np.concatenate([ids for ids, _ in runs]) if len(runs) > 1 else runs[0][0]), offsets
-
-    def _encode_job(self, texts: list, num_threads: int, table, lists: bool = False):
-        """A batch as one native job (``_encode.BatchJob``): up to ``num_threads`` threads (one
-        per ``_BATCH_THREAD_BYTES`` of text) take documents one at a time, without the GIL, and the
-        ids are gathered by one copy. With more than one thread, the warmest idle encoder's cache
-        is shared, read-only, by all of them; each keeps what it merges in a cache of its own,
-        moved into the shared one afterwards (``Encoder.absorb_cache``), so the next call starts
-        warm. ``lists``: a list of id lists, built from the workers' buffers (no flat copy)."""
-        job = _encode.BatchJob(texts, self._pattern_id, table)
-        tokens = self._tokens if lists else None
-        n_workers = max(1, min(num_threads, job.n_docs, job.n_bytes // _BATCH_THREAD_BYTES))
-        # The ids lie in the workers' buffers until ``collect`` copies them: it runs before the
-        # encoders go back to the idle pool (a thread that borrows one resets its buffer).
-        if n_workers <= 1:
-            enc = self._borrow()
-            try:
-                job.run(enc)
-                return job.collect(tokens)
-            finally:
-                self._idle.append(enc)
-        import threading
-
-        shared = self._borrow_warmest()
-        privates = [self._borrow() for _ in range(n_workers)]
-        reader = shared if shared.cache_info()["entries"] else None
-        errors: list[BaseException] = []
-
-        def work(enc):
-            try:
-                job.run(enc, reader, n_workers)
-            except BaseException as exc:   # re-raised in the calling thread
-                errors.append(exc)
-        threads = [threading.Thread(target=work, args=(enc,), daemon=True) for enc in privates[1:]]
-        ran = False
-        result = None
-        try:
-            for t in threads:
-                t.start()
-            work(privates[0])
-            ran = True
-        finally:
-            for t in threads:
-                t.join()
-            try:
-                if ran and not errors:
-                    result = job.collect(tokens)
-            finally:
-                # What the threads learnt goes into one cache: the shared one, or when that was
-                # empty (a first call) the fullest private one, whose entries then stay in place.
-                keep = shared if reader is not None else max(privates, key=lambda e: e.cache_info()["entries"])
-                rest = [enc for enc in [shared, *privates] if enc is not keep]
-                for enc in rest:
-                    keep.absorb_cache(enc)
-                self._idle.extend(rest)
-                self._idle.append(keep)     # last: the next one-thread call takes the warm one
-        if errors:
-            raise errors[0]
-        return result
-
-
-def _special_table(special_bytes: Sequence[bytes], ids: Sequence[int]) -> "_encode.SpecialTable | None":
-    """The native special-token matcher (None when there are no special tokens)."""
-    return _encode.SpecialTable(list(special_bytes), list(ids)) if special_bytes else None
 
 
 def _iter_encode_native(enc: "_encode.Encoder", buf, start: int, end: int, pattern_id: int,
@@ -1028,45 +642,6 @@ def _counted(blocks, lengths: np.ndarray, narrow: bool):
         yield (ids.astype(np.uint16) if narrow else ids), n_bytes
 
 
-def _as_bytes(text: str | bytes) -> bytes:
-    if isinstance(text, str):
-        return text.encode("utf-8", "surrogateescape")
-    return bytes(text)
-
-
-def _utf8_stable_end(buf, s: int, e: int) -> int:
-    """The largest ``c <= e`` such that decoding ``buf[s:c]`` cannot change when bytes follow.
-
-    Only an unfinished but so far valid multi-byte sequence at the very end can change (a following
-    continuation byte completes it); it is left out.
-
-    >>> _utf8_stable_end(b"a\\xe2\\x82", 0, 3), _utf8_stable_end(b"a\\xe2\\x82\\xac", 0, 4)
-    (1, 4)
-    """
-    for k in (1, 2, 3):
-        i = e - k
-        if i < s:
-            return e
-        x = buf[i]
-        if x < 0x80:
-            return e
-        if x < 0xC0:
-            continue                    # continuation byte: look further back
-        if x < 0xC2 or x > 0xF4:
-            return e                    # never starts a valid sequence
-        need = 2 if x < 0xE0 else 3 if x < 0xF0 else 4
-        if k >= need:
-            return e                    # complete (or invalid: then final anyway)
-        if k >= 2:
-            second = buf[i + 1]
-            lo, hi = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF),
-                      0xF4: (0x80, 0x8F)}.get(x, (0x80, 0xBF))
-            if not lo <= second <= hi:
-                return e
-        return i
-    return e
-
-
 # ==== Stage-aware models (SuperBPE, SupraTok) ===================================================
 
 
@@ -1126,7 +701,6 @@ class TwoStageEncoder:
             self._idle_scratch.append(scratch)
             self._tok._idle.append(enc)
 
-
     def encode_many(self, texts: Sequence[str | bytes], specials: bool = True) -> list[np.ndarray]:
         """:meth:`encode` of each text (a ``str`` as its UTF-8, ``surrogateescape``), with one
         borrowed encoder and scratch for all of them (a batch's run of documents).
@@ -1150,7 +724,6 @@ class TwoStageEncoder:
         finally:
             self._idle_scratch.append(scratch)
             self._tok._idle.append(enc)
-
 
     def encode_flat(self, texts: Sequence[str | bytes], specials: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`encode` of each text back to back: ``(ids, offsets)`` as

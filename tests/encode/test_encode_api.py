@@ -211,9 +211,9 @@ def test_batches_equal_encode_of_each(texts, threads):
 def test_batches_on_many_threads(monkeypatch):
     """A thread per byte (so every thread count runs), the same ids for str, bytes,
     surrogate-escaped text and a custom pattern."""
-    from bpe_core.encode import tokenizer as tokenizer_mod
+    from bpe_core.encode import tokenizer_batch as batch_mod
 
-    monkeypatch.setattr(tokenizer_mod, "_BATCH_THREAD_BYTES", 1)
+    monkeypatch.setattr(batch_mod, "_BATCH_THREAD_BYTES", 1)
     tok = gpt2_tokenizer()
     texts = [f"doc {i} é{'x' * (i % 37)} <|endoftext|> {i * 7919}" for i in range(300)]
     texts += [b"bytes \xff\xfe doc", "esc \udcff\udce2", "", bytearray(b"ba"), "ünïcödé " * 50]

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_core.encode import _encode
-from bpe_core.encode import tokenizer as tokenizer_mod
+from bpe_core.encode import tokenizer_batch as batch_mod      # owns _BATCH_THREAD_BYTES
 from bpe_core.encode.tokenizer import Tokenizer
 from encode_helpers import EOT, SETTINGS, fixture_text, gpt2_tiktoken, small_model
 
@@ -37,14 +37,14 @@ def _split(ids, offsets):
 @pytest.fixture
 def every_byte_a_thread(monkeypatch):
     """A thread per byte of text, so num_threads threads run on the smallest batch."""
-    monkeypatch.setattr(tokenizer_mod, "_BATCH_THREAD_BYTES", 1)
+    monkeypatch.setattr(batch_mod, "_BATCH_THREAD_BYTES", 1)
 
 
 @SETTINGS
 @given(BATCH, st.integers(1, 9), st.sampled_from(["all", set(), {"<|endoftext|>"}]))
 def test_any_batch_any_threads_equals_encode(texts, threads, allowed):
-    saved = tokenizer_mod._BATCH_THREAD_BYTES
-    tokenizer_mod._BATCH_THREAD_BYTES = 1
+    saved = batch_mod._BATCH_THREAD_BYTES
+    batch_mod._BATCH_THREAD_BYTES = 1
     try:
         expected = [GPT2.encode(t, allowed_special=allowed) for t in texts]
         assert GPT2.encode_batch(texts, threads, allowed_special=allowed) == expected
@@ -53,18 +53,18 @@ def test_any_batch_any_threads_equals_encode(texts, threads, allowed):
         assert _split(ids, offsets) == expected
         assert GPT2.encode_ordinary_batch(texts, threads) == [GPT2.encode_ordinary(t) for t in texts]
     finally:
-        tokenizer_mod._BATCH_THREAD_BYTES = saved
+        batch_mod._BATCH_THREAD_BYTES = saved
 
 
 @SETTINGS
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=60), max_size=10), st.integers(1, 6))
 def test_batches_match_tiktoken(texts, threads):
-    saved = tokenizer_mod._BATCH_THREAD_BYTES
-    tokenizer_mod._BATCH_THREAD_BYTES = 1
+    saved = batch_mod._BATCH_THREAD_BYTES
+    batch_mod._BATCH_THREAD_BYTES = 1
     try:
         assert GPT2.encode_batch(texts, threads) == gpt2_tiktoken().encode_batch(texts, allowed_special="all")
     finally:
-        tokenizer_mod._BATCH_THREAD_BYTES = saved
+        batch_mod._BATCH_THREAD_BYTES = saved
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])

@@ -6,6 +6,7 @@ import importlib
 import os
 import random
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -302,10 +303,10 @@ def test_a_small_run_starts_no_monitor_thread_and_makes_a_spill_folder_only_to_s
     path = tmp_path / "in.txt"
     path.write_bytes((text[:3000] + EOT.encode()) * 40)
     started, made = [], []
-    real_start, real_mkdtemp = memmon.MemoryMonitor.start, ec.tempfile.mkdtemp
+    real_start, real_mkdtemp = memmon.MemoryMonitor.start, tempfile.mkdtemp
     monkeypatch.setattr(memmon.MemoryMonitor, "start",
                         lambda self, thread=True: started.append(thread) or real_start(self, thread))
-    monkeypatch.setattr(ec.tempfile, "mkdtemp", lambda *a, **k: made.append(real_mkdtemp(*a, **k)) or made[-1])
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: made.append(real_mkdtemp(*a, **k)) or made[-1])
 
     want = tok.encode(path.read_bytes())
     r = ec.encode_corpus(path, tok, tmp_path / "a.npy", num_workers=2, progress=False)
@@ -350,12 +351,13 @@ def test_held_ids_use_the_whole_cutting_window_for_plain_files_only(tmp_path):
     chunks share one chunk of it."""
     import gzip
 
+    from bpe_core.encode.corpus_plan import sources_of
     from bpe_core.runtime.budget import ENCODE_WINDOW_CHUNKS
 
     (tmp_path / "a.txt").write_bytes(b"x")
     with gzip.open(tmp_path / "b.txt.gz", "wb") as f:
         f.write(b"x")
-    plain, packed = ec._sources([str(tmp_path / "a.txt")]), ec._sources([str(tmp_path / "b.txt.gz")])
+    plain, packed = sources_of([str(tmp_path / "a.txt")]), sources_of([str(tmp_path / "b.txt.gz")])
     assert ENCODE_WINDOW_CHUNKS >= 2
     assert ec._hold_window(1 << 20, plain) == ENCODE_WINDOW_CHUNKS << 20
     assert ec._hold_window(1 << 20, packed) == ec._hold_window(1 << 20, plain + packed) == 1 << 20

@@ -108,10 +108,10 @@ def test_gpt2_singles_and_a_cold_pass_match_tiktoken():
 
 
 def test_tokenizer_with_singles_matches_reference(monkeypatch):
-    from bpe_core.encode import tokenizer as tokenizer_mod
+    from bpe_core.encode import tokenizer as tokenizer_mod, tokenizer_batch as batch_mod
 
     monkeypatch.setattr(tokenizer_mod, "_USE_SINGLES", True)
-    monkeypatch.setattr(tokenizer_mod, "_BATCH_THREAD_BYTES", 1)      # batches on threads
+    monkeypatch.setattr(batch_mod, "_BATCH_THREAD_BYTES", 1)      # batches on threads
     vocab, merges, specials = small_model()
     tok = Tokenizer(vocab, merges, specials)
     assert tok._singles is not None

@@ -73,10 +73,10 @@ BATCH_TEXTS = st.lists(st.one_of(text, text.map(lambda b: b.decode("utf-8", "sur
 def test_stage_aware_batches_equal_encode(texts, threads):
     """The batches of a stage-aware model (runs of texts on threads, each run one native call into
     one buffer: ``TwoStageEncoder.encode_flat``) give each text's own ids, str and bytes alike."""
-    from bpe_core.encode import tokenizer as tokenizer_mod
+    from bpe_core.encode import tokenizer_batch as batch_mod      # owns _BATCH_THREAD_BYTES
 
-    saved = tokenizer_mod._BATCH_THREAD_BYTES
-    tokenizer_mod._BATCH_THREAD_BYTES = 1           # a thread per byte: threads on the smallest batch
+    saved = batch_mod._BATCH_THREAD_BYTES
+    batch_mod._BATCH_THREAD_BYTES = 1           # a thread per byte: threads on the smallest batch
     try:
         tok = _stage_tokenizer()
         assert tok._native_stage
@@ -91,7 +91,7 @@ def test_stage_aware_batches_equal_encode(texts, threads):
         assert [ids[a:b].tolist() for a, b in zip(offsets[:-2], offsets[1:-1])] == [tok.encode_ordinary(t) for t in texts]
         assert [tok.encode_to_numpy(t).tolist() for t in texts] == want
     finally:
-        tokenizer_mod._BATCH_THREAD_BYTES = saved
+        batch_mod._BATCH_THREAD_BYTES = saved
 
 
 def _b(t):

@@ -58,13 +58,13 @@ def child_main(tool_path, args, kill_at, sig, full_disk, count_file) -> int:
     if hasattr(atomic_module, "exchange"):
         atomic_module.exchange = counted(atomic_module.exchange)
     if full_disk:
-        import bpe_core.encode.encode_corpus as ec
+        import bpe_core.encode.corpus_outputs as outputs     # where the document index is written
         import bpe_core.formats.model as fm
 
         def full(*a, **k):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         fm.dump_model = full
-        ec.dump_doc_index = full
+        outputs.dump_doc_index = full
     os.environ.pop("BPE_CORE_DEBUG", None)
     sys.argv = [str(tool_path), *map(str, args)]
     code = 0

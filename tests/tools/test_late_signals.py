@@ -62,11 +62,11 @@ def _signal_at(tmp_path, name, args, at, signum):
     return lines[0]
 
 
-# (moment, what the line says): the ids are published inside ``_publish`` (publish_files);
+# (moment, what the line says): the ids are published inside ``publish_outputs`` (publish_files);
 # ``warn_exceeded`` runs after it, inside the tool body; ``_run`` returns inside run_main;
 # ``run_main`` returns inside _start.run.
 ENCODE_MOMENTS = [
-    ("call:_publish", "terminated (SIGTERM); temporary files removed"),
+    ("call:publish_outputs", "terminated (SIGTERM); temporary files removed"),
     ("call:warn_exceeded", "output complete ({ids}); terminated (SIGTERM) after publishing"),
     ("return:_run", "output complete ({ids}); terminated (SIGTERM) after publishing"),
     ("return:run_main", "output complete; terminated (SIGTERM) after the run ended"),

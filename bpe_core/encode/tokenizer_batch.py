@@ -1,0 +1,111 @@
+"""A batch of texts as one native job (``_encode.BatchJob``, :meth:`BatchMixin._encode_job`): the
+texts shared out to threads that run without the GIL, their ids gathered by one copy, and the
+batch entry points that are not :meth:`Tokenizer.encode_batch` itself.
+
+Part of ``encode.tokenizer`` (``Tokenizer`` takes these methods from :class:`BatchMixin`).
+"""
+from __future__ import annotations
+
+from typing import AbstractSet, Collection, Sequence
+
+import numpy as np
+
+from . import _encode
+
+# encode_batch starts a thread per this many bytes of text, up to num_threads (a smaller batch is
+# faster on one thread, whose encoder has seen it all).
+_BATCH_THREAD_BYTES = 1 << 18
+
+
+class BatchMixin:
+    """The native batch job of ``tokenizer.Tokenizer`` and the batch methods built on
+    ``encode_batch`` (they use its ``_native_batch``, ``_encode_flat``, ``_special_table_for``, the
+    idle encoders and ``_tokens``)."""
+
+    def encode_ordinary_batch(self, texts: Sequence[str | bytes], num_threads: int = 8, *,
+                              flat: bool = False):
+        """:meth:`encode_batch` with special-token strings as plain text (``encode_ordinary``).
+
+        >>> from bpe_core import Tokenizer
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> Tokenizer(vocab, [], ["<s>"]).encode_ordinary_batch(["<s>", "a"])
+        [[60, 115, 62], [97]]
+        """
+        if not flat and self._native_batch():
+            texts = texts if isinstance(texts, list) else list(texts)
+            return self._encode_job(texts, num_threads, self._special_table_for(False), lists=True)
+        ids, offsets = self._encode_flat(texts, num_threads, False)
+        return (ids, offsets) if flat else self._tokens.split_lists(ids, offsets)
+
+    def encode_batch_flat(self, texts: Sequence[str | bytes], num_threads: int = 8, *,
+                          allowed_special: AbstractSet[str] | str = "all",
+                          disallowed_special: Collection[str] | str = ()) -> tuple[np.ndarray, np.ndarray]:
+        """Encode many texts into one flat array: ``(ids, offsets)``, uint32 ids back to back and
+        int64 offsets (``len(texts) + 1``); text ``k`` is ``ids[offsets[k]:offsets[k + 1]]``.
+
+        >>> from bpe_core import Tokenizer
+        >>> vocab = {i: bytes([i]) for i in range(256)}
+        >>> ids, offsets = Tokenizer(vocab, []).encode_batch_flat(["a", "", "bc"])
+        >>> ids.tolist(), offsets.tolist()
+        ([97, 98, 99], [0, 1, 1, 3])
+        """
+        return self.encode_batch(texts, num_threads, allowed_special=allowed_special,
+                                 disallowed_special=disallowed_special, flat=True)
+
+    def _encode_job(self, texts: list, num_threads: int, table, lists: bool = False):
+        """A batch as one native job (``_encode.BatchJob``): up to ``num_threads`` threads (one
+        per ``_BATCH_THREAD_BYTES`` of text) take documents one at a time, without the GIL, and the
+        ids are gathered by one copy. With more than one thread, the warmest idle encoder's cache
+        is shared, read-only, by all of them; each keeps what it merges in a cache of its own,
+        moved into the shared one afterwards (``Encoder.absorb_cache``), so the next call starts
+        warm. ``lists``: a list of id lists, built from the workers' buffers (no flat copy)."""
+        job = _encode.BatchJob(texts, self._pattern_id, table)
+        tokens = self._tokens if lists else None
+        n_workers = max(1, min(num_threads, job.n_docs, job.n_bytes // _BATCH_THREAD_BYTES))
+        # The ids lie in the workers' buffers until ``collect`` copies them: it runs before the
+        # encoders go back to the idle pool (a thread that borrows one resets its buffer).
+        if n_workers <= 1:
+            enc = self._borrow()
+            try:
+                job.run(enc)
+                return job.collect(tokens)
+            finally:
+                self._idle.append(enc)
+        import threading
+
+        shared = self._borrow_warmest()
+        privates = [self._borrow() for _ in range(n_workers)]
+        reader = shared if shared.cache_info()["entries"] else None
+        errors: list[BaseException] = []
+
+        def work(enc):
+            try:
+                job.run(enc, reader, n_workers)
+            except BaseException as exc:   # re-raised in the calling thread
+                errors.append(exc)
+        threads = [threading.Thread(target=work, args=(enc,), daemon=True) for enc in privates[1:]]
+        ran = False
+        result = None
+        try:
+            for t in threads:
+                t.start()
+            work(privates[0])
+            ran = True
+        finally:
+            for t in threads:
+                t.join()
+            try:
+                if ran and not errors:
+                    result = job.collect(tokens)
+            finally:
+                # What the threads learnt goes into one cache: the shared one, or when that was
+                # empty (a first call) the fullest private one, whose entries then stay in place.
+                keep = shared if reader is not None else max(privates, key=lambda e: e.cache_info()["entries"])
+                rest = [enc for enc in [shared, *privates] if enc is not keep]
+                for enc in rest:
+                    keep.absorb_cache(enc)
+                self._idle.extend(rest)
+                self._idle.append(keep)     # last: the next one-thread call takes the warm one
+        if errors:
+            raise errors[0]
+        return result
