@@ -133,18 +133,20 @@ def test_a_long_pretoken_is_named_when_the_merge_phase_does_not_fit(sites):
 
 
 def test_tool_under_a_small_budget_is_one_line(tmp_path):
-    """4 MB of ``a`` under 200M: the merge phase fits, the tokens it builds do not: one line (exit
+    """4 MB of ``a`` under 225M: the merge phase fits, the tokens it builds do not: one line (exit
     2) after some merges, no folder; with --max-token-bytes it trains (and under 250M without it:
-    26 MiB of tokens, written in slices, ~130 MiB at the peak)."""
+    26 MiB of tokens, written in slices, ~130 MiB at the peak). The merge phase's figure holds the
+    process as measured at the start (~180 MiB in a development checkout, ~202 MiB in a fresh
+    virtual environment), so the budget sits between it and what writing the tokens needs."""
     corpus = tmp_path / "a.txt"
     corpus.write_bytes(b"a" * 4_000_000)
-    r = tool(TRAIN, corpus, "--vocab-size", "1000", "--memory-limit", "200M", "--out", tmp_path / "tok",
+    r = tool(TRAIN, corpus, "--vocab-size", "1000", "--memory-limit", "225M", "--out", tmp_path / "tok",
              "--no-progress")
     assert r.returncode == 2, r.stderr
     lines = stderr_lines(r.stderr)
     assert len(lines) == 1 and "--max-token-bytes" in lines[0] and "4,000,000 bytes" in lines[0], r.stderr
     assert not (tmp_path / "tok").exists()
-    r = tool(TRAIN, corpus, "--vocab-size", "1000", "--memory-limit", "200M", "--max-token-bytes", "4096",
+    r = tool(TRAIN, corpus, "--vocab-size", "1000", "--memory-limit", "225M", "--max-token-bytes", "4096",
              "--out", tmp_path / "tok", "--no-progress")
     assert r.returncode == 0, r.stderr
     merges = bpe_core.load(tmp_path / "tok").merges
