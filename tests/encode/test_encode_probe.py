@@ -139,3 +139,41 @@ def test_a_key_at_the_end_of_the_buffer(n):
         for _ in range(2):
             assert enc.encode_pieces(data, _ends(parts)).tolist() == want, name
         assert enc.cache_info()["misses"] == 2          # the piece and b" ", once each
+
+
+# ==== Two generations: a full cache is kept as the previous one, consulted on a miss ============
+
+
+@SETTINGS
+@given(passes=st.lists(pieces(), min_size=1, max_size=6), max_entries=st.sampled_from([1, 2, 3, 7, 50]),
+       max_len=st.sampled_from([8, 9, 17, 256]))
+def test_generations_give_the_merged_ids(passes, max_entries, max_len):
+    """Pieces met again after the cache filled up (once or many times) come from the previous
+    generation (short keys, keys with a tail, pieces of more than 4 ids) or are merged again:
+    every pass gives the uncached ids, and no generation holds more than ``max_entries``."""
+    for name, table, _ in _tables():
+        enc = _encode.Encoder(table, max_entries=max_entries, max_cached_len=max_len)
+        for parts in passes + passes[::-1]:
+            want = [i for w in _plain(table, parts) for i in w]
+            assert enc.encode_pieces(b"".join(parts), _ends(parts)).tolist() == want, name
+            assert enc.cache_info()["entries"] <= max_entries
+
+
+def test_hot_pieces_survive_a_full_cache():
+    """Ten hot pieces recur among fresh ones that fill the cache again and again: each distinct
+    piece is merged once (a hot one met again after its generation filled up is found in the
+    previous one and moved back), where clearing the cache whole merged the hot ones anew."""
+    for name, table, _ in _tables():
+        hot = [b" hot%d" % k for k in range(9)] + [b" a longer hot piece over eight bytes"]
+        parts = []
+        for seg in range(60):
+            parts += hot + [b" fresh%dx%d" % (seg, k) for k in range(20)]
+        want = [i for w in _plain(table, parts) for i in w]
+        enc = _encode.Encoder(table, max_entries=64)
+        assert enc.encode_pieces(b"".join(parts), _ends(parts)).tolist() == want, name
+        info = enc.cache_info()
+        assert info["misses"] + info["single_hits"] == len(set(parts)), name
+        assert info["kept_hits"] > 0 and info["entries"] <= 64, name
+        enc.clear_cache()                   # both generations: every piece merged again
+        assert enc.encode_pieces(b"".join(hot), _ends(hot)).tolist() == [i for w in _plain(table, hot) for i in w]
+        assert enc.cache_info()["misses"] + enc.cache_info()["single_hits"] == len(set(parts)) + len(hot)
