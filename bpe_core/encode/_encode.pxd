@@ -82,7 +82,7 @@ cdef struct CacheSlot:
 @cython.final
 cdef class Encoder:
     cdef readonly RankTable table
-    # the pretoken -> ids cache, its current generation (becomes the previous one when full)
+    # the pretoken -> ids cache (cleared whole when full)
     cdef void* slots_mem
     cdef CacheSlot* slots               # slots_mem aligned to 64 bytes
     cdef Py_ssize_t n_slots             # a power of two
@@ -95,16 +95,6 @@ cdef class Encoder:
     cdef readonly Py_ssize_t max_entries
     cdef readonly Py_ssize_t max_cached_len
     cdef readonly int64_t misses
-    # the previous generation of the cache (what the current one held when it last filled up),
-    # consulted on a miss of the current one: a hit there moves the entry back (_cache_rotate)
-    cdef void* prev_slots_mem
-    cdef CacheSlot* prev_slots
-    cdef Py_ssize_t prev_n_slots
-    cdef uint64_t prev_mask
-    cdef int prev_shift
-    cdef uint8_t* prev_arena
-    cdef Py_ssize_t prev_arena_cap
-    cdef readonly int64_t kept_hits
     # scratch of the heap path
     cdef vector[token_id_t] toks
     cdef vector[uint32_t] pair_ranks
@@ -136,8 +126,6 @@ cdef class Encoder:
                                 token_id_t* out) except -1 nogil
     cdef int _cache_grow(self) noexcept nogil
     cdef void _cache_clear(self) noexcept nogil
-    cdef void _cache_rotate(self) noexcept nogil
-    cdef void _prev_drop(self) noexcept nogil
     cdef int _reserve_out(self, Py_ssize_t extra, bint huge=*) except -1 nogil
     cdef int _emit_pieces(self, const uint8_t* s, Py_ssize_t a, const int64_t* ends, Py_ssize_t count,
                           const uint8_t* limit, int64_t* starts) except -1 nogil

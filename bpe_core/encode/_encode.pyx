@@ -41,10 +41,8 @@ the ends of up to ``ENDS_CAP`` pretokens into a scratch buffer that stays in L1,
 ``encode_text`` does a whole text (special tokens, scanning, merging) without the GIL and without
 a Python object per document or per pretoken.
 
-The cache has two generations: when the current one holds ``max_entries`` pretokens or its arena
-would outgrow ``ARENA_MAX`` it becomes the previous one (consulted on a miss, its entries moved
-back when met) and an empty one starts, so memory stays bounded (at most twice ~16 MiB of slots
-plus the arena). An ``Encoder`` is
+The cache is cleared whole when it holds ``max_entries`` pretokens or its arena outgrows
+``ARENA_MAX``, so memory stays bounded (at most ~16 MiB of slots plus the arena). An ``Encoder`` is
 not thread-safe (it owns the cache and scratch buffers); ``Tokenizer`` keeps one per thread.
 """
 from cpython.mem cimport PyMem_Free, PyMem_Malloc

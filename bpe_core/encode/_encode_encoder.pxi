@@ -22,9 +22,7 @@ cdef class Encoder:
 
     Args:
         table: the ``RankTable``.
-        max_entries: the cache holds at most this many pretokens; then it becomes the previous
-            generation (looked up on a miss, its entries moved back when met) and a fresh one
-            starts (what it replaces is dropped): hot pretokens survive a full cache.
+        max_entries: the cache holds at most this many pretokens, then is cleared whole.
         max_cached_len: pretokens longer than this (bytes, at most 4095) are not cached.
         singles: the pieces proven to encode as one token (``build_singles`` over the same table),
             looked up when a piece is not in the cache, before merging it; None: merge every miss.
@@ -51,9 +49,6 @@ cdef class Encoder:
         self.arena = NULL
         self.out_buf = NULL
         self.ends_buf = NULL
-        self.prev_slots_mem = NULL
-        self.prev_slots = NULL
-        self.prev_arena = NULL
 
     def __init__(self, RankTable table not None, Py_ssize_t max_entries=1 << 18,
                  Py_ssize_t max_cached_len=256, Encoder singles=None):
@@ -67,7 +62,6 @@ cdef class Encoder:
         self.shared = None
         self.singles = singles
         self.single_hits = 0
-        self.kept_hits = 0
         self.max_entries = max_entries
         self.max_cached_len = max_cached_len
         self.n_entries = 0
@@ -86,8 +80,6 @@ cdef class Encoder:
     def __dealloc__(self):
         free(self.slots_mem)
         free(self.arena)
-        free(self.prev_slots_mem)
-        free(self.prev_arena)
         free(self.out_buf)
         PyMem_Free(self.ends_buf)
 
@@ -250,7 +242,7 @@ cdef class Encoder:
 
     cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                            const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil:
-        """Remember ``p[0:n] -> ids``; starts a new generation first when the cache is full. 0, or -1 (no memory:
+        """Remember ``p[0:n] -> ids``; clears the cache first when it is full. 0, or -1 (no memory:
         the entry is simply not cached)."""
         cdef Py_ssize_t record = 0, cap
         cdef uint64_t slot
@@ -262,7 +254,7 @@ cdef class Encoder:
             record += n - 8
         record = (record + 3) & ~(<Py_ssize_t>3)         # records start 4-byte aligned
         if self.n_entries >= self.max_entries or self.arena_size + record > ARENA_MAX:
-            self._cache_rotate()
+            self._cache_clear()
         elif 3 * (self.n_entries + 1) > 2 * self.n_slots:
             if self._cache_grow() < 0:
                 return -1
@@ -329,67 +321,6 @@ cdef class Encoder:
         memset(self.slots, 0, self.n_slots * sizeof(CacheSlot))
         self.arena_size = 0
         self.n_entries = 0
-
-    cdef void _cache_rotate(self) noexcept nogil:
-        """The full cache becomes the previous generation (the one before is dropped) and an empty
-        one of the same size starts, in the dropped one's memory when it has as many slots.
-
-        Clearing a full cache whole threw away its hot pretokens with the rest: on a corpus whose
-        vocabulary keeps growing (new words every few MB) each clear was followed by merging
-        the common pieces again. A miss of the new generation looks in the previous one
-        (``_cache_miss``) and moves what it finds back, so what is met again survives.
-        """
-        cdef void* mem = self.prev_slots_mem
-        cdef CacheSlot* sl = self.prev_slots
-        cdef Py_ssize_t n_slots = self.prev_n_slots
-        cdef uint8_t* arena = self.prev_arena
-        cdef Py_ssize_t arena_cap = self.prev_arena_cap
-        self.prev_slots_mem = self.slots_mem
-        self.prev_slots = self.slots
-        self.prev_n_slots = self.n_slots
-        self.prev_mask = self.cache_mask
-        self.prev_shift = self.cache_shift
-        self.prev_arena = self.arena
-        self.prev_arena_cap = self.arena_cap
-        self.slots_mem = NULL
-        self.arena = arena
-        self.arena_cap = arena_cap
-        self.arena_size = 0
-        self.n_entries = 0
-        if mem != NULL and n_slots == self.prev_n_slots:
-            self.slots_mem = mem
-            self.slots = sl
-            self.n_slots = n_slots
-            self.cache_mask = self.prev_mask
-            self.cache_shift = self.prev_shift
-            memset(self.slots, 0, self.n_slots * sizeof(CacheSlot))
-            return
-        free(mem)
-        if self._slots_alloc(self.prev_n_slots) < 0:
-            # no memory for a second table: take the full one back and clear it (one generation)
-            self.slots_mem = self.prev_slots_mem
-            self.slots = self.prev_slots
-            self.n_slots = self.prev_n_slots
-            self.cache_mask = self.prev_mask
-            self.cache_shift = self.prev_shift
-            free(self.arena)
-            self.arena = self.prev_arena
-            self.arena_cap = self.prev_arena_cap
-            self.prev_slots_mem = NULL
-            self.prev_slots = NULL
-            self.prev_arena = NULL
-            self._prev_drop()
-            self._cache_clear()
-
-    cdef void _prev_drop(self) noexcept nogil:
-        """Forget the previous generation (its memory freed)."""
-        free(self.prev_slots_mem)
-        free(self.prev_arena)
-        self.prev_slots_mem = NULL
-        self.prev_slots = NULL
-        self.prev_arena = NULL
-        self.prev_n_slots = 0
-        self.prev_arena_cap = 0
 
     # ---- encoding runs of pretokens ----------------------------------------------------------
 
@@ -504,18 +435,6 @@ cdef class Encoder:
                     memcpy(out, sl.ids, INLINE_IDS * sizeof(token_id_t))
                 else:
                     memcpy(out, self.arena + sl.off, n_ids * sizeof(token_id_t))
-                return n_ids
-        if self.prev_slots != NULL:
-            sl = _find_slot(self.prev_slots, self.prev_mask, self.prev_shift, self.prev_arena,
-                            p, n, w0, h, p + n)
-            if sl != NULL:
-                self.kept_hits += 1
-                n_ids = sl.meta & 0xFFF
-                if n_ids <= INLINE_IDS:
-                    memcpy(out, sl.ids, INLINE_IDS * sizeof(token_id_t))
-                else:
-                    memcpy(out, self.prev_arena + sl.off, n_ids * sizeof(token_id_t))
-                self._cache_insert(p, n, w0, h, out, n_ids)
                 return n_ids
         sl = NULL
         if self.singles is not None:
@@ -836,17 +755,13 @@ cdef class Encoder:
         return self._take_out()
 
     def cache_info(self):
-        """``{"entries", "misses", "single_hits", "kept_hits", "bytes"}`` of the pretoken cache
-        (entries: of the current generation; misses = pretokens merged; single_hits = misses of
-        the cache found in ``singles`` instead; kept_hits = found in the previous generation;
-        bytes: both generations)."""
+        """``{"entries", "misses", "single_hits", "bytes"}`` of the pretoken cache (misses =
+        pretokens merged; single_hits = misses of the cache found in ``singles`` instead)."""
         return {
             "entries": int(self.n_entries),
             "misses": int(self.misses),
             "single_hits": int(self.single_hits),
-            "kept_hits": int(self.kept_hits),
-            "bytes": int(self.arena_cap + sizeof(CacheSlot) * self.n_slots
-                         + self.prev_arena_cap + sizeof(CacheSlot) * self.prev_n_slots),
+            "bytes": int(self.arena_cap + sizeof(CacheSlot) * self.n_slots),
         }
 
     def absorb_cache(self, Encoder other not None):
@@ -912,15 +827,13 @@ cdef class Encoder:
             if self._cache_insert(key, n, sl.w0, h, ids, n_ids) < 0:
                 break
         other._cache_clear()
-        other._prev_drop()
         if other.n_slots > MIN_SLOTS:
             other._slots_alloc(MIN_SLOTS)     # (on failure the old, cleared slots stay)
         return 0
 
     def clear_cache(self):
-        """Drop every cached pretoken (both generations)."""
+        """Drop every cached pretoken."""
         self._cache_clear()
-        self._prev_drop()
 
     def copy_cache_from(self, Encoder other not None):
         """Make this encoder's pretoken cache a copy of ``other``'s (an encoder over the same rank
@@ -939,7 +852,6 @@ cdef class Encoder:
             raise ValueError("the encoders must share one rank table")
         if other is self:
             return
-        self._prev_drop()
         if other.arena_size:
             arena = <uint8_t*>malloc(other.arena_size + ARENA_SLACK)
             if arena == NULL:

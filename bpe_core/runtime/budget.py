@@ -172,9 +172,8 @@ WORKER_THREAD_OVERHEAD = 8 * MiB
 TOKENIZER_BYTES_PER_TOKEN = 256
 #: ... plus the rank table's direct table of the 65,536 two-byte pairs (``RankTable.byte_ranks``).
 RANK_TABLE_FIXED_BYTES = 256 * KiB
-#: The encoder's pretoken -> ids cache (``_encode.Encoder``: two generations of 2**18 entries,
-#: ~96 B each).
-ENCODE_CACHE_BYTES = 48 * MiB
+#: The encoder's pretoken -> ids cache (``_encode.Encoder``: 2**18 entries, ~96 B each).
+ENCODE_CACHE_BYTES = 24 * MiB
 #: Per-batch buffers (1 MiB of text -> piece ends int64, ids uint32, dtype copy).
 ENCODE_BATCH_BYTES = 16 * MiB
 #: The parent cuts chunks in a window of 2 chunks and copies spill files in 8 MiB blocks.
@@ -892,7 +891,7 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
     Model (``encode_corpus``: workers map their chunk and encode it in 1 MiB batches to a spill
     file; the parent cuts chunks in a window and copies the spill files into the ``.npy``)::
 
-        worker = overhead + vocab_size * 256 B + cache 48 MiB + batches 16 MiB + chunk
+        worker = overhead + vocab_size * 256 B + cache 24 MiB + batches 16 MiB + chunk
         parent = overhead + vocab_size * 256 B + 2 * chunk + 8 MiB
         peak   = parent + workers * worker            (workers == 1 encodes in the parent)
 
