@@ -18,7 +18,8 @@ not installed, or cannot load the vocabulary, are named as skipped; ``pip instal
 installs them (tokendagger builds from source and needs the PCRE2 headers: ``libpcre2-dev``).
 
 Vocabularies: GPT-2 from ``tests/fixtures`` (``gpt2_vocab.json`` + ``gpt2_merges.txt``), and
-cl100k when its ranks can be read offline (``bpe-openai`` ships them; tiktoken itself downloads).
+cl100k when its ranks can be read offline (``bpe-openai`` ships them; tiktoken itself downloads);
+the HF-format peers read a cl100k ``tokenizer.json`` written from those ranks (``cl100k_hf_json``).
 ``--vocab trained:DIR`` is a BPE model folder written by ``tools/train_bpe.py``: ours loads it
 (``Tokenizer.load``), the HF-format peers its ``tokenizer.json`` (exported into a temp folder when
 the folder has none), the tiktoken-format peers our tiktoken export (``bpe_core.export``: ranks = our
@@ -195,6 +196,8 @@ def gpt2_setup(tmp: str) -> tuple[dict, object]:
     return setup, enc
 
 
+#: cl100k's split regex as the HF hub's cl100k ``tokenizer.json`` files spell it (no possessives)
+CL100K_HF_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 
 
@@ -212,12 +215,56 @@ def cl100k_setup(tmp: str) -> tuple[dict, object]:
     enc = tiktoken.Encoding("cl100k_offline", pat_str=CL100K_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
     vocab = {r: b for b, r in ranks.items()}
     vocab.update({i: s.encode() for s, i in specials.items()})      # tiktoken's ids for the specials
-    ours = Tokenizer(vocab, merges_from_ranks(ranks), list(specials), "cl100k")
-    no_json = "no offline tokenizer.json for cl100k"
+    merges = merges_from_ranks(ranks)
+    ours = Tokenizer(vocab, merges, list(specials), "cl100k")
     setup = {"ours": _ours_args(ours, tmp, "cl100k"), "ranks": dump_ranks(ranks, os.path.join(tmp, "cl100k.tiktoken")),
-             "pat_str": CL100K_PATTERN, "specials": specials, "hf_json": None,
-             "skip": {name: no_json for name in ("tokenizers", "fastokens", "snaptokens", "tokie", "tuetoken", "kitoken")}}
+             "pat_str": CL100K_PATTERN, "specials": specials, "hf_json": None, "skip": {}}
+    try:
+        setup["hf_json"] = cl100k_hf_json(ranks, merges, specials, os.path.join(tmp, "cl100k_tokenizer.json"))
+    except Exception as exc:         # (no tokenizers, or it cannot read the pattern): the HF peers are skipped
+        why = f"no cl100k tokenizer.json: {str(exc)[:100]}"
+        setup["skip"] = {name: why for name in ("tokenizers", "fastokens", "snaptokens", "tokie", "tuetoken", "kitoken")}
     return setup, enc
+
+
+def cl100k_hf_json(ranks: dict[bytes, int], merges, specials: dict[str, int], path: str) -> str:
+    """A ``tokenizer.json`` of cl100k for the HF-format peers, written offline: byte-level BPE over
+    tiktoken's ranks (ids = ranks) and ``merges_from_ranks``, the split regex cl100k's
+    ``tokenizer.json`` on the HF hub carries (``CL100K_HF_PATTERN``: the one fastokens recognises
+    and scans natively), the special tokens at tiktoken's ids. Each peer's ids are still checked
+    against tiktoken's on every document."""
+    from tokenizers import Regex, Tokenizer as HF, decoders, models, pre_tokenizers
+
+    def name(token: bytes) -> str:
+        return "".join(BYTE_CHARS[b] for b in token)
+
+    hf = HF(models.BPE({name(t): r for t, r in ranks.items()}, [(name(a), name(b)) for a, b in merges]))
+    hf.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(CL100K_HF_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    hf.decoder = decoders.ByteLevel()
+    doc = json.loads(hf.to_str())
+    doc["added_tokens"] = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+                            "normalized": False, "special": True} for s, i in sorted(specials.items(), key=lambda kv: kv[1])]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+    return path
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's printable stand-in character of each byte (the byte-level alphabet of tokenizer.json)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+BYTE_CHARS = _byte_chars()
 
 
 def _ours_args(tok: Tokenizer, tmp: str, name: str) -> dict:
@@ -244,6 +291,7 @@ def trained_setup(folder: str, tmp: str) -> tuple[dict, "ReferenceIds"]:
     hf_json = os.path.join(folder, "tokenizer.json")
     if not os.path.exists(hf_json):
         hf_json = export(model, "hf", os.path.join(tmp, "trained_tokenizer.json"))[0]
+    hf_json = byte_level_form(hf_json, model.pattern, os.path.join(tmp, "trained_tokenizer_bytelevel.json"))
     ranks = pat_str = specials = None
     try:
         ranks, sidecar = export(model, "tiktoken", os.path.join(tmp, "trained.tiktoken"))
@@ -256,6 +304,21 @@ def trained_setup(folder: str, tmp: str) -> tuple[dict, "ReferenceIds"]:
     setup = {"ours": {"folder": os.path.abspath(folder)}, "ranks": ranks, "pat_str": pat_str, "specials": specials,
              "hf_json": hf_json, "skip": skip}
     return setup, ReferenceIds(model)
+
+
+def byte_level_form(hf_json: str, pattern: str | None, path: str) -> str:
+    """For a GPT-2-pattern model: a copy of its ``tokenizer.json`` whose pre-tokenizer is the
+    ``ByteLevel`` one with its own regex (GPT-2's, the form HF's trainers write and fastokens scans
+    natively) instead of our export's ``Split`` + ``ByteLevel``; the same pretokens. Any other
+    pattern: ``hf_json`` itself."""
+    if pattern not in (None, "gpt2", GPT2_PATTERN):
+        return hf_json
+    with open(hf_json, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+    return path
 
 
 class ReferenceIds:

@@ -106,6 +106,9 @@ cdef class Encoder:
     cdef Py_ssize_t out_n
     cdef Py_ssize_t out_cap
     cdef int64_t* ends_buf
+    # the UTF-8 of the str being encoded (encode_all), kept from call to call up to TEXT_KEEP bytes
+    cdef char* text_buf
+    cdef size_t text_cap
     # read-only caches consulted around this encoder's own (never written while it encodes):
     # ``shared``, the warmest encoder's cache, first during a batch job (BatchJob); ``singles``,
     # the pieces proven to be one token (build_singles), after the own cache, before merging
@@ -125,6 +128,8 @@ cdef class Encoder:
     cdef Py_ssize_t _cache_miss(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                                 token_id_t* out) except -1 nogil
     cdef int _cache_grow(self) noexcept nogil
+    cdef int _encode_blocks(self, int pattern_id, const Specials* sp, const uint8_t* s, Py_ssize_t n_buf,
+                            Py_ssize_t start, Py_ssize_t end, Py_ssize_t block) except -1 nogil
     cdef void _cache_clear(self) noexcept nogil
     cdef int _reserve_out(self, Py_ssize_t extra, bint huge=*) except -1 nogil
     cdef int _emit_pieces(self, const uint8_t* s, Py_ssize_t a, const int64_t* ends, Py_ssize_t count,

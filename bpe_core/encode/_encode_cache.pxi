@@ -82,15 +82,17 @@ cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, int shift, co
     """The slot of a pretoken cache (``slots``, ``mask``, ``shift``, ``arena``) holding ``p[0:n]`` (``n >= 1``,
     head word w0, hash h; ``limit``: the end of the readable bytes at p), or NULL.
 
-    A hit on a short key is one compare of the head word and one of the length; a longer key
-    compares its tail 8 bytes at a time, out of line (``tail_equal``: the arena keeps 8 readable
-    bytes past its end, ``ARENA_SLACK``). An empty slot (w0 0, meta 0) never matches the
-    length of a key of ``n >= 1`` bytes, so the miss test comes after the match test.
+    A hit on a short key is one compare of the head word and one of the length; a key of 9 to 16
+    bytes compares its second word inline, a longer key its tail 8 bytes at a time, out of line
+    (``tail_equal``; the arena keeps 8 readable bytes past its end, ``ARENA_SLACK``). An empty
+    slot (w0 0, meta 0) never matches the length of a key of ``n >= 1`` bytes, so the miss test
+    comes after the match test.
     """
     cdef uint64_t slot = h >> shift
     cdef uint32_t want = <uint32_t>n << 12
     cdef uint32_t meta, n_ids
     cdef CacheSlot* sl
+    cdef const uint8_t* tail
     while True:
         sl = &slots[slot]
         meta = sl.meta
@@ -98,8 +100,11 @@ cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, int shift, co
             if n <= 8:
                 return sl
             n_ids = meta & 0xFFF
-            if tail_equal(arena + sl.off + (n_ids * sizeof(token_id_t) if n_ids > INLINE_IDS else 0),
-                          p + 8, n - 8, limit):
+            tail = arena + sl.off + (n_ids * sizeof(token_id_t) if n_ids > INLINE_IDS else 0)
+            if n <= 16 and p + 16 <= limit:        # most long keys: one more word, inline
+                if ((load_le64(tail) ^ load_le64(p + 8)) & HEAD_MASKS[n - 8]) == 0:
+                    return sl
+            elif tail_equal(tail, p + 8, n - 8, limit):
                 return sl
         elif meta == 0:
             return NULL

@@ -49,6 +49,8 @@ cdef class Encoder:
         self.arena = NULL
         self.out_buf = NULL
         self.ends_buf = NULL
+        self.text_buf = NULL
+        self.text_cap = 0
 
     def __init__(self, RankTable table not None, Py_ssize_t max_entries=1 << 18,
                  Py_ssize_t max_cached_len=256, Encoder singles=None):
@@ -81,6 +83,7 @@ cdef class Encoder:
         free(self.slots_mem)
         free(self.arena)
         free(self.out_buf)
+        free(self.text_buf)
         PyMem_Free(self.ends_buf)
 
     # ---- merging one pretoken ----------------------------------------------------------------
@@ -215,8 +218,9 @@ cdef class Encoder:
     # ---- the pretoken cache ------------------------------------------------------------------
 
     cdef int _slots_alloc(self, Py_ssize_t n_slots) noexcept nogil:
-        """Fresh zeroed slots, aligned to 64 bytes so a slot never straddles two cache lines."""
-        cdef void* mem = calloc(n_slots * sizeof(CacheSlot) + 64, 1)
+        """Fresh zeroed slots, aligned to 64 bytes so a slot never straddles two cache lines (in
+        huge pages from 2 MiB up: ``calloc_huge``)."""
+        cdef void* mem = calloc_huge(n_slots * sizeof(CacheSlot) + 64)
         if mem == NULL:
             return -1
         free(self.slots_mem)
@@ -345,8 +349,8 @@ cdef class Encoder:
                           const uint8_t* limit, int64_t* starts) except -1 nogil:
         """Append the ids of the pretokens ``s[a:ends[0]]``, ``s[ends[0]:ends[1]]``, ... to ``out``.
 
-        ``limit`` is the end of the readable buffer (8-byte loads never cross it). Each batch of
-        ``BATCH`` pretokens is hashed and its slots prefetched before the first probe. A piece is
+        ``limit`` is the end of the readable buffer (8-byte loads never cross it). The piece
+        ``LOOKAHEAD`` places on is hashed and its slot prefetched while this one is probed. A piece is
         looked up in ``shared`` (during a batch job) and in this encoder's cache, then
         (``_cache_miss``) in ``singles``; only a piece found nowhere is merged. ``starts``
         (NULL, or room for ``count``): where each pretoken's ids start in ``out``.
@@ -356,9 +360,9 @@ cdef class Encoder:
         of code are one byte, at random), and the uniform path was ~30% faster per CPU-second
         than the special case, though it hashes and probes those pieces too.
         """
-        cdef uint64_t hs[BATCH]
-        cdef uint64_t w0s[BATCH]
-        cdef Py_ssize_t base, m, j, q, e, n, p0
+        cdef uint64_t hs[RING]
+        cdef uint64_t w0s[RING]
+        cdef Py_ssize_t i, k, qi, qa, e, n
         cdef Py_ssize_t max_len = self.max_cached_len
         cdef Py_ssize_t n_out = self.out_n      # kept in a register, stored back at the end
         cdef CacheSlot* sl
@@ -375,46 +379,55 @@ cdef class Encoder:
             return 0
         self._reserve_out(ends[count - 1] - a)
         out = self.out_buf
-        p0 = a
-        base = 0
-        while base < count:
-            m = count - base if count - base < BATCH else BATCH
-            q = p0
-            for j in range(m):                      # 1. hash, prefetch
-                e = ends[base + j]
-                n = e - q
+        # Software pipelining: the piece LOOKAHEAD places on is hashed and its slot prefetched
+        # while this one is probed, so every probe finds its line on the way (a batch of hashes,
+        # then the batch of probes, left the first probes of each batch waiting on memory).
+        qa = a                                      # where piece k (the one hashed next) starts
+        k = 0
+        while k < count and k < LOOKAHEAD:
+            e = ends[k]
+            n = e - qa
+            if n >= 1 and n <= max_len:
+                w0s[k & RING_MASK] = _load_head(s + qa, n, limit)
+                hs[k & RING_MASK] = _key_hash(s + qa, n, w0s[k & RING_MASK], limit)
+                prefetch(&fslots[hs[k & RING_MASK] >> fshift])
+            qa = e
+            k += 1
+        qi = a
+        for i in range(count):
+            if k < count:                           # 1. hash, prefetch the piece LOOKAHEAD on
+                e = ends[k]
+                n = e - qa
                 if n >= 1 and n <= max_len:
-                    w0s[j] = _load_head(s + q, n, limit)
-                    hs[j] = _key_hash(s + q, n, w0s[j], limit)
-                    prefetch(&fslots[hs[j] >> fshift])
-                q = e
-            q = p0
-            for j in range(m):                      # 2. probe, emit
-                e = ends[base + j]
-                n = e - q
-                if starts != NULL:
-                    starts[base + j] = n_out
-                if n > max_len:
-                    n_out += self._merge(s + q, n, out + n_out)
-                elif n >= 1:
-                    sl = _find_slot(fslots, fmask, fshift, farena, s + q, n, w0s[j], hs[j], limit)
-                    if sl != NULL:
-                        n_ids = sl.meta & 0xFFF
-                        if n_ids <= INLINE_IDS:
-                            memcpy(out + n_out, sl.ids, INLINE_IDS * sizeof(token_id_t))
-                        else:
-                            memcpy(out + n_out, farena + sl.off, n_ids * sizeof(token_id_t))
-                        n_out += n_ids
+                    w0s[k & RING_MASK] = _load_head(s + qa, n, limit)
+                    hs[k & RING_MASK] = _key_hash(s + qa, n, w0s[k & RING_MASK], limit)
+                    prefetch(&fslots[hs[k & RING_MASK] >> fshift])
+                qa = e
+                k += 1
+            e = ends[i]                             # 2. probe this one, emit
+            n = e - qi
+            if starts != NULL:
+                starts[i] = n_out
+            if n > max_len:
+                n_out += self._merge(s + qi, n, out + n_out)
+            elif n >= 1:
+                sl = _find_slot(fslots, fmask, fshift, farena, s + qi, n, w0s[i & RING_MASK],
+                                hs[i & RING_MASK], limit)
+                if sl != NULL:
+                    n_ids = sl.meta & 0xFFF
+                    if n_ids <= INLINE_IDS:
+                        memcpy(out + n_out, sl.ids, INLINE_IDS * sizeof(token_id_t))
                     else:
-                        n_out += self._cache_miss(s + q, n, w0s[j], hs[j], out + n_out)
-                        if not has_shared:
-                            fslots = self.slots
-                            fmask = self.cache_mask
-                            fshift = self.cache_shift
-                            farena = self.arena
-                q = e
-            p0 = q
-            base += m
+                        memcpy(out + n_out, farena + sl.off, n_ids * sizeof(token_id_t))
+                    n_out += n_ids
+                else:
+                    n_out += self._cache_miss(s + qi, n, w0s[i & RING_MASK], hs[i & RING_MASK], out + n_out)
+                    if not has_shared:
+                        fslots = self.slots
+                        fmask = self.cache_mask
+                        fshift = self.cache_shift
+                        farena = self.arena
+            qi = e
         self.out_n = n_out
         return 0
 
@@ -624,8 +637,7 @@ cdef class Encoder:
         >>> Encoder(t).encode_whole(b"ab abab  ab", 0, 11, 0, None, 3).tolist()
         [256, 32, 256, 256, 32, 32, 256]
         """
-        cdef Py_ssize_t n_buf = buf.shape[0], pos = start, stop = start, size = block
-        cdef bint done = False
+        cdef Py_ssize_t n_buf = buf.shape[0]
         cdef const Specials* sp = &specials.c if specials is not None else NULL
         if not (0 <= start <= end <= n_buf):
             raise ValueError("need 0 <= start <= end <= len(buf)")
@@ -636,14 +648,89 @@ cdef class Encoder:
         self.out_n = 0
         if end > start:
             with nogil:
-                self._reserve_out(min((end - start) // 3, <Py_ssize_t>RESERVE_MAX), True)
-                while True:
-                    self._encode_text(pattern_id, sp, &buf[0], n_buf, pos, end, size, False, &stop, &done)
-                    if done:
-                        break
-                    size = 2 * size if stop == pos else block
-                    pos = stop
+                self._encode_blocks(pattern_id, sp, &buf[0], n_buf, start, end, block)
         return self._take_out()
+
+    def encode_all(self, text, int pattern_id, SpecialTable specials=None, Py_ssize_t block=1 << 20,
+                   TokenTable tokens=None):
+        """:meth:`encode_whole` of all of ``text``: a ``str`` (its UTF-8 with ``surrogateescape``)
+        or any C-contiguous buffer of bytes. Returns the uint32 array of ids, or with ``tokens``
+        the Python list of them (``tokens.to_list`` of that array, without the array).
+
+        What ``Tokenizer.encode`` and ``encode_to_numpy`` call. A ``str`` that is not its own
+        UTF-8 (not ASCII, none kept by CPython) is converted into a scratch buffer this encoder
+        keeps from call to call (up to ``TEXT_KEEP`` bytes), and the list is built straight from
+        the encoder's buffer, which it keeps too: a warm call then writes memory it wrote before
+        instead of faulting in fresh pages for a bytes object and an array it throws away.
+
+        >>> t = RankTable(np.array([97], np.uint32), np.array([98], np.uint32),
+        ...               np.array([256], np.uint32), np.arange(256, dtype=np.uint32))
+        >>> enc = Encoder(t)
+        >>> enc.encode_all("ab é", 0).tolist(), enc.encode_all(b"ab", 0, tokens=TokenTable([bytes([i]) for i in range(256)] + [b"ab"]))
+        ([256, 32, 195, 169], [256])
+        """
+        cdef const uint8_t* p = NULL
+        cdef Py_ssize_t n = 0
+        cdef int got
+        cdef const uint8_t[::1] view
+        cdef const Specials* sp = &specials.c if specials is not None else NULL
+        cdef PyObject* lst
+        keep = None
+        if pattern_id < 0 or pattern_id > 2:
+            raise ValueError(f"unknown pattern id {pattern_id}")
+        if block < 1:
+            raise ValueError("block must be positive")
+        if type(text) is str:
+            p = <const uint8_t*>utf8_if_free(text, &n)
+            if p == NULL:
+                got = utf8_into(text, &self.text_buf, &self.text_cap, &n)
+                if got < 0:
+                    raise MemoryError()
+                if got == 0:
+                    p = <const uint8_t*>self.text_buf
+                else:                       # a surrogate: CPython's surrogateescape rules
+                    keep = (<str>text).encode("utf-8", "surrogateescape")
+                    p = <const uint8_t*>PyBytes_AS_STRING(keep)
+                    n = PyBytes_GET_SIZE(keep)
+        else:
+            view = text
+            n = view.shape[0]
+            if n:
+                p = &view[0]
+        self.out_n = 0
+        try:
+            if n:
+                with nogil:
+                    self._encode_blocks(pattern_id, sp, p, n, 0, n, block)
+        finally:
+            if self.text_cap > TEXT_KEEP:
+                free(self.text_buf)
+                self.text_buf = NULL
+                self.text_cap = 0
+        if tokens is None:
+            return self._take_out()
+        if self.out_n == 0:
+            return []
+        result = tokens._list(self.out_buf, self.out_n)
+        gc_track(<PyObject*>result)
+        _out_taken(self)
+        return result
+
+    cdef int _encode_blocks(self, int pattern_id, const Specials* sp, const uint8_t* s, Py_ssize_t n_buf,
+                            Py_ssize_t start, Py_ssize_t end, Py_ssize_t block) except -1 nogil:
+        """The loop of ``encode_whole`` over ``s[start:end]`` (``start < end <= n_buf``, the
+        readable bytes): ``_encode_text`` block by block (a block that holds only part of one
+        pretoken is retried twice as large), after one reservation of about a token per 3 bytes,
+        in huge pages (the ids will fill it)."""
+        cdef Py_ssize_t pos = start, stop = start, size = block
+        cdef bint done = False
+        self._reserve_out(min((end - start) // 3, <Py_ssize_t>RESERVE_MAX), True)
+        while True:
+            self._encode_text(pattern_id, sp, s, n_buf, pos, end, size, False, &stop, &done)
+            if done:
+                return 0
+            size = 2 * size if stop == pos else block
+            pos = stop
 
     def encode_counted(self, const uint8_t[::1] buf not None, Py_ssize_t start, Py_ssize_t end,
                        int pattern_id, SpecialTable specials, Py_ssize_t max_bytes,

@@ -73,8 +73,8 @@ cdef extern from *:
 
 cdef extern from *:
     """
-    /* The UTF-8 of a str's code points (PEP 393 kind 1, 2 or 4), eight / four / two code points
-       at a time while they are ASCII, in one pass into a bytes object of the worst-case size (the
+    /* The UTF-8 of a str's code points (PEP 393 kind 1, 2 or 4), sixteen (SSE2) or eight / four /
+       two code points at a time while they are ASCII, in one pass into a bytes object of the worst-case size (the
        pages past what is written are never touched), shrunk at the end (in place: mremap for a
        large one). CPython's own encoder takes one code point at a time: on 5 MB of English held-out
        text (a UCS-2 str) it took about a fifth of ``encode_to_numpy``'s time. (Two passes, the
@@ -102,11 +102,28 @@ cdef extern from *:
     #define BPE_UTF8_SLOW(c)  do { uint32_t c_ = (c); \
             if ((c_ & 0xFFFFF800u) == 0xD800u) return NULL; o = bpe_utf8_put(o, c_); } while (0)
     /* Writes the UTF-8 of the n code points at data to o; the end, or NULL at a surrogate. */
+    #if defined(__SSE2__) || defined(_M_X64)
+    #include <emmintrin.h>
+    #define BPE_UTF8_SSE2 1
+    #endif
     static char* bpe_utf8_write(const void* data, int kind, Py_ssize_t n, char* o) {
         Py_ssize_t i = 0, j;
         uint64_t w;
         if (kind == 1) {
             const uint8_t* s = (const uint8_t*)data;
+    #if defined(BPE_UTF8_SSE2)
+            /* 16 code points a step while they are ASCII (one compare, one store) */
+            for (; i + 16 <= n; i += 16) {
+                __m128i a = _mm_loadu_si128((const __m128i*)(s + i));
+                if (_mm_movemask_epi8(a) == 0) {
+                    _mm_storeu_si128((__m128i*)o, a);
+                    o += 16;
+                } else {
+                    for (j = 0; j < 16; j++)
+                        o = bpe_utf8_put(o, s[i + j]);
+                }
+            }
+    #endif
             for (; i + 8 <= n; i += 8) {
                 memcpy(&w, s + i, 8);
                 if (!(w & 0x8080808080808080ULL)) {
@@ -121,6 +138,22 @@ cdef extern from *:
                 o = bpe_utf8_put(o, s[i]);
         } else if (kind == 2) {
             const uint16_t* s = (const uint16_t*)data;
+    #if defined(BPE_UTF8_SSE2)
+            /* 16 code units a step while they are ASCII: two loads, a test, one pack and store */
+            const __m128i high = _mm_set1_epi16((short)0xFF80);
+            for (; i + 16 <= n; i += 16) {
+                __m128i a = _mm_loadu_si128((const __m128i*)(s + i));
+                __m128i b = _mm_loadu_si128((const __m128i*)(s + i + 8));
+                __m128i t = _mm_and_si128(_mm_or_si128(a, b), high);
+                if (_mm_movemask_epi8(_mm_cmpeq_epi16(t, _mm_setzero_si128())) == 0xFFFF) {
+                    _mm_storeu_si128((__m128i*)o, _mm_packus_epi16(a, b));
+                    o += 16;
+                } else {
+                    for (j = 0; j < 16; j++)
+                        BPE_UTF8_SLOW(s[i + j]);
+                }
+            }
+    #endif
             for (; i + 4 <= n; i += 4) {
                 memcpy(&w, s + i, 8);
                 if (!(w & 0xFF80FF80FF80FF80ULL)) {
@@ -138,6 +171,24 @@ cdef extern from *:
                 BPE_UTF8_SLOW(s[i]);
         } else {
             const uint32_t* s = (const uint32_t*)data;
+    #if defined(BPE_UTF8_SSE2)
+            /* 16 code points a step while they are ASCII: four loads, a test, two packs, one store */
+            const __m128i high = _mm_set1_epi32((int)0xFFFFFF80u);
+            for (; i + 16 <= n; i += 16) {
+                __m128i a = _mm_loadu_si128((const __m128i*)(s + i));
+                __m128i b = _mm_loadu_si128((const __m128i*)(s + i + 4));
+                __m128i c = _mm_loadu_si128((const __m128i*)(s + i + 8));
+                __m128i d = _mm_loadu_si128((const __m128i*)(s + i + 12));
+                __m128i t = _mm_and_si128(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d)), high);
+                if (_mm_movemask_epi8(_mm_cmpeq_epi32(t, _mm_setzero_si128())) == 0xFFFF) {
+                    _mm_storeu_si128((__m128i*)o, _mm_packus_epi16(_mm_packs_epi32(a, b), _mm_packs_epi32(c, d)));
+                    o += 16;
+                } else {
+                    for (j = 0; j < 16; j++)
+                        BPE_UTF8_SLOW(s[i + j]);
+                }
+            }
+    #endif
             for (; i + 2 <= n; i += 2) {
                 memcpy(&w, s + i, 8);
                 if (!(w & 0xFFFFFF80FFFFFF80ULL)) {
@@ -280,6 +331,24 @@ cdef extern from *:
     #endif
         return realloc(old, cap);
     }
+    /* size zeroed bytes for a cache's slot table; from 2 MiB up on Linux 2 MiB aligned and advised
+       to use transparent huge pages. Its probes land at random: a 4 MiB table over 4 KiB pages is
+       1,024 pages, which with the text and the ids streaming past overflow the TLB, and under
+       virtualisation a TLB miss walks two page tables. Freed with free. */
+    static void* bpe_enc_calloc_huge(size_t size) {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        const size_t page = (size_t)2 << 20;
+        if (size >= page) {
+            void* p = NULL;
+            if (posix_memalign(&p, page, size) != 0)
+                return NULL;
+            madvise(p, size & ~(page - 1), MADV_HUGEPAGE);
+            memset(p, 0, size);
+            return p;
+        }
+    #endif
+        return calloc(size, 1);
+    }
     #if defined(_MSC_VER)
     #include <xmmintrin.h>
     #define bpe_enc_prefetch(p) _mm_prefetch((const char*)(p), _MM_HINT_T0)
@@ -300,6 +369,7 @@ cdef extern from *:
     void prefetch "bpe_enc_prefetch"(const void* p) noexcept nogil
     int ctz64 "bpe_enc_ctz64"(uint64_t x) noexcept nogil
     void* grow_buffer "bpe_enc_grow_buffer"(void* old, size_t used, size_t cap, int huge) noexcept nogil
+    void* calloc_huge "bpe_enc_calloc_huge"(size_t size) noexcept nogil
 
 
 cdef enum:
@@ -307,10 +377,13 @@ cdef enum:
     INLINE_IDS = 4             # ids held in the cache slot itself
     LIST_AHEAD = 16            # TokenTable._list prefetches the int of the id this many places on
     HAND_OVER_IDS = 1 << 16    # outputs this long are handed over, not copied (``_take_out``)
-    BATCH = 16                 # pretokens hashed and prefetched ahead of their probes
+    LOOKAHEAD = 16             # _emit_pieces hashes and prefetches the piece this many places on
+    RING = 32                  # its ring of hashes (a power of two above LOOKAHEAD)
+    RING_MASK = RING - 1
     ENDS_CAP = 4096            # pretoken ends scanned ahead (32 KiB of int64: stays in L1/L2)
     HOLD_BACK = 2              # pretokens held back at an open end (see _encode_span)
     MIN_SLOTS = 4096
     ARENA_MAX = 16 << 20       # the cache is cleared when its arena would outgrow this
     RESERVE_MAX = 1 << 24      # ids a batch worker reserves at most before its first document
+    TEXT_KEEP = 64 << 20       # an encoder keeps a UTF-8 scratch (encode_all) up to this many bytes
     ARENA_SLACK = 8            # readable bytes past arena_cap (a key tail is compared 8 bytes at once)

@@ -3,6 +3,40 @@
 
 # ==== The UTF-8 of a str =========================================================================
 
+cdef extern from *:
+    """
+    /* The UTF-8 of str s (ready) written into the caller's scratch buffer *buf (capacity *cap
+       bytes), grown first to the worst case (3 bytes a code point of a UCS-2 str) with
+       bpe_enc_grow_buffer: huge pages, of which only those written are ever touched. A buffer kept
+       from call to call is written, not faulted in again: a new bytes object of 5 MB of text
+       faulted in some 1,200 pages on each call. Its length to *n; 0, 1 when s holds a surrogate
+       (the caller leaves it to CPython), -1 when memory ran out. */
+    static int bpe_utf8_into(PyObject* s, char** buf, size_t* cap, Py_ssize_t* n) {
+        int kind = PyUnicode_KIND(s);
+        Py_ssize_t len = PyUnicode_GET_LENGTH(s);
+        size_t need;
+        char* end;
+        void* grown;
+        if (len > PY_SSIZE_T_MAX / 8)
+            return -1;
+        need = (size_t)len * (kind == 1 ? 2 : kind == 2 ? 3 : 4) + 8;
+        if (need > *cap) {
+            grown = bpe_enc_grow_buffer(*buf, 0, need, 1);
+            if (grown == NULL)
+                return -1;
+            *buf = (char*)grown;
+            *cap = need;
+        }
+        end = bpe_utf8_write(PyUnicode_DATA(s), kind, len, *buf);
+        if (end == NULL)
+            return 1;
+        *n = end - *buf;
+        return 0;
+    }
+    """
+    int utf8_into "bpe_utf8_into"(object s, char** buf, size_t* cap, Py_ssize_t* n)
+
+
 @cython.final
 cdef class Utf8View:
     """A read-only buffer over the UTF-8 that CPython keeps in a ``str`` (see :func:`utf8_of`);

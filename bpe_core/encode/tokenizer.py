@@ -249,6 +249,10 @@ class Tokenizer:
         >>> tok.encode("<s><s><s>", allowed_special={"<s>"})
         [256, 256, 256]
         """
+        if self._native_batch():          # one native call into a list (no array in between)
+            data = text if type(text) is str else _as_bytes(text)
+            specials = self._select_specials(True, allowed_special, disallowed_special, (data,))
+            return self._encode_all(data, specials, self._tokens)
         return self._tokens.to_list(self.encode_to_numpy(text, allowed_special=allowed_special,
                                                          disallowed_special=disallowed_special))
 
@@ -259,6 +263,8 @@ class Tokenizer:
         >>> Tokenizer(vocab, [], ["<s>"]).encode_ordinary("<s>")
         [60, 115, 62]
         """
+        if self._native_batch():
+            return self._encode_all(text if type(text) is str else _as_bytes(text), False, self._tokens)
         return self._tokens.to_list(self.encode_to_numpy(text, specials=False))
 
     def encode_to_numpy(self, text: str | bytes, specials: bool = True, *,
@@ -271,21 +277,11 @@ class Tokenizer:
         >>> Tokenizer(vocab, []).encode_to_numpy("hi")
         array([104, 105], dtype=uint32)
         """
-        if type(text) is str and self._pattern_id is not None and _NATIVE_PRETOKENIZER:
-            data = _encode.utf8_of(text)    # the str's own UTF-8, no copy (ASCII, or made before)
-        else:
-            data = _as_bytes(text)
+        native = self._pattern_id is not None and _NATIVE_PRETOKENIZER
+        data = text if native and type(text) is str else _as_bytes(text)
         specials = self._select_specials(specials, allowed_special, disallowed_special, (data,))
-        if self._pattern_id is not None and _NATIVE_PRETOKENIZER:
-            enc = self._borrow()            # one native call, no generator (encode_batch's many docs)
-            try:
-                if len(data) <= _BLOCK_BYTES:
-                    return enc.encode_text(data, 0, len(data), self._pattern_id, self._special_table_for(specials))[0]
-                # a long text: block by block (bounded scratch) into one array
-                return enc.encode_whole(data, 0, len(data), self._pattern_id, self._special_table_for(specials),
-                                        _BLOCK_BYTES)
-            finally:
-                self._idle.append(enc)
+        if native:
+            return self._encode_all(data, specials)
         parts = list(self._iter_encode(data, 0, len(data), specials))
         if not parts:
             return np.zeros(0, dtype=np.uint32)
@@ -456,6 +452,15 @@ class Tokenizer:
         if not self._idle:
             self._idle.append(self._new_encoder())
         return self._idle[-1]
+
+    def _encode_all(self, data, specials, tokens: "_encode.TokenTable | None" = None):
+        """``data`` (a ``str``, or bytes) encoded in one native call (``Encoder.encode_all``: block
+        by block into one buffer, no generator): a uint32 array, or with ``tokens`` a list."""
+        enc = self._borrow()
+        try:
+            return enc.encode_all(data, self._pattern_id, self._special_table_for(specials), _BLOCK_BYTES, tokens)
+        finally:
+            self._idle.append(enc)
 
     def _borrow(self) -> "_encode.Encoder":
         """An encoder for this call alone; give it back with ``self._idle.append(enc)``."""

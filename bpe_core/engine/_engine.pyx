@@ -61,7 +61,7 @@ from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy
-from libcpp.algorithm cimport sort
+from libcpp.algorithm cimport inplace_merge, is_sorted, sort
 from libcpp.vector cimport vector
 
 import array as _array

@@ -31,9 +31,9 @@ from .model import Model
 #: above this one
 Encode = Callable[[bytes], "Sequence[int]"]
 
-__all__ = ["MAX_BYTES", "MAX_DOCS", "Exactness", "InexactExport", "builtin_documents", "check_export_files",
-           "check_tokenizer_json", "documents_for", "hf_folder_check", "input_files", "load_tiktoken_files",
-           "sample_documents"]
+__all__ = ["MAX_BYTES", "MAX_DOCS", "Exactness", "FolderCheck", "InexactExport", "builtin_documents",
+           "check_export_files", "check_tokenizer_file", "check_tokenizer_json", "documents_for", "hf_folder_check",
+           "input_files", "load_tiktoken_files", "sample_documents", "start_tokenizer_file_check"]
 
 #: the most documents and bytes a check encodes (about a second for HF ``tokenizers``)
 MAX_DOCS = 1000
@@ -209,11 +209,23 @@ def builtin_documents() -> list[bytes]:
 def _compare(what: str, on: str, encode: Encode, docs: Sequence[bytes],
              encode_batch: Callable[[list[str]], list[list[int]]], loader: str, t0: float) -> Exactness:
     """Encode ``docs`` (as UTF-8 text, invalid bytes as U+FFFD: the libraries take text) both ways."""
-    texts = [d.decode("utf-8", "replace") for d in docs]
-    theirs = encode_batch(texts)
+    texts = _texts(docs)
+    return _compare_ids(what, on, encode, docs, texts, encode_batch(texts), loader, t0)
+
+
+def _texts(docs: Sequence[bytes]) -> list[str]:
+    return [d.decode("utf-8", "replace") for d in docs]
+
+
+def _compare_ids(what: str, on: str, encode: Encode, docs: Sequence[bytes], texts: list[str],
+                 theirs: Sequence[Sequence[int]], loader: str, t0: float,
+                 mine: Optional[Sequence[Sequence[int]]] = None) -> Exactness:
+    """Compare the library's ids of ``texts`` (``theirs``) with bpe_core's (``mine``, when already made)."""
     differing, example = 0, None
-    for text, ids in zip(texts, theirs):
-        if list(encode(text.encode("utf-8"))) != list(ids):
+    if mine is None:
+        mine = [encode(text.encode("utf-8")) for text in texts]
+    for text, ids, own in zip(texts, theirs, mine):
+        if list(own) != list(ids):
             differing += 1
             if example is None:
                 example = text[:60]
@@ -234,6 +246,98 @@ def check_tokenizer_json(encode: Encode, text: str, docs: Sequence[bytes], on: s
         return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
 
     return _compare(what, on, encode, docs, batch, f"tokenizers {tokenizers.__version__}", t0)
+
+
+def check_tokenizer_file(encode: Encode, path: str, docs: Sequence[bytes], on: str,
+                         what: str = "tokenizer.json") -> Exactness:
+    """:func:`check_tokenizer_json` on a written file, loaded as a user loads it
+    (``tokenizers.Tokenizer.from_file``)."""
+    return start_tokenizer_file_check(encode, path, docs, on, what, separate=False)()
+
+
+#: A ``tokenizer.json`` this large (a vocabulary of long tokens: 1.2 GB for 50 MB of one byte) is
+#: loaded by HF ``tokenizers`` in a child process while this one writes the folder's other files
+#: (loading holds the GIL for seconds: a thread would not overlap).
+SEPARATE_CHECK_BYTES = 64 << 20
+
+#: The child: load the file with HF ``tokenizers`` (nothing of bpe_core), encode the texts, give the ids.
+_CHILD = """if True:
+    import pickle, sys, time
+    sys.path[:], path, texts = pickle.load(sys.stdin.buffer)      # (this process's modules: the same tokenizers)
+    try:
+        t0 = time.perf_counter()
+        import tokenizers
+        tok = tokenizers.Tokenizer.from_file(path)
+        ids = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+        out = ("ids", (tokenizers.__version__, time.perf_counter() - t0), ids)
+    except ImportError as exc:
+        out = ("import", type(exc).__name__, str(exc))
+    except BaseException as exc:
+        out = ("error", type(exc).__name__, str(exc))
+    pickle.dump(out, sys.stdout.buffer)
+"""
+
+
+def start_tokenizer_file_check(encode: Encode, path: str, docs: Sequence[bytes], on: str,
+                               what: str = "tokenizer.json", separate: Optional[bool] = None,
+                               mine: Optional[list[list[int]]] = None) -> Callable[[], Exactness]:
+    """Begin :func:`check_tokenizer_file`; returns the function that waits for its result (raises
+    what loading raised: ``ImportError`` when HF ``tokenizers`` is not installed, any other error when
+    it cannot load the file). ``separate``: load it in a child process (default: for a file of
+    :data:`SEPARATE_CHECK_BYTES` or more), so that the caller writes its other files meanwhile. The
+    child loads the same file with the same library; the ids are compared here, with bpe_core's
+    (``mine``: bpe_core's ids of ``docs``, when the caller made them already)."""
+    t0 = time.perf_counter()
+    if separate is None:
+        separate = os.path.getsize(path) >= SEPARATE_CHECK_BYTES
+    texts = _texts(docs)
+    if not separate:
+        import tokenizers
+
+        tok = tokenizers.Tokenizer.from_file(path)
+        theirs = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+        result = _compare_ids(what, on, encode, docs, texts, theirs, f"tokenizers {tokenizers.__version__}", t0,
+                              mine)
+        return lambda: result
+    import pickle
+    import subprocess
+    import sys
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    got: list = []
+    feeder = threading.Thread(target=lambda: got.append(proc.communicate(pickle.dumps((sys.path, path, texts)))[0]),
+                              daemon=True)
+    feeder.start()
+
+    def wait() -> Exactness:
+        try:
+            own = mine if mine is not None else [list(encode(t.encode("utf-8"))) for t in texts]  # (while it loads)
+            feeder.join()
+        finally:
+            if proc.poll() is None:         # (an error or a signal here: the child goes too)
+                proc.kill()
+                proc.wait()
+        try:
+            kind, name, value = pickle.loads(got[0]) if got and got[0] else ("error", "exit", proc.returncode)
+        except Exception:  # noqa: BLE001  (a child killed half-way: no result)
+            kind, name, value = "error", "exit", proc.returncode
+        if kind == "import":
+            raise ImportError(value)
+        if kind != "ids":
+            raise RuntimeError(value if name != "exit" else f"the check's process exited {value}")
+        version, seconds = name           # (the check's cost: the child's load and encoding, not the wait)
+        return _compare_ids(what, on, encode, docs, texts, value, f"tokenizers {version}", time.perf_counter() - seconds,
+                            own)
+
+    def cancel() -> None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+    wait.cancel = cancel                # (the caller failed before waiting: the child goes)
+    return wait
 
 
 def load_tiktoken_files(ranks_path: str, sidecar_path: str, name: Optional[str] = None):
@@ -262,9 +366,8 @@ def check_export_files(encode: Encode, fmt: str, folder: str, docs: Sequence[byt
     hf_files = names[:1] if fmt == "hf" else [n for n in names if _is_hf_json(os.path.join(folder, n))]
     if fmt in ("hf", "transformers") and hf_files:
         name = hf_files[0]
-        with open(os.path.join(folder, name), encoding="utf-8") as f:
-            return check_tokenizer_json(encode, f.read(), docs, on,
-                                       what="the HF tokenizer.json" if fmt == "hf" else f"{fmt} {name}")
+        return check_tokenizer_file(encode, os.path.join(folder, name), docs, on,
+                                    what="the HF tokenizer.json" if fmt == "hf" else f"{fmt} {name}")
     if fmt == "transformers":
         return Exactness("the transformers folder", on, 0, 0, exact_by_construction=True)
     if fmt == "tiktoken":
@@ -344,24 +447,59 @@ def documents_for(model: Model, check_text: "str | None" = None, input_path=None
 def hf_folder_check(encode: Encode, docs: Optional[Sequence[bytes]] = None, on: str = "",
                     allow_inexact: bool = False):
     """The check ``formats.folder.save_folder`` runs on a model folder's ``tokenizer.json`` before
-    writing it: a function ``(model, text) -> (write, facts)`` -- whether to write HF's files, and
-    what the report says of them (``hf_files``: the check's result and cost, why they are left out).
-    ``encode``: bpe_core's encoder for the model; ``docs``: the documents to check on (default
-    :func:`builtin_documents`)."""
+    publishing it: a :class:`FolderCheck`, ``(model, path) -> (write, facts)`` -- whether to keep HF's
+    files, and what the report says of them (``hf_files``: the check's result and cost, why they are
+    left out). ``encode``: bpe_core's encoder for the model; ``docs``: the documents to check on
+    (default :func:`builtin_documents`)."""
     if docs is None:
         docs, on = builtin_documents(), "bpe_core's built-in check text"
+    return FolderCheck(encode, docs, on, allow_inexact)
 
-    def check(model: Model, text: str) -> tuple[bool, dict]:
+
+class FolderCheck:
+    """:func:`hf_folder_check`'s check: ``check(model, path) -> (write, facts)``, where ``path`` is the
+    written ``tokenizer.json`` (loaded with ``tokenizers.Tokenizer.from_file``, as a user loads it);
+    ``check.start(model, path)`` begins it and returns the function that waits for ``(write, facts)``
+    (a large file is loaded in a child process meanwhile: :func:`start_tokenizer_file_check`).
+
+    bpe_core's ids of the documents are made here, once, and the encoder is not kept: the folder is
+    written without it in memory (a vocabulary of long tokens: its token table is another copy of
+    every token's bytes)."""
+
+    def __init__(self, encode: Encode, docs: Sequence[bytes], on: str, allow_inexact: bool = False):
+        self.docs, self.on, self.allow_inexact = docs, on, allow_inexact
+        self.mine = [list(encode(t.encode("utf-8"))) for t in _texts(docs)]
+        self.encode = self._encoded
+
+    def _encoded(self, data: bytes) -> list[int]:
+        raise AssertionError("FolderCheck compares the ids it made at its start")   # (mine is always given)
+
+    def __call__(self, model: Model, path: str) -> tuple[bool, dict]:
+        return self.start(model, path)()
+
+    def start(self, model: Model, path: str) -> Callable[[], tuple[bool, dict]]:
         try:
-            result = check_tokenizer_json(encode, text, docs, on)
-        except ImportError:
+            wait = start_tokenizer_file_check(self.encode, path, self.docs, self.on, mine=self.mine)
+        except Exception as exc:  # noqa: BLE001  (failed at once: the same facts, later)
+            failed = exc
+            return lambda: self._facts(None, failed)
+
+        def result() -> tuple[bool, dict]:
+            try:
+                return self._facts(wait(), None)
+            except Exception as exc:  # noqa: BLE001
+                return self._facts(None, exc)
+
+        result.cancel = getattr(wait, "cancel", lambda: None)
+        return result
+
+    def _facts(self, result: Optional[Exactness], exc: Optional[BaseException]) -> tuple[bool, dict]:
+        if isinstance(exc, ImportError):
             return False, {"why": "HF tokenizers is not installed, so they could not be checked"}
-        except Exception as exc:  # noqa: BLE001  (any failure of the library means: not loadable)
+        if exc is not None:           # (any failure of the library means: not loadable)
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
             return False, {"why": f"HF tokenizers cannot load this tokenizer.json ({first})"}
         facts: dict = {"check": result.as_dict()}
         if not result.exact:
             facts["why"] = result.line()
-        return result.exact or allow_inexact, facts
-
-    return check
+        return result.exact or self.allow_inexact, facts

@@ -19,7 +19,7 @@ import os
 from typing import Any, Callable, Optional
 
 from .hf import HF_TOKENIZER_FILE, hf_file_makers
-from .model import REPORT_FILE, Model, dump_folder
+from .model import REPORT_FILE, Model, dump_folder, write_pieces
 from .remote import remote_file_makers
 from .texts import FolderTexts
 
@@ -34,64 +34,88 @@ def save_folder(model: Model, folder: str | os.PathLike,
     function that returns it, called when ``train_report.json`` is written (after the model files:
     ``TrainResult.publish`` puts the writing's memory peak in it).
 
-    ``hf_check(model, text) -> (write, facts)`` decides on HF's files from the text of
-    ``tokenizer.json`` (``formats.exactness.hf_folder_check``: loaded with HF ``tokenizers`` and
-    compared with bpe_core's ids on the user's text; every caller in the package passes one): when
-    ``write`` is false the folder is written without them. ``report["hf_files"]`` (when a report is
-    given) says which were written, with the check's ``facts`` (its result and cost, why not).
+    ``hf_check(model, path) -> (write, facts)`` decides on HF's files from ``tokenizer.json`` as
+    written (``path``, in the private folder: ``formats.exactness.hf_folder_check`` loads it with HF
+    ``tokenizers`` and compares its ids with bpe_core's on the user's text; every caller in the
+    package passes one); when ``write`` is false the folder is published without them. A check
+    with a ``start(model, path)`` (``formats.exactness.FolderCheck``) runs while the model files are
+    written. ``report["hf_files"]`` (when a report is given) says which were written, with the
+    check's ``facts`` (its result and cost, why not).
 
     >>> import os, tempfile
     >>> m = Model(vocab={**{i: bytes([i]) for i in range(256)}, 256: b"<|endoftext|>", 257: b"ab"},
     ...           merges=[(b"a", b"b")], special_tokens=["<|endoftext|>"])
     >>> d = os.path.join(tempfile.mkdtemp(), "a", "tok")
-    >>> save_folder(m, d, {"merges": 1}, hf_check=lambda model, text: (False, {"why": "a test"}))
+    >>> save_folder(m, d, {"merges": 1}, hf_check=lambda model, path: (False, {"why": "a test"}))
     []
     >>> sorted(os.listdir(d))         # (the remote-code files instead: formats.remote)
     ['merges.txt', 'model.json', 'tokenization_bpe_core.py', 'tokenizer_config.json', 'train_report.json', 'vocab.json']
     """
     texts = FolderTexts(model.vocab, model.merges)   # each token's GPT-2 string, made once for all files
+    hf: dict[str, Any] = {}                          # the facts of HF's files, once decided
     extra: dict[str, Any] = {}
-    hf = _hf_files(model, texts, hf_check)
-    facts = None
-    if hf is not None:
-        extra.update(hf[0])
-        facts = hf[1]
-    if HF_TOKENIZER_FILE not in extra:          # no exact tokenizer.json: transformers runs bpe_core
-        extra.update(remote_file_makers(model))
 
     def with_facts(doc: dict[str, Any]) -> str:
-        if facts is not None:
-            doc["hf_files"] = facts
+        if hf.get("facts") is not None:
+            doc["hf_files"] = hf["facts"]
         return json.dumps(doc, indent=2) + "\n"
 
     if callable(report):
         extra[REPORT_FILE] = lambda: with_facts(report())      # made when written (last)
     elif report is not None:
-        extra[REPORT_FILE] = with_facts(report)
+        extra[REPORT_FILE] = lambda: with_facts(report)
     parent = os.path.dirname(os.path.abspath(os.fspath(folder)))
     os.makedirs(parent, exist_ok=True)
-    return dump_folder(model, folder, extra=extra, texts=texts)
+    try:
+        return dump_folder(model, folder, extra=extra, texts=texts,
+                           early=lambda tmp: _hf_files(model, texts, hf_check, tmp, hf))
+    finally:
+        hf.get("cancel", lambda: None)()      # (a failure before the check was waited for)
 
 
-def _hf_files(model: Model, texts: FolderTexts, hf_check) -> "tuple[dict[str, Any], dict[str, Any]] | None":
-    """HF's files of a model folder after ``hf_check``: ``(files, facts)``; None for a method that has
-    no HF files (a stage-aware one)."""
+def _hf_files(model: Model, texts: FolderTexts, hf_check, tmp: str, hf: dict[str, Any]
+              ) -> Callable[[], dict[str, Any]]:
+    """Write HF's ``tokenizer.json`` into the private folder ``tmp`` and start ``hf_check`` on it;
+    returns the function that waits for the check and gives the folder's other HF files (HF's
+    ``tokenizer_config.json``, or, when the check failed (``tokenizer.json`` then removed) or for a
+    method that has no HF files (a stage-aware one), the remote-code files: ``formats.remote``).
+    ``hf["facts"]``: what the report says of them (none for a stage-aware method)."""
     makers = hf_file_makers(model, texts=texts)
     if not makers:
-        return None
-    if hf_check is None:                         # (a caller that checked them itself)
-        return dict(makers), {"written": True, "files": list(makers)}
+        return lambda: remote_file_makers(model)
     from .patterns_compat import PatternNotPortable
 
     names = ", ".join(makers)
+    path = os.path.join(tmp, HF_TOKENIZER_FILE)
     try:
-        text = "".join(makers[HF_TOKENIZER_FILE]())
+        write_pieces(path, makers[HF_TOKENIZER_FILE](), durable=False)
     except PatternNotPortable as exc:
-        return {}, {"written": False, "files": [], "why": f"{names} left out: {exc}"}
-    write, facts = hf_check(model, text)
-    if "why" in facts:
-        facts["why"] = f"{names} {'written with allow_inexact' if write else 'left out'}: {facts['why']}"
-    if not write:
-        return {}, {"written": False, "files": [], **facts}
-    files = {HF_TOKENIZER_FILE: text, **{n: m for n, m in makers.items() if n != HF_TOKENIZER_FILE}}
-    return files, {"written": True, "files": list(files), **facts}
+        if os.path.exists(path):
+            os.remove(path)
+        hf["facts"] = {"written": False, "files": [], "why": f"{names} left out: {exc}"}
+        return lambda: remote_file_makers(model)
+    others = {n: m for n, m in makers.items() if n != HF_TOKENIZER_FILE}
+    if hf_check is None:                         # (a caller that checked them itself)
+        hf["facts"] = {"written": True, "files": list(makers)}
+        return lambda: others
+    start = getattr(hf_check, "start", None)
+    if start is not None:
+        wait = start(model, path)
+        hf["cancel"] = getattr(wait, "cancel", lambda: None)
+    else:
+        done = hf_check(model, path)
+        wait = lambda: done                      # noqa: E731
+
+    def later() -> dict[str, Any]:
+        write, facts = wait()
+        hf.pop("cancel", None)
+        if "why" in facts:
+            facts["why"] = f"{names} {'written with allow_inexact' if write else 'left out'}: {facts['why']}"
+        if not write:
+            os.remove(path)
+            hf["facts"] = {"written": False, "files": [], **facts}
+            return remote_file_makers(model)
+        hf["facts"] = {"written": True, "files": list(makers), **facts}
+        return others
+
+    return later

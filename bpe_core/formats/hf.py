@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from . import registry
 from .model import Model, gpt2_names
+from .texts import join_pieces
 
 if TYPE_CHECKING:
     from .texts import FolderTexts
@@ -83,7 +84,7 @@ def hf_tokenizer_text(model: Model, names: dict[bytes, str] | None = None, end: 
     """``json.dumps(hf_tokenizer_json(model), ensure_ascii=False) + end``, the text of
     ``tokenizer.json``, made without a list object per merge: the merges' text is joined from each
     token's JSON string (less time and a lower peak for a large vocabulary; the same characters)."""
-    return "".join(_hf_pieces(model, names, end))
+    return join_pieces(_hf_pieces(model, names, end))
 
 
 def _hf_pieces(model: Model, names: dict[bytes, str] | None, end: str,
@@ -202,7 +203,7 @@ def hf_folder_files(model: Model, names: dict[bytes, str] | None = None) -> dict
     ['tokenizer.json', 'tokenizer_config.json']
     """
     made = {name: make() for name, make in hf_file_makers(model, names).items()}
-    return {name: text if isinstance(text, str) else "".join(text) for name, text in made.items()}
+    return {name: text if isinstance(text, str) else join_pieces(text) for name, text in made.items()}
 
 
 def hf_file_makers(model: Model, names: dict[bytes, str] | None = None,

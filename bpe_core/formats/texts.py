@@ -13,8 +13,13 @@ by four ``str.replace`` calls (a GPT-2 string holds neither a space nor a newlin
 and ``\\`` need a JSON escape: every other character of the alphabet is printable).
 
 The long lists come as pieces of :data:`BLOCK` entries that a writer writes one after another
-(``formats.model._write_pieces``): the whole text of a file is never held at once, nor a string per
-entry of the whole list (a lower peak than one ``json.dumps``).
+(``formats.model.write_pieces``): the whole text of a file is never held at once, nor a string per
+entry of the whole list (a lower peak than one ``json.dumps``). A block of long tokens
+(:data:`LONG_TOKEN_BYTES` or more on average: what a corpus of one repeated byte builds) is written
+token by token, and each token in slices of :data:`PIECE_BYTES` of its bytes (hex made by
+``binascii.hexlify``, GPT-2 strings by ``codecs.charmap_decode``; a slice of printable ASCII with
+nothing to escape is its own UTF-8 text and is written as it is): writing holds one slice, never a
+token's whole text. Pieces are ``str`` or ``bytes`` (UTF-8); :func:`join_pieces` makes one text.
 
 What the plain writers wrote is kept, byte for byte (``tests/formats/test_folder_texts.py`` holds
 them as references, property-tested over random vocabularies): a model the fast paths do not
@@ -22,6 +27,7 @@ cover (two ids holding the same bytes, a merge HF cannot use) takes the plain pa
 """
 from __future__ import annotations
 
+import binascii
 import codecs
 import itertools
 import json
@@ -31,8 +37,8 @@ from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any, Iterable, Iterator, Sequence
 
-__all__ = ["BLOCK", "FolderTexts", "bytes_to_unicode", "gpt2_name_list", "merges_hex_pieces", "merges_hex_text",
-           "token_hex_pieces", "unicode_to_bytes"]
+__all__ = ["BLOCK", "FolderTexts", "bytes_to_unicode", "gpt2_name_list", "join_pieces", "merges_hex_pieces",
+           "merges_hex_text", "token_hex_pieces", "unicode_to_bytes"]
 
 #: Entries (tokens or merges) per piece of text.
 BLOCK = 4096
@@ -40,6 +46,12 @@ BLOCK = 4096
 #: mapped and escaped one by one: joining them into one text and splitting it again copies each
 #: several times (50 MB of ``a``: ~20 s of 80 writing a folder of 600 MB of tokens).
 LONG_TOKEN_BYTES = 1024
+#: Bytes of a long token mapped (to hex or its GPT-2 string) and written at a time.
+PIECE_BYTES = 1 << 20
+#: The bytes whose GPT-2 character is themselves (printable ASCII) and needs no JSON escape (all but
+#: ``"`` and ``\\``); ``_PLAIN_TEXT``: the same for a text that escapes nothing (``merges.txt``).
+_PLAIN_TEXT = bytes(range(0x21, 0x7F))
+_PLAIN_JSON = _PLAIN_TEXT.replace(b'"', b"").replace(b"\\", b"")
 
 _LEFT, _RIGHT = itemgetter(0), itemgetter(1)
 
@@ -73,6 +85,56 @@ def _decoding_table() -> str:
     """The 256 GPT-2 characters, byte value -> character (``codecs.charmap_decode``'s fast table)."""
     table = bytes_to_unicode()
     return "".join(table[b] for b in range(256))
+
+
+def join_pieces(pieces: Iterable["str | bytes"]) -> str:
+    """One text from pieces of ``str`` and UTF-8 ``bytes`` (what the writers write one after another).
+
+    >>> join_pieces(["[", b"61", "]"])
+    '[61]'
+    """
+    return "".join(p if isinstance(p, str) else p.decode("utf-8") for p in pieces)
+
+
+def _is_long(tokens: Sequence[bytes]) -> bool:
+    """Whether a block's tokens are long (:data:`LONG_TOKEN_BYTES` or more on average): written one by one."""
+    return sum(map(len, tokens)) >= LONG_TOKEN_BYTES * len(tokens)
+
+
+def _pairs_long(block: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether the tokens a block of merges builds are long (as :func:`_is_long`, without building them)."""
+    return sum(map(len, map(_LEFT, block))) + sum(map(len, map(_RIGHT, block))) >= LONG_TOKEN_BYTES * len(block)
+
+
+def _gpt2_pieces(token: bytes, escape: bool) -> Iterator["str | bytes"]:
+    """``token``'s GPT-2 string (escaped for JSON when ``escape``), :data:`PIECE_BYTES` bytes of it at
+    a time: a slice whose bytes are all their own characters as it is (UTF-8 already), else mapped.
+
+    >>> list(_gpt2_pieces(b'ab"c', True)), list(_gpt2_pieces(b"ab", True)), list(_gpt2_pieces(b"", True))
+    (['ab\\\\"c'], [b'ab'], [])
+    """
+    plain = _PLAIN_JSON if escape else _PLAIN_TEXT
+    table = _decoding_table()
+    for k in range(0, len(token), PIECE_BYTES):
+        part = token[k:k + PIECE_BYTES]
+        if not part.translate(None, plain):
+            yield part
+            continue
+        name = codecs.charmap_decode(part, None, table)[0]
+        if escape and ('"' in name or "\\" in name):
+            name = name.replace("\\", "\\\\").replace('"', '\\"')
+        yield name
+
+
+def _hex_pieces(token: bytes) -> Iterator[bytes]:
+    """``token.hex()`` as ASCII bytes, :data:`PIECE_BYTES` bytes of the token at a time.
+
+    >>> list(_hex_pieces(b"\\x00a"))
+    [b'0061']
+    """
+    view = memoryview(token)
+    for k in range(0, len(token), PIECE_BYTES):
+        yield binascii.hexlify(view[k:k + PIECE_BYTES])
 
 
 def gpt2_name_list(tokens: Iterable[bytes]) -> list[str]:
@@ -199,6 +261,13 @@ def _json_item_pieces(tokens: Sequence[bytes], values: Sequence[int], item_sep: 
             block_values = list(itertools.compress(block_values, keep))
             if not block_tokens:
                 continue
+        if _is_long(block_tokens):        # one token at a time, each in slices
+            for token, value in zip(block_tokens, block_values):
+                yield '"' if first else sep
+                yield from _gpt2_pieces(token, True)
+                yield '": ' + str(value)
+                first = False
+            continue
         keys = _escaped(gpt2_name_list(block_tokens))
         yield ('"' if first else sep) + _interleaved(keys, '": ', list(map(str, block_values)), sep)
         first = False
@@ -211,6 +280,13 @@ def merges_hex_pieces(merges: Sequence[tuple[bytes, bytes]]) -> Iterator[str]:
         return
     for k in _blocks(len(merges)):
         block = merges[k:k + BLOCK]
+        if _pairs_long(block):
+            for j, (left, right) in enumerate(block):
+                yield '[["' if k + j == 0 else '"],["'
+                yield from _hex_pieces(left)
+                yield '","'
+                yield from _hex_pieces(right)
+            continue
         yield ('[["' if k == 0 else '"],["') + '"],["'.join(map('","'.join, zip(map(bytes.hex, map(_LEFT, block)),
                                                                               map(bytes.hex, map(_RIGHT, block)))))
     yield '"]]'
@@ -231,7 +307,13 @@ def token_hex_pieces(tokens: Sequence[bytes]) -> Iterator[str]:
         yield "[]"
         return
     for k in _blocks(len(tokens)):
-        yield ('["' if k == 0 else '","') + '","'.join(map(bytes.hex, tokens[k:k + BLOCK]))
+        block = tokens[k:k + BLOCK]
+        if _is_long(block):
+            for j, token in enumerate(block):
+                yield '["' if k + j == 0 else '","'
+                yield from _hex_pieces(token)
+            continue
+        yield ('["' if k == 0 else '","') + '","'.join(map(bytes.hex, block))
     yield '"]'
 
 
@@ -275,6 +357,8 @@ class FolderTexts:
         #: no two ids hold the same bytes (nor, then, the same GPT-2 string)
         self._token_set = set(self.tokens)
         self.distinct = len(self._token_set) == len(ids)
+        #: the bytes of all the tokens
+        self.n_bytes = sum(map(len, self.tokens))
         #: merges.txt's lines, a text per block, once made (tokenizer.json's merges rewrite them)
         self._merge_blocks: tuple[int, list] | None = None
 
@@ -302,7 +386,16 @@ class FolderTexts:
         yield "#version: 0.2\n"
         made, block = [], BLOCK
         for k in range(0, len(self.merges), block):
-            lines = _merge_lines(self.merges[k:k + block])
+            merges = self.merges[k:k + block]
+            if _pairs_long(merges):         # one merge at a time, each token in slices (not kept)
+                made.append(None)
+                for left, right in merges:
+                    yield from _gpt2_pieces(left, False)
+                    yield " "
+                    yield from _gpt2_pieces(right, False)
+                    yield "\n"
+                continue
+            lines = _merge_lines(merges)
             made.append(lines)
             yield lines
         self._merge_blocks = (block, made)
@@ -378,7 +471,15 @@ class FolderTexts:
         block, made = self._merge_blocks or (BLOCK, None)
         self._merge_blocks = None          # (each block is freed once it is written)
         for n, k in enumerate(range(0, len(self.merges), block)):
-            lines = made[n] if made is not None else _merge_lines(self.merges[k:k + block])
+            merges = self.merges[k:k + block]
+            if _pairs_long(merges):         # (merges_txt kept no lines of them)
+                for j, (left, right) in enumerate(merges):
+                    yield '["' if k + j == 0 else '", "'
+                    yield from _gpt2_pieces(left, True)
+                    yield " "
+                    yield from _gpt2_pieces(right, True)
+                continue
+            lines = made[n] if made is not None else _merge_lines(merges)
             if made is not None:
                 made[n] = None
             lines = lines[:-1]

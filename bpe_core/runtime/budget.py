@@ -130,16 +130,18 @@ LONG_WORD_BYTES_PER_BYTE = 2
 NEAR_BYTES_PER_SITE = 14
 #: The bytes of the tokens merges build, beyond the engine's own figures, in the merge phase (the
 #: engine's token table, the vocabulary, the merges), and while the model folder is written (the
-#: model, each token's GPT-2 string, the JSON and hex texts, ``tokenizer.json``'s text and HF's check
-#: of it). Measured (report's ``peak_anon_by_phase``, 31-36 merges): the merge loop held 0.3-0.9 x
-#: the tokens' bytes over ``merge_bytes`` (20 MB of ``a``, of NUL, 50 MB of ``a``); writing held
-#: 13.2-13.4 x for ``a`` (2.3 GB for 20 MB, 7.9 GB for 50 MB) and 17.3 x for NUL (3.0 GB for 20 MB):
-#: a byte whose GPT-2 character is not printable ASCII is 2 bytes in the UTF-8 files and in Python's
-#: strings. Ordinary text builds a few MB of tokens; a run of one repeated byte builds tokens as long
-#: as the run (``methods.bpe.TokenBytesGuard`` stops the run when they outgrow the budget).
+#: model, and HF ``tokenizers`` loading ``tokenizer.json`` for its check: the file's text, its parsed
+#: vocabulary and merges and the model built from them; the texts are written a slice of a token at
+#: a time, ``formats.texts``). Measured (report's ``peak_anon_by_phase``, 31-36 merges): the merge
+#: loop held 0.3-0.9 x the tokens' bytes over ``merge_bytes`` (20 MB of ``a``, of NUL, 50 MB of
+#: ``a``); writing held 7.1-7.2 x for ``a`` (1.2 GB for 20 MB, 4.1 GB for 50 MB: 1 x in this process,
+#: the rest in HF's load) and 11.5-12.4 x for NUL (2.0 GB for 20 MB): a byte whose GPT-2 character is not
+#: printable ASCII is 2 bytes in the UTF-8 files and in HF's strings. Ordinary text builds a few MB
+#: of tokens; a run of one repeated byte builds tokens as long as the run
+#: (``methods.bpe.TokenBytesGuard`` stops the run when they outgrow the budget).
 TOKEN_BYTES_MERGING = 1.5
-TOKEN_BYTES_WRITING = 14
-TOKEN_BYTES_WRITING_WIDE = 18
+TOKEN_BYTES_WRITING = 8
+TOKEN_BYTES_WRITING_WIDE = 14
 #: The bytes whose GPT-2 character is printable ASCII (itself): one byte in every text of the folder.
 GPT2_NARROW_BYTES = bytes(range(0x21, 0x7F))
 #: Old per-word figure, kept for reference: the engine before the compact layout (20 B per position).

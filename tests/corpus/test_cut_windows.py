@@ -79,3 +79,37 @@ def test_a_cut_reads_a_small_window_not_a_chunk():
     got = windowed(long, 1000, [], "gpt2", True, 1 << 10, reads)
     assert got == whole_cuts(long, 1000, [], "gpt2", True)
     assert 300_000 < sum(reads) < 3 * 300_000
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(PIECES), max_size=60).map(b"".join), st.integers(0, 70), st.integers(0, 80),
+       st.sampled_from([1, 2, 3, 5, 8, 64, 1 << 22]))
+@example(b"a" * 40 + b" b", 0, 80, 3)
+@example(b"x\n" * 20 + b"x\ny", 1, 80, 1)
+@example(b"a\n/b\nc a b", 0, 80, 64)           # (no cut before a slash; the first of several matches)
+@example(b"!\n\n\t \n1 a", 0, 80, 1 << 22)
+def test_the_numpy_search_finds_what_re_finds(buf, pos, endpos, step):
+    """The safe newline and the safe space found with numpy a step at a time (any step, so matches
+    across the steps' seams too) are ``re``'s first matches, at any ``pos`` and ``endpos``."""
+    want_nl = chunks._SAFE_NEWLINE.search(buf, pos, endpos)
+    want_sp = chunks._SAFE_SPACE.search(buf, pos, endpos)
+    saved = chunks.FAST_SEARCH_BYTES, chunks._FAST_STEP
+    chunks.FAST_SEARCH_BYTES, chunks._FAST_STEP = 0, step
+    try:
+        assert chunks._safe_newline(buf, pos, endpos) == (want_nl.start() if want_nl else None)
+        assert chunks._safe_space(buf, pos, endpos) == (want_sp.end() if want_sp else None)
+    finally:
+        chunks.FAST_SEARCH_BYTES, chunks._FAST_STEP = saved
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(PIECES), max_size=80).map(b"".join), st.integers(1, 40), st.sampled_from(SPECIALS),
+       st.integers(1, 64))
+def test_the_cuts_with_the_numpy_search_are_the_same(buf, chunk_bytes, specials, window):
+    saved = chunks.FAST_SEARCH_BYTES, chunks._FAST_STEP
+    chunks.FAST_SEARCH_BYTES, chunks._FAST_STEP = 0, 5
+    try:
+        fast = windowed(buf, chunk_bytes, specials, "gpt2", True, window)
+    finally:
+        chunks.FAST_SEARCH_BYTES, chunks._FAST_STEP = saved
+    assert fast == whole_cuts(buf, chunk_bytes, specials, "gpt2", True)

@@ -127,6 +127,21 @@ def test_the_worker_thread_ends_with_run_even_on_an_error():
     assert not two.worker_running and _tasks(before) == before
 
 
+def test_one_thread_runs_without_the_worker_and_merges_the_same():
+    """``run(one_thread=True)`` on an engine built with ``threads=2``: no second thread while it runs
+    (an idle one spins between merges), the same merges as one run on two threads; a later run
+    starts the worker again."""
+    words = [[97, 98, 99, 97, 98] * 8, [98, 99, 100] * 9, [97, 100] * 7] * 30
+    one, two = _engines(words, [1, 2, 3] * 30, BYTES)
+    seen = []
+    first = two.run(4, one_thread=True, progress=lambda n: seen.append(two.worker_running), every=1)
+    assert seen and not any(seen)
+    rest = two.run(30, progress=lambda n: seen.append(two.worker_running), every=1)
+    assert seen[-2] is True
+    assert one.run(34) == first + rest
+    _same(one, two)
+
+
 def test_a_big_table_splits_its_sites_between_threads():
     """At the default threshold: enough sites that merges do run on both threads."""
     rng = np.random.default_rng(5)

@@ -83,9 +83,16 @@ def test_a_translated_export_is_exact_where_the_old_one_was_not(tmp_path):
     assert tok.encode("1234567", add_special_tokens=False).ids == [258, 260, 55]      # 123 456 7, as ours
 
 
-def test_the_folder_is_written_without_an_inexact_tokenizer_json(tmp_path, monkeypatch):
+@pytest.mark.parametrize("separate", [False, True], ids=["in-process", "child"])
+def test_the_folder_is_written_without_an_inexact_tokenizer_json(tmp_path, monkeypatch, separate):
+    """In this process, or (a large ``tokenizer.json``, forced here) loaded in a child process while
+    the model files are written: the same decision and facts."""
     # (the untranslated split, as above)
+    import bpe_core.formats.exactness as exactness
     import bpe_core.formats.patterns_compat as compat
+
+    if separate:
+        monkeypatch.setattr(exactness, "SEPARATE_CHECK_BYTES", 0)
 
     monkeypatch.setattr(compat, "portable_pattern", lambda p, engine: resolve_pattern(p))
     report: dict = {}
@@ -101,6 +108,48 @@ def test_the_folder_is_written_without_an_inexact_tokenizer_json(tmp_path, monke
     check = hf_folder_check(model_encoder(digit_model()), [b"1234567", b"12 45"], "t.txt", allow_inexact=True)
     save_folder(digit_model(), tmp_path / "tok2", report, hf_check=check)
     assert "tokenizer.json" in os.listdir(tmp_path / "tok2") and report["hf_files"]["check"]["identical_share"] == 0.5
+
+
+@pytest.mark.parametrize("separate", [False, True], ids=["in-process", "child"])
+def test_a_tokenizer_json_hf_cannot_load_is_left_out(tmp_path, monkeypatch, separate):
+    """The check loads the file as written: one HF cannot read is left out, the report says why."""
+    import bpe_core.formats.exactness as exactness
+    import bpe_core.formats.hf as hf_module
+
+    monkeypatch.setattr(exactness, "SEPARATE_CHECK_BYTES", 0 if separate else 1 << 40)
+    real = hf_module._hf_pieces
+    monkeypatch.setattr(hf_module, "_hf_pieces", lambda *a, **k: [*real(*a, **k)][:-1])   # (no closing braces)
+    report: dict = {}
+    save_folder(digit_model(), tmp_path / "tok", report,
+                hf_check=hf_folder_check(model_encoder(digit_model()), [b"1234567"], "t.txt"))
+    assert "tokenizer.json" not in os.listdir(tmp_path / "tok")
+    assert report["hf_files"]["why"].startswith("tokenizer.json, tokenizer_config.json left out: HF tokenizers "
+                                                "cannot load this tokenizer.json (")
+
+
+def test_a_failed_write_ends_the_check_process(tmp_path, monkeypatch):
+    """A failure while the model files are written (the check running in its child process): the
+    child is ended, nothing is published."""
+    import subprocess
+
+    import bpe_core.formats.exactness as exactness
+    import bpe_core.formats.model as model_module
+
+    monkeypatch.setattr(exactness, "SEPARATE_CHECK_BYTES", 0)
+    children = []
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        children.append(real_popen(*args, **kwargs))
+        return children[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    monkeypatch.setattr(model_module, "dump_model", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space")))
+    with pytest.raises(OSError):
+        save_folder(digit_model(), tmp_path / "tok", {},
+                    hf_check=hf_folder_check(model_encoder(digit_model()), [b"1234567"], "t.txt"))
+    assert len(children) == 1 and children[0].returncode is not None
+    assert not (tmp_path / "tok").exists()
 
 
 def test_superbpe_like_refusal_names_the_exact_formats(tmp_path, capsys):

@@ -178,7 +178,7 @@ def test_any_models_folder_is_what_the_plain_writers_write(tmp_path_factory, mod
 def test_an_ordinary_token_keeps_a_string_that_is_also_a_special_tokens_text(tmp_path_factory):
     vocab = {**{i: bytes([i]) for i in range(256)}, 256: "Ġx".encode("utf-8"), 257: b" x"}
     model = Model(vocab=vocab, merges=[(b" ", b"x")], special_tokens=["Ġx"], pattern="gpt2")
-    doc = json.loads("".join(hf._hf_pieces(model, None, "")))
+    doc = json.loads(texts_module.join_pieces(hf._hf_pieces(model, None, "")))
     assert doc["model"]["vocab"]["Ġx"] == 257 and doc["added_tokens"][0]["id"] == 256
     check_folder(tmp_path_factory, model)
 
@@ -191,7 +191,7 @@ def test_the_gpt2_strings_and_merge_lines_made_at_once_are_the_plain_ones(tokens
     assert gpt2_name_list(tokens) == [plain_gpt2(t) for t in tokens]
     merges = list(zip(tokens[::2], tokens[1::2]))
     assert texts_module._merge_lines(merges) == "".join(f"{plain_gpt2(a)} {plain_gpt2(b)}\n" for a, b in merges)
-    assert "".join(texts_module.token_hex_pieces(tokens)) == json.dumps([t.hex() for t in tokens], separators=(",", ":"))
+    assert texts_module.join_pieces(texts_module.token_hex_pieces(tokens)) == json.dumps([t.hex() for t in tokens], separators=(",", ":"))
     assert merges_hex_text(merges) == json.dumps([[a.hex(), b.hex()] for a, b in merges], separators=(",", ":"))
 
 
@@ -232,20 +232,48 @@ def test_the_folders_files_are_written_once_and_fsynced_once(tmp_path, monkeypat
     assert sorted(files) == sorted(inodes)            # each file once
 
 
-@settings(max_examples=20, deadline=None)
-@given(native_models(), st.sampled_from([0, 1, 2]))
-def test_a_folder_of_long_tokens_is_the_same(tmp_path_factory, model, long_bytes):
-    """Tokens of ``LONG_TOKEN_BYTES`` or more on average are mapped and escaped one by one (lowered
-    here so that random models take either path): the same files."""
-    texts_module.LONG_TOKEN_BYTES, saved = long_bytes, texts_module.LONG_TOKEN_BYTES
+@settings(max_examples=30, deadline=None)
+@given(odd_models(), st.sampled_from([0, 1, 2]), st.sampled_from([1, 2, 3, 1 << 20]), st.sampled_from([2, 4096]))
+def test_a_folder_of_long_tokens_is_the_same(tmp_path_factory, model, long_bytes, piece_bytes, block):
+    """Tokens of ``LONG_TOKEN_BYTES`` or more on average are written one by one, each in slices of
+    ``PIECE_BYTES`` of its bytes (both lowered here so that random models take either path, and
+    slices cut tokens, escapes and multi-byte characters anywhere): the same files."""
+    saved = texts_module.LONG_TOKEN_BYTES, texts_module.PIECE_BYTES
+    texts_module.LONG_TOKEN_BYTES, texts_module.PIECE_BYTES = long_bytes, piece_bytes
     try:
-        check_folder(tmp_path_factory, model, block=4096)
+        check_folder(tmp_path_factory, model, block=block)
     finally:
-        texts_module.LONG_TOKEN_BYTES = saved
+        texts_module.LONG_TOKEN_BYTES, texts_module.PIECE_BYTES = saved
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(max_size=9), max_size=40), st.sampled_from([0, 1, 5000]), st.integers(1, 4))
+def test_the_pieces_of_long_tokens_are_the_plain_texts(tokens, long_bytes, piece_bytes):
+    """Each list's text in pieces (``str`` and UTF-8 ``bytes``), one token at a time in slices or a
+    block at a time, is the plain one: ``model.json``'s hex lists, ``vocab.json``'s items,
+    ``merges.txt``'s lines and ``tokenizer.json``'s merges."""
+    saved = texts_module.LONG_TOKEN_BYTES, texts_module.PIECE_BYTES
+    texts_module.LONG_TOKEN_BYTES, texts_module.PIECE_BYTES = long_bytes, piece_bytes
+    try:
+        join = texts_module.join_pieces
+        tokens = list(dict.fromkeys(tokens))
+        merges = list(zip(tokens[::2], tokens[1::2]))
+        assert join(texts_module.token_hex_pieces(tokens)) == json.dumps([t.hex() for t in tokens], separators=(",", ":"))
+        assert join(texts_module.merges_hex_pieces(merges)) == json.dumps([[a.hex(), b.hex()] for a, b in merges],
+                                                                           separators=(",", ":"))
+        items = join(texts_module._json_item_pieces(tokens, range(len(tokens)), ",\n"))
+        assert "{" + items + "}" == json.dumps({plain_gpt2(t): i for i, t in enumerate(tokens)}, ensure_ascii=False,
+                                               separators=(",\n", ": "))
+        texts = FolderTexts(dict(enumerate(tokens)), merges)
+        assert join(texts.merges_txt()) == plain_merges_txt(merges)
+        assert join(texts._hf_merge_pieces()) == json.dumps([f"{plain_gpt2(a)} {plain_gpt2(b)}" for a, b in merges],
+                                                            ensure_ascii=False)
+    finally:
+        texts_module.LONG_TOKEN_BYTES, texts_module.PIECE_BYTES = saved
 
 
 @pytest.mark.parametrize("byte", [b"a", b'"', b"\\", b"\0"])
-def test_the_folder_of_one_repeated_byte_is_the_same(tmp_path_factory, byte):
+def test_the_folder_of_one_repeated_byte_is_the_same(tmp_path_factory, monkeypatch, byte):
     """What one repeated byte trains (tokens doubling to 256 KiB, then joined): long tokens at the
     default threshold, with the JSON escapes."""
     vocab = {i: bytes([i]) for i in range(256)}
@@ -259,4 +287,9 @@ def test_the_folder_of_one_repeated_byte_is_the_same(tmp_path_factory, byte):
     vocab[len(vocab)] = token + byte * 3
     model = Model(vocab=vocab, merges=merges, special_tokens=["<|endoftext|>"], pattern="gpt2")
     assert sum(map(len, vocab.values())) >= texts_module.LONG_TOKEN_BYTES * len(vocab)
+    import bpe_core.formats.exactness as exactness
+
+    monkeypatch.setattr(texts_module, "PIECE_BYTES", 100_000)                # (slices of tokens up to 256 KiB)
+    if byte == b"a":                  # (its tokenizer.json loaded by the check's child process: a large file's path)
+        monkeypatch.setattr(exactness, "SEPARATE_CHECK_BYTES", 0)
     check_folder(tmp_path_factory, model, block=4096)

@@ -67,6 +67,26 @@ def test_rebuilding_merges_on_pieces_equal_whole_units(units, n, cut, rule, gues
     assert got.final_tokens == final
 
 
+@settings(max_examples=120, deadline=None)
+@given(units_st, st.integers(0, 40), st.integers(1, 12), st.integers(1, 8), st.booleans())
+def test_two_legs_merge_as_one_run(units, n, cut, par, rebuilds):
+    """``stage2_merges(threads=2)`` runs the merges of pairs counting ``STAGE2_PAR_MIN_SITES`` or more
+    with the second thread and the rest on one (``_run_legs``): the same merges as one engine run on
+    the whole units, for any switch point (forced small here), with and without rebuilds."""
+    from unittest import mock
+
+    from bpe_core.methods.superbpe import stage2 as stage2_module
+    from bpe_core.methods.superbpe.train import _allowed
+    symbols, offsets, weights = as_arrays(units)
+    rule = (lambda: None) if rebuilds else (lambda: _allowed(Stage2Rules(), TOKENS))
+    steps, tokens, final = whole_units(symbols, offsets, weights, n, rule())
+    with mock.patch.object(stage2_module, "STAGE2_PAR_MIN_SITES", par):
+        got = stage2_merges(symbols, offsets, weights, weights, TOKENS, n, rule(), bounded=True, cut=cut,
+                            rebuilds=rebuilds, threads=2)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final
+
+
 def test_a_rebuild_beside_a_cut_boundary_grows_the_guard_and_starts_again():
     # "a" + "b" rebuilds "ab" (256), so "ab" then also ends with "b" and starts with "a": the
     # windows ("b", "c") and ("c", "a") count less than the cut but ("ab", "c") and ("c", "ab") then
@@ -91,7 +111,8 @@ def test_the_pairs_of_a_rebuilt_token_are_not_pruned():
     got = stage2_merges(symbols, offsets, weights, weights, TOKENS, 4, None, bounded=True, cut=3, rebuilds=True,
                         guard_tokens=lambda t: True)       # (nothing cut: only the pruning is at stake)
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
-    assert got.info["restarts"] == 0                       # with rebuilds no pair is pruned: no restart
+    # ("ab", "cd") was forgotten (count 2, "ab" not spared): the rebuild of "ab" starts again, sparing it
+    assert got.info["restarts"] == 1
 
 
 @settings(max_examples=60, deadline=None)

@@ -134,3 +134,21 @@ def test_importing_it_leaves_sys_path_alone():
     before = list(sys.path)
     importlib.reload(bench_peers)
     assert sys.path == before
+
+
+def test_the_byte_level_forms_of_the_hf_json(folders, tmp_path):
+    """A GPT-2-pattern model's tokenizer.json is given to the HF peers with ByteLevel's own regex (the
+    same pretokens, the form fastokens scans natively); another pattern keeps its file. The byte
+    alphabet of the cl100k file is GPT-2's (the one HF's ByteLevel reads)."""
+    src = folders[0] / "tokenizer.json"
+    got = bench_peers.byte_level_form(str(src), load_model(folders[0]).pattern, str(tmp_path / "b.json"))
+    doc = json.loads(open(got, encoding="utf-8").read())
+    assert doc["pre_tokenizer"] == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                    "use_regex": True}
+    assert doc["model"] == json.loads(src.read_text(encoding="utf-8"))["model"]
+    assert bench_peers.byte_level_form(str(src), "cl100k", str(tmp_path / "c.json")) == str(src)
+    assert len(set(bench_peers.BYTE_CHARS)) == 256
+    if importlib.util.find_spec("tokenizers"):
+        from tokenizers import pre_tokenizers
+
+        assert set(bench_peers.BYTE_CHARS) == set(pre_tokenizers.ByteLevel.alphabet())

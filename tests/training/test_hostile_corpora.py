@@ -60,6 +60,27 @@ def test_one_repeated_byte_builds_tokens_as_long_as_the_run(byte):
     assert capped == slow_capped and max(len(a + b) for a, b in capped[1]) <= 1000
 
 
+@pytest.mark.parametrize("byte", [b"a", b"\0"])
+def test_a_megabyte_of_one_byte_trains_the_reference_merges_and_a_folder_hf_reads(tmp_path, byte):
+    """1 MB of one byte through the tool at the default budget (tokens up to 1 MB long: the folder's
+    long-token writers, the HF check): the reference trainer's merges, and HF ``tokenizers`` reads
+    the published ``tokenizer.json`` with bpe_core's ids."""
+    tokenizers = pytest.importorskip("tokenizers")
+    data = byte * 1_000_000
+    corpus = tmp_path / "one.txt"
+    corpus.write_bytes(data)
+    r = tool(TRAIN, corpus, "--vocab-size", "1000", "--out", tmp_path / "tok", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    model = bpe_core.load(tmp_path / "tok")
+    _, merges = reference.train_bpe_from_bytes(data, 1000, [])
+    assert model.merges == merges and len(merges) == 25 and max(len(a + b) for a, b in merges) == len(data)
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json"))
+    ours = bpe_core.Tokenizer.load(tmp_path / "tok")
+    for text in (data[:30_000], data[:12_345] + b" x"):
+        assert hf.encode(text.decode("latin-1" if byte == b"\0" else "ascii"), add_special_tokens=False).ids == \
+            ours.encode(text)
+
+
 def test_the_guard_stops_when_tokens_outgrow_the_budget():
     guard = TokenBytesGuard(None, memory_limit=100 << 20, merge_bytes=50 << 20, parent_overhead=20 << 20,
                             longest_pretoken=10_000_000)
@@ -112,17 +133,18 @@ def test_a_long_pretoken_is_named_when_the_merge_phase_does_not_fit(sites):
 
 
 def test_tool_under_a_small_budget_is_one_line(tmp_path):
-    """4 MB of ``a`` under 250M: the merge phase fits, the tokens it builds do not: one line (exit
-    2) after some merges, no folder; with --max-token-bytes it trains."""
+    """4 MB of ``a`` under 200M: the merge phase fits, the tokens it builds do not: one line (exit
+    2) after some merges, no folder; with --max-token-bytes it trains (and under 250M without it:
+    26 MiB of tokens, written in slices, ~130 MiB at the peak)."""
     corpus = tmp_path / "a.txt"
     corpus.write_bytes(b"a" * 4_000_000)
-    r = tool(TRAIN, corpus, "--vocab-size", "1000", "--memory-limit", "250M", "--out", tmp_path / "tok",
+    r = tool(TRAIN, corpus, "--vocab-size", "1000", "--memory-limit", "200M", "--out", tmp_path / "tok",
              "--no-progress")
     assert r.returncode == 2, r.stderr
     lines = stderr_lines(r.stderr)
     assert len(lines) == 1 and "--max-token-bytes" in lines[0] and "4,000,000 bytes" in lines[0], r.stderr
     assert not (tmp_path / "tok").exists()
-    r = tool(TRAIN, corpus, "--vocab-size", "1000", "--memory-limit", "250M", "--max-token-bytes", "4096",
+    r = tool(TRAIN, corpus, "--vocab-size", "1000", "--memory-limit", "200M", "--max-token-bytes", "4096",
              "--out", tmp_path / "tok", "--no-progress")
     assert r.returncode == 0, r.stderr
     merges = bpe_core.load(tmp_path / "tok").merges

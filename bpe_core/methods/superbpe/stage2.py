@@ -326,14 +326,13 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
             data, starts = merger.merge_many(data, starts)
         t2 = time.perf_counter()
         phase("stage-2 build")
-        # with bounded (distinct) no merge rebuilds a token's bytes, so a new pair never counts more
-        # than when its merge made it: one below the cut is forgotten (a small pair map). With
-        # rebuilds nothing is forgotten: sparing the pairs of rebuilt tokens (prune_spare) read pair
-        # keys the engine had not written (valgrind), and gave other merges in ~5% of processes
-        # (tests/methods/test_supratok_pieces.py); SupraTok's pass 2 pruned few pairs anyway.
+        # with bounded no pair a merge makes counts more later than when its merge made it, unless a
+        # merge rebuilds one of its tokens (rebuilds): one below the cut is forgotten (a small pair
+        # map), except the pairs of spared tokens (prune_spare: a rebuild of a token not spared from
+        # the start of the run starts it again, sparing it)
         # the pieces' symbols become the engine's cells (donate: no copy, 4 bytes a symbol less)
         engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
-                             map_threshold=map_threshold, prune_below=cut if bounded and edges is None else 0, threads=threads,
+                             map_threshold=map_threshold, prune_below=cut if bounded else 0, threads=threads,
                              donate=True, prune_spare=spare if edges is not None else None)
         engine.par_min_sites = STAGE2_PAR_MIN_SITES
         del data, starts
@@ -341,17 +340,17 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         phase("merge loop")
         again = False
         if edges is None or cut <= 1:
-            steps += engine.run(n_merges - len(steps), allowed=allowed, min_count=cut)
+            steps += _run_legs(engine, n_merges - len(steps), allowed, cut, threads)
         else:
             while len(steps) < n_merges:
-                done = engine.run(n_merges - len(steps), allowed=allowed, min_count=cut, stop_before_existing=True)
+                done = _run_legs(engine, n_merges - len(steps), allowed, cut, threads, stop_before_existing=True)
                 edges.follow(done)
                 steps += done
                 if engine.stopped_before is None:
                     break
                 left, right = engine.stopped_before
                 merged = engine.token_bytes(left) + engine.token_bytes(right)
-                was_spared = True       # (with rebuilds no pair is pruned: see below)
+                was_spared = spare(merged)
                 spared.add(merged)
                 if not edges.rebuild(left, right, engine.tokens().index(merged)) or not was_spared:
                     # a boundary it needs was cut, or pairs of the token were pruned: the pieces
@@ -378,6 +377,24 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     info = {"cuts": tried, "restarts": len(tried) - 1}
     return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
                         {k: round(v, 3) for k, v in seconds.items()})
+
+
+def _run_legs(engine: MergeEngine, n: int, allowed, cut: int, threads: int, stop_before_existing: bool = False):
+    """``engine.run(n, allowed, min_count=cut)`` in two legs, the same merges: with ``threads`` 2,
+    the merges of pairs that count ``STAGE2_PAR_MIN_SITES`` or more run with the second thread (a
+    pair counts at least as many sites as it has in pieces of weight 1 or more; only such merges
+    run on two threads), the rest on one thread (``run(one_thread=)``: an idle second thread spins,
+    yields and naps between merges). ``run`` stops before the first pair that counts less than its
+    ``min_count`` with the state as it was (``allowed`` is not asked of it), so the second leg goes
+    on as one run would. A stop before a rebuilding merge (``stop_before_existing``) ends the legs."""
+    done = []
+    par = STAGE2_PAR_MIN_SITES
+    if threads >= 2 and cut < par:
+        done = engine.run(n, allowed=allowed, min_count=par, stop_before_existing=stop_before_existing)
+        if engine.stopped_before is not None or len(done) >= n:
+            return done
+    return done + engine.run(n - len(done), allowed=allowed, min_count=cut, stop_before_existing=stop_before_existing,
+                             one_thread=threads >= 2 and cut < par)
 
 
 class _Edges:

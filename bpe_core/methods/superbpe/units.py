@@ -408,31 +408,49 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
     if not cut_numbers:
         symbols, offsets = expand_units(np.ascontiguousarray(data), starts, seg_symbols, seg_offsets)
         return symbols, offsets, np.asarray(counts, dtype=np.int64), encoded
-    single_numeric = (lengths == 1) & numeric[data[starts[:-1]]] if lengths.size else np.zeros(0, bool)
+    single_numeric = lengths == 1       # (empty units read no word)
+    one = np.flatnonzero(single_numeric)
+    single_numeric[one] = numeric[data[starts[one]]]
     plain = np.flatnonzero(~single_numeric)
     # plain units: expand all of them in one native pass
     keep_bytes = np.repeat(~single_numeric, lengths)
     plain_starts = np.zeros(plain.size + 1, dtype=np.int64)
     np.cumsum(lengths[plain], out=plain_starts[1:])
     symbols, offsets = expand_units(np.ascontiguousarray(data[keep_bytes]), plain_starts, seg_symbols, seg_offsets)
-    out_counts = [counts[plain]]
-    out_encoded = [encoded[plain]]
-    extra_syms, extra_lens = [], []
+    counts = np.asarray(counts, dtype=np.int64)
+    single = np.flatnonzero(single_numeric)
+    if single.size == 0:
+        return symbols, offsets, counts[plain], encoded[plain]
+    # single numeric units: each word's stage-1 tokens, cut at its hard boundaries. The pieces of a
+    # word cover its tokens in order, so their symbols are the words' tokens one after another
+    # (gathered at once); only the piece lengths come from the loop (one numeric_cuts per word)
+    words = data[starts[single]].astype(np.int64)
+    seg_symbols, seg_offsets = np.asarray(seg_symbols), np.asarray(seg_offsets)
+    table_offsets = np.asarray(table.offsets)
+    s_lo, s_hi = seg_offsets[words].astype(np.int64), seg_offsets[words + 1].astype(np.int64)
+    n_seg = s_hi - s_lo
+    firsts = np.zeros(words.size + 1, dtype=np.int64)
+    np.cumsum(n_seg, out=firsts[1:])
+    extra = seg_symbols[np.repeat(s_lo - firsts[:-1], n_seg) + np.arange(firsts[-1])]
+    lens = token_lengths[extra].tolist()
     arena = table.arena.tobytes()
-    for u in np.flatnonzero(single_numeric):
-        w = int(data[starts[u]])
-        seg = seg_symbols[seg_offsets[w]:seg_offsets[w + 1]]
-        word = arena[table.offsets[w]:table.offsets[w + 1]]
-        cuts = numeric_cuts(word, token_lengths[seg].tolist())
-        for a, b in zip([0] + cuts, cuts + [len(seg)]):
-            extra_syms.append(seg[a:b])
-            extra_lens.append(b - a)
-            out_counts.append(np.array([counts[u]], dtype=np.int64))
-            out_encoded.append(np.array([encoded[u]], dtype=bool))
-    if extra_syms:
-        symbols = np.concatenate([symbols] + extra_syms).astype(np.uint32)
-        offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(extra_lens)]).astype(np.int64)
-    return symbols, offsets, np.concatenate(out_counts).astype(np.int64), np.concatenate(out_encoded)
+    w_lo, w_hi = table_offsets[words].tolist(), table_offsets[words + 1].tolist()
+    bounds = firsts.tolist()
+    piece_lens: list[int] = []
+    n_pieces = np.empty(words.size, dtype=np.int64)
+    for k in range(words.size):
+        seg_lens = lens[bounds[k]:bounds[k + 1]]
+        cuts = numeric_cuts(arena[w_lo[k]:w_hi[k]], seg_lens)
+        n_pieces[k] = len(cuts) + 1
+        prev = 0
+        for c in cuts:
+            piece_lens.append(c - prev)
+            prev = c
+        piece_lens.append(len(seg_lens) - prev)
+    symbols = np.concatenate([symbols, extra]).astype(np.uint32)
+    offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(piece_lens, dtype=np.int64)]).astype(np.int64)
+    return (symbols, offsets, np.concatenate([counts[plain], np.repeat(counts[single], n_pieces)]),
+            np.concatenate([encoded[plain], np.repeat(encoded[single], n_pieces)]))
 
 
 def units_source_shard(shard, context: UnitsContext, specials: Sequence[bytes], pattern: str, keep_below: int,

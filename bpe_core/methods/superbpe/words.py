@@ -14,6 +14,7 @@ from ...pretok.pretokenize import word_byte_classes, word_char_flags
 from ...pretok.wordtable import WordTable
 
 _DIGIT = regex.compile(r"\p{N}")
+_ASCII_DIGITS = regex.compile(rb"[0-9]+")
 _SPACE = regex.compile(r"\s")
 #: ASCII bytes that are ``\s`` (the same set as ``regex``'s, which the patterns use).
 ASCII_SPACE = np.array([bool(_SPACE.match(chr(i))) for i in range(128)] + [False] * 128, dtype=bool)
@@ -34,7 +35,33 @@ def numeric_cuts(pretoken: bytes, token_lengths: Sequence[int]) -> list[int]:
     []
     >>> numeric_cuts(b"abc", [1, 2])
     []
+
+    An ASCII pretoken is read as bytes (its only ``\\p{N}`` are 0-9, one byte a character); any
+    other by :func:`numeric_cuts_plain` (the same cuts: tested).
     """
+    if not pretoken.isascii():
+        return numeric_cuts_plain(pretoken, token_lengths)
+    hard = set()
+    n = len(pretoken)
+    for m in _ASCII_DIGITS.finditer(pretoken):
+        i, j = m.span()
+        if i > 0:
+            hard.add(i)
+        if j < n:
+            hard.add(j)
+        hard.update(range(i + ((j - i) % 3 or 3), j, 3))     # groups of three, counted from the right
+    if not hard:
+        return []
+    cuts, pos = [], 0
+    for t, k in enumerate(token_lengths):
+        if t > 0 and pos in hard:
+            cuts.append(t)
+        pos += k
+    return cuts
+
+
+def numeric_cuts_plain(pretoken: bytes, token_lengths: Sequence[int]) -> list[int]:
+    """:func:`numeric_cuts` character by character (any UTF-8, invalid bytes included)."""
     text = pretoken.decode("utf-8", "surrogateescape")
     if not _DIGIT.search(text):
         return []
