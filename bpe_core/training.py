@@ -507,6 +507,8 @@ def finish(learned: registry.MethodResult, run: Run, monitor: MemoryMonitor) -> 
     report["vocab_size_reached"] = len(learned.vocab)
     report["seconds"]["total"] = round(time.perf_counter() - run.t_start, 3)
     report["memory"] = monitor.summary()
+    # CPU seconds (all threads) per phase: on a shared machine the wall times above are noise
+    report["cpu_seconds"] = monitor.cpu_by_phase()
     budget.warn_exceeded(report["memory"], "training")     # the measured peak above the budget: one line
     report["peak_rss_bytes"] = {"tree_sampled": monitor.peak, **peak_rss_bytes()}
     model = Model(

@@ -9,19 +9,18 @@ class _SpillFile:
     (page cache: the kernel may drop its pages under memory pressure and read them again).
 
     The file is unlinked once mapped: the mapping keeps it until the array is dropped, and a killed
-    process leaves nothing behind.
+    process leaves nothing behind. It is written behind (``runtime.writeback.WriteBehind``): at most
+    two pieces of it are dirty at a time, so a memory cgroup can drop what was written.
     """
 
     def __init__(self, folder, name):
         self.fd, self.path = tempfile.mkstemp(prefix=f"bpe_core-spill-{os.getpid()}-engine-{name}-",
                                               dir=folder)
+        self.out = WriteBehind(self.fd)
 
     def write(self, arr):
-        """Append a contiguous array (in pieces of 64 MiB: no copy of the whole)."""
-        view = memoryview(np.ascontiguousarray(arr)).cast("B")
-        n, done, step = len(view), 0, 64 << 20
-        while done < n:
-            done += os.write(self.fd, view[done:min(n, done + step)])
+        """Append a contiguous array (in pieces: no copy of the whole)."""
+        self.out.write(np.ascontiguousarray(arr))
 
     def mapped(self, dtype, nbytes):
         """Map what was written (``nbytes``, checked) read-only; the file is gone from the folder."""
@@ -29,7 +28,7 @@ class _SpillFile:
             size = os.fstat(self.fd).st_size
             if size != nbytes:
                 raise OSError(f"{self.path}: wrote {size} bytes, expected {nbytes}")
-            os.fdatasync(self.fd)        # clean pages: reclaimable at once
+            self.out.finish()            # clean pages: reclaimable at once
             if nbytes == 0:
                 return np.zeros(0, dtype=dtype)
             return np.memmap(self.path, dtype=dtype, mode="r")

@@ -91,6 +91,11 @@ cdef struct WordRun:
     const int64_t* counts
     Py_ssize_t n_words
     Py_ssize_t pos
+    # the word at pos (set by _run_load): its bytes, length, and first 8 bytes zero-padded as a
+    # big-endian integer (keys in integer order are words in bytes order, unless equal)
+    const uint8_t* word
+    Py_ssize_t length
+    uint64_t key
 
 
 # Scanners: the end of the pretoken that starts at i (i < n).

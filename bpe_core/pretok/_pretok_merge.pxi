@@ -1,12 +1,31 @@
 # _pretok.pyx, part 10 of 11 (``include``d: compiled into the module as if written there).
 # merge_counts: a k-way merge of count tables sorted by bytes.
 
+cdef inline void _run_load(WordRun* run) noexcept nogil:
+    """Cache the word at ``run.pos``: its bytes, length and ordered 8-byte key (``WordRun``)."""
+    cdef int64_t a = run.offsets[run.pos]
+    cdef Py_ssize_t n = run.offsets[run.pos + 1] - a
+    cdef uint8_t head[8]
+    run.word = run.arena + a
+    run.length = n
+    if n >= 8:
+        run.key = bpe_order64(bpe_load_le64(run.word))
+    else:
+        memset(head, 0, 8)
+        memcpy(head, run.word, n)
+        run.key = bpe_order64(bpe_load_le64(head))
+
+
 cdef inline bint _run_less(WordRun* runs, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
-    """Heap order: the run whose current word is smaller (ties: the lower run index)."""
+    """Heap order: the run whose current word is smaller (ties: the lower run index). Unequal keys
+    decide at once (the first 8 bytes differ, or one word ends inside them before a nonzero byte
+    of the other); equal keys go to the bytes."""
     cdef WordRun* x = &runs[a]
     cdef WordRun* y = &runs[b]
-    cdef int r = _word_cmp(x.arena + x.offsets[x.pos], x.offsets[x.pos + 1] - x.offsets[x.pos],
-                           y.arena + y.offsets[y.pos], y.offsets[y.pos + 1] - y.offsets[y.pos])
+    cdef int r
+    if x.key != y.key:
+        return x.key < y.key
+    r = _word_cmp(x.word, x.length, y.word, y.length)
     return r < 0 or (r == 0 and a < b)
 
 
@@ -29,60 +48,69 @@ cdef void _sift_down(WordRun* runs, Py_ssize_t* heap, Py_ssize_t size, Py_ssize_
 cdef void _merge_runs(WordRun* runs, Py_ssize_t n_runs, Py_ssize_t* heap, uint8_t* arena,
                       int64_t* offsets, int64_t* counts, Py_ssize_t* n_words,
                       Py_ssize_t* n_bytes) noexcept nogil:
-    """k-way merge of sorted word runs, summing the counts of equal words.
-
-    With ``arena == NULL`` it only measures: *n_words and *n_bytes of the merged table.
-    """
+    """k-way merge of sorted word runs, summing the counts of equal words, written to ``arena``,
+    ``offsets`` and ``counts`` (room for the sum of the runs' words and bytes: the merged table is
+    at most that); *n_words and *n_bytes get the merged table's sizes."""
     cdef Py_ssize_t size = 0, r, w = 0, nb = 0, length
     cdef const uint8_t* word
     cdef const uint8_t* prev = NULL
     cdef Py_ssize_t prev_length = -1
+    cdef uint64_t prev_key = 0
     cdef WordRun* run
     for r in range(n_runs):
         runs[r].pos = 0
         if runs[r].n_words > 0:
+            _run_load(&runs[r])
             heap[size] = r
             size += 1
     for r in range(size // 2 - 1, -1, -1):
         _sift_down(runs, heap, size, r)
     while size > 0:
         run = &runs[heap[0]]
-        word = run.arena + run.offsets[run.pos]
-        length = run.offsets[run.pos + 1] - run.offsets[run.pos]
-        if prev_length >= 0 and _word_cmp(word, length, prev, prev_length) == 0:
-            if arena != NULL:
-                counts[w - 1] += run.counts[run.pos]
+        word = run.word
+        length = run.length
+        if prev_length >= 0 and run.key == prev_key and _word_cmp(word, length, prev, prev_length) == 0:
+            counts[w - 1] += run.counts[run.pos]
         else:
-            if arena != NULL:
-                offsets[w] = nb
-                counts[w] = run.counts[run.pos]
-                memcpy(arena + nb, word, length)
+            offsets[w] = nb
+            counts[w] = run.counts[run.pos]
+            memcpy(arena + nb, word, length)
             w += 1
             nb += length
             prev = word
             prev_length = length
+            prev_key = run.key
         run.pos += 1
         if run.pos == run.n_words:
             size -= 1
             heap[0] = heap[size]
+        else:
+            _run_load(run)
         _sift_down(runs, heap, size, 0)
-    if arena != NULL:
-        offsets[w] = nb
+    offsets[w] = nb
     n_words[0] = w
     n_bytes[0] = nb
 
 
 cdef bint _run_is_sorted(WordRun* run) noexcept nogil:
-    """Offsets start at 0, never decrease, and words are strictly increasing (unique, sorted)."""
+    """Offsets start at 0, never decrease, and words are strictly increasing (unique, sorted): the
+    8-byte keys of neighbours decide, their bytes only when the keys are equal."""
     cdef Py_ssize_t i
+    cdef uint64_t prev_key = 0
+    cdef const uint8_t* prev_word = NULL
+    cdef Py_ssize_t prev_length = 0
     if run.offsets[0] != 0:
         return False
     for i in range(run.n_words):
         if run.offsets[i + 1] < run.offsets[i]:
             return False
-        if i > 0 and _word_cmp(run.arena + run.offsets[i - 1], run.offsets[i] - run.offsets[i - 1],
-                               run.arena + run.offsets[i], run.offsets[i + 1] - run.offsets[i]) >= 0:
+        run.pos = i
+        _run_load(run)
+        if i > 0 and (run.key < prev_key or (run.key == prev_key and
+                                             _word_cmp(prev_word, prev_length, run.word, run.length) >= 0)):
             return False
+        prev_key, prev_word, prev_length = run.key, run.word, run.length
+    run.pos = 0
     return True
 
 
@@ -100,9 +128,12 @@ def merge_counts(tables):
     >>> bytes(a), o.tolist(), c.tolist()
     (b'abc', [0, 1, 2, 3], [1, 7, 1])
 
+    One pass: the outputs are allocated for the sum of the inputs' words and bytes (address space:
+    only the pages written become memory) and returned as views of what was written.
+
     Plain equivalent: ``sorted(sum((Counter(dict(rows(t))) for t in tables), Counter()).items())``.
     """
-    cdef Py_ssize_t n_runs = len(tables), r, n_words = 0, n_bytes = 0
+    cdef Py_ssize_t n_runs = len(tables), r, n_words = 0, n_bytes = 0, most_words = 0, most_bytes = 0
     cdef const uint8_t[::1] arena_view
     cdef const int64_t[::1] offsets_view
     cdef const int64_t[::1] counts_view
@@ -127,6 +158,8 @@ def merge_counts(tables):
             if offsets_view[offsets_view.shape[0] - 1] != arena_view.shape[0]:
                 raise ValueError(f"table {r}: offsets[-1] must equal len(arena)")
             keep.append((arena_view, offsets_view, counts_view))
+            most_words += counts_view.shape[0]
+            most_bytes += arena_view.shape[0]
             runs[r].arena = &arena_view[0] if arena_view.shape[0] > 0 else <const uint8_t*>heap
             runs[r].offsets = &offsets_view[0]
             runs[r].counts = &counts_view[0] if counts_view.shape[0] > 0 else NULL
@@ -135,20 +168,19 @@ def merge_counts(tables):
                 ok = _run_is_sorted(&runs[r])
             if not ok:
                 raise ValueError(f"table {r} is not sorted by bytes with unique words")
-        with nogil:
-            _merge_runs(runs, n_runs, heap, NULL, NULL, NULL, &n_words, &n_bytes)
-        arena_out = np.empty(n_bytes, dtype=np.uint8)
-        offsets_out = np.empty(n_words + 1, dtype=np.int64)
-        counts_out = np.empty(n_words, dtype=np.int64)
+        arena_out = np.empty(most_bytes, dtype=np.uint8)
+        offsets_out = np.empty(most_words + 1, dtype=np.int64)
+        counts_out = np.empty(most_words, dtype=np.int64)
         out_arena = arena_out
         out_offsets = offsets_out
         out_counts = counts_out
-        # A non-NULL arena pointer switches the merge to writing, even when there are no bytes.
-        arena_ptr = &out_arena[0] if n_bytes > 0 else <uint8_t*>heap
+        arena_ptr = &out_arena[0] if most_bytes > 0 else <uint8_t*>heap
         with nogil:
             _merge_runs(runs, n_runs, heap, arena_ptr, &out_offsets[0],
-                        &out_counts[0] if n_words > 0 else NULL, &n_words, &n_bytes)
-        return arena_out, offsets_out, counts_out
+                        &out_counts[0] if most_words > 0 else NULL, &n_words, &n_bytes)
+        if n_words == most_words:           # nothing summed: the arrays are exactly full
+            return arena_out, offsets_out, counts_out
+        return arena_out[:n_bytes], offsets_out[:n_words + 1], counts_out[:n_words]
     finally:
         free(runs)
         free(heap)

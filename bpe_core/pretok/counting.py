@@ -27,6 +27,7 @@ from ..runtime.budget import refuse_memory_folder
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
 from ..runtime.workers import check_total, read_range, release_free_memory, run_ordered
+from ..runtime.writeback import WriteBehind
 from .patterns import pattern_name
 from ._pretok import table_sums
 from .pretokenize import count_pretokens, merge_counts, split_spans
@@ -85,10 +86,13 @@ def block_spans(buf, doc_ends, specials: Sequence[bytes]) -> tuple[np.ndarray, i
 def _count_chunk(task: tuple) -> ChunkCount:
     """Worker: count the pretokens of one block of the corpus; checks that they cover its text.
 
-    ``task`` is ``(shard or block, specials, pattern)``, or ``(path, start, end, specials, pattern,
-    stamp)`` for a byte range of a plain file.
+    ``task`` is ``(shard or block, specials, pattern)`` or ``(shard or block, specials, pattern,
+    record, buffers)`` (a plain file's chunk is then read into a buffer of ``buffers``, a
+    :class:`ReadBuffers`), or ``(path, start, end, specials, pattern, stamp)`` for a byte range of a
+    plain file.
     """
     record = False
+    buffers = taken = None
     if len(task) == 6:
         path, start, end, specials, pattern, stamp = task
         block = Block(read_range(path, start, end, stamp), None, start == 0, int(start == 0), 0,
@@ -96,7 +100,20 @@ def _count_chunk(task: tuple) -> ChunkCount:
     else:
         piece, specials, pattern, *rest = task
         record = bool(rest and rest[0])
-        block = load(piece)
+        buffers = rest[1] if len(rest) > 1 else None
+        if buffers is not None and type(piece) is TextRangeShard:
+            taken = buffers.take(piece.end - piece.start)
+            block = piece.read(out=taken)
+        else:
+            block = load(piece)
+    try:
+        return _count_block(block, specials, pattern, record)
+    finally:
+        if taken is not None:
+            buffers.give(taken)
+
+
+def _count_block(block: Block, specials, pattern: str, record: bool) -> ChunkCount:
     buf = block.data
     spans, n_specials = block_spans(buf, block.doc_ends, specials)
     recorded = None
@@ -112,6 +129,52 @@ def _count_chunk(task: tuple) -> ChunkCount:
     n = len(buf)
     return ChunkCount((arena, offsets, counts), n, n_specials, n - text_bytes, int(counts.sum()),
                       block.begins_item, block.n_items, block.source, recorded=recorded)
+
+
+class ReadBuffers:
+    """The buffers the counting threads read plain-file chunks into, reused from chunk to chunk.
+
+    A fresh 64 MiB buffer per chunk costs the kernel a page fault and a zeroed page for every 4 KiB
+    (2 MiB with transparent huge pages) before ``pread`` copies the text over it: on 1 GB of text
+    that zeroing was ~10% of the counting's CPU. A worker takes a buffer, reads its chunk into it,
+    and gives it back when the chunk is counted (nothing it returns points into it), so there are at
+    most as many buffers as chunks being read at once: what the plan's per-worker bytes already hold
+    while the workers count. An idle worker's buffer is not in the plan: ``count_corpus`` frees the
+    free ones (:meth:`clear`) before the parent's large folds and spills, and when counting ends.
+
+    >>> bufs = ReadBuffers(); a = bufs.take(10); bufs.give(a); bufs.take(5) is a, len(a) >= 10
+    (True, True)
+    """
+
+    #: a new buffer has room for this share more than its chunk, rounded up to ``GRAIN`` bytes: chunks
+    #: cut at pretoken boundaries differ a little in size, and a page never written is no memory
+    SLACK = 1 / 16
+    GRAIN = 1 << 20
+
+    def __init__(self):
+        import threading
+
+        self._free: list = []
+        self._lock = threading.Lock()
+
+    def take(self, n: int):
+        """A uint8 buffer of at least ``n`` bytes (a free one, else a new one; a free one too
+        short for ``n`` is dropped)."""
+        with self._lock:
+            while self._free:
+                buf = self._free.pop()
+                if len(buf) >= n:
+                    return buf
+        want = max(n, 1) + int(n * self.SLACK)
+        return np.empty(-(-want // self.GRAIN) * self.GRAIN, dtype=np.uint8)
+
+    def give(self, buf) -> None:
+        with self._lock:
+            self._free.append(buf)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
 
 
 def _count_plain(task: tuple) -> ChunkCount:
@@ -491,8 +554,9 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     # arrays are ``array.array`` (``_count_plain``); the numbers are the same.
     plain = (plain and PLAIN_SMALL_RUNS and not recording and len(shards) == 1
              and type(shards[0]) is TextRangeShard and pattern_name(pattern) is not None)
+    buffers = ReadBuffers()          # the chunks of plain files are read into reused buffers
     tasks = ((sh, list(specials), pattern) for sh in shards) if plain else \
-        ((sh, list(specials), pattern, recording)
+        ((sh, list(specials), pattern, recording, buffers)
          for sh in iter_tasks(sources, opts, max(1, (num_workers + 1) // 2), shards=shards))
     names = ", ".join(s.name for s in sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
     if report is not None:
@@ -509,6 +573,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     items_per_source = [0] * len(sources)
     t1 = time.perf_counter()
     merge_seconds = 0.0
+    fold_cpu = 0.0          # CPU seconds of the folds while counting (this thread's, beside the workers)
 
     def fold(tables: list) -> tuple:
         merged = merge_counts(tables)
@@ -516,7 +581,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         return merged
 
     def absorb(result: ChunkCount):
-        nonlocal levels, merge_seconds
+        nonlocal levels, merge_seconds, fold_cpu
         if result.begins_item and totals["items"] and sep:
             # the separator between two items: a special-token occurrence of the corpus
             totals["inserted"] += 1
@@ -531,7 +596,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         if recording:
             record.append(result.recorded)
         levels.append((0, result.table))
-        tm = time.perf_counter()
+        tm, cm = time.perf_counter(), time.thread_time()
         while True:                 # fold FOLD_FANOUT tables of the lowest full level into one
             sizes: dict[int, int] = {}
             for lv, _ in levels:
@@ -540,11 +605,17 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
             if not full:
                 break
             lv = min(full)
+            if lv > 0:
+                # A fold of folded tables (every FOLD_FANOUT ** 2 chunks) is the parent's peak: the
+                # read buffers of idle workers are not in the plan's figure for it, so they go back
+                # first (the next chunks read into new ones). A fold of chunk tables keeps them.
+                buffers.clear()
             group = [t for l2, t in levels if l2 == lv]
             levels = [(l2, t) for l2, t in levels if l2 != lv] + [(lv + 1, fold(group))]
         if spill.threshold is not None and sum(_table_bytes(t) for _, t in levels) > spill.threshold:
             # Over the threshold: merge everything in RAM into one table; it goes to disk if it is
             # still over, else it stays, as one table of the top level. Nothing is dropped.
+            buffers.clear()
             top = max(lv for lv, _ in levels)
             merged = fold([t for _, t in levels]) if len(levels) > 1 else levels[0][1]
             levels = [(top + 1, t) for t in spill.offer([merged])]
@@ -555,6 +626,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         # 224 MiB with this). Giving them back after each chunk costs a few ms.
         release_free_memory()
         merge_seconds += time.perf_counter() - tm
+        fold_cpu += time.thread_time() - cm
         if check_words is not None and levels:
             check_words(max(len(t[2]) for _, t in levels))
         if bar is not None:
@@ -567,6 +639,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         workers = num_workers if any(not sh.lazy for sh in shards) else min(num_workers, len(shards))
         run_ordered(_count_plain if plain else _count_chunk, tasks, max(1, workers), absorb,
                     max_in_flight=max(1, workers), may_submit=may_submit)
+        buffers.clear()              # the reading is over: the read buffers go back before the merge
         if bar is not None:
             bar.close()
         for src in sources:
@@ -594,6 +667,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         report["n_chunks"] = totals["chunks"]
         report["seconds"]["pretokenize"] = round(time.perf_counter() - t1 - merge_seconds, 3)
         report["seconds"]["merge_counts"] = round(merge_seconds, 3)
+        # the CPU seconds of the folds done while counting (in the "pretokenize" phase's CPU)
+        report["fold_cpu_seconds"] = round(fold_cpu, 3)
         report["special_token_occurrences"] = totals["specials"]
         report["bytes_scanned"] = totals["bytes"]
         report["corpus_bytes"] = corpus_size
@@ -636,6 +711,24 @@ PLAIN_SMALL_RUNS = True
 SPILL_PREFIX = "bpe_core-spill-"
 
 
+def save_behind(path: str, arr) -> None:
+    """``np.save(path, arr)`` with its pages written back as they are written
+    (``runtime.writeback.WriteBehind``): a spilled run is never dirty page cache all at once, which a
+    memory cgroup could not drop.
+
+    >>> import tempfile; p = os.path.join(tempfile.mkdtemp(), "a.npy")
+    >>> save_behind(p, np.arange(5)); np.load(p).tolist()
+    [0, 1, 2, 3, 4]
+    """
+    arr = np.ascontiguousarray(arr)
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(arr))
+        f.flush()
+        out = WriteBehind(f.fileno())
+        out.write(arr.reshape(-1).view(np.uint8) if arr.size else b"")
+        out.finish()
+
+
 def _table_bytes(table: tuple) -> int:
     return int(sum(memoryview(a).nbytes for a in table))
 
@@ -676,7 +769,7 @@ class Spill:
             base = os.path.join(self._dir.name, f"run{self.n_runs:05d}")
             for name, arr in (("arena", arena), ("offsets", offsets), ("counts", counts)):
                 try:
-                    np.save(f"{base}.{name}.npy", arr)
+                    save_behind(f"{base}.{name}.npy", arr)
                 except OSError as exc:          # a full disk names the spill file, not just "No space"
                     raise named(exc, f"{base}.{name}.npy") if exc.errno in DISK_FULL else exc from None
             self.paths.append(base)

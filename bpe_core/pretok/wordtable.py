@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..runtime.lazy import np, numpy_loaded  # numpy on first use (a small run never imports it)
+from ..runtime.writeback import WriteBehind
 from ._pretok import drop_one_byte_words, table_sums
 
 
@@ -150,7 +151,8 @@ class WordTable:
                  for n in names]
         try:
             n_out, n_bytes = 0, 0
-            os.write(files[1][0], np.zeros(1, np.int64).tobytes())
+            outs = [WriteBehind(fd) for fd, _ in files]      # few dirty pages at a time (runtime.writeback)
+            outs[1].write(np.zeros(1, np.int64))
             for lo in range(0, self.n_words, step):
                 hi = min(self.n_words, lo + step)
                 offs = np.asarray(self.offsets[lo:hi + 1])
@@ -162,16 +164,16 @@ class WordTable:
                     arena = arena[np.repeat(keep, lengths)]
                     lengths, counts = lengths[keep], counts[keep]
                 ends = n_bytes + np.cumsum(lengths, dtype=np.int64)
-                for (fd, _), arr in zip(files, (arena, ends, counts)):
-                    _write_all(fd, arr)
+                for out, arr in zip(outs, (arena, ends, counts)):
+                    out.write(np.ascontiguousarray(arr))
                 n_out += len(counts)
                 n_bytes += int(arena.size)
             out = []
-            for (fd, path), dtype, n in zip(files, (np.uint8, np.int64, np.int64),
-                                            (n_bytes, n_out + 1, n_out)):
+            for (fd, path), writer, dtype, n in zip(files, outs, (np.uint8, np.int64, np.int64),
+                                                 (n_bytes, n_out + 1, n_out)):
                 if os.fstat(fd).st_size != n * np.dtype(dtype).itemsize:
                     raise OSError(f"{path}: short write")
-                os.fdatasync(fd)          # clean pages: the kernel may drop them at once
+                writer.finish()           # clean pages: the kernel may drop them at once
                 out.append(np.memmap(path, dtype=dtype, mode="r") if n else np.zeros(n, dtype))
             return WordTable(*out)
         finally:
@@ -188,11 +190,3 @@ class WordTable:
         offsets = np.zeros(int(keep.sum()) + 1, np.int64)
         np.cumsum(lengths[keep], out=offsets[1:])
         return WordTable(arena, offsets, self.counts[keep])
-
-
-def _write_all(fd: int, arr: np.ndarray) -> None:
-    """Append a contiguous array to ``fd`` (in pieces: no second copy of a large array)."""
-    view = memoryview(np.ascontiguousarray(arr)).cast("B")
-    done = 0
-    while done < len(view):
-        done += os.write(fd, view[done:done + (64 << 20)])

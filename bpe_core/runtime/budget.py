@@ -112,11 +112,16 @@ ENGINE_BLOCK_BYTES = 1 / 4
 #: read-only, per symbol: the initial position lists; per word: the word record (count, end).
 ENGINE_BASE_LIST_BYTES = 4
 ENGINE_WORD_BYTES = 12
-#: pairs at the end of the merge loop: PAIRS_PER_SQRT_SYMBOL * sqrt(symbols) * (vocab / 32k) ** 0.5
-#: (570 k at 4.2 M symbols, 1.51 M at 15.9 M, 5.72 M at 195 M), each with ENGINE_PAIR_BYTES of pair
+#: pairs at the end of the merge loop: PAIRS_PER_SQRT_SYMBOL * sqrt(symbols) * (vocab / 32k) ** e, e = 0.5
+#: below 32k and PAIRS_VOCAB_EXPONENT above (570 k at 4.2 M symbols, 1.51 M at 15.9 M, 5.72 M at 195 M
+#: at 32k; 17.34 M at 195 M and 200k, where 0.5 gave 15.7 M and the merge loop held 1.08x the
+#: budget it named), each with ENGINE_PAIR_BYTES of pair
 #: arrays, hash slot and heap entries (93 B at 1 GB, ~70 B at 15 GB; 80 B fits the merge-phase peaks
 #: measured at 1, 4 and 15 GB within 1%).
 PAIRS_PER_SQRT_SYMBOL = 450
+#: how the pairs grow with the vocabulary above 32k (5.72 M -> 17.34 M from 32k to 200k at 195 M
+#: symbols is 6.25 ** 0.605; 0.65 leaves a margin: 20.7 M planned)
+PAIRS_VOCAB_EXPONENT = 0.65
 ENGINE_PAIR_BYTES = 80
 DEFAULT_VOCAB_SIZE = 32000
 #: The longest pretoken (text without whitespace: one word of the engine) costs, beyond the
@@ -526,7 +531,8 @@ def pairs_estimate(n_symbols: int, vocab_size: int = DEFAULT_VOCAB_SIZE) -> int:
     """
     if n_symbols <= 0:
         return 0
-    scale = max(0.25, vocab_size / DEFAULT_VOCAB_SIZE) ** 0.5
+    ratio = max(0.25, vocab_size / DEFAULT_VOCAB_SIZE)
+    scale = ratio ** (0.5 if ratio <= 1 else PAIRS_VOCAB_EXPONENT)
     return int(min(n_symbols, PAIRS_PER_SQRT_SYMBOL * math.sqrt(n_symbols) * scale))
 
 

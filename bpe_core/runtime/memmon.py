@@ -281,6 +281,9 @@ class MemoryMonitor:
         self.peak_time = 0.0
         self.phase_name: Optional[str] = None
         self.phases: list[tuple[float, str]] = []
+        #: CPU seconds of this process (all its threads: ``time.process_time``) spent in each phase
+        self.phase_cpu: dict[str, float] = {}
+        self._cpu_mark = time.process_time()
         self.phase_peaks: dict[str, int] = {}
         self.peak_anon = 0
         self.peak_file = 0
@@ -382,8 +385,28 @@ class MemoryMonitor:
 
     def _enter_phase(self, name: str, when: float) -> None:
         with self._lock:
+            self._charge_cpu()
             self.phase_name = name
             self.phases.append((when, name))
+
+    def _charge_cpu(self) -> None:
+        """Add the CPU time since the last mark to the current phase (``"before"`` when none yet)."""
+        now = time.process_time()
+        key = self.phase_name if self.phase_name is not None else "before"
+        self.phase_cpu[key] = self.phase_cpu.get(key, 0.0) + now - self._cpu_mark
+        self._cpu_mark = now
+
+    def cpu_by_phase(self) -> dict:
+        """CPU seconds of this process (every thread) per phase so far, rounded to ms.
+
+        >>> with MemoryMonitor(interval=0.01) as mon:
+        ...     phase("spin"); _ = sum(range(10**5))
+        >>> mon.cpu_by_phase()["spin"] >= 0
+        True
+        """
+        with self._lock:
+            self._charge_cpu()
+            return {k: round(v, 3) for k, v in self.phase_cpu.items()}
 
     # ---- budget guard -----------------------------------------------------------------------
 

@@ -297,3 +297,29 @@ def test_count_memory_fits_the_budget_model(kind, tmp_path):
         assert n_words > estimate
         allowed = fixed + n_words * WORST_BYTES_PER_WORD
     assert peak <= allowed, (kind, len(data), n_words, estimate, peak, allowed)
+
+
+def test_reused_read_buffers_hold_no_stale_bytes(small_corpus, monkeypatch):
+    """Chunks are read into buffers reused from chunk to chunk (``counting.ReadBuffers``): a buffer
+    longer than the chunk holds the bytes of an earlier one past its end, a buffer too short for the
+    next chunk is dropped for a new one. With buffers rounded to the byte (every size difference
+    matters) and filled with garbage first, the count is still the Counter of the regex pieces."""
+    taken = []
+
+    class Dirty(counting.ReadBuffers):
+        GRAIN, SLACK = 1, 0
+
+        def take(self, n):
+            buf = super().take(n)
+            taken.append((len(buf), n))
+            buf[:] = 0xFF if len(taken) % 2 else ord("a")   # garbage a chunk must never count
+            return buf
+
+    monkeypatch.setattr(counting, "ReadBuffers", Dirty)
+    raw = small_corpus.read_bytes()
+    spans, _ = split_spans_regex(raw, 0, len(raw), [SPECIAL])
+    for workers in (1, 2):
+        taken.clear()
+        table = counting.count_corpus(str(small_corpus), [SPECIAL], "gpt2", workers, 1 << 10)
+        assert list(table.to_dict().items()) == reference_counts(raw, spans, "gpt2")
+        assert len(taken) > 10 and any(size > n for size, n in taken)       # reused, longer than the chunk

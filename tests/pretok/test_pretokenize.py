@@ -247,6 +247,26 @@ def test_merge_counts_equals_counter_sum(dicts):
     assert table_dict(got) == dict(want)
 
 
+#: words over a tiny alphabet with NUL in it, around 8 bytes long: equal 8-byte keys with different
+#: tails, words that differ only in trailing NULs (``a`` < ``a\0``: the key pads with zeros)
+_KEYED_WORDS = st.binary(max_size=12).map(lambda b: bytes(b"\0\1a"[x % 3] for x in b)) | \
+    st.binary(min_size=7, max_size=10).map(lambda b: b"prefix12"[:8] + bytes(x % 2 for x in b[8:]))
+
+
+@settings(max_examples=MAX_EXAMPLES)
+@given(st.lists(st.dictionaries(_KEYED_WORDS, st.integers(1, 2**40), max_size=20), max_size=7))
+def test_merge_counts_orders_by_bytes_past_the_first_eight(dicts):
+    """The merge compares an 8-byte key of each word before its bytes: the merged table is the
+    Counter's sum with its words in Python ``bytes`` order (the order is checked, not just the sums)."""
+    want = Counter()
+    for d in dicts:
+        want.update(d)
+    arena, offsets, counts = merge_counts([as_table(Counter(d)) for d in dicts])
+    got = [(bytes(arena[offsets[i]:offsets[i + 1]]), int(counts[i])) for i in range(len(counts))]
+    assert got == sorted(want.items())
+    assert offsets[-1] == len(arena) and len(offsets) == len(counts) + 1
+
+
 @settings(max_examples=MAX_EXAMPLES)
 @given(mixed_text.map(_encode), st.sampled_from(NAMES + [USER_PATTERN]))
 def test_pretokenize_special_tokens(data, pattern):

@@ -66,7 +66,7 @@ def test_offer_takes_array_array_tables(tmp_path):
 def test_full_spill_folder_names_the_file(tmp_path, monkeypatch):
     def full(path, arr):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(counting.np, "save", full)
+    monkeypatch.setattr(counting, "save_behind", full)
     spill = Spill(1, str(tmp_path))
     with pytest.raises(OSError) as info:
         spill.offer([(np.zeros(1, np.uint8), np.array([0, 1]), np.array([1]))])
