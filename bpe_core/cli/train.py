@@ -322,8 +322,11 @@ def _train(args) -> int:
         print(f"{args.prog}: note: {args.init_from}: ids follow bpe_core's layout (bytes 0-255, special "
               f"tokens, then the merges in order), not the init files' ids", file=sys.stderr)
     if report["merges"] < report["merges_requested"]:
+        cap = getattr(args, "max_token_bytes", None)
+        why = ("the corpus has no more pairs whose token fits --max-token-bytes "
+               f"{cap:,}" if cap else "the corpus has no more pairs")
         print(f"{args.prog}: warning: {input_path}: only {report['merges']} merges were possible "
-              f"(asked for {report['merges_requested']}): the corpus has no more pairs; "
+              f"(asked for {report['merges_requested']}): {why}; "
               f"vocabulary size is {len(result.vocab)}", file=sys.stderr)
     phase("write")
     # HF's files are checked on the user's text first (a sample across the input, or --check-text);

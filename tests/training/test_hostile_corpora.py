@@ -149,6 +149,7 @@ def test_tool_under_a_small_budget_is_one_line(tmp_path):
     r = tool(TRAIN, corpus, "--vocab-size", "1000", "--memory-limit", "225M", "--max-token-bytes", "4096",
              "--out", tmp_path / "tok", "--no-progress")
     assert r.returncode == 0, r.stderr
+    assert "no more pairs whose token fits --max-token-bytes 4,096" in r.stderr   # not "no more pairs"
     merges = bpe_core.load(tmp_path / "tok").merges
     assert max(len(a + b) for a, b in merges) == 4096
 
