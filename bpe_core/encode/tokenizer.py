@@ -29,6 +29,7 @@ a stream).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import AbstractSet, Callable, Collection, Iterable, Iterator, Sequence
 
@@ -689,14 +690,20 @@ class TwoStageEncoder:
 
     def encode(self, data: bytes, specials: bool = True) -> np.ndarray:
         """uint32 ids of ``data`` (``specials=False``: special tokens are plain text)."""
+        with self._borrowed() as (enc, scratch):
+            return _encode.encode_stage_aware(enc, self._stage2, scratch, data, self._tok._pattern_id,
+                                              self._tok._special_table if specials else None, self._split)
+
+    @contextlib.contextmanager
+    def _borrowed(self):
+        """An idle native encoder and stage-2 scratch for this thread, given back after the block."""
         enc = self._tok._borrow()
         try:
             scratch = self._idle_scratch.pop()
         except IndexError:
             scratch = _encode.Stage2Scratch()
         try:
-            return _encode.encode_stage_aware(enc, self._stage2, scratch, data, self._tok._pattern_id,
-                                              self._tok._special_table if specials else None, self._split)
+            yield enc, scratch
         finally:
             self._idle_scratch.append(scratch)
             self._tok._idle.append(enc)
@@ -711,19 +718,11 @@ class TwoStageEncoder:
         >>> [a.tolist() for a in TwoStageEncoder(vocab, [(b" ", b"a")], [], "gpt2", m2).encode_many([" a a", b"", "1"])]
         [[257], [], [49]]
         """
-        enc = self._tok._borrow()
-        try:
-            scratch = self._idle_scratch.pop()
-        except IndexError:
-            scratch = _encode.Stage2Scratch()
         table = self._tok._special_table if specials else None
         pattern_id, stage2, split = self._tok._pattern_id, self._stage2, self._split
-        try:
+        with self._borrowed() as (enc, scratch):
             return [_encode.encode_stage_aware(enc, stage2, scratch, _encode.utf8_of(t) if type(t) is str else _as_bytes(t),
                                                pattern_id, table, split) for t in texts]
-        finally:
-            self._idle_scratch.append(scratch)
-            self._tok._idle.append(enc)
 
     def encode_flat(self, texts: Sequence[str | bytes], specials: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`encode` of each text back to back: ``(ids, offsets)`` as
@@ -737,17 +736,9 @@ class TwoStageEncoder:
         ([257, 49], [0, 1, 1, 2])
         """
         bufs = [_encode.utf8_of(t) if type(t) is str else t if type(t) is bytes else _as_bytes(t) for t in texts]
-        enc = self._tok._borrow()
-        try:
-            scratch = self._idle_scratch.pop()
-        except IndexError:
-            scratch = _encode.Stage2Scratch()
-        try:
+        with self._borrowed() as (enc, scratch):
             return _encode.encode_stage_aware_flat(enc, self._stage2, scratch, bufs, self._tok._pattern_id,
                                                    self._tok._special_table if specials else None, self._split)
-        finally:
-            self._idle_scratch.append(scratch)
-            self._tok._idle.append(enc)
 
 
 def _stage_encoder(model):

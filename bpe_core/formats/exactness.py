@@ -262,8 +262,8 @@ SEPARATE_CHECK_BYTES = 64 << 20
 
 #: The child: load the file with HF ``tokenizers`` (nothing of bpe_core), encode the texts, give the ids.
 _CHILD = """if True:
-    import pickle, sys, time
-    sys.path[:], path, texts = pickle.load(sys.stdin.buffer)      # (this process's modules: the same tokenizers)
+    import json, sys, time
+    sys.path[:], path, texts = json.load(sys.stdin)      # (this process's modules: the same tokenizers)
     try:
         t0 = time.perf_counter()
         import tokenizers
@@ -274,7 +274,7 @@ _CHILD = """if True:
         out = ("import", type(exc).__name__, str(exc))
     except BaseException as exc:
         out = ("error", type(exc).__name__, str(exc))
-    pickle.dump(out, sys.stdout.buffer)
+    json.dump(out, sys.stdout)
 """
 
 
@@ -299,7 +299,7 @@ def start_tokenizer_file_check(encode: Encode, path: str, docs: Sequence[bytes],
         result = _compare_ids(what, on, encode, docs, texts, theirs, f"tokenizers {tokenizers.__version__}", t0,
                               mine)
         return lambda: result
-    import pickle
+    import json
     import subprocess
     import sys
     import threading
@@ -307,7 +307,7 @@ def start_tokenizer_file_check(encode: Encode, path: str, docs: Sequence[bytes],
     proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     got: list = []
-    feeder = threading.Thread(target=lambda: got.append(proc.communicate(pickle.dumps((sys.path, path, texts)))[0]),
+    feeder = threading.Thread(target=lambda: got.append(proc.communicate(json.dumps([sys.path, path, texts]).encode())[0]),
                               daemon=True)
     feeder.start()
 
@@ -320,7 +320,7 @@ def start_tokenizer_file_check(encode: Encode, path: str, docs: Sequence[bytes],
                 proc.kill()
                 proc.wait()
         try:
-            kind, name, value = pickle.loads(got[0]) if got and got[0] else ("error", "exit", proc.returncode)
+            kind, name, value = json.loads(got[0]) if got and got[0] else ("error", "exit", proc.returncode)
         except Exception:  # noqa: BLE001  (a child killed half-way: no result)
             kind, name, value = "error", "exit", proc.returncode
         if kind == "import":
