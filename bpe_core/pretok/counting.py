@@ -651,7 +651,9 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         if plain and len(runs) == 1 and isinstance(runs[0][2], array.array):
             table = WordTable(*runs[0])      # one sorted table, its words unique: merged already
         else:
-            table = WordTable.from_arrays(merge_counts(runs)) if runs else WordTable.empty()
+            # the workers are done: the last merge runs on two threads when there are two
+            table = WordTable.from_arrays(merge_counts(runs, threads=min(max(workers, 1), 2))) if runs \
+                else WordTable.empty()
         merge_seconds += time.perf_counter() - tm
     finally:
         spill.cleanup()
