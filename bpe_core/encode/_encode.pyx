@@ -51,6 +51,7 @@ from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.exc cimport PyErr_Clear
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
+from libc.math cimport pow
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from libcpp.algorithm cimport pop_heap, push_heap
