@@ -50,7 +50,7 @@ def build_singles(RankTable table not None, TokenTable tokens not None, Py_ssize
             if got != 1 or out[0] != <token_id_t>i:
                 continue                    # not its own encoding (or not the canonical id)
             w0 = _load_head(p, n, p + n)
-            singles._cache_insert(p, n, w0, _key_hash(p, n, w0, p + n), out.data(), 1)
+            _cache_insert(singles, p, n, w0, _key_hash(p, n, w0, p + n), out.data(), 1)
     return singles
 
 

@@ -88,7 +88,7 @@ cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, int shift, co
     slot (w0 0, meta 0) never matches the length of a key of ``n >= 1`` bytes, so the miss test
     comes after the match test.
 
-    Safe while another thread publishes slots (``Encoder._shared_insert``): a slot's meta word is
+    Safe while another thread publishes slots (``_shared_insert``): a slot's meta word is
     read first, and a slot whose meta is set is complete and never changes during the job.
     """
     cdef uint64_t slot = h >> shift
