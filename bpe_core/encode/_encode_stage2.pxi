@@ -29,26 +29,24 @@ cdef inline XView _xview(Stage2Table t) noexcept:
     return v
 
 
-cdef inline uint64_t _filter_bits(uint64_t h) noexcept nogil:
-    """The three bits a pair hash ``h`` sets in its filter word (from bits 26-43 of ``h``; the word
-    is chosen by the top bits)."""
-    return (((<uint64_t>1) << ((h >> 26) & 63)) | ((<uint64_t>1) << ((h >> 32) & 63))
-            | ((<uint64_t>1) << ((h >> 38) & 63)))
+cdef inline uint64_t _filter_hit(const XView* v, pair_key_t key) noexcept nogil:
+    """1 when the pair ``key`` may be crossable (its bit of the filter is set), else 0: the bit
+    the top ``64 - fshift`` bits of ``key * MUL1`` name."""
+    cdef uint64_t h = (key * MUL1) >> v.fshift
+    return (v.filter[h >> 6] >> (h & 63)) & 1
 
 
 cdef inline bint _cross(const XView* v, token_id_t a, token_id_t b, uint32_t* rank, token_id_t* res) noexcept nogil:
     """Whether ``(a, b)`` is crossable; ``rank`` gets its first rank (or NO_RANK; the LATER_RANKS
     flag stays set) and ``res`` the id it merges into."""
     cdef pair_key_t key = pack_pair(a, b)
-    cdef uint64_t slot, f, h
+    cdef uint64_t slot
     cdef int64_t r
     if v.all_cross:
         r = (<RankMerger>v.merger)._rank(a, b, -1, res)
         rank[0] = <uint32_t>r if r >= 0 else NO_RANK
         return True
-    f = key * MUL1
-    h = _filter_bits(f)
-    if (v.filter[f >> v.fshift] & h) != h:
+    if not _filter_hit(v, key):
         return False
     slot = (key * MUL2) >> v.shift
     while True:
@@ -165,7 +163,7 @@ cdef Py_ssize_t _merge_segment(const XView* v, Stage2Scratch sc, token_id_t* out
     """Stage-2 merge the segment ``out[a:b]`` and write it at ``out[w:]`` (``w <= a``); returns the
     new ``w``. Up to ``SHORT_SEG`` ids: ``_merge_short`` (``rk0, rs0``: its pairs' lookups);
     longer: ``RankMerger._merge`` (a heap)."""
-    cdef Py_ssize_t n = b - a, m
+    cdef Py_ssize_t n = b - a, m, i
     if n <= 0:
         return w
     if n == 1:
@@ -173,8 +171,10 @@ cdef Py_ssize_t _merge_segment(const XView* v, Stage2Scratch sc, token_id_t* out
         return w + 1
     if n <= SHORT_SEG:
         m = _merge_short(v, out + a, n, rk0, rs0)
-    else:
-        m = (<RankMerger>v.merger)._merge(out + a, n, sc.nxt, sc.prv, sc.heap)
+        for i in range(m):                  # a few ids, down (w <= a): no call to memmove
+            out[w + i] = out[a + i]
+        return w + m
+    m = (<RankMerger>v.merger)._merge(out + a, n, sc.nxt, sc.prv, sc.heap)
     if w != a:
         memmove(out + w, out + a, m * sizeof(token_id_t))
     return w + m
@@ -239,6 +239,19 @@ cdef int _digit_group_cuts(const XView* v, Stage2Scratch sc, const uint8_t* s, P
     return 0
 
 
+cdef int _cut_digit_groups(const XView* v, Stage2Scratch sc, const uint8_t* s, Py_ssize_t q,
+                           Py_ssize_t e, const token_id_t* out, Py_ssize_t k, Py_ssize_t k1,
+                           uint8_t* cross, Py_ssize_t lo) except -1 nogil:
+    """The ``"units"`` split's cuts inside the numeric pretoken ``s[q:e]`` (stage-1 ids
+    ``out[k:k1]``): ``cross[c - lo] = 0`` before each id ``c`` that starts a new digit group."""
+    cdef Py_ssize_t t
+    _digit_group_cuts(v, sc, s, q, e, out + k, k1 - k)
+    for t in range(1, k1 - k):
+        if sc.inner_cut[t]:
+            cross[k + t - lo] = 0
+    return 0
+
+
 cdef enum:
     STAGE_WINDOW = 1024      # pretokens a window of _stage_span (its pair arrays, ~17 bytes an id, stay in L1/L2)
 
@@ -255,7 +268,7 @@ cdef void _look_up_pairs(const XView* v, Stage2Scratch sc, const token_id_t* out
     listed ones (each asked for ``PROBE_AHEAD`` pairs ahead). About 40% of pairs are crossable, in
     no order a branch predictor can learn: one branch on that per pair costs more than the lookups."""
     cdef Py_ssize_t k, t, m = 0
-    cdef uint64_t key, f, h, slot
+    cdef uint64_t key, slot
     cdef uint32_t r
     cdef uint8_t* cross = sc.pair_cross.data()
     cdef uint32_t* ranks = sc.pair_rank.data()
@@ -272,13 +285,11 @@ cdef void _look_up_pairs(const XView* v, Stage2Scratch sc, const token_id_t* out
         return
     for k in range(lo, hi):
         key = pack_pair(out[k - 1], out[k])
-        f = key * MUL1
-        h = _filter_bits(f)
         cross[k - lo] = 0
         ranks[k - lo] = NO_RANK
         cand[m] = k
         keys[m] = key
-        m += (v.filter[f >> v.fshift] & h) == h
+        m += _filter_hit(v, key)
     for t in range(min(m, <Py_ssize_t>PROBE_AHEAD)):
         prefetch(&v.slots[(keys[t] * MUL2) >> v.shift])
     for t in range(m):
@@ -303,6 +314,13 @@ cdef inline uint8_t _unit_joins(uint8_t fp, uint8_t fc, int split) noexcept nogi
     digit and (``SPLIT_HF``) they do not meet inside a run of whitespace."""
     return ((((fp | fc) & PT_NUMERIC) == 0)
             & ((split == SPLIT_UNITS) | ((fp & PT_ENDS_SPACE) == 0) | ((fc & PT_STARTS_SPACE) == 0)))
+
+
+cdef uint8_t _UNIT_JOIN[2][64]
+# _unit_joins as a table: [split][(fp << 3) | fc] (the PT_* flags are 3 bits)
+for _split in range(2):
+    for _f in range(64):
+        _UNIT_JOIN[_split][_f] = _unit_joins(<uint8_t>(_f >> 3), <uint8_t>(_f & 7), _split)
 
 
 cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_id, int split,
@@ -364,22 +382,34 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
         # 1. the lookups
         if hi > lo:
             _look_up_pairs(v, sc, out, lo, hi)
-        # 2. where units end
-        for j in range(n):
-            e = ends[j]
-            k = starts[j]
-            k1 = starts[j + 1]
-            fc = _pretoken_flags(s, q, e)
-            if have_prev:
-                pr_cross[k - lo] &= _unit_joins(fl, fc, split)
+        # 2. where units end (the text's first pretoken has no pair before it: its flags only)
+        j = 0
+        if not have_prev:
+            fl = _pretoken_flags(s, q, ends[0])
+            if split == SPLIT_UNITS and fl & PT_NUMERIC and starts[1] - starts[0] >= 2:
+                _cut_digit_groups(v, sc, s, q, ends[0], out, starts[0], starts[1], pr_cross, lo)
+            q = ends[0]
             have_prev = True
-            if split == SPLIT_UNITS and fc & PT_NUMERIC and k1 - k >= 2:
-                _digit_group_cuts(v, sc, s, q, e, out + k, k1 - k)
-                for t in range(1, k1 - k):
-                    if sc.inner_cut[t]:
-                        pr_cross[k + t - lo] = 0
-            fl = fc
-            q = e
+            j = 1
+        if split == SPLIT_UNITS:
+            while j < n:
+                e = ends[j]
+                k = starts[j]
+                fc = _pretoken_flags(s, q, e)
+                pr_cross[k - lo] &= _UNIT_JOIN[SPLIT_UNITS][(fl << 3) | fc]
+                if fc & PT_NUMERIC and starts[j + 1] - k >= 2:
+                    _cut_digit_groups(v, sc, s, q, e, out, k, starts[j + 1], pr_cross, lo)
+                fl = fc
+                q = e
+                j += 1
+        else:
+            while j < n:
+                e = ends[j]
+                fc = _pretoken_flags(s, q, e)
+                pr_cross[starts[j] - lo] &= _UNIT_JOIN[SPLIT_HF][(fl << 3) | fc]
+                fl = fc
+                q = e
+                j += 1
         # 3. the segments, cut by cut
         w = _flush_segments(v, sc, out, lo, hi, seg, w, &seg)
         open_at = seg + 1 - lo              # where the lookups of its pairs are (< 0: not looked up)
