@@ -189,6 +189,7 @@ cdef class Stage2Table:
     cdef readonly bint all_cross        # too many crossable pairs to list: every pair is one
     cdef readonly Py_ssize_t n_cross
     cdef vector[uint32_t] lengths       # bytes of each token id (the "units" split's digit groups)
+    cdef vector[uint8_t] sides          # per id: the unit-cut flags it gives as a pretoken's last / first id (_id_sides)
 
 
 # The scratch of one thread's stage-2 merging.

@@ -13,6 +13,8 @@ cdef struct XView:
     void* merger                        # the RankMerger (borrowed)
     const uint32_t* lengths             # bytes of each id (n_lengths of them)
     Py_ssize_t n_lengths
+    const uint8_t* sides                # what each id tells of its pretoken (n_sides of them; _id_sides)
+    Py_ssize_t n_sides
 
 
 cdef inline XView _xview(Stage2Table t) noexcept:
@@ -26,6 +28,8 @@ cdef inline XView _xview(Stage2Table t) noexcept:
     v.merger = <void*>t.merger
     v.lengths = t.lengths.data()
     v.n_lengths = <Py_ssize_t>t.lengths.size()
+    v.sides = t.sides.data()
+    v.n_sides = <Py_ssize_t>t.sides.size()
     return v
 
 
@@ -348,7 +352,8 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
     cdef token_id_t* pr_res
     cdef uint8_t* pr_cross
     cdef token_id_t* out
-    cdef uint8_t fc = 0, fl = 0
+    cdef uint8_t fl = 0, sa, sb, f
+    cdef token_id_t x, y
     cdef bint have_prev = False
     if <Py_ssize_t>sc.starts.size() < ENDS_CAP + 1:
         sc.starts.resize(ENDS_CAP + 1)
@@ -382,34 +387,41 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
         # 1. the lookups
         if hi > lo:
             _look_up_pairs(v, sc, out, lo, hi)
-        # 2. where units end (the text's first pretoken has no pair before it: its flags only)
+        # 2. where units end: at each pretoken's start, the flags of the two pretokens that meet
+        #    there, from the two ids that meet there (``_id_sides``), or from the pretokens' bytes
+        #    where an id cannot tell (a non-ASCII byte at its end, a lone space first); the
+        #    "units" split also cuts numeric pretokens of several ids into digit groups
         j = 0
-        if not have_prev:
-            fl = _pretoken_flags(s, q, ends[0])
-            if split == SPLIT_UNITS and fl & PT_NUMERIC and starts[1] - starts[0] >= 2:
-                _cut_digit_groups(v, sc, s, q, ends[0], out, starts[0], starts[1], pr_cross, lo)
-            q = ends[0]
+        if not have_prev:                   # the text's first pretoken: no pair before it
             have_prev = True
             j = 1
+        while j < n:
+            k = starts[j]
+            x = out[k - 1]
+            y = out[k]
+            sa = v.sides[x] if <Py_ssize_t>x < v.n_sides else 0xFF
+            sb = v.sides[y] if <Py_ssize_t>y < v.n_sides else 0xFF
+            if ((sa & SIDE_L_UNSURE) | (sb & SIDE_R_UNSURE)) == 0:
+                f = ((sa & 7) << 3) | ((sb >> 4) & 7)
+            else:
+                if j > 0:
+                    fl = _pretoken_flags(s, ends[j - 2] if j >= 2 else q, ends[j - 1])
+                f = (fl << 3) | _pretoken_flags(s, ends[j - 1] if j >= 1 else q, ends[j])
+            pr_cross[k - lo] &= _UNIT_JOIN[split][f]
+            j += 1
         if split == SPLIT_UNITS:
-            while j < n:
-                e = ends[j]
+            for j in range(n):
                 k = starts[j]
-                fc = _pretoken_flags(s, q, e)
-                pr_cross[k - lo] &= _UNIT_JOIN[SPLIT_UNITS][(fl << 3) | fc]
-                if fc & PT_NUMERIC and starts[j + 1] - k >= 2:
-                    _cut_digit_groups(v, sc, s, q, e, out, k, starts[j + 1], pr_cross, lo)
-                fl = fc
-                q = e
-                j += 1
-        else:
-            while j < n:
-                e = ends[j]
-                fc = _pretoken_flags(s, q, e)
-                pr_cross[starts[j] - lo] &= _UNIT_JOIN[SPLIT_HF][(fl << 3) | fc]
-                fl = fc
-                q = e
-                j += 1
+                k1 = starts[j + 1]
+                if k1 - k >= 2:
+                    sa = v.sides[out[k1 - 1]] if <Py_ssize_t>out[k1 - 1] < v.n_sides else 0xFF
+                    if sa & SIDE_L_UNSURE:
+                        sa = _pretoken_flags(s, ends[j - 1] if j >= 1 else q, ends[j])
+                    if sa & PT_NUMERIC:
+                        _cut_digit_groups(v, sc, s, ends[j - 1] if j >= 1 else q, ends[j], out, k, k1, pr_cross, lo)
+        # the window's last pretoken, for the pair after it (read from its bytes when unsure)
+        fl = _pretoken_flags(s, ends[n - 2] if n >= 2 else q, ends[n - 1])
+        q = ends[n - 1]
         # 3. the segments, cut by cut
         w = _flush_segments(v, sc, out, lo, hi, seg, w, &seg)
         open_at = seg + 1 - lo              # where the lookups of its pairs are (< 0: not looked up)
