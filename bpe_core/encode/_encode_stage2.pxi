@@ -157,6 +157,39 @@ cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m, cons
     return m
 
 
+cdef inline Py_ssize_t _merge3(const XView* v, token_id_t* out, Py_ssize_t a, Py_ssize_t w,
+                               const uint32_t* rk0, const token_id_t* rs0) noexcept nogil:
+    """``_merge_short`` of the three ids ``out[a:a + 3]`` (its ``m == 3`` case), written at
+    ``out[w:]`` (``w <= a``); returns how many ids it wrote. Inline in ``_flush_segments``: a third
+    of the segments that need a merge are three ids."""
+    cdef token_id_t x0 = out[a], x1 = out[a + 1], x2 = out[a + 2], t, res = 0
+    cdef uint32_t r1 = rk0[0], r2 = rk0[1]
+    if r1 != NO_RANK:
+        r1 &= ~LATER_RANKS
+    if r2 != NO_RANK:
+        r2 &= ~LATER_RANKS
+    if r1 == NO_RANK and r2 == NO_RANK:
+        out[w] = x0
+        out[w + 1] = x1
+        out[w + 2] = x2
+        return 3
+    if r1 <= r2:                            # (a tie: the same pair twice, the left one wins)
+        t = rs0[0]
+        if _rank_after(v, t, x2, r1, &res) != NO_RANK:
+            out[w] = res
+            return 1
+        out[w] = t
+        out[w + 1] = x2
+        return 2
+    t = rs0[1]
+    if _rank_after(v, x0, t, r2, &res) != NO_RANK:
+        out[w] = res
+        return 1
+    out[w] = x0
+    out[w + 1] = t
+    return 2
+
+
 cdef class Stage2Scratch:
     """The scratch of one thread's stage-2 merging (``encode_stage_aware``)."""
 
@@ -496,6 +529,8 @@ cdef Py_ssize_t _flush_segments(const XView* v, Stage2Scratch sc, token_id_t* ou
                 out[w] = (results[seg + 1 - lo] & mask) | (x0 & ~mask)
                 out[w + 1] = x1
                 w += length - has
+            elif length == 3 and seg + 1 >= lo:
+                w += _merge3(v, out, seg, w, ranks + (seg + 1 - lo), results + (seg + 1 - lo))
             elif seg + 1 >= lo:
                 w = _merge_segment(v, sc, out, seg, c, w, ranks + (seg + 1 - lo), results + (seg + 1 - lo))
             else:                           # a long segment from an earlier window

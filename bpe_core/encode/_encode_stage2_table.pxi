@@ -300,11 +300,11 @@ cdef class Stage2Table:
         empty.res = 0
         empty.rank = NO_RANK
         self.slots.assign(cap, empty)
-        # the filter: one bit per pair hash (a one-hash Bloom filter), about 32 bits per pair (~3%
-        # false hits), 2**12 .. 2**20 bits (0.5 .. 128 KiB): a test is a multiply, a shift and one
-        # load, with no branch (three bits of one word cost twice the instructions at 7%)
+        # the filter: one bit per pair hash (a one-hash Bloom filter), about 12 bits per pair (~8%
+        # false hits), 2**12 .. 2**18 bits (0.5 .. 32 KiB, so it stays in L1): a test is a multiply,
+        # a shift and one load, with no branch (three bits of one word cost twice the instructions)
         fbits = 12
-        while fbits < 20 and (1 << fbits) < 32 * len(pairs):
+        while fbits < 18 and (1 << fbits) < 12 * len(pairs):
             fbits += 1
         self.fshift = 64 - fbits
         self.filter.assign((1 << fbits) // 64, 0)
