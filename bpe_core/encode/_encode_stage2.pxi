@@ -369,7 +369,8 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
 
     1. every pair of neighbouring ids is looked up (``Stage2Table``: crossable, first rank, result);
     2. between two pretokens, a crossable pair is a cut when a unit ends there (the flags of both,
-       computed for every pretoken; ``split`` SPLIT_HF or SPLIT_UNITS) and, with SPLIT_UNITS, the
+       read from the two ids that meet there, ``Stage2Table.sides``, or from the pretokens' bytes
+       where an id cannot tell; ``split`` SPLIT_HF or SPLIT_UNITS) and, with SPLIT_UNITS, the
        pairs of a numeric pretoken between two digit groups are cuts (``_digit_group_cuts``);
     3. the cuts, 64 ids to a bit mask, are visited in order (count trailing zeros), and each segment
        between two cuts is merged and written back, compacted, in place: one id as it is, two ids
