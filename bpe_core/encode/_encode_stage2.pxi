@@ -386,7 +386,7 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
     cdef token_id_t* pr_res
     cdef uint8_t* pr_cross
     cdef token_id_t* out
-    cdef uint8_t fl = 0, sa, sb, f
+    cdef uint8_t fl = 0, fc, sa, sb, f
     cdef token_id_t x, y
     cdef bint have_prev = False
     if <Py_ssize_t>sc.starts.size() < ENDS_CAP + 1:
@@ -429,6 +429,9 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
         if not have_prev:                   # the text's first pretoken: no pair before it
             have_prev = True
             j = 1
+            if (split == SPLIT_UNITS and starts[1] - starts[0] >= 2
+                    and _pretoken_flags(s, q, ends[0]) & PT_NUMERIC):
+                _cut_digit_groups(v, sc, s, q, ends[0], out, starts[0], starts[1], pr_cross, lo)
         while j < n:
             k = starts[j]
             x = out[k - 1]
@@ -436,23 +439,17 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
             sa = v.sides[x] if <Py_ssize_t>x < v.n_sides else 0xFF
             sb = v.sides[y] if <Py_ssize_t>y < v.n_sides else 0xFF
             if ((sa & SIDE_L_UNSURE) | (sb & SIDE_R_UNSURE)) == 0:
-                f = ((sa & 7) << 3) | ((sb >> 4) & 7)
+                fc = (sb >> 4) & 7
+                f = ((sa & 7) << 3) | fc
             else:
                 if j > 0:
                     fl = _pretoken_flags(s, ends[j - 2] if j >= 2 else q, ends[j - 1])
-                f = (fl << 3) | _pretoken_flags(s, ends[j - 1] if j >= 1 else q, ends[j])
+                fc = _pretoken_flags(s, ends[j - 1] if j >= 1 else q, ends[j])
+                f = (fl << 3) | fc
             pr_cross[k - lo] &= _UNIT_JOIN[split][f]
+            if split == SPLIT_UNITS and fc & PT_NUMERIC and starts[j + 1] - k >= 2:
+                _cut_digit_groups(v, sc, s, ends[j - 1] if j >= 1 else q, ends[j], out, k, starts[j + 1], pr_cross, lo)
             j += 1
-        if split == SPLIT_UNITS:
-            for j in range(n):
-                k = starts[j]
-                k1 = starts[j + 1]
-                if k1 - k >= 2:
-                    sa = v.sides[out[k1 - 1]] if <Py_ssize_t>out[k1 - 1] < v.n_sides else 0xFF
-                    if sa & SIDE_L_UNSURE:
-                        sa = _pretoken_flags(s, ends[j - 1] if j >= 1 else q, ends[j])
-                    if sa & PT_NUMERIC:
-                        _cut_digit_groups(v, sc, s, ends[j - 1] if j >= 1 else q, ends[j], out, k, k1, pr_cross, lo)
         # the window's last pretoken, for the pair after it (read from its bytes when unsure)
         fl = _pretoken_flags(s, ends[n - 2] if n >= 2 else q, ends[n - 1])
         q = ends[n - 1]
