@@ -183,7 +183,7 @@ def _id_sides(token_bytes):
     not whitespace) gives its first character and whether a digit is first or follows the space.
 
     >>> s = _id_sides({0: b" 1", 1: b" ", 2: b"ab ", 3: "é".encode(), 4: b"7"})
-    >>> [(v & 15, v >> 4) for v in s]       # (as last: 1 digit, 4 ends space, 8 unsure; as first: 1, 2 starts space, 8)
+    >>> [(int(v) & 15, int(v) >> 4) for v in s]       # (as last: 1 digit, 4 ends space, 8 unsure; as first: 1, 2 starts space, 8)
     [(1, 3), (4, 8), (4, 0), (8, 8), (1, 1)]
     """
     items = token_bytes.items() if isinstance(token_bytes, dict) else enumerate(token_bytes)
