@@ -176,14 +176,15 @@ cdef struct CrossSlot:
 @cython.final
 cdef class Stage2Table:
     cdef readonly RankMerger merger
-    cdef vector[uint64_t] filter        # 3 bits of one word per crossable pair (a blocked Bloom filter)
-    cdef int fshift                     # filter word = pair hash >> fshift (_filter_bits: its bits)
+    cdef vector[uint64_t] filter        # one bit per crossable pair's hash (a one-hash Bloom filter)
+    cdef int fshift                     # its bit = pair hash >> fshift (_filter_hit)
     cdef vector[CrossSlot] slots        # open addressing over the crossable pairs (16 bytes a slot)
     cdef uint64_t mask
     cdef int shift
     cdef readonly bint all_cross        # too many crossable pairs to list: every pair is one
     cdef readonly Py_ssize_t n_cross
     cdef vector[uint32_t] lengths       # bytes of each token id (the "units" split's digit groups)
+    cdef vector[uint8_t] sides          # per id: the unit-cut flags it gives as a pretoken's last / first id (_id_sides)
 
 
 # The scratch of one thread's stage-2 merging.
