@@ -77,3 +77,45 @@ def hash_ids(const uint32_t[::1] ids):
     """The 64-bit content hash ``UnitCounter`` uses for sampling (stable across runs and platforms)."""
     return _hash_ids(&ids[0] if ids.shape[0] > 0 else NULL, ids.shape[0])
 
+
+
+def sample_units(const uint32_t[::1] ids, const int64_t[::1] bounds,
+                 uint64_t keep_below=0xFFFFFFFFFFFFFFFFu):
+    """The units ``ids[bounds[k]:bounds[k+1]]`` that ``UnitCounter``'s sample keeps (content hash
+    below ``keep_below``, as ``hash_ids``), in order: returns ``(ids uint32, bounds int64)``, new
+    arrays. What ``chunk_unit_stream(keep_below=)`` keeps of the same units (marks included in the
+    hash, as there), for units listed without a sample (``id_unit_stream``).
+
+    >>> ids, bounds = np.array([1, 2, 3], np.uint32), np.array([0, 1, 3])
+    >>> [a.tolist() for a in sample_units(ids, bounds)]
+    [[1, 2, 3], [0, 1, 3]]
+    >>> [a.tolist() for a in sample_units(ids, bounds, 0)]
+    [[], [0]]
+
+    Plain equivalent: ``[u for u in units if hash_ids(u) < keep_below]``.
+    """
+    cdef Py_ssize_t n_units = bounds.shape[0] - 1 if bounds.shape[0] > 0 else 0, k
+    cdef int64_t a, b, n_ids = ids.shape[0], at = 0, nb = 0
+    if bounds.shape[0] > 0 and (bounds[0] < 0 or bounds[n_units] > n_ids):
+        raise ValueError("bounds must lie inside ids")
+    for k in range(n_units):
+        if bounds[k + 1] < bounds[k]:
+            raise ValueError("bounds must be non-decreasing")
+    out = np.empty(n_ids, dtype=np.uint32)
+    out_b = np.empty(n_units + 1, dtype=np.int64)
+    cdef uint32_t[::1] ov = out
+    cdef int64_t[::1] bv = out_b
+    cdef const uint32_t* p = &ids[0] if n_ids > 0 else NULL
+    bv[0] = 0
+    with nogil:
+        for k in range(n_units):
+            a = bounds[k]
+            b = bounds[k + 1]
+            if keep_below != 0xFFFFFFFFFFFFFFFFu and _hash_ids(p + a, b - a) >= keep_below:
+                continue
+            if b > a:
+                memcpy(&ov[at], p + a, (b - a) * sizeof(uint32_t))
+            at += b - a
+            nb += 1
+            bv[nb] = at
+    return out[:at].copy(), out_b[:nb + 1].copy()

@@ -663,3 +663,54 @@ def test_engine_with_huge_build_buffers_merges_the_same():
         finally:
             _engine.huge_pages(previous)
     assert all(r == results[0] for r in results[1:])
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
+                                 b" 0123456789", b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4", b" dog", b".", b" sat"]),
+                min_size=1, max_size=300).map(b"".join),
+       st.sampled_from([64, 97, 4096]), st.sampled_from([1, 2]), st.sampled_from(["hf", "units"]),
+       st.sampled_from([0.25, 0.5, 0.75]))
+def test_sampled_units_from_the_record_equal_a_sampled_scan(tmp_path_factory, text, chunk, workers, split,
+                                                            fraction):
+    """A stage 2 that samples its units takes them from the record too: the units the scan keeps
+    (the same content hash), so the same merges, units seen and kept, and final token count."""
+    import _pytest.monkeypatch
+    from bpe_core.methods import superbpe
+    path = tmp_path_factory.mktemp("srec") / "c.txt"
+    path.write_bytes(text * 3)
+    mp = _pytest.monkeypatch.MonkeyPatch()
+    try:
+        mp.setattr(superbpe.train, "sample_fraction", lambda need, share: fraction)
+        rec, scan = _recorded_vs_scanned(mp, path, vocab_size=300, special_tokens=["<|endoftext|>"],
+                                         chunk_bytes=chunk, num_workers=workers, stage2_split=split)
+    finally:
+        mp.undo()
+    assert rec.report["stage2_units_source"] == "record" and scan.report["stage2_units_source"] == "scan"
+    assert rec.report["superbpe"]["stage2_sample_fraction"] == fraction
+    for key in ("stage2_units_seen", "stage2_units_kept", "stage2_unique_units", "final_tokens",
+                "stage2_encoded_units", "stage2_encoded_tokens"):
+        assert rec.report["superbpe"][key] == scan.report["superbpe"][key], key
+    assert rec.model.merges == scan.model.merges
+
+
+def test_sampled_units_from_the_record_on_the_fixture(fixtures_dir, tmp_path, monkeypatch):
+    """The sampled record route on real text across chunk sizes and workers: every run trains the
+    merges of the sampled scan, and keeps part of the units."""
+    from bpe_core.methods import superbpe
+    monkeypatch.setattr(superbpe.train, "sample_fraction", lambda need, share: 0.5)
+    monkeypatch.setattr(superbpe.units, "SAMPLE_BLOCK", 1000)          # many blocks a half
+    rec, scan = _recorded_vs_scanned(monkeypatch, fixtures_dir / "corpus.en", vocab_size=600,
+                                     special_tokens=["<|endoftext|>"], chunk_bytes=20000, num_workers=2)
+    assert rec.report["stage2_units_source"] == "record"
+    assert 0 < rec.report["superbpe"]["stage2_units_kept"] < rec.report["superbpe"]["stage2_units_seen"]
+    assert rec.report["superbpe"]["stage2_units_kept"] == scan.report["superbpe"]["stage2_units_kept"]
+    assert rec.model.merges == scan.model.merges
+    from bpe_core.formats import registry
+    monkeypatch.setattr(type(registry.get("superbpe")), "records_pretokens", True)
+    for chunk, workers in ((7000, 1), (50000, 2)):
+        again = bpe_core.train(bpe_core.TrainConfig(fixtures_dir / "corpus.en", 600, method="superbpe",
+                                                    special_tokens=["<|endoftext|>"], chunk_bytes=chunk,
+                                                    num_workers=workers))
+        assert again.report["stage2_units_source"] == "record"
+        assert again.model.merges == rec.model.merges
