@@ -24,7 +24,7 @@ from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder,
                         resolve_transition, stage2_table, word_flags)
 from ..superbpe import word_classes as byte_classes
 from ..superbpe.stage2 import stage2_merges
-from .documents import count_documents
+from .documents import can_use_record, count_documents, documents_from_records
 from .script import (STOPWORDS_EN, ScriptGate, TAU_BE, normalize_hamza, script_gate_from_table, sigmoid, supercategory)
 from .stats import NgramStats, flatten_units, word_classes
 
@@ -292,8 +292,13 @@ def _heldout_units(held: list[np.ndarray], numeric: np.ndarray) -> tuple:
     return np.concatenate(data).astype(np.uint32), np.array(bounds, np.int64), np.array(docs, np.int64)
 
 
-def train_supratok(config, table: WordTable, report: dict, plan, progress: bool = False):
-    """All passes on a counted corpus; returns ``(vocab, merges, stages)``."""
+def train_supratok(config, table: WordTable, report: dict, plan, progress: bool = False,
+                   recorded: Optional[list] = None):
+    """All passes on a counted corpus; returns ``(vocab, merges, stages)``.
+
+    ``recorded``: the counting pass's record of every pretoken (``count_corpus(record=)``): the
+    documents come from it (``documents_from_records``) instead of a second pre-tokenization of the
+    file, when they can (``documents.can_use_record``); it is cleared once they are listed."""
     specials = encode_specials(config.special_tokens)
     pattern = resolve_pattern(config.pattern)
     # SupraTok keeps SuperBPE's rules as they were before issue 15 (no digit cap, duplicates allowed)
@@ -326,11 +331,23 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     # units of text that looks like encoded data (uuencode) are marked: pass 2 gives them no weight,
     # as SuperBPE's stage 2 (stage2_skip_encoded, on by default), so the vocabulary learns no such junk
     skip_encoded = config.stage2_skip_encoded
-    docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers, plan.chunk_bytes,
-                           fraction, heldout, script_aware,
-                           on_bytes=bar.update if bar is not None else None,
-                           flags=word_flags(table) if skip_encoded else None,
-                           classes=byte_classes(table) if skip_encoded else None)
+    if recorded and can_use_record(heldout, pattern):
+        # the pretokens as counted: no second pre-tokenization of the file
+        info["documents_source"] = "record"
+        docs = documents_from_records(recorded, table, pattern, plan.num_workers, fraction, script_aware,
+                                      flags=word_flags(table) if skip_encoded else None,
+                                      classes=byte_classes(table) if skip_encoded else None)
+        if bar is not None:
+            bar.update(os.path.getsize(config.input_path))
+    else:
+        info["documents_source"] = "scan"
+        docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers,
+                               plan.chunk_bytes, fraction, heldout, script_aware,
+                               on_bytes=bar.update if bar is not None else None,
+                               flags=word_flags(table) if skip_encoded else None,
+                               classes=byte_classes(table) if skip_encoded else None)
+    if recorded is not None:
+        recorded.clear()            # its memory goes before pass 1's
     _close(bar)
     numeric = numeric_mask(table)
     held = docs["held"]
