@@ -19,7 +19,7 @@ from ...pretok.pretokenize import pretoken_ends
 from ...pretok.wordtable import WordTable
 from ...runtime.memmon import phase
 from ...runtime.progress import progress_bar
-from ...runtime.workers import map_big_blocks
+from ...runtime.workers import big_blocks_mapped
 from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
                         resolve_transition, stage2_table, word_flags)
 from ..superbpe import word_classes as byte_classes
@@ -298,7 +298,17 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
 
     ``recorded``: the counting pass's record of every pretoken (``count_corpus(record=)``): the
     documents come from it (``documents_from_records``) instead of a second pre-tokenization of the
-    file, when they can (``documents.can_use_record``); it is cleared once they are listed."""
+    file, when they can (``documents.can_use_record``); it is cleared once they are listed.
+
+    Its passes each hold tens of MB in arrays of a few MB: while they run, such blocks are mapped, so
+    they go back to the OS when freed (peak RSS 555 -> 431 MiB on 60 MB at 32k;
+    ``runtime.workers.big_blocks_mapped``: for these passes only, not for the rest of the process)."""
+    with big_blocks_mapped():
+        return _train_supratok(config, table, report, plan, progress, recorded)
+
+
+def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool, recorded: Optional[list]):
+    """:func:`train_supratok` while big blocks are mapped."""
     specials = encode_specials(config.special_tokens)
     pattern = resolve_pattern(config.pattern)
     # SupraTok keeps SuperBPE's rules as they were before issue 15 (no digit cap, duplicates allowed)
@@ -310,9 +320,6 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     script_aware = config.script_aware
     seconds = report["seconds"]
     info: dict[str, Any] = {"transition": t_size}
-    # its passes each hold tens of MB in arrays of a few MB: mapped, they go back to the OS when freed
-    # (peak RSS 555 -> 431 MiB on 60 MB at 32k; runtime.workers.map_big_blocks)
-    map_big_blocks()
     t0 = time.perf_counter()
 
     # ---- documents: training units, held-out split (only for pass 3: without it the held-out
