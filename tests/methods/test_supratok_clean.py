@@ -156,3 +156,48 @@ def test_native_encoded_units_on_uuencoded_text(uu_corpus):
     want = encoded_units(ids, bounds, flags, classes)
     got = units_in_encoded_regions(ids, bounds, flags, classes)
     assert got.any() and got.tolist() == want.tolist()
+
+
+def _by_engine_and_by_replay(data: bytes, vocab_size: int, **options):
+    """Train twice: the final count from the pass-2 engine (the default) and by the encoder's
+    replay of every unit (``FINAL_COUNT_BY_ENGINE`` off: the engine counts the weighted units only)."""
+    from bpe_core.methods.supratok import passes
+    runs = {}
+    for by_engine in (True, False):
+        old = passes.FINAL_COUNT_BY_ENGINE
+        passes.FINAL_COUNT_BY_ENGINE = by_engine
+        try:
+            runs[by_engine] = train_bytes(data, vocab_size, **options)
+        finally:
+            passes.FINAL_COUNT_BY_ENGINE = old
+    return runs[True], runs[False]
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from([b" the cat", b" sat on", b" 12345", b" 7", b"\n", b"\n\n", b"  ", b",", b"x",
+                                 b" M'XX%,#'A=9&4@#0A=9&4@#0A=9&4@#0A=9&4@#0A\n", b"*!A9&4@&3!4=9&4@#0A=9&4@#0A\n",
+                                 b"\xc3\xa9t\xc3\xa9", b" ve bir", b" dog", SPECIAL.encode()]),
+                min_size=1, max_size=200).map(b"".join),
+       st.sampled_from([1, 2]), st.booleans())
+def test_final_count_by_the_engine_equals_the_replay(data, workers, keep_encoded):
+    """The final token count taken from the pass-2 engine (every unit with its count) equals the
+    encoder's replay of every unit, and the figures beside it (``pass2_engine_tokens``: the weighted
+    units only) are those of the replay route: the same report and merges, encoded units or not."""
+    fast, plain = _by_engine_and_by_replay(data * 2, 320, num_workers=workers, special_tokens=[SPECIAL],
+                                           stage2_skip_encoded=not keep_encoded)
+    assert fast.model.merges == plain.model.merges
+    assert fast.report["supratok"] == plain.report["supratok"]
+
+
+def test_final_count_by_the_engine_on_encoded_text(uu_corpus):
+    """With uuencoded blocks (encoded units, no weight) and with pass 3 (merges changed: the replay
+    route both times), the engine's count gives the replay's report."""
+    corpus, _ = uu_corpus
+    fast, plain = _by_engine_and_by_replay(corpus, 600, special_tokens=[SPECIAL])
+    assert fast.report["supratok"]["encoded_units"] > 0
+    assert fast.model.merges == plain.model.merges
+    assert fast.report["supratok"] == plain.report["supratok"]
+    fast, plain = _by_engine_and_by_replay(corpus, 600, special_tokens=[SPECIAL],
+                                           **small_options(supratok_rounds=1, num_workers=2))
+    assert fast.model.merges == plain.model.merges
+    assert fast.report["supratok"] == plain.report["supratok"]
