@@ -12,14 +12,14 @@
 - ``pair_levels``, ``pair_sketch``, ``cut_pieces``: SuperBPE stage 2's pieces (units cut where no merge
   can cross; the exact count of each window's pair, or a sketch's bound of it); the ``_parts`` forms
   take the units in two arrays (one thread each);
-- ``hash_ids``: the deterministic hash a unit sample is drawn with; ``sample_units``: the units a sample keeps.
+- ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
 from ._units import (CUT_LONG_PIECE, ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
-                     sample_units, units_in_encoded_regions,
+                     units_in_encoded_regions,
                      SKETCH_MAX, cut_pieces_parts, expand_units, hash_ids, id_unit_stream, pair_levels,
                      pair_sketch, pair_sketch_parts, record_rows, sketch_bounds, strip_marks, unit_sums)
 
 __all__ = ["CUT_LONG_PIECE", "ENCODED_MARK", "SKETCH_MAX", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
            "cut_pieces_parts", "expand_units", "hash_ids", "id_unit_stream", "pair_levels", "pair_sketch",
-           "pair_sketch_parts", "record_rows", "sample_units", "sketch_bounds", "strip_marks", "unit_sums",
+           "pair_sketch_parts", "record_rows", "sketch_bounds", "strip_marks", "unit_sums",
            "units_in_encoded_regions"]

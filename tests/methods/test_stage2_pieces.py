@@ -823,20 +823,3 @@ def test_a_piece_table_turned_into_arrays_takes_no_more():
         a.absorb(_PieceTable(64))
     with pytest.raises(ValueError, match="turned into arrays"):
         a.to_arrays()
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.sampled_from([0, 1, 2, 7, 65535, 65536, 0xFFFFFFFF]), max_size=6), max_size=40),
-       st.sampled_from([0, 1, 1 << 62, 1 << 63, (1 << 64) - 2, (1 << 64) - 1]))
-def test_sample_units_keeps_what_the_plain_hash_filter_keeps(units, keep_below):
-    """``sample_units`` keeps exactly the units whose ``hash_ids`` is below ``keep_below`` (all of them
-    at the top value, as ``UnitCounter``), empty units and marks included, in order."""
-    from bpe_core.engine.units import hash_ids, sample_units
-    ids = np.array([w for u in units for w in u], dtype=np.uint32)
-    bounds = np.concatenate(([0], np.cumsum([len(u) for u in units]))).astype(np.int64)
-    got_ids, got_bounds = sample_units(ids, bounds, keep_below)
-    kept = [u for u in units if keep_below == (1 << 64) - 1 or hash_ids(np.array(u, np.uint32)) < keep_below]
-    assert got_bounds.tolist() == [0] + np.cumsum([len(u) for u in kept]).tolist()
-    assert got_ids.tolist() == [w for u in kept for w in u]
-    with pytest.raises(ValueError):
-        sample_units(ids, bounds + 1 if ids.size else np.array([0, 1]), keep_below)

@@ -37,7 +37,7 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     ``init_merges``: stage 1 is these merges (an existing BPE model's, ``--init-from``), applied to
     the words instead of trained; the transition is their end. ``recorded``: the counting pass's
     record of every pretoken (``count_corpus(record=)``): the stage-2 units come from it
-    (:func:`units_from_records`, sampled as a scan samples) instead of a second scan of the file."""
+    (:func:`units_from_records`) instead of a second scan of the file, when stage 2 sees all of it."""
     specials = encode_specials(config.special_tokens)
     rules = Stage2Rules.from_config(config)
     if init_merges is not None:
@@ -135,14 +135,12 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
             # the units split cuts numbers by their word ids
             seg = (seg_symbols, seg_offsets) if split != "units" else None
             source = "scan"
-            if use_record and recorded and sources is None:
-                # the pretokens as counted: no second pre-tokenization of the file (with a sample too:
-                # the same units kept, by their content hash)
+            if use_record and recorded and sources is None and fraction >= 1:
+                # the pretokens as counted: no second pre-tokenization of the file
                 source = "record"
                 unit_parts, info = units_from_records(
                     recorded, table, flags, cut_spaces=(split == "hf"), classes=classes, seg=seg,
-                    num_workers=plan.num_workers, rows=record_info.result() if record_info is not None else None,
-                    sample_fraction=fraction)
+                    num_workers=plan.num_workers, rows=record_info.result() if record_info is not None else None)
             elif sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
                 opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
                                    bad=BadRecords(skip=True))          # bad records: reported by the counting

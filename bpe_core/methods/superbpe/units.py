@@ -13,7 +13,7 @@ from ...corpus.chunks import file_chunks, split_spans
 from ...corpus.ranges import is_url
 from ...corpus.shards import ReadOptions, shard_blocks, source_shards
 from ...engine.units import (ENCODED_MARK, UnitCounter, WordIndex, chunk_unit_stream, expand_units, id_unit_stream,
-                             record_rows, sample_units, strip_marks)
+                             record_rows, strip_marks)
 from ...errors import InputChanged, InternalError
 from ...pretok.counting import check_distributable, private_shard
 from ...pretok.patterns import pattern_name
@@ -230,15 +230,10 @@ def slice_segments(segments: list, lo: int, hi: int) -> list:
 
 def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_spaces: bool = True,
                        classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None,
-                       num_workers: int = 1, rows: Optional[tuple] = None,
-                       sample_fraction: float = 1.0) -> tuple[tuple, dict]:
+                       num_workers: int = 1, rows: Optional[tuple] = None) -> tuple[tuple, dict]:
     """The stage-2 units of a corpus from the counting pass's record (``count_corpus(record=)``: per
     chunk in text order, its own sorted table, the row in it of every pretoken, its text spans and
-    size), as ``count_units`` lists them (tested equal): no second pre-tokenization.
-
-    ``sample_fraction`` below 1: the units ``count_units`` keeps in the same sample (the units'
-    content hash, marks included: ``sample_units``), listed a block of text at a time
-    (:func:`_sampled_units`).
+    size), as ``count_units`` lists them without a sample (tested equal): no second pre-tokenization.
 
     The record's pretokens become rows of ``table`` cut into stretches of text (:func:`record_table_rows`;
     ``rows``: its result, when the caller had it made while stage 1 ran); ``id_unit_stream`` lists the
@@ -256,9 +251,6 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
         m = int(np.searchsorted(breaks, n_rows // 2))
         m = min(max(m, 1), breaks.size - 2)
         halves = [breaks[:m + 1], breaks[m:]]
-    if sample_fraction < 1:
-        keep_below = int(sample_fraction * 2 ** 64)
-        return _sampled_units(segments, halves, flags, cut_spaces, classes, seg, keep_below)
 
     # the output's size, about: stage-1 tokens per pretoken, weighted as the text has them (room asked
     # for at once instead of growing by copies into fresh pages; a hint, 5% over)
@@ -289,67 +281,6 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
     # the halves stay apart (stage2_merges takes the units in parts: no copy of 60 M tokens to join them)
     return ([(p[0], p[1], np.ones(p[1].size - 1, dtype=np.int64)) + tuple(p[4:]) for p in parts],
             {"units_seen": seen, "units_kept": kept, "unique_units": n_units})
-
-
-#: ``_sampled_units`` lists the units of about this many pretokens at a time (a block of spans)
-SAMPLE_BLOCK = 1 << 22
-
-
-def _sampled_units(segments: list, halves: list, flags: np.ndarray, cut_spaces: bool,
-                   classes: Optional[np.ndarray], seg: Optional[tuple], keep_below: int) -> tuple[list, dict]:
-    """:func:`units_from_records` with a sample: per half (one thread each), blocks of about
-    ``SAMPLE_BLOCK`` pretokens (whole spans) are listed as word-id units with their encoded marks
-    (``id_unit_stream``), sampled by the units' content hash (``sample_units``: what the scan's
-    ``keep_below`` keeps) and, with ``seg``, stripped of the marks (flags instead) and written as
-    stage-1 tokens (``expand_units``); the blocks of a half are joined. Memory: the kept units, and a
-    block's units beside them (the scan also joins its chunks' units)."""
-    seg_symbols, seg_offsets = seg if seg is not None else (None, None)
-    if seg is not None:
-        seg_symbols = np.ascontiguousarray(seg_symbols, dtype=np.uint32)
-        seg_offsets = np.ascontiguousarray(seg_offsets, dtype=np.int64)
-
-    def run(b: np.ndarray) -> tuple:
-        lo, hi = int(b[0]), int(b[-1])
-        edges = np.unique(np.concatenate(([0], np.searchsorted(b, np.arange(lo + SAMPLE_BLOCK, hi, SAMPLE_BLOCK)),
-                                          [b.size - 1])))
-        parts, seen, kept = [], 0, 0
-        for e0, e1 in zip(edges[:-1].tolist(), edges[1:].tolist()):
-            bb = b[e0:e1 + 1]
-            blo, bhi = int(bb[0]), int(bb[-1])
-            if bhi <= blo:
-                continue
-            ids, bounds, n_seen, _ = id_unit_stream(slice_segments(segments, blo, bhi), bb - blo, flags, cut_spaces,
-                                                    classes)
-            ids, bounds = sample_units(ids, bounds, keep_below)
-            seen += n_seen
-            kept += bounds.size - 1
-            if seg is not None:
-                ids, bounds, encoded = strip_marks(ids, bounds)
-                ids, bounds = expand_units(ids, bounds, seg_symbols, seg_offsets)
-                parts.append((ids, bounds, encoded))
-            else:
-                parts.append((ids, bounds))
-            del ids, bounds
-        if not parts:
-            empty = (np.zeros(0, np.uint32), np.zeros(1, np.int64))
-            return empty + ((np.zeros(0, bool),) if seg is not None else ()) + (seen, kept)
-        data = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-        at = np.cumsum([0] + [int(p[0].size) for p in parts[:-1]])
-        starts = np.concatenate([[0]] + [p[1][1:] + a for p, a in zip(parts, at.tolist())]).astype(np.int64)
-        extra = (np.concatenate([p[2] for p in parts]),) if seg is not None else ()
-        del parts
-        return (data, starts) + extra + (seen, kept)
-
-    if len(halves) == 2:
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-units") as ex:
-            results = list(ex.map(run, halves))
-    else:
-        results = [run(halves[0])]
-    out = [(r[0], r[1], np.ones(r[1].size - 1, dtype=np.int64)) + tuple(r[2:-2]) for r in results]
-    seen = sum(r[-2] for r in results)
-    kept = sum(r[-1] for r in results)
-    return out, {"units_seen": seen, "units_kept": kept, "unique_units": kept}
 
 
 class UnitsContext:
