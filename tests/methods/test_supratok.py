@@ -328,3 +328,27 @@ def test_held_out_documents_are_scanned(tmp_path):
     rounds = bpe_core.train(bpe_core.TrainConfig(str(path), method="supratok", supratok_rounds=1,
                                                  **small_options(**base)))
     assert rounds.report["supratok"]["documents_source"] == "scan"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_pass2_restart_lists_the_documents_again_by_a_scan(tmp_path, monkeypatch, workers):
+    """Without pass 3 the word-id units are let go before pass 2's engine; a first cut too high makes
+    pass 2 start again, and the units are then listed by a scan of the file: the merges and the
+    report (final token count included) are those of a run that did not restart."""
+    from bpe_core.methods import superbpe
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A=9&4@#0A=9&4@#0A=9&4@#0A\n"
+                     b"<|endoftext|> the dog sat on 3 mats, ve bir ev" * 60)
+    options = dict(input_path=str(path), vocab_size=360, method="supratok", special_tokens=["<|endoftext|>"],
+                   chunk_bytes=1000, num_workers=workers)
+    plain = bpe_core.train(bpe_core.TrainConfig(**options))
+    monkeypatch.setattr(superbpe.stage2, "first_cut", lambda *a, **k: 10 ** 6)
+    again = bpe_core.train(bpe_core.TrainConfig(**options))
+    assert plain.report["supratok"]["pass2_cut"]["restarts"] == 0
+    assert again.report["supratok"]["pass2_cut"]["restarts"] >= 1
+    assert again.report["supratok"]["documents_source"] == "record"        # the first listing
+    assert again.model.merges == plain.model.merges
+    for info in (plain.report["supratok"], again.report["supratok"]):
+        info.pop("pass2_cut")
+    assert again.report["supratok"] == plain.report["supratok"]
+    assert plain.report["supratok"]["encoded_units"] > 0

@@ -467,10 +467,28 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
         ucnts = uweights
     del uenc
 
+    # Without pass 3 the word-id units serve only a restart of pass 2 and the encoded units' count:
+    # they go before the pass-2 engine (its peak was theirs too: 396 -> ~340 MiB on 60 MB at 32k); a
+    # restart lists them again by a scan of the file, as SuperBPE's stage 2 does (the record is gone)
+    encoded_only = None
+    if by_engine and not run_pass3:
+        encoded_only = _encoded_units(docs["units"])
+        docs["units"] = None
+
     def listed_again():
         """The same units again (stage2_merges lets them go once they are cut; a run that starts again
         from the first merge lists them again)."""
-        syms, offs, cnts, enc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
+        if docs["units"] is None:
+            again = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers,
+                                    plan.chunk_bytes, fraction, heldout, script_aware,
+                                    flags=word_flags(table) if skip_encoded else None,
+                                    classes=byte_classes(table) if skip_encoded else None)
+            units_now = again["units"]
+            del again
+        else:
+            units_now = docs["units"]
+        syms, offs, cnts, enc = stage2_table(units_now, table, seg_symbols, seg_offsets, numeric, token_lengths)
+        del units_now
         weights = np.where(enc, 0, cnts) if enc.any() else cnts
         return [syms], [offs], [weights], [cnts if by_engine else weights]
 
@@ -504,7 +522,9 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
         # the engine counted every unit (encoded ones too); its figure of old counts the weighted
         # units only: less the encoded units' tokens, replayed by the encoder (few units)
         enc2 = _encoder_for(_vocab_of(merges, specials), merges, n1, config.special_tokens, pattern)
-        engine_tokens -= _tokens_of(enc2, table, _encoded_units(docs["units"]), numeric)
+        engine_tokens -= _tokens_of(enc2, table, encoded_only if encoded_only is not None
+                                    else _encoded_units(docs["units"]), numeric)
+        del encoded_only
     info["pass2_engine_tokens"] = engine_tokens
     info["pass2_cut"] = result.info
     report["engine"] = result.engine_stats
