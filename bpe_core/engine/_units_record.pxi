@@ -435,9 +435,9 @@ def units_in_encoded_regions(const uint32_t[::1] ids, const int64_t[::1] bounds,
     half of its bytes lie in such regions. An empty unit counts the word at its start, as numpy's
     ``reduceat`` does.
 
-    >>> cls = np.array([[40, 0, 10, 30, 2], [3, 1, 0, 2, 0]], np.int32)     # an encoded-looking word, " ab"
+    >>> cls = np.array([[41, 1, 10, 30, 2], [3, 1, 0, 2, 0]], np.int32)  # encoded-looking, ending with a space; " ab"
     >>> units_in_encoded_regions(np.array([0, 1, 1], np.uint32), np.array([0, 2, 3]),
-    ...                          np.array([0, 2], np.uint8), cls).tolist()
+    ...                          np.array([4, 2], np.uint8), cls).tolist()
     [True, False]
 
     Plain equivalent: ``supratok.documents.encoded_units`` (tested equal).
