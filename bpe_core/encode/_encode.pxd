@@ -109,10 +109,13 @@ cdef class Encoder:
     # the UTF-8 of the str being encoded (encode_all), kept from call to call up to TEXT_KEEP bytes
     cdef char* text_buf
     cdef size_t text_cap
-    # read-only caches consulted around this encoder's own (never written while it encodes):
-    # ``shared``, the warmest encoder's cache, first during a batch job (BatchJob); ``singles``,
-    # the pieces proven to be one token (build_singles), after the own cache, before merging
+    # caches consulted around this encoder's own: ``shared``, the warmest encoder's cache, first
+    # during a batch job (BatchJob), which every thread of the job also adds its merges to while
+    # it has room (``_shared_insert``, under ``share_lock``: never grown or cleared meanwhile);
+    # ``singles`` (read-only), the pieces proven to be one token (build_singles), after the own
+    # cache, before merging
     cdef Encoder shared
+    cdef long share_lock
     cdef Encoder singles
     cdef readonly int64_t single_hits
 
@@ -120,17 +123,10 @@ cdef class Encoder:
     cdef Py_ssize_t _merge_heap(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
     cdef Py_ssize_t _merge(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
     cdef int _push(self, uint32_t rank, Py_ssize_t pos) except -1 nogil
-    cdef int _slots_alloc(self, Py_ssize_t n_slots) noexcept nogil
-    cdef const uint8_t* _slot_tail(self, const CacheSlot* sl) noexcept nogil
-    cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h) noexcept nogil
-    cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
-                           const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil
     cdef Py_ssize_t _cache_miss(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                                 token_id_t* out) except -1 nogil
-    cdef int _cache_grow(self) noexcept nogil
     cdef int _encode_blocks(self, int pattern_id, const Specials* sp, const uint8_t* s, Py_ssize_t n_buf,
                             Py_ssize_t start, Py_ssize_t end, Py_ssize_t block) except -1 nogil
-    cdef void _cache_clear(self) noexcept nogil
     cdef int _reserve_out(self, Py_ssize_t extra, bint huge=*) except -1 nogil
     cdef int _emit_pieces(self, const uint8_t* s, Py_ssize_t a, const int64_t* ends, Py_ssize_t count,
                           const uint8_t* limit, int64_t* starts) except -1 nogil
@@ -141,7 +137,6 @@ cdef class Encoder:
                           Py_ssize_t* stop, bint* done) except -1 nogil
     cdef object _take_out(self)
     cdef object _take_counted(self, const int64_t[::1] lengths, bint narrow, int64_t* n_bytes)
-    cdef int _absorb(self, Encoder other) noexcept nogil
 
 
 # A batch of documents encoded by several threads in one native job: each thread takes the next
