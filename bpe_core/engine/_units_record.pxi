@@ -424,3 +424,82 @@ cdef inline void _emit(const uint32_t* p, size_t n, uint64_t keep_below, vector[
     bounds.push_back(ids.size())
 
 
+
+
+def units_in_encoded_regions(const uint32_t[::1] ids, const int64_t[::1] bounds, const uint8_t[::1] flags,
+                             const int32_t[:, ::1] word_classes, const int64_t[::1] doc_starts=None):
+    """SupraTok's encoded-unit rule in one native pass (bool per unit ``ids[bounds[k]:bounds[k+1]]``):
+    a *region* starts at position 0, at each of ``doc_starts`` and where a word ending with whitespace
+    (``flags`` bit 4) meets one starting with it (bit 2); a region looks encoded by
+    ``reference.looks_encoded`` on its words' summed ``word_classes``; a unit is encoded when more than
+    half of its bytes lie in such regions. An empty unit counts the word at its start, as numpy's
+    ``reduceat`` does.
+
+    >>> cls = np.array([[41, 1, 10, 30, 2], [3, 1, 0, 2, 0]], np.int32)  # encoded-looking, ending with a space; " ab"
+    >>> units_in_encoded_regions(np.array([0, 1, 1], np.uint32), np.array([0, 2, 3]),
+    ...                          np.array([4, 2], np.uint8), cls).tolist()
+    [True, False]
+
+    Plain equivalent: ``supratok.documents.encoded_units`` (tested equal).
+    """
+    cdef Py_ssize_t n = ids.shape[0], n_words = flags.shape[0], n_units, k, i, r0
+    cdef int64_t a, b, nb, eb, d
+    cdef int64_t s_n = 0, s_ws = 0, s_punct = 0, s_alnum = 0, s_digit = 0
+    cdef const int32_t* c
+    if bounds.shape[0] < 1 or bounds[0] < 0 or bounds[bounds.shape[0] - 1] > n:
+        raise ValueError("bounds must lie inside ids")
+    n_units = bounds.shape[0] - 1
+    for k in range(n_units):
+        if bounds[k + 1] < bounds[k] or (bounds[k + 1] == bounds[k] and bounds[k] >= n):
+            raise ValueError("bounds must be non-decreasing, an empty unit inside ids")
+    if word_classes.shape[0] != n_words or word_classes.shape[1] != 5:
+        raise ValueError("word_classes must have one row of 5 per word")
+    for i in range(n):
+        if ids[i] >= n_words:
+            raise ValueError(f"a word id is not below the {n_words} words")
+    starts = np.zeros(n, dtype=np.uint8)
+    inside = np.zeros(n, dtype=np.uint8)
+    cdef uint8_t[::1] sv = starts
+    cdef uint8_t[::1] ev = inside
+    if n > 0:
+        sv[0] = 1
+    if doc_starts is not None:
+        for k in range(doc_starts.shape[0]):
+            d = doc_starts[k]
+            if 0 <= d < n:
+                sv[d] = 1
+    out = np.zeros(n_units, dtype=bool)
+    cdef uint8_t[::1] ov = out.view(np.uint8)
+    with nogil:
+        for i in range(1, n):
+            if (flags[ids[i - 1]] & 4) and (flags[ids[i]] & 2):
+                sv[i] = 1
+        r0 = 0
+        for i in range(n + 1):
+            if i == n or (sv[i] and i > r0):
+                if _looks_encoded(s_n, s_ws, s_punct, s_alnum, s_digit):
+                    memset(&ev[r0], 1, i - r0)
+                s_n = s_ws = s_punct = s_alnum = s_digit = 0
+                r0 = i
+                if i == n:
+                    break
+            c = &word_classes[ids[i], 0]
+            s_n += c[0]
+            s_ws += c[1]
+            s_punct += c[2]
+            s_alnum += c[3]
+            s_digit += c[4]
+        for k in range(n_units):
+            a = bounds[k]
+            b = bounds[k + 1]
+            if b <= a:
+                b = a + 1
+            nb = 0
+            eb = 0
+            for i in range(a, b):
+                d = word_classes[ids[i], 0]
+                nb += d
+                if ev[i]:
+                    eb += d
+            ov[k] = 2 * eb > nb
+    return out

@@ -35,7 +35,7 @@ from .lazy import np  # numpy on first use (a small run never imports it)
 
 from ..errors import InputChanged, InternalError, Terminated
 
-__all__ = ["FileStamp", "check_total", "map_big_blocks", "read_range", "release_free_memory", "run_ordered",
+__all__ = ["FileStamp", "big_blocks_mapped", "check_total", "map_big_blocks", "read_range", "release_free_memory", "run_ordered",
            "terminate_on_sigterm"]
 
 
@@ -212,8 +212,8 @@ def map_big_blocks(threshold: int = 1 << 20) -> bool:
     By default glibc raises that threshold each time a mapped block is freed (up to 32 MiB), so the
     many mid-sized arrays of a pass that follows a big one come from the heap, where freed memory
     stays resident: SupraTok's final count started 240 MiB above what it held (60 MB of text at
-    32k). The setting stays for the process (glibc has no way back to the moving threshold).
-    Elsewhere (not glibc) this does nothing and returns False.
+    32k). The setting stays for the process (glibc has no way back to the moving threshold): for a
+    stretch of work, :func:`big_blocks_mapped`. Elsewhere (not glibc) this does nothing and returns False.
     """
     try:
         import ctypes
@@ -221,6 +221,26 @@ def map_big_blocks(threshold: int = 1 << 20) -> bool:
         return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, int(threshold)))
     except (OSError, AttributeError):
         return False
+
+
+#: glibc's ceiling for its moving mmap threshold (``DEFAULT_MMAP_THRESHOLD_MAX``: 4 MiB x sizeof(long))
+GLIBC_MMAP_THRESHOLD_MAX = 4 * 1024 * 1024 * 8
+
+
+@contextlib.contextmanager
+def big_blocks_mapped(threshold: int = 1 << 20) -> Iterator[bool]:
+    """:func:`map_big_blocks` for the block only (yields whether it was set). On the way out the
+    threshold goes to ``GLIBC_MMAP_THRESHOLD_MAX``, the value glibc's moving threshold climbs to
+    once mapped blocks of that size are freed (as a training's are): blocks under it come from the
+    heap again, as in a process that never called ``mallopt``. The moving itself stays off (glibc
+    has no way to turn it back on), so the rest of the process does not keep mapping and unmapping
+    every block of ``threshold`` bytes, the side effect the process-wide setting had."""
+    was_set = map_big_blocks(threshold)
+    try:
+        yield was_set
+    finally:
+        if was_set:
+            map_big_blocks(max(GLIBC_MMAP_THRESHOLD_MAX, int(threshold)))
 
 
 # ==== Signals ===================================================================================

@@ -239,3 +239,116 @@ def test_round_trip_multilingual(corpora_dir):
     for f in files:
         sample = f.read_bytes()[:20000]
         assert enc.decode(enc.encode(sample)) == sample, f.name
+
+
+# ==== Documents from the counting pass's record ===================================================
+
+MIXED = PHRASES + [" ve bir ev için", " bu çok daha güzel", " evlerimizde", " kitaplarımızdan", " ja että oli",
+                   " myös mutta talossamme", " kirjoissamme", " 0123456789", " M'XX%,#'A=9&4@#0A=9&4@#0A",
+                   "*!A9&4@&3!4=9&4@#0A=9&4@#0A", "\n\n", "  "]
+mixed_docs = st.lists(st.lists(st.sampled_from(MIXED), min_size=1, max_size=14).map("".join),
+                      min_size=1, max_size=10).map(lambda ds: SPECIAL.join(ds).encode())
+
+
+def _recorded_vs_scanned(path, **options):
+    """Train SupraTok twice: its documents from the counting pass's record, and from a second scan
+    (the method told it cannot use a record); returns both results."""
+    from bpe_core.formats import registry
+    cls = type(registry.get("supratok"))
+    out = {}
+    try:
+        for records in (True, False):
+            cls.records_pretokens = records
+            out[records] = bpe_core.train(bpe_core.TrainConfig(str(path), method="supratok", **options))
+    finally:
+        cls.records_pretokens = True
+    return out[True], out[False]
+
+
+def _same_training(rec, scan):
+    assert rec.report["supratok"].pop("documents_source") == "record"
+    assert scan.report["supratok"].pop("documents_source") == "scan"
+    assert rec.model.merges == scan.model.merges
+    assert rec.report["supratok"] == scan.report["supratok"]
+
+
+@settings(max_examples=12, deadline=None)
+@given(mixed_docs, st.sampled_from([64, 150, 4096]), st.sampled_from([1, 2]), st.booleans(),
+       st.sampled_from([1.0, 0.5]))
+def test_documents_from_the_record_equal_a_second_scan(tmp_path_factory, data, chunk, workers, keep_encoded,
+                                                       fraction):
+    """SupraTok's documents from the counting pass's record train what the second scan trains: the
+    same merges and the same report (units seen and kept, encoded units, documents, language
+    suffixes, token counts), with chunks that cut documents, on one and two workers, sampled or not."""
+    import _pytest.monkeypatch
+    path = tmp_path_factory.mktemp("strec") / "c.txt"
+    path.write_bytes(data * 3)
+    mp = _pytest.monkeypatch.MonkeyPatch()
+    try:
+        if fraction < 1:    # a sample, as a tight budget would make (the same one on both routes: the
+            # planned fraction follows the process's measured size)
+            from bpe_core.methods.supratok import passes
+            scan_docs, record_docs = passes.count_documents, passes.documents_from_records
+            mp.setattr(passes, "count_documents", lambda *a, **k: scan_docs(*a[:7], fraction, *a[8:], **k))
+            mp.setattr(passes, "documents_from_records", lambda *a, **k: record_docs(*a[:4], fraction, *a[5:], **k))
+        rec, scan = _recorded_vs_scanned(path, vocab_size=300, special_tokens=[SPECIAL], chunk_bytes=chunk,
+                                         num_workers=workers, stage2_skip_encoded=not keep_encoded)
+    finally:
+        mp.undo()
+    _same_training(rec, scan)
+
+
+def test_documents_from_the_record_on_the_fixture(tmp_path):
+    """On real text with Turkish and Finnish documents (the language guess and its suffix gate), at
+    several chunk sizes and both worker counts: the record route trains the scan's merges and report."""
+    en = (pathlib.Path(__file__).parents[1] / "fixtures" / "corpus.en").read_bytes()[:60000]
+    tr = " Bu kitap için çok daha güzel bir ev ve bir bahçe ile geldi, evlerimizde kitaplarımızdan".encode()
+    fi = " Talo oli iso ja että myös mutta se joka oli kirjoissamme talossamme".encode()
+    docs = en.split(b"\n\n") + [tr * 3] * 40 + [fi * 3] * 40
+    path = tmp_path / "c.txt"
+    path.write_bytes(SPECIAL_B.join(docs))
+    first = None
+    for chunk, workers in ((5000, 1), (20000, 2), (1 << 20, 2)):
+        rec, scan = _recorded_vs_scanned(path, vocab_size=700, special_tokens=[SPECIAL], chunk_bytes=chunk,
+                                         num_workers=workers)
+        assert rec.report["supratok"]["suffixes"] > 0
+        _same_training(rec, scan)
+        first = first or rec.model.merges
+        assert rec.model.merges == first
+
+
+def test_held_out_documents_are_scanned(tmp_path):
+    """Pass 3 needs held-out documents and their frequencies: the counting pass keeps no record for
+    it, and the documents are scanned; the default (no pass 3) keeps one and uses it."""
+    path = tmp_path / "c.txt"
+    path.write_bytes(SPECIAL_B.join(p.encode() * 4 for p in PHRASES) * 10)
+    base = dict(vocab_size=300, special_tokens=[SPECIAL])
+    plain = bpe_core.train(bpe_core.TrainConfig(str(path), method="supratok", **base))
+    assert plain.report["supratok"]["documents_source"] == "record"
+    rounds = bpe_core.train(bpe_core.TrainConfig(str(path), method="supratok", supratok_rounds=1,
+                                                 **small_options(**base)))
+    assert rounds.report["supratok"]["documents_source"] == "scan"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_pass2_restart_lists_the_documents_again_by_a_scan(tmp_path, monkeypatch, workers):
+    """Without pass 3 the word-id units are let go before pass 2's engine; a first cut too high makes
+    pass 2 start again, and the units are then listed by a scan of the file: the merges and the
+    report (final token count included) are those of a run that did not restart."""
+    from bpe_core.methods import superbpe
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A=9&4@#0A=9&4@#0A=9&4@#0A\n"
+                     b"<|endoftext|> the dog sat on 3 mats, ve bir ev" * 60)
+    options = dict(input_path=str(path), vocab_size=360, method="supratok", special_tokens=["<|endoftext|>"],
+                   chunk_bytes=1000, num_workers=workers)
+    plain = bpe_core.train(bpe_core.TrainConfig(**options))
+    monkeypatch.setattr(superbpe.stage2, "first_cut", lambda *a, **k: 10 ** 6)
+    again = bpe_core.train(bpe_core.TrainConfig(**options))
+    assert plain.report["supratok"]["pass2_cut"]["restarts"] == 0
+    assert again.report["supratok"]["pass2_cut"]["restarts"] >= 1
+    assert again.report["supratok"]["documents_source"] == "record"        # the first listing
+    assert again.model.merges == plain.model.merges
+    for info in (plain.report["supratok"], again.report["supratok"]):
+        info.pop("pass2_cut")
+    assert again.report["supratok"] == plain.report["supratok"]
+    assert plain.report["supratok"]["encoded_units"] > 0

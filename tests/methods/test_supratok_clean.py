@@ -111,3 +111,93 @@ def test_units_are_superbpe_units_split():
     units = reference_supratok.supratok_units(data, [SPECIAL], "gpt2", merges)
     assert [u for u, _ in units] == superbpe_units(data, [SPECIAL], "gpt2", merges, split="units")
     assert [e for _, e in units][:2] == [False, True]
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.data())
+def test_native_encoded_units_equal_the_numpy_rule(data):
+    """``units_in_encoded_regions`` (the documents pass's native rule) == ``documents.encoded_units``
+    (numpy) on random words, flags, byte classes, units and document starts: regions cut at
+    whitespace meets and documents, encoded regions found by the class sums, units by their bytes."""
+    import numpy as np
+    from bpe_core.engine.units import units_in_encoded_regions
+    from bpe_core.methods.supratok.documents import encoded_units
+    n_words = data.draw(st.integers(1, 6))
+    flags = np.array(data.draw(st.lists(st.integers(0, 7), min_size=n_words, max_size=n_words)), np.uint8)
+    rows = data.draw(st.lists(st.tuples(st.integers(0, 45), st.integers(0, 3), st.integers(0, 20),
+                                        st.integers(0, 30), st.integers(0, 6)), min_size=n_words, max_size=n_words))
+    classes = np.array(rows, np.int32).reshape(n_words, 5)
+    ids = np.array(data.draw(st.lists(st.integers(0, n_words - 1), min_size=1, max_size=60)), np.uint32)
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, ids.size - 1), max_size=12)) if ids.size > 1 else []))
+    bounds = np.array([0] + cuts + [ids.size], np.int64)
+    docs = np.array(sorted(set(data.draw(st.lists(st.integers(0, ids.size - 1), max_size=4)))), np.int64)
+    doc_starts = docs if data.draw(st.booleans()) else None
+    want = encoded_units(ids, bounds, flags, classes, doc_starts=doc_starts)
+    got = units_in_encoded_regions(ids, bounds, flags, classes, doc_starts)
+    assert got.tolist() == want.tolist()
+
+
+def test_native_encoded_units_on_uuencoded_text(uu_corpus):
+    """On a corpus with uuencoded blocks the native rule finds encoded units (and the same as numpy)."""
+    import numpy as np
+    from bpe_core.engine.units import units_in_encoded_regions
+    from bpe_core.methods.superbpe import word_classes, word_flags
+    from bpe_core.methods.supratok.documents import encoded_units
+    from bpe_core.pretok.wordtable import WordTable
+    text = uu_corpus[0].replace(SPECIAL.encode(), b"\n")[:60000]
+    ends = pretoken_ends(text, "gpt2")
+    words = [text[a:b] for a, b in zip([0] + ends[:-1].tolist(), ends.tolist())]
+    from collections import Counter
+    table = WordTable.from_counts(dict(Counter(words)))
+    row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
+    ids = np.array([row[w] for w in words], np.uint32)
+    bounds = np.array(sorted({0, ids.size} | set(range(0, ids.size, 7))), np.int64)
+    flags, classes = word_flags(table), word_classes(table)
+    want = encoded_units(ids, bounds, flags, classes)
+    got = units_in_encoded_regions(ids, bounds, flags, classes)
+    assert got.any() and got.tolist() == want.tolist()
+
+
+def _by_engine_and_by_replay(data: bytes, vocab_size: int, **options):
+    """Train twice: the final count from the pass-2 engine (the default) and by the encoder's
+    replay of every unit (``FINAL_COUNT_BY_ENGINE`` off: the engine counts the weighted units only)."""
+    from bpe_core.methods.supratok import passes
+    runs = {}
+    for by_engine in (True, False):
+        old = passes.FINAL_COUNT_BY_ENGINE
+        passes.FINAL_COUNT_BY_ENGINE = by_engine
+        try:
+            runs[by_engine] = train_bytes(data, vocab_size, **options)
+        finally:
+            passes.FINAL_COUNT_BY_ENGINE = old
+    return runs[True], runs[False]
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from([b" the cat", b" sat on", b" 12345", b" 7", b"\n", b"\n\n", b"  ", b",", b"x",
+                                 b" M'XX%,#'A=9&4@#0A=9&4@#0A=9&4@#0A=9&4@#0A\n", b"*!A9&4@&3!4=9&4@#0A=9&4@#0A\n",
+                                 b"\xc3\xa9t\xc3\xa9", b" ve bir", b" dog", SPECIAL.encode()]),
+                min_size=1, max_size=200).map(b"".join),
+       st.sampled_from([1, 2]), st.booleans())
+def test_final_count_by_the_engine_equals_the_replay(data, workers, keep_encoded):
+    """The final token count taken from the pass-2 engine (every unit with its count) equals the
+    encoder's replay of every unit, and the figures beside it (``pass2_engine_tokens``: the weighted
+    units only) are those of the replay route: the same report and merges, encoded units or not."""
+    fast, plain = _by_engine_and_by_replay(data * 2, 320, num_workers=workers, special_tokens=[SPECIAL],
+                                           stage2_skip_encoded=not keep_encoded)
+    assert fast.model.merges == plain.model.merges
+    assert fast.report["supratok"] == plain.report["supratok"]
+
+
+def test_final_count_by_the_engine_on_encoded_text(uu_corpus):
+    """With uuencoded blocks (encoded units, no weight) and with pass 3 (merges changed: the replay
+    route both times), the engine's count gives the replay's report."""
+    corpus, _ = uu_corpus
+    fast, plain = _by_engine_and_by_replay(corpus, 600, special_tokens=[SPECIAL])
+    assert fast.report["supratok"]["encoded_units"] > 0
+    assert fast.model.merges == plain.model.merges
+    assert fast.report["supratok"] == plain.report["supratok"]
+    fast, plain = _by_engine_and_by_replay(corpus, 600, special_tokens=[SPECIAL],
+                                           **small_options(supratok_rounds=1, num_workers=2))
+    assert fast.model.merges == plain.model.merges
+    assert fast.report["supratok"] == plain.report["supratok"]

@@ -412,19 +412,22 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
     one = np.flatnonzero(single_numeric)
     single_numeric[one] = numeric[data[starts[one]]]
     plain = np.flatnonzero(~single_numeric)
-    # plain units: expand all of them in one native pass
-    keep_bytes = np.repeat(~single_numeric, lengths)
+    single = np.flatnonzero(single_numeric)
+    words = data[starts[single]].astype(np.int64)
+    # plain units: expand all of them in one native pass (the word ids gathered first, and the units'
+    # own arrays let go before: each is a copy of a few bytes per pretoken of the units)
+    plain_ids = data[np.repeat(~single_numeric, lengths)]
+    del data
     plain_starts = np.zeros(plain.size + 1, dtype=np.int64)
     np.cumsum(lengths[plain], out=plain_starts[1:])
-    symbols, offsets = expand_units(np.ascontiguousarray(data[keep_bytes]), plain_starts, seg_symbols, seg_offsets)
+    symbols, offsets = expand_units(np.ascontiguousarray(plain_ids), plain_starts, seg_symbols, seg_offsets)
+    del plain_ids
     counts = np.asarray(counts, dtype=np.int64)
-    single = np.flatnonzero(single_numeric)
     if single.size == 0:
         return symbols, offsets, counts[plain], encoded[plain]
     # single numeric units: each word's stage-1 tokens, cut at its hard boundaries. The pieces of a
     # word cover its tokens in order, so their symbols are the words' tokens one after another
     # (gathered at once); only the piece lengths come from the loop (one numeric_cuts per word)
-    words = data[starts[single]].astype(np.int64)
     seg_symbols, seg_offsets = np.asarray(seg_symbols), np.asarray(seg_offsets)
     table_offsets = np.asarray(table.offsets)
     s_lo, s_hi = seg_offsets[words].astype(np.int64), seg_offsets[words + 1].astype(np.int64)
@@ -447,8 +450,10 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
             piece_lens.append(c - prev)
             prev = c
         piece_lens.append(len(seg_lens) - prev)
-    symbols = np.concatenate([symbols, extra]).astype(np.uint32)
-    offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(piece_lens, dtype=np.int64)]).astype(np.int64)
+    # (no second copy of the symbols when they are uint32 already)
+    symbols = np.concatenate([symbols, extra]).astype(np.uint32, copy=False)
+    offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(piece_lens, dtype=np.int64)]).astype(np.int64,
+                                                                                                   copy=False)
     return (symbols, offsets, np.concatenate([counts[plain], np.repeat(counts[single], n_pieces)]),
             np.concatenate([encoded[plain], np.repeat(encoded[single], n_pieces)]))
 

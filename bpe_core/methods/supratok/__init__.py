@@ -32,6 +32,8 @@ from typing import Optional
 from ...formats import registry
 from ...formats.model import Model
 from ..superbpe import check_stage_marks, resolve_transition
+from ...pretok.patterns import resolve_pattern
+from .documents import can_use_record
 from .encoder import SupraTokEncoder
 from .passes import PASS2_CROSS, train_supratok
 
@@ -44,6 +46,7 @@ class SupraTok(registry.Method):
     name = "supratok"
     n_stages = 3
     stage_aware = True
+    records_pretokens = True
 
     def check_config(self, config) -> None:
         if config.tie_break != "bytes":
@@ -63,9 +66,15 @@ class SupraTok(registry.Method):
             raise ValueError("supratok_rounds and script_bigram_min must be >= 0")
         resolve_transition(config.transition, config.vocab_size, len(config.special_tokens))
 
-    def train(self, config, table, plan, progress=False, init=None) -> registry.MethodResult:
+    def uses_record(self, config) -> bool:
+        # the documents come from the record when no held-out documents are listed and the pattern
+        # is native (documents.can_use_record); otherwise they are scanned again
+        heldout = config.heldout_fraction if config.supratok_rounds > 0 else 0.0
+        return can_use_record(heldout, resolve_pattern(config.pattern))
+
+    def train(self, config, table, plan, progress=False, init=None, recorded=None) -> registry.MethodResult:
         report: dict = {"seconds": {}}
-        vocab, merges, stages = train_supratok(config, table, report, plan, progress=progress)
+        vocab, merges, stages = train_supratok(config, table, report, plan, progress=progress, recorded=recorded)
         return registry.MethodResult(vocab, merges, stages, report)
 
     def check_stages(self, path: str, model: Model) -> None:

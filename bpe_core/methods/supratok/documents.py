@@ -7,7 +7,8 @@ from typing import Callable, Optional, Sequence
 
 
 from ...corpus.chunks import file_chunks, split_spans
-from ...engine.units import ENCODED_MARK, UnitCounter, WordIndex, chunk_unit_stream
+from ...engine.units import (ENCODED_MARK, UnitCounter, WordIndex, chunk_unit_stream, id_unit_stream,
+                             units_in_encoded_regions)
 from ...errors import InputChanged
 from ...pretok.patterns import pattern_name
 from ...pretok.pretokenize import PATTERN_IDS, pretoken_ends
@@ -44,7 +45,8 @@ def encoded_units(ids: np.ndarray, bounds: np.ndarray, flags: np.ndarray, classe
     encoded by ``reference.looks_encoded`` on its bytes (``classes``: ``superbpe.word_classes``;
     ``flags``: ``superbpe.word_flags``). SupraTok's units are cut only at numbers, so one unit can
     span several regions: it counts as encoded when more than half of its bytes lie in regions that
-    look encoded. Plain twin: ``reference.supratok.supratok_units``.
+    look encoded. Plain twin: ``reference.supratok.supratok_units``; the native form (what the
+    documents pass runs): ``engine.units.units_in_encoded_regions`` (tested equal).
 
     ``doc_starts``: ``ids`` are several documents' (a chunk's), each starting at one of these
     positions (a region starts there too); units never cross them. Default: one document.
@@ -97,7 +99,7 @@ def _docs_chunk(task: tuple) -> tuple:
         bounds = np.concatenate(([0], cut, [ids.size])).astype(np.int64)
         ids32 = ids.astype(np.uint32)
         if classes is not None and ids.size:
-            enc = encoded_units(ids, bounds, flags, classes)
+            enc = units_in_encoded_regions(ids.astype(np.uint32), bounds, flags, classes)
             if enc.any():
                 ids32 = np.insert(ids32, bounds[1:][enc], np.uint32(ENCODED_MARK))
                 bounds = bounds + np.concatenate(([0], np.cumsum(enc)))
@@ -145,7 +147,7 @@ def _docs_chunk_scan(task: tuple) -> tuple:
             a, b = int(firsts[d0]), int(ends[d1 - 1])
             u0, u1 = np.searchsorted(bounds, [a, b])
             part, pb = ids[a:b], bounds[u0:u1 + 1] - a
-            enc = encoded_units(part, pb, flags, classes, doc_starts=firsts[d0:d1] - a)
+            enc = units_in_encoded_regions(part, pb, flags, classes, firsts[d0:d1] - a)
             if enc.any():
                 part = np.insert(part, pb[1:][enc], np.uint32(ENCODED_MARK))
                 pb = pb + np.concatenate(([0], np.cumsum(enc)))
@@ -235,5 +237,111 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
     run_ordered(worker, tasks, min(num_workers, len(tasks)), absorb)
     stamp.check()
     out["held"].sort(key=lambda a: (a.size, a.tobytes()))
+    out["units"] = total.to_arrays()
+    return out
+
+
+def can_use_record(heldout: float, pattern: str) -> bool:
+    """Whether :func:`documents_from_records` can stand in for :func:`count_documents`: exactly when
+    that would scan (no held-out documents, a native pattern: no document frequencies, no held-out
+    word ids to list)."""
+    return heldout <= 0 and pattern_name(pattern) in PATTERN_IDS
+
+
+def documents_from_records(recorded: list, table: WordTable, pattern: str, num_workers: int,
+                           sample_fraction: float, script_aware: bool, flags: Optional[np.ndarray] = None,
+                           classes: Optional[np.ndarray] = None) -> dict:
+    """:func:`count_documents` without held-out documents (:func:`can_use_record`), from the counting
+    pass's record of every pretoken (``count_corpus(record=)``) instead of a second pre-tokenization
+    of the file: the same units, counts, figures and language words (tested equal).
+
+    The record's pretokens become table rows cut into documents (``superbpe.record_table_rows``);
+    the documents are taken a block of about ``SCAN_BLOCK`` pretokens at a time, as
+    ``_docs_chunk_scan`` takes a chunk's: units cut at numeric words (``id_unit_stream``), the
+    encoded ones marked (:func:`encoded_units`), counted in text order (on two threads with
+    ``num_workers`` 2: the two halves of the text, their tables joined in order, as the scan joins
+    its chunks'); the language guess reads only the documents it may pass (``marker_words``), their
+    bytes gathered from the table's words (a document's pretokens cover its bytes exactly)."""
+    from ..superbpe.units import record_table_rows, slice_segments
+
+    segments, breaks = record_table_rows(recorded, table, num_workers)
+    keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
+    numeric = numeric_mask(table).astype(np.uint8)
+    name = pattern_name(pattern)
+    markers = marker_words(table) if script_aware and name in LETTER_RUN_PATTERNS else None
+    arena = np.asarray(table.arena, dtype=np.uint8)
+    offsets = np.asarray(table.offsets, dtype=np.int64)
+    n_words = table.n_words
+    halves = [breaks]
+    if num_workers >= 2 and breaks.size > 2:
+        m = min(max(int(np.searchsorted(breaks, int(breaks[-1]) // 2)), 1), breaks.size - 2)
+        halves = [breaks[:m + 1], breaks[m:]]
+
+    def text_of(ids: np.ndarray) -> bytes:
+        """The bytes of a document, its pretokens' words one after the other."""
+        starts = offsets[ids]
+        lengths = offsets[ids + 1] - starts
+        at = np.cumsum(lengths) - lengths
+        return arena[np.repeat(starts - at, lengths) + np.arange(int(lengths.sum()))].tobytes()
+
+    def run(b: np.ndarray) -> tuple:
+        counter = UnitCounter()
+        lang_ids: dict[str, list[np.ndarray]] = {}
+        lang_docs: dict[str, int] = {}
+        lo, hi = int(b[0]), int(b[-1])
+        edges = np.unique(np.concatenate(([0], np.searchsorted(b, np.arange(lo + SCAN_BLOCK, hi, SCAN_BLOCK)),
+                                          [b.size - 1])))
+        for e0, e1 in zip(edges[:-1].tolist(), edges[1:].tolist()):
+            bb = b[e0:e1 + 1]
+            a, z = int(bb[0]), int(bb[-1])
+            if z <= a:
+                continue
+            ids, bounds, _, _ = id_unit_stream(slice_segments(segments, a, z), bb - a, numeric)
+            firsts = bb[:-1] - a
+            part = ids
+            if classes is not None:
+                enc = units_in_encoded_regions(ids, bounds, flags, classes, firsts)
+                if enc.any():
+                    part = np.insert(ids, bounds[1:][enc], np.uint32(ENCODED_MARK))
+                    bounds = bounds + np.concatenate(([0], np.cumsum(enc)))
+            counter.add_units(part, bounds, 1, keep_below)
+            del part, bounds
+            if script_aware:
+                if markers is not None:
+                    marked = markers[ids]
+                    tr = np.add.reduceat(marked & TR_MARKER, firsts, dtype=np.int32)
+                    fi = np.add.reduceat((marked & FI_MARKER) >> 1, firsts, dtype=np.int32)
+                    docs = np.flatnonzero((tr >= 3) | (fi >= 3))
+                else:
+                    docs = np.arange(firsts.size)
+                ends = bb[1:] - a
+                for k in docs.tolist():
+                    doc = ids[firsts[k]:ends[k]]
+                    lang = guess_suffix_language(text_of(doc).decode("utf-8", "surrogateescape"))
+                    if lang is not None:
+                        lang_ids.setdefault(lang, []).append(doc)
+                        lang_docs[lang] = lang_docs.get(lang, 0) + 1
+        lang_counts = {k: np.bincount(np.concatenate(v), minlength=n_words) for k, v in lang_ids.items()}
+        return counter.to_arrays(), counter.n_seen, counter.n_kept, lang_counts, lang_docs
+
+    if len(halves) == 2:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-documents") as ex:
+            results = list(ex.map(run, halves))
+    else:
+        results = [run(halves[0])]
+    del segments
+    total = UnitCounter()
+    out = {"seen": 0, "kept": 0, "df": None, "held": [], "n_train_docs": int(breaks.size - 1), "lang": {},
+           "lang_docs": {}}
+    for units, n_seen, n_kept, lang_counts, lang_docs in results:
+        total.add_table(*units)
+        out["seen"] += n_seen
+        out["kept"] += n_kept
+        for k, v in lang_counts.items():
+            out["lang"][k] = out["lang"].get(k, 0) + v
+        for k, v in lang_docs.items():
+            out["lang_docs"][k] = out["lang_docs"].get(k, 0) + v
+    del results
     out["units"] = total.to_arrays()
     return out

@@ -12,19 +12,19 @@ from typing import Any, Callable, Optional, Sequence
 
 from ...corpus.specials import encode_specials
 from ...engine.merge import MergeEngine
-from ...engine.units import strip_marks
+from ...engine.units import ENCODED_MARK, strip_marks
 from ...formats.model import Model
 from ...pretok.patterns import resolve_pattern
 from ...pretok.pretokenize import pretoken_ends
 from ...pretok.wordtable import WordTable
 from ...runtime.memmon import phase
 from ...runtime.progress import progress_bar
-from ...runtime.workers import map_big_blocks
+from ...runtime.workers import big_blocks_mapped
 from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
                         resolve_transition, stage2_table, word_flags)
 from ..superbpe import word_classes as byte_classes
 from ..superbpe.stage2 import stage2_merges
-from .documents import count_documents
+from .documents import can_use_record, count_documents, documents_from_records
 from .script import (STOPWORDS_EN, ScriptGate, TAU_BE, normalize_hamza, script_gate_from_table, sigmoid, supercategory)
 from .stats import NgramStats, flatten_units, word_classes
 
@@ -272,6 +272,34 @@ def _replay(enc: StageAwareEncoder, table: WordTable, units: tuple, numeric: np.
     return out, out_offs, cnts
 
 
+#: The final token count (no pass-3 change) is the pass-2 engine's, which counts every unit with its
+#: count (the encoded ones too, with no weight), instead of a replay of all the units by the encoder
+#: (0.84 + 0.40 + 0.13 CPU-s at 32k on 60 MB of en_train); False: the replay (the tests' plain twin).
+FINAL_COUNT_BY_ENGINE = True
+
+
+def _tokens_of(enc: StageAwareEncoder, table: WordTable, units: tuple, numeric: np.ndarray) -> int:
+    """The encoder's token count of word-id units (each times its count): :func:`_replay`."""
+    _, o, c = _replay(enc, table, units, numeric)
+    return int((np.diff(o) * c).sum())
+
+
+def _encoded_units(units: tuple) -> tuple:
+    """The word-id units ``(data, starts, counts)`` that end with ``ENCODED_MARK``, as such a table."""
+    data, starts, counts = units[:3]
+    data, starts = np.asarray(data), np.asarray(starts, dtype=np.int64)
+    ends = starts[1:]
+    marked = np.zeros(ends.size, dtype=bool)
+    nonempty = np.flatnonzero(ends > starts[:-1])
+    marked[nonempty] = data[ends[nonempty] - 1] == ENCODED_MARK
+    pick = np.flatnonzero(marked)
+    lengths = ends[pick] - starts[pick]
+    new_starts = np.zeros(pick.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_starts[1:])
+    gather = np.repeat(starts[pick] - new_starts[:-1], lengths) + np.arange(int(new_starts[-1]))
+    return data[gather].astype(np.uint32), new_starts, np.asarray(counts, dtype=np.int64)[pick]
+
+
 def _heldout_units(held: list[np.ndarray], numeric: np.ndarray) -> tuple:
     """Held-out documents as units; the 'count' of a unit is its document index (stage2_table keeps
     counts per unit, so the index follows each unit through the expansion)."""
@@ -292,8 +320,23 @@ def _heldout_units(held: list[np.ndarray], numeric: np.ndarray) -> tuple:
     return np.concatenate(data).astype(np.uint32), np.array(bounds, np.int64), np.array(docs, np.int64)
 
 
-def train_supratok(config, table: WordTable, report: dict, plan, progress: bool = False):
-    """All passes on a counted corpus; returns ``(vocab, merges, stages)``."""
+def train_supratok(config, table: WordTable, report: dict, plan, progress: bool = False,
+                   recorded: Optional[list] = None):
+    """All passes on a counted corpus; returns ``(vocab, merges, stages)``.
+
+    ``recorded``: the counting pass's record of every pretoken (``count_corpus(record=)``): the
+    documents come from it (``documents_from_records``) instead of a second pre-tokenization of the
+    file, when they can (``documents.can_use_record``); it is cleared once they are listed.
+
+    Its passes each hold tens of MB in arrays of a few MB: while they run, such blocks are mapped, so
+    they go back to the OS when freed (peak RSS 555 -> 431 MiB on 60 MB at 32k;
+    ``runtime.workers.big_blocks_mapped``: for these passes only, not for the rest of the process)."""
+    with big_blocks_mapped():
+        return _train_supratok(config, table, report, plan, progress, recorded)
+
+
+def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool, recorded: Optional[list]):
+    """:func:`train_supratok` while big blocks are mapped."""
     specials = encode_specials(config.special_tokens)
     pattern = resolve_pattern(config.pattern)
     # SupraTok keeps SuperBPE's rules as they were before issue 15 (no digit cap, duplicates allowed)
@@ -305,9 +348,6 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     script_aware = config.script_aware
     seconds = report["seconds"]
     info: dict[str, Any] = {"transition": t_size}
-    # its passes each hold tens of MB in arrays of a few MB: mapped, they go back to the OS when freed
-    # (peak RSS 555 -> 431 MiB on 60 MB at 32k; runtime.workers.map_big_blocks)
-    map_big_blocks()
     t0 = time.perf_counter()
 
     # ---- documents: training units, held-out split (only for pass 3: without it the held-out
@@ -326,11 +366,23 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     # units of text that looks like encoded data (uuencode) are marked: pass 2 gives them no weight,
     # as SuperBPE's stage 2 (stage2_skip_encoded, on by default), so the vocabulary learns no such junk
     skip_encoded = config.stage2_skip_encoded
-    docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers, plan.chunk_bytes,
-                           fraction, heldout, script_aware,
-                           on_bytes=bar.update if bar is not None else None,
-                           flags=word_flags(table) if skip_encoded else None,
-                           classes=byte_classes(table) if skip_encoded else None)
+    if recorded and can_use_record(heldout, pattern):
+        # the pretokens as counted: no second pre-tokenization of the file
+        info["documents_source"] = "record"
+        docs = documents_from_records(recorded, table, pattern, plan.num_workers, fraction, script_aware,
+                                      flags=word_flags(table) if skip_encoded else None,
+                                      classes=byte_classes(table) if skip_encoded else None)
+        if bar is not None:
+            bar.update(os.path.getsize(config.input_path))
+    else:
+        info["documents_source"] = "scan"
+        docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers,
+                               plan.chunk_bytes, fraction, heldout, script_aware,
+                               on_bytes=bar.update if bar is not None else None,
+                               flags=word_flags(table) if skip_encoded else None,
+                               classes=byte_classes(table) if skip_encoded else None)
+    if recorded is not None:
+        recorded.clear()            # its memory goes before pass 1's
     _close(bar)
     numeric = numeric_mask(table)
     held = docs["held"]
@@ -407,19 +459,41 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     info["skip_encoded"] = bool(skip_encoded)
     info["encoded_units"] = int(ucnts[uenc].sum())
     info["encoded_tokens"] = int((np.diff(uoffs)[uenc] * ucnts[uenc]).sum())     # pass-1 tokens in them
-    if uenc.any():
-        ucnts = np.where(uenc, 0, ucnts)
+    # the engine's weights: none for the encoded units; its final count: every unit with its count
+    # (FINAL_COUNT_BY_ENGINE: the final count is the engine's then, not a replay of all the units)
+    by_engine = FINAL_COUNT_BY_ENGINE
+    uweights = np.where(uenc, 0, ucnts) if uenc.any() else ucnts
+    if not by_engine:
+        ucnts = uweights
     del uenc
+
+    # Without pass 3 the word-id units serve only a restart of pass 2 and the encoded units' count:
+    # they go before the pass-2 engine (its peak was theirs too: 396 -> ~340 MiB on 60 MB at 32k); a
+    # restart lists them again by a scan of the file, as SuperBPE's stage 2 does (the record is gone)
+    encoded_only = None
+    if by_engine and not run_pass3:
+        encoded_only = _encoded_units(docs["units"])
+        docs["units"] = None
 
     def listed_again():
         """The same units again (stage2_merges lets them go once they are cut; a run that starts again
         from the first merge lists them again)."""
-        syms, offs, cnts, enc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
-        cnts = np.where(enc, 0, cnts) if enc.any() else cnts
-        return [syms], [offs], [cnts], [cnts]
+        if docs["units"] is None:
+            again = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers,
+                                    plan.chunk_bytes, fraction, heldout, script_aware,
+                                    flags=word_flags(table) if skip_encoded else None,
+                                    classes=byte_classes(table) if skip_encoded else None)
+            units_now = again["units"]
+            del again
+        else:
+            units_now = docs["units"]
+        syms, offs, cnts, enc = stage2_table(units_now, table, seg_symbols, seg_offsets, numeric, token_lengths)
+        del units_now
+        weights = np.where(enc, 0, cnts) if enc.any() else cnts
+        return [syms], [offs], [weights], [cnts if by_engine else weights]
 
-    units = ([usyms], [uoffs], [ucnts], [ucnts])
-    del usyms, uoffs, ucnts
+    units = ([usyms], [uoffs], [uweights], [ucnts])
+    del usyms, uoffs, ucnts, uweights
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware, config.pass2_cross)
     bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")
     # Pass 2 may merge again a pair pass 1 merged, met across pretokens ("\n" + "\n" of "\n\nI", which
@@ -442,11 +516,21 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     merges = [(all_tokens[a], all_tokens[b]) for a, b, _ in list(steps1) + list(steps2)]
     n1 = len(steps1)
     n2 = len(steps2)
-    info["pass2_engine_tokens"] = result.final_tokens
+    engine_tokens = result.final_tokens
+    enc2 = None
+    if by_engine:
+        # the engine counted every unit (encoded ones too); its figure of old counts the weighted
+        # units only: less the encoded units' tokens, replayed by the encoder (few units)
+        enc2 = _encoder_for(_vocab_of(merges, specials), merges, n1, config.special_tokens, pattern)
+        engine_tokens -= _tokens_of(enc2, table, encoded_only if encoded_only is not None
+                                    else _encoded_units(docs["units"]), numeric)
+        del encoded_only
+    info["pass2_engine_tokens"] = engine_tokens
     info["pass2_cut"] = result.info
     report["engine"] = result.engine_stats
     for k, v in result.seconds.items():
         seconds[f"pass2_{k}"] = v
+    result_final_tokens = result.final_tokens
     del result              # pass 3 and the final count need only the merges
     info["pass1_merges"], info["pass2_merges"] = n1, n2
     info["pass2_cross_merges"] = sum(1 for a, b in merges[n1:] if pretoken_ends(a + b, pattern).size > 1)
@@ -496,9 +580,14 @@ def train_supratok(config, table: WordTable, report: dict, plan, progress: bool 
     phase("supratok final count")
     bar = progress_bar(progress, total=2, desc="supratok final count", unit="part")
     vocab = _vocab_of(merges, specials)
-    enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
-    _, o, c = _replay(enc, table, docs["units"], numeric)
-    info["final_tokens"] = int((np.diff(o) * c).sum())
+    if enc2 is not None and not spans3 and not n_removed:
+        # the merges are pass 2's: the engine's count of every unit is the encoder's (its replay
+        # rewrites each unit as the merge loop did; tested against the replay)
+        enc = enc2
+        info["final_tokens"] = int(result_final_tokens)
+    else:
+        enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
+        info["final_tokens"] = _tokens_of(enc, table, docs["units"], numeric)
     if bar is not None:
         bar.update(1)
     hd, hb, _ = _heldout_units(held, numeric)
