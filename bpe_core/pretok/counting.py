@@ -26,7 +26,8 @@ from ..runtime.atomic import DISK_FULL, named, remove_stale_in
 from ..runtime.budget import refuse_memory_folder
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
-from ..runtime.workers import check_total, read_range, release_free_memory, run_ordered, trim_heap_tops
+from ..runtime.workers import (HEAP_TOPS_KEPT, check_total, read_range, release_free_memory, run_ordered,
+                               trim_heap_tops)
 from ..runtime.writeback import WriteBehind
 from .patterns import pattern_name
 from ._pretok import table_sums
@@ -656,9 +657,11 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         merge_seconds += time.perf_counter() - tm
     finally:
         spill.cleanup()
-    # the tables just merged go, and their pages with them: the merge phase starts from what it holds
-    runs = levels = None
-    release_free_memory()
+        # the tables just merged go, and their pages with them (the counting threads' heaps too: their
+        # tops go back at 1 MiB until here): the merge phase starts from what it holds
+        runs = levels = None
+        release_free_memory()
+        trim_heap_tops(HEAP_TOPS_KEPT)
     # Conservation over the whole run: every byte read once; the table holds every pretoken counted,
     # and its words cover every byte outside the special tokens.
     _check_sources(sources, shards, per_source, items_per_source)

@@ -229,11 +229,17 @@ _M_TRIM_THRESHOLD = -1
 _MMAP_THRESHOLD_MAX = 32 << 20
 
 
+#: the largest trim threshold glibc's moving threshold reaches (twice the mmap threshold's largest)
+HEAP_TOPS_KEPT = 2 * _MMAP_THRESHOLD_MAX
+
+
 def trim_heap_tops(threshold: int = 1 << 20) -> bool:
     """From now on in this process, a glibc heap (the main one and each thread's arena) gives its
     free top back to the OS once it reaches ``threshold`` bytes (``mallopt(M_TRIM_THRESHOLD)``),
     with blocks of 32 MiB and more mapped on their own (the value glibc's moving threshold settles
-    at); True when set.
+    at); True when set. ``trim_heap_tops(HEAP_TOPS_KEPT)`` is glibc's own setting once its
+    thresholds have settled (what counting puts back when it ends: the merge loop frees and takes
+    1 MiB pages, which a low threshold would hand back and fault in again).
 
     By default glibc raises the trim threshold with the mmap threshold (up to 64 MiB, the largest
     a thread's heap can be), and ``malloc_trim`` (:func:`release_free_memory`) trims the top of the
