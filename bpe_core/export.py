@@ -39,7 +39,7 @@ from .formats import registry
 from .formats.hf import hf_tokenizer_json, special_ids, unique_ids, usable_merges
 from .formats.patterns_compat import PatternNotPortable, portable_pattern
 from .formats.model import MERGES_FILE, VOCAB_FILE, Model, check_model, dump_gpt2
-from .runtime.atomic import atomic_write
+from .runtime.atomic import atomic_write, new_temp_dir
 
 FORMATS = ("hf", "tiktoken", "gpt2")
 HF_FILE = "tokenizer.json"
@@ -243,7 +243,6 @@ def export_checked(model: Model, fmt: str, out: str | os.PathLike, docs: Sequenc
     format (a module beside this one, which needs ``transformers``).
     """
     import shutil
-    import tempfile
 
     from .formats.exactness import Exactness, InexactExport, builtin_documents, check_export_files
     from .runtime.atomic import publish_files
@@ -264,7 +263,7 @@ def export_checked(model: Model, fmt: str, out: str | os.PathLike, docs: Sequenc
         final_dir, base = out, None
     made = [] if os.path.isdir(final_dir) else [final_dir]     # removed again when nothing is written
     os.makedirs(final_dir, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=final_dir, prefix=f".export.tmp-{os.getpid()}-")
+    tmp = new_temp_dir(final_dir, f".export.tmp-{os.getpid()}-")
     published = False
     try:
         try:

@@ -53,7 +53,7 @@ from .pretok.counting import check_distributable, count_corpus, count_sources_on
 from .pretok.patterns import resolve_pattern
 from .pretok.wordtable import WordTable
 from .runtime import budget
-from .runtime.atomic import naming
+from .runtime.atomic import naming, new_temp_dir
 from .runtime.executors import open_executor
 from .runtime.lazy import np  # numpy on first use (a small run never imports it)
 from .runtime.memmon import MemoryMonitor, phase, tree_memory
@@ -264,7 +264,7 @@ def _spooled(config: TrainConfig, sources: list[Source]):
     specials = encode_specials(config.special_tokens)
     opts = _read_options(config)
     opts.special_tokens = specials
-    folder = tempfile.mkdtemp(prefix="bpe_core-spool-", dir=config.spill_dir)
+    folder = new_temp_dir(config.spill_dir, "bpe_core-spool-")
     try:
         path = os.path.join(folder, "corpus.txt")
         with naming(path), open(path, "wb") as f:          # a full disk names the spooled file

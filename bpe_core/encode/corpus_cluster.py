@@ -12,7 +12,6 @@ import copy
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 
@@ -22,7 +21,7 @@ from ..corpus.shards import shard_blocks
 from ..errors import VerifyError
 from ..pretok.counting import private_shard, shard_weights
 from ..runtime import budget as scheduler
-from ..runtime.atomic import DISK_FULL, atomic_path, named
+from ..runtime.atomic import DISK_FULL, atomic_path, named, new_temp_dir
 from ..runtime.executors import open_executor
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.workers import check_total
@@ -79,7 +78,7 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
     announce = None if progress in (False, None, "none") else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         # made inside the try: a signal after it (the monitor's start takes a while) removes it
-        spill_dir = tempfile.mkdtemp(dir=folder, prefix="." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
+        spill_dir = new_temp_dir(folder, "." + os.path.basename(out_path) + f".spill-{os.getpid()}-")
         monitor.start()
         enter("cluster start")
         with open_executor(cluster, the_plan.num_workers, announce=announce, timeout=cluster_timeout) as ex:

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -23,6 +22,7 @@ from ..errors import CorpusError
 from ..pretok.counting import shard_weights
 from ..pretok.patterns import pattern_name
 from ..runtime import budget as scheduler
+from ..runtime.atomic import new_temp_dir
 from ..runtime.executors import open_executor
 from ..runtime.progress import check_mode
 from ..runtime.workers import check_total
@@ -155,7 +155,7 @@ def encode_shard_to_url(task: tuple, spec, token_lengths: np.ndarray, out_url: s
     item and is not the first shard (``lead`` in the result; ``encode_to_parts`` corrects a wrong
     guess). Returns :func:`encode_source_shard`'s dict, with ``n_ids`` counting that separator."""
     index, shard = task
-    folder = tempfile.mkdtemp(prefix="bpe_core-part-")
+    folder = new_temp_dir(None, "bpe_core-part-")
     try:
         r = encode_source_shard(task, spec, token_lengths, folder, dtype, sep_id, False, vocab)
         ids = np.fromfile(_spill_path(folder, index), dtype=np.dtype(dtype))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import tempfile
 import threading
 
 import numpy as np
@@ -19,6 +18,7 @@ from ..corpus.inputs import Source
 from ..corpus.shards import Block, TextRangeShard, load
 from ..errors import VerifyError
 from ..runtime import budget as scheduler
+from ..runtime.atomic import new_temp_dir
 from ..runtime.workers import check_total
 from . import _encode
 from .ids_out import OrderedIds
@@ -48,7 +48,7 @@ class SpillFolder:
             if self.path is None:
                 if self.removed:
                     raise RuntimeError("the run's spill folder is gone (the run is ending)")
-                self.path = tempfile.mkdtemp(dir=self.folder, prefix=self.prefix)
+                self.path = new_temp_dir(self.folder, self.prefix)
             return spill_path(self.path, index)
 
     def remove(self) -> None:

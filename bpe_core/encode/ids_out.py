@@ -29,13 +29,12 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import tempfile
 import threading
 from typing import Optional
 
 import numpy as np
 
-from ..runtime.atomic import output_mode
+from ..runtime.atomic import new_temp_file, output_mode
 from ..runtime.workers import check_total
 
 __all__ = ["HEADER_BYTES", "ChunkSlot", "IdsWriter", "OrderedIds", "npy_header", "write_all"]
@@ -102,7 +101,7 @@ class IdsWriter:
     killed one left (``remove_stale``). ``temps`` lists them for the caller to remove on failure.
     ``shard_names(k)`` gives the final path of shard ``k``.
 
-    >>> d = tempfile.mkdtemp(); w = IdsWriter(os.path.join(d, "ids.npy"), np.dtype(np.uint16))
+    >>> import tempfile; d = tempfile.mkdtemp(); w = IdsWriter(os.path.join(d, "ids.npy"), np.dtype(np.uint16))
     >>> w.write(np.arange(3, dtype=np.uint16)); pairs, sizes = w.finish()
     >>> sizes, np.load(pairs[0][0]).tolist()
     ([3], [0, 1, 2])
@@ -122,7 +121,7 @@ class IdsWriter:
 
     def _open(self, final: str) -> None:
         folder = os.path.dirname(os.path.abspath(self.out_path))
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(self.out_path) + f".tmp-{os.getpid()}-")
+        fd, tmp = new_temp_file(folder, "." + os.path.basename(self.out_path) + f".tmp-{os.getpid()}-")
         self.temps.append(tmp)
         self.files.append([tmp, final, fd, 0])
         os.fchmod(fd, output_mode(final))
@@ -283,7 +282,7 @@ class OrderedIds:
     Workers call :meth:`open` when they take a chunk, then ``slot.start`` and ``slot.put``; the
     consumer calls :meth:`done` for each chunk in order, after its worker finished.
 
-    >>> d = tempfile.mkdtemp(); w = IdsWriter(os.path.join(d, "ids.npy"), np.dtype(np.uint16))
+    >>> import tempfile; d = tempfile.mkdtemp(); w = IdsWriter(os.path.join(d, "ids.npy"), np.dtype(np.uint16))
     >>> out = OrderedIds(w, b"\\x09\\x00", 2, lambda i: os.path.join(d, f"spill-{i}"))
     >>> b, a = out.open(1), out.open(0)              # chunk 1 first: it is not the head, it holds
     >>> b.start(True); b.put(np.array([5, 6, 7], np.uint16)); a.start(True); a.put(np.array([1], np.uint16))

@@ -67,7 +67,6 @@ from libcpp.vector cimport vector
 import array as _array
 import gc as _gc
 import os
-import tempfile
 
 from cpython cimport array
 
@@ -79,6 +78,7 @@ cdef array.array _U8 = _array.array("B")
 cdef array.array _U32 = _array.array("I")
 
 from bpe_core.runtime.memmon import prefault
+from bpe_core.runtime.atomic import new_temp_file
 from bpe_core.runtime.writeback import WriteBehind
 from bpe_core.engine._typedefs cimport (count_t, pack_pair, pair_id_t, pair_key_t, pair_left, pair_right,
                                  token_id_t, word_id_t)

@@ -14,8 +14,7 @@ class _SpillFile:
     """
 
     def __init__(self, folder, name):
-        self.fd, self.path = tempfile.mkstemp(prefix=f"bpe_core-spill-{os.getpid()}-engine-{name}-",
-                                              dir=folder)
+        self.fd, self.path = new_temp_file(folder, f"bpe_core-spill-{os.getpid()}-engine-{name}-")
         self.out = WriteBehind(self.fd)
 
     def write(self, arr):

@@ -22,14 +22,13 @@ import math
 import mmap
 import os
 import shutil
-import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from ..corpus.files import check_input
 from ..corpus.specials import DEFAULT_SPECIAL_TOKEN
-from ..runtime.atomic import atomic_write
+from ..runtime.atomic import atomic_write, new_temp_dir
 
 #: (name, lower bound inclusive, upper bound inclusive, keep share), in the paper's order.
 BINS: tuple[tuple[str, float], ...] = (("low", 0.10), ("medium", 0.50), ("high", 0.90))
@@ -169,7 +168,7 @@ def curated_config(config):
     after use), and the curation report as a dict."""
     specials = [s if isinstance(s, str) else s.decode("utf-8") for s in config.special_tokens]
     special = specials[0] if specials else DEFAULT_SPECIAL_TOKEN
-    folder = tempfile.mkdtemp(prefix="bpe_core-curate-", dir=config.spill_dir)
+    folder = new_temp_dir(config.spill_dir, "bpe_core-curate-")
     try:
         path = os.path.join(folder, "curated.txt")
         report = curate_file(config.input_path, path, seed=config.entropy_seed, special=special)

@@ -12,6 +12,7 @@ import array
 import copy
 import dataclasses
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from ..runtime.lazy import np  # numpy on first use (a small run never imports i
 from ..corpus.readers import BadRecords
 from ..corpus.inputs import Source, expand_inputs
 from ..corpus.shards import Block, ReadOptions, TextRangeShard, iter_tasks, load, shard_blocks
-from ..runtime.atomic import DISK_FULL, named, remove_stale_in
+from ..runtime.atomic import DISK_FULL, named, new_temp_dir, remove_stale_in
 from ..runtime.budget import refuse_memory_folder
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
@@ -751,7 +752,7 @@ class Spill:
     def __init__(self, threshold: Optional[int], folder: Optional[str]):
         self.threshold = threshold
         self.folder = folder
-        self._dir: Optional[tempfile.TemporaryDirectory] = None
+        self._dir: Optional[str] = None
         self.paths: list[str] = []
         self.sums: list[int] = []
         self.n_runs = 0
@@ -768,12 +769,12 @@ class Spill:
             folder = self.folder or tempfile.gettempdir()
             refuse_memory_folder(folder)                      # a spill on tmpfs saves no memory
             remove_stale_in(folder, [SPILL_PREFIX])          # what a killed run left
-            self._dir = tempfile.TemporaryDirectory(prefix=f"{SPILL_PREFIX}{os.getpid()}-", dir=folder)
+            self._dir = new_temp_dir(folder, f"{SPILL_PREFIX}{os.getpid()}-")
         for table in tables:
             # a small run's table is ``array.array`` (``_count_plain``): numpy views of the same
             # buffers (no copy), so both kinds spill alike
             arena, offsets, counts = (np.asarray(a) for a in table)
-            base = os.path.join(self._dir.name, f"run{self.n_runs:05d}")
+            base = os.path.join(self._dir, f"run{self.n_runs:05d}")
             for name, arr in (("arena", arena), ("offsets", offsets), ("counts", counts)):
                 try:
                     save_behind(f"{base}.{name}.npy", arr)
@@ -797,7 +798,7 @@ class Spill:
 
     def cleanup(self) -> None:
         if self._dir is not None:
-            self._dir.cleanup()
+            shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import array
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Mapping
 
 from ..runtime.lazy import np, numpy_loaded  # numpy on first use (a small run never imports it)
+from ..runtime.atomic import new_temp_file
 from ..runtime.writeback import WriteBehind
 from ._pretok import drop_one_byte_words, table_sums
 
@@ -140,14 +140,14 @@ class WordTable:
         the way (as :meth:`without_singletons`).
 
         >>> t = WordTable.from_counts({b"a": 4, b"bc": 2, b"def": 1})
-        >>> m = t.to_files(tempfile.gettempdir(), drop_singletons=True)
+        >>> import tempfile; m = t.to_files(tempfile.gettempdir(), drop_singletons=True)
         >>> m.mapped, m.to_dict()
         (True, {b'bc': 2, b'def': 1})
         """
         if isinstance(self.counts, array.array):
             return self.as_numpy().to_files(folder, drop_singletons, step)
         names = ("arena", "offsets", "counts")
-        files = [tempfile.mkstemp(prefix=f"bpe_core-spill-{os.getpid()}-table-{n}-", dir=folder)
+        files = [new_temp_file(folder, f"bpe_core-spill-{os.getpid()}-table-{n}-")
                  for n in names]
         try:
             n_out, n_bytes = 0, 0

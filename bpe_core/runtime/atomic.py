@@ -41,6 +41,61 @@ class FolderTaken(OSError):
     together into a fresh ``--out``): that run owns the folder, this run's files are discarded."""
 
 
+def new_temp_file(folder: str | None, prefix: str, suffix: str = "") -> tuple[int, str]:
+    """Create a new empty file ``<prefix><random><suffix>`` in ``folder`` (the temp folder when None),
+    mode 0600, and return ``(fd, path)``, like ``tempfile.mkstemp``, but safe against a signal at any
+    moment: the name is chosen before the file exists, so if SIGINT/SIGTERM (raised by
+    ``cli.run_main``'s handlers) lands just after the file was created, the file is removed before
+    the exception goes on. (``mkstemp`` only tells the name once it returns: an exception raised
+    between its ``open`` and its return leaves a file nobody knows of.)
+
+    >>> import tempfile; fd, p = new_temp_file(tempfile.mkdtemp(), ".x-", ".tmp"); os.close(fd)
+    >>> os.path.basename(p).startswith(".x-") and p.endswith(".tmp") and os.path.getsize(p) == 0
+    True
+    """
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    return _new_temp(folder, prefix, suffix, lambda path: os.open(path, flags, 0o600))
+
+
+def new_temp_dir(folder: str | None, prefix: str, suffix: str = "") -> str:
+    """Create a new empty folder (mode 0700) as :func:`new_temp_file` creates a file: the same
+    guarantee against a signal (``tempfile.mkdtemp`` has the same gap as ``mkstemp``)."""
+    return _new_temp(folder, prefix, suffix, lambda path: os.mkdir(path, 0o700))[1]
+
+
+def _new_temp(folder, prefix, suffix, create):
+    folder = tempfile.gettempdir() if folder is None else os.fspath(folder)
+    for _ in range(tempfile.TMP_MAX):
+        path = os.path.join(folder, f"{prefix}{os.urandom(6).hex()}{suffix}")
+        try:
+            fd = create(path)
+        except FileExistsError:
+            continue                       # (another file has this name: never ours to remove)
+        except OSError:
+            raise                          # nothing was created
+        except BaseException:              # a signal's exception, raised after the create returned
+            with contextlib.suppress(OSError):
+                os.rmdir(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+            raise
+        return fd, path
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", folder)
+
+
+def probe_writable(folder: str) -> OSError | None:
+    """Whether a file can be created in ``folder``: None, or the error that creating one gave. The
+    probe file (``.write-test-*``) is gone again when this returns or raises, a signal included."""
+    try:
+        fd, probe = new_temp_file(folder, ".write-test-")
+    except OSError as exc:
+        return exc
+    try:
+        os.close(fd)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    return None
+
+
 def _read_umask_by_setting() -> int:
     """The umask, read by setting it and putting it back (under a lock: not thread-safe otherwise)."""
     with _UMASK_LOCK:
@@ -90,7 +145,7 @@ def output_mode(path: str | os.PathLike) -> int:
 def _mkstemp_beside(path: str) -> tuple[int, str]:
     """A temp file in the folder of ``path``, with the mode the output should end up with."""
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + f".tmp-{os.getpid()}-")
+    fd, tmp = new_temp_file(folder, "." + os.path.basename(path) + f".tmp-{os.getpid()}-")
     try:
         os.fchmod(fd, output_mode(path))
     except BaseException:
@@ -247,11 +302,8 @@ def output_problem(path: str | os.PathLike, what: str = "a file path") -> str | 
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"folder {folder} does not exist"
-    try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
+    exc = probe_writable(folder)
+    if exc is not None:
         return f"folder {folder} is not writable ({exc.strerror or exc})"
     return None
 
@@ -387,7 +439,7 @@ def publish_files(pairs: Sequence[tuple[str, str]], key: str | os.PathLike | Non
     with signals_held():
         journal = None
         if len(pairs) > 1 or remove:
-            fd, journal = tempfile.mkstemp(dir=folder, prefix=_journal_prefix(key) + f"{os.getpid()}-")
+            fd, journal = new_temp_file(folder, _journal_prefix(key) + f"{os.getpid()}-")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump({"rename": [[os.path.abspath(t), os.path.abspath(p)] for t, p in pairs],
                            "remove": [os.path.abspath(r) for r in remove]}, f)
@@ -482,11 +534,7 @@ def _can_swap(target: str) -> bool:
         cwd = None
     if os.path.ismount(target) or (cwd is not None and _holds(target, cwd)) or not os.access(parent, os.W_OK):
         return False
-    try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".write-test-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError:
+    if probe_writable(parent) is not None:
         return False
     with os.scandir(target) as it:
         for entry in it:
@@ -571,10 +619,10 @@ def publish_folder(target: str | os.PathLike, owned: Iterable[str] = (), last: s
     in_place = exists and not _can_swap(target)
     try:
         if in_place:
-            tmp = tempfile.mkdtemp(dir=target, prefix=f".publish-{os.getpid()}-")
+            tmp = new_temp_dir(target, f".publish-{os.getpid()}-")
         else:
             os.makedirs(parent, exist_ok=True)
-            tmp = tempfile.mkdtemp(dir=parent, prefix=f".{name}.new-{os.getpid()}-")
+            tmp = new_temp_dir(parent, f".{name}.new-{os.getpid()}-")
     except OSError as exc:
         raise named(exc, target) from None
     try:
@@ -624,7 +672,7 @@ def publish_folder(target: str | os.PathLike, owned: Iterable[str] = (), last: s
                 if swapped:
                     shutil.rmtree(tmp, ignore_errors=True)          # now the old folder
                 else:
-                    aside = tempfile.mkdtemp(dir=parent, prefix=f".{name}.old-{os.getpid()}-")
+                    aside = new_temp_dir(parent, f".{name}.old-{os.getpid()}-")
                     os.rename(target, aside)                        # replaces the empty folder
                     os.rename(tmp, target)
                     shutil.rmtree(aside, ignore_errors=True)

@@ -8,14 +8,13 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import threading
 import warnings
 from typing import Callable
 
 from ..errors import (BinaryInputWarning, BudgetWarning, ClusterError, CorpusError, InternalError, MissingDependency,
                       ModelFormatError, Terminated)
-from .atomic import PUBLISHED, output_problem, recover_folder, remove_stale
+from .atomic import PUBLISHED, output_problem, probe_writable, recover_folder, remove_stale
 from .budget import parse_size
 from .workers import terminate_on_sigterm
 
@@ -44,16 +43,6 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _probe(folder: str) -> OSError | None:
-    try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        return exc
-    return None
-
-
 def check_out_dir(path: str) -> str:
     """Check, before any work, that the output folder can be published (``atomic.publish_folder``):
     a writable folder, or absent in a writable folder. The folder above it must exist, as for
@@ -66,7 +55,7 @@ def check_out_dir(path: str) -> str:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise CliError(f"{path}: folder {parent} does not exist")
-    exc = _probe(path if os.path.isdir(path) else parent)
+    exc = probe_writable(path if os.path.isdir(path) else parent)
     if exc is not None and os.path.isdir(path):
         raise CliError(f"{path}: output folder is not writable ({exc.strerror or exc})")
     if exc is not None:
@@ -133,12 +122,9 @@ def check_work_dir(path: str, what: str = "folder") -> str:
     if not os.path.isdir(path):
         raise CliError(f"{path}: {what} does not exist" if not os.path.exists(path)
                        else f"{path}: is not a directory")
-    try:
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise CliError(f"{path}: {what} is not writable ({exc.strerror or exc})") from None
+    exc = probe_writable(path)
+    if exc is not None:
+        raise CliError(f"{path}: {what} is not writable ({exc.strerror or exc})")
     return path
 
 
@@ -318,28 +304,61 @@ class _Signals:
     def __init__(self):
         self.armed = True
         self.late: list[int] = []
+        self.received: int | None = None     # the first signal that came while armed
         self.published = len(PUBLISHED)
         self._old: dict = {}
+        self._old_hook = None
+        self._again: threading.Timer | None = None    # a signal being sent again (_unraisable)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):
                 if signal.getsignal(s) != signal.SIG_IGN:      # a signal the shell ignores stays ignored
                     self._old[s] = signal.signal(s, self._handle)
+            if self._old:
+                self._old_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         return self
 
     def __exit__(self, *exc):
         for s, handler in self._old.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if self._old_hook is not None and sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._old_hook
         return False
+
+    def disarm(self) -> None:
+        """From now on a signal is recorded, not raised (the tool body returned or raised)."""
+        self.armed = False
+        if self._again is not None:
+            self._again.cancel()
 
     def _handle(self, signum, frame):
         if not self.armed:
+            if self._again is not None and signum == self.received:
+                self._again = None           # our own second delivery, after the run ended: not news
+                return
             self.late.append(signum)
             return
+        if self.received is None:
+            self.received = signum
         if signum == signal.SIGTERM:
             raise Terminated()
         raise KeyboardInterrupt()
+
+    def _unraisable(self, unraisable) -> None:
+        """Python runs a signal handler wherever the main thread is, and an exception raised in a
+        garbage-collector callback, a ``__del__`` or a weakref finalizer (e.g. ``distributed``'s GC
+        diagnosis) cannot propagate: Python prints "Exception ignored in ..." and the run goes on as
+        if no signal had come. Such an exception of ours is not printed; the signal is sent to the
+        main thread again a moment later, when it is back in the run's own code."""
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and self.received is not None:
+            if self.armed:
+                self._again = threading.Timer(0.02, signal.pthread_kill,
+                                              (threading.main_thread().ident, self.received))
+                self._again.daemon = True
+                self._again.start()
+            return
+        (self._old_hook or sys.__unraisablehook__)(unraisable)
 
     def outputs(self) -> list[str]:
         """What this run published, in order (``atomic.PUBLISHED`` since the run began)."""
@@ -362,7 +381,7 @@ def _run(fn: Callable[[], int], prog: str, signals: _Signals) -> int:
         try:
             rc = fn()
         finally:
-            signals.armed = False        # from here on a signal is recorded, not raised
+            signals.disarm()             # from here on a signal is recorded, not raised
     except Terminated:
         if signals.outputs():
             return _after_publishing(prog, signal.SIGTERM, signals.outputs())
@@ -374,6 +393,13 @@ def _run(fn: Callable[[], int], prog: str, signals: _Signals) -> int:
         print(f"{prog}: interrupted; temporary files removed", file=sys.stderr)
         return 130
     except BaseException as exc:
+        if signals.received is not None and not signals.outputs():
+            # the signal's own exception was lost on the way (see _Signals._unraisable) and what
+            # ended the run is its consequence (workers of the same process group interrupted too):
+            # the line is the signal's
+            what = "terminated (SIGTERM)" if signals.received == signal.SIGTERM else "interrupted"
+            print(f"{prog}: {what}; temporary files removed", file=sys.stderr)
+            return 128 + signals.received
         return _report(exc, prog)
     return rc
 

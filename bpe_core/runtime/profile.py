@@ -21,13 +21,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ..errors import Terminated
-from .atomic import atomic_path, atomic_write, output_problem
+from .atomic import atomic_path, atomic_write, new_temp_file, output_problem
 from .budget import default_memory_limit, parse_size
 from .memmon import PHASE_FILE_ENV, MemoryMonitor, read_phase_file
 from .workers import terminate_on_sigterm
@@ -99,7 +98,7 @@ def profile_command(cmd: Sequence[str], out_prefix: str, interval: float = 0.1,
     if budget is None and _budgeted(cmd):
         budget, budget_source = default_memory_limit(), "default"      # what the tool plans with
 
-    fd, phase_path = tempfile.mkstemp(prefix="bpe_core-phases-", suffix=".txt")
+    fd, phase_path = new_temp_file(None, "bpe_core-phases-", ".txt")
     os.close(fd)
     child_env = dict(os.environ if env is None else env)
     child_env[PHASE_FILE_ENV] = phase_path

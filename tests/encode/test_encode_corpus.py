@@ -6,7 +6,6 @@ import importlib
 import os
 import random
 import sys
-import tempfile
 
 import numpy as np
 import pytest
@@ -303,10 +302,11 @@ def test_a_small_run_starts_no_monitor_thread_and_makes_a_spill_folder_only_to_s
     path = tmp_path / "in.txt"
     path.write_bytes((text[:3000] + EOT.encode()) * 40)
     started, made = [], []
-    real_start, real_mkdtemp = memmon.MemoryMonitor.start, tempfile.mkdtemp
+    from bpe_core.encode import corpus_workers
+    real_start, real_mkdtemp = memmon.MemoryMonitor.start, corpus_workers.new_temp_dir
     monkeypatch.setattr(memmon.MemoryMonitor, "start",
                         lambda self, thread=True: started.append(thread) or real_start(self, thread))
-    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: made.append(real_mkdtemp(*a, **k)) or made[-1])
+    monkeypatch.setattr(corpus_workers, "new_temp_dir", lambda *a, **k: made.append(real_mkdtemp(*a, **k)) or made[-1])
 
     want = tok.encode(path.read_bytes())
     r = ec.encode_corpus(path, tok, tmp_path / "a.npy", num_workers=2, progress=False)

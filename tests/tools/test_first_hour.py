@@ -147,7 +147,7 @@ def test_unwritable_out_names_the_parent(tmp_path, monkeypatch):
     """``--out imm/tok/`` where ``imm`` cannot be written: the line names ``imm``."""
     (tmp_path / "imm").mkdir()
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_probe", lambda folder: PermissionError(13, "Permission denied", folder))
+    monkeypatch.setattr(cli, "probe_writable", lambda folder: PermissionError(13, "Permission denied", folder))
     with pytest.raises(cli.CliError) as info:
         cli.check_out_dir("imm/tok/")
     assert str(info.value) == "imm: cannot create the output folder imm/tok/ in it (Permission denied)"
