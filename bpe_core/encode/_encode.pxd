@@ -109,10 +109,13 @@ cdef class Encoder:
     # the UTF-8 of the str being encoded (encode_all), kept from call to call up to TEXT_KEEP bytes
     cdef char* text_buf
     cdef size_t text_cap
-    # read-only caches consulted around this encoder's own (never written while it encodes):
-    # ``shared``, the warmest encoder's cache, first during a batch job (BatchJob); ``singles``,
-    # the pieces proven to be one token (build_singles), after the own cache, before merging
+    # caches consulted around this encoder's own: ``shared``, the warmest encoder's cache, first
+    # during a batch job (BatchJob), which every thread of the job also adds its merges to while
+    # it has room (``_shared_insert``, under ``share_lock``: never grown or cleared meanwhile);
+    # ``singles`` (read-only), the pieces proven to be one token (build_singles), after the own
+    # cache, before merging
     cdef Encoder shared
+    cdef long share_lock
     cdef Encoder singles
     cdef readonly int64_t single_hits
 
@@ -120,17 +123,10 @@ cdef class Encoder:
     cdef Py_ssize_t _merge_heap(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
     cdef Py_ssize_t _merge(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
     cdef int _push(self, uint32_t rank, Py_ssize_t pos) except -1 nogil
-    cdef int _slots_alloc(self, Py_ssize_t n_slots) noexcept nogil
-    cdef const uint8_t* _slot_tail(self, const CacheSlot* sl) noexcept nogil
-    cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h) noexcept nogil
-    cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
-                           const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil
     cdef Py_ssize_t _cache_miss(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                                 token_id_t* out) except -1 nogil
-    cdef int _cache_grow(self) noexcept nogil
     cdef int _encode_blocks(self, int pattern_id, const Specials* sp, const uint8_t* s, Py_ssize_t n_buf,
                             Py_ssize_t start, Py_ssize_t end, Py_ssize_t block) except -1 nogil
-    cdef void _cache_clear(self) noexcept nogil
     cdef int _reserve_out(self, Py_ssize_t extra, bint huge=*) except -1 nogil
     cdef int _emit_pieces(self, const uint8_t* s, Py_ssize_t a, const int64_t* ends, Py_ssize_t count,
                           const uint8_t* limit, int64_t* starts) except -1 nogil
@@ -141,7 +137,6 @@ cdef class Encoder:
                           Py_ssize_t* stop, bint* done) except -1 nogil
     cdef object _take_out(self)
     cdef object _take_counted(self, const int64_t[::1] lengths, bint narrow, int64_t* n_bytes)
-    cdef int _absorb(self, Encoder other) noexcept nogil
 
 
 # A batch of documents encoded by several threads in one native job: each thread takes the next
@@ -181,14 +176,15 @@ cdef struct CrossSlot:
 @cython.final
 cdef class Stage2Table:
     cdef readonly RankMerger merger
-    cdef vector[uint64_t] filter        # 3 bits of one word per crossable pair (a blocked Bloom filter)
-    cdef int fshift                     # filter word = pair hash >> fshift (_filter_bits: its bits)
+    cdef vector[uint64_t] filter        # one bit per crossable pair's hash (a one-hash Bloom filter)
+    cdef int fshift                     # its bit = pair hash >> fshift (_filter_hit)
     cdef vector[CrossSlot] slots        # open addressing over the crossable pairs (16 bytes a slot)
     cdef uint64_t mask
     cdef int shift
     cdef readonly bint all_cross        # too many crossable pairs to list: every pair is one
     cdef readonly Py_ssize_t n_cross
     cdef vector[uint32_t] lengths       # bytes of each token id (the "units" split's digit groups)
+    cdef vector[uint8_t] sides          # per id: the unit-cut flags it gives as a pretoken's last / first id (_id_sides)
 
 
 # The scratch of one thread's stage-2 merging.

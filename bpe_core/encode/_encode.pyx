@@ -51,6 +51,7 @@ from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.exc cimport PyErr_Clear
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
+from libc.math cimport pow
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memmove, memset
 from libcpp.algorithm cimport pop_heap, push_heap
@@ -73,7 +74,8 @@ include "_encode_layout.pxi"         # C helpers, cache slot and record layouts,
 include "_encode_cache.pxi"          # hashing; the cache's slot probe
 include "_encode_ranks.pxi"          # RankTable: pair of ids -> merge rank
 include "_encode_specials.pxi"       # SpecialTable: special tokens, longest match
-include "_encode_encoder.pxi"        # Encoder: merge paths, cache, whole-text encoding
+include "_encode_encoder.pxi"        # Encoder: merge paths, cache hits and misses, whole-text encoding
+include "_encode_encoder_cache.pxi"  # the Encoder's cache: slots, insert, grow, shared insert, absorb, copy
 include "_encode_batch.pxi"          # single tokens; BatchJob: a batch worker's share
 include "_encode_stage2_table.pxi"   # SuperBPE stage 2: character flags, Stage2Table
 include "_encode_stage2.pxi"         # SuperBPE stage 2: cross-pretoken merging

@@ -50,7 +50,7 @@ def build_singles(RankTable table not None, TokenTable tokens not None, Py_ssize
             if got != 1 or out[0] != <token_id_t>i:
                 continue                    # not its own encoding (or not the canonical id)
             w0 = _load_head(p, n, p + n)
-            singles._cache_insert(p, n, w0, _key_hash(p, n, w0, p + n), out.data(), 1)
+            _cache_insert(singles, p, n, w0, _key_hash(p, n, w0, p + n), out.data(), 1)
     return singles
 
 
@@ -77,10 +77,13 @@ cdef class BatchJob:
     document by an atomic counter (with several threads, the large documents first: see
     ``_order_big_first``), encodes it whole (``Encoder.encode_text`` of it alone) into
     its encoder's buffer and notes where. :meth:`collect` then copies every document's ids into
-    one uint32 array, in order. With ``shared`` (an encoder not used by any thread meanwhile), every
-    thread looks pieces up in that encoder's cache first (read-only: nobody writes it while the
-    job runs) and keeps what it merges in its own cache; ``Tokenizer`` moves those into the
-    shared one afterwards (``Encoder.absorb_cache``).
+    one uint32 array, in order. With ``shared`` (an encoder that does not encode meanwhile), every
+    thread looks pieces up in that encoder's cache first and adds what it merges there, so the
+    threads of a cold job do not each merge the same pieces: the cache is written under a lock,
+    one published slot at a time, and never grown or cleared while the job runs
+    (``Encoder.reserve_shared`` makes room before; once it is full, a thread keeps its new pieces
+    in its own cache, which ``Tokenizer`` moves into the shared one afterwards:
+    ``Encoder.absorb_cache``).
 
     Args:
         texts: a list of ``str`` (UTF-8, ``surrogateescape``) or bytes-like documents.
@@ -133,7 +136,7 @@ cdef class BatchJob:
 
     def run(self, Encoder enc not None, Encoder shared=None, Py_ssize_t n_workers=1):
         """Encode documents with ``enc`` until none is left (call once per thread, each with its
-        own encoder; ``shared``: a cache to read first, see the class; ``n_workers``: the threads
+        own encoder; ``shared``: a cache shared by the threads, see the class; ``n_workers``: the threads
         running the job, each reserves room for its share of the ids first). Releases the GIL."""
         cdef Py_ssize_t k, stop = 0
         cdef bint done = True

@@ -87,6 +87,9 @@ cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, int shift, co
     (``tail_equal``; the arena keeps 8 readable bytes past its end, ``ARENA_SLACK``). An empty
     slot (w0 0, meta 0) never matches the length of a key of ``n >= 1`` bytes, so the miss test
     comes after the match test.
+
+    Safe while another thread publishes slots (``_shared_insert``): a slot's meta word is
+    read first, and a slot whose meta is set is complete and never changes during the job.
     """
     cdef uint64_t slot = h >> shift
     cdef uint32_t want = <uint32_t>n << 12
@@ -95,7 +98,7 @@ cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, int shift, co
     cdef const uint8_t* tail
     while True:
         sl = &slots[slot]
-        meta = sl.meta
+        meta = load_acquire(&sl.meta)      # before the slot's other words (a batch job's writer)
         if sl.w0 == w0 and (meta & 0xFFF000u) == want:
             if n <= 8:
                 return sl

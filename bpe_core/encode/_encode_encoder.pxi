@@ -1,6 +1,7 @@
 # _encode.pyx, part 5 of 10 (``include``d: compiled into the module as if written there).
-# The Encoder: the merge paths (scan, heap), the cache (hit, miss, insert, grow), pretokens and
-# whole texts without the GIL, the output buffer and its hand-over.
+# The Encoder: the merge paths (scan, heap), cache hits and misses, pretokens and whole texts
+# without the GIL, the output buffer and its hand-over (the cache itself: part 5b,
+# ``_encode_encoder_cache.pxi``).
 
 # ==== Encoder ================================================================================
 
@@ -76,7 +77,7 @@ cdef class Encoder:
         if self.ends_buf == NULL:
             raise MemoryError()
         # The slot table starts small (128 KiB stays in L2) and doubles at 2/3 load.
-        if self._slots_alloc(MIN_SLOTS) < 0:
+        if _slots_alloc(self, MIN_SLOTS) < 0:
             raise MemoryError()
 
     def __dealloc__(self):
@@ -215,116 +216,20 @@ cdef class Encoder:
             return self._merge_scan(piece, n, out)
         return self._merge_heap(piece, n, out)
 
-    # ---- the pretoken cache ------------------------------------------------------------------
+    # ---- the pretoken cache (``_encode_encoder_cache.pxi``) ------------------------------------
 
-    cdef int _slots_alloc(self, Py_ssize_t n_slots) noexcept nogil:
-        """Fresh zeroed slots, aligned to 64 bytes so a slot never straddles two cache lines (in
-        huge pages from 2 MiB up: ``calloc_huge``)."""
-        cdef void* mem = calloc_huge(n_slots * sizeof(CacheSlot) + 64)
-        if mem == NULL:
-            return -1
-        free(self.slots_mem)
-        self.slots_mem = mem
-        self.slots = <CacheSlot*>((<uintptr_t>mem + 63) & ~(<uintptr_t>63))
-        self.n_slots = n_slots
-        self.cache_mask = <uint64_t>(n_slots - 1)
-        self.cache_shift = 64
-        while n_slots > 1:
-            n_slots >>= 1
-            self.cache_shift -= 1
-        return 0
-
-    cdef const uint8_t* _slot_tail(self, const CacheSlot* sl) noexcept nogil:
-        """The key bytes after the first 8 of a slot whose key is longer than 8 bytes."""
-        cdef uint32_t n_ids = sl.meta & 0xFFF
-        return self.arena + sl.off + (n_ids * sizeof(token_id_t) if n_ids > INLINE_IDS else 0)
-
-    cdef CacheSlot* _cache_find(self, const uint8_t* p, Py_ssize_t n, uint64_t w0,
-                                       uint64_t h) noexcept nogil:
-        """The slot holding pretoken ``p[0:n]`` (head word w0, hash h), or NULL."""
-        return _find_slot(self.slots, self.cache_mask, self.cache_shift, self.arena, p, n, w0, h, p + n)
-
-    cdef int _cache_insert(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
-                           const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil:
-        """Remember ``p[0:n] -> ids``; clears the cache first when it is full. 0, or -1 (no memory:
-        the entry is simply not cached)."""
-        cdef Py_ssize_t record = 0, cap
-        cdef uint64_t slot
-        cdef CacheSlot* sl
-        cdef uint8_t* grown
-        if n_ids > INLINE_IDS:
-            record += n_ids * sizeof(token_id_t)
-        if n > 8:
-            record += n - 8
-        record = (record + 3) & ~(<Py_ssize_t>3)         # records start 4-byte aligned
-        if self.n_entries >= self.max_entries or self.arena_size + record > ARENA_MAX:
-            self._cache_clear()
-        elif 3 * (self.n_entries + 1) > 2 * self.n_slots:
-            if self._cache_grow() < 0:
-                return -1
-        if record and self.arena_size + record > self.arena_cap:
-            cap = max(2 * self.arena_cap, self.arena_size + record, <Py_ssize_t>(64 << 10))
-            grown = <uint8_t*>realloc(self.arena, cap + ARENA_SLACK)
-            if grown == NULL:
-                return -1
-            self.arena = grown
-            self.arena_cap = cap
-        slot = h >> self.cache_shift
-        while self.slots[slot].meta != 0:
-            slot = (slot + 1) & self.cache_mask
-        sl = &self.slots[slot]
-        sl.w0 = w0
-        sl.meta = (<uint32_t>n << 12) | <uint32_t>n_ids
-        sl.off = <uint32_t>self.arena_size
-        memset(sl.ids, 0, sizeof(sl.ids))
-        if n_ids > INLINE_IDS:
-            memcpy(self.arena + self.arena_size, ids, n_ids * sizeof(token_id_t))
-            if n > 8:
-                memcpy(self.arena + self.arena_size + n_ids * sizeof(token_id_t), p + 8, n - 8)
-        else:
-            memcpy(sl.ids, ids, n_ids * sizeof(token_id_t))
-            if n > 8:
-                memcpy(self.arena + self.arena_size, p + 8, n - 8)
-        self.arena_size += record
-        self.n_entries += 1
-        return 0
-
-    cdef int _cache_grow(self) noexcept nogil:
-        """Double the slots and re-insert every entry (hashes are recomputed from the keys)."""
-        cdef void* old_mem = self.slots_mem
-        cdef CacheSlot* old = self.slots
-        cdef Py_ssize_t old_n = self.n_slots, k, n, j
-        cdef uint8_t key[4096]
-        cdef uint64_t h, slot
-        self.slots_mem = NULL
-        if self._slots_alloc(2 * old_n) < 0:
-            self.slots_mem = old_mem
-            self.slots = <CacheSlot*>((<uintptr_t>old_mem + 63) & ~(<uintptr_t>63))
-            self.n_slots = old_n
-            self.cache_mask = <uint64_t>(old_n - 1)
-            return -1
-        for k in range(old_n):
-            if old[k].meta == 0:
-                continue
-            n = old[k].meta >> 12
-            if n <= 8:
-                h = _key_hash(key, n, old[k].w0, key)   # w0 is the whole key
-            else:
-                for j in range(8):
-                    key[j] = <uint8_t>(old[k].w0 >> (8 * j))
-                memcpy(key + 8, self._slot_tail(&old[k]), n - 8)
-                h = _key_hash(key, n, old[k].w0, key + n)
-            slot = h >> self.cache_shift
-            while self.slots[slot].meta != 0:
-                slot = (slot + 1) & self.cache_mask
-            self.slots[slot] = old[k]
-        free(old_mem)
-        return 0
-
-    cdef void _cache_clear(self) noexcept nogil:
-        memset(self.slots, 0, self.n_slots * sizeof(CacheSlot))
-        self.arena_size = 0
-        self.n_entries = 0
+    def reserve_shared(self, int64_t n_bytes):
+        """Make room in this cache for the new pieces of a batch of ``n_bytes`` bytes, before it
+        serves as the job's ``shared`` cache (``BatchJob.run``), which is not grown while the job
+        runs: slots for ``max(e, 8 * n_bytes ** 0.6 - entries)`` more entries at 3/4 load, with
+        ``e`` an eighth of that guess (distinct pretokens measured: 24k in 1 MB of English, 62.6k in
+        5 MB, 31k in 5 MB of code; a warm cache already holds most of a batch's), and 8 arena
+        bytes each. Within ``max_entries``; what does not fit goes to the threads' own caches.
+        Returns the number of entries reserved for."""
+        cdef Py_ssize_t got
+        with nogil:
+            got = _reserve_shared(self, n_bytes)
+        return got
 
     # ---- encoding runs of pretokens ----------------------------------------------------------
 
@@ -435,13 +340,15 @@ cdef class Encoder:
                                 token_id_t* out) except -1 nogil:
         """The ids of a piece not in the cache probed first (``_emit_pieces``), to ``out`` (room for
         ``n + INLINE_IDS``); returns their number. During a batch job that was the shared cache and
-        ours is asked next; then the proven single tokens, else the piece is merged; what was not
-        in ours is added to it."""
+        ours is asked next (when it holds anything); then the proven single tokens, else the piece
+        is merged. What was found in neither cache is added to the shared one while it has room
+        (so the job's other threads find it there), else to ours."""
         cdef CacheSlot* sl
         cdef uint32_t n_ids
         cdef Py_ssize_t got
-        if self.shared is not None:
-            sl = self._cache_find(p, n, w0, h)
+        cdef bint has_shared = self.shared is not None
+        if has_shared and self.n_entries:
+            sl = _cache_find(self, p, n, w0, h)
             if sl != NULL:
                 n_ids = sl.meta & 0xFFF
                 if n_ids <= INLINE_IDS:
@@ -451,7 +358,7 @@ cdef class Encoder:
                 return n_ids
         sl = NULL
         if self.singles is not None:
-            sl = self.singles._cache_find(p, n, w0, h)
+            sl = _cache_find(self.singles, p, n, w0, h)
         if sl != NULL:
             self.single_hits += 1
             out[0] = sl.ids[0]
@@ -459,7 +366,8 @@ cdef class Encoder:
         else:
             self.misses += 1
             got = self._merge(p, n, out)
-        self._cache_insert(p, n, w0, h, out, got)
+        if not has_shared or _shared_insert(self.shared, p, n, w0, h, out, got) < 0:
+            _cache_insert(self, p, n, w0, h, out, got)
         return got
 
     cdef Py_ssize_t _encode_span(self, int pattern_id, const uint8_t* s, Py_ssize_t a, Py_ssize_t b,
@@ -869,58 +777,11 @@ cdef class Encoder:
         if other is self:
             return
         with nogil:
-            self._absorb(other)
-
-    cdef int _absorb(self, Encoder other) noexcept nogil:
-        cdef Py_ssize_t k, n, j, want
-        cdef uint8_t key[4096]
-        cdef uint64_t h
-        cdef uint32_t n_ids
-        cdef const CacheSlot* sl
-        cdef const token_id_t* ids
-        cdef uint8_t* grown
-        # Room first, for all of ``other``'s entries at once. ``other``'s slots are walked in their
-        # order, i.e. by hash: into a table smaller than ``other``'s, those keys all land at its
-        # start, one cluster that every probe walks (quadratic; absorbing 62k GPT-2 pieces into a
-        # fresh encoder took 0.16 s, 2.5 us a piece, 3x the batch that had learnt them). In a
-        # table at least as large, keys in hash order spread over the whole of it.
-        want = min(self.n_entries + other.n_entries, self.max_entries)
-        while 3 * want > 2 * self.n_slots:
-            if self._cache_grow() < 0:
-                break
-        want = self.arena_size + other.arena_size
-        if want > self.arena_cap and want <= ARENA_MAX:
-            grown = <uint8_t*>realloc(self.arena, want + ARENA_SLACK)
-            if grown != NULL:
-                self.arena = grown
-                self.arena_cap = want
-        for k in range(other.n_slots):
-            sl = &other.slots[k]
-            if sl.meta == 0:
-                continue
-            n = sl.meta >> 12
-            n_ids = sl.meta & 0xFFF
-            for j in range(8):
-                key[j] = <uint8_t>(sl.w0 >> (8 * j))
-            if n > 8:
-                memcpy(key + 8, other._slot_tail(sl), n - 8)
-            h = _key_hash(key, n, sl.w0, key + (n if n > 8 else 8))
-            if self._cache_find(key, n, sl.w0, h) != NULL:
-                continue
-            if n_ids <= INLINE_IDS:
-                ids = &sl.ids[0]
-            else:
-                ids = <const token_id_t*>(other.arena + sl.off)
-            if self._cache_insert(key, n, sl.w0, h, ids, n_ids) < 0:
-                break
-        other._cache_clear()
-        if other.n_slots > MIN_SLOTS:
-            other._slots_alloc(MIN_SLOTS)     # (on failure the old, cleared slots stay)
-        return 0
+            _absorb(self, other)
 
     def clear_cache(self):
         """Drop every cached pretoken."""
-        self._cache_clear()
+        _cache_clear(self)
 
     def copy_cache_from(self, Encoder other not None):
         """Make this encoder's pretoken cache a copy of ``other``'s (an encoder over the same rank
@@ -934,22 +795,9 @@ cdef class Encoder:
         >>> b.copy_cache_from(a); b.cache_info()["entries"] == a.cache_info()["entries"] > 0
         True
         """
-        cdef uint8_t* arena = NULL
         if other.table is not self.table:
             raise ValueError("the encoders must share one rank table")
         if other is self:
             return
-        if other.arena_size:
-            arena = <uint8_t*>malloc(other.arena_size + ARENA_SLACK)
-            if arena == NULL:
-                raise MemoryError()
-        if self._slots_alloc(other.n_slots) < 0:
-            free(arena)
+        if _copy_cache(self, other) < 0:
             raise MemoryError()
-        memcpy(self.slots, other.slots, other.n_slots * sizeof(CacheSlot))
-        free(self.arena)
-        self.arena = arena
-        if arena != NULL:
-            memcpy(arena, other.arena, other.arena_size)
-        self.arena_size = self.arena_cap = other.arena_size
-        self.n_entries = other.n_entries

@@ -349,6 +349,41 @@ cdef extern from *:
     #endif
         return calloc(size, 1);
     }
+    /* A batch job's shared cache is written by its threads (one at a time, under a spin lock)
+       while they read it: a slot is filled, then published by a release store of its meta word,
+       and read after an acquire load of it (plain moves on x86; they only keep the compiler
+       from reading the slot's other words first). */
+    #if defined(_MSC_VER)
+    #include <intrin.h>
+    static uint32_t bpe_enc_load_acquire(const uint32_t* p) {
+        uint32_t v = *(const volatile uint32_t*)p; _ReadWriteBarrier(); return v;
+    }
+    static void bpe_enc_store_release(uint32_t* p, uint32_t v) {
+        _ReadWriteBarrier(); *(volatile uint32_t*)p = v;
+    }
+    static void bpe_enc_lock(long* l) {
+        while (_InterlockedExchange(l, 1)) {
+            while (*(volatile long*)l) _mm_pause();
+        }
+    }
+    static void bpe_enc_unlock(long* l) { _InterlockedExchange(l, 0); }
+    #else
+    #include <sched.h>
+    static uint32_t bpe_enc_load_acquire(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static void bpe_enc_store_release(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    static void bpe_enc_lock(long* l) {
+        int spins = 0;
+        while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE)) {
+            while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
+                if (++spins > 1000) { sched_yield(); spins = 0; }
+    #if defined(__x86_64__) || defined(__i386__)
+                else __builtin_ia32_pause();
+    #endif
+            }
+        }
+    }
+    static void bpe_enc_unlock(long* l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
+    #endif
     #if defined(_MSC_VER)
     #include <xmmintrin.h>
     #define bpe_enc_prefetch(p) _mm_prefetch((const char*)(p), _MM_HINT_T0)
@@ -370,6 +405,10 @@ cdef extern from *:
     int ctz64 "bpe_enc_ctz64"(uint64_t x) noexcept nogil
     void* grow_buffer "bpe_enc_grow_buffer"(void* old, size_t used, size_t cap, int huge) noexcept nogil
     void* calloc_huge "bpe_enc_calloc_huge"(size_t size) noexcept nogil
+    uint32_t load_acquire "bpe_enc_load_acquire"(const uint32_t* p) noexcept nogil
+    void store_release "bpe_enc_store_release"(uint32_t* p, uint32_t v) noexcept nogil
+    void spin_lock "bpe_enc_lock"(long* l) noexcept nogil
+    void spin_unlock "bpe_enc_unlock"(long* l) noexcept nogil
 
 
 cdef enum:

@@ -13,6 +13,8 @@ cdef struct XView:
     void* merger                        # the RankMerger (borrowed)
     const uint32_t* lengths             # bytes of each id (n_lengths of them)
     Py_ssize_t n_lengths
+    const uint8_t* sides                # what each id tells of its pretoken (n_sides of them; _id_sides)
+    Py_ssize_t n_sides
 
 
 cdef inline XView _xview(Stage2Table t) noexcept:
@@ -26,29 +28,29 @@ cdef inline XView _xview(Stage2Table t) noexcept:
     v.merger = <void*>t.merger
     v.lengths = t.lengths.data()
     v.n_lengths = <Py_ssize_t>t.lengths.size()
+    v.sides = t.sides.data()
+    v.n_sides = <Py_ssize_t>t.sides.size()
     return v
 
 
-cdef inline uint64_t _filter_bits(uint64_t h) noexcept nogil:
-    """The three bits a pair hash ``h`` sets in its filter word (from bits 26-43 of ``h``; the word
-    is chosen by the top bits)."""
-    return (((<uint64_t>1) << ((h >> 26) & 63)) | ((<uint64_t>1) << ((h >> 32) & 63))
-            | ((<uint64_t>1) << ((h >> 38) & 63)))
+cdef inline uint64_t _filter_hit(const XView* v, pair_key_t key) noexcept nogil:
+    """1 when the pair ``key`` may be crossable (its bit of the filter is set), else 0: the bit
+    the top ``64 - fshift`` bits of ``key * MUL1`` name."""
+    cdef uint64_t h = (key * MUL1) >> v.fshift
+    return (v.filter[h >> 6] >> (h & 63)) & 1
 
 
 cdef inline bint _cross(const XView* v, token_id_t a, token_id_t b, uint32_t* rank, token_id_t* res) noexcept nogil:
     """Whether ``(a, b)`` is crossable; ``rank`` gets its first rank (or NO_RANK; the LATER_RANKS
     flag stays set) and ``res`` the id it merges into."""
     cdef pair_key_t key = pack_pair(a, b)
-    cdef uint64_t slot, f, h
+    cdef uint64_t slot
     cdef int64_t r
     if v.all_cross:
         r = (<RankMerger>v.merger)._rank(a, b, -1, res)
         rank[0] = <uint32_t>r if r >= 0 else NO_RANK
         return True
-    f = key * MUL1
-    h = _filter_bits(f)
-    if (v.filter[f >> v.fshift] & h) != h:
+    if not _filter_hit(v, key):
         return False
     slot = (key * MUL2) >> v.shift
     while True:
@@ -155,6 +157,39 @@ cdef Py_ssize_t _merge_short(const XView* v, token_id_t* tok, Py_ssize_t m, cons
     return m
 
 
+cdef inline Py_ssize_t _merge3(const XView* v, token_id_t* out, Py_ssize_t a, Py_ssize_t w,
+                               const uint32_t* rk0, const token_id_t* rs0) noexcept nogil:
+    """``_merge_short`` of the three ids ``out[a:a + 3]`` (its ``m == 3`` case), written at
+    ``out[w:]`` (``w <= a``); returns how many ids it wrote. Inline in ``_flush_segments``: a third
+    of the segments that need a merge are three ids."""
+    cdef token_id_t x0 = out[a], x1 = out[a + 1], x2 = out[a + 2], t, res = 0
+    cdef uint32_t r1 = rk0[0], r2 = rk0[1]
+    if r1 != NO_RANK:
+        r1 &= ~LATER_RANKS
+    if r2 != NO_RANK:
+        r2 &= ~LATER_RANKS
+    if r1 == NO_RANK and r2 == NO_RANK:
+        out[w] = x0
+        out[w + 1] = x1
+        out[w + 2] = x2
+        return 3
+    if r1 <= r2:                            # (a tie: the same pair twice, the left one wins)
+        t = rs0[0]
+        if _rank_after(v, t, x2, r1, &res) != NO_RANK:
+            out[w] = res
+            return 1
+        out[w] = t
+        out[w + 1] = x2
+        return 2
+    t = rs0[1]
+    if _rank_after(v, x0, t, r2, &res) != NO_RANK:
+        out[w] = res
+        return 1
+    out[w] = x0
+    out[w + 1] = t
+    return 2
+
+
 cdef class Stage2Scratch:
     """The scratch of one thread's stage-2 merging (``encode_stage_aware``)."""
 
@@ -165,7 +200,7 @@ cdef Py_ssize_t _merge_segment(const XView* v, Stage2Scratch sc, token_id_t* out
     """Stage-2 merge the segment ``out[a:b]`` and write it at ``out[w:]`` (``w <= a``); returns the
     new ``w``. Up to ``SHORT_SEG`` ids: ``_merge_short`` (``rk0, rs0``: its pairs' lookups);
     longer: ``RankMerger._merge`` (a heap)."""
-    cdef Py_ssize_t n = b - a, m
+    cdef Py_ssize_t n = b - a, m, i
     if n <= 0:
         return w
     if n == 1:
@@ -173,8 +208,10 @@ cdef Py_ssize_t _merge_segment(const XView* v, Stage2Scratch sc, token_id_t* out
         return w + 1
     if n <= SHORT_SEG:
         m = _merge_short(v, out + a, n, rk0, rs0)
-    else:
-        m = (<RankMerger>v.merger)._merge(out + a, n, sc.nxt, sc.prv, sc.heap)
+        for i in range(m):                  # a few ids, down (w <= a): no call to memmove
+            out[w + i] = out[a + i]
+        return w + m
+    m = (<RankMerger>v.merger)._merge(out + a, n, sc.nxt, sc.prv, sc.heap)
     if w != a:
         memmove(out + w, out + a, m * sizeof(token_id_t))
     return w + m
@@ -239,6 +276,19 @@ cdef int _digit_group_cuts(const XView* v, Stage2Scratch sc, const uint8_t* s, P
     return 0
 
 
+cdef int _cut_digit_groups(const XView* v, Stage2Scratch sc, const uint8_t* s, Py_ssize_t q,
+                           Py_ssize_t e, const token_id_t* out, Py_ssize_t k, Py_ssize_t k1,
+                           uint8_t* cross, Py_ssize_t lo) except -1 nogil:
+    """The ``"units"`` split's cuts inside the numeric pretoken ``s[q:e]`` (stage-1 ids
+    ``out[k:k1]``): ``cross[c - lo] = 0`` before each id ``c`` that starts a new digit group."""
+    cdef Py_ssize_t t
+    _digit_group_cuts(v, sc, s, q, e, out + k, k1 - k)
+    for t in range(1, k1 - k):
+        if sc.inner_cut[t]:
+            cross[k + t - lo] = 0
+    return 0
+
+
 cdef enum:
     STAGE_WINDOW = 1024      # pretokens a window of _stage_span (its pair arrays, ~17 bytes an id, stay in L1/L2)
 
@@ -255,7 +305,7 @@ cdef void _look_up_pairs(const XView* v, Stage2Scratch sc, const token_id_t* out
     listed ones (each asked for ``PROBE_AHEAD`` pairs ahead). About 40% of pairs are crossable, in
     no order a branch predictor can learn: one branch on that per pair costs more than the lookups."""
     cdef Py_ssize_t k, t, m = 0
-    cdef uint64_t key, f, h, slot
+    cdef uint64_t key, slot
     cdef uint32_t r
     cdef uint8_t* cross = sc.pair_cross.data()
     cdef uint32_t* ranks = sc.pair_rank.data()
@@ -272,13 +322,11 @@ cdef void _look_up_pairs(const XView* v, Stage2Scratch sc, const token_id_t* out
         return
     for k in range(lo, hi):
         key = pack_pair(out[k - 1], out[k])
-        f = key * MUL1
-        h = _filter_bits(f)
         cross[k - lo] = 0
         ranks[k - lo] = NO_RANK
         cand[m] = k
         keys[m] = key
-        m += (v.filter[f >> v.fshift] & h) == h
+        m += _filter_hit(v, key)
     for t in range(min(m, <Py_ssize_t>PROBE_AHEAD)):
         prefetch(&v.slots[(keys[t] * MUL2) >> v.shift])
     for t in range(m):
@@ -305,6 +353,13 @@ cdef inline uint8_t _unit_joins(uint8_t fp, uint8_t fc, int split) noexcept nogi
             & ((split == SPLIT_UNITS) | ((fp & PT_ENDS_SPACE) == 0) | ((fc & PT_STARTS_SPACE) == 0)))
 
 
+cdef uint8_t _UNIT_JOIN[2][64]
+# _unit_joins as a table: [split][(fp << 3) | fc] (the PT_* flags are 3 bits)
+for _split in range(2):
+    for _f in range(64):
+        _UNIT_JOIN[_split][_f] = _unit_joins(<uint8_t>(_f >> 3), <uint8_t>(_f & 7), _split)
+
+
 cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_id, int split,
                      const uint8_t* s, Py_ssize_t a, Py_ssize_t b, const uint8_t* limit) except -1 nogil:
     """Encode the text ``s[a:b]`` (no special token in it): stage 1 per pretoken, then stage 2.
@@ -314,7 +369,8 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
 
     1. every pair of neighbouring ids is looked up (``Stage2Table``: crossable, first rank, result);
     2. between two pretokens, a crossable pair is a cut when a unit ends there (the flags of both,
-       computed for every pretoken; ``split`` SPLIT_HF or SPLIT_UNITS) and, with SPLIT_UNITS, the
+       read from the two ids that meet there, ``Stage2Table.sides``, or from the pretokens' bytes
+       where an id cannot tell; ``split`` SPLIT_HF or SPLIT_UNITS) and, with SPLIT_UNITS, the
        pairs of a numeric pretoken between two digit groups are cuts (``_digit_group_cuts``);
     3. the cuts, 64 ids to a bit mask, are visited in order (count trailing zeros), and each segment
        between two cuts is merged and written back, compacted, in place: one id as it is, two ids
@@ -330,7 +386,8 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
     cdef token_id_t* pr_res
     cdef uint8_t* pr_cross
     cdef token_id_t* out
-    cdef uint8_t fc = 0, fl = 0
+    cdef uint8_t fl = 0, fc, sa, sb, f
+    cdef token_id_t x, y
     cdef bint have_prev = False
     if <Py_ssize_t>sc.starts.size() < ENDS_CAP + 1:
         sc.starts.resize(ENDS_CAP + 1)
@@ -364,22 +421,38 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
         # 1. the lookups
         if hi > lo:
             _look_up_pairs(v, sc, out, lo, hi)
-        # 2. where units end
-        for j in range(n):
-            e = ends[j]
-            k = starts[j]
-            k1 = starts[j + 1]
-            fc = _pretoken_flags(s, q, e)
-            if have_prev:
-                pr_cross[k - lo] &= _unit_joins(fl, fc, split)
+        # 2. where units end: at each pretoken's start, the flags of the two pretokens that meet
+        #    there, from the two ids that meet there (``_id_sides``), or from the pretokens' bytes
+        #    where an id cannot tell (a non-ASCII byte at its end, a lone space first); the
+        #    "units" split also cuts numeric pretokens of several ids into digit groups
+        j = 0
+        if not have_prev:                   # the text's first pretoken: no pair before it
             have_prev = True
-            if split == SPLIT_UNITS and fc & PT_NUMERIC and k1 - k >= 2:
-                _digit_group_cuts(v, sc, s, q, e, out + k, k1 - k)
-                for t in range(1, k1 - k):
-                    if sc.inner_cut[t]:
-                        pr_cross[k + t - lo] = 0
-            fl = fc
-            q = e
+            j = 1
+            if (split == SPLIT_UNITS and starts[1] - starts[0] >= 2
+                    and _pretoken_flags(s, q, ends[0]) & PT_NUMERIC):
+                _cut_digit_groups(v, sc, s, q, ends[0], out, starts[0], starts[1], pr_cross, lo)
+        while j < n:
+            k = starts[j]
+            x = out[k - 1]
+            y = out[k]
+            sa = v.sides[x] if <Py_ssize_t>x < v.n_sides else 0xFF
+            sb = v.sides[y] if <Py_ssize_t>y < v.n_sides else 0xFF
+            if ((sa & SIDE_L_UNSURE) | (sb & SIDE_R_UNSURE)) == 0:
+                fc = (sb >> 4) & 7
+                f = ((sa & 7) << 3) | fc
+            else:
+                if j > 0:
+                    fl = _pretoken_flags(s, ends[j - 2] if j >= 2 else q, ends[j - 1])
+                fc = _pretoken_flags(s, ends[j - 1] if j >= 1 else q, ends[j])
+                f = (fl << 3) | fc
+            pr_cross[k - lo] &= _UNIT_JOIN[split][f]
+            if split == SPLIT_UNITS and fc & PT_NUMERIC and starts[j + 1] - k >= 2:
+                _cut_digit_groups(v, sc, s, ends[j - 1] if j >= 1 else q, ends[j], out, k, starts[j + 1], pr_cross, lo)
+            j += 1
+        # the window's last pretoken, for the pair after it (read from its bytes when unsure)
+        fl = _pretoken_flags(s, ends[n - 2] if n >= 2 else q, ends[n - 1])
+        q = ends[n - 1]
         # 3. the segments, cut by cut
         w = _flush_segments(v, sc, out, lo, hi, seg, w, &seg)
         open_at = seg + 1 - lo              # where the lookups of its pairs are (< 0: not looked up)
@@ -454,6 +527,8 @@ cdef Py_ssize_t _flush_segments(const XView* v, Stage2Scratch sc, token_id_t* ou
                 out[w] = (results[seg + 1 - lo] & mask) | (x0 & ~mask)
                 out[w + 1] = x1
                 w += length - has
+            elif length == 3 and seg + 1 >= lo:
+                w += _merge3(v, out, seg, w, ranks + (seg + 1 - lo), results + (seg + 1 - lo))
             elif seg + 1 >= lo:
                 w = _merge_segment(v, sc, out, seg, c, w, ranks + (seg + 1 - lo), results + (seg + 1 - lo))
             else:                           # a long segment from an earlier window

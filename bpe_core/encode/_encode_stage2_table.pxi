@@ -163,6 +163,55 @@ def _first_last_sets(lefts, rights, results):
     return first, last
 
 
+cdef enum:
+    # ``Stage2Table.sides``: what a stage-1 id tells of the pretoken it ends (low half) or starts
+    # (high half), for the unit cut between two pretokens (``_UNIT_JOIN``'s flags)
+    SIDE_L_UNSURE = 8       # its last byte is not ASCII: read the pretoken's bytes
+    SIDE_R_UNSURE = 0x80    # its first byte is not ASCII, or it is one whitespace character (a digit
+                            # may follow in the same pretoken), or whitespace then a non-ASCII byte
+
+
+def _id_sides(token_bytes):
+    """Per token id, one byte: as the last id of a pretoken (bits 0-3), its PT_NUMERIC and
+    PT_ENDS_SPACE flags or SIDE_L_UNSURE; as the first id (bits 4-7, shifted), its PT_NUMERIC and
+    PT_STARTS_SPACE flags or SIDE_R_UNSURE (``_pretoken_flags`` of the pretoken, read from the id).
+
+    In the named patterns a pretoken that holds a digit is `` ?\p{N}+`` or ``\p{N}{1,3}``: it
+    starts with a digit or a space and a digit, and ends with a digit; an ASCII byte is a whole
+    character. So an id whose last byte is ASCII gives its pretoken's last character (ENDS_SPACE)
+    and whether it holds a digit; an id whose first two bytes are ASCII (or whose first is ASCII and
+    not whitespace) gives its first character and whether a digit is first or follows the space.
+
+    >>> s = _id_sides({0: b" 1", 1: b" ", 2: b"ab ", 3: "é".encode(), 4: b"7"})
+    >>> [(int(v) & 15, int(v) >> 4) for v in s]       # (as last: 1 digit, 4 ends space, 8 unsure; as first: 1, 2 starts space, 8)
+    [(1, 3), (4, 8), (4, 0), (8, 8), (1, 1)]
+    """
+    items = token_bytes.items() if isinstance(token_bytes, dict) else enumerate(token_bytes)
+    pairs = [(int(i), bytes(b)) for i, b in items]
+    sides = np.full(max((i for i, _ in pairs), default=-1) + 1, SIDE_L_UNSURE | SIDE_R_UNSURE, dtype=np.uint8)
+    cdef uint8_t left, right, c0, c1, cl
+    for i, b in pairs:
+        if not b:
+            continue
+        cl = b[len(b) - 1]
+        if cl < 0x80:
+            left = (PT_NUMERIC if _ASCII_FLAGS[cl] & BPE_UT_N else 0) | (PT_ENDS_SPACE if _ASCII_FLAGS[cl] & BPE_UT_S else 0)
+        else:
+            left = SIDE_L_UNSURE
+        c0 = b[0]
+        if c0 >= 0x80:
+            right = SIDE_R_UNSURE >> 4
+        elif not (_ASCII_FLAGS[c0] & BPE_UT_S):
+            right = PT_NUMERIC if _ASCII_FLAGS[c0] & BPE_UT_N else 0
+        elif len(b) >= 2 and b[1] < 0x80:
+            c1 = b[1]
+            right = PT_STARTS_SPACE | (PT_NUMERIC if _ASCII_FLAGS[c1] & BPE_UT_N else 0)
+        else:
+            right = SIDE_R_UNSURE >> 4
+        sides[i] = left | (right << 4)
+    return sides
+
+
 cdef class Stage2Table:
     """The stage-2 merges of a SuperBPE model, with the pairs of ids that a stage-2 merge can join.
 
@@ -185,6 +234,9 @@ cdef class Stage2Table:
             (default ``max(2**20, 16 * merges)``).
         token_lengths: the byte length of every token id (the ``"units"`` split needs them to
             find digit groups inside a numeric pretoken).
+        token_bytes: the bytes of every token id (a ``{id: bytes}`` dict or a sequence), for the
+            unit cuts between two pretokens read from the ids that meet there (``_id_sides``);
+            without them every cut is read from the text's bytes (the same cuts).
 
     >>> from bpe_core.engine.units import RankMerger
     >>> m = RankMerger(np.array([1, 5], np.uint32), np.array([2, 3], np.uint32), np.array([5, 6], np.uint32))
@@ -194,7 +246,7 @@ cdef class Stage2Table:
     """
 
     def __init__(self, RankMerger merger not None, bint all_cross=False, Py_ssize_t max_pairs=-1,
-                 token_lengths=None):
+                 token_lengths=None, token_bytes=None):
         cdef uint64_t cap = 16, slot, key
         cdef Py_ssize_t slot_i
         cdef int64_t r
@@ -206,6 +258,8 @@ cdef class Stage2Table:
         self.merger = merger
         if token_lengths is not None:
             self.lengths = np.ascontiguousarray(token_lengths, dtype=np.uint32)
+        if token_bytes is not None:
+            self.sides = _id_sides(token_bytes)
         rank_pairs = []
         for slot_i in range(<Py_ssize_t>merger.keys.size()):
             key = merger.keys[slot_i]
@@ -237,8 +291,11 @@ cdef class Stage2Table:
                             pairs.add((x << 32) | y)
         self.all_cross = all_cross
         self.n_cross = len(pairs)
-        self.shift = 60                 # at most 2/3 full: 16-byte slots, 24 bytes a pair
-        while 2 * cap < <uint64_t>(3 * len(pairs) + 3):
+        # at most 1/3 full (16-byte slots, 48 bytes a pair): a pair is found at its first slot ~85%
+        # of the time (2/3 full: ~2 slots a hit, and a probe loop whose length a branch predictor
+        # cannot guess took ~40% of the stage-2 scan's time)
+        self.shift = 60
+        while cap < <uint64_t>(3 * len(pairs) + 3):
             cap <<= 1
             self.shift -= 1
         self.mask = cap - 1
@@ -246,16 +303,17 @@ cdef class Stage2Table:
         empty.res = 0
         empty.rank = NO_RANK
         self.slots.assign(cap, empty)
-        # the filter: a blocked Bloom filter (3 bits of one 64-bit word per pair), about 6 bits per
-        # pair (~7% false hits), 2**12 .. 2**18 bits (0.5 .. 32 KiB): it stays in L1
+        # the filter: one bit per pair hash (a one-hash Bloom filter), about 12 bits per pair (~8%
+        # false hits), 2**12 .. 2**18 bits (0.5 .. 32 KiB, so it stays in L1): a test is a multiply,
+        # a shift and one load, with no branch (three bits of one word cost twice the instructions)
         fbits = 12
-        while fbits < 18 and (1 << fbits) < 6 * len(pairs):
+        while fbits < 18 and (1 << fbits) < 12 * len(pairs):
             fbits += 1
-        self.fshift = 64 - (fbits - 6)
+        self.fshift = 64 - fbits
         self.filter.assign((1 << fbits) // 64, 0)
         for key in pairs:
-            h = key * MUL1
-            self.filter[h >> self.fshift] |= _filter_bits(h)
+            h = (key * MUL1) >> self.fshift
+            self.filter[h >> 6] |= (<uint64_t>1) << (h & 63)
             slot = (key * MUL2) >> self.shift
             while self.slots[slot].key != EMPTY_KEY:
                 slot = (slot + 1) & self.mask

@@ -685,7 +685,7 @@ class TwoStageEncoder:
             lengths = np.zeros(max(vocab, default=-1) + 1, dtype=np.uint32)
             for i, b in vocab.items():
                 lengths[i] = len(b)
-        self._stage2 = _encode.Stage2Table(stage2, all_cross=all_cross, token_lengths=lengths)
+        self._stage2 = _encode.Stage2Table(stage2, all_cross=all_cross, token_lengths=lengths, token_bytes=vocab)
         self._idle_scratch: list = []
 
     def encode(self, data: bytes, specials: bool = True) -> np.ndarray:

@@ -56,9 +56,11 @@ class BatchMixin:
         """A batch as one native job (``_encode.BatchJob``): up to ``num_threads`` threads (one
         per ``_BATCH_THREAD_BYTES`` of text) take documents one at a time, without the GIL, and the
         ids are gathered by one copy. With more than one thread, the warmest idle encoder's cache
-        is shared, read-only, by all of them; each keeps what it merges in a cache of its own,
-        moved into the shared one afterwards (``Encoder.absorb_cache``), so the next call starts
-        warm. ``lists``: a list of id lists, built from the workers' buffers (no flat copy)."""
+        is shared by all of them, read first and written with what they merge (room made for the
+        batch first: ``Encoder.reserve_shared``), so a piece is merged once, not once a thread,
+        and the next call starts warm; what did not fit stays in the threads' own caches, moved
+        into the shared one afterwards (``Encoder.absorb_cache``). ``lists``: a list of id lists,
+        built from the workers' buffers (no flat copy)."""
         job = _encode.BatchJob(texts, self._pattern_id, table)
         tokens = self._tokens if lists else None
         n_workers = max(1, min(num_threads, job.n_docs, job.n_bytes // _BATCH_THREAD_BYTES))
@@ -75,12 +77,12 @@ class BatchMixin:
 
         shared = self._borrow_warmest()
         privates = [self._borrow() for _ in range(n_workers)]
-        reader = shared if shared.cache_info()["entries"] else None
+        shared.reserve_shared(job.n_bytes)
         errors: list[BaseException] = []
 
         def work(enc):
             try:
-                job.run(enc, reader, n_workers)
+                job.run(enc, shared, n_workers)
             except BaseException as exc:   # re-raised in the calling thread
                 errors.append(exc)
         threads = [threading.Thread(target=work, args=(enc,), daemon=True) for enc in privates[1:]]
@@ -98,14 +100,11 @@ class BatchMixin:
                 if ran and not errors:
                     result = job.collect(tokens)
             finally:
-                # What the threads learnt goes into one cache: the shared one, or when that was
-                # empty (a first call) the fullest private one, whose entries then stay in place.
-                keep = shared if reader is not None else max(privates, key=lambda e: e.cache_info()["entries"])
-                rest = [enc for enc in [shared, *privates] if enc is not keep]
-                for enc in rest:
-                    keep.absorb_cache(enc)
-                self._idle.extend(rest)
-                self._idle.append(keep)     # last: the next one-thread call takes the warm one
+                # What the threads kept in their own caches (the shared one was full) goes into it.
+                for enc in privates:
+                    shared.absorb_cache(enc)
+                self._idle.extend(privates)
+                self._idle.append(shared)   # last: the next one-thread call takes the warm one
         if errors:
             raise errors[0]
         return result

@@ -100,7 +100,10 @@ class BPE(registry.Method):
                                     allowed=guard,
                                     spill_dir=(config.spill_dir or tempfile.gettempdir()) if mapped else None,
                                     fill_buffer_bytes=getattr(plan, "fill_buffer_bytes", FILL_BUFFER_BYTES),
-                                    tie_break=config.tie_break)
+                                    tie_break=config.tie_break,
+                                    # the counting's worker threads merge too (two at most: the
+                                    # engine's second thread; the same merges as one)
+                                    threads=getattr(plan, "num_workers", 1) or 1)
         stage = {"name": "bpe", "merges": len(merges)}
         if config.tie_break != "bytes":          # the default leaves the model file as it was
             stage["tie_break"] = report["tie_break"] = config.tie_break

@@ -114,7 +114,102 @@ cdef bint _run_is_sorted(WordRun* run) noexcept nogil:
     return True
 
 
-def merge_counts(tables):
+cdef extern from "<pthread.h>" nogil:
+    ctypedef unsigned long pthread_t
+    int pthread_create(pthread_t* thread, const void* attr, void* (*start)(void*) noexcept nogil, void* arg)
+    int pthread_join(pthread_t thread, void** retval)
+
+
+cdef struct MergeHalf:
+    # The upper half of a two-thread merge: its runs (each from its cut on), where it writes, and
+    # the sizes it wrote (``_merge_runs``'s outputs)
+    WordRun* runs
+    Py_ssize_t n_runs
+    Py_ssize_t* heap
+    uint8_t* arena
+    int64_t* offsets
+    int64_t* counts
+    Py_ssize_t n_words
+    Py_ssize_t n_bytes
+
+
+cdef void* _merge_half_main(void* arg) noexcept nogil:
+    cdef MergeHalf* h = <MergeHalf*>arg
+    _merge_runs(h.runs, h.n_runs, h.heap, h.arena, h.offsets, h.counts, &h.n_words, &h.n_bytes)
+    return NULL
+
+
+cdef Py_ssize_t _lower_bound(WordRun* run, const uint8_t* word, Py_ssize_t length) noexcept nogil:
+    """The first index of a sorted run whose word is not below ``word`` (``run.n_words`` if none)."""
+    cdef Py_ssize_t lo = 0, hi = run.n_words, mid
+    cdef int64_t a
+    while lo < hi:
+        mid = (lo + hi) // 2
+        a = run.offsets[mid]
+        if _word_cmp(run.arena + a, run.offsets[mid + 1] - a, word, length) < 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef void _merge_two(WordRun* runs, Py_ssize_t n_runs, Py_ssize_t* heap, WordRun* upper, Py_ssize_t* heap2,
+                     uint8_t* arena, int64_t* offsets, int64_t* counts, Py_ssize_t* n_words,
+                     Py_ssize_t* n_bytes) noexcept nogil:
+    """``_merge_runs`` on two threads: every run is cut at the first word not below a pivot (the
+    middle word of the longest run), so a word and all its copies fall in one half; this thread
+    merges the words below the pivot into the start of the outputs, a second thread the others into
+    the room after the lower half's inputs (its offsets one entry further on: the lower half's last
+    offset is not overwritten; ``offsets`` has room for one more than the words). The upper half is then moved down behind the lower half's result,
+    its offsets shifted: the outputs are ``_merge_runs``'s, byte for byte."""
+    cdef Py_ssize_t r, longest = 0, mid, lw = 0, lb = 0, n1 = 0, b1 = 0, i, cut
+    cdef const uint8_t* pivot
+    cdef Py_ssize_t pivot_len
+    cdef MergeHalf h
+    cdef pthread_t thread
+    cdef bint started
+    for r in range(n_runs):
+        if runs[r].n_words > runs[longest].n_words:
+            longest = r
+    mid = runs[longest].n_words // 2
+    pivot = runs[longest].arena + runs[longest].offsets[mid]
+    pivot_len = runs[longest].offsets[mid + 1] - runs[longest].offsets[mid]
+    for r in range(n_runs):
+        cut = _lower_bound(&runs[r], pivot, pivot_len)
+        upper[r] = runs[r]
+        upper[r].offsets = runs[r].offsets + cut
+        upper[r].counts = runs[r].counts + cut if runs[r].counts != NULL else NULL
+        upper[r].n_words = runs[r].n_words - cut
+        runs[r].n_words = cut
+        lw += cut
+        lb += runs[r].offsets[cut]
+    h.runs = upper
+    h.n_runs = n_runs
+    h.heap = heap2
+    h.arena = arena + lb
+    h.offsets = offsets + lw + 1
+    h.counts = counts + lw if counts != NULL else NULL
+    started = pthread_create(&thread, NULL, _merge_half_main, <void*>&h) == 0
+    _merge_runs(runs, n_runs, heap, arena, offsets, counts, &n1, &b1)
+    if started:
+        pthread_join(thread, NULL)
+    else:                                    # no thread: the upper half after the lower, here
+        _merge_half_main(<void*>&h)
+    if b1 != lb:
+        memmove(arena + b1, arena + lb, h.n_bytes)
+    if n1 != lw and h.n_words > 0:
+        memmove(counts + n1, counts + lw, h.n_words * sizeof(int64_t))
+    for i in range(h.n_words + 1):           # (the destination is always below the source)
+        offsets[n1 + i] = offsets[lw + 1 + i] + b1
+    n_words[0] = n1 + h.n_words
+    n_bytes[0] = b1 + h.n_bytes
+
+
+#: ``merge_counts(threads=2)`` merges on two threads from this many words in all (fewer: one thread).
+MERGE_PAR_MIN_WORDS = 1 << 16
+
+
+def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_WORDS):
     """Sum sorted word tables into one sorted word table (a k-way merge, no Python object per word).
 
     Contract: ``tables`` is a sequence of ``(arena, offsets, counts)`` as ``count_pretokens``
@@ -131,6 +226,10 @@ def merge_counts(tables):
     One pass: the outputs are allocated for the sum of the inputs' words and bytes (address space:
     only the pages written become memory) and returned as views of what was written.
 
+    ``threads=2`` (with ``par_min_words`` words or more in all): the tables are cut at one word and
+    the two halves merged on two threads into the same outputs (the upper half then moved down
+    behind the lower): the same table, byte for byte.
+
     Plain equivalent: ``sorted(sum((Counter(dict(rows(t))) for t in tables), Counter()).items())``.
     """
     cdef Py_ssize_t n_runs = len(tables), r, n_words = 0, n_bytes = 0, most_words = 0, most_bytes = 0
@@ -140,7 +239,9 @@ def merge_counts(tables):
     keep = []  # the memoryviews stay alive while C pointers into them are used
     cdef WordRun* runs = <WordRun*>calloc(n_runs + 1, sizeof(WordRun))
     cdef Py_ssize_t* heap = <Py_ssize_t*>calloc(n_runs + 1, sizeof(Py_ssize_t))
-    cdef bint ok
+    cdef WordRun* upper = NULL
+    cdef Py_ssize_t* heap2 = NULL
+    cdef bint ok, two
     cdef uint8_t[::1] out_arena
     cdef int64_t[::1] out_offsets
     cdef int64_t[::1] out_counts
@@ -168,19 +269,32 @@ def merge_counts(tables):
                 ok = _run_is_sorted(&runs[r])
             if not ok:
                 raise ValueError(f"table {r} is not sorted by bytes with unique words")
+        two = threads >= 2 and most_words >= max(par_min_words, 2)
         arena_out = np.empty(most_bytes, dtype=np.uint8)
-        offsets_out = np.empty(most_words + 1, dtype=np.int64)
+        # (two threads: one offset more, the upper half's offsets start one entry after its words')
+        offsets_out = np.empty(most_words + 1 + two, dtype=np.int64)
         counts_out = np.empty(most_words, dtype=np.int64)
         out_arena = arena_out
         out_offsets = offsets_out
         out_counts = counts_out
         arena_ptr = &out_arena[0] if most_bytes > 0 else <uint8_t*>heap
-        with nogil:
-            _merge_runs(runs, n_runs, heap, arena_ptr, &out_offsets[0],
-                        &out_counts[0] if most_words > 0 else NULL, &n_words, &n_bytes)
-        if n_words == most_words:           # nothing summed: the arrays are exactly full
+        if two:
+            upper = <WordRun*>calloc(n_runs + 1, sizeof(WordRun))
+            heap2 = <Py_ssize_t*>calloc(n_runs + 1, sizeof(Py_ssize_t))
+            if upper == NULL or heap2 == NULL:
+                raise MemoryError("merge_counts: cannot allocate the merge heap")
+            with nogil:
+                _merge_two(runs, n_runs, heap, upper, heap2, arena_ptr, &out_offsets[0],
+                           &out_counts[0], &n_words, &n_bytes)
+        else:
+            with nogil:
+                _merge_runs(runs, n_runs, heap, arena_ptr, &out_offsets[0],
+                            &out_counts[0] if most_words > 0 else NULL, &n_words, &n_bytes)
+        if n_words == most_words and not two:     # nothing summed: the arrays are exactly full
             return arena_out, offsets_out, counts_out
         return arena_out[:n_bytes], offsets_out[:n_words + 1], counts_out[:n_words]
     finally:
         free(runs)
         free(heap)
+        free(upper)
+        free(heap2)

@@ -577,9 +577,10 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     t1 = time.perf_counter()
     merge_seconds = 0.0
     fold_cpu = 0.0          # CPU seconds of the folds while counting (this thread's, beside the workers)
+    workers = num_workers if any(not sh.lazy for sh in shards) else min(num_workers, len(shards))
 
-    def fold(tables: list) -> tuple:
-        merged = merge_counts(tables)
+    def fold(tables: list, threads: int = 1) -> tuple:
+        merged = merge_counts(tables, threads=threads)
         check_total("pretoken counts after a fold", _n_pretokens(merged), sum(map(_n_pretokens, tables)))
         return merged
 
@@ -614,13 +615,17 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
                 # first (the next chunks read into new ones). A fold of chunk tables keeps them.
                 buffers.clear()
             group = [t for l2, t in levels if l2 == lv]
-            levels = [(l2, t) for l2, t in levels if l2 != lv] + [(lv + 1, fold(group))]
+            # A fold of folded tables takes longer than the workers' chunks in flight: they finish
+            # and wait for this thread to hand them the next, so it runs on two threads (the same
+            # table, in the same memory: merge_counts' halves write into one output)
+            levels = [(l2, t) for l2, t in levels if l2 != lv] + \
+                [(lv + 1, fold(group, min(max(workers, 1), 2) if lv > 0 else 1))]
         if spill.threshold is not None and sum(_table_bytes(t) for _, t in levels) > spill.threshold:
             # Over the threshold: merge everything in RAM into one table; it goes to disk if it is
             # still over, else it stays, as one table of the top level. Nothing is dropped.
             buffers.clear()
             top = max(lv for lv, _ in levels)
-            merged = fold([t for _, t in levels]) if len(levels) > 1 else levels[0][1]
+            merged = fold([t for _, t in levels], min(max(workers, 1), 2)) if len(levels) > 1 else levels[0][1]
             levels = [(top + 1, t) for t in spill.offer([merged])]
         # The tables just folded were made on worker threads, in their heap arenas: freed here, their
         # pages stay resident (glibc keeps them in the arena, and tables under its 32 MiB mmap
@@ -639,7 +644,6 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         return monitor is None or not memory_limit or monitor.sample() < memory_limit - per_worker_bytes
 
     try:
-        workers = num_workers if any(not sh.lazy for sh in shards) else min(num_workers, len(shards))
         run_ordered(_count_plain if plain else _count_chunk, tasks, max(1, workers), absorb,
                     max_in_flight=max(1, workers), may_submit=may_submit)
         buffers.clear()              # the reading is over: the read buffers go back before the merge
@@ -654,7 +658,9 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         if plain and len(runs) == 1 and isinstance(runs[0][2], array.array):
             table = WordTable(*runs[0])      # one sorted table, its words unique: merged already
         else:
-            table = WordTable.from_arrays(merge_counts(runs)) if runs else WordTable.empty()
+            # the workers are done: the last merge runs on two threads when there are two
+            table = WordTable.from_arrays(merge_counts(runs, threads=min(max(workers, 1), 2))) if runs \
+                else WordTable.empty()
         merge_seconds += time.perf_counter() - tm
     finally:
         spill.cleanup()

@@ -301,6 +301,9 @@ class _Signals:
     :func:`_run` disarms them (the body returned or raised): what the run says and returns is then
     decided without an exception landing in the middle of it. Outside the main thread, nothing."""
 
+    #: seconds before a signal whose exception was dropped is sent again (_unraisable)
+    AGAIN_AFTER = 0.02
+
     def __init__(self):
         self.armed = True
         self.late: list[int] = []
@@ -353,7 +356,7 @@ class _Signals:
         main thread again a moment later, when it is back in the run's own code."""
         if isinstance(unraisable.exc_value, KeyboardInterrupt) and self.received is not None:
             if self.armed:
-                self._again = threading.Timer(0.02, signal.pthread_kill,
+                self._again = threading.Timer(self.AGAIN_AFTER, signal.pthread_kill,
                                               (threading.main_thread().ident, self.received))
                 self._again.daemon = True
                 self._again.start()
@@ -401,6 +404,10 @@ def _run(fn: Callable[[], int], prog: str, signals: _Signals) -> int:
             print(f"{prog}: {what}; temporary files removed", file=sys.stderr)
             return 128 + signals.received
         return _report(exc, prog)
+    if signals.received is not None and signals.received not in signals.late:
+        # a signal came while the body ran, its exception was lost and the body finished before
+        # the signal was sent again: reported as a signal after the run (its line, its code)
+        signals.late.insert(0, signals.received)
     return rc
 
 

@@ -140,19 +140,72 @@ def test_absorb_into_a_fresh_encoder_reserves_room_and_keeps_every_entry():
     assert ids.tolist() == GPT2.encode_ordinary(text) and fresh.cache_info()["misses"] == misses
 
 
-def test_a_cold_batch_keeps_the_fullest_thread_cache(every_byte_a_thread):
-    """A first multi-thread call (no warm cache to share) keeps what its threads learnt in one of
-    their own caches, last in the idle list; the next call finds every piece there."""
+def test_a_cold_batch_merges_into_one_shared_cache(every_byte_a_thread):
+    """A first multi-thread call: its threads add what they merge to the one shared cache (room
+    reserved for the batch), not each to its own, so it holds every distinct piece of the batch
+    (as a one-thread encoder's cache does) and is last in the idle list; the threads' own caches
+    stay empty; the next call finds every piece there."""
     tok = _gpt2()
     docs = [d for d in fixture_text("tinystories_sample.txt").split(EOT) if d]
     want = gpt2_tiktoken().encode_batch(docs, allowed_special="all")
     assert tok.encode_ordinary_batch(docs, 2) == want
     kept = tok._idle[-1]
     assert [e.cache_info()["entries"] for e in tok._idle[:-1]] == [0, 0]
-    assert kept.cache_info()["misses"] > 0          # one of the two threads' (the shared one missed nothing)
+    one = tok._new_encoder()
+    for d in docs:
+        one.encode_text(d.encode(), 0, len(d.encode()), tok._pattern_id)
+    assert kept.cache_info()["entries"] == one.cache_info()["entries"] > 0
+    # each distinct piece merged once, unless two threads missed it at the same moment
     misses = sum(e.cache_info()["misses"] for e in tok._idle)
+    assert one.cache_info()["misses"] <= misses < 1.05 * one.cache_info()["misses"]
     assert tok.encode_batch(docs, 2) == want
     assert sum(e.cache_info()["misses"] for e in tok._idle) == misses
+
+
+@pytest.mark.parametrize("max_entries", [1, 40, 1 << 18])
+@pytest.mark.parametrize("reserve", [False, True])
+def test_a_full_shared_cache_spills_into_the_threads_caches(max_entries, reserve):
+    """The shared cache of a job is never grown nor cleared while the threads read it: once it is
+    full (``max_entries``, or its slots at 3/4 when no room was reserved), each thread keeps its
+    new pieces in its own cache; the ids are the same, and ``absorb_cache`` afterwards keeps them."""
+    import threading
+
+    text = fixture_text("corpus.en") + fixture_text("german.txt")
+    docs = [d for d in text.split("\n") if d]
+    want = [GPT2.encode_ordinary(d) for d in docs]
+    shared = _encode.Encoder(GPT2._table, max_entries=max_entries)
+    if reserve:
+        assert shared.reserve_shared(sum(len(d) for d in docs)) > 0
+    workers = [GPT2._new_encoder() for _ in range(3)]
+    job = _encode.BatchJob(docs, GPT2._pattern_id)
+    threads = [threading.Thread(target=job.run, args=(enc, shared, 3)) for enc in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert _split(*job.collect()) == want
+    n_shared = shared.cache_info()["entries"]
+    assert 0 < n_shared <= max_entries
+    if max_entries == 1 or not reserve:
+        assert sum(e.cache_info()["entries"] for e in workers) > 0     # spilled
+    for enc in workers:
+        shared.absorb_cache(enc)
+    assert _split(*_one_job(docs, shared)) == want
+
+
+def _one_job(docs, enc):
+    job = _encode.BatchJob(docs, GPT2._pattern_id)
+    job.run(enc)
+    return job.collect()
+
+
+def test_reserve_shared_makes_room_before_the_job():
+    enc = _encode.Encoder(GPT2._table)
+    small = enc.cache_info()["bytes"]
+    assert enc.reserve_shared(0) == 0 and enc.cache_info()["bytes"] == small
+    got = enc.reserve_shared(5_000_000)                 # ~83k pieces at 3/4 load: 131072 slots
+    assert 80_000 < got < 90_000 and enc.cache_info()["bytes"] >= 131072 * 32
+    assert _encode.Encoder(GPT2._table, max_entries=100).reserve_shared(5_000_000) == 100
 
 
 def test_batch_job_contract():

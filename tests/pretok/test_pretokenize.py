@@ -402,3 +402,58 @@ def test_corpora_full(name):
             end = len(data) if start + 50_000_000 >= len(data) else data.rindex(b"\n", start, start + 50_000_000) + 1
             assert_same_ends(data[start:end], name)
             start = end
+
+
+def _merged_both(tables):
+    """``merge_counts`` on one thread and on two (every size split: ``par_min_words=0``)."""
+    from bpe_core.pretok._pretok import merge_counts as kernel_merge
+
+    one = kernel_merge(tables)
+    two = kernel_merge(tables, threads=2, par_min_words=0)
+    return one, two
+
+
+@settings(max_examples=MAX_EXAMPLES)
+@given(st.lists(st.dictionaries(_KEYED_WORDS | st.binary(max_size=6), st.integers(1, 2**40), max_size=25),
+                max_size=7))
+def test_merge_counts_on_two_threads_is_one_threads_table(dicts):
+    """Two threads (the tables cut at the middle word of the longest, a word and its copies in one
+    half, the upper half moved down behind the lower): the same arrays, byte for byte, as one
+    thread, and the Counter's sum; words shared by every table, empty tables, one table."""
+    tables = [as_table(Counter(d)) for d in dicts]
+    one, two = _merged_both(tables)
+    for x, y in zip(one, two):
+        assert np.array_equal(np.asarray(x), np.asarray(y)) and len(x) == len(y)
+    want = Counter()
+    for d in dicts:
+        want.update(d)
+    arena, offsets, counts = two
+    assert [(bytes(arena[offsets[i]:offsets[i + 1]]), int(counts[i])) for i in range(len(counts))] == \
+        sorted(want.items())
+
+
+def test_merge_counts_on_two_threads_adversarial():
+    """The pivot word in every table (all its copies go to the upper half), halves of which one is
+    empty, every word a duplicate (the lower half shrinks: the upper moves furthest), a table
+    holding only the longest run, and a large merge at the default threshold."""
+    from bpe_core.pretok._pretok import MERGE_PAR_MIN_WORDS
+
+    same = {b"m": 3, b"a": 1, b"z": 2}
+    cases = [[same, same, same], [{b"a": 1, b"b": 1}, {}], [{}, {b"x": 5}], [{b"b": 1, b"c": 1}, {b"a": 1}],
+             [{bytes([i]): 1 for i in range(256)}] * 4,
+             [{b"q" * k: k for k in range(1, 40)}, {b"q" * k: 1 for k in range(20, 60)}]]
+    for dicts in cases:
+        one, two = _merged_both([as_table(Counter(d)) for d in dicts])
+        for x, y in zip(one, two):
+            assert np.array_equal(np.asarray(x), np.asarray(y))
+    rng = np.random.default_rng(3)
+    n = MERGE_PAR_MIN_WORDS
+    big = [Counter({int(w).to_bytes(4, "big"): int(c) for w, c in zip(rng.integers(0, 3 * n, n // 2),
+                                                                         rng.integers(1, 9, n // 2))})
+           for _ in range(3)]
+    tables = [as_table(c) for c in big]
+    one = merge_counts(tables)
+    two = merge_counts(tables, threads=2)
+    assert sum(len(t[2]) for t in tables) >= n        # the default threshold is reached
+    for x, y in zip(one, two):
+        assert np.array_equal(np.asarray(x), np.asarray(y))

@@ -93,3 +93,32 @@ def test_a_spill_folder_on_tmpfs_is_refused_when_the_run_spills(tmp_path):
         assert os.listdir(folder) == []
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(corpus_bytes.filter(bool), st.sampled_from([1, 200, None]))
+def test_two_workers_fold_on_two_threads_as_one_worker(tmp_path_factory, data, threshold):
+    """Two workers: folds of folded tables, the merges before a spill and the last merge run on two
+    threads (``merge_counts(threads=2)``; every size split here); the table is one worker's."""
+    from bpe_core.pretok._pretok import merge_counts as kernel_merge
+
+    calls = []
+
+    def split_all(tables, threads=1):
+        calls.append(threads)
+        return kernel_merge(tables, threads, par_min_words=0)
+    tmp = tmp_path_factory.mktemp("fold")
+    path = tmp / "c.txt"
+    path.write_bytes(data * 20)
+    want = count_corpus(str(path), SPECIALS, "gpt2", 1, 16).to_dict()
+    orig = counting.merge_counts
+    counting.merge_counts = split_all
+    try:
+        report = {"seconds": {}}
+        got = count_corpus(str(path), SPECIALS, "gpt2", 2, 16, spill_threshold_bytes=threshold,
+                           spill_dir=str(tmp), report=report).to_dict()
+    finally:
+        counting.merge_counts = orig
+    assert got == want
+    if report["n_chunks"] >= 2:           # two workers ran: the last merge at least was split
+        assert 2 in calls
