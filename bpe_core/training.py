@@ -56,7 +56,8 @@ from .runtime import budget
 from .runtime.atomic import naming, new_temp_dir
 from .runtime.executors import open_executor
 from .runtime.lazy import np  # numpy on first use (a small run never imports it)
-from .runtime.memmon import MemoryMonitor, phase
+from .runtime.memmon import MemoryMonitor, phase, tree_memory
+from .runtime.workers import release_free_memory
 
 __all__ = ["TrainResult", "plan", "train", "train_bpe", "train_from_iterator"]
 
@@ -425,7 +426,7 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         n_symbols -= table.one_byte_words
     longest, sites = _longest(table)
     merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols, longest_pretoken=longest,
-                                     longest_pair_sites=sites)
+                                     longest_pair_sites=sites, parent_overhead=_held_beside(table))
     report["merge_plan"] = {k: merge_plan.to_dict()[k] for k in
                             ("merge_bytes", "merge_file_bytes", "merge_mapped", "unique_pretokens",
                              "symbols", "phase_seconds")}
@@ -438,6 +439,7 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         with naming(config.spill_dir or tempfile.gettempdir()):      # a full disk names the folder
             table = table.to_files(config.spill_dir or tempfile.gettempdir(),
                                    drop_singletons=run.method.drops_single_byte_words)
+        release_free_memory()        # the table's pages in RAM go back before the engine is built
         report["seconds"]["map_words"] = round(time.perf_counter() - tm, 3)
     if not run.method.plain_tables:            # a small run's array.array table, as numpy views
         table = table.as_numpy()
@@ -448,6 +450,20 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         extras["init"] = run.init
     counts.recorded = None          # the plan holds the only reference now
     return MergePlan(table, merge_plan, config, extras)
+
+
+def _held_beside(table) -> int:
+    """The anonymous memory this process holds now beside the counted table: the interpreter, numpy
+    and the compiled modules (imported after the plan measured the process before counting), and
+    what counting left. The merge phase holds it too (``Plan.with_count(parent_overhead=)``).
+
+    >>> from bpe_core.pretok.wordtable import WordTable
+    >>> _held_beside(WordTable.from_counts({b"ab": 3})) > 0
+    True
+    """
+    in_ram = 0 if getattr(table, "mapped", False) else sum(
+        memoryview(a).nbytes for a in (table.arena, table.offsets, table.counts))
+    return max(0, tree_memory()["anon"] - in_ram)
 
 
 def _longest(table, window: int = 1 << 20) -> tuple[int, int]:

@@ -27,7 +27,8 @@ from ..runtime.atomic import DISK_FULL, named, new_temp_dir, remove_stale_in
 from ..runtime.budget import refuse_memory_folder
 from ..runtime.memmon import MemoryMonitor, phase
 from ..runtime.progress import progress_bar
-from ..runtime.workers import check_total, read_range, release_free_memory, run_ordered
+from ..runtime.workers import (HEAP_TOPS_KEPT, check_total, read_range, release_free_memory, run_ordered,
+                               trim_heap_tops)
 from ..runtime.writeback import WriteBehind
 from .patterns import pattern_name
 from ._pretok import table_sums
@@ -556,6 +557,7 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     plain = (plain and PLAIN_SMALL_RUNS and not recording and len(shards) == 1
              and type(shards[0]) is TextRangeShard and pattern_name(pattern) is not None)
     buffers = ReadBuffers()          # the chunks of plain files are read into reused buffers
+    trim_heap_tops()                 # the counting threads' heaps give their free tops back
     tasks = ((sh, list(specials), pattern) for sh in shards) if plain else \
         ((sh, list(specials), pattern, recording, buffers)
          for sh in iter_tasks(sources, opts, max(1, (num_workers + 1) // 2), shards=shards))
@@ -662,6 +664,11 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         merge_seconds += time.perf_counter() - tm
     finally:
         spill.cleanup()
+        # the tables just merged go, and their pages with them (the counting threads' heaps too: their
+        # tops go back at 1 MiB until here): the merge phase starts from what it holds
+        runs = levels = None
+        release_free_memory()
+        trim_heap_tops(HEAP_TOPS_KEPT)
     # Conservation over the whole run: every byte read once; the table holds every pretoken counted,
     # and its words cover every byte outside the special tokens.
     _check_sources(sources, shards, per_source, items_per_source)

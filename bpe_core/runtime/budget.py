@@ -115,14 +115,25 @@ ENGINE_WORD_BYTES = 12
 #: pairs at the end of the merge loop: PAIRS_PER_SQRT_SYMBOL * sqrt(symbols) * (vocab / 32k) ** e, e = 0.5
 #: below 32k and PAIRS_VOCAB_EXPONENT above (570 k at 4.2 M symbols, 1.51 M at 15.9 M, 5.72 M at 195 M
 #: at 32k; 17.34 M at 195 M and 200k, where 0.5 gave 15.7 M and the merge loop held 1.08x the
-#: budget it named), each with ENGINE_PAIR_BYTES of pair
-#: arrays, hash slot and heap entries (93 B at 1 GB, ~70 B at 15 GB; 80 B fits the merge-phase peaks
-#: measured at 1, 4 and 15 GB within 1%).
+#: budget it named), each with ENGINE_PAIR_BYTES of pair arrays and heap entries, plus the pair
+#: map (:func:`pair_map_peak`).
 PAIRS_PER_SQRT_SYMBOL = 450
 #: how the pairs grow with the vocabulary above 32k (5.72 M -> 17.34 M from 32k to 200k at 195 M
 #: symbols is 6.25 ** 0.605; 0.65 leaves a margin: 20.7 M planned)
 PAIRS_VOCAB_EXPONENT = 0.65
-ENGINE_PAIR_BYTES = 80
+#: per pair: key, count, list, marks (34 B, arrays grown by 1/4) and the heap's entries, measured on
+#: the 15 GB synthetic corpus: 54.6 B at 32k (209 + 103 MiB for 5.72 M pairs), 52.9 B at 100k, 57.7 B
+#: at 200k; 60 B with a margin. (80 B with the pair map in it, the figure before, left 100k 8% over
+#: the budget it named: the map had just doubled.)
+ENGINE_PAIR_BYTES = 60
+#: The pair map (``_engine_pairmap.pxi``): 12 B slots, a power-of-two count of them from 1024 up,
+#: at most 7/10 full; when it grows, the old slots and the new (twice as many) are held together.
+PAIR_SLOT_BYTES = 12
+PAIR_MAP_MIN_SLOTS = 1024
+#: The margin :func:`pairs_estimate` carries over the pairs measured (6.29 M planned for 5.72 M at
+#: 32k, 13.2 M for 12.1 M at 100k): the map is sized for the pairs expected (the estimate without
+#: it), since its size moves in steps of 2x and a margin that crosses a step would double it.
+PAIRS_MARGIN = 1.1
 DEFAULT_VOCAB_SIZE = 32000
 #: The longest pretoken (text without whitespace: one word of the engine) costs, beyond the
 #: per-symbol figures above, its bytes in the counted table and its copy (2 B per byte) and the two
@@ -292,18 +303,23 @@ class Plan:
     longest_pair_sites: int = 0
 
     def with_count(self, unique_pretokens: int, symbols: Optional[int] = None, longest_pretoken: int = 0,
-                   longest_pair_sites: int = 0) -> "Plan":
+                   longest_pair_sites: int = 0, parent_overhead: Optional[int] = None) -> "Plan":
         """This training plan made again with the real number of unique pretokens (known during and
         after counting) and, after counting, of the symbols the engine will hold; the workers and
         chunk size kept: the one budget check of a run (it also decides whether the merge phase
         maps its read-only arrays, ``merge_mapped``).
 
+        ``parent_overhead``: what the process holds beside the counted table, measured after
+        counting (``training.plan_merges``); the larger of it and the figure measured before
+        counting is the merge phase's.
+
         Raises:
             BudgetError: the merge phase does not fit; the message names the budget that does.
         """
+        po = self.parent_overhead if parent_overhead is None else max(self.parent_overhead, int(parent_overhead))
         return plan_training(self.input_bytes, self.memory_limit, self.cpu_count, self.available,
                              num_workers=self.num_workers, chunk_bytes=self.chunk_bytes,
-                             per_worker_overhead=self.worker_overhead, parent_overhead=self.parent_overhead,
+                             per_worker_overhead=self.worker_overhead, parent_overhead=po,
                              vocab_size=self.vocab_size, unique_pretokens=unique_pretokens, symbols=symbols,
                              budget_source=(self.budget_source, self.budget_why), longest_pretoken=longest_pretoken,
                              longest_pair_sites=longest_pair_sites)
@@ -545,13 +561,13 @@ def engine_memory(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols:
 
     >>> m = engine_memory(18_807_369, 32000, 195_319_199, mapped=True)
     >>> m["anon"] >> 20, m["file"] >> 20
-    (1992, 960)
+    (1968, 960)
     """
     if n_words <= 0:
         return {"anon": 0, "file": 0}
     s = symbols_estimate(n_words) if n_symbols is None else int(n_symbols)
     anon = ENGINE_BASE_BYTES + int(s * (ENGINE_CELL_BYTES + ENGINE_LIST_BYTES + ENGINE_BLOCK_BYTES)) \
-        + pairs_estimate(s, vocab_size) * ENGINE_PAIR_BYTES
+        + pair_tables_peak(pairs_estimate(s, vocab_size))
     readonly = s * ENGINE_BASE_LIST_BYTES + n_words * ENGINE_WORD_BYTES
     return {"anon": anon, "file": readonly} if mapped else {"anon": anon + readonly, "file": 0}
 
@@ -574,11 +590,43 @@ def record_fits(text_bytes: int, memory_limit: int) -> bool:
     return RECORD_BYTES_PER_TEXT_BYTE * int(text_bytes) <= int(memory_limit * RECORD_BUDGET_SHARE)
 
 
+def pair_map_slots(n_pairs: int) -> int:
+    """Slots of the engine's pair map holding ``n_pairs`` pairs (a power of two, at most 7/10 full).
+
+    >>> pair_map_slots(700), pair_map_slots(5_718_051), pair_map_slots(12_101_005)
+    (1024, 8388608, 33554432)
+    """
+    slots = PAIR_MAP_MIN_SLOTS
+    while slots * 7 // 10 < n_pairs:
+        slots <<= 1
+    return slots
+
+
+def pair_tables_peak(n_pairs: int) -> int:
+    """Peak bytes of the engine's per-pair tables (pair arrays, heap, pair map) on the way to
+    ``n_pairs`` pairs (:func:`pairs_estimate`, with its margin): the larger of the end (every pair,
+    the map at its final size) and the moment the map last doubled (its old and new slots together,
+    beside the pairs it held then, 7/20 of the final slots). The map is sized for the pairs expected,
+    ``n_pairs / PAIRS_MARGIN``. 100k on the 15 GB synthetic corpus: the map doubled to 384 MiB at
+    11.7 M pairs (of 12.1 M), when 192 MiB more were held than at the end.
+
+    >>> pair_tables_peak(6_289_000) >> 20, pair_tables_peak(13_195_000) >> 20   # 15 GB, 32k / 100k
+    (455, 1247)
+    """
+    slots = pair_map_slots(int(n_pairs / PAIRS_MARGIN))
+    end = n_pairs * ENGINE_PAIR_BYTES + slots * PAIR_SLOT_BYTES
+    if slots == PAIR_MAP_MIN_SLOTS:
+        return end
+    held = min(n_pairs, (slots // 2) * 7 // 10)
+    grown = held * ENGINE_PAIR_BYTES + (slots + slots // 2) * PAIR_SLOT_BYTES
+    return max(end, grown)
+
+
 def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols: Optional[int] = None) -> int:
     """Estimated RAM of the merge engine for ``n_words`` unique pretokens (all arrays in RAM).
 
     >>> engine_bytes(1_000_000, 32000) >> 20
-    282
+    278
     """
     return engine_memory(n_words, vocab_size, n_symbols)["anon"]
 
@@ -719,13 +767,13 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     >>> est = plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                     parent_overhead=50 << 20)    # before counting: counting fits
     >>> est.merge_fits, est.merge_bytes >> 20
-    (False, 1201)
+    (False, 1210)
     >>> try:                                            # after counting, with the real count
     ...     plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                   parent_overhead=50 << 20, unique_pretokens=25_000_000)
     ... except BudgetError as e:
     ...     print(e.min_budget >> 20)
-    2753
+    2807
     """
     if input_bytes < 0:
         raise ValueError("input_bytes must be >= 0")
