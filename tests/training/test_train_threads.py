@@ -143,3 +143,26 @@ def test_plain_bpe_merges_with_the_plans_workers(monkeypatch):
     config = TrainConfig(input_path="-", vocab_size=260)
     bpe.BPE().train(config, _np_table({b"low": 5, b"lower": 2}), Plan())
     assert got["threads"] == 2
+
+
+def test_the_second_merge_thread_only_when_the_budget_has_room_for_it(monkeypatch):
+    """A plan whose merge figure leaves less than the second thread's memory under the budget merges
+    on one thread (15 GB at 32k under 2 GiB: 2,074 MiB anon on two threads, 1,997 on one)."""
+    from bpe_core.config import TrainConfig
+    from bpe_core.methods import bpe
+
+    got = []
+
+    def spy(*args, **kw):
+        got.append(kw["threads"])
+        return train_words(*args, **kw)
+    monkeypatch.setattr(bpe, "train_words", spy)
+
+    class Plan:
+        num_workers = 2
+        memory_limit = 1 << 30
+    config = TrainConfig(input_path="-", vocab_size=260)
+    for merge_bytes in ((1 << 30) - bpe.SECOND_THREAD_BYTES, (1 << 30) - bpe.SECOND_THREAD_BYTES + 1):
+        Plan.merge_bytes = merge_bytes
+        bpe.BPE().train(config, _np_table({b"low": 5, b"lower": 2}), Plan())
+    assert got == [2, 1]
