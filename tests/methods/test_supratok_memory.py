@@ -55,3 +55,24 @@ def test_contexts_taken_while_building_are_the_same(unit_list, min_count, skip):
     assert sorted(asked) == [2, 3, 4] and all(p is None for p in lean.pos_ids)
     for n in (2, 3, 4):
         assert all(np.allclose(x, y) for x, y in zip(kept.contexts(n, asked[n]), lean.contexts(n, asked[n])))
+
+
+def test_a_sampled_supratok_does_not_follow_the_process_size(fixtures_dir, monkeypatch):
+    """Under a budget that makes SupraTok's passes sample, the sample fraction (and so the merges)
+    does not change with a few KB more or less in the process when it planned, as SuperBPE's stage 2
+    (two runs of one command under --memory-limit 300M sampled 0.3028 and 0.3061 before)."""
+    import bpe_core
+    from bpe_core.methods.superbpe import FRACTION_STEPS
+    from bpe_core.methods.supratok import passes
+    from bpe_core.runtime import budget
+    monkeypatch.setattr(passes, "STAGE2_BYTES_PER_SYMBOL", 10 ** 6)      # force a sample
+    runs = []
+    for rss in (100 << 20, (100 << 20) + 4096, (100 << 20) + 12 * 4096):
+        monkeypatch.setattr(budget, "_current_rss", lambda rss=rss: rss)
+        runs.append(bpe_core.train(bpe_core.TrainConfig(fixtures_dir / "corpus.en", 600, method="supratok",
+                                                        num_workers=1, memory_limit=1 << 30)))
+    fractions = {r.report["supratok"]["sample_fraction"] for r in runs}
+    assert len(fractions) == 1
+    fraction = next(iter(fractions))
+    assert fraction < 1 and (fraction * FRACTION_STEPS).is_integer()
+    assert runs[0].merges == runs[1].merges == runs[2].merges

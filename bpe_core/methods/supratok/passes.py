@@ -23,7 +23,7 @@ from ...runtime.workers import big_blocks_mapped
 from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
                         resolve_transition, stage2_table, word_flags)
 from ..superbpe import word_classes as byte_classes
-from ..superbpe.stage2 import stage2_merges
+from ..superbpe.stage2 import OVERHEAD_STEP, sample_fraction, stage2_merges
 from .documents import can_use_record, count_documents, documents_from_records
 from .script import (STOPWORDS_EN, ScriptGate, TAU_BE, normalize_hamza, script_gate_from_table, sigmoid, supercategory)
 from .stats import NgramStats, flatten_units, word_classes
@@ -360,9 +360,14 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     # frequencies; neither runs: not made (a decode of every word)
     use_seeds = config.pass2_cross == "seeds"
     sid, surfaces = word_classes(table, normalize=script_aware) if use_seeds or heldout > 0 else (None, [])
-    budget_share = max(plan.memory_limit - plan.parent_overhead - 3 * table.nbytes, 64 << 20)
+    # the process's measured size rounded up to a whole step and the fraction rounded down to a
+    # whole step, as SuperBPE's stage 2 does: a few KB more or less in the interpreter must not
+    # change the sample of a tight budget, hence the merges (0.3028 and 0.3061 in two runs of one
+    # command under --memory-limit 300M before)
+    overhead = -(-max(int(plan.parent_overhead), 0) // OVERHEAD_STEP) * OVERHEAD_STEP
+    budget_share = max(plan.memory_limit - overhead - 3 * table.nbytes, 64 << 20)
     need = int(table.counts.sum() * 2) * STAGE2_BYTES_PER_SYMBOL
-    fraction = 1.0 if need <= budget_share else budget_share / need
+    fraction = sample_fraction(need, budget_share)
     # units of text that looks like encoded data (uuencode) are marked: pass 2 gives them no weight,
     # as SuperBPE's stage 2 (stage2_skip_encoded, on by default), so the vocabulary learns no such junk
     skip_encoded = config.stage2_skip_encoded
