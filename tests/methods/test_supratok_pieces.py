@@ -69,6 +69,9 @@ def test_rebuilding_merges_on_pieces_equal_whole_units(units, n, cut, rule, gues
 
 @settings(max_examples=120, deadline=None)
 @given(units_st, st.integers(0, 40), st.integers(1, 12), st.integers(1, 8), st.booleans())
+# (without rebuilds the rule is ``distinct``, as in a run: bounded pieces without rebuilds assume no
+# merge rebuilds an existing token; the rule without it let ("a", "b") rebuild "ab" here)
+@example([([97, 98, 257], 1), ([32, 32], 2), ([97, 98, 32, 32], 1)], 2, 2, 1, False)
 def test_two_legs_merge_as_one_run(units, n, cut, par, rebuilds):
     """``stage2_merges(threads=2)`` runs the merges of pairs counting ``STAGE2_PAR_MIN_SITES`` or more
     with the second thread and the rest on one (``_run_legs``): the same merges as one engine run on
@@ -78,7 +81,7 @@ def test_two_legs_merge_as_one_run(units, n, cut, par, rebuilds):
     from bpe_core.methods.superbpe import stage2 as stage2_module
     from bpe_core.methods.superbpe.train import _allowed
     symbols, offsets, weights = as_arrays(units)
-    rule = (lambda: None) if rebuilds else (lambda: _allowed(Stage2Rules(), TOKENS))
+    rule = (lambda: None) if rebuilds else (lambda: _allowed(Stage2Rules(distinct=True), TOKENS))
     steps, tokens, final = whole_units(symbols, offsets, weights, n, rule())
     with mock.patch.object(stage2_module, "STAGE2_PAR_MIN_SITES", par):
         got = stage2_merges(symbols, offsets, weights, weights, TOKENS, n, rule(), bounded=True, cut=cut,
