@@ -31,7 +31,7 @@ from ..runtime.workers import (HEAP_TOPS_KEPT, check_total, read_range, release_
                                trim_heap_tops)
 from ..runtime.writeback import WriteBehind
 from .patterns import pattern_name
-from ._pretok import table_sums
+from ._pretok import CountScratch, table_sums
 from .pretokenize import count_pretokens, merge_counts, split_spans
 from .wordtable import WordTable
 
@@ -108,14 +108,17 @@ def _count_chunk(task: tuple) -> ChunkCount:
             block = piece.read(out=taken)
         else:
             block = load(piece)
+    scratch = buffers.take_scratch() if buffers is not None and not record else None
     try:
-        return _count_block(block, specials, pattern, record)
+        return _count_block(block, specials, pattern, record, scratch)
     finally:
         if taken is not None:
             buffers.give(taken)
+        if scratch is not None:
+            buffers.give_scratch(scratch)
 
 
-def _count_block(block: Block, specials, pattern: str, record: bool) -> ChunkCount:
+def _count_block(block: Block, specials, pattern: str, record: bool, scratch=None) -> ChunkCount:
     buf = block.data
     spans, n_specials = block_spans(buf, block.doc_ends, specials)
     recorded = None
@@ -123,7 +126,7 @@ def _count_block(block: Block, specials, pattern: str, record: bool) -> ChunkCou
         arena, offsets, counts, ids = count_pretokens(buf, spans, pattern, record=True)
         recorded = (arena, offsets, ids, spans, len(buf))
     else:
-        arena, offsets, counts = count_pretokens(buf, spans, pattern)
+        arena, offsets, counts = count_pretokens(buf, spans, pattern, scratch=scratch)
     text_bytes = int((spans[:, 1] - spans[:, 0]).sum()) if len(spans) else 0
     # Conservation: the pretokens of the text spans cover every byte of them, exactly once.
     check_total(f"bytes of {block.label} (pretoken bytes vs text bytes)",
@@ -134,7 +137,8 @@ def _count_block(block: Block, specials, pattern: str, record: bool) -> ChunkCou
 
 
 class ReadBuffers:
-    """The buffers the counting threads read plain-file chunks into, reused from chunk to chunk.
+    """The buffers the counting threads read plain-file chunks into, and the counters' hash tables
+    (``_pretok.CountScratch``), reused from chunk to chunk.
 
     A fresh 64 MiB buffer per chunk costs the kernel a page fault and a zeroed page for every 4 KiB
     (2 MiB with transparent huge pages) before ``pread`` copies the text over it: on 1 GB of text
@@ -143,6 +147,10 @@ class ReadBuffers:
     most as many buffers as chunks being read at once: what the plan's per-worker bytes already hold
     while the workers count. An idle worker's buffer is not in the plan: ``count_corpus`` frees the
     free ones (:meth:`clear`) before the parent's large folds and spills, and when counting ends.
+
+    The hash tables likewise: a worker takes one (:meth:`take_scratch`) for the chunk it counts and
+    gives it back with the table counted; a kept one is no larger than the worker's table while it
+    counts (the plan's per-worker bytes), and :meth:`clear` frees the idle ones with the buffers.
 
     >>> bufs = ReadBuffers(); a = bufs.take(10); bufs.give(a); bufs.take(5) is a, len(a) >= 10
     (True, True)
@@ -157,6 +165,7 @@ class ReadBuffers:
         import threading
 
         self._free: list = []
+        self._scratches: list = []
         self._lock = threading.Lock()
 
     def take(self, n: int):
@@ -174,9 +183,23 @@ class ReadBuffers:
         with self._lock:
             self._free.append(buf)
 
+    def take_scratch(self):
+        """A counter's hash tables (``_pretok.CountScratch``): a free one, else a new empty one."""
+        with self._lock:
+            if self._scratches:
+                return self._scratches.pop()
+        return CountScratch()
+
+    def give_scratch(self, scratch) -> None:
+        with self._lock:
+            self._scratches.append(scratch)
+
     def clear(self) -> None:
+        """Free the idle buffers and hash tables (those in use are kept by their workers)."""
         with self._lock:
             self._free.clear()
+            for scratch in self._scratches:    # kept, empty: the next chunk's count allocates afresh
+                scratch.clear()
 
 
 def _count_plain(task: tuple) -> ChunkCount:

@@ -20,7 +20,7 @@ longest first, in both paths.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence, Tuple, Union
+from typing import Iterable, Optional, Sequence, Tuple, Union
 
 from ..runtime.lazy import np  # numpy on first use (a small run never imports it)
 
@@ -153,7 +153,8 @@ def pretoken_ends(buf: BufferLike, pattern: str = "gpt2") -> np.ndarray:
 
 
 def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
-                    record: bool = False, numpy: bool = True) -> Union[CountArrays, RecordedArrays]:
+                    record: bool = False, numpy: bool = True,
+                    scratch: Optional["_pretok.CountScratch"] = None) -> Union[CountArrays, RecordedArrays]:
     """Count the pretokens of the ``[start, end)`` rows of ``spans``: a sorted word table.
 
     Each span (the text between two special tokens, say) is pre-tokenized on its own. Returns
@@ -173,6 +174,10 @@ def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
     ``numpy=False`` (a named pattern, no ``record``): ``buf`` a ``bytes``-like object, ``spans`` a
     ``(k, 2)`` int64 buffer (a cast ``memoryview``), the table in ``array.array`` (``"B"``, ``"q"``,
     ``"q"``): numpy is not imported (a small run, ``pretok.counting``).
+
+    ``scratch`` (a ``_pretok.CountScratch``; a named pattern, no ``record``): the native counter's
+    hash tables are kept in it from call to call (a worker counting chunk after chunk allocates them
+    once); the table returned is the same.
     """
     if not numpy:
         return _pretok.count_pretokens(buf, spans, _pretok.PATTERN_IDS[pattern_name(pattern)], numpy=False)
@@ -184,7 +189,8 @@ def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
         raise ValueError(f"spans must have shape (k, 2), got {spans.shape}")
     name = pattern_name(pattern)
     if name is not None:
-        return _pretok.count_pretokens(view, spans, _pretok.PATTERN_IDS[name], record=record)
+        return _pretok.count_pretokens(view, spans, _pretok.PATTERN_IDS[name], record=record,
+                                       scratch=None if record else scratch)
     return _regex_count(view, spans, resolve_pattern(pattern), record)
 
 

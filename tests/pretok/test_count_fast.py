@@ -323,3 +323,64 @@ def test_reused_read_buffers_hold_no_stale_bytes(small_corpus, monkeypatch):
         table = counting.count_corpus(str(small_corpus), [SPECIAL], "gpt2", workers, 1 << 10)
         assert list(table.to_dict().items()) == reference_counts(raw, spans, "gpt2")
         assert len(taken) > 10 and any(size > n for size, n in taken)       # reused, longer than the chunk
+
+
+# ==== A counter's tables kept from chunk to chunk (CountScratch) ==================================
+
+
+def _distinct_words(seed: int, n_words: int) -> bytes:
+    """``n_words`` distinct words of 1..40 bytes, each once, shuffled (the short table doubles)."""
+    rng = np.random.default_rng(seed)
+    alphabet = np.frombuffer(b"ab\x00 zZ9.\xc3\xa9", np.uint8)
+    words = set()
+    while len(words) < n_words:
+        words.add(b"q" + alphabet[rng.integers(0, len(alphabet), int(rng.integers(1, 41)))].tobytes())
+    return b" ".join(rng.permutation(sorted(words)).tolist())
+
+
+ADVERSARIAL = [b"", b"a", b"x" * 5000, b"\x00" * 3000, b" " * 4000, b"ab" * 2500, b"\xff" * 2000,
+               "日本語".encode() * 700]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.one_of(texts, st.sampled_from(ADVERSARIAL),
+                          st.tuples(st.integers(0, 2**32 - 1), st.sampled_from([100, 3000, 40000]))),
+                min_size=1, max_size=5),
+       st.sampled_from(NAMES))
+def test_count_with_a_kept_scratch_equals_a_fresh_count(inputs, name):
+    """One ``CountScratch`` through a sequence of inputs (large ones grow its short table, which the
+    next, small one then starts with; a small input wants a smaller front cache than the one kept;
+    one repeated byte, no whitespace): every table equals the count without it and the Counter."""
+    from bpe_core.pretok._pretok import CountScratch
+
+    scratch = CountScratch()
+    for item in inputs:
+        data = _distinct_words(*item) if isinstance(item, tuple) else item
+        spans, _ = split_spans(data, 0, len(data), [SPECIAL])
+        got = table_items(count_pretokens(data, spans, name, scratch=scratch))
+        assert got == table_items(count_pretokens(data, spans, name)) == reference_counts(data, spans, name)
+        assert scratch.nbytes > 0           # the tables went back into it
+    scratch.clear()
+    assert scratch.nbytes == 0
+
+
+def test_count_corpus_reuses_the_counters_tables(small_corpus, monkeypatch):
+    """``count_corpus`` hands each chunk's count a kept ``CountScratch`` (no more of them than
+    workers), and frees the idle ones: the count is the Counter of the regex pieces."""
+    made = []
+
+    class Counted(counting.ReadBuffers):
+        def take_scratch(self):
+            s = super().take_scratch()
+            if not any(s is m for m in made):
+                made.append(s)
+            return s
+
+    monkeypatch.setattr(counting, "ReadBuffers", Counted)
+    raw = small_corpus.read_bytes()
+    spans, _ = split_spans_regex(raw, 0, len(raw), [SPECIAL])
+    for workers in (1, 2):
+        made.clear()
+        table = counting.count_corpus(str(small_corpus), [SPECIAL], "gpt2", workers, 1 << 10)
+        assert list(table.to_dict().items()) == reference_counts(raw, spans, "gpt2")
+        assert 1 <= len(made) <= workers and all(s.nbytes == 0 for s in made)   # reused; freed at the end
