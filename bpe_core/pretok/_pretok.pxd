@@ -96,6 +96,8 @@ cdef struct WordRun:
     const uint8_t* word
     Py_ssize_t length
     uint64_t key
+    # set by the merge when a word of this run is not above the one before it (out of order)
+    bint disordered
 
 
 # Scanners: the end of the pretoken that starts at i (i < n).

@@ -55,7 +55,7 @@ cdef void _merge_runs(WordRun* runs, Py_ssize_t n_runs, Py_ssize_t* heap, uint8_
     cdef const uint8_t* word
     cdef const uint8_t* prev = NULL
     cdef Py_ssize_t prev_length = -1
-    cdef uint64_t prev_key = 0
+    cdef uint64_t prev_key = 0, key
     cdef WordRun* run
     for r in range(n_runs):
         runs[r].pos = 0
@@ -85,33 +85,29 @@ cdef void _merge_runs(WordRun* runs, Py_ssize_t n_runs, Py_ssize_t* heap, uint8_
             size -= 1
             heap[0] = heap[size]
         else:
+            key = run.key
             _run_load(run)
+            # Each run's words must rise strictly: checked here, on the key just loaded, rather
+            # than in a pass of its own over every input (``merge_counts`` checks only the
+            # offsets before merging). A run out of order stops the merge; merge_counts raises.
+            if run.key < key or (run.key == key and _word_cmp(run.word, run.length, word, length) <= 0):
+                run.disordered = True
+                break
         _sift_down(runs, heap, size, 0)
     offsets[w] = nb
     n_words[0] = w
     n_bytes[0] = nb
 
 
-cdef bint _run_is_sorted(WordRun* run) noexcept nogil:
-    """Offsets start at 0, never decrease, and words are strictly increasing (unique, sorted): the
-    8-byte keys of neighbours decide, their bytes only when the keys are equal."""
+cdef bint _offsets_ok(WordRun* run, Py_ssize_t n_bytes) noexcept nogil:
+    """Offsets start at 0, never decrease and end at ``n_bytes`` (every word inside the arena): what
+    must hold before any word is read. The words' order is checked as they are merged."""
     cdef Py_ssize_t i
-    cdef uint64_t prev_key = 0
-    cdef const uint8_t* prev_word = NULL
-    cdef Py_ssize_t prev_length = 0
-    if run.offsets[0] != 0:
-        return False
+    cdef const int64_t* o = run.offsets
+    cdef bint ok = o[0] == 0 and o[run.n_words] == n_bytes
     for i in range(run.n_words):
-        if run.offsets[i + 1] < run.offsets[i]:
-            return False
-        run.pos = i
-        _run_load(run)
-        if i > 0 and (run.key < prev_key or (run.key == prev_key and
-                                             _word_cmp(prev_word, prev_length, run.word, run.length) >= 0)):
-            return False
-        prev_key, prev_word, prev_length = run.key, run.word, run.length
-    run.pos = 0
-    return True
+        ok &= o[i + 1] >= o[i]
+    return ok
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -266,9 +262,9 @@ def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_W
             runs[r].counts = &counts_view[0] if counts_view.shape[0] > 0 else NULL
             runs[r].n_words = counts_view.shape[0]
             with nogil:
-                ok = _run_is_sorted(&runs[r])
+                ok = _offsets_ok(&runs[r], arena_view.shape[0])
             if not ok:
-                raise ValueError(f"table {r} is not sorted by bytes with unique words")
+                raise ValueError(f"table {r}: offsets must start at 0 and never decrease")
         two = threads >= 2 and most_words >= max(par_min_words, 2)
         arena_out = np.empty(most_bytes, dtype=np.uint8)
         # (two threads: one offset more, the upper half's offsets start one entry after its words')
@@ -290,6 +286,9 @@ def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_W
             with nogil:
                 _merge_runs(runs, n_runs, heap, arena_ptr, &out_offsets[0],
                             &out_counts[0] if most_words > 0 else NULL, &n_words, &n_bytes)
+        for r in range(n_runs):
+            if runs[r].disordered or (upper != NULL and upper[r].disordered):
+                raise ValueError(f"table {r} is not sorted by bytes with unique words")
         if n_words == most_words and not two:     # nothing summed: the arrays are exactly full
             return arena_out, offsets_out, counts_out
         return arena_out[:n_bytes], offsets_out[:n_words + 1], counts_out[:n_words]

@@ -457,3 +457,52 @@ def test_merge_counts_on_two_threads_adversarial():
     assert sum(len(t[2]) for t in tables) >= n        # the default threshold is reached
     for x, y in zip(one, two):
         assert np.array_equal(np.asarray(x), np.asarray(y))
+
+
+def _table_of(words: list[bytes], counts: list[int]):
+    """A table from words in the order given (sorted or not)."""
+    offsets = np.concatenate([[0], np.cumsum([len(w) for w in words])]).astype(np.int64)
+    return np.frombuffer(b"".join(words), np.uint8), offsets, np.array(counts, np.int64)
+
+
+@settings(max_examples=MAX_EXAMPLES)
+@given(st.lists(st.lists(_KEYED_WORDS | st.binary(max_size=6), max_size=25), min_size=1, max_size=5),
+       st.data())
+def test_merge_counts_refuses_a_table_out_of_order(word_lists, data):
+    """The words' order is checked as they are merged (on one thread and on two: each half checks
+    its part of every table): a table whose words do not rise strictly (two swapped, one repeated,
+    anywhere, in any table) is refused with ``ValueError`` naming it, whatever the other tables hold;
+    sorted unique tables merge to the Counter's sum."""
+    from bpe_core.pretok._pretok import merge_counts as kernel_merge
+
+    tables = [sorted(set(ws)) for ws in word_lists]
+    want = Counter(w for ws in tables for w in ws)
+    bad = data.draw(st.integers(0, len(tables) - 1))
+    words = list(tables[bad])
+    if len(words) >= 2:
+        i = data.draw(st.integers(0, len(words) - 2))
+        j = data.draw(st.integers(i + 1, len(words) - 1))
+        if data.draw(st.booleans()):
+            words[i], words[j] = words[j], words[i]        # out of order
+        else:
+            words[j] = words[i]                            # a word twice
+    disordered = any(a >= b for a, b in zip(words, words[1:]))
+    runs = [_table_of(ws, [1] * len(ws)) for ws in tables]
+    runs[bad] = _table_of(words, [1] * len(words))
+    for threads in (1, 2):
+        if disordered:
+            with pytest.raises(ValueError, match=f"table {bad} is not sorted"):
+                kernel_merge(runs, threads=threads, par_min_words=0)
+        else:
+            arena, offsets, counts = kernel_merge(runs, threads=threads, par_min_words=0)
+            assert [(bytes(arena[offsets[i]:offsets[i + 1]]), int(counts[i])) for i in range(len(counts))] == \
+                sorted(want.items())
+
+
+def test_merge_counts_refuses_offsets_outside_the_arena():
+    """Offsets that decrease, do not start at 0 or point past the arena are refused before any word
+    is read."""
+    arena = np.frombuffer(b"abcd", np.uint8)
+    for offsets in ([0, 3, 2, 4], [1, 2, 4], [0, 9, 4]):
+        with pytest.raises(ValueError):
+            merge_counts([(arena, np.array(offsets), np.ones(len(offsets) - 1, np.int64))])
