@@ -107,6 +107,8 @@ def train(corpus: str, out: str, vocab: int, limit: str | None, cap: int | None,
 
 
 def fmt_mib(n) -> str:
+    if isinstance(n, tuple):        # (planned, re-planned with the words counted)
+        return f"{n[0] / MiB:,.0f} ({n[1] / MiB:,.0f} counted)"
     return "" if n is None else f"{n / MiB:,.0f}"
 
 
@@ -129,7 +131,10 @@ def table(gb, res: dict, cap: int | None, wc_cpu: float | None = None) -> str:
             continue
         pa = pm = None
         if name == "pretokenize":
+            # planned from the estimated unique pretokens; with the words counted in brackets
             pa = plan["count_bytes"]
+            if mplan.get("count_bytes") is not None and mplan["count_bytes"] != pa:
+                pa = (pa, mplan["count_bytes"])
         elif name in ("build words", "merge loop"):
             pa, pm = mplan.get("merge_bytes"), mplan.get("merge_file_bytes")
         lines.append(f"| {name} | {r['seconds'].get(key, 0):.1f} | {cpu.get(name, 0):.1f} | {pred_s.get(pkey, '') if pkey else ''} | "

@@ -11,6 +11,7 @@ import importlib.util
 import lzma
 import os
 import pathlib
+import sys
 from collections import Counter
 
 import numpy as np
@@ -506,3 +507,42 @@ def test_merge_counts_refuses_offsets_outside_the_arena():
     for offsets in ([0, 3, 2, 4], [1, 2, 4], [0, 9, 4]):
         with pytest.raises(ValueError):
             merge_counts([(arena, np.array(offsets), np.ones(len(offsets) - 1, np.int64))])
+
+
+def _resident_bytes_after(view) -> int:
+    """Resident bytes of the memory of ``view``'s base array past the view's end (Linux ``mincore``;
+    whole pages, the page holding the view's last byte excluded)."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    base = view.base if view.base is not None else view
+    start = view.ctypes.data + view.nbytes
+    end = base.ctypes.data + base.nbytes
+    a, b = -(-start // page) * page, end // page * page
+    if b <= a:
+        return 0
+    vec = (ctypes.c_ubyte * ((b - a) // page))()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    assert libc.mincore(ctypes.c_void_p(a), ctypes.c_size_t(b - a), vec) == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec) * page
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore, madvise: Linux")
+def test_merge_on_two_threads_keeps_no_pages_past_the_table():
+    """Two threads write the upper half after the lower half's inputs and move it down behind the
+    lower half's result: the pages of its first copy, past the table's end, go back to the OS (the
+    table is what stays resident, not 1.5x it)."""
+    from bpe_core.pretok._pretok import merge_counts as kernel_merge
+
+    rng = np.random.default_rng(5)
+    words = [b"w%07d" % int(i) for i in rng.permutation(400_000)]
+    tables = [as_table(Counter(words[k::3] + words[:50_000])) for k in range(3)]     # shared words too
+    one = kernel_merge(tables)
+    two = kernel_merge(tables, threads=2, par_min_words=0)
+    for x, y in zip(one, two):
+        assert np.array_equal(x, y)
+    for arr in two:
+        assert arr.base is not None and arr.base.nbytes > arr.nbytes      # the room for the sum of inputs
+        assert _resident_bytes_after(arr) == 0
