@@ -91,11 +91,13 @@ cdef struct WordRun:
     const int64_t* counts
     Py_ssize_t n_words
     Py_ssize_t pos
-    # the word at pos (set by _run_load): its bytes, length, and first 8 bytes zero-padded as a
-    # big-endian integer (keys in integer order are words in bytes order, unless equal)
+    # the word at pos (set by _run_load): its bytes, length, and first 16 bytes zero-padded as two
+    # big-endian integers (keys in integer order are words in bytes order, unless equal)
     const uint8_t* word
     Py_ssize_t length
     uint64_t key
+    uint64_t key2
+    const uint8_t* arena_end  # the end of the arena (a word's 16 head bytes are read at once before it)
     # set by the merge when a word of this run is not above the one before it (out of order)
     bint disordered
 

@@ -2,30 +2,42 @@
 # merge_counts: a k-way merge of count tables sorted by bytes.
 
 cdef inline void _run_load(WordRun* run) noexcept nogil:
-    """Cache the word at ``run.pos``: its bytes, length and ordered 8-byte key (``WordRun``)."""
+    """Cache the word at ``run.pos``: its bytes, length and ordered 16-byte key (``WordRun``)."""
     cdef int64_t a = run.offsets[run.pos]
     cdef Py_ssize_t n = run.offsets[run.pos + 1] - a
-    cdef uint8_t head[8]
+    cdef uint64_t w0, w1
     run.word = run.arena + a
     run.length = n
-    if n >= 8:
-        run.key = bpe_order64(bpe_load_le64(run.word))
-    else:
-        memset(head, 0, 8)
-        memcpy(head, run.word, n)
-        run.key = bpe_order64(bpe_load_le64(head))
+    _head16(run.word, n, run.arena_end, &w0, &w1)
+    run.key = bpe_order64(w0)
+    run.key2 = bpe_order64(w1)
+
+
+cdef inline int _loaded_cmp(uint64_t ka, uint64_t ka2, const uint8_t* wa, Py_ssize_t na,
+                            uint64_t kb, uint64_t kb2, const uint8_t* wb, Py_ssize_t nb) noexcept nogil:
+    """``_word_cmp`` of two words given with their 16-byte keys (first 16 bytes, zero-padded, as
+    big-endian integers): unequal keys decide at once; equal keys mean the words agree on their
+    first 16 bytes, where a word that ends sooner is followed by zeros only, so it is a prefix of the
+    other: the bytes past the 16th decide, then the lengths."""
+    if ka != kb:
+        return -1 if ka < kb else 1
+    if ka2 != kb2:
+        return -1 if ka2 < kb2 else 1
+    if na > 16 and nb > 16:
+        return _word_cmp(wa + 16, na - 16, wb + 16, nb - 16)
+    return (na > nb) - (na < nb)
 
 
 cdef inline bint _run_less(WordRun* runs, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
     """Heap order: the run whose current word is smaller (ties: the lower run index). Unequal keys
-    decide at once (the first 8 bytes differ, or one word ends inside them before a nonzero byte
-    of the other); equal keys go to the bytes."""
+    decide at once (the first 16 bytes differ, or one word ends inside them before a nonzero byte
+    of the other); equal keys go to the bytes past them, then the lengths."""
     cdef WordRun* x = &runs[a]
     cdef WordRun* y = &runs[b]
     cdef int r
     if x.key != y.key:
         return x.key < y.key
-    r = _word_cmp(x.word, x.length, y.word, y.length)
+    r = _loaded_cmp(x.key, x.key2, x.word, x.length, y.key, y.key2, y.word, y.length)
     return r < 0 or (r == 0 and a < b)
 
 
@@ -55,7 +67,7 @@ cdef void _merge_runs(WordRun* runs, Py_ssize_t n_runs, Py_ssize_t* heap, uint8_
     cdef const uint8_t* word
     cdef const uint8_t* prev = NULL
     cdef Py_ssize_t prev_length = -1
-    cdef uint64_t prev_key = 0, key
+    cdef uint64_t prev_key = 0, prev_key2 = 0, key, key2
     cdef WordRun* run
     for r in range(n_runs):
         runs[r].pos = 0
@@ -69,7 +81,8 @@ cdef void _merge_runs(WordRun* runs, Py_ssize_t n_runs, Py_ssize_t* heap, uint8_
         run = &runs[heap[0]]
         word = run.word
         length = run.length
-        if prev_length >= 0 and run.key == prev_key and _word_cmp(word, length, prev, prev_length) == 0:
+        if prev_length >= 0 and run.key == prev_key and run.key2 == prev_key2 and length == prev_length and (
+                length <= 16 or memcmp(word + 16, prev + 16, length - 16) == 0):
             counts[w - 1] += run.counts[run.pos]
         else:
             offsets[w] = nb
@@ -80,17 +93,20 @@ cdef void _merge_runs(WordRun* runs, Py_ssize_t n_runs, Py_ssize_t* heap, uint8_
             prev = word
             prev_length = length
             prev_key = run.key
+            prev_key2 = run.key2
         run.pos += 1
         if run.pos == run.n_words:
             size -= 1
             heap[0] = heap[size]
         else:
             key = run.key
+            key2 = run.key2
             _run_load(run)
             # Each run's words must rise strictly: checked here, on the key just loaded, rather
             # than in a pass of its own over every input (``merge_counts`` checks only the
             # offsets before merging). A run out of order stops the merge; merge_counts raises.
-            if run.key < key or (run.key == key and _word_cmp(run.word, run.length, word, length) <= 0):
+            if run.key < key or (run.key == key and
+                                 _loaded_cmp(run.key, run.key2, run.word, run.length, key, key2, word, length) <= 0):
                 run.disordered = True
                 break
         _sift_down(runs, heap, size, 0)
@@ -263,6 +279,7 @@ def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_W
     cdef int64_t[::1] out_offsets
     cdef int64_t[::1] out_counts
     cdef uint8_t* arena_ptr
+    cdef size_t sizes[3]
     try:
         if runs == NULL or heap == NULL:
             raise MemoryError("merge_counts: cannot allocate the merge heap")
@@ -282,6 +299,7 @@ def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_W
             runs[r].offsets = &offsets_view[0]
             runs[r].counts = &counts_view[0] if counts_view.shape[0] > 0 else NULL
             runs[r].n_words = counts_view.shape[0]
+            runs[r].arena_end = runs[r].arena + arena_view.shape[0]
             with nogil:
                 ok = _offsets_ok(&runs[r], arena_view.shape[0])
             if not ok:
@@ -316,12 +334,13 @@ def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_W
             # the halves are equal: on the 15 GB synthetic corpus ~230 MiB at the final merge,
             # and the folds of folded tables kept theirs while counting). Those pages go back
             # (on one thread, only what a huge page mapped past the end).
+            # (each array's own size: a page past its end would be another block's)
+            sizes[0], sizes[1], sizes[2] = arena_out.nbytes, offsets_out.nbytes, counts_out.nbytes
             with nogil:
-                bpe_release_tail(arena_ptr, n_bytes, most_bytes)
-                bpe_release_tail(&out_offsets[0], (n_words + 1) * sizeof(int64_t),
-                                 (most_words + 2) * sizeof(int64_t))
+                bpe_release_tail(arena_ptr, n_bytes, sizes[0])
+                bpe_release_tail(&out_offsets[0], (n_words + 1) * sizeof(int64_t), sizes[1])
                 if most_words > 0:
-                    bpe_release_tail(&out_counts[0], n_words * sizeof(int64_t), most_words * sizeof(int64_t))
+                    bpe_release_tail(&out_counts[0], n_words * sizeof(int64_t), sizes[2])
         if n_words == most_words and not two:     # nothing summed: the arrays are exactly full
             return arena_out, offsets_out, counts_out
         return arena_out[:n_bytes], offsets_out[:n_words + 1], counts_out[:n_words]

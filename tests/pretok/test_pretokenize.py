@@ -546,3 +546,21 @@ def test_merge_on_two_threads_keeps_no_pages_past_the_table():
     for arr in two:
         assert arr.base is not None and arr.base.nbytes > arr.nbytes      # the room for the sum of inputs
         assert _resident_bytes_after(arr) == 0
+
+
+def test_merge_gives_back_no_page_of_another_block():
+    """The pages given back after a merge are inside its own output arrays: merges of every size
+    from a few words to a few pages of offsets (duplicates summed, so the arrays are longer than the
+    table), each output followed on the heap by other arrays whose contents must survive."""
+    from bpe_core.pretok._pretok import merge_counts as kernel_merge
+
+    kept = []
+    for n in range(1, 1600, 3):
+        words = [b"%05d" % i for i in range(n)]
+        tables = [as_table(Counter(words)), as_table(Counter(words[: n // 2 + 1]))]
+        for threads in (1, 2):
+            arena, offsets, counts = kernel_merge(tables, threads=threads, par_min_words=0)
+            kept.append(np.full(97 + n % 50, n % 251, np.uint8))     # what the heap puts next
+            assert len(counts) == n and int(counts.sum()) == n + n // 2 + 1
+    for k, arr in enumerate(kept):
+        assert (arr == (1 + 3 * (k // 2)) % 251).all()
