@@ -93,8 +93,18 @@ cdef extern from *:
     static inline void bpe_nap(void) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
     static inline void bpe_yield(void) { sched_yield(); }
     typedef void* (*bpe_thread_fn)(void*);
+    /* The engine's threads run C code that never allocates from the heap (the merge worker's
+       buffers are reserved by the main thread: ``_share_reserve``) and never recurses deeply: a
+       stack of 1 MiB, not the default 8 MiB (only its touched pages cost memory either way). */
     static inline int bpe_thread_start(pthread_t* t, bpe_thread_fn fn, void* arg) {
-        return pthread_create(t, NULL, fn, arg);
+        pthread_attr_t attr;
+        int rc;
+        if (pthread_attr_init(&attr) != 0)
+            return pthread_create(t, NULL, fn, arg);
+        pthread_attr_setstacksize(&attr, (size_t)1 << 20);
+        rc = pthread_create(t, &attr, fn, arg);
+        pthread_attr_destroy(&attr);
+        return rc;
     }
     """
     ctypedef unsigned long pthread_t

@@ -1370,6 +1370,8 @@ cdef class MergeEngine:
             n0.a1 = n1.a0 = m
             n1.a1 = n_added
         if par:
+            # the worker's share gets its room here, from this thread (see ``_share_reserve``)
+            _share_reserve(n1, (n1.b1 - n1.b0) + (n1.a1 - n1.a0), self.tok_off.size())
             bpe_store_release(&self.job_posted, self.job_posted + 1)
             self._do_share(0, True)
             spins = 0

@@ -225,3 +225,49 @@ def test_a_build_on_two_threads_at_the_default_threshold():
     assert one.build_lists() == two.build_lists()
     assert one.run(300) == two.run(300)
     _same(one, two)
+
+
+_ARENA_PROBE = r"""
+import ctypes
+import numpy as np
+from bpe_core.engine.merge import MergeEngine
+rng = np.random.default_rng(3)
+tables = [
+    [bytes(rng.integers(97, 101, size=int(rng.integers(2, 12))).astype(np.uint8)) for _ in range(20000)],
+    [b"a" * int(n) for n in rng.integers(2, 300, size=400)],                      # a == b runs
+    [bytes(rng.integers(0, 256, size=int(rng.integers(2, 40))).astype(np.uint8)) for _ in range(5000)],
+    [b"ab" * 3000, b"ba" * 2000, b"abc" * 1000],                                  # few long words
+]
+for words in tables:
+    syms = np.frombuffer(b"".join(words), np.uint8)
+    offs = np.concatenate(([0], np.cumsum([len(w) for w in words]))).astype(np.int64)
+    counts = rng.integers(1, 50, size=len(words)).astype(np.int64)
+    e = MergeEngine(syms, offs, counts, [bytes([i]) for i in range(256)], threads=2)
+    e.par_min_sites = 1                  # every merge on both threads
+    e.run(2000)
+ctypes.CDLL(None).malloc_stats()         # one "Arena N:" block per glibc arena, on stderr
+"""
+
+
+@pytest.mark.skipif(os.uname().sysname != "Linux" or not os.path.isdir("/proc/self/task"),
+                    reason="glibc's malloc_stats")
+def test_the_merge_worker_never_allocates():
+    """The second thread's share of a merge gets its room from the main thread before it runs
+    (``_share_reserve``), so that thread never calls malloc and glibc never gives it an arena of its
+    own (an arena's freed room stays with it: at 15 GB the second thread cost ~96 MiB that way).
+    Checked in a fresh process after every merge of several tables ran on both threads: one arena,
+    the main one (the previous engine made two). Fails if any merge outgrows what was reserved."""
+    import platform
+    import subprocess
+    import sys
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    import bpe_core
+    root = os.path.dirname(os.path.dirname(os.path.abspath(bpe_core.__file__)))
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", _ARENA_PROBE], env=env, capture_output=True, text=True,
+                          cwd=root, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    arenas = [line for line in proc.stderr.splitlines() if line.startswith("Arena ")]
+    assert arenas == ["Arena 0:"], proc.stderr[-2000:]
