@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_core import reference
-from bpe_core.engine.merge import MergeEngine
+from bpe_core.engine.merge import MergeEngine, run_legs
 
 from test_engine_prune import _distinct
 
@@ -226,6 +226,46 @@ def test_a_build_on_two_threads_at_the_default_threshold():
     assert one.run(300) == two.run(300)
     _same(one, two)
 
+
+
+@settings(max_examples=150, deadline=None)
+@given(_words, _weights, st.integers(0, 60), st.sampled_from([1, 2, 3, 5, 8, 64]), st.integers(0, 6),
+       st.booleans(), st.booleans())
+def test_run_legs_merge_as_one_run(words, weights, n_merges, par, min_count, compact, stop):
+    """``run_legs`` (plain BPE's loop and SuperBPE stage 2's): the large merges with the second
+    thread, the rest on one, the same steps, words and pair counts as one run on one thread, at
+    every switch point, with a ``min_count`` below, at and above it and a stop before a rebuilding
+    merge; the first leg made only merges counting ``par`` or more."""
+    one, two = _engines(words, weights, BYTES)
+    want = one.run(n_merges, min_count=min_count, stop_before_existing=stop)
+    counts = []
+    got, n_first = run_legs(two, n_merges, 2, par, min_count=min_count, compact=compact,
+                            stop_before_existing=stop, progress=counts.append)
+    if compact:
+        got = [tuple(x) for x in np.asarray(got).reshape(-1, 3).tolist()]
+    assert got == want and two.stopped_before == one.stopped_before
+    assert counts[-1] == len(want) if counts else not want or n_first == len(want)
+    assert n_first <= len(want) and (n_first == 0 or min_count < par)
+    _same(one, two)
+    # the first leg's merges are the first n_first, each of a pair counting par or more
+    check, _ = _engines(words, weights, BYTES)
+    for _ in range(n_first):
+        check.step()
+        assert check.last_count >= par
+
+
+def test_run_legs_with_a_rule_asks_what_one_run_asks():
+    """``allowed`` (stage 2's ``distinct`` rule) is asked of the same pairs in the same order."""
+    rng = np.random.default_rng(11)
+    words = [list(rng.integers(97, 100, size=int(rng.integers(2, 16)))) for _ in range(300)]
+    weights = list(rng.integers(1, 6, size=300))
+    one, two = _engines(words, weights, BYTES)
+    asked1, asked2 = [], []
+    rule1, rule2 = _distinct(BYTES), _distinct(BYTES)
+    want = one.run(80, allowed=lambda a, b: asked1.append((a, b)) or rule1(a, b))
+    got, n_first = run_legs(two, 80, 2, 20, allowed=lambda a, b: asked2.append((a, b)) or rule2(a, b))
+    assert got == want and asked2 == asked1 and 0 < n_first < len(want)
+    _same(one, two)
 
 _ARENA_PROBE = r"""
 import ctypes
