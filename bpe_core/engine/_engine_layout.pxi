@@ -157,6 +157,8 @@ cdef enum:
     PREFETCH_NEAR = 6   # ... and the pair-map slots of its neighbour windows (its cells are in cache)
     PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
     BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)
+    BUILD_FEW_PAIRS = 1 << 16  # a build whose lists are mapped runs on two threads when its tokens make at
+                            # most this many pairs (the bytes: the second half's pair table, ~3 MiB)
     SPIN_PAUSES = 2000      # a thread waiting for the other spins this long, then yields its core
     WORKER_PAUSES = 400     # the second thread, between merges, spins this long, yields its core
     WORKER_YIELDS = 16      # ... this many times, then naps (20 us at a time): a spin or a yield is

@@ -121,14 +121,18 @@ cdef struct HalfCount:
     const uint64_t* first
     uint32_t* buf
     vector[uint64_t]* fill
-    int stage                            # 0: count, 1: fill
+    int stage                            # 0: count, 1: fill, 2: a pass of the mapped fill (pairs lo:hi)
+    uint32_t lo
+    uint32_t hi
 
 
 cdef void* _half_main(void* arg) noexcept nogil:
     cdef HalfCount* h = <HalfCount*>arg
     if h.stage == 0:
         (<MergeEngine>h.engine)._count_half(h)
-    else:
+    elif h.stage == 1:
         (<MergeEngine>h.engine)._fill_half(h)
+    else:
+        (<MergeEngine>h.engine)._fill_pass_half(h)
     return NULL
 

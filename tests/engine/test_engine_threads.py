@@ -212,6 +212,33 @@ def test_a_build_on_two_threads_is_one_threads(words, weights, n_merges, where):
     _same(one, two)
 
 
+@settings(max_examples=120, deadline=None)
+@given(_words, _weights, st.integers(0, 40), st.sampled_from(["one", "below", "at", "above"]),
+       st.sampled_from(["mapped", "ram"]), st.integers(1, 64), st.booleans())
+def test_a_build_without_window_ids_on_two_threads_is_one_threads(tmp_path_factory, words, weights, n_merges,
+                                                                  where, lists, fill_entries, more_tokens):
+    """The build with no window pair ids kept (``map_threshold``: mapped position lists, written in
+    passes of ``fill_buffer_bytes``, or lists in RAM filled by lookups): on two threads when the
+    tokens are the 256 bytes (few pairs: the second half's pair table has room for all of them
+    from the start), each pass's lists split between the threads; the same pair ids, counts, lists
+    and merges as one thread. With more tokens than the bytes, one thread."""
+    n = _windows(words)
+    par_min = max({"one": 1, "below": n - 1, "at": n, "above": n + 1}[where], 1)
+    tokens = BYTES + [b"<%d>" % i for i in range(3)] if more_tokens else BYTES
+    syms, offs = _table(words)
+    counts = np.array(weights[:len(words)], dtype=np.int64)
+    kw = dict(map_threshold=0, fill_buffer_bytes=4 * fill_entries)
+    if lists == "mapped":
+        kw["spill_dir"] = str(tmp_path_factory.mktemp("spill"))
+    one = MergeEngine(syms, offs, counts, tokens, **kw)
+    two = MergeEngine(syms, offs, counts, tokens, threads=2, build_par_min=par_min, **kw)
+    assert two.build_threads == (n > 0 and n >= par_min and not more_tokens)
+    assert one.build_lists() == two.build_lists()
+    assert one.fill_passes == two.fill_passes
+    assert one.run(n_merges) == two.run(n_merges)
+    _same(one, two)
+
+
 def test_a_build_on_two_threads_at_the_default_threshold():
     """Enough windows for the default ``build_par_min``: the build runs on two threads, with pairs
     that only the second half holds (numbered after the first half's, as one thread numbers them)."""
@@ -285,6 +312,12 @@ for words in tables:
     e = MergeEngine(syms, offs, counts, [bytes([i]) for i in range(256)], threads=2)
     e.par_min_sites = 1                  # every merge on both threads
     e.run(2000)
+import tempfile                          # a build of mapped lists on two threads (bytes: few pairs)
+sym = rng.integers(97, 123, size=1_200_000).astype(np.uint8)
+offs = np.arange(0, 1_200_001, 12, dtype=np.int64)
+e = MergeEngine(sym, offs, np.ones(len(offs) - 1, np.int64), [bytes([i]) for i in range(256)], threads=2,
+                spill_dir=tempfile.mkdtemp(), map_threshold=0, fill_buffer_bytes=1 << 20)
+assert e.build_threads and e.fill_passes > 1
 ctypes.CDLL(None).malloc_stats()         # one "Arena N:" block per glibc arena, on stderr
 """
 
@@ -295,8 +328,9 @@ def test_the_merge_worker_never_allocates():
     """The second thread's share of a merge gets its room from the main thread before it runs
     (``_share_reserve``), so that thread never calls malloc and glibc never gives it an arena of its
     own (an arena's freed room stays with it: at 15 GB the second thread cost ~96 MiB that way).
-    Checked in a fresh process after every merge of several tables ran on both threads: one arena,
-    the main one (the previous engine made two). Fails if any merge outgrows what was reserved."""
+    Checked in a fresh process after every merge of several tables ran on both threads and a build
+    of mapped lists ran on two: one arena, the main one (the previous engine made two). Fails if any
+    merge outgrows what was reserved."""
     import platform
     import subprocess
     import sys
