@@ -147,7 +147,7 @@ def test_plain_bpe_merges_with_the_plans_workers(monkeypatch):
 
 def test_the_second_merge_thread_only_when_the_budget_has_room_for_it(monkeypatch):
     """A plan whose merge figure leaves less than the second thread's memory under the budget merges
-    on one thread (15 GB at 32k under 2 GiB: 2,074 MiB anon on two threads, 1,997 on one)."""
+    on one thread (``SECOND_THREAD_BYTES``: its stack and the build's second-half tables)."""
     from bpe_core.config import TrainConfig
     from bpe_core.methods import bpe
 
