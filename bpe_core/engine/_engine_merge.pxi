@@ -136,6 +136,7 @@ cdef class MergeEngine:
     cdef int64_t n_pruned
     cdef vector[pair_id_t] free_pids   # ids of forgotten pairs, given to new ones
     cdef vector[pair_id_t] born        # pairs made in this merge (or the build)
+    cdef vector[int64_t] byte_pid      # (the build's fill passes, symbols all bytes) pair id of (a << 8) | b
     cdef public uint32_t n_steps
     cdef public count_t last_count       # the count of the pair the last step merged
     cdef bint halt_existing              # (``run(stop_before_existing=)``) see ``stopped_before``
@@ -374,11 +375,15 @@ cdef class MergeEngine:
                 self._count_range(base_len, win_pid.data() if win_pid.size() > 0 else NULL, 0, n_words)
         with nogil:
             self._touch_all()
+            if n_tokens <= 256 and win_pid.size() == 0:
+                self._byte_pairs()
         self._build_base(base_len, folder, map_threshold, fill_buffer_bytes,
                          win_pid.data() if win_pid.size() > 0 else NULL,
                          &half if self.build_threads else NULL, len_first, remap)
         win_pid.clear()
         win_pid.shrink_to_fit()
+        self.byte_pid.clear()
+        self.byte_pid.shrink_to_fit()
         with nogil:
             self._build_heap()
 
@@ -728,6 +733,15 @@ cdef class MergeEngine:
             base_len[pid] += h.lens[0][l]
         len_first.resize(base_len.size(), 0)
 
+    cdef void _byte_pairs(self) noexcept nogil:
+        """The pair ids of the 65,536 byte pairs (-1: absent) as the pair map has them now, for the
+        fill passes of a build whose symbols are all bytes: an index into 512 KiB that stays in the
+        CPU's cache instead of a hashed lookup per window and pass."""
+        cdef uint32_t x
+        self.byte_pid.resize(1 << 16)
+        for x in range(1 << 16):
+            self.byte_pid[x] = self.pair_map.get(pack_pair(x >> 8, x & 0xFF))
+
     cdef void _fill_pass(self, uint32_t lo, uint32_t hi, uint32_t* buf, uint64_t* fill, int64_t w_lo,
                          int64_t w_hi, const uint64_t* first) noexcept nogil:
         """Write the positions of the windows of pairs ``lo <= pid < hi`` in words ``w_lo:w_hi`` into
@@ -737,11 +751,15 @@ cdef class MergeEngine:
         cdef int64_t w, k, start, end
         cdef int64_t pid
         cdef uint64_t b0 = self.base_start[lo], at
+        cdef const int64_t* direct = self.byte_pid.data() if self.byte_pid.size() > 0 else NULL
         for w in range(w_lo, w_hi):
             start = self._word_start(w)
             end = self.wrec[w].end
             for k in range(start, end - 1):
-                pid = self.pair_map.get(pack_pair(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD))
+                if direct != NULL:       # (symbols all bytes: ``_byte_pairs``)
+                    pid = direct[((self.cells[k] & PAYLOAD) << 8) | (self.cells[k + 1] & PAYLOAD)]
+                else:
+                    pid = self.pair_map.get(pack_pair(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD))
                 if pid >= lo and pid < hi:
                     at = self.base_start[pid] - b0 + fill[pid - lo]
                     if first != NULL:
