@@ -345,15 +345,15 @@ cdef class MergeEngine:
         cdef vector[uint64_t] len_first
         cdef vector[pair_id_t] remap
         if self.build_threads:
-            if win_pid.size() > 0:
-                local_map = _PairMap(1 << 16)
-            else:
+            if few_pairs <= BUILD_FEW_PAIRS:
                 # every pair the second half can meet has room, made here: the second thread never
                 # allocates (no glibc arena of its own; see ``_share_reserve``)
                 local_map = _PairMap(few_pairs)
                 half_keys.reserve(few_pairs)
                 half_counts.reserve(few_pairs)
                 half_lens.reserve(few_pairs)
+            else:
+                local_map = _PairMap(1 << 16)
             half.engine = <void*>self
             half.w_lo = w_split
             half.w_hi = n_words

@@ -318,6 +318,8 @@ offs = np.arange(0, 1_200_001, 12, dtype=np.int64)
 e = MergeEngine(sym, offs, np.ones(len(offs) - 1, np.int64), [bytes([i]) for i in range(256)], threads=2,
                 spill_dir=tempfile.mkdtemp(), map_threshold=0, fill_buffer_bytes=1 << 20)
 assert e.build_threads and e.fill_passes > 1
+e = MergeEngine(sym, offs, np.ones(len(offs) - 1, np.int64), [bytes([i]) for i in range(256)], threads=2)
+assert e.build_threads                   # ... and of lists in RAM
 ctypes.CDLL(None).malloc_stats()         # one "Arena N:" block per glibc arena, on stderr
 """
 
@@ -328,9 +330,9 @@ def test_the_merge_worker_never_allocates():
     """The second thread's share of a merge gets its room from the main thread before it runs
     (``_share_reserve``), so that thread never calls malloc and glibc never gives it an arena of its
     own (an arena's freed room stays with it: at 15 GB the second thread cost ~96 MiB that way).
-    Checked in a fresh process after every merge of several tables ran on both threads and a build
-    of mapped lists ran on two: one arena, the main one (the previous engine made two). Fails if any
-    merge outgrows what was reserved."""
+    Checked in a fresh process after every merge of several tables ran on both threads and builds of
+    byte tables (lists mapped and in RAM) ran on two: one arena, the main one (the previous engine
+    made two). Fails if any merge outgrows what was reserved."""
     import platform
     import subprocess
     import sys
