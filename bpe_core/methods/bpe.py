@@ -95,7 +95,7 @@ def merge_threads(plan) -> int:
     >>> from types import SimpleNamespace as P
     >>> merge_threads(P(num_workers=2, memory_limit=1 << 30, merge_bytes=900 << 20))
     2
-    >>> merge_threads(P(num_workers=2, memory_limit=1 << 30, merge_bytes=1000 << 20))
+    >>> merge_threads(P(num_workers=2, memory_limit=1 << 30, merge_bytes=1020 << 20))
     1
     >>> merge_threads(P(num_workers=1, memory_limit=None, merge_bytes=0))
     1
