@@ -487,14 +487,14 @@ cdef class Encoder:
         return result
 
     cdef object _take_counted(self, const int64_t[::1] lengths, bint narrow, int64_t* n_bytes):
-        """``_take_out`` fused with the corpus encoder's conservation sum and its narrowing: one
-        pass over the ids writes them as uint16 (``narrow``) or uint32 into the new array and sums
-        ``lengths[id]`` of each. ``n_bytes[0]`` is the sum, or -1 when an id is outside ``lengths``
+        """``_take_out`` fused with the corpus encoder's conservation sum and its narrowing: the
+        ids are written as uint16 (``narrow``) or uint32 into the new array and ``lengths[id]`` of
+        each is summed. ``n_bytes[0]`` is the sum, or -1 when an id is outside ``lengths``
         (the caller's check then fails; the ids are still all copied, narrowed modulo 2**16). Narrowing needs ``len(lengths) <= 65536``, so every id it
         keeps fits."""
         cdef Py_ssize_t k, n = self.out_n, m = lengths.shape[0]
         cdef int64_t total = 0
-        cdef uint32_t x
+        cdef uint32_t x, top = 0
         cdef bint bad = False
         cdef const token_id_t* src = self.out_buf
         cdef const int64_t* lens = &lengths[0] if m else NULL
@@ -510,17 +510,28 @@ cdef class Encoder:
             else:
                 v32 = result
                 d32 = &v32[0]
+            # Two passes, each without a branch a id: the copy (narrowed) with the largest id,
+            # which the compiler vectorizes, then the sum over the copy when every id is inside
+            # ``lengths`` (one pass that checked each id cost ~10 instructions an id, now ~5).
             with nogil:
-                for k in range(n):
-                    x = src[k]
-                    if x < <uint64_t>m:
-                        total += lens[x]
-                    else:
-                        bad = True
-                    if narrow:
+                if narrow:
+                    for k in range(n):
+                        x = src[k]
                         d16[k] = <uint16_t>x
-                    else:
+                        top = x if x > top else top
+                else:
+                    for k in range(n):
+                        x = src[k]
                         d32[k] = x
+                        top = x if x > top else top
+                if top >= <uint64_t>m:
+                    bad = True
+                elif narrow:
+                    for k in range(n):
+                        total += lens[d16[k]]
+                else:
+                    for k in range(n):
+                        total += lens[d32[k]]
         n_bytes[0] = -1 if bad else total
         _out_taken(self)
         return result

@@ -23,6 +23,7 @@ cdef extern from *:
         (void)p; (void)size;
     #endif
     }
+    static PyObject** bpe_list_items(PyObject* l) { return ((PyListObject*)l)->ob_item; }
     static PyObject* bpe_list_unset(Py_ssize_t n) {
         PyObject* op = PyList_New(0);
         PyObject** items;
@@ -44,6 +45,7 @@ cdef extern from *:
     }
     """
     PyObject* list_unset "bpe_list_unset"(Py_ssize_t n)
+    PyObject** list_items "bpe_list_items"(PyObject* l)
 
 
 cdef extern from *:

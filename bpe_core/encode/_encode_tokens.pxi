@@ -136,16 +136,20 @@ cdef class TokenTable:
         """The ids as a new list, its slots written once (not zeroed first); the list comes back
         untracked by the cyclic collector (the caller tracks it)."""
         cdef PyObject* lst = list_unset(n)
-        cdef PyObject* o
-        cdef Py_ssize_t i, j
+        cdef PyObject** items                  # the list's slots (read once: a slot store is not
+        cdef PyObject* o                       # taken to change the list, an incref might be)
+        cdef Py_ssize_t i, j, ahead
         cdef uint32_t v
         cdef void** ptrs = self.int_ptrs.data()
         cdef Py_ssize_t n_ints = self.n_ints
         if lst == NULL:
             raise MemoryError()
-        for i in range(n):
+        items = list_items(lst)
+        ahead = n - LIST_AHEAD                 # ids before it prefetch the int LIST_AHEAD on
+        i = 0
+        while i < n:
             v = p[i]
-            if i + LIST_AHEAD < n and p[i + LIST_AHEAD] < <uint64_t>n_ints:
+            if i < ahead and p[i + LIST_AHEAD] < <uint64_t>n_ints:
                 # the int of an id a few places on, whose count the incref below will write: the
                 # ints of a 50k vocab (1.6 MB) are read out of order, mostly from past the L2 cache
                 prefetch(ptrs[p[i + LIST_AHEAD]])
@@ -156,10 +160,11 @@ cdef class TokenTable:
                 o = long_from_u32(v)
                 if o == NULL:
                     for j in range(i, n):       # the unset slots, so the list can be freed
-                        list_set(lst, j, NULL)
+                        items[j] = NULL
                     decref(lst)
                     raise MemoryError()
-            list_set(lst, i, o)
+            items[i] = o
+            i += 1
         result = <object>lst
         decref(lst)
         return result
