@@ -266,6 +266,7 @@ cdef class Encoder:
         than the special case, though it hashes and probes those pieces too.
         """
         cdef uint64_t ring[2 * RING]            # head word and hash of each piece (hash_block)
+        cdef const uint64_t* r
         cdef Py_ssize_t i, qi, e, n, b0, b1
         cdef size_t max_len = <size_t>self.max_cached_len
         cdef size_t short_max = min(max_len, <size_t>8)
@@ -301,14 +302,15 @@ cdef class Encoder:
             if b1 < count:                          # 1. hash, prefetch the next block
                 hash_block(s, ends[b1 - 1], ends, b1, min(b1 + BLOCK, count), limit, max_len,
                            <const char*>fslots, fshift, ring)
+            r = ring + 2 * (b0 & RING_MASK)         # piece i's head word and hash: r[0], r[1]
             for i in range(b0, b1):                 # 2. probe this one, emit
                 e = ends[i]
                 n = e - qi
                 if starts != NULL:
                     starts[i] = o - out
                 if <size_t>(n - 1) < short_max:     # a key of 1 to 8 bytes: one word compared
-                    w0 = ring[2 * (i & RING_MASK)]
-                    slot = ring[2 * (i & RING_MASK) + 1] >> fshift
+                    w0 = r[0]
+                    slot = r[1] >> fshift
                     want = <uint32_t>n << 12
                     while True:
                         sl = &fslots[slot]
@@ -327,15 +329,17 @@ cdef class Encoder:
                             memcpy(o, farena + sl.off, n_ids * sizeof(token_id_t))
                         o += n_ids
                         qi = e
+                        r += 2
                         continue
                 # any other piece (longer, uncached, not found)
-                o += self._emit_slow(s + qi, n, ring[2 * (i & RING_MASK)], ring[2 * (i & RING_MASK) + 1], o, limit)
+                o += self._emit_slow(s + qi, n, r[0], r[1], o, limit)
                 if not has_shared:                  # (ours may have grown)
                     fslots = self.slots
                     fmask = self.cache_mask
                     fshift = self.cache_shift
                     farena = self.arena
                 qi = e
+                r += 2
             b0 = b1
         self.out_n = o - out
         return 0
