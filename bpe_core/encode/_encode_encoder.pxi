@@ -16,6 +16,17 @@ cdef inline void _out_taken(Encoder enc) noexcept:
         enc.out_cap = 0
 
 
+cdef inline bint _second_word_equal(const CacheSlot* sl, uint32_t meta, const uint8_t* arena, const uint8_t* p,
+                                    Py_ssize_t n, const uint8_t* limit) noexcept nogil:
+    """Whether the key of 9 to 16 bytes at ``p`` (its head word and length equal to the slot's) has
+    the slot's bytes after the first 8 (``_find_slot``'s compare of a key's second word)."""
+    cdef uint32_t n_ids = meta & 0xFFF
+    cdef const uint8_t* tail = arena + sl.off + (n_ids * sizeof(token_id_t) if n_ids > INLINE_IDS else 0)
+    if p + 16 <= limit:
+        return ((load_le64(tail) ^ load_le64(p + 8)) & HEAD_MASKS[n - 8]) == 0
+    return tail_equal(tail, p + 8, n - 8, limit)
+
+
 cdef class Encoder:
     """Encodes text: special tokens, pre-tokenization, merging by rank, with a pretoken -> ids cache.
 
@@ -269,7 +280,7 @@ cdef class Encoder:
         cdef const uint64_t* r
         cdef Py_ssize_t i, qi, e, n, b0, b1
         cdef size_t max_len = <size_t>self.max_cached_len
-        cdef size_t short_max = min(max_len, <size_t>8)
+        cdef size_t short_max = min(max_len, <size_t>16)
         cdef uint64_t slot, w0
         cdef uint32_t want, meta, n_ids
         cdef CacheSlot* sl
@@ -308,7 +319,7 @@ cdef class Encoder:
                 n = e - qi
                 if starts != NULL:
                     starts[i] = o - out
-                if <size_t>(n - 1) < short_max:     # a key of 1 to 8 bytes: one word compared
+                if <size_t>(n - 1) < short_max:     # a key of 1 to 16 bytes: one or two words compared
                     w0 = r[0]
                     slot = r[1] >> fshift
                     want = <uint32_t>n << 12
@@ -316,8 +327,9 @@ cdef class Encoder:
                         sl = &fslots[slot]
                         meta = load_acquire(&sl.meta)
                         if sl.w0 == w0 and (meta & 0xFFF000u) == want:
-                            break
-                        if meta == 0:
+                            if n <= 8 or _second_word_equal(sl, meta, farena, s + qi, n, limit):
+                                break
+                        elif meta == 0:
                             sl = NULL
                             break
                         slot = (slot + 1) & fmask
@@ -347,7 +359,7 @@ cdef class Encoder:
     cdef Py_ssize_t _emit_slow(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h, token_id_t* out,
                                const uint8_t* limit) except -1 nogil:
         """The ids of a piece that ``_emit_pieces`` did not find inline, to ``out``; returns their
-        number: a key of 1 to 8 bytes (and at most ``max_cached_len``) not in the cache probed
+        number: a key of 1 to 16 bytes (and at most ``max_cached_len``) not in the cache probed
         first, a longer cached key (looked up here: ``w0``, ``h`` hold its head and hash), a piece
         longer than ``max_cached_len`` (merged, not cached) or an empty one."""
         cdef CacheSlot* sl
@@ -357,7 +369,7 @@ cdef class Encoder:
             return 0
         if n > self.max_cached_len:
             return self._merge(p, n, out)
-        if n > 8:                                   # (a short key was probed inline)
+        if n > 16:                                  # (a key of up to 16 bytes was probed inline)
             if self.shared is not None:
                 arena = self.shared.arena
                 sl = _find_slot(self.shared.slots, self.shared.cache_mask, self.shared.cache_shift, arena,
