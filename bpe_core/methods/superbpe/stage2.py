@@ -129,8 +129,10 @@ def sketch_bits(n_windows: int) -> int:
 class Stage2Result:
     """What :func:`stage2_merges` returns: the merges ``(left_id, right_id, new_id)``, the bytes of
     every token id, the token count of the units at the end (with their ``counts``), the last
-    engine's stats, ``info`` (the cuts tried: pieces and symbols of each) and ``seconds`` (pair
-    levels, cuts and replays, engine builds, merge loops)."""
+    engine's stats, ``info`` (the cuts tried: pieces and symbols of each), ``seconds`` (pair
+    levels, cuts and replays, engine builds, merge loops) and ``weighted_tokens``: the token count
+    of the units at the end with their ``weights`` instead (SupraTok's count of the units that have
+    weight, from the same engine, instead of an encoder's replay of the others)."""
 
     steps: list
     tokens: list
@@ -138,6 +140,7 @@ class Stage2Result:
     engine_stats: dict
     info: dict
     seconds: dict
+    weighted_tokens: int = 0
 
 
 def first_cut(pair_counts: np.ndarray, n_merges: int, sample_bits: int = 0) -> int:
@@ -265,6 +268,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         raise InternalError(f"stage 2's pair sketch holds {int(sketch.sum(dtype=np.uint64)) + excess} windows, "
                             f"the units {windows_weight}")
     units_tokens = sum(int((np.diff(o) * c).sum()) for _, o, _, c in whole)
+    units_weighted = sum(int((np.diff(o) * w).sum()) for _, o, w, _ in whole)
     del whole
     released = False
     if not bounded:
@@ -310,6 +314,12 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         if pieces_tokens != units_tokens:
             raise InternalError(f"stage 2's pieces at cut {cut} hold {pieces_tokens} stage-1 tokens, "
                                 f"the units {units_tokens}")
+        # the one-symbol pieces' weight: the units' weighted tokens less the listed pieces' (a
+        # piece's weight is the sum of its units' weights, as its count is of their counts)
+        singles_weighted = units_weighted - int((np.diff(starts) * piece_weights).sum())
+        if not 0 <= singles_weighted <= units_weighted:
+            raise InternalError(f"stage 2's pieces at cut {cut} weigh more than the units "
+                                f"({units_weighted - singles_weighted} > {units_weighted})")
         tried.append({"cut": cut, "pieces": int(piece_weights.size), "symbols": int(data.size)})
         if edges is not None:
             tried[-1]["guarded_tokens"] = edges.n_guarded()
@@ -374,9 +384,10 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
             steps, tokens = [], list(initial_tokens)
             edges.reset()
     final_tokens = engine.weighted_length(piece_counts) + int(singles)
+    weighted_tokens = engine.weighted_length(piece_weights) + singles_weighted
     info = {"cuts": tried, "restarts": len(tried) - 1}
     return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
-                        {k: round(v, 3) for k, v in seconds.items()})
+                        {k: round(v, 3) for k, v in seconds.items()}, weighted_tokens)
 
 
 def _run_legs(engine: MergeEngine, n: int, allowed, cut: int, threads: int, stop_before_existing: bool = False):

@@ -322,7 +322,7 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
                         lang_ids.setdefault(lang, []).append(doc)
                         lang_docs[lang] = lang_docs.get(lang, 0) + 1
         lang_counts = {k: np.bincount(np.concatenate(v), minlength=n_words) for k, v in lang_ids.items()}
-        return counter.to_arrays(), counter.n_seen, counter.n_kept, lang_counts, lang_docs
+        return counter, counter.n_seen, counter.n_kept, lang_counts, lang_docs
 
     if len(halves) == 2:
         from concurrent.futures import ThreadPoolExecutor
@@ -331,17 +331,21 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
     else:
         results = [run(halves[0])]
     del segments
-    total = UnitCounter()
+    # the first half's counter takes the later halves' units in (the table a fresh counter joining
+    # them in order makes: the first half's units are distinct already), and its memory becomes the
+    # arrays (no copy): a hash and a copy of every unit less
+    total = results[0][0]
     out = {"seen": 0, "kept": 0, "df": None, "held": [], "n_train_docs": int(breaks.size - 1), "lang": {},
            "lang_docs": {}}
-    for units, n_seen, n_kept, lang_counts, lang_docs in results:
-        total.add_table(*units)
+    for i, (counter, n_seen, n_kept, lang_counts, lang_docs) in enumerate(results):
+        if i:
+            total.add_table(*counter.to_arrays(take=True))
         out["seen"] += n_seen
         out["kept"] += n_kept
         for k, v in lang_counts.items():
             out["lang"][k] = out["lang"].get(k, 0) + v
         for k, v in lang_docs.items():
             out["lang_docs"][k] = out["lang_docs"].get(k, 0) + v
-    del results
-    out["units"] = total.to_arrays()
+    del results, counter
+    out["units"] = total.to_arrays(take=True)
     return out

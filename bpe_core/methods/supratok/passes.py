@@ -12,14 +12,14 @@ from typing import Any, Callable, Optional, Sequence
 
 from ...corpus.specials import encode_specials
 from ...engine.merge import MergeEngine
-from ...engine.units import ENCODED_MARK, strip_marks
+from ...engine.units import strip_marks
 from ...formats.model import Model
 from ...pretok.patterns import resolve_pattern
 from ...pretok.pretokenize import pretoken_ends
 from ...pretok.wordtable import WordTable
 from ...runtime.memmon import phase
 from ...runtime.progress import progress_bar
-from ...runtime.workers import big_blocks_mapped
+from ...runtime.workers import big_blocks_mapped, release_free_memory
 from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
                         resolve_transition, stage2_table, word_flags)
 from ..superbpe import word_classes as byte_classes
@@ -284,22 +284,6 @@ def _tokens_of(enc: StageAwareEncoder, table: WordTable, units: tuple, numeric: 
     return int((np.diff(o) * c).sum())
 
 
-def _encoded_units(units: tuple) -> tuple:
-    """The word-id units ``(data, starts, counts)`` that end with ``ENCODED_MARK``, as such a table."""
-    data, starts, counts = units[:3]
-    data, starts = np.asarray(data), np.asarray(starts, dtype=np.int64)
-    ends = starts[1:]
-    marked = np.zeros(ends.size, dtype=bool)
-    nonempty = np.flatnonzero(ends > starts[:-1])
-    marked[nonempty] = data[ends[nonempty] - 1] == ENCODED_MARK
-    pick = np.flatnonzero(marked)
-    lengths = ends[pick] - starts[pick]
-    new_starts = np.zeros(pick.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_starts[1:])
-    gather = np.repeat(starts[pick] - new_starts[:-1], lengths) + np.arange(int(new_starts[-1]))
-    return data[gather].astype(np.uint32), new_starts, np.asarray(counts, dtype=np.int64)[pick]
-
-
 def _heldout_units(held: list[np.ndarray], numeric: np.ndarray) -> tuple:
     """Held-out documents as units; the 'count' of a unit is its document index (stage2_table keeps
     counts per unit, so the index follows each unit through the expansion)."""
@@ -388,6 +372,9 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
                                classes=byte_classes(table) if skip_encoded else None)
     if recorded is not None:
         recorded.clear()            # its memory goes before pass 1's
+    # what the documents' threads and the record freed goes back to the OS (glibc keeps it in their
+    # heaps, resident: 89 MiB at pass 2 on 60 MB at 32k), here and after each pass below
+    release_free_memory()
     _close(bar)
     numeric = numeric_mask(table)
     held = docs["held"]
@@ -415,6 +402,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     seg_symbols, seg_offsets, _ = engine.words()
     tokens = engine.tokens()
     del engine
+    release_free_memory()
     t2 = time.perf_counter()
     seconds["pass1"] = round(t2 - t1, 3)
 
@@ -460,7 +448,9 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     # ---- pass 2: seeded cross-boundary merges on the units
     phase("merge loop")
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
-    usyms, uoffs, ucnts, uenc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
+    # (uint16 symbols when every pass-1 token id fits: half the bytes beside the pieces as they are cut)
+    usyms, uoffs, ucnts, uenc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths,
+                                             narrow=True)
     info["skip_encoded"] = bool(skip_encoded)
     info["encoded_units"] = int(ucnts[uenc].sum())
     info["encoded_tokens"] = int((np.diff(uoffs)[uenc] * ucnts[uenc]).sum())     # pass-1 tokens in them
@@ -472,12 +462,10 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
         ucnts = uweights
     del uenc
 
-    # Without pass 3 the word-id units serve only a restart of pass 2 and the encoded units' count:
-    # they go before the pass-2 engine (its peak was theirs too: 396 -> ~340 MiB on 60 MB at 32k); a
-    # restart lists them again by a scan of the file, as SuperBPE's stage 2 does (the record is gone)
-    encoded_only = None
+    # Without pass 3 the word-id units serve only a restart of pass 2: they go before the pass-2
+    # engine (its peak was theirs too: 396 -> ~340 MiB on 60 MB at 32k); a restart lists them again
+    # by a scan of the file, as SuperBPE's stage 2 does (the record is gone)
     if by_engine and not run_pass3:
-        encoded_only = _encoded_units(docs["units"])
         docs["units"] = None
 
     def listed_again():
@@ -492,13 +480,15 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
             del again
         else:
             units_now = docs["units"]
-        syms, offs, cnts, enc = stage2_table(units_now, table, seg_symbols, seg_offsets, numeric, token_lengths)
+        syms, offs, cnts, enc = stage2_table(units_now, table, seg_symbols, seg_offsets, numeric, token_lengths,
+                                             narrow=True)
         del units_now
         weights = np.where(enc, 0, cnts) if enc.any() else cnts
         return [syms], [offs], [weights], [cnts if by_engine else weights]
 
     units = ([usyms], [uoffs], [uweights], [ucnts])
     del usyms, uoffs, ucnts, uweights
+    release_free_memory()           # (the expansion's and the word-id units' memory, before the cut's)
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware, config.pass2_cross)
     bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")
     # Pass 2 may merge again a pair pass 1 merged, met across pretokens ("\n" + "\n" of "\n\nI", which
@@ -521,15 +511,11 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     merges = [(all_tokens[a], all_tokens[b]) for a, b, _ in list(steps1) + list(steps2)]
     n1 = len(steps1)
     n2 = len(steps2)
-    engine_tokens = result.final_tokens
-    enc2 = None
-    if by_engine:
-        # the engine counted every unit (encoded ones too); its figure of old counts the weighted
-        # units only: less the encoded units' tokens, replayed by the encoder (few units)
-        enc2 = _encoder_for(_vocab_of(merges, specials), merges, n1, config.special_tokens, pattern)
-        engine_tokens -= _tokens_of(enc2, table, encoded_only if encoded_only is not None
-                                    else _encoded_units(docs["units"]), numeric)
-        del encoded_only
+    # the engine counted every unit (encoded ones too) with its count; its figure of old counts the
+    # weighted units only: the same engine's count of the units with their weights (none for the
+    # encoded ones), not the encoder's replay of the encoded units taken off (0.27 CPU-s at 32k on
+    # 60 MB: a stage-aware encoder built and the units replayed; tested equal to the replay)
+    engine_tokens = result.weighted_tokens
     info["pass2_engine_tokens"] = engine_tokens
     info["pass2_cut"] = result.info
     report["engine"] = result.engine_stats
@@ -585,10 +571,10 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     phase("supratok final count")
     bar = progress_bar(progress, total=2, desc="supratok final count", unit="part")
     vocab = _vocab_of(merges, specials)
-    if enc2 is not None and not spans3 and not n_removed:
+    enc = None                      # (built only for a replay)
+    if by_engine and not spans3 and not n_removed:
         # the merges are pass 2's: the engine's count of every unit is the encoder's (its replay
         # rewrites each unit as the merge loop did; tested against the replay)
-        enc = enc2
         info["final_tokens"] = int(result_final_tokens)
     else:
         enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
@@ -598,6 +584,8 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     hd, hb, _ = _heldout_units(held, numeric)
     held_tokens = 0
     if hd.size:
+        if enc is None:
+            enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
         _, ho, _ = _replay(enc, table, (hd, hb, np.ones(hb.size - 1, np.int64)), numeric)
         held_tokens = int(np.diff(ho).sum())
     info["heldout_tokens"] = held_tokens
