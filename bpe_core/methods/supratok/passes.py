@@ -20,7 +20,7 @@ from ...pretok.wordtable import WordTable
 from ...runtime.memmon import phase
 from ...runtime.progress import progress_bar
 from ...runtime.workers import big_blocks_mapped, release_free_memory
-from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
+from ..superbpe import (NUMERIC, STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder,
                         resolve_transition, stage2_table, word_flags)
 from ..superbpe import word_classes as byte_classes
 from ..superbpe.stage2 import OVERHEAD_STEP, sample_fraction, stage2_merges
@@ -84,12 +84,26 @@ class SeedRule:
         self.gate = gate if gate is not None and gate.active else None
         self.normalize = normalize
         self.cross = cross
+        self._crosses: dict[bytes, bool] = {}
+
+    def crosses(self, merged: bytes) -> bool:
+        """Whether ``merged`` spans more than one pretoken (remembered: the report counts the
+        cross-pretoken merges of pass 2 again, each of which ``allows`` was asked about).
+
+        >>> rule = SeedRule([], "gpt2", Stage2Rules(), None, False, "all")
+        >>> rule.crosses(b" of the"), rule.crosses(b" the")
+        (True, False)
+        """
+        known = self._crosses.get(merged)
+        if known is None:
+            known = self._crosses[merged] = bool(pretoken_ends(merged, self.pattern).size > 1)
+        return known
 
     def allows(self, left: bytes, right: bytes) -> bool:
         if self.gate is not None and not self.gate.allows(left, right):
             return False
         merged = left + right
-        if pretoken_ends(merged, self.pattern).size <= 1:
+        if not self.crosses(merged):
             return True
         if self.cross == "none" or not self.rules.allows(left, right):
             return False
@@ -355,11 +369,14 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     # units of text that looks like encoded data (uuencode) are marked: pass 2 gives them no weight,
     # as SuperBPE's stage 2 (stage2_skip_encoded, on by default), so the vocabulary learns no such junk
     skip_encoded = config.stage2_skip_encoded
+    # the words' flags (one native pass): the encoded-unit test's and the numeric words (NUMERIC is
+    # numeric_mask's rule: word_flags is tested equal to word_flags_python, whose NUMERIC it is)
+    flags = word_flags(table)
     if recorded and can_use_record(heldout, pattern):
         # the pretokens as counted: no second pre-tokenization of the file
         info["documents_source"] = "record"
         docs = documents_from_records(recorded, table, pattern, plan.num_workers, fraction, script_aware,
-                                      flags=word_flags(table) if skip_encoded else None,
+                                      flags=flags if skip_encoded else None,
                                       classes=byte_classes(table) if skip_encoded else None)
         if bar is not None:
             bar.update(os.path.getsize(config.input_path))
@@ -368,7 +385,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
         docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers,
                                plan.chunk_bytes, fraction, heldout, script_aware,
                                on_bytes=bar.update if bar is not None else None,
-                               flags=word_flags(table) if skip_encoded else None,
+                               flags=flags if skip_encoded else None,
                                classes=byte_classes(table) if skip_encoded else None)
     if recorded is not None:
         recorded.clear()            # its memory goes before pass 1's
@@ -376,7 +393,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     # heaps, resident: 89 MiB at pass 2 on 60 MB at 32k), here and after each pass below
     release_free_memory()
     _close(bar)
-    numeric = numeric_mask(table)
+    numeric = (flags & NUMERIC) > 0
     held = docs["held"]
     held_counts = np.zeros(table.n_words, np.int64)
     if held:
@@ -474,7 +491,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
         if docs["units"] is None:
             again = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers,
                                     plan.chunk_bytes, fraction, heldout, script_aware,
-                                    flags=word_flags(table) if skip_encoded else None,
+                                    flags=flags if skip_encoded else None,
                                     classes=byte_classes(table) if skip_encoded else None)
             units_now = again["units"]
             del again
@@ -524,7 +541,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     result_final_tokens = result.final_tokens
     del result              # pass 3 and the final count need only the merges
     info["pass1_merges"], info["pass2_merges"] = n1, n2
-    info["pass2_cross_merges"] = sum(1 for a, b in merges[n1:] if pretoken_ends(a + b, pattern).size > 1)
+    info["pass2_cross_merges"] = sum(1 for a, b in merges[n1:] if rule.crosses(a + b))
     t4 = time.perf_counter()
     seconds["pass2"] = round(t4 - t3, 3)
 
