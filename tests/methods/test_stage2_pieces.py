@@ -88,7 +88,7 @@ def test_pieces_equal_whole_units(units, n, cut, rules):
     symbols, offsets, weights, counts = as_arrays(units)
     steps, tokens, final, weighted = whole_units(symbols, offsets, weights, counts, n, rules, weighted=True)
     got = stage2_merges(symbols, offsets, weights, counts, TOKENS, n, _allowed(rules, TOKENS),
-                        bounded=rules.distinct, cut=cut)
+                        bounded=rules.distinct, cut=cut, count_weighted=True)
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert got.tokens == tokens
     assert got.final_tokens == final

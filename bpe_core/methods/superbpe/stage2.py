@@ -182,7 +182,8 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                   sketch_size: Optional[int] = None,
                   regenerate: Optional[Callable[[], tuple]] = None,
                   rebuilds: bool = False, guard_tokens: Optional[Callable[[bytes], bool]] = None,
-                  spare_tokens: Optional[Callable[[bytes], bool]] = None) -> Stage2Result:
+                  spare_tokens: Optional[Callable[[bytes], bool]] = None,
+                  count_weighted: bool = False) -> Stage2Result:
     """Stage 2's merges on units of stage-1 tokens (``symbols``/``offsets``, ``weights`` for the
     engine, ``counts`` for the final token count), equal to one engine run on the whole units.
 
@@ -237,6 +238,9 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     a token that may be rebuilt are never pruned (``MergeEngine(prune_spare=)``): those of the
     tokens ``spare_tokens(bytes)`` marks (a guess), and of each token rebuilt in a run so far (a
     rebuild of a token not spared from the start of the run starts it again, sparing that token).
+
+    ``count_weighted``: also count the units' final tokens with their ``weights`` (``weighted_tokens``
+    of the result; 0 without it): one more pass over the engine's cells.
 
     ``regenerate``: a function that lists the same units again (``(symbols, offsets, weights,
     counts)``, as given). With it the units are let go once they are cut (the lists given are
@@ -384,7 +388,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
             steps, tokens = [], list(initial_tokens)
             edges.reset()
     final_tokens = engine.weighted_length(piece_counts) + int(singles)
-    weighted_tokens = engine.weighted_length(piece_weights) + singles_weighted
+    weighted_tokens = engine.weighted_length(piece_weights) + singles_weighted if count_weighted else 0
     info = {"cuts": tried, "restarts": len(tried) - 1}
     return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
                         {k: round(v, 3) for k, v in seconds.items()}, weighted_tokens)

@@ -518,7 +518,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     # (Its loop stops below the cut, at least 1: a pair seen only in weightless units is never merged.)
     result = stage2_merges(*units, tokens, n_total - len(steps1), rule.allows, bounded=True, rebuilds=True,
                            guard_tokens=_blank, spare_tokens=_blank_marks, threads=plan.num_workers,
-                           regenerate=listed_again)
+                           regenerate=listed_again, count_weighted=True)
     del units
     steps2 = result.steps
     if bar is not None:
