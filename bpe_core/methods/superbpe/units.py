@@ -370,7 +370,8 @@ def count_units_sharded(path: str, table: WordTable, specials: Sequence[bytes], 
 def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_offsets: np.ndarray,
                  numeric: np.ndarray, token_lengths: np.ndarray,
                  cut_numbers: bool = True,
-                 expanded: bool = False, narrow: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 expanded: bool = False, narrow: bool = False,
+                 give_up: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Expand word-id units into stage-1 token units; with ``cut_numbers`` (the ``"units"`` split)
     numeric words are split at their hard cuts. Returns ``(symbols, offsets, counts, encoded)``:
     ``encoded`` per unit, whether it came from a region that looks encoded (its word ids ended with
@@ -382,7 +383,9 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
     then they have no marks and are returned as they are.
 
     ``narrow`` (word-id units): the symbols as uint16 when every stage-1 token id fits (half the
-    bytes; stage 2's kernels read both), else uint32 as without it; the same units."""
+    bytes; stage 2's kernels read both), else uint32 as without it; the same units. ``give_up``
+    (word-id units): the caller does not use the units again, so their marks are stripped in place
+    (writable uint32 arrays) instead of on copies."""
     data, starts, counts = units[:3]
     if len(units) == 4:
         if not expanded or cut_numbers:
@@ -405,8 +408,11 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
     if n_units > 0 and data.size:
         nonempty = starts[1:] > starts[:-1]
         encoded[nonempty] = data[starts[1:][nonempty] - 1] == ENCODED_MARK
-        if encoded.any():       # on copies: the caller may use its units again
-            data, starts, encoded = strip_marks(np.array(data, dtype=np.uint32), starts.copy())
+        if encoded.any():       # on copies unless the caller gives them up: it may use its units again
+            own = (give_up and data.dtype == np.uint32 and data.flags.c_contiguous and data.flags.writeable
+                   and starts.flags.c_contiguous and starts.flags.writeable)
+            data, starts, encoded = strip_marks(data if own else np.array(data, dtype=np.uint32),
+                                                starts if own else starts.copy())
     lengths = np.diff(starts)
     seg_symbols = np.ascontiguousarray(seg_symbols, dtype=np.uint32)
     narrow = narrow and (seg_symbols.size == 0 or int(seg_symbols.max()) <= 0xFFFF)

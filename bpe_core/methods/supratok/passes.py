@@ -466,8 +466,9 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     phase("merge loop")
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
     # (uint16 symbols when every pass-1 token id fits: half the bytes beside the pieces as they are cut)
+    # (without pass 3 the word-id units are let go right after: their marks are stripped in place)
     usyms, uoffs, ucnts, uenc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths,
-                                             narrow=True)
+                                             narrow=True, give_up=FINAL_COUNT_BY_ENGINE and not run_pass3)
     info["skip_encoded"] = bool(skip_encoded)
     info["encoded_units"] = int(ucnts[uenc].sum())
     info["encoded_tokens"] = int((np.diff(uoffs)[uenc] * ucnts[uenc]).sum())     # pass-1 tokens in them
