@@ -218,6 +218,11 @@ class ScriptGate:
         return True
 
 
+#: the lead bytes of the UTF-8 of ``is_spaceless`` characters (a uint8 -> bool table)
+_SPACELESS_LEADS = np.zeros(256, dtype=bool)
+_SPACELESS_LEADS[[0xE0, 0xE3, 0xE4, 0xE5, 0xE6, 0xE7, 0xE8, 0xE9, 0xEF]] = True
+
+
 def script_gate_from_table(table: WordTable, lang_words: dict[str, np.ndarray], bigram_min: int = 50,
                            suffix_top: int = 200) -> ScriptGate:
     """Build the gate: character bigrams of spaceless scripts from the word table, suffixes from the
@@ -227,8 +232,13 @@ def script_gate_from_table(table: WordTable, lang_words: dict[str, np.ndarray], 
     bigrams: dict[str, int] = {}
     high = np.zeros(table.n_words, dtype=bool)
     if table.n_words:
+        # the words that hold two spaceless characters or more, so maybe a bigram of them: each is
+        # 3 bytes of UTF-8 led by one of _SPACELESS_LEADS (Thai E0, kana and CJK E3-E9, compatibility
+        # ideographs and halfwidth kana EF); words of curly quotes and dashes (E2) are not decoded
         word_of_byte = np.repeat(np.arange(table.n_words), np.diff(offsets))
-        high[word_of_byte[table.arena >= 0xE0]] = True        # 3-byte UTF-8 leads: CJK, kana, Thai
+        leads = np.bincount(word_of_byte[_SPACELESS_LEADS[np.asarray(table.arena, dtype=np.uint8)]],
+                            minlength=table.n_words)
+        high = leads >= 2
     for w in np.flatnonzero(high):
         text = arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape")
         c = int(counts[w])
