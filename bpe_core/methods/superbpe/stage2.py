@@ -272,7 +272,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         raise InternalError(f"stage 2's pair sketch holds {int(sketch.sum(dtype=np.uint64)) + excess} windows, "
                             f"the units {windows_weight}")
     units_tokens = sum(int((np.diff(o) * c).sum()) for _, o, _, c in whole)
-    units_weighted = sum(int((np.diff(o) * w).sum()) for _, o, w, _ in whole)
+    units_weighted = sum(int((np.diff(o) * w).sum()) for _, o, w, _ in whole) if count_weighted else 0
     del whole
     released = False
     if not bounded:
@@ -320,7 +320,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                                 f"the units {units_tokens}")
         # the one-symbol pieces' weight: the units' weighted tokens less the listed pieces' (a
         # piece's weight is the sum of its units' weights, as its count is of their counts)
-        singles_weighted = units_weighted - int((np.diff(starts) * piece_weights).sum())
+        singles_weighted = units_weighted - int((np.diff(starts) * piece_weights).sum()) if count_weighted else 0
         if not 0 <= singles_weighted <= units_weighted:
             raise InternalError(f"stage 2's pieces at cut {cut} weigh more than the units "
                                 f"({units_weighted - singles_weighted} > {units_weighted})")
