@@ -232,3 +232,26 @@ def test_script_gate_bigrams_equal_the_plain_count(words, count):
             if is_spaceless(x) and is_spaceless(y):
                 want[x + y] += int(table.counts[i])
     assert script_gate_from_table(table, {}, bigram_min=1).bigrams == dict(want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.sampled_from(["ve", " VE", "Ve\n", "\tbir ", "BİR", "için", " İÇİN", "ço\u212a", "jot\u212aa", "olarak",
+                     " OLARAK\x1c", "ja", " ette", "että", "mutta", "the", "v e", "ve,", "  ", "\xa0ve", "ve\x85"]),
+    st.text(alphabet="vebirujaoltkmdghİ\u212a VEBIR\t\n\x1c\xa0.,'1é", min_size=1, max_size=9)),
+    min_size=1, max_size=40))
+def test_marker_words_equal_the_plain_rule(words):
+    """``marker_words``' marks equal the plain rule on every word (its ASCII prefilter decodes only
+    words of letters and strippable whitespace with 2-6 letters, and every word with other bytes)."""
+    from bpe_core.methods.supratok.script import FI_MARKER, TR_MARKER, _FI_MARKERS, _TR_MARKERS, marker_words
+    from bpe_core.pretok.wordtable import WordTable
+
+    table = WordTable.from_counts({w.encode(): 1 for w in words})
+    got = marker_words(table)
+    for i in range(table.n_words):
+        raw = table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes()
+        text = raw.decode("utf-8", "surrogateescape").strip().lower()
+        want = (TR_MARKER if text in _TR_MARKERS else 0) | (FI_MARKER if text in _FI_MARKERS else 0)
+        if len(raw) > 4 * max(len(m.encode()) for m in _TR_MARKERS | _FI_MARKERS):
+            want = 0                     # (too long to be one, whatever whitespace is around it)
+        assert int(got[i]) & 3 == want, raw

@@ -100,6 +100,16 @@ def guess_suffix_language(text: str) -> Optional[str]:
 TR_MARKER, FI_MARKER, WORD_START = 1, 2, 4
 
 
+#: ``marker_words``' byte classes: ASCII letters, and the ASCII characters ``str.strip`` takes off
+_ASCII_LETTER = np.zeros(256, dtype=bool)
+_ASCII_LETTER[np.r_[0x41:0x5B, 0x61:0x7B]] = True
+_STRIP_SPACE = np.zeros(256, dtype=bool)
+_STRIP_SPACE[[c for c in range(0x80) if chr(c).isspace()]] = True
+_ASCII_MARKERS = [w for w in _TR_MARKERS | _FI_MARKERS if w.isascii()]
+_MARKER_LETTER = np.zeros(256, dtype=bool)
+_MARKER_LETTER[[ord(c) for w in _ASCII_MARKERS for c in w + w.upper()]] = True
+
+
 def marker_words(table: WordTable) -> np.ndarray:
     """Per word of ``table`` (uint8): ``TR_MARKER`` / ``FI_MARKER`` when the word, stripped of
     whitespace and lower-cased, is one of the function words :func:`guess_suffix_language` counts.
@@ -120,12 +130,25 @@ def marker_words(table: WordTable) -> np.ndarray:
     out = np.zeros(table.n_words, dtype=np.uint8)
     longest = max(len(w.encode()) for w in _TR_MARKERS | _FI_MARKERS)
     offsets = np.asarray(table.offsets, dtype=np.int64)
-    short = np.flatnonzero(np.diff(offsets) <= 4 * longest)       # (any whitespace around it, and upper case)
+    arena = np.asarray(table.arena, dtype=np.uint8)
+    # An ASCII word can be a function word only when its bytes are letters of the ASCII function
+    # words (either case) and the whitespace str.strip takes off, with 2 to 6 letters (their
+    # lengths): only those and the words with non-ASCII bytes are decoded (on English text most
+    # words are ASCII and fail this: " of", " and", " in", punctuation, numbers)
+    def per_word(flags: np.ndarray) -> np.ndarray:
+        at = np.concatenate(([0], np.cumsum(flags, dtype=np.int64)))
+        return at[offsets[1:]] - at[offsets[:-1]]
+
+    letters = per_word(_ASCII_LETTER[arena])
+    others = per_word(~(_MARKER_LETTER | _STRIP_SPACE)[arena])         # (non-ASCII bytes are among them)
+    non_ascii = per_word(arena >= 0x80)
+    lo, hi = min(len(w) for w in _ASCII_MARKERS), max(len(w) for w in _ASCII_MARKERS)
+    maybe = (non_ascii > 0) | ((others == 0) & (letters >= lo) & (letters <= hi))
+    short = np.flatnonzero((np.diff(offsets) <= 4 * longest) & maybe)    # (any whitespace around it, and upper case)
     raw = table.arena.tobytes() if short.size else b""
     for w in short.tolist():
         text = raw[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape").strip().lower()
         out[w] = (TR_MARKER if text in _TR_MARKERS else 0) | (FI_MARKER if text in _FI_MARKERS else 0)
-    arena = np.asarray(table.arena, dtype=np.uint8)
     two = np.flatnonzero(np.diff(offsets) >= 2)
     if two.size:
         first, second = arena[offsets[two]], arena[offsets[two] + 1]
