@@ -211,6 +211,10 @@ def test_spaceless_characters_are_led_by_the_gate_lead_bytes():
     assert not any(is_spaceless(chr(c)) for c in range(0x10000, 0x110000, 97))      # (its ranges are in the BMP)
     chars = [chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000 and is_spaceless(chr(c))]
     assert chars and all(len(ch.encode()) == 3 and _SPACELESS_LEADS[ch.encode()[0]] for ch in chars)
+    # ... and the gate's runs of them are made of exactly those characters
+    from bpe_core.methods.supratok.script import _SPACELESS_RUN
+    assert "".join(_SPACELESS_RUN.findall("".join(chr(c) for c in range(0xD800)) + "x"
+                                          + "".join(chr(c) for c in range(0xE000, 0x10000)))) == "".join(chars)
 
 
 @settings(max_examples=60, deadline=None)

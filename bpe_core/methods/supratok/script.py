@@ -241,6 +241,9 @@ class ScriptGate:
         return True
 
 
+#: runs of two or more ``is_spaceless`` characters (its ranges)
+_SPACELESS_RUN = regex.compile("[\u0E00-\u0E7F\u3040-\u30FF\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF"
+                               "\uFF66-\uFF9F]{2,}")
 #: the lead bytes of the UTF-8 of ``is_spaceless`` characters (a uint8 -> bool table)
 _SPACELESS_LEADS = np.zeros(256, dtype=bool)
 _SPACELESS_LEADS[[0xE0, 0xE3, 0xE4, 0xE5, 0xE6, 0xE7, 0xE8, 0xE9, 0xEF]] = True
@@ -265,9 +268,10 @@ def script_gate_from_table(table: WordTable, lang_words: dict[str, np.ndarray], 
     for w in np.flatnonzero(high):
         text = arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape")
         c = int(counts[w])
-        for x, y in zip(text, text[1:]):
-            if is_spaceless(x) and is_spaceless(y):
-                bigrams[x + y] = bigrams.get(x + y, 0) + c
+        # the bigrams of two spaceless characters: those inside each run of them (_SPACELESS_RUN)
+        for run in _SPACELESS_RUN.findall(text):
+            for i in range(len(run) - 1):
+                bigrams[run[i:i + 2]] = bigrams.get(run[i:i + 2], 0) + c
     suffixes: set[str] = set()
     for lang, wc in sorted(lang_words.items()):
         words = {arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape"): int(wc[w])
