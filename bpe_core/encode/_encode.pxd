@@ -123,6 +123,8 @@ cdef class Encoder:
     cdef Py_ssize_t _merge_heap(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
     cdef Py_ssize_t _merge(self, const uint8_t* piece, Py_ssize_t n, token_id_t* out) except -1 nogil
     cdef int _push(self, uint32_t rank, Py_ssize_t pos) except -1 nogil
+    cdef Py_ssize_t _emit_slow(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h, token_id_t* out,
+                               const uint8_t* limit) except -1 nogil
     cdef Py_ssize_t _cache_miss(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                                 token_id_t* out) except -1 nogil
     cdef int _encode_blocks(self, int pattern_id, const Specials* sp, const uint8_t* s, Py_ssize_t n_buf,

@@ -35,8 +35,9 @@ and the cost is memory latency, not merging. The cache is open addressing over 3
 per cache line) that hold the pretoken's first 8 bytes, its length, and up to 4 ids inline; only a
 pretoken longer than 8 bytes or with more than 4 ids has a record in an arena (its ids, then its
 bytes after the first 8). So a hit on a short pretoken reads one slot and nothing else. The
-lookups are pipelined: the pretoken ``LOOKAHEAD`` places on is hashed and its slot prefetched while
-the current one is probed, so the cache misses overlap. Pre-tokenization writes
+lookups are pipelined by blocks of ``BLOCK`` pretokens: the next block is hashed and its slots
+prefetched (``hash_block``, a C loop of its own), then the current one is probed, so the cache
+misses overlap. Pre-tokenization writes
 the ends of up to ``ENDS_CAP`` pretokens into a scratch buffer that stays in L1, and
 ``encode_text`` does a whole text (special tokens, scanning, merging) without the GIL and without
 a Python object per document or per pretoken.
@@ -76,6 +77,7 @@ include "_encode_ranks.pxi"          # RankTable: pair of ids -> merge rank
 include "_encode_specials.pxi"       # SpecialTable: special tokens, longest match
 include "_encode_encoder.pxi"        # Encoder: merge paths, cache hits and misses, whole-text encoding
 include "_encode_encoder_cache.pxi"  # the Encoder's cache: slots, insert, grow, shared insert, absorb, copy
+include "_encode_outputs.pxi"        # the hand-over of an encoder's ids: arrays, counted corpus chunks
 include "_encode_batch.pxi"          # single tokens; BatchJob: a batch worker's share
 include "_encode_stage2_table.pxi"   # SuperBPE stage 2: character flags, Stage2Table
 include "_encode_stage2.pxi"         # SuperBPE stage 2: cross-pretoken merging

@@ -6,16 +6,6 @@
 # ==== Encoder ================================================================================
 
 
-cdef inline void _out_taken(Encoder enc) noexcept:
-    """The ids were taken out of ``enc``'s buffer: empty it, and free it when huge (not kept alive
-    between calls)."""
-    enc.out_n = 0
-    if enc.out_cap > (1 << 24):
-        free(enc.out_buf)
-        enc.out_buf = NULL
-        enc.out_cap = 0
-
-
 cdef class Encoder:
     """Encodes text: special tokens, pre-tokenization, merging by rank, with a pretoken -> ids cache.
 
@@ -254,8 +244,8 @@ cdef class Encoder:
                           const uint8_t* limit, int64_t* starts) except -1 nogil:
         """Append the ids of the pretokens ``s[a:ends[0]]``, ``s[ends[0]:ends[1]]``, ... to ``out``.
 
-        ``limit`` is the end of the readable buffer (8-byte loads never cross it). The piece
-        ``LOOKAHEAD`` places on is hashed and its slot prefetched while this one is probed. A piece is
+        ``limit`` is the end of the readable buffer (8-byte loads never cross it). The pieces are
+        hashed and their slots prefetched a block (``BLOCK`` pieces) before they are probed. A piece is
         looked up in ``shared`` (during a batch job) and in this encoder's cache, then
         (``_cache_miss``) in ``singles``; only a piece found nowhere is merged. ``starts``
         (NULL, or room for ``count``): where each pretoken's ids start in ``out``.
@@ -265,17 +255,19 @@ cdef class Encoder:
         of code are one byte, at random), and the uniform path was ~30% faster per CPU-second
         than the special case, though it hashes and probes those pieces too.
         """
-        cdef uint64_t hs[RING]
-        cdef uint64_t w0s[RING]
-        cdef Py_ssize_t i, k, qi, qa, e, n
-        cdef Py_ssize_t max_len = self.max_cached_len
-        cdef Py_ssize_t n_out = self.out_n      # kept in a register, stored back at the end
+        cdef uint64_t ring[2 * RING]            # head word and hash of each piece (hash_block)
+        cdef const uint64_t* r
+        cdef Py_ssize_t i, qi, e, n, b0, b1
+        cdef size_t max_len = <size_t>self.max_cached_len
+        cdef size_t short_max = min(max_len, <size_t>16)
+        cdef uint64_t slot, w0
+        cdef uint32_t want, meta, n_ids
         cdef CacheSlot* sl
         cdef token_id_t* out
-        cdef uint32_t n_ids
-        cdef bint has_shared = self.shared is not None
+        cdef token_id_t* o                      # where the next ids go (a register, not out + n)
         # the cache probed first: the shared one during a batch job (most pieces are there; ours
-        # is asked next, in _cache_miss), else ours (then refreshed after each miss: it may grow)
+        # is asked next, in _cache_miss), else ours (refreshed after each slow piece: it may grow)
+        cdef bint has_shared = self.shared is not None
         cdef CacheSlot* fslots = self.shared.slots if has_shared else self.slots
         cdef uint64_t fmask = self.shared.cache_mask if has_shared else self.cache_mask
         cdef int fshift = self.shared.cache_shift if has_shared else self.cache_shift
@@ -284,57 +276,94 @@ cdef class Encoder:
             return 0
         self._reserve_out(ends[count - 1] - a)
         out = self.out_buf
-        # Software pipelining: the piece LOOKAHEAD places on is hashed and its slot prefetched
-        # while this one is probed, so every probe finds its line on the way (a batch of hashes,
-        # then the batch of probes, left the first probes of each batch waiting on memory).
-        qa = a                                      # where piece k (the one hashed next) starts
-        k = 0
-        while k < count and k < LOOKAHEAD:
-            e = ends[k]
-            n = e - qa
-            if n >= 1 and n <= max_len:
-                w0s[k & RING_MASK] = _load_head(s + qa, n, limit)
-                hs[k & RING_MASK] = _key_hash(s + qa, n, w0s[k & RING_MASK], limit)
-                prefetch(&fslots[hs[k & RING_MASK] >> fshift])
-            qa = e
-            k += 1
+        o = out + self.out_n
+        # Software pipelining by blocks: the pieces of block b + 1 are hashed and their slots
+        # prefetched (hash_block, a C loop of its own: its values stay in registers), then those of
+        # block b are probed, so every probe finds its line on the way (BLOCK to 2 * BLOCK pieces
+        # after its prefetch). The one loop that hashed a piece 16 places on while it probed this
+        # one spilled some ten values to the stack (GPT-2 on English, warm: 86 instructions a piece
+        # there, 76 now). (One batch of hashes, then the same batch's probes, left the first probes
+        # waiting on memory.)
+        hash_block(s, a, ends, 0, min(count, <Py_ssize_t>BLOCK), limit, max_len, <const char*>fslots, fshift, ring)
         qi = a
-        for i in range(count):
-            if k < count:                           # 1. hash, prefetch the piece LOOKAHEAD on
-                e = ends[k]
-                n = e - qa
-                if n >= 1 and n <= max_len:
-                    w0s[k & RING_MASK] = _load_head(s + qa, n, limit)
-                    hs[k & RING_MASK] = _key_hash(s + qa, n, w0s[k & RING_MASK], limit)
-                    prefetch(&fslots[hs[k & RING_MASK] >> fshift])
-                qa = e
-                k += 1
-            e = ends[i]                             # 2. probe this one, emit
-            n = e - qi
-            if starts != NULL:
-                starts[i] = n_out
-            if n > max_len:
-                n_out += self._merge(s + qi, n, out + n_out)
-            elif n >= 1:
-                sl = _find_slot(fslots, fmask, fshift, farena, s + qi, n, w0s[i & RING_MASK],
-                                hs[i & RING_MASK], limit)
-                if sl != NULL:
-                    n_ids = sl.meta & 0xFFF
-                    if n_ids <= INLINE_IDS:
-                        memcpy(out + n_out, sl.ids, INLINE_IDS * sizeof(token_id_t))
-                    else:
-                        memcpy(out + n_out, farena + sl.off, n_ids * sizeof(token_id_t))
-                    n_out += n_ids
-                else:
-                    n_out += self._cache_miss(s + qi, n, w0s[i & RING_MASK], hs[i & RING_MASK], out + n_out)
-                    if not has_shared:
-                        fslots = self.slots
-                        fmask = self.cache_mask
-                        fshift = self.cache_shift
-                        farena = self.arena
-            qi = e
-        self.out_n = n_out
+        b0 = 0
+        while b0 < count:
+            b1 = min(b0 + BLOCK, count)
+            if b1 < count:                          # 1. hash, prefetch the next block
+                hash_block(s, ends[b1 - 1], ends, b1, min(b1 + BLOCK, count), limit, max_len,
+                           <const char*>fslots, fshift, ring)
+            r = ring + 2 * (b0 & RING_MASK)         # piece i's head word and hash: r[0], r[1]
+            for i in range(b0, b1):                 # 2. probe this one, emit
+                e = ends[i]
+                n = e - qi
+                if starts != NULL:
+                    starts[i] = o - out
+                if <size_t>(n - 1) < short_max:     # a key of 1 to 16 bytes: one or two words compared
+                    w0 = r[0]
+                    slot = r[1] >> fshift
+                    want = <uint32_t>n << 12
+                    while True:
+                        sl = &fslots[slot]
+                        meta = load_acquire(&sl.meta)
+                        if sl.w0 == w0 and (meta & 0xFFF000u) == want:
+                            if n <= 8 or _second_word_equal(sl, meta, farena, s + qi, n, limit):
+                                break
+                        elif meta == 0:
+                            sl = NULL
+                            break
+                        slot = (slot + 1) & fmask
+                    if sl != NULL:
+                        n_ids = meta & 0xFFF
+                        if n_ids <= INLINE_IDS:
+                            memcpy(o, sl.ids, INLINE_IDS * sizeof(token_id_t))
+                        else:
+                            memcpy(o, farena + sl.off, n_ids * sizeof(token_id_t))
+                        o += n_ids
+                        qi = e
+                        r += 2
+                        continue
+                # any other piece (longer, uncached, not found)
+                o += self._emit_slow(s + qi, n, r[0], r[1], o, limit)
+                if not has_shared:                  # (ours may have grown)
+                    fslots = self.slots
+                    fmask = self.cache_mask
+                    fshift = self.cache_shift
+                    farena = self.arena
+                qi = e
+                r += 2
+            b0 = b1
+        self.out_n = o - out
         return 0
+
+    cdef Py_ssize_t _emit_slow(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h, token_id_t* out,
+                               const uint8_t* limit) except -1 nogil:
+        """The ids of a piece that ``_emit_pieces`` did not find inline, to ``out``; returns their
+        number: a key of 1 to 16 bytes (and at most ``max_cached_len``) not in the cache probed
+        first, a longer cached key (looked up here: ``w0``, ``h`` hold its head and hash), a piece
+        longer than ``max_cached_len`` (merged, not cached) or an empty one."""
+        cdef CacheSlot* sl
+        cdef const uint8_t* arena
+        cdef uint32_t n_ids
+        if n <= 0:
+            return 0
+        if n > self.max_cached_len:
+            return self._merge(p, n, out)
+        if n > 16:                                  # (a key of up to 16 bytes was probed inline)
+            if self.shared is not None:
+                arena = self.shared.arena
+                sl = _find_slot(self.shared.slots, self.shared.cache_mask, self.shared.cache_shift, arena,
+                                p, n, w0, h, limit)
+            else:
+                arena = self.arena
+                sl = _find_slot(self.slots, self.cache_mask, self.cache_shift, arena, p, n, w0, h, limit)
+            if sl != NULL:
+                n_ids = sl.meta & 0xFFF
+                if n_ids <= INLINE_IDS:
+                    memcpy(out, sl.ids, INLINE_IDS * sizeof(token_id_t))
+                else:
+                    memcpy(out, arena + sl.off, n_ids * sizeof(token_id_t))
+                return n_ids
+        return self._cache_miss(p, n, w0, h, out)
 
     cdef Py_ssize_t _cache_miss(self, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                                 token_id_t* out) except -1 nogil:
@@ -440,56 +469,10 @@ cdef class Encoder:
         return 0
 
     cdef object _take_out(self):
-        """The ids written so far as a new uint32 ndarray; keeps the buffer unless it is huge. From
-        ``HAND_OVER_IDS`` ids on, the buffer itself becomes the array (no copy; the next call
-        starts a new one)."""
-        if self.out_n >= HAND_OVER_IDS:
-            return _hand_over(self, self.out_n)
-        result = np.empty(self.out_n, dtype=np.uint32)
-        cdef uint32_t[::1] view = result
-        if self.out_n:
-            memcpy(&view[0], self.out_buf, self.out_n * sizeof(token_id_t))
-        _out_taken(self)
-        return result
+        return _take_out_of(self)
 
     cdef object _take_counted(self, const int64_t[::1] lengths, bint narrow, int64_t* n_bytes):
-        """``_take_out`` fused with the corpus encoder's conservation sum and its narrowing: one
-        pass over the ids writes them as uint16 (``narrow``) or uint32 into the new array and sums
-        ``lengths[id]`` of each. ``n_bytes[0]`` is the sum, or -1 when an id is outside ``lengths``
-        (the caller's check then fails; the ids are still all copied, narrowed modulo 2**16). Narrowing needs ``len(lengths) <= 65536``, so every id it
-        keeps fits."""
-        cdef Py_ssize_t k, n = self.out_n, m = lengths.shape[0]
-        cdef int64_t total = 0
-        cdef uint32_t x
-        cdef bint bad = False
-        cdef const token_id_t* src = self.out_buf
-        cdef const int64_t* lens = &lengths[0] if m else NULL
-        cdef uint16_t* d16 = NULL
-        cdef uint32_t* d32 = NULL
-        cdef uint16_t[::1] v16
-        cdef uint32_t[::1] v32
-        result = np.empty(n, dtype=np.uint16 if narrow else np.uint32)
-        if n:
-            if narrow:
-                v16 = result
-                d16 = &v16[0]
-            else:
-                v32 = result
-                d32 = &v32[0]
-            with nogil:
-                for k in range(n):
-                    x = src[k]
-                    if x < <uint64_t>m:
-                        total += lens[x]
-                    else:
-                        bad = True
-                    if narrow:
-                        d16[k] = <uint16_t>x
-                    else:
-                        d32[k] = x
-        n_bytes[0] = -1 if bad else total
-        _out_taken(self)
-        return result
+        return _take_counted_of(self, lengths, narrow, n_bytes)
 
     # ---- Python entry points -----------------------------------------------------------------
 

@@ -23,6 +23,7 @@ cdef extern from *:
         (void)p; (void)size;
     #endif
     }
+    static PyObject** bpe_list_items(PyObject* l) { return ((PyListObject*)l)->ob_item; }
     static PyObject* bpe_list_unset(Py_ssize_t n) {
         PyObject* op = PyList_New(0);
         PyObject** items;
@@ -44,6 +45,7 @@ cdef extern from *:
     }
     """
     PyObject* list_unset "bpe_list_unset"(Py_ssize_t n)
+    PyObject** list_items "bpe_list_items"(PyObject* l)
 
 
 cdef extern from *:
@@ -416,8 +418,8 @@ cdef enum:
     INLINE_IDS = 4             # ids held in the cache slot itself
     LIST_AHEAD = 16            # TokenTable._list prefetches the int of the id this many places on
     HAND_OVER_IDS = 1 << 16    # outputs this long are handed over, not copied (``_take_out``)
-    LOOKAHEAD = 16             # _emit_pieces hashes and prefetches the piece this many places on
-    RING = 32                  # its ring of hashes (a power of two above LOOKAHEAD)
+    BLOCK = 32                 # _emit_pieces hashes and prefetches a block of pieces, then probes the one before
+    RING = 2 * BLOCK           # its ring of hashes (two blocks)
     RING_MASK = RING - 1
     ENDS_CAP = 4096            # pretoken ends scanned ahead (32 KiB of int64: stays in L1/L2)
     HOLD_BACK = 2              # pretokens held back at an open end (see _encode_span)

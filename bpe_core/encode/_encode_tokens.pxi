@@ -136,33 +136,53 @@ cdef class TokenTable:
         """The ids as a new list, its slots written once (not zeroed first); the list comes back
         untracked by the cyclic collector (the caller tracks it)."""
         cdef PyObject* lst = list_unset(n)
-        cdef PyObject* o
-        cdef Py_ssize_t i, j
-        cdef uint32_t v
+        cdef PyObject** items                  # the list's slots (read once: a slot store is not
+        cdef PyObject* o                       # taken to change the list, an incref might be)
+        cdef Py_ssize_t i, j, head
         cdef void** ptrs = self.int_ptrs.data()
         cdef Py_ssize_t n_ints = self.n_ints
         if lst == NULL:
             raise MemoryError()
-        for i in range(n):
-            v = p[i]
-            if i + LIST_AHEAD < n and p[i + LIST_AHEAD] < <uint64_t>n_ints:
+        items = list_items(lst)
+        head = n - LIST_AHEAD if n > LIST_AHEAD else 0
+        for i in range(head):
+            j = p[i + LIST_AHEAD]
+            if j < n_ints:
                 # the int of an id a few places on, whose count the incref below will write: the
                 # ints of a 50k vocab (1.6 MB) are read out of order, mostly from past the L2 cache
-                prefetch(ptrs[p[i + LIST_AHEAD]])
-            if v < <uint64_t>n_ints:
-                o = <PyObject*>ptrs[v]
-                incref(o)
-            else:
-                o = long_from_u32(v)
-                if o == NULL:
-                    for j in range(i, n):       # the unset slots, so the list can be freed
-                        list_set(lst, j, NULL)
-                    decref(lst)
-                    raise MemoryError()
-            list_set(lst, i, o)
+                prefetch(ptrs[j])
+            o = _int_of(p[i], ptrs, n_ints)
+            if o == NULL:
+                _unset_from(lst, items, i, n)
+            items[i] = o
+        for i in range(head, n):                # the last LIST_AHEAD ids: nothing to prefetch
+            o = _int_of(p[i], ptrs, n_ints)
+            if o == NULL:
+                _unset_from(lst, items, i, n)
+            items[i] = o
         result = <object>lst
         decref(lst)
         return result
+
+
+cdef inline PyObject* _int_of(uint32_t v, void** ptrs, Py_ssize_t n_ints) noexcept:
+    """A new reference to the int ``v`` (the table's own below ``n_ints``), or NULL (no memory)."""
+    cdef PyObject* o
+    if v < <uint64_t>n_ints:
+        o = <PyObject*>ptrs[v]
+        incref(o)
+        return o
+    return long_from_u32(v)
+
+
+cdef int _unset_from(PyObject* lst, PyObject** items, Py_ssize_t i, Py_ssize_t n) except -1:
+    """``TokenTable._list`` ran out of memory at slot ``i``: the slots from there are set to NULL
+    (so the list can be freed), the list is freed, and MemoryError raised."""
+    cdef Py_ssize_t j
+    for j in range(i, n):
+        items[j] = NULL
+    decref(lst)
+    raise MemoryError()
 
 
 cdef object _decode_ids(TokenTable t, const id_t* ids, Py_ssize_t n):

@@ -139,3 +139,38 @@ def test_a_key_at_the_end_of_the_buffer(n):
         for _ in range(2):
             assert enc.encode_pieces(data, _ends(parts)).tolist() == want, name
         assert enc.cache_info()["misses"] == 2          # the piece and b" ", once each
+
+
+@pytest.mark.parametrize("n_pieces", [1, 31, 32, 33, 63, 64, 65, 97, 1000])
+def test_the_block_edges_of_the_pipelined_lookups(n_pieces):
+    """``_emit_pieces`` hashes a block of pieces ahead (``hash_block``) and probes the block
+    before: piece counts on and around the block edges, keys of 1 to 8 bytes (probed inline)
+    mixed with longer keys, empty pieces, pieces over ``max_cached_len`` and misses in mid-block
+    (a cache of 3 entries, cleared as it fills; a stage-2 caller's ``starts`` aside) give the ids
+    of each piece merged alone, cold and warm, shared cache or own."""
+    import random
+
+    rng = random.Random(n_pieces)
+    pool = [b"", b"a", b" the", b"\x00", b"abcdefgh", b"abcdefghi", b" tokenizer", b"x" * 20,
+            b"\xe2\x82\xac", b"  ", b"\n"]
+    parts = [rng.choice(pool) if rng.random() < 0.7 else bytes(rng.randrange(256) for _ in range(rng.randrange(1, 12)))
+             for _ in range(n_pieces)]
+    for name, table, _ in _tables():
+        want = [i for w in _plain(table, parts) for i in w]
+        data = b"".join(parts)
+        for max_entries in (3, 1 << 18):
+            for max_len in (8, 16):
+                enc = _encode.Encoder(table, max_entries=max_entries, max_cached_len=max_len)
+                for k in range(3):
+                    assert enc.encode_pieces(data, _ends(parts)).tolist() == want, (name, max_entries, max_len)
+                    if k == 0:
+                        misses = enc.cache_info()["misses"]
+                if max_entries > 1000:              # warm: every cached piece found where it was put
+                    assert enc.cache_info()["misses"] == misses
+        shared = _encode.Encoder(table)
+        shared.encode_pieces(data, _ends(parts))
+        job = _encode.BatchJob([data, data], 0)     # (pre-tokenized here: the uncached ids of it)
+        job.run(_encode.Encoder(table, max_entries=3), shared)
+        ids, offsets = job.collect()
+        plain = _encode.Encoder(table, max_cached_len=0).encode_text(data, 0, len(data), 0, None)[0].tolist()
+        assert ids.tolist() == plain + plain, name

@@ -312,11 +312,11 @@ for words in tables:
     e = MergeEngine(syms, offs, counts, [bytes([i]) for i in range(256)], threads=2)
     e.par_min_sites = 1                  # every merge on both threads
     e.run(2000)
-import tempfile                          # a build of mapped lists on two threads (bytes: few pairs)
+import sys                               # a build of mapped lists on two threads (bytes: few pairs)
 sym = rng.integers(97, 123, size=1_200_000).astype(np.uint8)
 offs = np.arange(0, 1_200_001, 12, dtype=np.int64)
 e = MergeEngine(sym, offs, np.ones(len(offs) - 1, np.int64), [bytes([i]) for i in range(256)], threads=2,
-                spill_dir=tempfile.mkdtemp(), map_threshold=0, fill_buffer_bytes=1 << 20)
+                spill_dir=sys.argv[1], map_threshold=0, fill_buffer_bytes=1 << 20)
 assert e.build_threads and e.fill_passes > 1
 e = MergeEngine(sym, offs, np.ones(len(offs) - 1, np.int64), [bytes([i]) for i in range(256)], threads=2)
 assert e.build_threads                   # ... and of lists in RAM
@@ -326,7 +326,7 @@ ctypes.CDLL(None).malloc_stats()         # one "Arena N:" block per glibc arena,
 
 @pytest.mark.skipif(os.uname().sysname != "Linux" or not os.path.isdir("/proc/self/task"),
                     reason="glibc's malloc_stats")
-def test_the_merge_worker_never_allocates():
+def test_the_merge_worker_never_allocates(tmp_path):
     """The second thread's share of a merge gets its room from the main thread before it runs
     (``_share_reserve``), so that thread never calls malloc and glibc never gives it an arena of its
     own (an arena's freed room stays with it: at 15 GB the second thread cost ~96 MiB that way).
@@ -342,7 +342,7 @@ def test_the_merge_worker_never_allocates():
     root = os.path.dirname(os.path.dirname(os.path.abspath(bpe_core.__file__)))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", _ARENA_PROBE], env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", _ARENA_PROBE, str(tmp_path)], env=env, capture_output=True, text=True,
                           cwd=root, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     arenas = [line for line in proc.stderr.splitlines() if line.startswith("Arena ")]
