@@ -59,8 +59,9 @@ read-only arrays in RAM and in mapped files).
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.math cimport sqrt
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 from libcpp.algorithm cimport inplace_merge, is_sorted, sort
 from libcpp.vector cimport vector
 

@@ -1655,6 +1655,26 @@ cdef class MergeEngine:
             return list(self.tok_ids)
         return [self.token_bytes(<token_id_t>i) for i in range(self.tok_off.size())]
 
+    def reserve_pairs(self, int64_t n_pairs):
+        """Make room for ``n_pairs`` pairs in all (the plan's estimate, ``runtime.budget.pairs_estimate``)
+        before the merge loop: the pair map is sized for them at once, and the per-pair arrays and the
+        heap reserve their address space, so none of them is copied to a larger block (the old and the
+        new held together) while the loop runs. Reserved pages that are never written take no memory.
+        More pairs than that still fit (the arrays then grow as before). Changes no merge.
+
+        >>> e = MergeEngine(np.frombuffer(b"abab", np.uint8), np.array([0, 4]), np.array([3]),
+        ...                 [bytes([i]) for i in range(256)])
+        >>> e.reserve_pairs(100_000); e.memory()["pair_map"] >= 100_000 * 12 * 10 // 7
+        True
+        """
+        if n_pairs <= <int64_t>self.pair_keys.size():
+            return
+        self.pair_map.reserve(<uint64_t>n_pairs)
+        if <size_t>n_pairs > self.pair_keys.capacity():
+            self._reserve_pairs(<size_t>n_pairs)
+        if <size_t>n_pairs > self.heap.capacity():
+            self.heap.reserve(<size_t>n_pairs)
+
     def memory(self):
         """Bytes held now, by structure: ``anon`` (RAM the engine allocated) and ``mapped`` (read-only
         arrays in mapped files: page cache the kernel may drop and read again).
@@ -1664,10 +1684,12 @@ cdef class MergeEngine:
         >>> m = e.memory(); m["cells"], m["mapped"]
         (16, 0)
         """
-        cdef uint64_t pairs = (self.pair_keys.capacity() * 8 + self.pair_counts.capacity() * 8
-                               + self.lst_off.capacity() * 8 + self.lst_len.capacity() * 4
-                               + self.lst_cls.capacity() + self.pair_pushed.capacity() * 4
-                               + self.pair_allowed.capacity() + self.base_start.capacity() * 8
+        # (the per-pair arrays and the heap by the entries written: ``reserve_pairs`` reserves
+        # address space that takes no memory until it is written)
+        cdef uint64_t pairs = (self.pair_keys.size() * 8 + self.pair_counts.size() * 8
+                               + self.lst_off.size() * 8 + self.lst_len.size() * 4
+                               + self.lst_cls.size() + self.pair_pushed.size() * 4
+                               + self.pair_allowed.size() + self.base_start.capacity() * 8
                                + self.base_done.capacity())
         cdef uint64_t used = 0, entries = 0
         cdef size_t q
@@ -1685,7 +1707,7 @@ cdef class MergeEngine:
             "pair_map": self.pair_map.nbytes(),
             "lists": self._pool_bytes(),
             "lists_peak": self.peak_pool_bytes,
-            "heap": self.heap.capacity() * sizeof(HeapEntry),
+            "heap": self.peak_heap * sizeof(HeapEntry),
             "heap_peak": self.peak_heap * sizeof(HeapEntry),
             "shares": shares,
             "words_in_ram": 0 if self.mapped_bytes and isinstance(self._wrec_arr, np.memmap) else

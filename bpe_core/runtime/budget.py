@@ -126,13 +126,16 @@ PAIRS_VOCAB_EXPONENT = 0.65
 #: at 200k; 60 B with a margin. (80 B with the pair map in it, the figure before, left 100k 8% over
 #: the budget it named: the map had just doubled.)
 ENGINE_PAIR_BYTES = 60
-#: The pair map (``_engine_pairmap.pxi``): 12 B slots, a power-of-two count of them from 1024 up,
-#: at most 7/10 full; when it grows, the old slots and the new (twice as many) are held together.
+#: The pair map (``_engine_pairmap.pxi``): 12 B slots in 64 segments of at least 16 each, sized once
+#: for the pairs the plan expects (``MergeEngine.reserve_pairs``: each segment for its share at 7/10
+#: load, plus 4 standard deviations); a segment that fills up grows by half on its own, so the map is
+#: never held twice (the single power-of-two table it replaced held its old and new slots together
+#: when it doubled: 192 MiB more at 100k on the 15 GB corpus).
 PAIR_SLOT_BYTES = 12
 PAIR_MAP_MIN_SLOTS = 1024
+PAIR_MAP_SEGMENTS = 64
 #: The margin :func:`pairs_estimate` carries over the pairs measured (6.29 M planned for 5.72 M at
-#: 32k, 13.2 M for 12.1 M at 100k): the map is sized for the pairs expected (the estimate without
-#: it), since its size moves in steps of 2x and a margin that crosses a step would double it.
+#: 32k, 13.2 M for 12.1 M at 100k); the engine reserves room for the estimate with it.
 PAIRS_MARGIN = 1.1
 DEFAULT_VOCAB_SIZE = 32000
 #: The longest pretoken (text without whitespace: one word of the engine) costs, beyond the
@@ -561,7 +564,7 @@ def engine_memory(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols:
 
     >>> m = engine_memory(18_807_369, 32000, 195_319_199, mapped=True)
     >>> m["anon"] >> 20, m["file"] >> 20
-    (1968, 960)
+    (1976, 960)
     """
     if n_words <= 0:
         return {"anon": 0, "file": 0}
@@ -591,42 +594,36 @@ def record_fits(text_bytes: int, memory_limit: int) -> bool:
 
 
 def pair_map_slots(n_pairs: int) -> int:
-    """Slots of the engine's pair map holding ``n_pairs`` pairs (a power of two, at most 7/10 full).
+    """Slots of the engine's pair map once room is made for ``n_pairs`` pairs (``_PairMap.reserve``:
+    each of the 64 segments holds its share at most 7/10 full, with a margin of 4 standard deviations
+    of a share; 16 slots a segment at least).
 
-    >>> pair_map_slots(700), pair_map_slots(5_718_051), pair_map_slots(12_101_005)
-    (1024, 8388608, 33554432)
+    >>> pair_map_slots(700), pair_map_slots(6_289_000), pair_map_slots(13_195_000)
+    (2304, 9099072, 19016192)
     """
-    slots = PAIR_MAP_MIN_SLOTS
-    while slots * 7 // 10 < n_pairs:
-        slots <<= 1
-    return slots
+    share = max(0, n_pairs) / PAIR_MAP_SEGMENTS
+    need = int((share + 4.0 * math.sqrt(share) + 1.0) * 10.0 / 7.0) + 1
+    return PAIR_MAP_SEGMENTS * max(PAIR_MAP_MIN_SLOTS // PAIR_MAP_SEGMENTS, need)
 
 
 def pair_tables_peak(n_pairs: int) -> int:
     """Peak bytes of the engine's per-pair tables (pair arrays, heap, pair map) on the way to
-    ``n_pairs`` pairs (:func:`pairs_estimate`, with its margin): the larger of the end (every pair,
-    the map at its final size) and the moment the map last doubled (its old and new slots together,
-    beside the pairs it held then, 7/20 of the final slots). The map is sized for the pairs expected,
-    ``n_pairs / PAIRS_MARGIN``. 100k on the 15 GB synthetic corpus: the map doubled to 384 MiB at
-    11.7 M pairs (of 12.1 M), when 192 MiB more were held than at the end.
+    ``n_pairs`` pairs (:func:`pairs_estimate`, with its margin): the engine makes room for that many
+    before the merge loop (``MergeEngine.reserve_pairs``), so no table is copied to a larger one and
+    the end is the peak: every pair's entries, the map as sized. 100k on the 15 GB synthetic corpus:
+    12.1 M pairs; the power-of-two map before held 384 MiB, and 576 at the moment it doubled.
 
     >>> pair_tables_peak(6_289_000) >> 20, pair_tables_peak(13_195_000) >> 20   # 15 GB, 32k / 100k
-    (455, 1247)
+    (463, 972)
     """
-    slots = pair_map_slots(int(n_pairs / PAIRS_MARGIN))
-    end = n_pairs * ENGINE_PAIR_BYTES + slots * PAIR_SLOT_BYTES
-    if slots == PAIR_MAP_MIN_SLOTS:
-        return end
-    held = min(n_pairs, (slots // 2) * 7 // 10)
-    grown = held * ENGINE_PAIR_BYTES + (slots + slots // 2) * PAIR_SLOT_BYTES
-    return max(end, grown)
+    return int(n_pairs * ENGINE_PAIR_BYTES) + pair_map_slots(n_pairs) * PAIR_SLOT_BYTES
 
 
 def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols: Optional[int] = None) -> int:
     """Estimated RAM of the merge engine for ``n_words`` unique pretokens (all arrays in RAM).
 
     >>> engine_bytes(1_000_000, 32000) >> 20
-    278
+    279
     """
     return engine_memory(n_words, vocab_size, n_symbols)["anon"]
 
@@ -767,13 +764,13 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     >>> est = plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                     parent_overhead=50 << 20)    # before counting: counting fits
     >>> est.merge_fits, est.merge_bytes >> 20
-    (False, 1210)
+    (False, 1190)
     >>> try:                                            # after counting, with the real count
     ...     plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                   parent_overhead=50 << 20, unique_pretokens=25_000_000)
     ... except BudgetError as e:
     ...     print(e.min_budget >> 20)
-    2807
+    2734
     """
     if input_bytes < 0:
         raise ValueError("input_bytes must be >= 0")
