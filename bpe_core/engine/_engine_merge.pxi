@@ -1,4 +1,4 @@
-# _engine.pyx, part 5 of 5 (``include``d: compiled into the module as if written there).
+# _engine.pyx, part 5 of 6 (``include``d: compiled into the module as if written there).
 # The MergeEngine class: build (pairs, position lists), lazy heap, merge steps, inspection. (One part: Cython
 # allows ``include`` only at module level, not inside a class body.)
 
@@ -123,6 +123,11 @@ cdef class MergeEngine:
     # pool of list blocks
     cdef vector[uint32_t*] pages
     cdef uint64_t pool_top
+    cdef uint64_t pool_used                     # entries of the pool's blocks in use (``_pool_compact``)
+    cdef public int64_t n_pool_compactions
+    cdef public int64_t pool_check_every         # ``run`` looks at the pool every this many merges
+    cdef public uint64_t pool_min_free           # ... and compacts it when this many bytes, and a
+                                                 # quarter of its pages, are free blocks (tests: 1, 0)
     cdef vector[vector[uint64_t]] free_blocks   # per class
     cdef uint64_t big_bytes
     cdef bint oom
@@ -298,6 +303,10 @@ cdef class MergeEngine:
         self.n_rescans = 0
         self.n_compactions = 0
         self.pool_top = 0
+        self.pool_used = 0
+        self.n_pool_compactions = 0
+        self.pool_check_every = 256
+        self.pool_min_free = POOL_COMPACT_MIN_FREE
         self.big_bytes = 0
         self.peak_pool_bytes = 0
         self.peak_heap = 0
@@ -372,7 +381,7 @@ cdef class MergeEngine:
         cdef size_t p, k
         cdef uint64_t off
         for p in range(self.pages.size()):
-            free(self.pages[p])
+            _page_free(self.pages[p])
         for p in range(self.lst_off.size()):
             if self.lst_cls[p] != NO_LIST and self.lst_cls[p] > PAGE_BITS:
                 off = self.lst_off[p]
@@ -476,6 +485,7 @@ cdef class MergeEngine:
                 return 0
             self.big_bytes += size * 4
             return (<uint64_t>big) | BIG_FLAG
+        self.pool_used += size
         if self.free_blocks[cls].size() > 0:
             off = self.free_blocks[cls].back()
             self.free_blocks[cls].pop_back()
@@ -504,9 +514,10 @@ cdef class MergeEngine:
                         rest -= piece
                     else:
                         c -= 1
-            page = <uint32_t*>malloc(PAGE_SIZE * 4)
+            page = _page_new()
             if page == NULL:
                 self.oom = True
+                self.pool_used -= size
                 return 0
             self.pages.push_back(page)
             self.pool_top = (<uint64_t>(self.pages.size() - 1)) << PAGE_BITS
@@ -522,6 +533,7 @@ cdef class MergeEngine:
             self.big_bytes -= ((<uint64_t>1) << cls) * 4
         else:
             self.free_blocks[cls].push_back(off)
+            self.pool_used -= (<uint64_t>1) << cls
 
     cdef uint32_t _compact(self, pair_id_t pid) noexcept nogil:
         """Drop the stale entries of a pair's added list; return its new length."""
@@ -1514,6 +1526,10 @@ cdef class MergeEngine:
                 else:
                     out.append((ids[0], ids[1], ids[2]))
                 done += 1
+                if done % self.pool_check_every == 0 and _pool_wasteful(self):   # (between merges: no
+                    # thread is in the lists; ``_engine_pool.pxi``)
+                    with nogil:
+                        _pool_compact(self)
                 if done % every == 0:
                     PyErr_CheckSignals()     # Ctrl-C / SIGTERM handlers run here, not after the loop
                     if progress is not None:
@@ -1655,6 +1671,22 @@ cdef class MergeEngine:
             return list(self.tok_ids)
         return [self.token_bytes(<token_id_t>i) for i in range(self.tok_off.size())]
 
+    def compact_pool(self):
+        """Slide the position lists added by merges into the fewest pages and give the others back
+        (``run`` does it by itself when a quarter of the pool is free blocks); returns the pool's
+        bytes before and after. Changes no merge.
+
+        >>> e = MergeEngine(np.frombuffer(b"abab", np.uint8), np.array([0, 4]), np.array([3]),
+        ...                 [bytes([i]) for i in range(256)])
+        >>> e.step(); e.compact_pool()
+        (97, 98, 256)
+        (1048576, 1048576)
+        """
+        cdef uint64_t before = self._pool_bytes()
+        with nogil:
+            _pool_compact(self)
+        return int(before), int(self._pool_bytes())
+
     def reserve_pairs(self, int64_t n_pairs):
         """Make room for ``n_pairs`` pairs in all (the plan's estimate, ``runtime.budget.pairs_estimate``)
         before the merge loop: the pair map is sized for them at once, and the per-pair arrays and the
@@ -1732,6 +1764,7 @@ cdef class MergeEngine:
             "heap_rescans": self.n_rescans,
             "n_steps": self.n_steps,
             "list_compactions": self.n_compactions,
+            "pool_compactions": self.n_pool_compactions,
             "pruned_pairs": self.n_pruned,
             "fill_passes": self.fill_passes,
             "memory": self.memory(),

@@ -1,4 +1,4 @@
-# _engine.pyx, part 2 of 5 (``include``d: compiled into the module as if written there).
+# _engine.pyx, part 2 of 6 (``include``d: compiled into the module as if written there).
 # The pair hash map (_PairMap): packed pair -> pair id, open addressing in segments.
 
 # ==== Pair hash map ===========================================================================

@@ -74,3 +74,44 @@ def test_room_for_pairs_changes_no_merge(words, weights, n_pairs, n_merges):
     assert plain.tokens() == roomy.tokens()
     for x, y in zip(plain.words(), roomy.words()):
         assert np.array_equal(x, y)
+
+
+# ==== The list pool given back while the loop runs (``_engine_pool.pxi``) ==========================
+
+def _long_engine(words, weights, threads=1):
+    syms = np.array([t for w in words for t in w], dtype=np.uint32)
+    offs = np.concatenate(([0], np.cumsum([len(w) for w in words]))).astype(np.int64)
+    return MergeEngine(syms, offs, np.array(weights, dtype=np.int64), [bytes([97 + i]) for i in range(8)],
+                       threads=threads, build_par_min=1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 7), min_size=1, max_size=40), min_size=1, max_size=60),
+       st.lists(st.integers(0, 5), min_size=60, max_size=60), st.integers(1, 80), st.integers(1, 7),
+       st.sampled_from([1, 2]))
+def test_compacting_the_pool_after_every_merge_changes_no_merge(words, weights, n_merges, every, threads):
+    """The pool slid down and its pages given back every ``every`` merges (``run``'s check forced:
+    no free bytes needed), on one thread or two: every merge, token and final word equal."""
+    plain = _long_engine(words, weights[:len(words)], threads)
+    moved = _long_engine(words, weights[:len(words)], threads)
+    plain.par_min_sites = moved.par_min_sites = 1
+    moved.pool_check_every, moved.pool_min_free = every, 0
+    assert plain.run(n_merges) == moved.run(n_merges)
+    assert plain.tokens() == moved.tokens()
+    for x, y in zip(plain.words(), moved.words()):
+        assert np.array_equal(x, y)
+    assert plain.pair_counts_dict() == moved.pair_counts_dict()
+
+
+def test_compacting_gives_pages_back_and_keeps_every_list():
+    """Lists spread over many pages (big early lists freed by their merges) are slid into few: the
+    pool shrinks, and the merges after it are the plain engine's."""
+    rng = np.random.default_rng(5)
+    words = [list(rng.integers(0, 4, rng.integers(2, 30))) for _ in range(100_000)]
+    weights = list(rng.integers(1, 6, len(words)))
+    plain, moved = _long_engine(words, weights), _long_engine(words, weights)
+    assert plain.run(80) == moved.run(80)
+    before, after = moved.compact_pool()
+    assert after < before and moved.stats()["pool_compactions"] == 1
+    assert plain.run(200) == moved.run(200)
+    assert plain.pair_counts_dict() == moved.pair_counts_dict()
