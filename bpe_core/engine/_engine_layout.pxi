@@ -55,7 +55,9 @@ cdef cppclass NearTable:
     uint64_t a1
 
 
-cdef struct HeapEntry:
+cdef packed struct HeapEntry:
+    # 12 bytes, packed: the heap holds about one entry per pair (17.3 M at 200k merges on the 15 GB
+    # corpus: 198 MiB, 264 with the 16 bytes of an aligned struct)
     count_t count
     pair_id_t pair
 
