@@ -1526,10 +1526,11 @@ cdef class MergeEngine:
                 else:
                     out.append((ids[0], ids[1], ids[2]))
                 done += 1
-                if done % self.pool_check_every == 0 and _pool_wasteful(self):   # (between merges: no
-                    # thread is in the lists; ``_engine_pool.pxi``)
-                    with nogil:
-                        _pool_compact(self)
+                if done % self.pool_check_every == 0:   # (between merges: no thread is in the lists
+                    with nogil:                          # nor the shares; ``_engine_pool.pxi``)
+                        if _pool_wasteful(self):
+                            _pool_compact(self)
+                        _shares_trim(self)
                 if done % every == 0:
                     PyErr_CheckSignals()     # Ctrl-C / SIGTERM handlers run here, not after the loop
                     if progress is not None:

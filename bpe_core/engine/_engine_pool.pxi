@@ -16,6 +16,10 @@
 # are mappings of their own: a freed block of the malloc heap may stay in the process). The lists'
 # entries, their order and lengths are unchanged: no merge changes. ``run`` calls it between merges
 # when at least a quarter of the pool's pages (and 32 MiB) are free blocks.
+#
+# The two threads' shares of a merge (``NearTable``) keep the room of the largest merge so far (its
+# sites, 8 B each: 64 MiB at 15 GB, from the first merges); ``_shares_trim`` gives it back between
+# merges when they hold as much as the pool's threshold (a later merge that needs it takes it again).
 
 cdef size_t POOL_PAGE_BYTES = (<size_t>1 << 18) * 4      # PAGE_SIZE entries of 4 bytes
 
@@ -127,3 +131,25 @@ cdef void _pool_compact(MergeEngine e) noexcept nogil:
         e.pool_top = (<uint64_t>keep) << PAGE_BITS     # (full or none: the next block takes a new page)
     e.pool_used = used
     e.n_pool_compactions += 1
+
+
+cdef void _share_trim(NearTable* nt) noexcept nogil:
+    """Give back a share's per-merge vectors (each merge clears them first, ``_share_begin``)."""
+    nt.sites.clear()
+    nt.sites.shrink_to_fit()
+    nt.near.clear()
+    nt.near.shrink_to_fit()
+    nt.remap.clear()
+    nt.remap.shrink_to_fit()
+
+
+cdef bint _shares_trim(MergeEngine e) noexcept nogil:
+    """Trim both shares when their per-merge vectors hold ``pool_min_free`` bytes or more."""
+    cdef uint64_t held = (e.share0.sites.capacity() * 8 + e.share1.sites.capacity() * 8
+                          + (e.share0.near.capacity() + e.share1.near.capacity()) * sizeof(Near)
+                          + (e.share0.remap.capacity() + e.share1.remap.capacity()) * 4)
+    if held == 0 or held < e.pool_min_free:
+        return False
+    _share_trim(&e.share0)
+    _share_trim(&e.share1)
+    return True

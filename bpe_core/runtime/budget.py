@@ -108,6 +108,10 @@ ENGINE_BASE_BYTES = 32 * MiB
 #: 1 GB, 3.5-3.6 B at 15 GB; 3.7 with a margin) and the block index (4 B per 16 positions).
 ENGINE_CELL_BYTES = 4.0
 ENGINE_LIST_BYTES = 3.7
+#: ... the pool at the end of a run past 32k merges: the first merges' big lists are merged and their
+#: pages given back (``_engine_pool.pxi``), later lists are smaller; 15 GB synthetic: 2.55 B at 100k
+#: (498 MiB), PLACEHOLDER at 200k.
+ENGINE_LIST_END_BYTES = 2.9
 ENGINE_BLOCK_BYTES = 1 / 4
 #: read-only, per symbol: the initial position lists; per word: the word record (count, end).
 ENGINE_BASE_LIST_BYTES = 4
@@ -121,11 +125,12 @@ PAIRS_PER_SQRT_SYMBOL = 450
 #: how the pairs grow with the vocabulary above 32k (5.72 M -> 17.34 M from 32k to 200k at 195 M
 #: symbols is 6.25 ** 0.605; 0.65 leaves a margin: 20.7 M planned)
 PAIRS_VOCAB_EXPONENT = 0.65
-#: per pair: key, count, list, marks (34 B, arrays grown by 1/4) and the heap's entries, measured on
-#: the 15 GB synthetic corpus: 54.6 B at 32k (209 + 103 MiB for 5.72 M pairs), 52.9 B at 100k, 57.7 B
-#: at 200k; 60 B with a margin. (80 B with the pair map in it, the figure before, left 100k 8% over
-#: the budget it named: the map had just doubled.)
-ENGINE_PAIR_BYTES = 60
+#: per pair: key, count, list, marks (34 B, written as pairs come: ``MergeEngine.reserve_pairs``
+#: reserves their room once) and the heap's entries (12 B, about one per pair), measured on the 15 GB
+#: synthetic corpus: 392 MiB of arrays and 183 MiB of 16 B heap entries for 12.1 M pairs at 100k
+#: (49.8 B a pair; 45.8 with the packed entries); 52 B with a margin. (60 B before, when the arrays
+#: and the heap were copied to blocks a quarter larger as they grew, the old and the new together.)
+ENGINE_PAIR_BYTES = 52
 #: The pair map (``_engine_pairmap.pxi``): 12 B slots in 64 segments of at least 16 each, sized once
 #: for the pairs the plan expects (``MergeEngine.reserve_pairs``: each segment for its share at 7/10
 #: load, plus 4 standard deviations); a segment that fills up grows by half on its own, so the map is
@@ -564,13 +569,16 @@ def engine_memory(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols:
 
     >>> m = engine_memory(18_807_369, 32000, 195_319_199, mapped=True)
     >>> m["anon"] >> 20, m["file"] >> 20
-    (1976, 960)
+    (1928, 960)
     """
     if n_words <= 0:
         return {"anon": 0, "file": 0}
     s = symbols_estimate(n_words) if n_symbols is None else int(n_symbols)
-    anon = ENGINE_BASE_BYTES + int(s * (ENGINE_CELL_BYTES + ENGINE_LIST_BYTES + ENGINE_BLOCK_BYTES)) \
-        + pair_tables_peak(pairs_estimate(s, vocab_size))
+    # the list pool peaks in the first merges (beside the pairs of a 32k run at most) and is compacted
+    # after (``_engine_pool.pxi``); the pair tables peak at the end: the larger of the two moments
+    early = int(s * ENGINE_LIST_BYTES) + pair_tables_peak(pairs_estimate(s, min(vocab_size, DEFAULT_VOCAB_SIZE)))
+    late = int(s * ENGINE_LIST_END_BYTES) + pair_tables_peak(pairs_estimate(s, vocab_size))
+    anon = ENGINE_BASE_BYTES + int(s * (ENGINE_CELL_BYTES + ENGINE_BLOCK_BYTES)) + max(early, late)
     readonly = s * ENGINE_BASE_LIST_BYTES + n_words * ENGINE_WORD_BYTES
     return {"anon": anon, "file": readonly} if mapped else {"anon": anon + readonly, "file": 0}
 
@@ -614,7 +622,7 @@ def pair_tables_peak(n_pairs: int) -> int:
     12.1 M pairs; the power-of-two map before held 384 MiB, and 576 at the moment it doubled.
 
     >>> pair_tables_peak(6_289_000) >> 20, pair_tables_peak(13_195_000) >> 20   # 15 GB, 32k / 100k
-    (463, 972)
+    (416, 871)
     """
     return int(n_pairs * ENGINE_PAIR_BYTES) + pair_map_slots(n_pairs) * PAIR_SLOT_BYTES
 
@@ -623,7 +631,7 @@ def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols: 
     """Estimated RAM of the merge engine for ``n_words`` unique pretokens (all arrays in RAM).
 
     >>> engine_bytes(1_000_000, 32000) >> 20
-    279
+    267
     """
     return engine_memory(n_words, vocab_size, n_symbols)["anon"]
 
@@ -764,13 +772,13 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     >>> est = plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                     parent_overhead=50 << 20)    # before counting: counting fits
     >>> est.merge_fits, est.merge_bytes >> 20
-    (False, 1190)
+    (False, 1155)
     >>> try:                                            # after counting, with the real count
     ...     plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                   parent_overhead=50 << 20, unique_pretokens=25_000_000)
     ... except BudgetError as e:
     ...     print(e.min_budget >> 20)
-    2734
+    2677
     """
     if input_bytes < 0:
         raise ValueError("input_bytes must be >= 0")
