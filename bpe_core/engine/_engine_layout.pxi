@@ -96,8 +96,18 @@ cdef extern from *:
     static inline void bpe_nap(void) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
     static inline void bpe_yield(void) { sched_yield(); }
     typedef void* (*bpe_thread_fn)(void*);
+    /* The engine's threads run C code that never allocates from the heap (the merge worker's
+       buffers are reserved by the main thread: ``_share_reserve``) and never recurses deeply: a
+       stack of 1 MiB, not the default 8 MiB (only its touched pages cost memory either way). */
     static inline int bpe_thread_start(pthread_t* t, bpe_thread_fn fn, void* arg) {
-        return pthread_create(t, NULL, fn, arg);
+        pthread_attr_t attr;
+        int rc;
+        if (pthread_attr_init(&attr) != 0)
+            return pthread_create(t, NULL, fn, arg);
+        pthread_attr_setstacksize(&attr, (size_t)1 << 20);
+        rc = pthread_create(t, &attr, fn, arg);
+        pthread_attr_destroy(&attr);
+        return rc;
     }
     """
     ctypedef unsigned long pthread_t
@@ -150,6 +160,8 @@ cdef enum:
     PREFETCH_NEAR = 6   # ... and the pair-map slots of its neighbour windows (its cells are in cache)
     PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
     BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)
+    BUILD_FEW_PAIRS = 1 << 16  # a build whose lists are mapped runs on two threads when its tokens make at
+                            # most this many pairs (the bytes: the second half's pair table, ~3 MiB)
     SPIN_PAUSES = 2000      # a thread waiting for the other spins this long, then yields its core
     WORKER_PAUSES = 400     # the second thread, between merges, spins this long, yields its core
     WORKER_YIELDS = 16      # ... this many times, then naps (20 us at a time): a spin or a yield is

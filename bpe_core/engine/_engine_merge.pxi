@@ -141,6 +141,7 @@ cdef class MergeEngine:
     cdef int64_t n_pruned
     cdef vector[pair_id_t] free_pids   # ids of forgotten pairs, given to new ones
     cdef vector[pair_id_t] born        # pairs made in this merge (or the build)
+    cdef vector[int64_t] byte_pid      # (the build's fill passes, symbols all bytes) pair id of (a << 8) | b
     cdef public uint32_t n_steps
     cdef public count_t last_count       # the count of the pair the last step merged
     cdef bint halt_existing              # (``run(stop_before_existing=)``) see ``stopped_before``
@@ -339,7 +340,12 @@ cdef class MergeEngine:
             w_split = min(max(w_split, 1), n_words - 1)
             self.threads = 2
             self.split = <uint32_t>offsets[w_split]
-        self.build_threads = (self.threads == 2 and win_pid.size() > 0 and n_windows >= build_par_min)
+        # with the window pair ids in RAM, or (mapped lists: the pair of a window is looked up again in
+        # each fill pass) when the symbols are bytes, whose pairs are few (the second half's own pair
+        # table then has room for all of them from the start: see below)
+        cdef uint64_t few_pairs = <uint64_t>n_tokens * n_tokens
+        self.build_threads = (self.threads == 2 and n_windows >= build_par_min
+                              and (win_pid.size() > 0 or few_pairs <= BUILD_FEW_PAIRS))
         cdef HalfCount half
         cdef _PairMap local_map
         cdef vector[pair_key_t] half_keys
@@ -348,7 +354,15 @@ cdef class MergeEngine:
         cdef vector[uint64_t] len_first
         cdef vector[pair_id_t] remap
         if self.build_threads:
-            local_map = _PairMap(1 << 16)
+            if few_pairs <= BUILD_FEW_PAIRS:
+                # every pair the second half can meet has room, made here: the second thread never
+                # allocates (no glibc arena of its own; see ``_share_reserve``)
+                local_map = _PairMap(few_pairs)
+                half_keys.reserve(few_pairs)
+                half_counts.reserve(few_pairs)
+                half_lens.reserve(few_pairs)
+            else:
+                local_map = _PairMap(1 << 16)
             half.engine = <void*>self
             half.w_lo = w_split
             half.w_hi = n_words
@@ -356,24 +370,29 @@ cdef class MergeEngine:
             for w in range(w_split, n_words):
                 if offsets[w + 1] > offsets[w]:
                     half.n_win += offsets[w + 1] - offsets[w] - 1
-            half.win_pid = win_pid.data() + (n_windows - half.n_win)
+            half.win_pid = win_pid.data() + (n_windows - half.n_win) if win_pid.size() > 0 else NULL
             half.local_map = <void*>local_map
             half.keys = &half_keys
             half.counts = &half_counts
             half.lens = &half_lens
             half.stage = 0
             with nogil:
-                self._count_two(base_len, win_pid.data(), w_split, &half, len_first, remap)
+                self._count_two(base_len, win_pid.data() if win_pid.size() > 0 else NULL, w_split, &half,
+                                len_first, remap)
         else:
             with nogil:
                 self._count_range(base_len, win_pid.data() if win_pid.size() > 0 else NULL, 0, n_words)
         with nogil:
             self._touch_all()
+            if n_tokens <= 256 and win_pid.size() == 0:
+                self._byte_pairs()
         self._build_base(base_len, folder, map_threshold, fill_buffer_bytes,
                          win_pid.data() if win_pid.size() > 0 else NULL,
                          &half if self.build_threads else NULL, len_first, remap)
         win_pid.clear()
         win_pid.shrink_to_fit()
+        self.byte_pid.clear()
+        self.byte_pid.shrink_to_fit()
         with nogil:
             self._build_heap()
 
@@ -669,7 +688,7 @@ cdef class MergeEngine:
 
     cdef void _count_half(self, HalfCount* h) noexcept nogil:
         """The second thread's count (``_count_range`` on its own pair table, ``h``): local pair ids
-        in the order first seen, each window's local id in ``h.win_pid``."""
+        in the order first seen, each window's local id in ``h.win_pid`` (when kept)."""
         cdef int64_t w, k, start, end, found
         cdef count_t c
         cdef pair_key_t key
@@ -693,8 +712,9 @@ cdef class MergeEngine:
                     h.lens.push_back(0)
                 else:
                     lid = <pair_id_t>found
-                h.win_pid[n] = lid
-                n += 1
+                if h.win_pid != NULL:
+                    h.win_pid[n] = lid
+                    n += 1
                 h.counts[0][lid] += c
                 h.lens[0][lid] += 1
 
@@ -725,20 +745,61 @@ cdef class MergeEngine:
             base_len[pid] += h.lens[0][l]
         len_first.resize(base_len.size(), 0)
 
-    cdef void _fill_pass(self, uint32_t lo, uint32_t hi, uint32_t* buf, uint64_t* fill) noexcept nogil:
-        """Write the positions of the windows of pairs ``lo <= pid < hi`` into ``buf`` (the CSR slice
-        from ``base_start[lo]``), in position order."""
+    cdef void _byte_pairs(self) noexcept nogil:
+        """The pair ids of the 65,536 byte pairs (-1: absent) as the pair map has them now, for the
+        fill passes of a build whose symbols are all bytes: an index into 512 KiB that stays in the
+        CPU's cache instead of a hashed lookup per window and pass."""
+        cdef uint32_t x
+        self.byte_pid.resize(1 << 16)
+        for x in range(1 << 16):
+            self.byte_pid[x] = self.pair_map.get(pack_pair(x >> 8, x & 0xFF))
+
+    cdef void _fill_pass(self, uint32_t lo, uint32_t hi, uint32_t* buf, uint64_t* fill, int64_t w_lo,
+                         int64_t w_hi, const uint64_t* first) noexcept nogil:
+        """Write the positions of the windows of pairs ``lo <= pid < hi`` in words ``w_lo:w_hi`` into
+        ``buf`` (the CSR slice from ``base_start[lo]``), in position order; ``first``: each pair's
+        windows before word ``w_lo`` (the second half of a two-thread pass), written by the other
+        thread. The pair map is only read."""
         cdef int64_t w, k, start, end
         cdef int64_t pid
-        cdef uint64_t b0 = self.base_start[lo]
-        for w in range(self.n_words):
+        cdef uint64_t b0 = self.base_start[lo], at
+        cdef const int64_t* direct = self.byte_pid.data() if self.byte_pid.size() > 0 else NULL
+        for w in range(w_lo, w_hi):
             start = self._word_start(w)
             end = self.wrec[w].end
             for k in range(start, end - 1):
-                pid = self.pair_map.get(pack_pair(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD))
+                if direct != NULL:       # (symbols all bytes: ``_byte_pairs``)
+                    pid = direct[((self.cells[k] & PAYLOAD) << 8) | (self.cells[k + 1] & PAYLOAD)]
+                else:
+                    pid = self.pair_map.get(pack_pair(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD))
                 if pid >= lo and pid < hi:
-                    buf[self.base_start[pid] - b0 + fill[pid - lo]] = <uint32_t>k
+                    at = self.base_start[pid] - b0 + fill[pid - lo]
+                    if first != NULL:
+                        at += first[pid]
+                    buf[at] = <uint32_t>k
                     fill[pid - lo] += 1
+
+    cdef void _fill_pass_two(self, uint32_t lo, uint32_t hi, uint32_t* buf, uint64_t* fill, HalfCount* h,
+                             vector[uint64_t]& len_first) noexcept nogil:
+        """``_fill_pass`` on two threads: the first half's words here, the second half's (``h``) on a
+        native thread after them in each pair's list: the lists one thread writes."""
+        cdef pthread_t t
+        cdef bint started
+        h.fill.assign(hi - lo, 0)              # (room made before the first pass: no allocation)
+        h.stage = 2
+        h.lo = lo
+        h.hi = hi
+        h.first = len_first.data()
+        h.buf = buf
+        started = bpe_thread_start(&t, <bpe_thread_fn>_half_main, <void*>h) == 0
+        self._fill_pass(lo, hi, buf, fill, 0, h.w_lo, NULL)
+        if started:
+            pthread_join(t, NULL)
+        else:
+            self._fill_pass_half(h)
+
+    cdef void _fill_pass_half(self, HalfCount* h) noexcept nogil:
+        self._fill_pass(h.lo, h.hi, h.buf, h.fill.data(), h.w_lo, h.w_hi, h.first)
 
     cdef void _fill_cached(self, const pair_id_t* win_pid, int64_t n_win, uint32_t* buf,
                            uint64_t* fill, int64_t w_lo, int64_t w_hi, const pair_id_t* remap,
@@ -804,7 +865,7 @@ cdef class MergeEngine:
         cdef uint64_t total = 0, p, n_base = base_len.size()
         cdef uint32_t lo, hi
         cdef uint32_t[::1] bview
-        cdef vector[uint64_t] fill
+        cdef vector[uint64_t] fill, fill2
         self.n_base = <uint32_t>n_base
         self.base_start.resize(n_base + 1)
         self.base_done.assign(n_base, 0)
@@ -821,6 +882,9 @@ cdef class MergeEngine:
             buf = np.empty(cap, dtype=np.uint32)
             bview = buf
             out = _SpillFile(folder, "positions")
+            if half != NULL:
+                fill2.reserve(n_base)
+                half.fill = &fill2
             try:
                 lo = 0
                 while lo < n_base:
@@ -829,7 +893,10 @@ cdef class MergeEngine:
                         hi += 1
                     fill.assign(hi - lo, 0)
                     with nogil:
-                        self._fill_pass(lo, hi, &bview[0], fill.data())
+                        if half != NULL:
+                            self._fill_pass_two(lo, hi, &bview[0], fill.data(), half, len_first)
+                        else:
+                            self._fill_pass(lo, hi, &bview[0], fill.data(), 0, self.n_words, NULL)
                     out.write(buf[:self.base_start[hi] - self.base_start[lo]])
                     self.fill_passes += 1
                     lo = hi
@@ -846,13 +913,17 @@ cdef class MergeEngine:
                 bview = self._base_arr
                 fill.assign(n_base, 0)
                 with nogil:
-                    if half != NULL:
+                    if half != NULL and win_pid != NULL:
                         self._fill_two(win_pid, <int64_t>total, &bview[0], fill, half, len_first, remap)
+                    elif half != NULL:
+                        fill2.reserve(n_base)
+                        half.fill = &fill2
+                        self._fill_pass_two(0, <uint32_t>n_base, &bview[0], fill.data(), half, len_first)
                     elif win_pid != NULL:
                         self._fill_cached(win_pid, <int64_t>total, &bview[0], fill.data(), 0, self.n_words,
                                           NULL, NULL)
                     else:
-                        self._fill_pass(0, <uint32_t>n_base, &bview[0], fill.data())
+                        self._fill_pass(0, <uint32_t>n_base, &bview[0], fill.data(), 0, self.n_words, NULL)
             self.fill_passes = 1
         cdef const uint32_t[::1] rview
         if total > 0:
@@ -1382,6 +1453,8 @@ cdef class MergeEngine:
             n0.a1 = n1.a0 = m
             n1.a1 = n_added
         if par:
+            # the worker's share gets its room here, from this thread (see ``_share_reserve``)
+            _share_reserve(n1, (n1.b1 - n1.b0) + (n1.a1 - n1.a0), self.tok_off.size())
             bpe_store_release(&self.job_posted, self.job_posted + 1)
             self._do_share(0, True)
             spins = 0

@@ -18,6 +18,31 @@ cdef void _share_begin(NearTable* nt) noexcept nogil:
         nt.gen = 1
 
 
+cdef void _share_reserve(NearTable* nt, uint64_t n_sites, uint64_t n_tokens) noexcept nogil:
+    """Room, made by the calling thread, for a share of ``n_sites`` listed sites of a merge whose new
+    token is one of ``n_tokens``: the share then never allocates while it runs (the second thread
+    never calls malloc, so glibc gives it no arena of its own: an arena's freed room is not given
+    back to the OS nor to the main thread, ~64-96 MiB at 15 GB; what it used is this thread's heap,
+    reused by the next merge's shares). A site adds at most 2 windows (``sites``) and meets at most
+    4 pairs holding the new token (``near``), and there are at most ``2 n_tokens`` of those (``(x, t)``
+    and ``(t, y)``); the hash table doubles while it is more than half full, from 1024 slots
+    (``_near_index``), so it never holds more than the smallest power of two >= ``2 len(near)``."""
+    cdef uint64_t n_near = 4 * n_sites
+    cdef uint64_t n_slot = 1024
+    if n_near > 2 * n_tokens + 2:
+        n_near = 2 * n_tokens + 2
+    while n_slot < 2 * n_near:
+        n_slot *= 2
+    if nt.sites.capacity() < 2 * n_sites:
+        nt.sites.reserve(2 * n_sites)
+    if nt.near.capacity() < n_near:
+        nt.near.reserve(n_near)
+    if nt.slot.capacity() < n_slot:
+        nt.slot.reserve(n_slot)
+    if nt.stamp.capacity() < n_slot:
+        nt.stamp.reserve(n_slot)
+
+
 cdef uint64_t _share_bytes(NearTable* nt) noexcept nogil:
     """The memory a share holds (its vectors keep their room from merge to merge)."""
     return (nt.near.capacity() * sizeof(Near) + nt.slot.capacity() * 4 + nt.stamp.capacity() * 4
@@ -96,14 +121,18 @@ cdef struct HalfCount:
     const uint64_t* first
     uint32_t* buf
     vector[uint64_t]* fill
-    int stage                            # 0: count, 1: fill
+    int stage                            # 0: count, 1: fill, 2: a pass of the mapped fill (pairs lo:hi)
+    uint32_t lo
+    uint32_t hi
 
 
 cdef void* _half_main(void* arg) noexcept nogil:
     cdef HalfCount* h = <HalfCount*>arg
     if h.stage == 0:
         (<MergeEngine>h.engine)._count_half(h)
-    else:
+    elif h.stage == 1:
         (<MergeEngine>h.engine)._fill_half(h)
+    else:
+        (<MergeEngine>h.engine)._fill_pass_half(h)
     return NULL
 

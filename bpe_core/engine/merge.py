@@ -22,7 +22,8 @@ from ..runtime.progress import progress_bar
 from ..runtime.workers import release_free_memory
 from ._engine import MergeEngine, hf_byte_rank, huge_pages
 
-__all__ = ["MergeEngine", "PAR_MIN_SITES", "Replay", "hf_byte_rank", "huge_pages", "replay_merges", "train_words"]
+__all__ = ["MergeEngine", "PAR_MIN_SITES", "Replay", "hf_byte_rank", "huge_pages", "replay_merges", "run_legs",
+           "train_words"]
 
 #: With ``threads=2``, a merge is split between the two threads from this many listed sites, and the
 #: second thread runs only while the best pair counts at least this much (a pair counts at least as
@@ -32,6 +33,59 @@ __all__ = ["MergeEngine", "PAR_MIN_SITES", "Replay", "hf_byte_rank", "huge_pages
 #: ``time.thread_time`` per step) the merges of pairs counting 16k or more are 26% of the merges and
 #: 66% of the loop's CPU; at 15 GB the pairs count about 4x more.
 PAR_MIN_SITES = 16384
+
+
+def run_legs(engine: MergeEngine, n_merges: int, threads: int, par_min_sites: int = PAR_MIN_SITES,
+             allowed: Optional[Callable[[bytes, bytes], bool]] = None, progress: Optional[Callable[[int], None]] = None,
+             min_count: int = 0, compact: bool = False, stop_before_existing: bool = False):
+    """``engine.run(n_merges, allowed, min_count=min_count, ...)`` in two legs, the same merges as one
+    run; return ``(steps, n_first)``, the merges and how many the first leg made.
+
+    With ``threads`` 2 (an engine built with ``threads=2``): first the merges of pairs that count
+    ``par_min_sites`` or more, with the second thread taking the sites from its split point of each
+    merge that lists that many (``engine.par_min_sites``; a pair counts at least as many sites as it
+    has in words of weight 1 or more); then the rest on this thread alone (``run(one_thread=True)``:
+    an idle second thread spins, yields and naps between merges, CPU time for nothing once no merge
+    has that many sites). ``run`` stops before the first pair that counts less than its
+    ``min_count`` with the engine as it was (``allowed`` is not asked of it), so the second leg goes
+    on as one run would. A stop before a rebuilding merge (``stop_before_existing``, see
+    ``MergeEngine.run``) ends the legs. With one thread, or ``min_count`` at ``par_min_sites`` or
+    more (every merge left is large), it is one run.
+
+    ``steps``: with ``compact``, the ``(left, right, new)`` ids flat (``3 n`` uint32: an ndarray, an
+    ``array.array`` for a ``plain`` engine); else a list of tuples. ``progress(n_done)`` counts over
+    both legs. Plain BPE (:func:`train_words`) and SuperBPE's stage 2 both run their loop here.
+
+    >>> e = MergeEngine(np.frombuffer(b"abababcd", np.uint8), np.array([0, 8]), np.array([1]),
+    ...                 [bytes([i]) for i in range(256)], threads=2)
+    >>> steps, n_first = run_legs(e, 3, threads=2, par_min_sites=2)
+    >>> steps, n_first     # (a, b) counts 3, (ab, ab) 2: with the second thread; (c, d) 1: on one
+    ([(97, 98, 256), (256, 256, 257), (99, 100, 258)], 2)
+    """
+    engine.par_min_sites = par_min_sites
+    kw = dict(allowed=allowed, compact=compact, stop_before_existing=stop_before_existing)
+    first, done = None, 0
+    if threads >= 2 and min_count < par_min_sites:
+        first = engine.run(n_merges, progress=progress, min_count=par_min_sites, **kw)
+        done = len(first)
+        if engine.stopped_before is not None or done >= n_merges:
+            return _flat(engine, first, None, compact), done
+
+    def tick(n):
+        progress(done + n)
+    rest = engine.run(n_merges - done, progress=tick if progress is not None else None, min_count=min_count,
+                      one_thread=first is not None, **kw)
+    return _flat(engine, first, rest, compact), done
+
+
+def _flat(engine: MergeEngine, first, rest, compact: bool):
+    """The steps of one or two legs as one sequence (``run_legs``)."""
+    legs = [x for x in (first, rest) if x is not None]
+    if not compact:
+        return legs[0] if len(legs) == 1 else legs[0] + legs[1]
+    if engine.plain:                         # flat array.array("I") already
+        return legs[0] if len(legs) == 1 else legs[0] + legs[1]
+    return legs[0].reshape(-1) if len(legs) == 1 else np.concatenate([x.reshape(-1) for x in legs])
 
 
 class Replay:
@@ -102,10 +156,10 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
     right_bytes)``) or ``"hf"`` (HF ``tokenizers``' BpeTrainer: the smallest pair of ids in HF's
     order), see ``MergeEngine``.
 
-    ``threads``: 2 builds the engine on two threads (``MergeEngine``) and runs the loop in two legs, the
-    same merges as one thread: while the best pair counts ``par_min_sites`` or more, with the second
-    thread taking half the sites of each merge that lists that many; then on one thread
-    (``MergeEngine.run(one_thread=True)``). A table of fewer symbols than ``par_min_sites`` (no merge
+    ``threads``: 2 builds the engine on two threads (``MergeEngine``) and runs the loop in two legs
+    (:func:`run_legs`), the same merges as one thread: while the best pair counts ``par_min_sites``
+    or more, with the second thread taking half the sites of each merge that lists that many; then
+    on one thread (``MergeEngine.run(one_thread=True)``). A table of fewer symbols than ``par_min_sites`` (no merge
     could have that many sites), or a small run's ``array.array`` table, runs on one thread.
 
     >>> train_words(WordTable.from_counts({b"low": 5, b"lower": 2}), 258, tie_break="hf")[1]
@@ -146,26 +200,10 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
             last[0] = done
 
     phase("merge loop")
-    # the merges as a (n, 3) uint32 array of (left, right, new) ids: no tuple per merge (flat, in an
+    # the merges as a flat uint32 array of (left, right, new) ids: no tuple per merge (an
     # array.array, from a small run's table: see MergeEngine.plain)
-    if threads >= 2:
-        engine.par_min_sites = par_min_sites
-        # leg 1: the large merges, the second thread running; it stops before the first pair that
-        # counts less, the engine as it was, so leg 2 goes on as one run would
-        first = engine.run(n_merges, allowed=allowed, progress=tick if bar is not None else None, compact=True,
-                           min_count=par_min_sites)
-        done = len(first)
-
-        def tick2(n):
-            tick(done + n)
-        rest = engine.run(n_merges - done, allowed=allowed, progress=tick2 if bar is not None else None,
-                          compact=True, one_thread=True) if done < n_merges else first[:0]
-        steps = np.concatenate([first.reshape(-1), rest.reshape(-1)])
-        two_thread_merges = done
-    else:
-        two_thread_merges = 0
-        steps = engine.run(n_merges, allowed=allowed, progress=tick if bar is not None else None, compact=True)
-        steps = steps if engine.plain else steps.reshape(-1)
+    steps, two_thread_merges = run_legs(engine, n_merges, threads, par_min_sites, allowed=allowed,
+                                        progress=tick if bar is not None else None, compact=True)
     if bar is not None:
         bar.close()
     t2 = time.perf_counter()

@@ -79,10 +79,13 @@ class TokenBytesGuard:
         return cls(cap, limit, merge_bytes, po, longest)
 
 
-#: What the merge loop's second thread adds to the process beyond the plan's merge figure: its
-#: glibc arena (a thread's heap grows to 64 MiB and is not trimmed) and stack. 15 GB at 32k in a
-#: 2.5 GiB cgroup: anon peak 2,074 MiB on two threads against 1,997 on one, for the same plan.
-SECOND_THREAD_BYTES = 96 << 20
+#: What the merge phase's second thread adds to the process beyond the plan's merge figure: its
+#: stack (1 MiB at most) and, while a build of mapped lists counts and fills on two threads, the
+#: second half's pair table, arrays and fill counts (room for the 65,536 byte pairs: ~4.3 MiB). It
+#: has no glibc arena of its own (the engine reserves its buffers from the main thread; an arena
+#: had cost ~96 MiB at 15 GB: anon peak 2,074 MiB on two threads against 1,997 on one), and its
+#: share of each merge is room the first thread's share no longer needs (the engine's ``shares``).
+SECOND_THREAD_BYTES = 8 << 20
 
 
 def merge_threads(plan) -> int:
@@ -92,7 +95,7 @@ def merge_threads(plan) -> int:
     >>> from types import SimpleNamespace as P
     >>> merge_threads(P(num_workers=2, memory_limit=1 << 30, merge_bytes=900 << 20))
     2
-    >>> merge_threads(P(num_workers=2, memory_limit=1 << 30, merge_bytes=1000 << 20))
+    >>> merge_threads(P(num_workers=2, memory_limit=1 << 30, merge_bytes=1020 << 20))
     1
     >>> merge_threads(P(num_workers=1, memory_limit=None, merge_bytes=0))
     1

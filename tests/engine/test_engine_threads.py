@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_core import reference
-from bpe_core.engine.merge import MergeEngine
+from bpe_core.engine.merge import MergeEngine, run_legs
 
 from test_engine_prune import _distinct
 
@@ -212,6 +212,33 @@ def test_a_build_on_two_threads_is_one_threads(words, weights, n_merges, where):
     _same(one, two)
 
 
+@settings(max_examples=120, deadline=None)
+@given(_words, _weights, st.integers(0, 40), st.sampled_from(["one", "below", "at", "above"]),
+       st.sampled_from(["mapped", "ram"]), st.integers(1, 64), st.booleans())
+def test_a_build_without_window_ids_on_two_threads_is_one_threads(tmp_path_factory, words, weights, n_merges,
+                                                                  where, lists, fill_entries, more_tokens):
+    """The build with no window pair ids kept (``map_threshold``: mapped position lists, written in
+    passes of ``fill_buffer_bytes``, or lists in RAM filled by lookups): on two threads when the
+    tokens are the 256 bytes (few pairs: the second half's pair table has room for all of them
+    from the start), each pass's lists split between the threads; the same pair ids, counts, lists
+    and merges as one thread. With more tokens than the bytes, one thread."""
+    n = _windows(words)
+    par_min = max({"one": 1, "below": n - 1, "at": n, "above": n + 1}[where], 1)
+    tokens = BYTES + [b"<%d>" % i for i in range(3)] if more_tokens else BYTES
+    syms, offs = _table(words)
+    counts = np.array(weights[:len(words)], dtype=np.int64)
+    kw = dict(map_threshold=0, fill_buffer_bytes=4 * fill_entries)
+    if lists == "mapped":
+        kw["spill_dir"] = str(tmp_path_factory.mktemp("spill"))
+    one = MergeEngine(syms, offs, counts, tokens, **kw)
+    two = MergeEngine(syms, offs, counts, tokens, threads=2, build_par_min=par_min, **kw)
+    assert two.build_threads == (n > 0 and n >= par_min and not more_tokens)
+    assert one.build_lists() == two.build_lists()
+    assert one.fill_passes == two.fill_passes
+    assert one.run(n_merges) == two.run(n_merges)
+    _same(one, two)
+
+
 def test_a_build_on_two_threads_at_the_default_threshold():
     """Enough windows for the default ``build_par_min``: the build runs on two threads, with pairs
     that only the second half holds (numbered after the first half's, as one thread numbers them)."""
@@ -225,3 +252,98 @@ def test_a_build_on_two_threads_at_the_default_threshold():
     assert one.build_lists() == two.build_lists()
     assert one.run(300) == two.run(300)
     _same(one, two)
+
+
+
+@settings(max_examples=150, deadline=None)
+@given(_words, _weights, st.integers(0, 60), st.sampled_from([1, 2, 3, 5, 8, 64]), st.integers(0, 6),
+       st.booleans(), st.booleans())
+def test_run_legs_merge_as_one_run(words, weights, n_merges, par, min_count, compact, stop):
+    """``run_legs`` (plain BPE's loop and SuperBPE stage 2's): the large merges with the second
+    thread, the rest on one, the same steps, words and pair counts as one run on one thread, at
+    every switch point, with a ``min_count`` below, at and above it and a stop before a rebuilding
+    merge; the first leg made only merges counting ``par`` or more."""
+    one, two = _engines(words, weights, BYTES)
+    want = one.run(n_merges, min_count=min_count, stop_before_existing=stop)
+    counts = []
+    got, n_first = run_legs(two, n_merges, 2, par, min_count=min_count, compact=compact,
+                            stop_before_existing=stop, progress=counts.append)
+    if compact:
+        got = [tuple(x) for x in np.asarray(got).reshape(-1, 3).tolist()]
+    assert got == want and two.stopped_before == one.stopped_before
+    assert counts[-1] == len(want) if counts else not want or n_first == len(want)
+    assert n_first <= len(want) and (n_first == 0 or min_count < par)
+    _same(one, two)
+    # the first leg's merges are the first n_first, each of a pair counting par or more
+    check, _ = _engines(words, weights, BYTES)
+    for _ in range(n_first):
+        check.step()
+        assert check.last_count >= par
+
+
+def test_run_legs_with_a_rule_asks_what_one_run_asks():
+    """``allowed`` (stage 2's ``distinct`` rule) is asked of the same pairs in the same order."""
+    rng = np.random.default_rng(11)
+    words = [list(rng.integers(97, 100, size=int(rng.integers(2, 16)))) for _ in range(300)]
+    weights = list(rng.integers(1, 6, size=300))
+    one, two = _engines(words, weights, BYTES)
+    asked1, asked2 = [], []
+    rule1, rule2 = _distinct(BYTES), _distinct(BYTES)
+    want = one.run(80, allowed=lambda a, b: asked1.append((a, b)) or rule1(a, b))
+    got, n_first = run_legs(two, 80, 2, 20, allowed=lambda a, b: asked2.append((a, b)) or rule2(a, b))
+    assert got == want and asked2 == asked1 and 0 < n_first < len(want)
+    _same(one, two)
+
+_ARENA_PROBE = r"""
+import ctypes
+import numpy as np
+from bpe_core.engine.merge import MergeEngine
+rng = np.random.default_rng(3)
+tables = [
+    [bytes(rng.integers(97, 101, size=int(rng.integers(2, 12))).astype(np.uint8)) for _ in range(20000)],
+    [b"a" * int(n) for n in rng.integers(2, 300, size=400)],                      # a == b runs
+    [bytes(rng.integers(0, 256, size=int(rng.integers(2, 40))).astype(np.uint8)) for _ in range(5000)],
+    [b"ab" * 3000, b"ba" * 2000, b"abc" * 1000],                                  # few long words
+]
+for words in tables:
+    syms = np.frombuffer(b"".join(words), np.uint8)
+    offs = np.concatenate(([0], np.cumsum([len(w) for w in words]))).astype(np.int64)
+    counts = rng.integers(1, 50, size=len(words)).astype(np.int64)
+    e = MergeEngine(syms, offs, counts, [bytes([i]) for i in range(256)], threads=2)
+    e.par_min_sites = 1                  # every merge on both threads
+    e.run(2000)
+import tempfile                          # a build of mapped lists on two threads (bytes: few pairs)
+sym = rng.integers(97, 123, size=1_200_000).astype(np.uint8)
+offs = np.arange(0, 1_200_001, 12, dtype=np.int64)
+e = MergeEngine(sym, offs, np.ones(len(offs) - 1, np.int64), [bytes([i]) for i in range(256)], threads=2,
+                spill_dir=tempfile.mkdtemp(), map_threshold=0, fill_buffer_bytes=1 << 20)
+assert e.build_threads and e.fill_passes > 1
+e = MergeEngine(sym, offs, np.ones(len(offs) - 1, np.int64), [bytes([i]) for i in range(256)], threads=2)
+assert e.build_threads                   # ... and of lists in RAM
+ctypes.CDLL(None).malloc_stats()         # one "Arena N:" block per glibc arena, on stderr
+"""
+
+
+@pytest.mark.skipif(os.uname().sysname != "Linux" or not os.path.isdir("/proc/self/task"),
+                    reason="glibc's malloc_stats")
+def test_the_merge_worker_never_allocates():
+    """The second thread's share of a merge gets its room from the main thread before it runs
+    (``_share_reserve``), so that thread never calls malloc and glibc never gives it an arena of its
+    own (an arena's freed room stays with it: at 15 GB the second thread cost ~96 MiB that way).
+    Checked in a fresh process after every merge of several tables ran on both threads and builds of
+    byte tables (lists mapped and in RAM) ran on two: one arena, the main one (the previous engine
+    made two). Fails if any merge outgrows what was reserved."""
+    import platform
+    import subprocess
+    import sys
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    import bpe_core
+    root = os.path.dirname(os.path.dirname(os.path.abspath(bpe_core.__file__)))
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", _ARENA_PROBE], env=env, capture_output=True, text=True,
+                          cwd=root, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    arenas = [line for line in proc.stderr.splitlines() if line.startswith("Arena ")]
+    assert arenas == ["Arena 0:"], proc.stderr[-2000:]

@@ -74,7 +74,7 @@ def test_rebuilding_merges_on_pieces_equal_whole_units(units, n, cut, rule, gues
 @example([([97, 98, 257], 1), ([32, 32], 2), ([97, 98, 32, 32], 1)], 2, 2, 1, False)
 def test_two_legs_merge_as_one_run(units, n, cut, par, rebuilds):
     """``stage2_merges(threads=2)`` runs the merges of pairs counting ``STAGE2_PAR_MIN_SITES`` or more
-    with the second thread and the rest on one (``_run_legs``): the same merges as one engine run on
+    with the second thread and the rest on one (``engine.merge.run_legs``): the same merges as one engine run on
     the whole units, for any switch point (forced small here), with and without rebuilds."""
     from unittest import mock
 

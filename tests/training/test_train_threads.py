@@ -147,7 +147,8 @@ def test_plain_bpe_merges_with_the_plans_workers(monkeypatch):
 
 def test_the_second_merge_thread_only_when_the_budget_has_room_for_it(monkeypatch):
     """A plan whose merge figure leaves less than the second thread's memory under the budget merges
-    on one thread (15 GB at 32k under 2 GiB: 2,074 MiB anon on two threads, 1,997 on one)."""
+    on one thread (``SECOND_THREAD_BYTES``: its stack and the build's second-half tables); on both
+    sides of that threshold the merges are the same."""
     from bpe_core.config import TrainConfig
     from bpe_core.methods import bpe
 
@@ -155,14 +156,23 @@ def test_the_second_merge_thread_only_when_the_budget_has_room_for_it(monkeypatc
 
     def spy(*args, **kw):
         got.append(kw["threads"])
-        return train_words(*args, **kw)
+        return train_words(*args, par_min_sites=8, **kw)     # (a small table: merges split from 8 sites)
     monkeypatch.setattr(bpe, "train_words", spy)
 
     class Plan:
         num_workers = 2
         memory_limit = 1 << 30
-    config = TrainConfig(input_path="-", vocab_size=260)
+    config = TrainConfig(input_path="-", vocab_size=256 + 120)
+    rng = np.random.default_rng(3)
+    counts = {bytes(rng.choice(list(b"abcde "), size=int(rng.integers(2, 14))).tolist()): int(rng.integers(1, 30))
+              for _ in range(300)}
+    results = []
     for merge_bytes in ((1 << 30) - bpe.SECOND_THREAD_BYTES, (1 << 30) - bpe.SECOND_THREAD_BYTES + 1):
         Plan.merge_bytes = merge_bytes
-        bpe.BPE().train(config, _np_table({b"low": 5, b"lower": 2}), Plan())
+        results.append(bpe.BPE().train(config, _np_table(counts), Plan()))
     assert got == [2, 1]
+    # both sides of the threshold: the same merges and vocabulary (the first with merges on two threads)
+    assert [r.report["engine"]["threads"] for r in results] == [2, 1]
+    assert results[0].report["engine"]["merges_on_two_threads"] > 0
+    assert results[0].merges == results[1].merges and results[0].vocab == results[1].vocab
+    assert results[0].merges == reference.train_on_counts(counts, 256 + 120, config.special_tokens)[1]

@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ...engine.merge import MergeEngine, huge_pages
+from ...engine.merge import MergeEngine, huge_pages, run_legs
 from ...engine.units import (RankMerger, SKETCH_MAX, cut_pieces, cut_pieces_parts, pair_sketch,
                              pair_sketch_parts)
 from ...errors import InternalError
@@ -334,16 +334,16 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
                              map_threshold=map_threshold, prune_below=cut if bounded else 0, threads=threads,
                              donate=True, prune_spare=spare if edges is not None else None)
-        engine.par_min_sites = STAGE2_PAR_MIN_SITES
         del data, starts
         t3 = time.perf_counter()
         phase("merge loop")
         again = False
         if edges is None or cut <= 1:
-            steps += _run_legs(engine, n_merges - len(steps), allowed, cut, threads)
+            steps += run_legs(engine, n_merges - len(steps), threads, STAGE2_PAR_MIN_SITES, allowed, min_count=cut)[0]
         else:
             while len(steps) < n_merges:
-                done = _run_legs(engine, n_merges - len(steps), allowed, cut, threads, stop_before_existing=True)
+                done = run_legs(engine, n_merges - len(steps), threads, STAGE2_PAR_MIN_SITES, allowed, min_count=cut,
+                                stop_before_existing=True)[0]
                 edges.follow(done)
                 steps += done
                 if engine.stopped_before is None:
@@ -377,24 +377,6 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     info = {"cuts": tried, "restarts": len(tried) - 1}
     return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
                         {k: round(v, 3) for k, v in seconds.items()})
-
-
-def _run_legs(engine: MergeEngine, n: int, allowed, cut: int, threads: int, stop_before_existing: bool = False):
-    """``engine.run(n, allowed, min_count=cut)`` in two legs, the same merges: with ``threads`` 2,
-    the merges of pairs that count ``STAGE2_PAR_MIN_SITES`` or more run with the second thread (a
-    pair counts at least as many sites as it has in pieces of weight 1 or more; only such merges
-    run on two threads), the rest on one thread (``run(one_thread=)``: an idle second thread spins,
-    yields and naps between merges). ``run`` stops before the first pair that counts less than its
-    ``min_count`` with the state as it was (``allowed`` is not asked of it), so the second leg goes
-    on as one run would. A stop before a rebuilding merge (``stop_before_existing``) ends the legs."""
-    done = []
-    par = STAGE2_PAR_MIN_SITES
-    if threads >= 2 and cut < par:
-        done = engine.run(n, allowed=allowed, min_count=par, stop_before_existing=stop_before_existing)
-        if engine.stopped_before is not None or len(done) >= n:
-            return done
-    return done + engine.run(n - len(done), allowed=allowed, min_count=cut, stop_before_existing=stop_before_existing,
-                             one_thread=threads >= 2 and cut < par)
 
 
 class _Edges:
