@@ -110,7 +110,7 @@ ENGINE_CELL_BYTES = 4.0
 ENGINE_LIST_BYTES = 3.7
 #: ... the pool at the end of a run past 32k merges: the first merges' big lists are merged and their
 #: pages given back (``_engine_pool.pxi``), later lists are smaller; 15 GB synthetic: 2.55 B at 100k
-#: (498 MiB), PLACEHOLDER at 200k.
+#: (498 MiB), 1.92 at 200k (374 MiB); 2.9 with a margin.
 ENGINE_LIST_END_BYTES = 2.9
 ENGINE_BLOCK_BYTES = 1 / 4
 #: read-only, per symbol: the initial position lists; per word: the word record (count, end).
