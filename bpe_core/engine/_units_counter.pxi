@@ -115,8 +115,31 @@ cdef class UnitCounter:
                 b = starts[k + 1]
                 self._add(base + a, b - a, counts[k], _hash_ids(base + a, b - a))
 
-    def to_arrays(self):
-        """``(data uint32, starts int64, counts int64)``, units in first-seen order."""
+    def to_arrays(self, bint take=False):
+        """``(data uint32, starts int64, counts int64)``, units in first-seen order.
+
+        ``take``: the counter's own memory becomes the arrays' (lent to numpy: no copy, no second
+        set of pages beside it); the counter is empty afterwards (its figures stay).
+
+        >>> c = UnitCounter()
+        >>> c.add_units(np.array([4, 4, 5], np.uint32), np.array([0, 1, 2, 3]))
+        >>> [a.tolist() for a in c.to_arrays(take=True)], c.n_units, c.n_seen
+        ([[4, 5], [0, 1, 2], [2, 1]], 0, 3)
+        """
+        cdef _IdList dl
+        cdef _I64List sl, cl
+        if take:
+            dl, sl, cl = _IdList(), _I64List(), _I64List()
+            dl.v.swap(self.data)
+            sl.v.swap(self.starts)
+            cl.v.swap(self.counts)
+            self.hashes.clear()
+            self.hashes.shrink_to_fit()
+            self.slots.assign(1024, -1)
+            self.slots.shrink_to_fit()
+            self.mask = 1023
+            self.starts.push_back(0)
+            return dl.array(), sl.array(), cl.array()
         data = np.empty(self.data.size(), dtype=np.uint32)
         starts = np.empty(self.starts.size(), dtype=np.int64)
         counts = np.empty(self.counts.size(), dtype=np.int64)
@@ -134,7 +157,7 @@ cdef class UnitCounter:
 
 
 def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint32_t[::1] seg_symbols,
-                 const int64_t[::1] seg_offsets):
+                 const int64_t[::1] seg_offsets, bint narrow=False):
     """Replace each word id by its segmentation: returns ``(symbols uint32, offsets int64)``;
     ``ENCODED_MARK`` stays itself.
 
@@ -143,6 +166,14 @@ def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint
     >>> s.tolist(), o.tolist()
     ([7, 8, 9], [0, 3])
 
+    ``narrow``: the symbols as uint16 (half the bytes for stage 2 to hold and read), when every
+    segmentation symbol fits (``ValueError`` otherwise, and for a unit with ``ENCODED_MARK``):
+
+    >>> s, o = expand_units(np.array([0, 1], np.uint32), np.array([0, 2]),
+    ...                     np.array([7, 8, 9], np.uint32), np.array([0, 2, 3]), narrow=True)
+    >>> s.dtype.name, s.tolist()
+    ('uint16', [7, 8, 9])
+
     Plain equivalent: ``[sum((seg[w] for w in unit), []) for unit in units]``.
     """
     cdef Py_ssize_t n_units = starts.shape[0] - 1, u, k
@@ -150,15 +181,35 @@ def expand_units(const uint32_t[::1] data, const int64_t[::1] starts, const uint
     for k in range(data.shape[0]):
         w = data[k]
         if w == _ENCODED_MARK:
+            if narrow:
+                raise ValueError("expand_units: narrow units cannot hold ENCODED_MARK")
             total += 1
         elif w + 1 >= seg_offsets.shape[0]:
             raise ValueError(f"word id {w} is not in the segmentation")
         else:
             total += seg_offsets[w + 1] - seg_offsets[w]
-    symbols = np.empty(total, dtype=np.uint32)
+    if narrow:
+        for k in range(seg_symbols.shape[0]):
+            if seg_symbols[k] > 0xFFFF:
+                raise ValueError(f"expand_units: symbol {seg_symbols[k]} does not fit uint16")
+    symbols = np.empty(total, dtype=np.uint16 if narrow else np.uint32)
     offsets = np.empty(n_units + 1, dtype=np.int64)
-    cdef uint32_t[::1] sv = symbols
+    cdef uint32_t[::1] sv
+    cdef uint16_t[::1] nv
     cdef int64_t[::1] ov = offsets
+    if narrow:
+        nv = symbols
+        with nogil:
+            for u in range(n_units):
+                ov[u] = pos
+                for k in range(starts[u], starts[u + 1]):
+                    w = data[k]
+                    for j in range(seg_offsets[w], seg_offsets[w + 1]):
+                        nv[pos] = <uint16_t>seg_symbols[j]
+                        pos += 1
+            ov[n_units] = pos
+        return symbols, offsets
+    sv = symbols
     with nogil:
         for u in range(n_units):
             ov[u] = pos

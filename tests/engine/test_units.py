@@ -2,10 +2,11 @@
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_core.engine.units import RankMerger, UnitCounter, WordIndex, expand_units
+from bpe_core.engine.units import ENCODED_MARK, RankMerger, UnitCounter, WordIndex, expand_units
 from bpe_core import reference
 
 word = st.binary(min_size=1, max_size=40)
@@ -43,6 +44,18 @@ def test_expand_units():
     syms, offs = expand_units(np.array([1, 0, 1], np.uint32), np.array([0, 2, 3]),
                               np.array([7, 8, 9], np.uint32), np.array([0, 2, 3]))
     assert syms.tolist() == [9, 7, 8, 9] and offs.tolist() == [0, 3, 4]
+
+
+def test_expand_units_narrow():
+    """``narrow``: the same units as uint16; a symbol over 0xFFFF or an ``ENCODED_MARK`` is refused."""
+    data, starts = np.array([1, 0, 1], np.uint32), np.array([0, 2, 3])
+    syms, offs = expand_units(data, starts, np.array([7, 8, 0xFFFF], np.uint32), np.array([0, 2, 3]), narrow=True)
+    assert syms.dtype == np.uint16 and syms.tolist() == [0xFFFF, 7, 8, 0xFFFF] and offs.tolist() == [0, 3, 4]
+    with pytest.raises(ValueError, match="uint16"):
+        expand_units(data, starts, np.array([7, 8, 0x10000], np.uint32), np.array([0, 2, 3]), narrow=True)
+    with pytest.raises(ValueError, match="ENCODED_MARK"):
+        expand_units(np.array([1, ENCODED_MARK], np.uint32), np.array([0, 2]), np.array([7, 8, 9], np.uint32),
+                     np.array([0, 2, 3]), narrow=True)
 
 
 @given(st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c"]), st.sampled_from([b"a", b"b", b"c"])),

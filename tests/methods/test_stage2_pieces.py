@@ -70,10 +70,13 @@ def window_sums(symbols, offsets, weights):
     return uniq, sums, per_position
 
 
-def whole_units(symbols, offsets, weights, counts, n, rules):
+def whole_units(symbols, offsets, weights, counts, n, rules, weighted=False):
     engine = MergeEngine(symbols, offsets, weights, TOKENS)
     steps = engine.run(n, allowed=_allowed(rules, TOKENS))
     _, final_offsets, _ = engine.words()
+    if weighted:        # also the final token count with the weights instead of the counts
+        return (steps, engine.tokens(), int((np.diff(final_offsets) * counts).sum()),
+                int((np.diff(final_offsets) * weights).sum()))
     return steps, engine.tokens(), int((np.diff(final_offsets) * counts).sum())
 
 
@@ -83,12 +86,13 @@ def whole_units(symbols, offsets, weights, counts, n, rules):
                         Stage2Rules(distinct=False)]))
 def test_pieces_equal_whole_units(units, n, cut, rules):
     symbols, offsets, weights, counts = as_arrays(units)
-    steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
+    steps, tokens, final, weighted = whole_units(symbols, offsets, weights, counts, n, rules, weighted=True)
     got = stage2_merges(symbols, offsets, weights, counts, TOKENS, n, _allowed(rules, TOKENS),
-                        bounded=rules.distinct, cut=cut)
+                        bounded=rules.distinct, cut=cut, count_weighted=True)
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert got.tokens == tokens
     assert got.final_tokens == final
+    assert got.weighted_tokens == weighted          # the units with their weights, not their counts
     if rules.distinct and cut > 1 and len(steps) == n and n > 0:
         assert got.info["cuts"][0]["cut"] == cut          # the forced first cut was used
 

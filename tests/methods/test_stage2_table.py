@@ -92,3 +92,25 @@ def test_stage2_table_cuts_numbers_as_the_plain_way(units, split_at):
     want = sorted((tuple(p_syms[starts_p[i]:starts_p[i + 1]]), p_cnts[i], p_enc[i]) for i in range(len(p_lens)))
     assert got == want
     assert syms.dtype == np.uint32 and offsets.dtype == np.int64 and cnts.dtype == np.int64 and enc.dtype == bool
+    # narrow (SupraTok's pass 2): the same table with uint16 symbols (every token id here fits)
+    n_syms, n_offsets, n_cnts, n_enc = stage2_table(given_units, table, seg_symbols, seg_offsets, numeric,
+                                                    token_lengths, narrow=True)
+    assert n_syms.dtype == np.uint16 and n_syms.tolist() == syms.tolist()
+    assert n_offsets.tolist() == offsets.tolist() and n_cnts.tolist() == cnts.tolist()
+    assert n_enc.tolist() == enc.tolist()
+    # give_up: the marks stripped in place (on copies of the units here), the same table
+    g_syms, g_offsets, g_cnts, g_enc = stage2_table(tuple(np.array(a) for a in given_units), table, seg_symbols,
+                                                    seg_offsets, numeric, token_lengths, give_up=True)
+    assert g_syms.tolist() == syms.tolist() and g_offsets.tolist() == offsets.tolist()
+    assert g_cnts.tolist() == cnts.tolist() and g_enc.tolist() == enc.tolist()
+    # ... and uint32 when a token id does not fit (the same symbols)
+    wide = seg_symbols + np.uint32(0x10000)
+    w_syms, w_offsets, _, _ = stage2_table(given_units, table, wide, seg_offsets, numeric, _shifted(token_lengths),
+                                           narrow=True)
+    assert w_syms.dtype == np.uint32 and (w_syms - np.uint32(0x10000)).tolist() == syms.tolist()
+    assert w_offsets.tolist() == offsets.tolist()
+
+
+def _shifted(token_lengths):
+    """Token lengths indexed by ids 0x10000 higher (the ids below are unused)."""
+    return np.concatenate((np.ones(0x10000, np.int64), token_lengths))

@@ -201,3 +201,61 @@ def test_final_count_by_the_engine_on_encoded_text(uu_corpus):
                                            **small_options(supratok_rounds=1, num_workers=2))
     assert fast.model.merges == plain.model.merges
     assert fast.report["supratok"] == plain.report["supratok"]
+
+
+def test_spaceless_characters_are_led_by_the_gate_lead_bytes():
+    """Every ``is_spaceless`` character is 3 bytes of UTF-8 led by one of the bytes the gate reads
+    words for (``script_gate_from_table`` decodes only words with two such leads)."""
+    from bpe_core.methods.supratok.script import _SPACELESS_LEADS, is_spaceless
+
+    assert not any(is_spaceless(chr(c)) for c in range(0x10000, 0x110000, 97))      # (its ranges are in the BMP)
+    chars = [chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000 and is_spaceless(chr(c))]
+    assert chars and all(len(ch.encode()) == 3 and _SPACELESS_LEADS[ch.encode()[0]] for ch in chars)
+    # ... and the gate's runs of them are made of exactly those characters
+    from bpe_core.methods.supratok.script import _SPACELESS_RUN
+    assert "".join(_SPACELESS_RUN.findall("".join(chr(c) for c in range(0xD800)) + "x"
+                                          + "".join(chr(c) for c in range(0xE000, 0x10000)))) == "".join(chars)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="ab中国人の日本語ไทย“”—é ", min_size=1, max_size=6), min_size=1, max_size=30),
+       st.integers(1, 3))
+def test_script_gate_bigrams_equal_the_plain_count(words, count):
+    """The gate's bigrams (words read only when they hold two spaceless lead bytes) are those of
+    every word, decoded and counted plainly."""
+    from collections import Counter
+
+    from bpe_core.methods.supratok.script import is_spaceless, script_gate_from_table
+    from bpe_core.pretok.wordtable import WordTable
+
+    table = WordTable.from_counts({w.encode(): count + len(w) for w in words})
+    want: Counter = Counter()
+    for i in range(table.n_words):
+        text = table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes().decode("utf-8", "surrogateescape")
+        for x, y in zip(text, text[1:]):
+            if is_spaceless(x) and is_spaceless(y):
+                want[x + y] += int(table.counts[i])
+    assert script_gate_from_table(table, {}, bigram_min=1).bigrams == dict(want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.sampled_from(["ve", " VE", "Ve\n", "\tbir ", "BİR", "için", " İÇİN", "ço\u212a", "jot\u212aa", "olarak",
+                     " OLARAK\x1c", "ja", " ette", "että", "mutta", "the", "v e", "ve,", "  ", "\xa0ve", "ve\x85"]),
+    st.text(alphabet="vebirujaoltkmdghİ\u212a VEBIR\t\n\x1c\xa0.,'1é", min_size=1, max_size=9)),
+    min_size=1, max_size=40))
+def test_marker_words_equal_the_plain_rule(words):
+    """``marker_words``' marks equal the plain rule on every word (its ASCII prefilter decodes only
+    words of letters and strippable whitespace with 2-6 letters, and every word with other bytes)."""
+    from bpe_core.methods.supratok.script import FI_MARKER, TR_MARKER, _FI_MARKERS, _TR_MARKERS, marker_words
+    from bpe_core.pretok.wordtable import WordTable
+
+    table = WordTable.from_counts({w.encode(): 1 for w in words})
+    got = marker_words(table)
+    for i in range(table.n_words):
+        raw = table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes()
+        text = raw.decode("utf-8", "surrogateescape").strip().lower()
+        want = (TR_MARKER if text in _TR_MARKERS else 0) | (FI_MARKER if text in _FI_MARKERS else 0)
+        if len(raw) > 4 * max(len(m.encode()) for m in _TR_MARKERS | _FI_MARKERS):
+            want = 0                     # (too long to be one, whatever whitespace is around it)
+        assert int(got[i]) & 3 == want, raw

@@ -22,7 +22,7 @@ from bpe_core.engine.units import WordIndex, chunk_unit_stream, cut_pieces
 from bpe_core.methods.superbpe import Stage2Rules, stage2_merges
 from bpe_core.methods.superbpe.stage2 import GUARD_LEFT, GUARD_RIGHT
 from bpe_core.methods.supratok.documents import count_documents
-from bpe_core.methods.supratok.script import guess_suffix_language
+from bpe_core.methods.supratok.script import guess_candidates, guess_suffix_language
 from bpe_core.pretok.pretokenize import pretoken_ends
 from bpe_core.pretok.wordtable import WordTable
 
@@ -277,6 +277,46 @@ def test_marked_pretokens_cover_every_guessed_document(words, spaces, pattern):
     ids = index.word_ids(data, ends, 0)
     bit = TR_MARKER if lang == "tr" else FI_MARKER
     assert int(np.count_nonzero(marks[ids] & bit)) >= 3
+    assert guess_candidates(marks[ids], np.array([0])).tolist() == [0]
+
+
+@settings(max_examples=200)
+@given(st.lists(st.sampled_from(["ve", "bir", "BİR", "bu", "ja", "että", "oli", "ve,", "'ve"]), max_size=12),
+       st.lists(st.sampled_from(["the", "cat", "x", "7", "12", "é", "Ω", ",", "a.b", "ve"]), min_size=100, max_size=400),
+       st.randoms(use_true_random=False),
+       st.lists(st.sampled_from([" "] * 12 + ["\n", "\t", "\xa0", "  ", "\x1c", ""]), min_size=412, max_size=412),
+       st.sampled_from(["gpt2", "cl100k"]))
+def test_guess_candidates_keep_every_guessed_document(markers, fillers, rnd, spaces, pattern):
+    """``guess_candidates`` leaves out only documents the guess gives no language (its 2% bound:
+    long documents of many words with a few function words among them)."""
+    from bpe_core.methods.supratok.script import marker_words
+
+    words = markers + fillers
+    rnd.shuffle(words)
+    text = "".join(w + s for w, s in zip(words, spaces)) or "x"
+    data = text.encode()
+    ends = pretoken_ends(data, pattern)
+    pieces = [data[a:b] for a, b in zip(np.concatenate(([0], ends[:-1])), ends)]
+    table = WordTable.from_counts(Counter(pieces))
+    ids = WordIndex(table.arena, table.offsets).word_ids(data, ends, 0)
+    kept = guess_candidates(marker_words(table)[ids], np.array([0])).tolist()
+    if guess_suffix_language(text) is not None:
+        assert kept == [0]
+
+
+def test_guess_candidates_at_the_two_percent_edge():
+    """3 Turkish function words among 150 words: the guess passes (3 >= 2% of 150) and the document
+    is kept; among 300 it fails and the document is left out."""
+    from bpe_core.methods.supratok.script import marker_words
+
+    for n_words, lang in ((150, "tr"), (300, None)):
+        text = "ve bir bu" + " the" * (n_words - 3)
+        assert guess_suffix_language(text) == lang
+        data = text.encode()
+        ends = pretoken_ends(data, "gpt2")
+        table = WordTable.from_counts(Counter(data[a:b] for a, b in zip(np.concatenate(([0], ends[:-1])), ends)))
+        ids = WordIndex(table.arena, table.offsets).word_ids(data, ends, 0)
+        assert guess_candidates(marker_words(table)[ids], np.array([0])).tolist() == ([0] if lang else [])
 
 
 @settings(max_examples=80)

@@ -129,8 +129,10 @@ def sketch_bits(n_windows: int) -> int:
 class Stage2Result:
     """What :func:`stage2_merges` returns: the merges ``(left_id, right_id, new_id)``, the bytes of
     every token id, the token count of the units at the end (with their ``counts``), the last
-    engine's stats, ``info`` (the cuts tried: pieces and symbols of each) and ``seconds`` (pair
-    levels, cuts and replays, engine builds, merge loops)."""
+    engine's stats, ``info`` (the cuts tried: pieces and symbols of each), ``seconds`` (pair
+    levels, cuts and replays, engine builds, merge loops) and ``weighted_tokens``: the token count
+    of the units at the end with their ``weights`` instead (SupraTok's count of the units that have
+    weight, from the same engine, instead of an encoder's replay of the others)."""
 
     steps: list
     tokens: list
@@ -138,6 +140,7 @@ class Stage2Result:
     engine_stats: dict
     info: dict
     seconds: dict
+    weighted_tokens: int = 0
 
 
 def first_cut(pair_counts: np.ndarray, n_merges: int, sample_bits: int = 0) -> int:
@@ -179,7 +182,8 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                   sketch_size: Optional[int] = None,
                   regenerate: Optional[Callable[[], tuple]] = None,
                   rebuilds: bool = False, guard_tokens: Optional[Callable[[bytes], bool]] = None,
-                  spare_tokens: Optional[Callable[[bytes], bool]] = None) -> Stage2Result:
+                  spare_tokens: Optional[Callable[[bytes], bool]] = None,
+                  count_weighted: bool = False) -> Stage2Result:
     """Stage 2's merges on units of stage-1 tokens (``symbols``/``offsets``, ``weights`` for the
     engine, ``counts`` for the final token count), equal to one engine run on the whole units.
 
@@ -235,6 +239,9 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     tokens ``spare_tokens(bytes)`` marks (a guess), and of each token rebuilt in a run so far (a
     rebuild of a token not spared from the start of the run starts it again, sparing that token).
 
+    ``count_weighted``: also count the units' final tokens with their ``weights`` (``weighted_tokens``
+    of the result; 0 without it): one more pass over the engine's cells.
+
     ``regenerate``: a function that lists the same units again (``(symbols, offsets, weights,
     counts)``, as given). With it the units are let go once they are cut (the lists given are
     emptied), so the engine's build and merge loop reuse their memory instead of fresh pages (300 MB
@@ -265,6 +272,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         raise InternalError(f"stage 2's pair sketch holds {int(sketch.sum(dtype=np.uint64)) + excess} windows, "
                             f"the units {windows_weight}")
     units_tokens = sum(int((np.diff(o) * c).sum()) for _, o, _, c in whole)
+    units_weighted = sum(int((np.diff(o) * w).sum()) for _, o, w, _ in whole) if count_weighted else 0
     del whole
     released = False
     if not bounded:
@@ -310,6 +318,12 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         if pieces_tokens != units_tokens:
             raise InternalError(f"stage 2's pieces at cut {cut} hold {pieces_tokens} stage-1 tokens, "
                                 f"the units {units_tokens}")
+        # the one-symbol pieces' weight: the units' weighted tokens less the listed pieces' (a
+        # piece's weight is the sum of its units' weights, as its count is of their counts)
+        singles_weighted = units_weighted - int((np.diff(starts) * piece_weights).sum()) if count_weighted else 0
+        if not 0 <= singles_weighted <= units_weighted:
+            raise InternalError(f"stage 2's pieces at cut {cut} weigh more than the units "
+                                f"({units_weighted - singles_weighted} > {units_weighted})")
         tried.append({"cut": cut, "pieces": int(piece_weights.size), "symbols": int(data.size)})
         if edges is not None:
             tried[-1]["guarded_tokens"] = edges.n_guarded()
@@ -374,9 +388,10 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
             steps, tokens = [], list(initial_tokens)
             edges.reset()
     final_tokens = engine.weighted_length(piece_counts) + int(singles)
+    weighted_tokens = engine.weighted_length(piece_weights) + singles_weighted if count_weighted else 0
     info = {"cuts": tried, "restarts": len(tried) - 1}
     return Stage2Result(steps, tokens, final_tokens, engine.stats(), info,
-                        {k: round(v, 3) for k, v in seconds.items()})
+                        {k: round(v, 3) for k, v in seconds.items()}, weighted_tokens)
 
 
 class _Edges:

@@ -370,7 +370,8 @@ def count_units_sharded(path: str, table: WordTable, specials: Sequence[bytes], 
 def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_offsets: np.ndarray,
                  numeric: np.ndarray, token_lengths: np.ndarray,
                  cut_numbers: bool = True,
-                 expanded: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 expanded: bool = False, narrow: bool = False,
+                 give_up: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Expand word-id units into stage-1 token units; with ``cut_numbers`` (the ``"units"`` split)
     numeric words are split at their hard cuts. Returns ``(symbols, offsets, counts, encoded)``:
     ``encoded`` per unit, whether it came from a region that looks encoded (its word ids ended with
@@ -379,7 +380,12 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
     ``expanded``: the units already are stage-1 tokens (``count_units(seg=)``); only the marks are
     stripped, in place (the caller gives the arrays up; not with ``cut_numbers``, which needs the word
     ids). ``units`` may carry a fourth array, ``encoded`` (``units_from_records`` with a segmentation):
-    then they have no marks and are returned as they are."""
+    then they have no marks and are returned as they are.
+
+    ``narrow`` (word-id units): the symbols as uint16 when every stage-1 token id fits (half the
+    bytes; stage 2's kernels read both), else uint32 as without it; the same units. ``give_up``
+    (word-id units): the caller does not use the units again, so their marks are stripped in place
+    (writable uint32 arrays) instead of on copies."""
     data, starts, counts = units[:3]
     if len(units) == 4:
         if not expanded or cut_numbers:
@@ -402,11 +408,17 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
     if n_units > 0 and data.size:
         nonempty = starts[1:] > starts[:-1]
         encoded[nonempty] = data[starts[1:][nonempty] - 1] == ENCODED_MARK
-        if encoded.any():       # on copies: the caller may use its units again
-            data, starts, encoded = strip_marks(np.array(data, dtype=np.uint32), starts.copy())
+        if encoded.any():       # on copies unless the caller gives them up: it may use its units again
+            own = (give_up and data.dtype == np.uint32 and data.flags.c_contiguous and data.flags.writeable
+                   and starts.flags.c_contiguous and starts.flags.writeable)
+            data, starts, encoded = strip_marks(data if own else np.array(data, dtype=np.uint32),
+                                                starts if own else starts.copy())
     lengths = np.diff(starts)
+    seg_symbols = np.ascontiguousarray(seg_symbols, dtype=np.uint32)
+    narrow = narrow and (seg_symbols.size == 0 or int(seg_symbols.max()) <= 0xFFFF)
     if not cut_numbers:
-        symbols, offsets = expand_units(np.ascontiguousarray(data), starts, seg_symbols, seg_offsets)
+        symbols, offsets = expand_units(np.ascontiguousarray(data, dtype=np.uint32), starts, seg_symbols,
+                                        seg_offsets, narrow=narrow)
         return symbols, offsets, np.asarray(counts, dtype=np.int64), encoded
     single_numeric = lengths == 1       # (empty units read no word)
     one = np.flatnonzero(single_numeric)
@@ -420,7 +432,8 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
     del data
     plain_starts = np.zeros(plain.size + 1, dtype=np.int64)
     np.cumsum(lengths[plain], out=plain_starts[1:])
-    symbols, offsets = expand_units(np.ascontiguousarray(plain_ids), plain_starts, seg_symbols, seg_offsets)
+    symbols, offsets = expand_units(np.ascontiguousarray(plain_ids, dtype=np.uint32), plain_starts, seg_symbols,
+                                    seg_offsets, narrow=narrow)
     del plain_ids
     counts = np.asarray(counts, dtype=np.int64)
     if single.size == 0:
@@ -450,8 +463,8 @@ def stage2_table(units: tuple, table: WordTable, seg_symbols: np.ndarray, seg_of
             piece_lens.append(c - prev)
             prev = c
         piece_lens.append(len(seg_lens) - prev)
-    # (no second copy of the symbols when they are uint32 already)
-    symbols = np.concatenate([symbols, extra]).astype(np.uint32, copy=False)
+    # (the symbols' own dtype: no second copy of them)
+    symbols = np.concatenate([symbols, extra.astype(symbols.dtype, copy=False)])
     offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(piece_lens, dtype=np.int64)]).astype(np.int64,
                                                                                                    copy=False)
     return (symbols, offsets, np.concatenate([counts[plain], np.repeat(counts[single], n_pieces)]),

@@ -13,9 +13,9 @@ from ...errors import InputChanged
 from ...pretok.patterns import pattern_name
 from ...pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from ...pretok.wordtable import WordTable
-from ..superbpe import ENDS_SPACE, STARTS_SPACE, looks_encoded_counts, numeric_mask
+from ..superbpe import ENDS_SPACE, NUMERIC, STARTS_SPACE, looks_encoded_counts, numeric_mask
 from ...runtime.workers import FileStamp, read_range, run_ordered
-from .script import FI_MARKER, TR_MARKER, guess_suffix_language, marker_words
+from .script import guess_candidates, guess_suffix_language, marker_words
 
 #: Native patterns whose letter runs are whole pretokens (``script.marker_words``): with them the
 #: language guess reads only the documents with 3 marked pretokens of one language or more.
@@ -161,12 +161,8 @@ def _docs_chunk_scan(task: tuple) -> tuple:
     lang_counts: dict[str, np.ndarray] = {}
     lang_docs: dict[str, int] = {}
     if script_aware and spans.shape[0]:
-        if markers is not None:          # the documents that hold 3 marked words of a language or more
-            marked = markers[ids]        # (every document holds a pretoken: its span is not empty)
-            tr = np.add.reduceat(marked & TR_MARKER, firsts, dtype=np.int32)
-            fi = np.add.reduceat((marked & FI_MARKER) >> 1, firsts, dtype=np.int32)
-            docs = np.flatnonzero((tr >= 3) | (fi >= 3))
-            del marked, tr, fi
+        if markers is not None:          # the documents the guess may give a language (guess_candidates)
+            docs = guess_candidates(markers[ids], firsts)    # (every document holds a pretoken)
         else:
             docs = np.arange(spans.shape[0])
         lang_ids: dict[str, list[np.ndarray]] = {}
@@ -266,7 +262,8 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
 
     segments, breaks = record_table_rows(recorded, table, num_workers)
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
-    numeric = numeric_mask(table).astype(np.uint8)
+    # (the flags' NUMERIC is numeric_mask's rule, without its second pass over the words)
+    numeric = (((flags & NUMERIC) > 0) if flags is not None else numeric_mask(table)).astype(np.uint8)
     name = pattern_name(pattern)
     markers = marker_words(table) if script_aware and name in LETTER_RUN_PATTERNS else None
     arena = np.asarray(table.arena, dtype=np.uint8)
@@ -308,10 +305,7 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
             del part, bounds
             if script_aware:
                 if markers is not None:
-                    marked = markers[ids]
-                    tr = np.add.reduceat(marked & TR_MARKER, firsts, dtype=np.int32)
-                    fi = np.add.reduceat((marked & FI_MARKER) >> 1, firsts, dtype=np.int32)
-                    docs = np.flatnonzero((tr >= 3) | (fi >= 3))
+                    docs = guess_candidates(markers[ids], firsts)
                 else:
                     docs = np.arange(firsts.size)
                 ends = bb[1:] - a
@@ -322,7 +316,7 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
                         lang_ids.setdefault(lang, []).append(doc)
                         lang_docs[lang] = lang_docs.get(lang, 0) + 1
         lang_counts = {k: np.bincount(np.concatenate(v), minlength=n_words) for k, v in lang_ids.items()}
-        return counter.to_arrays(), counter.n_seen, counter.n_kept, lang_counts, lang_docs
+        return counter, counter.n_seen, counter.n_kept, lang_counts, lang_docs
 
     if len(halves) == 2:
         from concurrent.futures import ThreadPoolExecutor
@@ -331,17 +325,21 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
     else:
         results = [run(halves[0])]
     del segments
-    total = UnitCounter()
+    # the first half's counter takes the later halves' units in (the table a fresh counter joining
+    # them in order makes: the first half's units are distinct already), and its memory becomes the
+    # arrays (no copy): a hash and a copy of every unit less
+    total = results[0][0]
     out = {"seen": 0, "kept": 0, "df": None, "held": [], "n_train_docs": int(breaks.size - 1), "lang": {},
            "lang_docs": {}}
-    for units, n_seen, n_kept, lang_counts, lang_docs in results:
-        total.add_table(*units)
+    for i, (counter, n_seen, n_kept, lang_counts, lang_docs) in enumerate(results):
+        if i:
+            total.add_table(*counter.to_arrays(take=True))
         out["seen"] += n_seen
         out["kept"] += n_kept
         for k, v in lang_counts.items():
             out["lang"][k] = out["lang"].get(k, 0) + v
         for k, v in lang_docs.items():
             out["lang_docs"][k] = out["lang_docs"].get(k, 0) + v
-    del results
-    out["units"] = total.to_arrays()
+    del results, counter
+    out["units"] = total.to_arrays(take=True)
     return out

@@ -12,15 +12,15 @@ from typing import Any, Callable, Optional, Sequence
 
 from ...corpus.specials import encode_specials
 from ...engine.merge import MergeEngine
-from ...engine.units import ENCODED_MARK, strip_marks
+from ...engine.units import strip_marks
 from ...formats.model import Model
 from ...pretok.patterns import resolve_pattern
 from ...pretok.pretokenize import pretoken_ends
 from ...pretok.wordtable import WordTable
 from ...runtime.memmon import phase
 from ...runtime.progress import progress_bar
-from ...runtime.workers import big_blocks_mapped
-from ..superbpe import (STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_mask,
+from ...runtime.workers import big_blocks_mapped, release_free_memory
+from ..superbpe import (NUMERIC, STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder,
                         resolve_transition, stage2_table, word_flags)
 from ..superbpe import word_classes as byte_classes
 from ..superbpe.stage2 import OVERHEAD_STEP, sample_fraction, stage2_merges
@@ -84,12 +84,26 @@ class SeedRule:
         self.gate = gate if gate is not None and gate.active else None
         self.normalize = normalize
         self.cross = cross
+        self._crosses: dict[bytes, bool] = {}
+
+    def crosses(self, merged: bytes) -> bool:
+        """Whether ``merged`` spans more than one pretoken (remembered: the report counts the
+        cross-pretoken merges of pass 2 again, each of which ``allows`` was asked about).
+
+        >>> rule = SeedRule([], "gpt2", Stage2Rules(), None, False, "all")
+        >>> rule.crosses(b" of the"), rule.crosses(b" the")
+        (True, False)
+        """
+        known = self._crosses.get(merged)
+        if known is None:
+            known = self._crosses[merged] = bool(pretoken_ends(merged, self.pattern).size > 1)
+        return known
 
     def allows(self, left: bytes, right: bytes) -> bool:
         if self.gate is not None and not self.gate.allows(left, right):
             return False
         merged = left + right
-        if pretoken_ends(merged, self.pattern).size <= 1:
+        if not self.crosses(merged):
             return True
         if self.cross == "none" or not self.rules.allows(left, right):
             return False
@@ -284,22 +298,6 @@ def _tokens_of(enc: StageAwareEncoder, table: WordTable, units: tuple, numeric: 
     return int((np.diff(o) * c).sum())
 
 
-def _encoded_units(units: tuple) -> tuple:
-    """The word-id units ``(data, starts, counts)`` that end with ``ENCODED_MARK``, as such a table."""
-    data, starts, counts = units[:3]
-    data, starts = np.asarray(data), np.asarray(starts, dtype=np.int64)
-    ends = starts[1:]
-    marked = np.zeros(ends.size, dtype=bool)
-    nonempty = np.flatnonzero(ends > starts[:-1])
-    marked[nonempty] = data[ends[nonempty] - 1] == ENCODED_MARK
-    pick = np.flatnonzero(marked)
-    lengths = ends[pick] - starts[pick]
-    new_starts = np.zeros(pick.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_starts[1:])
-    gather = np.repeat(starts[pick] - new_starts[:-1], lengths) + np.arange(int(new_starts[-1]))
-    return data[gather].astype(np.uint32), new_starts, np.asarray(counts, dtype=np.int64)[pick]
-
-
 def _heldout_units(held: list[np.ndarray], numeric: np.ndarray) -> tuple:
     """Held-out documents as units; the 'count' of a unit is its document index (stage2_table keeps
     counts per unit, so the index follows each unit through the expansion)."""
@@ -371,11 +369,14 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     # units of text that looks like encoded data (uuencode) are marked: pass 2 gives them no weight,
     # as SuperBPE's stage 2 (stage2_skip_encoded, on by default), so the vocabulary learns no such junk
     skip_encoded = config.stage2_skip_encoded
+    # the words' flags (one native pass): the encoded-unit test's and the numeric words (NUMERIC is
+    # numeric_mask's rule: word_flags is tested equal to word_flags_python, whose NUMERIC it is)
+    flags = word_flags(table)
     if recorded and can_use_record(heldout, pattern):
         # the pretokens as counted: no second pre-tokenization of the file
         info["documents_source"] = "record"
         docs = documents_from_records(recorded, table, pattern, plan.num_workers, fraction, script_aware,
-                                      flags=word_flags(table) if skip_encoded else None,
+                                      flags=flags if skip_encoded else None,
                                       classes=byte_classes(table) if skip_encoded else None)
         if bar is not None:
             bar.update(os.path.getsize(config.input_path))
@@ -384,12 +385,15 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
         docs = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers,
                                plan.chunk_bytes, fraction, heldout, script_aware,
                                on_bytes=bar.update if bar is not None else None,
-                               flags=word_flags(table) if skip_encoded else None,
+                               flags=flags if skip_encoded else None,
                                classes=byte_classes(table) if skip_encoded else None)
     if recorded is not None:
         recorded.clear()            # its memory goes before pass 1's
+    # what the documents' threads and the record freed goes back to the OS (glibc keeps it in their
+    # heaps, resident: 89 MiB at pass 2 on 60 MB at 32k), here and after each pass below
+    release_free_memory()
     _close(bar)
-    numeric = numeric_mask(table)
+    numeric = (flags & NUMERIC) > 0
     held = docs["held"]
     held_counts = np.zeros(table.n_words, np.int64)
     if held:
@@ -415,6 +419,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     seg_symbols, seg_offsets, _ = engine.words()
     tokens = engine.tokens()
     del engine
+    release_free_memory()
     t2 = time.perf_counter()
     seconds["pass1"] = round(t2 - t1, 3)
 
@@ -460,7 +465,10 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     # ---- pass 2: seeded cross-boundary merges on the units
     phase("merge loop")
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
-    usyms, uoffs, ucnts, uenc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths)
+    # (uint16 symbols when every pass-1 token id fits: half the bytes beside the pieces as they are cut)
+    # (without pass 3 the word-id units are let go right after: their marks are stripped in place)
+    usyms, uoffs, ucnts, uenc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths,
+                                             narrow=True, give_up=FINAL_COUNT_BY_ENGINE and not run_pass3)
     info["skip_encoded"] = bool(skip_encoded)
     info["encoded_units"] = int(ucnts[uenc].sum())
     info["encoded_tokens"] = int((np.diff(uoffs)[uenc] * ucnts[uenc]).sum())     # pass-1 tokens in them
@@ -472,12 +480,10 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
         ucnts = uweights
     del uenc
 
-    # Without pass 3 the word-id units serve only a restart of pass 2 and the encoded units' count:
-    # they go before the pass-2 engine (its peak was theirs too: 396 -> ~340 MiB on 60 MB at 32k); a
-    # restart lists them again by a scan of the file, as SuperBPE's stage 2 does (the record is gone)
-    encoded_only = None
+    # Without pass 3 the word-id units serve only a restart of pass 2: they go before the pass-2
+    # engine (its peak was theirs too: 396 -> ~340 MiB on 60 MB at 32k); a restart lists them again
+    # by a scan of the file, as SuperBPE's stage 2 does (the record is gone)
     if by_engine and not run_pass3:
-        encoded_only = _encoded_units(docs["units"])
         docs["units"] = None
 
     def listed_again():
@@ -486,19 +492,21 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
         if docs["units"] is None:
             again = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers,
                                     plan.chunk_bytes, fraction, heldout, script_aware,
-                                    flags=word_flags(table) if skip_encoded else None,
+                                    flags=flags if skip_encoded else None,
                                     classes=byte_classes(table) if skip_encoded else None)
             units_now = again["units"]
             del again
         else:
             units_now = docs["units"]
-        syms, offs, cnts, enc = stage2_table(units_now, table, seg_symbols, seg_offsets, numeric, token_lengths)
+        syms, offs, cnts, enc = stage2_table(units_now, table, seg_symbols, seg_offsets, numeric, token_lengths,
+                                             narrow=True)
         del units_now
         weights = np.where(enc, 0, cnts) if enc.any() else cnts
         return [syms], [offs], [weights], [cnts if by_engine else weights]
 
     units = ([usyms], [uoffs], [uweights], [ucnts])
     del usyms, uoffs, ucnts, uweights
+    release_free_memory()           # (the expansion's and the word-id units' memory, before the cut's)
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware, config.pass2_cross)
     bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")
     # Pass 2 may merge again a pair pass 1 merged, met across pretokens ("\n" + "\n" of "\n\nI", which
@@ -511,7 +519,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     # (Its loop stops below the cut, at least 1: a pair seen only in weightless units is never merged.)
     result = stage2_merges(*units, tokens, n_total - len(steps1), rule.allows, bounded=True, rebuilds=True,
                            guard_tokens=_blank, spare_tokens=_blank_marks, threads=plan.num_workers,
-                           regenerate=listed_again)
+                           regenerate=listed_again, count_weighted=True)
     del units
     steps2 = result.steps
     if bar is not None:
@@ -521,15 +529,11 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     merges = [(all_tokens[a], all_tokens[b]) for a, b, _ in list(steps1) + list(steps2)]
     n1 = len(steps1)
     n2 = len(steps2)
-    engine_tokens = result.final_tokens
-    enc2 = None
-    if by_engine:
-        # the engine counted every unit (encoded ones too); its figure of old counts the weighted
-        # units only: less the encoded units' tokens, replayed by the encoder (few units)
-        enc2 = _encoder_for(_vocab_of(merges, specials), merges, n1, config.special_tokens, pattern)
-        engine_tokens -= _tokens_of(enc2, table, encoded_only if encoded_only is not None
-                                    else _encoded_units(docs["units"]), numeric)
-        del encoded_only
+    # the engine counted every unit (encoded ones too) with its count; its figure of old counts the
+    # weighted units only: the same engine's count of the units with their weights (none for the
+    # encoded ones), not the encoder's replay of the encoded units taken off (0.27 CPU-s at 32k on
+    # 60 MB: a stage-aware encoder built and the units replayed; tested equal to the replay)
+    engine_tokens = result.weighted_tokens
     info["pass2_engine_tokens"] = engine_tokens
     info["pass2_cut"] = result.info
     report["engine"] = result.engine_stats
@@ -538,7 +542,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     result_final_tokens = result.final_tokens
     del result              # pass 3 and the final count need only the merges
     info["pass1_merges"], info["pass2_merges"] = n1, n2
-    info["pass2_cross_merges"] = sum(1 for a, b in merges[n1:] if pretoken_ends(a + b, pattern).size > 1)
+    info["pass2_cross_merges"] = sum(1 for a, b in merges[n1:] if rule.crosses(a + b))
     t4 = time.perf_counter()
     seconds["pass2"] = round(t4 - t3, 3)
 
@@ -585,10 +589,10 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     phase("supratok final count")
     bar = progress_bar(progress, total=2, desc="supratok final count", unit="part")
     vocab = _vocab_of(merges, specials)
-    if enc2 is not None and not spans3 and not n_removed:
+    enc = None                      # (built only for a replay)
+    if by_engine and not spans3 and not n_removed:
         # the merges are pass 2's: the engine's count of every unit is the encoder's (its replay
         # rewrites each unit as the merge loop did; tested against the replay)
-        enc = enc2
         info["final_tokens"] = int(result_final_tokens)
     else:
         enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
@@ -598,6 +602,8 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     hd, hb, _ = _heldout_units(held, numeric)
     held_tokens = 0
     if hd.size:
+        if enc is None:
+            enc = _encoder_for(vocab, merges, n1, config.special_tokens, pattern)
         _, ho, _ = _replay(enc, table, (hd, hb, np.ones(hb.size - 1, np.int64)), numeric)
         held_tokens = int(np.diff(ho).sum())
     info["heldout_tokens"] = held_tokens

@@ -94,8 +94,20 @@ def guess_suffix_language(text: str) -> Optional[str]:
     return "tr" if tr > fi else "fi"
 
 
-#: ``marker_words`` bits: the word is a Turkish / a Finnish function word of ``guess_suffix_language``
-TR_MARKER, FI_MARKER = 1, 2
+#: ``marker_words`` bits: the word is a Turkish / a Finnish function word of ``guess_suffix_language``;
+#: ``WORD_START``: the word is an ASCII space then an ASCII letter or digit (each occurrence starts a
+#: whitespace-separated word of the text)
+TR_MARKER, FI_MARKER, WORD_START = 1, 2, 4
+
+
+#: ``marker_words``' byte classes: ASCII letters, and the ASCII characters ``str.strip`` takes off
+_ASCII_LETTER = np.zeros(256, dtype=bool)
+_ASCII_LETTER[np.r_[0x41:0x5B, 0x61:0x7B]] = True
+_STRIP_SPACE = np.zeros(256, dtype=bool)
+_STRIP_SPACE[[c for c in range(0x80) if chr(c).isspace()]] = True
+_ASCII_MARKERS = [w for w in _TR_MARKERS | _FI_MARKERS if w.isascii()]
+_MARKER_LETTER = np.zeros(256, dtype=bool)
+_MARKER_LETTER[[ord(c) for w in _ASCII_MARKERS for c in w + w.upper()]] = True
 
 
 def marker_words(table: WordTable) -> np.ndarray:
@@ -107,20 +119,64 @@ def marker_words(table: WordTable) -> np.ndarray:
     pretoken marked here, so a document with fewer than 3 marked pretokens of either language is
     never guessed (``documents``: only the others are decoded and guessed).
 
-    >>> t = WordTable.from_counts({b" ve": 1, b"Ja": 1, b" the": 1, b"\\tJOKA": 1})
+    A word that is an ASCII space then an ASCII letter or digit also has ``WORD_START``
+    (:func:`guess_candidates`).
+
+    >>> t = WordTable.from_counts({b" ve": 1, b"Ja": 1, b" the": 1, b"\\tJOKA": 1, b" ,": 1})
     >>> words = [t.arena[t.offsets[i]:t.offsets[i + 1]].tobytes() for i in range(t.n_words)]
-    >>> dict(zip(words, marker_words(t).tolist())) == {b" ve": 1, b"Ja": 2, b" the": 0, b"\\tJOKA": 2}
+    >>> dict(zip(words, marker_words(t).tolist())) == {b" ve": 5, b"Ja": 2, b" the": 4, b"\\tJOKA": 2, b" ,": 0}
     True
     """
     out = np.zeros(table.n_words, dtype=np.uint8)
     longest = max(len(w.encode()) for w in _TR_MARKERS | _FI_MARKERS)
     offsets = np.asarray(table.offsets, dtype=np.int64)
-    short = np.flatnonzero(np.diff(offsets) <= 4 * longest)       # (any whitespace around it, and upper case)
+    arena = np.asarray(table.arena, dtype=np.uint8)
+    # An ASCII word can be a function word only when its bytes are letters of the ASCII function
+    # words (either case) and the whitespace str.strip takes off, with 2 to 6 letters (their
+    # lengths): only those and the words with non-ASCII bytes are decoded (on English text most
+    # words are ASCII and fail this: " of", " and", " in", punctuation, numbers)
+    def per_word(flags: np.ndarray) -> np.ndarray:
+        at = np.concatenate(([0], np.cumsum(flags, dtype=np.int64)))
+        return at[offsets[1:]] - at[offsets[:-1]]
+
+    letters = per_word(_ASCII_LETTER[arena])
+    others = per_word(~(_MARKER_LETTER | _STRIP_SPACE)[arena])         # (non-ASCII bytes are among them)
+    non_ascii = per_word(arena >= 0x80)
+    lo, hi = min(len(w) for w in _ASCII_MARKERS), max(len(w) for w in _ASCII_MARKERS)
+    maybe = (non_ascii > 0) | ((others == 0) & (letters >= lo) & (letters <= hi))
+    short = np.flatnonzero((np.diff(offsets) <= 4 * longest) & maybe)    # (any whitespace around it, and upper case)
     raw = table.arena.tobytes() if short.size else b""
     for w in short.tolist():
         text = raw[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape").strip().lower()
         out[w] = (TR_MARKER if text in _TR_MARKERS else 0) | (FI_MARKER if text in _FI_MARKERS else 0)
+    two = np.flatnonzero(np.diff(offsets) >= 2)
+    if two.size:
+        first, second = arena[offsets[two]], arena[offsets[two] + 1]
+        alnum = (((second | 0x20) >= 0x61) & ((second | 0x20) <= 0x7A)) | ((second >= 0x30) & (second <= 0x39))
+        out[two[(first == 0x20) & alnum]] |= WORD_START
     return out
+
+
+def guess_candidates(marked: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """The documents :func:`guess_suffix_language` may give a language: ``marked`` is
+    ``marker_words(table)`` of every pretoken of the documents, ``firsts`` where each document
+    starts in it (every document holds a pretoken). A document is left out when no language has 3
+    marked pretokens, or when the marked pretokens of each are fewer than 2% of its ``WORD_START``
+    pretokens: the guess counts at most the marked pretokens as function words (``marker_words``)
+    and at least the ``WORD_START`` ones as words, and needs 3 and 2% (so on English text the
+    few long documents with three ``" bu"`` are not decoded and split: 0.2 CPU-s on 60 MB).
+
+    >>> m = np.array([1, 1, 1, 4, 4, 5, 5, 5, 0], np.uint8)    # doc 0: 3 Turkish; doc 1: 3 of 5 words
+    >>> guess_candidates(m, np.array([0, 3])).tolist()
+    [0, 1]
+    >>> guess_candidates(np.concatenate((m, np.full(200, 4, np.uint8))), np.array([0, 3])).tolist()
+    [0]
+    """
+    tr = np.add.reduceat(marked & TR_MARKER, firsts, dtype=np.int64)
+    fi = np.add.reduceat((marked & FI_MARKER) >> 1, firsts, dtype=np.int64)
+    starts = np.add.reduceat((marked & WORD_START) >> 2, firsts, dtype=np.int64)
+    most = np.maximum(tr, fi)
+    return np.flatnonzero((most >= 3) & ~(most < 0.02 * starts))
 
 
 def mine_suffixes(word_counts: dict[str, int], top: int = 200, min_stem: int = 3) -> list[str]:
@@ -185,6 +241,14 @@ class ScriptGate:
         return True
 
 
+#: runs of two or more ``is_spaceless`` characters (its ranges)
+_SPACELESS_RUN = regex.compile("[\u0E00-\u0E7F\u3040-\u30FF\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF"
+                               "\uFF66-\uFF9F]{2,}")
+#: the lead bytes of the UTF-8 of ``is_spaceless`` characters (a uint8 -> bool table)
+_SPACELESS_LEADS = np.zeros(256, dtype=bool)
+_SPACELESS_LEADS[[0xE0, 0xE3, 0xE4, 0xE5, 0xE6, 0xE7, 0xE8, 0xE9, 0xEF]] = True
+
+
 def script_gate_from_table(table: WordTable, lang_words: dict[str, np.ndarray], bigram_min: int = 50,
                            suffix_top: int = 200) -> ScriptGate:
     """Build the gate: character bigrams of spaceless scripts from the word table, suffixes from the
@@ -194,14 +258,20 @@ def script_gate_from_table(table: WordTable, lang_words: dict[str, np.ndarray], 
     bigrams: dict[str, int] = {}
     high = np.zeros(table.n_words, dtype=bool)
     if table.n_words:
+        # the words that hold two spaceless characters or more, so maybe a bigram of them: each is
+        # 3 bytes of UTF-8 led by one of _SPACELESS_LEADS (Thai E0, kana and CJK E3-E9, compatibility
+        # ideographs and halfwidth kana EF); words of curly quotes and dashes (E2) are not decoded
         word_of_byte = np.repeat(np.arange(table.n_words), np.diff(offsets))
-        high[word_of_byte[table.arena >= 0xE0]] = True        # 3-byte UTF-8 leads: CJK, kana, Thai
+        leads = np.bincount(word_of_byte[_SPACELESS_LEADS[np.asarray(table.arena, dtype=np.uint8)]],
+                            minlength=table.n_words)
+        high = leads >= 2
     for w in np.flatnonzero(high):
         text = arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape")
         c = int(counts[w])
-        for x, y in zip(text, text[1:]):
-            if is_spaceless(x) and is_spaceless(y):
-                bigrams[x + y] = bigrams.get(x + y, 0) + c
+        # the bigrams of two spaceless characters: those inside each run of them (_SPACELESS_RUN)
+        for run in _SPACELESS_RUN.findall(text):
+            for i in range(len(run) - 1):
+                bigrams[run[i:i + 2]] = bigrams.get(run[i:i + 2], 0) + c
     suffixes: set[str] = set()
     for lang, wc in sorted(lang_words.items()):
         words = {arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape"): int(wc[w])
