@@ -59,8 +59,9 @@ read-only arrays in RAM and in mapped files).
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.math cimport sqrt
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memmove, memset
 from libcpp.algorithm cimport inplace_merge, is_sorted, sort
 from libcpp.vector cimport vector
 
@@ -90,3 +91,4 @@ include "_engine_pairmap.pxi"   # _PairMap: pair -> pair id
 include "_engine_spill.pxi"     # _SpillFile: read-only arrays, RAM or mapped
 include "_engine_threads.pxi"   # a thread's share of a merge; thread entries
 include "_engine_merge.pxi"     # MergeEngine: build, heap, merge steps
+include "_engine_pool.pxi"      # the list pool's pages given back (_pool_compact)

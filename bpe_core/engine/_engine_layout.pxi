@@ -1,4 +1,4 @@
-# _engine.pyx, part 1 of 5 (``include``d: compiled into the module as if written there).
+# _engine.pyx, part 1 of 6 (``include``d: compiled into the module as if written there).
 # The engine's memory layout: cell bits, word records, the merge-share and heap structs, the C declarations
 # (prefetch, madvise, threads), and memory advice for the build buffers (huge_pages).
 
@@ -15,6 +15,7 @@ cdef uint8_t NO_LIST = 0xFF
 cdef int PAGE_BITS = 18
 cdef uint64_t PAGE_SIZE = 1 << 18
 cdef uint64_t BIG_FLAG = 0x8000000000000000u    # a block above a page: its own malloc, pointer here
+cdef uint64_t POOL_COMPACT_MIN_FREE = 32 << 20   # ``run`` compacts the pool past this many free bytes
 cdef int MIN_COMPACT_CLS = 3             # lists of 8 entries and more drop stale entries before growing
 
 #: Bytes of one word record (count int64 + end uint32).
@@ -54,7 +55,9 @@ cdef cppclass NearTable:
     uint64_t a1
 
 
-cdef struct HeapEntry:
+cdef packed struct HeapEntry:
+    # 12 bytes, packed: the heap holds about one entry per pair (17.3 M at 200k merges on the 15 GB
+    # corpus: 198 MiB, 264 with the 16 bytes of an aligned struct)
     count_t count
     pair_id_t pair
 

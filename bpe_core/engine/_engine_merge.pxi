@@ -1,4 +1,4 @@
-# _engine.pyx, part 5 of 5 (``include``d: compiled into the module as if written there).
+# _engine.pyx, part 5 of 6 (``include``d: compiled into the module as if written there).
 # The MergeEngine class: build (pairs, position lists), lazy heap, merge steps, inspection. (One part: Cython
 # allows ``include`` only at module level, not inside a class body.)
 
@@ -123,6 +123,11 @@ cdef class MergeEngine:
     # pool of list blocks
     cdef vector[uint32_t*] pages
     cdef uint64_t pool_top
+    cdef uint64_t pool_used                     # entries of the pool's blocks in use (``_pool_compact``)
+    cdef public int64_t n_pool_compactions
+    cdef public int64_t pool_check_every         # ``run`` looks at the pool every this many merges
+    cdef public uint64_t pool_min_free           # ... and compacts it when this many bytes, and a
+                                                 # quarter of its pages, are free blocks (tests: 1, 0)
     cdef vector[vector[uint64_t]] free_blocks   # per class
     cdef uint64_t big_bytes
     cdef bint oom
@@ -299,6 +304,10 @@ cdef class MergeEngine:
         self.n_rescans = 0
         self.n_compactions = 0
         self.pool_top = 0
+        self.pool_used = 0
+        self.n_pool_compactions = 0
+        self.pool_check_every = 256
+        self.pool_min_free = POOL_COMPACT_MIN_FREE
         self.big_bytes = 0
         self.peak_pool_bytes = 0
         self.peak_heap = 0
@@ -391,7 +400,7 @@ cdef class MergeEngine:
         cdef size_t p, k
         cdef uint64_t off
         for p in range(self.pages.size()):
-            free(self.pages[p])
+            _page_free(self.pages[p])
         for p in range(self.lst_off.size()):
             if self.lst_cls[p] != NO_LIST and self.lst_cls[p] > PAGE_BITS:
                 off = self.lst_off[p]
@@ -495,6 +504,7 @@ cdef class MergeEngine:
                 return 0
             self.big_bytes += size * 4
             return (<uint64_t>big) | BIG_FLAG
+        self.pool_used += size
         if self.free_blocks[cls].size() > 0:
             off = self.free_blocks[cls].back()
             self.free_blocks[cls].pop_back()
@@ -523,9 +533,10 @@ cdef class MergeEngine:
                         rest -= piece
                     else:
                         c -= 1
-            page = <uint32_t*>malloc(PAGE_SIZE * 4)
+            page = _page_new()
             if page == NULL:
                 self.oom = True
+                self.pool_used -= size
                 return 0
             self.pages.push_back(page)
             self.pool_top = (<uint64_t>(self.pages.size() - 1)) << PAGE_BITS
@@ -541,6 +552,7 @@ cdef class MergeEngine:
             self.big_bytes -= ((<uint64_t>1) << cls) * 4
         else:
             self.free_blocks[cls].push_back(off)
+            self.pool_used -= (<uint64_t>1) << cls
 
     cdef uint32_t _compact(self, pair_id_t pid) noexcept nogil:
         """Drop the stale entries of a pair's added list; return its new length."""
@@ -1587,6 +1599,11 @@ cdef class MergeEngine:
                 else:
                     out.append((ids[0], ids[1], ids[2]))
                 done += 1
+                if done % self.pool_check_every == 0:   # (between merges: no thread is in the lists
+                    with nogil:                          # nor the shares; ``_engine_pool.pxi``)
+                        if _pool_wasteful(self):
+                            _pool_compact(self)
+                        _shares_trim(self)
                 if done % every == 0:
                     PyErr_CheckSignals()     # Ctrl-C / SIGTERM handlers run here, not after the loop
                     if progress is not None:
@@ -1728,6 +1745,42 @@ cdef class MergeEngine:
             return list(self.tok_ids)
         return [self.token_bytes(<token_id_t>i) for i in range(self.tok_off.size())]
 
+    def compact_pool(self):
+        """Slide the position lists added by merges into the fewest pages and give the others back
+        (``run`` does it by itself when a quarter of the pool is free blocks); returns the pool's
+        bytes before and after. Changes no merge.
+
+        >>> e = MergeEngine(np.frombuffer(b"abab", np.uint8), np.array([0, 4]), np.array([3]),
+        ...                 [bytes([i]) for i in range(256)])
+        >>> e.step(); e.compact_pool()
+        (97, 98, 256)
+        (1048576, 1048576)
+        """
+        cdef uint64_t before = self._pool_bytes()
+        with nogil:
+            _pool_compact(self)
+        return int(before), int(self._pool_bytes())
+
+    def reserve_pairs(self, int64_t n_pairs):
+        """Make room for ``n_pairs`` pairs in all (the plan's estimate, ``runtime.budget.pairs_estimate``)
+        before the merge loop: the pair map is sized for them at once, and the per-pair arrays and the
+        heap reserve their address space, so none of them is copied to a larger block (the old and the
+        new held together) while the loop runs. Reserved pages that are never written take no memory.
+        More pairs than that still fit (the arrays then grow as before). Changes no merge.
+
+        >>> e = MergeEngine(np.frombuffer(b"abab", np.uint8), np.array([0, 4]), np.array([3]),
+        ...                 [bytes([i]) for i in range(256)])
+        >>> e.reserve_pairs(100_000); e.memory()["pair_map"] >= 100_000 * 12 * 10 // 7
+        True
+        """
+        if n_pairs <= <int64_t>self.pair_keys.size():
+            return
+        self.pair_map.reserve(<uint64_t>n_pairs)
+        if <size_t>n_pairs > self.pair_keys.capacity():
+            self._reserve_pairs(<size_t>n_pairs)
+        if <size_t>n_pairs > self.heap.capacity():
+            self.heap.reserve(<size_t>n_pairs)
+
     def memory(self):
         """Bytes held now, by structure: ``anon`` (RAM the engine allocated) and ``mapped`` (read-only
         arrays in mapped files: page cache the kernel may drop and read again).
@@ -1737,10 +1790,12 @@ cdef class MergeEngine:
         >>> m = e.memory(); m["cells"], m["mapped"]
         (16, 0)
         """
-        cdef uint64_t pairs = (self.pair_keys.capacity() * 8 + self.pair_counts.capacity() * 8
-                               + self.lst_off.capacity() * 8 + self.lst_len.capacity() * 4
-                               + self.lst_cls.capacity() + self.pair_pushed.capacity() * 4
-                               + self.pair_allowed.capacity() + self.base_start.capacity() * 8
+        # (the per-pair arrays and the heap by the entries written: ``reserve_pairs`` reserves
+        # address space that takes no memory until it is written)
+        cdef uint64_t pairs = (self.pair_keys.size() * 8 + self.pair_counts.size() * 8
+                               + self.lst_off.size() * 8 + self.lst_len.size() * 4
+                               + self.lst_cls.size() + self.pair_pushed.size() * 4
+                               + self.pair_allowed.size() + self.base_start.capacity() * 8
                                + self.base_done.capacity())
         cdef uint64_t used = 0, entries = 0
         cdef size_t q
@@ -1758,7 +1813,7 @@ cdef class MergeEngine:
             "pair_map": self.pair_map.nbytes(),
             "lists": self._pool_bytes(),
             "lists_peak": self.peak_pool_bytes,
-            "heap": self.heap.capacity() * sizeof(HeapEntry),
+            "heap": self.peak_heap * sizeof(HeapEntry),
             "heap_peak": self.peak_heap * sizeof(HeapEntry),
             "shares": shares,
             "words_in_ram": 0 if self.mapped_bytes and isinstance(self._wrec_arr, np.memmap) else
@@ -1783,6 +1838,7 @@ cdef class MergeEngine:
             "heap_rescans": self.n_rescans,
             "n_steps": self.n_steps,
             "list_compactions": self.n_compactions,
+            "pool_compactions": self.n_pool_compactions,
             "pruned_pairs": self.n_pruned,
             "fill_passes": self.fill_passes,
             "memory": self.memory(),

@@ -1,111 +1,190 @@
-# _engine.pyx, part 2 of 5 (``include``d: compiled into the module as if written there).
-# The pair hash map (_PairMap): packed pair -> pair id, open addressing.
+# _engine.pyx, part 2 of 6 (``include``d: compiled into the module as if written there).
+# The pair hash map (_PairMap): packed pair -> pair id, open addressing in segments.
 
 # ==== Pair hash map ===========================================================================
-# Open addressing, linear probing, power-of-two capacity, load <= 0.7. A slot holds the packed pair
-# and its pair id side by side (12 bytes, packed), so a probe touches one cache line. Pairs are never
-# deleted (a merged pair keeps its id with count 0), so no tombstones are needed.
+# Open addressing, linear probing, load <= 0.7, in SEGMENTS tables of any count of slots each: the
+# top SEG_BITS bits of a key's hash pick its segment, the next 32 bits its home slot there (scaled to
+# the segment's slots: ``(bits * n) >> 32``, a multiply, not a modulo). A slot holds the packed pair and its pair id side by side (12 bytes, packed), so a probe touches one
+# cache line. Pairs are never deleted by a merge (a merged pair keeps its id with count 0), so no
+# tombstones are needed (``remove``, for pruning, shifts the later keys of a run back instead).
+#
+# Why segments of any size: a segment that is full grows by half on its own, holding its old and new
+# slots together for a moment, so growing never holds more than a 1/64 of the map twice; and the map
+# can be sized once for the pairs the plan expects (``reserve``), not to the next power of two. A
+# single power-of-two table held its old and new slots together at every doubling: 192 MiB beside a
+# 384 MiB map for 12.1 M pairs at 100k merges on the 15 GB synthetic corpus, the merge phase's peak
+# (``runtime.budget.pair_tables_peak``); sized for 13.2 M pairs the segments hold 216 MiB. With a
+# power-of-two count of slots a segment's home slot is the one a single table of the same total size
+# would use (the tests' ``_home``); a run that reaches a segment's last slot wraps to its first.
 
 cdef packed struct Slot:
     pair_key_t key
     pair_id_t value
 
 
+cdef struct PairSeg:
+    Slot* slots
+    uint64_t n          # slots
+    uint64_t size       # keys
+    uint64_t limit      # grow past this many keys (7/10 of the slots)
+
+
+cdef enum:
+    SEG_BITS = 6
+    SEGMENTS = 1 << SEG_BITS
+    SEG_MIN_SLOTS = 16                  # at least 16 slots a segment (1024 in all)
+
+# A segment of this many bytes or more is its own mapping (given back whole when it grows: a freed
+# block of the malloc heap may stay in the process).
+cdef size_t SEG_MMAP_BYTES = 1 << 20
+
+cdef extern from "<sys/mman.h>" nogil:
+    void* mmap(void* addr, size_t length, int prot, int flags, int fd, long offset)
+    int munmap(void* addr, size_t length)
+    int PROT_READ
+    int PROT_WRITE
+    int MAP_PRIVATE
+    int MAP_ANONYMOUS
+    void* MAP_FAILED
+
+cdef extern from "<stdlib.h>" nogil:
+    void abort()
+
+
+cdef Slot* _slots_new(uint64_t n) noexcept nogil:
+    """``n`` empty slots (key EMPTY_KEY; every byte 0xFF): a mapping of their own when large. Out of
+    memory aborts, as the vector that held them did (``std::bad_alloc`` in a ``noexcept`` function)."""
+    cdef size_t nbytes = n * sizeof(Slot)
+    cdef void* p
+    if nbytes >= SEG_MMAP_BYTES:
+        p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if p == MAP_FAILED:
+            abort()
+    else:
+        p = malloc(nbytes)
+        if p == NULL:
+            abort()
+    memset(p, 0xFF, nbytes)
+    return <Slot*>p
+
+
+cdef void _slots_free(Slot* p, uint64_t n) noexcept nogil:
+    cdef size_t nbytes = n * sizeof(Slot)
+    if p == NULL:
+        return
+    if nbytes >= SEG_MMAP_BYTES:
+        munmap(p, nbytes)
+    else:
+        free(p)
+
+
+cdef inline uint64_t _seg_of(uint64_t h) noexcept nogil:
+    return h >> (64 - SEG_BITS)
+
+
+cdef inline uint64_t _home(uint64_t h, uint64_t n) noexcept nogil:
+    """The home slot of hash ``h`` in a segment of ``n`` slots: the 32 bits after the segment's, scaled."""
+    return (((h << SEG_BITS) >> 32) * n) >> 32
+
+
+cdef inline uint64_t _hash(pair_key_t key) noexcept nogil:
+    return key * <uint64_t>0x9E3779B97F4A7C15u
+
+
 cdef class _PairMap:
-    cdef vector[Slot] slots
-    cdef uint64_t mask
-    cdef uint64_t size
-    cdef uint64_t limit
-    cdef int shift
+    cdef PairSeg segs[SEGMENTS]
 
     def __cinit__(self, uint64_t capacity=1024):
         cdef uint64_t cap = 1024
-        cdef int bits = 10
-        cdef Slot empty
-        empty.key = EMPTY_KEY
-        empty.value = 0
+        cdef int s
         while cap * 7 < 10 * capacity:
             cap <<= 1
-            bits += 1
-        self.slots.assign(cap, empty)
-        self.mask = cap - 1
-        self.shift = 64 - bits
-        self.size = 0
-        self.limit = cap * 7 // 10
+        for s in range(SEGMENTS):
+            self.segs[s].slots = NULL
+        for s in range(SEGMENTS):
+            _seg_alloc(&self.segs[s], cap >> SEG_BITS)
 
-    cdef inline uint64_t _slot(self, pair_key_t key) noexcept nogil:
-        return ((key * <uint64_t>0x9E3779B97F4A7C15u) >> self.shift) & self.mask
+    def __dealloc__(self):
+        cdef int s
+        for s in range(SEGMENTS):
+            _slots_free(self.segs[s].slots, self.segs[s].n)
+            self.segs[s].slots = NULL
 
     cdef inline void prefetch(self, pair_key_t key) noexcept nogil:
-        __builtin_prefetch(&self.slots[self._slot(key)])
+        cdef uint64_t h = _hash(key)
+        cdef PairSeg* g = &self.segs[_seg_of(h)]
+        __builtin_prefetch(&g.slots[_home(h, g.n)])
 
     cdef inline int64_t get(self, pair_key_t key) noexcept nogil:
         """The pair id of ``key`` or -1."""
-        cdef uint64_t i = self._slot(key)
+        cdef uint64_t h = _hash(key)
+        cdef PairSeg* g = &self.segs[_seg_of(h)]
+        cdef uint64_t i = _home(h, g.n)
         while True:
-            if self.slots[i].key == key:
-                return self.slots[i].value
-            if self.slots[i].key == EMPTY_KEY:
+            if g.slots[i].key == key:
+                return g.slots[i].value
+            if g.slots[i].key == EMPTY_KEY:
                 return -1
-            i = (i + 1) & self.mask
+            i += 1
+            if i == g.n:
+                i = 0
 
     cdef inline void put(self, pair_key_t key, pair_id_t value) noexcept nogil:
         """Insert a key known to be absent."""
-        cdef uint64_t i
-        if self.size + 1 > self.limit:
-            self._grow()
-        i = self._slot(key)
-        while self.slots[i].key != EMPTY_KEY:
-            i = (i + 1) & self.mask
-        self.slots[i].key = key
-        self.slots[i].value = value
-        self.size += 1
+        cdef uint64_t h = _hash(key)
+        cdef PairSeg* g = &self.segs[_seg_of(h)]
+        if g.size + 1 > g.limit:
+            _seg_resize(g, g.n + g.n // 2)
+        _seg_place(g, h, key, value)
+        g.size += 1
 
-    cdef void _grow(self) noexcept nogil:
-        cdef vector[Slot] old
-        cdef uint64_t j, i, cap
-        cdef Slot empty
-        empty.key = EMPTY_KEY
-        empty.value = 0
-        old.swap(self.slots)
-        cap = (self.mask + 1) * 2
-        self.slots.assign(cap, empty)
-        self.mask = cap - 1
-        self.shift -= 1
-        self.limit = cap * 7 // 10
-        for j in range(old.size()):
-            if old[j].key != EMPTY_KEY:
-                i = self._slot(old[j].key)
-                while self.slots[i].key != EMPTY_KEY:
-                    i = (i + 1) & self.mask
-                self.slots[i] = old[j]
+    cdef void reserve(self, uint64_t n_keys) noexcept nogil:
+        """Make room for ``n_keys`` keys in all (each segment for its share, a 7/10 load, with a
+        margin of 4 standard deviations of a share: keys spread over the segments at random), so
+        the map does not grow before it holds them. Never shrinks."""
+        cdef double share = <double>n_keys / SEGMENTS
+        cdef uint64_t need = <uint64_t>((share + 4.0 * sqrt(share) + 1.0) * 10.0 / 7.0) + 1
+        cdef int s
+        for s in range(SEGMENTS):
+            if need > self.segs[s].n:
+                _seg_resize(&self.segs[s], need)
 
     cdef void remove(self, pair_key_t key) noexcept nogil:
         """Remove a key if present (backward-shift deletion: the later keys of its run move up, so
         no tombstone is left and every lookup still stops at the first empty slot)."""
-        cdef uint64_t i = self._slot(key), j, k
-        while self.slots[i].key != key:
-            if self.slots[i].key == EMPTY_KEY:
+        cdef uint64_t h = _hash(key)
+        cdef PairSeg* g = &self.segs[_seg_of(h)]
+        cdef uint64_t i = _home(h, g.n), j, k
+        while g.slots[i].key != key:
+            if g.slots[i].key == EMPTY_KEY:
                 return
-            i = (i + 1) & self.mask
+            i += 1
+            if i == g.n:
+                i = 0
         j = i
         while True:
-            j = (j + 1) & self.mask
-            if self.slots[j].key == EMPTY_KEY:
+            j += 1
+            if j == g.n:
+                j = 0
+            if g.slots[j].key == EMPTY_KEY:
                 break
-            k = self._slot(self.slots[j].key)
+            k = _home(_hash(g.slots[j].key), g.n)
             # the key at j may move to i when its home k is not cyclically in (i, j]
             if (j > i and (k <= i or k > j)) or (j < i and (k <= i and k > j)):
-                self.slots[i] = self.slots[j]
+                g.slots[i] = g.slots[j]
                 i = j
-        self.slots[i].key = EMPTY_KEY
-        self.slots[i].value = 0
-        self.size -= 1
+        g.slots[i].key = EMPTY_KEY
+        g.slots[i].value = 0
+        g.size -= 1
 
     cdef uint64_t nbytes(self) noexcept nogil:
-        return self.slots.capacity() * sizeof(Slot)
+        cdef uint64_t n = 0
+        cdef int s
+        for s in range(SEGMENTS):
+            n += self.segs[s].n * sizeof(Slot)
+        return n
 
-    # Python access for the tests (tests/test_engine_prune.py: the map against a dict)
+    # Python access for the tests (tests/engine/test_engine_prune.py: the map against a dict)
     def py_put(self, pair_key_t key, pair_id_t value):
         if key == EMPTY_KEY:
             raise ValueError("the empty key")
@@ -119,6 +198,52 @@ cdef class _PairMap:
     def py_remove(self, pair_key_t key):
         self.remove(key)
 
-    def py_len(self):
-        return self.size
+    def py_reserve(self, uint64_t n_keys):
+        self.reserve(n_keys)
 
+    def py_len(self):
+        cdef uint64_t n = 0
+        cdef int s
+        for s in range(SEGMENTS):
+            n += self.segs[s].size
+        return n
+
+    def py_nbytes(self):
+        """Bytes of slots held now (every segment)."""
+        return self.nbytes()
+
+    def py_segment_slots(self):
+        """The slots of each segment (tests)."""
+        return [self.segs[s].n for s in range(SEGMENTS)]
+
+
+cdef void _seg_alloc(PairSeg* g, uint64_t n) noexcept nogil:
+    if n < SEG_MIN_SLOTS:
+        n = SEG_MIN_SLOTS
+    g.slots = _slots_new(n)
+    g.n = n
+    g.size = 0
+    g.limit = n * 7 // 10
+
+
+cdef inline void _seg_place(PairSeg* g, uint64_t h, pair_key_t key, pair_id_t value) noexcept nogil:
+    cdef uint64_t i = _home(h, g.n)
+    while g.slots[i].key != EMPTY_KEY:
+        i += 1
+        if i == g.n:
+            i = 0
+    g.slots[i].key = key
+    g.slots[i].value = value
+
+
+cdef void _seg_resize(PairSeg* g, uint64_t n) noexcept nogil:
+    """Place a segment's keys again in ``n`` slots (more than it holds), then give its old slots back:
+    only this segment is held twice meanwhile."""
+    cdef Slot* old = g.slots
+    cdef uint64_t n_old = g.n, size = g.size, j
+    _seg_alloc(g, n)
+    g.size = size
+    for j in range(n_old):
+        if old[j].key != EMPTY_KEY:
+            _seg_place(g, _hash(old[j].key), old[j].key, old[j].value)
+    _slots_free(old, n_old)

@@ -1,4 +1,4 @@
-# _engine.pyx, part 3 of 5 (``include``d: compiled into the module as if written there).
+# _engine.pyx, part 3 of 6 (``include``d: compiled into the module as if written there).
 # Read-only arrays in RAM or in a memory-mapped file under the spill folder (_SpillFile).
 
 # ==== Read-only arrays: in RAM or in a mapped file ============================================

@@ -1,4 +1,4 @@
-# _engine.pyx, part 4 of 5 (``include``d: compiled into the module as if written there).
+# _engine.pyx, part 4 of 6 (``include``d: compiled into the module as if written there).
 # Each thread's share of a merge (NearTable: the neighbour pairs a merge touches) and the entry points of the
 # second thread (merges, and the halves of the build).
 

@@ -15,7 +15,7 @@ from ..runtime.lazy import np  # numpy on first use (a small run never imports i
 
 from ..corpus.specials import encode_specials
 from ..pretok.wordtable import WordTable
-from ..runtime.budget import FILL_BUFFER_BYTES
+from ..runtime.budget import FILL_BUFFER_BYTES, pairs_estimate
 from ..runtime.memmon import phase
 from ..runtime.atomic import naming
 from ..runtime.progress import progress_bar
@@ -187,6 +187,8 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
         else:
             engine = MergeEngine(table.arena, table.offsets, table.counts, [bytes([i]) for i in range(256)],
                                  **mapping)
+    # room for the pairs the plan counts on, made once (no table copied to a larger one in the loop)
+    engine.reserve_pairs(pairs_estimate(len(table.arena), vocab_size))
     del table
     t1 = time.perf_counter()
     bar = progress_bar(progress, total=n_merges, desc="merges", unit="merge")

@@ -108,6 +108,10 @@ ENGINE_BASE_BYTES = 32 * MiB
 #: 1 GB, 3.5-3.6 B at 15 GB; 3.7 with a margin) and the block index (4 B per 16 positions).
 ENGINE_CELL_BYTES = 4.0
 ENGINE_LIST_BYTES = 3.7
+#: ... the pool at the end of a run past 32k merges: the first merges' big lists are merged and their
+#: pages given back (``_engine_pool.pxi``), later lists are smaller; 15 GB synthetic: 2.55 B at 100k
+#: (498 MiB), 1.92 at 200k (374 MiB); 2.9 with a margin.
+ENGINE_LIST_END_BYTES = 2.9
 ENGINE_BLOCK_BYTES = 1 / 4
 #: read-only, per symbol: the initial position lists; per word: the word record (count, end).
 ENGINE_BASE_LIST_BYTES = 4
@@ -121,18 +125,22 @@ PAIRS_PER_SQRT_SYMBOL = 450
 #: how the pairs grow with the vocabulary above 32k (5.72 M -> 17.34 M from 32k to 200k at 195 M
 #: symbols is 6.25 ** 0.605; 0.65 leaves a margin: 20.7 M planned)
 PAIRS_VOCAB_EXPONENT = 0.65
-#: per pair: key, count, list, marks (34 B, arrays grown by 1/4) and the heap's entries, measured on
-#: the 15 GB synthetic corpus: 54.6 B at 32k (209 + 103 MiB for 5.72 M pairs), 52.9 B at 100k, 57.7 B
-#: at 200k; 60 B with a margin. (80 B with the pair map in it, the figure before, left 100k 8% over
-#: the budget it named: the map had just doubled.)
-ENGINE_PAIR_BYTES = 60
-#: The pair map (``_engine_pairmap.pxi``): 12 B slots, a power-of-two count of them from 1024 up,
-#: at most 7/10 full; when it grows, the old slots and the new (twice as many) are held together.
+#: per pair: key, count, list, marks (34 B, written as pairs come: ``MergeEngine.reserve_pairs``
+#: reserves their room once) and the heap's entries (12 B, about one per pair), measured on the 15 GB
+#: synthetic corpus: 392 MiB of arrays and 183 MiB of 16 B heap entries for 12.1 M pairs at 100k
+#: (49.8 B a pair; 45.8 with the packed entries); 52 B with a margin. (60 B before, when the arrays
+#: and the heap were copied to blocks a quarter larger as they grew, the old and the new together.)
+ENGINE_PAIR_BYTES = 52
+#: The pair map (``_engine_pairmap.pxi``): 12 B slots in 64 segments of at least 16 each, sized once
+#: for the pairs the plan expects (``MergeEngine.reserve_pairs``: each segment for its share at 7/10
+#: load, plus 4 standard deviations); a segment that fills up grows by half on its own, so the map is
+#: never held twice (the single power-of-two table it replaced held its old and new slots together
+#: when it doubled: 192 MiB more at 100k on the 15 GB corpus).
 PAIR_SLOT_BYTES = 12
 PAIR_MAP_MIN_SLOTS = 1024
+PAIR_MAP_SEGMENTS = 64
 #: The margin :func:`pairs_estimate` carries over the pairs measured (6.29 M planned for 5.72 M at
-#: 32k, 13.2 M for 12.1 M at 100k): the map is sized for the pairs expected (the estimate without
-#: it), since its size moves in steps of 2x and a margin that crosses a step would double it.
+#: 32k, 13.2 M for 12.1 M at 100k); the engine reserves room for the estimate with it.
 PAIRS_MARGIN = 1.1
 DEFAULT_VOCAB_SIZE = 32000
 #: The longest pretoken (text without whitespace: one word of the engine) costs, beyond the
@@ -561,13 +569,16 @@ def engine_memory(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols:
 
     >>> m = engine_memory(18_807_369, 32000, 195_319_199, mapped=True)
     >>> m["anon"] >> 20, m["file"] >> 20
-    (1968, 960)
+    (1928, 960)
     """
     if n_words <= 0:
         return {"anon": 0, "file": 0}
     s = symbols_estimate(n_words) if n_symbols is None else int(n_symbols)
-    anon = ENGINE_BASE_BYTES + int(s * (ENGINE_CELL_BYTES + ENGINE_LIST_BYTES + ENGINE_BLOCK_BYTES)) \
-        + pair_tables_peak(pairs_estimate(s, vocab_size))
+    # the list pool peaks in the first merges (beside the pairs of a 32k run at most) and is compacted
+    # after (``_engine_pool.pxi``); the pair tables peak at the end: the larger of the two moments
+    early = int(s * ENGINE_LIST_BYTES) + pair_tables_peak(pairs_estimate(s, min(vocab_size, DEFAULT_VOCAB_SIZE)))
+    late = int(s * ENGINE_LIST_END_BYTES) + pair_tables_peak(pairs_estimate(s, vocab_size))
+    anon = ENGINE_BASE_BYTES + int(s * (ENGINE_CELL_BYTES + ENGINE_BLOCK_BYTES)) + max(early, late)
     readonly = s * ENGINE_BASE_LIST_BYTES + n_words * ENGINE_WORD_BYTES
     return {"anon": anon, "file": readonly} if mapped else {"anon": anon + readonly, "file": 0}
 
@@ -591,42 +602,36 @@ def record_fits(text_bytes: int, memory_limit: int) -> bool:
 
 
 def pair_map_slots(n_pairs: int) -> int:
-    """Slots of the engine's pair map holding ``n_pairs`` pairs (a power of two, at most 7/10 full).
+    """Slots of the engine's pair map once room is made for ``n_pairs`` pairs (``_PairMap.reserve``:
+    each of the 64 segments holds its share at most 7/10 full, with a margin of 4 standard deviations
+    of a share; 16 slots a segment at least).
 
-    >>> pair_map_slots(700), pair_map_slots(5_718_051), pair_map_slots(12_101_005)
-    (1024, 8388608, 33554432)
+    >>> pair_map_slots(700), pair_map_slots(6_289_000), pair_map_slots(13_195_000)
+    (2304, 9099072, 19016192)
     """
-    slots = PAIR_MAP_MIN_SLOTS
-    while slots * 7 // 10 < n_pairs:
-        slots <<= 1
-    return slots
+    share = max(0, n_pairs) / PAIR_MAP_SEGMENTS
+    need = int((share + 4.0 * math.sqrt(share) + 1.0) * 10.0 / 7.0) + 1
+    return PAIR_MAP_SEGMENTS * max(PAIR_MAP_MIN_SLOTS // PAIR_MAP_SEGMENTS, need)
 
 
 def pair_tables_peak(n_pairs: int) -> int:
     """Peak bytes of the engine's per-pair tables (pair arrays, heap, pair map) on the way to
-    ``n_pairs`` pairs (:func:`pairs_estimate`, with its margin): the larger of the end (every pair,
-    the map at its final size) and the moment the map last doubled (its old and new slots together,
-    beside the pairs it held then, 7/20 of the final slots). The map is sized for the pairs expected,
-    ``n_pairs / PAIRS_MARGIN``. 100k on the 15 GB synthetic corpus: the map doubled to 384 MiB at
-    11.7 M pairs (of 12.1 M), when 192 MiB more were held than at the end.
+    ``n_pairs`` pairs (:func:`pairs_estimate`, with its margin): the engine makes room for that many
+    before the merge loop (``MergeEngine.reserve_pairs``), so no table is copied to a larger one and
+    the end is the peak: every pair's entries, the map as sized. 100k on the 15 GB synthetic corpus:
+    12.1 M pairs; the power-of-two map before held 384 MiB, and 576 at the moment it doubled.
 
     >>> pair_tables_peak(6_289_000) >> 20, pair_tables_peak(13_195_000) >> 20   # 15 GB, 32k / 100k
-    (455, 1247)
+    (416, 871)
     """
-    slots = pair_map_slots(int(n_pairs / PAIRS_MARGIN))
-    end = n_pairs * ENGINE_PAIR_BYTES + slots * PAIR_SLOT_BYTES
-    if slots == PAIR_MAP_MIN_SLOTS:
-        return end
-    held = min(n_pairs, (slots // 2) * 7 // 10)
-    grown = held * ENGINE_PAIR_BYTES + (slots + slots // 2) * PAIR_SLOT_BYTES
-    return max(end, grown)
+    return int(n_pairs * ENGINE_PAIR_BYTES) + pair_map_slots(n_pairs) * PAIR_SLOT_BYTES
 
 
 def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols: Optional[int] = None) -> int:
     """Estimated RAM of the merge engine for ``n_words`` unique pretokens (all arrays in RAM).
 
     >>> engine_bytes(1_000_000, 32000) >> 20
-    278
+    267
     """
     return engine_memory(n_words, vocab_size, n_symbols)["anon"]
 
@@ -767,13 +772,13 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     >>> est = plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                     parent_overhead=50 << 20)    # before counting: counting fits
     >>> est.merge_fits, est.merge_bytes >> 20
-    (False, 1210)
+    (False, 1155)
     >>> try:                                            # after counting, with the real count
     ...     plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                   parent_overhead=50 << 20, unique_pretokens=25_000_000)
     ... except BudgetError as e:
     ...     print(e.min_budget >> 20)
-    2807
+    2677
     """
     if input_bytes < 0:
         raise ValueError("input_bytes must be >= 0")

@@ -193,8 +193,12 @@ def test_a_repetitive_corpus_is_not_refused_on_the_estimate():
 
 
 def test_the_model_covers_the_measured_engine():
-    # en_train (230 MB): 513,605 unique pretokens; measured merge-phase growth 113 MiB (8k), 174 MiB (32k).
-    for vocab, measured in ((8000, 113 * MiB), (32000, 174 * MiB)):
+    # en_train (230 MB): 513,605 unique pretokens. Measured (2026-12-07, the pair tables made once
+    # for the plan's pairs, the list pool compacted): the engine held 70 MiB (8k) and 90 MiB (32k), and
+    # the whole process peaked at 125 and 143 MiB in the merge loop; the model of the engine alone
+    # covers the whole process. (Before: merge-phase growth 113 and 174 MiB, the engine's tables
+    # copied to larger blocks as they grew.)
+    for vocab, measured in ((8000, 125 * MiB), (32000, 143 * MiB)):
         assert scheduler.engine_bytes(513_605, vocab) >= measured
     # and Heaps' estimate stays above the measured counts
     assert scheduler.unique_pretokens_estimate(12_613_005) >= 101_444
