@@ -77,7 +77,6 @@ include "_encode_ranks.pxi"          # RankTable: pair of ids -> merge rank
 include "_encode_specials.pxi"       # SpecialTable: special tokens, longest match
 include "_encode_encoder.pxi"        # Encoder: merge paths, cache hits and misses, whole-text encoding
 include "_encode_encoder_cache.pxi"  # the Encoder's cache: slots, insert, grow, shared insert, absorb, copy
-include "_encode_emit.pxi"           # the pieces' ids out of the cache: the loop of short hits, the slow pieces
 include "_encode_outputs.pxi"        # the hand-over of an encoder's ids: arrays, counted corpus chunks
 include "_encode_batch.pxi"          # single tokens; BatchJob: a batch worker's share
 include "_encode_stage2_table.pxi"   # SuperBPE stage 2: character flags, Stage2Table

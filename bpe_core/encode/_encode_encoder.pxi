@@ -254,8 +254,6 @@ cdef class Encoder:
         branch on the length of each piece is mispredicted on real text (a quarter of the pieces
         of code are one byte, at random), and the uniform path was ~30% faster per CPU-second
         than the special case, though it hashes and probes those pieces too.
-
-        Without ``starts``: ``_emit_pieces_of`` (part 5d), the same ids by a tighter loop of hits.
         """
         cdef uint64_t ring[2 * RING]            # head word and hash of each piece (hash_block)
         cdef const uint64_t* r
@@ -274,8 +272,6 @@ cdef class Encoder:
         cdef uint64_t fmask = self.shared.cache_mask if has_shared else self.cache_mask
         cdef int fshift = self.shared.cache_shift if has_shared else self.cache_shift
         cdef const uint8_t* farena = self.shared.arena if has_shared else self.arena
-        if starts == NULL:                      # (every caller but the stage-aware encoder)
-            return _emit_pieces_of(self, s, a, ends, count, limit)
         if count <= 0:
             return 0
         self._reserve_out(ends[count - 1] - a)
