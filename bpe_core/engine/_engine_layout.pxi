@@ -32,7 +32,9 @@ cdef struct Near:
     pair_key_t key
     count_t delta       # the change of its count in this merge
     int64_t pid         # its pair id once the merge is done (-1: not kept)
-    bint added          # a window came to it in this merge
+    uint32_t n          # the windows that came to it in this share's sites (> 0: a window came)
+    uint32_t at         # (``_near_end``) the first share's: the second share's ``n`` of the pair, then, in
+                        # either share, where the share's next position goes in the pair's list
 
 
 cdef cppclass NearTable:
@@ -162,6 +164,10 @@ cdef enum:
     BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)
     BUILD_FEW_PAIRS = 1 << 16  # a build whose lists are mapped runs on two threads when its tokens make at
                             # most this many pairs (the bytes: the second half's pair table, ~3 MiB)
+    PAR_MIN_LIST_SITES = 2048  # a merge split over both threads writes its second share's list entries
+                            # on the second thread from this many (``_near_end``)
+    JOB_SHARE = 0           # the second thread's jobs: its share of a merge's sites (``_do_share``)
+    JOB_LISTS = 1           # ... its share's positions into their lists (``_write_sites``)
     SPIN_PAUSES = 2000      # a thread waiting for the other spins this long, then yields its core
     WORKER_PAUSES = 400     # the second thread, between merges, spins this long, yields its core
     WORKER_YIELDS = 16      # ... this many times, then naps (20 us at a time): a spin or a yield is

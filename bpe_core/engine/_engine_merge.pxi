@@ -117,7 +117,11 @@ cdef class MergeEngine:
     cdef uint32_t job_done               # done when the worker sets this to it
     cdef uint32_t worker_stop
     cdef pair_id_t job_pid
+    cdef int job_kind                    # JOB_SHARE: the second share's sites; JOB_LISTS: its list entries
     cdef public int64_t par_min_sites    # a merge with fewer sites runs on one thread (tests force 1)
+    cdef public int64_t par_min_list_sites  # ... a split merge whose second share has fewer sites writes its list
+                                         # entries on one thread (``_near_end``; tests force 1)
+    cdef public int64_t n_list_jobs      # the merges whose second share's list entries the second thread wrote
     cdef readonly bint build_threads     # the build counted and filled its lists on two threads
     cdef token_id_t job_tok
     # pool of list blocks
@@ -333,6 +337,8 @@ cdef class MergeEngine:
         # positions starts (none is divided); the build's count and fill split there too
         self.threads = 1
         self.par_min_sites = PAR_MIN_SITES
+        self.par_min_list_sites = PAR_MIN_LIST_SITES
+        self.n_list_jobs = 0
         self.split = <uint32_t>n_sym
         cdef int64_t w_split = n_words
         if threads >= 2 and n_words >= 2 and _usable_cpus() >= 2:
@@ -569,34 +575,36 @@ cdef class MergeEngine:
         self.n_compactions += 1
         return kept
 
-    cdef void _list_push(self, pair_id_t pid, uint32_t pos) noexcept nogil:
-        cdef uint8_t cls = self.lst_cls[pid]
-        cdef uint32_t n
+    cdef uint32_t _list_room(self, pair_id_t pid, uint32_t k) noexcept nogil:
+        """Room for ``k`` more entries in a pair's list; return where they go (its length before) and
+        count them in its length (the caller writes them). A list without room drops its stale
+        entries first (a block of ``2**MIN_COMPACT_CLS`` entries or more), then, when they still do
+        not fit, moves to the smallest block that holds them all (one move per merge, not one at
+        each power of two; a list's new entries are nearly all live). Sets ``oom`` (and returns 0) when out
+        of memory."""
+        cdef uint8_t cls = self.lst_cls[pid], new_cls
+        cdef uint32_t n = 0
         cdef uint64_t off
-        if cls == NO_LIST:
-            off = self._alloc(0)
+        if cls != NO_LIST:
+            n = self.lst_len[pid]
+            if <uint64_t>n + k > ((<uint64_t>1) << cls):
+                if cls >= MIN_COMPACT_CLS:
+                    n = self._compact(pid)
+        if cls == NO_LIST or <uint64_t>n + k > ((<uint64_t>1) << cls):
+            new_cls = _fit_cls(n + k)
+            off = self._alloc(new_cls)
             if self.oom:
-                return
-            self.lst_off[pid] = off
-            self.lst_cls[pid] = 0
-            self.lst_len[pid] = 0
-            cls = 0
-        n = self.lst_len[pid]
-        if n == ((<uint32_t>1) << cls):
-            if cls >= MIN_COMPACT_CLS:
-                n = self._compact(pid)
-            if 2 * <uint64_t>n > ((<uint64_t>1) << cls):      # still more than half full: grow
-                off = self._alloc(cls + 1)
-                if self.oom:
-                    return
-                memcpy(self._block(off), self._block(self.lst_off[pid]), n * 4)
+                return 0
+            if cls != NO_LIST:
+                if n > 0:
+                    memcpy(self._block(off), self._block(self.lst_off[pid]), n * 4)
                 self._release(self.lst_off[pid], cls)
-                self.lst_off[pid] = off
-                self.lst_cls[pid] = cls + 1
-                if self._pool_bytes() > self.peak_pool_bytes:
-                    self.peak_pool_bytes = self._pool_bytes()
-        self._block(self.lst_off[pid])[n] = pos
-        self.lst_len[pid] = n + 1
+            self.lst_off[pid] = off
+            self.lst_cls[pid] = new_cls
+            if self._pool_bytes() > self.peak_pool_bytes:
+                self.peak_pool_bytes = self._pool_bytes()
+        self.lst_len[pid] = n + k
+        return n
 
     cdef void _list_free(self, pair_id_t pid) noexcept nogil:
         if self.lst_cls[pid] != NO_LIST:
@@ -1170,7 +1178,7 @@ cdef class MergeEngine:
         """One more window (weight ``c``, left symbol at ``pos``) of a pair holding the new token."""
         cdef uint32_t idx = _near_index(nt, pack_pair(left, right))
         nt.near[idx].delta += c
-        nt.near[idx].added = True
+        nt.near[idx].n += 1
         nt.sites.push_back((<uint64_t>idx << 32) | pos)
 
     cdef inline void _other_sub(self, token_id_t left, token_id_t right, count_t c, bint shared) noexcept nogil:
@@ -1183,59 +1191,93 @@ cdef class MergeEngine:
             else:
                 self.pair_counts[pid] -= c
 
-    cdef void _near_end(self, bint fresh) noexcept nogil:
+    cdef void _near_end(self, bint fresh, bint par) noexcept nogil:
         """Apply the merge's changes to the pairs holding the new token, from both shares: a pair
         already known gets its delta; a new one is made only when it counts more than 0 and not less
         than ``prune_below`` (one that counts less would be forgotten at once, see ``_heapify``);
         then the positions that came to each kept pair go into its list, the first share's first,
         each in the order they came. ``fresh``: the new token's id was made by this merge, so no
         pair holding it is known yet and the pair map is not asked (with ``prune_below`` most of
-        these pairs are never kept: each lookup was a cache miss for nothing)."""
+        these pairs are never kept: each lookup was a cache miss for nothing).
+
+        Each kept pair's list gets its room for all of this merge's positions at once
+        (``_list_room``: its stale entries dropped and its block grown once, not at each power of
+        two), and each share's positions then go to their own places in it (``Near.at``): the
+        second share's on the second thread when ``par`` (the merge ran on both), while this one
+        writes the first's. The lists hold the same positions, in the same order, as one push at a
+        time would."""
         cdef NearTable* n0 = &self.share0
         cdef NearTable* n1 = &self.share1
         cdef size_t q
         cdef int64_t found
-        cdef uint32_t idx
+        cdef uint32_t idx, start
         cdef pair_id_t pid
         cdef Near* e
-        cdef uint64_t site
+        cdef int64_t spins
+        cdef size_t m
         n1.remap.resize(n1.near.size())
         for q in range(n1.near.size()):          # the second share's pairs join the first's
             idx = _near_index(n0, n1.near[q].key)
             n0.near[idx].delta += n1.near[q].delta
-            n0.near[idx].added = n0.near[idx].added or n1.near[q].added
+            n0.near[idx].at = n1.near[q].n       # (the second share's windows of the pair)
             n1.remap[q] = idx
-        for q in range(n0.near.size()):
+        m = n0.near.size()
+        for q in range(m):
+            if q + PREFETCH < m:                 # its pair-map slot is a cache miss (the lookup, or
+                self.pair_map.prefetch(n0.near[q + PREFETCH].key)      # the new pair's place)
             e = &n0.near[q]
             found = -1 if fresh else self.pair_map.get(e.key)
             if found >= 0:
                 pid = <pair_id_t>found
                 self.pair_counts[pid] += e.delta
             elif e.delta <= 0 or (e.delta < self.prune_below and not self._spared(e.key)):
-                if e.added and self.prune_below > 0:
+                if e.n + e.at > 0 and self.prune_below > 0:
                     self.n_pruned += 1
                 continue
             else:
                 pid = self._new_pair(e.key) if fresh else self._pair_id(pair_left(e.key), pair_right(e.key))
                 self.pair_counts[pid] = e.delta
             e.pid = pid
-            if e.added and self.pair_pushed[pid] != self.n_steps:
-                self.pair_pushed[pid] = self.n_steps
-                self.touched.push_back(pid)
-        for q in range(n0.sites.size()):
-            site = n0.sites[q]
-            found = n0.near[site >> 32].pid
-            if found >= 0:
-                self._list_push(<pair_id_t>found, <uint32_t>(site & 0xFFFFFFFFu))
+            if e.n + e.at > 0:
+                if self.pair_pushed[pid] != self.n_steps:
+                    self.pair_pushed[pid] = self.n_steps
+                    self.touched.push_back(pid)
+                start = self._list_room(<pair_id_t>pid, e.n + e.at)
                 if self.oom:
                     return
-        for q in range(n1.sites.size()):
-            site = n1.sites[q]
-            found = n0.near[n1.remap[site >> 32]].pid
-            if found >= 0:
-                self._list_push(<pair_id_t>found, <uint32_t>(site & 0xFFFFFFFFu))
-                if self.oom:
-                    return
+                e.at = start                     # the first share's positions go from here
+        for q in range(n1.near.size()):          # ... and the second share's after them
+            e = &n0.near[n1.remap[q]]
+            n1.near[q].pid = e.pid
+            n1.near[q].at = e.at + e.n
+        if par and <int64_t>n1.sites.size() >= self.par_min_list_sites:
+            self.job_kind = JOB_LISTS
+            self.n_list_jobs += 1
+            bpe_store_release(&self.job_posted, self.job_posted + 1)
+            self._write_sites(n0)
+            spins = 0
+            while bpe_load_acquire(&self.job_done) != self.job_posted:
+                spins += 1
+                if spins < SPIN_PAUSES:
+                    bpe_pause()
+                else:
+                    bpe_yield()
+        else:
+            self._write_sites(n0)
+            self._write_sites(n1)
+
+    cdef void _write_sites(self, NearTable* nt) noexcept nogil:
+        """Put a share's positions into their pairs' lists, at the places ``_near_end`` gave them
+        (room made: this never allocates, and the two shares write apart)."""
+        cdef size_t q
+        cdef uint64_t site
+        cdef Near* e
+        for q in range(nt.sites.size()):
+            site = nt.sites[q]
+            e = &nt.near[site >> 32]
+            if e.pid >= 0:
+                self._block(self.lst_off[e.pid])[e.at] = <uint32_t>(site & 0xFFFFFFFFu)
+                e.at += 1
 
     cdef inline void _merge_at(self, uint32_t i, token_id_t a, token_id_t b, token_id_t t,
                                NearTable* nt, bint shared) noexcept nogil:
@@ -1354,7 +1396,10 @@ cdef class MergeEngine:
             seen = bpe_load_acquire(&self.job_posted)
             if self.worker_stop:
                 break
-            self._do_share(1, True)
+            if self.job_kind == JOB_LISTS:
+                self._write_sites(&self.share1)
+            else:
+                self._do_share(1, True)
             bpe_store_release(&self.job_done, seen)
 
     cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok, bint fresh) noexcept nogil:
@@ -1455,6 +1500,7 @@ cdef class MergeEngine:
         if par:
             # the worker's share gets its room here, from this thread (see ``_share_reserve``)
             _share_reserve(n1, (n1.b1 - n1.b0) + (n1.a1 - n1.a0), self.tok_off.size())
+            self.job_kind = JOB_SHARE
             bpe_store_release(&self.job_posted, self.job_posted + 1)
             self._do_share(0, True)
             spins = 0
@@ -1469,7 +1515,7 @@ cdef class MergeEngine:
             self._do_share(1, False)
         self.pair_counts[pid] -= n0.removed + n1.removed
         self._list_free(pid)
-        self._near_end(fresh)
+        self._near_end(fresh, par)
         # 4. Every pair whose count rose gets a fresh heap entry.
         self._heapify()
 

@@ -81,7 +81,8 @@ cdef inline uint32_t _near_index(NearTable* nt, pair_key_t key) noexcept nogil:
     e.key = key
     e.delta = 0
     e.pid = -1
-    e.added = False
+    e.n = 0
+    e.at = 0
     nt.near.push_back(e)
     nt.slot[h] = idx
     nt.stamp[h] = nt.gen

@@ -23,12 +23,14 @@ def _table(words):
     return syms, offs
 
 
-def _engines(words, weights, tokens, par_min_sites=1, **kw):
+def _engines(words, weights, tokens, par_min_sites=1, par_min_list_sites=None, **kw):
     syms, offs = _table(words)
     counts = np.array(weights[:len(words)], dtype=np.int64)
     one = MergeEngine(syms, offs, counts, tokens, **kw)
     two = MergeEngine(syms, offs, counts, tokens, threads=2, **kw)
     two.par_min_sites = par_min_sites
+    if par_min_list_sites is not None:
+        two.par_min_list_sites = par_min_list_sites
     return one, two
 
 
@@ -46,10 +48,28 @@ _weights = st.lists(st.integers(0, 7), min_size=80, max_size=80)
 
 
 @settings(max_examples=150, deadline=None)
-@given(_words, _weights, st.integers(1, 60), st.sampled_from([1, 2, 5, 63, 64, 65, 2048]))
-def test_two_threads_merge_as_one(words, weights, n_merges, par_min_sites):
-    one, two = _engines(words, weights, BYTES, par_min_sites)
+@given(_words, _weights, st.integers(1, 60), st.sampled_from([1, 2, 5, 63, 64, 65, 2048]),
+       st.sampled_from([None, 1, 2, 3]))
+def test_two_threads_merge_as_one(words, weights, n_merges, par_min_sites, par_min_list_sites):
+    """``par_min_list_sites``: None is the default (2048: these merges write their lists on one
+    thread); 1-3 put the second share's list entries on the second thread in most merges."""
+    one, two = _engines(words, weights, BYTES, par_min_sites, par_min_list_sites)
     assert one.run(n_merges) == two.run(n_merges)
+    _same(one, two)
+
+
+@pytest.mark.parametrize("par_min_list_sites", [3, 4, 5])
+def test_the_lists_threshold_on_both_sides(par_min_list_sites):
+    """The first merge, (a, b), has 8 sites, 4 in each share (the split falls between the words),
+    and each makes one window of a pair holding the new token: the second share brings 4 list
+    entries, written on the second thread from ``par_min_list_sites`` 4 down, on this one above.
+    The next merges read those lists; the result is one thread's either way."""
+    words = [[97, 98, 99, 100]] * 4 + [[97, 98, 100]] * 4
+    one, two = _engines(words, [3, 1, 2, 1, 1, 2, 1, 3], BYTES, 1, par_min_list_sites)
+    assert two.pair_count(97, 98) == 14 and two.pair_count(98, 99) == 7
+    assert two.run(1) == one.run(1) == [(97, 98, 256)]
+    assert two.n_list_jobs == (1 if par_min_list_sites <= 4 else 0)
+    assert one.run(4) == two.run(4)
     _same(one, two)
 
 
