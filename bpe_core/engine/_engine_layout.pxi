@@ -166,6 +166,7 @@ cdef enum:
                             # most this many pairs (the bytes: the second half's pair table, ~3 MiB)
     PAR_MIN_LIST_SITES = 2048  # a merge split over both threads writes its second share's list entries
                             # on the second thread from this many (``_near_end``)
+    SPLIT_SAMPLE = 31       # the sites looked at to divide a merge between the threads (``_split_at``)
     JOB_SHARE = 0           # the second thread's jobs: its share of a merge's sites (``_do_share``)
     JOB_LISTS = 1           # ... its share's positions into their lists (``_write_sites``)
     SPIN_PAUSES = 2000      # a thread waiting for the other spins this long, then yields its core

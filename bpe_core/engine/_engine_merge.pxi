@@ -110,7 +110,6 @@ cdef class MergeEngine:
     cdef NearTable share0                # each thread's share of the merge running (``_apply_merge``)
     cdef NearTable share1
     cdef int threads                     # 2: merges with many sites run on two threads
-    cdef uint32_t split                  # ... the first position of the second thread's words
     cdef pthread_t worker
     cdef bint worker_on
     cdef uint32_t job_posted             # the worker's protocol: a job is posted by raising this,
@@ -122,6 +121,8 @@ cdef class MergeEngine:
     cdef public int64_t par_min_list_sites  # ... a split merge whose second share has fewer sites writes its list
                                          # entries on one thread (``_near_end``; tests force 1)
     cdef public int64_t n_list_jobs      # the merges whose second share's list entries the second thread wrote
+    cdef public int64_t par_sites        # the sites of the merges split over both threads, and the larger share's
+    cdef public int64_t par_sites_max    # ... (the sum of the two shares' sites at each: the split's balance)
     cdef readonly bint build_threads     # the build counted and filled its lists on two threads
     cdef token_id_t job_tok
     # pool of list blocks
@@ -333,19 +334,20 @@ cdef class MergeEngine:
             win_pid.reserve(n_windows)
             _populate(win_pid.data(), n_windows * sizeof(pair_id_t))
             win_pid.resize(n_windows)
-        # two threads: the second share holds the words from the one where the second half of the
-        # positions starts (none is divided); the build's count and fill split there too
+        # two threads: the build's count and fill give the second thread the words from the one where
+        # the second half of the positions starts (none is divided); a merge divides its own sites
+        # (``_split_at``)
         self.threads = 1
         self.par_min_sites = PAR_MIN_SITES
         self.par_min_list_sites = PAR_MIN_LIST_SITES
         self.n_list_jobs = 0
-        self.split = <uint32_t>n_sym
+        self.par_sites = 0
+        self.par_sites_max = 0
         cdef int64_t w_split = n_words
         if threads >= 2 and n_words >= 2 and _usable_cpus() >= 2:
             w_split = int(np.searchsorted(np.asarray(offsets), n_sym // 2))
             w_split = min(max(w_split, 1), n_words - 1)
             self.threads = 2
-            self.split = <uint32_t>offsets[w_split]
         # with the window pair ids in RAM, or (mapped lists: the pair of a window is looked up again in
         # each fill pass) when the symbols are bytes, whose pairs are few (the second half's own pair
         # table then has room for all of them from the start: see below)
@@ -1402,11 +1404,31 @@ cdef class MergeEngine:
                 self._do_share(1, True)
             bpe_store_release(&self.job_done, seen)
 
+    cdef uint32_t _split_at(self, const uint32_t* b, uint64_t nb, const uint32_t* ad, uint64_t na) noexcept nogil:
+        """Where a merge's sites ``b[:nb]`` + ``ad[:na]`` are divided between the two shares: the
+        first position of the word holding their median, estimated from SPLIT_SAMPLE of them
+        evenly spaced (a word is never divided). A fixed split (the table's middle) left one share
+        most of the sites of the pairs whose words lie together in the sorted table."""
+        cdef uint32_t sample[SPLIT_SAMPLE]
+        cdef uint64_t n = nb + na, i, k
+        cdef uint32_t pos, w
+        if n == 0:
+            return 0
+        for k in range(SPLIT_SAMPLE):
+            i = (n * (2 * k + 1)) // (2 * SPLIT_SAMPLE)
+            sample[k] = b[i] if i < nb else ad[i - nb]
+        sort(&sample[0], &sample[0] + <int>SPLIT_SAMPLE)
+        pos = sample[SPLIT_SAMPLE // 2]
+        w = self.blk[pos >> BLK_SHIFT]
+        while self.wrec[w].end <= pos:
+            w += 1
+        return <uint32_t>self._word_start(w)
+
     cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok, bint fresh) noexcept nogil:
         """Rewrite every occurrence of the pair and update counts by exact deltas.
 
-        The sites go to two shares by position: before ``split`` and from it (a word is never
-        divided). With the worker running (``threads=2``) and enough sites, the second share runs on
+        The sites go to two shares by position: before the first position of the word holding their
+        median and from it (``_split_at``; a word is never divided). With the worker running (``threads=2``) and enough sites, the second share runs on
         the worker while this thread runs the first; each share gathers the pairs holding the new
         token on its own (``NearTable``), and lowers the other pairs' counts atomically (the pair map
         is only read). Then ``_near_end`` applies both shares in a fixed order, so the result does
@@ -1421,6 +1443,7 @@ cdef class MergeEngine:
         cdef NearTable* n1 = &self.share1
         cdef bint par
         cdef int64_t spins
+        cdef uint32_t sp = 0
         if pid < self.n_base and not self.base_done[pid]:
             s0 = self.base_start[pid]
             s1 = self.base_start[pid + 1]
@@ -1453,11 +1476,12 @@ cdef class MergeEngine:
                 inplace_merge(positions.begin(), positions.begin() + (s1 - s0), positions.end())
             m = positions.size()
             if par:
+                sp = self._split_at(positions.data(), positions.size(), NULL, 0)
                 lo = 0
                 hi = positions.size()
                 while lo < hi:                       # the first position of the second share
                     q = (lo + hi) // 2
-                    if positions[q] < self.split:
+                    if positions[q] < sp:
                         lo = q + 1
                     else:
                         hi = q
@@ -1472,11 +1496,12 @@ cdef class MergeEngine:
             # The initial list is in position order; the added list is partitioned in place.
             m = s1
             if par:
+                sp = self._split_at(self.base + s0, s1 - s0, added, n_added)
                 lo = s0
                 hi = s1
                 while lo < hi:
                     q = (lo + hi) // 2
-                    if self.base[q] < self.split:
+                    if self.base[q] < sp:
                         lo = q + 1
                     else:
                         hi = q
@@ -1489,7 +1514,7 @@ cdef class MergeEngine:
             if par:
                 m = 0
                 for q in range(n_added):
-                    if added[q] < self.split:
+                    if added[q] < sp:
                         tmp = added[q]
                         added[q] = added[m]
                         added[m] = tmp
@@ -1500,6 +1525,10 @@ cdef class MergeEngine:
         if par:
             # the worker's share gets its room here, from this thread (see ``_share_reserve``)
             _share_reserve(n1, (n1.b1 - n1.b0) + (n1.a1 - n1.a0), self.tok_off.size())
+            lo = (n0.b1 - n0.b0) + (n0.a1 - n0.a0)
+            hi = (n1.b1 - n1.b0) + (n1.a1 - n1.a0)
+            self.par_sites += <int64_t>(lo + hi)
+            self.par_sites_max += <int64_t>(lo if lo > hi else hi)
             self.job_kind = JOB_SHARE
             bpe_store_release(&self.job_posted, self.job_posted + 1)
             self._do_share(0, True)

@@ -367,3 +367,16 @@ def test_the_merge_worker_never_allocates(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     arenas = [line for line in proc.stderr.splitlines() if line.startswith("Arena ")]
     assert arenas == ["Arena 0:"], proc.stderr[-2000:]
+
+
+def test_a_merge_is_divided_at_its_own_median():
+    """The sites of (a, b) all lie in the first half of the table (its words sort together): the
+    merge is still divided about evenly between the threads (``_split_at``: the word of its median
+    site), where the table's middle gave the first thread all of them."""
+    words = [[97, 98]] * 400 + [[100, 101, 102]] * 400
+    one, two = _engines(words, [2] * 400 + [1] * 400, BYTES, par_min_sites=2)
+    assert one.run(1) == two.run(1) == [(97, 98, 256)]
+    assert two.par_sites == 400
+    assert 180 <= two.par_sites_max <= 220
+    assert one.run(5) == two.run(5)
+    _same(one, two)
