@@ -48,6 +48,13 @@ cdef cppclass NearTable:
     vector[uint64_t] sites
     vector[uint32_t] remap          # (the second share) its index -> the first share's index
     count_t removed
+    # (a share on two threads) the count changes of the other pairs, summed here and applied once
+    # each when the share ends (``_other_flush``): a table of OTHER_SLOTS pair ids stamped with
+    # ``gen``, at most half full (a pair that finds no place is lowered at once, atomically)
+    vector[uint32_t] opid
+    vector[count_t] odelta
+    vector[uint32_t] ostamp
+    vector[uint32_t] oused          # the slots in use, in the order they were taken
     # the sites it is given: base[b0:b1], then added[a0:a1]
     const uint32_t* base
     uint64_t b0
@@ -97,6 +104,11 @@ cdef extern from *:
     }
     static inline void bpe_nap(void) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
     static inline void bpe_yield(void) { sched_yield(); }
+    static inline int64_t bpe_thread_ns(void) {      /* this thread's CPU time */
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    }
     typedef void* (*bpe_thread_fn)(void*);
     /* The engine's threads run C code that never allocates from the heap (the merge worker's
        buffers are reserved by the main thread: ``_share_reserve``) and never recurses deeply: a
@@ -120,6 +132,7 @@ cdef extern from *:
     void bpe_pause() nogil
     void bpe_nap() nogil
     void bpe_yield() nogil
+    int64_t bpe_thread_ns() nogil
     int bpe_thread_start(pthread_t* t, bpe_thread_fn fn, void* arg) nogil
     int pthread_join(pthread_t t, void** ret) nogil
 
@@ -166,6 +179,9 @@ cdef enum:
                             # most this many pairs (the bytes: the second half's pair table, ~3 MiB)
     PAR_MIN_LIST_SITES = 2048  # a merge split over both threads writes its second share's list entries
                             # on the second thread from this many (``_near_end``)
+    OTHER_SLOTS = 4096      # a share's table of the other pairs' count changes (``NearTable.opid``;
+                            # a power of two, at most half used: 48 KiB)
+    OTHER_PROBES = 8        # ... slots looked at before a pair is lowered at once instead
     SPLIT_SAMPLE = 31       # the sites looked at to divide a merge between the threads (``_split_at``)
     JOB_SHARE = 0           # the second thread's jobs: its share of a merge's sites (``_do_share``)
     JOB_LISTS = 1           # ... its share's positions into their lists (``_write_sites``)

@@ -123,6 +123,15 @@ cdef class MergeEngine:
     cdef public int64_t n_list_jobs      # the merges whose second share's list entries the second thread wrote
     cdef public int64_t par_sites        # the sites of the merges split over both threads, and the larger share's
     cdef public int64_t par_sites_max    # ... (the sum of the two shares' sites at each: the split's balance)
+    # The CPU time of the parts of merges run on both threads (ns, each thread's clock, so a loaded
+    # machine does not change them): this thread's parts, its waits for the second thread, the second
+    # thread's parts, and the longer of the two at each (``par_cpu``: a quiet machine's wall time of
+    # the loop is about this thread's CPU time less its parts and waits, plus ``par_crit``)
+    cdef public int64_t par_main_ns
+    cdef public int64_t par_wait_ns
+    cdef public int64_t par_worker_ns
+    cdef public int64_t par_crit_ns
+    cdef int64_t job_ns                  # (the second thread's time on the job just done)
     cdef readonly bint build_threads     # the build counted and filled its lists on two threads
     cdef token_id_t job_tok
     # pool of list blocks
@@ -343,6 +352,7 @@ cdef class MergeEngine:
         self.n_list_jobs = 0
         self.par_sites = 0
         self.par_sites_max = 0
+        self.par_main_ns = self.par_wait_ns = self.par_worker_ns = self.par_crit_ns = 0
         cdef int64_t w_split = n_words
         if threads >= 2 and n_words >= 2 and _usable_cpus() >= 2:
             w_split = int(np.searchsorted(np.asarray(offsets), n_sym // 2))
@@ -1183,15 +1193,46 @@ cdef class MergeEngine:
         nt.near[idx].n += 1
         nt.sites.push_back((<uint64_t>idx << 32) | pos)
 
-    cdef inline void _other_sub(self, token_id_t left, token_id_t right, count_t c, bint shared) noexcept nogil:
+    cdef inline void _other_sub(self, NearTable* nt, token_id_t left, token_id_t right, count_t c,
+                                bint shared) noexcept nogil:
         """A window of a pair without the new token goes (the pair map is only read while a merge
-        runs; on two threads the count is lowered atomically)."""
+        runs). On two threads the change is summed in the share's table (``NearTable.opid``) and
+        applied when the share ends (``_other_flush``): the two threads lowering the same few
+        counts site after site (the neighbours of the merged pair) passed their cache lines back
+        and forth, and a merge on two threads took about as long as on one. A pair that finds no
+        place in the table is lowered at once, atomically; sums do not depend on the order."""
         cdef int64_t pid = self.pair_map.get(pack_pair(left, right))
-        if pid >= 0:            # always: every window was counted when it came
-            if shared:
-                bpe_atomic_sub(&self.pair_counts[pid], c)
-            else:
-                self.pair_counts[pid] -= c
+        cdef uint32_t h, probe
+        if pid < 0:             # never: every window was counted when it came
+            return
+        if not shared:
+            self.pair_counts[pid] -= c
+            return
+        h = <uint32_t>(((<uint64_t>pid * <uint64_t>0x9E3779B97F4A7C15u) >> 40) & (OTHER_SLOTS - 1))
+        for probe in range(OTHER_PROBES):
+            if nt.ostamp[h] != nt.gen:
+                if nt.oused.size() < OTHER_SLOTS // 2:
+                    nt.ostamp[h] = nt.gen
+                    nt.opid[h] = <uint32_t>pid
+                    nt.odelta[h] = c
+                    nt.oused.push_back(h)
+                    return
+                break
+            if nt.opid[h] == <uint32_t>pid:
+                nt.odelta[h] += c
+                return
+            h = (h + 1) & (OTHER_SLOTS - 1)
+        bpe_atomic_sub(&self.pair_counts[pid], c)
+
+    cdef void _other_flush(self, NearTable* nt) noexcept nogil:
+        """Apply a share's summed changes of the other pairs (atomically: the other share may
+        apply its own to the same pairs now)."""
+        cdef size_t q
+        cdef uint32_t h
+        for q in range(nt.oused.size()):
+            h = nt.oused[q]
+            bpe_atomic_sub(&self.pair_counts[nt.opid[h]], nt.odelta[h])
+        nt.oused.clear()
 
     cdef void _near_end(self, bint fresh, bint par) noexcept nogil:
         """Apply the merge's changes to the pairs holding the new token, from both shares: a pair
@@ -1215,7 +1256,7 @@ cdef class MergeEngine:
         cdef uint32_t idx, start
         cdef pair_id_t pid
         cdef Near* e
-        cdef int64_t spins
+        cdef int64_t t0
         cdef size_t m
         n1.remap.resize(n1.near.size())
         for q in range(n1.near.size()):          # the second share's pairs join the first's
@@ -1256,17 +1297,29 @@ cdef class MergeEngine:
             self.job_kind = JOB_LISTS
             self.n_list_jobs += 1
             bpe_store_release(&self.job_posted, self.job_posted + 1)
+            t0 = bpe_thread_ns()
             self._write_sites(n0)
-            spins = 0
-            while bpe_load_acquire(&self.job_done) != self.job_posted:
-                spins += 1
-                if spins < SPIN_PAUSES:
-                    bpe_pause()
-                else:
-                    bpe_yield()
+            self._par_wait(t0)
         else:
             self._write_sites(n0)
             self._write_sites(n1)
+
+    cdef void _par_wait(self, int64_t t0) noexcept nogil:
+        """Wait for the second thread's job (posted before this thread's part, begun at ``t0`` of
+        this thread's clock): spin a while, then yield the core; count the parts' CPU times."""
+        cdef int64_t spins = 0
+        cdef int64_t t1 = bpe_thread_ns(), t2
+        while bpe_load_acquire(&self.job_done) != self.job_posted:
+            spins += 1
+            if spins < SPIN_PAUSES:
+                bpe_pause()
+            else:
+                bpe_yield()
+        t2 = bpe_thread_ns()
+        self.par_main_ns += t1 - t0
+        self.par_wait_ns += t2 - t1
+        self.par_worker_ns += self.job_ns
+        self.par_crit_ns += t1 - t0 if t1 - t0 > self.job_ns else self.job_ns
 
     cdef void _write_sites(self, NearTable* nt) noexcept nogil:
         """Put a share's positions into their pairs' lists, at the places ``_near_end`` gave them
@@ -1305,14 +1358,14 @@ cdef class MergeEngine:
             if hs == t:
                 self._near_sub(nt, hs, a, cw)
             else:
-                self._other_sub(hs, a, cw, shared)
+                self._other_sub(nt, hs, a, cw, shared)
         nt.removed += cw
         if k != NIL:
             ks = self.cells[k] & PAYLOAD
             if ks == t:
                 self._near_sub(nt, b, ks, cw)
             else:
-                self._other_sub(b, ks, cw, shared)
+                self._other_sub(nt, b, ks, cw, shared)
         # 2. Rewrite: the pair becomes one token at i, of n positions; its other cells are dead and
         #    its first and last dead cells hold n.
         n = (j - i) + lb
@@ -1378,13 +1431,15 @@ cdef class MergeEngine:
         cdef token_id_t b = pair_right(self.pair_keys[self.job_pid])
         self._run_sites(nt, nt.base, nt.b0, nt.b1, a, b, self.job_tok, shared)
         self._run_sites(nt, nt.added, nt.a0, nt.a1, a, b, self.job_tok, shared)
+        if shared:
+            self._other_flush(nt)
 
     cdef void _worker_loop(self) noexcept nogil:
         """The second thread (``threads=2``, while ``run`` runs): wait for a posted merge, do the
         second share, say it is done; spin a short while between merges, yield a few times, then
         nap (a spin or a yield is CPU time spent waiting)."""
         cdef uint32_t seen = self.job_done
-        cdef int64_t spins
+        cdef int64_t spins, t0
         while True:
             spins = 0
             while bpe_load_acquire(&self.job_posted) == seen:
@@ -1398,10 +1453,12 @@ cdef class MergeEngine:
             seen = bpe_load_acquire(&self.job_posted)
             if self.worker_stop:
                 break
+            t0 = bpe_thread_ns()
             if self.job_kind == JOB_LISTS:
                 self._write_sites(&self.share1)
             else:
                 self._do_share(1, True)
+            self.job_ns = bpe_thread_ns() - t0
             bpe_store_release(&self.job_done, seen)
 
     cdef uint32_t _split_at(self, const uint32_t* b, uint64_t nb, const uint32_t* ad, uint64_t na) noexcept nogil:
@@ -1442,7 +1499,7 @@ cdef class MergeEngine:
         cdef NearTable* n0 = &self.share0
         cdef NearTable* n1 = &self.share1
         cdef bint par
-        cdef int64_t spins
+        cdef int64_t t0
         cdef uint32_t sp = 0
         if pid < self.n_base and not self.base_done[pid]:
             s0 = self.base_start[pid]
@@ -1531,14 +1588,9 @@ cdef class MergeEngine:
             self.par_sites_max += <int64_t>(lo if lo > hi else hi)
             self.job_kind = JOB_SHARE
             bpe_store_release(&self.job_posted, self.job_posted + 1)
+            t0 = bpe_thread_ns()
             self._do_share(0, True)
-            spins = 0
-            while bpe_load_acquire(&self.job_done) != self.job_posted:
-                spins += 1
-                if spins < SPIN_PAUSES:
-                    bpe_pause()
-                else:
-                    bpe_yield()
+            self._par_wait(t0)
         else:
             self._do_share(0, False)
             self._do_share(1, False)

@@ -380,3 +380,17 @@ def test_a_merge_is_divided_at_its_own_median():
     assert 180 <= two.par_sites_max <= 220
     assert one.run(5) == two.run(5)
     _same(one, two)
+
+
+def test_a_share_with_more_other_pairs_than_its_table_holds():
+    """Each site of (a, b) has neighbour pairs of their own, 6,000 in all: past half of a share's
+    table of the other pairs' changes (OTHER_SLOTS 4,096), the rest are lowered at once
+    (atomically); the counts are one thread's either way."""
+    n = 3000
+    tokens = BYTES + [b"<%d>" % i for i in range(n)]
+    words = [[256 + i, 97, 98, 256 + (i * 7) % n] for i in range(n)]
+    one, two = _engines(words, [2] * n, tokens, par_min_sites=2)
+    assert one.run(1) == two.run(1) == [(97, 98, 256 + n)]
+    assert two.par_sites == n
+    assert one.run(3) == two.run(3)
+    _same(one, two)
