@@ -95,6 +95,9 @@ cdef extern from *:
     static inline void bpe_atomic_sub(int64_t* p, int64_t v) { __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }
     static inline uint32_t bpe_load_acquire(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
     static inline void bpe_store_release(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    static inline int bpe_claim(uint32_t* p, uint32_t expected, uint32_t desired) {
+        return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
     static inline void bpe_pause(void) {
     #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
@@ -129,6 +132,7 @@ cdef extern from *:
     void bpe_atomic_sub(int64_t* p, int64_t v) nogil
     uint32_t bpe_load_acquire(const uint32_t* p) nogil
     void bpe_store_release(uint32_t* p, uint32_t v) nogil
+    bint bpe_claim(uint32_t* p, uint32_t expected, uint32_t desired) nogil
     void bpe_pause() nogil
     void bpe_nap() nogil
     void bpe_yield() nogil

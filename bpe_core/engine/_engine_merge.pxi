@@ -113,7 +113,9 @@ cdef class MergeEngine:
     cdef pthread_t worker
     cdef bint worker_on
     cdef uint32_t job_posted             # the worker's protocol: a job is posted by raising this,
+    cdef uint32_t job_claimed            # taken by the thread that raises this to it first (``_par_wait``),
     cdef uint32_t job_done               # done when the worker sets this to it
+    cdef public int64_t n_jobs_taken_back  # the second thread's jobs this thread ran itself (it had not begun)
     cdef uint32_t worker_stop
     cdef pair_id_t job_pid
     cdef int job_kind                    # JOB_SHARE: the second share's sites; JOB_LISTS: its list entries
@@ -350,6 +352,7 @@ cdef class MergeEngine:
         self.par_min_sites = PAR_MIN_SITES
         self.par_min_list_sites = PAR_MIN_LIST_SITES
         self.n_list_jobs = 0
+        self.n_jobs_taken_back = 0
         self.par_sites = 0
         self.par_sites_max = 0
         self.par_main_ns = self.par_wait_ns = self.par_worker_ns = self.par_crit_ns = 0
@@ -1305,11 +1308,26 @@ cdef class MergeEngine:
             self._write_sites(n1)
 
     cdef void _par_wait(self, int64_t t0) noexcept nogil:
-        """Wait for the second thread's job (posted before this thread's part, begun at ``t0`` of
-        this thread's clock): spin a while, then yield the core; count the parts' CPU times."""
+        """The second thread's job (posted before this thread's part, begun at ``t0`` of this
+        thread's clock) once this thread's part is done: run here when the second thread has not
+        taken it yet (it is not running: a busy machine gave its core to another process, or it
+        naps), else wait for it (spin a while, then yield the core); count the parts' CPU times.
+        Either thread runs the job the same way (the second share, or its list entries), so the
+        result is the same."""
         cdef int64_t spins = 0
         cdef int64_t t1 = bpe_thread_ns(), t2
-        while bpe_load_acquire(&self.job_done) != self.job_posted:
+        cdef uint32_t job = self.job_posted
+        if bpe_claim(&self.job_claimed, job - 1, job):
+            if self.job_kind == JOB_LISTS:
+                self._write_sites(&self.share1)
+            else:
+                self._do_share(1, True)
+            t2 = bpe_thread_ns()
+            self.n_jobs_taken_back += 1
+            self.par_main_ns += t2 - t0
+            self.par_crit_ns += t2 - t0
+            return
+        while bpe_load_acquire(&self.job_done) != job:
             spins += 1
             if spins < SPIN_PAUSES:
                 bpe_pause()
@@ -1453,6 +1471,8 @@ cdef class MergeEngine:
             seen = bpe_load_acquire(&self.job_posted)
             if self.worker_stop:
                 break
+            if not bpe_claim(&self.job_claimed, seen - 1, seen):
+                continue                # the main thread ran it (``_par_wait``)
             t0 = bpe_thread_ns()
             if self.job_kind == JOB_LISTS:
                 self._write_sites(&self.share1)
@@ -1766,6 +1786,7 @@ cdef class MergeEngine:
             return
         self.worker_stop = 0
         self.job_done = self.job_posted
+        self.job_claimed = self.job_posted
         if bpe_thread_start(&self.worker, <bpe_thread_fn>_worker_main, <void*>self) == 0:
             self.worker_on = True         # (no thread: the merges run on this one)
 
@@ -1778,6 +1799,7 @@ cdef class MergeEngine:
             pthread_join(self.worker, NULL)
         self.worker_on = False
         self.job_done = self.job_posted
+        self.job_claimed = self.job_posted
 
     # ---- inspection ----------------------------------------------------------------------------
 

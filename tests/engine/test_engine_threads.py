@@ -190,7 +190,8 @@ def test_one_usable_cpu_keeps_one_thread():
 
 def test_two_threads_on_one_core_still_merge_as_one(monkeypatch):
     """When the OS gives both threads one core anyway (a CPU quota), waiting yields the core: same
-    merges (and no spinning through a whole time slice)."""
+    merges (and no spinning through a whole time slice). The second thread is rarely running when
+    this one has done its part: this one then runs the second part too (``_par_wait``)."""
     import bpe_core.engine._engine as native
     monkeypatch.setattr(native, "_usable_cpus", lambda: 2)
     rng = np.random.default_rng(7)
@@ -207,6 +208,8 @@ def test_two_threads_on_one_core_still_merge_as_one(monkeypatch):
             os.sched_setaffinity(0, old)
     assert got == one.run(100)
     _same(one, two)
+    if old is not None:
+        assert two.n_jobs_taken_back > 0
 
 
 def _windows(words):
