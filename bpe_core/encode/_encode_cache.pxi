@@ -42,9 +42,6 @@ cdef extern from *:
     /* _emit_pieces' ring of looked-up pieces: piece k's head word at ring[2 * (k % BPE_ENC_RING)],
        its hash next to it. */
     static const Py_ssize_t BPE_ENC_RING = 64;
-    /* Hash the pieces k0 .. k1 - 1 (piece k is s[ends[k - 1]:ends[k]], the first starting at qa)
-       of 1 to max_len bytes into the ring, and prefetch their slots (32 bytes each, slot
-       h >> shift). The block lies in one turn of the ring (k0 a multiple of k1 - k0 <= half a turn). */
     /* n * BPE_MUL3 for n = 0 .. 8: bpe_enc_key_hash's length term of a short key, one load. */
     #define BPE_ENC_LK(k) ((uint64_t)(k) * 0x94D049BB133111EBull)
     static const uint64_t bpe_enc_len_keys[9] = {
