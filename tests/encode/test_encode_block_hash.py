@@ -59,6 +59,14 @@ def test_a_warm_pass_finds_every_piece_where_it_was_put(parts, pad):
     for _ in range(2):
         assert enc.encode_pieces(data, _ends(parts)).tolist() == want
     assert enc.cache_info()["misses"] == misses
+    # each piece put alone (a buffer that ends with it: the checked loads), then all found by the
+    # unchecked ones: the two paths hash alike
+    alone = _encode.Encoder(table, max_entries=1 << 18, max_cached_len=4095)
+    for p in parts:
+        alone.encode_pieces(p, np.array([len(p)], np.int64))
+    misses = alone.cache_info()["misses"]
+    assert alone.encode_pieces(data + b"z" * 8, _ends(parts)).tolist() == want
+    assert alone.cache_info()["misses"] == misses
     # a cache of 5 entries, cleared many times mid-call, gives the same ids
     small = _encode.Encoder(table, max_entries=5, max_cached_len=4095)
     for _ in range(2):
@@ -73,9 +81,10 @@ def test_keys_of_one_length_that_differ_only_in_their_last_byte(n):
     data = b"".join(parts)
     want = _plain(table, parts)
     enc = _encode.Encoder(table, max_entries=1 << 18)
-    enc.encode_pieces(data, _ends(parts))
+    for p in parts[:256]:                   # put alone: the checked loads
+        enc.encode_pieces(p, np.array([len(p)], np.int64))
     misses = enc.cache_info()["misses"]
-    assert enc.encode_pieces(data, _ends(parts)).tolist() == want
+    assert enc.encode_pieces(data + b"z" * 8, _ends(parts)).tolist() == want
     assert enc.cache_info()["misses"] == misses
 
 
