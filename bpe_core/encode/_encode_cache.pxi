@@ -42,17 +42,9 @@ cdef extern from *:
     /* _emit_pieces' ring of looked-up pieces: piece k's head word at ring[2 * (k % BPE_ENC_RING)],
        its hash next to it. */
     static const Py_ssize_t BPE_ENC_RING = 64;
-    /* n * BPE_MUL3 for n = 0 .. 8: bpe_enc_key_hash's length term of a short key, one load. */
-    #define BPE_ENC_LK(k) ((uint64_t)(k) * 0x94D049BB133111EBull)
-    static const uint64_t bpe_enc_len_keys[9] = {
-        BPE_ENC_LK(0), BPE_ENC_LK(1), BPE_ENC_LK(2), BPE_ENC_LK(3), BPE_ENC_LK(4), BPE_ENC_LK(5),
-        BPE_ENC_LK(6), BPE_ENC_LK(7), BPE_ENC_LK(8)};
     /* Hash the pieces k0 .. k1 - 1 (piece k is s[ends[k - 1]:ends[k]], the first starting at qa)
        of 1 to max_len bytes into the ring, and prefetch their slots (32 bytes each, slot
-       h >> shift). The block lies in one turn of the ring (k0 a multiple of k1 - k0 <= half a turn).
-       When 8 bytes can be read at the block's last end, every head word is one unchecked load and
-       a key of at most 8 bytes takes its mask and length term from tables (the same hash as
-       bpe_enc_key_hash: a branch on n <= 8 instead of a clamp, a load instead of a multiply). */
+       h >> shift). The block lies in one turn of the ring (k0 a multiple of k1 - k0 <= half a turn). */
     static BPE_ENC_NOINLINE void bpe_enc_hash_block(const uint8_t* s, Py_ssize_t qa, const int64_t* ends,
                                                     Py_ssize_t k0, Py_ssize_t k1, const uint8_t* limit,
                                                     size_t max_len, const char* slots, int shift,
@@ -62,26 +54,6 @@ cdef extern from *:
         uint64_t* r = ring + 2 * ((size_t)k0 % BPE_ENC_RING);   /* (k0 .. k1 - 1 do not wrap) */
         Py_ssize_t e, n;
         uint64_t w0, h;
-        if (k1 > k0 && s + ends[k1 - 1] + 8 <= limit) {
-            for (; pe < pend; pe++, r += 2) {
-                e = *pe;
-                n = e - qa;
-                if ((size_t)(n - 1) < max_len) {
-                    if (n <= 8) {
-                        w0 = bpe_enc_load_le64(s + qa) & bpe_enc_head_masks[n];
-                        h = (w0 ^ bpe_enc_len_keys[n]) * BPE_MUL1;
-                    } else {
-                        w0 = bpe_enc_load_le64(s + qa);
-                        h = bpe_enc_hash_tail(s + qa, n, (w0 ^ ((uint64_t)n * BPE_MUL3)) * BPE_MUL1, limit);
-                    }
-                    r[0] = w0;
-                    r[1] = h;
-                    bpe_enc_prefetch(slots + ((h >> shift) << 5));
-                }
-                qa = e;
-            }
-            return;
-        }
         for (; pe < pend; pe++, r += 2) {
             e = *pe;
             n = e - qa;
