@@ -158,6 +158,7 @@ cdef enum:
     PREFETCH_FAR = 32   # how many merge sites ahead ``_apply_merge`` asks for the cells and block entry of
     PREFETCH = 16       # ... and the word record of (the block entry is in cache by then)
     PREFETCH_NEAR = 6   # ... and the pair-map slots of its neighbour windows (its cells are in cache)
+    HEAP_RAISE_MIN = 1 << 20  # the heap's floor goes up once it holds this many entries (12 MiB; ``_raise_floor``)
     PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
     BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)
     BUILD_FEW_PAIRS = 1 << 16  # a build whose lists are mapped runs on two threads when its tokens make at
