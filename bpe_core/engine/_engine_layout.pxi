@@ -27,6 +27,13 @@ cdef packed struct WordRec:
     uint32_t end        # one past its last position (its start is the previous word's end)
 
 
+cdef struct PairRec:
+    # a pair's record, by pair id: the key first (``_PairMap`` reads keys 2 apart), the count beside it
+    # (a lookup that matches then updates the count in the same cache line)
+    pair_key_t key
+    count_t count
+
+
 cdef struct Near:
     # a pair holding the new token, while one merge runs (see ``_apply_merge``)
     pair_key_t key

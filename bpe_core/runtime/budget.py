@@ -136,7 +136,7 @@ ENGINE_PAIR_BYTES = 52
 #: load, plus 4 standard deviations); a segment that fills up grows by half on its own, so the map is
 #: never held twice (the single power-of-two table it replaced held its old and new slots together
 #: when it doubled: 192 MiB more at 100k on the 15 GB corpus).
-PAIR_SLOT_BYTES = 12
+PAIR_SLOT_BYTES = 8
 PAIR_MAP_MIN_SLOTS = 1024
 PAIR_MAP_SEGMENTS = 64
 #: The margin :func:`pairs_estimate` carries over the pairs measured (6.29 M planned for 5.72 M at
