@@ -78,6 +78,20 @@ cdef extern from "<sys/mman.h>" nogil:
 
 cdef extern from *:
     """
+    #if defined(__GLIBC__)
+    #include <malloc.h>
+    static inline void bpe_trim(void) { malloc_trim(0); }
+    #else
+    static inline void bpe_trim(void) {}
+    #endif
+    """
+    # glibc: the free blocks inside the heap given back to the OS (blocks under 32 MiB come from the
+    # heap, ``runtime.workers.trim_heap_tops``; freed, they stay resident until trimmed)
+    void bpe_trim() nogil
+
+
+cdef extern from *:
+    """
     #ifndef MADV_POPULATE_WRITE
     #define MADV_POPULATE_WRITE 23
     #endif
@@ -165,6 +179,7 @@ cdef enum:
     PREFETCH_FAR = 32   # how many merge sites ahead ``_apply_merge`` asks for the cells and block entry of
     PREFETCH = 16       # ... and the word record of (the block entry is in cache by then)
     PREFETCH_NEAR = 6   # ... and the pair-map slots of its neighbour windows (its cells are in cache)
+    TRIM_EVERY_CHECKS = 16    # ``run`` gives the heap's free blocks back every this many pool checks
     HEAP_RAISE_MIN = 1 << 20  # the heap's floor goes up once it holds this many entries (12 MiB; ``_raise_floor``)
     PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
     BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)

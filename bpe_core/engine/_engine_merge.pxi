@@ -1637,7 +1637,8 @@ cdef class MergeEngine:
                     with nogil:                          # nor the shares; ``_engine_pool.pxi``)
                         if _pool_wasteful(self):
                             _pool_compact(self)
-                        _shares_trim(self)
+                        if _shares_trim(self) or done % (TRIM_EVERY_CHECKS * self.pool_check_every) == 0:
+                            bpe_trim()       # freed list blocks and share vectors: resident until trimmed
                 if done % every == 0:
                     PyErr_CheckSignals()     # Ctrl-C / SIGTERM handlers run here, not after the loop
                     if progress is not None:
