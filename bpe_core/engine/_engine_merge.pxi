@@ -124,6 +124,8 @@ cdef class MergeEngine:
     cdef uint64_t pool_used                     # entries of the pool's blocks in use (``_pool_compact``)
     cdef public int64_t n_pool_compactions
     cdef public int64_t pool_check_every         # ``run`` looks at the pool every this many merges
+    cdef public int64_t trim_every               # ... and trims glibc's heap every this many (0: only
+                                                 # when the shares are trimmed)
     cdef public uint64_t pool_min_free           # ... and compacts it when this many bytes, and a
                                                  # quarter of its pages, are free blocks (tests: 1, 0)
     cdef vector[vector[uint64_t]] free_blocks   # per class
@@ -308,6 +310,7 @@ cdef class MergeEngine:
         self.pool_used = 0
         self.n_pool_compactions = 0
         self.pool_check_every = 256
+        self.trim_every = TRIM_EVERY_CHECKS * 256
         self.pool_min_free = POOL_COMPACT_MIN_FREE
         self.big_bytes = 0
         self.peak_pool_bytes = 0
@@ -1637,7 +1640,7 @@ cdef class MergeEngine:
                     with nogil:                          # nor the shares; ``_engine_pool.pxi``)
                         if _pool_wasteful(self):
                             _pool_compact(self)
-                        if _shares_trim(self) or done % (TRIM_EVERY_CHECKS * self.pool_check_every) == 0:
+                        if _shares_trim(self) or (self.trim_every > 0 and done % self.trim_every == 0):
                             bpe_trim()       # freed list blocks and share vectors: resident until trimmed
                 if done % every == 0:
                     PyErr_CheckSignals()     # Ctrl-C / SIGTERM handlers run here, not after the loop
