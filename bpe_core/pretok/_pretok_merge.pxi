@@ -303,36 +303,11 @@ cdef void _merge_two(WordRun* runs, Py_ssize_t n_runs, Py_ssize_t* tree, WordRun
     n_bytes[0] = b1 + h.n_bytes
 
 
-def merge_room(Py_ssize_t n_words, Py_ssize_t n_bytes, int threads=1):
-    """The lengths ``(arena, offsets, counts)`` of the arrays ``merge_counts(tables, threads, out=)``
-    writes into, for tables of ``n_words`` words and ``n_bytes`` bytes in all (two threads: from
-    ``MERGE_PAR_MIN_WORDS`` words; a merged table is at most its inputs, plus the room past it for
-    the head stores).
-
-    >>> merge_room(10, 50)
-    (66, 11, 10)
-    """
-    cdef bint two = threads >= 2 and n_words >= max(MERGE_PAR_MIN_WORDS, 2)
-    return n_bytes + (2 if two else 1) * HEAD_SLACK, n_words + 1 + two, n_words
-
-
-cdef bint _has_room(out, Py_ssize_t n_words, Py_ssize_t n_bytes, bint two) except -1:
-    """``out`` is three writable C-contiguous arrays (uint8, int64, int64) at least as long as the
-    merge of ``n_words`` words and ``n_bytes`` bytes writes (``merge_room``)."""
-    arena, offsets, counts = out
-    for arr, dtype, n in ((arena, np.uint8, n_bytes + (2 if two else 1) * HEAD_SLACK),
-                          (offsets, np.int64, n_words + 1 + two), (counts, np.int64, n_words)):
-        if (not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.ndim != 1
-                or not arr.flags.c_contiguous or not arr.flags.writeable or arr.shape[0] < n):
-            return False
-    return True
-
-
 #: ``merge_counts(threads=2)`` merges on two threads from this many words in all (fewer: one thread).
 MERGE_PAR_MIN_WORDS = 1 << 16
 
 
-def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_WORDS, out=None):
+def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_WORDS):
     """Sum sorted word tables into one sorted word table (a k-way merge, no Python object per word).
 
     Contract: ``tables`` is a sequence of ``(arena, offsets, counts)`` as ``count_pretokens``
@@ -352,13 +327,6 @@ def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_W
     ``threads=2`` (with ``par_min_words`` words or more in all): the tables are cut at one word and
     the two halves merged on two threads into the same outputs (the upper half then moved down
     behind the lower): the same table, byte for byte.
-
-    ``out``: three writable arrays (uint8, int64, int64) to write into instead of new ones, used
-    when they have the room (:func:`merge_room`; else new arrays are made): the table is then views
-    of them, the same table as without ``out`` whatever they held. Pages past what was written
-    are given back as they are for new arrays. A caller that merges again and again (the folds
-    while counting) reuses the memory of tables it has merged already: new arrays are pages the
-    kernel faults in and zeroes, which cost as much as the merge itself.
 
     Plain equivalent: ``sorted(sum((Counter(dict(rows(t))) for t in tables), Counter()).items())``.
     """
@@ -404,14 +372,11 @@ def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_W
             if not ok:
                 raise ValueError(f"table {r}: offsets must start at 0 and never decrease")
         two = threads >= 2 and most_words >= max(par_min_words, 2)
-        if out is not None and _has_room(out, most_words, most_bytes, two):
-            arena_out, offsets_out, counts_out = out
-        else:
-            # room for the head stores past the last word (two threads: past each half's, HEAD_SLACK)
-            arena_out = np.empty(most_bytes + (2 if two else 1) * HEAD_SLACK, dtype=np.uint8)
-            # (two threads: one offset more, the upper half's offsets start one entry after its words')
-            offsets_out = np.empty(most_words + 1 + two, dtype=np.int64)
-            counts_out = np.empty(most_words, dtype=np.int64)
+        # room for the head stores past the last word (two threads: past each half's, HEAD_SLACK)
+        arena_out = np.empty(most_bytes + (2 if two else 1) * HEAD_SLACK, dtype=np.uint8)
+        # (two threads: one offset more, the upper half's offsets start one entry after its words')
+        offsets_out = np.empty(most_words + 1 + two, dtype=np.int64)
+        counts_out = np.empty(most_words, dtype=np.int64)
         out_arena = arena_out
         out_offsets = offsets_out
         out_counts = counts_out
@@ -431,13 +396,12 @@ def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_W
         for r in range(n_runs):
             if runs[r].disordered or (upper != NULL and upper[r].disordered):
                 raise ValueError(f"table {r} is not sorted by bytes with unique words")
-        if two or n_words < most_words or out is not None:
+        if two or n_words < most_words:
             # The upper half was written after the lower half's inputs, then moved down behind its
             # result: its first copy stayed resident past the table's end (1.5x the table where
             # the halves are equal: on the 15 GB synthetic corpus ~230 MiB at the final merge,
             # and the folds of folded tables kept theirs while counting). Those pages go back
-            # (on one thread, only what a huge page mapped past the end; in arrays of ``out``, what
-            # an earlier, longer table left there).
+            # (on one thread, only what a huge page mapped past the end).
             # (each array's own size: a page past its end would be another block's)
             sizes[0], sizes[1], sizes[2] = arena_out.nbytes, offsets_out.nbytes, counts_out.nbytes
             with nogil:
@@ -445,6 +409,8 @@ def merge_counts(tables, int threads=1, Py_ssize_t par_min_words=MERGE_PAR_MIN_W
                 bpe_release_tail(&out_offsets[0], (n_words + 1) * sizeof(int64_t), sizes[1])
                 if most_words > 0:
                     bpe_release_tail(&out_counts[0], n_words * sizeof(int64_t), sizes[2])
+        if n_words == most_words and not two:     # nothing summed: offsets and counts are full
+            return arena_out[:n_bytes], offsets_out, counts_out
         return arena_out[:n_bytes], offsets_out[:n_words + 1], counts_out[:n_words]
     finally:
         free(runs)

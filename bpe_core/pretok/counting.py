@@ -31,7 +31,7 @@ from ..runtime.workers import (HEAP_TOPS_KEPT, check_total, read_range, release_
                                trim_heap_tops)
 from ..runtime.writeback import WriteBehind
 from .patterns import pattern_name
-from ._pretok import CountScratch, merge_room, table_sums
+from ._pretok import CountScratch, table_sums
 from .pretokenize import count_pretokens, merge_counts, split_spans
 from .wordtable import WordTable
 
@@ -201,52 +201,6 @@ class ReadBuffers:
             self._free.clear()
             for scratch in self._scratches:    # kept, empty: the next chunk's count allocates afresh
                 scratch.clear()
-
-
-class FoldBuffers:
-    """The arrays the folds of chunk tables write into, reused from fold to fold.
-
-    A fold's output in new arrays is pages the kernel faults in and zeroes while it is written: on
-    the 4 GB synthetic corpus that zeroing took as much of the parent's CPU as the merging itself
-    (perf, cpu-clock: 504 samples of ``clear_page`` beside 588 of ``_merge_runs``). The tables that
-    folds of chunk tables make are folded again four at a time; once that fold is done their arrays
-    come back here (:meth:`give`) and the next folds of chunk tables write into them.
-
-    What this keeps is never more than the parent held during the fold that gave it back (its
-    inputs): ``count_corpus`` empties it (:meth:`clear`) before a fold of folded tables of any
-    larger level, a spill and the last merge, where the plan's figure does not hold idle arrays.
-
-    >>> f = FoldBuffers(); t = (np.zeros(3, np.uint8), np.array([0, 1, 3]), np.array([1, 1]))
-    >>> out = f.take([t, t]); [len(a) for a in out] >= list(merge_room(4, 6))
-    True
-    >>> f.give(out); f.take([t]) is out
-    True
-    """
-
-    #: a new array has room for this share more than the fold asks (folds of chunk tables differ a
-    #: little in size), rounded up to ``GRAIN`` items: pages never written are no memory
-    HEADROOM = 1 / 8
-    GRAIN = 1 << 16
-
-    def __init__(self):
-        self._free: list = []
-
-    def take(self, tables: list) -> tuple:
-        """Three arrays (uint8, int64, int64) with the room ``merge_counts(tables, out=)`` needs: a
-        free set (free ones too short are dropped), else new ones."""
-        room = merge_room(sum(len(t[2]) for t in tables), sum(len(t[0]) for t in tables))
-        while self._free:
-            arrays = self._free.pop()
-            if all(len(a) >= n for a, n in zip(arrays, room)):
-                return arrays
-        return tuple(np.empty(-(-int(n * (1 + self.HEADROOM)) // self.GRAIN) * self.GRAIN, dtype)
-                     for n, dtype in zip(room, (np.uint8, np.int64, np.int64)))
-
-    def give(self, arrays: tuple) -> None:
-        self._free.append(arrays)
-
-    def clear(self) -> None:
-        self._free.clear()
 
 
 def _count_plain(task: tuple) -> ChunkCount:
@@ -649,11 +603,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     fold_cpu = 0.0          # CPU seconds of the folds while counting (this thread's, beside the workers)
     workers = num_workers if any(not sh.lazy for sh in shards) else min(num_workers, len(shards))
 
-    folds = FoldBuffers()            # the folds of chunk tables write into the arrays of earlier ones
-    owned: dict[int, tuple] = {}     # id(table) -> its arrays from ``folds``, for tables in ``levels``
-
-    def fold(tables: list, threads: int = 1, out: Optional[tuple] = None) -> tuple:
-        merged = merge_counts(tables, threads=threads, out=out)
+    def fold(tables: list, threads: int = 1) -> tuple:
+        merged = merge_counts(tables, threads=threads)
         check_total("pretoken counts after a fold", _n_pretokens(merged), sum(map(_n_pretokens, tables)))
         return merged
 
@@ -682,34 +633,21 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
             if not full:
                 break
             lv = min(full)
-            group = [t for l2, t in levels if l2 == lv]
             if lv > 0:
                 # A fold of folded tables (every FOLD_FANOUT ** 2 chunks) is the parent's peak: the
                 # read buffers of idle workers are not in the plan's figure for it, so they go back
-                # first (the next chunks read into new ones), and so do idle fold arrays. A fold of
-                # chunk tables keeps them.
+                # first (the next chunks read into new ones). A fold of chunk tables keeps them.
                 buffers.clear()
-                folds.clear()
-                # It takes longer than the workers' chunks in flight: they finish and wait for this
-                # thread to hand them the next, so it runs on two threads (the same table, in the
-                # same memory: merge_counts' halves write into one output)
-                merged = fold(group, min(max(workers, 1), 2))
-            else:
-                out = folds.take(group)
-                merged = fold(group, 1, out)
-                owned[id(merged)] = out
-            for t in group:         # folded: their arrays go to the next folds of chunk tables
-                arrays = owned.pop(id(t), None)
-                if arrays is not None:
-                    folds.give(arrays)
-            group = None
-            levels = [(l2, t) for l2, t in levels if l2 != lv] + [(lv + 1, merged)]
+            group = [t for l2, t in levels if l2 == lv]
+            # A fold of folded tables takes longer than the workers' chunks in flight: they finish
+            # and wait for this thread to hand them the next, so it runs on two threads (the same
+            # table, in the same memory: merge_counts' halves write into one output)
+            levels = [(l2, t) for l2, t in levels if l2 != lv] + \
+                [(lv + 1, fold(group, min(max(workers, 1), 2) if lv > 0 else 1))]
         if spill.threshold is not None and sum(_table_bytes(t) for _, t in levels) > spill.threshold:
             # Over the threshold: merge everything in RAM into one table; it goes to disk if it is
             # still over, else it stays, as one table of the top level. Nothing is dropped.
             buffers.clear()
-            folds.clear()
-            owned.clear()
             top = max(lv for lv, _ in levels)
             merged = fold([t for _, t in levels], min(max(workers, 1), 2)) if len(levels) > 1 else levels[0][1]
             levels = [(top + 1, t) for t in spill.offer([merged])]
@@ -737,8 +675,6 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         run_ordered(_count_plain if plain else _count_chunk, tasks, max(1, workers), absorb,
                     max_in_flight=max(1, workers) + 1, may_submit=may_submit)
         buffers.clear()              # the reading is over: the read buffers go back before the merge
-        folds.clear()                # (and idle fold arrays)
-        owned.clear()
         if bar is not None:
             bar.close()
         for src in sources:
@@ -760,8 +696,6 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         # the tables just merged go, and their pages with them (the counting threads' heaps too: their
         # tops go back at 1 MiB until here): the merge phase starts from what it holds
         runs = levels = None
-        folds.clear()
-        owned.clear()
         release_free_memory()
         trim_heap_tops(HEAP_TOPS_KEPT)
     # Conservation over the whole run: every byte read once; the table holds every pretoken counted,

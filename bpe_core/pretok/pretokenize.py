@@ -194,10 +194,9 @@ def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
     return _regex_count(view, spans, resolve_pattern(pattern), record)
 
 
-def merge_counts(tables: Sequence[CountArrays], threads: int = 1, out: Optional[CountArrays] = None) -> CountArrays:
+def merge_counts(tables: Sequence[CountArrays], threads: int = 1) -> CountArrays:
     """Sum sorted word tables (``count_pretokens`` results) into one, by a k-way merge (with
     ``threads=2``, of 64k words or more, the two halves of the words on two threads: the same table).
-    ``out``: arrays to write into when they have the room (``_pretok.merge_room``), as views.
 
     >>> t1 = count_pretokens(b"a b", np.array([[0, 3]]))
     >>> t2 = count_pretokens(b"b a", np.array([[0, 3]]))
@@ -205,7 +204,7 @@ def merge_counts(tables: Sequence[CountArrays], threads: int = 1, out: Optional[
     >>> [(bytes(a[o[i]:o[i + 1]]), int(c[i])) for i in range(len(c))]
     [(b' a', 1), (b' b', 1), (b'a', 1), (b'b', 1)]
     """
-    return _pretok.merge_counts(list(tables), threads, out=out)
+    return _pretok.merge_counts(list(tables), threads)
 
 
 def is_native(pattern: str) -> bool:

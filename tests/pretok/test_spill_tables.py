@@ -104,9 +104,9 @@ def test_two_workers_fold_on_two_threads_as_one_worker(tmp_path_factory, data, t
 
     calls = []
 
-    def split_all(tables, threads=1, out=None):
+    def split_all(tables, threads=1):
         calls.append(threads)
-        return kernel_merge(tables, threads, par_min_words=0, out=out)
+        return kernel_merge(tables, threads, par_min_words=0)
     tmp = tmp_path_factory.mktemp("fold")
     path = tmp / "c.txt"
     path.write_bytes(data * 20)
