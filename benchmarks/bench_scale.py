@@ -144,6 +144,12 @@ def table(gb, res: dict, cap: int | None, wc_cpu: float | None = None) -> str:
     lines.append(f"| total | {r['seconds']['total']:.1f} (wall {res['wall']:.1f}) | "
                  f"{sum(cpu.values()):.1f} (process tree {res['cpu']:.1f}{ratio}) | {sum(pred_s.values()):.1f} | "
                  f"{fmt_mib(mem['peak_anon_bytes'])} | {fmt_mib(mem['peak_file_bytes'])} | | |")
+    if "final_merge_seconds" in r:
+        # merge counts' wall time is the folds while the workers count (this thread's wall time, on
+        # cores the workers keep busy: not time added to the run) and the last merge after them
+        lines.append(f"\nmerge counts: last merge {r['final_merge_seconds']:.1f} s after counting; folds while "
+                     f"counting {r['seconds'].get('merge_counts', 0) - r['final_merge_seconds']:.1f} s wall, "
+                     f"{folds:.1f} CPU s (the folding thread's)")
     cg = [ln for ln in res["stderr"] if ln.startswith("cgroup peak")]
     if cap is not None:
         lines.append(f"\ncgroup cap {cap / MiB:,.0f} MiB: {cg[0] if cg else 'no cgroup line'}; "

@@ -51,6 +51,7 @@ from .formats import registry
 from .formats.model import Model
 from .pretok.counting import check_distributable, count_corpus, count_sources_on
 from .pretok.patterns import resolve_pattern
+from .pretok.sample import SAMPLE_PIECES, sample_words
 from .pretok.wordtable import WordTable
 from .runtime import budget
 from .runtime.atomic import naming, new_temp_dir
@@ -172,6 +173,58 @@ def plan(config: TrainConfig, sources: list[Source] | None = None) -> budget.Pla
     return budget.plan_training(size, config.memory_limit, os.cpu_count() or 1, None,
                                 num_workers=config.num_workers, chunk_bytes=config.chunk_bytes,
                                 vocab_size=config.vocab_size)
+
+
+#: A local file at least this large is sampled before counting (``pretok.sample``) when the merge
+#: phase might not fit its budget (a smaller one is counted in seconds: the check after counting
+#: decides).
+SAMPLE_MIN_BYTES = 256 << 20
+#: ... the run is refused before counting when even this share of the sample's estimate of unique
+#: pretokens does not fit (the estimate runs high on corpora whose new words thin out: 1.4x on the
+#: 2 GB prefix of the growing-vocabulary corpus); the budget named is the whole estimate's.
+SAMPLE_TRUST = 0.85
+#: ... and sampled only when Heaps' law's estimate times this does not fit (the growing-vocabulary
+#: corpus holds 2.1x what Heaps' law says for its size): a run far inside its budget is not sampled.
+SAMPLE_WHEN_HEAPS_TIMES = 4
+
+
+def _refuse_from_sample(config: TrainConfig, inputs: Inputs, the_plan: budget.Plan, pattern: str,
+                        specials: list[bytes]) -> Optional[dict[str, Any]]:
+    """Before counting: estimate a large local file's unique pretokens from a spread sample
+    (``pretok.sample.sample_words``, ~0.5 CPU-s for 128 MiB) and stop the run here when the merge
+    phase cannot fit the budget with ``SAMPLE_TRUST`` of them, naming the budget the whole estimate
+    needs (a run at that budget counts, and names the exact figure if the corpus holds more). Returns
+    what the sample said (the report's ``sample``), or None when nothing was sampled.
+
+    Raises:
+        errors.BudgetError: the estimate does not fit the budget.
+    """
+    if (not inputs.one_local_plain_file or config.cluster is not None or config.min_pretoken_count > 1
+            or inputs.sources[0].size < SAMPLE_MIN_BYTES):
+        return None
+    try:
+        the_plan.with_count(SAMPLE_WHEN_HEAPS_TIMES * the_plan.unique_pretokens)
+        return None                              # fits even with many more words than Heaps' law says
+    except BudgetError:
+        pass
+    t0 = time.perf_counter()
+    s = sample_words(inputs.sources[0].name, specials, pattern)
+    info = {"sample_bytes": s.sample_bytes, "unique": s.unique, "unique_half": s.unique_half,
+            "exponent": s.exponent, "estimate": s.estimate, "seconds": round(time.perf_counter() - t0, 3)}
+    try:
+        the_plan.with_count(max(s.unique, int(s.estimate * SAMPLE_TRUST)))
+        return info
+    except BudgetError:
+        pass
+    try:
+        the_plan.with_count(s.estimate)
+    except BudgetError as exc:
+        raise BudgetError(
+            f"{exc} (before counting: the unique pretokens estimated from {budget.fmt_bytes(s.sample_bytes)} in "
+            f"{SAMPLE_PIECES} pieces spread over the file, {s.unique:,} unique there, carried to the whole "
+            f"file by Heaps' law with the exponent they show, {s.exponent:.2f}; a run at that budget names "
+            f"the exact figure after counting if the file holds more)", exc.min_budget) from None
+    return info                                  # (not reached: a smaller count did not fit)
 
 
 def _read_options(config: TrainConfig) -> ReadOptions:
@@ -315,6 +368,7 @@ def start(inputs: Inputs, method: registry.Method) -> Run:
         init = load_init(config)
     the_plan = plan(config, inputs.sources)
     budget.warn_over_machine(the_plan)       # a --memory-limit above the RAM or the cgroup: one line
+    sampled = _refuse_from_sample(config, inputs, the_plan, pattern, specials)
     report: dict[str, Any] = {
         "input_path": _describe_input(inputs.given.input_path),
         "inputs": len(inputs.sources),
@@ -327,6 +381,8 @@ def start(inputs: Inputs, method: registry.Method) -> Run:
         "plan": the_plan.to_dict(),
         "seconds": {"plan": round(time.perf_counter() - t_start, 3)},
     }
+    if sampled is not None:
+        report["sample"] = sampled
     return Run(config, method, the_plan, pattern, specials, init, report, inputs.notes, t_start,
                time.perf_counter())
 

@@ -27,6 +27,13 @@ cdef packed struct WordRec:
     uint32_t end        # one past its last position (its start is the previous word's end)
 
 
+cdef struct PairRec:
+    # a pair's record, by pair id: the key first (``_PairMap`` reads keys 2 apart), the count beside it
+    # (a lookup that matches then updates the count in the same cache line)
+    pair_key_t key
+    count_t count
+
+
 cdef struct Near:
     # a pair holding the new token, while one merge runs (see ``_apply_merge``)
     pair_key_t key
@@ -77,6 +84,20 @@ cdef extern from *:
 cdef extern from "<sys/mman.h>" nogil:
     int madvise(void* addr, size_t length, int advice)
     int MADV_HUGEPAGE
+
+cdef extern from *:
+    """
+    #if defined(__GLIBC__)
+    #include <malloc.h>
+    static inline void bpe_trim(void) { malloc_trim(0); }
+    #else
+    static inline void bpe_trim(void) {}
+    #endif
+    """
+    # glibc: the free blocks inside the heap given back to the OS (blocks under 32 MiB come from the
+    # heap, ``runtime.workers.trim_heap_tops``; freed, they stay resident until trimmed)
+    void bpe_trim() nogil
+
 
 cdef extern from *:
     """
@@ -177,6 +198,8 @@ cdef enum:
     PREFETCH_FAR = 32   # how many merge sites ahead ``_apply_merge`` asks for the cells and block entry of
     PREFETCH = 16       # ... and the word record of (the block entry is in cache by then)
     PREFETCH_NEAR = 6   # ... and the pair-map slots of its neighbour windows (its cells are in cache)
+    TRIM_EVERY_CHECKS = 16    # ``run`` gives the heap's free blocks back every this many pool checks
+    HEAP_RAISE_MIN = 1 << 20  # the heap's floor goes up once it holds this many entries (12 MiB; ``_raise_floor``)
     PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
     BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)
     BUILD_FEW_PAIRS = 1 << 16  # a build whose lists are mapped runs on two threads when its tokens make at

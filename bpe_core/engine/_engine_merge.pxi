@@ -91,8 +91,7 @@ cdef class MergeEngine:
     cdef dict tok_ids                    # bytes -> canonical token id
     # pairs
     cdef _PairMap pair_map
-    cdef vector[pair_key_t] pair_keys
-    cdef vector[count_t] pair_counts
+    cdef vector[PairRec] prec            # per pair id: its key and count (the pair map keeps no key)
     # Where each pair may occur (the position of its left symbol): the initial positions as one CSR
     # over the first n_base pairs (in RAM or mapped), later ones in a block of the pool per pair;
     # both may hold stale entries.
@@ -104,7 +103,6 @@ cdef class MergeEngine:
     cdef vector[uint64_t] lst_off
     cdef vector[uint32_t] lst_len
     cdef vector[uint8_t] lst_cls
-    cdef vector[uint32_t] pair_pushed    # per pair: the last step whose touched list holds it
     cdef vector[int8_t] pair_allowed     # -1 unknown, 0 never merge, 1 may merge
     cdef vector[pair_id_t] touched
     cdef NearTable share0                # each thread's share of the merge running (``_apply_merge``)
@@ -142,6 +140,8 @@ cdef class MergeEngine:
     cdef uint64_t pool_used                     # entries of the pool's blocks in use (``_pool_compact``)
     cdef public int64_t n_pool_compactions
     cdef public int64_t pool_check_every         # ``run`` looks at the pool every this many merges
+    cdef public int64_t trim_every               # ... and trims glibc's heap every this many (0: only
+                                                 # when the shares are trimmed)
     cdef public uint64_t pool_min_free           # ... and compacts it when this many bytes, and a
                                                  # quarter of its pages, are free blocks (tests: 1, 0)
     cdef vector[vector[uint64_t]] free_blocks   # per class
@@ -151,6 +151,9 @@ cdef class MergeEngine:
     cdef vector[HeapEntry] heap
     cdef count_t floor_count           # pairs below it are kept out of the heap (see _pop_best)
     cdef int64_t heap_batch            # about how many pairs are let in at a time
+    cdef public int64_t heap_raise_min # the floor is raised once the heap holds this many entries
+    cdef uint64_t heap_raise_at        # ... or twice what it held after the last raise
+    cdef public int64_t n_raises
     cdef count_t prune_below           # new pairs counting less are forgotten (see __init__)
     cdef vector[uint8_t] spare         # per token id: its pairs are never forgotten (``prune_spare``)
     cdef object spare_fn
@@ -323,12 +326,16 @@ cdef class MergeEngine:
         self.pool_used = 0
         self.n_pool_compactions = 0
         self.pool_check_every = 256
+        self.trim_every = TRIM_EVERY_CHECKS * 256
         self.pool_min_free = POOL_COMPACT_MIN_FREE
         self.big_bytes = 0
         self.peak_pool_bytes = 0
         self.peak_heap = 0
         self.free_blocks.resize(PAGE_BITS + 1)
         self.heap_batch = max(heap_batch, 1)
+        self.heap_raise_min = HEAP_RAISE_MIN
+        self.heap_raise_at = 0
+        self.n_raises = 0
         self.prune_below = max(prune_below, 0)
         self.n_pruned = 0
         self.spare_fn = prune_spare if self.prune_below > 0 else None
@@ -577,7 +584,7 @@ cdef class MergeEngine:
 
     cdef uint32_t _compact(self, pair_id_t pid) noexcept nogil:
         """Drop the stale entries of a pair's added list; return its new length."""
-        cdef token_id_t a = pair_left(self.pair_keys[pid]), b = pair_right(self.pair_keys[pid])
+        cdef token_id_t a = pair_left(self.prec[pid].key), b = pair_right(self.prec[pid].key)
         cdef uint32_t* p = self._block(self.lst_off[pid])
         cdef uint32_t n = self.lst_len[pid], q, kept = 0
         for q in range(n):
@@ -629,10 +636,14 @@ cdef class MergeEngine:
 
     # ---- pairs ---------------------------------------------------------------------------------
 
+    cdef inline const pair_key_t* _keys(self) noexcept nogil:
+        """The keys by pair id for the pair map (``keys[2 * pid]``: the first field of ``prec[pid]``)."""
+        return <const pair_key_t*>self.prec.data()
+
     cdef inline pair_id_t _pair_id(self, token_id_t left, token_id_t right) noexcept nogil:
         """The id of a pair, created (count 0, no positions) when new."""
         cdef pair_key_t key = pack_pair(left, right)
-        cdef int64_t found = self.pair_map.get(key)
+        cdef int64_t found = self.pair_map.get(key, self._keys(), 2)
         if found >= 0:
             return <pair_id_t>found
         return self._new_pair(key)
@@ -644,39 +655,37 @@ cdef class MergeEngine:
         if self.free_pids.size() > 0:        # the id of a forgotten pair (prune_below)
             pid = self.free_pids.back()
             self.free_pids.pop_back()
-            self.pair_map.put(key, pid)
-            self.pair_keys[pid] = key
-            self.pair_counts[pid] = 0
+            self.pair_map.put(key, pid, self._keys(), 2)
+            self.prec[pid].key = key
+            self.prec[pid].count = 0
             self.lst_off[pid] = 0
             self.lst_len[pid] = 0
             self.lst_cls[pid] = NO_LIST
-            self.pair_pushed[pid] = NO_MARK
             self.pair_allowed[pid] = -1
             self.born.push_back(pid)
             return pid
-        pid = <pair_id_t>self.pair_keys.size()
+        cdef PairRec rec
+        pid = <pair_id_t>self.prec.size()
         self.born.push_back(pid)
-        if self.pair_keys.size() == self.pair_keys.capacity():
-            self._reserve_pairs(self.pair_keys.size() + self.pair_keys.size() // 4 + 1024)
-        self.pair_map.put(key, pid)
-        self.pair_keys.push_back(key)
-        self.pair_counts.push_back(0)
+        if self.prec.size() == self.prec.capacity():
+            self._reserve_pairs(self.prec.size() + self.prec.size() // 4 + 1024)
+        self.pair_map.put(key, pid, self._keys(), 2)
+        rec.key = key
+        rec.count = 0
+        self.prec.push_back(rec)
         self.lst_off.push_back(0)
         self.lst_len.push_back(0)
         self.lst_cls.push_back(NO_LIST)
-        self.pair_pushed.push_back(NO_MARK)
         self.pair_allowed.push_back(-1)
         return pid
 
     cdef void _reserve_pairs(self, size_t n) noexcept nogil:
         """Grow the per-pair arrays by a quarter at a time (not doubled: they are the largest after
         the cells, and a doubling would leave up to half of them unused)."""
-        self.pair_keys.reserve(n)
-        self.pair_counts.reserve(n)
+        self.prec.reserve(n)
         self.lst_off.reserve(n)
         self.lst_len.reserve(n)
         self.lst_cls.reserve(n)
-        self.pair_pushed.reserve(n)
         self.pair_allowed.reserve(n)
 
     cdef void _count_range(self, vector[uint64_t]& base_len, pair_id_t* win_pid, int64_t w_lo,
@@ -699,14 +708,14 @@ cdef class MergeEngine:
                 if win_pid != NULL:
                     win_pid[n] = pid
                     n += 1
-                self.pair_counts[pid] += c
+                self.prec[pid].count += c
                 if pid >= base_len.size():
                     base_len.resize(pid + 1, 0)
                 base_len[pid] += 1
 
     cdef void _touch_all(self) noexcept nogil:
         cdef size_t p
-        for p in range(self.pair_counts.size()):
+        for p in range(self.prec.size()):
             self.touched.push_back(<pair_id_t>p)
 
     cdef void _count_half(self, HalfCount* h) noexcept nogil:
@@ -726,10 +735,10 @@ cdef class MergeEngine:
                     (<_PairMap>h.local_map).prefetch(pack_pair(self.cells[k + PREFETCH] & PAYLOAD,
                                                                self.cells[k + PREFETCH + 1] & PAYLOAD))
                 key = pack_pair(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD)
-                found = (<_PairMap>h.local_map).get(key)
+                found = (<_PairMap>h.local_map).get(key, h.keys.data(), 1)
                 if found < 0:
                     lid = <pair_id_t>h.keys.size()
-                    (<_PairMap>h.local_map).put(key, lid)
+                    (<_PairMap>h.local_map).put(key, lid, h.keys.data(), 1)
                     h.keys.push_back(key)
                     h.counts.push_back(0)
                     h.lens.push_back(0)
@@ -762,7 +771,7 @@ cdef class MergeEngine:
         for l in range(h.keys.size()):
             pid = self._pair_id(pair_left(h.keys[0][l]), pair_right(h.keys[0][l]))
             remap[l] = pid
-            self.pair_counts[pid] += h.counts[0][l]
+            self.prec[pid].count += h.counts[0][l]
             if pid >= base_len.size():
                 base_len.resize(pid + 1, 0)
             base_len[pid] += h.lens[0][l]
@@ -775,7 +784,7 @@ cdef class MergeEngine:
         cdef uint32_t x
         self.byte_pid.resize(1 << 16)
         for x in range(1 << 16):
-            self.byte_pid[x] = self.pair_map.get(pack_pair(x >> 8, x & 0xFF))
+            self.byte_pid[x] = self.pair_map.get(pack_pair(x >> 8, x & 0xFF), self._keys(), 2)
 
     cdef void _fill_pass(self, uint32_t lo, uint32_t hi, uint32_t* buf, uint64_t* fill, int64_t w_lo,
                          int64_t w_hi, const uint64_t* first) noexcept nogil:
@@ -794,7 +803,7 @@ cdef class MergeEngine:
                 if direct != NULL:       # (symbols all bytes: ``_byte_pairs``)
                     pid = direct[((self.cells[k] & PAYLOAD) << 8) | (self.cells[k + 1] & PAYLOAD)]
                 else:
-                    pid = self.pair_map.get(pack_pair(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD))
+                    pid = self.pair_map.get(pack_pair(self.cells[k] & PAYLOAD, self.cells[k + 1] & PAYLOAD), self._keys(), 2)
                 if pid >= lo and pid < hi:
                     at = self.base_start[pid] - b0 + fill[pid - lo]
                     if first != NULL:
@@ -960,16 +969,16 @@ cdef class MergeEngine:
 
     def pair_count(self, token_id_t left, token_id_t right):
         """The current count of a pair (0 when never seen)."""
-        cdef int64_t pid = self.pair_map.get(pack_pair(left, right))
-        return 0 if pid < 0 else self.pair_counts[pid]
+        cdef int64_t pid = self.pair_map.get(pack_pair(left, right), self._keys(), 2)
+        return 0 if pid < 0 else self.prec[pid].count
 
     def pair_counts_dict(self):
         """All pairs with a positive count, as ``{(left, right): count}`` (for tests)."""
         cdef size_t i
         out = {}
-        for i in range(self.pair_keys.size()):
-            if self.pair_counts[i] > 0:
-                out[(pair_left(self.pair_keys[i]), pair_right(self.pair_keys[i]))] = self.pair_counts[i]
+        for i in range(self.prec.size()):
+            if self.prec[i].count > 0:
+                out[(pair_left(self.prec[i].key), pair_right(self.prec[i].key))] = self.prec[i].count
         return out
 
     def build_lists(self):
@@ -980,7 +989,7 @@ cdef class MergeEngine:
         cdef uint64_t q
         if self.n_steps:
             raise ValueError("build_lists: the engine has merged since it was built")
-        return [((pair_left(self.pair_keys[p]), pair_right(self.pair_keys[p])), self.pair_counts[p],
+        return [((pair_left(self.prec[p].key), pair_right(self.prec[p].key)), self.prec[p].count,
                  [self.base[q] for q in range(self.base_start[p], self.base_start[p + 1])])
                 for p in range(self.n_base)]
 
@@ -1013,8 +1022,8 @@ cdef class MergeEngine:
         cdef pair_key_t kx, ky
         if x.count != y.count:
             return x.count > y.count
-        kx = self.pair_keys[x.pair]
-        ky = self.pair_keys[y.pair]
+        kx = self.prec[x.pair].key
+        ky = self.prec[y.pair].key
         if kx == ky:
             return False
         if self.tie_hf:
@@ -1065,8 +1074,8 @@ cdef class MergeEngine:
         cdef int64_t total = 0
         for b in range(64):
             hist[b] = 0
-        for p in range(self.pair_counts.size()):
-            c = self.pair_counts[p]
+        for p in range(self.prec.size()):
+            c = self.prec[p].count
             if c > 0 and c < below and self.pair_allowed[p] != 0:
                 b = 0
                 while (c >> (b + 1)) > 0:
@@ -1085,8 +1094,8 @@ cdef class MergeEngine:
         cdef count_t old = self.floor_count, c
         cdef count_t new = self._choose_floor(old)
         cdef size_t p
-        for p in range(self.pair_counts.size()):
-            c = self.pair_counts[p]
+        for p in range(self.prec.size()):
+            c = self.prec[p].count
             if c >= new and c < old and self.pair_allowed[p] != 0:
                 self._push(c, <pair_id_t>p)
         self.floor_count = new
@@ -1099,8 +1108,8 @@ cdef class MergeEngine:
         cdef HeapEntry e
         self.floor_count = self._choose_floor(0x7FFFFFFFFFFFFFFF)
         for k in range(self.touched.size()):
-            if self.pair_counts[self.touched[k]] >= self.floor_count:
-                e.count = self.pair_counts[self.touched[k]]
+            if self.prec[self.touched[k]].count >= self.floor_count:
+                e.count = self.prec[self.touched[k]].count
                 e.pair = self.touched[k]
                 self.heap.push_back(e)
         self.touched.clear()
@@ -1145,19 +1154,47 @@ cdef class MergeEngine:
         if self.prune_below > 0:
             for k in range(self.born.size()):
                 pid = self.born[k]
-                if self.pair_counts[pid] < self.prune_below and not self._spared(self.pair_keys[pid]):
-                    self.pair_map.remove(self.pair_keys[pid])
+                if self.prec[pid].count < self.prune_below and not self._spared(self.prec[pid].key):
+                    self.pair_map.remove(self.prec[pid].key, self._keys(), 2)
                     self._list_free(pid)
-                    self.pair_counts[pid] = 0
+                    self.prec[pid].count = 0
                     self.pair_allowed[pid] = 0
                     self.free_pids.push_back(pid)
                     self.n_pruned += 1
         self.born.clear()
         for k in range(self.touched.size()):
-            c = self.pair_counts[self.touched[k]]
+            c = self.prec[self.touched[k]].count
             if c > 0 and c >= self.floor_count:
                 self._push(c, self.touched[k])
         self.touched.clear()
+        if self.heap.size() >= <uint64_t>self.heap_raise_min and self.heap.size() >= self.heap_raise_at:
+            self._raise_floor()
+
+    cdef void _raise_floor(self) noexcept nogil:
+        """Keep only the pairs that may win soon in the heap: the floor goes up to the power of two
+        that about ``heap_batch`` live pairs reach (``_choose_floor``), and the entries below it go.
+
+        Exact: an entry is never below its pair's count, so every pair at or above the new floor
+        keeps an entry (the invariant of ``_pop_best``); the pairs below wait outside, as at the
+        build, and come back when the floor comes down. Without it every pair made by a merge kept an
+        entry to the end, since a build from bytes starts with floor 1 (at most 65,536 byte pairs): 17 M
+        entries, 196 MiB, at 200k merges on the 15 GB synthetic corpus. Next time when the heap has
+        twice the entries it keeps now (and at least ``heap_raise_min``)."""
+        cdef count_t f = self._choose_floor(0x7FFFFFFFFFFFFFFF)
+        cdef size_t i, n = 0, k
+        if f > self.floor_count:
+            for i in range(self.heap.size()):
+                if self.heap[i].count >= f:
+                    self.heap[n] = self.heap[i]
+                    n += 1
+            self.heap.resize(n)
+            self.floor_count = f
+            k = n // 2
+            while k > 0:
+                k -= 1
+                self._sift_down(k)
+            self.n_raises += 1
+        self.heap_raise_at = 2 * self.heap.size()
 
     cdef int64_t _pop_best(self) noexcept nogil:
         """Pop until the top entry is current; return its pair id, or -1 when no pair is left.
@@ -1179,11 +1216,12 @@ cdef class MergeEngine:
             self.n_pops += 1
             if self.pair_allowed[e.pair] == 0:
                 continue
-            cur = self.pair_counts[e.pair]
+            cur = self.prec[e.pair].count
             if cur == e.count:
                 return e.pair
-            if cur > 0:
+            if cur > 0 and cur >= self.floor_count:
                 self._push(cur, e.pair)      # stale: its count went down; it may still win later
+                                             # (below the floor: it waits outside, see _lower_floor)
         return -1
 
     # ---- merging -------------------------------------------------------------------------------
@@ -1207,12 +1245,12 @@ cdef class MergeEngine:
         counts site after site (the neighbours of the merged pair) passed their cache lines back
         and forth, and a merge on two threads took about as long as on one. A pair that finds no
         place in the table is lowered at once, atomically; sums do not depend on the order."""
-        cdef int64_t pid = self.pair_map.get(pack_pair(left, right))
+        cdef int64_t pid = self.pair_map.get(pack_pair(left, right), self._keys(), 2)
         cdef uint32_t h, probe
         if pid < 0:             # never: every window was counted when it came
             return
         if not shared:
-            self.pair_counts[pid] -= c
+            self.prec[pid].count -= c
             return
         h = <uint32_t>(((<uint64_t>pid * <uint64_t>0x9E3779B97F4A7C15u) >> 40) & (OTHER_SLOTS - 1))
         for probe in range(OTHER_PROBES):
@@ -1228,7 +1266,7 @@ cdef class MergeEngine:
                 nt.odelta[h] += c
                 return
             h = (h + 1) & (OTHER_SLOTS - 1)
-        bpe_atomic_sub(&self.pair_counts[pid], c)
+        bpe_atomic_sub(&self.prec[pid].count, c)
 
     cdef void _other_flush(self, NearTable* nt) noexcept nogil:
         """Apply a share's summed changes of the other pairs (atomically: the other share may
@@ -1237,7 +1275,7 @@ cdef class MergeEngine:
         cdef uint32_t h
         for q in range(nt.oused.size()):
             h = nt.oused[q]
-            bpe_atomic_sub(&self.pair_counts[nt.opid[h]], nt.odelta[h])
+            bpe_atomic_sub(&self.prec[nt.opid[h]].count, nt.odelta[h])
         nt.oused.clear()
 
     cdef void _near_end(self, bint fresh, bint par) noexcept nogil:
@@ -1275,22 +1313,20 @@ cdef class MergeEngine:
             if q + PREFETCH < m:                 # its pair-map slot is a cache miss (the lookup, or
                 self.pair_map.prefetch(n0.near[q + PREFETCH].key)      # the new pair's place)
             e = &n0.near[q]
-            found = -1 if fresh else self.pair_map.get(e.key)
+            found = -1 if fresh else self.pair_map.get(e.key, self._keys(), 2)
             if found >= 0:
                 pid = <pair_id_t>found
-                self.pair_counts[pid] += e.delta
+                self.prec[pid].count += e.delta
             elif e.delta <= 0 or (e.delta < self.prune_below and not self._spared(e.key)):
                 if e.n + e.at > 0 and self.prune_below > 0:
                     self.n_pruned += 1
                 continue
             else:
                 pid = self._new_pair(e.key) if fresh else self._pair_id(pair_left(e.key), pair_right(e.key))
-                self.pair_counts[pid] = e.delta
+                self.prec[pid].count = e.delta
             e.pid = pid
             if e.n + e.at > 0:
-                if self.pair_pushed[pid] != self.n_steps:
-                    self.pair_pushed[pid] = self.n_steps
-                    self.touched.push_back(pid)
+                self.touched.push_back(pid)      # (each pair once: the near table holds each key once)
                 start = self._list_room(<pair_id_t>pid, e.n + e.at)
                 if self.oom:
                     return
@@ -1448,8 +1484,8 @@ cdef class MergeEngine:
     cdef void _do_share(self, int which, bint shared) noexcept nogil:
         """One thread's share of the merge posted in ``job_pid`` / ``job_tok``."""
         cdef NearTable* nt = &self.share0 if which == 0 else &self.share1
-        cdef token_id_t a = pair_left(self.pair_keys[self.job_pid])
-        cdef token_id_t b = pair_right(self.pair_keys[self.job_pid])
+        cdef token_id_t a = pair_left(self.prec[self.job_pid].key)
+        cdef token_id_t b = pair_right(self.prec[self.job_pid].key)
         self._run_sites(nt, nt.base, nt.b0, nt.b1, a, b, self.job_tok, shared)
         self._run_sites(nt, nt.added, nt.a0, nt.a1, a, b, self.job_tok, shared)
         if shared:
@@ -1513,8 +1549,8 @@ cdef class MergeEngine:
         token on its own (``NearTable``), and lowers the other pairs' counts atomically (the pair map
         is only read). Then ``_near_end`` applies both shares in a fixed order, so the result does
         not depend on the threads. Within a word the sites run in the same order on any thread."""
-        cdef token_id_t a = pair_left(self.pair_keys[pid])
-        cdef token_id_t b = pair_right(self.pair_keys[pid])
+        cdef token_id_t a = pair_left(self.prec[pid].key)
+        cdef token_id_t b = pair_right(self.prec[pid].key)
         cdef vector[uint32_t] positions
         cdef uint64_t q, s0 = 0, s1 = 0, m, lo, hi
         cdef uint32_t n_added = 0, tmp
@@ -1617,7 +1653,7 @@ cdef class MergeEngine:
         else:
             self._do_share(0, False)
             self._do_share(1, False)
-        self.pair_counts[pid] -= n0.removed + n1.removed
+        self.prec[pid].count -= n0.removed + n1.removed
         self._list_free(pid)
         self._near_end(fresh, par)
         # 4. Every pair whose count rose gets a fresh heap entry.
@@ -1660,11 +1696,11 @@ cdef class MergeEngine:
             if best < 0:
                 return False
             pid = <pair_id_t>best
-            if self.pair_counts[pid] < min_count:
-                self._push(self.pair_counts[pid], pid)      # back in the heap: the state is unchanged
+            if self.prec[pid].count < min_count:
+                self._push(self.prec[pid].count, pid)      # back in the heap: the state is unchanged
                 return False
-            a = pair_left(self.pair_keys[pid])
-            b = pair_right(self.pair_keys[pid])
+            a = pair_left(self.prec[pid].key)
+            b = pair_right(self.prec[pid].key)
             if allowed is not None and self.pair_allowed[pid] == -1:
                 # (a plain local: Cython 3 miscompiles a conditional expression assigned to a
                 # vector element, it writes through a temporary "FakeReference")
@@ -1677,7 +1713,7 @@ cdef class MergeEngine:
         existing = self.tok_ids.get(merged)
         fresh = existing is None
         if not fresh and self.halt_existing:
-            self._push(self.pair_counts[pid], pid)          # back in the heap: the state is unchanged
+            self._push(self.prec[pid].count, pid)          # back in the heap: the state is unchanged
             self.stopped_before = (a, b)
             return False
         if fresh:
@@ -1692,7 +1728,7 @@ cdef class MergeEngine:
         else:
             new_tok = existing           # canonical: same bytes, same symbol
         self.n_steps += 1
-        self.last_count = self.pair_counts[pid]
+        self.last_count = self.prec[pid].count
         with nogil:
             self._apply_merge(pid, new_tok, fresh)
         if self.oom:
@@ -1753,7 +1789,8 @@ cdef class MergeEngine:
                     with nogil:                          # nor the shares; ``_engine_pool.pxi``)
                         if _pool_wasteful(self):
                             _pool_compact(self)
-                        _shares_trim(self)
+                        if _shares_trim(self) or (self.trim_every > 0 and done % self.trim_every == 0):
+                            bpe_trim()       # freed list blocks and share vectors: resident until trimmed
                 if done % every == 0:
                     PyErr_CheckSignals()     # Ctrl-C / SIGTERM handlers run here, not after the loop
                     if progress is not None:
@@ -1922,13 +1959,13 @@ cdef class MergeEngine:
 
         >>> e = MergeEngine(np.frombuffer(b"abab", np.uint8), np.array([0, 4]), np.array([3]),
         ...                 [bytes([i]) for i in range(256)])
-        >>> e.reserve_pairs(100_000); e.memory()["pair_map"] >= 100_000 * 12 * 10 // 7
+        >>> e.reserve_pairs(100_000); e.memory()["pair_map"] >= 100_000 * 8 * 10 // 7
         True
         """
-        if n_pairs <= <int64_t>self.pair_keys.size():
+        if n_pairs <= <int64_t>self.prec.size():
             return
-        self.pair_map.reserve(<uint64_t>n_pairs)
-        if <size_t>n_pairs > self.pair_keys.capacity():
+        self.pair_map.reserve(<uint64_t>n_pairs, self._keys(), 2)
+        if <size_t>n_pairs > self.prec.capacity():
             self._reserve_pairs(<size_t>n_pairs)
         if <size_t>n_pairs > self.heap.capacity():
             self.heap.reserve(<size_t>n_pairs)
@@ -1944,9 +1981,9 @@ cdef class MergeEngine:
         """
         # (the per-pair arrays and the heap by the entries written: ``reserve_pairs`` reserves
         # address space that takes no memory until it is written)
-        cdef uint64_t pairs = (self.pair_keys.size() * 8 + self.pair_counts.size() * 8
+        cdef uint64_t pairs = (self.prec.size() * sizeof(PairRec)
                                + self.lst_off.size() * 8 + self.lst_len.size() * 4
-                               + self.lst_cls.size() + self.pair_pushed.size() * 4
+                               + self.lst_cls.size()
                                + self.pair_allowed.size() + self.base_start.capacity() * 8
                                + self.base_done.capacity())
         cdef uint64_t used = 0, entries = 0
@@ -1984,10 +2021,11 @@ cdef class MergeEngine:
         return {
             "n_words": self.n_words,
             "n_symbols": self.n_cells,
-            "n_pairs": self.pair_keys.size(),
+            "n_pairs": self.prec.size(),
             "heap_size": self.heap.size(),
             "n_pops": self.n_pops,
             "heap_rescans": self.n_rescans,
+            "heap_raises": self.n_raises,
             "n_steps": self.n_steps,
             "list_compactions": self.n_compactions,
             "pool_compactions": self.n_pool_compactions,

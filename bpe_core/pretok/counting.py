@@ -598,6 +598,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
     items_per_source = [0] * len(sources)
     t1 = time.perf_counter()
     merge_seconds = 0.0
+    final_seconds = 0.0     # the last merge, after the workers are done (the rest of merge_seconds:
+    #                         the folds while counting, overlapped with the workers' counting)
     fold_cpu = 0.0          # CPU seconds of the folds while counting (this thread's, beside the workers)
     workers = num_workers if any(not sh.lazy for sh in shards) else min(num_workers, len(shards))
 
@@ -687,7 +689,8 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
             # the workers are done: the last merge runs on two threads when there are two
             table = WordTable.from_arrays(merge_counts(runs, threads=min(max(workers, 1), 2))) if runs \
                 else WordTable.empty()
-        merge_seconds += time.perf_counter() - tm
+        final_seconds = time.perf_counter() - tm
+        merge_seconds += final_seconds
     finally:
         spill.cleanup()
         # the tables just merged go, and their pages with them (the counting threads' heaps too: their
@@ -709,6 +712,9 @@ def count_corpus(inputs: Union[str, Sequence[Source]], specials: Sequence[bytes]
         report["seconds"]["merge_counts"] = round(merge_seconds, 3)
         # the CPU seconds of the folds done while counting (in the "pretokenize" phase's CPU)
         report["fold_cpu_seconds"] = round(fold_cpu, 3)
+        # of seconds["merge_counts"]: the last merge, after the workers are done (the rest is the
+        # folds while the workers count: on two busy cores, wall time of this thread, not time added)
+        report["final_merge_seconds"] = round(final_seconds, 3)
         report["special_token_occurrences"] = totals["specials"]
         report["bytes_scanned"] = totals["bytes"]
         report["corpus_bytes"] = corpus_size

@@ -119,24 +119,30 @@ ENGINE_WORD_BYTES = 12
 #: pairs at the end of the merge loop: PAIRS_PER_SQRT_SYMBOL * sqrt(symbols) * (vocab / 32k) ** e, e = 0.5
 #: below 32k and PAIRS_VOCAB_EXPONENT above (570 k at 4.2 M symbols, 1.51 M at 15.9 M, 5.72 M at 195 M
 #: at 32k; 17.34 M at 195 M and 200k, where 0.5 gave 15.7 M and the merge loop held 1.08x the
-#: budget it named), each with ENGINE_PAIR_BYTES of pair arrays and heap entries, plus the pair
-#: map (:func:`pair_map_peak`).
+#: budget it named), each with ENGINE_PAIR_BYTES of pair arrays, plus the pair map
+#: (:func:`pair_map_slots`) and the heap (:data:`ENGINE_HEAP_ENTRIES`).
 PAIRS_PER_SQRT_SYMBOL = 450
 #: how the pairs grow with the vocabulary above 32k (5.72 M -> 17.34 M from 32k to 200k at 195 M
 #: symbols is 6.25 ** 0.605; 0.65 leaves a margin: 20.7 M planned)
 PAIRS_VOCAB_EXPONENT = 0.65
-#: per pair: key, count, list, marks (34 B, written as pairs come: ``MergeEngine.reserve_pairs``
-#: reserves their room once) and the heap's entries (12 B, about one per pair), measured on the 15 GB
-#: synthetic corpus: 392 MiB of arrays and 183 MiB of 16 B heap entries for 12.1 M pairs at 100k
-#: (49.8 B a pair; 45.8 with the packed entries); 52 B with a margin. (60 B before, when the arrays
-#: and the heap were copied to blocks a quarter larger as they grew, the old and the new together.)
-ENGINE_PAIR_BYTES = 52
-#: The pair map (``_engine_pairmap.pxi``): 12 B slots in 64 segments of at least 16 each, sized once
+#: per pair: the record (key and count, 16 B), its list (offset, length, class: 13 B) and a mark
+#: (1 B): 30 B, written as pairs come (``MergeEngine.reserve_pairs`` reserves their room once); 32 B
+#: with a margin. (52 B before, with a step mark of 4 B and a heap entry of 12 B for every pair: a
+#: build from bytes starts the heap's floor at 1, and the floor never rose; 60 B when the arrays and
+#: the heap were copied to blocks a quarter larger as they grew, the old and the new together.)
+ENGINE_PAIR_BYTES = 32
+#: The heap holds the pairs near the top only: its floor goes up once it holds 1 M entries
+#: (``MergeEngine._raise_floor``), and again at twice what it kept; 2 M entries of 12 B (24 MiB) at
+#: most, with a margin (the 15 GB synthetic corpus at 200k: 196 MiB of entries before, one a pair).
+ENGINE_HEAP_ENTRIES = 2 << 20
+HEAP_ENTRY_BYTES = 12
+#: The pair map (``_engine_pairmap.pxi``): 8 B slots (pair id and a tag of its key; the key is in the
+#: pair's record) in 64 segments of at least 16 each, sized once
 #: for the pairs the plan expects (``MergeEngine.reserve_pairs``: each segment for its share at 7/10
 #: load, plus 4 standard deviations); a segment that fills up grows by half on its own, so the map is
 #: never held twice (the single power-of-two table it replaced held its old and new slots together
 #: when it doubled: 192 MiB more at 100k on the 15 GB corpus).
-PAIR_SLOT_BYTES = 12
+PAIR_SLOT_BYTES = 8
 PAIR_MAP_MIN_SLOTS = 1024
 PAIR_MAP_SEGMENTS = 64
 #: The margin :func:`pairs_estimate` carries over the pairs measured (6.29 M planned for 5.72 M at
@@ -574,7 +580,7 @@ def engine_memory(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols:
 
     >>> m = engine_memory(18_807_369, 32000, 195_319_199, mapped=True)
     >>> m["anon"] >> 20, m["file"] >> 20
-    (1928, 960)
+    (1798, 960)
     """
     if n_words <= 0:
         return {"anon": 0, "file": 0}
@@ -620,23 +626,24 @@ def pair_map_slots(n_pairs: int) -> int:
 
 
 def pair_tables_peak(n_pairs: int) -> int:
-    """Peak bytes of the engine's per-pair tables (pair arrays, heap, pair map) on the way to
+    """Peak bytes of the engine's per-pair tables (pair arrays, pair map, heap) on the way to
     ``n_pairs`` pairs (:func:`pairs_estimate`, with its margin): the engine makes room for that many
     before the merge loop (``MergeEngine.reserve_pairs``), so no table is copied to a larger one and
     the end is the peak: every pair's entries, the map as sized. 100k on the 15 GB synthetic corpus:
     12.1 M pairs; the power-of-two map before held 384 MiB, and 576 at the moment it doubled.
 
     >>> pair_tables_peak(6_289_000) >> 20, pair_tables_peak(13_195_000) >> 20   # 15 GB, 32k / 100k
-    (416, 871)
+    (285, 571)
     """
-    return int(n_pairs * ENGINE_PAIR_BYTES) + pair_map_slots(n_pairs) * PAIR_SLOT_BYTES
+    heap = min(max(0, n_pairs), ENGINE_HEAP_ENTRIES) * HEAP_ENTRY_BYTES
+    return int(n_pairs * ENGINE_PAIR_BYTES) + pair_map_slots(n_pairs) * PAIR_SLOT_BYTES + heap
 
 
 def engine_bytes(n_words: int, vocab_size: int = DEFAULT_VOCAB_SIZE, n_symbols: Optional[int] = None) -> int:
     """Estimated RAM of the merge engine for ``n_words`` unique pretokens (all arrays in RAM).
 
     >>> engine_bytes(1_000_000, 32000) >> 20
-    267
+    248
     """
     return engine_memory(n_words, vocab_size, n_symbols)["anon"]
 
@@ -805,13 +812,13 @@ def plan_training(input_bytes: int, memory_limit: Optional[int] = None, cpu_coun
     >>> est = plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                     parent_overhead=50 << 20)    # before counting: counting fits
     >>> est.merge_fits, est.merge_bytes >> 20
-    (False, 1155)
+    (False, 1067)
     >>> try:                                            # after counting, with the real count
     ...     plan_training(15 << 30, 1 << 30, 2, 8 << 30, per_worker_overhead=50 << 20,
     ...                   parent_overhead=50 << 20, unique_pretokens=25_000_000)
     ... except BudgetError as e:
     ...     print(e.min_budget >> 20)
-    2677
+    2517
     """
     if input_bytes < 0:
         raise ValueError("input_bytes must be >= 0")

@@ -16,11 +16,15 @@ def _key(k, salt):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["put", "put", "remove", "get", "reserve"]), st.integers(0, 5000)),
-                max_size=2000), st.integers(0, 2 ** 32))
-def test_pair_map_equals_a_dict_with_room_made_at_any_moment(ops, salt):
+                max_size=2000), st.integers(0, 2 ** 32), st.booleans())
+def test_pair_map_equals_a_dict_with_room_made_at_any_moment(ops, salt, same_tags):
     """Segments grow by half on their own (a few keys each: many growths) or all at once
-    (``reserve``, with keys already in them); every key stays reachable."""
+    (``reserve``, with keys already in them); every key stays reachable. With ``same_tags`` every
+    slot's tag matches every key (the slots keep ids, the keys are the pairs' own): the keys tell
+    them apart."""
     m, d = _PairMap(16), {}
+    if same_tags:
+        m.py_same_tags()
     for op, k in ops:
         key = _key(k, salt)
         if op == "put" and key not in d:
@@ -44,7 +48,7 @@ def test_room_made_once_holds_its_keys_without_growing():
         m = _PairMap(16)
         m.py_reserve(n)
         before = m.py_nbytes()
-        assert before == pair_map_slots(n) * PAIR_SLOT_BYTES
+        assert before == pair_map_slots(n) * PAIR_SLOT_BYTES and PAIR_SLOT_BYTES == 8
         for k in range(n):
             m.py_put(_key(k, 12345), k)
         assert m.py_nbytes() == before and m.py_len() == n

@@ -12,11 +12,14 @@ from bpe_core.engine.merge import MergeEngine
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["put", "remove", "get"]), st.integers(0, 3000)), max_size=3000),
-       st.integers(0, 2 ** 32))
-def test_pair_map_remove_equals_a_dict(ops, salt):
+       st.integers(0, 2 ** 32), st.booleans())
+def test_pair_map_remove_equals_a_dict(ops, salt, same_tags):
     """Puts, removes and gets against a dict; keys of a few thousand values spread over 1024..4096
-    slots, so runs are long, wrap around the end, and removals shift keys back."""
+    slots, so runs are long, wrap around the end, and removals shift keys back (``same_tags``: every
+    tag matches, the keys themselves tell the slots apart)."""
     m, d = _PairMap(16), {}
+    if same_tags:
+        m.py_same_tags()
     for op, k in ops:
         key = (k * 0x9E3779B1 + salt) & 0xFFFFFFFFFFFF
         if op == "put" and key not in d:

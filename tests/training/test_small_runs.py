@@ -138,7 +138,7 @@ def test_small_runs_are_the_same_as_runs_with_workers_and_small_chunks(tmp_path)
 #: report entries that are measurements of this run (seconds, memory, the plan made from them)
 #: (hf_files: the check of tokenizer.json, its cost and the text it ran on -- the API's save checks
 #: on the built-in text, the command on the training input)
-MEASURED = {"seconds", "cpu_seconds", "fold_cpu_seconds", "memory", "peak_rss_bytes", "plan", "merge_plan", "hf_files"}
+MEASURED = {"seconds", "cpu_seconds", "fold_cpu_seconds", "final_merge_seconds", "memory", "peak_rss_bytes", "plan", "merge_plan", "hf_files"}
 
 
 def _folder(config: TrainConfig, folder, plain: bool, monkeypatch) -> dict:
