@@ -40,7 +40,7 @@ cdef inline void _flush_region(vector[uint32_t]& rdata, vector[int64_t]& rbounds
 def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
                       const uint8_t[::1] flags, uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False,
                       const int32_t[:, ::1] word_classes=None, const uint32_t[::1] seg_symbols=None,
-                      const int64_t[::1] seg_offsets=None, int64_t[::1] span_ends=None):
+                      const int64_t[::1] seg_offsets=None, int64_t[::1] span_ends=None, bint buffered=False):
     """Scan the text spans of a chunk with a native pattern and list its units: every unit in text
     order (not deduplicated), as
     ``(ids uint32, bounds int64, n_seen, n_kept, n_missing)`` (unit ``k`` is ``ids[bounds[k]:bounds[k+1]]``;
@@ -86,6 +86,12 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     >>> ids.tolist(), ends.tolist()
     ([0, 1, 0, 1], [2, 4])
 
+    Every word goes straight to the output as it comes (the units of a region marked when it ends;
+    with a sample, the units it leaves out are taken off again: at once, or with regions when the
+    region ends, by the hash of their word ids and mark). ``buffered=True`` takes the older path
+    instead: each unit and region gathered in buffers of word ids, then written out (the twin the
+    tests compare the direct path with; the same lists).
+
     Plain equivalent: ``superbpe._units_of`` with the Python scanner (``pretoken_ends``), and
     ``reference.superbpe_units`` on word ids; with ``word_classes``,
     ``reference.superbpe_units(with_regions=True)`` and ``looks_encoded`` per region; with
@@ -119,9 +125,16 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     cdef vector[uint32_t] out_ids
     cdef vector[int64_t] out_bounds
     cdef int64_t n_seen = 0, n_kept = 0
-    cdef bint direct = keep_below == 0xFFFFFFFFFFFFFFFFu
+    cdef bint direct = not buffered
     cdef UnitState st                   # (direct) the open unit and region
+    cdef vector[uint64_t] region_hashes
+    cdef vector[int64_t] region_words
     memset(&st, 0, sizeof(UnitState))
+    st.keep_below = keep_below
+    st.sampled = keep_below != 0xFFFFFFFFFFFFFFFFu
+    if st.sampled and regions:      # (direct) the sample of a region's units waits for its end
+        st.rh = &region_hashes
+        st.rn = &region_words
     cdef uint32_t one
     cdef uint8_t f, prev
     cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
@@ -166,7 +179,7 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                     continue
                 f = flags[w]
                 if direct:
-                    # no sample: every word goes straight to the output (_unit_word)
+                    # every word goes straight to the output (_unit_word; a sample takes units off again)
                     _unit_word(&st, out_ids, out_bounds, <uint32_t>w, f, cut_spaces,
                                &word_classes[w, 0] if regions else NULL, seg_sym, seg_off)
                     continue

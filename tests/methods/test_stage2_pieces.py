@@ -1,6 +1,7 @@
 """SuperBPE stage 2 on pieces (``superbpe.stage2_merges``): the same merges, tokens and final token
 count as one engine run on the whole units, for any first cut (restarts included)."""
 import functools
+import random
 from collections import Counter
 
 import numpy as np
@@ -224,11 +225,11 @@ def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction, regions
                                                          cut_spaces, classes)
     listed = Counter(tuple(ids[bounds[i]:bounds[i + 1]]) for i in range(bounds.size - 1))
     assert listed == counted and (seen, kept, missing) == (n_seen, n_kept, 0)
-    if fraction >= 1:       # the buffered path, with a sample that keeps all (no unit hashes to 2**64 - 2)
-        b_ids, b_bounds, b_seen, b_kept, _ = chunk_unit_stream(text, spans, PATTERN_IDS["gpt2"], index, flags,
-                                                               0xFFFFFFFFFFFFFFFE, cut_spaces, classes)
-        assert b_ids.tolist() == ids.tolist() and b_bounds.tolist() == bounds.tolist()
-        assert (b_seen, b_kept) == (seen, kept)
+    # the buffered path (the twin): the same list, with or without a sample
+    b_ids, b_bounds, b_seen, b_kept, _ = chunk_unit_stream(text, spans, PATTERN_IDS["gpt2"], index, flags, keep,
+                                                           cut_spaces, classes, buffered=True)
+    assert b_ids.tolist() == ids.tolist() and b_bounds.tolist() == bounds.tolist()
+    assert (b_seen, b_kept) == (seen, kept)
     if fraction >= 1 and not regions:   # every pretoken, in text order, with its row of the table
         row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
         assert ids.tolist() == [row[p] for ps in pieces for p in ps]
@@ -378,6 +379,36 @@ def _as_dict(pieces):
         ow, oc = out.get(piece, (0, 0))
         out[piece] = (ow + w[i], oc + c[i])
     return out
+
+
+@settings(max_examples=80)
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
+                                 b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4", b"M;5%&4!", b" 0123456789abcdef",
+                                 b" supercalifragilistic", b"\xc3\xa9t"]),
+                max_size=60).map(b"".join), st.booleans(), st.integers(0, 2 ** 64 - 1), st.booleans(),
+       st.booleans(), st.randoms(use_true_random=False))
+@example(b"*!A9&4@&3!4" * 5 + b" 12\n\n the cat 0123" + b"M;5%&4!" * 8 + b"\n  x" + b"*!A9&4@&3!4" * 4, True,
+         2 ** 63, True, True, random.Random(0))
+def test_sampled_unit_stream_equals_the_buffered_path(text, cut_spaces, keep, regions, with_seg, rnd):
+    """With any sample (``keep_below`` from 0, none kept, to 2**64 - 1, all kept) the direct path of
+    ``chunk_unit_stream`` (every word written as it comes, the units the sample leaves out taken off
+    again: at once, or with regions when the region ends, hashed with their mark) lists exactly what
+    the buffered path lists: ids or stage-1 tokens, bounds, units seen and kept."""
+    from bpe_core.engine.units import WordIndex, chunk_unit_stream
+    from bpe_core.methods.superbpe import word_classes, word_flags
+    from bpe_core.pretok.pretokenize import PATTERN_IDS
+
+    spans, _, table = _spans_and_table(text)
+    index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
+    classes = word_classes(table) if regions else None
+    seg = [[rnd.randrange(0, 5000) for _ in range(rnd.randrange(0, 4))] for _ in range(table.n_words)]
+    seg_args = ((np.array([t for s in seg for t in s], dtype=np.uint32),
+                 np.concatenate(([0], np.cumsum([len(s) for s in seg]))).astype(np.int64)) if with_seg else ())
+    args = (text, spans, PATTERN_IDS["gpt2"], index, flags, keep, cut_spaces, classes) + seg_args
+    direct = chunk_unit_stream(*args)
+    buffered = chunk_unit_stream(*args, buffered=True)
+    assert direct[0].tolist() == buffered[0].tolist() and direct[1].tolist() == buffered[1].tolist()
+    assert direct[2:] == buffered[2:]
 
 
 @settings(max_examples=60)
