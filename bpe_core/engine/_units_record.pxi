@@ -524,33 +524,43 @@ def units_in_encoded_regions(const uint32_t[::1] ids, const int64_t[::1] bounds,
     for i in range(n):
         if ids[i] >= n_words:
             raise ValueError(f"a word id is not below the {n_words} words")
-    starts = np.zeros(n, dtype=np.uint8)
-    inside = np.zeros(n, dtype=np.uint8)
-    cdef uint8_t[::1] sv = starts
-    cdef uint8_t[::1] ev = inside
+    # per position: where a region starts (bit 1) and, once its region is known, whether it lies in
+    # one that looks encoded (bit 2); and its word's byte count (so the units' pass reads no word
+    # row again: one random read of a word's classes per position, asked for 16 positions ahead)
+    marks = np.zeros(n, dtype=np.uint8)
+    n_bytes = np.empty(n, dtype=np.int32)
+    cdef uint8_t[::1] mv = marks
+    cdef int32_t[::1] bv = n_bytes
+    cdef uint8_t f, prev_f = 0
     if n > 0:
-        sv[0] = 1
+        mv[0] = 1
     if doc_starts is not None:
         for k in range(doc_starts.shape[0]):
             d = doc_starts[k]
             if 0 <= d < n:
-                sv[d] = 1
+                mv[d] = 1
     out = np.zeros(n_units, dtype=bool)
     cdef uint8_t[::1] ov = out.view(np.uint8)
     with nogil:
-        for i in range(1, n):
-            if (flags[ids[i - 1]] & 4) and (flags[ids[i]] & 2):
-                sv[i] = 1
         r0 = 0
         for i in range(n + 1):
-            if i == n or (sv[i] and i > r0):
+            if i < n:
+                if i + 16 < n:
+                    __builtin_prefetch(&word_classes[ids[i + 16], 0])
+                f = flags[ids[i]]
+                if i > 0 and (prev_f & 4) and (f & 2):
+                    mv[i] = 1
+                prev_f = f
+            if i == n or (mv[i] & 1 and i > r0):
                 if _looks_encoded(s_n, s_ws, s_punct, s_alnum, s_digit):
-                    memset(&ev[r0], 1, i - r0)
+                    for k in range(r0, i):
+                        mv[k] |= 2
                 s_n = s_ws = s_punct = s_alnum = s_digit = 0
                 r0 = i
                 if i == n:
                     break
             c = &word_classes[ids[i], 0]
+            bv[i] = c[0]
             s_n += c[0]
             s_ws += c[1]
             s_punct += c[2]
@@ -564,9 +574,9 @@ def units_in_encoded_regions(const uint32_t[::1] ids, const int64_t[::1] bounds,
             nb = 0
             eb = 0
             for i in range(a, b):
-                d = word_classes[ids[i], 0]
+                d = bv[i]
                 nb += d
-                if ev[i]:
+                if mv[i] & 2:
                     eb += d
             ov[k] = 2 * eb > nb
     return out

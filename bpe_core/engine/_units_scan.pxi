@@ -145,6 +145,8 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     cdef uint64_t bw0[BATCH]
     cdef uint64_t bw1[BATCH]
     cdef uint64_t bslot[BATCH]
+    cdef int64_t bword[BATCH]           # (direct) the batch's word ids, looked up before any is written
+    cdef Py_ssize_t j
     cdef const uint8_t* limit = base + buf.shape[0]
     # a token or a word id per byte at most (marks aside): address space only, pages are touched as
     # written, and the list never moves while it grows
@@ -172,7 +174,26 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                         i = e
                     if nb == 0:
                         break
-                w = index._probe(base + bstart[q], bend[q] - bstart[q], bw0[q], bw1[q], bslot[q])
+                    if direct:
+                        # the whole batch looked up at once (its slots were asked for above), and each
+                        # word's flags, classes and stage-1 tokens asked for in turn (hints only: a
+                        # word's data is a miss in a large table; the words are written in order after)
+                        for j in range(nb):
+                            w = index._probe(base + bstart[j], bend[j] - bstart[j], bw0[j], bw1[j], bslot[j])
+                            bword[j] = w
+                            if w >= 0:
+                                __builtin_prefetch(&flags[w])
+                                if regions:
+                                    __builtin_prefetch(&word_classes[w, 0])
+                                if seg_off != NULL:
+                                    __builtin_prefetch(&seg_off[w])
+                if direct:
+                    w = bword[q]
+                    # the stage-1 tokens of a word a few ahead (its offset was asked for with the batch)
+                    if seg_off != NULL and q + 4 < nb and bword[q + 4] >= 0:
+                        __builtin_prefetch(&seg_sym[seg_off[bword[q + 4]]])
+                else:
+                    w = index._probe(base + bstart[q], bend[q] - bstart[q], bw0[q], bw1[q], bslot[q])
                 q += 1
                 if w < 0:
                     n_missing += 1
