@@ -292,6 +292,29 @@ def test_pieces_on_two_threads_equal_one():
     assert one[0].size == two[0].size and two[1][-1] == two[0].size
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_cut_that_consumes_its_parts_lists_the_same_pieces(threads):
+    """``cut_pieces_parts(consume=True)`` (stage 2 lets its units go while they are cut) empties the
+    list of parts once it has read them, drops the sequences' last references (their memory is
+    freed before the tables are joined) and lists exactly what ``cut_pieces`` lists."""
+    import gc
+    import weakref
+    from bpe_core.engine.units import cut_pieces_parts, unit_halves
+
+    rng, symbols, offsets, weights = random_units(17, 30, 1_300_000, 499, 3)
+    counts = weights + rng.integers(0, 2, offsets.size - 1)
+    keep = np.packbits(rng.integers(0, 2, 1 << 12).astype(bool), bitorder="little")
+    want = cut_pieces(symbols, offsets, None, weights, counts, 1, threads=threads, keep=keep)
+    parts = unit_halves(threads, symbols, offsets, weights, counts)
+    assert len(parts) == threads
+    alive = weakref.ref(symbols)
+    del symbols
+    got = cut_pieces_parts(parts, 1, keep=keep, consume=True)
+    gc.collect()
+    assert parts == [] and alive() is None
+    assert [a.tolist() for a in got[:4]] == [a.tolist() for a in want[:4]] and got[4] == want[4]
+
+
 def _plain_pieces(symbols, offsets, levels, weights, counts, cut):
     """Plain Python: the weighted pieces between the cuts (``Counter``s) and the single count."""
     want_w, want_c, single = Counter(), Counter(), 0
@@ -832,8 +855,9 @@ def test_stage2_refuses_a_sketch_or_pieces_that_lose_windows_or_tokens(monkeypat
     with pytest.raises(InternalError, match="sketch holds"):
         stage2_merges(*args)
     monkeypatch.setattr(superbpe.stage2, "pair_sketch", sketch)
-    cut = superbpe.stage2.cut_pieces
-    monkeypatch.setattr(superbpe.stage2, "cut_pieces", lambda *a, **k: cut(*a, **k)[:4] + (cut(*a, **k)[4] - 1,))
+    cut = superbpe.stage2.cut_pieces_parts
+    monkeypatch.setattr(superbpe.stage2, "cut_pieces_parts",
+                        lambda *a, **k: cut(*a, **k)[:4] + (cut(*a, **k)[4] - 1,))
     with pytest.raises(InternalError, match="pieces at cut"):
         stage2_merges(*args)
 
