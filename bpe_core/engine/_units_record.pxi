@@ -73,7 +73,7 @@ cdef struct UnitState:
     int64_t n_seen, n_kept
     vector[uint8_t]* enc    # NULL: the units of an encoded region get ENCODED_MARK; else 1 here per unit
     vector[uint16_t]* out16 # not NULL: the units go here as uint16 (``id_unit_stream(narrow=True)``)
-    # a sample (``chunk_unit_stream(keep_below=)``; never with ``out16``): a unit stays when the content
+    # a sample (``chunk_unit_stream(keep_below=)``): a unit stays when the content
     # hash of its word ids (``_hash_ids``, with ENCODED_MARK after them in an encoded region) is below
     # ``keep_below``. ``uh``: the open unit's hash state, word by word. With regions the decision waits
     # for the region's end (the mark is known then): ``rh``/``rn`` hold each listed unit's state and
@@ -88,6 +88,22 @@ cdef struct UnitState:
 cdef inline size_t _out_size(UnitState* st, vector[uint32_t]& ids) noexcept nogil:
     """How many ids the output holds (``st.out16`` when narrow, else ``ids``)."""
     return st.out16.size() if st.out16 != NULL else ids.size()
+
+
+cdef inline void _out_resize(UnitState* st, vector[uint32_t]& ids, size_t n) noexcept nogil:
+    """Cut the output back to ``n`` ids (``st.out16`` when narrow, else ``ids``)."""
+    if st.out16 != NULL:
+        st.out16.resize(n)
+    else:
+        ids.resize(n)
+
+
+cdef inline void _out_move(UnitState* st, vector[uint32_t]& ids, size_t dst, size_t src, size_t n) noexcept nogil:
+    """Move ``n`` ids of the output from ``src`` to ``dst`` (memmove: the ranges may overlap)."""
+    if st.out16 != NULL:
+        memmove(st.out16.data() + dst, st.out16.data() + src, n * sizeof(uint16_t))
+    else:
+        memmove(ids.data() + dst, ids.data() + src, n * sizeof(uint32_t))
 
 
 cdef inline void _out_push(UnitState* st, vector[uint32_t]& ids, uint32_t x) noexcept nogil:
@@ -393,14 +409,14 @@ cdef inline void _close_unit(UnitState* st, vector[uint32_t]& ids, vector[int64_
             bounds.push_back(_out_size(st, ids))
             st.n_kept += 1
         elif st.rh != NULL:
-            bounds.push_back(ids.size())
+            bounds.push_back(_out_size(st, ids))
             st.rh.push_back(st.uh)
             st.rn.push_back(st.uw)
         elif _mix(st.uh ^ <uint64_t>st.uw) < st.keep_below:
-            bounds.push_back(ids.size())
+            bounds.push_back(_out_size(st, ids))
             st.n_kept += 1
         else:
-            ids.resize(bounds.back())
+            _out_resize(st, ids, bounds.back())
         st.uw = 0
 
 
@@ -431,14 +447,14 @@ cdef void _end_region(UnitState* st, vector[uint32_t]& ids, vector[int64_t]& bou
                 n += 1
             if _mix(h ^ <uint64_t>n) < st.keep_below:
                 if pos != a:
-                    memmove(ids.data() + pos, ids.data() + a, (b - a) * sizeof(uint32_t))
+                    _out_move(st, ids, pos, a, b - a)
                 pos += b - a
                 out_u += 1
                 bounds[out_u] = pos
                 st.n_kept += 1
             a = b
         bounds.resize(out_u + 1)
-        ids.resize(pos)
+        _out_resize(st, ids, pos)
         st.rh.clear()
         st.rn.clear()
     if encoded:

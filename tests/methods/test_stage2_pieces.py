@@ -432,6 +432,13 @@ def test_sampled_unit_stream_equals_the_buffered_path(text, cut_spaces, keep, re
     buffered = chunk_unit_stream(*args, buffered=True)
     assert direct[0].tolist() == buffered[0].tolist() and direct[1].tolist() == buffered[1].tolist()
     assert direct[2:] == buffered[2:]
+    if with_seg:
+        # uint16 stage-1 tokens with the encoded units flagged: the units with marks, marks taken off
+        from bpe_core.engine.units import strip_marks
+        d16, b16, seen, kept, missing, enc = chunk_unit_stream(*args, narrow=True)
+        data, starts, want_enc = strip_marks(direct[0].copy(), direct[1].copy())
+        assert d16.dtype == np.uint16 and d16.tolist() == data.tolist() and b16.tolist() == starts.tolist()
+        assert enc.tolist() == want_enc.tolist() and (seen, kept, missing) == direct[2:]
 
 
 @settings(max_examples=60)
@@ -882,3 +889,42 @@ def test_a_piece_table_turned_into_arrays_takes_no_more():
         a.absorb(_PieceTable(64))
     with pytest.raises(ValueError, match="turned into arrays"):
         a.to_arrays()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
+                                 b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4", b"M;5%&4!", b" 0123456789abcdef"]),
+                min_size=1, max_size=300).map(b"".join), st.sampled_from([1.0, 0.6]), st.booleans(),
+       st.randoms(use_true_random=False))
+def test_narrow_scanned_units_equal_the_marked_ones(tmp_path_factory, text, fraction, regions, rnd):
+    """``count_units`` with a segmentation that fits 16 bits lists uint16 stage-1 tokens with the encoded
+    units flagged; ``stage2_table`` of them equals ``stage2_table`` of the units with marks (uint32,
+    ``narrow=False``): the same tokens, offsets, counts, encoded flags and figures, with a sample or not,
+    on one worker or two with small chunks."""
+    from bpe_core.methods.superbpe import word_classes, word_flags
+    from bpe_core.methods.superbpe.units import count_units, stage2_table
+    from bpe_core.pretok.counting import count_corpus
+    from bpe_core.pretok.patterns import resolve_pattern
+
+    path = tmp_path_factory.mktemp("narrow") / "corpus.txt"
+    path.write_bytes(text * 40)
+    specials, pattern = [b"<|endoftext|>"], resolve_pattern("gpt2")
+    table = count_corpus(str(path), specials, pattern, 1, 1 << 20)
+    seg = [[rnd.randrange(0, 60000) for _ in range(rnd.randrange(0, 4))] for _ in range(table.n_words)]
+    seg_symbols = np.array([t for s in seg for t in s], dtype=np.uint32)
+    seg_offsets = np.concatenate(([0], np.cumsum([len(s) for s in seg]))).astype(np.int64)
+    flags = word_flags(table)
+    classes = word_classes(table) if regions else None
+    numeric, lengths = np.zeros(table.n_words, bool), np.ones(max(int(seg_symbols.max(initial=0)) + 1, 1), np.int64)
+    got = {}
+    for narrow in (False, None):
+        for workers, chunk in ((1, 1 << 20), (2, 4096)):
+            units, info = count_units(str(path), table, specials, pattern, workers, chunk, fraction, cut_spaces=True,
+                                      flags=flags, classes=classes, seg=(seg_symbols, seg_offsets), narrow=narrow)
+            assert len(units) == (4 if narrow is None else 3)
+            if narrow is None:
+                assert units[0].dtype == np.uint16
+            syms, offs, cnts, enc = stage2_table(units, table, seg_symbols, seg_offsets, numeric, lengths,
+                                                 cut_numbers=False, expanded=True)
+            got[narrow, workers] = (syms.tolist(), offs.tolist(), cnts.tolist(), enc.tolist(), info)
+    assert got[None, 1] == got[False, 1] and got[None, 2] == got[False, 2]
