@@ -487,7 +487,7 @@ def cut_pieces(const sym_t[::1] symbols, const int64_t[::1] offsets, const uint3
     cdef int64_t n_sym = symbols.shape[0]
     if keep is None and (levels is None or levels.shape[0] != n_sym):
         raise ValueError("cut_pieces: one level per symbol, or a keep bitmap, is needed")
-    parts = _halves(threads, symbols, offsets, weights, counts)
+    parts = unit_halves(threads, symbols, offsets, weights, counts)
     return cut_pieces_parts(parts, min_level, keep=keep, levels=[levels] * len(parts) if keep is None else None,
                             guard=guard)
 
@@ -498,7 +498,7 @@ def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=Non
     counts)`` (each part's offsets are positions in its own symbols; ``levels``: one array per part,
     when there is no ``keep``; ``guard`` as there), one thread per part: the pieces of ``cut_pieces``
     on the parts joined, with the same weights and counts (tested). ``cut_pieces(threads=2)`` is
-    this on ``_halves(2, ...)`` of its sequences.
+    this on ``unit_halves(2, ...)`` of its sequences.
 
     ``consume``: the list ``parts`` is emptied once every sequence has been read, before the tables
     are joined into the arrays (their peak): when it held the last references to the sequences
