@@ -186,7 +186,8 @@ cdef class Stage2Table:
     cdef readonly bint all_cross        # too many crossable pairs to list: every pair is one
     cdef readonly Py_ssize_t n_cross
     cdef vector[uint32_t] lengths       # bytes of each token id (the "units" split's digit groups)
-    cdef vector[uint8_t] sides          # per id: the unit-cut flags it gives as a pretoken's last / first id (_id_sides)
+    cdef vector[uint8_t] sides          # per id: the unit-cut flags it gives as a pretoken's last / first id
+                                        # (_id_sides), then one 0xFF (an unknown id: read the bytes)
 
 
 # The scratch of one thread's stage-2 merging.
@@ -205,6 +206,7 @@ cdef class Stage2Scratch:
     cdef vector[uint8_t] pair_cross
     cdef vector[int64_t] pair_cand      # the pairs that pass the filter
     cdef vector[uint64_t] pair_key      # ... and their keys (pack_pair)
+    cdef vector[int64_t] todo           # the pretokens whose unit cut needs their bytes, or digit groups
 
 
 # Decoding (``TokenTable.decode``) and lists of ids: the bytes of every token back to back (token

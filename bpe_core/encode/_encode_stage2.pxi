@@ -296,56 +296,6 @@ cdef enum:
     PROBE_AHEAD = 8          # pairs whose slot is asked for ahead of its probe (_look_up_pairs)
 
 
-cdef void _look_up_pairs(const XView* v, Stage2Scratch sc, const token_id_t* out, Py_ssize_t lo,
-                         Py_ssize_t hi) noexcept nogil:
-    """``_cross`` of every pair ``out[k - 1], out[k]`` for ``lo <= k < hi`` (``lo >= 1``), into
-    ``sc.pair_cross[k - lo]`` (0 or 1), ``sc.pair_rank`` and ``sc.pair_res`` (rank NO_RANK: no
-    merge; the result is then not set), with few branches on the answer: a pass tests every pair
-    against the filter and lists those that pass (no branch), a second probes the slots of the
-    listed ones (each asked for ``PROBE_AHEAD`` pairs ahead). About 40% of pairs are crossable, in
-    no order a branch predictor can learn: one branch on that per pair costs more than the lookups."""
-    cdef Py_ssize_t k, t, m = 0
-    cdef uint64_t key, slot
-    cdef uint32_t r
-    cdef uint8_t* cross = sc.pair_cross.data()
-    cdef uint32_t* ranks = sc.pair_rank.data()
-    cdef token_id_t* results = sc.pair_res.data()
-    cdef int64_t* cand = sc.pair_cand.data()
-    cdef uint64_t* keys = sc.pair_key.data()
-    cdef token_id_t res = 0
-    if v.all_cross:
-        for k in range(lo, hi):
-            r = NO_RANK
-            cross[k - lo] = _cross(v, out[k - 1], out[k], &r, &res)
-            ranks[k - lo] = r
-            results[k - lo] = res
-        return
-    for k in range(lo, hi):
-        key = pack_pair(out[k - 1], out[k])
-        cross[k - lo] = 0
-        ranks[k - lo] = NO_RANK
-        cand[m] = k
-        keys[m] = key
-        m += _filter_hit(v, key)
-    for t in range(min(m, <Py_ssize_t>PROBE_AHEAD)):
-        prefetch(&v.slots[(keys[t] * MUL2) >> v.shift])
-    for t in range(m):
-        if t + PROBE_AHEAD < m:
-            prefetch(&v.slots[(keys[t + PROBE_AHEAD] * MUL2) >> v.shift])
-        k = cand[t]
-        key = keys[t]
-        slot = (key * MUL2) >> v.shift
-        while True:
-            if v.slots[slot].key == key:
-                cross[k - lo] = 1
-                ranks[k - lo] = v.slots[slot].rank
-                results[k - lo] = v.slots[slot].res
-                break
-            if v.slots[slot].key == EMPTY_KEY:
-                break
-            slot = (slot + 1) & v.mask
-
-
 cdef inline uint8_t _unit_joins(uint8_t fp, uint8_t fc, int split) noexcept nogil:
     """1 when a unit goes on between two pretokens with flags ``fp`` and ``fc``: neither holds a
     digit and (``SPLIT_HF``) they do not meet inside a run of whitespace."""
@@ -359,19 +309,160 @@ for _split in range(2):
     for _f in range(64):
         _UNIT_JOIN[_split][_f] = _unit_joins(<uint8_t>(_f >> 3), <uint8_t>(_f & 7), _split)
 
+cdef uint8_t _BND_CODE[2][256]
+# per split, per ((last id's sides & 15) << 4) | (first id's sides >> 4) of the two ids that meet
+# at a pretoken start: bit 0, the pair may join there (a unit goes on, or the ids cannot tell);
+# bit 1, the pretoken needs ``_resolve_cuts`` (the ids cannot tell: its bytes are read; or the
+# "units" split and a pretoken that starts with a digit: its digit groups)
+for _split in range(2):
+    for _f in range(256):
+        if (_f >> 4) & SIDE_L_UNSURE or _f & (SIDE_R_UNSURE >> 4):
+            _BND_CODE[_split][_f] = 3
+        else:
+            _BND_CODE[_split][_f] = (_UNIT_JOIN[_split][(((_f >> 4) & 7) << 3) | (_f & 7)]
+                                     | (2 if _split == SPLIT_UNITS and _f & PT_NUMERIC else 0))
+
+
+cdef void _look_up_pairs(const XView* v, Stage2Scratch sc, const token_id_t* out, Py_ssize_t lo,
+                         Py_ssize_t hi) noexcept nogil:
+    """Step 1 of ``_stage_span``: ``_cross`` of every pair ``out[k - 1], out[k]`` for
+    ``lo <= k < hi`` (``lo >= 1``), into ``sc.pair_cross[k - lo]`` (0 or 1), ``sc.pair_rank`` and
+    ``sc.pair_res`` (rank NO_RANK: no merge; the result is then not set), with few branches on the
+    answer: a pass tests every pair against the filter and lists those that pass (no branch), a
+    second probes the slots of the listed ones (each asked for ``PROBE_AHEAD`` pairs ahead). About
+    40% of pairs are crossable, in no order a branch predictor can learn: one branch on that per
+    pair costs more than the lookups."""
+    cdef Py_ssize_t k, t, m = 0
+    cdef uint64_t key, slot, h
+    cdef uint32_t r
+    cdef uint8_t* cross = sc.pair_cross.data()
+    cdef uint32_t* ranks = sc.pair_rank.data()
+    cdef token_id_t* results = sc.pair_res.data()
+    cdef int64_t* cand = sc.pair_cand.data()
+    cdef uint64_t* keys = sc.pair_key.data()
+    # the table's fields as locals: a store through a uint8_t* may alias anything, so the compiler
+    # would read them again from ``v`` after each one
+    cdef const uint64_t* filt = v.filter
+    cdef int fshift = v.fshift
+    cdef const CrossSlot* slots = v.slots
+    cdef int shift = v.shift
+    cdef uint64_t mask = v.mask
+    cdef token_id_t res = 0
+    if v.all_cross:
+        for k in range(lo, hi):
+            r = NO_RANK
+            cross[k - lo] = _cross(v, out[k - 1], out[k], &r, &res)
+            ranks[k - lo] = r
+            results[k - lo] = res
+        return
+    for k in range(lo, hi):
+        key = pack_pair(out[k - 1], out[k])
+        h = (key * MUL1) >> fshift
+        cross[k - lo] = 0
+        ranks[k - lo] = NO_RANK
+        cand[m] = k
+        keys[m] = key
+        m += (filt[h >> 6] >> (h & 63)) & 1
+    for t in range(min(m, <Py_ssize_t>PROBE_AHEAD)):
+        prefetch(&slots[(keys[t] * MUL2) >> shift])
+    for t in range(m):
+        if t + PROBE_AHEAD < m:
+            prefetch(&slots[(keys[t + PROBE_AHEAD] * MUL2) >> shift])
+        k = cand[t]
+        key = keys[t]
+        slot = (key * MUL2) >> shift
+        while True:
+            if slots[slot].key == key:
+                cross[k - lo] = 1
+                ranks[k - lo] = slots[slot].rank
+                results[k - lo] = slots[slot].res
+                break
+            if slots[slot].key == EMPTY_KEY:
+                break
+            slot = (slot + 1) & mask
+
+
+def _boundary_code(int split, uint8_t last_side, uint8_t first_side):
+    """``_BND_CODE`` for the ``Stage2Table.sides`` bytes of the two ids that meet at a pretoken
+    start (``split``: 0 "hf", 1 "units"): bit 0, the pair may join there; bit 1, its pretokens'
+    bytes are read or its digit groups found (``_resolve_cuts``). For tests.
+
+    >>> _boundary_code(0, 0x00, 0x00), _boundary_code(0, 0x01, 0x00), _boundary_code(0, 0x08, 0x00)
+    (1, 0, 3)
+    """
+    if split not in (SPLIT_HF, SPLIT_UNITS):
+        raise ValueError(f"unknown split {split}")
+    return _BND_CODE[split][((last_side & 15) << 4) | (first_side >> 4)]
+
+
+cdef Py_ssize_t _cut_units(const XView* v, Stage2Scratch sc, const token_id_t* out, Py_ssize_t lo,
+                           const int64_t* starts, Py_ssize_t j0, Py_ssize_t n, int split) noexcept nogil:
+    """Step 2 of ``_stage_span``, what the ids tell: at each pretoken start ``starts[j]``
+    (``j0 <= j < n``) the pair is a cut when a unit ends there (``sc.pair_cross[k - lo] &= 0``), read
+    from the two ids that meet there (``_BND_CODE`` of their ``Stage2Table.sides``), without a branch.
+    Returns how many pretokens it listed in ``sc.todo`` (their indices ``j``) for ``_resolve_cuts``:
+    those where the ids cannot tell (their bytes are read) or, with the "units" split, that may be
+    cut into digit groups."""
+    cdef Py_ssize_t j, k, nt = 0
+    cdef uint8_t c
+    cdef uint8_t* cross = sc.pair_cross.data()
+    cdef int64_t* todo = sc.todo.data()
+    cdef const uint8_t* sides = v.sides
+    cdef const uint8_t* codes = _BND_CODE[split]
+    cdef token_id_t last_side = <token_id_t>(v.n_sides - 1)     # the table's 0xFF pad: "unsure"
+    for j in range(j0, n):
+        k = starts[j]
+        c = codes[((sides[min(out[k - 1], last_side)] & 15) << 4) | (sides[min(out[k], last_side)] >> 4)]
+        cross[k - lo] &= c
+        todo[nt] = j
+        nt += c >> 1
+    return nt
+
+
+cdef int _resolve_cuts(const XView* v, Stage2Scratch sc, int split, const uint8_t* s, Py_ssize_t q,
+                       const int64_t* ends, const int64_t* starts, const token_id_t* out,
+                       Py_ssize_t lo, Py_ssize_t n_todo, uint8_t* fl) except -1 nogil:
+    """The rest of step 2 of ``_stage_span``, for the pretokens ``_cut_units`` listed: where
+    the ids that meet at a pretoken's start cannot tell whether a unit ends there, the flags of
+    both pretokens are read from their bytes (``fl``: those of the window's previous pretoken,
+    carried over for ``j == 0``); with SPLIT_UNITS, a numeric pretoken of several ids is cut into
+    digit groups (``_cut_digit_groups``)."""
+    cdef Py_ssize_t t, j, k
+    cdef uint8_t sa, sb, fc
+    cdef uint8_t* cross = sc.pair_cross.data()
+    cdef token_id_t last_side = <token_id_t>(v.n_sides - 1)
+    for t in range(n_todo):
+        j = sc.todo[t]
+        k = starts[j]
+        sa = v.sides[min(out[k - 1], last_side)]
+        sb = v.sides[min(out[k], last_side)]
+        if (sa & SIDE_L_UNSURE) | (sb & SIDE_R_UNSURE):
+            if j > 0:
+                fl[0] = _pretoken_flags(s, ends[j - 2] if j >= 2 else q, ends[j - 1])
+            fc = _pretoken_flags(s, ends[j - 1] if j >= 1 else q, ends[j])
+            cross[k - lo] &= _UNIT_JOIN[split][(fl[0] << 3) | fc]
+        else:
+            fc = (sb >> 4) & 7
+        if split == SPLIT_UNITS and fc & PT_NUMERIC and starts[j + 1] - k >= 2:
+            _cut_digit_groups(v, sc, s, ends[j - 1] if j >= 1 else q, ends[j], out, k, starts[j + 1], cross, lo)
+    return 0
+
 
 cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_id, int split,
                      const uint8_t* s, Py_ssize_t a, Py_ssize_t b, const uint8_t* limit) except -1 nogil:
     """Encode the text ``s[a:b]`` (no special token in it): stage 1 per pretoken, then stage 2.
 
-    Pretokens are scanned ``ENDS_CAP`` at a time and their stage-1 ids emitted (the ``Encoder`` and
-    its cache). Then, for the window, in passes with few branches on the data (``_look_up_pairs``):
+    Pretokens are scanned ``STAGE_WINDOW`` at a time and their stage-1 ids emitted (the
+    ``Encoder`` and its cache). Then, for the window, in passes with few branches on the data:
 
-    1. every pair of neighbouring ids is looked up (``Stage2Table``: crossable, first rank, result);
-    2. between two pretokens, a crossable pair is a cut when a unit ends there (the flags of both,
-       read from the two ids that meet there, ``Stage2Table.sides``, or from the pretokens' bytes
-       where an id cannot tell; ``split`` SPLIT_HF or SPLIT_UNITS) and, with SPLIT_UNITS, the
-       pairs of a numeric pretoken between two digit groups are cuts (``_digit_group_cuts``);
+    1. every pair of neighbouring ids is looked up (``Stage2Table``: crossable, first rank, result;
+       ``_look_up_pairs``);
+    2. between two pretokens, a crossable pair is a cut when a unit ends there: the flags of both,
+       read from the two ids that meet there (``Stage2Table.sides``, one table lookup a pretoken:
+       ``_cut_units``), or from the pretokens' bytes where an id cannot tell (a non-ASCII byte at
+       that end, a lone space first: ``_resolve_cuts``); ``split`` SPLIT_HF or SPLIT_UNITS, and with
+       SPLIT_UNITS the pairs of a numeric pretoken between two digit groups are cuts
+       (``_digit_group_cuts``);
     3. the cuts, 64 ids to a bit mask, are visited in order (count trailing zeros), and each segment
        between two cuts is merged and written back, compacted, in place: one id as it is, two ids
        as their pair's lookup says (without a branch), more by ``_merge_segment``.
@@ -381,16 +472,16 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
     """
     cdef int64_t* ends = enc.ends_buf
     cdef int64_t* starts
-    cdef Py_ssize_t p = a, q = a, n, j, k, k1, e, w, seg, lo = 0, hi, first, t, length, open_at = -1
-    cdef uint32_t* pr_rank
-    cdef token_id_t* pr_res
+    cdef Py_ssize_t p = a, q = a, n, w, seg, lo = 0, hi, first, length, open_at = -1, j0
+    cdef Py_ssize_t n_todo
     cdef uint8_t* pr_cross
     cdef token_id_t* out
-    cdef uint8_t fl = 0, fc, sa, sb, f
-    cdef token_id_t x, y
+    cdef uint8_t fl = 0
     cdef bint have_prev = False
     if <Py_ssize_t>sc.starts.size() < ENDS_CAP + 1:
         sc.starts.resize(ENDS_CAP + 1)
+    if <Py_ssize_t>sc.todo.size() < ENDS_CAP + 1:
+        sc.todo.resize(ENDS_CAP + 1)
     starts = sc.starts.data()
     w = seg = enc.out_n
     while p < b:
@@ -405,51 +496,31 @@ cdef int _stage_span(Encoder enc, const XView* v, Stage2Scratch sc, int pattern_
         if not have_prev:
             seg = first                     # no pair before the text's first id
             lo = first + 1
-        elif first - seg <= SHORT_SEG:
-            lo = seg + 1                    # the unfinished segment's pairs again (short: cheap)
+            j0 = 1
         else:
-            lo = first                      # a long one merges without its pairs' lookups
+            # the unfinished segment's pairs again when it is short (cheap; all of them joined),
+            # a long one merges without its pairs' lookups
+            lo = seg + 1 if first - seg <= SHORT_SEG else first
+            j0 = 0
         if <Py_ssize_t>sc.pair_rank.size() < hi - lo + 1:
             sc.pair_rank.resize(hi - lo + 1)
             sc.pair_res.resize(hi - lo + 1)
             sc.pair_cross.resize(hi - lo + 1)
             sc.pair_cand.resize(hi - lo + 1)
             sc.pair_key.resize(hi - lo + 1)
-        pr_rank = sc.pair_rank.data()
-        pr_res = sc.pair_res.data()
         pr_cross = sc.pair_cross.data()
-        # 1. the lookups
+        # 1, 2. the lookups and the unit cuts the ids tell
         if hi > lo:
             _look_up_pairs(v, sc, out, lo, hi)
-        # 2. where units end: at each pretoken's start, the flags of the two pretokens that meet
-        #    there, from the two ids that meet there (``_id_sides``), or from the pretokens' bytes
-        #    where an id cannot tell (a non-ASCII byte at its end, a lone space first); the
-        #    "units" split also cuts numeric pretokens of several ids into digit groups
-        j = 0
+        n_todo = _cut_units(v, sc, out, lo, starts, j0, n, split)
         if not have_prev:                   # the text's first pretoken: no pair before it
             have_prev = True
-            j = 1
             if (split == SPLIT_UNITS and starts[1] - starts[0] >= 2
                     and _pretoken_flags(s, q, ends[0]) & PT_NUMERIC):
                 _cut_digit_groups(v, sc, s, q, ends[0], out, starts[0], starts[1], pr_cross, lo)
-        while j < n:
-            k = starts[j]
-            x = out[k - 1]
-            y = out[k]
-            sa = v.sides[x] if <Py_ssize_t>x < v.n_sides else 0xFF
-            sb = v.sides[y] if <Py_ssize_t>y < v.n_sides else 0xFF
-            if ((sa & SIDE_L_UNSURE) | (sb & SIDE_R_UNSURE)) == 0:
-                fc = (sb >> 4) & 7
-                f = ((sa & 7) << 3) | fc
-            else:
-                if j > 0:
-                    fl = _pretoken_flags(s, ends[j - 2] if j >= 2 else q, ends[j - 1])
-                fc = _pretoken_flags(s, ends[j - 1] if j >= 1 else q, ends[j])
-                f = (fl << 3) | fc
-            pr_cross[k - lo] &= _UNIT_JOIN[split][f]
-            if split == SPLIT_UNITS and fc & PT_NUMERIC and starts[j + 1] - k >= 2:
-                _cut_digit_groups(v, sc, s, ends[j - 1] if j >= 1 else q, ends[j], out, k, starts[j + 1], pr_cross, lo)
-            j += 1
+        # 2. the cuts read from the bytes, the digit groups
+        if n_todo:
+            _resolve_cuts(v, sc, split, s, q, ends, starts, out, lo, n_todo, &fl)
         # the window's last pretoken, for the pair after it (read from its bytes when unsure)
         fl = _pretoken_flags(s, ends[n - 2] if n >= 2 else q, ends[n - 1])
         q = ends[n - 1]

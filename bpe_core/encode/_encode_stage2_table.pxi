@@ -258,8 +258,10 @@ cdef class Stage2Table:
         self.merger = merger
         if token_lengths is not None:
             self.lengths = np.ascontiguousarray(token_lengths, dtype=np.uint32)
-        if token_bytes is not None:
-            self.sides = _id_sides(token_bytes)
+        # one more entry than ids, 0xFF ("unsure": the bytes are read): the encoder reads
+        # ``sides[min(id, len - 1)]`` (an id without bytes, or no token_bytes at all)
+        sides = _id_sides(token_bytes) if token_bytes is not None else np.zeros(0, np.uint8)
+        self.sides = np.append(sides, np.uint8(SIDE_L_UNSURE | SIDE_R_UNSURE))
         rank_pairs = []
         for slot_i in range(<Py_ssize_t>merger.keys.size()):
             key = merger.keys[slot_i]

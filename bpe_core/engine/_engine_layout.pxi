@@ -32,7 +32,9 @@ cdef struct Near:
     pair_key_t key
     count_t delta       # the change of its count in this merge
     int64_t pid         # its pair id once the merge is done (-1: not kept)
-    bint added          # a window came to it in this merge
+    uint32_t n          # the windows that came to it in this share's sites (> 0: a window came)
+    uint32_t at         # (``_near_end``) the first share's: the second share's ``n`` of the pair, then, in
+                        # either share, where the share's next position goes in the pair's list
 
 
 cdef cppclass NearTable:
@@ -46,6 +48,13 @@ cdef cppclass NearTable:
     vector[uint64_t] sites
     vector[uint32_t] remap          # (the second share) its index -> the first share's index
     count_t removed
+    # (a share on two threads) the count changes of the other pairs, summed here and applied once
+    # each when the share ends (``_other_flush``): a table of OTHER_SLOTS pair ids stamped with
+    # ``gen``, at most half full (a pair that finds no place is lowered at once, atomically)
+    vector[uint32_t] opid
+    vector[count_t] odelta
+    vector[uint32_t] ostamp
+    vector[uint32_t] oused          # the slots in use, in the order they were taken
     # the sites it is given: base[b0:b1], then added[a0:a1]
     const uint32_t* base
     uint64_t b0
@@ -86,6 +95,9 @@ cdef extern from *:
     static inline void bpe_atomic_sub(int64_t* p, int64_t v) { __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }
     static inline uint32_t bpe_load_acquire(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
     static inline void bpe_store_release(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    static inline int bpe_claim(uint32_t* p, uint32_t expected, uint32_t desired) {
+        return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
     static inline void bpe_pause(void) {
     #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
@@ -95,6 +107,11 @@ cdef extern from *:
     }
     static inline void bpe_nap(void) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
     static inline void bpe_yield(void) { sched_yield(); }
+    static inline int64_t bpe_thread_ns(void) {      /* this thread's CPU time */
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    }
     typedef void* (*bpe_thread_fn)(void*);
     /* The engine's threads run C code that never allocates from the heap (the merge worker's
        buffers are reserved by the main thread: ``_share_reserve``) and never recurses deeply: a
@@ -115,9 +132,11 @@ cdef extern from *:
     void bpe_atomic_sub(int64_t* p, int64_t v) nogil
     uint32_t bpe_load_acquire(const uint32_t* p) nogil
     void bpe_store_release(uint32_t* p, uint32_t v) nogil
+    bint bpe_claim(uint32_t* p, uint32_t expected, uint32_t desired) nogil
     void bpe_pause() nogil
     void bpe_nap() nogil
     void bpe_yield() nogil
+    int64_t bpe_thread_ns() nogil
     int bpe_thread_start(pthread_t* t, bpe_thread_fn fn, void* arg) nogil
     int pthread_join(pthread_t t, void** ret) nogil
 
@@ -162,6 +181,14 @@ cdef enum:
     BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)
     BUILD_FEW_PAIRS = 1 << 16  # a build whose lists are mapped runs on two threads when its tokens make at
                             # most this many pairs (the bytes: the second half's pair table, ~3 MiB)
+    PAR_MIN_LIST_SITES = 2048  # a merge split over both threads writes its second share's list entries
+                            # on the second thread from this many (``_near_end``)
+    OTHER_SLOTS = 4096      # a share's table of the other pairs' count changes (``NearTable.opid``;
+                            # a power of two, at most half used: 48 KiB)
+    OTHER_PROBES = 8        # ... slots looked at before a pair is lowered at once instead
+    SPLIT_SAMPLE = 31       # the sites looked at to divide a merge between the threads (``_split_at``)
+    JOB_SHARE = 0           # the second thread's jobs: its share of a merge's sites (``_do_share``)
+    JOB_LISTS = 1           # ... its share's positions into their lists (``_write_sites``)
     SPIN_PAUSES = 2000      # a thread waiting for the other spins this long, then yields its core
     WORKER_PAUSES = 400     # the second thread, between merges, spins this long, yields its core
     WORKER_YIELDS = 16      # ... this many times, then naps (20 us at a time): a spin or a yield is

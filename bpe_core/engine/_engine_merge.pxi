@@ -110,14 +110,30 @@ cdef class MergeEngine:
     cdef NearTable share0                # each thread's share of the merge running (``_apply_merge``)
     cdef NearTable share1
     cdef int threads                     # 2: merges with many sites run on two threads
-    cdef uint32_t split                  # ... the first position of the second thread's words
     cdef pthread_t worker
     cdef bint worker_on
     cdef uint32_t job_posted             # the worker's protocol: a job is posted by raising this,
+    cdef uint32_t job_claimed            # taken by the thread that raises this to it first (``_par_wait``),
     cdef uint32_t job_done               # done when the worker sets this to it
+    cdef public int64_t n_jobs_taken_back  # the second thread's jobs this thread ran itself (it had not begun)
     cdef uint32_t worker_stop
     cdef pair_id_t job_pid
+    cdef int job_kind                    # JOB_SHARE: the second share's sites; JOB_LISTS: its list entries
     cdef public int64_t par_min_sites    # a merge with fewer sites runs on one thread (tests force 1)
+    cdef public int64_t par_min_list_sites  # ... a split merge whose second share has fewer sites writes its list
+                                         # entries on one thread (``_near_end``; tests force 1)
+    cdef public int64_t n_list_jobs      # the merges whose second share's list entries the second thread wrote
+    cdef public int64_t par_sites        # the sites of the merges split over both threads, and the larger share's
+    cdef public int64_t par_sites_max    # ... (the sum of the two shares' sites at each: the split's balance)
+    # The CPU time of the parts of merges run on both threads (ns, each thread's clock, so a loaded
+    # machine does not change them): this thread's parts, its waits for the second thread, the second
+    # thread's parts, and the longer of the two at each (``par_cpu``: a quiet machine's wall time of
+    # the loop is about this thread's CPU time less its parts and waits, plus ``par_crit``)
+    cdef public int64_t par_main_ns
+    cdef public int64_t par_wait_ns
+    cdef public int64_t par_worker_ns
+    cdef public int64_t par_crit_ns
+    cdef int64_t job_ns                  # (the second thread's time on the job just done)
     cdef readonly bint build_threads     # the build counted and filled its lists on two threads
     cdef token_id_t job_tok
     # pool of list blocks
@@ -329,17 +345,22 @@ cdef class MergeEngine:
             win_pid.reserve(n_windows)
             _populate(win_pid.data(), n_windows * sizeof(pair_id_t))
             win_pid.resize(n_windows)
-        # two threads: the second share holds the words from the one where the second half of the
-        # positions starts (none is divided); the build's count and fill split there too
+        # two threads: the build's count and fill give the second thread the words from the one where
+        # the second half of the positions starts (none is divided); a merge divides its own sites
+        # (``_split_at``)
         self.threads = 1
         self.par_min_sites = PAR_MIN_SITES
-        self.split = <uint32_t>n_sym
+        self.par_min_list_sites = PAR_MIN_LIST_SITES
+        self.n_list_jobs = 0
+        self.n_jobs_taken_back = 0
+        self.par_sites = 0
+        self.par_sites_max = 0
+        self.par_main_ns = self.par_wait_ns = self.par_worker_ns = self.par_crit_ns = 0
         cdef int64_t w_split = n_words
         if threads >= 2 and n_words >= 2 and _usable_cpus() >= 2:
             w_split = int(np.searchsorted(np.asarray(offsets), n_sym // 2))
             w_split = min(max(w_split, 1), n_words - 1)
             self.threads = 2
-            self.split = <uint32_t>offsets[w_split]
         # with the window pair ids in RAM, or (mapped lists: the pair of a window is looked up again in
         # each fill pass) when the symbols are bytes, whose pairs are few (the second half's own pair
         # table then has room for all of them from the start: see below)
@@ -569,34 +590,36 @@ cdef class MergeEngine:
         self.n_compactions += 1
         return kept
 
-    cdef void _list_push(self, pair_id_t pid, uint32_t pos) noexcept nogil:
-        cdef uint8_t cls = self.lst_cls[pid]
-        cdef uint32_t n
+    cdef uint32_t _list_room(self, pair_id_t pid, uint32_t k) noexcept nogil:
+        """Room for ``k`` more entries in a pair's list; return where they go (its length before) and
+        count them in its length (the caller writes them). A list without room drops its stale
+        entries first (a block of ``2**MIN_COMPACT_CLS`` entries or more), then, when they still do
+        not fit, moves to the smallest block that holds them all (one move per merge, not one at
+        each power of two; a list's new entries are nearly all live). Sets ``oom`` (and returns 0) when out
+        of memory."""
+        cdef uint8_t cls = self.lst_cls[pid], new_cls
+        cdef uint32_t n = 0
         cdef uint64_t off
-        if cls == NO_LIST:
-            off = self._alloc(0)
+        if cls != NO_LIST:
+            n = self.lst_len[pid]
+            if <uint64_t>n + k > ((<uint64_t>1) << cls):
+                if cls >= MIN_COMPACT_CLS:
+                    n = self._compact(pid)
+        if cls == NO_LIST or <uint64_t>n + k > ((<uint64_t>1) << cls):
+            new_cls = _fit_cls(n + k)
+            off = self._alloc(new_cls)
             if self.oom:
-                return
-            self.lst_off[pid] = off
-            self.lst_cls[pid] = 0
-            self.lst_len[pid] = 0
-            cls = 0
-        n = self.lst_len[pid]
-        if n == ((<uint32_t>1) << cls):
-            if cls >= MIN_COMPACT_CLS:
-                n = self._compact(pid)
-            if 2 * <uint64_t>n > ((<uint64_t>1) << cls):      # still more than half full: grow
-                off = self._alloc(cls + 1)
-                if self.oom:
-                    return
-                memcpy(self._block(off), self._block(self.lst_off[pid]), n * 4)
+                return 0
+            if cls != NO_LIST:
+                if n > 0:
+                    memcpy(self._block(off), self._block(self.lst_off[pid]), n * 4)
                 self._release(self.lst_off[pid], cls)
-                self.lst_off[pid] = off
-                self.lst_cls[pid] = cls + 1
-                if self._pool_bytes() > self.peak_pool_bytes:
-                    self.peak_pool_bytes = self._pool_bytes()
-        self._block(self.lst_off[pid])[n] = pos
-        self.lst_len[pid] = n + 1
+            self.lst_off[pid] = off
+            self.lst_cls[pid] = new_cls
+            if self._pool_bytes() > self.peak_pool_bytes:
+                self.peak_pool_bytes = self._pool_bytes()
+        self.lst_len[pid] = n + k
+        return n
 
     cdef void _list_free(self, pair_id_t pid) noexcept nogil:
         if self.lst_cls[pid] != NO_LIST:
@@ -1170,72 +1193,164 @@ cdef class MergeEngine:
         """One more window (weight ``c``, left symbol at ``pos``) of a pair holding the new token."""
         cdef uint32_t idx = _near_index(nt, pack_pair(left, right))
         nt.near[idx].delta += c
-        nt.near[idx].added = True
+        nt.near[idx].n += 1
         nt.sites.push_back((<uint64_t>idx << 32) | pos)
 
-    cdef inline void _other_sub(self, token_id_t left, token_id_t right, count_t c, bint shared) noexcept nogil:
+    cdef inline void _other_sub(self, NearTable* nt, token_id_t left, token_id_t right, count_t c,
+                                bint shared) noexcept nogil:
         """A window of a pair without the new token goes (the pair map is only read while a merge
-        runs; on two threads the count is lowered atomically)."""
+        runs). On two threads the change is summed in the share's table (``NearTable.opid``) and
+        applied when the share ends (``_other_flush``): the two threads lowering the same few
+        counts site after site (the neighbours of the merged pair) passed their cache lines back
+        and forth, and a merge on two threads took about as long as on one. A pair that finds no
+        place in the table is lowered at once, atomically; sums do not depend on the order."""
         cdef int64_t pid = self.pair_map.get(pack_pair(left, right))
-        if pid >= 0:            # always: every window was counted when it came
-            if shared:
-                bpe_atomic_sub(&self.pair_counts[pid], c)
-            else:
-                self.pair_counts[pid] -= c
+        cdef uint32_t h, probe
+        if pid < 0:             # never: every window was counted when it came
+            return
+        if not shared:
+            self.pair_counts[pid] -= c
+            return
+        h = <uint32_t>(((<uint64_t>pid * <uint64_t>0x9E3779B97F4A7C15u) >> 40) & (OTHER_SLOTS - 1))
+        for probe in range(OTHER_PROBES):
+            if nt.ostamp[h] != nt.gen:
+                if nt.oused.size() < OTHER_SLOTS // 2:
+                    nt.ostamp[h] = nt.gen
+                    nt.opid[h] = <uint32_t>pid
+                    nt.odelta[h] = c
+                    nt.oused.push_back(h)
+                    return
+                break
+            if nt.opid[h] == <uint32_t>pid:
+                nt.odelta[h] += c
+                return
+            h = (h + 1) & (OTHER_SLOTS - 1)
+        bpe_atomic_sub(&self.pair_counts[pid], c)
 
-    cdef void _near_end(self, bint fresh) noexcept nogil:
+    cdef void _other_flush(self, NearTable* nt) noexcept nogil:
+        """Apply a share's summed changes of the other pairs (atomically: the other share may
+        apply its own to the same pairs now)."""
+        cdef size_t q
+        cdef uint32_t h
+        for q in range(nt.oused.size()):
+            h = nt.oused[q]
+            bpe_atomic_sub(&self.pair_counts[nt.opid[h]], nt.odelta[h])
+        nt.oused.clear()
+
+    cdef void _near_end(self, bint fresh, bint par) noexcept nogil:
         """Apply the merge's changes to the pairs holding the new token, from both shares: a pair
         already known gets its delta; a new one is made only when it counts more than 0 and not less
         than ``prune_below`` (one that counts less would be forgotten at once, see ``_heapify``);
         then the positions that came to each kept pair go into its list, the first share's first,
         each in the order they came. ``fresh``: the new token's id was made by this merge, so no
         pair holding it is known yet and the pair map is not asked (with ``prune_below`` most of
-        these pairs are never kept: each lookup was a cache miss for nothing)."""
+        these pairs are never kept: each lookup was a cache miss for nothing).
+
+        Each kept pair's list gets its room for all of this merge's positions at once
+        (``_list_room``: its stale entries dropped and its block grown once, not at each power of
+        two), and each share's positions then go to their own places in it (``Near.at``): the
+        second share's on the second thread when ``par`` (the merge ran on both), while this one
+        writes the first's. The lists hold the same positions, in the same order, as one push at a
+        time would."""
         cdef NearTable* n0 = &self.share0
         cdef NearTable* n1 = &self.share1
         cdef size_t q
         cdef int64_t found
-        cdef uint32_t idx
+        cdef uint32_t idx, start
         cdef pair_id_t pid
         cdef Near* e
-        cdef uint64_t site
+        cdef int64_t t0
+        cdef size_t m
         n1.remap.resize(n1.near.size())
         for q in range(n1.near.size()):          # the second share's pairs join the first's
             idx = _near_index(n0, n1.near[q].key)
             n0.near[idx].delta += n1.near[q].delta
-            n0.near[idx].added = n0.near[idx].added or n1.near[q].added
+            n0.near[idx].at = n1.near[q].n       # (the second share's windows of the pair)
             n1.remap[q] = idx
-        for q in range(n0.near.size()):
+        m = n0.near.size()
+        for q in range(m):
+            if q + PREFETCH < m:                 # its pair-map slot is a cache miss (the lookup, or
+                self.pair_map.prefetch(n0.near[q + PREFETCH].key)      # the new pair's place)
             e = &n0.near[q]
             found = -1 if fresh else self.pair_map.get(e.key)
             if found >= 0:
                 pid = <pair_id_t>found
                 self.pair_counts[pid] += e.delta
             elif e.delta <= 0 or (e.delta < self.prune_below and not self._spared(e.key)):
-                if e.added and self.prune_below > 0:
+                if e.n + e.at > 0 and self.prune_below > 0:
                     self.n_pruned += 1
                 continue
             else:
                 pid = self._new_pair(e.key) if fresh else self._pair_id(pair_left(e.key), pair_right(e.key))
                 self.pair_counts[pid] = e.delta
             e.pid = pid
-            if e.added and self.pair_pushed[pid] != self.n_steps:
-                self.pair_pushed[pid] = self.n_steps
-                self.touched.push_back(pid)
-        for q in range(n0.sites.size()):
-            site = n0.sites[q]
-            found = n0.near[site >> 32].pid
-            if found >= 0:
-                self._list_push(<pair_id_t>found, <uint32_t>(site & 0xFFFFFFFFu))
+            if e.n + e.at > 0:
+                if self.pair_pushed[pid] != self.n_steps:
+                    self.pair_pushed[pid] = self.n_steps
+                    self.touched.push_back(pid)
+                start = self._list_room(<pair_id_t>pid, e.n + e.at)
                 if self.oom:
                     return
-        for q in range(n1.sites.size()):
-            site = n1.sites[q]
-            found = n0.near[n1.remap[site >> 32]].pid
-            if found >= 0:
-                self._list_push(<pair_id_t>found, <uint32_t>(site & 0xFFFFFFFFu))
-                if self.oom:
-                    return
+                e.at = start                     # the first share's positions go from here
+        for q in range(n1.near.size()):          # ... and the second share's after them
+            e = &n0.near[n1.remap[q]]
+            n1.near[q].pid = e.pid
+            n1.near[q].at = e.at + e.n
+        if par and <int64_t>n1.sites.size() >= self.par_min_list_sites:
+            self.job_kind = JOB_LISTS
+            self.n_list_jobs += 1
+            bpe_store_release(&self.job_posted, self.job_posted + 1)
+            t0 = bpe_thread_ns()
+            self._write_sites(n0)
+            self._par_wait(t0)
+        else:
+            self._write_sites(n0)
+            self._write_sites(n1)
+
+    cdef void _par_wait(self, int64_t t0) noexcept nogil:
+        """The second thread's job (posted before this thread's part, begun at ``t0`` of this
+        thread's clock) once this thread's part is done: run here when the second thread has not
+        taken it yet (it is not running: a busy machine gave its core to another process, or it
+        naps), else wait for it (spin a while, then yield the core); count the parts' CPU times.
+        Either thread runs the job the same way (the second share, or its list entries), so the
+        result is the same."""
+        cdef int64_t spins = 0
+        cdef int64_t t1 = bpe_thread_ns(), t2
+        cdef uint32_t job = self.job_posted
+        if bpe_claim(&self.job_claimed, job - 1, job):
+            if self.job_kind == JOB_LISTS:
+                self._write_sites(&self.share1)
+            else:
+                self._do_share(1, True)
+            t2 = bpe_thread_ns()
+            self.n_jobs_taken_back += 1
+            self.par_main_ns += t2 - t0
+            self.par_crit_ns += t2 - t0
+            return
+        while bpe_load_acquire(&self.job_done) != job:
+            spins += 1
+            if spins < SPIN_PAUSES:
+                bpe_pause()
+            else:
+                bpe_yield()
+        t2 = bpe_thread_ns()
+        self.par_main_ns += t1 - t0
+        self.par_wait_ns += t2 - t1
+        self.par_worker_ns += self.job_ns
+        self.par_crit_ns += t1 - t0 if t1 - t0 > self.job_ns else self.job_ns
+
+    cdef void _write_sites(self, NearTable* nt) noexcept nogil:
+        """Put a share's positions into their pairs' lists, at the places ``_near_end`` gave them
+        (room made: this never allocates, and the two shares write apart)."""
+        cdef size_t q
+        cdef uint64_t site
+        cdef Near* e
+        for q in range(nt.sites.size()):
+            site = nt.sites[q]
+            e = &nt.near[site >> 32]
+            if e.pid >= 0:
+                self._block(self.lst_off[e.pid])[e.at] = <uint32_t>(site & 0xFFFFFFFFu)
+                e.at += 1
 
     cdef inline void _merge_at(self, uint32_t i, token_id_t a, token_id_t b, token_id_t t,
                                NearTable* nt, bint shared) noexcept nogil:
@@ -1261,14 +1376,14 @@ cdef class MergeEngine:
             if hs == t:
                 self._near_sub(nt, hs, a, cw)
             else:
-                self._other_sub(hs, a, cw, shared)
+                self._other_sub(nt, hs, a, cw, shared)
         nt.removed += cw
         if k != NIL:
             ks = self.cells[k] & PAYLOAD
             if ks == t:
                 self._near_sub(nt, b, ks, cw)
             else:
-                self._other_sub(b, ks, cw, shared)
+                self._other_sub(nt, b, ks, cw, shared)
         # 2. Rewrite: the pair becomes one token at i, of n positions; its other cells are dead and
         #    its first and last dead cells hold n.
         n = (j - i) + lb
@@ -1334,13 +1449,15 @@ cdef class MergeEngine:
         cdef token_id_t b = pair_right(self.pair_keys[self.job_pid])
         self._run_sites(nt, nt.base, nt.b0, nt.b1, a, b, self.job_tok, shared)
         self._run_sites(nt, nt.added, nt.a0, nt.a1, a, b, self.job_tok, shared)
+        if shared:
+            self._other_flush(nt)
 
     cdef void _worker_loop(self) noexcept nogil:
         """The second thread (``threads=2``, while ``run`` runs): wait for a posted merge, do the
         second share, say it is done; spin a short while between merges, yield a few times, then
         nap (a spin or a yield is CPU time spent waiting)."""
         cdef uint32_t seen = self.job_done
-        cdef int64_t spins
+        cdef int64_t spins, t0
         while True:
             spins = 0
             while bpe_load_acquire(&self.job_posted) == seen:
@@ -1354,14 +1471,41 @@ cdef class MergeEngine:
             seen = bpe_load_acquire(&self.job_posted)
             if self.worker_stop:
                 break
-            self._do_share(1, True)
+            if not bpe_claim(&self.job_claimed, seen - 1, seen):
+                continue                # the main thread ran it (``_par_wait``)
+            t0 = bpe_thread_ns()
+            if self.job_kind == JOB_LISTS:
+                self._write_sites(&self.share1)
+            else:
+                self._do_share(1, True)
+            self.job_ns = bpe_thread_ns() - t0
             bpe_store_release(&self.job_done, seen)
+
+    cdef uint32_t _split_at(self, const uint32_t* b, uint64_t nb, const uint32_t* ad, uint64_t na) noexcept nogil:
+        """Where a merge's sites ``b[:nb]`` + ``ad[:na]`` are divided between the two shares: the
+        first position of the word holding their median, estimated from SPLIT_SAMPLE of them
+        evenly spaced (a word is never divided). A fixed split (the table's middle) left one share
+        most of the sites of the pairs whose words lie together in the sorted table."""
+        cdef uint32_t sample[SPLIT_SAMPLE]
+        cdef uint64_t n = nb + na, i, k
+        cdef uint32_t pos, w
+        if n == 0:
+            return 0
+        for k in range(SPLIT_SAMPLE):
+            i = (n * (2 * k + 1)) // (2 * SPLIT_SAMPLE)
+            sample[k] = b[i] if i < nb else ad[i - nb]
+        sort(&sample[0], &sample[0] + <int>SPLIT_SAMPLE)
+        pos = sample[SPLIT_SAMPLE // 2]
+        w = self.blk[pos >> BLK_SHIFT]
+        while self.wrec[w].end <= pos:
+            w += 1
+        return <uint32_t>self._word_start(w)
 
     cdef void _apply_merge(self, pair_id_t pid, token_id_t new_tok, bint fresh) noexcept nogil:
         """Rewrite every occurrence of the pair and update counts by exact deltas.
 
-        The sites go to two shares by position: before ``split`` and from it (a word is never
-        divided). With the worker running (``threads=2``) and enough sites, the second share runs on
+        The sites go to two shares by position: before the first position of the word holding their
+        median and from it (``_split_at``; a word is never divided). With the worker running (``threads=2``) and enough sites, the second share runs on
         the worker while this thread runs the first; each share gathers the pairs holding the new
         token on its own (``NearTable``), and lowers the other pairs' counts atomically (the pair map
         is only read). Then ``_near_end`` applies both shares in a fixed order, so the result does
@@ -1375,7 +1519,8 @@ cdef class MergeEngine:
         cdef NearTable* n0 = &self.share0
         cdef NearTable* n1 = &self.share1
         cdef bint par
-        cdef int64_t spins
+        cdef int64_t t0
+        cdef uint32_t sp = 0
         if pid < self.n_base and not self.base_done[pid]:
             s0 = self.base_start[pid]
             s1 = self.base_start[pid + 1]
@@ -1408,11 +1553,12 @@ cdef class MergeEngine:
                 inplace_merge(positions.begin(), positions.begin() + (s1 - s0), positions.end())
             m = positions.size()
             if par:
+                sp = self._split_at(positions.data(), positions.size(), NULL, 0)
                 lo = 0
                 hi = positions.size()
                 while lo < hi:                       # the first position of the second share
                     q = (lo + hi) // 2
-                    if positions[q] < self.split:
+                    if positions[q] < sp:
                         lo = q + 1
                     else:
                         hi = q
@@ -1427,11 +1573,12 @@ cdef class MergeEngine:
             # The initial list is in position order; the added list is partitioned in place.
             m = s1
             if par:
+                sp = self._split_at(self.base + s0, s1 - s0, added, n_added)
                 lo = s0
                 hi = s1
                 while lo < hi:
                     q = (lo + hi) // 2
-                    if self.base[q] < self.split:
+                    if self.base[q] < sp:
                         lo = q + 1
                     else:
                         hi = q
@@ -1444,7 +1591,7 @@ cdef class MergeEngine:
             if par:
                 m = 0
                 for q in range(n_added):
-                    if added[q] < self.split:
+                    if added[q] < sp:
                         tmp = added[q]
                         added[q] = added[m]
                         added[m] = tmp
@@ -1455,21 +1602,21 @@ cdef class MergeEngine:
         if par:
             # the worker's share gets its room here, from this thread (see ``_share_reserve``)
             _share_reserve(n1, (n1.b1 - n1.b0) + (n1.a1 - n1.a0), self.tok_off.size())
+            lo = (n0.b1 - n0.b0) + (n0.a1 - n0.a0)
+            hi = (n1.b1 - n1.b0) + (n1.a1 - n1.a0)
+            self.par_sites += <int64_t>(lo + hi)
+            self.par_sites_max += <int64_t>(lo if lo > hi else hi)
+            self.job_kind = JOB_SHARE
             bpe_store_release(&self.job_posted, self.job_posted + 1)
+            t0 = bpe_thread_ns()
             self._do_share(0, True)
-            spins = 0
-            while bpe_load_acquire(&self.job_done) != self.job_posted:
-                spins += 1
-                if spins < SPIN_PAUSES:
-                    bpe_pause()
-                else:
-                    bpe_yield()
+            self._par_wait(t0)
         else:
             self._do_share(0, False)
             self._do_share(1, False)
         self.pair_counts[pid] -= n0.removed + n1.removed
         self._list_free(pid)
-        self._near_end(fresh)
+        self._near_end(fresh, par)
         # 4. Every pair whose count rose gets a fresh heap entry.
         self._heapify()
 
@@ -1639,6 +1786,7 @@ cdef class MergeEngine:
             return
         self.worker_stop = 0
         self.job_done = self.job_posted
+        self.job_claimed = self.job_posted
         if bpe_thread_start(&self.worker, <bpe_thread_fn>_worker_main, <void*>self) == 0:
             self.worker_on = True         # (no thread: the merges run on this one)
 
@@ -1651,6 +1799,7 @@ cdef class MergeEngine:
             pthread_join(self.worker, NULL)
         self.worker_on = False
         self.job_done = self.job_posted
+        self.job_claimed = self.job_posted
 
     # ---- inspection ----------------------------------------------------------------------------
 

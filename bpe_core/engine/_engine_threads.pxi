@@ -8,13 +8,22 @@ cdef void _share_begin(NearTable* nt) noexcept nogil:
     nt.near.clear()
     nt.sites.clear()
     nt.removed = 0
+    nt.oused.clear()
     if nt.slot.size() == 0:
         nt.slot.assign(1024, 0)
         nt.stamp.assign(1024, 0)
         nt.gen = 0
+    if nt.ostamp.size() == 0:
+        nt.opid.assign(OTHER_SLOTS, 0)
+        nt.odelta.assign(OTHER_SLOTS, 0)
+        nt.ostamp.assign(OTHER_SLOTS, 0)
+        nt.oused.reserve(OTHER_SLOTS // 2)
+        nt.stamp.assign(nt.stamp.size(), 0)
+        nt.gen = 0
     nt.gen += 1
     if nt.gen == 0:                          # the stamps wrapped: clear them once
         nt.stamp.assign(nt.stamp.size(), 0)
+        nt.ostamp.assign(OTHER_SLOTS, 0)
         nt.gen = 1
 
 
@@ -46,7 +55,9 @@ cdef void _share_reserve(NearTable* nt, uint64_t n_sites, uint64_t n_tokens) noe
 cdef uint64_t _share_bytes(NearTable* nt) noexcept nogil:
     """The memory a share holds (its vectors keep their room from merge to merge)."""
     return (nt.near.capacity() * sizeof(Near) + nt.slot.capacity() * 4 + nt.stamp.capacity() * 4
-            + nt.sites.capacity() * 8 + nt.remap.capacity() * 4)
+            + nt.sites.capacity() * 8 + nt.remap.capacity() * 4
+            + nt.opid.capacity() * 4 + nt.odelta.capacity() * sizeof(count_t) + nt.ostamp.capacity() * 4
+            + nt.oused.capacity() * 4)
 
 
 cdef inline uint64_t _near_hash(pair_key_t key, uint64_t mask) noexcept nogil:
@@ -81,7 +92,8 @@ cdef inline uint32_t _near_index(NearTable* nt, pair_key_t key) noexcept nogil:
     e.key = key
     e.delta = 0
     e.pid = -1
-    e.added = False
+    e.n = 0
+    e.at = 0
     nt.near.push_back(e)
     nt.slot[h] = idx
     nt.stamp[h] = nt.gen

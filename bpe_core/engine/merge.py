@@ -22,29 +22,36 @@ from ..runtime.progress import progress_bar
 from ..runtime.workers import release_free_memory
 from ._engine import MergeEngine, hf_byte_rank, huge_pages
 
-__all__ = ["MergeEngine", "PAR_MIN_SITES", "Replay", "hf_byte_rank", "huge_pages", "replay_merges", "run_legs",
+__all__ = ["MergeEngine", "PAR_MIN_SITES", "PAR_SPLIT_SITES", "Replay", "hf_byte_rank", "huge_pages", "replay_merges", "run_legs",
            "train_words"]
 
-#: With ``threads=2``, a merge is split between the two threads from this many listed sites, and the
-#: second thread runs only while the best pair counts at least this much (a pair counts at least as
-#: many live sites as it has): the first leg of ``train_words``' loop. Below it the split's hand-over
-#: (the second thread woken from its nap, ~0.1 ms) costs more than half a merge saves, and an idle
-#: second thread spins between merges. On the 4 GB synthetic corpus at 32k (one thread,
-#: ``time.thread_time`` per step) the merges of pairs counting 16k or more are 26% of the merges and
-#: 66% of the loop's CPU; at 15 GB the pairs count about 4x more.
-PAR_MIN_SITES = 16384
+#: With ``threads=2``, the second thread runs only while the best pair counts at least this much:
+#: the first leg of ``train_words``' loop (below it, an idle second thread spins between merges, CPU
+#: time for nothing). On the 4 GB synthetic corpus at 32k, the merges of pairs counting 4,096 or more
+#: are two thirds of the merges and ~90% of the loop's CPU; at 15 GB the pairs count about 4x more.
+PAR_MIN_SITES = 4096
+
+#: ... and in that leg a merge is split between the two threads from this many listed sites
+#: (``MergeEngine.par_min_sites``). Most merges of the first leg list far fewer sites than their
+#: pair counts (the pretokens of frequent words weigh thousands each): with both thresholds at
+#: 16,384, 7,640 of the first leg's 8,180 merges on the 4 GB corpus ran on one thread while the
+#: second waited. A split costs a hand-over (~1-3 us while the second thread spins) and the
+#: sampled split point (``MergeEngine._split_at``); 1,024 sites are ~20-40 us of work.
+PAR_SPLIT_SITES = 1024
 
 
 def run_legs(engine: MergeEngine, n_merges: int, threads: int, par_min_sites: int = PAR_MIN_SITES,
              allowed: Optional[Callable[[bytes, bytes], bool]] = None, progress: Optional[Callable[[int], None]] = None,
-             min_count: int = 0, compact: bool = False, stop_before_existing: bool = False):
+             min_count: int = 0, compact: bool = False, stop_before_existing: bool = False,
+             split_min_sites: Optional[int] = None):
     """``engine.run(n_merges, allowed, min_count=min_count, ...)`` in two legs, the same merges as one
     run; return ``(steps, n_first)``, the merges and how many the first leg made.
 
     With ``threads`` 2 (an engine built with ``threads=2``): first the merges of pairs that count
-    ``par_min_sites`` or more, with the second thread taking the sites from its split point of each
-    merge that lists that many (``engine.par_min_sites``; a pair counts at least as many sites as it
-    has in words of weight 1 or more); then the rest on this thread alone (``run(one_thread=True)``:
+    ``par_min_sites`` or more, with the second thread taking the sites from the split point of each
+    merge that lists ``split_min_sites`` or more (``engine.par_min_sites``; None: ``par_min_sites``,
+    no more than it either; a pair counts at least as many sites as it has in words of weight 1 or
+    more); then the rest on this thread alone (``run(one_thread=True)``:
     an idle second thread spins, yields and naps between merges, CPU time for nothing once no merge
     has that many sites). ``run`` stops before the first pair that counts less than its
     ``min_count`` with the engine as it was (``allowed`` is not asked of it), so the second leg goes
@@ -62,7 +69,7 @@ def run_legs(engine: MergeEngine, n_merges: int, threads: int, par_min_sites: in
     >>> steps, n_first     # (a, b) counts 3, (ab, ab) 2: with the second thread; (c, d) 1: on one
     ([(97, 98, 256), (256, 256, 257), (99, 100, 258)], 2)
     """
-    engine.par_min_sites = par_min_sites
+    engine.par_min_sites = par_min_sites if split_min_sites is None else min(split_min_sites, par_min_sites)
     kw = dict(allowed=allowed, compact=compact, stop_before_existing=stop_before_existing)
     first, done = None, 0
     if threads >= 2 and min_count < par_min_sites:
@@ -141,7 +148,8 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
                 report: Optional[dict] = None, init_merges: Optional[Sequence[tuple[bytes, bytes]]] = None,
                 spill_dir: Optional[str] = None, fill_buffer_bytes: int = FILL_BUFFER_BYTES,
                 tie_break: str = "bytes", threads: int = 1,
-                par_min_sites: int = PAR_MIN_SITES) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+                par_min_sites: int = PAR_MIN_SITES,
+                split_min_sites: int = PAR_SPLIT_SITES) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Run the merge loop on a word table; return ``(vocab, merges)``.
 
     ``init_merges``: start from these merges (an existing model's, ``--init-from``): they are applied
@@ -158,9 +166,10 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
 
     ``threads``: 2 builds the engine on two threads (``MergeEngine``) and runs the loop in two legs
     (:func:`run_legs`), the same merges as one thread: while the best pair counts ``par_min_sites``
-    or more, with the second thread taking half the sites of each merge that lists that many; then
-    on one thread (``MergeEngine.run(one_thread=True)``). A table of fewer symbols than ``par_min_sites`` (no merge
-    could have that many sites), or a small run's ``array.array`` table, runs on one thread.
+    or more, with the second thread taking half the sites of each merge that lists
+    ``split_min_sites`` or more; then on one thread (``MergeEngine.run(one_thread=True)``). A table of
+    fewer symbols than the smaller of the two (no merge could be split), or a small run's
+    ``array.array`` table, runs on one thread.
 
     >>> train_words(WordTable.from_counts({b"low": 5, b"lower": 2}), 258, tie_break="hf")[1]
     [(b'l', b'o'), (b'lo', b'w')]
@@ -171,7 +180,7 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
     phase("build words")
     if not table.mapped:
         table = table.without_singletons()
-    if isinstance(table.offsets, array.array) or len(table.arena) < max(par_min_sites, 2):
+    if isinstance(table.offsets, array.array) or len(table.arena) < max(min(split_min_sites, par_min_sites), 2):
         threads = 1                       # (a small run's table: the split would import numpy)
     threads = min(max(threads, 1), 2)
     mapping = dict(spill_dir=spill_dir, map_threshold=0 if spill_dir is not None else 1 << 62,
@@ -203,7 +212,8 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
     # the merges as a flat uint32 array of (left, right, new) ids: no tuple per merge (an
     # array.array, from a small run's table: see MergeEngine.plain)
     steps, two_thread_merges = run_legs(engine, n_merges, threads, par_min_sites, allowed=allowed,
-                                        progress=tick if bar is not None else None, compact=True)
+                                        progress=tick if bar is not None else None, compact=True,
+                                        split_min_sites=split_min_sites)
     if bar is not None:
         bar.close()
     t2 = time.perf_counter()

@@ -293,3 +293,34 @@ def test_several_workers_take_the_large_documents_first():
     job = _encode.BatchJob(small, GPT2._pattern_id)   # none large: document order
     job.run(_encode.Encoder(t), None, 2)
     assert not job.ordered and _split(*job.collect()) == [GPT2.encode(d) for d in small]
+
+
+# Documents of the sizes that meet the batch's edges: empty, one byte, keys of 8 to 16 bytes that
+# share their first 8 and differ after, keys that end a document (the last pieces of a text are
+# probed one by one, the others by the loop of hits), and text that spans several blocks of pieces.
+TINY = ["", " ", "a", "é", "\n\n", "abcdefgh", " abcdefgh", "abcdefghijklmnop", "abcdefghijklmnoq", " tokenizer",
+        " tokenizes", " tokenizers!!", "  x", "😀", "hello world",
+        " the the the the the the the the the the the the the the the the the the"]
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(TINY) | st.text(max_size=30), max_size=200), st.integers(0, 2),
+       st.integers(1, 3))
+def test_warm_flat_batches_of_tiny_and_huge_documents_match_tiktoken(docs, n_huge, threads):
+    """Many tiny documents, empty ones and up to two huge ones (anywhere in the batch, so the
+    threads' shares end at every kind of boundary), flat and as lists, twice (the second call
+    reads the cache the first one filled): every document's ids are tiktoken's."""
+    docs = [d.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for d in docs]
+    for k in range(n_huge):
+        docs.insert((k * 7919) % (len(docs) + 1), (" the tokenizer" * 700 + "x" * 20) * (k + 1))
+    want = gpt2_tiktoken().encode_batch(docs, allowed_special="all")
+    tok = GPT2
+    saved = batch_mod._BATCH_THREAD_BYTES
+    batch_mod._BATCH_THREAD_BYTES = 1
+    try:
+        for _ in range(2):
+            ids, offsets = tok.encode_batch_flat(docs, threads)
+            assert _split(ids, offsets) == want
+            assert tok.encode_batch(docs, threads) == want
+    finally:
+        batch_mod._BATCH_THREAD_BYTES = saved

@@ -23,12 +23,14 @@ def _table(words):
     return syms, offs
 
 
-def _engines(words, weights, tokens, par_min_sites=1, **kw):
+def _engines(words, weights, tokens, par_min_sites=1, par_min_list_sites=None, **kw):
     syms, offs = _table(words)
     counts = np.array(weights[:len(words)], dtype=np.int64)
     one = MergeEngine(syms, offs, counts, tokens, **kw)
     two = MergeEngine(syms, offs, counts, tokens, threads=2, **kw)
     two.par_min_sites = par_min_sites
+    if par_min_list_sites is not None:
+        two.par_min_list_sites = par_min_list_sites
     return one, two
 
 
@@ -46,10 +48,28 @@ _weights = st.lists(st.integers(0, 7), min_size=80, max_size=80)
 
 
 @settings(max_examples=150, deadline=None)
-@given(_words, _weights, st.integers(1, 60), st.sampled_from([1, 2, 5, 63, 64, 65, 2048]))
-def test_two_threads_merge_as_one(words, weights, n_merges, par_min_sites):
-    one, two = _engines(words, weights, BYTES, par_min_sites)
+@given(_words, _weights, st.integers(1, 60), st.sampled_from([1, 2, 5, 63, 64, 65, 2048]),
+       st.sampled_from([None, 1, 2, 3]))
+def test_two_threads_merge_as_one(words, weights, n_merges, par_min_sites, par_min_list_sites):
+    """``par_min_list_sites``: None is the default (2048: these merges write their lists on one
+    thread); 1-3 put the second share's list entries on the second thread in most merges."""
+    one, two = _engines(words, weights, BYTES, par_min_sites, par_min_list_sites)
     assert one.run(n_merges) == two.run(n_merges)
+    _same(one, two)
+
+
+@pytest.mark.parametrize("par_min_list_sites", [3, 4, 5])
+def test_the_lists_threshold_on_both_sides(par_min_list_sites):
+    """The first merge, (a, b), has 8 sites, 4 in each share (the split falls between the words),
+    and each makes one window of a pair holding the new token: the second share brings 4 list
+    entries, written on the second thread from ``par_min_list_sites`` 4 down, on this one above.
+    The next merges read those lists; the result is one thread's either way."""
+    words = [[97, 98, 99, 100]] * 4 + [[97, 98, 100]] * 4
+    one, two = _engines(words, [3, 1, 2, 1, 1, 2, 1, 3], BYTES, 1, par_min_list_sites)
+    assert two.pair_count(97, 98) == 14 and two.pair_count(98, 99) == 7
+    assert two.run(1) == one.run(1) == [(97, 98, 256)]
+    assert two.n_list_jobs == (1 if par_min_list_sites <= 4 else 0)
+    assert one.run(4) == two.run(4)
     _same(one, two)
 
 
@@ -170,7 +190,8 @@ def test_one_usable_cpu_keeps_one_thread():
 
 def test_two_threads_on_one_core_still_merge_as_one(monkeypatch):
     """When the OS gives both threads one core anyway (a CPU quota), waiting yields the core: same
-    merges (and no spinning through a whole time slice)."""
+    merges (and no spinning through a whole time slice). The second thread is rarely running when
+    this one has done its part: this one then runs the second part too (``_par_wait``)."""
     import bpe_core.engine._engine as native
     monkeypatch.setattr(native, "_usable_cpus", lambda: 2)
     rng = np.random.default_rng(7)
@@ -187,6 +208,8 @@ def test_two_threads_on_one_core_still_merge_as_one(monkeypatch):
             os.sched_setaffinity(0, old)
     assert got == one.run(100)
     _same(one, two)
+    if old is not None:
+        assert two.n_jobs_taken_back > 0
 
 
 def _windows(words):
@@ -347,3 +370,30 @@ def test_the_merge_worker_never_allocates(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     arenas = [line for line in proc.stderr.splitlines() if line.startswith("Arena ")]
     assert arenas == ["Arena 0:"], proc.stderr[-2000:]
+
+
+def test_a_merge_is_divided_at_its_own_median():
+    """The sites of (a, b) all lie in the first half of the table (its words sort together): the
+    merge is still divided about evenly between the threads (``_split_at``: the word of its median
+    site), where the table's middle gave the first thread all of them."""
+    words = [[97, 98]] * 400 + [[100, 101, 102]] * 400
+    one, two = _engines(words, [2] * 400 + [1] * 400, BYTES, par_min_sites=2)
+    assert one.run(1) == two.run(1) == [(97, 98, 256)]
+    assert two.par_sites == 400
+    assert 180 <= two.par_sites_max <= 220
+    assert one.run(5) == two.run(5)
+    _same(one, two)
+
+
+def test_a_share_with_more_other_pairs_than_its_table_holds():
+    """Each site of (a, b) has neighbour pairs of their own, 6,000 in all: past half of a share's
+    table of the other pairs' changes (OTHER_SLOTS 4,096), the rest are lowered at once
+    (atomically); the counts are one thread's either way."""
+    n = 3000
+    tokens = BYTES + [b"<%d>" % i for i in range(n)]
+    words = [[256 + i, 97, 98, 256 + (i * 7) % n] for i in range(n)]
+    one, two = _engines(words, [2] * n, tokens, par_min_sites=2)
+    assert one.run(1) == two.run(1) == [(97, 98, 256 + n)]
+    assert two.par_sites == n
+    assert one.run(3) == two.run(3)
+    _same(one, two)

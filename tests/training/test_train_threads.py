@@ -43,6 +43,20 @@ def test_two_threads_train_as_one_and_as_the_reference(counts, vocab_size, par_m
     assert report["engine"]["threads"] == (2 if n_symbols >= max(par_min_sites, 2) else 1)
 
 
+@settings(max_examples=80, deadline=None)
+@given(_tables, st.integers(257, 320), _thresholds, _thresholds)
+def test_the_split_threshold_apart_from_the_legs(counts, vocab_size, par_min_sites, split_min_sites):
+    """The first leg runs while the best pair counts ``par_min_sites``; within it a merge is split
+    from ``split_min_sites`` listed sites (each on either side of the other): one thread's merges."""
+    one = train_words(_np_table(counts), vocab_size)
+    report = {"seconds": {}}
+    two = train_words(_np_table(counts), vocab_size, threads=2, par_min_sites=par_min_sites,
+                      split_min_sites=split_min_sites, report=report)
+    assert two == one
+    n_symbols = sum(len(w) for w, c in counts.items() if len(w) > 1)
+    assert report["engine"]["threads"] == (2 if n_symbols >= max(min(par_min_sites, split_min_sites), 2) else 1)
+
+
 @settings(max_examples=40, deadline=None)
 @given(_tables, st.integers(257, 300), _thresholds, st.sampled_from(["bytes", "hf"]))
 def test_two_threads_mapped_and_hf_ties(tmp_path_factory, counts, vocab_size, par_min_sites, tie_break):
