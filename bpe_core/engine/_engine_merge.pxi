@@ -911,7 +911,10 @@ cdef class MergeEngine:
                 largest = base_len[p]
         if folder is not None and total * 4 >= <uint64_t>map_threshold:
             cap = max(<uint64_t>fill_buffer_bytes // 4, largest, 1)
-            buf = np.empty(cap, dtype=np.uint32)
+            cap = min(cap, max(total, 1))     # (a buffer the plan made for more lists: only what they take)
+            # every pass writes its buffer nearly whole (the whole of it in one pass): its pages are
+            # faulted in at once, not one fault per page at the scattered first writes
+            buf = prefault(np.empty(cap, dtype=np.uint32))
             bview = buf
             out = _SpillFile(folder, "positions")
             if half != NULL:

@@ -38,6 +38,24 @@ cdef class UnitCounter:
     def n_symbols(self):
         return self.data.size()
 
+    def reserve(self, int64_t n_ids, int64_t n_units):
+        """Room for about ``n_ids`` ids in ``n_units`` units (address space: pages are touched as
+        written), so the lists do not grow by copies, each into fresh pages; a hint only (they still
+        grow past it), the same counts either way.
+
+        >>> c = UnitCounter()
+        >>> c.reserve(100, 10)
+        >>> c.add_units(np.array([1, 2, 1, 2], np.uint32), np.array([0, 2, 4]))
+        >>> [a.tolist() for a in c.to_arrays()]
+        [[1, 2], [0, 2], [2]]
+        """
+        if n_ids > 0:
+            self.data.reserve(n_ids)
+        if n_units > 0:
+            self.starts.reserve(n_units + 1)
+            self.counts.reserve(n_units)
+            self.hashes.reserve(n_units)
+
     cdef void _grow(self) noexcept nogil:
         cdef uint64_t cap = (self.mask + 1) * 2, slot
         cdef size_t u

@@ -487,17 +487,22 @@ def cut_pieces(const sym_t[::1] symbols, const int64_t[::1] offsets, const uint3
     cdef int64_t n_sym = symbols.shape[0]
     if keep is None and (levels is None or levels.shape[0] != n_sym):
         raise ValueError("cut_pieces: one level per symbol, or a keep bitmap, is needed")
-    parts = _halves(threads, symbols, offsets, weights, counts)
+    parts = unit_halves(threads, symbols, offsets, weights, counts)
     return cut_pieces_parts(parts, min_level, keep=keep, levels=[levels] * len(parts) if keep is None else None,
                             guard=guard)
 
 
 def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=None, levels=None,
-                     const uint8_t[::1] guard=None):
+                     const uint8_t[::1] guard=None, bint consume=False):
     """:func:`cut_pieces` over the sequences of one or two parts ``(symbols, offsets, weights,
     counts)`` (each part's offsets are positions in its own symbols; ``levels``: one array per part,
     when there is no ``keep``; ``guard`` as there), one thread per part: the pieces of ``cut_pieces``
-    on the parts joined, with the same weights and counts (tested)."""
+    on the parts joined, with the same weights and counts (tested). ``cut_pieces(threads=2)`` is
+    this on ``unit_halves(2, ...)`` of its sequences.
+
+    ``consume``: the list ``parts`` is emptied once every sequence has been read, before the tables
+    are joined into the arrays (their peak): when it held the last references to the sequences
+    (the caller let them go), their memory is free for that."""
     cdef int64_t n_sym = sum(int(p[0].shape[0]) for p in parts)
     cdef int n_parts = len(parts)
     if n_parts < 1 or n_parts > 2:
@@ -515,6 +520,9 @@ def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=Non
         sym, off, w, c = parts[0]
         table = _PieceTable(n_sym)
         table.add(sym, off, lv[0], w, c, min_level, 0, len(off) - 1, keep, None, guard)
+        if consume:
+            parts.clear()
+            sym = off = w = c = None
         return table.to_arrays()
     from concurrent.futures import ThreadPoolExecutor
     # the left tables take the right ones' pieces in (absorb): room for that from the start (their
@@ -526,6 +534,9 @@ def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=Non
                 for i, (t, up, (sym, off, w, c)) in enumerate(zip((left, right), (left_up, right_up), parts))]
         for j in jobs:
             j.result()
+        if consume:     # every sequence read: the sequences go before the tables are joined
+            jobs = None
+            parts.clear()
         jobs = [ex.submit(left.absorb, right), ex.submit(left_up.absorb, right_up)]
         for j in jobs:
             j.result()

@@ -73,11 +73,37 @@ cdef struct UnitState:
     int64_t n_seen, n_kept
     vector[uint8_t]* enc    # NULL: the units of an encoded region get ENCODED_MARK; else 1 here per unit
     vector[uint16_t]* out16 # not NULL: the units go here as uint16 (``id_unit_stream(narrow=True)``)
+    # a sample (``chunk_unit_stream(keep_below=)``): a unit stays when the content
+    # hash of its word ids (``_hash_ids``, with ENCODED_MARK after them in an encoded region) is below
+    # ``keep_below``. ``uh``: the open unit's hash state, word by word. With regions the decision waits
+    # for the region's end (the mark is known then): ``rh``/``rn`` hold each listed unit's state and
+    # word count since ``rfirst``
+    bint sampled
+    uint64_t keep_below
+    uint64_t uh
+    vector[uint64_t]* rh
+    vector[int64_t]* rn
 
 
 cdef inline size_t _out_size(UnitState* st, vector[uint32_t]& ids) noexcept nogil:
     """How many ids the output holds (``st.out16`` when narrow, else ``ids``)."""
     return st.out16.size() if st.out16 != NULL else ids.size()
+
+
+cdef inline void _out_resize(UnitState* st, vector[uint32_t]& ids, size_t n) noexcept nogil:
+    """Cut the output back to ``n`` ids (``st.out16`` when narrow, else ``ids``)."""
+    if st.out16 != NULL:
+        st.out16.resize(n)
+    else:
+        ids.resize(n)
+
+
+cdef inline void _out_move(UnitState* st, vector[uint32_t]& ids, size_t dst, size_t src, size_t n) noexcept nogil:
+    """Move ``n`` ids of the output from ``src`` to ``dst`` (memmove: the ranges may overlap)."""
+    if st.out16 != NULL:
+        memmove(st.out16.data() + dst, st.out16.data() + src, n * sizeof(uint16_t))
+    else:
+        memmove(ids.data() + dst, ids.data() + src, n * sizeof(uint32_t))
 
 
 cdef inline void _out_push(UnitState* st, vector[uint32_t]& ids, uint32_t x) noexcept nogil:
@@ -111,8 +137,8 @@ cdef inline void _unit_word(UnitState* st, vector[uint32_t]& out_ids, vector[int
     if cls != NULL:
         if cut_spaces and (st.prev & 4) and (f & 2) and (st.uw > 0 or out_bounds.size() - 1 > st.rfirst):
             _close_unit(st, out_ids, out_bounds)
-            if _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum, st.r_digit):
-                _encoded_region(st, out_ids, out_bounds)
+            _end_region(st, out_ids, out_bounds,
+                        _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum, st.r_digit))
             st.rfirst = out_bounds.size() - 1
             st.r_n = st.r_ws = st.r_punct = st.r_alnum = st.r_digit = 0
         st.r_n += cls[0]
@@ -124,10 +150,14 @@ cdef inline void _unit_word(UnitState* st, vector[uint32_t]& out_ids, vector[int
         _close_unit(st, out_ids, out_bounds)
     if f & 1:
         _close_unit(st, out_ids, out_bounds)
+        if st.sampled:
+            st.uh = _hash_step(FNV_OFFSET, w)
         _put_word(st, out_ids, w, seg_sym, seg_off)
         st.uw = 1
         _close_unit(st, out_ids, out_bounds)
     else:
+        if st.sampled:
+            st.uh = _hash_step(FNV_OFFSET if st.uw == 0 else st.uh, w)
         _put_word(st, out_ids, w, seg_sym, seg_off)
         st.uw += 1
     st.prev = f
@@ -138,9 +168,9 @@ cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector
     """The end of a span: its last unit and region end (marked when it looks encoded)."""
     _close_unit(st, out_ids, out_bounds)
     if regions:
-        if out_bounds.size() - 1 > st.rfirst and _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum,
-                                                                 st.r_digit):
-            _encoded_region(st, out_ids, out_bounds)
+        _end_region(st, out_ids, out_bounds,
+                    out_bounds.size() - 1 > st.rfirst and _looks_encoded(st.r_n, st.r_ws, st.r_punct, st.r_alnum,
+                                                                         st.r_digit))
         st.rfirst = out_bounds.size() - 1
         st.r_n = st.r_ws = st.r_punct = st.r_alnum = st.r_digit = 0
     st.prev = 0
@@ -370,12 +400,65 @@ cdef inline void _put_word(UnitState* st, vector[uint32_t]& ids, uint32_t w, con
 
 
 cdef inline void _close_unit(UnitState* st, vector[uint32_t]& ids, vector[int64_t]& bounds) noexcept nogil:
-    """End the open unit (the ids after the last bound) if it holds a word (``st.uw``, reset)."""
+    """End the open unit (the ids after the last bound) if it holds a word (``st.uw``, reset). With a
+    sample: without regions a unit the sample leaves out is taken off the output at once; with
+    regions it stays listed until the region ends (``_end_region`` decides)."""
     if st.uw > 0:
-        st.uw = 0
-        bounds.push_back(_out_size(st, ids))
         st.n_seen += 1
-        st.n_kept += 1
+        if not st.sampled:
+            bounds.push_back(_out_size(st, ids))
+            st.n_kept += 1
+        elif st.rh != NULL:
+            bounds.push_back(_out_size(st, ids))
+            st.rh.push_back(st.uh)
+            st.rn.push_back(st.uw)
+        elif _mix(st.uh ^ <uint64_t>st.uw) < st.keep_below:
+            bounds.push_back(_out_size(st, ids))
+            st.n_kept += 1
+        else:
+            _out_resize(st, ids, bounds.back())
+        st.uw = 0
+
+
+cdef inline uint64_t _hash_step(uint64_t h, uint32_t w) noexcept nogil:
+    """One id into ``_hash_ids``' state (``_mix(state ^ n)`` after ``n`` ids is the hash)."""
+    h = (h ^ w) * FNV_PRIME
+    return h ^ (h >> 29)
+
+
+cdef void _end_region(UnitState* st, vector[uint32_t]& ids, vector[int64_t]& bounds, bint encoded) noexcept nogil:
+    """The region of the units from ``st.rfirst`` on ends: with a sample (and regions), each of them
+    stays when the hash of its word ids (and ENCODED_MARK when ``encoded``) is below ``keep_below``,
+    the others are taken out (the kept ones move left, in order); then the kept ones are marked or
+    flagged when ``encoded`` (``_encoded_region``)."""
+    cdef size_t first = st.rfirst, n_units = bounds.size() - 1, u, out_u
+    cdef int64_t a, b, pos, n
+    cdef uint64_t h
+    if st.sampled and st.rh != NULL:
+        out_u = first
+        pos = bounds[first]
+        a = pos
+        for u in range(first, n_units):
+            b = bounds[u + 1]
+            h = st.rh[0][u - first]
+            n = st.rn[0][u - first]
+            if encoded:
+                h = _hash_step(h, _ENCODED_MARK)
+                n += 1
+            if _mix(h ^ <uint64_t>n) < st.keep_below:
+                if pos != a:
+                    _out_move(st, ids, pos, a, b - a)
+                pos += b - a
+                out_u += 1
+                bounds[out_u] = pos
+                st.n_kept += 1
+            a = b
+        bounds.resize(out_u + 1)
+        _out_resize(st, ids, pos)
+        st.rh.clear()
+        st.rn.clear()
+    if encoded:
+        _encoded_region(st, ids, bounds)
 
 
 cdef void _mark_units(vector[uint32_t]& ids, vector[int64_t]& bounds, size_t first) noexcept nogil:
@@ -457,33 +540,43 @@ def units_in_encoded_regions(const uint32_t[::1] ids, const int64_t[::1] bounds,
     for i in range(n):
         if ids[i] >= n_words:
             raise ValueError(f"a word id is not below the {n_words} words")
-    starts = np.zeros(n, dtype=np.uint8)
-    inside = np.zeros(n, dtype=np.uint8)
-    cdef uint8_t[::1] sv = starts
-    cdef uint8_t[::1] ev = inside
+    # per position: where a region starts (bit 1) and, once its region is known, whether it lies in
+    # one that looks encoded (bit 2); and its word's byte count (so the units' pass reads no word
+    # row again: one random read of a word's classes per position, asked for 16 positions ahead)
+    marks = np.zeros(n, dtype=np.uint8)
+    n_bytes = np.empty(n, dtype=np.int32)
+    cdef uint8_t[::1] mv = marks
+    cdef int32_t[::1] bv = n_bytes
+    cdef uint8_t f, prev_f = 0
     if n > 0:
-        sv[0] = 1
+        mv[0] = 1
     if doc_starts is not None:
         for k in range(doc_starts.shape[0]):
             d = doc_starts[k]
             if 0 <= d < n:
-                sv[d] = 1
+                mv[d] = 1
     out = np.zeros(n_units, dtype=bool)
     cdef uint8_t[::1] ov = out.view(np.uint8)
     with nogil:
-        for i in range(1, n):
-            if (flags[ids[i - 1]] & 4) and (flags[ids[i]] & 2):
-                sv[i] = 1
         r0 = 0
         for i in range(n + 1):
-            if i == n or (sv[i] and i > r0):
+            if i < n:
+                if i + 16 < n:
+                    __builtin_prefetch(&word_classes[ids[i + 16], 0])
+                f = flags[ids[i]]
+                if i > 0 and (prev_f & 4) and (f & 2):
+                    mv[i] = 1
+                prev_f = f
+            if i == n or (mv[i] & 1 and i > r0):
                 if _looks_encoded(s_n, s_ws, s_punct, s_alnum, s_digit):
-                    memset(&ev[r0], 1, i - r0)
+                    for k in range(r0, i):
+                        mv[k] |= 2
                 s_n = s_ws = s_punct = s_alnum = s_digit = 0
                 r0 = i
                 if i == n:
                     break
             c = &word_classes[ids[i], 0]
+            bv[i] = c[0]
             s_n += c[0]
             s_ws += c[1]
             s_punct += c[2]
@@ -497,9 +590,9 @@ def units_in_encoded_regions(const uint32_t[::1] ids, const int64_t[::1] bounds,
             nb = 0
             eb = 0
             for i in range(a, b):
-                d = word_classes[ids[i], 0]
+                d = bv[i]
                 nb += d
-                if ev[i]:
+                if mv[i] & 2:
                     eb += d
             ov[k] = 2 * eb > nb
     return out

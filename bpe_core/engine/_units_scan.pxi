@@ -40,7 +40,8 @@ cdef inline void _flush_region(vector[uint32_t]& rdata, vector[int64_t]& rbounds
 def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id, WordIndex index,
                       const uint8_t[::1] flags, uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, bint cut_spaces=False,
                       const int32_t[:, ::1] word_classes=None, const uint32_t[::1] seg_symbols=None,
-                      const int64_t[::1] seg_offsets=None, int64_t[::1] span_ends=None):
+                      const int64_t[::1] seg_offsets=None, int64_t[::1] span_ends=None, bint buffered=False,
+                      bint narrow=False):
     """Scan the text spans of a chunk with a native pattern and list its units: every unit in text
     order (not deduplicated), as
     ``(ids uint32, bounds int64, n_seen, n_kept, n_missing)`` (unit ``k`` is ``ids[bounds[k]:bounds[k+1]]``;
@@ -86,6 +87,18 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     >>> ids.tolist(), ends.tolist()
     ([0, 1, 0, 1], [2, 4])
 
+    Every word goes straight to the output as it comes (the units of a region marked when it ends;
+    with a sample, the units it leaves out are taken off again: at once, or with regions when the
+    region ends, by the hash of their word ids and mark). ``buffered=True`` takes the older path
+    instead: each unit and region gathered in buffers of word ids, then written out (the twin the
+    tests compare the direct path with; the same lists).
+
+    ``narrow=True`` (with a segmentation whose tokens all fit 16 bits, the direct path, no
+    ``span_ends``): the stage-1 tokens as uint16 (half the bytes to write, hold and read in stage 2)
+    and no ``ENCODED_MARK`` (it needs 32 bits): a sixth value says which units came from regions
+    that look encoded (bool per unit); the same units, sample and figures (tested:
+    ``strip_marks`` of the units with marks).
+
     Plain equivalent: ``superbpe._units_of`` with the Python scanner (``pretoken_ends``), and
     ``reference.superbpe_units`` on word ids; with ``word_classes``,
     ``reference.superbpe_units(with_regions=True)`` and ``looks_encoded`` per region; with
@@ -119,9 +132,28 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     cdef vector[uint32_t] out_ids
     cdef vector[int64_t] out_bounds
     cdef int64_t n_seen = 0, n_kept = 0
-    cdef bint direct = keep_below == 0xFFFFFFFFFFFFFFFFu
+    cdef bint direct = not buffered
     cdef UnitState st                   # (direct) the open unit and region
+    cdef vector[uint64_t] region_hashes
+    cdef vector[int64_t] region_words
+    cdef vector[uint16_t] out16
+    cdef vector[uint8_t] enc
+    cdef Py_ssize_t t
+    if narrow:
+        if seg_symbols is None or buffered or want_ends:
+            raise ValueError("narrow units: a segmentation, the direct path and no span_ends")
+        for t in range(seg_symbols.shape[0]):
+            if seg_symbols[t] > 0xFFFF:
+                raise ValueError(f"narrow units: token {seg_symbols[t]} does not fit 16 bits")
     memset(&st, 0, sizeof(UnitState))
+    if narrow:                          # uint16 out, encoded units flagged (no marks)
+        st.out16 = &out16
+        st.enc = &enc
+    st.keep_below = keep_below
+    st.sampled = keep_below != 0xFFFFFFFFFFFFFFFFu
+    if st.sampled and regions:      # (direct) the sample of a region's units waits for its end
+        st.rh = &region_hashes
+        st.rn = &region_words
     cdef uint32_t one
     cdef uint8_t f, prev
     cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
@@ -132,10 +164,15 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
     cdef uint64_t bw0[BATCH]
     cdef uint64_t bw1[BATCH]
     cdef uint64_t bslot[BATCH]
+    cdef int64_t bword[BATCH]           # (direct) the batch's word ids, looked up before any is written
+    cdef Py_ssize_t j
     cdef const uint8_t* limit = base + buf.shape[0]
     # a token or a word id per byte at most (marks aside): address space only, pages are touched as
     # written, and the list never moves while it grows
-    out_ids.reserve(buf.shape[0] + 16)
+    if narrow:
+        out16.reserve(buf.shape[0] + 16)
+    else:
+        out_ids.reserve(buf.shape[0] + 16)
     out_bounds.push_back(0)
     with nogil:
         for k in range(spans.shape[0]):
@@ -159,14 +196,33 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
                         i = e
                     if nb == 0:
                         break
-                w = index._probe(base + bstart[q], bend[q] - bstart[q], bw0[q], bw1[q], bslot[q])
+                    if direct:
+                        # the whole batch looked up at once (its slots were asked for above), and each
+                        # word's flags, classes and stage-1 tokens asked for in turn (hints only: a
+                        # word's data is a miss in a large table; the words are written in order after)
+                        for j in range(nb):
+                            w = index._probe(base + bstart[j], bend[j] - bstart[j], bw0[j], bw1[j], bslot[j])
+                            bword[j] = w
+                            if w >= 0:
+                                __builtin_prefetch(&flags[w])
+                                if regions:
+                                    __builtin_prefetch(&word_classes[w, 0])
+                                if seg_off != NULL:
+                                    __builtin_prefetch(&seg_off[w])
+                if direct:
+                    w = bword[q]
+                    # the stage-1 tokens of a word a few ahead (its offset was asked for with the batch)
+                    if seg_off != NULL and q + 4 < nb and bword[q + 4] >= 0:
+                        __builtin_prefetch(&seg_sym[seg_off[bword[q + 4]]])
+                else:
+                    w = index._probe(base + bstart[q], bend[q] - bstart[q], bw0[q], bw1[q], bslot[q])
                 q += 1
                 if w < 0:
                     n_missing += 1
                     continue
                 f = flags[w]
                 if direct:
-                    # no sample: every word goes straight to the output (_unit_word)
+                    # every word goes straight to the output (_unit_word; a sample takes units off again)
                     _unit_word(&st, out_ids, out_bounds, <uint32_t>w, f, cut_spaces,
                                &word_classes[w, 0] if regions else NULL, seg_sym, seg_off)
                     continue
@@ -234,6 +290,16 @@ def chunk_unit_stream(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int p
         n_kept = st.n_kept
     # the lists become the arrays' memory (no copy of the chunk's ids)
     cdef _IdList held_ids = _IdList()
+    cdef _U16List held16
+    cdef uint8_t[::1] ev
+    if narrow:
+        held16 = _U16List()
+        held16.v.swap(out16)
+        encoded = np.zeros(out_bounds.size() - 1, dtype=bool)
+        ev = encoded.view(np.uint8)
+        for t in range(<Py_ssize_t>min(enc.size(), out_bounds.size() - 1)):
+            ev[t] = enc[t]
+        return held16.array(), _int64_array(out_bounds), n_seen, n_kept, n_missing, encoded
     held_ids.v.swap(out_ids)
     return held_ids.array(), _int64_array(out_bounds), n_seen, n_kept, n_missing
 

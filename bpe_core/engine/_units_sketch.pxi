@@ -112,10 +112,10 @@ def pair_sketch(const sym_t[::1] symbols, const int64_t[::1] offsets, const int6
     Plain equivalent: ``Counter`` of ``(s[k], s[k+1])`` over the windows, times the weight, summed per
     counter (``_sketch_slot``), and the ``Counter`` restricted to the sampled pairs.
     """
-    return pair_sketch_parts(_halves(threads, symbols, offsets, weights), bits, sample_bits)
+    return pair_sketch_parts(unit_halves(threads, symbols, offsets, weights), bits, sample_bits)
 
 
-def _halves(int threads, symbols, offsets, *per_seq):
+def unit_halves(int threads, symbols, offsets, *per_seq):
     """``[(symbols, offsets, *per_seq)]``, or with ``threads=2`` (and enough symbols) the same cut in
     two halves by symbols: ``offsets`` (and each per-sequence array) sliced; the symbols are shared,
     as offsets are positions in them."""

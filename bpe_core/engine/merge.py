@@ -16,6 +16,7 @@ from ..runtime.lazy import np  # numpy on first use (a small run never imports i
 from ..corpus.specials import encode_specials
 from ..pretok.wordtable import WordTable
 from ..runtime.budget import FILL_BUFFER_BYTES, pairs_estimate
+from ..runtime.budget import fill_buffer_bytes as default_fill_bytes
 from ..runtime.memmon import phase
 from ..runtime.atomic import naming
 from ..runtime.progress import progress_bar
@@ -190,6 +191,9 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
         if init_merges:
             table = table.as_numpy()          # (--init-from replays merges with numpy)
             replay = replay_merges(table.arena, table.offsets, init_merges)
+            # (the replayed symbols are tokens, not bytes: their pairs are not the 65,536 byte pairs
+            # at most that the plan's fill buffer leaves room for, ``budget.build_fill_bytes``)
+            mapping["fill_buffer_bytes"] = min(fill_buffer_bytes, default_fill_bytes(len(replay.symbols)))
             engine = MergeEngine(replay.symbols, replay.offsets, table.counts, replay.tokens, **mapping)
             init_steps = replay.steps
             n_merges -= len(init_steps)

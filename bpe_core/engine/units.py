@@ -11,15 +11,16 @@
   SupraTok's encoded-unit test on word ids;
 - ``pair_levels``, ``pair_sketch``, ``cut_pieces``: SuperBPE stage 2's pieces (units cut where no merge
   can cross; the exact count of each window's pair, or a sketch's bound of it); the ``_parts`` forms
-  take the units in two arrays (one thread each);
+  take the units in two arrays (one thread each); ``unit_halves``: units cut in the two halves
+  ``cut_pieces(threads=2)`` and ``pair_sketch(threads=2)`` take;
 - ``hash_ids``: the deterministic hash a unit sample is drawn with.
 """
 from ._units import (CUT_LONG_PIECE, ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
                      units_in_encoded_regions,
                      SKETCH_MAX, cut_pieces_parts, expand_units, hash_ids, id_unit_stream, pair_levels,
-                     pair_sketch, pair_sketch_parts, record_rows, sketch_bounds, strip_marks, unit_sums)
+                     pair_sketch, pair_sketch_parts, record_rows, sketch_bounds, strip_marks, unit_halves, unit_sums)
 
 __all__ = ["CUT_LONG_PIECE", "ENCODED_MARK", "SKETCH_MAX", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
            "cut_pieces_parts", "expand_units", "hash_ids", "id_unit_stream", "pair_levels", "pair_sketch",
            "pair_sketch_parts", "record_rows", "sketch_bounds", "strip_marks", "unit_sums",
-           "units_in_encoded_regions"]
+           "unit_halves", "units_in_encoded_regions"]

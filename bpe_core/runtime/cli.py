@@ -2,6 +2,7 @@
 input, never a traceback."""
 from __future__ import annotations
 
+import _thread
 import argparse
 import contextlib
 import os
@@ -311,7 +312,9 @@ class _Signals:
         self.published = len(PUBLISHED)
         self._old: dict = {}
         self._old_hook = None
-        self._again: threading.Timer | None = None    # a signal being sent again (_unraisable)
+        self._again: threading.Event | None = None    # set: the signal being sent again is called off
+        self._in_hook = 0                # inside _unraisable: a signal now is held, not raised
+        self._sending = False            # a signal is on its way again (_send_again)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -333,7 +336,7 @@ class _Signals:
         """From now on a signal is recorded, not raised (the tool body returned or raised)."""
         self.armed = False
         if self._again is not None:
-            self._again.cancel()
+            self._again.set()
 
     def _handle(self, signum, frame):
         if not self.armed:
@@ -344,6 +347,11 @@ class _Signals:
             return
         if self.received is None:
             self.received = signum
+        if self._in_hook:
+            # an exception raised inside sys.unraisablehook is printed with a traceback: the signal
+            # is sent again once the hook has returned
+            self._send_again(signum)
+            return
         if signum == signal.SIGTERM:
             raise Terminated()
         raise KeyboardInterrupt()
@@ -354,14 +362,35 @@ class _Signals:
         diagnosis) cannot propagate: Python prints "Exception ignored in ..." and the run goes on as
         if no signal had come. Such an exception of ours is not printed; the signal is sent to the
         main thread again a moment later, when it is back in the run's own code."""
-        if isinstance(unraisable.exc_value, KeyboardInterrupt) and self.received is not None:
-            if self.armed:
-                self._again = threading.Timer(self.AGAIN_AFTER, signal.pthread_kill,
-                                              (threading.main_thread().ident, self.received))
-                self._again.daemon = True
-                self._again.start()
-            return
-        (self._old_hook or sys.__unraisablehook__)(unraisable)
+        self._in_hook += 1
+        try:
+            if isinstance(unraisable.exc_value, KeyboardInterrupt) and self.received is not None:
+                if self.armed:
+                    self._send_again(self.received)
+                return
+            (self._old_hook or sys.__unraisablehook__)(unraisable)
+        finally:
+            self._in_hook -= 1
+
+    def _send_again(self, signum: int) -> None:
+        """Send ``signum`` to the main thread ``AGAIN_AFTER`` seconds from now, and not before it has
+        left :meth:`_unraisable` (unless :meth:`disarm` calls it off first). The sender is a bare
+        ``_thread`` thread: ``threading.Thread.start`` waits for the thread to begin, and on a loaded
+        machine the signal could then land inside that wait, in the hook."""
+        if self._sending:
+            return                           # one is on its way
+        self._sending = True
+        called_off = self._again = threading.Event()
+        main = threading.main_thread().ident
+
+        def send():
+            while not called_off.wait(self.AGAIN_AFTER):
+                if not self._in_hook:
+                    self._sending = False    # (before: it may be lost again and sent once more)
+                    signal.pthread_kill(main, signum)
+                    return
+            self._sending = False
+        _thread.start_new_thread(send, ())
 
     def outputs(self) -> list[str]:
         """What this run published, in order (``atomic.PUBLISHED`` since the run began)."""

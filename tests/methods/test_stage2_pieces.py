@@ -1,6 +1,7 @@
 """SuperBPE stage 2 on pieces (``superbpe.stage2_merges``): the same merges, tokens and final token
 count as one engine run on the whole units, for any first cut (restarts included)."""
 import functools
+import random
 from collections import Counter
 
 import numpy as np
@@ -224,11 +225,11 @@ def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction, regions
                                                          cut_spaces, classes)
     listed = Counter(tuple(ids[bounds[i]:bounds[i + 1]]) for i in range(bounds.size - 1))
     assert listed == counted and (seen, kept, missing) == (n_seen, n_kept, 0)
-    if fraction >= 1:       # the buffered path, with a sample that keeps all (no unit hashes to 2**64 - 2)
-        b_ids, b_bounds, b_seen, b_kept, _ = chunk_unit_stream(text, spans, PATTERN_IDS["gpt2"], index, flags,
-                                                               0xFFFFFFFFFFFFFFFE, cut_spaces, classes)
-        assert b_ids.tolist() == ids.tolist() and b_bounds.tolist() == bounds.tolist()
-        assert (b_seen, b_kept) == (seen, kept)
+    # the buffered path (the twin): the same list, with or without a sample
+    b_ids, b_bounds, b_seen, b_kept, _ = chunk_unit_stream(text, spans, PATTERN_IDS["gpt2"], index, flags, keep,
+                                                           cut_spaces, classes, buffered=True)
+    assert b_ids.tolist() == ids.tolist() and b_bounds.tolist() == bounds.tolist()
+    assert (b_seen, b_kept) == (seen, kept)
     if fraction >= 1 and not regions:   # every pretoken, in text order, with its row of the table
         row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
         assert ids.tolist() == [row[p] for ps in pieces for p in ps]
@@ -289,6 +290,29 @@ def test_pieces_on_two_threads_equal_one():
     # (by the top bit of their hash, then as first seen)
     assert _as_dict(one) == _as_dict(two) and one[4] == two[4]
     assert one[0].size == two[0].size and two[1][-1] == two[0].size
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_cut_that_consumes_its_parts_lists_the_same_pieces(threads):
+    """``cut_pieces_parts(consume=True)`` (stage 2 lets its units go while they are cut) empties the
+    list of parts once it has read them, drops the sequences' last references (their memory is
+    freed before the tables are joined) and lists exactly what ``cut_pieces`` lists."""
+    import gc
+    import weakref
+    from bpe_core.engine.units import cut_pieces_parts, unit_halves
+
+    rng, symbols, offsets, weights = random_units(17, 30, 1_300_000, 499, 3)
+    counts = weights + rng.integers(0, 2, offsets.size - 1)
+    keep = np.packbits(rng.integers(0, 2, 1 << 12).astype(bool), bitorder="little")
+    want = cut_pieces(symbols, offsets, None, weights, counts, 1, threads=threads, keep=keep)
+    parts = unit_halves(threads, symbols, offsets, weights, counts)
+    assert len(parts) == threads
+    alive = weakref.ref(symbols)
+    del symbols
+    got = cut_pieces_parts(parts, 1, keep=keep, consume=True)
+    gc.collect()
+    assert parts == [] and alive() is None
+    assert [a.tolist() for a in got[:4]] == [a.tolist() for a in want[:4]] and got[4] == want[4]
 
 
 def _plain_pieces(symbols, offsets, levels, weights, counts, cut):
@@ -378,6 +402,43 @@ def _as_dict(pieces):
         ow, oc = out.get(piece, (0, 0))
         out[piece] = (ow + w[i], oc + c[i])
     return out
+
+
+@settings(max_examples=80)
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
+                                 b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4", b"M;5%&4!", b" 0123456789abcdef",
+                                 b" supercalifragilistic", b"\xc3\xa9t"]),
+                max_size=60).map(b"".join), st.booleans(), st.integers(0, 2 ** 64 - 1), st.booleans(),
+       st.booleans(), st.randoms(use_true_random=False))
+@example(b"*!A9&4@&3!4" * 5 + b" 12\n\n the cat 0123" + b"M;5%&4!" * 8 + b"\n  x" + b"*!A9&4@&3!4" * 4, True,
+         2 ** 63, True, True, random.Random(0))
+def test_sampled_unit_stream_equals_the_buffered_path(text, cut_spaces, keep, regions, with_seg, rnd):
+    """With any sample (``keep_below`` from 0, none kept, to 2**64 - 1, all kept) the direct path of
+    ``chunk_unit_stream`` (every word written as it comes, the units the sample leaves out taken off
+    again: at once, or with regions when the region ends, hashed with their mark) lists exactly what
+    the buffered path lists: ids or stage-1 tokens, bounds, units seen and kept."""
+    from bpe_core.engine.units import WordIndex, chunk_unit_stream
+    from bpe_core.methods.superbpe import word_classes, word_flags
+    from bpe_core.pretok.pretokenize import PATTERN_IDS
+
+    spans, _, table = _spans_and_table(text)
+    index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
+    classes = word_classes(table) if regions else None
+    seg = [[rnd.randrange(0, 5000) for _ in range(rnd.randrange(0, 4))] for _ in range(table.n_words)]
+    seg_args = ((np.array([t for s in seg for t in s], dtype=np.uint32),
+                 np.concatenate(([0], np.cumsum([len(s) for s in seg]))).astype(np.int64)) if with_seg else ())
+    args = (text, spans, PATTERN_IDS["gpt2"], index, flags, keep, cut_spaces, classes) + seg_args
+    direct = chunk_unit_stream(*args)
+    buffered = chunk_unit_stream(*args, buffered=True)
+    assert direct[0].tolist() == buffered[0].tolist() and direct[1].tolist() == buffered[1].tolist()
+    assert direct[2:] == buffered[2:]
+    if with_seg:
+        # uint16 stage-1 tokens with the encoded units flagged: the units with marks, marks taken off
+        from bpe_core.engine.units import strip_marks
+        d16, b16, seen, kept, missing, enc = chunk_unit_stream(*args, narrow=True)
+        data, starts, want_enc = strip_marks(direct[0].copy(), direct[1].copy())
+        assert d16.dtype == np.uint16 and d16.tolist() == data.tolist() and b16.tolist() == starts.tolist()
+        assert enc.tolist() == want_enc.tolist() and (seen, kept, missing) == direct[2:]
 
 
 @settings(max_examples=60)
@@ -801,8 +862,9 @@ def test_stage2_refuses_a_sketch_or_pieces_that_lose_windows_or_tokens(monkeypat
     with pytest.raises(InternalError, match="sketch holds"):
         stage2_merges(*args)
     monkeypatch.setattr(superbpe.stage2, "pair_sketch", sketch)
-    cut = superbpe.stage2.cut_pieces
-    monkeypatch.setattr(superbpe.stage2, "cut_pieces", lambda *a, **k: cut(*a, **k)[:4] + (cut(*a, **k)[4] - 1,))
+    cut = superbpe.stage2.cut_pieces_parts
+    monkeypatch.setattr(superbpe.stage2, "cut_pieces_parts",
+                        lambda *a, **k: cut(*a, **k)[:4] + (cut(*a, **k)[4] - 1,))
     with pytest.raises(InternalError, match="pieces at cut"):
         stage2_merges(*args)
 
@@ -827,3 +889,42 @@ def test_a_piece_table_turned_into_arrays_takes_no_more():
         a.absorb(_PieceTable(64))
     with pytest.raises(ValueError, match="turned into arrays"):
         a.to_arrays()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from([b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", b"<|endoftext|>",
+                                 b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4", b"M;5%&4!", b" 0123456789abcdef"]),
+                min_size=1, max_size=300).map(b"".join), st.sampled_from([1.0, 0.6]), st.booleans(),
+       st.randoms(use_true_random=False))
+def test_narrow_scanned_units_equal_the_marked_ones(tmp_path_factory, text, fraction, regions, rnd):
+    """``count_units`` with a segmentation that fits 16 bits lists uint16 stage-1 tokens with the encoded
+    units flagged; ``stage2_table`` of them equals ``stage2_table`` of the units with marks (uint32,
+    ``narrow=False``): the same tokens, offsets, counts, encoded flags and figures, with a sample or not,
+    on one worker or two with small chunks."""
+    from bpe_core.methods.superbpe import word_classes, word_flags
+    from bpe_core.methods.superbpe.units import count_units, stage2_table
+    from bpe_core.pretok.counting import count_corpus
+    from bpe_core.pretok.patterns import resolve_pattern
+
+    path = tmp_path_factory.mktemp("narrow") / "corpus.txt"
+    path.write_bytes(text * 40)
+    specials, pattern = [b"<|endoftext|>"], resolve_pattern("gpt2")
+    table = count_corpus(str(path), specials, pattern, 1, 1 << 20)
+    seg = [[rnd.randrange(0, 60000) for _ in range(rnd.randrange(0, 4))] for _ in range(table.n_words)]
+    seg_symbols = np.array([t for s in seg for t in s], dtype=np.uint32)
+    seg_offsets = np.concatenate(([0], np.cumsum([len(s) for s in seg]))).astype(np.int64)
+    flags = word_flags(table)
+    classes = word_classes(table) if regions else None
+    numeric, lengths = np.zeros(table.n_words, bool), np.ones(max(int(seg_symbols.max(initial=0)) + 1, 1), np.int64)
+    got = {}
+    for narrow in (False, None):
+        for workers, chunk in ((1, 1 << 20), (2, 4096)):
+            units, info = count_units(str(path), table, specials, pattern, workers, chunk, fraction, cut_spaces=True,
+                                      flags=flags, classes=classes, seg=(seg_symbols, seg_offsets), narrow=narrow)
+            assert len(units) == (4 if narrow is None else 3)
+            if narrow is None:
+                assert units[0].dtype == np.uint16
+            syms, offs, cnts, enc = stage2_table(units, table, seg_symbols, seg_offsets, numeric, lengths,
+                                                 cut_numbers=False, expanded=True)
+            got[narrow, workers] = (syms.tolist(), offs.tolist(), cnts.tolist(), enc.tolist(), info)
+    assert got[None, 1] == got[False, 1] and got[None, 2] == got[False, 2]

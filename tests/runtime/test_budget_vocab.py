@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 import bpe_core
+from bpe_core.runtime import budget
 from bpe_core.runtime.budget import PAIR_SLOT_BYTES, pair_map_slots, pairs_estimate
 from test_budget_spill import SPECIAL, _smallest_budget_that_works, write_growing
 
@@ -37,3 +38,20 @@ def test_a_large_vocabulary_at_its_smallest_budget_stays_under_it(tmp_path, voca
     planned = pairs_estimate(symbols, vocab_size)
     assert eng["n_pairs"] <= planned
     assert eng["memory"]["pair_map"] == pair_map_slots(planned) * PAIR_SLOT_BYTES
+
+
+@pytest.mark.parametrize("words, symbols, vocab", [(5_753_165, 56_784_484, 32000), (18_807_369, 195_319_199, 32000),
+                                                   (18_807_369, 195_319_199, 200_000), (40_000, 400_000, 1000)])
+def test_the_mapped_build_fills_its_lists_in_one_pass_inside_the_merge_loop_figure(words, symbols, vocab):
+    """The fill buffer of a mapped byte build takes the room the merge loop's lists and pairs take
+    later: all the initial lists at once where that room holds them, never below the old quarter, and
+    the build's cells and buffer never above the engine's figure (the plan's anonymous peak as before)."""
+    eng = budget.engine_memory(words, vocab, symbols, mapped=True)
+    phase = budget.merge_phase(words, vocab, symbols, 0, mapped=True)
+    building = int(symbols * (budget.ENGINE_CELL_BYTES + budget.ENGINE_BLOCK_BYTES)) + phase["fill"]
+    assert phase["fill"] >= budget.fill_buffer_bytes(symbols)
+    assert phase["anon"] == max(words * budget.TABLE_BYTES_PER_WORD, eng["anon"])
+    if phase["fill"] > budget.fill_buffer_bytes(symbols):
+        assert building + budget.ENGINE_BASE_BYTES + budget.BUILD_PAIR_BYTES <= eng["anon"]
+    if symbols >= 10**7:           # the corpora of the benchmarks: one pass
+        assert phase["fill"] >= symbols * budget.ENGINE_BASE_LIST_BYTES

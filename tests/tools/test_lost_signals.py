@@ -200,3 +200,40 @@ def test_new_temp_names_are_fresh_and_private(tmp_path):
     assert a != b and os.path.basename(a).startswith(".t-") and a.endswith(".npy")
     assert (os.stat(a).st_mode & 0o777, os.stat(b).st_mode & 0o777) == (0o600 & ~atomic.current_umask(),
                                                                         0o700 & ~atomic.current_umask())
+
+
+def _wait_for_interrupt(seconds=5.0):
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(int(seconds / 0.01)):
+            time.sleep(0.01)
+
+
+def test_a_signal_that_lands_inside_the_unraisable_hook_is_held_until_it_returns(monkeypatch):
+    """On a loaded machine the signal sent again can come while the main thread is still inside
+    ``sys.unraisablehook`` (it was there when a ``threading.Timer`` waited for its thread to start),
+    and an exception raised there is printed with a traceback: it is held and sent once the hook
+    has returned."""
+    monkeypatch.setattr(cli._Signals, "AGAIN_AFTER", 0.01)
+    with cli._Signals() as s:
+        s._in_hook += 1                          # as if the main thread were inside the hook
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # its handler runs in here: held, not raised
+            for _ in range(20):
+                time.sleep(0.01)                 # (the sender waits while the hook runs)
+        finally:
+            s._in_hook -= 1
+        assert s.received == signal.SIGINT
+        _wait_for_interrupt()                    # sent again once out of the hook
+        s.disarm()
+
+
+def test_a_signal_lost_again_is_sent_again_again(monkeypatch):
+    """The second delivery can be lost in a collector callback too: each loss sends it once more."""
+    monkeypatch.setattr(cli._Signals, "AGAIN_AFTER", 0.01)
+    lost = type("Unraisable", (), {"exc_value": KeyboardInterrupt()})()
+    with cli._Signals() as s:
+        s.received = signal.SIGINT
+        for _ in range(3):
+            s._unraisable(lost)                  # what Python calls for the dropped exception
+            _wait_for_interrupt()
+        s.disarm()

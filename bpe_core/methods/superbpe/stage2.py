@@ -11,10 +11,11 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ...engine.merge import MergeEngine, huge_pages, run_legs
-from ...engine.units import (RankMerger, SKETCH_MAX, cut_pieces, cut_pieces_parts, pair_sketch,
-                             pair_sketch_parts)
+from ...engine.units import (RankMerger, SKETCH_MAX, cut_pieces_parts, pair_sketch, pair_sketch_parts,
+                             unit_halves)
 from ...errors import InternalError
 from ...runtime.memmon import numpy_huge_pages, phase
+from ...runtime.workers import release_free_memory
 
 #: Bytes of RAM per stage-1 token of the corpus in stage 2 (the compact engine: 4 B cells, pairs of
 #: stage-1 tokens, the pair map; read-only arrays mapped): measured 26.5 B on en_train at 32k (peak
@@ -243,10 +244,12 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     of the result; 0 without it): one more pass over the engine's cells.
 
     ``regenerate``: a function that lists the same units again (``(symbols, offsets, weights,
-    counts)``, as given). With it the units are let go once they are cut (the lists given are
-    emptied), so the engine's build and merge loop reuse their memory instead of fresh pages (300 MB
-    at 32k on en_train); only a restart lists them again (checked: the same stage-1 tokens and
-    windows, or ``InternalError``).
+    counts)``, as given). With it the units are let go as soon as the cut has read them (the lists
+    given are emptied, the cut's own list last: ``cut_pieces_parts(consume=True)``), so the join of
+    the cut's tables, the engine's build and the merge loop reuse their memory instead of fresh
+    pages (300 MB at 32k on en_train; SupraTok's peak inside the cut on 60 MB at 32k: 323 -> 282 MiB);
+    only a restart lists them again (checked: the same stage-1 tokens and windows, or
+    ``InternalError``).
 
     Plain equivalent: ``MergeEngine(symbols, offsets, weights, tokens).run(n_merges, allowed)``
     (tested equal: ``tests/methods/test_superbpe.py``).
@@ -308,12 +311,24 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         # (a counter holds at most SKETCH_MAX: a cut above it keeps every capped counter's windows)
         keep = np.packbits(sketch >= min(cut, SKETCH_MAX), bitorder="little")
         guard = edges.guard if edges is not None and cut > 1 else None
-        if parts is not None:
-            data, starts, piece_weights, piece_counts, singles = cut_pieces_parts(parts, cut, keep=keep, guard=guard)
-        else:
-            data, starts, piece_weights, piece_counts, singles = cut_pieces(symbols, offsets, None, weights, counts,
-                                                                            cut, threads=threads, keep=keep,
-                                                                            guard=guard)
+        # (one part: cut_pieces(threads=threads), as its halves)
+        cut_parts = parts if parts is not None else unit_halves(threads, symbols, offsets, weights, counts)
+        if regenerate is not None:
+            # the units go while they are cut: once the cut has read them (cut_pieces_parts(consume=)),
+            # before its tables are joined into the pieces (the cut's peak), as the cut's list held
+            # the last references
+            parts = symbols = offsets = weights = counts = None
+            for lst in given:
+                if isinstance(lst, list):
+                    lst.clear()
+            released = True
+        data, starts, piece_weights, piece_counts, singles = cut_pieces_parts(cut_parts, cut, keep=keep, guard=guard,
+                                                                              consume=regenerate is not None)
+        del cut_parts
+        # what the cut's threads freed (their tables, joined) stays in glibc's heaps, resident, unless
+        # trimmed: given back before the engine's build (SuperBPE on 60 MB at 32k: RSS before the
+        # build 344 -> 230 MiB, its peak 419 -> 327; SupraTok's 200 -> 164, 310 -> 283)
+        release_free_memory()
         pieces_tokens = int((np.diff(starts) * piece_counts).sum()) + int(singles)
         if pieces_tokens != units_tokens:
             raise InternalError(f"stage 2's pieces at cut {cut} hold {pieces_tokens} stage-1 tokens, "
@@ -327,12 +342,6 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         tried.append({"cut": cut, "pieces": int(piece_weights.size), "symbols": int(data.size)})
         if edges is not None:
             tried[-1]["guarded_tokens"] = edges.n_guarded()
-        if regenerate is not None:      # cut: let the units go (the build and loop reuse the memory)
-            parts = symbols = offsets = weights = counts = None
-            for lst in given:
-                if isinstance(lst, list):
-                    lst.clear()
-            released = True
         if steps:
             merger = RankMerger(np.array([a for a, _, _ in steps], dtype=np.uint32),
                                 np.array([b for _, b, _ in steps], dtype=np.uint32),

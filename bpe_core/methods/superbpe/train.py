@@ -20,6 +20,7 @@ from ...pretok.patterns import resolve_pattern
 from ...pretok.wordtable import WordTable
 from ...runtime.memmon import huge_pages_ready, phase
 from ...runtime.progress import progress_bar
+from ...runtime.workers import release_free_memory
 from .official import official_units
 from .rules import Stage2Rules, normal_split, resolve_transition
 from .stage2 import (MAP_THRESHOLD, STAGE2_BYTES_PER_SYMBOL, STAGE2_MAP_THRESHOLD, rows_before_stage1,
@@ -168,6 +169,9 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
             record_info = None
         if recorded is not None:
             recorded.clear()         # the record's memory goes before stage 2's
+            # ... back to the OS: the counting threads' heaps kept it resident (60 MB at 32k: RSS
+            # before stage 2's sketch 251 -> 158 MiB, the cut's peak 385 -> 321)
+            release_free_memory()
         if split != "official":
             report["seconds"]["stage2_scan"] = round(time.perf_counter() - t1, 3)
 

@@ -27,16 +27,18 @@ from .words import ENDS_SPACE, NUMERIC, STARTS_SPACE, looks_encoded_counts, nume
 
 def _units_chunk(task: tuple) -> tuple:
     """Worker (a thread): the units (as word-id runs, in text order) of ``path[start:end)``."""
-    path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp, classes, seg = task
+    path, start, end, specials, pattern, keep_below, index, flags, cut_spaces, stamp, classes, seg, narrow = task
     return _units_of(read_range(path, start, end, stamp), path, specials, pattern, keep_below, index, flags,
-                     cut_spaces, classes, seg)
+                     cut_spaces, classes, seg, narrow)
 
 
 def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, flags, cut_spaces: bool,
-              classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None) -> tuple:
+              classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None, narrow: bool = False) -> tuple:
     """The units of ``buf`` (word-id runs, in text order; with ``classes``, the units of an
     encoded-looking region carry ``ENCODED_MARK`` at their end; with ``seg``, the stage-1
-    segmentation ``(symbols, offsets)`` of the words, each word written as its stage-1 tokens)."""
+    segmentation ``(symbols, offsets)`` of the words, each word written as its stage-1 tokens).
+    ``narrow`` (with ``seg``, a named pattern, tokens below 65536): the tokens as uint16 and no
+    marks: a sixth value flags the encoded units (``chunk_unit_stream(narrow=True)``)."""
     spans, _ = split_spans(buf, 0, len(buf), specials)
     counter = UnitCounter()
     name = pattern_name(pattern)
@@ -44,13 +46,15 @@ def _units_of(buf, path: str, specials, pattern: str, keep_below: int, index, fl
         # units in text order, not counted: nearly all are distinct, and stage 2 deduplicates its
         # pieces (stage2_merges); a table of them would only cost a hash table
         seg_symbols, seg_offsets = seg if seg is not None else (None, None)
-        data, starts, seen, kept, missing = chunk_unit_stream(buf, spans, PATTERN_IDS[name], index, flags,
-                                                              keep_below, cut_spaces, classes, seg_symbols,
-                                                              seg_offsets)
+        listed = chunk_unit_stream(buf, spans, PATTERN_IDS[name], index, flags, keep_below, cut_spaces, classes,
+                                   seg_symbols, seg_offsets, narrow=narrow and seg is not None)
+        data, starts, seen, kept, missing = listed[:5]
         if missing:
             raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
                                      "counted earlier; nothing was written")
-        return data, starts, np.ones(starts.size - 1, dtype=np.int64), seen, kept
+        return (data, starts, np.ones(starts.size - 1, dtype=np.int64), seen, kept) + tuple(listed[5:])
+    if narrow:
+        raise ValueError("narrow units need a named pattern and a segmentation")
     for s, e in spans:
         ends = pretoken_ends(buf[s:e], pattern) + s
         ids = index.word_ids(buf, ends, s)
@@ -97,7 +101,8 @@ def _mark_encoded(ids, ids32, bounds, f, classes, cut_spaces):
 def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern: str, num_workers: int,
                 chunk_bytes: int, sample_fraction: float = 1.0, cut_spaces: bool = True,
                 flags: Optional[np.ndarray] = None, executor=None,
-                classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None) -> tuple[tuple, dict]:
+                classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None,
+                narrow: Optional[bool] = None) -> tuple[tuple, dict]:
     """The stage-2 units of a corpus as runs of word ids (rows of ``table``), in text order, each with
     count 1 (the custom-pattern path counts them; stage 2 deduplicates pieces either way).
 
@@ -107,6 +112,11 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
 
     ``classes`` (``word_classes(table)``): mark the units of regions that look encoded
     (``chunk_unit_stream``); ``stage2_table`` strips the marks and gives them no weight.
+
+    With ``seg``, a named pattern and every stage-1 token below 65536 (``narrow`` None: so decided;
+    False: never), the units are uint16 tokens with no marks and a fourth array flags the encoded
+    ones (``(data, starts, counts, encoded)``, what ``units_from_records`` gives): half the bytes
+    to write and hold, and no marks to strip after (the same units, tested).
 
     Chunks are scanned on worker threads (``workers.run_ordered``) that share one read-only
     ``WordIndex`` of the table; the per-chunk lists are joined in order in the calling thread. With an
@@ -126,22 +136,24 @@ def count_units(path: str, table: WordTable, specials: Sequence[bytes], pattern:
     index = WordIndex(table.arena, table.offsets)
     if seg is not None:
         seg = (np.ascontiguousarray(seg[0], dtype=np.uint32), np.ascontiguousarray(seg[1], dtype=np.int64))
-    tasks = [(path, s, e, list(specials), pattern, keep_below, index, flags, cut_spaces, stamp, classes, seg)
+    fits = seg is not None and pattern_name(pattern) is not None and (seg[0].size == 0 or int(seg[0].max()) <= 0xFFFF)
+    narrow = fits if narrow is None else (narrow and fits)
+    tasks = [(path, s, e, list(specials), pattern, keep_below, index, flags, cut_spaces, stamp, classes, seg, narrow)
              for s, e in chunks]
     parts = []
     seen = kept = 0
 
     def absorb(result) -> None:
         nonlocal seen, kept
-        parts.append(result[:3])
+        parts.append(result[:3] + tuple(result[5:]))
         seen += result[3]
         kept += result[4]
 
     run_ordered(_units_chunk, tasks, min(num_workers, len(tasks)), absorb)
     stamp.check()
-    data, starts, counts = _concat_units(parts)
-    info = {"units_seen": seen, "units_kept": kept, "unique_units": int(counts.size)}
-    return (data, starts, counts), info
+    units = _concat_units(parts)
+    info = {"units_seen": seen, "units_kept": kept, "unique_units": int(units[2].size)}
+    return units, info
 
 
 def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) -> tuple[list, np.ndarray]:
@@ -326,17 +338,22 @@ def _expanded(units: tuple, seg: Optional[tuple]) -> tuple:
 
 
 def _concat_units(parts: list) -> tuple:
-    """Unit lists ``(data, starts, counts, ...)`` one after another, as one ``(data, starts, counts)``."""
+    """Unit lists ``(data, starts, counts, ...)`` one after another, as one ``(data, starts, counts)``;
+    parts of four ``(data uint16, starts, counts, encoded)`` (``_units_of(narrow=True)``) as one
+    ``(data uint16, starts, counts, encoded)``."""
     if not parts:
         return np.zeros(0, dtype=np.uint32), np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    narrow = len(parts[0]) == 4
     # fresh arrays, written whole: faulted in at once (prefault), not page by page
-    data = prefault(np.empty(sum(p[0].size for p in parts), dtype=np.uint32))
-    np.concatenate([p[0] for p in parts], out=data, casting="unsafe")
+    data = prefault(np.empty(sum(p[0].size for p in parts), dtype=np.uint16 if narrow else np.uint32))
+    np.concatenate([p[0] for p in parts], out=data, casting="same_kind" if narrow else "unsafe")
     counts = prefault(np.empty(sum(p[2].size for p in parts), dtype=np.int64))
     np.concatenate([p[2] for p in parts], out=counts, casting="unsafe")
     starts = prefault(np.empty(counts.size + 1, dtype=np.int64))
     starts[0] = 0
     np.cumsum(np.concatenate([np.diff(p[1]) for p in parts]), out=starts[1:])
+    if narrow:
+        return data, starts, counts, np.concatenate([p[3] for p in parts])
     return data, starts, counts
 
 

@@ -22,6 +22,9 @@ from .script import guess_candidates, guess_suffix_language, marker_words
 LETTER_RUN_PATTERNS = ("gpt2", "cl100k")
 #: ``_docs_chunk_scan`` marks the encoded units of about this many pretokens at a time
 SCAN_BLOCK = 1 << 16
+#: ``documents_from_records`` asks its unit counters for room for a unit per this many pretokens
+#: (en_train: one per 31; a hint, the lists grow past it)
+UNITS_PER_PRETOKEN_ROOM = 16
 
 
 # ==== Documents: units, held-out split, document frequencies =======================================
@@ -286,6 +289,11 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
         lang_ids: dict[str, list[np.ndarray]] = {}
         lang_docs: dict[str, int] = {}
         lo, hi = int(b[0]), int(b[-1])
+        # room for every pretoken of the text (the first half's counter: of all of it, as it takes the
+        # other half's units in after) and its marks: units are nearly all distinct, so the lists
+        # reach about that; asked for at once, they do not grow by copies into fresh pages
+        room = (int(breaks[-1]) if lo == 0 else hi - lo) * sample_fraction
+        counter.reserve(int(room * 1.02) + 1024, int(room) // UNITS_PER_PRETOKEN_ROOM + 1024)
         edges = np.unique(np.concatenate(([0], np.searchsorted(b, np.arange(lo + SCAN_BLOCK, hi, SCAN_BLOCK)),
                                           [b.size - 1])))
         for e0, e1 in zip(edges[:-1].tolist(), edges[1:].tolist()):
