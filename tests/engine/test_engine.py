@@ -33,7 +33,12 @@ def check_against_recount(words_bytes: dict, n_steps: int, tokens=BYTES, heap_ba
     """Step the engine and the reference side by side; compare winners, words and all pair counts."""
     ids = {t: i for i, t in reversed(list(enumerate(tokens)))}
     eng = make_engine({tuple(ids[s] for s in w): c for w, c in words_bytes.items()}, tokens, heap_batch)
-    ref_words = dict(words_bytes)
+    step_with_recount(eng, dict(words_bytes), n_steps)
+
+
+def step_with_recount(eng, ref_words: dict, n_steps: int) -> None:
+    """Step ``eng`` and the reference on ``ref_words`` ({tuple of token bytes: count}) side by side:
+    all pair counts before each step, then the winner, until the reference has no pair left."""
     for _ in range(n_steps):
         ref_pairs = reference.get_pair_counts(ref_words)
         assert engine_pairs_as_bytes(eng) == {p: c for p, c in ref_pairs.items() if c > 0}

@@ -5,8 +5,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_core import reference
 from bpe_core.engine.merge import MergeEngine
+
+from test_engine import step_with_recount
 
 BYTES = [bytes([i]) for i in range(256)]
 
@@ -47,26 +48,7 @@ def test_raised_floor_merges_as_the_engine_that_keeps_every_entry(words, weights
 def test_raised_floor_equals_a_full_recount_after_every_step(words, batch):
     ids = list(words)
     eng = _engine([list(w) for w in ids], [words[w] for w in ids], BYTES, batch, 1)
-    ref_words = {tuple(bytes([x]) for x in w): c for w, c in words.items()}
-    for _ in range(30):
-        ref_pairs = reference.get_pair_counts(ref_words)
-        toks = eng.tokens()
-        got_pairs = {}
-        for (a, b), c in eng.pair_counts_dict().items():
-            got_pairs[(toks[a], toks[b])] = got_pairs.get((toks[a], toks[b]), 0) + c
-        assert got_pairs == {p: c for p, c in ref_pairs.items() if c > 0}
-        expected = reference.best_pair(ref_pairs)
-        got = eng.step()
-        if expected is None:
-            assert got is None
-            return
-        toks = eng.tokens()
-        assert (toks[got[0]], toks[got[1]]) == expected
-        new = {}
-        for w, c in ref_words.items():
-            m = reference.merge_word(w, expected)
-            new[m] = new.get(m, 0) + c
-        ref_words = new
+    step_with_recount(eng, {tuple(bytes([x]) for x in w): c for w, c in words.items()}, 30)
 
 
 def test_the_heap_keeps_only_the_pairs_near_the_top():
