@@ -43,6 +43,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ("arena", "offsets", "counts")
 
 
+def built_in_place(checkout: str) -> bool:
+    """Whether ``checkout``'s compiled extensions are built in place (``pip install -e .`` or
+    ``setup.py build_ext --inplace``); a clone installed with ``pip install .`` has them only in the
+    environment, and that installed package is the one measured for it."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+    return any(os.path.exists(os.path.join(checkout, "bpe_core", "engine", "_engine" + suffix))
+               for suffix in EXTENSION_SUFFIXES)
+
+
 class _Counted(Exception):
     """Raised by the stand-in for ``train_words`` once the table is saved (the run stops there)."""
 
@@ -138,7 +147,10 @@ def main(argv=None) -> int:
         return 2
     os.makedirs(a.work, exist_ok=True)
     if not os.path.exists(os.path.join(a.work, "settings.json")):
-        sys.path.insert(0, ROOT)
+        if built_in_place(ROOT):
+            sys.path.insert(0, ROOT)
+        else:                        # the installed package (this folder's source has no extensions)
+            sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
         count(a.corpus, a.work, a.vocab_size, a.memory_limit)
     with open(os.path.join(a.work, "settings.json")) as f:
         settings = json.load(f)
@@ -150,7 +162,11 @@ def main(argv=None) -> int:
     for r in range(a.runs):
         for ck in checkouts if r % 2 == 0 else checkouts[::-1]:
             cmd = [sys.executable, os.path.abspath(__file__), a.corpus, "--work", os.path.abspath(a.work), "--child"]
-            p = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=ck), capture_output=True, text=True, cwd=ck)
+            if ck == ROOT and not built_in_place(ck):      # the installed bpe_core, from outside the clone
+                env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=os.path.abspath(a.work))
+            else:
+                p = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=ck), capture_output=True, text=True, cwd=ck)
             name = os.path.basename(ck.rstrip("/")) or ck
             if p.returncode != 0:
                 print(f"| {name} | {r + 1} | failed: {p.stderr.strip().splitlines()[-1:]} |" + " |" * 7)
