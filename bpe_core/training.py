@@ -208,7 +208,7 @@ def _refuse_from_sample(config: TrainConfig, inputs: Inputs, the_plan: budget.Pl
     except BudgetError:
         pass
     t0 = time.perf_counter()
-    s = sample_words(inputs.sources[0].name, specials, pattern)
+    s = sample_words(inputs.sources[0].name, specials, pattern, threads=the_plan.num_workers)
     info = {"sample_bytes": s.sample_bytes, "unique": s.unique, "unique_half": s.unique_half,
             "exponent": s.exponent, "estimate": s.estimate, "seconds": round(time.perf_counter() - t0, 3)}
     try:

@@ -106,6 +106,8 @@ def test_the_sample_counts_its_pieces_and_carries_them_to_the_file(tmp_path):
         words.update(bytes(arena[offsets[k]:offsets[k + 1]]) for k in range(len(offsets) - 1))
     assert s.unique == len(words) and s.unique_bytes == sum(map(len, words))
     assert s.unique <= s.estimate <= os.path.getsize(corpus)
+    for threads in (2, 3, 8):        # pieces counted on threads: the same tables, the same estimate
+        assert sample_words(str(corpus), [SPECIAL.encode()], pieces=8, piece_bytes=16 << 10, threads=threads) == s
     same = tmp_path / "same.txt"
     same.write_bytes(b"the same words again and again\n" * 100_000)
     r = sample_words(str(same), [], pieces=8, piece_bytes=16 << 10)
