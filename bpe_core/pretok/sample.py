@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -83,6 +82,7 @@ def sample_words(path: str, specials: Sequence[bytes], pattern: str = "gpt2", pi
 
     try:
         if threads > 1:
+            from concurrent.futures import ThreadPoolExecutor   # (here: a small run never samples)
             with ThreadPoolExecutor(max_workers=min(int(threads), pieces), thread_name_prefix="bpe_core-sample") as ex:
                 tables = list(ex.map(count_piece, range(pieces)))
         else:
