@@ -14,14 +14,9 @@ def _key(k, salt):
     return (k * 0x9E3779B1 + salt) & 0xFFFFFFFFFFFF
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["put", "put", "remove", "get", "reserve"]), st.integers(0, 5000)),
-                max_size=2000), st.integers(0, 2 ** 32), st.booleans())
-def test_pair_map_equals_a_dict_with_room_made_at_any_moment(ops, salt, same_tags):
-    """Segments grow by half on their own (a few keys each: many growths) or all at once
-    (``reserve``, with keys already in them); every key stays reachable. With ``same_tags`` every
-    slot's tag matches every key (the slots keep ids, the keys are the pairs' own): the keys tell
-    them apart."""
+def check_against_a_dict(ops, salt: int, same_tags: bool):
+    """Run ``ops`` (``put``/``remove``/``get``/``reserve``, value) on a fresh map and on a dict side
+    by side: every get agrees after each op, and every key is reachable at the end. Returns the map."""
     m, d = _PairMap(16), {}
     if same_tags:
         m.py_same_tags()
@@ -38,6 +33,18 @@ def test_pair_map_equals_a_dict_with_room_made_at_any_moment(ops, salt, same_tag
         assert m.py_get(key) == d.get(key, -1)
     assert m.py_len() == len(d)
     assert all(m.py_get(key) == v for key, v in d.items())
+    return m
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "put", "remove", "get", "reserve"]), st.integers(0, 5000)),
+                max_size=2000), st.integers(0, 2 ** 32), st.booleans())
+def test_pair_map_equals_a_dict_with_room_made_at_any_moment(ops, salt, same_tags):
+    """Segments grow by half on their own (a few keys each: many growths) or all at once
+    (``reserve``, with keys already in them); every key stays reachable. With ``same_tags`` every
+    slot's tag matches every key (the slots keep ids, the keys are the pairs' own): the keys tell
+    them apart."""
+    m = check_against_a_dict(ops, salt, same_tags)
     assert all(n >= 16 for n in m.py_segment_slots())
 
 

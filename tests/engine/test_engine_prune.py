@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from bpe_core.engine._engine import _PairMap
 from bpe_core.engine.merge import MergeEngine
 
+from test_engine_pairmap import check_against_a_dict
+
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["put", "remove", "get"]), st.integers(0, 3000)), max_size=3000),
@@ -17,20 +19,7 @@ def test_pair_map_remove_equals_a_dict(ops, salt, same_tags):
     """Puts, removes and gets against a dict; keys of a few thousand values spread over 1024..4096
     slots, so runs are long, wrap around the end, and removals shift keys back (``same_tags``: every
     tag matches, the keys themselves tell the slots apart)."""
-    m, d = _PairMap(16), {}
-    if same_tags:
-        m.py_same_tags()
-    for op, k in ops:
-        key = (k * 0x9E3779B1 + salt) & 0xFFFFFFFFFFFF
-        if op == "put" and key not in d:
-            m.py_put(key, k)
-            d[key] = k
-        elif op == "remove":
-            m.py_remove(key)
-            d.pop(key, None)
-        assert m.py_get(key) == d.get(key, -1)
-    assert m.py_len() == len(d)
-    assert all(m.py_get(key) == v for key, v in d.items())
+    check_against_a_dict(ops, salt, same_tags)
 
 
 def _distinct(tokens):
