@@ -196,7 +196,7 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
     finally:
         bar.close()
         if spill_dir is not None:
-            shutil.rmtree(spill_dir, ignore_errors=True)
+            _remove_spill(spill_dir, SPILL_WRITERS_GRACE if sys.exc_info()[0] is not None else 0.0)
         monitor.stop()
     seconds = {name: round((marks[k + 1][1] if k + 1 < len(marks) else t_end) - t, 3)
                for k, (name, t) in enumerate(marks)}
@@ -205,6 +205,23 @@ def encode_sources_on(input_path, tokenizer, out_path, cluster, num_workers: int
                         memory=dict(monitor.summary(), held_back_chunks=0), phase_seconds=seconds,
                         n_documents=n_docs, bad_records=opts.bad.to_dict(),
                         shards=outputs if shard_tokens is not None else None, cluster=cluster_info)
+
+
+#: After a failed run, how long the spill folder's removal waits for the tasks still running on the
+#: cluster's workers (a failed task cancels the pending ones, not those running): one of them can
+#: write its spill file after the folder was emptied, and the folder stayed behind.
+SPILL_WRITERS_GRACE = 5.0
+
+
+def _remove_spill(spill_dir: str, grace: float) -> None:
+    """Remove the run's spill folder; for up to ``grace`` seconds, again while a task still running
+    writes into it."""
+    deadline = time.monotonic() + grace
+    while True:
+        shutil.rmtree(spill_dir, ignore_errors=True)
+        if not os.path.exists(spill_dir) or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
 
 
 def encode_source_shard(task: tuple, spec, token_lengths: np.ndarray, spill_dir: str, dtype: str, sep_id,

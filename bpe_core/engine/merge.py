@@ -23,8 +23,8 @@ from ..runtime.progress import progress_bar
 from ..runtime.workers import release_free_memory
 from ._engine import MergeEngine, hf_byte_rank, huge_pages
 
-__all__ = ["MergeEngine", "PAR_MIN_SITES", "PAR_SPLIT_SITES", "Replay", "hf_byte_rank", "huge_pages", "replay_merges", "run_legs",
-           "train_words"]
+__all__ = ["MergeEngine", "PAR_MIN_SITES", "PAR_SPLIT_SITES", "Replay", "hf_byte_rank", "huge_pages",
+           "replay_merges", "run_legs", "train_words"]
 
 #: With ``threads=2``, the second thread runs only while the best pair counts at least this much:
 #: the first leg of ``train_words``' loop (below it, an idle second thread spins between merges, CPU

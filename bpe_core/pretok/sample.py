@@ -12,8 +12,9 @@ estimate shows to be too small for the merge phase before any counting (``runtim
 
 An estimate, not a bound: only the sample's own count is a lower bound on the file's (a part of a
 text has at most the text's unique pretokens). On the 15 GB synthetic corpus 128 MiB in 16 pieces
-(0.5 CPU-s, on two threads when the run has two workers) gives 19.4 M (18.8 M counted); on its 2 GB prefix, 4.4 M (3.1 M counted): a corpus whose
-new words thin out as it grows is overestimated, so the caller refuses only well above its budget.
+(0.5 CPU-s, on two threads when the run has two workers) gives 19.4 M (18.8 M counted); on its 2 GB
+prefix, 4.4 M (3.1 M counted): a corpus whose new words thin out as it grows is overestimated, so
+the caller refuses only well above its budget.
 """
 from __future__ import annotations
 
