@@ -25,7 +25,7 @@ enum { BPE_SHORT_MAX = 15 };
 typedef struct {
     uint64_t w0;
     uint64_t w1;      /* bytes 8..14 and the length in the top byte (bpe_front_count's key) */
-    uint32_t length;  /* 0: empty */
+    uint32_t base;    /* its age: (uint32_t)pending - base (_pretok_counter.pxi, _flush_short) */
     uint32_t idx;     /* its slot in the short table */
     int64_t pending;  /* counts not yet added there */
 } bpe_front_slot;

@@ -64,9 +64,9 @@ cdef struct ShortTable:  # open addressing, linear probing, at most 3/4 full
 cdef struct FrontSlot:  # 32 bytes: a recent word and its counts not yet in its short slot
     uint64_t w0
     uint64_t w1      # bytes 8..14, the length in the top byte (the key of _count_front.h)
-    uint32_t length  # 0: empty
+    uint32_t base    # its age is (uint32)pending - base, at most FRONT_AGE_CAP after a miss (_flush_short)
     uint32_t idx     # its slot in the short table
-    int64_t pending
+    int64_t pending  # empty: w0 = w1 = 0 (no key), pending = base = 0
 
 
 cdef struct ShortPending:  # a front-cache miss waiting in a batch for its short-table lookup

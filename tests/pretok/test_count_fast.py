@@ -384,3 +384,34 @@ def test_count_corpus_reuses_the_counters_tables(small_corpus, monkeypatch):
         table = counting.count_corpus(str(small_corpus), [SPECIAL], "gpt2", workers, 1 << 10)
         assert list(table.to_dict().items()) == reference_counts(raw, spans, "gpt2")
         assert 1 <= len(made) <= workers and all(s.nbytes == 0 for s in made)   # reused; freed at the end
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from(NAMES), st.integers(0, 2**32 - 1), st.sampled_from([64, 300, 5000]))
+def test_front_slots_that_turn_misses_away(name, seed, n_hot):
+    """A word stays in its front slot while it was hit since the last miss there (its age, capped),
+    so a miss is then counted in the short table without taking the slot: hot words hit hundreds of
+    times (ages at the cap) among thousands of words seen once (misses that age them), then the hot
+    set changes (the old words age out and are evicted with counts pending, the new ones take their
+    slots), with the short table growing meanwhile (its slot numbers change under pending counts).
+    Spans are cut at random places: every count is the ``Counter``'s."""
+    rng = np.random.default_rng(seed)
+    alphabet = np.frombuffer(b"abcdefgh\x00 9.\xc3\xa9", np.uint8)
+
+    def words(k, lo, hi, tag):
+        out = set()
+        while len(out) < k:
+            out.add(tag + alphabet[rng.integers(0, len(alphabet), int(rng.integers(lo, hi)))].tobytes())
+        return sorted(out)
+
+    hot_a, hot_b, once = words(n_hot, 1, 14, b"x"), words(n_hot, 1, 14, b"y"), words(4000, 1, 20, b"z")
+    halves = []
+    for hot in (hot_a, hot_b):
+        stream = [hot[i] for i in rng.zipf(1.3, 6000) % len(hot)] + once[: len(once) // 2]
+        once = once[len(once) // 2:]
+        halves.append(b" ".join(stream[i] for i in rng.permutation(len(stream))))
+    data = b" ".join(halves)
+    cuts = np.sort(rng.integers(0, len(data) + 1, 3))
+    bounds = np.concatenate([[0], cuts, [len(data)]])
+    spans = np.stack([bounds[:-1], bounds[1:]], axis=1).astype(np.int64)
+    assert table_items(count_pretokens(data, spans, name)) == reference_counts(data, spans, name)
