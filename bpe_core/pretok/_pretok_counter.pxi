@@ -190,6 +190,23 @@ cdef int _short_grow(WordCounter* c) noexcept nogil:
     return 0
 
 
+cdef bint _FRONT_AGING = True  # set_front_aging(False): every miss takes its slot (tests, benchmarks)
+
+
+def set_front_aging(bint on):
+    """Whether a front slot's age turns misses away (the default) or every miss takes its slot (a
+    plain direct-mapped cache, as before): for the tests, which count with both (the counts do not
+    depend on it), and for A/B measurements in one process. Returns the previous setting.
+
+    >>> set_front_aging(True)
+    True
+    """
+    global _FRONT_AGING
+    was = _FRONT_AGING
+    _FRONT_AGING = on
+    return was
+
+
 cdef int _flush_short(WordCounter* c, const ShortPending* queue, Py_ssize_t n_pending) noexcept nogil:
     """Count a batch of front-cache misses in the short table; each word then takes its front slot,
     or leaves the word there one miss older (its age over 0: see "The plain count" above).
@@ -229,7 +246,7 @@ cdef int _flush_short(WordCounter* c, const ShortPending* queue, Py_ssize_t n_pe
         c.short.n_words += empty
         f = &c.front[q.front]
         age = <uint32_t>f.pending - f.base  # hits since the last miss here (an empty slot: 0)
-        if age != 0:  # its word stays, one miss older (at most FRONT_AGE_CAP)
+        if age != 0 and _FRONT_AGING:  # its word stays, one miss older (at most FRONT_AGE_CAP)
             f.base = <uint32_t>f.pending - (age - 1 if age - 1 < FRONT_AGE_CAP else FRONT_AGE_CAP)
             continue
         c.short.slots[f.idx].count += f.pending  # the evicted word's counts (an empty slot: 0 to slot 0)

@@ -29,7 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_core.corpus.chunks import split_spans as split_spans_regex
-from bpe_core.pretok import counting
+from bpe_core.pretok import _pretok, counting
 from bpe_core.pretok.patterns import PATTERNS
 from bpe_core.pretok.pretokenize import count_pretokens, split_spans
 from paths import package_parent
@@ -414,4 +414,10 @@ def test_front_slots_that_turn_misses_away(name, seed, n_hot):
     cuts = np.sort(rng.integers(0, len(data) + 1, 3))
     bounds = np.concatenate([[0], cuts, [len(data)]])
     spans = np.stack([bounds[:-1], bounds[1:]], axis=1).astype(np.int64)
-    assert table_items(count_pretokens(data, spans, name)) == reference_counts(data, spans, name)
+    want = reference_counts(data, spans, name)
+    assert table_items(count_pretokens(data, spans, name)) == want
+    was = _pretok.set_front_aging(False)      # a plain direct-mapped cache: the same counts
+    try:
+        assert table_items(count_pretokens(data, spans, name)) == want
+    finally:
+        _pretok.set_front_aging(was)
