@@ -415,11 +415,14 @@ def count(inputs: Inputs, run: Run, executor: Any, monitor: MemoryMonitor) -> Co
     else:
         # A method that can use each pretoken's row (SuperBPE's stage 2 lists its units from them
         # instead of pre-tokenizing the file again) gets them recorded as the corpus is counted
-        # (4 B a pretoken: at most 4 B a byte of text, ~0.9 B on English), when even that worst
-        # case is at most an eighth of the budget; otherwise nothing changes.
+        # (4 B a pretoken: at most 4 B a byte of text, ~0.9 B on English), held in RAM up to an
+        # eighth of the budget and the chunks past it written to the spill folder (mapped when
+        # read): the plan does not count it.
         method = run.method
-        record = [] if (method.records_pretokens and method.uses_record(config) and inputs.one_local_plain_file
-                        and budget.record_fits(inputs.sources[0].size, the_plan.memory_limit)) else None
+        record = None
+        if method.records_pretokens and method.uses_record(config) and inputs.one_local_plain_file:
+            from .methods.record import PretokenRecord
+            record = PretokenRecord(budget.record_ram_bytes(the_plan.memory_limit), config.spill_dir)
         table = count_corpus(inputs.sources, run.specials, run.pattern, the_plan.num_workers, the_plan.chunk_bytes,
                              progress=config.progress, report=report, monitor=monitor,
                              memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
@@ -428,6 +431,9 @@ def count(inputs: Inputs, run: Run, executor: Any, monitor: MemoryMonitor) -> Co
                              read_options=_read_options(config), record=record, plain=method.plain_tables,
                              check_stretches=lambda ranges: budget.check_uncut(the_plan, ranges))
         recorded = record or None
+        if record is not None:
+            report["record"] = {"chunks": len(record), "ram_bytes": record.ram_held,
+                                "spilled_chunks": record.spilled_chunks, "spilled_bytes": record.spilled_bytes}
     size = report["input_bytes"] = report["corpus_bytes"]
     report["unique_pretokens"] = table.n_words
     report["pretokens"] = table.n_pretokens
