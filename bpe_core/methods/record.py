@@ -5,6 +5,7 @@ when the record is read (:class:`PretokenRecord`)."""
 from __future__ import annotations
 
 import tempfile
+import threading
 from typing import Optional
 
 import numpy as np
@@ -41,6 +42,7 @@ class PretokenRecord:
         self._file = None
         self._size = 0               # bytes written to the file
         self._map: Optional[np.memmap] = None
+        self._lock = threading.Lock()    # (the record's rows are made on two threads)
         #: bytes of the chunks held in RAM; chunks and bytes written to the file
         self.ram_held = 0
         self.spilled_chunks = 0
@@ -108,10 +110,11 @@ class PretokenRecord:
 
     def _mapped(self) -> np.memmap:
         """The file mapped shared and writable (once everything is written)."""
-        if self._map is None:
-            self._file.flush()
-            self._map = np.memmap(self._file, dtype=np.uint8, mode="r+", shape=(self._size,))
-        return self._map
+        with self._lock:
+            if self._map is None:
+                self._file.flush()
+                self._map = np.memmap(self._file, dtype=np.uint8, mode="r+", shape=(self._size,))
+            return self._map
 
 
 class _Spilled:
