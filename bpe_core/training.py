@@ -488,8 +488,13 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         n_symbols -= table.one_byte_words
     longest, sites = _longest(table)
     release_free_memory()          # what counting freed goes back before it is measured (1 GB: 61 -> 44 MiB)
+    # the record of the pretokens (methods.record) is outside the plan, in the eighth of the budget it
+    # leaves free: what it holds in RAM is not the process's overhead (with it, a 1 GB run under
+    # --memory-limit 3G planned a smaller stage-2 sample than the same run without a record)
+    record_ram = getattr(counts.recorded, "ram_held", 0) if counts.recorded else 0
     merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols, longest_pretoken=longest,
-                                     longest_pair_sites=sites, parent_overhead=_held_beside(table))
+                                     longest_pair_sites=sites,
+                                     parent_overhead=max(0, _held_beside(table) - record_ram))
     # ``count_bytes``: the counting phase's figure again with the words counted. Before counting the
     # plan has only Heaps' law's estimate of them, which a corpus whose vocabulary keeps growing
     # passes (the 15 GB synthetic corpus: 8.9 M estimated, 18.8 M counted; its counting peaked at

@@ -195,3 +195,26 @@ def test_supratok_from_a_spilled_record_equals_a_scan(tmp_path_factory, text, ch
     assert rec.model.merges == scan.model.merges
     if ram == 0:
         assert rec.report["record"]["spilled_chunks"] == rec.report["record"]["chunks"] > 0
+
+
+def test_the_record_is_not_the_process_overhead(tmp_path, monkeypatch):
+    """The plan made after counting measures the process beside the table, less the record's bytes
+    in RAM (the record lives in the eighth of the budget the plan leaves free): with a record or
+    without, the merge phase plans from the same overhead (a 1 GB run under --memory-limit 3G had
+    planned a smaller stage-2 sample with its record in RAM)."""
+    from bpe_core import training
+    from bpe_core.runtime.budget import Plan
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A<|endoftext|> the dog sat" * 80)
+    seen = []
+    with_count = Plan.with_count
+    monkeypatch.setattr(Plan, "with_count", lambda self, *a, **k: seen.append(k["parent_overhead"]) or
+                        with_count(self, *a, **k))
+    held = 300 << 20
+    monkeypatch.setattr(training, "_held_beside", lambda table: held)
+    rec, scan = _train_both(monkeypatch, "superbpe", path, vocab_size=320, special_tokens=[SPECIAL],
+                            chunk_bytes=900)
+    ram = rec.report["record"]["ram_bytes"]
+    assert ram > 0 and "record" not in scan.report
+    assert seen == [held - ram, held]
