@@ -10,6 +10,8 @@ from typing import Optional
 
 import numpy as np
 
+from ..runtime.atomic import naming
+
 #: Each spilled array starts at a multiple of this many bytes of the file (int64 offsets aligned).
 ALIGN = 8
 
@@ -22,7 +24,8 @@ class PretokenRecord:
     A chunk is held in RAM while the chunks held there take at most ``ram_bytes`` (their arena,
     offsets and ids); a chunk past that goes to one anonymous file in ``folder`` (the spill folder:
     ``tempfile``'s default when None; the file has no name and goes when the record is cleared or
-    dropped). Read back (``record[k]``, iteration), a spilled chunk's arrays are views of the file
+    dropped). When that folder is on tmpfs (its files are memory) the record is dropped instead and
+    stays empty (``dropped``): the method scans the file again. Read back (``record[k]``, iteration), a spilled chunk's arrays are views of the file
     mapped shared and writable: their pages are the page cache's, not the process's anonymous
     memory, and ``superbpe.record_table_rows`` may rewrite the ids in place as for a chunk in RAM.
 
@@ -47,6 +50,8 @@ class PretokenRecord:
         self.ram_held = 0
         self.spilled_chunks = 0
         self.spilled_bytes = 0
+        #: the spill folder is memory (tmpfs): nothing is kept, and appends are ignored
+        self.dropped = False
 
     # ==== a list's face ===========================================================================
 
@@ -72,26 +77,37 @@ class PretokenRecord:
     def append(self, chunk: tuple) -> None:
         """Keep chunk ``(arena, offsets, ids, spans, n_bytes)``: in RAM while the share allows, else
         its three arrays written to the file (its spans stay in RAM: two int64 a document)."""
+        if self.dropped:
+            return
         arena, offsets, ids, spans, n_bytes = chunk
         size = _nbytes(arena) + _nbytes(offsets) + _nbytes(ids)
         if self._file is None and self.ram_held + size <= self.ram_bytes:
             self._items.append(chunk)
             self.ram_held += size
             return
+        folder = self.folder or tempfile.gettempdir()
         if self._file is None:
-            self._file = tempfile.TemporaryFile(dir=self.folder, prefix="bpe_core-record-")
-            self._file.write(b"\0" * ALIGN)      # never an empty file to map (chunks with no text)
+            from ..runtime.cgroup import in_memory_folder
+            if in_memory_folder(folder):
+                # files there are memory: no record at all (the method scans the file again)
+                self.dropped = True
+                self.clear()
+                return
+            with naming(folder):
+                self._file = tempfile.TemporaryFile(dir=folder, prefix="bpe_core-record-")
+                self._file.write(b"\0" * ALIGN)      # never an empty file to map (chunks with no text)
             self._size = ALIGN
         places = []
-        for arr, dt in ((arena, np.uint8), (offsets, np.int64), (ids, np.uint32)):
-            a = np.ascontiguousarray(arr, dtype=dt)
-            pad = -self._size % ALIGN
-            if pad:
-                self._file.write(b"\0" * pad)
-                self._size += pad
-            places.append((self._size, int(a.size), dt))
-            self._file.write(memoryview(a).cast("B"))
-            self._size += a.nbytes
+        with naming(folder):              # a full disk names the folder
+            for arr, dt in ((arena, np.uint8), (offsets, np.int64), (ids, np.uint32)):
+                a = np.ascontiguousarray(arr, dtype=dt)
+                pad = -self._size % ALIGN
+                if pad:
+                    self._file.write(b"\0" * pad)
+                    self._size += pad
+                places.append((self._size, int(a.size), dt))
+                self._file.write(memoryview(a).cast("B"))
+                self._size += a.nbytes
         self._items.append(_Spilled(places, np.asarray(spans), n_bytes))
         self.spilled_chunks += 1
         self.spilled_bytes += size

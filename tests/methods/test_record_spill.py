@@ -218,3 +218,33 @@ def test_the_record_is_not_the_process_overhead(tmp_path, monkeypatch):
     ram = rec.report["record"]["ram_bytes"]
     assert ram > 0 and "record" not in scan.report
     assert seen == [held - ram, held]
+
+
+def test_no_record_spilled_to_a_memory_folder(tmp_path, monkeypatch):
+    """A spill folder on tmpfs holds memory, not disk: the record is dropped at the first chunk it
+    would spill (the method scans the file again), with the same merges."""
+    from bpe_core.runtime import cgroup
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A<|endoftext|> the dog sat" * 80)
+    monkeypatch.setattr(budget, "record_ram_bytes", lambda limit: 3000)
+    monkeypatch.setattr(cgroup, "in_memory_folder", lambda folder: True)
+    rec, scan = _train_both(monkeypatch, "superbpe", path, vocab_size=320, special_tokens=[SPECIAL],
+                            chunk_bytes=900)
+    assert rec.report["stage2_units_source"] == "scan" and rec.report["record"]["chunks"] == 0
+    assert rec.model.merges == scan.model.merges
+
+
+def test_a_full_spill_folder_names_the_folder(tmp_path, monkeypatch):
+    """ENOSPC while the record spills: one error naming the spill folder (the tools print it as
+    one line), not a bare reason."""
+    import tempfile as tf
+
+    class Full:
+        def write(self, b):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tf, "TemporaryFile", lambda **k: Full())
+    rec = PretokenRecord(0, str(tmp_path))
+    with pytest.raises(OSError, match=str(tmp_path)):
+        rec.append(_chunk(np.random.default_rng(0), 3, 5))
