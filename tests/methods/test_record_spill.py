@@ -3,6 +3,7 @@
 and figures as a second scan of the file, for SuperBPE and SupraTok."""
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import numpy as np
@@ -16,6 +17,8 @@ from bpe_core.methods.record import PretokenRecord
 from bpe_core.runtime import budget
 
 SPECIAL = "<|endoftext|>"
+#: examples of the training tests: a few by default (each trains twice); BPE_CORE_MAX_EXAMPLES for more
+TRAIN_EXAMPLES = int(os.environ.get("BPE_CORE_MAX_EXAMPLES", "10"))
 PIECES = [b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", SPECIAL.encode(), SPECIAL.encode() * 2,
           b" 0123456789", b"\xc3\xa9t\xc3\xa9", b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4", b" dog", b".", b" sat",
           b"\xff", b" " + b"y" * 40]
@@ -124,7 +127,7 @@ def _texts():
     return st.lists(st.sampled_from(PIECES), min_size=1, max_size=300).map(b"".join)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=TRAIN_EXAMPLES, deadline=None)
 @given(_texts(), st.sampled_from([64, 97, 700, 4096]), st.sampled_from([1, 2]), st.sampled_from([0, 2000, None]),
        st.booleans())
 def test_superbpe_from_a_spilled_record_equals_a_scan(tmp_path_factory, text, chunk, workers, ram, sampled):
@@ -176,7 +179,7 @@ def test_superbpe_spilled_on_the_fixture(fixtures_dir, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []         # the record's file has no name, and is gone
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=max(TRAIN_EXAMPLES * 3 // 5, 1), deadline=None)
 @given(_texts(), st.sampled_from([64, 700, 4096]), st.sampled_from([1, 2]), st.sampled_from([0, 2000]))
 def test_supratok_from_a_spilled_record_equals_a_scan(tmp_path_factory, text, chunk, workers, ram):
     """SupraTok's documents from a spilled record: the second scan's merges and documents."""
