@@ -16,6 +16,27 @@ from . import _encode
 # faster on one thread, whose encoder has seen it all).
 _BATCH_THREAD_BYTES = 1 << 18
 
+# The helper threads of batch jobs: kept between calls (a thread made and ended per call cost a
+# clone, and, as glibc frees an ended thread's stack pages, ~170 page faults a call to fault them
+# in again), made when first needed; one set per process (a forked child makes its own).
+_HELPERS: dict[int, object] = {}
+_HELPERS_MAX = 256
+
+
+def _helpers():
+    """The process's pool of batch helper threads (``concurrent.futures.ThreadPoolExecutor``: an
+    idle thread is reused, a new one made only while none is idle)."""
+    import os
+
+    pid = os.getpid()
+    pool = _HELPERS.get(pid)
+    if pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _HELPERS.clear()                   # (a forked child's copy of its parent's pool has no threads)
+        pool = _HELPERS.setdefault(pid, ThreadPoolExecutor(_HELPERS_MAX, thread_name_prefix="bpe-batch"))
+    return pool
+
 
 class BatchMixin:
     """The native batch job of ``tokenizer.Tokenizer`` and the batch methods built on
@@ -73,8 +94,6 @@ class BatchMixin:
                 return job.collect(tokens)
             finally:
                 self._idle.append(enc)
-        import threading
-
         shared = self._borrow_warmest()
         privates = [self._borrow() for _ in range(n_workers)]
         shared.reserve_shared(job.n_bytes)
@@ -85,17 +104,18 @@ class BatchMixin:
                 job.run(enc, shared, n_workers)
             except BaseException as exc:   # re-raised in the calling thread
                 errors.append(exc)
-        threads = [threading.Thread(target=work, args=(enc,), daemon=True) for enc in privates[1:]]
+        helpers = []
         ran = False
         result = None
         try:
-            for t in threads:
-                t.start()
+            pool = _helpers()
+            for enc in privates[1:]:
+                helpers.append(pool.submit(work, enc))
             work(privates[0])
             ran = True
         finally:
-            for t in threads:
-                t.join()
+            for h in helpers:
+                h.result()                 # (work catches everything: this only waits)
             try:
                 if ran and not errors:
                     result = job.collect(tokens)
