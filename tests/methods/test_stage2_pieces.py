@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from bpe_core.engine.merge import MergeEngine
 from bpe_core.engine.units import CUT_LONG_PIECE, SKETCH_MAX, cut_pieces, pair_levels, pair_sketch, sketch_bounds
-from bpe_core.methods.superbpe import Stage2Rules, first_cut, stage2_merges
+from bpe_core.methods.superbpe import Stage2Rules, first_cut, sketch_bits, stage2_merges
 from bpe_core.methods.superbpe.train import _allowed
 
 #: GPT-2's pattern written out, so it runs as a custom regex (the Python units path)
@@ -777,6 +777,43 @@ def test_pieces_cut_by_a_small_sketch_equal_whole_units(units, n, cut, size, rul
                         bounded=rules.distinct, cut=cut, sketch_size=size)
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert got.tokens == tokens and got.final_tokens == final
+
+
+@settings(max_examples=200)
+@given(st.integers(0, 10 ** 12), st.integers(0, 10 ** 12))
+def test_the_sketch_grows_with_the_windows_within_its_bounds(a, b):
+    """``sketch_bits``: never fewer counters for more windows, at least one per 16 windows (up to
+    2**24), at least one per 4 up to 2**22, and from 2**10 to 2**24 counters."""
+    lo, hi = sorted((a, b))
+    assert sketch_bits(lo) <= sketch_bits(hi)
+    bits = sketch_bits(hi)
+    assert 10 <= bits <= 24
+    assert bits >= min((hi // 16).bit_length(), 24)
+    assert bits >= min((hi // 4).bit_length(), 22)
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 2 ** 32 - 1), st.integers(1, 60), st.integers(3, 12), st.integers(1, 6))
+def test_a_larger_sketch_keeps_no_more_windows_and_the_same_merges(seed, cut, bits, more):
+    """A sketch of ``2**(bits + more)`` counters splits each counter of ``2**bits`` (the slot is the
+    low bits of one hash), so each window's bound is no higher: the pieces hold no more symbols, and
+    stage 2 makes the same merges either way (what the larger default sketch of a smaller corpus
+    relies on)."""
+    rng, symbols, offsets, weights = random_units(seed, 40, 3000, 150, 5)
+    counts = weights + rng.integers(0, 2, weights.size)
+    small, _, _ = pair_sketch(symbols, offsets, weights, bits)
+    large, _, _ = pair_sketch(symbols, offsets, weights, bits + more)
+    b_small = sketch_bounds(small, symbols, offsets)
+    b_large = sketch_bounds(large, symbols, offsets)
+    assert (b_large <= b_small).all()
+    kept = [cut_pieces(symbols, offsets, None, weights, counts, cut,
+                       keep=np.packbits(sk >= cut, bitorder="little"))[0].size for sk in (small, large)]
+    assert kept[1] <= kept[0]
+    rules = Stage2Rules(distinct=True)
+    runs = [stage2_merges(symbols, offsets, weights, counts, TOKENS, 30, _allowed(rules, TOKENS), cut=cut,
+                          sketch_size=size) for size in (bits, bits + more)]
+    assert [tuple(s) for s in runs[0].steps] == [tuple(s) for s in runs[1].steps]
+    assert runs[0].final_tokens == runs[1].final_tokens
 
 
 @settings(max_examples=60)
