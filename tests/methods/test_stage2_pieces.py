@@ -545,6 +545,43 @@ def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd
     assert narrow[4].tolist() == flagged[4].tolist()
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 12), st.lists(st.integers(0, 11), max_size=80), st.integers(0, 2 ** 32 - 1),
+       st.booleans(), st.booleans(), st.sampled_from([0, 1, 10 ** 6]))
+def test_narrow_units_read_one_record_a_word_and_list_the_general_path(n_words, ids, seed, cut_spaces, regions,
+                                                                       reserve):
+    """``id_unit_stream(narrow=True)`` with a segmentation (its own loop: one 32-byte record a word)
+    lists what the general loop lists as uint32: random flags (numeric, whitespace at either end),
+    class counts that make some regions look encoded, words of 0 to 3 stage-1 tokens, spans, the ids
+    in segments, any room asked for; a word of more than 65535 tokens takes the general loop."""
+    from bpe_core.engine.units import id_unit_stream
+    rng = np.random.default_rng(seed)
+    ids = np.array([i % n_words for i in ids], dtype=np.uint32)
+    flags = rng.integers(0, 8, n_words).astype(np.uint8)
+    # class counts (n, whitespace, punctuation, alphanumeric, digits): words like base64 or like prose,
+    # so that some regions look encoded and some do not
+    kinds = np.array([[20, 0, 8, 8, 4], [5, 1, 0, 4, 0], [3, 3, 0, 0, 0]], dtype=np.int32)
+    classes = np.ascontiguousarray(kinds[rng.integers(0, 3, n_words)]) if regions else None
+    lens = rng.integers(0, 4, n_words)
+    if n_words > 1 and rng.integers(0, 8) == 0:
+        lens[int(rng.integers(0, n_words))] = 70000          # too long for the record: the general loop
+    seg_offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    seg_symbols = rng.integers(0, 60000, int(seg_offsets[-1])).astype(np.uint32)
+    cuts = np.sort(rng.integers(0, ids.size + 1, int(rng.integers(0, 4))))
+    breaks = np.unique(np.concatenate(([0], cuts, [ids.size]))).astype(np.int64)
+    pieces = np.sort(rng.integers(0, ids.size + 1, int(rng.integers(0, 3))))
+    segments = [ids[a:b] for a, b in zip(np.concatenate(([0], pieces)), np.concatenate((pieces, [ids.size])))]
+    want = id_unit_stream(ids, breaks, flags, cut_spaces, classes, seg_symbols, seg_offsets, marks=False)
+    got = id_unit_stream(segments, breaks, flags, cut_spaces, classes, seg_symbols, seg_offsets, marks=False,
+                         narrow=True, reserve=reserve)
+    assert got[0].dtype == np.uint16 and got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist() and got[2:4] == want[2:4]
+    assert got[4].tolist() == want[4].tolist()
+    with pytest.raises(ValueError, match="not below"):
+        id_unit_stream(np.concatenate((ids, [n_words])).astype(np.uint32), np.array([0, ids.size + 1]), flags,
+                       cut_spaces, classes, seg_symbols, seg_offsets, marks=False, narrow=True)
+
+
 def test_narrow_units_refuse_what_does_not_fit():
     from bpe_core.engine.units import id_unit_stream
     ids, breaks, flags = np.array([0, 1], np.uint32), np.array([0, 2]), np.zeros(2, np.uint8)
