@@ -547,13 +547,15 @@ def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd
 
 @settings(max_examples=150, deadline=None)
 @given(st.integers(1, 12), st.lists(st.integers(0, 11), max_size=80), st.integers(0, 2 ** 32 - 1),
-       st.booleans(), st.booleans(), st.sampled_from([0, 1, 10 ** 6]))
+       st.booleans(), st.booleans(), st.sampled_from([0, 1, 10 ** 6]),
+       st.sampled_from([0xFFFFFFFFFFFFFFFF, 1 << 63, 1 << 62]))
 def test_narrow_units_read_one_record_a_word_and_list_the_general_path(n_words, ids, seed, cut_spaces, regions,
-                                                                       reserve):
+                                                                       reserve, keep_below):
     """``id_unit_stream(narrow=True)`` with a segmentation (its own loop: one 32-byte record a word)
     lists what the general loop lists as uint32: random flags (numeric, whitespace at either end),
     class counts that make some regions look encoded, words of 0 to 3 stage-1 tokens, spans, the ids
-    in segments, any room asked for; a word of more than 65535 tokens takes the general loop."""
+    in segments, any room asked for, with or without a sample (a sampled stream takes the general
+    loop); a word of more than 65535 tokens takes the general loop."""
     from bpe_core.engine.units import id_unit_stream
     rng = np.random.default_rng(seed)
     ids = np.array([i % n_words for i in ids], dtype=np.uint32)
@@ -571,9 +573,10 @@ def test_narrow_units_read_one_record_a_word_and_list_the_general_path(n_words, 
     breaks = np.unique(np.concatenate(([0], cuts, [ids.size]))).astype(np.int64)
     pieces = np.sort(rng.integers(0, ids.size + 1, int(rng.integers(0, 3))))
     segments = [ids[a:b] for a, b in zip(np.concatenate(([0], pieces)), np.concatenate((pieces, [ids.size])))]
-    want = id_unit_stream(ids, breaks, flags, cut_spaces, classes, seg_symbols, seg_offsets, marks=False)
+    want = id_unit_stream(ids, breaks, flags, cut_spaces, classes, seg_symbols, seg_offsets, marks=False,
+                          keep_below=keep_below)
     got = id_unit_stream(segments, breaks, flags, cut_spaces, classes, seg_symbols, seg_offsets, marks=False,
-                         narrow=True, reserve=reserve)
+                         narrow=True, reserve=reserve, keep_below=keep_below)
     assert got[0].dtype == np.uint16 and got[0].tolist() == want[0].tolist()
     assert got[1].tolist() == want[1].tolist() and got[2:4] == want[2:4]
     assert got[4].tolist() == want[4].tolist()
