@@ -68,6 +68,7 @@ from libcpp.vector cimport vector
 import array as _array
 import gc as _gc
 import os
+import time as _time
 
 from cpython cimport array
 

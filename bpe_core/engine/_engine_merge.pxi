@@ -176,6 +176,8 @@ cdef class MergeEngine:
     cdef public object mapped_bytes
     cdef public object fill_passes
     cdef readonly bint plain           # built from array.array symbols: array.array memory, no numpy
+    cdef public dict build_seconds     # the build's parts: name -> (wall s, CPU s of every thread)
+    cdef tuple _clock
 
     def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
                  int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
@@ -232,6 +234,8 @@ cdef class MergeEngine:
             for i, r in enumerate(hf_byte_rank()):
                 self.byte_rank[i] = r
         cdef token_id_t n_tokens = <token_id_t>self.tok_off.size()
+        self.build_seconds = {}
+        self._clock = (_time.perf_counter(), _time.process_time())
         self.n_words = n_words
         self.mapped_bytes = 0
         self.fill_passes = 0
@@ -268,6 +272,7 @@ cdef class MergeEngine:
         for w in range(n_words):
             if offsets[w + 1] > offsets[w]:
                 self.cells[offsets[w + 1] - 1] |= END_BIT
+        self._lap("cells")
         # 2. word records (end, count) and the block index
         nbytes = n_words * WORD_RECORD_BYTES
         map_words = folder is not None and nbytes >= map_threshold
@@ -315,6 +320,7 @@ cdef class MergeEngine:
             while offsets[w + 1] <= (i << BLK_SHIFT):
                 w += 1
             self.blk[i] = <uint32_t>w
+        self._lap("words")
         # 3. pairs: count every window, then the initial position lists (a counting sort)
         self.pair_map = _PairMap(1 << 16)
         self.n_steps = 0
@@ -414,6 +420,7 @@ cdef class MergeEngine:
             self._touch_all()
             if n_tokens <= 256 and win_pid.size() == 0:
                 self._byte_pairs()
+        self._lap("count")
         self._build_base(base_len, folder, map_threshold, fill_buffer_bytes,
                          win_pid.data() if win_pid.size() > 0 else NULL,
                          &half if self.build_threads else NULL, len_first, remap)
@@ -423,6 +430,13 @@ cdef class MergeEngine:
         self.byte_pid.shrink_to_fit()
         with nogil:
             self._build_heap()
+        self._lap("heap")
+
+    cdef _lap(self, str name):
+        """Time the build's part ``name`` (``build_seconds``), from the previous lap."""
+        cdef tuple now = (_time.perf_counter(), _time.process_time())
+        self.build_seconds[name] = (round(now[0] - self._clock[0], 4), round(now[1] - self._clock[1], 4))
+        self._clock = now
 
     def __dealloc__(self):
         cdef size_t p, k
@@ -909,14 +923,17 @@ cdef class MergeEngine:
         for p in range(n_base):
             if base_len[p] > largest:
                 largest = base_len[p]
+        cdef uint64_t b0, b1
         if folder is not None and total * 4 >= <uint64_t>map_threshold:
             cap = max(<uint64_t>fill_buffer_bytes // 4, largest, 1)
-            cap = min(cap, max(total, 1))     # (a buffer the plan made for more lists: only what they take)
-            # every pass writes its buffer nearly whole (the whole of it in one pass): its pages are
-            # faulted in at once, not one fault per page at the scattered first writes
-            buf = prefault(np.empty(cap, dtype=np.uint32))
-            bview = buf
-            out = _SpillFile(folder, "positions")
+            # The lists are written in place, into the mapped file itself (``_SpillMap``: no buffer
+            # copied to the file), a pass at a time: the pass's part of the file (at most ``cap``
+            # entries, the plan's fill buffer) is faulted in at once (not a fault per page at the
+            # scattered first writes), filled, and on disk (clean) before the next pass begins.
+            out = _SpillMap(folder, "positions", np.uint32, total)
+            if total > 0:
+                bview = out.arr
+            self._lap("fill buffer")
             if half != NULL:
                 fill2.reserve(n_base)
                 half.fill = &fill2
@@ -926,20 +943,29 @@ cdef class MergeEngine:
                     hi = lo
                     while hi < n_base and self.base_start[hi + 1] - self.base_start[lo] <= cap:
                         hi += 1
+                    b0, b1 = self.base_start[lo], self.base_start[hi]
+                    if b1 > b0:
+                        prefault(out.arr[b0:b1])
                     fill.assign(hi - lo, 0)
                     with nogil:
-                        if half != NULL:
-                            self._fill_pass_two(lo, hi, &bview[0], fill.data(), half, len_first)
+                        if b1 == b0:
+                            pass
+                        elif half != NULL:
+                            self._fill_pass_two(lo, hi, &bview[b0], fill.data(), half, len_first)
                         else:
-                            self._fill_pass(lo, hi, &bview[0], fill.data(), 0, self.n_words, NULL)
-                    out.write(buf[:self.base_start[hi] - self.base_start[lo]])
+                            self._fill_pass(lo, hi, &bview[b0], fill.data(), 0, self.n_words, NULL)
+                    self._lap("fill")
+                    out.written((b1 - b0) * 4)
+                    if hi < n_base:
+                        out.clean()          # (one pass's part dirty at a time)
+                    self._lap("write")
                     self.fill_passes += 1
                     lo = hi
-                self._base_arr = out.mapped(np.uint32, total * 4)
+                self._base_arr = out.mapped()
+                self._lap("sync")
             except BaseException:
                 out.discard()
                 raise
-            del buf
             self.mapped_bytes += total * 4
         else:
             self._base_arr = prefault(array.clone(_U32, total, False) if self.plain else
