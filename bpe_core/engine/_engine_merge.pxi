@@ -190,6 +190,8 @@ cdef class MergeEngine:
         cdef const token_id_t[::1] sym32
         cdef token_id_t[::1] given
         cdef WordRec* recs
+        cdef const uint8_t[::1] wview
+        cdef int64_t lo, hi
         cdef uint8_t spare_it
         # symbols in an array.array (a small run's table): the engine's own arrays are array.array
         # too, and numpy is never imported
@@ -253,17 +255,26 @@ cdef class MergeEngine:
                     raise ValueError(f"symbol {given[i]} has no token bytes")
             self.cells_obj = symbols
             self.cells = &given[0]
-        else:
+        # (two threads: each faults in and writes half of the cells, at ``build_par_min`` windows)
+        cdef bint two_cells = threads >= 2 and n_sym > 0 and n_sym >= build_par_min and _usable_cpus() >= 2
+        if not donated:
             self.cells_own.reserve(n_sym)
-            _populate(self.cells_own.data(), n_sym * sizeof(uint32_t))
+            with nogil:
+                if two_cells:
+                    _cells_two(self.cells_own.data(), NULL, n_sym, 0)
+                else:
+                    _populate(self.cells_own.data(), n_sym * sizeof(uint32_t))
             self.cells_own.resize(n_sym)
             self.cells = self.cells_own.data()
         if is_bytes:
             if n_tokens < 256:
                 raise ValueError("byte symbols need the 256 single-byte tokens")
             with nogil:
-                for i in range(n_sym):
-                    self.cells[i] = sym8[i]
+                if two_cells:
+                    _cells_two(self.cells, &sym8[0], n_sym, 1)
+                else:
+                    for i in range(n_sym):
+                        self.cells[i] = sym8[i]
         elif not donated:
             for i in range(n_sym):
                 if sym32[i] >= n_tokens:
@@ -285,16 +296,22 @@ cdef class MergeEngine:
                 recs[w].end = <uint32_t>offsets[w + 1]
             self._wrec_arr = arr
         elif map_words:
+            # written in place, into the mapped file (``_SpillMap``), 4 Mi words (48 MiB) at a time
             assert rec_dtype.itemsize == WORD_RECORD_BYTES
-            out = _SpillFile(folder, "words")
+            out = _SpillMap(folder, "words", rec_dtype, n_words)
             try:
+                if n_words > 0:
+                    wview = out.arr.view(np.uint8)
+                    recs = <WordRec*>&wview[0]
                 for lo in range(0, n_words, 1 << 22):
                     hi = min(n_words, lo + (1 << 22))
-                    part = np.empty(hi - lo, dtype=rec_dtype)
-                    part["count"] = np.asarray(counts[lo:hi])
-                    part["end"] = np.asarray(offsets[lo + 1:hi + 1])
-                    out.write(part)
-                self._wrec_arr = out.mapped(rec_dtype, nbytes)
+                    prefault(out.arr[lo:hi])
+                    with nogil:
+                        for w in range(lo, hi):
+                            recs[w].count = counts[w]
+                            recs[w].end = <uint32_t>offsets[w + 1]
+                    out.written((hi - lo) * WORD_RECORD_BYTES)
+                self._wrec_arr = out.mapped()
             except BaseException:
                 out.discard()
                 raise
@@ -305,7 +322,6 @@ cdef class MergeEngine:
             arr["count"] = np.asarray(counts)
             arr["end"] = np.asarray(offsets[1:])
             self._wrec_arr = arr
-        cdef const uint8_t[::1] wview
         if n_words > 0:
             wview = self._wrec_arr if rec_dtype is None else self._wrec_arr.view(np.uint8)
             self.wrec = <const WordRec*>&wview[0]

@@ -115,6 +115,49 @@ cdef void* _worker_main(void* arg) noexcept nogil:
     return NULL
 
 
+cdef struct CellsHalf:
+    # one thread's half of the cells at the build: ``dst[lo:hi]`` faulted in (stage 0), or copied
+    # from the byte symbols ``src`` (stage 1)
+    uint32_t* dst
+    const uint8_t* src
+    int64_t lo
+    int64_t hi
+    int stage
+
+
+cdef void _cells_part(CellsHalf* c) noexcept nogil:
+    cdef int64_t i
+    if c.stage == 0:
+        _populate(c.dst + c.lo, (c.hi - c.lo) * sizeof(uint32_t))
+    else:
+        for i in range(c.lo, c.hi):
+            c.dst[i] = c.src[i]
+
+
+cdef void* _cells_main(void* arg) noexcept nogil:
+    _cells_part(<CellsHalf*>arg)
+    return NULL
+
+
+cdef void _cells_two(uint32_t* dst, const uint8_t* src, int64_t n, int stage) noexcept nogil:
+    """``_cells_part`` of ``dst[:n]``: the first half here, the second on a native thread (here too,
+    after the first, when no thread starts). The pages or the values written are one thread's."""
+    cdef CellsHalf first, second
+    cdef pthread_t t
+    first.dst = second.dst = dst
+    first.src = second.src = src
+    first.stage = second.stage = stage
+    first.lo = 0
+    first.hi = second.lo = (n // 2) & ~(<int64_t>1023)     # (a page of cells, 4 KiB, whole on one side)
+    second.hi = n
+    cdef bint started = bpe_thread_start(&t, <bpe_thread_fn>_cells_main, <void*>&second) == 0
+    _cells_part(&first)
+    if started:
+        pthread_join(t, NULL)
+    else:
+        _cells_part(&second)
+
+
 cdef struct HalfCount:
     # The second thread's half of the build (``MergeEngine._count_half`` then ``_fill_half``): its
     # words, where its windows' pair ids go, and its pairs counted on their own (local ids, in the
