@@ -115,9 +115,9 @@ cdef void* _worker_main(void* arg) noexcept nogil:
     return NULL
 
 
-cdef struct CellsHalf:
-    # one thread's half of the cells at the build: ``dst[lo:hi]`` faulted in (stage 0), or copied
-    # from the byte symbols ``src`` (stage 1)
+cdef struct HalvesJob:
+    # one thread's half of a build buffer (the cells, the mapped position lists): ``dst[lo:hi]``
+    # faulted in (stage 0), or copied from the byte symbols ``src`` (stage 1)
     uint32_t* dst
     const uint8_t* src
     int64_t lo
@@ -125,7 +125,7 @@ cdef struct CellsHalf:
     int stage
 
 
-cdef void _cells_part(CellsHalf* c) noexcept nogil:
+cdef void _halves_part(HalvesJob* c) noexcept nogil:
     cdef int64_t i
     if c.stage == 0:
         _populate(c.dst + c.lo, (c.hi - c.lo) * sizeof(uint32_t))
@@ -134,15 +134,15 @@ cdef void _cells_part(CellsHalf* c) noexcept nogil:
             c.dst[i] = c.src[i]
 
 
-cdef void* _cells_main(void* arg) noexcept nogil:
-    _cells_part(<CellsHalf*>arg)
+cdef void* _halves_main(void* arg) noexcept nogil:
+    _halves_part(<HalvesJob*>arg)
     return NULL
 
 
-cdef void _cells_two(uint32_t* dst, const uint8_t* src, int64_t n, int stage) noexcept nogil:
+cdef void _halves_two(uint32_t* dst, const uint8_t* src, int64_t n, int stage) noexcept nogil:
     """``_cells_part`` of ``dst[:n]``: the first half here, the second on a native thread (here too,
     after the first, when no thread starts). The pages or the values written are one thread's."""
-    cdef CellsHalf first, second
+    cdef HalvesJob first, second
     cdef pthread_t t
     first.dst = second.dst = dst
     first.src = second.src = src
@@ -150,12 +150,12 @@ cdef void _cells_two(uint32_t* dst, const uint8_t* src, int64_t n, int stage) no
     first.lo = 0
     first.hi = second.lo = (n // 2) & ~(<int64_t>1023)     # (a page of cells, 4 KiB, whole on one side)
     second.hi = n
-    cdef bint started = bpe_thread_start(&t, <bpe_thread_fn>_cells_main, <void*>&second) == 0
-    _cells_part(&first)
+    cdef bint started = bpe_thread_start(&t, <bpe_thread_fn>_halves_main, <void*>&second) == 0
+    _halves_part(&first)
     if started:
         pthread_join(t, NULL)
     else:
-        _cells_part(&second)
+        _halves_part(&second)
 
 
 cdef struct HalfCount:
@@ -176,7 +176,12 @@ cdef struct HalfCount:
     const uint64_t* first
     uint32_t* buf
     vector[uint64_t]* fill
-    int stage                            # 0: count, 1: fill, 2: a pass of the mapped fill (pairs lo:hi)
+    # (symbols all bytes: ``_count_bytes``) this half's count, windows and first window by byte pair
+    count_t* bcnt
+    uint64_t* blens
+    int64_t* bfirst
+    int stage                            # 0: count, 1: fill, 2: a pass of the mapped fill (pairs lo:hi),
+                                         # 3: the count by byte pair
     uint32_t lo
     uint32_t hi
 
@@ -187,6 +192,8 @@ cdef void* _half_main(void* arg) noexcept nogil:
         (<MergeEngine>h.engine)._count_half(h)
     elif h.stage == 1:
         (<MergeEngine>h.engine)._fill_half(h)
+    elif h.stage == 3:
+        (<MergeEngine>h.engine)._count_bytes(h.w_lo, h.w_hi, h.bcnt, h.blens, h.bfirst)
     else:
         (<MergeEngine>h.engine)._fill_pass_half(h)
     return NULL
