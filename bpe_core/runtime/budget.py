@@ -182,7 +182,9 @@ ENGINE_VOCAB_DIVISOR = 200
 FILL_BUFFER_BYTES = 256 * MiB
 #: The build's own per-pair arrays beside the fill buffer when its symbols are bytes (65,536 pairs at
 #: most, ~120 B each: pair arrays grown a quarter at a time, the pair map, the count and fill vectors of
-#: both threads), with a margin.
+#: both threads; 7.5 MiB), its count by byte pair and fill cursors (4 MiB: ``MergeEngine(byte_count_min=)``),
+#: with a margin. (The fill buffer itself is the pass's part of the mapped file, written in place: its
+#: pages dirty page cache while the pass runs, counted as the buffer was.)
 BUILD_PAIR_BYTES = 16 * MiB
 #: Seconds per unit of work (2 cores shared with other jobs; for the plan's time column, not a
 #: promise): pre-tokenizing and counting per input byte and worker, folding per unique pretoken,
