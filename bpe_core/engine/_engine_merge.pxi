@@ -38,8 +38,9 @@ cdef class MergeEngine:
         spill_dir: a folder for the read-only arrays larger than ``map_threshold`` bytes (None:
             everything stays in RAM).
         map_threshold: see ``spill_dir``.
-        fill_buffer_bytes: the RAM used to build a mapped position list (it is built in passes of
-            this many bytes, each written sequentially).
+        fill_buffer_bytes: the memory used to build the mapped position lists: they are written in
+            place, into their mapped file, in passes of at most this many bytes of it (a pass's
+            pages are dirty page cache until the pass is written back, before the next begins).
         prune_below: forget a new pair (its map entry and positions) that counts less than this when
             the merge that made it is done, so the pair map stays small. Exact only when no merge
             ever makes bytes an existing token has (SuperBPE's ``distinct`` rule) and steps never ask

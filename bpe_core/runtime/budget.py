@@ -287,7 +287,8 @@ class Plan:
             initial position lists) in mapped files, because in RAM it would not fit the budget;
             ``merge_bytes`` is then its anonymous memory and ``merge_file_bytes`` the mapped files
             (page cache: the kernel may drop those pages and read them again).
-        fill_buffer_bytes: RAM for writing the mapped initial position lists.
+        fill_buffer_bytes: memory for writing the mapped initial position lists (the bytes of
+            their file written in place in one pass: dirty page cache until written back).
         phase_seconds: predicted seconds of each phase (``phase_seconds()``).
         budget_source: where ``memory_limit`` came from: ``"flag"`` (given), or the default's
             binding part: ``"default"`` (8 GiB), ``"RAM"`` or ``"cgroup"`` (:func:`default_budget`).
