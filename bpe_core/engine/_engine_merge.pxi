@@ -53,7 +53,9 @@ cdef class MergeEngine:
         threads: 2 runs ``run``'s merges of many sites on two threads (one native thread more, while
             ``run`` runs); the result is the same as on one (``_apply_merge``). ``step`` alone always
             uses one. The build counts and lists the windows on two threads too, when there are at
-            least ``build_par_min`` of them and their pair ids are kept for the fill (``win_pid``).
+            least ``build_par_min`` of them and their pair ids are kept for the fill (``win_pid``)
+            or the tokens are the bytes, and faults in and writes the cells on both (from
+            ``build_par_min`` symbols).
         build_par_min: see ``threads`` (tests force 1).
         byte_count_min: a build whose tokens are the bytes (at most 256) and that has at least this
             many windows counts them by byte pair in arrays (no pair map, no window pair ids kept for
@@ -262,7 +264,7 @@ cdef class MergeEngine:
                     raise ValueError(f"symbol {given[i]} has no token bytes")
             self.cells_obj = symbols
             self.cells = &given[0]
-        # (two threads: each faults in and writes half of the cells, at ``build_par_min`` windows)
+        # (two threads: each faults in and writes half of the cells, from ``build_par_min`` symbols)
         cdef bint two_cells = threads >= 2 and n_sym > 0 and n_sym >= build_par_min and _usable_cpus() >= 2
         if not donated:
             self.cells_own.reserve(n_sym)
