@@ -202,6 +202,8 @@ cdef class MergeEngine:
         cdef const uint8_t[::1] wview
         cdef int64_t lo, hi
         cdef uint8_t spare_it
+        self.build_seconds = {}
+        self._clock = (_time.perf_counter(), _time.process_time())
         # symbols in an array.array (a small run's table): the engine's own arrays are array.array
         # too, and numpy is never imported
         self.plain = isinstance(symbols, _array.array)
@@ -245,8 +247,6 @@ cdef class MergeEngine:
             for i, r in enumerate(hf_byte_rank()):
                 self.byte_rank[i] = r
         cdef token_id_t n_tokens = <token_id_t>self.tok_off.size()
-        self.build_seconds = {}
-        self._clock = (_time.perf_counter(), _time.process_time())
         self.n_words = n_words
         self.mapped_bytes = 0
         self.fill_passes = 0
@@ -292,7 +292,7 @@ cdef class MergeEngine:
         for w in range(n_words):
             if offsets[w + 1] > offsets[w]:
                 self.cells[offsets[w + 1] - 1] |= END_BIT
-        self._lap("cells")
+        self._lap("checks, cells")
         # 2. word records (end, count) and the block index
         nbytes = n_words * WORD_RECORD_BYTES
         map_words = folder is not None and nbytes >= map_threshold
@@ -479,6 +479,7 @@ cdef class MergeEngine:
         self._build_base(base_len, folder, map_threshold, fill_buffer_bytes,
                          win_pid.data() if win_pid.size() > 0 else NULL,
                          &half if self.build_threads else NULL, len_first, remap)
+        self._lap("lists")
         win_pid.clear()
         win_pid.shrink_to_fit()
         self.byte_pid.clear()
@@ -492,7 +493,9 @@ cdef class MergeEngine:
     cdef _lap(self, str name):
         """Time the build's part ``name`` (``build_seconds``), from the previous lap."""
         cdef tuple now = (_time.perf_counter(), _time.process_time())
-        self.build_seconds[name] = (round(now[0] - self._clock[0], 4), round(now[1] - self._clock[1], 4))
+        cdef tuple was = self.build_seconds.get(name, (0.0, 0.0))      # (a part of each fill pass: summed)
+        self.build_seconds[name] = (round(was[0] + now[0] - self._clock[0], 4),
+                                    round(was[1] + now[1] - self._clock[1], 4))
         self._clock = now
 
     def __dealloc__(self):
