@@ -306,6 +306,7 @@ cdef class MergeEngine:
             self._wrec_arr = arr
         elif map_words:
             # written in place, into the mapped file (``_SpillMap``), 4 Mi words (48 MiB) at a time
+            # (each piece on two threads with the cells)
             assert rec_dtype.itemsize == WORD_RECORD_BYTES
             out = _SpillMap(folder, "words", rec_dtype, n_words)
             try:
@@ -314,11 +315,14 @@ cdef class MergeEngine:
                     recs = <WordRec*>&wview[0]
                 for lo in range(0, n_words, 1 << 22):
                     hi = min(n_words, lo + (1 << 22))
-                    prefault(out.arr[lo:hi])
                     with nogil:
-                        for w in range(lo, hi):
-                            recs[w].count = counts[w]
-                            recs[w].end = <uint32_t>offsets[w + 1]
+                        if two_cells:
+                            _records_two(recs, &counts[0], &offsets[0], lo, hi)
+                        else:
+                            _populate(<void*>(recs + lo), (hi - lo) * sizeof(WordRec))
+                            for w in range(lo, hi):
+                                recs[w].count = counts[w]
+                                recs[w].end = <uint32_t>offsets[w + 1]
                     out.written((hi - lo) * WORD_RECORD_BYTES)
                 self._wrec_arr = out.mapped()
             except BaseException:

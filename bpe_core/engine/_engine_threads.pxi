@@ -116,10 +116,14 @@ cdef void* _worker_main(void* arg) noexcept nogil:
 
 
 cdef struct HalvesJob:
-    # one thread's half of a build buffer (the cells, the mapped position lists): ``dst[lo:hi]``
-    # faulted in (stage 0), or copied from the byte symbols ``src`` (stage 1)
+    # one thread's half of a build buffer (the cells, the mapped position lists, the mapped word
+    # records): ``dst[lo:hi]`` faulted in (stage 0), or copied from the byte symbols ``src`` (stage 1);
+    # or (stage 2) ``recs[lo:hi]`` faulted in and written from ``counts`` and ``offsets``
     uint32_t* dst
     const uint8_t* src
+    WordRec* recs
+    const int64_t* counts
+    const int64_t* offsets
     int64_t lo
     int64_t hi
     int stage
@@ -129,9 +133,14 @@ cdef void _halves_part(HalvesJob* c) noexcept nogil:
     cdef int64_t i
     if c.stage == 0:
         _populate(c.dst + c.lo, (c.hi - c.lo) * sizeof(uint32_t))
-    else:
+    elif c.stage == 1:
         for i in range(c.lo, c.hi):
             c.dst[i] = c.src[i]
+    else:
+        _populate(<void*>(c.recs + c.lo), (c.hi - c.lo) * sizeof(WordRec))
+        for i in range(c.lo, c.hi):
+            c.recs[i].count = c.counts[i]
+            c.recs[i].end = <uint32_t>c.offsets[i + 1]
 
 
 cdef void* _halves_main(void* arg) noexcept nogil:
@@ -140,22 +149,40 @@ cdef void* _halves_main(void* arg) noexcept nogil:
 
 
 cdef void _halves_two(uint32_t* dst, const uint8_t* src, int64_t n, int stage) noexcept nogil:
-    """``_cells_part`` of ``dst[:n]``: the first half here, the second on a native thread (here too,
+    """``_halves_part`` of ``dst[:n]``: the first half here, the second on a native thread (here too,
     after the first, when no thread starts). The pages or the values written are one thread's."""
     cdef HalvesJob first, second
-    cdef pthread_t t
     first.dst = second.dst = dst
     first.src = second.src = src
     first.stage = second.stage = stage
     first.lo = 0
     first.hi = second.lo = (n // 2) & ~(<int64_t>1023)     # (a page of cells, 4 KiB, whole on one side)
     second.hi = n
-    cdef bint started = bpe_thread_start(&t, <bpe_thread_fn>_halves_main, <void*>&second) == 0
-    _halves_part(&first)
+    _halves_run(&first, &second)
+
+
+cdef void _records_two(WordRec* recs, const int64_t* counts, const int64_t* offsets, int64_t lo,
+                       int64_t hi) noexcept nogil:
+    """The word records ``recs[lo:hi]`` (stage 2 of ``_halves_part``) on two threads, as ``_halves_two``."""
+    cdef HalvesJob first, second
+    first.recs = second.recs = recs
+    first.counts = second.counts = counts
+    first.offsets = second.offsets = offsets
+    first.stage = second.stage = 2
+    first.lo = lo
+    first.hi = second.lo = lo + (((hi - lo) // 2) & ~(<int64_t>1023))   # (1,024 records: 3 pages)
+    second.hi = hi
+    _halves_run(&first, &second)
+
+
+cdef void _halves_run(HalvesJob* first, HalvesJob* second) noexcept nogil:
+    cdef pthread_t t
+    cdef bint started = bpe_thread_start(&t, <bpe_thread_fn>_halves_main, <void*>second) == 0
+    _halves_part(first)
     if started:
         pthread_join(t, NULL)
     else:
-        _halves_part(&second)
+        _halves_part(second)
 
 
 cdef struct HalfCount:
