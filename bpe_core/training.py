@@ -415,11 +415,14 @@ def count(inputs: Inputs, run: Run, executor: Any, monitor: MemoryMonitor) -> Co
     else:
         # A method that can use each pretoken's row (SuperBPE's stage 2 lists its units from them
         # instead of pre-tokenizing the file again) gets them recorded as the corpus is counted
-        # (4 B a pretoken: at most 4 B a byte of text, ~0.9 B on English), when even that worst
-        # case is at most an eighth of the budget; otherwise nothing changes.
+        # (4 B a pretoken: at most 4 B a byte of text, ~0.9 B on English), held in RAM up to an
+        # eighth of the budget and the chunks past it written to the spill folder (mapped when
+        # read): the plan does not count it.
         method = run.method
-        record = [] if (method.records_pretokens and method.uses_record(config) and inputs.one_local_plain_file
-                        and budget.record_fits(inputs.sources[0].size, the_plan.memory_limit)) else None
+        record = None
+        if method.records_pretokens and method.uses_record(config) and inputs.one_local_plain_file:
+            from .methods.record import PretokenRecord
+            record = PretokenRecord(budget.record_ram_bytes(the_plan.memory_limit), config.spill_dir)
         table = count_corpus(inputs.sources, run.specials, run.pattern, the_plan.num_workers, the_plan.chunk_bytes,
                              progress=config.progress, report=report, monitor=monitor,
                              memory_limit=the_plan.memory_limit, per_worker_bytes=the_plan.per_worker_bytes,
@@ -428,6 +431,9 @@ def count(inputs: Inputs, run: Run, executor: Any, monitor: MemoryMonitor) -> Co
                              read_options=_read_options(config), record=record, plain=method.plain_tables,
                              check_stretches=lambda ranges: budget.check_uncut(the_plan, ranges))
         recorded = record or None
+        if record is not None:
+            report["record"] = {"chunks": len(record), "ram_bytes": record.ram_held,
+                                "spilled_chunks": record.spilled_chunks, "spilled_bytes": record.spilled_bytes}
     size = report["input_bytes"] = report["corpus_bytes"]
     report["unique_pretokens"] = table.n_words
     report["pretokens"] = table.n_pretokens
@@ -482,8 +488,13 @@ def plan_merges(counts: Counts, run: Run) -> MergePlan:
         n_symbols -= table.one_byte_words
     longest, sites = _longest(table)
     release_free_memory()          # what counting freed goes back before it is measured (1 GB: 61 -> 44 MiB)
+    # the record of the pretokens (methods.record) is outside the plan, in the eighth of the budget it
+    # leaves free: what it holds in RAM is not the process's overhead (with it, a 1 GB run under
+    # --memory-limit 3G planned a smaller stage-2 sample than the same run without a record)
+    record_ram = getattr(counts.recorded, "ram_held", 0) if counts.recorded else 0
     merge_plan = run.plan.with_count(table.n_words, symbols=n_symbols, longest_pretoken=longest,
-                                     longest_pair_sites=sites, parent_overhead=_held_beside(table))
+                                     longest_pair_sites=sites,
+                                     parent_overhead=max(0, _held_beside(table) - record_ram))
     # ``count_bytes``: the counting phase's figure again with the words counted. Before counting the
     # plan has only Heaps' law's estimate of them, which a corpus whose vocabulary keeps growing
     # passes (the 15 GB synthetic corpus: 8.9 M estimated, 18.8 M counted; its counting peaked at

@@ -179,11 +179,12 @@ cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector
 def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
                    bint cut_spaces=False, const int32_t[:, ::1] word_classes=None,
                    const uint32_t[::1] seg_symbols=None, const int64_t[::1] seg_offsets=None,
-                   int64_t reserve=0, bint marks=True, bint narrow=False):
+                   int64_t reserve=0, bint marks=True, bint narrow=False,
+                   uint64_t keep_below=0xFFFFFFFFFFFFFFFFu):
     """The units of text given as word ids (rows of the word table) instead of bytes: span ``k`` is
     ``ids[breaks[k]:breaks[k+1]]`` (the pretokens of the text between two special tokens, in order).
-    Returns ``(ids, bounds, n_seen, n_kept)``: what ``chunk_unit_stream`` lists, without a sample,
-    for the same spans (``flags``, ``cut_spaces``, ``word_classes`` and the segmentation as there).
+    Returns ``(ids, bounds, n_seen, n_kept)``: what ``chunk_unit_stream`` lists (with the same
+    ``keep_below``, the same sample) for the same spans (``flags``, ``cut_spaces``, ``word_classes`` and the segmentation as there).
 
     >>> ids, bounds, seen, kept = id_unit_stream(np.array([0, 1, 0], np.uint32), np.array([0, 3]),
     ...                                          np.zeros(2, np.uint8))
@@ -205,6 +206,9 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
     ``narrow=True`` (with ``marks=False`` and every id written below 65536: stage-1 tokens of a
     vocabulary under 64 Ki): the output is uint16, half the bytes to write and for stage 2 to read
     (the same values; ``ValueError`` when an id does not fit).
+
+    ``keep_below``: a sample, as ``chunk_unit_stream(keep_below=)`` draws it (a unit stays when the
+    hash of its word ids, with ``ENCODED_MARK`` in a region that looks encoded, is below it).
 
     Plain equivalent: ``chunk_unit_stream`` over the text the ids came from (tested equal).
     """
@@ -258,9 +262,16 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
             widest = <uint32_t>(n_words - 1)
         if widest > 0xFFFF:
             raise ValueError(f"narrow units: id {widest} does not fit 16 bits")
+    cdef vector[uint64_t] region_hashes
+    cdef vector[int64_t] region_words
     memset(&st, 0, sizeof(UnitState))
     if not marks:
         st.enc = &enc
+    st.keep_below = keep_below
+    st.sampled = keep_below != 0xFFFFFFFFFFFFFFFFu
+    if st.sampled and regions:      # the sample of a region's units waits for its end
+        st.rh = &region_hashes
+        st.rn = &region_words
     if narrow:
         st.out16 = &out16
         out16.reserve(max(reserve, n_ids) + 16)

@@ -100,11 +100,13 @@ cdef int lend_items(Py_buffer* buffer, object owner, void* data, Py_ssize_t item
 cdef object _record_to_arrays(CountTable* t, IdBuf* rec):
     """``_table_to_arrays`` plus ``ids``: each recorded entry number as its row in the sorted table.
 
-    Sorts an index array rather than the entries, so it knows where each entry went
-    (``rank[old] = new``), moves the entries into that order, then maps the ids through ``rank`` in
-    place; the ids' buffer becomes the array's memory (taken from ``rec``: no copy).
+    Sorts an index array rather than the entries (``bpe_sort_keys``: 24-byte keys, the heads decide
+    nearly every comparison), so it knows where each entry went (``rank[old] = new``), moves the
+    entries into that order, then maps the ids through ``rank`` in place; the ids' buffer becomes
+    the array's memory (taken from ``rec``: no copy).
     """
     cdef Py_ssize_t i, n_words = t.n_entries, n_ids = rec.n
+    cdef int status = 0
     cdef uint32_t* order = NULL
     cdef uint32_t* rank = NULL
     cdef Entry* moved = NULL
@@ -118,7 +120,10 @@ cdef object _record_to_arrays(CountTable* t, IdBuf* rec):
             if order == NULL or rank == NULL or moved == NULL:
                 raise MemoryError("count_pretokens: cannot allocate the sort order of the table")
             with nogil:
-                bpe_sort_order[Entry, EntryLess](order, n_words, t.entries, _entry_less)
+                status = bpe_sort_keys[Entry, EntryLess](order, n_words, t.entries, _entry_less)
+            if status != 0:
+                raise MemoryError("count_pretokens: cannot allocate the sort keys of the table")
+            with nogil:
                 for i in range(n_words):
                     moved[i] = t.entries[order[i]]
                     rank[order[i]] = <uint32_t>i
@@ -201,7 +206,7 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
     cdef CountTable table
     cdef WordCounter counter
     cdef IdBuf rec
-    cdef Py_ssize_t span_bytes = 0
+    cdef Py_ssize_t span_bytes = 0, n_front
     cdef int status = 0
     rec.data = NULL
     rec.n = 0
@@ -213,18 +218,32 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
         span_bytes += spans[k, 1] - spans[k, 0]
     try:
         if record:
-            if _table_init(&table, 1 << 14) != 0:
+            # a slot per 64 bytes of the spans to begin with (as the plain count's short table;
+            # 2**14 to 2**18): seldom a rehash of the words as the table grows
+            n_front = 1 << 14
+            while n_front < (1 << 18) and n_front < span_bytes // 64:
+                n_front *= 2
+            if _table_init(&table, n_front) != 0:
                 raise MemoryError("count_pretokens: cannot allocate the hash table")
             # room for a pretoken per 4 bytes of the spans at the start (English: ~1 per 4.5): address
             # space only until written, and seldom a copy to grow
             if _ids_reserve(&rec, span_bytes // 4 + 1) != 0:
                 raise MemoryError("count_pretokens: cannot allocate the ids")
+            # the plain count's front cache (sized as there), its slots naming entries of the table
+            n_front = 64
+            while n_front < FRONT_SLOTS and n_front < span_bytes // 32:
+                n_front *= 2
+            counter.front = <FrontSlot*>bpe_lines_alloc(n_front * sizeof(FrontSlot))
+            counter.front_mask = n_front - 1
+            if counter.front == NULL:
+                raise MemoryError("count_pretokens: cannot allocate the front cache")
             with nogil:
                 for k in range(spans.shape[0]):
                     status = _count_span_rec(pattern_id, s, spans[k, 0], spans[k, 1], s + n,
-                                             &table, &rec)
+                                             &table, &counter, &rec)
                     if status != 0:
                         break
+                _front_drain_rec(&counter, &table)
             if status != 0:
                 raise MemoryError("count_pretokens: out of memory growing the hash table or the ids")
             return _record_to_arrays(&table, &rec)

@@ -63,39 +63,80 @@ cdef inline Py_ssize_t _table_add_id(CountTable* t, const Pending* q) noexcept n
     return t.n_entries - 1
 
 
-cdef int _flush_rec(CountTable* t, const Pending* queue, Py_ssize_t n_pending,
-                    IdBuf* rec) noexcept nogil:
-    """``_flush``, appending each pretoken's entry number to rec (room for the batch: the caller)."""
-    cdef Py_ssize_t k, e
-    _prefetch_entries(t, queue, n_pending)
-    for k in range(n_pending):
-        e = _table_add_id(t, &queue[k])
-        if e < 0:
-            return -1
-        rec.data[rec.n] = <uint32_t>e  # < 2**32 - 1: _table_add refuses more entries
-        rec.n += 1
-    return 0
+cdef inline void _front_take(FrontSlot* f, CountTable* t, uint64_t w0, uint64_t w1, Py_ssize_t length,
+                             Py_ssize_t e) noexcept nogil:
+    """Word ``e`` of ``t`` (its key ``w0``, ``w1``: ``_count_front.h``) takes front slot ``f``: the
+    counts the word it evicts saw while there go to that word's entry first."""
+    if f.pending != 0:
+        t.entries[f.idx].count += f.pending
+    f.w0 = w0
+    f.w1 = w1
+    f.length = <uint32_t>length
+    f.idx = <uint32_t>e
+    f.pending = 0
+
+
+cdef void _front_drain_rec(WordCounter* c, CountTable* t) noexcept nogil:
+    """Every front slot's pending counts into its entry of ``t`` (record mode's front slots name
+    entries of the table, not short slots); the front cache emptied."""
+    cdef Py_ssize_t k
+    cdef FrontSlot* f
+    for k in range(<Py_ssize_t>c.front_mask + 1):
+        f = &c.front[k]
+        if f.pending != 0:
+            t.entries[f.idx].count += f.pending
+    memset(c.front, 0, (c.front_mask + 1) * sizeof(FrontSlot))
 
 
 cdef int _count_span_rec(int pattern_id, const uint8_t* s, Py_ssize_t i, Py_ssize_t n,
-                         const uint8_t* limit, CountTable* table, IdBuf* rec) noexcept nogil:
-    """``_count_span`` that also appends the entry number of each pretoken, in order, to rec.
+                         const uint8_t* limit, CountTable* table, WordCounter* c, IdBuf* rec) noexcept nogil:
+    """Count the pretokens of s[i:n] into ``table`` and append the entry number of each, in order, to
+    ``rec``, through the plain count's front cache (``c.front``; its other parts unused).
 
-    A twin of ``_count_span`` rather than a flag in it, so the plain count's loop stays as it is.
+    The plain count's scan and front cache (``_key_ends``, ``bpe_front_hits``: a recent word of up
+    to 15 bytes is found by its key, an increment, without hashing its bytes or reading the table),
+    but a front slot names the word's *entry* in ``table`` (entries never move: the number stays
+    valid when the table grows), so a hit also gives the pretoken's id. The hits of a batch are
+    counted (pending) and their ids written first, from the slots as they were; then the misses,
+    in order, are looked up in the table BATCH at a time (``_table_add_id``, their slots and
+    entries requested ahead), each id written, and a short word takes its front slot (the evicted
+    word's pending counts go to its entry). Before the table is read every pending count is added
+    (``_front_drain_rec``). Counts are sums: the same table and ids as one lookup per pretoken.
     """
+    cdef int64_t ends[SCAN_CAP + 64]
+    cdef uint64_t heads[2 * (SCAN_CAP + 64)]
+    cdef uint32_t fronts[SCAN_CAP + 64]
+    cdef uint32_t misses[SCAN_CAP + 64]
     cdef Pending queue[BATCH]
-    cdef int64_t ends[SCAN_CAP]
-    cdef Py_ssize_t k, got, start = i, n_pending = 0
+    cdef Py_ssize_t j, k, m, b, got, n_misses, base, e, start = i
+    cdef int64_t a
+    cdef FrontSlot* front = c.front
     while i < n:
-        got = _split_ends(pattern_id, s, &i, n, ends, SCAN_CAP)
-        for k in range(got):
-            _pend(&queue[n_pending], s + start, ends[k] - start, limit, table)
-            start = ends[k]
-            n_pending += 1
-            if n_pending == BATCH:
-                if _ids_reserve(rec, BATCH) != 0 or _flush_rec(table, queue, n_pending, rec) != 0:
+        got = _key_ends(pattern_id, s, &i, n, limit, c, ends, heads, fronts)
+        if _ids_reserve(rec, got) != 0:
+            return -1
+        n_misses = bpe_front_hits(heads, fronts, got, <bpe_front_slot*>front, misses)
+        base = rec.n
+        for k in range(got):        # a miss's id is written over below
+            rec.data[base + k] = front[fronts[k]].idx
+        rec.n += got
+        j = 0
+        while j < n_misses:
+            m = n_misses - j if n_misses - j < BATCH else BATCH
+            for b in range(m):
+                k = misses[j + b]
+                a = ends[k - 1] if k > 0 else start
+                _pend(&queue[b], s + a, ends[k] - a, limit, table)
+            _prefetch_entries(table, queue, m)
+            for b in range(m):
+                e = _table_add_id(table, &queue[b])
+                if e < 0:
                     return -1
-                n_pending = 0
-    if _ids_reserve(rec, n_pending) != 0:
-        return -1
-    return _flush_rec(table, queue, n_pending, rec)
+                k = misses[j + b]
+                rec.data[base + k] = <uint32_t>e  # < 2**32 - 1: _table_add_id refuses more entries
+                if queue[b].length <= BPE_SHORT_MAX:
+                    _front_take(&front[fronts[k]], table, heads[2 * k], heads[2 * k + 1], queue[b].length, e)
+            j += m
+        if got > 0:
+            start = ends[got - 1]
+    return 0

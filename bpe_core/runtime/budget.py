@@ -605,14 +605,26 @@ RECORD_BUDGET_SHARE = 1 / 8
 
 
 def record_fits(text_bytes: int, memory_limit: int) -> bool:
-    """Whether SuperBPE's counting pass may keep the row of every pretoken of ``text_bytes`` of text
-    (``methods.superbpe.units_from_records``): its worst case, 4 B for every byte, at most an eighth
-    of the budget, so it never decides whether a run fits (the plan does not count it).
+    """Whether SuperBPE's counting pass surely keeps the row of every pretoken of ``text_bytes`` of
+    text in RAM (``methods.superbpe.units_from_records``): its worst case, 4 B for every byte, at
+    most an eighth of the budget (:func:`record_ram_bytes`), so it never decides whether a run fits
+    (the plan does not count it); past that share the record goes to the spill folder.
 
     >>> record_fits(16 << 20, 512 << 20), record_fits((16 << 20) + 1, 512 << 20)
     (True, False)
     """
     return RECORD_BYTES_PER_TEXT_BYTE * int(text_bytes) <= int(memory_limit * RECORD_BUDGET_SHARE)
+
+
+def record_ram_bytes(memory_limit: int) -> int:
+    """How much of SuperBPE's and SupraTok's record of the pretokens the counting pass holds in RAM
+    (``methods.record.PretokenRecord``): an eighth of the budget; the chunks past it go to the
+    spill folder. ``record_fits`` says whether a text's worst case stays within it.
+
+    >>> record_ram_bytes(512 << 20) >> 20
+    64
+    """
+    return int(memory_limit * RECORD_BUDGET_SHARE)
 
 
 def pair_map_slots(n_pairs: int) -> int:

@@ -527,24 +527,26 @@ def test_units_from_the_record_equal_a_second_scan(tmp_path_factory, text, chunk
 
 
 def test_the_record_gate_around_its_threshold(tmp_path, monkeypatch):
-    """The counting pass keeps its record exactly when ``budget.record_fits`` says so (4 B a text byte
-    within the budget's share): at the threshold it records, one byte under it scans; both train the
-    same merges and final token count."""
+    """The counting pass holds its record in RAM up to ``budget.record_ram_bytes`` (an eighth of the
+    budget) and writes the chunks past it to the spill folder: with the share exactly the record's
+    size nothing is spilled, one byte under it the last chunk is; both train the same merges and
+    final token count from the record (``methods.record``)."""
     from bpe_core.runtime import budget
 
     path = tmp_path / "c.txt"
     path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A<|endoftext|> the dog sat" * 60)
-    size = path.stat().st_size
     options = dict(input_path=str(path), vocab_size=320, method="superbpe", special_tokens=["<|endoftext|>"],
-                   chunk_bytes=700)
-    limit = bpe_core.train(bpe_core.TrainConfig(**options)).report["memory_limit"]
+                   chunk_bytes=700, memory_limit=1 << 30)
+    whole = bpe_core.train(bpe_core.TrainConfig(**options)).report["record"]
+    assert whole["spilled_chunks"] == 0 and whole["chunks"] > 2
     runs = {}
-    for label, need in (("at", 4 * size), ("under", 4 * size - 1)):
-        monkeypatch.setattr(budget, "RECORD_BUDGET_SHARE", (need + 0.5) / limit)
-        assert budget.record_fits(size, limit) == (label == "at")
+    for label, share in (("at", whole["ram_bytes"]), ("under", whole["ram_bytes"] - 1)):
+        monkeypatch.setattr(budget, "RECORD_BUDGET_SHARE", (share + 0.5) / (1 << 30))
+        assert budget.record_ram_bytes(1 << 30) == share
         runs[label] = bpe_core.train(bpe_core.TrainConfig(**options))
-    assert runs["at"].report["stage2_units_source"] == "record"
-    assert runs["under"].report["stage2_units_source"] == "scan"
+        assert runs[label].report["stage2_units_source"] == "record"
+    assert runs["at"].report["record"]["spilled_chunks"] == 0
+    assert runs["under"].report["record"]["spilled_chunks"] == 1
     assert runs["at"].model.merges == runs["under"].model.merges
     assert runs["at"].report["superbpe"]["final_tokens"] == runs["under"].report["superbpe"]["final_tokens"]
 

@@ -92,6 +92,29 @@ def test_record_hash_table_growth():
         check_record(data, spans, pattern)
 
 
+def test_record_front_cache():
+    """The record's front cache (a recent word of up to 15 bytes found by its key): a Zipf draw of
+    short and long words (14, 15, 16 and 17 bytes: the edge of the cache) over a text large enough
+    for the full cache and small enough for many evictions; every id names its pretoken."""
+    rng = np.random.default_rng(7)
+    vocab = [f"{'z' * (i % 18)}{i}" for i in range(5000)] + ["a" * n for n in (13, 14, 15, 16, 17)]
+    draw = np.minimum(rng.zipf(1.3, 120_000) - 1, len(vocab) - 1)
+    data = " ".join(vocab[i] for i in draw.tolist()).encode()
+    spans, _ = split_spans(data, 0, len(data), [SPECIAL])
+    for pattern in NAMES:
+        check_record(data, spans, pattern)
+
+
+@given(st.lists(st.sampled_from([b" a", b" bb", b" a" * 8, b" " + b"c" * 14, b" " + b"c" * 15,
+                                 b" " + b"d" * 16, b"\n", b"7"]), max_size=300).map(b"".join))
+def test_record_repeats(data):
+    """A few words repeated (hits, and evictions in a 64-slot front cache): the same table and ids
+    as the plain count and the pretokenizer."""
+    spans, _ = split_spans(data, 0, len(data), [SPECIAL])
+    for pattern in NAMES:
+        check_record(data, spans, pattern)
+
+
 def test_record_empty():
     for pattern in NAMES + [USER_PATTERN]:
         for data, spans in [(b"", np.zeros((0, 2), np.int64)), (b"", np.array([[0, 0]])),

@@ -136,12 +136,14 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
             # the units split cuts numbers by their word ids
             seg = (seg_symbols, seg_offsets) if split != "units" else None
             source = "scan"
-            if use_record and recorded and sources is None and fraction >= 1:
-                # the pretokens as counted: no second pre-tokenization of the file
+            if use_record and recorded and sources is None:
+                # the pretokens as counted (sampled as a scan samples them): no second
+                # pre-tokenization of the file
                 source = "record"
                 unit_parts, info = units_from_records(
                     recorded, table, flags, cut_spaces=(split == "hf"), classes=classes, seg=seg,
-                    num_workers=plan.num_workers, rows=record_info.result() if record_info is not None else None)
+                    num_workers=plan.num_workers, rows=record_info.result() if record_info is not None else None,
+                    sample_fraction=fraction)
             elif sources is not None:      # many inputs, compressed, records, URLs: units over the same shards
                 opts = ReadOptions(text_field=config.text_field, text_column=config.text_column,
                                    bad=BadRecords(skip=True))          # bad records: reported by the counting

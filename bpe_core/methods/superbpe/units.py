@@ -242,10 +242,12 @@ def slice_segments(segments: list, lo: int, hi: int) -> list:
 
 def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_spaces: bool = True,
                        classes: Optional[np.ndarray] = None, seg: Optional[tuple] = None,
-                       num_workers: int = 1, rows: Optional[tuple] = None) -> tuple[tuple, dict]:
+                       num_workers: int = 1, rows: Optional[tuple] = None,
+                       sample_fraction: float = 1.0) -> tuple[tuple, dict]:
     """The stage-2 units of a corpus from the counting pass's record (``count_corpus(record=)``: per
     chunk in text order, its own sorted table, the row in it of every pretoken, its text spans and
-    size), as ``count_units`` lists them without a sample (tested equal): no second pre-tokenization.
+    size), as ``count_units`` lists them with the same ``sample_fraction`` (tested equal): no second
+    pre-tokenization.
 
     The record's pretokens become rows of ``table`` cut into stretches of text (:func:`record_table_rows`;
     ``rows``: its result, when the caller had it made while stage 1 ran); ``id_unit_stream`` lists the
@@ -273,13 +275,15 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
     # with a segmentation the encoded units come flagged, not marked (no marks to take off after), and
     # as uint16 when every stage-1 token fits: half the bytes to write and for stage 2 to read
     narrow = seg_symbols is not None and (seg_symbols.size == 0 or int(seg_symbols.max()) <= 0xFFFF)
+    keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
+    per_id *= min(max(sample_fraction, 0.0), 1.0)
 
     def run(b):
         lo, hi = int(b[0]), int(b[-1])
         return id_unit_stream(slice_segments(segments, lo, hi), b - lo, flags, cut_spaces, classes,
                               seg_symbols, seg_offsets,
                               reserve=int((hi - lo) * per_id * 1.05) + (hi - lo) // 64,
-                              marks=seg_symbols is None, narrow=narrow)
+                              marks=seg_symbols is None, narrow=narrow, keep_below=keep_below)
 
     if len(halves) == 2:
         from concurrent.futures import ThreadPoolExecutor

@@ -136,8 +136,10 @@ def marker_words(table: WordTable) -> np.ndarray:
     # lengths): only those and the words with non-ASCII bytes are decoded (on English text most
     # words are ASCII and fail this: " of", " and", " in", punctuation, numbers)
     def per_word(flags: np.ndarray) -> np.ndarray:
-        at = np.concatenate(([0], np.cumsum(flags, dtype=np.int64)))
-        return at[offsets[1:]] - at[offsets[:-1]]
+        """The marked bytes of each word (a table's words are never empty: a sum per start)."""
+        if not out.size:
+            return np.zeros(0, dtype=np.int64)
+        return np.add.reduceat(flags.view(np.uint8), offsets[:-1], dtype=np.int64)
 
     letters = per_word(_ASCII_LETTER[arena])
     others = per_word(~(_MARKER_LETTER | _STRIP_SPACE)[arena])         # (non-ASCII bytes are among them)
@@ -261,17 +263,18 @@ def script_gate_from_table(table: WordTable, lang_words: dict[str, np.ndarray], 
         # the words that hold two spaceless characters or more, so maybe a bigram of them: each is
         # 3 bytes of UTF-8 led by one of _SPACELESS_LEADS (Thai E0, kana and CJK E3-E9, compatibility
         # ideographs and halfwidth kana EF); words of curly quotes and dashes (E2) are not decoded
-        word_of_byte = np.repeat(np.arange(table.n_words), np.diff(offsets))
-        leads = np.bincount(word_of_byte[_SPACELESS_LEADS[np.asarray(table.arena, dtype=np.uint8)]],
-                            minlength=table.n_words)
+        # (a table's words are never empty: a sum per word's start)
+        leads = np.add.reduceat(_SPACELESS_LEADS[np.asarray(table.arena, dtype=np.uint8)].view(np.uint8),
+                                np.asarray(offsets[:-1], dtype=np.int64), dtype=np.int64)
         high = leads >= 2
-    for w in np.flatnonzero(high):
+    get = bigrams.get
+    for w, c in zip(np.flatnonzero(high).tolist(), np.asarray(counts)[high].tolist()):
         text = arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape")
-        c = int(counts[w])
         # the bigrams of two spaceless characters: those inside each run of them (_SPACELESS_RUN)
         for run in _SPACELESS_RUN.findall(text):
             for i in range(len(run) - 1):
-                bigrams[run[i:i + 2]] = bigrams.get(run[i:i + 2], 0) + c
+                pair = run[i:i + 2]
+                bigrams[pair] = get(pair, 0) + c
     suffixes: set[str] = set()
     for lang, wc in sorted(lang_words.items()):
         words = {arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape"): int(wc[w])
