@@ -104,8 +104,12 @@ cdef extern from *:
     #ifndef MADV_POPULATE_WRITE
     #define MADV_POPULATE_WRITE 23
     #endif
+    #ifndef MADV_COLD
+    #define MADV_COLD 20
+    #endif
     """
     int MADV_POPULATE_WRITE
+    int MADV_COLD
 
 
 cdef extern from *:

@@ -45,10 +45,19 @@ class _SpillMap:
         self.out.finish()
 
     def mapped(self):
-        """The array, clean; the file is gone from the folder."""
+        """The array, clean; the file is gone from the folder. Its pages are marked cold (``MADV_COLD``:
+        the least recently used of the page cache, as pages written with ``write`` are, not pages
+        the build touched just now; a hint, ignored by kernels without it): under a memory cgroup's
+        cap the merge loop keeps the pages it reads, and the others go first."""
+        cdef size_t start, end
         try:
             self.out.finish()
             arr, self.arr = self.arr, None
+            if arr.size:
+                start = (<size_t>arr.ctypes.data + 4095) & ~(<size_t>4095)
+                end = (<size_t>arr.ctypes.data + <size_t>arr.nbytes) & ~(<size_t>4095)
+                if end > start:
+                    madvise(<void*>start, end - start, MADV_COLD)
             return arr
         finally:
             self.discard()
