@@ -285,9 +285,11 @@ cdef class BatchJob:
 
 @cython.final
 cdef class _OwnedIds:
-    """A malloc'ed uint32 buffer handed over from an encoder, freed with the last array over it."""
+    """A malloc'ed uint32 buffer handed over from an encoder (``n`` ids of its ``cap``), given up with
+    the last array over it (kept as the spare buffer, or freed: ``_spare_give``)."""
     cdef token_id_t* p
     cdef Py_ssize_t n
+    cdef Py_ssize_t cap
 
     def __getbuffer__(self, Py_buffer* view, int flags):
         PyBuffer_FillInfo(view, self, <void*>self.p, self.n * sizeof(token_id_t), 0, flags)
@@ -296,15 +298,24 @@ cdef class _OwnedIds:
         pass
 
     def __dealloc__(self):
-        free(self.p)
+        _spare_give(self.p, self.cap)
 
 
 cdef object _hand_over(Encoder enc, Py_ssize_t n):
-    """The first ``n`` ids of ``enc``'s buffer as a uint32 array that owns the buffer (trimmed to
-    ``n``); the encoder starts a new buffer on its next call."""
+    """The first ``n`` ids of ``enc``'s buffer as a uint32 array that owns the buffer; the encoder
+    starts a new buffer (or takes the spare) on its next call. A buffer that may become the spare
+    (SPARE_MIN_IDS to SPARE_MAX_IDS) keeps its size (its pages past the ids were never touched, so they
+    hold no memory; the next call of that size writes into pages mapped already), another is
+    trimmed to ``n``."""
     cdef _OwnedIds owner = _OwnedIds.__new__(_OwnedIds)
-    cdef token_id_t* trimmed = <token_id_t*>realloc(enc.out_buf, n * sizeof(token_id_t))
-    owner.p = trimmed if trimmed != NULL else enc.out_buf
+    cdef token_id_t* trimmed
+    if SPARE_MIN_IDS <= enc.out_cap <= SPARE_MAX_IDS:
+        owner.p = enc.out_buf
+        owner.cap = enc.out_cap
+    else:
+        trimmed = <token_id_t*>realloc(enc.out_buf, n * sizeof(token_id_t))
+        owner.p = trimmed if trimmed != NULL else enc.out_buf
+        owner.cap = n
     owner.n = n
     enc.out_buf = NULL
     enc.out_cap = 0

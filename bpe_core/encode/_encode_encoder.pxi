@@ -231,6 +231,13 @@ cdef class Encoder:
         if need <= self.out_cap:
             return 0
         cap = max(2 * self.out_cap, need, <Py_ssize_t>4096)
+        if huge and self.out_n == 0 and cap >= SPARE_MIN_IDS:
+            grown = _spare_take(need, &cap)    # the spare, mapped already (``_encode_outputs.pxi``)
+            if grown != NULL:
+                free(self.out_buf)
+                self.out_buf = grown
+                self.out_cap = cap
+                return 0
         grown = <token_id_t*>grow_buffer(self.out_buf, self.out_n * sizeof(token_id_t), cap * sizeof(token_id_t),
                                          huge)
         if grown == NULL:

@@ -16,6 +16,64 @@ from . import _encode
 # faster on one thread, whose encoder has seen it all).
 _BATCH_THREAD_BYTES = 1 << 18
 
+# The helper threads of batch jobs: kept between calls (a thread made and ended per call cost a
+# clone, and, as glibc frees an ended thread's stack pages, ~170 page faults a call to fault them
+# in again), made when first needed, each waiting on a lock of its own for its next task; one set
+# per process (a forked child makes its own). No concurrent.futures: its import (with logging)
+# took ~15 ms, a fifth of a first 5 MB batch.
+_IDLE_HELPERS: list = []
+_HELPERS_PID = [0]
+
+
+class _Helper:
+    """A daemon thread that runs ``fn(arg)`` for each task handed to it (:meth:`run`)."""
+
+    def __init__(self):
+        import threading
+
+        self._go = threading.Lock()
+        self._go.acquire()                 # released to hand a task over
+        self._task = None
+        threading.Thread(target=self._loop, name="bpe-batch", daemon=True).start()
+
+    def run(self, fn, arg):
+        """Start ``fn(arg)`` (which must not raise) on this thread; returns a lock that is
+        released when it has returned."""
+        import _thread
+
+        done = _thread.allocate_lock()
+        done.acquire()
+        self._task = (fn, arg, done)
+        self._go.release()
+        return done
+
+    def _loop(self):
+        while True:
+            self._go.acquire()
+            fn, arg, done = self._task
+            self._task = None
+            try:
+                fn(arg)
+            except BaseException:          # (fn records its own errors; this thread lives on)
+                pass
+            finally:
+                _IDLE_HELPERS.append(self)  # idle again before the caller is told (no extra thread)
+                done.release()
+
+
+def _helper():
+    """An idle helper of this process, or a new one (borrowed: it returns itself to the idle list
+    after its task)."""
+    import os
+
+    if _HELPERS_PID[0] != os.getpid():    # (a forked child's copies of its parent's helpers have no threads)
+        _IDLE_HELPERS.clear()
+        _HELPERS_PID[0] = os.getpid()
+    try:
+        return _IDLE_HELPERS.pop()         # atomic under the GIL
+    except IndexError:
+        return _Helper()
+
 
 class BatchMixin:
     """The native batch job of ``tokenizer.Tokenizer`` and the batch methods built on
@@ -73,8 +131,6 @@ class BatchMixin:
                 return job.collect(tokens)
             finally:
                 self._idle.append(enc)
-        import threading
-
         shared = self._borrow_warmest()
         privates = [self._borrow() for _ in range(n_workers)]
         shared.reserve_shared(job.n_bytes)
@@ -85,17 +141,17 @@ class BatchMixin:
                 job.run(enc, shared, n_workers)
             except BaseException as exc:   # re-raised in the calling thread
                 errors.append(exc)
-        threads = [threading.Thread(target=work, args=(enc,), daemon=True) for enc in privates[1:]]
+        helpers = []
         ran = False
         result = None
         try:
-            for t in threads:
-                t.start()
+            for enc in privates[1:]:
+                helpers.append(_helper().run(work, enc))
             work(privates[0])
             ran = True
         finally:
-            for t in threads:
-                t.join()
+            for done in helpers:
+                done.acquire()             # (work catches everything: this only waits)
             try:
                 if ran and not errors:
                     result = job.collect(tokens)

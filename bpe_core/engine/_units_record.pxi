@@ -176,6 +176,118 @@ cdef inline void _unit_span_end(UnitState* st, vector[uint32_t]& out_ids, vector
     st.prev = 0
 
 
+cdef struct UnitWord:
+    uint32_t tok          # where the word's stage-1 tokens start in the segmentation
+    uint16_t n_tok        # how many there are
+    uint8_t flags         # the word's flags
+    uint8_t pad
+    int32_t cls[5]        # its five class counts (regions)
+    int32_t pad2          # (32 bytes: two words a cache line)
+
+
+cdef int64_t _narrow_units(vector[const uint32_t*]& sp, vector[int64_t]& sstart, const int64_t* brk,
+                           int64_t n_brk, const UnitWord* words, int64_t n_words, bint cut_spaces,
+                           bint regions, const uint32_t* seg_sym,
+                           vector[uint16_t]& out, vector[int64_t]& bounds, vector[uint8_t]& enc) noexcept nogil:
+    """``id_unit_stream``'s loop for its common case (stage-1 tokens as uint16, no sample, encoded
+    units flagged in ``enc``), the state in locals and the output written through a pointer
+    (``out`` comes sized to the room hoped for; grown when a word does not fit, cut to size at the
+    end): what ``_unit_word`` and ``_unit_span_end`` do word by word, in one function. What the
+    loop reads of a word (its flags, class counts and where its tokens are) is one record of 32
+    bytes (``words``): one cache miss a pretoken instead of three. Returns the units seen, or -1 at
+    a word id not below ``n_words``."""
+    cdef int64_t k, i, a, b, j, n_seen = 0, uw = 0, base = 0, end = sstart[1]
+    cdef int64_t r_n = 0, r_ws = 0, r_punct = 0, r_alnum = 0, r_digit = 0
+    cdef size_t n = 0, cap = out.size(), rfirst = 0, u, nu, cur = 0
+    cdef uint16_t* o = out.data()
+    cdef const uint32_t* p = sp[0]
+    cdef const UnitWord* rec
+    cdef uint32_t w, ahead
+    cdef uint8_t f, prev = 0
+    cdef bint looks
+    for k in range(n_brk - 1):
+        for i in range(brk[k], brk[k + 1]):
+            while i >= end:                  # the next segment
+                cur += 1
+                base = end
+                end = sstart[cur + 1]
+                p = sp[cur]
+            if i + 32 < end:                 # a word ahead (hints only)
+                ahead = p[i + 32 - base]
+                if ahead < n_words:
+                    __builtin_prefetch(&words[ahead])
+            if i + 12 < end:                 # the stage-1 tokens of a word nearer ahead
+                ahead = p[i + 12 - base]
+                if ahead < n_words:
+                    __builtin_prefetch(&seg_sym[words[ahead].tok])
+            w = p[i - base]
+            if w >= n_words:
+                return -1
+            rec = &words[w]
+            f = rec.flags
+            if regions:
+                if cut_spaces and (prev & 4) and (f & 2) and (uw > 0 or bounds.size() - 1 > rfirst):
+                    if uw > 0:                   # the unit ends, and its region
+                        n_seen += 1
+                        bounds.push_back(n)
+                        uw = 0
+                    if _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit):
+                        nu = bounds.size() - 1
+                        if enc.size() < nu:
+                            enc.resize(nu, 0)
+                        for u in range(rfirst, nu):
+                            enc[u] = 1
+                    rfirst = bounds.size() - 1
+                    r_n = r_ws = r_punct = r_alnum = r_digit = 0
+                r_n += rec.cls[0]
+                r_ws += rec.cls[1]
+                r_punct += rec.cls[2]
+                r_alnum += rec.cls[3]
+                r_digit += rec.cls[4]
+            elif cut_spaces and (prev & 4) and (f & 2):
+                if uw > 0:
+                    n_seen += 1
+                    bounds.push_back(n)
+                    uw = 0
+            if (f & 1) and uw > 0:           # a numeric word is a unit of its own
+                n_seen += 1
+                bounds.push_back(n)
+                uw = 0
+            a = rec.tok
+            b = a + rec.n_tok
+            if n + <size_t>(b - a) > cap:
+                out.resize(max(2 * cap, n + <size_t>(b - a)) + 1024)
+                cap = out.size()
+                o = out.data()
+            for j in range(a, b):
+                o[n] = <uint16_t>seg_sym[j]
+                n += 1
+            uw += 1
+            if f & 1:
+                n_seen += 1
+                bounds.push_back(n)
+                uw = 0
+            prev = f
+        # the end of a span: its last unit and region end
+        if uw > 0:
+            n_seen += 1
+            bounds.push_back(n)
+            uw = 0
+        if regions:
+            looks = bounds.size() - 1 > rfirst and _looks_encoded(r_n, r_ws, r_punct, r_alnum, r_digit)
+            if looks:
+                nu = bounds.size() - 1
+                if enc.size() < nu:
+                    enc.resize(nu, 0)
+                for u in range(rfirst, nu):
+                    enc[u] = 1
+            rfirst = bounds.size() - 1
+            r_n = r_ws = r_punct = r_alnum = r_digit = 0
+        prev = 0
+    out.resize(n)
+    return n_seen
+
+
 def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
                    bint cut_spaces=False, const int32_t[:, ::1] word_classes=None,
                    const uint32_t[::1] seg_symbols=None, const int64_t[::1] seg_offsets=None,
@@ -279,34 +391,59 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
         out_ids.reserve(max(reserve, n_ids) + 16)
     out_bounds.push_back(0)
     cdef size_t cur = 0
-    cdef int64_t base = 0, end = sstart[1]
+    cdef int64_t base = 0, end = sstart[1], fast_seen = 0
     cdef const uint32_t* p = sp[0]
-    with nogil:
-        for k in range(breaks.shape[0] - 1):
-            for i in range(breaks[k], breaks[k + 1]):
-                while i >= end:                  # the next segment
-                    cur += 1
-                    base = end
-                    end = sstart[cur + 1]
-                    p = sp[cur]
-                if i + 16 < end and p[i + 16 - base] < n_words:     # a word ahead (hints only)
-                    if regions:
-                        __builtin_prefetch(&word_classes[p[i + 16 - base], 0])
-                    if seg_off != NULL:
-                        __builtin_prefetch(&seg_off[p[i + 16 - base]])
-                # the stage-1 tokens of a word nearer ahead: its offset was asked for 12 words ago
-                # (the tokens were the loop's main miss: 7 MB of them at 32k on en_train)
-                if seg_off != NULL and i + 4 < end and p[i + 4 - base] < n_words:
-                    __builtin_prefetch(&seg_sym[seg_off[p[i + 4 - base]]])
-                w = p[i - base]
-                if w >= n_words:
-                    bad = True
+    cdef vector[UnitWord] uwords
+    # (no sample: a sampled stream takes the general loop)
+    cdef bint fits = narrow and seg_off != NULL and not st.sampled and seg_off[n_words] <= <int64_t>0xFFFFFFFF
+    if fits:
+        uwords.resize(n_words)
+        with nogil:
+            for k in range(n_words):
+                if seg_off[k + 1] - seg_off[k] > 0xFFFF:
+                    fits = False
                     break
-                _unit_word(&st, out_ids, out_bounds, w, flags[w], cut_spaces,
-                           &word_classes[w, 0] if regions else NULL, seg_sym, seg_off)
-            if bad:
-                break
-            _unit_span_end(&st, out_ids, out_bounds, regions)
+                uwords[k].tok = <uint32_t>seg_off[k]
+                uwords[k].n_tok = <uint16_t>(seg_off[k + 1] - seg_off[k])
+                uwords[k].flags = flags[k]
+                for i in range(5):
+                    uwords[k].cls[i] = word_classes[k, i] if regions else 0
+    if fits:
+        # the common case (stage 2's units from the record): one function, the same units (tested)
+        out16.resize(max(reserve, n_ids) + 16)
+        with nogil:
+            fast_seen = _narrow_units(sp, sstart, &breaks[0], breaks.shape[0], uwords.data(), n_words, cut_spaces,
+                                      regions, seg_sym, out16, out_bounds, enc)
+        if fast_seen < 0:
+            raise ValueError(f"a word id is not below the {n_words} words of the table")
+        st.n_seen = st.n_kept = fast_seen
+    else:
+        with nogil:
+            for k in range(breaks.shape[0] - 1):
+                for i in range(breaks[k], breaks[k + 1]):
+                    while i >= end:                  # the next segment
+                        cur += 1
+                        base = end
+                        end = sstart[cur + 1]
+                        p = sp[cur]
+                    if i + 16 < end and p[i + 16 - base] < n_words:     # a word ahead (hints only)
+                        if regions:
+                            __builtin_prefetch(&word_classes[p[i + 16 - base], 0])
+                        if seg_off != NULL:
+                            __builtin_prefetch(&seg_off[p[i + 16 - base]])
+                    # the stage-1 tokens of a word nearer ahead: its offset was asked for 12 words ago
+                    # (the tokens were the loop's main miss: 7 MB of them at 32k on en_train)
+                    if seg_off != NULL and i + 4 < end and p[i + 4 - base] < n_words:
+                        __builtin_prefetch(&seg_sym[seg_off[p[i + 4 - base]]])
+                    w = p[i - base]
+                    if w >= n_words:
+                        bad = True
+                        break
+                    _unit_word(&st, out_ids, out_bounds, w, flags[w], cut_spaces,
+                               &word_classes[w, 0] if regions else NULL, seg_sym, seg_off)
+                if bad:
+                    break
+                _unit_span_end(&st, out_ids, out_bounds, regions)
     if bad:
         raise ValueError(f"a word id is not below the {n_words} words of the table")
     cdef _IdList held_ids = _IdList()

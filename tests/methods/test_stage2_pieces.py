@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from bpe_core.engine.merge import MergeEngine
 from bpe_core.engine.units import CUT_LONG_PIECE, SKETCH_MAX, cut_pieces, pair_levels, pair_sketch, sketch_bounds
-from bpe_core.methods.superbpe import Stage2Rules, first_cut, stage2_merges
+from bpe_core.methods.superbpe import Stage2Rules, first_cut, sketch_bits, stage2_merges
 from bpe_core.methods.superbpe.train import _allowed
 
 #: GPT-2's pattern written out, so it runs as a custom regex (the Python units path)
@@ -545,6 +545,46 @@ def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd
     assert narrow[4].tolist() == flagged[4].tolist()
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 12), st.lists(st.integers(0, 11), max_size=80), st.integers(0, 2 ** 32 - 1),
+       st.booleans(), st.booleans(), st.sampled_from([0, 1, 10 ** 6]),
+       st.sampled_from([0xFFFFFFFFFFFFFFFF, 1 << 63, 1 << 62]))
+def test_narrow_units_read_one_record_a_word_and_list_the_general_path(n_words, ids, seed, cut_spaces, regions,
+                                                                       reserve, keep_below):
+    """``id_unit_stream(narrow=True)`` with a segmentation (its own loop: one 32-byte record a word)
+    lists what the general loop lists as uint32: random flags (numeric, whitespace at either end),
+    class counts that make some regions look encoded, words of 0 to 3 stage-1 tokens, spans, the ids
+    in segments, any room asked for, with or without a sample (a sampled stream takes the general
+    loop); a word of more than 65535 tokens takes the general loop."""
+    from bpe_core.engine.units import id_unit_stream
+    rng = np.random.default_rng(seed)
+    ids = np.array([i % n_words for i in ids], dtype=np.uint32)
+    flags = rng.integers(0, 8, n_words).astype(np.uint8)
+    # class counts (n, whitespace, punctuation, alphanumeric, digits): words like base64 or like prose,
+    # so that some regions look encoded and some do not
+    kinds = np.array([[20, 0, 8, 8, 4], [5, 1, 0, 4, 0], [3, 3, 0, 0, 0]], dtype=np.int32)
+    classes = np.ascontiguousarray(kinds[rng.integers(0, 3, n_words)]) if regions else None
+    lens = rng.integers(0, 4, n_words)
+    if n_words > 1 and rng.integers(0, 8) == 0:
+        lens[int(rng.integers(0, n_words))] = 70000          # too long for the record: the general loop
+    seg_offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    seg_symbols = rng.integers(0, 60000, int(seg_offsets[-1])).astype(np.uint32)
+    cuts = np.sort(rng.integers(0, ids.size + 1, int(rng.integers(0, 4))))
+    breaks = np.unique(np.concatenate(([0], cuts, [ids.size]))).astype(np.int64)
+    pieces = np.sort(rng.integers(0, ids.size + 1, int(rng.integers(0, 3))))
+    segments = [ids[a:b] for a, b in zip(np.concatenate(([0], pieces)), np.concatenate((pieces, [ids.size])))]
+    want = id_unit_stream(ids, breaks, flags, cut_spaces, classes, seg_symbols, seg_offsets, marks=False,
+                          keep_below=keep_below)
+    got = id_unit_stream(segments, breaks, flags, cut_spaces, classes, seg_symbols, seg_offsets, marks=False,
+                         narrow=True, reserve=reserve, keep_below=keep_below)
+    assert got[0].dtype == np.uint16 and got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist() and got[2:4] == want[2:4]
+    assert got[4].tolist() == want[4].tolist()
+    with pytest.raises(ValueError, match="not below"):
+        id_unit_stream(np.concatenate((ids, [n_words])).astype(np.uint32), np.array([0, ids.size + 1]), flags,
+                       cut_spaces, classes, seg_symbols, seg_offsets, marks=False, narrow=True)
+
+
 def test_narrow_units_refuse_what_does_not_fit():
     from bpe_core.engine.units import id_unit_stream
     ids, breaks, flags = np.array([0, 1], np.uint32), np.array([0, 2]), np.zeros(2, np.uint8)
@@ -777,6 +817,43 @@ def test_pieces_cut_by_a_small_sketch_equal_whole_units(units, n, cut, size, rul
                         bounded=rules.distinct, cut=cut, sketch_size=size)
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert got.tokens == tokens and got.final_tokens == final
+
+
+@settings(max_examples=200)
+@given(st.integers(0, 10 ** 12), st.integers(0, 10 ** 12))
+def test_the_sketch_grows_with_the_windows_within_its_bounds(a, b):
+    """``sketch_bits``: never fewer counters for more windows, at least one per 16 windows (up to
+    2**24), at least one per 4 up to 2**22, and from 2**10 to 2**24 counters."""
+    lo, hi = sorted((a, b))
+    assert sketch_bits(lo) <= sketch_bits(hi)
+    bits = sketch_bits(hi)
+    assert 10 <= bits <= 24
+    assert bits >= min((hi // 16).bit_length(), 24)
+    assert bits >= min((hi // 4).bit_length(), 22)
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 2 ** 32 - 1), st.integers(1, 60), st.integers(3, 12), st.integers(1, 6))
+def test_a_larger_sketch_keeps_no_more_windows_and_the_same_merges(seed, cut, bits, more):
+    """A sketch of ``2**(bits + more)`` counters splits each counter of ``2**bits`` (the slot is the
+    low bits of one hash), so each window's bound is no higher: the pieces hold no more symbols, and
+    stage 2 makes the same merges either way (what the larger default sketch of a smaller corpus
+    relies on)."""
+    rng, symbols, offsets, weights = random_units(seed, 40, 3000, 150, 5)
+    counts = weights + rng.integers(0, 2, weights.size)
+    small, _, _ = pair_sketch(symbols, offsets, weights, bits)
+    large, _, _ = pair_sketch(symbols, offsets, weights, bits + more)
+    b_small = sketch_bounds(small, symbols, offsets)
+    b_large = sketch_bounds(large, symbols, offsets)
+    assert (b_large <= b_small).all()
+    kept = [cut_pieces(symbols, offsets, None, weights, counts, cut,
+                       keep=np.packbits(sk >= cut, bitorder="little"))[0].size for sk in (small, large)]
+    assert kept[1] <= kept[0]
+    rules = Stage2Rules(distinct=True)
+    runs = [stage2_merges(symbols, offsets, weights, counts, TOKENS, 30, _allowed(rules, TOKENS), cut=cut,
+                          sketch_size=size) for size in (bits, bits + more)]
+    assert [tuple(s) for s in runs[0].steps] == [tuple(s) for s in runs[1].steps]
+    assert runs[0].final_tokens == runs[1].final_tokens
 
 
 @settings(max_examples=60)
