@@ -126,6 +126,7 @@ def child(work: str) -> dict:
     return {"build": (t1[0] - t0[0], t1[1] - t0[1]), "leg1": (t2[0] - t1[0], t2[1] - t1[1]),
             "leg2": (t3[0] - t2[0], t3[1] - t2[1]), "n_first": len(first), "threads": threads,
             "thresholds": (leg, split), "quiet": quiet, "merges": len(steps) // 3,
+            "parts": getattr(engine, "build_seconds", None),
             "sha256": hashlib.sha256(steps.tobytes()).hexdigest()[:16]}
 
 
@@ -158,6 +159,7 @@ def main(argv=None) -> int:
     print("| checkout | round | build s / CPU s | first leg s / CPU s (merges) | second leg s / CPU s | "
           f"loop s / CPU s | loop, quiet estimate s | thresholds (leg, split) | merges |\n|{'---|' * 9}")
     digests = set()
+    parts = {}                     # checkout -> the build's parts (``MergeEngine.build_seconds``) in its last round
     checkouts = [ROOT] + [os.path.abspath(c) for c in a.against]
     for r in range(a.runs):
         for ck in checkouts if r % 2 == 0 else checkouts[::-1]:
@@ -173,11 +175,16 @@ def main(argv=None) -> int:
                 continue
             d = json.loads(p.stdout.strip().splitlines()[-1])
             digests.add(d["sha256"])
+            if d.get("parts"):
+                parts[name] = d["parts"]
             b, l1, l2 = d["build"], d["leg1"], d["leg2"]
             quiet = "" if d["quiet"] is None else f"{d['quiet']:.2f}"
             print(f"| {name} | {r + 1} | {b[0]:.2f} / {b[1]:.2f} | {l1[0]:.2f} / {l1[1]:.2f} ({d['n_first']:,}) | "
                   f"{l2[0]:.2f} / {l2[1]:.2f} | {l1[0] + l2[0]:.2f} / {l1[1] + l2[1]:.2f} | {quiet} | "
                   f"{d['thresholds'][0]:,}, {d['thresholds'][1]:,} | {d['merges']:,} {d['sha256']} |", flush=True)
+    for name, p in parts.items():
+        print(f"\n{name}, the build's parts in its last round (wall s / CPU s of every thread): "
+              + ", ".join(f"{k} {w:.2f} / {c:.2f}" for k, (w, c) in p.items()))
     print(f"\nmerges identical: {'yes' if len(digests) <= 1 else 'NO'}")
     return 0 if len(digests) <= 1 else 1
 

@@ -539,7 +539,7 @@ def _held_beside(table) -> int:
     return max(0, tree_memory()["anon"] - in_ram)
 
 
-def _longest(table, window: int = 1 << 20) -> tuple[int, int]:
+def _longest(table, window: int = 1 << 20, step: int = 1 << 20) -> tuple[int, int]:
     """``(bytes, pair sites)`` of the longest word of a table (numpy arrays or a small run's
     ``array.array``): its length, and the occurrences of its most frequent byte pair, counted in
     windows of ``window`` bytes (a word may be GBs long, and the budget holds a few MiB here: 16 MiB
@@ -549,14 +549,22 @@ def _longest(table, window: int = 1 << 20) -> tuple[int, int]:
     >>> from bpe_core.pretok.wordtable import WordTable
     >>> _longest(WordTable.from_counts({b"ab": 3, b"a" * 5000 + b"b" * 10: 1}), window=1000)
     (5010, 4999)
+    >>> _longest(WordTable.from_counts({b"abc": 1, b"de": 2, b"fgh": 3, b"i": 4}).as_numpy(), step=1)
+    (3, 0)
     """
     offsets = table.offsets
     if len(offsets) < 2:
         return 0, 0
     if isinstance(offsets, array.array):
         k = max(range(len(offsets) - 1), key=lambda i: offsets[i + 1] - offsets[i])
-    else:
-        k = int(np.argmax(np.diff(np.asarray(offsets))))
+    else:                     # the first longest, ``step`` words at a time (no lengths of every word at once)
+        offsets = np.asarray(offsets)
+        k, best = 0, -1
+        for lo in range(0, len(offsets) - 1, step):
+            lengths = np.diff(offsets[lo:lo + step + 1])
+            i = int(np.argmax(lengths))
+            if lengths[i] > best:
+                k, best = lo + i, int(lengths[i])
     start, end = int(offsets[k]), int(offsets[k + 1])
     if end - start < 4096:
         return end - start, 0

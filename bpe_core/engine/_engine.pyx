@@ -68,6 +68,7 @@ from libcpp.vector cimport vector
 import array as _array
 import gc as _gc
 import os
+import time as _time
 
 from cpython cimport array
 
@@ -88,7 +89,7 @@ from bpe_core.engine._typedefs cimport (count_t, pack_pair, pair_id_t, pair_key_
 # as before; each part's first lines say its job):
 include "_engine_layout.pxi"    # cell bits, records, C declarations, huge pages
 include "_engine_pairmap.pxi"   # _PairMap: pair -> pair id
-include "_engine_spill.pxi"     # _SpillFile: read-only arrays, RAM or mapped
+include "_engine_spill.pxi"     # _SpillMap: read-only arrays in mapped files
 include "_engine_threads.pxi"   # a thread's share of a merge; thread entries
 include "_engine_merge.pxi"     # MergeEngine: build, heap, merge steps
 include "_engine_pool.pxi"      # the list pool's pages given back (_pool_compact)

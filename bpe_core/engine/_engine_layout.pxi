@@ -104,8 +104,12 @@ cdef extern from *:
     #ifndef MADV_POPULATE_WRITE
     #define MADV_POPULATE_WRITE 23
     #endif
+    #ifndef MADV_COLD
+    #define MADV_COLD 20
+    #endif
     """
     int MADV_POPULATE_WRITE
+    int MADV_COLD
 
 
 cdef extern from *:
@@ -202,6 +206,8 @@ cdef enum:
     HEAP_RAISE_MIN = 1 << 20  # the heap's floor goes up once it holds this many entries (12 MiB; ``_raise_floor``)
     PAR_MIN_SITES = 64      # a merge with fewer sites runs on one thread (``threads=2``)
     BUILD_PAR_MIN = 1 << 20 # a build of fewer windows counts and fills on one thread (``threads=2``)
+    BYTE_COUNT_MIN = 1 << 16  # a build of byte symbols (tokens < 256) with this many windows counts them by
+                            # byte pair in arrays of 65,536 (``_count_bytes``), not in the pair map
     BUILD_FEW_PAIRS = 1 << 16  # a build whose lists are mapped runs on two threads when its tokens make at
                             # most this many pairs (the bytes: the second half's pair table, ~3 MiB)
     PAR_MIN_LIST_SITES = 2048  # a merge split over both threads writes its second share's list entries

@@ -38,8 +38,9 @@ cdef class MergeEngine:
         spill_dir: a folder for the read-only arrays larger than ``map_threshold`` bytes (None:
             everything stays in RAM).
         map_threshold: see ``spill_dir``.
-        fill_buffer_bytes: the RAM used to build a mapped position list (it is built in passes of
-            this many bytes, each written sequentially).
+        fill_buffer_bytes: the memory used to build the mapped position lists: they are written in
+            place, into their mapped file, in passes of at most this many bytes of it (a pass's
+            pages are dirty page cache until the pass is written back, before the next begins).
         prune_below: forget a new pair (its map entry and positions) that counts less than this when
             the merge that made it is done, so the pair map stays small. Exact only when no merge
             ever makes bytes an existing token has (SuperBPE's ``distinct`` rule) and steps never ask
@@ -52,8 +53,14 @@ cdef class MergeEngine:
         threads: 2 runs ``run``'s merges of many sites on two threads (one native thread more, while
             ``run`` runs); the result is the same as on one (``_apply_merge``). ``step`` alone always
             uses one. The build counts and lists the windows on two threads too, when there are at
-            least ``build_par_min`` of them and their pair ids are kept for the fill (``win_pid``).
+            least ``build_par_min`` of them and their pair ids are kept for the fill (``win_pid``)
+            or the tokens are the bytes, and faults in and writes the cells on both (from
+            ``build_par_min`` symbols).
         build_par_min: see ``threads`` (tests force 1).
+        byte_count_min: a build whose tokens are the bytes (at most 256) and that has at least this
+            many windows counts them by byte pair in arrays (no pair map, no window pair ids kept for
+            the fill: it looks each window's pair up by its two bytes); the same pairs, ids and lists
+            (tests force both sides).
         donate: ``symbols`` (a writable C-contiguous uint32 array) become the engine's cells, written
             in place, instead of being copied: the caller gives the array up (its contents are the
             engine's from then on). Otherwise, or for other symbols, they are copied.
@@ -133,6 +140,7 @@ cdef class MergeEngine:
     cdef public int64_t par_crit_ns
     cdef int64_t job_ns                  # (the second thread's time on the job just done)
     cdef readonly bint build_threads     # the build counted and filled its lists on two threads
+    cdef readonly bint build_by_bytes    # ... counted its windows by byte pair (``byte_count_min``)
     cdef token_id_t job_tok
     # pool of list blocks
     cdef vector[uint32_t*] pages
@@ -161,6 +169,7 @@ cdef class MergeEngine:
     cdef vector[pair_id_t] free_pids   # ids of forgotten pairs, given to new ones
     cdef vector[pair_id_t] born        # pairs made in this merge (or the build)
     cdef vector[int64_t] byte_pid      # (the build's fill passes, symbols all bytes) pair id of (a << 8) | b
+    cdef vector[int64_t] byte_cur      # ... and each thread's write cursor of (a << 8) | b (``_fill_bytes``)
     cdef public uint32_t n_steps
     cdef public count_t last_count       # the count of the pair the last step merged
     cdef bint halt_existing              # (``run(stop_before_existing=)``) see ``stopped_before``
@@ -176,19 +185,25 @@ cdef class MergeEngine:
     cdef public object mapped_bytes
     cdef public object fill_passes
     cdef readonly bint plain           # built from array.array symbols: array.array memory, no numpy
+    cdef public dict build_seconds     # the build's parts: name -> (wall s, CPU s of every thread)
+    cdef tuple _clock
 
     def __init__(self, symbols, const int64_t[::1] offsets, const int64_t[::1] counts, tokens,
                  int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
                  int64_t fill_buffer_bytes=256 << 20, count_t prune_below=0, int threads=1,
                  int64_t build_par_min=BUILD_PAR_MIN, bint donate=False, str tie_break="bytes",
-                 prune_spare=None):
+                 prune_spare=None, int64_t byte_count_min=BYTE_COUNT_MIN):
         cdef int64_t n_words = counts.shape[0]
         cdef int64_t i, w, n_sym
         cdef const uint8_t[::1] sym8
         cdef const token_id_t[::1] sym32
         cdef token_id_t[::1] given
         cdef WordRec* recs
+        cdef const uint8_t[::1] wview
+        cdef int64_t lo, hi
         cdef uint8_t spare_it
+        self.build_seconds = {}
+        self._clock = (_time.perf_counter(), _time.process_time())
         # symbols in an array.array (a small run's table): the engine's own arrays are array.array
         # too, and numpy is never imported
         self.plain = isinstance(symbols, _array.array)
@@ -249,17 +264,26 @@ cdef class MergeEngine:
                     raise ValueError(f"symbol {given[i]} has no token bytes")
             self.cells_obj = symbols
             self.cells = &given[0]
-        else:
+        # (two threads: each faults in and writes half of the cells, from ``build_par_min`` symbols)
+        cdef bint two_cells = threads >= 2 and n_sym > 0 and n_sym >= build_par_min and _usable_cpus() >= 2
+        if not donated:
             self.cells_own.reserve(n_sym)
-            _populate(self.cells_own.data(), n_sym * sizeof(uint32_t))
+            with nogil:
+                if two_cells:
+                    _halves_two(self.cells_own.data(), NULL, n_sym, 0)
+                else:
+                    _populate(self.cells_own.data(), n_sym * sizeof(uint32_t))
             self.cells_own.resize(n_sym)
             self.cells = self.cells_own.data()
         if is_bytes:
             if n_tokens < 256:
                 raise ValueError("byte symbols need the 256 single-byte tokens")
             with nogil:
-                for i in range(n_sym):
-                    self.cells[i] = sym8[i]
+                if two_cells:
+                    _halves_two(self.cells, &sym8[0], n_sym, 1)
+                else:
+                    for i in range(n_sym):
+                        self.cells[i] = sym8[i]
         elif not donated:
             for i in range(n_sym):
                 if sym32[i] >= n_tokens:
@@ -268,6 +292,7 @@ cdef class MergeEngine:
         for w in range(n_words):
             if offsets[w + 1] > offsets[w]:
                 self.cells[offsets[w + 1] - 1] |= END_BIT
+        self._lap("checks, cells")
         # 2. word records (end, count) and the block index
         nbytes = n_words * WORD_RECORD_BYTES
         map_words = folder is not None and nbytes >= map_threshold
@@ -280,16 +305,26 @@ cdef class MergeEngine:
                 recs[w].end = <uint32_t>offsets[w + 1]
             self._wrec_arr = arr
         elif map_words:
+            # written in place, into the mapped file (``_SpillMap``), 4 Mi words (48 MiB) at a time
+            # (each piece on two threads with the cells)
             assert rec_dtype.itemsize == WORD_RECORD_BYTES
-            out = _SpillFile(folder, "words")
+            out = _SpillMap(folder, "words", rec_dtype, n_words)
             try:
+                if n_words > 0:
+                    wview = out.arr.view(np.uint8)
+                    recs = <WordRec*>&wview[0]
                 for lo in range(0, n_words, 1 << 22):
                     hi = min(n_words, lo + (1 << 22))
-                    part = np.empty(hi - lo, dtype=rec_dtype)
-                    part["count"] = np.asarray(counts[lo:hi])
-                    part["end"] = np.asarray(offsets[lo + 1:hi + 1])
-                    out.write(part)
-                self._wrec_arr = out.mapped(rec_dtype, nbytes)
+                    with nogil:
+                        if two_cells:
+                            _records_two(recs, &counts[0], &offsets[0], lo, hi)
+                        else:
+                            _populate(<void*>(recs + lo), (hi - lo) * sizeof(WordRec))
+                            for w in range(lo, hi):
+                                recs[w].count = counts[w]
+                                recs[w].end = <uint32_t>offsets[w + 1]
+                    out.written((hi - lo) * WORD_RECORD_BYTES)
+                self._wrec_arr = out.mapped()
             except BaseException:
                 out.discard()
                 raise
@@ -300,7 +335,6 @@ cdef class MergeEngine:
             arr["count"] = np.asarray(counts)
             arr["end"] = np.asarray(offsets[1:])
             self._wrec_arr = arr
-        cdef const uint8_t[::1] wview
         if n_words > 0:
             wview = self._wrec_arr if rec_dtype is None else self._wrec_arr.view(np.uint8)
             self.wrec = <const WordRec*>&wview[0]
@@ -315,6 +349,7 @@ cdef class MergeEngine:
             while offsets[w + 1] <= (i << BLK_SHIFT):
                 w += 1
             self.blk[i] = <uint32_t>w
+        self._lap("words")
         # 3. pairs: count every window, then the initial position lists (a counting sort)
         self.pair_map = _PairMap(1 << 16)
         self.n_steps = 0
@@ -348,7 +383,10 @@ cdef class MergeEngine:
         for w in range(n_words):
             if offsets[w + 1] > offsets[w]:
                 n_windows += offsets[w + 1] - offsets[w] - 1
-        if n_windows * <int64_t>sizeof(pair_id_t) <= map_threshold:
+        # symbols all bytes: counted by byte pair (``_count_bytes``), the fill looks pairs up by bytes
+        cdef bint by_bytes = n_tokens <= 256 and n_windows >= byte_count_min
+        self.build_by_bytes = by_bytes
+        if n_windows * <int64_t>sizeof(pair_id_t) <= map_threshold and not by_bytes:
             win_pid.reserve(n_windows)
             _populate(win_pid.data(), n_windows * sizeof(pair_id_t))
             win_pid.resize(n_windows)
@@ -381,7 +419,34 @@ cdef class MergeEngine:
         cdef vector[uint64_t] half_lens
         cdef vector[uint64_t] len_first
         cdef vector[pair_id_t] remap
-        if self.build_threads:
+        cdef vector[count_t] bcnt, bcnt2
+        cdef vector[uint64_t] blens, blens2
+        cdef vector[int64_t] bfirst, bfirst2
+        if by_bytes:
+            bcnt.assign(1 << 16, 0)
+            blens.assign(1 << 16, 0)
+            bfirst.assign(1 << 16, -1)
+            if self.build_threads:      # (the second thread's arrays made here: it never allocates)
+                bcnt2.assign(1 << 16, 0)
+                blens2.assign(1 << 16, 0)
+                bfirst2.assign(1 << 16, -1)
+                half.engine = <void*>self
+                half.w_lo = w_split
+                half.w_hi = n_words
+                half.bcnt = bcnt2.data()
+                half.blens = blens2.data()
+                half.bfirst = bfirst2.data()
+                half.stage = 3
+            with nogil:
+                if self.build_threads:
+                    self._count_bytes_two(&half, w_split, bcnt.data(), blens.data(), bfirst.data())
+                    self._join_bytes(base_len, bcnt.data(), blens.data(), bfirst.data(), bcnt2.data(),
+                                     blens2.data(), bfirst2.data(), len_first)
+                else:
+                    self._count_bytes(0, n_words, bcnt.data(), blens.data(), bfirst.data())
+                    self._join_bytes(base_len, bcnt.data(), blens.data(), bfirst.data(), NULL, NULL, NULL,
+                                     len_first)
+        elif self.build_threads:
             if few_pairs <= BUILD_FEW_PAIRS:
                 # every pair the second half can meet has room, made here: the second thread never
                 # allocates (no glibc arena of its own; see ``_share_reserve``)
@@ -414,15 +479,28 @@ cdef class MergeEngine:
             self._touch_all()
             if n_tokens <= 256 and win_pid.size() == 0:
                 self._byte_pairs()
+        self._lap("count")
         self._build_base(base_len, folder, map_threshold, fill_buffer_bytes,
                          win_pid.data() if win_pid.size() > 0 else NULL,
                          &half if self.build_threads else NULL, len_first, remap)
+        self._lap("lists")
         win_pid.clear()
         win_pid.shrink_to_fit()
         self.byte_pid.clear()
         self.byte_pid.shrink_to_fit()
+        self.byte_cur.clear()
+        self.byte_cur.shrink_to_fit()
         with nogil:
             self._build_heap()
+        self._lap("heap")
+
+    cdef _lap(self, str name):
+        """Time the build's part ``name`` (``build_seconds``), from the previous lap."""
+        cdef tuple now = (_time.perf_counter(), _time.process_time())
+        cdef tuple was = self.build_seconds.get(name, (0.0, 0.0))      # (a part of each fill pass: summed)
+        self.build_seconds[name] = (round(was[0] + now[0] - self._clock[0], 4),
+                                    round(was[1] + now[1] - self._clock[1], 4))
+        self._clock = now
 
     def __dealloc__(self):
         cdef size_t p, k
@@ -777,6 +855,70 @@ cdef class MergeEngine:
             base_len[pid] += h.lens[0][l]
         len_first.resize(base_len.size(), 0)
 
+    cdef void _count_bytes(self, int64_t w_lo, int64_t w_hi, count_t* cnt, uint64_t* lens,
+                           int64_t* first) noexcept nogil:
+        """``_count_range`` for symbols that are all bytes (tokens < 256), by byte pair
+        ``x = (left << 8) | right`` in arrays of 65,536: ``cnt[x]`` its count, ``lens[x]`` its windows
+        and ``first[x]`` its first window's position (-1: none) in words ``w_lo:w_hi`` (no pair map:
+        ``_join_bytes`` gives the pairs their ids)."""
+        cdef int64_t w, k, start, end
+        cdef count_t c
+        cdef uint32_t x, left
+        for w in range(w_lo, w_hi):
+            start = self._word_start(w)
+            end = self.wrec[w].end
+            if end - start < 2:
+                continue
+            c = self.wrec[w].count
+            left = self.cells[start] & PAYLOAD
+            for k in range(start, end - 1):
+                x = (left << 8) | (self.cells[k + 1] & PAYLOAD)
+                left = x & 0xFF
+                cnt[x] += c
+                lens[x] += 1
+                if first[x] < 0:
+                    first[x] = k
+
+    cdef void _count_bytes_two(self, HalfCount* h, int64_t w_split, count_t* cnt, uint64_t* lens,
+                               int64_t* first) noexcept nogil:
+        """``_count_bytes`` on two threads: words ``:w_split`` here, the rest (``h``, its own arrays)
+        on a native thread (here after them when none starts)."""
+        cdef pthread_t t
+        cdef bint started = bpe_thread_start(&t, <bpe_thread_fn>_half_main, <void*>h) == 0
+        self._count_bytes(0, w_split, cnt, lens, first)
+        if started:
+            pthread_join(t, NULL)
+        else:
+            self._count_bytes(h.w_lo, h.w_hi, h.bcnt, h.blens, h.bfirst)
+
+    cdef void _join_bytes(self, vector[uint64_t]& base_len, const count_t* cnt, const uint64_t* lens,
+                          const int64_t* first, const count_t* cnt2, const uint64_t* lens2,
+                          const int64_t* first2, vector[uint64_t]& len_first) noexcept nogil:
+        """The pairs ``_count_bytes`` counted (and, unless NULL, those it counted in the words after
+        them: ``cnt2``, ``lens2``, ``first2``) as the engine's pairs, numbered as one thread's
+        ``_count_range`` numbers them (in the order first seen, by position), with their counts and
+        windows (``base_len``; ``len_first``: the windows in the first words)."""
+        cdef vector[uint64_t] order         # (first position << 16) | x, sorted: the order first seen
+        cdef uint64_t x
+        cdef int64_t f
+        cdef size_t i
+        cdef pair_id_t pid
+        for x in range(1 << 16):
+            f = first[x]
+            if f < 0 and first2 != NULL:
+                f = first2[x]
+            if f >= 0:
+                order.push_back((<uint64_t>f << 16) | x)
+        sort(order.begin(), order.end())
+        base_len.assign(order.size(), 0)
+        len_first.assign(order.size(), 0)
+        for i in range(order.size()):
+            x = order[i] & 0xFFFF
+            pid = self._pair_id(<token_id_t>(x >> 8), <token_id_t>(x & 0xFF))
+            self.prec[pid].count += cnt[x] + (cnt2[x] if cnt2 != NULL else 0)
+            base_len[pid] += lens[x] + (lens2[x] if lens2 != NULL else 0)
+            len_first[pid] += lens[x]
+
     cdef void _byte_pairs(self) noexcept nogil:
         """The pair ids of the 65,536 byte pairs (-1: absent) as the pair map has them now, for the
         fill passes of a build whose symbols are all bytes: an index into 512 KiB that stays in the
@@ -785,6 +927,7 @@ cdef class MergeEngine:
         self.byte_pid.resize(1 << 16)
         for x in range(1 << 16):
             self.byte_pid[x] = self.pair_map.get(pack_pair(x >> 8, x & 0xFF), self._keys(), 2)
+        self.byte_cur.resize(2 << 16)       # (``_fill_bytes``: each thread's write cursors)
 
     cdef void _fill_pass(self, uint32_t lo, uint32_t hi, uint32_t* buf, uint64_t* fill, int64_t w_lo,
                          int64_t w_hi, const uint64_t* first) noexcept nogil:
@@ -796,6 +939,9 @@ cdef class MergeEngine:
         cdef int64_t pid
         cdef uint64_t b0 = self.base_start[lo], at
         cdef const int64_t* direct = self.byte_pid.data() if self.byte_pid.size() > 0 else NULL
+        if direct != NULL:
+            self._fill_bytes(lo, hi, buf, w_lo, w_hi, first)
+            return
         for w in range(w_lo, w_hi):
             start = self._word_start(w)
             end = self.wrec[w].end
@@ -810,6 +956,34 @@ cdef class MergeEngine:
                         at += first[pid]
                     buf[at] = <uint32_t>k
                     fill[pid - lo] += 1
+
+    cdef void _fill_bytes(self, uint32_t lo, uint32_t hi, uint32_t* buf, int64_t w_lo, int64_t w_hi,
+                          const uint64_t* first) noexcept nogil:
+        """``_fill_pass`` for symbols all bytes (``_byte_pairs``): a write cursor per byte pair
+        (``byte_cur``: the first thread's 65,536, then the second's), -1 for a pair outside the pass."""
+        cdef int64_t w, k, start, end, pid, at
+        cdef uint32_t x, left
+        cdef uint64_t b0 = self.base_start[lo]
+        cdef int64_t* cur = self.byte_cur.data() + (0 if first == NULL else (1 << 16))
+        for x in range(1 << 16):
+            pid = self.byte_pid[x]
+            if pid >= lo and pid < hi:
+                cur[x] = <int64_t>(self.base_start[pid] - b0 + (first[pid] if first != NULL else 0))
+            else:
+                cur[x] = -1
+        for w in range(w_lo, w_hi):
+            start = self._word_start(w)
+            end = self.wrec[w].end
+            if end - start < 2:
+                continue
+            left = self.cells[start] & PAYLOAD
+            for k in range(start, end - 1):
+                x = (left << 8) | (self.cells[k + 1] & PAYLOAD)
+                left = x & 0xFF
+                at = cur[x]
+                if at >= 0:
+                    buf[at] = <uint32_t>k
+                    cur[x] = at + 1
 
     cdef void _fill_pass_two(self, uint32_t lo, uint32_t hi, uint32_t* buf, uint64_t* fill, HalfCount* h,
                              vector[uint64_t]& len_first) noexcept nogil:
@@ -909,14 +1083,17 @@ cdef class MergeEngine:
         for p in range(n_base):
             if base_len[p] > largest:
                 largest = base_len[p]
+        cdef uint64_t b0, b1
         if folder is not None and total * 4 >= <uint64_t>map_threshold:
             cap = max(<uint64_t>fill_buffer_bytes // 4, largest, 1)
-            cap = min(cap, max(total, 1))     # (a buffer the plan made for more lists: only what they take)
-            # every pass writes its buffer nearly whole (the whole of it in one pass): its pages are
-            # faulted in at once, not one fault per page at the scattered first writes
-            buf = prefault(np.empty(cap, dtype=np.uint32))
-            bview = buf
-            out = _SpillFile(folder, "positions")
+            # The lists are written in place, into the mapped file itself (``_SpillMap``: no buffer
+            # copied to the file), a pass at a time: the pass's part of the file (at most ``cap``
+            # entries, the plan's fill buffer) is faulted in at once (not a fault per page at the
+            # scattered first writes), filled, and on disk (clean) before the next pass begins.
+            out = _SpillMap(folder, "positions", np.uint32, total)
+            if total > 0:
+                bview = out.arr
+            self._lap("fill buffer")
             if half != NULL:
                 fill2.reserve(n_base)
                 half.fill = &fill2
@@ -926,20 +1103,33 @@ cdef class MergeEngine:
                     hi = lo
                     while hi < n_base and self.base_start[hi + 1] - self.base_start[lo] <= cap:
                         hi += 1
+                    b0, b1 = self.base_start[lo], self.base_start[hi]
                     fill.assign(hi - lo, 0)
                     with nogil:
-                        if half != NULL:
-                            self._fill_pass_two(lo, hi, &bview[0], fill.data(), half, len_first)
+                        if b1 > b0 and self.threads == 2:
+                            _halves_two(&bview[b0], NULL, b1 - b0, 0)
+                        elif b1 > b0:
+                            _populate(&bview[b0], (b1 - b0) * sizeof(uint32_t))
+                    self._lap("fault in")
+                    with nogil:
+                        if b1 == b0:
+                            pass
+                        elif half != NULL:
+                            self._fill_pass_two(lo, hi, &bview[b0], fill.data(), half, len_first)
                         else:
-                            self._fill_pass(lo, hi, &bview[0], fill.data(), 0, self.n_words, NULL)
-                    out.write(buf[:self.base_start[hi] - self.base_start[lo]])
+                            self._fill_pass(lo, hi, &bview[b0], fill.data(), 0, self.n_words, NULL)
+                    self._lap("fill")
+                    out.written((b1 - b0) * 4)
+                    if hi < n_base:
+                        out.clean()          # (one pass's part dirty at a time)
+                    self._lap("write")
                     self.fill_passes += 1
                     lo = hi
-                self._base_arr = out.mapped(np.uint32, total * 4)
+                self._base_arr = out.mapped()
+                self._lap("sync")
             except BaseException:
                 out.discard()
                 raise
-            del buf
             self.mapped_bytes += total * 4
         else:
             self._base_arr = prefault(array.clone(_U32, total, False) if self.plain else

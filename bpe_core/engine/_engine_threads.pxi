@@ -115,6 +115,76 @@ cdef void* _worker_main(void* arg) noexcept nogil:
     return NULL
 
 
+cdef struct HalvesJob:
+    # one thread's half of a build buffer (the cells, the mapped position lists, the mapped word
+    # records): ``dst[lo:hi]`` faulted in (stage 0), or copied from the byte symbols ``src`` (stage 1);
+    # or (stage 2) ``recs[lo:hi]`` faulted in and written from ``counts`` and ``offsets``
+    uint32_t* dst
+    const uint8_t* src
+    WordRec* recs
+    const int64_t* counts
+    const int64_t* offsets
+    int64_t lo
+    int64_t hi
+    int stage
+
+
+cdef void _halves_part(HalvesJob* c) noexcept nogil:
+    cdef int64_t i
+    if c.stage == 0:
+        _populate(c.dst + c.lo, (c.hi - c.lo) * sizeof(uint32_t))
+    elif c.stage == 1:
+        for i in range(c.lo, c.hi):
+            c.dst[i] = c.src[i]
+    else:
+        _populate(<void*>(c.recs + c.lo), (c.hi - c.lo) * sizeof(WordRec))
+        for i in range(c.lo, c.hi):
+            c.recs[i].count = c.counts[i]
+            c.recs[i].end = <uint32_t>c.offsets[i + 1]
+
+
+cdef void* _halves_main(void* arg) noexcept nogil:
+    _halves_part(<HalvesJob*>arg)
+    return NULL
+
+
+cdef void _halves_two(uint32_t* dst, const uint8_t* src, int64_t n, int stage) noexcept nogil:
+    """``_halves_part`` of ``dst[:n]``: the first half here, the second on a native thread (here too,
+    after the first, when no thread starts). The pages or the values written are one thread's."""
+    cdef HalvesJob first, second
+    first.dst = second.dst = dst
+    first.src = second.src = src
+    first.stage = second.stage = stage
+    first.lo = 0
+    first.hi = second.lo = (n // 2) & ~(<int64_t>1023)     # (a page of cells, 4 KiB, whole on one side)
+    second.hi = n
+    _halves_run(&first, &second)
+
+
+cdef void _records_two(WordRec* recs, const int64_t* counts, const int64_t* offsets, int64_t lo,
+                       int64_t hi) noexcept nogil:
+    """The word records ``recs[lo:hi]`` (stage 2 of ``_halves_part``) on two threads, as ``_halves_two``."""
+    cdef HalvesJob first, second
+    first.recs = second.recs = recs
+    first.counts = second.counts = counts
+    first.offsets = second.offsets = offsets
+    first.stage = second.stage = 2
+    first.lo = lo
+    first.hi = second.lo = lo + (((hi - lo) // 2) & ~(<int64_t>1023))   # (1,024 records: 3 pages)
+    second.hi = hi
+    _halves_run(&first, &second)
+
+
+cdef void _halves_run(HalvesJob* first, HalvesJob* second) noexcept nogil:
+    cdef pthread_t t
+    cdef bint started = bpe_thread_start(&t, <bpe_thread_fn>_halves_main, <void*>second) == 0
+    _halves_part(first)
+    if started:
+        pthread_join(t, NULL)
+    else:
+        _halves_part(second)
+
+
 cdef struct HalfCount:
     # The second thread's half of the build (``MergeEngine._count_half`` then ``_fill_half``): its
     # words, where its windows' pair ids go, and its pairs counted on their own (local ids, in the
@@ -133,7 +203,12 @@ cdef struct HalfCount:
     const uint64_t* first
     uint32_t* buf
     vector[uint64_t]* fill
-    int stage                            # 0: count, 1: fill, 2: a pass of the mapped fill (pairs lo:hi)
+    # (symbols all bytes: ``_count_bytes``) this half's count, windows and first window by byte pair
+    count_t* bcnt
+    uint64_t* blens
+    int64_t* bfirst
+    int stage                            # 0: count, 1: fill, 2: a pass of the mapped fill (pairs lo:hi),
+                                         # 3: the count by byte pair
     uint32_t lo
     uint32_t hi
 
@@ -144,6 +219,8 @@ cdef void* _half_main(void* arg) noexcept nogil:
         (<MergeEngine>h.engine)._count_half(h)
     elif h.stage == 1:
         (<MergeEngine>h.engine)._fill_half(h)
+    elif h.stage == 3:
+        (<MergeEngine>h.engine)._count_bytes(h.w_lo, h.w_hi, h.bcnt, h.blens, h.bfirst)
     else:
         (<MergeEngine>h.engine)._fill_pass_half(h)
     return NULL

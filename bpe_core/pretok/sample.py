@@ -81,17 +81,21 @@ def sample_words(path: str, specials: Sequence[bytes], pattern: str = "gpt2", pi
         spans, _ = split_spans(buf, 0, len(buf), list(specials))
         return count_pretokens(buf, spans, pattern)
 
+    # The pieces of even positions summed (``half``) and those of odd ones, then the two sums: the
+    # whole sample's table without merging the even pieces' tables twice.
     try:
         if threads > 1:
             from concurrent.futures import ThreadPoolExecutor   # (here: a small run never samples)
             with ThreadPoolExecutor(max_workers=min(int(threads), pieces), thread_name_prefix="bpe_core-sample") as ex:
                 tables = list(ex.map(count_piece, range(pieces)))
+                half, odd = ex.map(merge_counts, (tables[0::2], tables[1::2]))
         else:
             tables = [count_piece(i) for i in range(pieces)]
+            half, odd = merge_counts(tables[0::2]), merge_counts(tables[1::2])
     finally:
         os.close(fd)
-    half = merge_counts(tables[0::2], threads=min(max(int(threads), 1), 2))
-    full = merge_counts(tables, threads=min(max(int(threads), 1), 2))
+    del tables
+    full = merge_counts([half, odd], threads=min(max(int(threads), 1), 2))
     unique, unique_half = len(full[2]), len(half[2])
     sample = pieces * piece
     if unique and unique_half:

@@ -161,8 +161,9 @@ class WordTable:
                 arena = np.asarray(self.arena[offs[0]:offs[-1]])
                 if drop_singletons:
                     keep = lengths > 1
-                    arena = arena[np.repeat(keep, lengths)]
-                    lengths, counts = lengths[keep], counts[keep]
+                    if not keep.all():   # (the bytes of the words dropped: those of one byte, each its byte)
+                        arena = np.delete(arena, offs[:-1][lengths == 1] - offs[0])
+                        lengths, counts = lengths[keep], counts[keep]
                 ends = n_bytes + np.cumsum(lengths, dtype=np.int64)
                 for out, arr in zip(outs, (arena, ends, counts)):
                     out.write(np.ascontiguousarray(arr))

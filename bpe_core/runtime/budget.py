@@ -182,7 +182,9 @@ ENGINE_VOCAB_DIVISOR = 200
 FILL_BUFFER_BYTES = 256 * MiB
 #: The build's own per-pair arrays beside the fill buffer when its symbols are bytes (65,536 pairs at
 #: most, ~120 B each: pair arrays grown a quarter at a time, the pair map, the count and fill vectors of
-#: both threads), with a margin.
+#: both threads; 7.5 MiB), its count by byte pair and fill cursors (4 MiB: ``MergeEngine(byte_count_min=)``),
+#: with a margin. (The fill buffer itself is the pass's part of the mapped file, written in place: its
+#: pages dirty page cache while the pass runs, counted as the buffer was.)
 BUILD_PAIR_BYTES = 16 * MiB
 #: Seconds per unit of work (2 cores shared with other jobs; for the plan's time column, not a
 #: promise): pre-tokenizing and counting per input byte and worker, folding per unique pretoken,
@@ -285,7 +287,8 @@ class Plan:
             initial position lists) in mapped files, because in RAM it would not fit the budget;
             ``merge_bytes`` is then its anonymous memory and ``merge_file_bytes`` the mapped files
             (page cache: the kernel may drop those pages and read them again).
-        fill_buffer_bytes: RAM for writing the mapped initial position lists.
+        fill_buffer_bytes: memory for writing the mapped initial position lists (the bytes of
+            their file written in place in one pass: dirty page cache until written back).
         phase_seconds: predicted seconds of each phase (``phase_seconds()``).
         budget_source: where ``memory_limit`` came from: ``"flag"`` (given), or the default's
             binding part: ``"default"`` (8 GiB), ``"RAM"`` or ``"cgroup"`` (:func:`default_budget`).

@@ -80,6 +80,19 @@ class WriteBehind:
             if self.written - self._started >= self.window:
                 self._push()
 
+    def wrote(self, nbytes: int) -> None:
+        """Count ``nbytes`` more bytes as written after those written so far, written in place (through
+        a shared mapping of the file, already as long): their writeback starts as :meth:`write`'s does.
+
+        >>> import mmap, tempfile; fd, path = tempfile.mkstemp(); os.ftruncate(fd, 8)
+        >>> m = mmap.mmap(fd, 8); m[:] = b"in place"; w = WriteBehind(fd, window=4); w.wrote(8); w.finish()
+        >>> open(path, "rb").read(), w.written
+        (b'in place', 8)
+        """
+        self.written += int(nbytes)
+        if self.written - self._started >= self.window:
+            self._push()
+
     def _push(self) -> None:
         """Start the writeback of what was written since the last push; wait for the push before."""
         lo, hi = self._started, self.written

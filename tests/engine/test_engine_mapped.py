@@ -124,6 +124,29 @@ def test_train_words_with_a_spill_dir_equals_in_ram(tmp_path):
     assert merges1 == merges0 and vocab1 == vocab0
 
 
+@pytest.mark.parametrize("which", ["words", "positions"])
+def test_a_full_disk_at_the_mapped_build_names_the_folder(tmp_path, monkeypatch, which):
+    """The mapped files are allocated at their full size before they are written in place: a full
+    disk is an error there (the folder named, nothing left in it), not a crash at a page fault."""
+    import errno
+
+    real = getattr(os, "posix_fallocate", None)
+
+    def full(fd, offset, length):
+        if f"-engine-{which}-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, offset, length) if real is not None else os.ftruncate(fd, offset + length)
+
+    if not os.path.exists("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd to tell the files apart")
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    words = {b"ab" * (i % 5 + 1) + bytes([97 + i % 7]): i % 4 + 1 for i in range(50)}
+    with pytest.raises(OSError) as info:
+        trainer.train_words(table_of(words), 300, spill_dir=str(tmp_path))
+    assert info.value.errno == errno.ENOSPC and str(tmp_path) in str(info.value.filename)
+    assert os.listdir(tmp_path) == []
+
+
 @settings(deadline=None, max_examples=40)
 @given(words=words_strategy, drop=st.booleans(), step=st.sampled_from([1, 2, 7, 1 << 20]))
 def test_word_table_to_files_keeps_the_table(tmp_path_factory, words, drop, step):

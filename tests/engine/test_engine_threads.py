@@ -397,3 +397,38 @@ def test_a_share_with_more_other_pairs_than_its_table_holds():
     assert two.par_sites == n
     assert one.run(3) == two.run(3)
     _same(one, two)
+
+
+# words over bytes at both ends of the byte range (pairs 0x0000 and 0xFFFF among them)
+_byte_words = st.lists(st.lists(st.sampled_from([0, 1, 97, 98, 254, 255]), min_size=1, max_size=30),
+                       min_size=2, max_size=60)
+
+
+@settings(max_examples=120, deadline=None)
+@given(_byte_words, _weights, st.integers(0, 40), st.sampled_from(["always", "below", "at", "above"]),
+       st.sampled_from([1, 2]), st.sampled_from(["mapped", "ram"]), st.integers(1, 64), st.booleans())
+def test_a_build_by_byte_pairs_is_the_pair_maps(tmp_path_factory, words, weights, n_merges, where, threads,
+                                               lists, fill_entries, more_tokens):
+    """The count by byte pair (``byte_count_min``, around the number of windows; tokens the 256
+    bytes only), on one thread or two, with the position lists in RAM or mapped (written in place,
+    in passes of ``fill_buffer_bytes``): the same pair ids, counts, lists and merges as the count in
+    the pair map on one thread; a mapped build leaves no file in its folder."""
+    n = _windows(words)
+    at = {"always": 0, "below": n - 1, "at": n, "above": n + 1}[where]
+    tokens = BYTES + [b"<%d>" % i for i in range(3)] if more_tokens else BYTES
+    syms, offs = _table(words)
+    counts = np.array(weights[:len(words)], dtype=np.int64)
+    kw = dict(map_threshold=0, fill_buffer_bytes=4 * fill_entries)
+    if lists == "mapped":
+        kw["spill_dir"] = str(tmp_path_factory.mktemp("spill"))
+    plain = MergeEngine(syms, offs, counts, tokens, byte_count_min=1 << 62)
+    eng = MergeEngine(syms, offs, counts, tokens, threads=threads, build_par_min=1, byte_count_min=max(at, 0),
+                      **kw)
+    assert eng.build_by_bytes == (n >= max(at, 0) and not more_tokens) and not plain.build_by_bytes
+    assert plain.build_lists() == eng.build_lists()
+    if lists == "mapped":
+        assert os.listdir(kw["spill_dir"]) == []
+        m = eng.memory()
+        assert m["words_in_ram"] == 0 and (m["positions_in_ram"] == 0 or n == 0)
+    assert plain.run(n_merges) == eng.run(n_merges)
+    _same(plain, eng)

@@ -96,15 +96,19 @@ def test_the_sample_counts_its_pieces_and_carries_them_to_the_file(tmp_path):
     corpus = write_growing(tmp_path / "growing.txt", 2 << 20)
     s = sample_words(str(corpus), [SPECIAL.encode()], pieces=8, piece_bytes=16 << 10)
     data = corpus.read_bytes()
-    words = set()
+    words, half = set(), set()      # (half: the pieces of even positions)
     for i in range(8):
         start = (len(data) - (16 << 10)) * i // 7
         buf = data[start:start + (16 << 10)]
         buf = buf[buf.find(b" "):buf.rfind(b" ")]
         spans, _ = split_spans(buf, 0, len(buf), [SPECIAL.encode()])
         arena, offsets, _ = count_pretokens(buf, spans)
-        words.update(bytes(arena[offsets[k]:offsets[k + 1]]) for k in range(len(offsets) - 1))
+        piece_words = {bytes(arena[offsets[k]:offsets[k + 1]]) for k in range(len(offsets) - 1)}
+        words |= piece_words
+        if i % 2 == 0:
+            half |= piece_words
     assert s.unique == len(words) and s.unique_bytes == sum(map(len, words))
+    assert s.unique_half == len(half) < s.unique
     assert s.unique <= s.estimate <= os.path.getsize(corpus)
     for threads in (2, 3, 8):        # pieces counted on threads: the same tables, the same estimate
         assert sample_words(str(corpus), [SPECIAL.encode()], pieces=8, piece_bytes=16 << 10, threads=threads) == s
