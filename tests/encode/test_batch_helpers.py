@@ -32,14 +32,17 @@ def test_helpers_are_reused_and_the_ids_are_one_threads(many_threads):
     texts = [f"abc ab a{k} " * (k % 7 + 1) for k in range(40)]
     want = [tok.encode(t) for t in texts]
     before = _helpers_alive()
-    assert tok.encode_batch(texts, num_threads=4) == want
-    alive = _helpers_alive()
-    assert alive and len(alive - before) <= 3   # kept after the call; at most num_threads - 1 new
-    for _ in range(5):
+    made = set()
+    for _ in range(6):
         assert tok.encode_batch(texts, num_threads=4) == want
         ids, offsets = tok.encode_batch_flat(texts, num_threads=3)
         assert [ids[offsets[k]:offsets[k + 1]].tolist() for k in range(len(texts))] == want
-    assert _helpers_alive() == alive            # the same threads: none made (or ended) per call
+        alive = _helpers_alive()
+        assert alive and before <= alive       # kept after the call, none ended
+        made |= alive - before
+    # a call uses at most num_threads - 1 helpers (fewer when its job is small or the machine busy):
+    # over 12 calls at most 3 were made, not one per call
+    assert len(made) <= 3
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="fork")
