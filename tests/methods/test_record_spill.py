@@ -4,7 +4,6 @@ and figures as a second scan of the file, for SuperBPE and SupraTok."""
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ import bpe_core
 from bpe_core.formats import registry
 from bpe_core.methods.record import PretokenRecord
 from bpe_core.runtime import budget
+from units_helpers import recorded_ids, spans_and_table
 
 SPECIAL = "<|endoftext|>"
 #: examples of the training tests: a few by default (each trains twice); BPE_CORE_MAX_EXAMPLES for more
@@ -22,21 +22,6 @@ TRAIN_EXAMPLES = int(os.environ.get("BPE_CORE_MAX_EXAMPLES", "10"))
 PIECES = [b" the", b" cat", b" 12", b"\n", b"\n\n", b"  ", b",", b"x", SPECIAL.encode(), SPECIAL.encode() * 2,
           b" 0123456789", b"\xc3\xa9t\xc3\xa9", b" M'XX%,#'A=9&4@#0A", b"*!A9&4@&3!4", b" dog", b".", b" sat",
           b"\xff", b" " + b"y" * 40]
-
-
-def _spans_and_table(text: bytes):
-    """The spans of ``text`` between specials, the GPT-2 pretokens of each (plain Python) and their
-    word table."""
-    from bpe_core.corpus.chunks import split_spans
-    from bpe_core.pretok.pretokenize import pretoken_ends
-    from bpe_core.pretok.wordtable import WordTable
-
-    spans, _ = split_spans(text, 0, len(text), [SPECIAL.encode()])
-    pieces = []
-    for s, e in spans:
-        ends = pretoken_ends(text[s:e], "gpt2") + s
-        pieces.append([text[a:b] for a, b in zip(np.concatenate(([s], ends[:-1])), ends)])
-    return spans, pieces, WordTable.from_counts(Counter(p for ps in pieces for p in ps) or {b"x": 1})
 
 
 # ==== PretokenRecord ==============================================================================
@@ -88,10 +73,8 @@ def test_id_unit_stream_samples_as_the_scan(text, cut_spaces, regions, fraction)
     from bpe_core.methods.superbpe import word_classes, word_flags
     from bpe_core.pretok.pretokenize import PATTERN_IDS
 
-    spans, pieces, table = _spans_and_table(text)
-    row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
-    ids = np.array([row[p] for ps in pieces for p in ps], dtype=np.uint32)
-    breaks = np.concatenate(([0], np.cumsum([len(ps) for ps in pieces]))).astype(np.int64)
+    spans, pieces, table = spans_and_table(text)
+    ids, breaks = recorded_ids(pieces, table)
     flags = word_flags(table)
     classes = word_classes(table) if regions else None
     keep = int(fraction * 2 ** 64) if fraction < 1 else 0xFFFFFFFFFFFFFFFF
@@ -108,6 +91,22 @@ def test_id_unit_stream_samples_as_the_scan(text, cut_spaces, regions, fraction)
     assert got[0].dtype == want[0].dtype == np.uint16
     assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
     assert got[2:4] == want[2:4] and got[4].tolist() == want[5].tolist()
+
+
+def test_a_chunk_spilled_after_a_read_reads_back(tmp_path):
+    """Reading a spilled chunk maps the file; a chunk written after that is read from a new mapping
+    (the old one ends where the file ended then), and the views read before stay as they were."""
+    rng = np.random.default_rng(5)
+    rec = PretokenRecord(ram_bytes=0, folder=str(tmp_path))
+    chunks = [_chunk(rng, 20, 50), _chunk(rng, 30, 80), _chunk(rng, 5, 9)]
+    seen = []
+    for chunk in chunks:
+        rec.append(chunk)
+        seen.append(rec[len(rec) - 1])
+    for chunk, got, again in zip(chunks, seen, rec):
+        for want, a, b in zip(chunk[:3], got[:3], again[:3]):
+            assert np.asarray(want).tolist() == a.tolist() == b.tolist()
+    rec.clear()
 
 
 # ==== training from a spilled record =============================================================

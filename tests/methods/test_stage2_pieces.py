@@ -13,6 +13,7 @@ from bpe_core.engine.merge import MergeEngine
 from bpe_core.engine.units import CUT_LONG_PIECE, SKETCH_MAX, cut_pieces, pair_levels, pair_sketch, sketch_bounds
 from bpe_core.methods.superbpe import Stage2Rules, first_cut, sketch_bits, stage2_merges
 from bpe_core.methods.superbpe.train import _allowed
+from units_helpers import recorded_ids, spans_and_table
 
 #: GPT-2's pattern written out, so it runs as a custom regex (the Python units path)
 GPT2_AS_CUSTOM = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -22,21 +23,6 @@ TOKENS = [bytes([i]) for i in range(256)]
 # units over a small alphabet (many repeats, runs like "aaaa", spaces and ': ' for the rules)
 unit = st.lists(st.sampled_from(list(b"ab :c1")), max_size=14)
 units_st = st.lists(st.tuples(unit, st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=25)
-
-
-def _spans_and_table(text: bytes):
-    """The text spans of ``text`` between ``<|endoftext|>``, the GPT-2 pretokens of each span (plain
-    Python: ``pretoken_ends``) and their word table (``{b"x": 1}`` for a text without any)."""
-    from bpe_core.corpus.chunks import split_spans
-    from bpe_core.pretok.pretokenize import pretoken_ends
-    from bpe_core.pretok.wordtable import WordTable
-
-    spans, _ = split_spans(text, 0, len(text), [b"<|endoftext|>"])
-    pieces = []
-    for s, e in spans:
-        ends = pretoken_ends(text[s:e], "gpt2") + s
-        pieces.append([text[a:b] for a, b in zip(np.concatenate(([s], ends[:-1])), ends)])
-    return spans, pieces, WordTable.from_counts(Counter(p for ps in pieces for p in ps) or {b"x": 1})
 
 
 def as_arrays(units):
@@ -213,7 +199,7 @@ def test_unit_stream_lists_the_counted_units(text, cut_spaces, fraction, regions
     from bpe_core.pretok.pretokenize import PATTERN_IDS
 
     specials = [b"<|endoftext|>"]
-    spans, pieces, table = _spans_and_table(text)
+    spans, pieces, table = spans_and_table(text)
     index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
     classes = word_classes(table) if regions else None
     keep = 0xFFFFFFFFFFFFFFFF if fraction >= 1 else int(fraction * 2 ** 64)
@@ -421,7 +407,7 @@ def test_sampled_unit_stream_equals_the_buffered_path(text, cut_spaces, keep, re
     from bpe_core.methods.superbpe import word_classes, word_flags
     from bpe_core.pretok.pretokenize import PATTERN_IDS
 
-    spans, _, table = _spans_and_table(text)
+    spans, _, table = spans_and_table(text)
     index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
     classes = word_classes(table) if regions else None
     seg = [[rnd.randrange(0, 5000) for _ in range(rnd.randrange(0, 4))] for _ in range(table.n_words)]
@@ -453,7 +439,7 @@ def test_unit_stream_writes_stage1_tokens(text, cut_spaces, fraction, regions, r
     from bpe_core.methods.superbpe import word_classes, word_flags
     from bpe_core.pretok.pretokenize import PATTERN_IDS
 
-    spans, _, table = _spans_and_table(text)
+    spans, _, table = spans_and_table(text)
     index, flags = WordIndex(table.arena, table.offsets), word_flags(table)
     classes = word_classes(table) if regions else None
     keep = 0xFFFFFFFFFFFFFFFF if fraction >= 1 else int(fraction * 2 ** 64)
@@ -508,10 +494,8 @@ def test_id_unit_stream_equals_the_scan(text, cut_spaces, regions, with_seg, rnd
     from bpe_core.pretok.pretokenize import PATTERN_IDS
 
     rnd = rnd or random.Random(0)
-    spans, pieces, table = _spans_and_table(text)
-    row = {table.arena[table.offsets[i]:table.offsets[i + 1]].tobytes(): i for i in range(table.n_words)}
-    ids = np.array([row[p] for ps in pieces for p in ps], dtype=np.uint32)
-    breaks = np.concatenate(([0], np.cumsum([len(ps) for ps in pieces]))).astype(np.int64)
+    spans, pieces, table = spans_and_table(text)
+    ids, breaks = recorded_ids(pieces, table)
     flags = word_flags(table)
     classes = word_classes(table) if regions else None
     seg = ()
