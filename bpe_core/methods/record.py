@@ -109,6 +109,7 @@ class PretokenRecord:
                 self._file.write(memoryview(a).cast("B"))
                 self._size += a.nbytes
         self._items.append(_Spilled(places, np.asarray(spans), n_bytes))
+        self._map = None                  # mapped again when read (views of the old mapping stay valid)
         self.spilled_chunks += 1
         self.spilled_bytes += size
 
