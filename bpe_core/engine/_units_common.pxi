@@ -4,6 +4,7 @@
 
 cdef extern from *:
     void __builtin_prefetch(const void* addr) noexcept nogil
+    int __builtin_ctzll(unsigned long long x) noexcept nogil
 
 cdef extern from "<sys/mman.h>" nogil:
     int madvise(void* addr, size_t length, int advice)

@@ -205,8 +205,8 @@ cdef class _PieceTable:
         never beside a symbol that ``guard`` marks, see ``cut_pieces``); with ``upper``, the pieces
         whose hash has its top bit set are counted there instead (so two threads can then join their
         tables half by half: ``cut_pieces``)."""
-        cdef int64_t u, k, a, b, start, n
-        cdef uint64_t h, smask = 0, slot
+        cdef int64_t u, k, a, b, start, n, m, nwin, i, e
+        cdef uint64_t h, smask = 0, slot, cm
         cdef bint by_bits = keep is not None, split = upper is not None
         cdef const uint8_t* kb = NULL
         cdef const uint8_t* gb = NULL
@@ -240,61 +240,83 @@ cdef class _PieceTable:
                 a = offsets[u]
                 b = offsets[u + 1]
                 start = a
-                for k in range(a, b):
-                    if k + 1 < b:
-                        if gb != NULL and ((symbols[k] < n_guard and (gb[symbols[k]] & GUARD_LEFT))
-                                           or (symbols[k + 1] < n_guard and (gb[symbols[k + 1]] & GUARD_RIGHT))):
-                            continue
-                        if by_bits:             # a 512 KiB bitmap: it stays in the CPU's cache
-                            slot = _sketch_slot(((<uint64_t>symbols[k] << 32) | symbols[k + 1]) + 1, smask)
-                            if (kb[slot >> 3] >> (slot & 7)) & 1:
+                k = a
+                while k < b:
+                    # The cuts of up to 64 positions k..k+m-1 as a bit mask first (bit i: cut after
+                    # position k + i; the unit's last position always), then the pieces between them:
+                    # the windows' bitmap reads are independent (the CPU overlaps them) and no branch
+                    # waits on one; only the cuts branch, not every window.
+                    m = b - k if b - k < 64 else 64
+                    nwin = m if k + m < b else m - 1
+                    cm = 0
+                    if by_bits and gb == NULL:          # the common case: the keep bitmap alone
+                        for i in range(nwin):
+                            slot = _sketch_slot(((<uint64_t>symbols[k + i] << 32) | symbols[k + i + 1]) + 1, smask)
+                            cm |= <uint64_t>(((kb[slot >> 3] >> (slot & 7)) & 1) ^ 1) << i
+                    else:
+                        for i in range(nwin):
+                            if gb != NULL and ((symbols[k + i] < n_guard and (gb[symbols[k + i]] & GUARD_LEFT)) or
+                                               (symbols[k + i + 1] < n_guard and (gb[symbols[k + i + 1]] & GUARD_RIGHT))):
                                 continue
-                        elif levels[k] >= min_level:
-                            continue
-                    n = k + 1 - start
-                    if n == 1:
-                        self.single += counts[u]
-                    elif n == 2:
-                        # queued like the others: its slot is asked for now, counted BATCH later
-                        key = (<uint64_t>base[start] << 32) | base[start + 1]
-                        self._pair_hint(key)
-                        pkey[npq] = key
-                        pw[npq] = weights[u]
-                        pc[npq] = counts[u]
-                        npq += 1
-                        if npq == BATCH:
-                            for r in range(BATCH):
-                                if self._pair_add(pkey[r], pw[r], pc[r]) < 0:
-                                    self.oom = True
-                            npq = 0
-                            if self.oom:
-                                break
-                    elif n >= LONG_PIECE:
-                        _list_long(self, base + start, n, weights[u], counts[u])
-                    elif n > 1:
-                        # queue the piece; its slot is asked for now and probed BATCH pieces later
-                        h = _hash_ids(base + start, n)
-                        side = 1 if split and (h >> 63) else 0
-                        if side:
-                            __builtin_prefetch(&upper.slots[h & upper.mask])
+                            if by_bits:             # a 512 KiB bitmap: it stays in the CPU's cache
+                                slot = _sketch_slot(((<uint64_t>symbols[k + i] << 32) | symbols[k + i + 1]) + 1, smask)
+                                if (kb[slot >> 3] >> (slot & 7)) & 1:
+                                    continue
+                            elif levels[k + i] >= min_level:
+                                continue
+                            cm |= (<uint64_t>1) << i
+                    if nwin < m:
+                        cm |= (<uint64_t>1) << (m - 1)
+                    while cm != 0:
+                        e = k + <int64_t>__builtin_ctzll(cm)      # the piece start..e
+                        cm &= cm - 1
+                        n = e + 1 - start
+                        if n == 1:
+                            self.single += counts[u]
+                        elif n == 2:
+                            # queued like the others: its slot is asked for now, counted BATCH later
+                            key = (<uint64_t>base[start] << 32) | base[start + 1]
+                            self._pair_hint(key)
+                            pkey[npq] = key
+                            pw[npq] = weights[u]
+                            pc[npq] = counts[u]
+                            npq += 1
+                            if npq == BATCH:
+                                for r in range(BATCH):
+                                    if self._pair_add(pkey[r], pw[r], pc[r]) < 0:
+                                        self.oom = True
+                                npq = 0
+                                if self.oom:
+                                    break
+                        elif n >= LONG_PIECE:
+                            _list_long(self, base + start, n, weights[u], counts[u])
                         else:
-                            __builtin_prefetch(&self.slots[h & self.mask])
-                        qstart[side][nq[side]] = start
-                        qlen[side][nq[side]] = n
-                        qhash[side][nq[side]] = h
-                        qw[side][nq[side]] = weights[u]
-                        qc[side][nq[side]] = counts[u]
-                        nq[side] += 1
-                        if nq[side] == BATCH:
+                            # queue the piece; its slot is asked for now and probed BATCH pieces later
+                            h = _hash_ids(base + start, n)
+                            side = 1 if split and (h >> 63) else 0
                             if side:
-                                r = _insert_into(upper, qstart[1], qlen[1], qhash[1], qw[1], qc[1], BATCH, base)
+                                __builtin_prefetch(&upper.slots[h & upper.mask])
                             else:
-                                r = _insert_into(self, qstart[0], qlen[0], qhash[0], qw[0], qc[0], BATCH, base)
-                            if r < 0:
-                                self.oom = True
-                                break
-                            nq[side] = 0
-                    start = k + 1
+                                __builtin_prefetch(&self.slots[h & self.mask])
+                            qstart[side][nq[side]] = start
+                            qlen[side][nq[side]] = n
+                            qhash[side][nq[side]] = h
+                            qw[side][nq[side]] = weights[u]
+                            qc[side][nq[side]] = counts[u]
+                            nq[side] += 1
+                            if nq[side] == BATCH:
+                                if side:
+                                    r = _insert_into(upper, qstart[1], qlen[1], qhash[1], qw[1], qc[1], BATCH, base)
+                                else:
+                                    r = _insert_into(self, qstart[0], qlen[0], qhash[0], qw[0], qc[0], BATCH, base)
+                                if r < 0:
+                                    self.oom = True
+                                    break
+                                nq[side] = 0
+                        start = e + 1
+                    if self.oom:
+                        break
+                    k += m
                 if self.oom:
                     break
             for r in range(npq if not self.oom else 0):

@@ -989,3 +989,59 @@ def test_narrow_scanned_units_equal_the_marked_ones(tmp_path_factory, text, frac
                                                  cut_numbers=False, expanded=True)
             got[narrow, workers] = (syms.tolist(), offs.tolist(), cnts.tolist(), enc.tolist(), info)
     assert got[None, 1] == got[False, 1] and got[None, 2] == got[False, 2]
+
+
+def _plain_cut_pieces(seqs, weights, counts, cut_after):
+    """Plain Python: sequence ``i`` cut after every position ``k`` where ``cut_after(i, k)`` (and at
+    its end); the pieces of two or more symbols with summed weights and counts, and the counts of the
+    one-symbol pieces."""
+    want, single = {}, 0
+    for i, (s, w, c) in enumerate(zip(seqs, weights, counts)):
+        start = 0
+        for k in range(len(s)):
+            if k + 1 == len(s) or cut_after(i, k):
+                piece = tuple(s[start:k + 1])
+                if len(piece) == 1:
+                    single += int(c)
+                else:
+                    ow, oc = want.get(piece, (0, 0))
+                    want[piece] = (ow + int(w), oc + int(c))
+                start = k + 1
+    return want, single
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 40), st.integers(3, 8), st.integers(1, 12),
+       st.lists(st.integers(0, 3), min_size=6, max_size=6), st.sampled_from([1, 2]), st.booleans())
+def test_long_sequences_cut_in_blocks_equal_plain_python(seed, alphabet, bits, cut, guard, threads, narrow):
+    """Sequences of up to 300 symbols (the cut reads their windows 64 positions at a time), cut by a
+    sketch's keep bitmap, by levels, and by either with a guard: the pieces plain Python cuts."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 300, rng.integers(1, 12))
+    units = [(rng.integers(0, alphabet, n).tolist(), int(rng.integers(0, 4)), int(rng.integers(0, 3)))
+             for n in lengths]
+    symbols, offsets, weights, counts = as_arrays(units)
+    if symbols.size == 0:
+        return
+    seqs = [symbols[offsets[i]:offsets[i + 1]].tolist() for i in range(len(units))]
+    sym = symbols.astype(np.uint16) if narrow else symbols
+    sketch, _, _ = pair_sketch(symbols, offsets, weights, bits)
+    keep = np.packbits(sketch >= cut, bitorder="little")
+    bounds = sketch_bounds(sketch, symbols, offsets)
+    levels, _ = pair_levels(symbols, offsets, weights)
+    g = np.array(guard, dtype=np.uint8)
+
+    def guarded(s, k):
+        return bool((s[k] < g.size and g[s[k]] & 1) or (s[k + 1] < g.size and g[s[k + 1]] & 2))
+
+    # per sequence, per position: the sketch's bound and the level of its window
+    bound_of = [bounds[offsets[i]:offsets[i + 1]].tolist() for i in range(len(seqs))]
+    level_of = [levels[offsets[i]:offsets[i + 1]].tolist() for i in range(len(seqs))]
+    for by, guard_on in ((bound_of, False), (level_of, False), (bound_of, True), (level_of, True)):
+        def cut_after(i, k):
+            return not (guard_on and guarded(seqs[i], k)) and by[i][k] < cut
+
+        got = cut_pieces(sym, offsets, None if by is bound_of else levels, weights, counts, cut, threads=threads,
+                         keep=keep if by is bound_of else None, guard=g if guard_on else None)
+        want, single = _plain_cut_pieces(seqs, weights, counts, cut_after)
+        assert _as_dict(got) == want and got[4] == single
