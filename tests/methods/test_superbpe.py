@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 import pytest
 from tool_runner import run_tool
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import bpe_core
@@ -665,3 +665,28 @@ def test_engine_with_huge_build_buffers_merges_the_same():
         finally:
             _engine.huge_pages(previous)
     assert all(r == results[0] for r in results[1:])
+
+
+_RULE_PIECES = [b"1", b"23", b"4567", b" ", b"a", b": ", b":", b" the", b"\n", b"\x1c", b"\xff",
+                "٣".encode(), "²".encode(), "é".encode(), "…".encode(), "\u3000".encode()]
+
+
+@settings(max_examples=300)
+@given(st.lists(st.sampled_from(_RULE_PIECES), max_size=6), st.lists(st.sampled_from(_RULE_PIECES), max_size=6),
+       st.sampled_from([None, 0, 1, 3]), st.sampled_from([None, 0, 2]), st.sampled_from([None, 5]),
+       st.integers(1, 4))
+@example([b"4567"], [], 3, None, None, 4)                  # an ASCII run one too long
+@example([b"23"], [b"1"], 3, None, None, 4)                # ... and one just short enough
+@example(["٣".encode()] * 2, ["٣".encode()] * 2, 3, None, None, 4)     # Unicode digits
+@example([b"\xff", b"1"], [b"23"], 2, None, None, 4)       # invalid UTF-8
+def test_stage2_rules_equal_the_reference(left, right, max_digits, max_nonalnum, max_token_bytes, max_words):
+    """``Stage2Rules.allows`` (its ASCII shortcut for digit runs included) answers as
+    ``reference.superbpe_allows`` on ASCII and non-ASCII tokens, Unicode digits and invalid UTF-8."""
+    left, right = b"".join(left), b"".join(right)
+    rules = Stage2Rules(max_words=max_words, max_digits=max_digits, max_nonalnum=max_nonalnum,
+                        max_token_bytes=max_token_bytes)
+    want = reference.superbpe_allows(left, right, max_words=max_words, forbidden=[b": "],
+                                      max_token_bytes=max_token_bytes, max_nonalnum=max_nonalnum,
+                                      max_digits=max_digits)
+    assert rules.allows(left, right) == want
+    assert rules.allows(left, right) == want        # (the cached patterns answer the same again)

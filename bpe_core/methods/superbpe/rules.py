@@ -3,7 +3,9 @@
 and the stage-2 splits (:func:`normal_split`, :func:`model_split`)."""
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Any, Optional
 
 import regex
@@ -42,6 +44,10 @@ class Stage2Rules:
                 return False
         if self.max_token_bytes is not None and len(merged) > self.max_token_bytes:
             return False
+        if self.max_nonalnum is None and self.max_digits is not None and merged.isascii():
+            # (stage 2 asks before each of its merges, most of them ASCII) the only ASCII \p{N} are
+            # 0-9, and ASCII bytes decode to themselves: the bytes searched for a run too long
+            return self._ascii_digit_run.search(merged) is None
         if self.max_nonalnum is not None or self.max_digits is not None:
             text = merged.decode("utf-8", "surrogateescape")
             if self.max_nonalnum is not None:
@@ -59,9 +65,14 @@ class Stage2Rules:
                    max_token_bytes=config.max_token_bytes, max_nonalnum=config.max_nonalnum,
                    max_digits=config.max_digits, distinct=not config.stage2_duplicates)
 
-    @property
-    def _forbidden_bytes(self) -> list[bytes]:
-        return [f.encode("utf-8") for f in self.forbidden]
+    @cached_property
+    def _forbidden_bytes(self) -> tuple[bytes, ...]:
+        return tuple(f.encode("utf-8") for f in self.forbidden)
+
+    @cached_property
+    def _ascii_digit_run(self) -> "re.Pattern[bytes]":
+        """A run of more than ``max_digits`` ASCII digits."""
+        return re.compile(rb"[0-9]{%d}" % (int(self.max_digits or 0) + 1))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
