@@ -206,7 +206,8 @@ cdef class _PieceTable:
         whose hash has its top bit set are counted there instead (so two threads can then join their
         tables half by half: ``cut_pieces``)."""
         cdef int64_t u, k, a, b, start, n, m, nwin, i, e
-        cdef uint64_t h, smask = 0, slot, cm
+        cdef uint64_t h, smask = 0, slot, cm, s0, s1
+        cdef uint32_t kept
         cdef bint by_bits = keep is not None, split = upper is not None
         cdef const uint8_t* kb = NULL
         cdef const uint8_t* gb = NULL
@@ -253,6 +254,17 @@ cdef class _PieceTable:
                         for i in range(nwin):
                             slot = _sketch_slot(((<uint64_t>symbols[k + i] << 32) | symbols[k + i + 1]) + 1, smask)
                             cm |= <uint64_t>(((kb[slot >> 3] >> (slot & 7)) & 1) ^ 1) << i
+                    elif by_bits:                       # ... and a guard (SupraTok's pass 2)
+                        for i in range(nwin):
+                            s0 = symbols[k + i]
+                            s1 = symbols[k + i + 1]
+                            slot = _sketch_slot(((<uint64_t>s0 << 32) | s1) + 1, smask)
+                            kept = (kb[slot >> 3] >> (slot & 7)) & 1
+                            if s0 < n_guard:
+                                kept |= gb[s0] & GUARD_LEFT
+                            if s1 < n_guard:
+                                kept |= (gb[s1] & GUARD_RIGHT) >> 1
+                            cm |= <uint64_t>(kept ^ 1) << i
                     else:
                         for i in range(nwin):
                             if gb != NULL and ((symbols[k + i] < n_guard and (gb[symbols[k + i]] & GUARD_LEFT)) or

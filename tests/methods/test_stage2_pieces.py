@@ -1011,9 +1011,9 @@ def _plain_cut_pieces(seqs, weights, counts, cut_after):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(2, 40), st.integers(3, 8), st.integers(1, 12),
+@given(st.integers(0, 2**32 - 1), st.integers(2, 40), st.integers(3, 14), st.integers(1, 12),
        st.lists(st.integers(0, 3), min_size=6, max_size=6), st.sampled_from([1, 2]), st.booleans())
-@example(7, 40, 8, 3, [0, 1, 2, 3, 0, 0], 1, False)        # many distinct pairs: cuts in every block
+@example(7, 40, 14, 3, [0, 1, 2, 3, 0, 0], 1, False)       # many distinct pairs: cuts in every block
 def test_long_sequences_cut_in_blocks_equal_plain_python(seed, alphabet, bits, cut, guard, threads, narrow):
     """Sequences of up to 300 symbols (the cut reads their windows 64 positions at a time), cut by a
     sketch's keep bitmap, by levels, and by either with a guard: the pieces plain Python cuts."""
