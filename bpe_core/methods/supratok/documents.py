@@ -9,7 +9,7 @@ from typing import Callable, Optional, Sequence
 from ...corpus.chunks import file_chunks, split_spans
 from ...engine.units import (ENCODED_MARK, UnitCounter, WordIndex, chunk_unit_stream, id_unit_stream,
                              units_in_encoded_regions)
-from ...errors import InputChanged
+from ...errors import InputChanged, InternalError
 from ...pretok.patterns import pattern_name
 from ...pretok.pretokenize import PATTERN_IDS, pretoken_ends
 from ...pretok.wordtable import WordTable
@@ -29,6 +29,81 @@ UNITS_PER_PRETOKEN_ROOM = 16
 
 # ==== Documents: units, held-out split, document frequencies =======================================
 
+
+class UnitList:
+    """Units in text order, each listed as often as it occurs (no counts, no hash table): what the
+    documents pass gives pass 2 when nothing else reads the units (``listed=True``). Pass 2 cuts them
+    into pieces and deduplicates those (``superbpe.stage2_merges``), so counting equal units first
+    (``UnitCounter``: 0.16 CPU-s on 60 MB of en_train, 150,177 distinct units of 414,910) only
+    cost time. Each block's word ids are copied once into room asked for at once (``data``: a
+    buffer shared with other lists, this one writing from position ``at``); the encoded units are
+    flagged (bool per unit), not marked.
+
+    >>> ul = UnitList(5)
+    >>> ul.add(np.array([3, 1, 4], np.uint32), np.array([0, 2, 3]), np.array([False, True]))
+    >>> ul.add(np.array([1, 5], np.uint32), np.array([0, 2]), None)
+    >>> [a.tolist() for a in ul.to_arrays()], ul.n_seen
+    ([[3, 1, 4, 1, 5], [0, 2, 3, 5], [False, True, False]], 3)
+    """
+
+    def __init__(self, room: int = 0, data: Optional[np.ndarray] = None, at: int = 0):
+        self.shared = data is not None
+        self.data = np.empty(max(int(room), 0), dtype=np.uint32) if data is None else data
+        self.at = self.size = int(at)
+        self.bounds: list[np.ndarray] = []
+        self.encoded: list[np.ndarray] = []
+        self.n_seen = 0
+
+    def add(self, ids: np.ndarray, bounds: np.ndarray, encoded: Optional[np.ndarray]) -> None:
+        """Units ``ids[bounds[k]:bounds[k+1]]`` (every one holds a word), with their encoded flags
+        (None: none is)."""
+        n_units = bounds.size - 1
+        if n_units <= 0:
+            return
+        a, b = int(bounds[0]), int(bounds[-1])
+        if self.size + (b - a) > self.data.size:
+            if self.shared:
+                raise InternalError("listed units overflow their share of the buffer")
+            grown = np.empty(max(2 * self.data.size, self.size + (b - a)), dtype=np.uint32)   # (a hint too small)
+            grown[:self.size] = self.data[:self.size]
+            self.data = grown
+        self.data[self.size:self.size + (b - a)] = ids[a:b]
+        self.bounds.append(bounds[:-1] - a + (self.size - self.at))
+        self.size += b - a
+        self.encoded.append(np.zeros(n_units, dtype=bool) if encoded is None else np.asarray(encoded, dtype=bool))
+        self.n_seen += n_units
+
+    def to_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(data uint32, starts int64, encoded bool)``, the units in the order they were added
+        (``data``: this list's part of the buffer, a view)."""
+        end = np.array([self.size - self.at], dtype=np.int64)
+        starts = np.concatenate(self.bounds + [end]).astype(np.int64, copy=False)
+        encoded = np.concatenate(self.encoded) if self.encoded else np.zeros(0, dtype=bool)
+        data = self.data[self.at:self.size]
+        self.bounds, self.encoded = [], []
+        return data, starts, encoded
+
+    @staticmethod
+    def join(parts: list, data: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Several ``to_arrays()`` results one after the other, as one; ``data``: the buffer their
+        data lie in one after the other from its start (not copied again).
+
+        >>> a = (np.array([1, 2, 3], np.uint32), np.array([0, 1, 3]), np.array([0, 1], bool))
+        >>> b = (np.array([4], np.uint32), np.array([0, 1]), np.array([1], bool))
+        >>> [x.tolist() for x in UnitList.join([a, b])]
+        [[1, 2, 3, 4], [0, 1, 3, 4], [False, True, True]]
+        """
+        if not parts:
+            return np.zeros(0, dtype=np.uint32), np.zeros(1, dtype=np.int64), np.zeros(0, dtype=bool)
+        if len(parts) == 1 and data is None:
+            return parts[0]
+        at = np.cumsum([0] + [p[0].size for p in parts])
+        if data is None:
+            data = np.concatenate([p[0] for p in parts])
+        else:
+            data = data[:int(at[-1])]
+        starts = np.concatenate([p[1][:-1] + at[k] for k, p in enumerate(parts)] + [at[-1:]]).astype(np.int64)
+        return data, starts, np.concatenate([p[2] for p in parts])
 
 
 def is_heldout(doc: bytes, fraction: float) -> bool:
@@ -69,6 +144,17 @@ def encoded_units(ids: np.ndarray, bounds: np.ndarray, flags: np.ndarray, classe
     n_bytes = np.add.reduceat(c[:, 0], bounds[:-1])
     enc_bytes = np.add.reduceat(np.where(enc_word, c[:, 0], 0), bounds[:-1])
     return 2 * enc_bytes > n_bytes
+
+
+def _nonempty(bounds: np.ndarray) -> np.ndarray:
+    """Unit bounds without their empty units (``UnitCounter.add_units`` skips them too).
+
+    >>> _nonempty(np.array([0, 2, 2, 3])).tolist()
+    [0, 2, 3]
+    """
+    if bounds.size > 1 and bool((bounds[1:] == bounds[:-1]).any()):
+        return np.concatenate((bounds[:1], bounds[1:][bounds[1:] != bounds[:-1]]))
+    return bounds
 
 
 def _docs_chunk(task: tuple) -> tuple:
@@ -130,7 +216,7 @@ def _docs_chunk_scan(task: tuple) -> tuple:
     counted (None): only pass 3 reads them, and it needs held-out documents. The same units, counts
     and language words (tested)."""
     (path, start, end, specials, pattern_id, keep_below, script_aware, index, numeric, markers, n_words, stamp,
-     flags, classes) = task
+     flags, classes, listed) = task
     buf = read_range(path, start, end, stamp)
     spans, _ = split_spans(buf, 0, len(buf), specials)
     ends = np.zeros(spans.shape[0], dtype=np.int64)
@@ -138,9 +224,16 @@ def _docs_chunk_scan(task: tuple) -> tuple:
     if missing:
         raise InputChanged(path, "changed while it was read: a pretoken is missing from the word table "
                                  "counted earlier; nothing was written")
-    counter = UnitCounter()
     firsts = np.concatenate(([0], ends[:-1]))
-    if classes is not None and ids.size:
+    if listed:
+        # the units as they come, the encoded ones flagged (UnitList: pass 2 deduplicates its pieces)
+        bounds = _nonempty(bounds)
+        enc = (units_in_encoded_regions(ids, bounds, flags, classes, firsts) if classes is not None and ids.size
+               else np.zeros(bounds.size - 1, dtype=bool))
+        listed_units = (ids, bounds, enc)
+        n_seen = n_kept = bounds.size - 1
+    elif classes is not None and ids.size:
+        counter = UnitCounter()
         # the units that look encoded end with ENCODED_MARK; a block of documents at a time (the
         # byte classes of every pretoken of a chunk at once took 40 bytes a pretoken), in text order
         cuts = np.unique(np.searchsorted(ends, np.arange(SCAN_BLOCK, ids.size, SCAN_BLOCK), side="left"))
@@ -157,10 +250,13 @@ def _docs_chunk_scan(task: tuple) -> tuple:
             counter.add_units(part, pb, 1, keep_below)
         del part, pb, enc
     else:
+        counter = UnitCounter()
         counter.add_units(ids, bounds, 1, keep_below)
-    data, starts, counts = counter.to_arrays()
-    n_seen, n_kept = counter.n_seen, counter.n_kept
-    del counter, bounds
+    if not listed:
+        listed_units = counter.to_arrays()
+        n_seen, n_kept = counter.n_seen, counter.n_kept
+        del counter, bounds
+    data, starts, counts = listed_units
     lang_counts: dict[str, np.ndarray] = {}
     lang_docs: dict[str, int] = {}
     if script_aware and spans.shape[0]:
@@ -182,7 +278,7 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
                     num_workers: int, chunk_bytes: int, sample_fraction: float, heldout: float,
                     script_aware: bool, on_bytes: Optional[Callable[[int], None]] = None,
                     flags: Optional[np.ndarray] = None, classes: Optional[np.ndarray] = None,
-                    force_loop: bool = False) -> dict:
+                    force_loop: bool = False, listed: bool = False) -> dict:
     """One pass over the corpus: training units (deduplicated, sampled), held-out documents as word-id
     arrays (sorted, so the result does not depend on chunking), word document frequencies.
     ``on_bytes(n)`` hears of each chunk of ``n`` bytes done (a progress bar). With ``flags`` and
@@ -193,7 +289,12 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
     scan (``_docs_chunk_scan``), and the document frequencies are not counted (``"df"`` is None:
     only pass 3 reads them, and it needs held-out documents); else a loop over the documents
     (``_docs_chunk``, also with ``force_loop``: the plain twin the tests compare it with). ``sid``
-    (the words' statistic ids) is needed for the document frequencies only: None counts none."""
+    (the words' statistic ids) is needed for the document frequencies only: None counts none.
+
+    ``listed``: where the scan runs and takes no sample, ``"units"`` is a list of one part ``(data,
+    starts, encoded)``: every unit as often as it occurs, in text order, the encoded ones flagged
+    instead of marked (:class:`UnitList`: for pass 2 alone, which deduplicates its pieces); ``"listed"``
+    says whether they are."""
     stamp = FileStamp.of(path)
     name = pattern_name(pattern)
     chunks = file_chunks(path, chunk_bytes, specials, name, inside_documents=False, stamp=stamp)
@@ -201,19 +302,21 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
     index = WordIndex(table.arena, table.offsets)
     numeric = numeric_mask(table)
     scan = heldout <= 0 and name in PATTERN_IDS and not force_loop
+    listed = listed and scan and sample_fraction >= 1
     if scan:        # no held-out documents: one native scan a chunk (_docs_chunk_scan)
         markers = marker_words(table) if script_aware and name in LETTER_RUN_PATTERNS else None
         worker = _docs_chunk_scan
         tasks = [(path, s, e, list(specials), PATTERN_IDS[name], keep_below, script_aware, index,
-                  numeric.astype(np.uint8), markers, table.n_words, stamp, flags, classes) for s, e in chunks]
+                  numeric.astype(np.uint8), markers, table.n_words, stamp, flags, classes, listed) for s, e in chunks]
     else:
         worker = _docs_chunk
         tasks = [(path, s, e, list(specials), pattern, keep_below, heldout, script_aware, index, numeric, sid, stamp,
                   flags, classes) for s, e in chunks]
     total = UnitCounter()
+    listed_parts: list = []
     count_df = not scan and sid is not None
     out = {"seen": 0, "kept": 0, "df": np.zeros(int(sid.max()) + 1 if sid.size else 0, np.int64) if count_df else None,
-           "held": [], "n_train_docs": 0, "lang": {}, "lang_docs": {}}
+           "held": [], "n_train_docs": 0, "lang": {}, "lang_docs": {}, "listed": listed}
 
     sizes = iter([e - s for s, e in chunks])
 
@@ -221,7 +324,10 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
         data, starts, counts, n_seen, n_kept, df, held, n_train, lang = r
         if on_bytes is not None:
             on_bytes(next(sizes))
-        total.add_table(data, starts, counts)
+        if listed:
+            listed_parts.append((data, starts, counts))
+        else:
+            total.add_table(data, starts, counts)
         out["seen"] += n_seen
         out["kept"] += n_kept
         if df is not None:
@@ -236,7 +342,7 @@ def count_documents(path: str, table: WordTable, sid: np.ndarray, specials: Sequ
     run_ordered(worker, tasks, min(num_workers, len(tasks)), absorb)
     stamp.check()
     out["held"].sort(key=lambda a: (a.size, a.tobytes()))
-    out["units"] = total.to_arrays()
+    out["units"] = [UnitList.join(listed_parts)] if listed else total.to_arrays()
     return out
 
 
@@ -249,7 +355,7 @@ def can_use_record(heldout: float, pattern: str) -> bool:
 
 def documents_from_records(recorded: list, table: WordTable, pattern: str, num_workers: int,
                            sample_fraction: float, script_aware: bool, flags: Optional[np.ndarray] = None,
-                           classes: Optional[np.ndarray] = None) -> dict:
+                           classes: Optional[np.ndarray] = None, listed: bool = False) -> dict:
     """:func:`count_documents` without held-out documents (:func:`can_use_record`), from the counting
     pass's record of every pretoken (``count_corpus(record=)``) instead of a second pre-tokenization
     of the file: the same units, counts, figures and language words (tested equal).
@@ -260,11 +366,15 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
     encoded ones marked (:func:`encoded_units`), counted in text order (on two threads with
     ``num_workers`` 2: the two halves of the text, their tables joined in order, as the scan joins
     its chunks'); the language guess reads only the documents it may pass (``marker_words``), their
-    bytes gathered from the table's words (a document's pretokens cover its bytes exactly)."""
+    bytes gathered from the table's words (a document's pretokens cover its bytes exactly).
+
+    ``listed`` (without a sample: ``"listed"`` says whether): the units as :func:`count_documents`
+    lists them with ``listed`` (one part, ``(data, starts, encoded)``)."""
     from ..superbpe.units import record_table_rows, slice_segments
 
     segments, breaks = record_table_rows(recorded, table, num_workers)
     keep_below = 0xFFFFFFFFFFFFFFFF if sample_fraction >= 1 else int(sample_fraction * 2 ** 64)
+    listed = listed and sample_fraction >= 1
     # (the flags' NUMERIC is numeric_mask's rule, without its second pass over the words)
     numeric = (((flags & NUMERIC) > 0) if flags is not None else numeric_mask(table)).astype(np.uint8)
     name = pattern_name(pattern)
@@ -285,15 +395,18 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
         return arena[np.repeat(starts - at, lengths) + np.arange(int(lengths.sum()))].tobytes()
 
     def run(b: np.ndarray) -> tuple:
-        counter = UnitCounter()
         lang_ids: dict[str, list[np.ndarray]] = {}
         lang_docs: dict[str, int] = {}
         lo, hi = int(b[0]), int(b[-1])
-        # room for every pretoken of the text (the first half's counter: of all of it, as it takes the
-        # other half's units in after) and its marks: units are nearly all distinct, so the lists
-        # reach about that; asked for at once, they do not grow by copies into fresh pages
-        room = (int(breaks[-1]) if lo == 0 else hi - lo) * sample_fraction
-        counter.reserve(int(room * 1.02) + 1024, int(room) // UNITS_PER_PRETOKEN_ROOM + 1024)
+        if listed:      # every pretoken of the half, once, where it is in the text
+            counter = UnitList(data=listed_ids, at=lo)
+        else:
+            counter = UnitCounter()
+            # room for every pretoken of the text (the first half's counter: of all of it, as it takes
+            # the other half's units in after) and its marks: units are nearly all distinct, so the
+            # lists reach about that; asked for at once, they do not grow by copies into fresh pages
+            room = (int(breaks[-1]) if lo == 0 else hi - lo) * sample_fraction
+            counter.reserve(int(room * 1.02) + 1024, int(room) // UNITS_PER_PRETOKEN_ROOM + 1024)
         edges = np.unique(np.concatenate(([0], np.searchsorted(b, np.arange(lo + SCAN_BLOCK, hi, SCAN_BLOCK)),
                                           [b.size - 1])))
         for e0, e1 in zip(edges[:-1].tolist(), edges[1:].tolist()):
@@ -303,14 +416,20 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
                 continue
             ids, bounds, _, _ = id_unit_stream(slice_segments(segments, a, z), bb - a, numeric)
             firsts = bb[:-1] - a
-            part = ids
-            if classes is not None:
-                enc = units_in_encoded_regions(ids, bounds, flags, classes, firsts)
-                if enc.any():
-                    part = np.insert(ids, bounds[1:][enc], np.uint32(ENCODED_MARK))
-                    bounds = bounds + np.concatenate(([0], np.cumsum(enc)))
-            counter.add_units(part, bounds, 1, keep_below)
-            del part, bounds
+            if listed:
+                bounds = _nonempty(bounds)
+                counter.add(ids, bounds, units_in_encoded_regions(ids, bounds, flags, classes, firsts)
+                            if classes is not None else None)
+            else:
+                part = ids
+                if classes is not None:
+                    enc = units_in_encoded_regions(ids, bounds, flags, classes, firsts)
+                    if enc.any():
+                        part = np.insert(ids, bounds[1:][enc], np.uint32(ENCODED_MARK))
+                        bounds = bounds + np.concatenate(([0], np.cumsum(enc)))
+                counter.add_units(part, bounds, 1, keep_below)
+                del part
+            del bounds
             if script_aware:
                 if markers is not None:
                     docs = guess_candidates(markers[ids], firsts)
@@ -324,8 +443,15 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
                         lang_ids.setdefault(lang, []).append(doc)
                         lang_docs[lang] = lang_docs.get(lang, 0) + 1
         lang_counts = {k: np.bincount(np.concatenate(v), minlength=n_words) for k, v in lang_ids.items()}
+        if listed:
+            if counter.size != hi:
+                raise InternalError(f"the listed units of pretokens {lo}..{hi} end at {counter.size}")
+            return counter.to_arrays(), counter.n_seen, counter.n_seen, lang_counts, lang_docs
         return counter, counter.n_seen, counter.n_kept, lang_counts, lang_docs
 
+    # listed: the word ids of the units are the record's rows in text order, so the halves write them
+    # into one array, each where its text is (one part for pass 2, not joined by a copy)
+    listed_ids = np.empty(int(breaks[-1]), dtype=np.uint32) if listed else None
     if len(halves) == 2:
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-documents") as ex:
@@ -338,9 +464,9 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
     # arrays (no copy): a hash and a copy of every unit less
     total = results[0][0]
     out = {"seen": 0, "kept": 0, "df": None, "held": [], "n_train_docs": int(breaks.size - 1), "lang": {},
-           "lang_docs": {}}
+           "lang_docs": {}, "listed": listed}
     for i, (counter, n_seen, n_kept, lang_counts, lang_docs) in enumerate(results):
-        if i:
+        if i and not listed:
             total.add_table(*counter.to_arrays(take=True))
         out["seen"] += n_seen
         out["kept"] += n_kept
@@ -348,6 +474,6 @@ def documents_from_records(recorded: list, table: WordTable, pattern: str, num_w
             out["lang"][k] = out["lang"].get(k, 0) + v
         for k, v in lang_docs.items():
             out["lang_docs"][k] = out["lang_docs"].get(k, 0) + v
-    del results, counter
-    out["units"] = total.to_arrays(take=True)
+    out["units"] = [UnitList.join([r[0] for r in results], listed_ids)] if listed else total.to_arrays(take=True)
+    del results, counter, total
     return out

@@ -12,7 +12,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from ...corpus.specials import encode_specials
 from ...engine.merge import MergeEngine
-from ...engine.units import strip_marks
+from ...engine.units import expand_units, strip_marks
+from ...errors import InternalError
 from ...formats.model import Model
 from ...pretok.patterns import resolve_pattern
 from ...pretok.pretokenize import pretoken_ends
@@ -20,7 +21,7 @@ from ...pretok.wordtable import WordTable
 from ...runtime.memmon import phase
 from ...runtime.progress import progress_bar
 from ...runtime.workers import big_blocks_mapped, release_free_memory
-from ..superbpe import (NUMERIC, STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder,
+from ..superbpe import (NUMERIC, STAGE2_BYTES_PER_SYMBOL, Stage2Rules, StageAwareEncoder, numeric_cuts,
                         resolve_transition, stage2_table, word_flags)
 from ..superbpe import word_classes as byte_classes
 from ..superbpe.stage2 import OVERHEAD_STEP, sample_fraction, stage2_merges
@@ -217,6 +218,67 @@ def valid_surface(text: str) -> bool:
 # ==== Training =================================================================================
 
 
+def listed_units_table(part: tuple, table: WordTable, seg_symbols: np.ndarray, seg_offsets: np.ndarray,
+                       numeric: np.ndarray, token_lengths: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Listed word-id units (``documents``' ``listed=True``: ``(data, starts, encoded)``, every unit as
+    often as it occurs) as pass 2's units of pass-1 tokens: ``(symbols, offsets, counts, encoded)``,
+    what ``superbpe.stage2_table`` makes of the same units counted (each unit's words written as
+    their pass-1 tokens, uint16 when every token id fits; a unit of one numeric word cut into its
+    digit groups by ``numeric_cuts``, each group a unit with the word's flag), in text order, each
+    with count 1. Pass 2 (``stage2_merges``) deduplicates the pieces it cuts, so equal units need not
+    be counted first. A numeric word's cuts are found once per distinct word.
+
+    >>> t = WordTable.from_counts({b" a": 1, b" 1234": 1})
+    >>> words = [t.arena[t.offsets[i]:t.offsets[i + 1]].tobytes() for i in range(t.n_words)]
+    >>> a, n = words.index(b" a"), words.index(b" 1234")       # each byte a pass-1 token:
+    >>> seg = np.frombuffer(t.arena.tobytes(), np.uint8).astype(np.uint32), np.asarray(t.offsets)
+    >>> part = (np.array([a, n, a, a], np.uint32), np.array([0, 1, 2, 4]), np.array([False, True, False]))
+    >>> s, o, c, e = listed_units_table(part, t, *seg, np.arange(2) == n, np.ones(256, np.int64))
+    >>> bytes(s.tolist()), o.tolist(), c.tolist(), e.tolist()       # ' ' | '1' | '234'
+    (b' a 1234 a a', [0, 2, 3, 4, 7, 11], [1, 1, 1, 1, 1], [False, True, True, True, False])
+    """
+    data, starts, encoded = part
+    data = np.ascontiguousarray(data, dtype=np.uint32)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    seg_symbols = np.ascontiguousarray(seg_symbols, dtype=np.uint32)
+    seg_offsets = np.ascontiguousarray(seg_offsets, dtype=np.int64)
+    narrow = seg_symbols.size == 0 or int(seg_symbols.max()) <= 0xFFFF
+    symbols, offsets = expand_units(data, starts, seg_symbols, seg_offsets, narrow=narrow)
+    encoded = np.asarray(encoded, dtype=bool)
+    n_units = starts.size - 1
+    single = np.flatnonzero(np.diff(starts) == 1)
+    if single.size:
+        single = single[np.asarray(numeric, dtype=bool)[data[starts[single]]]]
+    if not single.size:
+        return symbols, offsets, np.ones(n_units, dtype=np.int64), encoded
+    # the digit groups of each distinct numeric word (from its bytes and its tokens' lengths), once
+    words, which = np.unique(data[starts[single]], return_inverse=True)
+    which = which.reshape(-1)
+    arena = table.arena.tobytes()
+    w_lo = np.asarray(table.offsets, dtype=np.int64)
+    cuts_of = [numeric_cuts(arena[w_lo[w]:w_lo[w + 1]],
+                            token_lengths[seg_symbols[seg_offsets[w]:seg_offsets[w + 1]]].tolist())
+               for w in words.tolist()]
+    n_cuts = np.array([len(c) for c in cuts_of], dtype=np.int64)
+    if not n_cuts.any():
+        return symbols, offsets, np.ones(n_units, dtype=np.int64), encoded
+    flat = np.array([x for c in cuts_of for x in c], dtype=np.int64)
+    first = np.concatenate(([0], np.cumsum(n_cuts)))
+    # every occurrence's cuts: where its unit starts plus its word's cut positions
+    per = n_cuts[which]
+    occ = np.repeat(np.arange(single.size), per)
+    nth = np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per)
+    extra = offsets[single[occ]] + flat[first[which[occ]] + nth]
+    offsets = np.insert(offsets, np.searchsorted(offsets, extra), extra)
+    pieces = np.ones(n_units, dtype=np.int64)
+    pieces[single] += per
+    return symbols, offsets, np.ones(offsets.size - 1, dtype=np.int64), np.repeat(encoded, pieces)
+
+
+
+
+
 def _ticker(bar) -> Optional[Callable[[int], None]]:
     """The engine's ``progress(n_done)`` for a bar (None without one)."""
     if bar is None:
@@ -372,12 +434,16 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     # the words' flags (one native pass): the encoded-unit test's and the numeric words (NUMERIC is
     # numeric_mask's rule: word_flags is tested equal to word_flags_python, whose NUMERIC it is)
     flags = word_flags(table)
+    # pass 2 alone reads the units (no seeds, no pass 3: no held-out documents, and the final count is
+    # the engine's, not a replay): unless sampled, they are listed as they come, not counted
+    # (documents.UnitList; pass 2 deduplicates its pieces; docs["listed"] says which)
+    listed = not use_seeds and heldout <= 0 and FINAL_COUNT_BY_ENGINE
     if recorded and can_use_record(heldout, pattern):
         # the pretokens as counted: no second pre-tokenization of the file
         info["documents_source"] = "record"
         docs = documents_from_records(recorded, table, pattern, plan.num_workers, fraction, script_aware,
                                       flags=flags if skip_encoded else None,
-                                      classes=byte_classes(table) if skip_encoded else None)
+                                      classes=byte_classes(table) if skip_encoded else None, listed=listed)
         if bar is not None:
             bar.update(os.path.getsize(config.input_path))
     else:
@@ -386,7 +452,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
                                plan.chunk_bytes, fraction, heldout, script_aware,
                                on_bytes=bar.update if bar is not None else None,
                                flags=flags if skip_encoded else None,
-                               classes=byte_classes(table) if skip_encoded else None)
+                               classes=byte_classes(table) if skip_encoded else None, listed=listed)
     if recorded is not None:
         recorded.clear()            # its memory goes before pass 1's
     # what the documents' threads and the record freed goes back to the OS (glibc keeps it in their
@@ -394,6 +460,7 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     release_free_memory()
     _close(bar)
     numeric = (flags & NUMERIC) > 0
+    listed = docs["listed"]
     held = docs["held"]
     held_counts = np.zeros(table.n_words, np.int64)
     if held:
@@ -466,19 +533,34 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
     phase("merge loop")
     token_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
     # (uint16 symbols when every pass-1 token id fits: half the bytes beside the pieces as they are cut)
-    # (without pass 3 the word-id units are let go right after: their marks are stripped in place)
-    usyms, uoffs, ucnts, uenc = stage2_table(docs["units"], table, seg_symbols, seg_offsets, numeric, token_lengths,
-                                             narrow=True, give_up=FINAL_COUNT_BY_ENGINE and not run_pass3)
-    info["skip_encoded"] = bool(skip_encoded)
-    info["encoded_units"] = int(ucnts[uenc].sum())
-    info["encoded_tokens"] = int((np.diff(uoffs)[uenc] * ucnts[uenc]).sum())     # pass-1 tokens in them
     # the engine's weights: none for the encoded units; its final count: every unit with its count
     # (FINAL_COUNT_BY_ENGINE: the final count is the engine's then, not a replay of all the units)
     by_engine = FINAL_COUNT_BY_ENGINE
-    uweights = np.where(uenc, 0, ucnts) if uenc.any() else ucnts
-    if not by_engine:
-        ucnts = uweights
-    del uenc
+
+    def pass2_units(units_now) -> tuple:
+        """The units as pass 2's parts ``([symbols], [offsets], [weights], [counts])`` and the
+        encoded units' count and pass-1 tokens: listed units (a list of parts, each let go once
+        expanded) or counted ones (``stage2_table``; without pass 3 its marks are stripped in place)."""
+        if listed:
+            tables = []
+            while units_now:
+                tables.append(listed_units_table(units_now.pop(0), table, seg_symbols, seg_offsets, numeric,
+                                                 token_lengths))
+        else:
+            tables = [stage2_table(units_now, table, seg_symbols, seg_offsets, numeric, token_lengths, narrow=True,
+                                   give_up=by_engine and not run_pass3)]
+        parts: tuple = ([], [], [], [])
+        n_encoded = encoded_tokens = 0
+        for syms, offs, cnts, enc in tables:
+            n_encoded += int(cnts[enc].sum())
+            encoded_tokens += int((np.diff(offs)[enc] * cnts[enc]).sum())     # pass-1 tokens in them
+            weights = np.where(enc, 0, cnts) if enc.any() else cnts
+            for out, x in zip(parts, (syms, offs, weights, cnts if by_engine else weights)):
+                out.append(x)
+        return parts, n_encoded, encoded_tokens
+
+    units, info["encoded_units"], info["encoded_tokens"] = pass2_units(docs["units"])
+    info["skip_encoded"] = bool(skip_encoded)
 
     # Without pass 3 the word-id units serve only a restart of pass 2: they go before the pass-2
     # engine (its peak was theirs too: 396 -> ~340 MiB on 60 MB at 32k); a restart lists them again
@@ -493,19 +575,15 @@ def _train_supratok(config, table: WordTable, report: dict, plan, progress: bool
             again = count_documents(config.input_path, table, sid, specials, pattern, plan.num_workers,
                                     plan.chunk_bytes, fraction, heldout, script_aware,
                                     flags=flags if skip_encoded else None,
-                                    classes=byte_classes(table) if skip_encoded else None)
+                                    classes=byte_classes(table) if skip_encoded else None, listed=listed)
+            if again["listed"] != listed:
+                raise InternalError("pass 2's units listed again are not in the form of the first listing")
             units_now = again["units"]
             del again
-        else:
-            units_now = docs["units"]
-        syms, offs, cnts, enc = stage2_table(units_now, table, seg_symbols, seg_offsets, numeric, token_lengths,
-                                             narrow=True)
-        del units_now
-        weights = np.where(enc, 0, cnts) if enc.any() else cnts
-        return [syms], [offs], [weights], [cnts if by_engine else weights]
+        else:           # (kept for pass 3: not given up to the expansion)
+            units_now = list(docs["units"]) if listed else docs["units"]
+        return pass2_units(units_now)[0]
 
-    units = ([usyms], [uoffs], [uweights], [ucnts])
-    del usyms, uoffs, ucnts, uweights
     release_free_memory()           # (the expansion's and the word-id units' memory, before the cut's)
     rule = SeedRule(seed_surfaces, pattern, rules, gate, script_aware, config.pass2_cross)
     bar = progress_bar(progress, total=max(n_total - len(steps1), 0), desc="pass 2 merges", unit="merge")

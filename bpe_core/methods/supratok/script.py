@@ -251,30 +251,92 @@ _SPACELESS_LEADS = np.zeros(256, dtype=bool)
 _SPACELESS_LEADS[[0xE0, 0xE3, 0xE4, 0xE5, 0xE6, 0xE7, 0xE8, 0xE9, 0xEF]] = True
 
 
-def script_gate_from_table(table: WordTable, lang_words: dict[str, np.ndarray], bigram_min: int = 50,
-                           suffix_top: int = 200) -> ScriptGate:
-    """Build the gate: character bigrams of spaceless scripts from the word table, suffixes from the
-    words of documents guessed Turkish or Finnish."""
-    arena = table.arena.tobytes()
-    offsets, counts = table.offsets, table.counts
+#: ``is_spaceless``' ranges of code points, as (first, last) pairs
+_SPACELESS_RANGES = ((0x0E00, 0x0E7F), (0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),
+                     (0xFF66, 0xFF9F))
+
+
+def spaceless_bigrams(arena: np.ndarray, offsets: np.ndarray, counts: np.ndarray) -> dict[str, int]:
+    """The character bigrams of two ``is_spaceless`` characters in the words of a table (word ``w``
+    is ``arena[offsets[w]:offsets[w+1]]``, met ``counts[w]`` times), each counted with its words'
+    counts; the bigrams in the order they are first met (word by word, left to right).
+
+    Every such character is 3 bytes of UTF-8 (a lead byte of ``_SPACELESS_LEADS`` and two
+    continuation bytes, a code point in its ranges), and a lead byte never continues another
+    character, so a word decoded with ``surrogateescape`` holds one exactly where its bytes hold
+    these three; a bigram is two of them 3 bytes apart in one word. Read by numpy over all the
+    words at once (the loop over the decoded words: 0.11 CPU-s on 60 MB of en_train at 32k, 23,397
+    words). Plain equivalent: :func:`spaceless_bigrams_python` (tested equal).
+
+    >>> t = "中国人 ไท".encode()
+    >>> spaceless_bigrams(np.frombuffer(t, np.uint8), np.array([0, len(t)]), np.array([2]))
+    {'中国': 2, '国人': 2, 'ไท': 2}
+    """
+    arena = np.asarray(arena, dtype=np.uint8)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n = int(offsets[-1]) if offsets.size else 0
+    if n < 6:
+        return {}
+    arena = arena[:n]
+    # where a 3-byte character of a spaceless script starts: a lead byte, two continuation bytes,
+    # inside one word (its last byte before the word's end), a code point in the ranges
+    at = np.flatnonzero(_SPACELESS_LEADS[arena[:n - 2]])
+    if at.size < 2:
+        return {}
+    b1, b2 = arena[at + 1], arena[at + 2]
+    ends = offsets[np.searchsorted(offsets, at, side="right")]        # the end of each one's word
+    ok = ((b1 & 0xC0) == 0x80) & ((b2 & 0xC0) == 0x80) & (at + 3 <= ends)
+    cp = ((arena[at].astype(np.int64) & 0x0F) << 12) | ((b1.astype(np.int64) & 0x3F) << 6) | (b2 & 0x3F)
+    inside = np.zeros(at.size, dtype=bool)
+    for lo, hi in _SPACELESS_RANGES:
+        inside |= (cp >= lo) & (cp <= hi)
+    ok &= inside
+    at, cp, ends = at[ok], cp[ok], ends[ok]
+    # pairs: one character and the next 3 bytes on, in the same word
+    pair = np.flatnonzero((at[1:] == at[:-1] + 3) & (at[:-1] + 6 <= ends[:-1]))
+    if not pair.size:
+        return {}
+    keys = (cp[pair] << 16) | cp[pair + 1]
+    weights = np.asarray(counts, dtype=np.int64)[np.searchsorted(offsets, at[pair], side="right") - 1]
+    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    sums = np.bincount(inverse.reshape(-1), weights=weights, minlength=uniq.size)
+    # (float sums of int64 counts: exact below 2**53; summed as integers when they may not be)
+    if int(weights.sum()) >= 1 << 53:
+        sums = np.zeros(uniq.size, dtype=object)
+        np.add.at(sums, inverse.reshape(-1), weights.astype(object))
+    order = np.argsort(first, kind="stable")
+    # the bigrams as strings: their code points decoded at once (UTF-32), then cut in twos
+    pairs = np.empty((order.size, 2), dtype="<u4")
+    pairs[:, 0] = uniq[order] >> 16
+    pairs[:, 1] = uniq[order] & 0xFFFF
+    text = pairs.tobytes().decode("utf-32-le")
+    return dict(zip([text[i:i + 2] for i in range(0, len(text), 2)], sums[order].astype(np.int64).tolist()))
+
+
+def spaceless_bigrams_python(arena: bytes, offsets, counts) -> dict[str, int]:
+    """:func:`spaceless_bigrams` word by word: each word that holds two spaceless lead bytes decoded,
+    the bigrams inside each run of two spaceless characters or more (``_SPACELESS_RUN``) counted."""
     bigrams: dict[str, int] = {}
-    high = np.zeros(table.n_words, dtype=bool)
-    if table.n_words:
-        # the words that hold two spaceless characters or more, so maybe a bigram of them: each is
-        # 3 bytes of UTF-8 led by one of _SPACELESS_LEADS (Thai E0, kana and CJK E3-E9, compatibility
-        # ideographs and halfwidth kana EF); words of curly quotes and dashes (E2) are not decoded
-        # (a table's words are never empty: a sum per word's start)
-        leads = np.add.reduceat(_SPACELESS_LEADS[np.asarray(table.arena, dtype=np.uint8)].view(np.uint8),
-                                np.asarray(offsets[:-1], dtype=np.int64), dtype=np.int64)
-        high = leads >= 2
-    get = bigrams.get
-    for w, c in zip(np.flatnonzero(high).tolist(), np.asarray(counts)[high].tolist()):
-        text = arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape")
-        # the bigrams of two spaceless characters: those inside each run of them (_SPACELESS_RUN)
+    leads = _SPACELESS_LEADS[np.frombuffer(arena, dtype=np.uint8)] if arena else np.zeros(0, dtype=bool)
+    for w in range(len(offsets) - 1):
+        a, b = int(offsets[w]), int(offsets[w + 1])
+        if int(leads[a:b].sum()) < 2:
+            continue
+        text = arena[a:b].decode("utf-8", "surrogateescape")
         for run in _SPACELESS_RUN.findall(text):
             for i in range(len(run) - 1):
                 pair = run[i:i + 2]
-                bigrams[pair] = get(pair, 0) + c
+                bigrams[pair] = bigrams.get(pair, 0) + int(counts[w])
+    return bigrams
+
+
+def script_gate_from_table(table: WordTable, lang_words: dict[str, np.ndarray], bigram_min: int = 50,
+                           suffix_top: int = 200) -> ScriptGate:
+    """Build the gate: character bigrams of spaceless scripts from the word table
+    (:func:`spaceless_bigrams`), suffixes from the words of documents guessed Turkish or Finnish."""
+    offsets = table.offsets
+    bigrams = spaceless_bigrams(table.arena, offsets, table.counts) if table.n_words else {}
+    arena = table.arena.tobytes() if lang_words else b""
     suffixes: set[str] = set()
     for lang, wc in sorted(lang_words.items()):
         words = {arena[offsets[w]:offsets[w + 1]].decode("utf-8", "surrogateescape"): int(wc[w])
