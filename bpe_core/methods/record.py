@@ -18,8 +18,9 @@ ALIGN = 8
 
 class PretokenRecord:
     """The recorded chunks of ``count_corpus(record=)`` in text order: item ``k`` is chunk ``k``'s
-    ``(arena, offsets, ids, spans, n_bytes)`` (its own sorted word table, the row in it of every
-    pretoken, its text spans and size), as a list would hold them.
+    ``(arena, offsets, ids, spans, n_bytes, ends)`` (its own sorted word table, the row in it of every
+    pretoken, its text spans and size, and where each span's pretokens end in ``ids``; ``ends`` may
+    be left out), as a list would hold them.
 
     A chunk is held in RAM while the chunks held there take at most ``ram_bytes`` (their arena,
     offsets and ids); a chunk past that goes to one anonymous file in ``folder`` (the spill folder:
@@ -69,17 +70,17 @@ class PretokenRecord:
         item = self._items[k]
         if not isinstance(item, _Spilled):
             return item
-        places, spans, n_bytes = item.places, item.spans, item.n_bytes
         m = self._mapped()
-        arena, offsets, ids = (m[at:at + n * np.dtype(dt).itemsize].view(dt) for at, n, dt in places)
-        return arena, offsets, ids, spans, n_bytes
+        arena, offsets, ids = (m[at:at + n * np.dtype(dt).itemsize].view(dt) for at, n, dt in item.places)
+        return (arena, offsets, ids) + item.rest
 
     def append(self, chunk: tuple) -> None:
-        """Keep chunk ``(arena, offsets, ids, spans, n_bytes)``: in RAM while the share allows, else
-        its three arrays written to the file (its spans stay in RAM: two int64 a document)."""
+        """Keep chunk ``(arena, offsets, ids, spans, n_bytes[, ends])``: in RAM while the share allows,
+        else its three arrays written to the file (its spans and ends stay in RAM: three int64 a
+        document)."""
         if self.dropped:
             return
-        arena, offsets, ids, spans, n_bytes = chunk
+        arena, offsets, ids = chunk[:3]
         size = _nbytes(arena) + _nbytes(offsets) + _nbytes(ids)
         if self._file is None and self.ram_held + size <= self.ram_bytes:
             self._items.append(chunk)
@@ -108,7 +109,7 @@ class PretokenRecord:
                 places.append((self._size, int(a.size), dt))
                 self._file.write(memoryview(a).cast("B"))
                 self._size += a.nbytes
-        self._items.append(_Spilled(places, np.asarray(spans), n_bytes))
+        self._items.append(_Spilled(places, (np.asarray(chunk[3]),) + tuple(chunk[4:])))
         self._map = None                  # mapped again when read (views of the old mapping stay valid)
         self.spilled_chunks += 1
         self.spilled_bytes += size
@@ -135,12 +136,12 @@ class PretokenRecord:
 
 
 class _Spilled:
-    """A chunk in the file: where its arena, offsets and ids are (``(at, n, dtype)`` each), its spans
-    and size."""
-    __slots__ = ("places", "spans", "n_bytes")
+    """A chunk in the file: where its arena, offsets and ids are (``(at, n, dtype)`` each), and the
+    rest of its tuple (spans, size, span ends), held in RAM."""
+    __slots__ = ("places", "rest")
 
-    def __init__(self, places: list, spans: np.ndarray, n_bytes: int):
-        self.places, self.spans, self.n_bytes = places, spans, n_bytes
+    def __init__(self, places: list, rest: tuple):
+        self.places, self.rest = places, rest
 
 
 def _nbytes(arr) -> int:

@@ -156,7 +156,8 @@ cdef tuple _table_arrays(Py_ssize_t n_bytes, Py_ssize_t n_words, bint numpy):
     return array.clone(_U8, n_bytes, False), array.clone(_I64, n_words + 1, False), array.clone(_I64, n_words, False)
 
 def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id,
-                    bint record=False, bint numpy=True, CountScratch scratch=None):
+                    bint record=False, bint numpy=True, CountScratch scratch=None,
+                    int64_t[::1] span_ends=None):
     """Count the pretokens of every ``[start, end)`` span of ``buf``: the sorted word table.
 
     Contract: each row of ``spans`` (int64, shape ``(k, 2)``, C order) is a text range of ``buf``
@@ -181,6 +182,9 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
     >>> ids.tolist(), [bytes(a[o[i]:o[i + 1]]) for i in ids]
     ([1, 0, 1], [b'a', b' a', b'a'])
 
+    ``span_ends`` (with ``record``; int64, one per span): filled with where each span's pretokens
+    end in ``ids`` (``[2, 3]`` above), so a reader of the ids knows the spans without their bytes.
+
     ``numpy=False`` (not with ``record``): the three tables are ``array.array`` (``"B"``, ``"q"``,
     ``"q"``) with the same items, and numpy is not imported (a small run, ``pretok.counting``).
 
@@ -195,6 +199,8 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
     _check_pattern_id(pattern_id)
     if record and not numpy:
         raise ValueError("count_pretokens: record=True returns numpy arrays (numpy=False is not supported)")
+    if span_ends is not None and (not record or span_ends.shape[0] != spans.shape[0]):
+        raise ValueError("count_pretokens: span_ends needs record=True and one entry per span")
     cdef Py_ssize_t n = buf.shape[0], k, start, end, i
     cdef const uint8_t* s = &buf[0] if n > 0 else NULL
     if spans.shape[1] != 2:
@@ -243,6 +249,8 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
                                              &table, &counter, &rec)
                     if status != 0:
                         break
+                    if span_ends is not None:
+                        span_ends[k] = rec.n
                 _front_drain_rec(&counter, &table)
             if status != 0:
                 raise MemoryError("count_pretokens: out of memory growing the hash table or the ids")
