@@ -131,10 +131,10 @@ def test_record_word_maps_read_as_the_rewritten_record(tmp_path_factory, text, c
     path.write_bytes(text)
     rec = PretokenRecord(1 << 30 if ram is None else ram, str(path.parent))
     table = count_corpus(str(path), [SPECIAL], resolve_pattern("gpt2"), workers, chunk, record=rec).as_numpy()
-    assert all(len(r) == 6 for r in rec)
+    assert all(len(r) == 7 for r in rec)      # (ids numbered as first seen, their rows last)
     segments, maps, breaks = record_word_maps(rec, table)
     ids = [np.asarray(s).copy() for s in segments]
-    rows, want_breaks = record_table_rows([(r[0], r[1], r[2].copy()) + tuple(r[3:5]) for r in rec], table)
+    rows, want_breaks = record_table_rows([(r[0], r[1], r[2].copy()) + tuple(r[3:]) for r in rec], table)
     assert breaks.tolist() == want_breaks.tolist()
     assert [m[s].tolist() for s, m in zip(ids, maps)] == [r.tolist() for r in rows]
     flags, classes = word_flags(table), word_classes(table)
@@ -155,19 +155,21 @@ def test_record_word_maps_read_as_the_rewritten_record(tmp_path_factory, text, c
 
 
 def test_record_word_maps_refuse_what_does_not_add_up(tmp_path):
-    """A chunk word missing from the table, spans that do not end at the chunk's last pretoken, or
-    fewer pretokens than the table counts: ``InternalError``."""
+    """A chunk word missing from the table, spans that do not end at the chunk's last pretoken, id
+    rows that name no word of the chunk, or fewer pretokens than the table counts: ``InternalError``."""
     path = tmp_path / "c.txt"
     path.write_bytes(b" the cat<|endoftext|> the dog" * 20)
     rec = PretokenRecord(1 << 30)
     table = count_corpus(str(path), [SPECIAL], resolve_pattern("gpt2"), 1, 64, record=rec).as_numpy()
     chunks = list(rec)
     record_word_maps(chunks, table)
-    a, o, i, s, n, e = chunks[0]
+    a, o, i, s, n, e, r = chunks[0]
     with pytest.raises(InternalError, match="chunk 0"):     # a word not in the table
         record_word_maps([(np.frombuffer(b"zz", np.uint8), np.array([0, 2]), i[:0], s[:0], 0, e[:0])] + chunks[1:],
                          table)
     with pytest.raises(InternalError, match="spans"):
-        record_word_maps([(a, o, i, s, n, e - 1)] + chunks[1:], table)
+        record_word_maps([(a, o, i, s, n, e - 1, r)] + chunks[1:], table)
+    with pytest.raises(InternalError, match="id rows"):
+        record_word_maps([(a, o, i, s, n, e, r + len(r))] + chunks[1:], table)
     with pytest.raises(InternalError, match="pretokens"):
         record_word_maps(chunks[1:], table)

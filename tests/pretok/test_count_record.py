@@ -62,6 +62,16 @@ def check_record(data: bytes, spans: np.ndarray, pattern: str) -> list[bytes]:
     words = rows(arena, offsets)
     got = [words[i] for i in ids.tolist()]
     assert got == span_pieces(data, spans, pattern)
+    # by entry: the words numbered in the order first seen, each number's row given
+    *table, entries, id_rows = count_pretokens(data, spans, pattern, record=True, by_entry=True)
+    for got_a, want in zip(table, plain):
+        assert np.array_equal(got_a, want)
+    assert entries.dtype == id_rows.dtype == np.uint32 and id_rows.size == counts.size
+    assert id_rows[entries].tolist() == ids.tolist()
+    if entries.size and pattern in NAMES:   # numbered as first seen (the native scanners; a custom
+        # regex numbers them in table order): a word not seen before takes the next number
+        most = np.maximum.accumulate(entries.astype(np.int64))
+        assert entries[0] == 0 and np.all(entries[1:] <= most[:-1] + 1) and most[-1] == counts.size - 1
     return got
 
 

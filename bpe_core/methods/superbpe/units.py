@@ -190,6 +190,10 @@ def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) ->
         for k in ks:
             arena, offsets, ids, spans, _ = recorded[k][:5]
             rows = index.word_ids(arena, offsets[1:], 0) if len(offsets) > 1 else np.zeros(0, np.int64)
+            if len(recorded[k]) > 6:       # ids number the words as first seen: their rows and lengths
+                id_rows = np.asarray(recorded[k][6], dtype=np.int64)
+                rows = rows[id_rows]
+                offsets = np.concatenate(([0], np.cumsum(np.diff(np.asarray(offsets, dtype=np.int64))[id_rows])))
             spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
             try:      # in place: each id is read before its row is written over it
                 cuts[k] = record_rows(rows, segments[k], offsets, np.cumsum(spans[:, 1] - spans[:, 0]),
@@ -227,8 +231,9 @@ def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) ->
 
 def record_word_maps(recorded: list, table: WordTable) -> tuple[list, list, np.ndarray]:
     """The counting pass's record read as rows of ``table`` without rewriting it: returns
-    ``(segments, maps, breaks)``: ``segments`` each chunk's ids as recorded (rows of its own table),
-    ``maps`` the row in ``table`` of each of its own words (uint32; ``id_unit_stream(maps=)`` reads
+    ``(segments, maps, breaks)``: ``segments`` each chunk's ids as recorded (its words' numbers: in
+    the order first seen, or rows of its own table), ``maps`` the row in ``table`` of each (uint32;
+    the chunk's ``id_rows`` and the rows found composed; ``id_unit_stream(maps=)`` reads
     ``maps[k][segments[k]]``), ``breaks`` where the stretches of text start in the sequence of all
     pretokens, as :func:`record_table_rows` gives them (the first 0, the last the number of
     pretokens). Each chunk's words are found in the table by one walk through both sorted tables
@@ -247,10 +252,16 @@ def record_word_maps(recorded: list, table: WordTable) -> tuple[list, list, np.n
         if ids.dtype != np.uint32 or not ids.flags.c_contiguous:
             ids = np.ascontiguousarray(ids, dtype=np.uint32)
         try:
-            maps.append(find_rows(np.asarray(arena, dtype=np.uint8), np.asarray(offsets, dtype=np.int64),
-                                  table.arena, table.offsets))
+            rows = find_rows(np.asarray(arena, dtype=np.uint8), np.asarray(offsets, dtype=np.int64),
+                             table.arena, table.offsets)
         except ValueError as exc:
             raise InternalError(f"the record of chunk {k}: {exc}") from None
+        if len(chunk) > 6:          # the ids number the words as first seen: each one's row
+            id_rows = np.asarray(chunk[6])
+            if id_rows.shape != rows.shape or (id_rows.size and int(id_rows.max()) >= rows.size):
+                raise InternalError(f"the record of chunk {k}: its id rows do not name its words")
+            rows = rows[id_rows]
+        maps.append(rows)
         segments.append(ids)
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
         ends = np.asarray(ends, dtype=np.int64)
