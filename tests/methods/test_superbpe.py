@@ -569,7 +569,9 @@ def test_record_rows_before_or_after_stage1_train_the_same(tmp_path, monkeypatch
     runs = {}
     runs["maps"] = bpe_core.train(bpe_core.TrainConfig(**options))
     keep = PretokenRecord.append
-    monkeypatch.setattr(PretokenRecord, "append", lambda self, chunk: keep(self, chunk[:5]))    # no span ends
+    # no span ends: the ids as rows of the chunk's table (what a record without ``id_rows`` holds)
+    monkeypatch.setattr(PretokenRecord, "append",
+                        lambda self, chunk: keep(self, chunk[:2] + (np.asarray(chunk[6])[chunk[2]],) + chunk[3:5]))
     for early in (True, False):
         monkeypatch.setattr(superbpe.train, "rows_before_stage1", lambda b, s: calls.append((b, s)) or early)
         runs[early] = bpe_core.train(bpe_core.TrainConfig(**options))
