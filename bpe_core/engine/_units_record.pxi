@@ -185,7 +185,55 @@ cdef struct UnitWord:
     int32_t pad2          # (32 bytes: two words a cache line)
 
 
-cdef int64_t _narrow_units(vector[const uint32_t*]& sp, vector[int64_t]& sstart, const int64_t* brk,
+cdef inline uint32_t _word_at(const uint32_t* p, const uint32_t* m, int64_t mn, int64_t k,
+                              uint32_t none) noexcept nogil:
+    """The word of position ``k`` of a segment: ``p[k]``, or through its map ``m`` (``m[p[k]]``;
+    ``none`` when ``p[k]`` is not below the map's ``mn`` entries)."""
+    cdef uint32_t x = p[k]
+    if m == NULL:
+        return x
+    return m[x] if x < <uint64_t>mn else none
+
+
+#: the words of the positions ahead of the loops of ``id_unit_stream``, kept from when they were read
+#: (a power of two, above the farthest look-ahead)
+DEF AHEAD_RING = 64
+
+
+cdef struct IdCursor:
+    # reads the word of each position of the segments of ``id_unit_stream`` in order (``_cursor_word``)
+    const int64_t* sstart       # where each segment starts; one more entry, the end
+    const uint32_t* const* sp   # each segment's ids
+    const uint32_t* const* mp   # each segment's map (NULL: its ids are word ids)
+    const int64_t* mn           # each map's size
+    size_t cur                  # the segment of the position read last
+    int64_t base, end           # where it starts and ends
+    uint32_t none               # the word read for an id not below its map's size (not a word)
+
+
+cdef inline void _cursor_init(IdCursor* c, vector[int64_t]& sstart, vector[const uint32_t*]& sp,
+                              vector[const uint32_t*]& mp, vector[int64_t]& mn, uint32_t none) noexcept nogil:
+    c.sstart = sstart.data()
+    c.sp = sp.data()
+    c.mp = mp.data()
+    c.mn = mn.data()
+    c.cur = 0
+    c.base = 0
+    c.end = sstart[1]
+    c.none = none
+
+
+cdef inline uint32_t _cursor_word(IdCursor* c, int64_t j) noexcept nogil:
+    """The word at position ``j`` of all the segments (``j`` not before the one read last, and
+    below their end): its id, or through its segment's map (``_word_at``)."""
+    while j >= c.end:
+        c.cur += 1
+        c.base = c.end
+        c.end = c.sstart[c.cur + 1]
+    return _word_at(c.sp[c.cur], c.mp[c.cur], c.mn[c.cur], j - c.base, c.none)
+
+
+cdef int64_t _narrow_units(IdCursor* ac, int64_t n_ids, const int64_t* brk,
                            int64_t n_brk, const UnitWord* words, int64_t n_words, bint cut_spaces,
                            bint regions, const uint32_t* seg_sym,
                            vector[uint16_t]& out, vector[int64_t]& bounds, vector[uint8_t]& enc) noexcept nogil:
@@ -194,33 +242,33 @@ cdef int64_t _narrow_units(vector[const uint32_t*]& sp, vector[int64_t]& sstart,
     (``out`` comes sized to the room hoped for; grown when a word does not fit, cut to size at the
     end): what ``_unit_word`` and ``_unit_span_end`` do word by word, in one function. What the
     loop reads of a word (its flags, class counts and where its tokens are) is one record of 32
-    bytes (``words``): one cache miss a pretoken instead of three. Returns the units seen, or -1 at
-    a word id not below ``n_words``."""
-    cdef int64_t k, i, a, b, j, n_seen = 0, uw = 0, base = 0, end = sstart[1]
+    bytes (``words``): one cache miss a pretoken instead of three. A segment with a map (``mp``, not
+    NULL) holds ids into it: each position's word is read once, 32 positions ahead (``ac``, at
+    position 0), and kept in a ring until the loop comes to it. Returns the units seen, or -1 at a
+    word id not below ``n_words`` (or an id not below its map's entries)."""
+    cdef int64_t k, i, a, b, j, n_seen = 0, uw = 0
     cdef int64_t r_n = 0, r_ws = 0, r_punct = 0, r_alnum = 0, r_digit = 0
-    cdef size_t n = 0, cap = out.size(), rfirst = 0, u, nu, cur = 0
+    cdef size_t n = 0, cap = out.size(), rfirst = 0, u, nu
     cdef uint16_t* o = out.data()
-    cdef const uint32_t* p = sp[0]
     cdef const UnitWord* rec
     cdef uint32_t w, ahead
+    cdef uint32_t ring[AHEAD_RING]
     cdef uint8_t f, prev = 0
     cdef bint looks
+    for j in range(min(32, n_ids)):
+        ring[j & (AHEAD_RING - 1)] = _cursor_word(ac, j)
     for k in range(n_brk - 1):
         for i in range(brk[k], brk[k + 1]):
-            while i >= end:                  # the next segment
-                cur += 1
-                base = end
-                end = sstart[cur + 1]
-                p = sp[cur]
-            if i + 32 < end:                 # a word ahead (hints only)
-                ahead = p[i + 32 - base]
+            if i + 32 < n_ids:               # the word 32 ahead read, its record asked for (a hint)
+                ahead = _cursor_word(ac, i + 32)
+                ring[(i + 32) & (AHEAD_RING - 1)] = ahead
                 if ahead < n_words:
                     __builtin_prefetch(&words[ahead])
-            if i + 12 < end:                 # the stage-1 tokens of a word nearer ahead
-                ahead = p[i + 12 - base]
+            if i + 12 < n_ids:               # the stage-1 tokens of a word nearer ahead
+                ahead = ring[(i + 12) & (AHEAD_RING - 1)]
                 if ahead < n_words:
                     __builtin_prefetch(&seg_sym[words[ahead].tok])
-            w = p[i - base]
+            w = ring[i & (AHEAD_RING - 1)]
             if w >= n_words:
                 return -1
             rec = &words[w]
@@ -292,7 +340,7 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
                    bint cut_spaces=False, const int32_t[:, ::1] word_classes=None,
                    const uint32_t[::1] seg_symbols=None, const int64_t[::1] seg_offsets=None,
                    int64_t reserve=0, bint marks=True, bint narrow=False,
-                   uint64_t keep_below=0xFFFFFFFFFFFFFFFFu):
+                   uint64_t keep_below=0xFFFFFFFFFFFFFFFFu, maps=None):
     """The units of text given as word ids (rows of the word table) instead of bytes: span ``k`` is
     ``ids[breaks[k]:breaks[k+1]]`` (the pretokens of the text between two special tokens, in order).
     Returns ``(ids, bounds, n_seen, n_kept)``: what ``chunk_unit_stream`` lists (with the same
@@ -322,6 +370,15 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
     ``keep_below``: a sample, as ``chunk_unit_stream(keep_below=)`` draws it (a unit stays when the
     hash of its word ids, with ``ENCODED_MARK`` in a region that looks encoded, is below it).
 
+    ``maps`` (a list of uint32 arrays, one per array of ``ids``; an entry may be None): the ids of an
+    array with a map are indices into it, and the map gives their word ids (``maps[j][ids[j]]``):
+    the record's chunks as counted, each with the table row of each of its own words, read without
+    a pass that rewrites them. ``ValueError`` when an id is not below its map's size.
+
+    >>> id_unit_stream([np.array([1, 0], np.uint32), np.array([0], np.uint32)], np.array([0, 3]),
+    ...                np.zeros(3, np.uint8), maps=[np.array([2, 0], np.uint32), None])[0].tolist()
+    [0, 2, 0]
+
     Plain equivalent: ``chunk_unit_stream`` over the text the ids came from (tested equal).
     """
     cdef Py_ssize_t k, i, n_words = flags.shape[0]
@@ -332,16 +389,32 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
     # the ids as segments: their data and where each starts in the whole sequence
     cdef vector[const uint32_t*] sp
     cdef vector[int64_t] sstart
+    cdef vector[const uint32_t*] mp     # each segment's map (NULL: its ids are word ids)
+    cdef vector[int64_t] mn
     cdef const uint32_t[::1] view
+    cdef const uint32_t[::1] mview
     cdef int64_t n_ids = 0
     arrays = ids if isinstance(ids, (list, tuple)) else [ids]
-    for a in arrays:
+    if maps is not None and len(maps) != len(arrays):
+        raise ValueError("maps must have one entry per array of ids")
+    for j, a in enumerate(arrays):
         view = a
         sp.push_back(&view[0] if view.shape[0] > 0 else &_NO_SEG)
         sstart.push_back(n_ids)
         n_ids += view.shape[0]
+        mp.push_back(NULL)
+        mn.push_back(0)
+        if maps is not None and maps[j] is not None:
+            mview = maps[j]
+            for i in range(mview.shape[0]):
+                if mview[i] >= <uint64_t>flags.shape[0]:
+                    raise ValueError(f"a map's word id is not below the {flags.shape[0]} words of the table")
+            mp[j] = &mview[0] if mview.shape[0] > 0 else &_NO_SEG
+            mn[j] = mview.shape[0]
     sstart.push_back(n_ids)
     sp.push_back(&_NO_SEG)
+    mp.push_back(NULL)
+    mn.push_back(0)
     if breaks.shape[0] < 1 or breaks[0] != 0 or breaks[breaks.shape[0] - 1] != n_ids:
         raise ValueError("breaks must start at 0 and end at len(ids)")
     for k in range(breaks.shape[0] - 1):
@@ -390,9 +463,11 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
     else:
         out_ids.reserve(max(reserve, n_ids) + 16)
     out_bounds.push_back(0)
-    cdef size_t cur = 0
-    cdef int64_t base = 0, end = sstart[1], fast_seen = 0
-    cdef const uint32_t* p = sp[0]
+    cdef int64_t fast_seen = 0
+    cdef uint32_t none = <uint32_t>(n_words if n_words < <Py_ssize_t>0xFFFFFFFFLL else <Py_ssize_t>0xFFFFFFFFLL)
+    cdef IdCursor ac                    # the position ahead whose word is read (``_cursor_word``)
+    cdef uint32_t ring[AHEAD_RING]      # the words read ahead, by position
+    _cursor_init(&ac, sstart, sp, mp, mn, none)
     cdef vector[UnitWord] uwords
     # (no sample: a sampled stream takes the general loop)
     cdef bint fits = narrow and seg_off != NULL and not st.sampled and seg_off[n_words] <= <int64_t>0xFFFFFFFF
@@ -412,30 +487,33 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
         # the common case (stage 2's units from the record): one function, the same units (tested)
         out16.resize(max(reserve, n_ids) + 16)
         with nogil:
-            fast_seen = _narrow_units(sp, sstart, &breaks[0], breaks.shape[0], uwords.data(), n_words, cut_spaces,
+            fast_seen = _narrow_units(&ac, n_ids, &breaks[0], breaks.shape[0], uwords.data(), n_words,
+                                      cut_spaces,
                                       regions, seg_sym, out16, out_bounds, enc)
         if fast_seen < 0:
             raise ValueError(f"a word id is not below the {n_words} words of the table")
         st.n_seen = st.n_kept = fast_seen
     else:
         with nogil:
+            for i in range(min(16, n_ids)):
+                ring[i & (AHEAD_RING - 1)] = _cursor_word(&ac, i)
             for k in range(breaks.shape[0] - 1):
                 for i in range(breaks[k], breaks[k + 1]):
-                    while i >= end:                  # the next segment
-                        cur += 1
-                        base = end
-                        end = sstart[cur + 1]
-                        p = sp[cur]
-                    if i + 16 < end and p[i + 16 - base] < n_words:     # a word ahead (hints only)
-                        if regions:
-                            __builtin_prefetch(&word_classes[p[i + 16 - base], 0])
-                        if seg_off != NULL:
-                            __builtin_prefetch(&seg_off[p[i + 16 - base]])
+                    if i + 16 < n_ids:               # the word 16 ahead read, its rows asked for (hints)
+                        w = _cursor_word(&ac, i + 16)
+                        ring[(i + 16) & (AHEAD_RING - 1)] = w
+                        if w < n_words:
+                            if regions:
+                                __builtin_prefetch(&word_classes[w, 0])
+                            if seg_off != NULL:
+                                __builtin_prefetch(&seg_off[w])
                     # the stage-1 tokens of a word nearer ahead: its offset was asked for 12 words ago
                     # (the tokens were the loop's main miss: 7 MB of them at 32k on en_train)
-                    if seg_off != NULL and i + 4 < end and p[i + 4 - base] < n_words:
-                        __builtin_prefetch(&seg_sym[seg_off[p[i + 4 - base]]])
-                    w = p[i - base]
+                    if seg_off != NULL and i + 4 < n_ids:
+                        w = ring[(i + 4) & (AHEAD_RING - 1)]
+                        if w < n_words:
+                            __builtin_prefetch(&seg_sym[seg_off[w]])
+                    w = ring[i & (AHEAD_RING - 1)]
                     if w >= n_words:
                         bad = True
                         break
@@ -532,6 +610,82 @@ def record_rows(const int64_t[::1] rows, const uint32_t[::1] ids, const int64_t[
     if err == 3:
         raise ValueError("the pretokens do not cover the text spans exactly")
     return cuts
+
+
+cdef inline int _bytes_cmp(const uint8_t* a, int64_t na, const uint8_t* b, int64_t nb) noexcept nogil:
+    """Python ``bytes`` order of ``a[:na]`` and ``b[:nb]``: negative, 0 or positive."""
+    cdef int r = memcmp(a, b, na if na < nb else nb) if na > 0 and nb > 0 else 0
+    if r != 0:
+        return r
+    return (na > nb) - (na < nb)
+
+
+def find_rows(const uint8_t[::1] words_arena, const int64_t[::1] words_offsets, const uint8_t[::1] arena,
+              const int64_t[::1] offsets):
+    """The row in the table ``(arena, offsets)`` of each word of ``(words_arena, words_offsets)``
+    (uint32): both sorted in ``bytes`` order, words unique, as counting makes them (a chunk's own
+    table and the corpus's). One walk through both in order: from the row found last, the next is
+    found by doubling steps, then halving (a few comparisons when the words are dense in the table,
+    ``log`` of the gap when sparse); no hash table. Raises ``ValueError`` when a word is not in the
+    table (or the words are not sorted).
+
+    >>> find_rows(np.frombuffer(b"bd", np.uint8), np.array([0, 1, 2]),
+    ...           np.frombuffer(b"abcd", np.uint8), np.array([0, 1, 2, 3, 4])).tolist()
+    [1, 3]
+
+    Plain equivalent: ``[table_words.index(w) for w in words]``.
+    """
+    cdef int64_t n = words_offsets.shape[0] - 1, n_rows = offsets.shape[0] - 1, k, lo, hi, mid, step, cur = 0
+    cdef int64_t a, na
+    cdef int err = 0
+    if n < 0 or n_rows < 0:
+        raise ValueError("offsets must have one entry per word, plus one")
+    if n_rows >= <int64_t>0xFFFFFFFF:
+        raise ValueError("find_rows: the table has too many words for uint32 rows")
+    if n > 0 and (words_offsets[0] < 0 or words_offsets[n] > words_arena.shape[0]) or \
+            n_rows > 0 and (offsets[0] < 0 or offsets[n_rows] > arena.shape[0]):
+        raise ValueError("offsets must lie inside their arena")
+    out = np.empty(n, dtype=np.uint32)
+    cdef uint32_t[::1] ov = out
+    cdef const uint8_t* wb = &words_arena[0] if words_arena.shape[0] > 0 else NULL
+    cdef const uint8_t* tb = &arena[0] if arena.shape[0] > 0 else NULL
+    with nogil:
+        for k in range(n):
+            a = words_offsets[k]
+            na = words_offsets[k + 1] - a
+            if na < 0:
+                err = 1
+                break
+            # the first row at or after ``cur`` that is not below the word: rows[lo] < word <= rows[hi]
+            if cur >= n_rows:
+                err = 1
+                break
+            if _bytes_cmp(tb + offsets[cur], offsets[cur + 1] - offsets[cur], wb + a, na) >= 0:
+                hi = cur
+            else:
+                lo = cur
+                step = 1
+                hi = cur + 1
+                while hi < n_rows and _bytes_cmp(tb + offsets[hi], offsets[hi + 1] - offsets[hi], wb + a, na) < 0:
+                    lo = hi
+                    step *= 2
+                    hi = lo + step
+                if hi > n_rows:
+                    hi = n_rows
+                while hi - lo > 1:
+                    mid = lo + (hi - lo) // 2
+                    if _bytes_cmp(tb + offsets[mid], offsets[mid + 1] - offsets[mid], wb + a, na) < 0:
+                        lo = mid
+                    else:
+                        hi = mid
+            if hi >= n_rows or _bytes_cmp(tb + offsets[hi], offsets[hi + 1] - offsets[hi], wb + a, na) != 0:
+                err = 1
+                break
+            ov[k] = <uint32_t>hi
+            cur = hi + 1
+    if err:
+        raise ValueError("a word is not in the table (or the words are not sorted)")
+    return out
 
 
 cdef inline void _put_word(UnitState* st, vector[uint32_t]& ids, uint32_t w, const uint32_t* seg_sym,

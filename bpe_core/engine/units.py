@@ -4,7 +4,8 @@
 - ``chunk_unit_stream``: the units of a chunk as runs of word ids (or their stage-1 tokens), in text order
   (what SuperBPE's stage 2 uses); ``id_unit_stream``: the same from the text's word ids (recorded
   when it was counted) instead of its bytes; ``record_rows``: a recorded chunk's pretokens as rows of
-  the word table, cut into its spans;
+  the word table, cut into its spans; ``find_rows``: a recorded chunk's own words as rows of the word
+  table (a walk through both sorted tables);
 - ``expand_units``: word-id units -> stage-1 token units; ``strip_marks``: the encoded marks taken off;
 - ``RankMerger``: merges id sequences in rank order (the stage-1 encoder of units);
 - ``unit_sums``: per-unit sums of a per-token value (the encoded-data test); ``units_in_encoded_regions``:
@@ -18,9 +19,9 @@
 from ._units import (CUT_LONG_PIECE, ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
                      units_in_encoded_regions,
                      SKETCH_MAX, cut_pieces_parts, expand_units, hash_ids, id_unit_stream, pair_levels,
-                     pair_sketch, pair_sketch_parts, record_rows, sketch_bounds, strip_marks, unit_halves, unit_sums)
+                     pair_sketch, pair_sketch_parts, record_rows, find_rows, sketch_bounds, strip_marks, unit_halves, unit_sums)
 
 __all__ = ["CUT_LONG_PIECE", "ENCODED_MARK", "SKETCH_MAX", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
-           "cut_pieces_parts", "expand_units", "hash_ids", "id_unit_stream", "pair_levels", "pair_sketch",
+           "cut_pieces_parts", "expand_units", "find_rows", "hash_ids", "id_unit_stream", "pair_levels", "pair_sketch",
            "pair_sketch_parts", "record_rows", "sketch_bounds", "strip_marks", "unit_sums",
            "unit_halves", "units_in_encoded_regions"]

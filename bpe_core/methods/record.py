@@ -18,12 +18,14 @@ ALIGN = 8
 
 class PretokenRecord:
     """The recorded chunks of ``count_corpus(record=)`` in text order: item ``k`` is chunk ``k``'s
-    ``(arena, offsets, ids, spans, n_bytes)`` (its own sorted word table, the row in it of every
-    pretoken, its text spans and size), as a list would hold them.
+    ``(arena, offsets, ids, spans, n_bytes, ends, id_rows)`` (its own sorted word table, the number
+    of every pretoken's word, its text spans and size, where each span's pretokens end in ``ids``,
+    and the row in the table of each word number; the last two may be left out: the ids are then
+    rows), as a list would hold them.
 
     A chunk is held in RAM while the chunks held there take at most ``ram_bytes`` (their arena,
-    offsets and ids); a chunk past that goes to one anonymous file in ``folder`` (the spill folder:
-    ``tempfile``'s default when None; the file has no name and goes when the record is cleared or
+    offsets, ids and id rows); a chunk past that goes to one anonymous file in ``folder`` (the spill
+    folder: ``tempfile``'s default when None; the file has no name and goes when the record is cleared or
     dropped). When that folder is on tmpfs (its files are memory) the record is dropped instead and
     stays empty (``dropped``): the method scans the file again. Read back (``record[k]``, iteration), a spilled chunk's arrays are views of the file
     mapped shared and writable: their pages are the page cache's, not the process's anonymous
@@ -69,18 +71,20 @@ class PretokenRecord:
         item = self._items[k]
         if not isinstance(item, _Spilled):
             return item
-        places, spans, n_bytes = item.places, item.spans, item.n_bytes
         m = self._mapped()
-        arena, offsets, ids = (m[at:at + n * np.dtype(dt).itemsize].view(dt) for at, n, dt in places)
-        return arena, offsets, ids, spans, n_bytes
+        arrays = [m[at:at + n * np.dtype(dt).itemsize].view(dt) for at, n, dt in item.places]
+        return tuple(arrays[:3]) + item.rest + tuple(arrays[3:])
 
     def append(self, chunk: tuple) -> None:
-        """Keep chunk ``(arena, offsets, ids, spans, n_bytes)``: in RAM while the share allows, else
-        its three arrays written to the file (its spans stay in RAM: two int64 a document)."""
+        """Keep chunk ``(arena, offsets, ids, spans, n_bytes[, ends[, id_rows]])``: in RAM while the
+        share allows, else its arrays of words and pretokens written to the file (its spans and ends
+        stay in RAM: three int64 a document)."""
         if self.dropped:
             return
-        arena, offsets, ids, spans, n_bytes = chunk
-        size = _nbytes(arena) + _nbytes(offsets) + _nbytes(ids)
+        arrays = [(chunk[0], np.uint8), (chunk[1], np.int64), (chunk[2], np.uint32)]
+        if len(chunk) > 6:
+            arrays.append((chunk[6], np.uint32))
+        size = sum(_nbytes(a) for a, _ in arrays)
         if self._file is None and self.ram_held + size <= self.ram_bytes:
             self._items.append(chunk)
             self.ram_held += size
@@ -99,7 +103,7 @@ class PretokenRecord:
             self._size = ALIGN
         places = []
         with naming(folder):              # a full disk names the folder
-            for arr, dt in ((arena, np.uint8), (offsets, np.int64), (ids, np.uint32)):
+            for arr, dt in arrays:
                 a = np.ascontiguousarray(arr, dtype=dt)
                 pad = -self._size % ALIGN
                 if pad:
@@ -108,7 +112,7 @@ class PretokenRecord:
                 places.append((self._size, int(a.size), dt))
                 self._file.write(memoryview(a).cast("B"))
                 self._size += a.nbytes
-        self._items.append(_Spilled(places, np.asarray(spans), n_bytes))
+        self._items.append(_Spilled(places, (np.asarray(chunk[3]),) + tuple(chunk[4:6])))
         self._map = None                  # mapped again when read (views of the old mapping stay valid)
         self.spilled_chunks += 1
         self.spilled_bytes += size
@@ -135,12 +139,12 @@ class PretokenRecord:
 
 
 class _Spilled:
-    """A chunk in the file: where its arena, offsets and ids are (``(at, n, dtype)`` each), its spans
-    and size."""
-    __slots__ = ("places", "spans", "n_bytes")
+    """A chunk in the file: where its arena, offsets and ids (and id rows) are (``(at, n, dtype)``
+    each), and the rest of its tuple (spans, size, span ends), held in RAM."""
+    __slots__ = ("places", "rest")
 
-    def __init__(self, places: list, spans: np.ndarray, n_bytes: int):
-        self.places, self.spans, self.n_bytes = places, spans, n_bytes
+    def __init__(self, places: list, rest: tuple):
+        self.places, self.rest = places, rest
 
 
 def _nbytes(arr) -> int:

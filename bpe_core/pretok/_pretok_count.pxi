@@ -97,13 +97,14 @@ cdef int lend_items(Py_buffer* buffer, object owner, void* data, Py_ssize_t item
     return 0
 
 
-cdef object _record_to_arrays(CountTable* t, IdBuf* rec):
+cdef object _record_to_arrays(CountTable* t, IdBuf* rec, bint by_entry=False):
     """``_table_to_arrays`` plus ``ids``: each recorded entry number as its row in the sorted table.
 
     Sorts an index array rather than the entries (``bpe_sort_keys``: 24-byte keys, the heads decide
     nearly every comparison), so it knows where each entry went (``rank[old] = new``), moves the
     entries into that order, then maps the ids through ``rank`` in place; the ids' buffer becomes
-    the array's memory (taken from ``rec``: no copy).
+    the array's memory (taken from ``rec``: no copy). ``by_entry``: the ids stay entry numbers (in
+    the order the words were first seen) and ``rank`` comes after them, the row of each.
     """
     cdef Py_ssize_t i, n_words = t.n_entries, n_ids = rec.n
     cdef int status = 0
@@ -112,6 +113,7 @@ cdef object _record_to_arrays(CountTable* t, IdBuf* rec):
     cdef Entry* moved = NULL
     cdef uint32_t* data = rec.data
     cdef _OwnedIds held
+    cdef uint32_t[::1] rows_view
     try:
         if n_words > 0:
             order = <uint32_t*>malloc(n_words * sizeof(uint32_t))
@@ -131,15 +133,22 @@ cdef object _record_to_arrays(CountTable* t, IdBuf* rec):
             t.entries = moved
             moved = NULL
         out = _table_to_arrays(t, True)
-        with nogil:
-            for i in range(n_ids):
-                data[i] = rank[data[i]]
+        if by_entry:
+            id_rows = np.empty(n_words, dtype=np.uint32)
+            if n_words > 0:
+                rows_view = id_rows
+                memcpy(&rows_view[0], rank, n_words * sizeof(uint32_t))
+        else:
+            with nogil:
+                for i in range(n_ids):
+                    data[i] = rank[data[i]]
         held = _OwnedIds()
         held.data = data
         held.shape[0] = n_ids
         rec.data = NULL             # the array owns it now
         rec.n = rec.cap = 0
-        return out + (np.frombuffer(held, dtype=np.uint32),)
+        out = out + (np.frombuffer(held, dtype=np.uint32),)
+        return out + (id_rows,) if by_entry else out
     finally:
         free(order)
         free(rank)
@@ -156,7 +165,8 @@ cdef tuple _table_arrays(Py_ssize_t n_bytes, Py_ssize_t n_words, bint numpy):
     return array.clone(_U8, n_bytes, False), array.clone(_I64, n_words + 1, False), array.clone(_I64, n_words, False)
 
 def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pattern_id,
-                    bint record=False, bint numpy=True, CountScratch scratch=None):
+                    bint record=False, bint numpy=True, CountScratch scratch=None,
+                    int64_t[::1] span_ends=None, bint by_entry=False):
     """Count the pretokens of every ``[start, end)`` span of ``buf``: the sorted word table.
 
     Contract: each row of ``spans`` (int64, shape ``(k, 2)``, C order) is a text range of ``buf``
@@ -181,6 +191,18 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
     >>> ids.tolist(), [bytes(a[o[i]:o[i + 1]]) for i in ids]
     ([1, 0, 1], [b'a', b' a', b'a'])
 
+    ``span_ends`` (with ``record``; int64, one per span): filled with where each span's pretokens
+    end in ``ids`` (``[2, 3]`` above), so a reader of the ids knows the spans without their bytes.
+
+    ``by_entry`` (with ``record``): the ids are the words' numbers in the order each was first seen
+    (no pass over the ids to renumber them), and a fifth array gives the row of each (uint32:
+    ``id_rows[ids[k]]`` is the k-th pretoken's row).
+
+    >>> a, o, c, ids, id_rows = count_pretokens(b"a a<|>a", np.array([[0, 3], [6, 7]]),
+    ...                                         PATTERN_IDS["gpt2"], record=True, by_entry=True)
+    >>> ids.tolist(), id_rows[ids].tolist()
+    ([0, 1, 0], [1, 0, 1])
+
     ``numpy=False`` (not with ``record``): the three tables are ``array.array`` (``"B"``, ``"q"``,
     ``"q"``) with the same items, and numpy is not imported (a small run, ``pretok.counting``).
 
@@ -195,6 +217,10 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
     _check_pattern_id(pattern_id)
     if record and not numpy:
         raise ValueError("count_pretokens: record=True returns numpy arrays (numpy=False is not supported)")
+    if by_entry and not record:
+        raise ValueError("count_pretokens: by_entry needs record=True")
+    if span_ends is not None and (not record or span_ends.shape[0] != spans.shape[0]):
+        raise ValueError("count_pretokens: span_ends needs record=True and one entry per span")
     cdef Py_ssize_t n = buf.shape[0], k, start, end, i
     cdef const uint8_t* s = &buf[0] if n > 0 else NULL
     if spans.shape[1] != 2:
@@ -243,10 +269,12 @@ def count_pretokens(const uint8_t[::1] buf, const int64_t[:, ::1] spans, int pat
                                              &table, &counter, &rec)
                     if status != 0:
                         break
+                    if span_ends is not None:
+                        span_ends[k] = rec.n
                 _front_drain_rec(&counter, &table)
             if status != 0:
                 raise MemoryError("count_pretokens: out of memory growing the hash table or the ids")
-            return _record_to_arrays(&table, &rec)
+            return _record_to_arrays(&table, &rec, by_entry)
         if scratch is not None:
             status = _counter_take(&counter, span_bytes, scratch)
         else:

@@ -60,8 +60,10 @@ class ChunkCount:
     per_source: Optional[dict] = None
     bad: Optional[dict] = None
     n_blocks: int = 1
-    # With ``record``: (arena, offsets, ids, spans, n_bytes): the chunk's own sorted table (arena and
-    # offsets), the row in it of every pretoken in text order, its text spans (between special tokens)
+    # With ``record``: (arena, offsets, ids, spans, n_bytes, ends, id_rows): the chunk's own sorted table
+    # (arena and offsets), the number of every pretoken's word in text order (the words numbered as
+    # first seen: id_rows gives each one's row), its text spans (between special tokens), the chunk's
+    # size and where each span's pretokens end in the ids
     recorded: Optional[tuple] = None
 
 
@@ -123,8 +125,10 @@ def _count_block(block: Block, specials, pattern: str, record: bool, scratch=Non
     spans, n_specials = block_spans(buf, block.doc_ends, specials)
     recorded = None
     if record:
-        arena, offsets, counts, ids = count_pretokens(buf, spans, pattern, record=True)
-        recorded = (arena, offsets, ids, spans, len(buf))
+        ends = np.empty(len(spans), dtype=np.int64)
+        arena, offsets, counts, ids, id_rows = count_pretokens(buf, spans, pattern, record=True, span_ends=ends,
+                                                               by_entry=True)
+        recorded = (arena, offsets, ids, spans, len(buf), ends, id_rows)
     else:
         arena, offsets, counts = count_pretokens(buf, spans, pattern, scratch=scratch)
     text_bytes = int((spans[:, 1] - spans[:, 0]).sum()) if len(spans) else 0

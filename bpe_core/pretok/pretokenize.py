@@ -154,7 +154,9 @@ def pretoken_ends(buf: BufferLike, pattern: str = "gpt2") -> np.ndarray:
 
 def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
                     record: bool = False, numpy: bool = True,
-                    scratch: Optional["_pretok.CountScratch"] = None) -> Union[CountArrays, RecordedArrays]:
+                    scratch: Optional["_pretok.CountScratch"] = None,
+                    span_ends: Optional[np.ndarray] = None,
+                    by_entry: bool = False) -> Union[CountArrays, RecordedArrays]:
     """Count the pretokens of the ``[start, end)`` rows of ``spans``: a sorted word table.
 
     Each span (the text between two special tokens, say) is pre-tokenized on its own. Returns
@@ -170,6 +172,18 @@ def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
     >>> a, o, c, ids = count_pretokens(b"to be or not to be", np.array([[0, 18]]), record=True)
     >>> ids.tolist()
     [4, 0, 2, 1, 3, 0]
+
+    ``span_ends`` (with ``record``: an int64 array, one entry per span) is filled with where each
+    span's pretokens end in ``ids``:
+
+    >>> ends = np.empty(2, np.int64)
+    >>> _ = count_pretokens(b"to be or", np.array([[0, 5], [5, 8]]), record=True, span_ends=ends)
+    >>> ends.tolist()
+    [2, 3]
+
+    ``by_entry`` (with ``record``): ``ids`` number the words in the order each was first seen (a
+    custom regex: in table order), and a fifth array, ``id_rows``, gives each one's row
+    (``id_rows[ids]`` are the rows above).
 
     ``numpy=False`` (a named pattern, no ``record``): ``buf`` a ``bytes``-like object, ``spans`` a
     ``(k, 2)`` int64 buffer (a cast ``memoryview``), the table in ``array.array`` (``"B"``, ``"q"``,
@@ -190,8 +204,20 @@ def count_pretokens(buf: BufferLike, spans: np.ndarray, pattern: str = "gpt2",
     name = pattern_name(pattern)
     if name is not None:
         return _pretok.count_pretokens(view, spans, _pretok.PATTERN_IDS[name], record=record,
-                                       scratch=None if record else scratch)
-    return _regex_count(view, spans, resolve_pattern(pattern), record)
+                                       scratch=None if record else scratch, span_ends=span_ends,
+                                       by_entry=by_entry)
+    if by_entry and not record:
+        raise ValueError("count_pretokens: by_entry needs record=True")
+    out = _regex_count(view, spans, resolve_pattern(pattern), record)
+    if span_ends is not None:
+        if not record or span_ends.shape != (spans.shape[0],):
+            raise ValueError("count_pretokens: span_ends needs record=True and one entry per span")
+        # the pretokens cover each span exactly: a span ends after the pretokens of its bytes
+        covered = np.cumsum(np.diff(out[1])[out[3]])
+        span_ends[:] = np.searchsorted(covered, np.cumsum(spans[:, 1] - spans[:, 0]), side="right")
+    if by_entry:
+        return out + (np.arange(len(out[2]), dtype=np.uint32),)
+    return out
 
 
 def merge_counts(tables: Sequence[CountArrays], threads: int = 1) -> CountArrays:

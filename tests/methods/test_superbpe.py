@@ -553,10 +553,12 @@ def test_the_record_gate_around_its_threshold(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_record_rows_before_or_after_stage1_train_the_same(tmp_path, monkeypatch, workers):
-    """The record's table rows made beside stage 1 (``rows_before_stage1``) or after it: the same
-    merges and final token count, both from the record; and at the real gate, the budget exactly at
-    the threshold makes them early, one byte under makes them late."""
+    """A record without its span ends: its table rows made beside stage 1 (``rows_before_stage1``) or
+    after it; with them (as counting keeps it), read through each chunk's map: the same merges and
+    final token count, all from the record; and at the real gate, the budget exactly at the
+    threshold makes them early, one byte under makes them late."""
     from bpe_core.methods import superbpe
+    from bpe_core.methods.record import PretokenRecord
 
     path = tmp_path / "c.txt"
     path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A<|endoftext|> the dog sat" * 80)
@@ -565,12 +567,18 @@ def test_record_rows_before_or_after_stage1_train_the_same(tmp_path, monkeypatch
     gate = superbpe.rows_before_stage1
     calls = []
     runs = {}
+    runs["maps"] = bpe_core.train(bpe_core.TrainConfig(**options))
+    keep = PretokenRecord.append
+    # no span ends: the ids as rows of the chunk's table (what a record without ``id_rows`` holds)
+    monkeypatch.setattr(PretokenRecord, "append",
+                        lambda self, chunk: keep(self, chunk[:2] + (np.asarray(chunk[6])[chunk[2]],) + chunk[3:5]))
     for early in (True, False):
         monkeypatch.setattr(superbpe.train, "rows_before_stage1", lambda b, s: calls.append((b, s)) or early)
         runs[early] = bpe_core.train(bpe_core.TrainConfig(**options))
     assert len(calls) == 2 and all(r.report["stage2_units_source"] == "record" for r in runs.values())
-    assert runs[True].model.merges == runs[False].model.merges
-    assert runs[True].report["superbpe"]["final_tokens"] == runs[False].report["superbpe"]["final_tokens"]
+    for key in (True, False):
+        assert runs[key].model.merges == runs["maps"].model.merges
+        assert runs[key].report["superbpe"]["final_tokens"] == runs["maps"].report["superbpe"]["final_tokens"]
     text_bytes = calls[0][0]
     assert gate(text_bytes, text_bytes * superbpe.STAGE2_BYTES_PER_SYMBOL)
     assert not gate(text_bytes, text_bytes * superbpe.STAGE2_BYTES_PER_SYMBOL - 1)

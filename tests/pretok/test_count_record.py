@@ -49,7 +49,11 @@ def span_pieces(data: bytes, spans: np.ndarray, pattern: str) -> list[bytes]:
 def check_record(data: bytes, spans: np.ndarray, pattern: str) -> list[bytes]:
     """record=True gives the record=False table and ids naming each pretoken in order."""
     plain = count_pretokens(data, spans, pattern)
-    arena, offsets, counts, ids = count_pretokens(data, spans, pattern, record=True)
+    ends = np.full(len(spans), -1, dtype=np.int64)
+    arena, offsets, counts, ids = count_pretokens(data, spans, pattern, record=True, span_ends=ends)
+    # where each span's pretokens end in the ids
+    assert ends.tolist() == np.cumsum([len(span_pieces(data, spans[k:k + 1], pattern))
+                                       for k in range(len(spans))], dtype=np.int64).tolist()
     for got, want in zip((arena, offsets, counts), plain):
         assert got.dtype == want.dtype and np.array_equal(got, want)
     assert ids.dtype == np.uint32 and ids.ndim == 1
@@ -58,6 +62,16 @@ def check_record(data: bytes, spans: np.ndarray, pattern: str) -> list[bytes]:
     words = rows(arena, offsets)
     got = [words[i] for i in ids.tolist()]
     assert got == span_pieces(data, spans, pattern)
+    # by entry: the words numbered in the order first seen, each number's row given
+    *table, entries, id_rows = count_pretokens(data, spans, pattern, record=True, by_entry=True)
+    for got_a, want in zip(table, plain):
+        assert np.array_equal(got_a, want)
+    assert entries.dtype == id_rows.dtype == np.uint32 and id_rows.size == counts.size
+    assert id_rows[entries].tolist() == ids.tolist()
+    if entries.size and pattern in NAMES:   # numbered as first seen (the native scanners; a custom
+        # regex numbers them in table order): a word not seen before takes the next number
+        most = np.maximum.accumulate(entries.astype(np.int64))
+        assert entries[0] == 0 and np.all(entries[1:] <= most[:-1] + 1) and most[-1] == counts.size - 1
     return got
 
 
@@ -135,3 +149,18 @@ def test_record_kernel_keyword():
     assert ids.tolist() == [3, 0, 1, 2]
     with pytest.raises(ValueError):
         _pretok.count_pretokens(data, np.array([[0, 10]]), 0, record=True)
+    # span ends: only with record, one per span
+    with pytest.raises(ValueError, match="span_ends"):
+        _pretok.count_pretokens(data, spans, 0, span_ends=np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match="span_ends"):
+        _pretok.count_pretokens(data, spans, 0, record=True, span_ends=np.zeros(1, np.int64))
+
+
+def test_record_span_ends_of_a_custom_regex():
+    """A custom regex (no native scanner) gives the span ends the named patterns give: where each
+    span's pretokens end in the ids."""
+    data, spans = b"ab  cd<|>e f<|><|>g", np.array([[0, 6], [9, 12], [15, 15], [18, 19]])
+    ends = np.zeros(4, np.int64)
+    arena, offsets, counts, ids = count_pretokens(data, spans, r"\S+|\s+", record=True, span_ends=ends)
+    assert [rows(arena, offsets)[i] for i in ids] == [b"ab", b"  ", b"cd", b"e", b" ", b"f", b"g"]
+    assert ends.tolist() == [3, 6, 6, 7]

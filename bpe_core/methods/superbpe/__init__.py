@@ -58,7 +58,8 @@ from .words import (ASCII_SPACE, ENCODED_MAX_SPACE_RATIO, ENCODED_MIN_ALNUM_RATI
                     encoded_units, looks_encoded_counts, numeric_cuts, numeric_mask, word_classes,
                     word_classes_python, word_flags, word_flags_python)
 from .units import (UnitsContext, combine_units, count_units, count_units_on, count_units_sharded,  # noqa: F401
-                    has_url, record_table_rows, slice_segments, stage2_table, units_from_records, units_shard,
+                    has_url, record_table_rows, record_word_maps, slice_segments, stage2_table, units_from_records,
+                    units_shard,
                     units_source_shard)
 from .official import (OFFICIAL_STAGE2_PATTERN, official_unit_texts, official_units, stage1_ids,  # noqa: F401
                        stage1_merger)

@@ -12,8 +12,8 @@ import numpy as np
 from ...corpus.chunks import file_chunks, split_spans
 from ...corpus.ranges import is_url
 from ...corpus.shards import ReadOptions, shard_blocks, source_shards
-from ...engine.units import (ENCODED_MARK, UnitCounter, WordIndex, chunk_unit_stream, expand_units, id_unit_stream,
-                             record_rows, strip_marks)
+from ...engine.units import (ENCODED_MARK, UnitCounter, WordIndex, chunk_unit_stream, expand_units, find_rows,
+                             id_unit_stream, record_rows, strip_marks)
 from ...errors import InputChanged, InternalError
 from ...pretok.counting import check_distributable, private_shard
 from ...pretok.patterns import pattern_name
@@ -188,8 +188,12 @@ def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) ->
         """Chunks ``ks`` into ``all_rows``; their pretokens counted per table row."""
         counts = np.zeros(n_words, dtype=np.int64)
         for k in ks:
-            arena, offsets, ids, spans, _ = recorded[k]
+            arena, offsets, ids, spans, _ = recorded[k][:5]
             rows = index.word_ids(arena, offsets[1:], 0) if len(offsets) > 1 else np.zeros(0, np.int64)
+            if len(recorded[k]) > 6:       # ids number the words as first seen: their rows and lengths
+                id_rows = np.asarray(recorded[k][6], dtype=np.int64)
+                rows = rows[id_rows]
+                offsets = np.concatenate(([0], np.cumsum(np.diff(np.asarray(offsets, dtype=np.int64))[id_rows])))
             spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
             try:      # in place: each id is read before its row is written over it
                 cuts[k] = record_rows(rows, segments[k], offsets, np.cumsum(spans[:, 1] - spans[:, 0]),
@@ -212,7 +216,7 @@ def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) ->
     # Spans -> breaks: a span starts a new stretch of text unless it goes on from the chunk before
     # (both touch the chunk edge: the counting chunks cut documents, the units do not).
     firsts, joins_prev = [np.zeros(1, np.int64)], False
-    for k, (_, _, ids, spans, n_bytes) in enumerate(recorded):
+    for k, (_, _, ids, spans, n_bytes) in enumerate(r[:5] for r in recorded):
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
         if not spans.shape[0]:
             joins_prev = False
@@ -225,19 +229,78 @@ def record_table_rows(recorded: list, table: WordTable, num_workers: int = 1) ->
     return segments, breaks
 
 
-def slice_segments(segments: list, lo: int, hi: int) -> list:
-    """Positions ``lo:hi`` of arrays read one after the other, as a list of views (no copy).
+def record_word_maps(recorded: list, table: WordTable) -> tuple[list, list, np.ndarray]:
+    """The counting pass's record read as rows of ``table`` without rewriting it: returns
+    ``(segments, maps, breaks)``: ``segments`` each chunk's ids as recorded (its words' numbers: in
+    the order first seen, or rows of its own table), ``maps`` the row in ``table`` of each (uint32;
+    the chunk's ``id_rows`` and the rows found composed; ``id_unit_stream(maps=)`` reads
+    ``maps[k][segments[k]]``), ``breaks`` where the stretches of text start in the sequence of all
+    pretokens, as :func:`record_table_rows` gives them (the first 0, the last the number of
+    pretokens). Each chunk's words are found in the table by one walk through both sorted tables
+    (``find_rows``); the spans are cut where the counting kernel says each one's pretokens end (the
+    chunk's ``ends``, its sixth item). Work a chunk's own word, none a pretoken.
+
+    Checked (``InternalError`` otherwise): every chunk word is in the table, each chunk's spans end
+    in order at its last pretoken, and the chunks hold as many pretokens as the table counts (an id
+    past its chunk's words is refused where the ids are read, ``id_unit_stream``).
+    """
+    segments, maps, firsts = [], [], [np.zeros(1, np.int64)]
+    at, joins_prev = 0, False
+    for k, chunk in enumerate(recorded):
+        arena, offsets, ids, spans, n_bytes, ends = chunk[:6]
+        ids = np.asarray(ids)
+        if ids.dtype != np.uint32 or not ids.flags.c_contiguous:
+            ids = np.ascontiguousarray(ids, dtype=np.uint32)
+        try:
+            rows = find_rows(np.asarray(arena, dtype=np.uint8), np.asarray(offsets, dtype=np.int64),
+                             table.arena, table.offsets)
+        except ValueError as exc:
+            raise InternalError(f"the record of chunk {k}: {exc}") from None
+        if len(chunk) > 6:          # the ids number the words as first seen: each one's row
+            id_rows = np.asarray(chunk[6])
+            if id_rows.shape != rows.shape or (id_rows.size and int(id_rows.max()) >= rows.size):
+                raise InternalError(f"the record of chunk {k}: its id rows do not name its words")
+            rows = rows[id_rows]
+        maps.append(rows)
+        segments.append(ids)
+        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        ends = np.asarray(ends, dtype=np.int64)
+        if ends.shape != (spans.shape[0],) or (ends.size and (ends[0] < 0 or np.any(np.diff(ends) < 0)
+                                                              or ends[-1] != ids.size)) \
+                or (not ends.size and ids.size):
+            raise InternalError(f"the record of chunk {k}: its spans do not end in order at its last pretoken")
+        if spans.shape[0]:
+            # a span starts a new stretch of text unless it goes on from the chunk before (both touch
+            # the chunk edge: the counting chunks cut documents, the units do not)
+            f = at + np.concatenate(([0], ends[:-1]))
+            firsts.append(f[1:] if joins_prev and spans[0, 0] == 0 else f)
+            joins_prev = bool(spans[-1, 1] == n_bytes)
+        else:
+            joins_prev = False
+        at += ids.size
+    if at != table.n_pretokens:
+        raise InternalError(f"the record holds {at:,} pretokens, the word table counts {table.n_pretokens:,}")
+    firsts.append(np.array([at], np.int64))
+    starts = np.concatenate(firsts)         # in order: a repeated position (an empty span) is one break
+    return segments, maps, starts[np.concatenate(([True], starts[1:] != starts[:-1]))]
+
+
+def slice_segments(segments: list, lo: int, hi: int, maps: Optional[list] = None):
+    """Positions ``lo:hi`` of arrays read one after the other, as a list of views (no copy); with
+    ``maps`` (one per array), also the map of each view: returns ``(views, maps)`` then.
 
     >>> [a.tolist() for a in slice_segments([np.arange(3), np.arange(3, 5), np.arange(5, 9)], 2, 6)]
     [[2], [3, 4], [5]]
     """
-    out, at = [], 0
-    for a in segments:
+    out, out_maps, at = [], [], 0
+    for k, a in enumerate(segments):
         a_lo, a_hi = max(lo - at, 0), min(hi - at, a.size)
         if a_lo < a_hi:
             out.append(a[a_lo:a_hi])
+            if maps is not None:
+                out_maps.append(maps[k])
         at += a.size
-    return out
+    return out if maps is None else (out, out_maps)
 
 
 def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_spaces: bool = True,
@@ -249,14 +312,18 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
     size), as ``count_units`` lists them with the same ``sample_fraction`` (tested equal): no second
     pre-tokenization.
 
-    The record's pretokens become rows of ``table`` cut into stretches of text (:func:`record_table_rows`;
-    ``rows``: its result, when the caller had it made while stage 1 ran); ``id_unit_stream`` lists the
+    The record's pretokens become rows of ``table`` cut into stretches of text (:func:`record_word_maps`,
+    read through each chunk's map; a record without span ends, :func:`record_table_rows`; ``rows``:
+    either's result, when the caller had it made while stage 1 ran); ``id_unit_stream`` lists the
     units, the two halves of the corpus (cut at a special token) on two threads. Returns the units as a
     list of one or two parts ``(data, starts, counts)`` (the halves, not joined), and the figures; with
     ``seg`` each part also has ``encoded`` (bool per unit: which units came from regions that look
     encoded; they carry no ``ENCODED_MARK`` then, see ``stage2_table``).
     """
-    segments, breaks = rows if rows is not None else record_table_rows(recorded, table, num_workers)
+    if rows is None:
+        rows = (record_word_maps(recorded, table) if all(len(r) > 5 for r in recorded)
+                else record_table_rows(recorded, table, num_workers))
+    segments, maps, breaks = rows if len(rows) == 3 else (rows[0], None, rows[1])
     n_rows = int(breaks[-1])
     seg_symbols, seg_offsets = seg if seg is not None else (None, None)
     # two halves, cut at the break nearest the middle: one thread each
@@ -280,10 +347,12 @@ def units_from_records(recorded: list, table: WordTable, flags: np.ndarray, cut_
 
     def run(b):
         lo, hi = int(b[0]), int(b[-1])
-        return id_unit_stream(slice_segments(segments, lo, hi), b - lo, flags, cut_spaces, classes,
+        views, view_maps = slice_segments(segments, lo, hi, maps) if maps is not None else \
+            (slice_segments(segments, lo, hi), None)
+        return id_unit_stream(views, b - lo, flags, cut_spaces, classes,
                               seg_symbols, seg_offsets,
                               reserve=int((hi - lo) * per_id * 1.05) + (hi - lo) // 64,
-                              marks=seg_symbols is None, narrow=narrow, keep_below=keep_below)
+                              marks=seg_symbols is None, narrow=narrow, keep_below=keep_below, maps=view_maps)
 
     if len(halves) == 2:
         from concurrent.futures import ThreadPoolExecutor
