@@ -696,8 +696,9 @@ def page_out(arr) -> bool:
     under a memory cgroup's cap its resident pages would stay ahead of pages that are
     (``madvise(MADV_PAGEOUT)``: clean file pages are dropped from the page cache; where the kernel
     has no such advice, ``MADV_DONTNEED`` unmaps them, the first the kernel reclaims). Its contents
-    stay the same: a page read again comes back from the file. A hint: returns False where nothing
-    was done (not a mapped array, not Linux).
+    stay the same: a page read again comes back from the file. Only a shared mapping (``mode`` "r" or
+    "r+"): a copy-on-write one ("c") would lose what was written to it. A hint: returns False where
+    nothing was done (not such a mapped array, not Linux).
 
     >>> import numpy as np, tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "a.npy"); np.save(p, np.arange(1 << 20))
@@ -706,7 +707,8 @@ def page_out(arr) -> bool:
     True
     True
     """
-    if not isinstance(arr, np.memmap) or not arr.flags.c_contiguous or arr.nbytes == 0:
+    if (not isinstance(arr, np.memmap) or getattr(arr, "mode", None) not in ("r", "r+")
+            or not arr.flags.c_contiguous or arr.nbytes == 0):
         return False
     fn = _madvise()
     if not fn:
