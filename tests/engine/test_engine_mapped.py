@@ -169,3 +169,76 @@ def test_tree_memory_splits_anonymous_and_file_pages(tmp_path):
     del mm
     if not os.path.exists("/proc/self/status"):
         pytest.skip("no /proc: anon is the RSS")
+
+
+def _paged_table() -> WordTable:
+    # Many distinct words over a few letters: the initial lists of the common pairs run to thousands
+    # of entries (several 4 KiB pages each), so merging them gives whole pages of the mapped file back.
+    rng = np.random.default_rng(11)
+    words = {bytes(rng.integers(97, 101, size=rng.integers(2, 24)).tolist()): int(rng.integers(1, 40))
+             for _ in range(6000)}
+    return table_of(words)
+
+
+@pytest.mark.parametrize("page_out_min", [1, 1 << 14, 1 << 62])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_merged_lists_given_back_keep_the_merges(tmp_path, page_out_min, threads):
+    # A merged pair's mapped initial list is given back (``MADV_PAGEOUT``) and never read again: the
+    # merges, the words and the counts are those of the engine in RAM, whichever lists go back.
+    table = _paged_table()
+    n = 300
+    ram = MergeEngine(table.arena, table.offsets, table.counts, BYTES, threads=threads, build_par_min=1)
+    ram.par_min_sites = 1
+    expected = ram.run(n)
+    eng = MergeEngine(table.arena, table.offsets, table.counts, BYTES, spill_dir=tmp_path, map_threshold=0,
+                      fill_buffer_bytes=1 << 12, threads=threads, build_par_min=1)
+    eng.par_min_sites = 1
+    eng.page_out_min = page_out_min
+    assert eng.run(n) == expected
+    for got, want in zip(eng.words(), ram.words()):
+        assert np.array_equal(got, want)
+    assert eng.pair_counts_dict() == ram.pair_counts_dict()
+    paged = eng.stats()["lists_paged_out"]
+    if page_out_min == 1:
+        assert paged > 0              # lists of a page or more were merged and given back
+    if page_out_min > 1 << 40:
+        assert paged == 0
+    assert ram.stats()["lists_paged_out"] == 0      # (lists in RAM: nothing to give back)
+
+
+def test_train_words_gives_a_mapped_table_back_and_keeps_the_merges(tmp_path, monkeypatch):
+    table = _paged_table()
+    vocab0, merges0 = trainer.train_words(table, 600)
+    mapped = table.to_files(str(tmp_path), drop_singletons=True)
+    seen = []
+    real = trainer.page_out
+
+    def spy(arr):
+        seen.append(arr.nbytes)
+        return real(arr)
+    monkeypatch.setattr(trainer, "page_out", spy)
+    vocab1, merges1 = trainer.train_words(mapped, 600, spill_dir=str(tmp_path), fill_buffer_bytes=1 << 12)
+    assert merges1 == merges0 and vocab1 == vocab0
+    assert seen == [mapped.arena.nbytes, mapped.offsets.nbytes, mapped.counts.nbytes]
+    # the table reads the same after its pages went back
+    assert mapped.to_dict() == table.without_singletons().to_dict()
+
+
+@settings(deadline=None, max_examples=15)
+@given(stems=st.lists(st.text(alphabet="ab c", min_size=1, max_size=30).map(str.encode), min_size=1, max_size=4),
+       threads=st.sampled_from([1, 2]))
+def test_lists_given_back_on_random_tables(tmp_path_factory, stems, threads):
+    # each stem in 1,500 distinct words (a two-byte tail of its own): its pairs' initial lists span
+    # whole pages, given back as their pairs are merged
+    words = {}
+    for k, stem in enumerate(stems):
+        for i in range(1500):
+            w = stem + bytes([100 + i % 40, 100 + i // 40 % 40])
+            words[w] = words.get(w, 0) + 1 + (i + k) % 5
+    table = table_of(words)
+    ram = MergeEngine(table.arena, table.offsets, table.counts, BYTES, threads=threads, build_par_min=1)
+    eng = MergeEngine(table.arena, table.offsets, table.counts, BYTES, spill_dir=tmp_path_factory.mktemp("spill"),
+                      map_threshold=0, fill_buffer_bytes=1 << 12, threads=threads, build_par_min=1)
+    eng.page_out_min = 1
+    assert eng.run(120) == ram.run(120)
+    assert eng.pair_counts_dict() == ram.pair_counts_dict()
