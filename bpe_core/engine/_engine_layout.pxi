@@ -107,13 +107,9 @@ cdef extern from *:
     #ifndef MADV_COLD
     #define MADV_COLD 20
     #endif
-    #ifndef MADV_PAGEOUT
-    #define MADV_PAGEOUT 21
-    #endif
     """
     int MADV_POPULATE_WRITE
     int MADV_COLD
-    int MADV_PAGEOUT
 
 
 cdef extern from *:
@@ -214,7 +210,6 @@ cdef enum:
                             # byte pair in arrays of 65,536 (``_count_bytes``), not in the pair map
     BUILD_FEW_PAIRS = 1 << 16  # a build whose lists are mapped runs on two threads when its tokens make at
                             # most this many pairs (the bytes: the second half's pair table, ~3 MiB)
-    PAGE_OUT_MIN = 1 << 14  # a mapped initial list of this many entries (64 KiB) is given back once merged
     PAR_MIN_LIST_SITES = 2048  # a merge split over both threads writes its second share's list entries
                             # on the second thread from this many (``_near_end``)
     OTHER_SLOTS = 4096      # a share's table of the other pairs' count changes (``NearTable.opid``;

@@ -104,9 +104,6 @@ cdef class MergeEngine:
     # both may hold stale entries.
     cdef const uint32_t* base
     cdef object _base_arr
-    cdef bint base_mapped                # ... in a mapped file (``_list_page_out``)
-    cdef public int64_t page_out_min     # a merged mapped initial list of this many entries is given back
-    cdef public int64_t n_lists_paged_out  # ... (tests force 1; the lists given back so far)
     cdef vector[uint64_t] base_start     # n_base + 1 entries
     cdef vector[uint8_t] base_done       # the pair's initial list was consumed (merged)
     cdef uint32_t n_base
@@ -399,8 +396,6 @@ cdef class MergeEngine:
         self.threads = 1
         self.par_min_sites = PAR_MIN_SITES
         self.par_min_list_sites = PAR_MIN_LIST_SITES
-        self.page_out_min = PAGE_OUT_MIN
-        self.n_lists_paged_out = 0
         self.n_list_jobs = 0
         self.n_jobs_taken_back = 0
         self.par_sites = 0
@@ -1131,7 +1126,6 @@ cdef class MergeEngine:
                     self.fill_passes += 1
                     lo = hi
                 self._base_arr = out.mapped()
-                self.base_mapped = True
                 self._lap("sync")
             except BaseException:
                 out.discard()
@@ -1852,22 +1846,8 @@ cdef class MergeEngine:
         self.prec[pid].count -= n0.removed + n1.removed
         self._list_free(pid)
         self._near_end(fresh, par)
-        if self.base_mapped and <int64_t>(s1 - s0) >= self.page_out_min:
-            self._list_page_out(s0, s1)
         # 4. Every pair whose count rose gets a fresh heap entry.
         self._heapify()
-
-    cdef void _list_page_out(self, uint64_t s0, uint64_t s1) noexcept nogil:
-        """Give back the whole pages of a merged pair's mapped initial list, ``base[s0:s1]``: it is
-        never read again (``base_done``), and under a memory cgroup's cap its pages, read just now,
-        would stay ahead of the lists the loop has yet to read (the kernel drops clean file pages
-        instead of anonymous ones; there is no swap to take those). ``MADV_PAGEOUT`` reclaims them at
-        once (where the kernel has no such advice, nothing happens: a hint). The file keeps the
-        entries: a page read again comes back from it."""
-        cdef size_t start = (<size_t>(self.base + s0) + 4095) & ~(<size_t>4095)
-        cdef size_t end = (<size_t>(self.base + s1)) & ~(<size_t>4095)
-        if end > start and madvise(<void*>start, end - start, MADV_PAGEOUT) == 0:
-            self.n_lists_paged_out += 1
 
     cpdef tuple step(self, allowed=None, count_t min_count=0):
         """Do one merge; return ``(left_id, right_id, new_id)``, or None when no pair is left.
@@ -2241,6 +2221,5 @@ cdef class MergeEngine:
             "pool_compactions": self.n_pool_compactions,
             "pruned_pairs": self.n_pruned,
             "fill_passes": self.fill_passes,
-            "lists_paged_out": self.n_lists_paged_out,
             "memory": self.memory(),
         }

@@ -17,7 +17,7 @@ from ..corpus.specials import encode_specials
 from ..pretok.wordtable import WordTable
 from ..runtime.budget import FILL_BUFFER_BYTES, pairs_estimate
 from ..runtime.budget import fill_buffer_bytes as default_fill_bytes
-from ..runtime.memmon import page_out, phase
+from ..runtime.memmon import phase
 from ..runtime.atomic import naming
 from ..runtime.progress import progress_bar
 from ..runtime.workers import release_free_memory
@@ -39,9 +39,6 @@ PAR_MIN_SITES = 4096
 #: second waited. A split costs a hand-over (~1-3 us while the second thread spins) and the
 #: sampled split point (``MergeEngine._split_at``); 1,024 sites are ~20-40 us of work.
 PAR_SPLIT_SITES = 1024
-
-#: ``train_words`` gives a mapped table's pages back once the engine is built (``memmon.page_out``)
-PAGE_OUT_TABLE = True
 
 
 def run_legs(engine: MergeEngine, n_merges: int, threads: int, par_min_sites: int = PAR_MIN_SITES,
@@ -205,13 +202,6 @@ def train_words(table: WordTable, vocab_size: int, special_tokens: Sequence[str 
                                  **mapping)
     # room for the pairs the plan counts on, made once (no table copied to a larger one in the loop)
     engine.reserve_pairs(pairs_estimate(len(table.arena), vocab_size))
-    if table.mapped and PAGE_OUT_TABLE:
-        # The engine read the mapped table once and holds what it needs: the table's pages (the
-        # caller still holds its arrays) go now. Under a memory cgroup's cap they were the pages the
-        # kernel kept, and it reclaimed the engine's mapped lists and word records instead, which
-        # the loop then read back from disk.
-        for arr in (table.arena, table.offsets, table.counts):
-            page_out(arr)
     del table
     t1 = time.perf_counter()
     bar = progress_bar(progress, total=n_merges, desc="merges", unit="merge")

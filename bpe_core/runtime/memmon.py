@@ -686,43 +686,6 @@ def _madvise():
     return _libc_madvise
 
 
-#: ``madvise`` advice that reclaims a range's pages now (Linux 5.4+), and the one that only unmaps them
-MADV_PAGEOUT = 21
-MADV_DONTNEED = 4
-
-
-def page_out(arr) -> bool:
-    """Give the pages of a read-only memory-mapped array back now: it is not read again soon, and
-    under a memory cgroup's cap its resident pages would stay ahead of pages that are
-    (``madvise(MADV_PAGEOUT)``: clean file pages are dropped from the page cache; where the kernel
-    has no such advice, ``MADV_DONTNEED`` unmaps them, the first the kernel reclaims). Its contents
-    stay the same: a page read again comes back from the file. Only a shared mapping (``mode`` "r" or
-    "r+"): a copy-on-write one ("c") would lose what was written to it. A hint: returns False where
-    nothing was done (not such a mapped array, not Linux).
-
-    >>> import numpy as np, tempfile, os
-    >>> p = os.path.join(tempfile.mkdtemp(), "a.npy"); np.save(p, np.arange(1 << 20))
-    >>> a = np.load(p, mmap_mode="r"); int(a[-1]); page_out(a); int(a.sum()) == (1 << 20) * ((1 << 20) - 1) // 2
-    1048575
-    True
-    True
-    """
-    if (not isinstance(arr, np.memmap) or getattr(arr, "mode", None) not in ("r", "r+")
-            or not arr.flags.c_contiguous or arr.nbytes == 0):
-        return False
-    fn = _madvise()
-    if not fn:
-        return False
-    page = mmap.PAGESIZE
-    start = -(-arr.ctypes.data // page) * page
-    end = (arr.ctypes.data + arr.nbytes) // page * page
-    if end <= start:
-        return False
-    if fn(start, end - start, MADV_PAGEOUT) != 0:        # EINVAL before Linux 5.4
-        fn(start, end - start, MADV_DONTNEED)
-    return True
-
-
 def prefault(arr: np.ndarray) -> np.ndarray:
     """Fault in the pages of a fresh array that is about to be written whole, in one system call
     (``madvise(MADV_POPULATE_WRITE)``), instead of one fault per 4 KiB page as it is written: on this

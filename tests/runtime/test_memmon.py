@@ -362,25 +362,3 @@ def test_stop_after_a_signal_ended_start_before_its_thread_ran(monkeypatch):
     monkeypatch.undo()
     mon.stop()                                   # no RuntimeError
     assert mon._thread is None and mon.samples
-
-
-@pytest.mark.parametrize("mode", ["r", "r+", "c"])
-def test_page_out_keeps_a_mapped_arrays_contents(tmp_path, mode):
-    # The pages of a shared mapping go back and come again from the file; a copy-on-write mapping
-    # is left alone (its written pages exist nowhere else).
-    import numpy as np
-
-    from bpe_core.runtime.memmon import page_out
-
-    path = tmp_path / "a.npy"
-    want = np.arange(3 << 20, dtype=np.int64)
-    np.save(path, want)
-    arr = np.load(path, mmap_mode=mode)
-    if mode == "c":
-        arr[5] = -1
-        want = want.copy()
-        want[5] = -1
-    assert int(arr[-1]) == (3 << 20) - 1          # resident now
-    assert page_out(arr) is (mode != "c")
-    assert np.array_equal(arr, want)
-    assert page_out(want) is False                 # not a mapped array: nothing to give back
