@@ -72,16 +72,17 @@ def _train_superbpe(config, table, report, plan, progress, init_merges, recorded
         word_info = prep.submit(lambda: (word_flags(table),
                                          word_classes(table) if config.stage2_skip_encoded else None))
         # the rows only when stage 2 will surely see the whole corpus: even one stage-1 token per byte
-        # of every pretoken fits its share (so the memory is what stage 2 would take anyway); a record
-        # with its span ends is read through each chunk's map instead (a few bytes a chunk word, no
-        # rewrite of the record), made while stage 1 runs whatever the share
+        # of every pretoken fits its share (so the memory is what stage 2 would take anyway). A record
+        # with its span ends is read through each chunk's map (a few bytes a chunk word, no rewrite of
+        # the record); otherwise its pretokens are rewritten to table rows, on one thread: stage 1 has
+        # the other core (two threads beside it slowed stage 1 by more than they gained: stage 1 + units
+        # 1.14-1.51 s against 0.99-1.41 s at 32k on en_train)
         text_bytes = int((np.diff(np.asarray(table.offsets, dtype=np.int64)) * table.counts).sum())
-        if recorded and all(len(r) > 5 for r in recorded):
-            record_info = prep.submit(record_word_maps, recorded, table)
-        elif recorded and rows_before_stage1(text_bytes, budget_share):
-            # on one thread: stage 1 has the other core (two threads beside it slowed stage 1 by more
-            # than they gained: stage 1 + units 1.14-1.51 s against 0.99-1.41 s at 32k on en_train)
-            record_info = prep.submit(record_table_rows, recorded, table, 1)
+        if recorded and rows_before_stage1(text_bytes, budget_share):
+            if all(len(r) > 5 for r in recorded):
+                record_info = prep.submit(record_word_maps, recorded, table)
+            else:
+                record_info = prep.submit(record_table_rows, recorded, table, 1)
 
     # ---- stage 1: plain BPE on the word table (all words, so rows stay aligned with the table)
     # Read-only engine arrays above MAP_THRESHOLD go to mapped files in the spill folder (docs/memory.md).
