@@ -584,6 +584,34 @@ def test_record_rows_before_or_after_stage1_train_the_same(tmp_path, monkeypatch
     assert not gate(text_bytes, text_bytes * superbpe.STAGE2_BYTES_PER_SYMBOL - 1)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_record_maps_before_or_after_stage1_train_the_same(tmp_path, monkeypatch, workers):
+    """A record with its span ends (as counting keeps it) is read through each chunk's map, made
+    beside stage 1 only when the budget's share surely holds stage 2 (``rows_before_stage1``), else
+    after stage 1: both routes, and the run without a budget, train the same merges and final token
+    count from the record; the gate is asked in both (a tight budget never makes the maps early)."""
+    from bpe_core.methods import superbpe
+    from bpe_core.methods.superbpe import units
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A<|endoftext|> the dog sat" * 80)
+    options = dict(input_path=str(path), vocab_size=330, method="superbpe", special_tokens=["<|endoftext|>"],
+                   chunk_bytes=900, num_workers=workers)
+    plain = bpe_core.train(bpe_core.TrainConfig(**options))
+    made = []
+    maps = units.record_word_maps
+    monkeypatch.setattr(superbpe.train, "record_word_maps", lambda *a: made.append("early") or maps(*a))
+    runs = {}
+    for early in (True, False):
+        monkeypatch.setattr(superbpe.train, "rows_before_stage1", lambda b, s, early=early: early)
+        made.clear()
+        runs[early] = bpe_core.train(bpe_core.TrainConfig(**options))
+        assert made == (["early"] if early else [])
+        assert runs[early].report["stage2_units_source"] == "record"
+        assert runs[early].model.merges == plain.model.merges
+        assert runs[early].report["superbpe"]["final_tokens"] == plain.report["superbpe"]["final_tokens"]
+
+
 def test_the_official_split_keeps_no_record(tmp_path, monkeypatch):
     """The official split pre-tokenizes the file again with its own regex, so the counting pass keeps
     no record for it (memory and counting time for nothing); the other splits keep one."""
