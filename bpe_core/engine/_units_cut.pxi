@@ -549,10 +549,15 @@ def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=Non
     if keep is not None and (keep.shape[0] == 0 or keep.shape[0] & (keep.shape[0] - 1)):
         raise ValueError("cut_pieces: a keep bitmap's size is a power of two")
     lv = list(levels) if keep is None else [None] * n_parts
+    # the tables are sized by the symbols their sequences cover, not by the parts' arrays: the
+    # halves of ``unit_halves`` share one array of symbols, which counted twice made every slot
+    # table twice the size its pieces need (SupraTok on 60 MB at 32k: 48 MiB of slots, all written
+    # when made, beside the units while they are cut; 24 MiB so: the cut's peak)
+    cdef int64_t n_cover = sum(int(p[1][len(p[1]) - 1] - p[1][0]) if len(p[1]) > 0 else 0 for p in parts)
     cdef _PieceTable table
     if n_parts == 1:
         sym, off, w, c = parts[0]
-        table = _PieceTable(n_sym)
+        table = _PieceTable(n_cover)
         table.add(sym, off, lv[0], w, c, min_level, 0, len(off) - 1, keep, None, guard)
         if consume:
             parts.clear()
@@ -561,8 +566,8 @@ def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=Non
     from concurrent.futures import ThreadPoolExecutor
     # the left tables take the right ones' pieces in (absorb): room for that from the start (their
     # slot tables then need not grow and rehash midway)
-    cdef _PieceTable left = _PieceTable(n_sym // 2), left_up = _PieceTable(n_sym // 2)
-    cdef _PieceTable right = _PieceTable(n_sym // 4), right_up = _PieceTable(n_sym // 4)
+    cdef _PieceTable left = _PieceTable(n_cover // 2), left_up = _PieceTable(n_cover // 2)
+    cdef _PieceTable right = _PieceTable(n_cover // 4), right_up = _PieceTable(n_cover // 4)
     with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-pieces") as ex:
         jobs = [ex.submit(t.add, sym, off, lv[i], w, c, min_level, 0, len(off) - 1, keep, up, guard)
                 for i, (t, up, (sym, off, w, c)) in enumerate(zip((left, right), (left_up, right_up), parts))]
