@@ -2055,13 +2055,41 @@ cdef class MergeEngine:
             pos = self._nxt(pos)
         return out
 
-    def weighted_length(self, const int64_t[::1] counts):
+    def weighted_length(self, const int64_t[::1] counts=None, const int64_t[::1] words=None):
         """``sum(word_lengths() * counts)`` in one pass, without the array of lengths (stage 2's
-        final token count: each word's symbols times how often its piece occurs)."""
-        cdef int64_t n_words = self.n_words, w, k = 0, end, n, total = 0
+        final token count: each word's symbols times how often its piece occurs).
+
+        ``counts=None``: each word's own count, the one the engine was built with (so a caller need
+        not keep its array of counts alive beside the engine: stage 2's pieces' weights).
+        ``words``: only these words (ids in increasing order, each once), ``counts[i]`` the count of
+        ``words[i]``: a few words' share without an array of counts for all (stage 2's pieces whose
+        count differs from their weight)."""
+        cdef int64_t n_words = self.n_words, w, k = 0, end, n, total = 0, i, prev = -1
         cdef const uint32_t* c = self.cells
-        if counts.shape[0] != n_words:
-            raise ValueError("weighted_length: one count per word")
+        if words is not None:
+            if counts is None or counts.shape[0] != words.shape[0]:
+                raise ValueError("weighted_length: one count per word listed")
+            for i in range(words.shape[0]):
+                if words[i] <= prev or words[i] >= n_words:
+                    raise ValueError("weighted_length: words listed once each, in increasing order, below n_words")
+                prev = words[i]
+            with nogil:
+                for i in range(words.shape[0]):
+                    w = words[i]
+                    end = self.wrec[w].end
+                    n = 0
+                    k = self._word_start(w)
+                    while k < end:
+                        n += 1 - (c[k] >> 31)
+                        k += 1
+                    total += n * counts[i]
+            return total
+        cdef const int64_t* given = NULL
+        if counts is not None:
+            if counts.shape[0] != n_words:
+                raise ValueError("weighted_length: one count per word")
+            if n_words > 0:
+                given = &counts[0]
         with nogil:
             for w in range(n_words):
                 end = self.wrec[w].end
@@ -2069,7 +2097,7 @@ cdef class MergeEngine:
                 while k < end:
                     n += 1 - (c[k] >> 31)
                     k += 1
-                total += n * counts[w]
+                total += n * (given[w] if given != NULL else self.wrec[w].count)
         return total
 
     def word_lengths(self):

@@ -182,3 +182,26 @@ def test_word_lengths_count_the_symbols_after_merges(words, n_merges):
     assert eng.word_lengths().tolist() == [len(eng.word(w)) for w in range(len(words))]
     counts = np.arange(len(words), dtype=np.int64) * 3 + 1
     assert eng.weighted_length(counts) == int((eng.word_lengths() * counts).sum())
+
+
+@given(st.lists(st.lists(st.integers(97, 100), min_size=0, max_size=25), min_size=1, max_size=40),
+       st.integers(0, 40), st.data())
+def test_weighted_length_of_own_counts_and_of_listed_words(words, n_merges, data):
+    """``weighted_length()`` takes each word's own count (the engine's, as built), and
+    ``weighted_length(counts, words)`` only the words listed, each with its count: the plain sums
+    of ``word_lengths()`` times the counts (stage 2's final counts without its arrays of counts)."""
+    syms = np.array([t for w in words for t in w], dtype=np.uint32)
+    offs = np.concatenate(([0], np.cumsum([len(w) for w in words]))).astype(np.int64)
+    own = np.array(data.draw(st.lists(st.integers(0, 9), min_size=len(words), max_size=len(words))), dtype=np.int64)
+    eng = MergeEngine(syms, offs, own, [bytes([i]) for i in range(256)])
+    eng.run(n_merges)
+    lengths = eng.word_lengths()
+    assert eng.weighted_length() == int((lengths * own).sum())
+    listed = np.array(sorted(data.draw(st.sets(st.integers(0, len(words) - 1)))), dtype=np.int64)
+    extra = np.arange(listed.size, dtype=np.int64) * 5 + 2
+    assert eng.weighted_length(extra, listed) == int((lengths[listed] * extra).sum())
+    with pytest.raises(ValueError):
+        eng.weighted_length(None, listed)            # listed words need their counts
+    if listed.size > 1:
+        with pytest.raises(ValueError):
+            eng.weighted_length(extra, listed[::-1].copy())     # in increasing order only
