@@ -276,10 +276,13 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     n_windows = sum(max(int(p[0].size) - (int(p[1].size) - 1), 0) for p in (parts or [(symbols, offsets)]))
     sample = cut_sample_bits(n_merges) if bounded and cut is None else 6
     bits = sketch_bits(n_windows) if sketch_size is None else sketch_size
-    if parts is not None:
-        sketch, sampled_counts, excess = pair_sketch_parts([p[:3] for p in parts], bits, sample)
-    else:
-        sketch, sampled_counts, excess = pair_sketch(symbols, offsets, weights, bits, sample, threads=threads)
+
+    def sketch_of(parts, symbols, offsets, weights) -> tuple:
+        if parts is not None:
+            return pair_sketch_parts([p[:3] for p in parts], bits, sample)
+        return pair_sketch(symbols, offsets, weights, bits, sample, threads=threads)
+
+    sketch, sampled_counts, excess = sketch_of(parts, symbols, offsets, weights)
     # Conservation, checked: the counters and what their caps left out hold every window's weight once,
     # and the pieces (and the one-symbol pieces) hold every stage-1 token of the units
     whole = parts or [(symbols, offsets, weights, counts)]
@@ -321,8 +324,18 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                 raise InternalError(f"stage 2's units listed again hold {again_tokens} stage-1 tokens in "
                                     f"{again_windows} windows, the first {units_tokens} in {n_windows}")
             released = False
+            if sketch is None:          # (let go after the last cut: counted again, the same counters)
+                sketch, _, excess = sketch_of(parts, symbols, offsets, weights)
+                if int(sketch.sum(dtype=np.uint64)) + excess != windows_weight:
+                    raise InternalError("stage 2's pair sketch of the units listed again holds "
+                                        f"{int(sketch.sum(dtype=np.uint64)) + excess} windows, the units {windows_weight}")
         # (a counter holds at most SKETCH_MAX: a cut above it keeps every capped counter's windows)
         keep = np.packbits(sketch >= min(cut, SKETCH_MAX), bitorder="little")
+        if regenerate is not None:
+            # the sketch serves only the next cut's bitmap, after a restart, which lists the units
+            # again: counted again from them then, it is not kept beside the cut's tables and the
+            # engine (8 MiB at 2**22 counters; SupraTok on 60 MB at 32k)
+            sketch = None
         guard = edges.guard if edges is not None and cut > 1 else None
         # (one part: cut_pieces(threads=threads), as its halves)
         cut_parts = parts if parts is not None else unit_halves(threads, symbols, offsets, weights, counts)
