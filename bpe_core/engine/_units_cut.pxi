@@ -127,6 +127,7 @@ cdef class _PieceTable:
     cdef int64_t single
     cdef bint oom
     cdef bint spent                      # its vectors went to arrays (to_arrays): it takes no more
+    cdef bint slotless                   # its slot table was given back (drop_slots): it takes no more
 
     def __cinit__(self, int64_t reserve):
         # room for a piece per 8 symbols at the start (en_train at 32k: 4.6 M pieces of 60 M
@@ -153,6 +154,14 @@ cdef class _PieceTable:
     def __dealloc__(self):
         free(self.slots)
         free(self.pslots)
+
+    def drop_slots(self):
+        """Give the slot table back (8 bytes a slot): the table takes no more pieces, but another can
+        still ``absorb`` it (which reads its pieces, not its slots) and it can still ``take`` another's
+        and turn into arrays (``cut_pieces_parts``: before the tables are joined)."""
+        free(self.slots)
+        self.slots = NULL
+        self.slotless = True
 
     cdef inline PairPieceSlot* _pair_slot_of(self, uint64_t key) noexcept nogil:
         """The slot of a two-symbol piece, or the empty slot where it would go."""
@@ -234,6 +243,8 @@ cdef class _PieceTable:
         nq[0] = nq[1] = 0
         if self.spent or (split and upper.spent):
             raise ValueError("cut_pieces: this piece table was turned into arrays")
+        if self.slotless or (split and upper.slotless):
+            raise ValueError("cut_pieces: this piece table gave its slots back")
         if self.oom or (split and upper.oom):
             raise MemoryError("cut_pieces: no memory for the piece table")
         with nogil:
@@ -353,6 +364,8 @@ cdef class _PieceTable:
         cdef PairPieceSlot* e
         if self.spent or other.spent:
             raise ValueError("cut_pieces: this piece table was turned into arrays")
+        if self.slotless:
+            raise ValueError("cut_pieces: this piece table gave its slots back")
         with nogil:
             self.single += other.single
             for p in range(<int64_t>other.pkeys.size()):
@@ -526,21 +539,36 @@ def cut_pieces(const sym_t[::1] symbols, const int64_t[::1] offsets, const uint3
                             guard=guard)
 
 
+def _add_parts(_PieceTable table, _PieceTable upper, list group, uint32_t min_level, keep, guard,
+               bint consume):
+    """One thread's parts of ``cut_pieces_parts`` (``group``: ``(part, levels)`` pairs), cut one after
+    the other into ``table`` and ``upper``; with ``consume`` each part's entry is let go before it is
+    cut and its arrays right after (the group held the last references: its memory is free then)."""
+    for i in range(len(group)):
+        (sym, off, w, c), lv = group[i]
+        if consume:
+            group[i] = None
+        table.add(sym, off, lv, w, c, min_level, 0, len(off) - 1, keep, upper, guard)
+        sym = off = w = c = lv = None
+
+
 def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=None, levels=None,
                      const uint8_t[::1] guard=None, bint consume=False):
-    """:func:`cut_pieces` over the sequences of one or two parts ``(symbols, offsets, weights,
+    """:func:`cut_pieces` over the sequences of one part or more ``(symbols, offsets, weights,
     counts)`` (each part's offsets are positions in its own symbols; ``levels``: one array per part,
-    when there is no ``keep``; ``guard`` as there), one thread per part: the pieces of ``cut_pieces``
-    on the parts joined, with the same weights and counts (tested). ``cut_pieces(threads=2)`` is
-    this on ``unit_halves(2, ...)`` of its sequences.
+    when there is no ``keep``; ``guard`` as there), one thread per part, or with more than two the
+    first :func:`half_at` parts on one thread and the rest on the other, each cut in turn: the
+    pieces of ``cut_pieces`` on the parts joined, with the same weights and counts (tested).
+    ``cut_pieces(threads=2)`` is this on ``unit_halves(2, ...)`` of its sequences.
 
-    ``consume``: the list ``parts`` is emptied once every sequence has been read, before the tables
-    are joined into the arrays (their peak): when it held the last references to the sequences
-    (the caller let them go), their memory is free for that."""
+    ``consume``: the list ``parts`` is emptied before the tables are joined into the arrays (their
+    peak), and with more than two parts each part goes as soon as it is cut (SupraTok's units come
+    in many: they go while the tables grow, not after): when it held the last references to the
+    sequences (the caller let them go), their memory is free for that."""
     cdef int64_t n_sym = sum(int(p[0].shape[0]) for p in parts)
     cdef int n_parts = len(parts)
-    if n_parts < 1 or n_parts > 2:
-        raise ValueError("cut_pieces_parts: one or two parts")
+    if n_parts < 1:
+        raise ValueError("cut_pieces_parts: one part or more")
     if n_sym >= <int64_t>0xFFFFFFFF:
         raise ValueError("too many symbols for uint32 piece ids")
     if keep is None and (levels is None or len(levels) != n_parts or
@@ -568,18 +596,28 @@ def cut_pieces_parts(list parts, uint32_t min_level, const uint8_t[::1] keep=Non
     # slot tables then need not grow and rehash midway)
     cdef _PieceTable left = _PieceTable(n_cover // 2), left_up = _PieceTable(n_cover // 2)
     cdef _PieceTable right = _PieceTable(n_cover // 4), right_up = _PieceTable(n_cover // 4)
+    cdef int64_t k = half_at(parts)
+    groups = [list(zip(parts[:k], lv[:k])), list(zip(parts[k:], lv[k:]))]
+    if consume:         # the groups hold the sequences now (each goes once cut: _add_parts)
+        parts.clear()
     with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-pieces") as ex:
-        jobs = [ex.submit(t.add, sym, off, lv[i], w, c, min_level, 0, len(off) - 1, keep, up, guard)
-                for i, (t, up, (sym, off, w, c)) in enumerate(zip((left, right), (left_up, right_up), parts))]
+        jobs = [ex.submit(_add_parts, t, up, g, min_level, keep, guard, consume)
+                for t, up, g in zip((left, right), (left_up, right_up), groups)]
         for j in jobs:
             j.result()
-        if consume:     # every sequence read: the sequences go before the tables are joined
-            jobs = None
-            parts.clear()
-        jobs = [ex.submit(left.absorb, right), ex.submit(left_up.absorb, right_up)]
-        for j in jobs:
-            j.result()
-        del right, right_up
+        jobs = groups = None    # every sequence read: the sequences go before the tables are joined
+        # The joins one at a time, the smaller first, each table given back once absorbed (and the
+        # slots of those absorbed first): run at once, both copies of the right tables' pieces were
+        # made while all four tables lived, the cut's peak once the units go as they are cut
+        # (SupraTok on 60 MB at 32k: the joins' rise 27 -> ~8 MiB; the same work, on one thread)
+        right.drop_slots()
+        right_up.drop_slots()
+        left_up.absorb(right_up)
+        del right_up
+        left.absorb(right)
+        del right
+        left.drop_slots()       # (take and to_arrays need no slots)
+        left_up.drop_slots()
         d1 = left.n_symbols()          # the second table's pieces after the first's, on both threads
         jobs = [ex.submit(left.take, left_up, 0, d1), ex.submit(left.take, left_up, 1, d1)]
         for j in jobs:

@@ -128,10 +128,35 @@ def unit_halves(int threads, symbols, offsets, *per_seq):
             (symbols, offsets[mid:]) + tuple(a[mid:] for a in per_seq)]
 
 
+def half_at(list parts):
+    """Where ``parts`` (one or more ``(symbols, offsets, ...)``, each offsets' positions in its own
+    symbols) are parted between two threads: the first ``k`` parts, as few as cover half of the
+    symbols their sequences cover (at least one, and one left for the second): 1 for two parts.
+
+    >>> p = lambda n: (None, np.array([0, n]))
+    >>> half_at([p(5), p(5)]), half_at([p(1), p(1), p(1), p(5)]), half_at([p(9), p(1), p(1)])
+    (1, 3, 1)
+    """
+    cdef int64_t total = 0, acc = 0, k = 0, n = len(parts)
+    covers = [int(p[1][len(p[1]) - 1] - p[1][0]) if len(p[1]) > 0 else 0 for p in parts]
+    total = sum(covers)
+    while k < n - 1 and (k == 0 or 2 * acc < total):
+        acc += covers[k]
+        k += 1
+    return k
+
+
+def _count_parts(_SketchPart t, list group, int sample_bits):
+    """One thread's parts of ``pair_sketch_parts``, counted one after the other into ``t``."""
+    for sym, off, w in group:
+        t.count(sym, off, w, 0, len(off) - 1, sample_bits)
+
+
 def pair_sketch_parts(list parts, int bits, int sample_bits=0):
-    """:func:`pair_sketch` over the sequences of one or two parts ``(symbols, offsets, weights)``
-    (each part's offsets are positions in its own symbols), one thread per part: the result of
-    ``pair_sketch`` on the parts joined (tested)."""
+    """:func:`pair_sketch` over the sequences of one part or more ``(symbols, offsets, weights)``
+    (each part's offsets are positions in its own symbols), one thread per part, or with more than
+    two the first :func:`half_at` parts on one thread and the rest on the other, each counted in
+    turn: the result of ``pair_sketch`` on the parts joined (tested)."""
     cdef uint64_t cap = 1 << 10
     cdef int64_t n_sym = sum(int(p[0].shape[0]) for p in parts)
     cdef int n_parts = len(parts)
@@ -139,9 +164,10 @@ def pair_sketch_parts(list parts, int bits, int sample_bits=0):
         raise ValueError(f"pair_sketch: bits must be in 3..30, not {bits}")
     if sample_bits < 0 or sample_bits > 16:
         raise ValueError(f"pair_sketch: sample_bits must be in 0..16, not {sample_bits}")
-    if n_parts < 1 or n_parts > 2:
-        raise ValueError("pair_sketch_parts: one or two parts")
-    while cap < <uint64_t>((n_sym >> sample_bits) // (4 * n_parts)) and cap < (<uint64_t>1 << 31):
+    if n_parts < 1:
+        raise ValueError("pair_sketch_parts: one part or more")
+    cdef int n_threads = 1 if n_parts == 1 else 2
+    while cap < <uint64_t>((n_sym >> sample_bits) // (4 * n_threads)) and cap < (<uint64_t>1 << 31):
         cap <<= 1       # as pair_levels: room for a sampled pair per 8 sampled windows
     cdef _SketchPart left = _SketchPart(bits, cap), right
     if n_parts == 1:
@@ -151,9 +177,9 @@ def pair_sketch_parts(list parts, int bits, int sample_bits=0):
     from concurrent.futures import ThreadPoolExecutor
     right = _SketchPart(bits, cap)
     sketches = (left, right)
+    cdef int64_t k = half_at(parts)
     with ThreadPoolExecutor(2, thread_name_prefix="bpe_core-sketch") as ex:
-        jobs = [ex.submit(t.count, sym, off, w, 0, len(off) - 1, sample_bits)
-                for t, (sym, off, w) in zip(sketches, parts)]
+        jobs = [ex.submit(_count_parts, t, g, sample_bits) for t, g in zip(sketches, (parts[:k], parts[k:]))]
         for j in jobs:
             j.result()
     over = _add_saturating(left.sketch_obj, right.sketch_obj)

@@ -899,6 +899,57 @@ def test_stage2_on_two_parts_equals_whole_units(units, n, cut, data):
     assert _as_dict(by_levels) == _as_dict(cut_pieces(symbols, offsets, levels, weights, counts, cut))
 
 
+def _many_parts(symbols, offsets, per_seq, ats):
+    """The sequences cut before each sequence of ``ats`` (sorted) into parts with arrays of their own."""
+    bounds = [0] + list(ats) + [offsets.size - 1]
+    parts = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        lo, hi = int(offsets[a]), int(offsets[b])
+        parts.append((symbols[lo:hi].copy(), offsets[a:b + 1] - lo) + tuple(x[a:b].copy() for x in per_seq))
+    return parts
+
+
+@settings(max_examples=100)
+@given(units_st, st.integers(0, 40), st.integers(1, 40), st.data())
+def test_stage2_on_many_parts_equals_whole_units(units, n, cut, data):
+    """The units given in any number of parts (SupraTok's listed units come in chunks: the first
+    ``half_at`` parts on one thread, the rest on the other, each cut in turn and let go once cut) give
+    the merges, tokens and final count of the whole units, restarts (listed again) included; so do
+    the sketch and the pieces, and a consuming cut leaves no part alive."""
+    import gc
+    import weakref
+    from bpe_core.engine.units import cut_pieces_parts, pair_sketch_parts
+
+    rules = Stage2Rules(distinct=True)
+    symbols, offsets, weights, counts = as_arrays(units)
+    ats = sorted(data.draw(st.lists(st.integers(0, len(units)), max_size=6)))
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, n, rules)
+
+    def listed():
+        parts = _many_parts(symbols, offsets, (weights, counts), ats)
+        return tuple([p[k] for p in parts] for k in range(4))
+
+    got = stage2_merges(*listed(), TOKENS, n, _allowed(rules, TOKENS), cut=cut, regenerate=listed)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final
+    parts = _many_parts(symbols, offsets, (weights, counts), ats)
+    whole = pair_sketch(symbols, offsets, weights, 5, 1)
+    split = pair_sketch_parts([p[:3] for p in parts], 5, 1)
+    assert np.array_equal(whole[0], split[0]) and sorted(whole[1].tolist()) == sorted(split[1].tolist())
+    assert whole[2] == split[2]
+    keep = np.packbits(whole[0] >= cut, bitorder="little")
+    one = cut_pieces(symbols, offsets, None, weights, counts, cut, keep=keep)
+    levels = pair_levels(symbols, offsets, weights)[0]
+    by_levels = cut_pieces_parts(parts, cut, levels=[levels[int(offsets[a]):int(offsets[a]) + p[0].size]
+                                                     for a, p in zip([0] + ats, parts)])
+    assert _as_dict(by_levels) == _as_dict(cut_pieces(symbols, offsets, levels, weights, counts, cut))
+    alive = [weakref.ref(p[0]) for p in parts]
+    many = cut_pieces_parts(parts, cut, keep=keep, consume=True)
+    gc.collect()
+    assert parts == [] and all(a() is None for a in alive)
+    assert _as_dict(one) == _as_dict(many) and one[4] == many[4]
+
+
 def test_stage2_refuses_a_sketch_or_pieces_that_lose_windows_or_tokens(monkeypatch):
     """The run-time totals of stage 2: a sketch that misses a window's weight, or pieces that miss a
     stage-1 token, stop the run (``InternalError``) instead of training on them."""
@@ -950,6 +1001,40 @@ def test_a_piece_table_turned_into_arrays_takes_no_more():
         a.absorb(_PieceTable(64))
     with pytest.raises(ValueError, match="turned into arrays"):
         a.to_arrays()
+
+
+def test_a_piece_table_without_slots_takes_no_more_but_is_absorbed_and_listed():
+    """``drop_slots`` (the cut gives the slot tables back before the joins): the table refuses pieces
+    and absorbing, but another absorbs it, and it takes another's and lists them, as with its slots."""
+    from bpe_core.engine._units import _PieceTable
+    syms = np.array([5, 6, 7, 5, 6, 8, 9, 9, 9, 5, 6, 7], np.uint32)
+    offs, w, c = np.array([0, 3, 6, 9, 12]), np.array([2, 1, 4, 3]), np.array([2, 1, 5, 3])
+    levels = np.array([9, 9, 0, 9, 9, 0, 9, 9, 0, 9, 9, 0], np.uint32)
+
+    def tables():
+        a, b = _PieceTable(64), _PieceTable(64)
+        a.add(syms, offs, levels, w, c, 2, 0, 2, None, None)
+        b.add(syms, offs, levels, w, c, 2, 2, 4, None, None)
+        return a, b
+
+    a, b = tables()
+    a.absorb(b)
+    want = a.to_arrays()
+    a, b = tables()
+    b.drop_slots()
+    with pytest.raises(ValueError, match="slots"):
+        b.add(syms, offs, levels, w, c, 2, 0, 1, None, None)
+    with pytest.raises(ValueError, match="slots"):
+        b.absorb(_PieceTable(64))
+    a.absorb(b)
+    a.drop_slots()
+    with pytest.raises(ValueError, match="slots"):
+        a.add(syms, offs, levels, w, c, 2, 0, 1, None, None)
+    got = a.to_arrays()
+    assert [x.tolist() for x in got[:4]] == [x.tolist() for x in want[:4]] and got[4] == want[4]
+    pieces = {tuple(got[0][got[1][k]:got[1][k + 1]].tolist()): (int(got[2][k]), int(got[3][k]))
+              for k in range(got[2].size)}
+    assert pieces == {(5, 6, 7): (5, 5), (5, 6, 8): (1, 1), (9, 9, 9): (4, 5)}
 
 
 @settings(max_examples=25, deadline=None)

@@ -331,6 +331,33 @@ def test_held_out_documents_are_scanned(tmp_path):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
+def test_pass2_units_in_chunks_train_as_in_one(tmp_path, monkeypatch, workers):
+    """Pass 2's listed units expanded in chunks (``PASS2_CHUNK_IDS``: many parts, each let go once
+    stage 2's cut has read it) train the merges and report of the units in one part, a restart
+    (listed again, in chunks) included."""
+    from bpe_core.methods import superbpe
+    from bpe_core.methods.supratok import passes
+    path = tmp_path / "c.txt"
+    path.write_bytes(b" the cat sat, 12 dogs.\n\n M'XX%,#'A=9&4@#0A=9&4@#0A=9&4@#0A=9&4@#0A\n"
+                     b"<|endoftext|> the dog sat on 3 mats, ve bir ev" * 60)
+    options = dict(input_path=str(path), vocab_size=360, method="supratok", special_tokens=["<|endoftext|>"],
+                   chunk_bytes=1000, num_workers=workers)
+    monkeypatch.setattr(passes, "PASS2_CHUNK_IDS", 1 << 40)
+    whole = bpe_core.train(bpe_core.TrainConfig(**options))
+    monkeypatch.setattr(passes, "PASS2_CHUNK_IDS", 37)
+    chunked = bpe_core.train(bpe_core.TrainConfig(**options))
+    monkeypatch.setattr(superbpe.stage2, "first_cut", lambda *a, **k: 10 ** 6)
+    again = bpe_core.train(bpe_core.TrainConfig(**options))
+    assert again.report["supratok"]["pass2_cut"]["restarts"] >= 1
+    for run in (chunked, again):
+        assert run.model.merges == whole.model.merges
+    assert chunked.report["supratok"] == whole.report["supratok"]
+    for info in (whole.report["supratok"], again.report["supratok"]):
+        info.pop("pass2_cut")
+    assert again.report["supratok"] == whole.report["supratok"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
 def test_a_pass2_restart_lists_the_documents_again_by_a_scan(tmp_path, monkeypatch, workers):
     """Without pass 3 the word-id units are let go before pass 2's engine; a first cut too high makes
     pass 2 start again, and the units are then listed by a scan of the file: the merges and the

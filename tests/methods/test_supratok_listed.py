@@ -15,7 +15,7 @@ from bpe_core.corpus.chunks import split_spans
 from bpe_core.engine.merge import MergeEngine
 from bpe_core.methods.superbpe import NUMERIC, stage2_table, word_classes, word_flags
 from bpe_core.methods.supratok.documents import UnitList, count_documents
-from bpe_core.methods.supratok.passes import listed_units_table
+from bpe_core.methods.supratok.passes import listed_units_table, unit_chunks
 from bpe_core.pretok.patterns import resolve_pattern
 from bpe_core.pretok.pretokenize import pretoken_ends
 from bpe_core.pretok.wordtable import WordTable
@@ -74,6 +74,14 @@ def test_listed_units_are_the_counted_units(tmp_path_factory, words, pattern, ch
         assert np.all(counts == 1)
         assert symbols.dtype == np.uint16           # (every pass-1 token id fits)
         got += _multiset(symbols, offsets, counts, encoded)
+        # in chunks of whole units (pass 2 lists them so): the same units, in the same order
+        chunks = [listed_units_table(c, table, seg_symbols, seg_offsets, numeric, token_lengths)
+                  for c in unit_chunks(part, max(1, chunk // 16))]
+        assert sum(int(c[1].size) - 1 for c in chunks) == offsets.size - 1
+        assert np.concatenate([c[0] for c in chunks]).tolist() == symbols.tolist()
+        assert np.concatenate([[0]] + [c[1][1:] + sum(int(d[0].size) for d in chunks[:k])
+                                       for k, c in enumerate(chunks)]).tolist() == offsets.tolist()
+        assert np.concatenate([c[3] for c in chunks]).tolist() == encoded.tolist()
     assert got == want
     # a sample is never listed (each unit is kept by a hash of the unit as counted)
     sampled = count_documents(*args[:7], 0.5, *args[8:], listed=True, **marks)
