@@ -64,6 +64,11 @@ cdef class MergeEngine:
         donate: ``symbols`` (a writable C-contiguous uint32 array) become the engine's cells, written
             in place, instead of being copied: the caller gives the array up (its contents are the
             engine's from then on). Otherwise, or for other symbols, they are copied.
+        let_go: ``[offsets, counts]`` (``offsets`` and ``counts`` passed as None): the caller gives the
+            two arrays up; the list is emptied at once and they go (when nothing else holds them) once
+            the pairs are counted, before the position lists are built, the build's peak (stage 2's
+            pieces: 16 bytes a piece less there; the words' counts and ends are in the engine's records
+            by then).
         tie_break: among pairs of equal count, ``"bytes"`` (default, CS336): the greatest
             ``(left_bytes, right_bytes)`` wins; ``"hf"`` (HF ``tokenizers``' BpeTrainer): the smallest
             pair of HF ranks, a byte's rank its GPT-2 character's place in the sorted alphabet
@@ -192,8 +197,8 @@ cdef class MergeEngine:
                  int64_t heap_batch=65536, spill_dir=None, int64_t map_threshold=64 << 20,
                  int64_t fill_buffer_bytes=256 << 20, count_t prune_below=0, int threads=1,
                  int64_t build_par_min=BUILD_PAR_MIN, bint donate=False, str tie_break="bytes",
-                 prune_spare=None, int64_t byte_count_min=BYTE_COUNT_MIN):
-        cdef int64_t n_words = counts.shape[0]
+                 prune_spare=None, int64_t byte_count_min=BYTE_COUNT_MIN, list let_go=None):
+        cdef int64_t n_words
         cdef int64_t i, w, n_sym
         cdef const uint8_t[::1] sym8
         cdef const token_id_t[::1] sym32
@@ -202,6 +207,14 @@ cdef class MergeEngine:
         cdef const uint8_t[::1] wview
         cdef int64_t lo, hi
         cdef uint8_t spare_it
+        if let_go is not None:
+            # the offsets and counts given up: held here alone, let go once read for the last time
+            if offsets is not None or counts is not None or len(let_go) != 2:
+                raise ValueError("let_go: [offsets, counts] in the list, and None for both arguments")
+            offsets = let_go[0]
+            counts = let_go[1]
+            let_go.clear()
+        n_words = counts.shape[0]
         self.build_seconds = {}
         self._clock = (_time.perf_counter(), _time.process_time())
         # symbols in an array.array (a small run's table): the engine's own arrays are array.array
@@ -480,6 +493,10 @@ cdef class MergeEngine:
             if n_tokens <= 256 and win_pid.size() == 0:
                 self._byte_pairs()
         self._lap("count")
+        if let_go is not None:
+            # (read for the last time above: the position lists, the build's peak, reuse their memory)
+            offsets = None
+            counts = None
         self._build_base(base_len, folder, map_threshold, fill_buffer_bytes,
                          win_pid.data() if win_pid.size() > 0 else NULL,
                          &half if self.build_threads else NULL, len_first, remap)

@@ -205,3 +205,28 @@ def test_weighted_length_of_own_counts_and_of_listed_words(words, n_merges, data
     if listed.size > 1:
         with pytest.raises(ValueError):
             eng.weighted_length(extra, listed[::-1].copy())     # in increasing order only
+
+
+@given(st.lists(st.lists(st.integers(97, 100), min_size=0, max_size=25), min_size=1, max_size=40),
+       st.integers(0, 40), st.sampled_from([1, 2]))
+def test_offsets_and_counts_let_go_build_the_same_engine(words, n_merges, threads):
+    """``let_go=[offsets, counts]`` (stage 2 gives its pieces' starts and weights up): the list is
+    emptied, the arrays are not kept (gone once the engine is built, nothing else holding them), and
+    the engine merges, counts and lists the words as one given the arrays."""
+    import gc
+    import weakref
+    syms = np.array([t for w in words for t in w], dtype=np.uint32)
+    offs = np.concatenate(([0], np.cumsum([len(w) for w in words]))).astype(np.int64)
+    counts = (np.arange(len(words), dtype=np.int64) * 7) % 5
+    tokens = [bytes([i]) for i in range(256)]
+    plain = MergeEngine(syms.copy(), offs, counts, tokens, threads=threads, build_par_min=1)
+    held = [offs.copy(), counts.copy()]
+    alive = [weakref.ref(a) for a in held]
+    eng = MergeEngine(syms.copy(), None, None, tokens, threads=threads, build_par_min=1, let_go=held)
+    gc.collect()
+    assert held == [] and all(a() is None for a in alive)
+    assert eng.run(n_merges) == plain.run(n_merges)
+    assert [eng.word(w) for w in range(len(words))] == [plain.word(w) for w in range(len(words))]
+    assert eng.weighted_length() == plain.weighted_length() == plain.weighted_length(counts)
+    with pytest.raises(ValueError, match="let_go"):
+        MergeEngine(syms.copy(), offs, None, tokens, let_go=[offs, counts])

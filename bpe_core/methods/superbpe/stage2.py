@@ -387,10 +387,14 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         # map), except the pairs of spared tokens (prune_spare: a rebuild of a token not spared from
         # the start of the run starts it again, sparing it)
         # the pieces' symbols become the engine's cells (donate: no copy, 4 bytes a symbol less)
-        engine = MergeEngine(data, starts, piece_weights, tokens, spill_dir=spill_dir,
+        # the pieces' starts and weights are given up too (let_go: gone before the engine's position
+        # lists, its build's peak; the weights are the engine's word counts now)
+        given_up = [starts, piece_weights]
+        del starts, piece_weights
+        engine = MergeEngine(data, None, None, tokens, spill_dir=spill_dir,
                              map_threshold=map_threshold, prune_below=cut if bounded else 0, threads=threads,
-                             donate=True, prune_spare=spare if edges is not None else None)
-        del data, starts, piece_weights          # (the weights: the engine's word counts now)
+                             donate=True, prune_spare=spare if edges is not None else None, let_go=given_up)
+        del data
         t3 = time.perf_counter()
         phase("merge loop")
         again = False
