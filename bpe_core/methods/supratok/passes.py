@@ -282,7 +282,7 @@ def listed_units_table(part: tuple, table: WordTable, seg_symbols: np.ndarray, s
 #: Pass 2's listed units are expanded in chunks of about this many word ids (``unit_chunks``): each
 #: chunk's arrays are their own, so stage 2's cut lets each go once it is cut, while its piece tables
 #: grow, instead of all the units after the last (``cut_pieces_parts(consume=)``). 60 MB at 32k:
-#: 13 chunks of ~1.2 M pass-1 tokens; the cut's peak 41 MB of units lower.
+#: 13 chunks of ~1.2 M pass-1 tokens, most of the units' 41 MB off the cut's peak.
 PASS2_CHUNK_IDS = 1 << 20
 
 
