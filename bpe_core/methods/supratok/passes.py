@@ -282,8 +282,10 @@ def listed_units_table(part: tuple, table: WordTable, seg_symbols: np.ndarray, s
 #: Pass 2's listed units are expanded in chunks of about this many word ids (``unit_chunks``): each
 #: chunk's arrays are their own, so stage 2's cut lets each go once it is cut, while its piece tables
 #: grow, instead of all the units after the last (``cut_pieces_parts(consume=)``). 60 MB at 32k:
-#: 13 chunks of ~1.2 M pass-1 tokens, most of the units' 41 MB off the cut's peak.
-PASS2_CHUNK_IDS = 1 << 20
+#: 4 chunks of ~3.9 M pass-1 tokens, the cut's peak 231-232 MiB (THP off); 2**20 ids (13 chunks)
+#: held it no lower (235-236) for more work a chunk (each expansion and numeric cut is set up
+#: again: callgrind on 5 MB at 8k, +1.0% instructions at 4 chunks, +2.2% at 9).
+PASS2_CHUNK_IDS = 1 << 22
 
 
 def unit_chunks(part: tuple, max_ids: int) -> list:
