@@ -538,8 +538,9 @@ def test_narrow_units_read_one_record_a_word_and_list_the_general_path(n_words, 
     """``id_unit_stream(narrow=True)`` with a segmentation (its own loop: one 32-byte record a word)
     lists what the general loop lists as uint32: random flags (numeric, whitespace at either end),
     class counts that make some regions look encoded, words of 0 to 3 stage-1 tokens, spans, the ids
-    in segments, any room asked for, with or without a sample (a sampled stream takes the general
-    loop); a word of more than 65535 tokens takes the general loop."""
+    in segments, any room asked for, with or without a sample (drawn in the narrow loop as in the
+    general one: ``_narrow_close``, ``_narrow_region``); a word of more than 65535 tokens takes the
+    general loop."""
     from bpe_core.engine.units import id_unit_stream
     rng = np.random.default_rng(seed)
     ids = np.array([i % n_words for i in ids], dtype=np.uint32)
@@ -567,6 +568,41 @@ def test_narrow_units_read_one_record_a_word_and_list_the_general_path(n_words, 
     with pytest.raises(ValueError, match="not below"):
         id_unit_stream(np.concatenate((ids, [n_words])).astype(np.uint32), np.array([0, ids.size + 1]), flags,
                        cut_spaces, classes, seg_symbols, seg_offsets, marks=False, narrow=True)
+
+
+@pytest.mark.parametrize("cut_spaces", [False, True])
+@pytest.mark.parametrize("keep_below", [1 << 63, 3 << 62, 1 << 61])
+def test_narrow_units_sample_encoded_regions_as_the_general_path(cut_spaces, keep_below):
+    """A sample in the narrow loop with regions that look encoded: a unit of such a region is drawn
+    by the hash of its word ids with ``ENCODED_MARK`` after them, as in the general loop; long
+    streams (many regions, encoded and not, numeric words, empty words) so that the sample and the
+    mark both decide units (checked: some units kept, some left out, some flagged)."""
+    from bpe_core.engine.units import id_unit_stream
+    rng = np.random.default_rng(11)
+    n_words = 40
+    flags = rng.integers(0, 8, n_words).astype(np.uint8)
+    flags[:20] &= ~np.uint8(1)                    # the base64-like words are not numeric
+    classes = np.zeros((n_words, 5), dtype=np.int32)
+    classes[:20] = [20, 0, 8, 8, 4]               # base64-like
+    classes[20:] = [5, 1, 0, 4, 0]                # prose-like
+    lens = rng.integers(0, 4, n_words)
+    seg_offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    seg_symbols = rng.integers(0, 60000, int(seg_offsets[-1])).astype(np.uint32)
+    runs = [rng.integers(0, 20, int(rng.integers(5, 40))) if rng.integers(0, 2) else
+            rng.integers(20, 40, int(rng.integers(1, 12))) for _ in range(300)]
+    ids = np.concatenate(runs).astype(np.uint32)
+    # a span every few runs (a region ends at a span's end, and at a whitespace cut with cut_spaces)
+    ends = np.cumsum([r.size for r in runs])[::3]
+    breaks = np.unique(np.concatenate(([0], ends, [ids.size]))).astype(np.int64)
+    seg = (seg_symbols, seg_offsets)
+    want = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, marks=False, keep_below=keep_below)
+    got = id_unit_stream([ids[:1000], ids[1000:]], breaks, flags, cut_spaces, classes, *seg, marks=False,
+                         narrow=True, keep_below=keep_below)
+    assert got[0].dtype == np.uint16 and got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist() and got[2:4] == want[2:4]
+    assert got[4].tolist() == want[4].tolist()
+    every = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, marks=False)
+    assert 0 < got[3] < got[2] == every[2] and 0 < int(got[4].sum()) < got[4].size   # a real test
 
 
 def test_narrow_units_refuse_what_does_not_fit():
