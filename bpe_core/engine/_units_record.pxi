@@ -420,7 +420,10 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
 
     ``narrow=True`` (with ``marks=False`` and every id written below 65536: stage-1 tokens of a
     vocabulary under 64 Ki): the output is uint16, half the bytes to write and for stage 2 to read
-    (the same values; ``ValueError`` when an id does not fit).
+    (the same values; ``ValueError`` when an id does not fit). With a segmentation it takes its own
+    loop (``_narrow_units``: one 32-byte record a word, made for the call); with a sample too, unless
+    those records would take more than the units' room (``reserve``, 2 bytes a token): then the
+    general loop (the same units).
 
     ``keep_below``: a sample, as ``chunk_unit_stream(keep_below=)`` draws it (a unit stays when the
     hash of its word ids, with ``ENCODED_MARK`` in a region that looks encoded, is below it).
@@ -526,6 +529,13 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
     cdef vector[UnitWord] uwords
     cdef int64_t fast_kept = 0
     cdef bint fits = narrow and seg_off != NULL and seg_off[n_words] <= <int64_t>0xFFFFFFFF
+    # A sample is drawn where stage 2's budget cannot hold all the units: there the words' records
+    # (32 bytes a word of the table, per call) must not cost more than the units it writes (2 bytes
+    # a token, ``reserve``), so the listing stays far inside the share the sample was sized for (32
+    # bytes a token); a corpus of many words under a tight budget (15 GB, 18.5 M words, 2 GB) takes
+    # the general loop as before.
+    if st.sampled and <uint64_t>n_words * sizeof(UnitWord) > <uint64_t>max(reserve, n_ids) * sizeof(uint16_t):
+        fits = False
     if fits:
         uwords.resize(n_words)
         with nogil:
