@@ -1,6 +1,7 @@
 """SuperBPE stage 2 on pieces (``superbpe.stage2_merges``): the same merges, tokens and final token
 count as one engine run on the whole units, for any first cut (restarts included)."""
 import functools
+import os
 import random
 from collections import Counter
 
@@ -1082,3 +1083,32 @@ def test_long_sequences_cut_in_blocks_equal_plain_python(seed, alphabet, bits, c
                          keep=keep if by is bound_of else None, guard=g if guard_on else None)
         want, single = _plain_cut_pieces(seqs, weights, counts, cut_after)
         assert _as_dict(got) == want and got[4] == single
+
+
+@pytest.mark.parametrize("threshold", [1, 1 << 40])
+def test_stage2_builds_on_two_threads_only_from_its_threshold(monkeypatch, threshold):
+    """``stage2_merges(threads=2)`` builds its engine on two threads only from
+    ``STAGE2_BUILD_PAR_MIN`` windows (``MergeEngine(build_par_min=)``; the loop's merges of many sites
+    still take both), and the merges, tokens and final count are those of the whole units either way."""
+    from bpe_core.methods.superbpe import stage2 as stage2_module
+    _, symbols, offsets, weights = random_units(3, 12, 40_000, 2_000, 4)
+    counts = weights + 1
+    rules = Stage2Rules(distinct=True)
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, 60, rules)
+    built = []
+
+    class Spy(MergeEngine):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append((kwargs.get("build_par_min"), self.build_threads))
+
+    monkeypatch.setattr(stage2_module, "MergeEngine", Spy)
+    monkeypatch.setattr(stage2_module, "STAGE2_BUILD_PAR_MIN", threshold)
+    got = stage2_merges(symbols, offsets, weights, counts, TOKENS, 60, _allowed(rules, TOKENS), threads=2)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final
+    assert built and all(par_min == threshold for par_min, _ in built)
+    if threshold > 1:
+        assert not any(two for _, two in built)
+    else:           # (a machine with one usable core builds on one thread whatever the threshold)
+        assert all(two for _, two in built) or len(os.sched_getaffinity(0)) < 2
