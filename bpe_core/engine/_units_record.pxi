@@ -529,12 +529,16 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
     cdef vector[UnitWord] uwords
     cdef int64_t fast_kept = 0
     cdef bint fits = narrow and seg_off != NULL and seg_off[n_words] <= <int64_t>0xFFFFFFFF
+    # the narrow loop's output is sized (and its pages touched) at once: for the room hoped for, and
+    # with a sample for the tokens the sample keeps (``reserve``), not one a pretoken of the input (at
+    # a sample of 0.36 that held twice the tokens listed until stage 2 cut them)
+    cdef int64_t room = reserve if (st.sampled and reserve > 0) else max(reserve, n_ids)
     # A sample is drawn where stage 2's budget cannot hold all the units: there the words' records
     # (32 bytes a word of the table, per call) must not cost more than the units it writes (2 bytes
-    # a token, ``reserve``), so the listing stays far inside the share the sample was sized for (32
-    # bytes a token); a corpus of many words under a tight budget (15 GB, 18.5 M words, 2 GB) takes
-    # the general loop as before.
-    if st.sampled and <uint64_t>n_words * sizeof(UnitWord) > <uint64_t>max(reserve, n_ids) * sizeof(uint16_t):
+    # a token of ``room``), so the listing stays far inside the share the sample was sized for (32
+    # bytes a token); the 1 GB corpus (0.988) takes the narrow loop, 60 MB under 250M (0.36) and the
+    # 15 GB corpus under 2 GB (18.5 M words) the general loop as before.
+    if st.sampled and <uint64_t>n_words * sizeof(UnitWord) > <uint64_t>room * sizeof(uint16_t):
         fits = False
     if fits:
         uwords.resize(n_words)
@@ -550,7 +554,7 @@ def id_unit_stream(ids, const int64_t[::1] breaks, const uint8_t[::1] flags,
                     uwords[k].cls[i] = word_classes[k, i] if regions else 0
     if fits:
         # the common case (stage 2's units from the record): one function, the same units (tested)
-        out16.resize(max(reserve, n_ids) + 16)
+        out16.resize(room + 16)
         with nogil:
             fast_seen = _narrow_units(&ac, n_ids, &breaks[0], breaks.shape[0], uwords.data(), n_words,
                                       cut_spaces,
