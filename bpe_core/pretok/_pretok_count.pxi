@@ -2,23 +2,26 @@
 # The Python entry point for counting (count_pretokens) and its outputs: a table's entries as
 # arrays, lent buffers, the record ids.
 
-cdef object _table_to_arrays(CountTable* t, bint presorted=False, bint numpy=True):
+cdef object _table_to_arrays(CountTable* t, bint presorted=False, bint numpy=True,
+                             const uint32_t* sorted_order=NULL):
     """Sort the entries by bytes (unless ``presorted``) and copy them out as (arena, offsets, counts):
     numpy arrays, or ``array.array`` (``"B"``, ``"q"``, ``"q"``) when not ``numpy``.
 
     The sort orders entry numbers by 24-byte keys (``bpe_sort_keys``), then the copy reads the
-    entries in that order: the entries themselves are not moved.
+    entries in that order: the entries themselves are not moved. ``sorted_order``: that order,
+    made by the caller (``_record_to_arrays``; not freed here): no sort.
     """
     cdef Py_ssize_t i, n_words = t.n_entries, n_bytes = 0, pos = 0
     cdef Entry* entries = t.entries
     cdef Entry* e
     cdef uint32_t* order = NULL
+    cdef const uint32_t* by = sorted_order
     cdef int status = 0
     cdef uint8_t[::1] arena_view
     cdef int64_t[::1] offsets_view
     cdef int64_t[::1] counts_view
     cdef uint8_t* out
-    if n_words > 1 and not presorted:
+    if n_words > 1 and not presorted and by == NULL:
         order = <uint32_t*>malloc(n_words * sizeof(uint32_t))
         if order == NULL:
             raise MemoryError("count_pretokens: cannot allocate the sort order of the table")
@@ -26,6 +29,7 @@ cdef object _table_to_arrays(CountTable* t, bint presorted=False, bint numpy=Tru
         with nogil:
             if order != NULL:
                 status = bpe_sort_keys[Entry, EntryLess](order, n_words, entries, _entry_less)
+                by = order
             for i in range(n_words):
                 n_bytes += entries[i].length
         if status != 0:
@@ -37,7 +41,7 @@ cdef object _table_to_arrays(CountTable* t, bint presorted=False, bint numpy=Tru
         out = &arena_view[0] if n_bytes > 0 else NULL
         with nogil:
             for i in range(n_words):
-                e = &entries[order[i] if order != NULL else i]
+                e = &entries[by[i] if by != NULL else i]
                 offsets_view[i] = pos
                 counts_view[i] = e.count
                 memcpy(out + pos, e.ptr, e.length)
@@ -101,16 +105,17 @@ cdef object _record_to_arrays(CountTable* t, IdBuf* rec, bint by_entry=False):
     """``_table_to_arrays`` plus ``ids``: each recorded entry number as its row in the sorted table.
 
     Sorts an index array rather than the entries (``bpe_sort_keys``: 24-byte keys, the heads decide
-    nearly every comparison), so it knows where each entry went (``rank[old] = new``), moves the
-    entries into that order, then maps the ids through ``rank`` in place; the ids' buffer becomes
-    the array's memory (taken from ``rec``: no copy). ``by_entry``: the ids stay entry numbers (in
-    the order the words were first seen) and ``rank`` comes after them, the row of each.
+    nearly every comparison), so it knows where each entry went (``rank[old] = new``), copies the
+    entries out in that order (``_table_to_arrays(sorted_order=)``: the entries are not moved, which
+    took a fresh copy of them, 40 B a word, each chunk), then maps the ids through ``rank`` in place;
+    the ids' buffer becomes the array's memory (taken from ``rec``: no copy). ``by_entry``: the ids
+    stay entry numbers (in the order the words were first seen) and ``rank`` comes after them, the
+    row of each.
     """
     cdef Py_ssize_t i, n_words = t.n_entries, n_ids = rec.n
     cdef int status = 0
     cdef uint32_t* order = NULL
     cdef uint32_t* rank = NULL
-    cdef Entry* moved = NULL
     cdef uint32_t* data = rec.data
     cdef _OwnedIds held
     cdef uint32_t[::1] rows_view
@@ -118,8 +123,7 @@ cdef object _record_to_arrays(CountTable* t, IdBuf* rec, bint by_entry=False):
         if n_words > 0:
             order = <uint32_t*>malloc(n_words * sizeof(uint32_t))
             rank = <uint32_t*>malloc(n_words * sizeof(uint32_t))
-            moved = <Entry*>malloc(n_words * sizeof(Entry))
-            if order == NULL or rank == NULL or moved == NULL:
+            if order == NULL or rank == NULL:
                 raise MemoryError("count_pretokens: cannot allocate the sort order of the table")
             with nogil:
                 status = bpe_sort_keys[Entry, EntryLess](order, n_words, t.entries, _entry_less)
@@ -127,12 +131,8 @@ cdef object _record_to_arrays(CountTable* t, IdBuf* rec, bint by_entry=False):
                 raise MemoryError("count_pretokens: cannot allocate the sort keys of the table")
             with nogil:
                 for i in range(n_words):
-                    moved[i] = t.entries[order[i]]
                     rank[order[i]] = <uint32_t>i
-            free(t.entries)
-            t.entries = moved
-            moved = NULL
-        out = _table_to_arrays(t, True)
+        out = _table_to_arrays(t, False, True, order)
         if by_entry:
             id_rows = np.empty(n_words, dtype=np.uint32)
             if n_words > 0:
@@ -152,7 +152,6 @@ cdef object _record_to_arrays(CountTable* t, IdBuf* rec, bint by_entry=False):
     finally:
         free(order)
         free(rank)
-        free(moved)
 
 
 

@@ -68,7 +68,11 @@ cdef int _table_init(CountTable* t, Py_ssize_t capacity) noexcept nogil:
     t.slots = <uint64_t*>bpe_table_alloc(capacity * sizeof(uint64_t))
     t.mask = capacity - 1
     t.cap_entries = capacity // 2
-    t.entries = <Entry*>bpe_table_alloc(t.cap_entries * sizeof(Entry))
+    # the entries are written as words come and never read past ``n_entries``: plain ``malloc``, so
+    # a page is touched only when a word reaches it (no zeroing, no huge page asked for), and the
+    # table grows by ``realloc`` (a large block is moved by remapping, not copied): SuperBPE's record
+    # counts each chunk in a fresh table of its own, which zeroed and copied ~8 MB a 7.5 MB chunk
+    t.entries = <Entry*>malloc(t.cap_entries * sizeof(Entry))
     t.n_entries = 0
     return 0 if (t.slots != NULL and t.entries != NULL) else -1
 
@@ -81,17 +85,18 @@ cdef void _table_free(CountTable* t) noexcept nogil:
 
 
 cdef int _table_grow(CountTable* t) noexcept nogil:
-    """Double the capacity: a new slot array, the entries array extended in place."""
+    """Double the capacity: a new slot array, the entries array extended (``realloc``: the
+    entries stay where their numbers say, only their block may move)."""
     cdef Py_ssize_t cap = (t.mask + 1) * 2, i, idx
     cdef uint64_t h
     cdef uint64_t* slots = <uint64_t*>bpe_table_alloc(cap * sizeof(uint64_t))
-    cdef Entry* entries = <Entry*>bpe_table_alloc((cap // 2) * sizeof(Entry))
-    if slots == NULL or entries == NULL:
-        free(slots)
-        free(entries)
+    cdef Entry* entries
+    if slots == NULL:
         return -1
-    memcpy(entries, t.entries, t.n_entries * sizeof(Entry))
-    free(t.entries)
+    entries = <Entry*>realloc(t.entries, (cap // 2) * sizeof(Entry))
+    if entries == NULL:         # (t.entries is still the table's, freed with it)
+        free(slots)
+        return -1
     for i in range(t.n_entries):
         h = _hash(entries[i].w0, entries[i].w1, entries[i].ptr, entries[i].length)
         idx = h & (cap - 1)

@@ -1,6 +1,7 @@
 """SuperBPE stage 2 on pieces (``superbpe.stage2_merges``): the same merges, tokens and final token
 count as one engine run on the whole units, for any first cut (restarts included)."""
 import functools
+import os
 import random
 from collections import Counter
 
@@ -538,8 +539,9 @@ def test_narrow_units_read_one_record_a_word_and_list_the_general_path(n_words, 
     """``id_unit_stream(narrow=True)`` with a segmentation (its own loop: one 32-byte record a word)
     lists what the general loop lists as uint32: random flags (numeric, whitespace at either end),
     class counts that make some regions look encoded, words of 0 to 3 stage-1 tokens, spans, the ids
-    in segments, any room asked for, with or without a sample (a sampled stream takes the general
-    loop); a word of more than 65535 tokens takes the general loop."""
+    in segments, any room asked for, with or without a sample (drawn in the narrow loop as in the
+    general one: ``_narrow_close``, ``_narrow_region``); a word of more than 65535 tokens takes the
+    general loop."""
     from bpe_core.engine.units import id_unit_stream
     rng = np.random.default_rng(seed)
     ids = np.array([i % n_words for i in ids], dtype=np.uint32)
@@ -567,6 +569,41 @@ def test_narrow_units_read_one_record_a_word_and_list_the_general_path(n_words, 
     with pytest.raises(ValueError, match="not below"):
         id_unit_stream(np.concatenate((ids, [n_words])).astype(np.uint32), np.array([0, ids.size + 1]), flags,
                        cut_spaces, classes, seg_symbols, seg_offsets, marks=False, narrow=True)
+
+
+@pytest.mark.parametrize("cut_spaces", [False, True])
+@pytest.mark.parametrize("keep_below", [1 << 63, 3 << 62, 1 << 61])
+def test_narrow_units_sample_encoded_regions_as_the_general_path(cut_spaces, keep_below):
+    """A sample in the narrow loop with regions that look encoded: a unit of such a region is drawn
+    by the hash of its word ids with ``ENCODED_MARK`` after them, as in the general loop; long
+    streams (many regions, encoded and not, numeric words, empty words) so that the sample and the
+    mark both decide units (checked: some units kept, some left out, some flagged)."""
+    from bpe_core.engine.units import id_unit_stream
+    rng = np.random.default_rng(11)
+    n_words = 40
+    flags = rng.integers(0, 8, n_words).astype(np.uint8)
+    flags[:20] &= ~np.uint8(1)                    # the base64-like words are not numeric
+    classes = np.zeros((n_words, 5), dtype=np.int32)
+    classes[:20] = [20, 0, 8, 8, 4]               # base64-like
+    classes[20:] = [5, 1, 0, 4, 0]                # prose-like
+    lens = rng.integers(0, 4, n_words)
+    seg_offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    seg_symbols = rng.integers(0, 60000, int(seg_offsets[-1])).astype(np.uint32)
+    runs = [rng.integers(0, 20, int(rng.integers(5, 40))) if rng.integers(0, 2) else
+            rng.integers(20, 40, int(rng.integers(1, 12))) for _ in range(300)]
+    ids = np.concatenate(runs).astype(np.uint32)
+    # a span every few runs (a region ends at a span's end, and at a whitespace cut with cut_spaces)
+    ends = np.cumsum([r.size for r in runs])[::3]
+    breaks = np.unique(np.concatenate(([0], ends, [ids.size]))).astype(np.int64)
+    seg = (seg_symbols, seg_offsets)
+    want = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, marks=False, keep_below=keep_below)
+    got = id_unit_stream([ids[:1000], ids[1000:]], breaks, flags, cut_spaces, classes, *seg, marks=False,
+                         narrow=True, keep_below=keep_below)
+    assert got[0].dtype == np.uint16 and got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist() and got[2:4] == want[2:4]
+    assert got[4].tolist() == want[4].tolist()
+    every = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, marks=False)
+    assert 0 < got[3] < got[2] == every[2] and 0 < int(got[4].sum()) < got[4].size   # a real test
 
 
 def test_narrow_units_refuse_what_does_not_fit():
@@ -1131,3 +1168,32 @@ def test_long_sequences_cut_in_blocks_equal_plain_python(seed, alphabet, bits, c
                          keep=keep if by is bound_of else None, guard=g if guard_on else None)
         want, single = _plain_cut_pieces(seqs, weights, counts, cut_after)
         assert _as_dict(got) == want and got[4] == single
+
+
+@pytest.mark.parametrize("threshold", [1, 1 << 40])
+def test_stage2_builds_on_two_threads_only_from_its_threshold(monkeypatch, threshold):
+    """``stage2_merges(threads=2)`` builds its engine on two threads only from
+    ``STAGE2_BUILD_PAR_MIN`` windows (``MergeEngine(build_par_min=)``; the loop's merges of many sites
+    still take both), and the merges, tokens and final count are those of the whole units either way."""
+    from bpe_core.methods.superbpe import stage2 as stage2_module
+    _, symbols, offsets, weights = random_units(3, 12, 40_000, 2_000, 4)
+    counts = weights + 1
+    rules = Stage2Rules(distinct=True)
+    steps, tokens, final = whole_units(symbols, offsets, weights, counts, 60, rules)
+    built = []
+
+    class Spy(MergeEngine):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append((kwargs.get("build_par_min"), self.build_threads))
+
+    monkeypatch.setattr(stage2_module, "MergeEngine", Spy)
+    monkeypatch.setattr(stage2_module, "STAGE2_BUILD_PAR_MIN", threshold)
+    got = stage2_merges(symbols, offsets, weights, counts, TOKENS, 60, _allowed(rules, TOKENS), threads=2)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.tokens == tokens and got.final_tokens == final
+    assert built and all(par_min == threshold for par_min, _ in built)
+    if threshold > 1:
+        assert not any(two for _, two in built)
+    else:           # (a machine with one usable core builds on one thread whatever the threshold)
+        assert all(two for _, two in built) or len(os.sched_getaffinity(0)) < 2

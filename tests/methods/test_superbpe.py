@@ -152,6 +152,46 @@ def test_sampling_is_reported_and_deterministic(fixtures_dir, monkeypatch):
     assert runs[0].merges == runs[1].merges
 
 
+@pytest.mark.parametrize("was_on", [True, False])
+def test_the_collector_is_paused_while_superbpe_trains_and_as_it_was_after(fixtures_dir, monkeypatch, was_on):
+    """``train_superbpe`` pauses Python's cyclic garbage collector (stage 2 sees it off) and leaves it
+    as it found it, also when training fails; the merges are those of a run in which a collection is
+    forced before stage 2 (the pause changes no result)."""
+    import gc
+    from bpe_core.methods import superbpe
+    seen = []
+    real = superbpe.train.stage2_merges
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    def config():
+        return bpe_core.TrainConfig(fixtures_dir / "corpus.en", 600, method="superbpe", num_workers=1)
+
+    monkeypatch.setattr(superbpe.train, "stage2_merges", spy)
+    before = gc.isenabled()
+    try:
+        (gc.enable if was_on else gc.disable)()
+        paused = bpe_core.train(config())
+        assert seen == [False] and gc.isenabled() is was_on
+
+        def collected(*args, **kwargs):        # the same run, a collection forced before stage 2
+            gc.collect()
+            return real(*args, **kwargs)
+        monkeypatch.setattr(superbpe.train, "stage2_merges", collected)
+        assert bpe_core.train(config()).merges == paused.merges
+
+        def fails(*args, **kwargs):
+            raise RuntimeError("stage 2 failed")
+        monkeypatch.setattr(superbpe.train, "stage2_merges", fails)
+        with pytest.raises(RuntimeError, match="stage 2 failed"):
+            bpe_core.train(config())
+        assert gc.isenabled() is was_on
+    finally:
+        (gc.enable if before else gc.disable)()
+
+
 def test_a_sampled_stage2_does_not_follow_the_process_size(fixtures_dir, monkeypatch):
     """Under a budget that makes stage 2 sample, the sample (and so the merges) does not change with
     a few KB more or less in the process when it planned (its RSS is measured: two runs of one

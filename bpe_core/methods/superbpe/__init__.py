@@ -48,8 +48,9 @@ The package, by job (each module imports only those above it):
 - ``method``: the registry's ``SuperBPE`` method (registered on import) and the model-file marks.
 
 This ``__init__`` re-exports the names other modules and the tests use
-(``from bpe_core.methods.superbpe import stage2_merges``); a test that replaces a name the code looks
-up patches the module that uses it (``superbpe.stage2``, ``superbpe.train``).
+(``from bpe_core.methods.superbpe import stage2_merges``; those of ``export`` and ``encoder`` when first
+asked for, as training needs neither); a test that replaces a name the code looks up patches the
+module that uses it (``superbpe.stage2``, ``superbpe.train``).
 """
 from .rules import (DEFAULT_TRANSITION, SPLITS, Stage2Rules, model_split, normal_split,  # noqa: F401
                     resolve_transition, valid_rules)
@@ -68,6 +69,21 @@ from .stage2 import (FRACTION_STEPS, MAP_THRESHOLD, OVERHEAD_STEP, STAGE2_BYTES_
                      Stage2Result, cut_sample_bits, first_cut, rows_before_stage1, sample_fraction, sketch_bits,
                      stage2_budget_share, stage2_huge_pages, stage2_merges, unit_weights)
 from .train import train_superbpe  # noqa: F401
-from .export import HF_SPLIT_CL100K, HF_SPLIT_GPT2, HF_SPLIT_UNITS_GPT2, hf_split_regex  # noqa: F401
-from .encoder import StageAwareEncoder  # noqa: F401
 from .method import SuperBPE, check_stage_marks  # noqa: F401  (registers the method)
+
+#: names of ``export`` and ``encoder``, imported when first asked for: training never needs them, and
+#: the encoder brings the whole tokenizer package (``bpe_core.encode``, its native module, the model
+#: files' formats: ~20 ms of a SuperBPE run's CPU that plain BPE does not spend)
+_LAZY = {"HF_SPLIT_CL100K": "export", "HF_SPLIT_GPT2": "export", "HF_SPLIT_UNITS_GPT2": "export",
+         "hf_split_regex": "export", "StageAwareEncoder": "encoder"}
+
+
+def __getattr__(name: str):
+    """The names of ``_LAZY``: their module imported on first use (``from bpe_core.methods.superbpe
+    import StageAwareEncoder`` works as before)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,15 +1,19 @@
 """The ``"superbpe"`` method of the registry (:class:`SuperBPE`: its checks, training, stage-aware
 encoder and export notes) and the check of the stage-2 marks a model file carries
-(:func:`check_stage_marks`, shared with SupraTok). Registered when ``bpe_core`` is imported."""
+(:func:`check_stage_marks`, shared with SupraTok). Registered when ``bpe_core`` is imported. The encoder
+and the export's split are imported where they are used: a training run needs neither."""
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from ...errors import ModelFormatError
 from ...formats import registry
 from ...formats.model import Model
-from .encoder import StageAwareEncoder
-from .export import hf_split_regex
 from .rules import SPLITS, model_split, normal_split, resolve_transition, valid_rules
 from .train import train_superbpe
+
+if TYPE_CHECKING:
+    from .encoder import StageAwareEncoder
 
 
 def check_stage_marks(path: str, model: Model) -> None:
@@ -62,12 +66,18 @@ class SuperBPE(registry.Method):
         check_stage_marks(path, model)
 
     def stage_encoder(self, model: Model) -> "StageAwareEncoder":
+        from .encoder import StageAwareEncoder
+
         return StageAwareEncoder(model)
 
     def hf_split_pattern(self, model: Model) -> str:
+        from .export import hf_split_regex
+
         return hf_split_regex(model)[0]
 
     def export_caveats(self, model: Model, fmt: str) -> list[str]:
+        from .export import hf_split_regex
+
         exact = hf_split_regex(model)[1]
         what = {"hf": ("tokenizer.json splits into the model's stage-2 units" if exact else
                        "tokenizer.json splits with the closest regex to the model's stage-2 split "

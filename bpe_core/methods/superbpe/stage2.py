@@ -37,6 +37,14 @@ STAGE2_MAP_THRESHOLD = 256 << 20
 #: 3.2-3.4 s here, 3.0-3.2 s on one thread; wall 9.4-14.2 s, 7.6-9.1 s, 8.1-11.5 s.
 STAGE2_PAR_MIN_SITES = 4096
 
+#: ... and its build counts and fills on two threads only from this many windows (the engine's
+#: default: 2**20). The two-thread build does more work (a pair table a half, their join): on 60 MB of
+#: en_train at 32k (6.4 M windows) it took 0.22-0.33 CPU-s against 0.15-0.22 on one thread, and its
+#: wall time was no shorter on this 2-core host under load (0.22-0.44 s against 0.16-0.33); on 230 MB
+#: (en_train whole) two threads pay: 0.38-0.61 s against 0.48-0.70, for 0.58-0.79 CPU-s against
+#: 0.48-0.70 (the engine built alone on the pieces of a run, one build after the other, 4-6 rounds).
+STAGE2_BUILD_PAR_MIN = 8 << 20
+
 #: ``cut_pieces(guard=)``'s bits: no cut after a stage-1 token marked GUARD_LEFT, nor before one
 #: marked GUARD_RIGHT (``stage2_merges(rebuilds=True)``)
 GUARD_LEFT, GUARD_RIGHT = 1, 2
@@ -393,7 +401,8 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
         del starts, piece_weights
         engine = MergeEngine(data, None, None, tokens, spill_dir=spill_dir,
                              map_threshold=map_threshold, prune_below=cut if bounded else 0, threads=threads,
-                             donate=True, prune_spare=spare if edges is not None else None, let_go=given_up)
+                             donate=True, prune_spare=spare if edges is not None else None, let_go=given_up,
+                             build_par_min=STAGE2_BUILD_PAR_MIN)
         del data
         t3 = time.perf_counter()
         phase("merge loop")

@@ -3,6 +3,7 @@ by ``--init-from``), the stage-2 units (from the record, a scan, or shards), sta
 the run report."""
 from __future__ import annotations
 
+import gc
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -55,11 +56,21 @@ def train_superbpe(config, table: WordTable, report: dict, plan, progress: bool 
     # core: the words' flags and byte classes, and the record's pretokens as table rows (used when
     # stage 2 sees the whole corpus, which is known after stage 1; dropped otherwise)
     prep = ThreadPoolExecutor(2, thread_name_prefix="bpe_core-stage2-prep")
+    # Python's cyclic garbage collector is paused meanwhile (as the engine's loop pauses it), and on
+    # again after, when it was on: the two stages' steps, tokens and the units' lists are young
+    # containers by the ten thousand, and each collection walked them (60 MB at 32k: 44 collections,
+    # 37 ms, against 2 ms in plain BPE's loop). The stages make no reference cycles (checked on that
+    # run: nothing unreachable when it ends), so nothing waits for the collector meanwhile.
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
     try:
         return _train_superbpe(config, table, report, plan, progress, init_merges, recorded, specials, rules,
                                t_size, n1, n_total, pattern, split, prep)
     finally:
         prep.shutdown(wait=True, cancel_futures=True)
+        if collecting:
+            gc.enable()
 
 
 def _train_superbpe(config, table, report, plan, progress, init_merges, recorded, specials, rules, t_size, n1,
