@@ -912,7 +912,7 @@ def _two_parts(symbols, offsets, per_seq, at):
 def test_stage2_on_two_parts_equals_whole_units(units, n, cut, data):
     """The units given in two parts (arrays of their own, one thread each; the record path's two halves)
     give the merges, tokens and final count of the whole units; so do the sketch and the pieces."""
-    from bpe_core.engine.units import cut_pieces_parts, pair_sketch_parts
+    from bpe_core.engine.units import cut_pieces_parts
 
     rules = Stage2Rules(distinct=True)
     symbols, offsets, weights, counts = as_arrays(units)
@@ -923,17 +923,25 @@ def test_stage2_on_two_parts_equals_whole_units(units, n, cut, data):
                         [p[3] for p in parts], TOKENS, n, _allowed(rules, TOKENS), cut=cut)
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert got.tokens == tokens and got.final_tokens == final
-    whole = pair_sketch(symbols, offsets, weights, 5, 1)
-    split = pair_sketch_parts([p[:3] for p in parts], 5, 1)
-    assert np.array_equal(whole[0], split[0]) and sorted(whole[1].tolist()) == sorted(split[1].tolist())
-    assert whole[2] == split[2]
-    keep = np.packbits(whole[0] >= cut, bitorder="little")
+    keep = _sketch_of_parts_is_whole(symbols, offsets, weights, parts, cut)
     one = cut_pieces(symbols, offsets, None, weights, counts, cut, keep=keep)
     two = cut_pieces_parts(parts, cut, keep=keep)
     assert _as_dict(one) == _as_dict(two) and one[4] == two[4]
     levels = pair_levels(symbols, offsets, weights)[0]
     by_levels = cut_pieces_parts(parts, cut, levels=[levels[:int(offsets[at])], levels[int(offsets[at]):]])
     assert _as_dict(by_levels) == _as_dict(cut_pieces(symbols, offsets, levels, weights, counts, cut))
+
+
+def _sketch_of_parts_is_whole(symbols, offsets, weights, parts, cut):
+    """Assert the pair sketch of ``parts`` is the whole units' (counters, sampled counts, excess);
+    returns the whole sketch's keep bitmap at ``cut``."""
+    from bpe_core.engine.units import pair_sketch_parts
+
+    whole = pair_sketch(symbols, offsets, weights, 5, 1)
+    split = pair_sketch_parts([p[:3] for p in parts], 5, 1)
+    assert np.array_equal(whole[0], split[0]) and sorted(whole[1].tolist()) == sorted(split[1].tolist())
+    assert whole[2] == split[2]
+    return np.packbits(whole[0] >= cut, bitorder="little")
 
 
 def _many_parts(symbols, offsets, per_seq, ats):
@@ -955,7 +963,7 @@ def test_stage2_on_many_parts_equals_whole_units(units, n, cut, data):
     the sketch and the pieces, and a consuming cut leaves no part alive."""
     import gc
     import weakref
-    from bpe_core.engine.units import cut_pieces_parts, pair_sketch_parts
+    from bpe_core.engine.units import cut_pieces_parts
 
     rules = Stage2Rules(distinct=True)
     symbols, offsets, weights, counts = as_arrays(units)
@@ -970,11 +978,7 @@ def test_stage2_on_many_parts_equals_whole_units(units, n, cut, data):
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert got.tokens == tokens and got.final_tokens == final
     parts = _many_parts(symbols, offsets, (weights, counts), ats)
-    whole = pair_sketch(symbols, offsets, weights, 5, 1)
-    split = pair_sketch_parts([p[:3] for p in parts], 5, 1)
-    assert np.array_equal(whole[0], split[0]) and sorted(whole[1].tolist()) == sorted(split[1].tolist())
-    assert whole[2] == split[2]
-    keep = np.packbits(whole[0] >= cut, bitorder="little")
+    keep = _sketch_of_parts_is_whole(symbols, offsets, weights, parts, cut)
     one = cut_pieces(symbols, offsets, None, weights, counts, cut, keep=keep)
     levels = pair_levels(symbols, offsets, weights)[0]
     by_levels = cut_pieces_parts(parts, cut, levels=[levels[int(offsets[a]):int(offsets[a]) + p[0].size]
