@@ -597,11 +597,18 @@ def test_narrow_units_sample_encoded_regions_as_the_general_path(cut_spaces, kee
     breaks = np.unique(np.concatenate(([0], ends, [ids.size]))).astype(np.int64)
     seg = (seg_symbols, seg_offsets)
     want = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, marks=False, keep_below=keep_below)
+    # reserve: the room a sample's narrow loop is sized for; the loop is taken only while the words'
+    # 32-byte records cost no more than that room at 2 bytes a token (n_words * 16 tokens: 640), so
+    # 639 / 640 / 641 are the gate's edge (and 1: far less room than the units kept, grown)
+    for reserve in (0, 1, n_words * 16 - 1, n_words * 16, n_words * 16 + 1):
+        got = id_unit_stream([ids[:1000], ids[1000:]], breaks, flags, cut_spaces, classes, *seg, marks=False,
+                             narrow=True, keep_below=keep_below, reserve=reserve)
+        assert got[0].tolist() == want[0].tolist()
+        assert got[1].tolist() == want[1].tolist() and got[2:4] == want[2:4]
+        assert got[4].tolist() == want[4].tolist()
     got = id_unit_stream([ids[:1000], ids[1000:]], breaks, flags, cut_spaces, classes, *seg, marks=False,
                          narrow=True, keep_below=keep_below)
-    assert got[0].dtype == np.uint16 and got[0].tolist() == want[0].tolist()
-    assert got[1].tolist() == want[1].tolist() and got[2:4] == want[2:4]
-    assert got[4].tolist() == want[4].tolist()
+    assert got[0].dtype == np.uint16
     every = id_unit_stream(ids, breaks, flags, cut_spaces, classes, *seg, marks=False)
     assert 0 < got[3] < got[2] == every[2] and 0 < int(got[4].sum()) < got[4].size   # a real test
 
@@ -1174,11 +1181,12 @@ def test_long_sequences_cut_in_blocks_equal_plain_python(seed, alphabet, bits, c
         assert _as_dict(got) == want and got[4] == single
 
 
-@pytest.mark.parametrize("threshold", [1, 1 << 40])
+@pytest.mark.parametrize("threshold", ["1", "below", "at", "above", "far above"])
 def test_stage2_builds_on_two_threads_only_from_its_threshold(monkeypatch, threshold):
     """``stage2_merges(threads=2)`` builds its engine on two threads only from
     ``STAGE2_BUILD_PAR_MIN`` windows (``MergeEngine(build_par_min=)``; the loop's merges of many sites
-    still take both), and the merges, tokens and final count are those of the whole units either way."""
+    still take both), and the merges, tokens and final count are those of the whole units either way:
+    a threshold of 1, far above, and one below, at and one above the engine's own window count."""
     from bpe_core.methods.superbpe import stage2 as stage2_module
     _, symbols, offsets, weights = random_units(3, 12, 40_000, 2_000, 4)
     counts = weights + 1
@@ -1188,16 +1196,22 @@ def test_stage2_builds_on_two_threads_only_from_its_threshold(monkeypatch, thres
 
     class Spy(MergeEngine):
         def __init__(self, *args, **kwargs):
+            starts = np.asarray(kwargs["let_go"][0] if kwargs.get("let_go") else args[1], dtype=np.int64)
+            n_windows = int(np.maximum(np.diff(starts) - 1, 0).sum())      # (the engine's count)
             super().__init__(*args, **kwargs)
-            built.append((kwargs.get("build_par_min"), self.build_threads))
+            built.append((kwargs.get("build_par_min"), self.build_threads, n_windows))
 
     monkeypatch.setattr(stage2_module, "MergeEngine", Spy)
-    monkeypatch.setattr(stage2_module, "STAGE2_BUILD_PAR_MIN", threshold)
+    monkeypatch.setattr(stage2_module, "STAGE2_BUILD_PAR_MIN", 1 << 40)
+    stage2_merges(symbols, offsets, weights, counts, TOKENS, 60, _allowed(rules, TOKENS), threads=2)
+    n = built[0][2]
+    built.clear()
+    value = {"1": 1, "below": n - 1, "at": n, "above": n + 1, "far above": 1 << 40}[threshold]
+    monkeypatch.setattr(stage2_module, "STAGE2_BUILD_PAR_MIN", value)
     got = stage2_merges(symbols, offsets, weights, counts, TOKENS, 60, _allowed(rules, TOKENS), threads=2)
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert got.tokens == tokens and got.final_tokens == final
-    assert built and all(par_min == threshold for par_min, _ in built)
-    if threshold > 1:
-        assert not any(two for _, two in built)
-    else:           # (a machine with one usable core builds on one thread whatever the threshold)
-        assert all(two for _, two in built) or len(os.sched_getaffinity(0)) < 2
+    assert built and all(par_min == value for par_min, _, _ in built)
+    two_cores = len(os.sched_getaffinity(0)) >= 2
+    for _, two, windows in built:   # two threads exactly from the threshold (with two usable cores)
+        assert two == (windows >= value and two_cores)

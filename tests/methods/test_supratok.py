@@ -344,8 +344,11 @@ def test_pass2_units_in_chunks_train_as_in_one(tmp_path, monkeypatch, workers):
                    chunk_bytes=1000, num_workers=workers)
     monkeypatch.setattr(passes, "PASS2_CHUNK_IDS", 1 << 40)
     whole = bpe_core.train(bpe_core.TrainConfig(**options))
-    monkeypatch.setattr(passes, "PASS2_CHUNK_IDS", 37)
-    chunked = bpe_core.train(bpe_core.TrainConfig(**options))
+    for ids in (1, 2, 37):          # (1: a chunk per unit)
+        monkeypatch.setattr(passes, "PASS2_CHUNK_IDS", ids)
+        chunked = bpe_core.train(bpe_core.TrainConfig(**options))
+        assert chunked.model.merges == whole.model.merges
+        assert chunked.report["supratok"] == whole.report["supratok"]
     monkeypatch.setattr(superbpe.stage2, "first_cut", lambda *a, **k: 10 ** 6)
     again = bpe_core.train(bpe_core.TrainConfig(**options))
     assert again.report["supratok"]["pass2_cut"]["restarts"] >= 1

@@ -88,6 +88,34 @@ def test_listed_units_are_the_counted_units(tmp_path_factory, words, pattern, ch
     assert not sampled["listed"]
 
 
+@given(st.lists(st.integers(1, 9), max_size=12), st.data())
+def test_unit_chunks_are_the_units_cut_at_each_multiple_of_the_chunk(lengths, data):
+    """``unit_chunks`` for every chunk size from 1 to past the units' length: the chunks are the part
+    again (ids, unit bounds, flags), in order, each of whole units, and a new chunk starts exactly at
+    each unit that is the first to start at or after a multiple of the chunk size (one chunk when
+    the part fits)."""
+    starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    total = int(starts[-1])
+    part = (np.arange(total, dtype=np.uint32), starts, np.array([n % 2 == 0 for n in lengths], dtype=bool))
+    max_ids = data.draw(st.integers(1, total + 2))
+    chunks = unit_chunks(part, max_ids)
+    assert all(int(c[1][-1]) > 0 or total == 0 for c in chunks)
+    assert np.concatenate([c[0] for c in chunks]).tolist() == part[0].tolist()
+    assert np.concatenate([c[2] for c in chunks]).tolist() == part[2].tolist()
+    firsts, at = [], 0
+    for d, b, _ in chunks:
+        assert b[0] == 0 and int(b[-1]) == d.size
+        firsts.append(int(np.searchsorted(starts, at)))
+        assert (b + at).tolist() == starts[firsts[-1]:firsts[-1] + b.size].tolist()
+        at += d.size
+    # the chunks' first units: for each multiple of the chunk size, the first unit (not the first
+    # of the part) that starts at or after it (one chunk when the part fits: no such unit)
+    want = sorted({next(u for u in range(len(lengths) + 1) if u == len(lengths) or starts[u] >= m * max_ids)
+                   for m in range(1, total // max_ids + 1)} - {0, len(lengths)})
+    assert firsts == [0] + want
+    assert len(chunks) == 1 or total > max_ids
+
+
 @given(st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=5), max_size=8), st.integers(0, 12))
 def test_unit_list_keeps_the_units_in_order(units, room):
     """``UnitList`` gives back the units it was given, in order, growing past a small room."""
