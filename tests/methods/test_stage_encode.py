@@ -184,6 +184,39 @@ def test_segments_at_the_scan_threshold(n):
         assert _encode.Stage2Table(m, all_cross=True).merge(seq).tolist() == want
 
 
+@st.composite
+def short_case(draw):
+    """A sequence of 3 to 9 ids over a small alphabet whose merges fire densely: repeated pairs (equal
+    ranks at several places, overlapping ones: ``a a a``), merges of merged ids, a pair merged again
+    later, bytes built by two merges."""
+    toks, merges = draw(byte_merges())
+    seq = draw(st.lists(st.integers(0, min(len(toks), 6) - 1), min_size=3, max_size=9))
+    return merges, seq
+
+
+@settings(max_examples=400, deadline=None)
+@given(case=short_case())
+def test_short_segments_merge_as_the_heap(case):
+    """One segment of 3 to 9 ids, the lengths most segments of text have (``_merge3``'s and
+    ``_merge_short``'s rounds), gives RankMerger's result, with and without cuts."""
+    merges, seq = case
+    m = _merger(merges)
+    want = m.merge(np.array(seq, dtype=np.uint32)).tolist()
+    assert _encode.Stage2Table(m).merge(seq).tolist() == want
+    assert _encode.Stage2Table(m, all_cross=True).merge(seq).tolist() == want
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 7, 8, 9])
+def test_short_segments_of_repeated_pairs(n):
+    """Runs of one id (every pair the same rank, overlapping: the leftmost merges first) and patterns
+    whose merges build on each other, n ids long, agree with the heap."""
+    m = _merger([(0, 0, 2), (2, 2, 3), (0, 2, 4), (2, 0, 4), (4, 0, 3), (1, 0, 5), (5, 2, 6)])
+    for seq in ([0] * n, ([0, 0, 1] * n)[:n], ([1, 0, 0, 0] * n)[:n], ([0, 1] * n)[:n], [1] * n):
+        want = m.merge(np.array(seq, dtype=np.uint32)).tolist()
+        assert _encode.Stage2Table(m).merge(seq).tolist() == want, seq
+        assert _encode.Stage2Table(m, all_cross=True).merge(seq).tolist() == want, seq
+
+
 def test_a_pair_merged_again_later():
     """(a, bc) has ranks 0 and 2: formed after rank 1, it merges at rank 2 (the rank chain)."""
     m = _merger([(0, 3, 4), (1, 2, 3), (0, 3, 4), (4, 4, 5)])          # a=0 b=1 c=2 bc=3 abc=4
