@@ -392,14 +392,3 @@ cdef inline CacheSlot* _find_slot(CacheSlot* slots, uint64_t mask, int shift, co
         elif meta == 0:
             return NULL
         slot = (slot + 1) & mask
-
-
-cdef inline bint _second_word_equal(const CacheSlot* sl, uint32_t meta, const uint8_t* arena, const uint8_t* p,
-                                    Py_ssize_t n, const uint8_t* limit) noexcept nogil:
-    """Whether the key of 9 to 16 bytes at ``p`` (its head word and length equal to the slot's) has
-    the slot's bytes after the first 8 (``_find_slot``'s compare of a key's second word)."""
-    cdef uint32_t n_ids = meta & 0xFFF
-    cdef const uint8_t* tail = arena + sl.off + (n_ids * sizeof(token_id_t) if n_ids > INLINE_IDS else 0)
-    if p + 16 <= limit:
-        return ((load_le64(tail) ^ load_le64(p + 8)) & HEAD_MASKS[n - 8]) == 0
-    return tail_equal(tail, p + 8, n - 8, limit)
