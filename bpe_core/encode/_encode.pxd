@@ -221,5 +221,6 @@ cdef class TokenTable:
     cdef readonly Py_ssize_t n_ints
     cdef object ints
     cdef vector[void*] int_ptrs
+    cdef vector[uint32_t] int_counts    # _list's references to add to each int (zero between calls)
 
     cdef object _list(self, const uint32_t* p, Py_ssize_t n)

@@ -36,8 +36,8 @@ per cache line) that hold the pretoken's first 8 bytes, its length, and up to 4 
 pretoken longer than 8 bytes or with more than 4 ids has a record in an arena (its ids, then its
 bytes after the first 8). So a hit on a short pretoken reads one slot and nothing else. The
 lookups are pipelined by blocks of ``BLOCK`` pretokens: the next block is hashed and its slots
-prefetched (``hash_block``, a C loop of its own), then the current one is probed, so the cache
-misses overlap. Pre-tokenization writes
+prefetched (``hash_block``, a C loop of its own), then the current one is probed (``probe_block``,
+another C loop, over what the hashing wrote of each piece), so the cache misses overlap. Pre-tokenization writes
 the ends of up to ``ENDS_CAP`` pretokens into a scratch buffer that stays in L1, and
 ``encode_text`` does a whole text (special tokens, scanning, merging) without the GIL and without
 a Python object per document or per pretoken.

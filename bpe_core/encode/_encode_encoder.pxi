@@ -252,7 +252,8 @@ cdef class Encoder:
         """Append the ids of the pretokens ``s[a:ends[0]]``, ``s[ends[0]:ends[1]]``, ... to ``out``.
 
         ``limit`` is the end of the readable buffer (8-byte loads never cross it). The pieces are
-        hashed and their slots prefetched a block (``BLOCK`` pieces) before they are probed. A piece is
+        hashed and their slots prefetched a block (``BLOCK`` pieces) before they are probed (the keys of
+        up to 16 bytes by ``probe_block``, a C loop; any other piece here, ``_emit_slow``). A piece is
         looked up in ``shared`` (during a batch job) and in this encoder's cache, then
         (``_cache_miss``) in ``singles``; only a piece found nowhere is merged. ``starts``
         (NULL, or room for ``count``): where each pretoken's ids start in ``out``.
@@ -262,14 +263,10 @@ cdef class Encoder:
         of code are one byte, at random), and the uniform path was ~30% faster per CPU-second
         than the special case, though it hashes and probes those pieces too.
         """
-        cdef uint64_t ring[2 * RING]            # head word and hash of each piece (hash_block)
-        cdef const uint64_t* r
-        cdef Py_ssize_t i, qi, e, n, b0, b1
+        cdef RingEntry ring[RING]               # what hash_block found of each piece of two blocks
+        cdef const RingEntry* r
+        cdef Py_ssize_t i, qi, e, b0, b1
         cdef size_t max_len = <size_t>self.max_cached_len
-        cdef size_t short_max = min(max_len, <size_t>16)
-        cdef uint64_t slot, w0
-        cdef uint32_t want, meta, n_ids
-        cdef CacheSlot* sl
         cdef token_id_t* out
         cdef token_id_t* o                      # where the next ids go (a register, not out + n)
         # the cache probed first: the shared one during a batch job (most pieces are there; ours
@@ -289,8 +286,11 @@ cdef class Encoder:
         # block b are probed, so every probe finds its line on the way (BLOCK to 2 * BLOCK pieces
         # after its prefetch). The one loop that hashed a piece 16 places on while it probed this
         # one spilled some ten values to the stack (GPT-2 on English, warm: 86 instructions a piece
-        # there, 76 now). (One batch of hashes, then the same batch's probes, left the first probes
-        # waiting on memory.)
+        # there, 76 with the two loops). (One batch of hashes, then the same batch's probes, left the
+        # first probes waiting on memory.) The probes of the keys of up to 16 bytes are a C loop
+        # too (probe_block), over the ring entries alone (head and second word, hash, length): 48
+        # instructions a piece as Cython's loop here, 33 there; the hashing, without a branch on
+        # the length, 37 -> 34 (callgrind, GPT-2, a warm encode of 1 MB of held-out English).
         hash_block(s, a, ends, 0, min(count, <Py_ssize_t>BLOCK), limit, max_len, <const char*>fslots, fshift, ring)
         qi = a
         b0 = 0
@@ -299,45 +299,25 @@ cdef class Encoder:
             if b1 < count:                          # 1. hash, prefetch the next block
                 hash_block(s, ends[b1 - 1], ends, b1, min(b1 + BLOCK, count), limit, max_len,
                            <const char*>fslots, fshift, ring)
-            r = ring + 2 * (b0 & RING_MASK)         # piece i's head word and hash: r[0], r[1]
-            for i in range(b0, b1):                 # 2. probe this one, emit
+            i = b0
+            while True:                             # 2. probe this one, emit
+                # the pieces of 1 to 16 bytes found in the cache probed first (a C loop)
+                i = probe_block(&qi, ends, i, b1, ring, <const char*>fslots, fmask, fshift, farena, &o, out, starts)
+                if i >= b1:
+                    break
+                # any other piece (longer, uncached, not found)
                 e = ends[i]
-                n = e - qi
                 if starts != NULL:
                     starts[i] = o - out
-                if <size_t>(n - 1) < short_max:     # a key of 1 to 16 bytes: one or two words compared
-                    w0 = r[0]
-                    slot = r[1] >> fshift
-                    want = <uint32_t>n << 12
-                    while True:
-                        sl = &fslots[slot]
-                        meta = load_acquire(&sl.meta)
-                        if sl.w0 == w0 and (meta & 0xFFF000u) == want:
-                            if n <= 8 or _second_word_equal(sl, meta, farena, s + qi, n, limit):
-                                break
-                        elif meta == 0:
-                            sl = NULL
-                            break
-                        slot = (slot + 1) & fmask
-                    if sl != NULL:
-                        n_ids = meta & 0xFFF
-                        if n_ids <= INLINE_IDS:
-                            memcpy(o, sl.ids, INLINE_IDS * sizeof(token_id_t))
-                        else:
-                            memcpy(o, farena + sl.off, n_ids * sizeof(token_id_t))
-                        o += n_ids
-                        qi = e
-                        r += 2
-                        continue
-                # any other piece (longer, uncached, not found)
-                o += self._emit_slow(s + qi, n, r[0], r[1], o, limit)
+                r = &ring[i & RING_MASK]            # its head word and hash (a key's)
+                o += self._emit_slow(s + qi, e - qi, r.w0, r.h, o, limit)
                 if not has_shared:                  # (ours may have grown)
                     fslots = self.slots
                     fmask = self.cache_mask
                     fshift = self.cache_shift
                     farena = self.arena
                 qi = e
-                r += 2
+                i += 1
             b0 = b1
         self.out_n = o - out
         return 0

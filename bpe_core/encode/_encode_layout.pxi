@@ -24,6 +24,15 @@ cdef extern from *:
     #endif
     }
     static PyObject** bpe_list_items(PyObject* l) { return ((PyListObject*)l)->ob_item; }
+    /* c more references to o, at once (TokenTable._list's counted references). Not on a build
+       without the GIL, whose counts are split between threads: there _list increfs each. */
+    #ifdef Py_GIL_DISABLED
+    #define BPE_COUNTED_REFS 0
+    static void bpe_add_refs(PyObject* o, Py_ssize_t c) { while (c--) Py_INCREF(o); }
+    #else
+    #define BPE_COUNTED_REFS 1
+    static void bpe_add_refs(PyObject* o, Py_ssize_t c) { Py_SET_REFCNT(o, Py_REFCNT(o) + c); }
+    #endif
     static PyObject* bpe_list_unset(Py_ssize_t n) {
         PyObject* op = PyList_New(0);
         PyObject** items;
@@ -46,6 +55,8 @@ cdef extern from *:
     """
     PyObject* list_unset "bpe_list_unset"(Py_ssize_t n)
     PyObject** list_items "bpe_list_items"(PyObject* l)
+    void add_refs "bpe_add_refs"(PyObject* o, Py_ssize_t c) noexcept
+    const bint COUNTED_REFS "BPE_COUNTED_REFS"
 
 
 cdef extern from *:
@@ -417,6 +428,7 @@ cdef enum:
     SHORT_PIECE = 128          # longest piece merged by the linear scan; longer ones use the heap
     INLINE_IDS = 4             # ids held in the cache slot itself
     LIST_AHEAD = 16            # TokenTable._list prefetches the int of the id this many places on
+    COUNTED_LIST = 4096        # a list of this many ids or more counts its ints' references (_list)
     HAND_OVER_IDS = 1 << 16    # outputs this long are handed over, not copied (``_take_out``)
     BLOCK = 32                 # _emit_pieces hashes and prefetches a block of pieces, then probes the one before
     RING = 2 * BLOCK           # its ring of hashes (two blocks)

@@ -1,6 +1,7 @@
 """``TokenTable.split_lists`` (the lists of ``encode_batch``): equal to slicing the flat ids, and
 every list is back in the cyclic garbage collector's care (built untracked, tracked at the end)."""
 import gc
+import sys
 
 import numpy as np
 from hypothesis import given, settings
@@ -48,3 +49,34 @@ def test_split_lists_refuses_bad_offsets():
             continue
         raise AssertionError(offsets)
     assert t.split_lists(ids, np.array([0], dtype=np.int64)) == []
+
+
+def _refcounts(table_ints):
+    """The reference counts of a table's ints from 257 on (CPython's own small ints, shared with
+    the rest of the process, change under the test)."""
+    return [sys.getrefcount(o) for o in table_ints[257:]]
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.sampled_from([1, 17, 4095, 4096, 4097, 20000]), seed=st.integers(0, 2**32 - 1),
+       max_ints=st.sampled_from([1, 300, 600]))
+def test_counted_references_of_a_long_list(n, seed, max_ints):
+    """A list of 4,096 ids or more takes its ints' references counted, then added once an int
+    (``int_counts``); a shorter one increfs each. Either way: the list equals the ids, each shared
+    int holds one more reference per place it has in the list, none after the list is freed, and
+    ids past the shared ints are ints of their own (also mid-list, around the counted ones)."""
+    rng = np.random.default_rng(seed)
+    t = _encode.TokenTable([bytes([i % 256]) * (1 + i // 256) for i in range(700)], max_ints=max_ints)
+    ids = rng.integers(0, 700, n).astype(np.uint32)
+    ids[rng.integers(0, n, max(1, n // 50))] = 699            # some past the shared ints
+    shared = t.to_list(np.arange(t.n_ints, dtype=np.uint32))  # the table's own int objects
+    before = _refcounts(shared)
+    lst = t.to_list(ids)
+    assert lst == ids.tolist()
+    want = np.bincount(ids[ids < t.n_ints], minlength=t.n_ints)[257:]
+    assert [a - b for a, b in zip(_refcounts(shared), before)] == want.tolist()
+    assert all(lst[k] is shared[v] for k, v in enumerate(ids.tolist()) if v < t.n_ints)
+    del lst
+    assert _refcounts(shared) == before
+    lst = t.to_list(ids)                                      # the counts went back to 0
+    assert [a - b for a, b in zip(_refcounts(shared), before)] == want.tolist()
