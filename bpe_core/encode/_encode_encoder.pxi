@@ -719,6 +719,26 @@ cdef class Encoder:
                 prev = ends[k - 1]
         return self._take_out()
 
+    def _pieces_with_starts(self, const uint8_t[::1] buf not None, const int64_t[::1] ends not None):
+        """``encode_pieces(buf, ends)`` (the first pretoken starting at 0) and where each pretoken's
+        ids start among them: ``(ids, starts)``, ``starts`` int64 with one entry per pretoken. For
+        the tests: SuperBPE's stage 2 cuts its units at these starts, which ``_emit_pieces`` writes
+        on each of its paths (the C probe loop, its careful probe, ``_emit_slow``); each call's
+        array starts out filled with -1, so a start left unwritten shows."""
+        cdef Py_ssize_t n_pieces = ends.shape[0], k
+        cdef Py_ssize_t n_buf = buf.shape[0]
+        cdef int64_t prev = 0
+        starts = np.full(max(n_pieces, 1), -1, dtype=np.int64)
+        cdef int64_t[::1] sv = starts
+        for k in range(n_pieces):
+            if ends[k] < prev or ends[k] > n_buf:
+                raise ValueError("ends must be non-decreasing and within the buffer")
+            prev = ends[k]
+        self.out_n = 0
+        if n_buf > 0 and n_pieces > 0:
+            self._emit_pieces(&buf[0], 0, &ends[0], n_pieces, &buf[0] + n_buf, &sv[0])
+        return self._take_out(), starts[:n_pieces]
+
     def cache_info(self):
         """``{"entries", "misses", "single_hits", "bytes"}`` of the pretoken cache (misses =
         pretokens merged; single_hits = misses of the cache found in ``singles`` instead)."""

@@ -155,3 +155,53 @@ def test_stage_aware_encoding_of_short_keys_with_many_ids(tmp_path):
     # differs from the cold call's (a start left unwritten would keep the cold call's value)
     for text in (data, b"\n" + data, b" on." + data, data):
         assert enc.encode(text) == enc.encode_python(text)
+
+
+def _piece_strategy():
+    from hypothesis import strategies as st
+
+    lone = st.integers(1, 16).map(lambda n: b"".join(LONE[j % len(LONE)] for j in range(n)))  # > 4 ids from 5
+    word = st.sampled_from([b" the", b" a", b"b", b" tokenizer", b"\n", b".", b" ", b"123"])
+    text = st.binary(min_size=1, max_size=40)                      # longer keys, uncached lengths
+    return st.lists(st.one_of(lone, word, text), min_size=1, max_size=120)
+
+
+def _check_starts(enc, table, parts):
+    want = [enc_piece for enc_piece in (_encode.Encoder(table, max_cached_len=0).encode_piece(p) for p in parts)]
+    want_starts = np.cumsum([0] + [len(w) for w in want[:-1]]).tolist()
+    for buf in (b"".join(parts), _at_end(b"".join(parts))):
+        for _ in range(3):                                         # cold, then warm (each path)
+            ids, starts = enc._pieces_with_starts(buf, _ends(parts))
+            assert ids.tolist() == [i for w in want for i in w]
+            assert starts.tolist() == want_starts
+
+
+def test_starts_of_every_path():
+    """Where each pretoken's ids start (what SuperBPE's stage 2 cuts its units at), written by each
+    path of ``_emit_pieces``: keys of 1 to 16 bytes found by the C loop, keys of 5 to 16 bytes with
+    more than 4 ids (the careful probe out of the loop), longer cached keys, pieces longer than
+    the cache takes (``_emit_slow``), in mid-buffer and as the buffer's last pieces; each call's
+    starts begin as -1, so one left unwritten fails here even where stage 2's ids would not."""
+    table = gpt2_tokenizer()._table
+    keys = [b"".join(LONE[(k + j) % len(LONE)] for j in range(n)) for k in range(3) for n in range(1, 17)]
+    long_piece = b" " + b"x" * 300                                  # past max_cached_len: merged each time
+    parts = []
+    for r in range(6):
+        parts += keys[r::6] + [b" the", b" tokenizer" * 3, long_piece, b"\n"]
+    parts += keys                                                  # the last ones end the buffer
+    _check_starts(_encode.Encoder(table, max_entries=1 << 18, max_cached_len=64), table, parts)
+
+
+def test_starts_of_random_pieces():
+    """The starts of random mixes of short keys with many ids, common words and random bytes (any
+    length, cold and warm) are the running sums of each piece's ids."""
+    from hypothesis import given, settings
+
+    table = gpt2_tokenizer()._table
+
+    @settings(max_examples=150, deadline=None)
+    @given(parts=_piece_strategy())
+    def run(parts):
+        _check_starts(_encode.Encoder(table, max_entries=1 << 18, max_cached_len=24), table, parts)
+
+    run()
