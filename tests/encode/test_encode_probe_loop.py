@@ -28,6 +28,17 @@ def _plain(table, parts):
     return [i for p in parts for i in enc.encode_piece(p)]
 
 
+def _warm_and_cached(table, parts):
+    """``parts`` encoded three times by one encoder (cold, then warm) as each piece alone, and
+    each distinct piece cached once."""
+    want = _plain(table, parts)
+    enc = _encode.Encoder(table, max_entries=1 << 18)
+    data = b"".join(parts)
+    for _ in range(3):
+        assert enc.encode_pieces(data, _ends(parts)).tolist() == want
+    assert enc.cache_info()["entries"] == len(set(parts))
+
+
 def _at_end(data: bytes) -> np.ndarray:
     """``data`` as a slice of a larger array: the encoder's buffer ends where the slice does, and
     the bytes after it are not zero (a load past the end that was not masked would change a key)."""
@@ -103,12 +114,7 @@ def test_keys_that_differ_only_in_the_second_word():
             parts.append(bytes(base))
         parts.append(b"abcdefgh" + b"z" * (n - 9) + b"\x00")
     parts = parts * 3
-    want = _plain(table, parts)
-    enc = _encode.Encoder(table, max_entries=1 << 18)
-    data = b"".join(parts)
-    for _ in range(3):
-        assert enc.encode_pieces(data, _ends(parts)).tolist() == want
-    assert enc.cache_info()["entries"] == len(set(parts))
+    _warm_and_cached(table, parts)
 
 
 def test_many_keys_of_one_head_and_length():
@@ -126,12 +132,7 @@ def test_many_keys_of_one_head_and_length():
         if len(plain.encode_piece(key)) <= 4:
             parts.append(key)
     assert len(parts) > 2500
-    want = _plain(table, parts)
-    enc = _encode.Encoder(table, max_entries=1 << 18)
-    data = b"".join(parts)
-    for _ in range(3):
-        assert enc.encode_pieces(data, _ends(parts)).tolist() == want
-    assert enc.cache_info()["entries"] == len(set(parts))
+    _warm_and_cached(table, parts)
 
 
 def test_stage_aware_encoding_of_short_keys_with_many_ids(tmp_path):
