@@ -4,6 +4,7 @@ import gc
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,3 +81,23 @@ def test_counted_references_of_a_long_list(n, seed, max_ints):
     assert _refcounts(shared) == before
     lst = t.to_list(ids)                                      # the counts went back to 0
     assert [a - b for a, b in zip(_refcounts(shared), before)] == want.tolist()
+
+
+@pytest.mark.parametrize("n_ints", [4 * 4096 - 1, 4 * 4096, 4 * 4096 + 1])
+@pytest.mark.parametrize("n", [4095, 4096, 4097])
+def test_counted_references_around_the_share_of_the_ints(n, n_ints):
+    """The counted references need a list of at least a quarter as many ids as there are shared
+    ints (and 4,096): lists just below, at and above both thresholds give the ids, one reference
+    more per place for each shared int, and none once the list is freed."""
+    t = _encode.TokenTable([bytes([i % 256]) * (1 + i // 256) for i in range(n_ints + 300)], max_ints=n_ints)
+    assert t.n_ints == n_ints
+    rng = np.random.default_rng(n + n_ints)
+    ids = rng.integers(0, n_ints + 300, n).astype(np.uint32)   # some past the shared ints
+    shared = t.to_list(np.arange(t.n_ints, dtype=np.uint32))
+    before = _refcounts(shared)
+    lst = t.to_list(ids)
+    assert lst == ids.tolist()
+    want = np.bincount(ids[ids < n_ints], minlength=n_ints)[257:]
+    assert [a - b for a, b in zip(_refcounts(shared), before)] == want.tolist()
+    del lst
+    assert _refcounts(shared) == before
