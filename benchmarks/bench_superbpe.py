@@ -18,6 +18,15 @@ the caches and then ``--runs`` times interleaved, in a worker process per checko
 after are measured in the same run. Printed: MB per CPU-second of the encoding thread and MB/s
 (medians), each method's ratio to ``bpe`` of the same checkout, each checkout's ratio to the first,
 tokens, and whether the ids are identical across checkouts. Results also go to ``--json``.
+
+``--corpus FILE``: the big job instead, a corpus file to one ``.npy`` (``tools/encode_corpus.py``,
+``--corpus-workers`` threads, default 2) with each model, in a fresh process per run, the models
+taking turns for ``--runs`` rounds. Printed: MB per CPU-second of the process tree (start-up, model
+load and the ``.npy`` included: what a user's run costs), MB/s of the encode itself (the report's
+seconds), each method's ratio to ``bpe`` per round (medians), tokens.
+
+    python benchmarks/bench_superbpe.py --bpe bpe32k/ --superbpe sb32k/ --supratok st32k/ \
+        --corpus en_train.txt --runs 5
 """
 from __future__ import annotations
 
@@ -156,6 +165,58 @@ def bench_encode(folders: dict[str, str], text_path: str, runs: int, roots: dict
     return out
 
 
+def _corpus_run(folder: str, corpus: str, workers: int, work: str) -> dict:
+    """One ``tools/encode_corpus.py`` of ``corpus`` with the model ``folder``, in a process of its
+    own: its process-tree CPU seconds, wall seconds, the report's encode seconds and tokens."""
+    import resource
+    import subprocess
+    out, report = os.path.join(work, "ids.npy"), os.path.join(work, "report.json")
+    cmd = [sys.executable, os.path.join(HERE, "..", "tools", "encode_corpus.py"), corpus, "--tokenizer", folder,
+           "--out", out, "--workers", str(workers), "--report", report, "--no-progress"]
+    # the bpe_core this benchmark imported (installed, or this checkout built in place)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(bpe_core.__file__))))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"encode_corpus.py with {folder}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+    with open(report) as f:
+        rep = json.load(f)
+    os.unlink(out)
+    return {"cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), "wall": wall,
+            "seconds": rep["seconds"], "tokens": rep["n_tokens"], "bytes": rep["n_bytes"]}
+
+
+def bench_corpus(folders: dict[str, str], corpus: str, runs: int, workers: int) -> dict:
+    """The corpus to ``.npy`` with each model, ``runs`` rounds, the models taking turns (a fresh
+    process each); medians and each method's ratio to ``bpe`` of the same round."""
+    got: dict = {name: [] for name in folders}
+    with tempfile.TemporaryDirectory() as work:
+        for _ in range(runs):
+            for name, folder in folders.items():
+                got[name].append(_corpus_run(folder, corpus, workers, work))
+    mb = next(iter(got.values()))[0]["bytes"] / 1e6
+    out: dict = {"mb": round(mb, 3), "runs": runs, "workers": workers, "load": os.getloadavg()}
+    print(f"\n{corpus} ({mb:.1f} MB) to .npy, {workers} threads, medians of {runs} rounds, load {out['load'][0]:.2f}")
+    print("| method | MB/CPU-s (process) | MB/s (encode) | / bpe, CPU | / bpe, encode wall | tokens |")
+    print("|---|---|---|---|---|---|")
+    for name, xs in got.items():
+        row = {"mb_per_cpu_s": round(mb / statistics.median(x["cpu"] for x in xs), 2),
+               "mb_per_s": round(mb / statistics.median(x["seconds"] for x in xs), 2),
+               "cpu_s": [round(x["cpu"], 3) for x in xs], "seconds": [x["seconds"] for x in xs],
+               "tokens": xs[0]["tokens"]}
+        if "bpe" in got:
+            base = got["bpe"]
+            row["ratio_cpu"] = round(statistics.median(b["cpu"] / x["cpu"] for b, x in zip(base, xs)), 3)
+            row["ratio_wall"] = round(statistics.median(b["seconds"] / x["seconds"] for b, x in zip(base, xs)), 3)
+        out[name] = row
+        print(f"| {name} | {row['mb_per_cpu_s']:.1f} | {row['mb_per_s']:.1f} | {row.get('ratio_cpu', float('nan')):.3f} | "
+              f"{row.get('ratio_wall', float('nan')):.3f} | {row['tokens']:,} |")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", default=None, metavar="FILE", help="train both models on FILE first")
@@ -173,6 +234,9 @@ def main(argv=None) -> int:
     p.add_argument("--text-bytes", type=int, default=0, metavar="N", help="encode only the first N bytes")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--text", default=None, metavar="FILE", help="text to encode (e.g. en_heldout.txt)")
+    p.add_argument("--corpus", default=None, metavar="FILE",
+                   help="the big job instead: FILE to one .npy with each model (tools/encode_corpus.py)")
+    p.add_argument("--corpus-workers", type=int, default=2, metavar="N", help="threads of --corpus's encodes")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--no-encode", action="store_true")
     p.add_argument("--json", default=None)
@@ -195,7 +259,13 @@ def main(argv=None) -> int:
             folders = {m: folders[m] for m in want}
         if args.worker:
             return _worker(folders, args.text, args.text_bytes)
-        if not args.no_encode:
+        if args.corpus:
+            if not folders:
+                p.error("--corpus needs models (--train, or --bpe / --superbpe / --supratok)")
+            if args.corpus_workers < 1:
+                p.error("--corpus-workers must be at least 1")
+            results["corpus"] = bench_corpus(folders, args.corpus, args.runs, args.corpus_workers)
+        elif not args.no_encode:
             if not args.text or not folders:
                 p.error("encoding needs --text and models (--train, or --bpe / --superbpe / --supratok)")
             roots = {}
