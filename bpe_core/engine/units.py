@@ -19,9 +19,11 @@
 from ._units import (CUT_LONG_PIECE, ENCODED_MARK, RankMerger, UnitCounter, WordIndex, chunk_unit_stream, cut_pieces,
                      units_in_encoded_regions,
                      SKETCH_MAX, cut_pieces_parts, expand_units, hash_ids, id_unit_stream, pair_levels,
-                     pair_sketch, pair_sketch_parts, record_rows, find_rows, sketch_bounds, strip_marks, unit_halves, unit_sums)
+                     pair_counts, pair_sketch, pair_sketch_parts, record_rows, find_rows, sketch_bounds, strip_marks, unit_halves,
+                     unit_sums)
 
 __all__ = ["CUT_LONG_PIECE", "ENCODED_MARK", "SKETCH_MAX", "RankMerger", "UnitCounter", "WordIndex", "chunk_unit_stream", "cut_pieces",
-           "cut_pieces_parts", "expand_units", "find_rows", "hash_ids", "id_unit_stream", "pair_levels", "pair_sketch",
+           "cut_pieces_parts", "expand_units", "find_rows", "hash_ids", "id_unit_stream", "pair_counts", "pair_levels",
+           "pair_sketch",
            "pair_sketch_parts", "record_rows", "sketch_bounds", "strip_marks", "unit_sums",
            "unit_halves", "units_in_encoded_regions"]

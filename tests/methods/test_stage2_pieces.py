@@ -11,7 +11,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bpe_core.engine.merge import MergeEngine
-from bpe_core.engine.units import CUT_LONG_PIECE, SKETCH_MAX, cut_pieces, pair_levels, pair_sketch, sketch_bounds
+from bpe_core.engine.units import (CUT_LONG_PIECE, SKETCH_MAX, cut_pieces, pair_counts, pair_levels, pair_sketch,
+                                   sketch_bounds)
 from bpe_core.methods.superbpe import Stage2Rules, first_cut, sketch_bits, stage2_merges
 from bpe_core.methods.superbpe.train import _allowed
 from units_helpers import recorded_ids, spans_and_table
@@ -168,6 +169,28 @@ def test_levels_and_pieces_equal_plain_counts(units):
         got = _as_dict((data, starts, pw, pc, single))
         assert got == {p: (want_w[p], want_c[p]) for p in want_w}
         assert single == want_single
+
+
+@settings(max_examples=150)
+@given(units_st, st.lists(st.tuples(st.sampled_from(list(b"ab :c1x")), st.sampled_from(list(b"ab :c1x"))),
+                          unique=True, max_size=12), st.booleans())
+def test_pair_counts_equal_plain_counts(units, pairs, narrow):
+    """``pair_counts`` (stage 2's guard of the rebuilds it foresees): the weighted count of each pair
+    asked for, over the windows inside the sequences (units of weight 0 add nothing), in any order."""
+    symbols, offsets, weights, _ = as_arrays(units)
+    plain = Counter()
+    for u in range(len(units)):
+        s = symbols[offsets[u]:offsets[u + 1]].tolist()
+        for a, b in zip(s, s[1:]):
+            plain[(a, b)] += int(weights[u])
+    keys = np.array([(a << 32) | b for a, b in pairs], dtype=np.uint64)
+    got = pair_counts(symbols.astype(np.uint16 if narrow else np.uint32), offsets, weights, keys)
+    assert got.tolist() == [plain[p] for p in pairs]
+
+
+def test_pair_counts_want_unique_keys():
+    with pytest.raises(ValueError, match="unique"):
+        pair_counts(np.array([1, 2], np.uint32), np.array([0, 2]), np.array([1]), np.array([5, 5], np.uint64))
 
 
 def test_first_cut_and_a_restart_are_reported():

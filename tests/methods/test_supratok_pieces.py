@@ -60,11 +60,13 @@ RULES = [None, Stage2Rules(distinct=False).allows, Stage2Rules(max_words=1, dist
 def test_rebuilding_merges_on_pieces_equal_whole_units(units, n, cut, rule, guess, threads, spare):
     symbols, offsets, weights = as_arrays(units)
     steps, tokens, final = whole_units(symbols, offsets, weights, n, RULES[rule])
-    got = stage2_merges(symbols, offsets, weights, weights, TOKENS, n, RULES[rule], bounded=True, cut=cut,
-                        rebuilds=True, guard_tokens=guess, threads=threads, spare_tokens=spare)
-    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
-    assert got.tokens == tokens
-    assert got.final_tokens == final
+    for foresee in (True, False):
+        got = stage2_merges(symbols, offsets, weights, weights, TOKENS, n, RULES[rule], bounded=True, cut=cut,
+                            rebuilds=True, guard_tokens=guess, threads=threads, spare_tokens=spare,
+                            foresee=foresee)
+        assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+        assert got.tokens == tokens
+        assert got.final_tokens == final
 
 
 @settings(max_examples=120, deadline=None)
@@ -97,11 +99,17 @@ def test_a_rebuild_beside_a_cut_boundary_grows_the_guard_and_starts_again():
     units = [(list(b"abc"), 3), ([AB, ord("c")], 3), (list(b"cab"), 3), ([ord("c"), AB], 3), (list(b"xy"), 5)]
     symbols, offsets, weights = as_arrays(units)
     steps, tokens, final = whole_units(symbols, offsets, weights, 2, None)
-    got = stage2_merges(symbols, offsets, weights, weights, TOKENS, 2, None, bounded=True, cut=4, rebuilds=True)
+    got = stage2_merges(symbols, offsets, weights, weights, TOKENS, 2, None, bounded=True, cut=4, rebuilds=True,
+                        foresee=False)
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     assert steps[0] == (ord("a"), ord("b"), AB) and tuple(steps[1][:2]) != (ord("x"), ord("y"))
     assert any(new == AB for _, _, new in steps)                # a merge rebuilt "ab"
     assert got.info["restarts"] >= 1 and got.info["cuts"][-1]["guarded_tokens"] >= 2
+    # foreseen: ("a", "b") counts 6, at least the cut, and "a" + "b" are the bytes of "ab": "a", "b" and
+    # "ab" guarded and "ab" spared before the first cut, no restart, the same merges
+    got = stage2_merges(symbols, offsets, weights, weights, TOKENS, 2, None, bounded=True, cut=4, rebuilds=True)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.info["restarts"] == 0 and got.info["cuts"][0]["guarded_tokens"] == 3
 
 
 def test_the_pairs_of_a_rebuilt_token_are_not_pruned():
@@ -112,10 +120,15 @@ def test_the_pairs_of_a_rebuilt_token_are_not_pruned():
     steps, tokens, final = whole_units(symbols, offsets, weights, 4, None)
     assert [tuple(s[:2]) for s in steps][2:] == [(AB, len(TOKENS)), (ord("x"), ord("y"))]
     got = stage2_merges(symbols, offsets, weights, weights, TOKENS, 4, None, bounded=True, cut=3, rebuilds=True,
-                        guard_tokens=lambda t: True)       # (nothing cut: only the pruning is at stake)
+                        guard_tokens=lambda t: True, foresee=False)   # (nothing cut: only the pruning is at stake)
     assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
     # ("ab", "cd") was forgotten (count 2, "ab" not spared): the rebuild of "ab" starts again, sparing it
     assert got.info["restarts"] == 1
+    # foreseen: ("a", "b") counts 3, the cut: "ab" spared from the start, no restart
+    got = stage2_merges(symbols, offsets, weights, weights, TOKENS, 4, None, bounded=True, cut=3, rebuilds=True,
+                        guard_tokens=lambda t: True)
+    assert [tuple(s) for s in got.steps] == [tuple(s) for s in steps]
+    assert got.info["restarts"] == 0
 
 
 @settings(max_examples=60, deadline=None)

@@ -11,8 +11,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ...engine.merge import MergeEngine, huge_pages, run_legs
-from ...engine.units import (RankMerger, SKETCH_MAX, cut_pieces_parts, pair_sketch, pair_sketch_parts,
-                             unit_halves)
+from ...engine.units import (RankMerger, SKETCH_MAX, cut_pieces_parts, pair_counts, pair_sketch, pair_sketch_parts,
+                             sketch_bounds, unit_halves)
 from ...errors import InternalError
 from ...runtime.memmon import numpy_huge_pages, phase
 from ...runtime.workers import release_free_memory
@@ -205,7 +205,7 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                   regenerate: Optional[Callable[[], tuple]] = None,
                   rebuilds: bool = False, guard_tokens: Optional[Callable[[bytes], bool]] = None,
                   spare_tokens: Optional[Callable[[bytes], bool]] = None,
-                  count_weighted: bool = False) -> Stage2Result:
+                  count_weighted: bool = False, foresee: bool = True) -> Stage2Result:
     """Stage 2's merges on units of stage-1 tokens (``symbols``/``offsets``, ``weights`` for the
     engine, ``counts`` for the final token count), equal to one engine run on the whole units.
 
@@ -260,6 +260,12 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
     a token that may be rebuilt are never pruned (``MergeEngine(prune_spare=)``): those of the
     tokens ``spare_tokens(bytes)`` marks (a guess), and of each token rebuilt in a run so far (a
     rebuild of a token not spared from the start of the run starts it again, sparing that token).
+
+    ``foresee`` (with ``rebuilds``): before each cut, the stage-1 tokens that a merge of two others
+    would rebuild, where that pair counts at least the cut, are guarded and spared as the rebuild
+    would have them (``_Edges.guard_splits``): no restart for them. SupraTok at 32k on en_train:
+    ``"'" + "s"`` restarted every run from 160 MB on (the units listed again, cut, built and merged
+    again: 160 MB 10.5 -> 6.3 s). False leaves them to restarts (tests of the restarts).
 
     ``count_weighted``: also count the units' final tokens with their ``weights`` (``weighted_tokens``
     of the result; 0 without it): one more pass over the engine's cells.
@@ -339,6 +345,11 @@ def stage2_merges(symbols: np.ndarray, offsets: np.ndarray, weights: np.ndarray,
                                         f"{int(sketch.sum(dtype=np.uint64)) + excess} windows, the units {windows_weight}")
         # (a counter holds at most SKETCH_MAX: a cut above it keeps every capped counter's windows)
         keep = np.packbits(sketch >= min(cut, SKETCH_MAX), bitorder="little")
+        if edges is not None and cut > 1 and foresee:
+            # the boundaries a rebuild at this cut may need kept from the start, and the tokens it
+            # may rebuild spared (no restart for them)
+            spared.update(tokens[t] for t in
+                          edges.guard_splits(sketch, cut, parts or [(symbols, offsets, weights, counts)]).tolist())
         if regenerate is not None:
             # the sketch serves only the next cut's bitmap, after a restart, which lists the units
             # again: counted again from them then, it is not kept beside the cut's tables and the
@@ -465,7 +476,40 @@ class _Edges:
             for i, t in enumerate(tokens):
                 if guess(t):
                     self.guard[i] = GUARD_LEFT | GUARD_RIGHT
+        self._splits = _token_splits(tokens)
         self.reset()
+
+    def guard_splits(self, sketch: np.ndarray, cut: int, units: list) -> np.ndarray:
+        """Guard, before the units are cut, what the merges that would rebuild a stage-1 token need:
+        a pair ``(a, b)`` of stage-1 tokens whose bytes are those of a token ``t`` is merged only
+        across two pretokens (inside one, stage 1 has merged every pair it could), and when its windows
+        count ``cut`` or more a merge of it may come before the engine stops (the pairs the sketch
+        bounds below the cut left out, the others counted exactly over ``units``, the parts of
+        ``(symbols, offsets, weights, counts)``: the sketch alone, its counters shared, guarded 638
+        tokens at 32k on 60 MB of en_train, most for pairs that count less, and their longer pieces
+        cost more than the restarts they spare);
+        ``rebuild(a, b, t)`` then finds ``t`` and ``b`` guarded on the left, ``t`` and ``a`` on the right
+        (as it would mark them). Each guard the guess missed otherwise costs a restart from the first
+        merge, the units listed again (SupraTok at 32k on 160 MB of en_train: ``"'" + "s"``, 4.0 s
+        more). Returns the ids of the tokens such merges may rebuild (the caller spares their pairs
+        from pruning, which a rebuild needs too). Only a guess as well: any guard gives the same
+        merges, and a rebuild it did not foresee (of a token made by a merge, or of a pair the
+        sketch put below the cut) still restarts."""
+        a, b, t = self._splits
+        if a.size == 0:
+            return t
+        bound = sketch_bounds(sketch, np.ravel(np.column_stack((a, b))).astype(np.uint32),
+                              np.arange(0, 2 * a.size + 1, 2, dtype=np.int64))[::2]
+        hit = np.flatnonzero(bound >= min(cut, SKETCH_MAX))
+        if hit.size:
+            keys, inverse = np.unique((a[hit].astype(np.uint64) << np.uint64(32)) | b[hit].astype(np.uint64),
+                                      return_inverse=True)
+            exact = sum(pair_counts(p[0], p[1], p[2], keys) for p in units)
+            hit = hit[exact[inverse.ravel()] >= cut]
+        self.guard[t[hit]] |= GUARD_LEFT | GUARD_RIGHT
+        self.guard[b[hit]] |= GUARD_LEFT
+        self.guard[a[hit]] |= GUARD_RIGHT
+        return np.unique(t[hit])
 
     def reset(self) -> None:
         self.last: dict[int, frozenset] = {}       # ids made or rebuilt by merges (else: the id itself)
@@ -505,6 +549,30 @@ class _Edges:
                         self.guard[i] |= bit
                         grew = True
         return not grew
+
+
+def _token_splits(tokens: Sequence[bytes]) -> tuple:
+    """Every way to write a token's bytes as two tokens: ``(a, b, t)`` arrays (int64) with
+    ``tokens[a[k]] + tokens[b[k]] == tokens[t[k]]`` (each bytes string under its first id).
+
+    >>> [x.tolist() for x in _token_splits([b"a", b"b", b"ab", b"aab", b"ba"])]   # a+b, a+ab, b+a
+    [[0, 0, 1], [1, 2, 0], [2, 3, 4]]
+    """
+    ids: dict = {}
+    for i, tok in enumerate(tokens):
+        ids.setdefault(tok, i)
+    a, b, t = [], [], []
+    get = ids.get
+    for i, tok in enumerate(tokens):
+        for k in range(1, len(tok)):
+            x = get(tok[:k])
+            if x is not None:
+                y = get(tok[k:])
+                if y is not None:
+                    a.append(x)
+                    b.append(y)
+                    t.append(i)
+    return tuple(np.array(v, dtype=np.int64) for v in (a, b, t))
 
 
 def unit_weights(encoded: list, counts: list) -> list:
