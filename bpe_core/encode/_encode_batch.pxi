@@ -3,6 +3,12 @@
 
 cdef enum:
     BIG_SHARE = 64      # several threads take the documents over 1/64 of a share first (BatchJob)
+    LIST_CHUNK = 1 << 16    # the listing thread encodes this many bytes of its own between list passes
+    LIST_DOC_COST = 256     # ... a document counted as this many bytes more (many tiny ones: a pass)
+    FIXED_SLACK = 64        # a fixed buffer's ids past one per byte of the job (INLINE_IDS and more)
+    DOC_DONE = 1        # BatchJob.doc_state: a worker's ids are final, its buffer will not move
+    DOC_OWN = 2         # ... the listing thread's own document (its ids in its own buffer)
+    DOC_LATER = 3       # ... a worker's ids are final, in a buffer that may move: collect lists it
 
 # ==== Single tokens and batch jobs ===============================================================
 
@@ -70,6 +76,39 @@ cdef extern from *:
     Py_ssize_t fetch_add "bpe_fetch_add"(Py_ssize_t* p, Py_ssize_t v) noexcept nogil
 
 
+cdef extern from *:
+    """
+    /* One step of the listing thread's wait for a worker's last document: a few spins, then the
+       core offered to others, then 20 us sleeps (the wait may be a large document's whole encode:
+       not spun through, which would count as CPU time). */
+    #if defined(_WIN32)
+    #include <windows.h>
+    static void bpe_wait_step(int round) {
+        if (round < 64) YieldProcessor();
+        else SwitchToThread();
+    }
+    #else
+    #include <sched.h>
+    #include <time.h>
+    static void bpe_wait_step(int round) {
+        if (round < 64) {
+    #if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+            __asm__ __volatile__("yield");
+    #endif
+        } else if (round < 96) {
+            sched_yield();
+        } else {
+            struct timespec t = {0, 20000};
+            nanosleep(&t, NULL);
+        }
+    }
+    #endif
+    """
+    void wait_step "bpe_wait_step"(int round) noexcept nogil
+
+
 cdef class BatchJob:
     """Many documents encoded by several threads in one native job, then gathered by one copy.
 
@@ -84,6 +123,15 @@ cdef class BatchJob:
     (``Encoder.reserve_shared`` makes room before; once it is full, a thread keeps its new pieces
     in its own cache, which ``Tokenizer`` moves into the shared one afterwards:
     ``Encoder.absorb_cache``).
+
+    With :meth:`build_lists` the job also builds the Python list of each document's ids while it
+    runs, on the thread that calls :meth:`run` with ``lists=True`` (the caller's: it takes the GIL
+    between stretches of its own documents and lists every document finished so far, the other
+    workers' too); :meth:`collect` then returns the lists. So the lists are built while the other
+    threads still encode, not after them on one thread. It reads another worker's ids in that
+    worker's buffer while the worker goes on encoding into it: each worker makes its buffer large
+    enough for the whole job first (one id per byte at most: it never moves), or, if it cannot, its
+    documents are listed by :meth:`collect`.
 
     Args:
         texts: a list of ``str`` (UTF-8, ``surrogateescape``) or bytes-like documents.
@@ -132,18 +180,40 @@ cdef class BatchJob:
         self.doc_n.assign(n, 0)
         self.doc_at.assign(n, 0)
         self.doc_who.assign(n, -1)
+        self.doc_state.assign(n, 0)
         self.workers = []
 
-    def run(self, Encoder enc not None, Encoder shared=None, Py_ssize_t n_workers=1):
+    def build_lists(self, TokenTable tokens not None):
+        """Build the list of each document's ids while the job runs (see the class), from
+        ``tokens`` (the tokenizer's ``TokenTable``): one call of :meth:`run` passes ``lists=True``,
+        and :meth:`collect` returns the lists. Call before the first :meth:`run`.
+
+        Memory: each other worker's buffer is made room for one id per byte of the whole job
+        (address space: the pages hold memory only where ids are written, as before).
+        """
+        if self.workers:
+            raise RuntimeError("build_lists() after run()")
+        self.tokens = tokens
+        self.lists = [None] * self.n_docs
+        self.doc_listed.assign(self.n_docs, 0)
+
+    def run(self, Encoder enc not None, Encoder shared=None, Py_ssize_t n_workers=1, bint lists=False):
         """Encode documents with ``enc`` until none is left (call once per thread, each with its
         own encoder; ``shared``: a cache shared by the threads, see the class; ``n_workers``: the threads
-        running the job, each reserves room for its share of the ids first). Releases the GIL."""
+        running the job, each reserves room for its share of the ids first). Releases the GIL.
+
+        ``lists`` (after :meth:`build_lists`): this thread also builds the lists (see the class) and
+        returns when every document is listed but those of a worker whose buffer could move."""
         cdef Py_ssize_t k, stop = 0
         cdef bint done = True
         cdef int32_t who
         cdef const Specials* sp = &self.specials.c if self.specials is not None else NULL
+        cdef uint32_t finished = DOC_DONE
+        cdef token_id_t* fixed = NULL
         if n_workers < 1:
             raise ValueError("n_workers must be positive")
+        if lists and self.tokens is None:
+            raise ValueError("run(lists=True) without build_lists()")
         if shared is enc:
             shared = None
         if shared is not None and shared.table is not enc.table:
@@ -153,8 +223,21 @@ cdef class BatchJob:
         who = <int32_t>len(self.workers)
         self.workers.append(enc)
         enc.out_n = 0
+        if self.tokens is not None and not lists:
+            # The listing thread reads this buffer while ids are added to it: room for all the
+            # job's ids at once, so it never moves (an id stands for one byte or more; _emit_pieces
+            # asks for one per byte of its pieces, plus INLINE_IDS; a special token for one).
+            # Without the memory, this worker's documents wait for collect (DOC_LATER).
+            try:
+                enc._reserve_out(self.n_bytes + FIXED_SLACK, True)
+                fixed = enc.out_buf
+            except MemoryError:
+                finished = DOC_LATER
         enc.shared = shared
         try:
+            if lists:
+                self._run_lister(enc, who, sp)
+                return
             with nogil:
                 # its share of the ids, guessed at one per 3 bytes (_emit_pieces reserves what it
                 # needs on top): a new encoder's buffer is made once, not grown by copies
@@ -171,8 +254,80 @@ cdef class BatchJob:
                         enc._encode_text(self.pattern_id, sp, self.ptrs[k], self.sizes[k], 0, self.sizes[k],
                                          0, False, &stop, &done)
                     self.doc_n[k] = enc.out_n - self.doc_at[k]
+                    if fixed != NULL and enc.out_buf != fixed:
+                        store_release(&self.moved, 1)   # (cannot happen: see above; collect raises)
+                    store_release(&self.doc_state[k], finished)
+        except BaseException:
+            store_release(&self.failed, 1)  # (the listing thread stops waiting for its documents)
+            raise
         finally:
             enc.shared = None
+
+    cdef int _run_lister(self, Encoder enc, int32_t who, const Specials* sp) except -1:
+        """:meth:`run` on the listing thread: stretches of its own documents (``LIST_CHUNK``
+        bytes) encoded without the GIL, each followed by a pass that lists every document finished
+        so far (:meth:`_list_ready`); once none is left to take, it waits for the other workers' last
+        documents, listing each as it ends. Only this thread takes the GIL while the job runs (the
+        others take it to start and to end), so taking it between stretches costs no hand-over."""
+        cdef Py_ssize_t k, chunk, cursor = 0, stop = 0, before
+        cdef bint done = True, more = True
+        cdef int rounds = 0
+        while more:
+            with nogil:
+                enc.out_n = 0               # (its documents so far are listed: the buffer is reused)
+                chunk = 0
+                while chunk < LIST_CHUNK:
+                    k = fetch_add(&self.next_doc, 1)
+                    if k >= self.n_docs:
+                        more = False
+                        break
+                    if self.ordered:
+                        k = self.order[k]
+                    self.doc_who[k] = who
+                    self.doc_at[k] = enc.out_n
+                    if self.sizes[k] > 0:
+                        enc._encode_text(self.pattern_id, sp, self.ptrs[k], self.sizes[k], 0, self.sizes[k],
+                                         0, False, &stop, &done)
+                    self.doc_n[k] = enc.out_n - self.doc_at[k]
+                    self.doc_state[k] = DOC_OWN
+                    chunk += self.sizes[k] + LIST_DOC_COST
+            cursor = self._list_ready(cursor)
+        while cursor < self.n_docs and not load_acquire(&self.failed):
+            before = cursor
+            cursor = self._list_ready(cursor)
+            if cursor == before:
+                with nogil:
+                    wait_step(rounds)
+                rounds += 1
+            else:
+                rounds = 0
+        return 0
+
+    cdef Py_ssize_t _list_ready(self, Py_ssize_t cursor) except -1:
+        """List every document taken at or after ``cursor`` (a place in the order they are taken)
+        whose ids are final, from the buffer of the worker that encoded it (``TokenTable._list``);
+        DOC_LATER ones are left to :meth:`collect`. Returns the first place not finished (every
+        document before it listed or left to collect)."""
+        cdef TokenTable tokens = <TokenTable>self.tokens
+        cdef Py_ssize_t pos, k, taken = min(fetch_add(&self.next_doc, 0), self.n_docs)
+        cdef uint32_t state
+        cdef bint advancing = True
+        cdef Encoder enc
+        for pos in range(cursor, taken):
+            k = self.order[pos] if self.ordered else pos
+            if not self.doc_listed[k]:
+                state = load_acquire(&self.doc_state[k])
+                if state == 0:
+                    advancing = False       # still being encoded
+                    continue
+                if state != DOC_LATER:
+                    enc = <Encoder>self.workers[self.doc_who[k]]
+                    self.lists[k] = tokens._list(enc.out_buf + self.doc_at[k] if self.doc_n[k] else NULL,
+                                                 self.doc_n[k])          # untracked until collect
+                    self.doc_listed[k] = 1
+            if advancing:
+                cursor = pos + 1
+        return cursor
 
     def collect(self, TokenTable lists=None):
         """``(ids, offsets)`` after every :meth:`run` returned: uint32 ids of all documents back
@@ -194,6 +349,8 @@ cdef class BatchJob:
         for k in range(n):
             if self.doc_who[k] < 0:
                 raise RuntimeError("a document was not encoded (a worker failed)")
+        if self.tokens is not None:
+            return self._collect_lists(lists)
         if lists is not None:
             for enc in self.workers:
                 bufs.push_back(enc.out_buf)
@@ -234,6 +391,40 @@ cdef class BatchJob:
                     memcpy(&flat[offs[k0]], bufs[who] + self.doc_at[k0], (offs[k] - offs[k0]) * sizeof(token_id_t))
         self._release_workers()
         return ids, offsets
+
+    cdef object _collect_lists(self, object lists):
+        """:meth:`collect` of a job that builds lists (:meth:`build_lists`): the documents not
+        listed while it ran (DOC_LATER ones, or all when no thread listed) are listed now, and the
+        lists handed to the cyclic collector together."""
+        cdef TokenTable tokens = <TokenTable>self.tokens
+        cdef Py_ssize_t k, n = self.n_docs
+        cdef Encoder enc
+        cdef vector[token_id_t*] bufs
+        cdef list out = self.lists
+        if lists is not None and lists is not tokens:
+            raise ValueError("collect() with another TokenTable than build_lists()")
+        if out is None:
+            raise RuntimeError("collect() called twice")
+        self.lists = None
+        try:
+            if self.moved:
+                raise RuntimeError("a worker's buffer moved while the lists were built")
+            for enc in self.workers:
+                bufs.push_back(enc.out_buf)
+            for k in range(n):
+                if self.doc_listed[k]:
+                    continue
+                if self.doc_state[k] == DOC_OWN:        # (its buffer was reused: cannot happen)
+                    raise RuntimeError("a document of the listing thread was not listed")
+                out[k] = tokens._list(bufs[self.doc_who[k]] + self.doc_at[k] if self.doc_n[k] else NULL,
+                                      self.doc_n[k])
+                self.doc_listed[k] = 1
+        finally:
+            for k in range(n):
+                if self.doc_listed[k]:
+                    gc_track(<PyObject*>out[k])
+            self._release_workers()
+        return out
 
     cdef void _order_big_first(self, Py_ssize_t n_workers):
         """Take the documents larger than ``1 / BIG_SHARE`` of a worker's share of the bytes first,
