@@ -166,6 +166,9 @@ cdef class BatchJob:
     cdef list lists
     cdef vector[uint32_t] doc_state
     cdef vector[uint8_t] doc_listed
+    cdef Py_ssize_t scanned             # the listing thread has looked at the places before this
+    cdef vector[Py_ssize_t] pending     # ... of which these were still being encoded (one a worker)
+    cdef readonly Py_ssize_t n_listed   # documents listed while the job ran (the rest by collect)
     cdef uint32_t failed                # a worker left run() by an exception (store_release)
     cdef uint32_t moved                 # a worker's fixed buffer moved after all (collect raises)
 
@@ -173,7 +176,8 @@ cdef class BatchJob:
     cdef void _release_workers(self)
     cdef void _order_big_first(self, Py_ssize_t n_workers)
     cdef int _run_lister(self, Encoder enc, int32_t who, const Specials* sp) except -1
-    cdef Py_ssize_t _list_ready(self, Py_ssize_t cursor) except -1
+    cdef int _list_ready(self) except -1
+    cdef bint _list_one(self, Py_ssize_t pos) except -1
     cdef object _collect_lists(self, object lists)
 
 

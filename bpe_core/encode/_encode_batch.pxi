@@ -269,7 +269,7 @@ cdef class BatchJob:
         so far (:meth:`_list_ready`); once none is left to take, it waits for the other workers' last
         documents, listing each as it ends. Only this thread takes the GIL while the job runs (the
         others take it to start and to end), so taking it between stretches costs no hand-over."""
-        cdef Py_ssize_t k, chunk, cursor = 0, stop = 0, before
+        cdef Py_ssize_t k, chunk, stop = 0
         cdef bint done = True, more = True
         cdef int rounds = 0
         while more:
@@ -291,43 +291,48 @@ cdef class BatchJob:
                     self.doc_n[k] = enc.out_n - self.doc_at[k]
                     self.doc_state[k] = DOC_OWN
                     chunk += self.sizes[k] + LIST_DOC_COST
-            cursor = self._list_ready(cursor)
-        while cursor < self.n_docs and not load_acquire(&self.failed):
-            before = cursor
-            cursor = self._list_ready(cursor)
-            if cursor == before:
-                with nogil:
-                    wait_step(rounds)
-                rounds += 1
-            else:
-                rounds = 0
+            self._list_ready()
+        while not self._list_ready() and not load_acquire(&self.failed):
+            with nogil:
+                wait_step(rounds)           # (spins, then yields, then 20 us sleeps)
+            rounds += 1
         return 0
 
-    cdef Py_ssize_t _list_ready(self, Py_ssize_t cursor) except -1:
-        """List every document taken at or after ``cursor`` (a place in the order they are taken)
-        whose ids are final, from the buffer of the worker that encoded it (``TokenTable._list``);
-        DOC_LATER ones are left to :meth:`collect`. Returns the first place not finished (every
-        document before it listed or left to collect)."""
-        cdef TokenTable tokens = <TokenTable>self.tokens
-        cdef Py_ssize_t pos, k, taken = min(fetch_add(&self.next_doc, 0), self.n_docs)
-        cdef uint32_t state
-        cdef bint advancing = True
+    cdef int _list_ready(self) except -1:
+        """List every document whose ids are final since the last call: the places taken since
+        (``scanned`` on), and the ``pending`` ones, which were still being encoded then (at most
+        one a worker: each place is looked at once more per pass only while it is pending, so a
+        long document in flight does not make every pass rescan the batch). Returns 1 when every
+        document is listed or left to collect."""
+        cdef Py_ssize_t pos, i, kept = 0, taken = min(fetch_add(&self.next_doc, 0), self.n_docs)
+        for i in range(<Py_ssize_t>self.pending.size()):
+            pos = self.pending[i]
+            if not self._list_one(pos):
+                self.pending[kept] = pos
+                kept += 1
+        self.pending.resize(kept)
+        for pos in range(self.scanned, taken):
+            if not self._list_one(pos):
+                self.pending.push_back(pos)
+        self.scanned = max(self.scanned, taken)
+        return self.scanned == self.n_docs and self.pending.empty()
+
+    cdef bint _list_one(self, Py_ssize_t pos) except -1:
+        """The list of the document taken at place ``pos`` when its ids are final, from the buffer
+        of the worker that encoded it (``TokenTable._list``); a DOC_LATER one is left to
+        :meth:`collect`. False while it is still being encoded."""
+        cdef Py_ssize_t k = self.order[pos] if self.ordered else pos
+        cdef uint32_t state = load_acquire(&self.doc_state[k])
         cdef Encoder enc
-        for pos in range(cursor, taken):
-            k = self.order[pos] if self.ordered else pos
-            if not self.doc_listed[k]:
-                state = load_acquire(&self.doc_state[k])
-                if state == 0:
-                    advancing = False       # still being encoded
-                    continue
-                if state != DOC_LATER:
-                    enc = <Encoder>self.workers[self.doc_who[k]]
-                    self.lists[k] = tokens._list(enc.out_buf + self.doc_at[k] if self.doc_n[k] else NULL,
-                                                 self.doc_n[k])          # untracked until collect
-                    self.doc_listed[k] = 1
-            if advancing:
-                cursor = pos + 1
-        return cursor
+        if state == 0:
+            return False
+        if state != DOC_LATER:
+            enc = <Encoder>self.workers[self.doc_who[k]]
+            self.lists[k] = (<TokenTable>self.tokens)._list(enc.out_buf + self.doc_at[k] if self.doc_n[k] else NULL,
+                                                            self.doc_n[k])      # untracked until collect
+            self.doc_listed[k] = 1
+            self.n_listed += 1
+        return True
 
     def collect(self, TokenTable lists=None):
         """``(ids, offsets)`` after every :meth:`run` returned: uint32 ids of all documents back

@@ -112,7 +112,8 @@ def test_every_path_of_a_listing_job(schedule, max_ints):
     t = tok._table
     shared = _shared(tok)
     before = _refcounts(shared)
-    job = _job(tok, DOCS)
+    docs = DOCS * 20 if schedule == "threads" else DOCS     # (long enough for documents in flight)
+    job = _job(tok, docs)
     if schedule == "worker_then_lister":
         job.run(_encode.Encoder(t), None, 2)
         job.run(_encode.Encoder(t), None, 2, True)
@@ -129,7 +130,10 @@ def test_every_path_of_a_listing_job(schedule, max_ints):
         job.run(_encode.Encoder(t), None, 3, True)
         for w in workers:
             w.join()
-    _check(tok, DOCS, job.collect(tok._tokens), shared, before)
+    # the listing thread lists every document it sees end (it waits for the last ones); with none,
+    # collect lists them all
+    assert job.n_listed == (0 if schedule == "workers_only" else len(docs))
+    _check(tok, docs, job.collect(tok._tokens), shared, before)
 
 
 def test_lists_match_tiktoken_on_many_documents():
