@@ -79,8 +79,9 @@ cdef extern from *:
 cdef extern from *:
     """
     /* One step of the listing thread's wait for a worker's last document: a few spins, then the
-       core offered to others, then 20 us sleeps (the wait may be a large document's whole encode:
-       not spun through, which would count as CPU time). */
+       core offered to others, then sleeps of 20 us, doubled every 16 up to 640 us (the wait may be
+       a large document's whole encode, or a worker the system has not run for a while on a busy
+       machine: not spun through, which would count as CPU time). */
     #if defined(_WIN32)
     #include <windows.h>
     static void bpe_wait_step(int round) {
@@ -100,7 +101,8 @@ cdef extern from *:
         } else if (round < 96) {
             sched_yield();
         } else {
-            struct timespec t = {0, 20000};
+            int doubled = (round - 96) / 16;
+            struct timespec t = {0, 20000L << (doubled < 5 ? doubled : 5)};
             nanosleep(&t, NULL);
         }
     }
@@ -269,7 +271,7 @@ cdef class BatchJob:
         so far (:meth:`_list_ready`); once none is left to take, it waits for the other workers' last
         documents, listing each as it ends. Only this thread takes the GIL while the job runs (the
         others take it to start and to end), so taking it between stretches costs no hand-over."""
-        cdef Py_ssize_t k, chunk, stop = 0
+        cdef Py_ssize_t k, chunk, stop = 0, listed
         cdef bint done = True, more = True
         cdef int rounds = 0
         while more:
@@ -292,9 +294,13 @@ cdef class BatchJob:
                     self.doc_state[k] = DOC_OWN
                     chunk += self.sizes[k] + LIST_DOC_COST
             self._list_ready()
+        listed = self.n_listed
         while not self._list_ready() and not load_acquire(&self.failed):
+            if self.n_listed != listed:     # (a document ended: the next wait starts short)
+                listed = self.n_listed
+                rounds = 0
             with nogil:
-                wait_step(rounds)           # (spins, then yields, then 20 us sleeps)
+                wait_step(rounds)           # (spins, then yields, then sleeps from 20 us)
             rounds += 1
         return 0
 
