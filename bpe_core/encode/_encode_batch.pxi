@@ -418,6 +418,8 @@ cdef class BatchJob:
             raise RuntimeError("collect() called twice")
         self.lists = None
         try:
+            if load_acquire(&self.failed):
+                raise RuntimeError("a document was not encoded (a worker failed)")
             if self.moved:
                 raise RuntimeError("a worker's buffer moved while the lists were built")
             for enc in self.workers:
