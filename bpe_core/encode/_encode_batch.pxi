@@ -6,6 +6,7 @@ cdef enum:
     LIST_CHUNK = 1 << 16    # the listing thread encodes this many bytes of its own between list passes
     LIST_DOC_COST = 256     # ... a document counted as this many bytes more (many tiny ones: a pass)
     FIXED_SLACK = 64        # a fixed buffer's ids past one per byte of the job (INLINE_IDS and more)
+    FIXED_MAX = 1 << 28     # a job of more bytes makes no fixed buffers (1 GiB of address space each)
     DOC_DONE = 1        # BatchJob.doc_state: a worker's ids are final, its buffer will not move
     DOC_OWN = 2         # ... the listing thread's own document (its ids in its own buffer)
     DOC_LATER = 3       # ... a worker's ids are final, in a buffer that may move: collect lists it
@@ -191,7 +192,8 @@ cdef class BatchJob:
         and :meth:`collect` returns the lists. Call before the first :meth:`run`.
 
         Memory: each other worker's buffer is made room for one id per byte of the whole job
-        (address space: the pages hold memory only where ids are written, as before).
+        (address space, 4 bytes a byte of text: the pages hold memory only where ids are written,
+        as before; none past ``FIXED_MAX`` bytes, whose workers' documents collect lists).
         """
         if self.workers:
             raise RuntimeError("build_lists() after run()")
@@ -229,12 +231,16 @@ cdef class BatchJob:
             # The listing thread reads this buffer while ids are added to it: room for all the
             # job's ids at once, so it never moves (an id stands for one byte or more; _emit_pieces
             # asks for one per byte of its pieces, plus INLINE_IDS; a special token for one).
-            # Without the memory, this worker's documents wait for collect (DOC_LATER).
-            try:
-                enc._reserve_out(self.n_bytes + FIXED_SLACK, True)
-                fixed = enc.out_buf
-            except MemoryError:
-                finished = DOC_LATER
+            # Without the memory (or past FIXED_MAX bytes, not to take 4 bytes of address space a
+            # byte of text per worker), this worker's documents wait for collect (DOC_LATER).
+            finished = DOC_LATER
+            if self.n_bytes <= FIXED_MAX:
+                try:
+                    enc._reserve_out(self.n_bytes + FIXED_SLACK, True)
+                    fixed = enc.out_buf
+                    finished = DOC_DONE
+                except MemoryError:
+                    pass
         enc.shared = shared
         try:
             if lists:
