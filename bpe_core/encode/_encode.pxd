@@ -169,6 +169,7 @@ cdef class BatchJob:
     cdef Py_ssize_t scanned             # the listing thread has looked at the places before this
     cdef vector[Py_ssize_t] pending     # ... of which these were still being encoded (one a worker)
     cdef readonly Py_ssize_t n_listed   # documents listed while the job ran (the rest by collect)
+    cdef uint32_t* counts               # the references those lists hold, not added yet (LISTED_COUNTED)
     cdef uint32_t failed                # a worker left run() by an exception (store_release)
     cdef uint32_t moved                 # a worker's fixed buffer moved after all (collect raises)
 
@@ -178,6 +179,7 @@ cdef class BatchJob:
     cdef int _run_lister(self, Encoder enc, int32_t who, const Specials* sp) except -1
     cdef int _list_ready(self) except -1
     cdef bint _list_one(self, Py_ssize_t pos) except -1
+    cdef void _settle(self, bint ok) noexcept
     cdef object _collect_lists(self, object lists)
 
 

@@ -204,3 +204,58 @@ def test_a_worker_without_room_for_the_whole_job_is_listed_by_collect():
     done = subprocess.run([sys.executable, "-c", LATER, fixture_path("gpt2_vocab.json"), fixture_path("gpt2_merges.txt")],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+FAILED_WORKER = r"""
+import resource, sys
+import numpy as np
+from bpe_core.encode import _encode
+from bpe_core.encode.tokenizer import Tokenizer
+tok = Tokenizer.from_files(sys.argv[1], sys.argv[2], [])
+t = tok._tokens
+shared = t.to_list(np.arange(t.n_ints, dtype=np.uint32))
+def refcounts():
+    return np.array([sys.getrefcount(o) for o in shared[257:]], dtype=np.int64)
+docs = [(b" the tokenizer %d" % k) * 3000 for k in range(12)] + [b"", b" x" * 40_000]   # 0.6 MB
+before = refcounts()
+job = _encode.BatchJob(docs, 0)
+job.build_lists(t)
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (used + (256 << 10), hard))   # no room for the whole job
+try:
+    job.run(_encode.Encoder(tok._table), None, 2)
+    raise SystemExit("the worker did not fail")
+except MemoryError:
+    pass
+finally:
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+job.run(_encode.Encoder(tok._table), None, 2, True)     # lists the rest, then gives the counts up
+assert 0 < job.n_listed < len(docs), job.n_listed      # (the worker's own documents: DOC_LATER)
+held = refcounts() - before
+assert held.min() >= 0 and held.sum() > 0, ("the lists do not hold their references", held.min(), held.sum())
+try:
+    job.collect()
+    raise SystemExit("collect did not refuse")
+except RuntimeError as exc:
+    assert "worker failed" in str(exc)
+del job
+assert np.array_equal(refcounts(), before), "references missing or left over"
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="an address-space limit (Linux)")
+def test_a_failed_worker_leaves_the_lists_their_own_references():
+    """A worker that fails (no memory to grow its buffer, under an address-space limit) makes the
+    listing thread give its counted references up: each list it built increfs its shared ints one
+    by one instead, so the lists hold their references while the job lives and none is missing or
+    left over once it is freed; collect refuses."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", FAILED_WORKER, fixture_path("gpt2_vocab.json"),
+                           fixture_path("gpt2_merges.txt")], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout[-1000:] + done.stderr[-2000:]
