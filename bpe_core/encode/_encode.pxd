@@ -159,10 +159,28 @@ cdef class BatchJob:
     cdef readonly int64_t n_bytes
     cdef vector[Py_ssize_t] order       # the order documents are taken in (when ``ordered``)
     cdef readonly bint ordered          # big documents first (several workers), else in order
+    # Lists built while the job runs (``build_lists``): the TokenTable, the lists so far, each
+    # document's state (0 until its ids are final, then DOC_DONE, DOC_OWN; written with
+    # store_release) and whether its list is built (the listing thread's alone)
+    cdef object tokens
+    cdef list lists
+    cdef vector[uint32_t] doc_state
+    cdef vector[uint8_t] doc_listed
+    cdef Py_ssize_t scanned             # the listing thread has looked at the places before this
+    cdef vector[Py_ssize_t] pending     # ... of which these were still being encoded (one a worker)
+    cdef readonly Py_ssize_t n_listed   # documents listed while the job ran (the rest by collect)
+    cdef uint32_t* counts               # the references those lists hold, not added yet (LISTED_COUNTED)
+    cdef uint32_t failed                # a worker left run() by an exception (store_release)
+    cdef uint32_t moved                 # a worker's fixed buffer moved after all (collect raises)
 
     cdef bint _one_run(self, int64_t total)
     cdef void _release_workers(self)
     cdef void _order_big_first(self, Py_ssize_t n_workers)
+    cdef int _run_lister(self, Encoder enc, int32_t who, const Specials* sp) except -1
+    cdef int _list_ready(self) except -1
+    cdef bint _list_one(self, Py_ssize_t pos) except -1
+    cdef void _settle(self, bint ok) noexcept
+    cdef object _collect_lists(self, object lists)
 
 
 # SuperBPE's stage 2 (the "hf" and "units" splits). A pair of neighbouring stage-1 ids that no

@@ -252,8 +252,8 @@ class Tokenizer(FilesMixin, BatchMixin, DecodeMixin, SpecialsMixin, EncoderPoolM
 
         The batch is one native job without the GIL (``_encode.BatchJob``): up to ``num_threads``
         threads take the texts one at a time, read the warmest pretoken cache together (read-only)
-        beside one of their own, and the ids are gathered by one copy. The lists are built once at
-        the end.
+        beside one of their own, and the ids are gathered by one copy. On several threads the
+        calling thread builds the lists while the others still encode.
 
         >>> vocab = {i: bytes([i]) for i in range(256)}
         >>> Tokenizer(vocab, []).encode_batch(["a", "bc"])

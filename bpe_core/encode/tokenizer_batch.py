@@ -118,7 +118,9 @@ class BatchMixin:
         batch first: ``Encoder.reserve_shared``), so a piece is merged once, not once a thread,
         and the next call starts warm; what did not fit stays in the threads' own caches, moved
         into the shared one afterwards (``Encoder.absorb_cache``). ``lists``: a list of id lists,
-        built from the workers' buffers (no flat copy)."""
+        built from the workers' buffers (no flat copy); on several threads this thread builds them
+        while the others still encode (``BatchJob.build_lists``: between stretches of documents of
+        its own, it lists every document finished so far), not all after the job on one thread."""
         job = _encode.BatchJob(texts, self._pattern_id, table)
         tokens = self._tokens if lists else None
         n_workers = max(1, min(num_threads, job.n_docs, job.n_bytes // _BATCH_THREAD_BYTES))
@@ -134,11 +136,14 @@ class BatchMixin:
         shared = self._borrow_warmest()
         privates = [self._borrow() for _ in range(n_workers)]
         shared.reserve_shared(job.n_bytes)
+        if lists:
+            # the lists are built while the job runs, by this thread (BatchJob.build_lists)
+            job.build_lists(tokens)
         errors: list[BaseException] = []
 
-        def work(enc):
+        def work(enc, listing=False):
             try:
-                job.run(enc, shared, n_workers)
+                job.run(enc, shared, n_workers, listing)
             except BaseException as exc:   # re-raised in the calling thread
                 errors.append(exc)
         helpers = []
@@ -147,7 +152,7 @@ class BatchMixin:
         try:
             for enc in privates[1:]:
                 helpers.append(_helper().run(work, enc))
-            work(privates[0])
+            work(privates[0], lists)
             ran = True
         finally:
             for done in helpers:
