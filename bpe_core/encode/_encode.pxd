@@ -105,6 +105,8 @@ cdef class Encoder:
     cdef token_id_t* out_buf
     cdef Py_ssize_t out_n
     cdef Py_ssize_t out_cap
+    # out_buf must not move (another thread reads it: BatchJob's listing thread): a growth raises
+    cdef bint out_pinned
     cdef int64_t* ends_buf
     # the UTF-8 of the str being encoded (encode_all), kept from call to call up to TEXT_KEEP bytes
     cdef char* text_buf

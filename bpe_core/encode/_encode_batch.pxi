@@ -300,6 +300,7 @@ cdef class BatchJob:
                     enc._reserve_out(self.n_bytes + FIXED_SLACK, True)
                     fixed = enc.out_buf
                     finished = DOC_DONE
+                    enc.out_pinned = True       # (a growth now raises: never a read of freed memory)
                 except MemoryError:
                     pass
         enc.shared = shared
@@ -334,6 +335,7 @@ cdef class BatchJob:
             raise
         finally:
             enc.shared = None
+            enc.out_pinned = False
 
     cdef int _run_lister(self, Encoder enc, int32_t who, const Specials* sp) except -1:
         """:meth:`run` on the listing thread: stretches of its own documents (``LIST_CHUNK``

@@ -230,6 +230,9 @@ cdef class Encoder:
         cdef token_id_t* grown
         if need <= self.out_cap:
             return 0
+        if self.out_pinned:                 # (another thread reads the buffer: it must not move)
+            with gil:
+                raise RuntimeError(f"an encoder's pinned id buffer of {self.out_cap} ids would need {need}")
         cap = max(2 * self.out_cap, need, <Py_ssize_t>4096)
         if huge and self.out_n == 0 and cap >= SPARE_MIN_IDS:
             grown = _spare_take(need, &cap)    # the spare, mapped already (``_encode_outputs.pxi``)
