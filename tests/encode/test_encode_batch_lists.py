@@ -20,6 +20,7 @@ from bpe_core.encode import _encode
 from bpe_core.encode import tokenizer_batch as batch_mod      # owns _BATCH_THREAD_BYTES
 from bpe_core.encode.tokenizer import Tokenizer
 from encode_helpers import EOT, SETTINGS, fixture_path, fixture_text, gpt2_tiktoken
+from paths import package_parent
 
 
 def _gpt2(max_ints=None):
@@ -192,17 +193,18 @@ print("ok")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="an address-space limit (Linux)")
-def test_a_worker_without_room_for_the_whole_job_is_listed_by_collect():
+def test_a_worker_without_room_for_the_whole_job_is_listed_by_collect(tmp_path):
     """A worker that cannot make room for every id of the job at once (an address-space limit here)
     encodes into a buffer that grows, so the listing thread does not read it: ``collect`` lists its
     documents, from where the buffer ended up."""
     import os
     import subprocess
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # the bpe_core this test imported (installed, or built in place), run from elsewhere: ``python -c``
+    # puts the current folder first, and in a clean clone's root that is the unbuilt source
+    env = dict(os.environ, PYTHONPATH=package_parent())
     done = subprocess.run([sys.executable, "-c", LATER, fixture_path("gpt2_vocab.json"), fixture_path("gpt2_merges.txt")],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
@@ -246,7 +248,7 @@ print("ok")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="an address-space limit (Linux)")
-def test_a_failed_worker_leaves_the_lists_their_own_references():
+def test_a_failed_worker_leaves_the_lists_their_own_references(tmp_path):
     """A worker that fails (no memory to grow its buffer, under an address-space limit) makes the
     listing thread give its counted references up: each list it built increfs its shared ints one
     by one instead, so the lists hold their references while the job lives and none is missing or
@@ -254,8 +256,10 @@ def test_a_failed_worker_leaves_the_lists_their_own_references():
     import os
     import subprocess
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # the bpe_core this test imported (installed, or built in place), run from elsewhere: ``python -c``
+    # puts the current folder first, and in a clean clone's root that is the unbuilt source
+    env = dict(os.environ, PYTHONPATH=package_parent())
     done = subprocess.run([sys.executable, "-c", FAILED_WORKER, fixture_path("gpt2_vocab.json"),
-                           fixture_path("gpt2_merges.txt")], capture_output=True, text=True, env=env, timeout=300)
+                           fixture_path("gpt2_merges.txt")], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout[-1000:] + done.stderr[-2000:]
