@@ -218,13 +218,16 @@ t = tok._tokens
 shared = t.to_list(np.arange(t.n_ints, dtype=np.uint32))
 def refcounts():
     return np.array([sys.getrefcount(o) for o in shared[257:]], dtype=np.int64)
-docs = [(b" the tokenizer %d" % k) * 3000 for k in range(12)] + [b"", b" x" * 40_000]   # 0.6 MB
+# 0.6 MB of small documents and one of 4 MB (2 M ids), taken first (the largest first on two threads):
+# under the limit the worker's starting buffer fits (0.77 M ids, 3 MB) but neither room for the whole
+# job (4.6 M ids) nor the growth the large document needs, so it fails holding a document it took
+docs = [(b" the tokenizer %d" % k) * 3000 for k in range(12)] + [b"", b" x" * 2_000_000]
 before = refcounts()
 job = _encode.BatchJob(docs, 0)
 job.build_lists(t)
 soft, hard = resource.getrlimit(resource.RLIMIT_AS)
 used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
-resource.setrlimit(resource.RLIMIT_AS, (used + (256 << 10), hard))   # no room for the whole job
+resource.setrlimit(resource.RLIMIT_AS, (used + (6 << 20), hard))   # no room for the whole job
 try:
     job.run(_encode.Encoder(tok._table), None, 2)
     raise SystemExit("the worker did not fail")
