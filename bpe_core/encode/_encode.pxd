@@ -171,6 +171,8 @@ cdef class BatchJob:
     cdef Py_ssize_t scanned             # the listing thread has looked at the places before this
     cdef vector[Py_ssize_t] pending     # ... of which these were still being encoded (one a worker)
     cdef readonly Py_ssize_t n_listed   # documents listed while the job ran (the rest by collect)
+    # a job of more bytes makes no fixed buffers (FIXED_MAX; tests set it around a job's size)
+    cdef public int64_t fixed_max
     cdef uint32_t* counts               # the references those lists hold, not added yet (LISTED_COUNTED)
     cdef uint32_t failed                # a worker left run() by an exception (store_release)
     cdef uint32_t moved                 # a worker's fixed buffer moved after all (collect raises)

@@ -241,6 +241,7 @@ cdef class BatchJob:
         self.doc_who.assign(n, -1)
         self.doc_state.assign(n, 0)
         self.workers = []
+        self.fixed_max = FIXED_MAX
 
     def build_lists(self, TokenTable tokens not None):
         """Build the list of each document's ids while the job runs (see the class), from
@@ -295,7 +296,7 @@ cdef class BatchJob:
             # Without the memory (or past FIXED_MAX bytes, not to take 4 bytes of address space a
             # byte of text per worker), this worker's documents wait for collect (DOC_LATER).
             finished = DOC_LATER
-            if self.n_bytes <= FIXED_MAX:
+            if self.n_bytes <= self.fixed_max:
                 try:
                     enc._reserve_out(self.n_bytes + FIXED_SLACK, True)
                     fixed = enc.out_buf

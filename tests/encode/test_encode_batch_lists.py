@@ -137,6 +137,23 @@ def test_every_path_of_a_listing_job(schedule, max_ints):
     _check(tok, docs, job.collect(tok._tokens), shared, before)
 
 
+@pytest.mark.parametrize("over", [-1, 0, 1])
+def test_a_job_past_the_fixed_buffers_size_is_listed_by_collect(over):
+    """``fixed_max`` (FIXED_MAX, 256 MB; set around this job's size here): a job of at most that many
+    bytes gives its workers fixed buffers, whose documents the listing thread lists; one byte more,
+    and the worker's documents wait for ``collect``. The lists are the same either way."""
+    tok = TOKS[None]
+    t = tok._table
+    shared = _shared(tok)
+    before = _refcounts(shared)
+    job = _job(tok, DOCS)
+    job.fixed_max = job.n_bytes + over
+    job.run(_encode.Encoder(t), None, 2)                # the worker takes every document
+    job.run(_encode.Encoder(t), None, 2, True)          # the listing thread: nothing left to take
+    assert job.n_listed == (len(DOCS) if over >= 0 else 0)
+    _check(tok, DOCS, job.collect(tok._tokens), shared, before)
+
+
 def test_lists_match_tiktoken_on_many_documents():
     """The fixture's documents (and each one again, the second time from the warm cache) on 2 and 3
     threads: the lists are tiktoken's."""
