@@ -476,7 +476,8 @@ class _Edges:
             for i, t in enumerate(tokens):
                 if guess(t):
                     self.guard[i] = GUARD_LEFT | GUARD_RIGHT
-        self._splits = _token_splits(tokens)
+        self._tokens = list(tokens)      # (the stage-1 tokens, as given: the caller's list is rebound later)
+        self._splits = None             # (_token_splits, made at the first guard_splits: foresee only)
         self.reset()
 
     def guard_splits(self, sketch: np.ndarray, cut: int, units: list) -> np.ndarray:
@@ -495,6 +496,8 @@ class _Edges:
         from pruning, which a rebuild needs too). Only a guess as well: any guard gives the same
         merges, and a rebuild it did not foresee (of a token made by a merge, or of a pair the
         sketch put below the cut) still restarts."""
+        if self._splits is None:
+            self._splits = _token_splits(self._tokens)
         a, b, t = self._splits
         if a.size == 0:
             return t
