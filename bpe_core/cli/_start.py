@@ -108,8 +108,8 @@ def begin(name: str) -> None:
 
     A command (``__main__``, ``__mp_main__``) also sets ``OPENBLAS_NUM_THREADS=1`` where the user has
     not set it, before numpy is imported: bpe_core calls no BLAS routine, and numpy's OpenBLAS starts
-    a thread per core at import that spins before it sleeps (0.06-0.11 CPU-s and ~40 ms per
-    process on 2 cores; more with more cores)."""
+    a thread per core at import that spins before it sleeps (0.05-0.09 CPU-s a process on 2
+    cores, measured; more with more cores)."""
     if name in ("__main__", "__mp_main__"):
         os.environ.setdefault(_BLAS_THREADS, "1")
     if name == "__main__":
