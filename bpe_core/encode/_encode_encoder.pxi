@@ -776,6 +776,14 @@ cdef class Encoder:
         """Drop every cached pretoken."""
         _cache_clear(self)
 
+    def set_max_entries(self, Py_ssize_t n):
+        """Hold at most ``n`` pretokens from now on (the cache is cleared whole when full); below the
+        entries it holds, the cache is emptied and its memory given back (a new encoder's)."""
+        if n < 1:
+            raise ValueError("max_entries must be positive")
+        if _set_max_entries(self, n) < 0:
+            raise MemoryError()
+
     def copy_cache_from(self, Encoder other not None):
         """Make this encoder's pretoken cache a copy of ``other``'s (an encoder over the same rank
         table, used by no other thread meanwhile): a thread that joins a batch starts as warm as

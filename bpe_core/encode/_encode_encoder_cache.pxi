@@ -122,6 +122,21 @@ cdef inline void _cache_clear(Encoder enc) noexcept nogil:
     enc.n_entries = 0
 
 
+cdef int _set_max_entries(Encoder enc, Py_ssize_t n) noexcept nogil:
+    """``Encoder.set_max_entries`` (``n`` >= 1): 0, or -1 when the smaller slots could not be
+    made (the old ones stay, emptied)."""
+    enc.max_entries = n
+    if enc.n_entries <= n:
+        return 0
+    _cache_clear(enc)
+    free(enc.arena)                 # (an empty cache has no arena, as a new encoder)
+    enc.arena = NULL
+    enc.arena_cap = 0
+    if enc.n_slots > MIN_SLOTS:
+        return _slots_alloc(enc, MIN_SLOTS)
+    return 0
+
+
 cdef int _shared_insert(Encoder enc, const uint8_t* p, Py_ssize_t n, uint64_t w0, uint64_t h,
                         const token_id_t* ids, Py_ssize_t n_ids) noexcept nogil:
     """``_cache_insert`` into this encoder as a batch job's shared cache, from any of the job's

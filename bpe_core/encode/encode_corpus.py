@@ -204,6 +204,8 @@ def encode_corpus(input_path, tokenizer: Tokenizer | str | os.PathLike,
         workers = the_plan.num_workers if any(not sh.lazy for sh in shards) else \
             min(the_plan.num_workers, max(1, len(shards)))
         spec = tok._encoder_spec()
+        if the_plan.cache_entries and hasattr(spec, "cache_entries"):     # (a long input: the large cache)
+            spec.cache_entries = the_plan.cache_entries
         if hasattr(spec, "lend_from"):      # the workers use the tokenizer's warm encoders, then give them back
             spec.lend_from(tok, workers)
         # The ids go straight into the output's temp file(s), in chunk order (ids_out).

@@ -563,6 +563,9 @@ class EncoderSpec:
         self._pool = None           # lend_from: the tokenizer's idle encoders, rank table, singles
         self._rank_table = None
         self._singles = None
+        #: the pretokens the encoder's cache may hold (``Plan.cache_entries``; None: its default)
+        self.cache_entries: int | None = None
+        self._lent_max = None       # a lent encoder's own max_entries, set back on release
 
     def lend_from(self, tok: "Tokenizer", n: int = 1) -> None:
         """Take encoders from ``tok``'s idle ones (warm caches; ``n`` of them made about as warm as
@@ -576,22 +579,26 @@ class EncoderSpec:
     def release(self) -> None:
         """Give this spec's encoder back to the tokenizer it was lent from (if any)."""
         if self._pool is not None and self._encoder is not None:
+            if self._lent_max is not None:      # (a cache grown past it is emptied, its memory freed)
+                self._encoder.set_max_entries(self._lent_max)
             self._pool.append(self._encoder)
         self._encoder = None
+        self._lent_max = None
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k not in ("_encoder", "_pool", "_rank_table", "_singles")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("_encoder", "_pool", "_rank_table", "_singles", "_lent_max", "_table")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._encoder = None
-        self._pool = self._rank_table = self._singles = None
+        self._pool = self._rank_table = self._singles = self._lent_max = None
 
     def __copy__(self):
         """A spec of its own for another thread: the same lender, no encoder yet."""
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
-        new._encoder = None
+        new._encoder = new._lent_max = None
         return new
 
     def iter_encode(self, buf, start: int, end: int):
@@ -610,6 +617,9 @@ class EncoderSpec:
             except (AttributeError, IndexError):
                 table = self._rank_table if self._rank_table is not None else _encode.RankTable(*self.rank_arrays)
                 self._encoder = _encode.Encoder(table, singles=self._singles)
+            if self.cache_entries and self._encoder.max_entries != self.cache_entries:
+                self._lent_max = self._encoder.max_entries
+                self._encoder.set_max_entries(self.cache_entries)
             self._table = _special_table(self.special_bytes, self.special_ids)
 
     def iter_encode_counted(self, buf, start: int, end: int, lengths: np.ndarray, narrow: bool):
@@ -687,6 +697,17 @@ class TwoStageEncoder:
                 lengths[i] = len(b)
         self._stage2 = _encode.Stage2Table(stage2, all_cross=all_cross, token_lengths=lengths, token_bytes=vocab)
         self._idle_scratch: list = []
+        self._cache_entries: int | None = None     # (size_caches)
+        self._own_bound: int | None = None
+
+    def size_caches(self, entries: int | None) -> None:
+        """The pretokens each stage-1 encoder's cache may hold from now on (the corpus plan's
+        ``cache_entries``); None: their own bound again (a cache grown past it is emptied, its
+        memory freed). Call it while no other thread encodes with this encoder."""
+        self._cache_entries = entries
+        if entries is None and self._own_bound is not None:
+            for enc in list(self._tok._idle):
+                enc.set_max_entries(self._own_bound)
 
     def encode(self, data: bytes, specials: bool = True) -> np.ndarray:
         """uint32 ids of ``data`` (``specials=False``: special tokens are plain text)."""
@@ -698,6 +719,10 @@ class TwoStageEncoder:
     def _borrowed(self):
         """An idle native encoder and stage-2 scratch for this thread, given back after the block."""
         enc = self._tok._borrow()
+        if self._cache_entries and enc.max_entries != self._cache_entries:
+            if self._own_bound is None:
+                self._own_bound = enc.max_entries
+            enc.set_max_entries(self._cache_entries)
         try:
             scratch = self._idle_scratch.pop()
         except IndexError:
@@ -835,6 +860,8 @@ class StageAwareSpec:
         self.model = model
         self._tok = None
         self._lent = False
+        #: the pretokens each stage-1 encoder's cache may hold (``Plan.cache_entries``; None: its default)
+        self.cache_entries: int | None = None
 
     def lend_from(self, tok: "StageAwareTokenizer", n: int = 1) -> None:
         """Encode with ``tok`` itself (when its stage-aware encoder is the thread-safe native one)."""
@@ -842,13 +869,17 @@ class StageAwareSpec:
             self._tok, self._lent = tok, True
 
     def release(self) -> None:
-        """Nothing to give back (a lent tokenizer lends each call its own encoder)."""
+        """Nothing to give back (a lent tokenizer lends each call its own encoder), but a lent
+        tokenizer's encoders get their own cache bound back (after the run: no thread encodes)."""
+        if self._lent and self.cache_entries and self._tok._native_stage:
+            self._tok._stage.native.size_caches(None)
 
     def __getstate__(self):
-        return {"model": self.model}
+        return {"model": self.model, "cache_entries": self.cache_entries}
 
     def __setstate__(self, state):
         self.model = state["model"]
+        self.cache_entries = state.get("cache_entries")
         self._tok = None
         self._lent = False
 
@@ -858,6 +889,7 @@ class StageAwareSpec:
         new.model = self.model
         new._tok = self._tok if self._lent else None
         new._lent = self._lent
+        new.cache_entries = self.cache_entries
         return new
 
     def iter_encode(self, buf, start: int, end: int):
@@ -866,6 +898,8 @@ class StageAwareSpec:
             self._tok = StageAwareTokenizer(self.model)
         tok = self._tok
         if tok._native_stage:           # the bytes in place, no copy
+            if self.cache_entries:
+                tok._stage.native.size_caches(self.cache_entries)
             view = memoryview(buf)
             if view.ndim == 1 and view.format in ("B", "b", "c") and view.c_contiguous:
                 yield tok._stage.native.encode(view.cast("B")[start:end], True)

@@ -213,6 +213,18 @@ TOKENIZER_BYTES_PER_TOKEN = 256
 RANK_TABLE_FIXED_BYTES = 256 * KiB
 #: The encoder's pretoken -> ids cache (``_encode.Encoder``: 2**18 entries, ~96 B each).
 ENCODE_CACHE_BYTES = 24 * MiB
+#: ... and the corpus encoder's where the budget holds it (``Plan.cache_entries``): 2**20 entries, in
+#: slots for 2**21 (64 MiB) and an arena of at most 16 MiB (``_encode.ARENA_MAX``). A cache that is
+#: full is cleared whole, so on a long corpus the default one loses its common pretokens again and
+#: again: on 1 GB of the growing-vocabulary corpus it merged 1.9% of the pretokens, twice the 0.9%
+#: that first occur there, and the encode took 13-19% more CPU time than with this cache.
+ENCODE_BIG_CACHE_ENTRIES = 1 << 20
+ENCODE_BIG_CACHE_BYTES = 80 * MiB
+#: ... for inputs of this size and more (a smaller one hardly fills the default cache: 60 MB of
+#: en_train holds 268k distinct pretokens, and its workers share them out).
+ENCODE_BIG_CACHE_MIN_INPUT = 256 * MiB
+#: ... and not at the cost of chunks below this (or the preferred chunk, when that is smaller).
+ENCODE_BIG_CACHE_MIN_CHUNK = 16 * MiB
 #: Per-batch buffers (1 MiB of text -> piece ends int64, ids uint32, dtype copy).
 ENCODE_BATCH_BYTES = 16 * MiB
 #: The parent cuts chunks in a window of 2 chunks and copies spill files in 8 MiB blocks.
@@ -293,6 +305,9 @@ class Plan:
         budget_source: where ``memory_limit`` came from: ``"flag"`` (given), or the default's
             binding part: ``"default"`` (8 GiB), ``"RAM"`` or ``"cgroup"`` (:func:`default_budget`).
         budget_why: the default's reason in words (empty for a given budget).
+        cache_entries: encoding: the pretokens each encoder's cache may hold
+            (``ENCODE_BIG_CACHE_ENTRIES`` where the budget holds that cache beside the workers the
+            default one allows); 0: the encoder's default.
     """
 
     kind: str
@@ -323,6 +338,7 @@ class Plan:
     budget_why: str = ""
     longest_pretoken: int = 0
     longest_pair_sites: int = 0
+    cache_entries: int = 0
 
     def with_count(self, unique_pretokens: int, symbols: Optional[int] = None, longest_pretoken: int = 0,
                    longest_pair_sites: int = 0, parent_overhead: Optional[int] = None) -> "Plan":
@@ -978,9 +994,9 @@ def _budget_message(what: str, input_bytes: int, limit: int, need: int, merge: i
 # ==== Encoding ==============================================================================
 
 
-def _encode_worker(overhead: int, vocab_size: int, chunk: int) -> int:
+def _encode_worker(overhead: int, vocab_size: int, chunk: int, cache: int = ENCODE_CACHE_BYTES) -> int:
     """Peak RSS of an encoding worker: tokenizer, pretoken cache, batch buffers, mapped chunk."""
-    return (overhead + vocab_size * TOKENIZER_BYTES_PER_TOKEN + RANK_TABLE_FIXED_BYTES + ENCODE_CACHE_BYTES
+    return (overhead + vocab_size * TOKENIZER_BYTES_PER_TOKEN + RANK_TABLE_FIXED_BYTES + cache
             + ENCODE_BATCH_BYTES + chunk)
 
 
@@ -990,11 +1006,11 @@ def _encode_parent(overhead: int, vocab_size: int, chunk: int) -> int:
             + ENCODE_COPY_BYTES)
 
 
-def _encode_peak(workers: int, vocab_size: int, chunk: int, wo: int, po: int) -> int:
+def _encode_peak(workers: int, vocab_size: int, chunk: int, wo: int, po: int, cache: int = ENCODE_CACHE_BYTES) -> int:
     parent = _encode_parent(po, vocab_size, chunk)
     if workers == 1:
-        return parent + _encode_worker(0, vocab_size, chunk)
-    return parent + workers * _encode_worker(wo, vocab_size, chunk)
+        return parent + _encode_worker(0, vocab_size, chunk, cache)
+    return parent + workers * _encode_worker(wo, vocab_size, chunk, cache)
 
 
 def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int] = None,
@@ -1008,6 +1024,8 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
     file; the parent cuts chunks in a window and copies the spill files into the ``.npy``)::
 
         worker = overhead + vocab_size * 256 B + cache 24 MiB + batches 16 MiB + chunk
+        (cache 80 MiB, 2**20 entries: from 256 MiB of input, where it fits beside those workers
+        with chunks of 16 MiB)
         parent = overhead + vocab_size * 256 B + 2 * chunk + 8 MiB
         peak   = parent + workers * worker            (workers == 1 encodes in the parent)
 
@@ -1058,16 +1076,23 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
     if workers < max_workers and num_workers is not None and num_workers <= cores:
         notes.append(f"{num_workers} workers asked for; the budget allows {workers}")
     lo, pref = chunks_for(workers)
-    chunk = _largest_fitting(lo, pref, lambda c: _encode_peak(workers, vocab_size, c, wo, po) <= memory_limit)
+    # a long input: the large cache where it fits beside these workers with chunks of 16 MiB (never
+    # a worker fewer for it, nor chunks below that; larger ones may come out smaller)
+    cache, cache_entries = ENCODE_CACHE_BYTES, 0
+    if input_bytes >= ENCODE_BIG_CACHE_MIN_INPUT and _encode_peak(
+            workers, vocab_size, max(lo, min(pref, ENCODE_BIG_CACHE_MIN_CHUNK)), wo, po,
+            ENCODE_BIG_CACHE_BYTES) <= memory_limit:
+        cache, cache_entries = ENCODE_BIG_CACHE_BYTES, ENCODE_BIG_CACHE_ENTRIES
+    chunk = _largest_fitting(lo, pref, lambda c: _encode_peak(workers, vocab_size, c, wo, po, cache) <= memory_limit)
     assert chunk is not None        # lo fits for `workers` by the loop above (or workers == 1)
     _note_available(notes, memory_limit, available, source)
-    peak = _encode_peak(workers, vocab_size, chunk, wo, po)
+    peak = _encode_peak(workers, vocab_size, chunk, wo, po, cache)
     return Plan(kind="encode", input_bytes=input_bytes, num_workers=workers, chunk_bytes=chunk,
                 memory_limit=memory_limit, available=available, cpu_count=cores, worker_overhead=wo,
-                parent_overhead=po, per_worker_bytes=_encode_worker(wo, vocab_size, chunk),
+                parent_overhead=po, per_worker_bytes=_encode_worker(wo, vocab_size, chunk, cache),
                 parent_bytes=_encode_parent(po, vocab_size, chunk), count_bytes=peak, merge_bytes=0,
                 peak_bytes=peak, vocab_size=vocab_size,
-                notes=tuple(notes), budget_source=source, budget_why=why)
+                notes=tuple(notes), budget_source=source, budget_why=why, cache_entries=cache_entries)
 
 
 #: Encoding holds, per byte of a pretoken merged at once (``_encode`` ``_merge_heap``: ids, pair

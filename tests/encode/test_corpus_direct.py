@@ -362,6 +362,37 @@ def test_budgets_give_the_same_bytes(tmp_path, tok, budget):
     assert (tmp_path / "ids.npy").read_bytes() == old_npy(tmp_path / "w.npy", tok.encode(data))
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_plans_cache_reaches_the_encoders(tmp_path, tok, monkeypatch, workers):
+    """The plan's cache bound (``Plan.cache_entries``, made tiny here: 7 pretokens, cleared again and
+    again) is what the encoders hold while they encode, the bytes are the same, and the tokenizer's
+    encoders lent to the run come back with their own bound."""
+    from bpe_core.encode.tokenizer import EncoderSpec
+    from bpe_core.runtime import budget as scheduler
+
+    monkeypatch.setattr(scheduler, "ENCODE_BIG_CACHE_MIN_INPUT", 0)
+    monkeypatch.setattr(scheduler, "ENCODE_BIG_CACHE_ENTRIES", 7)
+    seen = []
+    ready = EncoderSpec._ready
+
+    def watched(self):
+        ready(self)
+        seen.append((self._encoder, self._encoder.max_entries))
+
+    monkeypatch.setattr(EncoderSpec, "_ready", watched)
+    data = corpora(tmp_path)["specials"] * 5
+    (tmp_path / "c.txt").write_bytes(data)
+    t = Tokenizer(tok.vocab, tok.merges, tok.special_tokens)
+    lent = [t._new_encoder(), t._new_encoder()]
+    t._idle.extend(lent)
+    r = ec.encode_corpus(tmp_path / "c.txt", t, tmp_path / "ids.npy", num_workers=workers, chunk_bytes=500,
+                         progress=False)
+    assert r.plan["cache_entries"] == 7 and seen and {m for _, m in seen} == {7}
+    assert any(e is x for e, _ in seen for x in lent)         # (the lent ones were used)
+    assert (tmp_path / "ids.npy").read_bytes() == old_npy(tmp_path / "w.npy", tok.encode(data))
+    assert t._idle and {e.max_entries for e in t._idle} == {1 << 18}
+
+
 @pytest.mark.parametrize("uint32", [False, True])
 def test_uint32_ids_direct(tmp_path, monkeypatch, uint32):
     monkeypatch.setattr(ec, "_hold_bytes", lambda c, n: 6)

@@ -351,6 +351,75 @@ def test_small_cache_is_cleared_and_stays_exact():
     assert enc.cache_info()["entries"] <= 3
 
 
+def test_set_max_entries_keeps_the_ids_and_gives_memory_back():
+    """The cache's bound changed between calls (raised: the entries stay; lowered below them: the
+    cache is emptied and its slots and arena freed, a new encoder's size), every call's ids those of
+    tiktoken, and the bound held (1, just below and above the entries held, 2**20, the default)."""
+    tok = gpt2_tokenizer()
+    words = [f" w{i}" * (1 + i % 3) + "y" * (i % 11) for i in range(6000)]
+    parts = ["".join(words[k::4]) for k in range(4)] * 2
+    expected = [gpt2_tiktoken().encode(p) for p in parts]
+    enc = _encode.Encoder(tok._table)
+    fresh = _encode.Encoder(tok._table).cache_info()["bytes"]
+
+    def encode(k):
+        data = parts[k].encode()
+        ids, stop, done = enc.encode_text(data, 0, len(data), tok._pattern_id, None)
+        assert ids.tolist() == expected[k] and stop == len(data) and done
+        assert enc.cache_info()["entries"] <= enc.max_entries
+
+    encode(0)
+    held = enc.cache_info()["entries"]
+    assert held > 1000 and enc.cache_info()["bytes"] > fresh
+    enc.set_max_entries(held)                       # at the entries held: kept
+    assert enc.max_entries == held and enc.cache_info()["entries"] == held
+    enc.set_max_entries(1 << 20)                    # raised: kept
+    assert enc.cache_info()["entries"] == held
+    encode(1)
+    enc.set_max_entries(held - 1)                   # just below: emptied, memory back
+    assert enc.cache_info()["entries"] == 0 and enc.cache_info()["bytes"] == fresh
+    encode(2)
+    for k, bound in enumerate([1, 2, 7, 1 << 20, 3, 1 << 18], start=3):
+        enc.set_max_entries(bound)
+        encode(k % len(parts))
+    with pytest.raises(ValueError):
+        enc.set_max_entries(0)
+    assert enc.max_entries == 1 << 18
+
+
+def test_encoder_spec_sizes_its_cache_and_gives_lent_encoders_back_as_they_were():
+    """``EncoderSpec.cache_entries`` (the corpus plan's cache) on the spec's own encoder and on one
+    lent by the tokenizer: the same ids; a lent encoder comes back with its own bound, and a cache
+    grown past it emptied; the bound travels in a pickle (of a spec that has encoded: its special
+    table stays behind, rebuilt on use) and a copy (another thread's spec)."""
+    import copy
+
+    tok = gpt2_tokenizer()
+    text = "".join(f" v{i}" + "z" * (i % 7) for i in range(3000))
+    data = text.encode()
+    want = gpt2_tiktoken().encode(text)
+    tok.encode(text[:100])                          # a warm encoder to lend
+    lent = tok._idle[-1]
+    spec = tok._encoder_spec()
+    spec.cache_entries = 5
+    spec.lend_from(tok)
+    assert np.concatenate(list(spec.iter_encode(data, 0, len(data)))).tolist() == want
+    assert spec._encoder is lent and lent.max_entries == 5 and lent.cache_info()["entries"] <= 5
+    spec.release()
+    assert tok._idle[-1] is lent and lent.max_entries == 1 << 18
+    spec.cache_entries = 1 << 20
+    spec.lend_from(tok)
+    assert np.concatenate(list(spec.iter_encode(data, 0, len(data)))).tolist() == want
+    assert lent.max_entries == 1 << 20 and lent.cache_info()["entries"] > 1 << 10
+    spec.release()
+    assert lent.max_entries == 1 << 18 and 0 < lent.cache_info()["entries"] <= 1 << 18
+    for other in (pickle.loads(pickle.dumps(spec)), copy.copy(spec)):
+        assert other.cache_entries == 1 << 20
+        assert np.concatenate(list(other.iter_encode(data, 0, len(data)))).tolist() == want
+        assert other._encoder.max_entries == 1 << 20
+        other.release()
+
+
 def test_encode_pieces_checks_ends():
     enc = gpt2_tokenizer()._encoder()
     with pytest.raises(ValueError):

@@ -331,6 +331,35 @@ def test_corpus_spec_lends_the_tokenizer_to_threads_and_encodes_in_place(sb_dir)
             assert np.concatenate(list(s.iter_encode(buf, 100, 2900))).tolist() == want
     assert far._tok is not tok and far._tok is not None
 
+def test_corpus_spec_sizes_the_stage1_caches_and_gives_them_back(sb_dir):
+    """``StageAwareSpec.cache_entries`` (the corpus plan's cache, tiny here: 5 pretokens, cleared
+    again and again) bounds the stage-1 encoders the lent tokenizer's threads borrow; the ids are
+    ``encode``'s; the bound travels in a copy and a pickle; on release the lent encoders get their
+    own bound back (their caches, grown past it, emptied)."""
+    import copy
+    import pickle
+    tok = bpe_core.Tokenizer.load(sb_dir / "tok")
+    data = (sb_dir / "c.txt").read_bytes()[:6000]
+    want = tok.encode(data)
+    native = tok._stage.native
+    own = native._tok._encoder().max_entries
+    for entries in (5, 1 << 20):
+        spec = tok._encoder_spec()
+        spec.cache_entries = entries
+        spec.lend_from(tok, 2)
+        twin, far = copy.copy(spec), pickle.loads(pickle.dumps(spec))
+        for s in (spec, twin, far):
+            assert s.cache_entries == entries
+            assert np.concatenate(list(s.iter_encode(data, 0, len(data)))).tolist() == want
+        bounds = {e.max_entries for e in native._tok._idle}
+        assert bounds == {entries}
+        assert {e.max_entries for e in far._tok._stage.native._tok._idle} == {entries}
+        spec.release()
+        assert {e.max_entries for e in native._tok._idle} == {own}
+        assert all(e.cache_info()["entries"] <= own for e in native._tok._idle)
+        assert tok.encode(data) == want
+
+
 # ==== The "hf" split as one regex (the HF export) ==============================================
 
 split_text = st.lists(st.sampled_from(list("ab é,.'-") + ["  ", "\n", "\n\n", " \n", "\t", "\u00a0", "\r\n",

@@ -265,6 +265,56 @@ def test_encoding_plan_properties(input_bytes, budget, cores, vocab_size, num_wo
     check_plan(plan, input_bytes, used, cores)
 
 
+def _big_cache_budget(input_bytes, cores):
+    """The smallest budget (to the byte) whose encoding plan takes the large cache."""
+    lo, hi = 1, 64 * GB
+    assert encode(input_bytes, hi, cores).cache_entries
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            big = encode(input_bytes, mid, cores).cache_entries
+        except BudgetError:
+            big = False
+        lo, hi = (lo, mid) if big else (mid, hi)
+    return hi
+
+
+@pytest.mark.parametrize("cores", [1, 2, 16])
+def test_encoding_takes_the_large_cache_from_its_thresholds(cores):
+    """The large pretoken cache from ``ENCODE_BIG_CACHE_MIN_INPUT`` bytes of input (one byte less:
+    the default), at the smallest budget that holds it beside the same workers (one byte less: the
+    default, those workers): its bytes in the worker's estimate, the plan within the budget."""
+    n = scheduler.ENCODE_BIG_CACHE_MIN_INPUT
+    assert encode(n, 8 * GiB, cores).cache_entries == scheduler.ENCODE_BIG_CACHE_ENTRIES
+    assert encode(n - 1, 8 * GiB, cores).cache_entries == 0
+    b = _big_cache_budget(15 * GB, cores)
+    at, below = encode(15 * GB, b, cores), encode(15 * GB, b - 1, cores)
+    assert at.cache_entries == scheduler.ENCODE_BIG_CACHE_ENTRIES and below.cache_entries == 0
+    assert at.num_workers == below.num_workers and at.peak_bytes <= b and below.peak_bytes <= b - 1
+    assert at.per_worker_bytes - at.chunk_bytes == \
+        below.per_worker_bytes - below.chunk_bytes + scheduler.ENCODE_BIG_CACHE_BYTES - scheduler.ENCODE_CACHE_BYTES
+    assert at.chunk_bytes >= scheduler.ENCODE_BIG_CACHE_MIN_CHUNK
+    check_plan(at, 15 * GB, b, cores)
+
+
+@given(input_bytes=st.integers(1, 15 * GB), budget=st.integers(200 * MB, 64 * GB), cores=st.integers(1, 64),
+       vocab_size=st.integers(256, 300_000))
+def test_the_large_cache_never_costs_a_worker(input_bytes, budget, cores, vocab_size):
+    """Against the plan without it: the same workers; the same plan when it is not taken, else
+    chunks of at least 16 MiB (or the other plan's, when smaller)."""
+    from unittest import mock
+
+    plan, used = plan_or_error(encode, input_bytes, budget, cores, vocab_size=vocab_size)
+    with mock.patch.object(scheduler, "ENCODE_BIG_CACHE_MIN_INPUT", 1 << 62):
+        base = encode(input_bytes, used, cores, vocab_size=vocab_size)
+    assert plan.num_workers == base.num_workers
+    if plan.cache_entries:
+        assert input_bytes >= scheduler.ENCODE_BIG_CACHE_MIN_INPUT
+        assert plan.chunk_bytes >= min(base.chunk_bytes, scheduler.ENCODE_BIG_CACHE_MIN_CHUNK)
+    else:
+        assert plan == base
+
+
 # ==== Docs ==================================================================================
 
 
