@@ -406,6 +406,8 @@ class Plan:
         else:
             lines.append(f"  {step:<13} in the parent process, chunks of {fmt_bytes(self.chunk_bytes)}: "
                          f"{fmt_bytes(self.parent_bytes + self.per_worker_bytes - self.worker_overhead)}")
+        if self.cache_entries:
+            lines.append(f"  {'cache':<13} up to {self.cache_entries:,} pretokens a worker (a long input)")
         if self.kind == "train":
             mapped = (f"; {fmt_bytes(self.merge_file_bytes)} more in mapped files" if self.merge_mapped else "")
             lines.append(f"  {'merge':<13} {fmt_bytes(self.merge_bytes)} for ~{fmt_count(self.unique_pretokens)} "

@@ -294,6 +294,7 @@ def test_encoding_takes_the_large_cache_from_its_thresholds(cores):
     assert at.per_worker_bytes - at.chunk_bytes == \
         below.per_worker_bytes - below.chunk_bytes + scheduler.ENCODE_BIG_CACHE_BYTES - scheduler.ENCODE_CACHE_BYTES
     assert at.chunk_bytes >= scheduler.ENCODE_BIG_CACHE_MIN_CHUNK
+    assert "up to 1,048,576 pretokens a worker" in at.describe() and "pretokens a worker" not in below.describe()
     check_plan(at, 15 * GB, b, cores)
 
 
