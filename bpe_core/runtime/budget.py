@@ -223,8 +223,12 @@ ENCODE_BIG_CACHE_BYTES = 80 * MiB
 #: ... for inputs of this size and more (a smaller one hardly fills the default cache: 60 MB of
 #: en_train holds 268k distinct pretokens, and its workers share them out).
 ENCODE_BIG_CACHE_MIN_INPUT = 256 * MiB
-#: ... and not at the cost of chunks below this (or the preferred chunk, when that is smaller).
-ENCODE_BIG_CACHE_MIN_CHUNK = 16 * MiB
+#: ... where the plan with it, with the chunks the default cache gets, stays within this share of
+#: the budget: the rest is room for the page cache (the input read, the ids written), which a memory
+#: cgroup charges too. 4 GB in a 512 MiB cgroup (budget 410 MiB, the plan at 409 MiB either way,
+#: peak RSS 322-336 MiB against 268-271) took 18.8-22.7 s with the large cache and 12.6-13.1 s
+#: without it; in 1 GiB (plan 552 of 819 MiB) 15 GB took 38.3-45.0 s with it and 50.1-50.3 without.
+ENCODE_BIG_CACHE_SHARE = 0.75
 #: Per-batch buffers (1 MiB of text -> piece ends int64, ids uint32, dtype copy).
 ENCODE_BATCH_BYTES = 16 * MiB
 #: The parent cuts chunks in a window of 2 chunks and copies spill files in 8 MiB blocks.
@@ -306,8 +310,9 @@ class Plan:
             binding part: ``"default"`` (8 GiB), ``"RAM"`` or ``"cgroup"`` (:func:`default_budget`).
         budget_why: the default's reason in words (empty for a given budget).
         cache_entries: encoding: the pretokens each encoder's cache may hold
-            (``ENCODE_BIG_CACHE_ENTRIES`` where the budget holds that cache beside the workers the
-            default one allows); 0: the encoder's default.
+            (``ENCODE_BIG_CACHE_ENTRIES`` for a long input where the plan with that cache, its
+            workers and chunks unchanged, stays within ``ENCODE_BIG_CACHE_SHARE`` of the budget);
+            0: the encoder's default.
     """
 
     kind: str
@@ -1026,8 +1031,8 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
     file; the parent cuts chunks in a window and copies the spill files into the ``.npy``)::
 
         worker = overhead + vocab_size * 256 B + cache 24 MiB + batches 16 MiB + chunk
-        (cache 80 MiB, 2**20 entries: from 256 MiB of input, where it fits beside those workers
-        with chunks of 16 MiB)
+        (cache 80 MiB, 2**20 entries: from 256 MiB of input, where the peak with it stays
+        within three quarters of the budget)
         parent = overhead + vocab_size * 256 B + 2 * chunk + 8 MiB
         peak   = parent + workers * worker            (workers == 1 encodes in the parent)
 
@@ -1078,15 +1083,14 @@ def plan_encoding(input_bytes: int, vocab_size: int, memory_limit: Optional[int]
     if workers < max_workers and num_workers is not None and num_workers <= cores:
         notes.append(f"{num_workers} workers asked for; the budget allows {workers}")
     lo, pref = chunks_for(workers)
-    # a long input: the large cache where it fits beside these workers with chunks of 16 MiB (never
-    # a worker fewer for it, nor chunks below that; larger ones may come out smaller)
+    chunk = _largest_fitting(lo, pref, lambda c: _encode_peak(workers, vocab_size, c, wo, po) <= memory_limit)
+    assert chunk is not None        # lo fits for `workers` by the loop above (or workers == 1)
+    # a long input: the large cache where these workers and chunks hold it within a share of the
+    # budget (never a worker fewer or a smaller chunk for it)
     cache, cache_entries = ENCODE_CACHE_BYTES, 0
     if input_bytes >= ENCODE_BIG_CACHE_MIN_INPUT and _encode_peak(
-            workers, vocab_size, max(lo, min(pref, ENCODE_BIG_CACHE_MIN_CHUNK)), wo, po,
-            ENCODE_BIG_CACHE_BYTES) <= memory_limit:
+            workers, vocab_size, chunk, wo, po, ENCODE_BIG_CACHE_BYTES) <= ENCODE_BIG_CACHE_SHARE * memory_limit:
         cache, cache_entries = ENCODE_BIG_CACHE_BYTES, ENCODE_BIG_CACHE_ENTRIES
-    chunk = _largest_fitting(lo, pref, lambda c: _encode_peak(workers, vocab_size, c, wo, po, cache) <= memory_limit)
-    assert chunk is not None        # lo fits for `workers` by the loop above (or workers == 1)
     _note_available(notes, memory_limit, available, source)
     peak = _encode_peak(workers, vocab_size, chunk, wo, po, cache)
     return Plan(kind="encode", input_bytes=input_bytes, num_workers=workers, chunk_bytes=chunk,

@@ -282,8 +282,9 @@ def _big_cache_budget(input_bytes, cores):
 @pytest.mark.parametrize("cores", [1, 2, 16])
 def test_encoding_takes_the_large_cache_from_its_thresholds(cores):
     """The large pretoken cache from ``ENCODE_BIG_CACHE_MIN_INPUT`` bytes of input (one byte less:
-    the default), at the smallest budget that holds it beside the same workers (one byte less: the
-    default, those workers): its bytes in the worker's estimate, the plan within the budget."""
+    the default), at the smallest budget that holds it within ``ENCODE_BIG_CACHE_SHARE`` (one byte
+    less: the default, the same workers): its bytes in the worker's estimate, the plan within the
+    share."""
     n = scheduler.ENCODE_BIG_CACHE_MIN_INPUT
     assert encode(n, 8 * GiB, cores).cache_entries == scheduler.ENCODE_BIG_CACHE_ENTRIES
     assert encode(n - 1, 8 * GiB, cores).cache_entries == 0
@@ -293,7 +294,7 @@ def test_encoding_takes_the_large_cache_from_its_thresholds(cores):
     assert at.num_workers == below.num_workers and at.peak_bytes <= b and below.peak_bytes <= b - 1
     assert at.per_worker_bytes - at.chunk_bytes == \
         below.per_worker_bytes - below.chunk_bytes + scheduler.ENCODE_BIG_CACHE_BYTES - scheduler.ENCODE_CACHE_BYTES
-    assert at.chunk_bytes >= scheduler.ENCODE_BIG_CACHE_MIN_CHUNK
+    assert at.peak_bytes <= scheduler.ENCODE_BIG_CACHE_SHARE * b
     assert "up to 1,048,576 pretokens a worker" in at.describe() and "pretokens a worker" not in below.describe()
     check_plan(at, 15 * GB, b, cores)
 
@@ -301,17 +302,19 @@ def test_encoding_takes_the_large_cache_from_its_thresholds(cores):
 @given(input_bytes=st.integers(1, 15 * GB), budget=st.integers(200 * MB, 64 * GB), cores=st.integers(1, 64),
        vocab_size=st.integers(256, 300_000))
 def test_the_large_cache_never_costs_a_worker(input_bytes, budget, cores, vocab_size):
-    """Against the plan without it: the same workers; the same plan when it is not taken, else
-    chunks of at least 16 MiB (or the other plan's, when smaller)."""
+    """Against the plan without it: the same workers and chunks; the same plan when it is not taken,
+    else the cache's bytes more a worker and the peak within ``ENCODE_BIG_CACHE_SHARE`` of the budget."""
     from unittest import mock
 
     plan, used = plan_or_error(encode, input_bytes, budget, cores, vocab_size=vocab_size)
     with mock.patch.object(scheduler, "ENCODE_BIG_CACHE_MIN_INPUT", 1 << 62):
         base = encode(input_bytes, used, cores, vocab_size=vocab_size)
-    assert plan.num_workers == base.num_workers
+    assert plan.num_workers == base.num_workers and plan.chunk_bytes == base.chunk_bytes
     if plan.cache_entries:
         assert input_bytes >= scheduler.ENCODE_BIG_CACHE_MIN_INPUT
-        assert plan.chunk_bytes >= min(base.chunk_bytes, scheduler.ENCODE_BIG_CACHE_MIN_CHUNK)
+        assert plan.per_worker_bytes - base.per_worker_bytes == \
+            scheduler.ENCODE_BIG_CACHE_BYTES - scheduler.ENCODE_CACHE_BYTES
+        assert plan.peak_bytes <= scheduler.ENCODE_BIG_CACHE_SHARE * used
     else:
         assert plan == base
 
