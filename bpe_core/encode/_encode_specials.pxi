@@ -57,6 +57,28 @@ cdef class SpecialTable:
             pos = me
         return out
 
+    def cut_after(self, const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t target, Py_ssize_t end):
+        """Where ``buf[pos:end]`` may be cut into texts that encode apart as they do together: the
+        end of the first special token at or after ``target`` that the scan from ``pos`` finds (a
+        special token ends every unit and pretoken), or ``end`` when there is none. ``pos`` must be
+        where a scan of the whole text starts too: its start, or the end of a match.
+
+        >>> t = SpecialTable([b"<s>", b"<s><s>"], [1, 2])
+        >>> t.cut_after(b"ab<s><s>cd<s>e", 0, 2, 14), t.cut_after(b"ab<s><s>cd<s>e", 0, 3, 14)
+        (8, 13)
+        """
+        cdef Py_ssize_t ms = 0, me = 0, n = buf.shape[0], cut = end
+        cdef token_id_t mid
+        if not 0 <= pos <= end <= n:
+            raise ValueError("need 0 <= pos <= end <= len(buf)")
+        with nogil:
+            while pos < end and _find_special(&self.c, &buf[0], pos, end, end, &ms, &me, &mid):
+                if ms >= target:
+                    cut = me
+                    break
+                pos = me
+        return cut
+
 
 cdef bint _find_special(const Specials* sp, const uint8_t* s, Py_ssize_t pos, Py_ssize_t window,
                         Py_ssize_t end, Py_ssize_t* ms, Py_ssize_t* me, token_id_t* mid) noexcept nogil:

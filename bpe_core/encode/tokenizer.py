@@ -847,6 +847,11 @@ class StageAwareTokenizer(Tokenizer):
         return cut
 
 
+#: The corpus encoder's blocks of a stage-aware model (``StageAwareSpec.iter_encode``): about this
+#: many bytes of text each, so their ids (~64k) stay under ``_encode.HAND_OVER_IDS`` and are copied.
+STAGE_BLOCK_BYTES = 256 << 10
+
+
 class StageAwareSpec:
     """What a worker needs to encode with a multi-stage model (the model itself).
 
@@ -898,11 +903,21 @@ class StageAwareSpec:
             self._tok = StageAwareTokenizer(self.model)
         tok = self._tok
         if tok._native_stage:           # the bytes in place, no copy
+            native = tok._stage.native
             if self.cache_entries:
-                tok._stage.native.size_caches(self.cache_entries)
+                native.size_caches(self.cache_entries)
             view = memoryview(buf)
             if view.ndim == 1 and view.format in ("B", "b", "c") and view.c_contiguous:
-                yield tok._stage.native.encode(view.cast("B")[start:end], True)
+                view = view.cast("B")
+                # blocks of about STAGE_BLOCK_BYTES, each ending with a special token (none, a long
+                # document: what is left), so a block's ids are copied into a small array and the
+                # encoder keeps its buffer (a whole chunk's ids took fresh pages each time)
+                table = native._tok._special_table
+                pos = start
+                while pos < end:
+                    cut = table.cut_after(view, pos, pos + STAGE_BLOCK_BYTES, end) if table is not None else end
+                    yield native.encode(view[pos:cut], True)
+                    pos = cut
                 return
         yield tok.encode_to_numpy(bytes(buf[start:end]))
 

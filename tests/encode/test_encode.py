@@ -473,6 +473,25 @@ def test_encode_text_windows_resume_exactly(text, max_bytes, open_end):
 
 
 @SETTINGS
+@given(st.lists(st.sampled_from(["<s>", "<s><s>", "<t>", "<", "s>", "a", "<<s>"]), max_size=20).map("".join),
+       st.data())
+def test_cut_after_is_the_first_match_end_from_the_target(text, data):
+    """``SpecialTable.cut_after(buf, pos, target, end)`` from a place a whole scan starts (0 or a
+    match's end): the end of the first match of that scan starting at or after ``target``, else
+    ``end`` (overlapping and prefix tokens: ``<s>``, ``<s><s>``, ``<<s>``)."""
+    table = _encode.SpecialTable([b"<s>", b"<s><s>", b"<t>"], [0, 1, 2])
+    buf = text.encode()
+    matches = table.find_all(buf)
+    pos = data.draw(st.sampled_from([0] + [e for _, e, _ in matches]))
+    end = data.draw(st.integers(pos, len(buf)))
+    target = data.draw(st.integers(pos, end + 1))
+    scan = [(pos + a, pos + b) for a, b, _ in table.find_all(buf[pos:end])]
+    assert scan == [(a, b) for a, b, _ in matches if a >= pos and b <= end] or end < len(buf)
+    want = next((b for a, b in scan if a >= target), end)
+    assert table.cut_after(buf, pos, target, end) == want
+
+
+@SETTINGS
 @given(st.lists(st.sampled_from(["<s>", "<s><s>", "<t>", "<", "s>", "a", "<<s>"]), max_size=20).map("".join))
 def test_special_table_matches_the_regex(text):
     from bpe_core.corpus.specials import specials_regex

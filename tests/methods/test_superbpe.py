@@ -360,6 +360,28 @@ def test_corpus_spec_sizes_the_stage1_caches_and_gives_them_back(sb_dir):
         assert tok.encode(data) == want
 
 
+@settings(max_examples=max(10, settings().max_examples // 3))
+@given(st.lists(st.integers(0, 3000), min_size=1, max_size=12), st.sampled_from([1, 7, 300, 5000, 1 << 20]))
+def test_corpus_spec_encodes_in_blocks_cut_after_special_tokens(sb_dir, cuts, block):
+    """The corpus path's blocks of a stage-aware model (``STAGE_BLOCK_BYTES``, made tiny to huge
+    here), each ending with a special token: their ids together are ``encode``'s of the range, with
+    documents back to back, empty, or one long one (a block then runs to the range's end)."""
+    from unittest import mock
+
+    from bpe_core.encode import tokenizer as tk
+    tok = bpe_core.Tokenizer.load(sb_dir / "tok")
+    body = (sb_dir / "c.txt").read_bytes()[:3000]
+    eot = b"<|endoftext|>"
+    data = b"x 1" + eot + eot.join(body[:n] + b" 12 345" for n in cuts) + eot + b"  tail 9\n"
+    spec = tok._encoder_spec()
+    spec.lend_from(tok, 1)
+    with mock.patch.object(tk, "STAGE_BLOCK_BYTES", block):
+        for a, b in ((0, len(data)), (3 + len(eot), len(data) - 3)):
+            blocks = list(spec.iter_encode(data, a, b))
+            assert np.concatenate(blocks).tolist() == tok.encode(data[a:b])
+            assert len(blocks) >= (min(len(cuts), 4) if block == 1 else 1)
+
+
 # ==== The "hf" split as one regex (the HF export) ==============================================
 
 split_text = st.lists(st.sampled_from(list("ab é,.'-") + ["  ", "\n", "\n\n", " \n", "\t", "\u00a0", "\r\n",
