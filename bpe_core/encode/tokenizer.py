@@ -847,8 +847,9 @@ class StageAwareTokenizer(Tokenizer):
         return cut
 
 
-#: The corpus encoder's blocks of a stage-aware model (``StageAwareSpec.iter_encode``): about this
-#: many bytes of text each, so their ids (~64k) stay under ``_encode.HAND_OVER_IDS`` and are copied.
+#: The corpus encoder's blocks of a stage-aware model (``StageAwareSpec.iter_encode``): this many
+#: bytes of text and up to the next special token, so most blocks' ids (~50k at 5 bytes a token) stay
+#: under ``_encode.HAND_OVER_IDS``: copied into a small array, the encoder's buffer kept.
 STAGE_BLOCK_BYTES = 256 << 10
 
 
