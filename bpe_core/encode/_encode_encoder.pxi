@@ -552,42 +552,19 @@ cdef class Encoder:
         """
         cdef const uint8_t* p = NULL
         cdef Py_ssize_t n = 0
-        cdef int got
-        cdef const uint8_t[::1] view
         cdef const Specials* sp = &specials.c if specials is not None else NULL
-        cdef PyObject* lst
-        keep = None
         if pattern_id < 0 or pattern_id > 2:
             raise ValueError(f"unknown pattern id {pattern_id}")
         if block < 1:
             raise ValueError("block must be positive")
-        if type(text) is str:
-            p = <const uint8_t*>utf8_if_free(text, &n)
-            if p == NULL:
-                got = utf8_into(text, &self.text_buf, &self.text_cap, &n)
-                if got < 0:
-                    raise MemoryError()
-                if got == 0:
-                    p = <const uint8_t*>self.text_buf
-                else:                       # a surrogate: CPython's surrogateescape rules
-                    keep = (<str>text).encode("utf-8", "surrogateescape")
-                    p = <const uint8_t*>PyBytes_AS_STRING(keep)
-                    n = PyBytes_GET_SIZE(keep)
-        else:
-            view = text
-            n = view.shape[0]
-            if n:
-                p = &view[0]
+        keep = _text_in(self, text, &p, &n)     # (_encode_utf8.pxi: the scratch buffer)
         self.out_n = 0
         try:
             if n:
                 with nogil:
                     self._encode_blocks(pattern_id, sp, p, n, 0, n, block)
         finally:
-            if self.text_cap > TEXT_KEEP:
-                free(self.text_buf)
-                self.text_buf = NULL
-                self.text_cap = 0
+            _text_done(self)
         if tokens is None:
             return self._take_out()
         if self.out_n == 0:

@@ -644,7 +644,7 @@ cdef int _split_id(str split, const XView* v) except -1:
 
 
 def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2Scratch scratch not None,
-                       const uint8_t[::1] buf not None, int pattern_id, SpecialTable specials,
+                       object buf not None, int pattern_id, SpecialTable specials,
                        str split="hf"):
     """Encode a whole text with a SuperBPE model (the ``"hf"`` or ``"units"`` stage-2 split; SupraTok's
     is ``"units"``), without the GIL.
@@ -653,7 +653,9 @@ def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2
         enc: an ``Encoder`` over the model's stage-1 merges (its ``RankTable``).
         stage2: a ``Stage2Table`` over the stage-2 ``RankMerger`` (canonical ids).
         scratch: this thread's ``Stage2Scratch``.
-        buf: the text; special tokens (``specials``, may be None) become their id and end units.
+        buf: the text (bytes-like, or a ``str``: its UTF-8 with ``surrogateescape``, written into
+            ``enc``'s scratch buffer where the ``str`` does not hold it, as ``Encoder.encode_all``
+            does); special tokens (``specials``, may be None) become their id and end units.
         pattern_id: the named pattern (``PATTERN_IDS``).
         split: ``"hf"`` or ``"units"`` (which needs ``stage2`` built with ``token_lengths``).
 
@@ -661,18 +663,22 @@ def encode_stage_aware(Encoder enc not None, Stage2Table stage2 not None, Stage2
         uint32 ids. Equivalent to ``superbpe.StageAwareEncoder.encode_python`` and
         ``reference.encode_superbpe(..., split=split)``.
     """
-    cdef Py_ssize_t n_buf = buf.shape[0]
+    cdef Py_ssize_t n_buf = 0
+    cdef const uint8_t* p = NULL
     cdef const Specials* sp = &specials.c if specials is not None else NULL
     cdef XView v = _xview(stage2)
     cdef int split_id
     if pattern_id < 0 or pattern_id > 2:
         raise ValueError(f"unknown pattern id {pattern_id}")
     split_id = _split_id(split, &v)
+    keep = _text_in(enc, buf, &p, &n_buf)
     enc.out_n = 0
-    if n_buf == 0:
-        return enc._take_out()
-    with nogil:
-        _stage_text(enc, &v, scratch, pattern_id, split_id, sp, &buf[0], n_buf)
+    try:
+        if n_buf:
+            with nogil:
+                _stage_text(enc, &v, scratch, pattern_id, split_id, sp, p, n_buf)
+    finally:
+        _text_done(enc)
     return enc._take_out()
 
 

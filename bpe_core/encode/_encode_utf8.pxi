@@ -37,6 +37,44 @@ cdef extern from *:
     int utf8_into "bpe_utf8_into"(object s, char** buf, size_t* cap, Py_ssize_t* n)
 
 
+cdef object _text_in(Encoder enc, object text, const uint8_t** p, Py_ssize_t* n):
+    """The bytes a native pass reads for ``text`` (``p[0]``, ``n[0]``; NULL when empty): a ``str``'s
+    own UTF-8 when it holds it, else written into ``enc``'s scratch buffer (kept from call to call:
+    ``_text_done`` after the pass), or for a ``str`` with a surrogate its ``surrogateescape``
+    bytes; a bytes-like buffer in place. Returns what the caller holds while the bytes are read."""
+    cdef int got
+    cdef const uint8_t[::1] view
+    p[0] = NULL
+    n[0] = 0
+    if type(text) is str:
+        p[0] = <const uint8_t*>utf8_if_free(text, n)
+        if p[0] != NULL:
+            return text
+        got = utf8_into(text, &enc.text_buf, &enc.text_cap, n)
+        if got < 0:
+            raise MemoryError()
+        if got == 0:
+            p[0] = <const uint8_t*>enc.text_buf
+            return None
+        keep = (<str>text).encode("utf-8", "surrogateescape")      # CPython's surrogateescape rules
+        p[0] = <const uint8_t*>PyBytes_AS_STRING(keep)
+        n[0] = PyBytes_GET_SIZE(keep)
+        return keep
+    view = text
+    n[0] = view.shape[0]
+    if n[0]:
+        p[0] = &view[0]
+    return view
+
+
+cdef void _text_done(Encoder enc) noexcept:
+    """After a pass over ``_text_in``'s bytes: a scratch buffer past ``TEXT_KEEP`` bytes goes."""
+    if enc.text_cap > TEXT_KEEP:
+        free(enc.text_buf)
+        enc.text_buf = NULL
+        enc.text_cap = 0
+
+
 @cython.final
 cdef class Utf8View:
     """A read-only buffer over the UTF-8 that CPython keeps in a ``str`` (see :func:`utf8_of`);

@@ -65,6 +65,36 @@ def test_stage_aware_tokenizer_uses_the_native_path():
     assert tok.encode_ordinary(data) == StageAwareEncoder(r.model).encode_ordinary(data.encode()).tolist()
 
 
+@settings(max_examples=40, deadline=None)
+@given(data=st.one_of(text, corpus_bytes))
+def test_native_takes_a_str_as_its_utf8(data):
+    """``TwoStageEncoder.encode`` of a ``str`` (ASCII: its own bytes; other text: written into the
+    encoder's scratch buffer, the same buffer call after call; a surrogate: ``surrogateescape``)
+    equals the encode of its UTF-8 bytes, and so does ``StageAwareTokenizer.encode_to_numpy``."""
+    r = _model("gpt2")
+    native = StageAwareEncoder(r.model).native
+    as_str = data.decode("utf-8", "surrogateescape")
+    want = native.encode(data).tolist()
+    for _ in range(2):
+        assert native.encode(as_str).tolist() == want
+        assert native.encode(as_str, False).tolist() == native.encode(data, False).tolist()
+    assert native.encode("").tolist() == []
+
+
+def test_stage_aware_str_inputs_of_every_kind():
+    """A ``str`` of each storage kind (ASCII, Latin-1, UCS-2, UCS-4), one with a surrogate and a
+    longer one after them (the scratch buffer grown): the ids of its UTF-8 bytes, for the
+    tokenizer's array and list."""
+    r = _model("gpt2")
+    with tempfile.TemporaryDirectory() as d:
+        bpe_core.formats.model.dump_folder(r.model, d)
+        tok = bpe_core.Tokenizer.load(d)
+    base = "the cat  sat 2024 the\n\n the" + SPECIAL + " the cat"
+    for t in (base, base + "é½", base + "\u3000€", base + "😀", base + "a\udcff b", (base + "é") * 3000):
+        want = StageAwareEncoder(r.model).encode_python(t.encode("utf-8", "surrogateescape"))
+        assert tok.encode_to_numpy(t).tolist() == want and tok.encode(t) == want
+
+
 BATCH_TEXTS = st.lists(st.one_of(text, text.map(lambda b: b.decode("utf-8", "surrogateescape"))), max_size=12)
 
 
