@@ -144,6 +144,10 @@ def test_superbpe_from_a_spilled_record_equals_a_scan(tmp_path_factory, text, ch
         if sampled:         # a sample from about ten stage-1 tokens on
             for module in (superbpe.train, superbpe.stage2):
                 mp.setattr(module, "STAGE2_BYTES_PER_SYMBOL", 10 ** 8)
+        # the two runs get one stage-2 share: it counts this process's measured memory (rounded to
+        # 64 MiB), which grows over a long test run, and a step between the runs drew two samples
+        share = superbpe.train.stage2_budget_share
+        mp.setattr(superbpe.train, "stage2_budget_share", lambda limit, _held, table: share(limit, 256 << 20, table))
         rec, scan = _train_both(mp, "superbpe", path, vocab_size=300, special_tokens=[SPECIAL], chunk_bytes=chunk,
                                 num_workers=workers, memory_limit=1 << 30,
                                 spill_dir=str(tmp_path_factory.mktemp("spill")))
