@@ -393,6 +393,32 @@ def test_the_plans_cache_reaches_the_encoders(tmp_path, tok, monkeypatch, worker
     assert t._idle and {e.max_entries for e in t._idle} == {1 << 18}
 
 
+def test_budgets_around_the_large_cache_give_the_same_bytes(tmp_path, tok, monkeypatch):
+    """The large cache's budget threshold (``ENCODE_BIG_CACHE_SHARE``, its input threshold at 0 and
+    its bound at 5 pretokens here), found for this process now: budgets 8 MiB below and above it
+    (the RSS the plan counts moves a little), and far above; both choices are made, and every
+    run writes the bytes of the whole-text ids."""
+    from bpe_core.runtime import budget as scheduler
+
+    monkeypatch.setattr(scheduler, "ENCODE_BIG_CACHE_MIN_INPUT", 0)
+    monkeypatch.setattr(scheduler, "ENCODE_BIG_CACHE_ENTRIES", 5)
+    data = corpora(tmp_path)["specials"] * 20
+    (tmp_path / "big.txt").write_bytes(data)
+    want = old_npy(tmp_path / "w.npy", tok.encode(data))
+    lo, hi = _smallest_budget(len(data), tok.n_vocab), 16 << 30
+    while hi - lo > (1 << 20):
+        mid = (lo + hi) // 2
+        big = scheduler.plan_encoding(len(data), tok.n_vocab, mid, num_workers=2, chunk_bytes=2000).cache_entries
+        lo, hi = (lo, mid) if big else (mid, hi)
+    chosen = set()
+    for budget in (hi - (8 << 20), hi + (8 << 20), 4 << 30):
+        r = ec.encode_corpus(tmp_path / "big.txt", tok, tmp_path / "ids.npy", num_workers=2, chunk_bytes=2000,
+                             memory_limit=budget, progress=False)
+        chosen.add(r.plan["cache_entries"])
+        assert (tmp_path / "ids.npy").read_bytes() == want, budget
+    assert chosen == {0, 5}
+
+
 @pytest.mark.parametrize("uint32", [False, True])
 def test_uint32_ids_direct(tmp_path, monkeypatch, uint32):
     monkeypatch.setattr(ec, "_hold_bytes", lambda c, n: 6)
